@@ -1,0 +1,215 @@
+package cmf
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Layer kinds of Config.LayerTypes, as HF names them.
+const (
+	LinearAttention = "linear_attention" // GatedDeltaNet mixer
+	FullAttention   = "full_attention"   // gated softmax attention mixer
+)
+
+// Config is the architecture of a Qwen3.5-family text model (HF transformers `qwen3_5`),
+// with the field names of HF's config.json. DESIGN.md §3 gives the math each size enters.
+type Config struct {
+	ModelType           string   `json:"model_type"`
+	VocabSize           int      `json:"vocab_size"`
+	HiddenSize          int      `json:"hidden_size"`       // H
+	NumHiddenLayers     int      `json:"num_hidden_layers"` // decoder layers
+	IntermediateSize    int      `json:"intermediate_size"` // I, SwiGLU width
+	NumAttentionHeads   int      `json:"num_attention_heads"`
+	NumKeyValueHeads    int      `json:"num_key_value_heads"`
+	HeadDim             int      `json:"head_dim"`
+	LinearNumKeyHeads   int      `json:"linear_num_key_heads"`   // Hk
+	LinearNumValueHeads int      `json:"linear_num_value_heads"` // Hv
+	LinearKeyHeadDim    int      `json:"linear_key_head_dim"`    // dk
+	LinearValueHeadDim  int      `json:"linear_value_head_dim"`  // dv
+	LinearConvKernelDim int      `json:"linear_conv_kernel_dim"` // depthwise conv taps
+	LayerTypes          []string `json:"layer_types"`            // one of LinearAttention, FullAttention per layer
+	RMSNormEps          float64  `json:"rms_norm_eps"`
+	RopeTheta           float64  `json:"rope_theta"`
+	PartialRotaryFactor float64  `json:"partial_rotary_factor"`
+	TieWordEmbeddings   bool     `json:"tie_word_embeddings"`
+	// FullAttentionInterval is used only when config.json has no layer_types: layer i is
+	// full attention when (i+1) % FullAttentionInterval == 0.
+	FullAttentionInterval int `json:"full_attention_interval,omitempty"`
+	EOSTokenID            int `json:"eos_token_id"`
+}
+
+// rawConfig is config.json as HF writes it: the text fields at the top level
+// (model_type qwen3_5_text) or nested under text_config (vision-language checkpoints),
+// RoPE settings in rope_parameters or at the top level.
+type rawConfig struct {
+	Config
+	RopeParameters *struct {
+		RopeTheta           float64 `json:"rope_theta"`
+		PartialRotaryFactor float64 `json:"partial_rotary_factor"`
+		RopeType            string  `json:"rope_type"`
+	} `json:"rope_parameters"`
+	TextConfig json.RawMessage `json:"text_config"`
+	// tie_word_embeddings of a vision-language checkpoint may sit at the top level.
+	TopTie *bool `json:"tie_word_embeddings"`
+}
+
+// ParseConfig parses an HF config.json of the Qwen3.5 text family, flat or with a nested
+// text_config, fills layer_types from full_attention_interval when absent, and validates
+// the result (see Config.Validate). Errors name the offending field.
+func ParseConfig(data []byte) (Config, error) {
+	var top rawConfig
+	if err := json.Unmarshal(data, &top); err != nil {
+		return Config{}, fmt.Errorf("config.json: %w", err)
+	}
+	raw := top
+	if len(top.TextConfig) > 0 && string(top.TextConfig) != "null" {
+		raw = rawConfig{}
+		if err := json.Unmarshal(top.TextConfig, &raw); err != nil {
+			return Config{}, fmt.Errorf("config.json: text_config: %w", err)
+		}
+		if raw.TopTie == nil && top.TopTie != nil {
+			raw.TieWordEmbeddings = *top.TopTie
+		}
+	}
+	c := raw.Config
+	if p := raw.RopeParameters; p != nil {
+		if p.RopeType != "" && p.RopeType != "default" {
+			return Config{}, fmt.Errorf("config.json: rope_parameters.rope_type %q is not supported (only \"default\")", p.RopeType)
+		}
+		if p.RopeTheta != 0 {
+			c.RopeTheta = p.RopeTheta
+		}
+		if p.PartialRotaryFactor != 0 {
+			c.PartialRotaryFactor = p.PartialRotaryFactor
+		}
+	}
+	if c.PartialRotaryFactor == 0 {
+		c.PartialRotaryFactor = 1
+	}
+	if c.LinearConvKernelDim == 0 {
+		c.LinearConvKernelDim = 4
+	}
+	if len(c.LayerTypes) == 0 {
+		if c.FullAttentionInterval <= 0 {
+			return Config{}, fmt.Errorf("config.json: neither layer_types nor a positive full_attention_interval is given")
+		}
+		if c.NumHiddenLayers < 0 || c.NumHiddenLayers > 1<<16 {
+			return Config{}, fmt.Errorf("config.json: num_hidden_layers %d is out of range", c.NumHiddenLayers)
+		}
+		c.LayerTypes = make([]string, c.NumHiddenLayers)
+		for i := range c.LayerTypes {
+			c.LayerTypes[i] = LinearAttention
+			if (i+1)%c.FullAttentionInterval == 0 {
+				c.LayerTypes[i] = FullAttention
+			}
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Validate checks that every size is positive and consistent: head counts divide as GQA and
+// GVA need (num_attention_heads a multiple of num_key_value_heads, linear_num_value_heads a
+// multiple of linear_num_key_heads), len(layer_types) == num_hidden_layers with known kinds,
+// the rotary dimension is even and within head_dim. The error names the field.
+func (c Config) Validate() error {
+	pos := []struct {
+		name string
+		v    int
+	}{
+		{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize},
+		{"num_hidden_layers", c.NumHiddenLayers}, {"intermediate_size", c.IntermediateSize},
+		{"linear_conv_kernel_dim", c.LinearConvKernelDim},
+	}
+	for _, p := range pos {
+		if p.v <= 0 {
+			return fmt.Errorf("config: %s must be positive, got %d", p.name, p.v)
+		}
+	}
+	if len(c.LayerTypes) != c.NumHiddenLayers {
+		return fmt.Errorf("config: layer_types has %d entries but num_hidden_layers is %d", len(c.LayerTypes), c.NumHiddenLayers)
+	}
+	var nFull, nLin int
+	for i, t := range c.LayerTypes {
+		switch t {
+		case FullAttention:
+			nFull++
+		case LinearAttention:
+			nLin++
+		default:
+			return fmt.Errorf("config: layer_types[%d] is %q, want %q or %q", i, t, LinearAttention, FullAttention)
+		}
+	}
+	if nFull > 0 {
+		for _, p := range []struct {
+			name string
+			v    int
+		}{{"num_attention_heads", c.NumAttentionHeads}, {"num_key_value_heads", c.NumKeyValueHeads}, {"head_dim", c.HeadDim}} {
+			if p.v <= 0 {
+				return fmt.Errorf("config: %s must be positive, got %d", p.name, p.v)
+			}
+		}
+		if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
+			return fmt.Errorf("config: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumAttentionHeads, c.NumKeyValueHeads)
+		}
+		if !(c.PartialRotaryFactor > 0 && c.PartialRotaryFactor <= 1) {
+			return fmt.Errorf("config: partial_rotary_factor %g must be in (0, 1]", c.PartialRotaryFactor)
+		}
+		if r := c.RotaryDim(); r < 2 || r%2 != 0 {
+			return fmt.Errorf("config: rotary dimension head_dim·partial_rotary_factor = %d must be even and ≥ 2", r)
+		}
+		if !(c.RopeTheta > 0) {
+			return fmt.Errorf("config: rope_theta must be positive, got %g", c.RopeTheta)
+		}
+	}
+	if nLin > 0 {
+		for _, p := range []struct {
+			name string
+			v    int
+		}{{"linear_num_key_heads", c.LinearNumKeyHeads}, {"linear_num_value_heads", c.LinearNumValueHeads},
+			{"linear_key_head_dim", c.LinearKeyHeadDim}, {"linear_value_head_dim", c.LinearValueHeadDim}} {
+			if p.v <= 0 {
+				return fmt.Errorf("config: %s must be positive, got %d", p.name, p.v)
+			}
+		}
+		if c.LinearNumValueHeads%c.LinearNumKeyHeads != 0 {
+			return fmt.Errorf("config: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", c.LinearNumValueHeads, c.LinearNumKeyHeads)
+		}
+	}
+	if !(c.RMSNormEps > 0 && c.RMSNormEps < 1) {
+		return fmt.Errorf("config: rms_norm_eps must be in (0, 1), got %g", c.RMSNormEps)
+	}
+	const maxDim = 1 << 20
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize},
+		{"num_hidden_layers", c.NumHiddenLayers}, {"head_dim", c.HeadDim}, {"num_attention_heads", c.NumAttentionHeads},
+		{"linear_key_head_dim", c.LinearKeyHeadDim}, {"linear_value_head_dim", c.LinearValueHeadDim},
+		{"linear_num_value_heads", c.LinearNumValueHeads}, {"linear_conv_kernel_dim", c.LinearConvKernelDim}} {
+		if p.v > maxDim {
+			return fmt.Errorf("config: %s %d is implausibly large (> %d)", p.name, p.v, maxDim)
+		}
+	}
+	return nil
+}
+
+// IsFullAttention reports whether decoder layer i is a gated full-attention layer
+// (otherwise it is a GatedDeltaNet layer).
+func (c Config) IsFullAttention(i int) bool { return c.LayerTypes[i] == FullAttention }
+
+// RotaryDim is the number of leading head dimensions that RoPE rotates:
+// int(head_dim · partial_rotary_factor).
+func (c Config) RotaryDim() int { return int(float64(c.HeadDim)*c.PartialRotaryFactor + 1e-9) }
+
+// JSON returns the config as compact JSON with HF field names (rope settings flattened to
+// rope_theta and partial_rotary_factor), as stored in a CMF file's "arch" metadata.
+func (c Config) JSON() []byte {
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err) // a struct of plain fields always marshals
+	}
+	return b
+}
