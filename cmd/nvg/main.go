@@ -1,0 +1,120 @@
+// Command nvg distils binary-low-rank compressed Qwen3.5 models against their teacher on the
+// GPU through WebGPU. Run `nvg help` for the subcommands; each takes -h.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand: its one-line summary, usage line and body. run gets the
+// arguments after the subcommand name and returns an error to print; a usageError (bad
+// flags, missing arguments) exits with status 2, any other error with status 1.
+type command struct {
+	name    string
+	summary string
+	usage   string // arguments after "nvg NAME"
+	run     func(args []string) error
+}
+
+var commands = map[string]*command{}
+
+func register(c *command) { commands[c.name] = c }
+
+// usageError marks an error in how nvg was called (exit status 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+// newFlags returns a FlagSet for a subcommand whose errors come back as usageErrors
+// instead of exiting, and whose -h prints the usage line and flags.
+func newFlags(c *command) *flag.FlagSet {
+	fs := flag.NewFlagSet("nvg "+c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args with fs, turning -h into printed help and errors into usageErrors.
+func parseFlags(c *command, fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		printHelp(c, fs)
+		return errHelpShown
+	}
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	return nil
+}
+
+var errHelpShown = errors.New("help shown")
+
+func printHelp(c *command, fs *flag.FlagSet) {
+	fmt.Printf("usage: nvg %s %s\n\n%s\n", c.name, c.usage, c.summary)
+	if fs != nil {
+		fs.SetOutput(os.Stdout)
+		fmt.Println("\nflags:")
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+}
+
+func mainUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: nvg COMMAND [flags] [args]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'nvg COMMAND -h' for a command's flags.")
+}
+
+func main() { os.Exit(run(os.Args[1:])) }
+
+func run(args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
+				return run([]string{c.name, "-h"})
+			}
+		}
+		mainUsage(os.Stdout)
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "nvg: unknown command %q (commands: %s)\n", args[0], strings.Join(sortedNames(), ", "))
+		return 2
+	}
+	err := c.run(args[1:])
+	switch {
+	case err == nil, errors.Is(err, errHelpShown):
+		return 0
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(os.Stderr, "nvg %s: %v (see 'nvg %s -h')\n", c.name, err, c.name)
+		return 2
+	default:
+		fmt.Fprintf(os.Stderr, "nvg %s: %v\n", c.name, err)
+		return 1
+	}
+}
+
+func sortedNames() []string {
+	var s []string
+	for n := range commands {
+		s = append(s, n)
+	}
+	sort.Strings(s)
+	return s
+}
