@@ -67,11 +67,16 @@ func ParseConfig(data []byte) (Config, error) {
 		if err := json.Unmarshal(top.TextConfig, &raw); err != nil {
 			return Config{}, fmt.Errorf("config.json: text_config: %w", err)
 		}
-		if raw.TopTie == nil && top.TopTie != nil {
-			raw.TieWordEmbeddings = *top.TopTie
-		}
 	}
 	c := raw.Config
+	// rawConfig.TopTie shadows Config.TieWordEmbeddings (same JSON name, shallower field),
+	// so the value lands there: take the text config's own, else the top level's.
+	switch {
+	case raw.TopTie != nil:
+		c.TieWordEmbeddings = *raw.TopTie
+	case top.TopTie != nil:
+		c.TieWordEmbeddings = *top.TopTie
+	}
 	if p := raw.RopeParameters; p != nil {
 		if p.RopeType != "" && p.RopeType != "default" {
 			return Config{}, fmt.Errorf("config.json: rope_parameters.rope_type %q is not supported (only \"default\")", p.RopeType)

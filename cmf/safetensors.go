@@ -30,10 +30,15 @@ type Tensor struct {
 	file string      // path of the backing file, for errors
 }
 
-// NewTensor returns an in-memory tensor. For plain dtypes len(data) must equal
-// prod(shape)·dtype size; for BLR, data is the payload.
+// NewTensor returns an in-memory tensor holding data (not copied). For plain dtypes
+// len(data) must equal prod(shape)·dtype size; for BLR, shape is the logical [m, n] of the
+// weight (both positive) and data is the payload (DESIGN.md §4, not checked here).
 func NewTensor(name string, dtype DType, shape []int, data []byte) (*Tensor, error) {
-	if dtype != BLR {
+	if dtype == BLR {
+		if len(shape) != 2 || shape[0] <= 0 || shape[1] <= 0 {
+			return nil, fmt.Errorf("tensor %s: a blr tensor needs a logical shape [m, n] of positive sizes, got %v", name, shape)
+		}
+	} else {
 		n, err := numElements(shape)
 		if err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", name, err)
