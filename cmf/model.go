@@ -189,7 +189,8 @@ func equalShape(a, b []int) bool {
 // (Config.Validate), every tensor of ExpectedShapes is present with that (logical) shape
 // and a float or (for 2-D weights) BLR dtype, and there are no other tensors (a stray
 // tensor usually means a name-mapping mistake). All problems are reported, each naming the
-// tensor and the expected and actual shape (at most 20, then a count).
+// tensor (and its file, when file-backed) and the expected and actual shape (at most 20,
+// then a count).
 func (m *Model) Validate() error {
 	if err := m.Config.Validate(); err != nil {
 		return fmt.Errorf("%s: %w", m.sourceName(), err)
@@ -208,7 +209,11 @@ func (m *Model) Validate() error {
 			continue
 		}
 		if err := checkShape(t, want[n]); err != nil {
-			problems = append(problems, err.Error())
+			if t.file != "" {
+				problems = append(problems, t.file+": "+err.Error())
+			} else {
+				problems = append(problems, err.Error())
+			}
 		}
 	}
 	for _, n := range m.Names() {

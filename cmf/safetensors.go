@@ -1,9 +1,9 @@
 package cmf
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -63,17 +63,21 @@ func NewFloatTensor(name string, d DType, shape []int, v []float64) (*Tensor, er
 	return NewTensor(name, d, shape, raw)
 }
 
-// NumElements is the product of the shape (1 for a scalar).
+// NumElements is the product of the shape (1 for a scalar). For BLR it is m·n, the
+// number of weights the payload stands for.
 func (t *Tensor) NumElements() int {
 	n, _ := numElements(t.Shape)
 	return int(n)
 }
 
-// NumBytes is the stored size in bytes.
+// NumBytes is the stored size in bytes (for BLR, the payload length).
 func (t *Tensor) NumBytes() int64 { return t.size }
 
+// File is the path of the file a file-backed tensor reads from, "" for in-memory tensors.
+func (t *Tensor) File() string { return t.file }
+
 // Bytes returns the stored bytes (a fresh copy read from the file for file-backed tensors;
-// the held slice for in-memory ones — do not modify it).
+// the held slice for in-memory ones — do not modify it). Errors name the file and tensor.
 func (t *Tensor) Bytes() ([]byte, error) {
 	if t.src == nil {
 		return t.data, nil
@@ -85,7 +89,34 @@ func (t *Tensor) Bytes() ([]byte, error) {
 	return b, nil
 }
 
-// Float64 returns the elements converted to float64, row-major in Shape order.
+// WriteTo streams the stored bytes to w without holding a file-backed tensor in memory
+// (it implements io.WriterTo). It fails, naming the file and tensor, when fewer than
+// NumBytes bytes could be read or written.
+func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	var err error
+	if t.src == nil {
+		var k int
+		k, err = w.Write(t.data)
+		n = int64(k)
+	} else {
+		n, err = io.Copy(w, io.NewSectionReader(t.src, t.off, t.size))
+	}
+	if err == nil && n != t.size {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		src := t.file
+		if src == "" {
+			src = "memory"
+		}
+		return n, fmt.Errorf("%s: tensor %s: copied %d of %d bytes: %w", src, t.Name, n, t.size, err)
+	}
+	return n, nil
+}
+
+// Float64 returns the elements converted to float64, row-major in Shape order. It fails,
+// naming the tensor, for BLR and U8 (see DecodeFloat64).
 func (t *Tensor) Float64() ([]float64, error) {
 	b, err := t.Bytes()
 	if err != nil {
@@ -133,11 +164,8 @@ func (s *SafetensorsFile) Tensor(name string) *Tensor {
 	return nil
 }
 
-// OpenSafetensors opens a safetensors file and validates its header against the file:
-// header length within the file and MaxHeaderBytes, a JSON object of entries with a known
-// dtype, a shape of non-negative dims, data_offsets [begin, end] inside the data section,
-// end−begin == prod(shape)·dtype size, and no two entries overlapping. Every error names the
-// file and, where there is one, the tensor. Nothing larger than the file is allocated.
+// OpenSafetensors opens a safetensors file and validates its header against the file
+// (see ParseSafetensorsHeader). Tensor data are read lazily; Close the file when done.
 func OpenSafetensors(path string) (*SafetensorsFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -162,9 +190,20 @@ type headerEntry struct {
 	DataOffsets []int64 `json:"data_offsets"`
 }
 
+// maxDim bounds one dimension of a shape read from a file.
+const maxDim = 1 << 40
+
 // ParseSafetensorsHeader reads and validates the header of a safetensors stream of
-// fileSize bytes from r (see OpenSafetensors for the checks). name is used in errors.
-// The returned tensors read their data lazily from r.
+// fileSize bytes from r; name (the file path) is used in every error. Checks, as the
+// reference implementation makes them: the u64 little-endian header length is within the
+// file and MaxHeaderBytes; the header is one JSON object without duplicate keys; the
+// optional "__metadata__" is a map of strings; every other key is a non-empty tensor name
+// whose entry has a known dtype (F64, F32, F16, BF16, I64, I32, U8), a shape of
+// non-negative dims and data_offsets [begin, end] relative to the data section with
+// end−begin == prod(shape)·dtype size; the entries, sorted by offset, tile the data section
+// exactly (no overlap, no gap, nothing after the last). Errors name the file and, where
+// there is one, the tensor. Nothing larger than the file is allocated. The returned
+// tensors (sorted by data offset) read their data lazily from r.
 func ParseSafetensorsHeader(r io.ReaderAt, fileSize int64, name string) (map[string]string, []*Tensor, error) {
 	if fileSize < 8 {
 		return nil, nil, fmt.Errorf("%s: %d bytes is too short for a safetensors header", name, fileSize)
@@ -177,24 +216,34 @@ func ParseSafetensorsHeader(r io.ReaderAt, fileSize int64, name string) (map[str
 	if hlen > MaxHeaderBytes || hlen > uint64(fileSize-8) {
 		return nil, nil, fmt.Errorf("%s: header length %d exceeds the file (%d bytes) or the %d-byte limit", name, hlen, fileSize, MaxHeaderBytes)
 	}
+	if hlen < 2 {
+		return nil, nil, fmt.Errorf("%s: header length %d is too short for a JSON object", name, hlen)
+	}
 	hb := make([]byte, hlen)
 	if _, err := r.ReadAt(hb, 8); err != nil {
 		return nil, nil, fmt.Errorf("%s: reading header: %w", name, err)
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(hb, &raw); err != nil {
-		return nil, nil, fmt.Errorf("%s: header is not a JSON object: %w", name, err)
+	keys, raw, err := decodeObject(hb)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: header: %w", name, err)
 	}
 	dataStart := int64(8 + hlen)
 	dataLen := fileSize - dataStart
 	meta := map[string]string{}
-	var tensors []*Tensor
-	for key, msg := range raw {
+	tensors := make([]*Tensor, 0, len(keys))
+	for _, key := range keys {
+		msg := raw[key]
 		if key == "__metadata__" {
 			if err := json.Unmarshal(msg, &meta); err != nil {
-				return nil, nil, fmt.Errorf("%s: __metadata__ is not a string map: %w", name, err)
+				return nil, nil, fmt.Errorf("%s: __metadata__ is not a map of strings: %w", name, err)
+			}
+			if meta == nil {
+				meta = map[string]string{}
 			}
 			continue
+		}
+		if key == "" {
+			return nil, nil, fmt.Errorf("%s: header has a tensor with an empty name", name)
 		}
 		var e headerEntry
 		if err := json.Unmarshal(msg, &e); err != nil {
@@ -204,16 +253,19 @@ func ParseSafetensorsHeader(r io.ReaderAt, fileSize int64, name string) (map[str
 		if dt.Size() == 0 {
 			return nil, nil, fmt.Errorf("%s: tensor %s: unsupported dtype %q", name, key, e.DType)
 		}
+		if e.Shape == nil {
+			return nil, nil, fmt.Errorf("%s: tensor %s: no shape", name, key)
+		}
 		if len(e.DataOffsets) != 2 {
-			return nil, nil, fmt.Errorf("%s: tensor %s: data_offsets must be [begin, end]", name, key)
+			return nil, nil, fmt.Errorf("%s: tensor %s: data_offsets must be [begin, end], got %v", name, key, e.DataOffsets)
 		}
 		b, en := e.DataOffsets[0], e.DataOffsets[1]
 		if b < 0 || en < b || en > dataLen {
-			return nil, nil, fmt.Errorf("%s: tensor %s: data_offsets [%d, %d] outside the %d-byte data section", name, key, b, en, dataLen)
+			return nil, nil, fmt.Errorf("%s: tensor %s: data_offsets [%d, %d] outside the %d-byte data section (file truncated or header corrupt)", name, key, b, en, dataLen)
 		}
 		shape := make([]int, len(e.Shape))
 		for i, d := range e.Shape {
-			if d < 0 || d > 1<<40 {
+			if d < 0 || d > maxDim {
 				return nil, nil, fmt.Errorf("%s: tensor %s: shape %v has an invalid dimension", name, key, e.Shape)
 			}
 			shape[i] = int(d)
@@ -222,8 +274,8 @@ func ParseSafetensorsHeader(r io.ReaderAt, fileSize int64, name string) (map[str
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: tensor %s: %w", name, key, err)
 		}
-		if n > (en-b)/int64(dt.Size())+1 || n*int64(dt.Size()) != en-b {
-			return nil, nil, fmt.Errorf("%s: tensor %s: shape %v of %s needs %d bytes but data_offsets give %d", name, key, shape, dt, n*int64(dt.Size()), en-b)
+		if n*int64(dt.Size()) != en-b {
+			return nil, nil, fmt.Errorf("%s: tensor %s: shape %v of %s needs %d bytes but data_offsets [%d, %d] give %d", name, key, shape, dt, n*int64(dt.Size()), b, en, en-b)
 		}
 		tensors = append(tensors, &Tensor{Name: key, DType: dt, Shape: shape, src: r, off: dataStart + b, size: en - b, file: name})
 	}
@@ -231,18 +283,71 @@ func ParseSafetensorsHeader(r io.ReaderAt, fileSize int64, name string) (map[str
 		if tensors[i].off != tensors[j].off {
 			return tensors[i].off < tensors[j].off
 		}
-		return tensors[i].Name < tensors[j].Name
+		return tensors[i].size < tensors[j].size
 	})
-	for i := 1; i < len(tensors); i++ {
-		p, t := tensors[i-1], tensors[i]
-		if t.off < p.off+p.size {
-			return nil, nil, fmt.Errorf("%s: tensor %s: data overlaps tensor %s", name, t.Name, p.Name)
+	end := dataStart
+	prev := ""
+	for _, t := range tensors {
+		switch {
+		case t.off < end:
+			return nil, nil, fmt.Errorf("%s: tensor %s: data [%d, %d] overlaps tensor %s", name, t.Name, t.off-dataStart, t.off-dataStart+t.size, prev)
+		case t.off > end && prev == "":
+			return nil, nil, fmt.Errorf("%s: tensor %s: data begins at %d, leaving %d unused bytes at the start of the data section", name, t.Name, t.off-dataStart, t.off-dataStart)
+		case t.off > end:
+			return nil, nil, fmt.Errorf("%s: tensor %s: data begins at %d but tensor %s ends at %d (gap)", name, t.Name, t.off-dataStart, prev, end-dataStart)
 		}
+		end = t.off + t.size
+		prev = t.Name
+	}
+	if end != fileSize {
+		if prev == "" {
+			return nil, nil, fmt.Errorf("%s: %d bytes of data but no tensors", name, fileSize-end)
+		}
+		return nil, nil, fmt.Errorf("%s: %d bytes after the last tensor %s (file has trailing data or a tensor is missing from the header)", name, fileSize-end, prev)
 	}
 	return meta, tensors, nil
 }
 
-var errTooLarge = errors.New("shape has too many elements")
+// decodeObject decodes a JSON object into its keys (in file order) and raw values,
+// rejecting duplicate keys and trailing data.
+func decodeObject(b []byte) ([]string, map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, nil, fmt.Errorf("not a JSON object")
+	}
+	var keys []string
+	vals := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, nil, fmt.Errorf("not a JSON object: %w", err)
+		}
+		k, ok := tok.(string)
+		if !ok {
+			return nil, nil, fmt.Errorf("not a JSON object: key %v", tok)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, fmt.Errorf("value of %q: %w", k, err)
+		}
+		if _, dup := vals[k]; dup {
+			return nil, nil, fmt.Errorf("duplicate key %q", k)
+		}
+		vals[k] = v
+		keys = append(keys, k)
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, nil, fmt.Errorf("trailing data after the JSON object")
+	}
+	return keys, vals, nil
+}
 
 func numElements(shape []int) (int64, error) {
 	n := int64(1)
@@ -251,7 +356,7 @@ func numElements(shape []int) (int64, error) {
 			return 0, fmt.Errorf("shape %v has a negative dimension", shape)
 		}
 		if d != 0 && n > (1<<50)/int64(d) {
-			return 0, errTooLarge
+			return 0, fmt.Errorf("shape %v has too many elements", shape)
 		}
 		n *= int64(d)
 	}
