@@ -1,0 +1,87 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/cmf/tinyteacher"
+)
+
+// defaultModelName is how the embedded tiny teacher is named in output.
+const defaultModelName = "embedded qwen35-tiny-go"
+
+// openModel opens the model at path (an HF directory, a .cmf file or a sharded CMF
+// directory), or the embedded tiny teacher when path is "". A path that does not exist, or
+// a directory with no config.json and no CMF index, is a usage error (exit 2).
+func openModel(path string) (*cmf.Model, error) {
+	if path == "" {
+		return tinyteacher.Open()
+	}
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, usagef("model %s: no such file or directory", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.IsDir() && !exists(filepath.Join(path, "config.json")) && !exists(filepath.Join(path, "model.cmf.index.json")) {
+		return nil, usagef("model %s: directory has no config.json (not an HF checkpoint) and no model.cmf.index.json", path)
+	}
+	return cmf.Open(path)
+}
+
+// modelName is the name to print for a model path ("" = the embedded default).
+func modelName(path string) string {
+	if path == "" {
+		return defaultModelName
+	}
+	return path
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// tokenizerJSON finds the tokenizer.json for a model: explicit file if given, else beside
+// the model (in an HF or sharded-CMF directory, or in the directory of a .cmf file), else
+// the embedded tiny teacher's when the model is the embedded default.
+func tokenizerJSON(explicit, modelPath string) ([]byte, error) {
+	if explicit != "" {
+		if !exists(explicit) {
+			return nil, usagef("tokenizer %s: no such file", explicit)
+		}
+		if st, _ := os.Stat(explicit); st.IsDir() {
+			explicit = filepath.Join(explicit, "tokenizer.json")
+		}
+		return os.ReadFile(explicit)
+	}
+	if modelPath == "" {
+		return tinyteacher.TokenizerJSON(), nil
+	}
+	dir := modelPath
+	if st, err := os.Stat(modelPath); err == nil && !st.IsDir() {
+		dir = filepath.Dir(modelPath)
+	}
+	p := filepath.Join(dir, "tokenizer.json")
+	if !exists(p) {
+		return nil, usagef("no tokenizer.json beside model %s: pass --tokenizer FILE", modelPath)
+	}
+	return os.ReadFile(p)
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
