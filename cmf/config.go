@@ -51,11 +51,23 @@ type rawConfig struct {
 	TextConfig json.RawMessage `json:"text_config"`
 	// tie_word_embeddings of a vision-language checkpoint may sit at the top level.
 	TopTie *bool `json:"tie_word_embeddings"`
+	// eos_token_id is an int or a list of ints in HF configs; this field shadows
+	// Config.EOSTokenID (same JSON name, shallower field).
+	EOS json.RawMessage `json:"eos_token_id"`
 }
 
+// defaultFullAttentionInterval is HF's default when config.json has neither layer_types
+// nor full_attention_interval (transformers qwen3_5 configuration).
+const defaultFullAttentionInterval = 4
+
 // ParseConfig parses an HF config.json of the Qwen3.5 text family, flat or with a nested
-// text_config, fills layer_types from full_attention_interval when absent, and validates
-// the result (see Config.Validate). Errors name the offending field.
+// text_config (vision-language checkpoints; tie_word_embeddings and eos_token_id may then
+// sit at the top level), and validates the result (see Config.Validate). RoPE settings
+// come from rope_parameters when present (rope_type must be "default"), else from the top
+// level; partial_rotary_factor defaults to 1 and linear_conv_kernel_dim to 4. layer_types
+// wins over full_attention_interval, but when both are given they must agree; with neither,
+// HF's default interval 4 applies. eos_token_id may be an integer or a list (the first is
+// kept). Errors name the offending field.
 func ParseConfig(data []byte) (Config, error) {
 	var top rawConfig
 	if err := json.Unmarshal(data, &top); err != nil {
@@ -77,6 +89,22 @@ func ParseConfig(data []byte) (Config, error) {
 	case top.TopTie != nil:
 		c.TieWordEmbeddings = *top.TopTie
 	}
+	eos := raw.EOS
+	if len(eos) == 0 {
+		eos = top.EOS
+	}
+	if len(eos) > 0 && string(eos) != "null" {
+		var one int
+		var list []int
+		switch {
+		case json.Unmarshal(eos, &one) == nil:
+			c.EOSTokenID = one
+		case json.Unmarshal(eos, &list) == nil && len(list) > 0:
+			c.EOSTokenID = list[0]
+		default:
+			return Config{}, fmt.Errorf("config.json: eos_token_id %s is neither an integer nor a non-empty list of integers", eos)
+		}
+	}
 	if p := raw.RopeParameters; p != nil {
 		if p.RopeType != "" && p.RopeType != "default" {
 			return Config{}, fmt.Errorf("config.json: rope_parameters.rope_type %q is not supported (only \"default\")", p.RopeType)
@@ -94,9 +122,13 @@ func ParseConfig(data []byte) (Config, error) {
 	if c.LinearConvKernelDim == 0 {
 		c.LinearConvKernelDim = 4
 	}
+	if c.FullAttentionInterval < 0 {
+		return Config{}, fmt.Errorf("config.json: full_attention_interval must be positive, got %d", c.FullAttentionInterval)
+	}
 	if len(c.LayerTypes) == 0 {
-		if c.FullAttentionInterval <= 0 {
-			return Config{}, fmt.Errorf("config.json: neither layer_types nor a positive full_attention_interval is given")
+		interval := c.FullAttentionInterval
+		if interval == 0 {
+			interval = defaultFullAttentionInterval
 		}
 		if c.NumHiddenLayers < 0 || c.NumHiddenLayers > 1<<16 {
 			return Config{}, fmt.Errorf("config.json: num_hidden_layers %d is out of range", c.NumHiddenLayers)
@@ -104,8 +136,15 @@ func ParseConfig(data []byte) (Config, error) {
 		c.LayerTypes = make([]string, c.NumHiddenLayers)
 		for i := range c.LayerTypes {
 			c.LayerTypes[i] = LinearAttention
-			if (i+1)%c.FullAttentionInterval == 0 {
+			if (i+1)%interval == 0 {
 				c.LayerTypes[i] = FullAttention
+			}
+		}
+	} else if c.FullAttentionInterval > 0 {
+		// Both given (as in the released checkpoints): they must agree.
+		for i, t := range c.LayerTypes {
+			if want := (i+1)%c.FullAttentionInterval == 0; (t == FullAttention) != want && (t == FullAttention || t == LinearAttention) {
+				return Config{}, fmt.Errorf("config.json: layer_types[%d] is %q but full_attention_interval %d says otherwise", i, t, c.FullAttentionInterval)
 			}
 		}
 	}
