@@ -1,0 +1,412 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
+	"unsafe"
+
+	"github.com/oliverbestmann/webgpu/wgpu"
+)
+
+// DType is the element type of a Buffer.
+type DType int
+
+const (
+	// F32 is IEEE binary32, 4 bytes per element; shaders see array<f32>.
+	F32 DType = iota
+	// F16 is IEEE binary16 given as raw bits, 2 bytes per element, packed two per 32-bit
+	// word little-endian (element 2w in the low half of word w); shaders see array<u32>
+	// and unpack with unpack2x16float.
+	F16
+	// U32 is an unsigned 32-bit integer, 4 bytes per element (token ids, indices).
+	U32
+)
+
+// Size is the element size in bytes.
+func (t DType) Size() int {
+	if t == F16 {
+		return 2
+	}
+	return 4
+}
+
+// String is "f32", "f16" or "u32".
+func (t DType) String() string {
+	switch t {
+	case F32:
+		return "f32"
+	case F16:
+		return "f16"
+	case U32:
+		return "u32"
+	}
+	return fmt.Sprintf("dtype(%d)", int(t))
+}
+
+// Buffer is a GPU storage buffer holding one row-major tensor of DType and Shape.
+// Its allocation is the tensor's bytes rounded up to a multiple of 4. Release it when done:
+// GPU memory is not Go heap and is not reclaimed by the garbage collector in time.
+type Buffer struct {
+	dev      *Device
+	buf      *wgpu.Buffer
+	label    string
+	dtype    DType
+	shape    []int
+	numel    int
+	size     uint64 // allocated bytes
+	released bool
+}
+
+// Label is the name given at creation (used in every error about the buffer).
+func (b *Buffer) Label() string { return b.label }
+
+// DType is the element type.
+func (b *Buffer) DType() DType { return b.dtype }
+
+// Shape returns a copy of the tensor shape (row-major, outermost first).
+func (b *Buffer) Shape() []int { return append([]int(nil), b.shape...) }
+
+// Len is the number of elements (the product of the shape).
+func (b *Buffer) Len() int { return b.numel }
+
+// Bytes is the allocated size in bytes (element bytes rounded up to a multiple of 4).
+func (b *Buffer) Bytes() uint64 { return b.size }
+
+func (b *Buffer) String() string {
+	return fmt.Sprintf("%q %s%v", b.label, b.dtype, b.shape)
+}
+
+// Release frees the GPU memory now. Releasing twice is a no-op; a released buffer makes
+// any later dispatch, upload or readback that names it fail with an error. Work already
+// submitted that uses the buffer completes normally.
+func (b *Buffer) Release() {
+	if b == nil || b.dev == nil {
+		return
+	}
+	b.dev.mu.Lock()
+	defer b.dev.mu.Unlock()
+	b.releaseLocked()
+}
+
+func (b *Buffer) releaseLocked() {
+	if b.released {
+		return
+	}
+	b.released = true
+	if b.buf != nil {
+		b.buf.Release()
+		b.buf = nil
+	}
+	b.dev.mem.CurrentBytes -= b.size
+	b.dev.mem.Buffers--
+	delete(b.dev.buffers, b)
+}
+
+func (b *Buffer) usable() error {
+	if b == nil {
+		return fmt.Errorf("gpu: nil buffer")
+	}
+	if b.released {
+		return fmt.Errorf("gpu: buffer %q has been released", b.label)
+	}
+	return nil
+}
+
+// MemStats reports the GPU memory held by nvg's buffers (not pipelines or staging buffers).
+type MemStats struct {
+	// CurrentBytes is the total allocated size of live buffers; PeakBytes the highest it has
+	// been since Open (or ResetPeak).
+	CurrentBytes, PeakBytes uint64
+	// Buffers is the number of live buffers.
+	Buffers int
+}
+
+// MemStats returns the allocator's current and peak bytes.
+func (d *Device) MemStats() MemStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mem
+}
+
+// ResetPeak sets PeakBytes to CurrentBytes.
+func (d *Device) ResetPeak() {
+	d.mu.Lock()
+	d.mem.PeakBytes = d.mem.CurrentBytes
+	d.mu.Unlock()
+}
+
+func shapeNumel(label string, shape []int) (int, error) {
+	if len(shape) == 0 {
+		return 0, fmt.Errorf("gpu: buffer %q: empty shape", label)
+	}
+	n := 1
+	for _, s := range shape {
+		if s <= 0 {
+			return 0, fmt.Errorf("gpu: buffer %q: shape %v has a dimension ≤ 0", label, shape)
+		}
+		if n > math.MaxInt64/s {
+			return 0, fmt.Errorf("gpu: buffer %q: shape %v overflows", label, shape)
+		}
+		n *= s
+	}
+	return n, nil
+}
+
+// NewBuffer allocates a zero-filled buffer of the given dtype and shape (every dimension
+// ≥ 1). Errors name the label and byte count: a bad shape, a size above the device's
+// maxBufferSize, or an allocation the driver refused.
+func (d *Device) NewBuffer(label string, dtype DType, shape ...int) (*Buffer, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.newBufferLocked(label, dtype, shape)
+}
+
+func (d *Device) newBufferLocked(label string, dtype DType, shape []int) (*Buffer, error) {
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
+	if dtype != F32 && dtype != F16 && dtype != U32 {
+		return nil, fmt.Errorf("gpu: buffer %q: unknown dtype %v", label, dtype)
+	}
+	n, err := shapeNumel(label, shape)
+	if err != nil {
+		return nil, err
+	}
+	size := (uint64(n)*uint64(dtype.Size()) + 3) &^ 3
+	if size > d.info.MaxBufferSize {
+		return nil, fmt.Errorf("gpu: buffer %q %s%v needs %d bytes, above the device's maxBufferSize %d",
+			label, dtype, shape, size, d.info.MaxBufferSize)
+	}
+	wb, err := d.dev.TryCreateBuffer(&wgpu.BufferDescriptor{
+		Label: label,
+		Size:  size,
+		Usage: wgpu.BufferUsageStorage | wgpu.BufferUsageCopySrc | wgpu.BufferUsageCopyDst,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpu: allocate buffer %q (%d bytes): %w", label, size, err)
+	}
+	b := &Buffer{dev: d, buf: wb, label: label, dtype: dtype, shape: append([]int(nil), shape...), numel: n, size: size}
+	d.buffers[b] = struct{}{}
+	d.mem.CurrentBytes += size
+	d.mem.Buffers++
+	if d.mem.CurrentBytes > d.mem.PeakBytes {
+		d.mem.PeakBytes = d.mem.CurrentBytes
+	}
+	return b, nil
+}
+
+func (d *Device) upload(label string, dtype DType, shape []int, n int, data []byte) (*Buffer, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	want, err := shapeNumel(label, shape)
+	if err != nil {
+		return nil, err
+	}
+	if want != n {
+		return nil, fmt.Errorf("gpu: upload %q: %d values for shape %v (%d elements)", label, n, shape, want)
+	}
+	b, err := d.newBufferLocked(label, dtype, shape)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.writeLocked(b, data); err != nil {
+		b.releaseLocked()
+		return nil, err
+	}
+	return b, nil
+}
+
+// writeLocked copies data (len ≤ b.size) to the start of b, padding to a multiple of 4.
+func (d *Device) writeLocked(b *Buffer, data []byte) error {
+	if len(data)%4 != 0 {
+		padded := make([]byte, (len(data)+3)&^3)
+		copy(padded, data)
+		data = padded
+	}
+	if err := d.queue.TryWriteBuffer(b.buf, 0, data); err != nil {
+		return fmt.Errorf("gpu: write buffer %q (%d bytes): %w", b.label, len(data), err)
+	}
+	return nil
+}
+
+// UploadFloat32 creates an F32 buffer of the given shape holding data (row-major;
+// len(data) must equal the shape's element count).
+func (d *Device) UploadFloat32(label string, data []float32, shape ...int) (*Buffer, error) {
+	return d.upload(label, F32, shape, len(data), bytesOf(data))
+}
+
+// UploadUint32 creates a U32 buffer of the given shape holding data (row-major).
+func (d *Device) UploadUint32(label string, data []uint32, shape ...int) (*Buffer, error) {
+	return d.upload(label, U32, shape, len(data), bytesOf(data))
+}
+
+// UploadF16 creates an F16 buffer of the given shape from raw IEEE binary16 bits
+// (row-major; e.g. float16.Float16(x).Bits()).
+func (d *Device) UploadF16(label string, bits []uint16, shape ...int) (*Buffer, error) {
+	return d.upload(label, F16, shape, len(bits), bytesOf(bits))
+}
+
+// WriteFloat32 overwrites the whole of an F32 buffer with data (len(data) == b.Len()).
+func (d *Device) WriteFloat32(b *Buffer, data []float32) error {
+	return d.write(b, F32, len(data), bytesOf(data))
+}
+
+// WriteUint32 overwrites the whole of a U32 buffer with data (len(data) == b.Len()).
+func (d *Device) WriteUint32(b *Buffer, data []uint32) error {
+	return d.write(b, U32, len(data), bytesOf(data))
+}
+
+// WriteF16 overwrites the whole of an F16 buffer with raw binary16 bits (len == b.Len()).
+func (d *Device) WriteF16(b *Buffer, bits []uint16) error {
+	return d.write(b, F16, len(bits), bytesOf(bits))
+}
+
+func (d *Device) write(b *Buffer, dtype DType, n int, data []byte) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	if err := d.checkBuffer(b); err != nil {
+		return err
+	}
+	if b.dtype != dtype {
+		return fmt.Errorf("gpu: write %s data into buffer %s", dtype, b)
+	}
+	if n != b.numel {
+		return fmt.Errorf("gpu: write %d values into buffer %s of %d elements", n, b, b.numel)
+	}
+	return d.writeLocked(b, data)
+}
+
+func (d *Device) checkBuffer(b *Buffer) error {
+	if err := b.usable(); err != nil {
+		return err
+	}
+	if b.dev != d {
+		return fmt.Errorf("gpu: buffer %q belongs to another device", b.label)
+	}
+	return nil
+}
+
+func bytesOf[E any](s []E) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	var e E
+	out := unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(e)))
+	return out
+}
+
+// readBytes copies the first n bytes of b to the host, waiting for all submitted work.
+func (d *Device) readBytes(b *Buffer, dtype DType) ([]byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := d.checkBuffer(b); err != nil {
+		return nil, err
+	}
+	if b.dtype != dtype {
+		return nil, fmt.Errorf("gpu: read buffer %s as %s", b, dtype)
+	}
+	staging, err := d.dev.TryCreateBuffer(&wgpu.BufferDescriptor{
+		Label: b.label + " (readback)",
+		Size:  b.size,
+		Usage: wgpu.BufferUsageMapRead | wgpu.BufferUsageCopyDst,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpu: readback staging for %q (%d bytes): %w", b.label, b.size, err)
+	}
+	defer staging.Release()
+	enc, err := d.dev.TryCreateCommandEncoder(nil)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: readback %q: %w", b.label, err)
+	}
+	defer enc.Release()
+	if err := enc.TryCopyBufferToBuffer(b.buf, 0, staging, 0, b.size); err != nil {
+		return nil, fmt.Errorf("gpu: readback copy %q: %w", b.label, err)
+	}
+	cmd, err := enc.TryFinish(nil)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: readback %q: %w", b.label, err)
+	}
+	d.queue.Submit(cmd)
+	cmd.Release()
+	out, err := d.mapRead(staging, b.size, b.label)
+	runtime.KeepAlive(b.buf)
+	return out, err
+}
+
+// mapRead maps a MapRead buffer after the queue is idle and copies size bytes out.
+func (d *Device) mapRead(staging *wgpu.Buffer, size uint64, label string) ([]byte, error) {
+	done := false
+	status := wgpu.MapAsyncStatus(0)
+	if err := staging.TryMapAsync(wgpu.MapModeRead, 0, size, func(s wgpu.MapAsyncStatus) {
+		status = s
+		done = true
+	}); err != nil {
+		return nil, fmt.Errorf("gpu: map readback of %q: %w", label, err)
+	}
+	for i := 0; !done; i++ {
+		d.poll(true)
+		if i > 1000 {
+			return nil, fmt.Errorf("gpu: readback of %q never completed", label)
+		}
+	}
+	if status != wgpu.MapAsyncStatusSuccess {
+		return nil, fmt.Errorf("gpu: map readback of %q failed: %v", label, status)
+	}
+	out := make([]byte, size)
+	copy(out, staging.GetMappedRange(0, uint(size)))
+	if err := staging.TryUnmap(); err != nil {
+		return nil, fmt.Errorf("gpu: unmap readback of %q: %w", label, err)
+	}
+	runtime.KeepAlive(staging)
+	return out, nil
+}
+
+// ReadFloat32 waits for submitted work and returns the contents of an F32 buffer
+// (b.Len() values, row-major). Errors: wrong dtype, released buffer, closed device.
+func (d *Device) ReadFloat32(b *Buffer) ([]float32, error) {
+	raw, err := d.readBytes(b, F32)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, b.numel)
+	copy(bytesOf(out), raw)
+	return out, nil
+}
+
+// ReadUint32 waits for submitted work and returns the contents of a U32 buffer.
+func (d *Device) ReadUint32(b *Buffer) ([]uint32, error) {
+	raw, err := d.readBytes(b, U32)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint32, b.numel)
+	copy(bytesOf(out), raw)
+	return out, nil
+}
+
+// ReadF16 waits for submitted work and returns the raw binary16 bits of an F16 buffer.
+func (d *Device) ReadF16(b *Buffer) ([]uint16, error) {
+	raw, err := d.readBytes(b, F16)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint16, b.numel)
+	copy(bytesOf(out), raw)
+	return out, nil
+}
+
+func joinShape(s []int) string {
+	p := make([]string, len(s))
+	for i, v := range s {
+		p[i] = fmt.Sprint(v)
+	}
+	return strings.Join(p, "×")
+}

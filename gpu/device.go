@@ -1,0 +1,310 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/oliverbestmann/webgpu/wgpu"
+)
+
+// instanceBackendPrimary is WGPUInstanceBackend_Primary (Vulkan | Metal | DX12 |
+// BrowserWebGPU) from wgpu.h; the binding only exports InstanceBackendAll, which would also
+// list the OpenGL adapters (no f16, no subgroups) that nvg never wants.
+const instanceBackendPrimary wgpu.InstanceBackend = 1<<0 | 1<<2 | 1<<3 | 1<<5
+
+// Device is an open WebGPU device with nvg's allocator, pipeline cache and profiler.
+//
+// A Device is meant to be driven by one goroutine at a time (record, submit, read back);
+// MemStats and Profile may be called from any goroutine. Close releases the device; using
+// it afterwards returns errors.
+type Device struct {
+	mu       sync.Mutex
+	instance *wgpu.Instance
+	adapter  *wgpu.Adapter
+	dev      *wgpu.Device
+	queue    *wgpu.Queue
+	info     Info
+	limits   wgpu.Limits
+	closed   bool
+
+	mem      MemStats
+	buffers  map[*Buffer]struct{}
+	kernels  map[string]*Kernel
+	profiler profiler
+}
+
+// Info describes the adapter behind a Device and which optional features nvg got.
+type Info struct {
+	// Index is the adapter's position in the enumeration NVG_ADAPTER indexes into.
+	Index int
+	// Name is the adapter's device name (e.g. "NVIDIA H200", "llvmpipe (LLVM 15.0.6, 256 bits)").
+	Name string
+	// Vendor, Description: the driver's strings.
+	Vendor, Description string
+	// Type is "discrete-gpu", "integrated-gpu", "cpu", ….
+	Type string
+	// Backend is "vulkan", "metal", ….
+	Backend string
+	// CPU is true for a software adapter such as Mesa lavapipe.
+	CPU bool
+	// ShaderF16, Subgroups, Timestamps report whether the device was created with the
+	// shader-f16 feature, the native subgroup feature, and timestamp queries usable between
+	// passes (timestamp-query plus timestamp-query-inside-encoders).
+	ShaderF16, Subgroups, Timestamps bool
+	// Missing names the requested optional features the adapter lacks (empty when all are there).
+	Missing []string
+	// MaxBufferSize and MaxStorageBindingSize are the device limits in bytes: the largest
+	// buffer, and the largest range of a buffer one storage binding may cover.
+	MaxBufferSize, MaxStorageBindingSize uint64
+	// MaxWorkgroupStorage is the workgroup memory per workgroup in bytes;
+	// MaxInvocations the invocations per workgroup; MaxGroupsPerDim the workgroups per
+	// dispatch dimension.
+	MaxWorkgroupStorage, MaxInvocations, MaxGroupsPerDim uint32
+}
+
+// String is a one-line summary of the adapter and its features.
+func (i Info) String() string {
+	s := fmt.Sprintf("adapter %d: %s (%s, %s); f16=%v subgroups=%v timestamps=%v; max binding %d MiB, max buffer %d MiB",
+		i.Index, i.Name, i.Type, i.Backend, i.ShaderF16, i.Subgroups, i.Timestamps,
+		i.MaxStorageBindingSize>>20, i.MaxBufferSize>>20)
+	if len(i.Missing) > 0 {
+		s += "; missing: " + strings.Join(i.Missing, ", ")
+	}
+	return s
+}
+
+func adapterTypeName(t wgpu.AdapterType) string {
+	switch t {
+	case wgpu.AdapterTypeDiscreteGPU:
+		return "discrete-gpu"
+	case wgpu.AdapterTypeIntegratedGPU:
+		return "integrated-gpu"
+	case wgpu.AdapterTypeCPU:
+		return "cpu"
+	}
+	return "unknown"
+}
+
+func adapterRank(t wgpu.AdapterType) int {
+	switch t {
+	case wgpu.AdapterTypeDiscreteGPU:
+		return 0
+	case wgpu.AdapterTypeIntegratedGPU:
+		return 1
+	case wgpu.AdapterTypeCPU:
+		return 3
+	}
+	return 2
+}
+
+func init() {
+	// wgpu-native logs every missing Vulkan extension as a warning; keep errors only unless
+	// the user asks for more with WGPU_LOG_LEVEL (OFF, ERROR, WARN, INFO, DEBUG, TRACE).
+	lvl := wgpu.LogLevelError
+	switch strings.ToUpper(os.Getenv("WGPU_LOG_LEVEL")) {
+	case "OFF":
+		lvl = wgpu.LogLevelOff
+	case "WARN":
+		lvl = wgpu.LogLevelWarn
+	case "INFO":
+		lvl = wgpu.LogLevelInfo
+	case "DEBUG":
+		lvl = wgpu.LogLevelDebug
+	case "TRACE":
+		lvl = wgpu.LogLevelTrace
+	}
+	wgpu.SetLogLevel(lvl)
+}
+
+// ErrNoAdapter is returned (wrapped) by Open when no WebGPU adapter exists at all.
+var ErrNoAdapter = errors.New("gpu: no WebGPU adapter (install a Vulkan driver, or Mesa lavapipe: mesa-vulkan-drivers libvulkan1)")
+
+// Open opens a WebGPU device.
+//
+// Adapter choice: the environment variable NVG_ADAPTER, when set, picks an adapter by its
+// index in the enumeration (Vulkan/Metal/DX12 adapters, as Info.Index reports) or by a
+// case-insensitive substring of its name, vendor or description; an unmatched value is an
+// error listing the adapters. Otherwise the first discrete GPU wins, then integrated, then
+// virtual, then CPU; on a CPU-only machine (Mesa lavapipe) Open prints a one-line notice on
+// stderr. The device is created with the adapter's own limits (so bindings up to
+// maxStorageBufferBindingSize work) and with shader-f16, subgroups and timestamp queries
+// when the adapter has them; Info().Missing lists those it lacks.
+//
+// Errors: ErrNoAdapter (wrapped) when no adapter exists, or the reason device creation failed.
+func Open() (*Device, error) {
+	// No InstanceDescriptor: the binding mallocs WGPUInstanceExtras without zeroing the
+	// fields it does not set, so a second instance with a descriptor can crash inside
+	// wgpuCreateInstance. Filter the backends at enumeration instead.
+	inst := wgpu.CreateInstance(nil)
+	adapters := inst.EnumerateAdapters(&wgpu.InstanceEnumerateAdapterOptons{Backends: instanceBackendPrimary})
+	if len(adapters) == 0 {
+		inst.Release()
+		return nil, ErrNoAdapter
+	}
+	infos := make([]wgpu.AdapterInfo, len(adapters))
+	for i, a := range adapters {
+		infos[i] = a.GetInfo()
+	}
+	pick := -1
+	if sel := strings.TrimSpace(os.Getenv("NVG_ADAPTER")); sel != "" {
+		if n, err := strconv.Atoi(sel); err == nil {
+			if n >= 0 && n < len(adapters) {
+				pick = n
+			}
+		} else {
+			low := strings.ToLower(sel)
+			for i, in := range infos {
+				if strings.Contains(strings.ToLower(in.Device+" "+in.Vendor+" "+in.Description), low) {
+					pick = i
+					break
+				}
+			}
+		}
+		if pick < 0 {
+			var list []string
+			for i, in := range infos {
+				list = append(list, fmt.Sprintf("%d: %s (%s)", i, in.Device, adapterTypeName(in.AdapterType)))
+			}
+			for _, a := range adapters {
+				a.Release()
+			}
+			inst.Release()
+			return nil, fmt.Errorf("gpu: NVG_ADAPTER=%q matches no adapter; adapters: %s", sel, strings.Join(list, "; "))
+		}
+	} else {
+		for i, in := range infos {
+			if pick < 0 || adapterRank(in.AdapterType) < adapterRank(infos[pick].AdapterType) {
+				pick = i
+			}
+		}
+	}
+	for i, a := range adapters {
+		if i != pick {
+			a.Release()
+		}
+	}
+	ad := adapters[pick]
+	ai := infos[pick]
+
+	info := Info{
+		Index: pick, Name: ai.Device, Vendor: ai.Vendor, Description: ai.Description,
+		Type: adapterTypeName(ai.AdapterType), Backend: ai.BackendType.String(),
+		CPU: ai.AdapterType == wgpu.AdapterTypeCPU,
+	}
+	var feats []wgpu.FeatureName
+	want := func(f wgpu.FeatureName, name string) bool {
+		if ad.HasFeature(f) {
+			feats = append(feats, f)
+			return true
+		}
+		info.Missing = append(info.Missing, name)
+		return false
+	}
+	info.ShaderF16 = want(wgpu.FeatureNameShaderF16, "shader-f16")
+	info.Subgroups = want(wgpu.NativeFeatureSubgroup, "subgroups")
+	ts := want(wgpu.FeatureNameTimestampQuery, "timestamp-query")
+	tsEnc := want(wgpu.NativeFeatureTimestampQueryInsideEncoders, "timestamp-query-inside-encoders")
+	info.Timestamps = ts && tsEnc
+
+	// DESIGN §7: the native extras of Adapter.GetLimits are garbage; reset them to the
+	// values wgpu-native uses by default (no push constants; binding arrays unused).
+	lim := ad.GetLimits()
+	lim.MaxPushConstantSize = 0
+	lim.MaxNonSamplerBindings = 1_000_000
+	dev, err := ad.RequestDevice(&wgpu.DeviceDescriptor{
+		Label:            "nvg",
+		RequiredFeatures: feats,
+		RequiredLimits:   &lim,
+		// No DeviceLostCallback: the binding's callback panics on a cgo pointer (DESIGN §7).
+	})
+	if err != nil {
+		ad.Release()
+		inst.Release()
+		return nil, fmt.Errorf("gpu: create device on %s: %w", ai.Device, err)
+	}
+	// Device.GetLimits must never be called (double free in the binding): the limits we
+	// asked for are the device's limits.
+	info.MaxBufferSize = lim.MaxBufferSize
+	info.MaxStorageBindingSize = lim.MaxStorageBufferBindingSize
+	info.MaxWorkgroupStorage = lim.MaxComputeWorkgroupStorageSize
+	info.MaxInvocations = lim.MaxComputeInvocationsPerWorkgroup
+	info.MaxGroupsPerDim = lim.MaxComputeWorkgroupsPerDimension
+	if info.MaxGroupsPerDim == 0 || info.MaxGroupsPerDim > 65535 {
+		info.MaxGroupsPerDim = 65535
+	}
+	if info.CPU {
+		fmt.Fprintf(os.Stderr, "nvg/gpu: no GPU adapter; using the CPU adapter %s (%s) — slow, for tests\n", ai.Device, ai.Description)
+	}
+	d := &Device{
+		instance: inst, adapter: ad, dev: dev, queue: dev.GetQueue(),
+		info: info, limits: lim,
+		buffers: map[*Buffer]struct{}{},
+		kernels: map[string]*Kernel{},
+	}
+	return d, nil
+}
+
+// Info returns the adapter, its features (and the missing ones) and the device limits.
+func (d *Device) Info() Info {
+	in := d.info
+	in.Missing = append([]string(nil), d.info.Missing...)
+	return in
+}
+
+// Close releases every live buffer, the cached pipelines and the device. Closing twice is a
+// no-op; every later call on the device or its buffers returns an error.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.poll(true)
+	for b := range d.buffers {
+		b.releaseLocked()
+	}
+	for _, k := range d.kernels {
+		k.release()
+	}
+	d.kernels = nil
+	d.profiler.release()
+	d.queue.Release()
+	d.dev.Release()
+	d.adapter.Release()
+	d.instance.Release()
+	d.closed = true
+	return nil
+}
+
+func (d *Device) checkOpen() error {
+	if d == nil {
+		return errors.New("gpu: nil device")
+	}
+	if d.closed {
+		return errors.New("gpu: device is closed")
+	}
+	return nil
+}
+
+// poll waits (wait=true) or checks for completed GPU work and runs pending callbacks.
+func (d *Device) poll(wait bool) {
+	d.dev.Poll(wait, nil)
+}
+
+// Sync waits until all submitted work has finished on the GPU.
+func (d *Device) Sync() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	d.poll(true)
+	return nil
+}
+
+// IsNoAdapter reports whether err means that no WebGPU adapter exists on this machine.
+func IsNoAdapter(err error) bool { return errors.Is(err, ErrNoAdapter) }

@@ -1,0 +1,175 @@
+package gpu_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+)
+
+func TestInfo(t *testing.T) {
+	d := gputest.Open(t)
+	in := d.Info()
+	t.Log(in)
+	if in.MaxStorageBindingSize == 0 || in.MaxBufferSize == 0 || in.MaxGroupsPerDim == 0 {
+		t.Errorf("limits missing: %+v", in)
+	}
+}
+
+func TestBuffersAndMemStats(t *testing.T) {
+	d := gputest.Open(t)
+	before := d.MemStats()
+	a := must(d.UploadF16("a", []uint16{0x3c00, 0xc000, 0x7bff}, 3)).T(t) // 1, -2, 65504
+	b := must(d.UploadUint32("b", []uint32{1, 2, 3, 4, 5, 6}, 2, 3)).T(t)
+	c := must(d.NewBuffer("c", gpu.F32, 5)).T(t)
+	mid := d.MemStats()
+	if got, want := mid.CurrentBytes-before.CurrentBytes, uint64(8+24+20); got != want {
+		t.Errorf("current bytes grew by %d, want %d", got, want)
+	}
+	if mid.PeakBytes < mid.CurrentBytes || mid.Buffers != before.Buffers+3 {
+		t.Errorf("stats %+v", mid)
+	}
+	if got := must(d.ReadF16(a)).T(t); got[0] != 0x3c00 || got[1] != 0xc000 || got[2] != 0x7bff || len(got) != 3 {
+		t.Errorf("f16 roundtrip %x", got)
+	}
+	if got := must(d.ReadUint32(b)).T(t); got[5] != 6 {
+		t.Errorf("u32 roundtrip %v", got)
+	}
+	if got := must(d.ReadFloat32(c)).T(t); got[0] != 0 || got[4] != 0 {
+		t.Errorf("new buffer not zero: %v", got)
+	}
+	if _, err := d.ReadFloat32(a); err == nil {
+		t.Error("reading f16 as f32 accepted")
+	}
+	if err := d.WriteFloat32(c, []float32{1, 2}); err == nil {
+		t.Error("short write accepted")
+	}
+	if _, err := d.UploadFloat32("bad", []float32{1, 2, 3}, 2, 2); err == nil {
+		t.Error("upload with wrong shape accepted")
+	}
+	if _, err := d.NewBuffer("bad", gpu.F32, 3, 0); err == nil {
+		t.Error("zero dimension accepted")
+	}
+	if _, err := d.NewBuffer("huge", gpu.F32, 1<<40); err == nil || !strings.Contains(err.Error(), "huge") {
+		t.Errorf("oversized buffer: %v", err)
+	}
+	a.Release()
+	b.Release()
+	c.Release()
+	c.Release()
+	if _, err := d.ReadFloat32(c); err == nil {
+		t.Error("read of released buffer accepted")
+	}
+	if got := d.MemStats(); got.CurrentBytes != before.CurrentBytes || got.Buffers != before.Buffers {
+		t.Errorf("after release %+v, before %+v", got, before)
+	}
+}
+
+// TestDispatchChecks: every Dispatch mistake is an error from Go, before the driver sees it.
+func TestDispatchChecks(t *testing.T) {
+	d := gputest.Open(t)
+	x := must(d.NewBuffer("x", gpu.F32, 100)).T(t)
+	y := must(d.NewBuffer("y", gpu.F32, 100)).T(t)
+	defer x.Release()
+	defer y.Release()
+	k := must(d.Kernel(gpu.KernelSpec{Name: "ResidualAdd", File: "residual_add.wgsl",
+		Params: struct{ WG int }{256}, Bindings: []gpu.Access{gpu.ReadWrite, gpu.Read}, Uniforms: 1})).T(t)
+	r := d.Begin()
+	u := []uint32{100}
+	for name, err := range map[string]error{
+		"grid too big":    r.Dispatch(k, [3]int{65536, 1, 1}, u, gpu.Whole(x), gpu.Whole(y)),
+		"grid zero":       r.Dispatch(k, [3]int{1, 0, 1}, u, gpu.Whole(x), gpu.Whole(y)),
+		"missing binding": r.Dispatch(k, [3]int{1, 1, 1}, u, gpu.Whole(x)),
+		"missing uniform": r.Dispatch(k, [3]int{1, 1, 1}, nil, gpu.Whole(x), gpu.Whole(y)),
+		"misaligned":      r.Dispatch(k, [3]int{1, 1, 1}, u, gpu.Binding{Buf: x, Offset: 4}, gpu.Whole(y)),
+		"out of range":    r.Dispatch(k, [3]int{1, 1, 1}, u, gpu.Binding{Buf: x, Size: 404}, gpu.Whole(y)),
+		"rw and r alias":  r.Dispatch(k, [3]int{1, 1, 1}, u, gpu.Whole(x), gpu.Whole(x)),
+		"nil buffer":      r.Dispatch(k, [3]int{1, 1, 1}, u, gpu.Whole(x), gpu.Whole(nil)),
+	} {
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if r.Len() != 0 {
+		t.Fatalf("%d bad dispatches recorded", r.Len())
+	}
+	// A buffer released between recording and submitting is caught at Submit.
+	z := must(d.NewBuffer("z", gpu.F32, 100)).T(t)
+	if err := r.Dispatch(k, [3]int{1, 1, 1}, u, gpu.Whole(x), gpu.Whole(z)); err != nil {
+		t.Fatal(err)
+	}
+	z.Release()
+	if err := r.Submit(); err == nil || !strings.Contains(err.Error(), `"z"`) {
+		t.Errorf("submit with released buffer: %v", err)
+	}
+	if err := r.Submit(); err == nil {
+		t.Error("second submit accepted")
+	}
+	if _, err := gpu.Grid1D(65535 * 65536); err == nil {
+		t.Error("grid beyond 65535² accepted")
+	}
+	if g, _ := gpu.Grid1D(65536); g != [3]int{65535, 2, 1} {
+		t.Errorf("Grid1D(65536) = %v", g)
+	}
+}
+
+func TestProfile(t *testing.T) {
+	d := gputest.Open(t)
+	if !d.Info().Timestamps {
+		if err := d.SetProfiling(true); err == nil {
+			t.Fatal("profiling enabled without timestamp queries")
+		}
+		t.Skip("adapter has no timestamp queries (profiling correctly refused)")
+	}
+	x := must(d.NewBuffer("x", gpu.F32, 4096)).T(t)
+	y := must(d.NewBuffer("y", gpu.F32, 4096)).T(t)
+	defer x.Release()
+	defer y.Release()
+	if err := d.SetProfiling(true); err != nil {
+		t.Fatal(err)
+	}
+	defer d.SetProfiling(false)
+	d.ResetProfile()
+	err := d.Run(func(r *gpu.Recorder) error {
+		for range 5 {
+			if err := gpu.ResidualAdd(r, x, y); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := d.Profile()
+	t.Log("\n" + p.String())
+	if len(p) != 1 || p[0].Name != "ResidualAdd" || p[0].Calls != 5 || p[0].Total <= 0 {
+		t.Errorf("profile %+v", p)
+	}
+	d.ResetProfile()
+}
+
+func TestCloseThenUse(t *testing.T) {
+	gputest.Open(t) // skip/fail policy
+	d, err := gpu.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := must(d.NewBuffer("x", gpu.F32, 8)).T(t)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ReadFloat32(x); err == nil {
+		t.Error("read after Close accepted")
+	}
+	if _, err := d.NewBuffer("y", gpu.F32, 8); err == nil {
+		t.Error("allocation after Close accepted")
+	}
+	x.Release()
+	if err := d.Close(); err != nil {
+		t.Error(err)
+	}
+}

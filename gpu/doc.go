@@ -1,0 +1,53 @@
+// Package gpu is nvg's WebGPU engine: the device, buffers with a tracked allocator,
+// cached compute pipelines, batched command recording, readback, a timestamp profiler, and
+// one Go launcher per kernel.
+//
+// # Device and buffers
+//
+// Open picks an adapter (NVG_ADAPTER, else the first discrete GPU, else lavapipe) and
+// requests shader-f16, subgroups and timestamp queries when present (Device.Info). Buffers
+// carry a label, a DType (F32, F16 as packed binary16 bits, U32) and a row-major shape;
+// create them with NewBuffer / UploadFloat32 / UploadF16 / UploadUint32, read them with
+// ReadFloat32 / ReadF16 / ReadUint32, and Release them explicitly. Device.MemStats reports
+// current and peak bytes.
+//
+// # The launcher pattern (follow it for every new kernel)
+//
+// An op has one name everywhere: wgsl/<op_name>.wgsl, the launcher gpu.<OpName> in
+// gpu/<op_name>.go, and the f64 reference host.<OpName>, with a parity test in
+// gpu/<op_name>_test.go. A launcher:
+//
+//  1. takes the Recorder first, then the buffers (outputs last or in place, as documented),
+//     then sizes and scalars: func ResidualAdd(r *Recorder, x, y *Buffer) error;
+//  2. validates everything in Go — dtypes, shapes and lengths against each other, ids and
+//     scalars — and returns an error naming the op and the bad argument; it never panics;
+//  3. gets its pipeline with r.Device().Kernel(KernelSpec{...}): the WGSL file is a
+//     text/template rendered with literal compile-time sizes (Params), and the pipeline is
+//     cached by (File, Entry, Params), so keep Params small and made of values;
+//  4. computes its grid with Grid1D (≤ 65535 workgroups per dimension; the shader takes
+//     wid.x + wid.y·nwg.x as its linear workgroup index and bounds-checks), and passes
+//     runtime sizes as u32 uniforms (the last binding of the shader);
+//  5. calls r.Dispatch, which re-checks binding counts, ranges, alignment, the device's
+//     maxStorageBufferBindingSize, read/read-write aliasing and grid limits.
+//
+// Nothing runs until Recorder.Submit, which puts all recorded dispatches into one command
+// buffer (record a whole layer, then submit). Readback waits for the GPU.
+//
+// Shader rules on this stack (DESIGN.md §7): workgroup memory is not zero-initialised;
+// `enable subgroups;` is rejected (the builtins work when Info().Subgroups is true);
+// f16 tensors are read as packed u32 words with unpack2x16float, so kernels run without
+// shader-f16; a validation error inside Submit or buffer mapping aborts the process, which
+// is why every check happens in Go first.
+//
+// # Profiling
+//
+// Device.SetProfiling(true) makes Submit run one compute pass per dispatch with timestamps
+// between passes; Device.Profile returns per-kernel totals (Profile.String is a table).
+//
+// # Tests
+//
+// Tests open the device with gputest.Open, which skips only when no adapter exists and
+// fails when NVG_REQUIRE_GPU=1. Every kernel is compared with its host reference on awkward
+// sizes with a tolerance derived from its arithmetic; tuned kernels keep a simple twin as
+// their reference.
+package gpu

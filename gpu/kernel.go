@@ -1,0 +1,110 @@
+package gpu
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/nvg-project/nvg/wgsl"
+	"github.com/oliverbestmann/webgpu/wgpu"
+)
+
+// Access says how a kernel uses one of its storage bindings.
+type Access int
+
+const (
+	// Read is a read-only storage binding (var<storage, read>).
+	Read Access = iota
+	// ReadWrite is a read-write storage binding (var<storage, read_write>).
+	ReadWrite
+)
+
+// KernelSpec describes a compute kernel: which template file to render with which
+// parameters, and the bindings it declares.
+type KernelSpec struct {
+	// Name is the op name (e.g. "ResidualAdd"): the profiler's row and the prefix of errors.
+	Name string
+	// File is the template in package wgsl (e.g. "residual_add.wgsl").
+	File string
+	// Entry is the entry point; "" means "main".
+	Entry string
+	// Params are the template parameters (a struct of literal sizes). Together with File
+	// and Entry they are the pipeline cache key (formatted with %#v), so they must hold
+	// only values, no pointers.
+	Params any
+	// Bindings lists the storage bindings 0..len-1 in the shader's order.
+	Bindings []Access
+	// Uniforms is the number of u32 runtime parameters the shader reads from a uniform
+	// struct at binding len(Bindings); 0 means the shader has no uniform binding.
+	Uniforms int
+}
+
+// Kernel is a compiled, cached compute pipeline.
+type Kernel struct {
+	spec     KernelSpec
+	key      string
+	dev      *Device
+	pipeline *wgpu.ComputePipeline
+	layout   *wgpu.BindGroupLayout
+}
+
+// Name is the op name given in the spec.
+func (k *Kernel) Name() string { return k.spec.Name }
+
+func (k *Kernel) release() {
+	if k.layout != nil {
+		k.layout.Release()
+	}
+	if k.pipeline != nil {
+		k.pipeline.Release()
+	}
+}
+
+// Kernel returns the pipeline for spec, compiling the rendered shader on first use and
+// caching it by (File, Entry, Params). Errors: template failures, WGSL compilation errors
+// (with the shader's message), or pipeline creation failures (e.g. too much workgroup
+// memory), each naming the kernel.
+func (d *Device) Kernel(spec KernelSpec) (*Kernel, error) {
+	if spec.Entry == "" {
+		spec.Entry = "main"
+	}
+	key := fmt.Sprintf("%s|%s|%#v", spec.File, spec.Entry, spec.Params)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
+	if k, ok := d.kernels[key]; ok {
+		return k, nil
+	}
+	src, err := wgsl.Render(spec.File, spec.Params)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: kernel %s: %w", spec.Name, err)
+	}
+	mod, err := d.dev.TryCreateShaderModule(&wgpu.ShaderModuleDescriptor{
+		Label:      spec.File,
+		WGSLSource: &wgpu.ShaderSourceWGSL{Code: src},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpu: kernel %s: compile %s (%+v): %w\n%s", spec.Name, spec.File, spec.Params, err, numbered(src))
+	}
+	defer mod.Release()
+	pl, err := d.dev.TryCreateComputePipeline(&wgpu.ComputePipelineDescriptor{
+		Label:   spec.Name,
+		Compute: wgpu.ProgrammableStageDescriptor{Module: mod, EntryPoint: spec.Entry},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpu: kernel %s: pipeline %s (%+v): %w", spec.Name, spec.File, spec.Params, err)
+	}
+	k := &Kernel{spec: spec, key: key, dev: d, pipeline: pl, layout: pl.GetBindGroupLayout(0)}
+	d.kernels[key] = k
+	return k, nil
+}
+
+func numbered(src string) string {
+	lines := strings.Split(src, "\n")
+	var b strings.Builder
+	for i, l := range lines {
+		fmt.Fprintf(&b, "%4d  %s\n", i+1, l)
+	}
+	return b.String()
+}

@@ -1,0 +1,332 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/oliverbestmann/webgpu/wgpu"
+)
+
+// Binding is a byte range of a buffer bound to one storage binding of a kernel.
+type Binding struct {
+	Buf *Buffer
+	// Offset is the first byte; it must be a multiple of the device's
+	// minStorageBufferOffsetAlignment (256 on most GPUs, 32 on lavapipe).
+	Offset uint64
+	// Size is the number of bytes; 0 means from Offset to the end of the buffer.
+	Size uint64
+}
+
+// Whole binds all of b.
+func Whole(b *Buffer) Binding { return Binding{Buf: b} }
+
+// StorageAlign is the alignment in bytes that Binding.Offset must respect on this device.
+func (d *Device) StorageAlign() uint64 {
+	a := uint64(d.limits.MinStorageBufferOffsetAlignment)
+	if a == 0 {
+		a = 256
+	}
+	return a
+}
+
+// Recorder batches many dispatches into one command buffer. Every Dispatch is checked in
+// Go (sizes, bindings, limits, lifetimes) when it is recorded and again at Submit, so a
+// mistake is an error, never a validation failure inside the driver (which would abort the
+// process on this binding).
+type Recorder struct {
+	d    *Device
+	ops  []dispatch
+	done bool
+}
+
+type dispatch struct {
+	k        *Kernel
+	binds    []Binding
+	uniforms []uint32
+	groups   [3]uint32
+}
+
+// Begin starts recording. Record with launchers (or Dispatch), then Submit; a recorder that
+// is dropped without Submit records nothing on the GPU.
+func (d *Device) Begin() *Recorder { return &Recorder{d: d} }
+
+// Device is the device the recorder submits to.
+func (r *Recorder) Device() *Device { return r.d }
+
+// Len is the number of recorded dispatches.
+func (r *Recorder) Len() int { return len(r.ops) }
+
+// Run records with fn and submits; if fn fails nothing is submitted.
+func (d *Device) Run(fn func(r *Recorder) error) error {
+	r := d.Begin()
+	if err := fn(r); err != nil {
+		return err
+	}
+	return r.Submit()
+}
+
+// Grid1D returns a workgroup grid covering n workgroups with at most 65535 per dimension:
+// (min(n, 65535), ceil(n/65535), 1). Shaders recover the linear index as
+// wid.x + wid.y·nwg.x and must bounds-check it. Errors when n < 1 or n needs more than
+// 65535² workgroups.
+func Grid1D(n int) ([3]int, error) {
+	const m = 65535
+	if n < 1 {
+		return [3]int{}, fmt.Errorf("gpu: grid of %d workgroups", n)
+	}
+	if n <= m {
+		return [3]int{n, 1, 1}, nil
+	}
+	y := (n + m - 1) / m
+	if y > m {
+		return [3]int{}, fmt.Errorf("gpu: grid of %d workgroups exceeds 65535×65535", n)
+	}
+	return [3]int{m, y, 1}, nil
+}
+
+// Dispatch records one dispatch of k over groups (workgroups per dimension, each 1..65535)
+// with the storage bindings binds (in the kernel's binding order) and the u32 uniforms the
+// kernel declares. Errors (nothing is recorded): a wrong number of bindings or uniforms, a
+// nil/released/foreign buffer, a range outside its buffer, a misaligned offset, a binding
+// larger than maxStorageBufferBindingSize, a buffer bound both read-only and read-write, or
+// a grid dimension outside 1..65535.
+func (r *Recorder) Dispatch(k *Kernel, groups [3]int, uniforms []uint32, binds ...Binding) error {
+	if r.done {
+		return errors.New("gpu: dispatch on a submitted recorder")
+	}
+	if k == nil {
+		return errors.New("gpu: dispatch of a nil kernel")
+	}
+	d := r.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	if k.dev != d {
+		return fmt.Errorf("gpu: %s: kernel belongs to another device", k.spec.Name)
+	}
+	if len(binds) != len(k.spec.Bindings) {
+		return fmt.Errorf("gpu: %s: %d bindings given, kernel declares %d", k.spec.Name, len(binds), len(k.spec.Bindings))
+	}
+	if len(uniforms) != k.spec.Uniforms {
+		return fmt.Errorf("gpu: %s: %d uniforms given, kernel declares %d", k.spec.Name, len(uniforms), k.spec.Uniforms)
+	}
+	var g [3]uint32
+	for i, n := range groups {
+		if n < 1 || uint32(n) > d.info.MaxGroupsPerDim || n > 65535 {
+			return fmt.Errorf("gpu: %s: workgroups %v: dimension %d must be in 1..%d", k.spec.Name, groups, i, d.info.MaxGroupsPerDim)
+		}
+		g[i] = uint32(n)
+	}
+	bs := make([]Binding, len(binds))
+	for i, b := range binds {
+		if err := d.checkBinding(k, i, &b); err != nil {
+			return err
+		}
+		bs[i] = b
+	}
+	for i := range bs {
+		for j := range bs {
+			if i != j && bs[i].Buf == bs[j].Buf && k.spec.Bindings[i] == ReadWrite && k.spec.Bindings[j] == Read {
+				return fmt.Errorf("gpu: %s: buffer %q bound read-write (binding %d) and read-only (binding %d) in one dispatch",
+					k.spec.Name, bs[i].Buf.label, i, j)
+			}
+		}
+	}
+	r.ops = append(r.ops, dispatch{k: k, binds: bs, uniforms: append([]uint32(nil), uniforms...), groups: g})
+	return nil
+}
+
+func (d *Device) checkBinding(k *Kernel, i int, b *Binding) error {
+	if err := d.checkBuffer(b.Buf); err != nil {
+		return fmt.Errorf("gpu: %s: binding %d: %w", k.spec.Name, i, err)
+	}
+	buf := b.Buf
+	if b.Offset%d.StorageAlign() != 0 {
+		return fmt.Errorf("gpu: %s: binding %d (%q): offset %d not a multiple of %d", k.spec.Name, i, buf.label, b.Offset, d.StorageAlign())
+	}
+	if b.Offset >= buf.size {
+		return fmt.Errorf("gpu: %s: binding %d (%q): offset %d beyond its %d bytes", k.spec.Name, i, buf.label, b.Offset, buf.size)
+	}
+	if b.Size == 0 {
+		b.Size = buf.size - b.Offset
+	}
+	if b.Size%4 != 0 || b.Offset+b.Size > buf.size {
+		return fmt.Errorf("gpu: %s: binding %d (%q): range [%d, +%d) outside its %d bytes or not a multiple of 4",
+			k.spec.Name, i, buf.label, b.Offset, b.Size, buf.size)
+	}
+	if b.Size > d.info.MaxStorageBindingSize {
+		return fmt.Errorf("gpu: %s: binding %d (%q): %d bytes exceed maxStorageBufferBindingSize %d; bind it in slices",
+			k.spec.Name, i, buf.label, b.Size, d.info.MaxStorageBindingSize)
+	}
+	return nil
+}
+
+// Submit encodes every recorded dispatch into one command buffer and submits it (without
+// waiting; ReadFloat32 and friends wait). While profiling is enabled each dispatch gets its
+// own compute pass with timestamps around it, and Submit waits for the GPU to read them.
+// A recorder can be submitted once. Errors: a buffer released since it was recorded, or a
+// failure creating the encoder, bind groups or uniforms (nothing is submitted then).
+func (r *Recorder) Submit() error {
+	if r.done {
+		return errors.New("gpu: recorder submitted twice")
+	}
+	r.done = true
+	if len(r.ops) == 0 {
+		return nil
+	}
+	d := r.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	for _, op := range r.ops {
+		for i, b := range op.binds {
+			if err := d.checkBuffer(b.Buf); err != nil {
+				return fmt.Errorf("gpu: submit: %s binding %d: %w", op.k.spec.Name, i, err)
+			}
+		}
+	}
+	if d.profiler.enabled {
+		const chunk = maxQueries - 1
+		for s := 0; s < len(r.ops); s += chunk {
+			e := min(s+chunk, len(r.ops))
+			if err := d.submitLocked(r.ops[s:e], true); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return d.submitLocked(r.ops, false)
+}
+
+func (d *Device) submitLocked(ops []dispatch, profile bool) error {
+	// Uniform arena: each dispatch's u32s at an offset aligned for uniform bindings.
+	ualign := uint64(d.limits.MinUniformBufferOffsetAlignment)
+	if ualign < 16 {
+		ualign = 256
+	}
+	offs := make([]uint64, len(ops))
+	var total uint64
+	for i, op := range ops {
+		if len(op.uniforms) == 0 {
+			continue
+		}
+		total = (total + ualign - 1) / ualign * ualign
+		offs[i] = total
+		total += uint64(len(op.uniforms)*4+15) &^ 15
+	}
+	var ubuf *wgpu.Buffer
+	if total > 0 {
+		arena := make([]uint32, total/4)
+		for i, op := range ops {
+			copy(arena[offs[i]/4:], op.uniforms)
+		}
+		var err error
+		ubuf, err = d.dev.TryCreateBuffer(&wgpu.BufferDescriptor{
+			Label: "nvg uniforms", Size: total,
+			Usage: wgpu.BufferUsageUniform | wgpu.BufferUsageCopyDst,
+		})
+		if err != nil {
+			return fmt.Errorf("gpu: submit: uniform buffer (%d bytes): %w", total, err)
+		}
+		defer ubuf.Release()
+		if err := d.queue.TryWriteBuffer(ubuf, 0, bytesOf(arena)); err != nil {
+			return fmt.Errorf("gpu: submit: write uniforms: %w", err)
+		}
+	}
+	groups := make([]*wgpu.BindGroup, len(ops))
+	defer func() {
+		for _, g := range groups {
+			if g != nil {
+				g.Release()
+			}
+		}
+	}()
+	for i, op := range ops {
+		entries := make([]wgpu.BindGroupEntry, 0, len(op.binds)+1)
+		for j, b := range op.binds {
+			entries = append(entries, wgpu.BindGroupEntry{Binding: uint32(j), Buffer: b.Buf.buf, Offset: b.Offset, Size: b.Size})
+		}
+		if len(op.uniforms) > 0 {
+			entries = append(entries, wgpu.BindGroupEntry{Binding: uint32(len(op.binds)), Buffer: ubuf,
+				Offset: offs[i], Size: uint64(len(op.uniforms)*4+15) &^ 15})
+		}
+		g, err := d.dev.TryCreateBindGroup(&wgpu.BindGroupDescriptor{Label: op.k.spec.Name, Layout: op.k.layout, Entries: entries})
+		if err != nil {
+			return fmt.Errorf("gpu: submit: bind group for %s: %w", op.k.spec.Name, err)
+		}
+		groups[i] = g
+	}
+	enc, err := d.dev.TryCreateCommandEncoder(nil)
+	if err != nil {
+		return fmt.Errorf("gpu: submit: command encoder: %w", err)
+	}
+	defer enc.Release()
+	var ts *timestampRun
+	if profile {
+		ts, err = d.profiler.begin(d, len(ops)+1)
+		if err != nil {
+			return err
+		}
+		defer ts.release()
+		if err := ts.write(enc, 0); err != nil {
+			return err
+		}
+	}
+	if !profile {
+		pass := enc.BeginComputePass(nil)
+		for i, op := range ops {
+			pass.SetPipeline(op.k.pipeline)
+			pass.SetBindGroup(0, groups[i], nil)
+			pass.DispatchWorkgroups(op.groups[0], op.groups[1], op.groups[2])
+		}
+		err := pass.TryEnd()
+		pass.Release() // before Finish/Submit (wgpu-native issue 412)
+		if err != nil {
+			return fmt.Errorf("gpu: submit: end pass: %w", err)
+		}
+	} else {
+		for i, op := range ops {
+			pass := enc.BeginComputePass(&wgpu.ComputePassDescriptor{Label: op.k.spec.Name})
+			pass.SetPipeline(op.k.pipeline)
+			pass.SetBindGroup(0, groups[i], nil)
+			pass.DispatchWorkgroups(op.groups[0], op.groups[1], op.groups[2])
+			err := pass.TryEnd()
+			pass.Release()
+			if err != nil {
+				return fmt.Errorf("gpu: submit: end pass of %s: %w", op.k.spec.Name, err)
+			}
+			if err := ts.write(enc, i+1); err != nil {
+				return err
+			}
+		}
+		if err := ts.resolve(enc); err != nil {
+			return err
+		}
+	}
+	cmd, err := enc.TryFinish(nil)
+	if err != nil {
+		return fmt.Errorf("gpu: submit: finish: %w", err)
+	}
+	d.queue.Submit(cmd)
+	cmd.Release()
+	for _, op := range ops {
+		for _, b := range op.binds {
+			runtime.KeepAlive(b.Buf.buf)
+		}
+	}
+	if profile {
+		ticks, err := ts.read(d)
+		if err != nil {
+			return err
+		}
+		for i, op := range ops {
+			d.profiler.add(op.k.spec.Name, ticks[i+1]-ticks[i])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+// Package wgsl holds every compute shader of nvg, one file per op family, named after the
+// op (residual_add.wgsl ↔ gpu.ResidualAdd ↔ host.ResidualAdd).
+//
+// The shaders are Go text/template files: sizes that must be compile-time constants
+// (workgroup sizes, tile sizes, unrolled loop bounds, the f16 packing mode) are written into
+// the text with literal values before compilation, because the WebGPU binding nvg uses has no
+// pipeline-overridable constants. The gpu package renders a template with [Render] and caches
+// the resulting pipeline by the template parameters.
+//
+// Conventions shared by all shaders:
+//   - binding i of group 0 is the launcher's i-th buffer argument, in order; when a kernel
+//     has runtime parameters, they follow as one uniform struct of u32 fields in the last
+//     binding;
+//   - f32 tensors are array<f32>, row-major; f16 tensors are packed two per u32 word
+//     (element 2w in the low half of word w), read with unpack2x16float, so no shader needs
+//     the shader-f16 feature;
+//   - workgroup memory is never assumed zero-initialised (it is not on wgpu-native 27);
+//   - a 1-D problem larger than 65535 workgroups is spread over a 2-D grid: the linear
+//     workgroup index is wid.x + wid.y·nwg.x and every invocation bounds-checks it.
+package wgsl
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"sync"
+	"text/template"
+)
+
+//go:embed *.wgsl
+var FS embed.FS
+
+var (
+	mu     sync.Mutex
+	parsed = map[string]*template.Template{}
+)
+
+// Render returns the text of the shader file name (e.g. "residual_add.wgsl") with the
+// template executed on params (a struct or map whose fields the template uses). Errors
+// name the file: an unknown file, a template syntax error, or a missing parameter
+// (templates run with missingkey=error).
+func Render(name string, params any) (string, error) {
+	mu.Lock()
+	t, ok := parsed[name]
+	if !ok {
+		src, err := FS.ReadFile(name)
+		if err != nil {
+			mu.Unlock()
+			return "", fmt.Errorf("wgsl: no shader file %q: %w", name, err)
+		}
+		t, err = template.New(name).Option("missingkey=error").Parse(string(src))
+		if err != nil {
+			mu.Unlock()
+			return "", fmt.Errorf("wgsl: parse %s: %w", name, err)
+		}
+		parsed[name] = t
+	}
+	mu.Unlock()
+	var b bytes.Buffer
+	if err := t.Execute(&b, params); err != nil {
+		return "", fmt.Errorf("wgsl: render %s: %w", name, err)
+	}
+	return b.String(), nil
+}
