@@ -635,36 +635,48 @@ func LogSumExp(logits []float64, rows, n int) ([]float64, error) {
 }
 
 func logSumExp(x []float64) float64 {
-	m := math.Inf(-1)
+	m, ls := maxLogSum(x)
+	return m + ls
+}
+
+// maxLogSum returns the row maximum m and log Σ exp(x − m), so that x − LogSumExp(x) can
+// be formed as (x − m) − ls without the rounding of m + ls (m = ±Inf or NaN: ls = 0).
+func maxLogSum(x []float64) (m, ls float64) {
+	m = math.Inf(-1)
 	for _, v := range x {
-		if v > m || math.IsNaN(v) {
+		if math.IsNaN(v) {
+			return v, 0
+		}
+		if v > m {
 			m = v
-			if math.IsNaN(v) {
-				return v
-			}
 		}
 	}
 	if math.IsInf(m, 0) {
-		return m
+		return m, 0
 	}
 	var s float64
 	for _, v := range x {
 		s += math.Exp(v - m)
 	}
-	return m + math.Log(s)
+	return m, math.Log(s)
 }
 
 // LogSoftmax returns y = x − LogSumExp(x) per row of logits [rows, n] (natural log
-// probabilities), shape [rows, n]. Errors: as LogSumExp.
+// probabilities), shape [rows, n], formed as (x − max) − log Σ exp(x − max).
+// Errors: non-positive sizes or len(logits) ≠ rows·n.
 func LogSoftmax(logits []float64, rows, n int) ([]float64, error) {
-	lse, err := LogSumExp(logits, rows, n)
-	if err != nil {
-		return nil, fmt.Errorf("host.LogSoftmax: %w", err)
+	if err := checkPos("LogSoftmax", "rows, n", rows, n); err != nil {
+		return nil, err
+	}
+	if err := checkLen("LogSoftmax", "logits", logits, rows*n, "rows·n"); err != nil {
+		return nil, err
 	}
 	y := make([]float64, len(logits))
 	for r := 0; r < rows; r++ {
-		for j := 0; j < n; j++ {
-			y[r*n+j] = logits[r*n+j] - lse[r]
+		x := logits[r*n : (r+1)*n]
+		m, ls := maxLogSum(x)
+		for j, v := range x {
+			y[r*n+j] = (v - m) - ls
 		}
 	}
 	return y, nil
@@ -695,9 +707,9 @@ func TopK(logits []float64, rows, n, k int) (ids []int, logprobs []float64, err 
 			}
 		}
 		topKRow(x, k, ids[r*k:(r+1)*k])
-		lse := logSumExp(x)
+		m, ls := maxLogSum(x)
 		for i, id := range ids[r*k : (r+1)*k] {
-			logprobs[r*k+i] = x[id] - lse
+			logprobs[r*k+i] = (x[id] - m) - ls
 		}
 	}
 	return ids, logprobs, nil
