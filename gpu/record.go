@@ -35,9 +35,10 @@ func (d *Device) StorageAlign() uint64 {
 // mistake is an error, never a validation failure inside the driver (which would abort the
 // process on this binding).
 type Recorder struct {
-	d    *Device
-	ops  []dispatch
-	done bool
+	d     *Device
+	ops   []dispatch
+	temps []*Buffer
+	done  bool
 }
 
 type dispatch struct {
@@ -164,6 +165,47 @@ func (d *Device) checkBinding(k *Kernel, i int, b *Binding) error {
 	return nil
 }
 
+// Temp allocates a zero-filled scratch buffer owned by the recorder: it is released after
+// Submit (or Discard). Launchers use it for intermediate results and uploaded arguments.
+func (r *Recorder) Temp(label string, dtype DType, shape ...int) (*Buffer, error) {
+	if r.done {
+		return nil, errors.New("gpu: Temp on a submitted recorder")
+	}
+	b, err := r.d.NewBuffer(label, dtype, shape...)
+	if err != nil {
+		return nil, err
+	}
+	r.temps = append(r.temps, b)
+	return b, nil
+}
+
+// TempUint32 is Temp holding data (row-major, len(data) = product of shape).
+func (r *Recorder) TempUint32(label string, data []uint32, shape ...int) (*Buffer, error) {
+	if r.done {
+		return nil, errors.New("gpu: Temp on a submitted recorder")
+	}
+	b, err := r.d.UploadUint32(label, data, shape...)
+	if err != nil {
+		return nil, err
+	}
+	r.temps = append(r.temps, b)
+	return b, nil
+}
+
+// Discard drops everything recorded and releases the recorder's temporary buffers.
+func (r *Recorder) Discard() {
+	r.done = true
+	r.ops = nil
+	r.releaseTemps()
+}
+
+func (r *Recorder) releaseTemps() {
+	for _, b := range r.temps {
+		b.Release()
+	}
+	r.temps = nil
+}
+
 // Submit encodes every recorded dispatch into one command buffer and submits it (without
 // waiting; ReadFloat32 and friends wait). While profiling is enabled each dispatch gets its
 // own compute pass with timestamps around it, and Submit waits for the GPU to read them.
@@ -174,6 +216,9 @@ func (r *Recorder) Submit() error {
 		return errors.New("gpu: recorder submitted twice")
 	}
 	r.done = true
+	// Temporaries may be released right after the queue submit: wgpu keeps resources that
+	// submitted work uses alive until it completes.
+	defer r.releaseTemps()
 	if len(r.ops) == 0 {
 		return nil
 	}

@@ -1,0 +1,118 @@
+package gpu_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/host"
+)
+
+const u32 = 1.0 / (1 << 24) // unit roundoff of f32 (half an ulp at 1)
+
+// TestEmbedding: a gather is a copy (f16 → f32 is exact), so the tolerance is zero.
+func TestEmbedding(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	vocab, hidden := 37, 19 // odd hidden: f16 rows start at odd half-word offsets
+	ids := []int{0, 36, 5, 5, 17, 1, 36, 22, 9, 30, 2}
+	idsH := ids
+	for _, f16 := range []bool{false, true} {
+		var tb *gpu.Buffer
+		var tabD []float64
+		if f16 {
+			var bits []uint16
+			bits, tabD = randF16(rng, vocab*hidden, 2)
+			tb = must(d.UploadF16("table", bits, vocab, hidden)).T(t)
+		} else {
+			var f []float32
+			f, tabD = randF32(rng, vocab*hidden, 2)
+			tb = must(d.UploadFloat32("table", f, vocab, hidden)).T(t)
+		}
+		out := must(d.NewBuffer("out", gpu.F32, len(ids), hidden)).T(t)
+		if err := d.Run(func(r *gpu.Recorder) error { return gpu.Embedding(r, tb, ids, out) }); err != nil {
+			t.Fatal(err)
+		}
+		want := must(host.Embedding(tabD, vocab, hidden, idsH)).T(t)
+		checkClose(t, "Embedding", must(d.ReadFloat32(out)).T(t), want, 0, 0)
+		r := d.Begin()
+		if err := gpu.Embedding(r, tb, []int{1, 37}, out); err == nil {
+			t.Error("id = vocab accepted")
+		}
+		if err := gpu.Embedding(r, tb, []int{-1}, out); err == nil {
+			t.Error("negative id accepted")
+		}
+		if err := gpu.Embedding(r, tb, ids[:3], out); err == nil {
+			t.Error("out of the wrong size accepted")
+		}
+		r.Discard()
+		tb.Release()
+		out.Release()
+	}
+}
+
+// TestSwiGLU: silu uses one exp (WGSL: ≤ 3 + 2|g| ulp), a division and two products, so the
+// relative error is at most about (8 + 2|g|)·u with |g| ≤ 6 here: rtol (8+12)·2u = 2.4e-6.
+func TestSwiGLU(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	n := 3*1001 + 7
+	gf, gd := randF32(rng, n, 6)
+	uf, ud := randF32(rng, n, 2)
+	g := must(d.UploadFloat32("gate", gf, n)).T(t)
+	u := must(d.UploadFloat32("up", uf, n)).T(t)
+	y := must(d.NewBuffer("y", gpu.F32, n)).T(t)
+	defer g.Release()
+	defer u.Release()
+	defer y.Release()
+	if err := d.Run(func(r *gpu.Recorder) error { return gpu.SwiGLU(r, g, u, y) }); err != nil {
+		t.Fatal(err)
+	}
+	want := must(host.SwiGLU(gd, ud)).T(t)
+	checkClose(t, "SwiGLU", must(d.ReadFloat32(y)).T(t), want, 1e-37, 40*u32)
+	if err := gpu.SwiGLU(d.Begin(), g, u, g); err == nil {
+		t.Error("y aliasing gate accepted")
+	}
+}
+
+// TestRMSNorm: the sum of n squares in f32 has relative error ≤ n·u (tree reduction: far
+// less), inverseSqrt ≤ 2 ulp (4u), and three products 3u; so |err| ≤ (n/2 + 8)·u·|y|
+// (the square root halves the sum's relative error). Both gain styles, awkward n, rows.
+func TestRMSNorm(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	rows, n := 13, 333
+	eps := 1e-6
+	xf, xd := randF32(rng, rows*n, 3)
+	wf, wd := randF32(rng, n, 0.5)
+	x := must(d.UploadFloat32("x", xf, rows, n)).T(t)
+	w := must(d.UploadFloat32("w", wf, n)).T(t)
+	y := must(d.NewBuffer("y", gpu.F32, rows, n)).T(t)
+	defer x.Release()
+	defer w.Release()
+	defer y.Release()
+	for _, zc := range []bool{true, false} {
+		if err := d.Run(func(r *gpu.Recorder) error { return gpu.RMSNorm(r, x, w, y, rows, n, eps, zc) }); err != nil {
+			t.Fatal(err)
+		}
+		want := must(host.RMSNorm(xd, rows, n, wd, eps, zc)).T(t)
+		name := "RMSNorm(1+w)"
+		if !zc {
+			name = "RMSNorm(w)"
+		}
+		checkClose(t, name, must(d.ReadFloat32(y)).T(t), want, 1e-37, (float64(n)/2+8)*u32)
+	}
+	r := d.Begin()
+	if err := gpu.RMSNorm(r, x, w, y, rows, n+1, eps, true); err == nil {
+		t.Error("wrong n accepted")
+	}
+	if err := gpu.RMSNorm(r, x, w, y, rows, n, math.NaN(), true); err == nil {
+		t.Error("NaN eps accepted")
+	}
+	if err := gpu.RMSNorm(r, x, w, x, rows, n, eps, true); err == nil {
+		t.Error("in-place y accepted")
+	}
+	r.Discard()
+}

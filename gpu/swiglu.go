@@ -1,0 +1,37 @@
+package gpu
+
+import "fmt"
+
+const swigluWG = 256
+
+// SwiGLU records y = silu(gate) ⊙ up elementwise (silu(g) = g·sigmoid(g)). gate, up and y
+// are F32 buffers with the same number of elements (typically [rows, intermediate]);
+// y must be a third buffer. Errors: dtype, length or aliasing mistakes.
+func SwiGLU(r *Recorder, gate, up, y *Buffer) error {
+	const op = "SwiGLU"
+	if err := need(op, "gate", gate, -1, F32); err != nil {
+		return err
+	}
+	n := gate.numel
+	if err := need(op, "up", up, n, F32); err != nil {
+		return err
+	}
+	if err := need(op, "y", y, n, F32); err != nil {
+		return err
+	}
+	if err := distinct(op, map[string]*Buffer{"gate": gate, "up": up, "y": y}); err != nil {
+		return err
+	}
+	k, err := r.d.Kernel(KernelSpec{
+		Name: op, File: "swiglu.wgsl", Params: struct{ WG int }{swigluWG},
+		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 1,
+	})
+	if err != nil {
+		return err
+	}
+	g, err := Grid1D((n + swigluWG - 1) / swigluWG)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	return r.Dispatch(k, g, []uint32{uint32(n)}, Whole(gate), Whole(up), Whole(y))
+}

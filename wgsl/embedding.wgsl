@@ -1,0 +1,34 @@
+// Embedding: out[r, c] = table[ids[r], c] for r < rows, c < hidden.
+// table: [vocab, hidden] row-major, f32 (array<f32>) or f16 packed two per u32 (F16);
+// ids: u32 [rows] (validated on the host; clamped here as a last guard); out: f32 [rows, hidden].
+// Template parameters: WG (workgroup size), F16 (bool).
+
+@group(0) @binding(0) var<storage, read> table: array<{{if .F16}}u32{{else}}f32{{end}}>;
+@group(0) @binding(1) var<storage, read> ids: array<u32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
+struct Params {
+    rows: u32,
+    hidden: u32,
+    vocab: u32,
+};
+@group(0) @binding(3) var<uniform> p: Params;
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
+    if (i >= p.rows * p.hidden) {
+        return;
+    }
+    let r = i / p.hidden;
+    let c = i - r * p.hidden;
+    let id = min(ids[r], p.vocab - 1u);
+    let e = id * p.hidden + c;
+{{- if .F16}}
+    let pair = unpack2x16float(table[e >> 1u]);
+    out[i] = select(pair.x, pair.y, (e & 1u) == 1u);
+{{- else}}
+    out[i] = table[e];
+{{- end}}
+}

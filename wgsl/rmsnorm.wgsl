@@ -1,0 +1,49 @@
+// RMSNorm: y[r, :] = x[r, :] · rsqrt(mean(x[r, :]²) + eps) · gain, per row of n values,
+// f32 throughout. gain = 1 + w (ZeroCentred, Qwen3.5's RMSNorm) or w (plain).
+// x, y: f32 [rows, n] row-major; w: f32 [n]. One workgroup of WG threads per row.
+// Template parameters: WG (power of two), ZeroCentred (bool).
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+
+struct Params {
+    rows: u32,
+    n: u32,
+    eps: f32,
+};
+@group(0) @binding(3) var<uniform> p: Params;
+
+var<workgroup> partial: array<f32, {{.WG}}>;
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let r = wid.x + wid.y * nwg.x;
+    // r is uniform across the workgroup, so this early exit keeps barriers uniform.
+    if (r >= p.rows) {
+        return;
+    }
+    let base = r * p.n;
+    var s = 0.0;
+    for (var c = lid; c < p.n; c += {{.WG}}u) {
+        let v = x[base + c];
+        s += v * v;
+    }
+    partial[lid] = s; // every slot written: workgroup memory is not zero-initialised
+    workgroupBarrier();
+    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
+        if (lid < h) {
+            partial[lid] += partial[lid + h];
+        }
+        workgroupBarrier();
+    }
+    let inv = inverseSqrt(partial[0] / f32(p.n) + p.eps);
+    for (var c = lid; c < p.n; c += {{.WG}}u) {
+{{- if .ZeroCentred}}
+        y[base + c] = x[base + c] * inv * (1.0 + w[c]);
+{{- else}}
+        y[base + c] = x[base + c] * inv * w[c];
+{{- end}}
+    }
+}
