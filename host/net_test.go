@@ -141,7 +141,7 @@ func TestForwardFixtures(t *testing.T) {
 	wantIDs := fx.ids(t, "teacher_topk_ids", nb, T, K)
 	wantLP := fx.get(t, "teacher_topk_logprob", nb, T, K)
 	var lpErr float64
-	mismatch := 0
+	mismatch, swapped := 0, 0
 	for r := 0; r < nb*T; r++ {
 		for j := 0; j < K; j++ {
 			i := r*K + j
@@ -149,6 +149,7 @@ func TestForwardFixtures(t *testing.T) {
 			if tr.TopKIDs[i] == wantIDs[i] {
 				continue
 			}
+			swapped++
 			// A swap is acceptable only between near-equal neighbours.
 			p := math.Exp(wantLP[i])
 			near := false
@@ -166,7 +167,7 @@ func TestForwardFixtures(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("top-%d: %d unexplained id mismatches, max log-prob abs err %.3g", K, mismatch, lpErr)
+	t.Logf("top-%d: %d ids differ (%d not between near-equal neighbours), max log-prob abs err %.3g", K, swapped, mismatch, lpErr)
 	if !(lpErr <= 1e-4) {
 		t.Errorf("top-k log-probs: max abs error %.3g > 1e-4", lpErr)
 	}
@@ -280,5 +281,54 @@ func TestLoadErrorsNameTensor(t *testing.T) {
 	m.Tensors[name] = blr
 	if _, err = Load(m); err == nil || !strings.Contains(err.Error(), "BLR") || !strings.Contains(err.Error(), name) {
 		t.Errorf("BLR tensor: error %v", err)
+	}
+}
+
+// TestUntiedHead checks that an untied model uses lm_head.weight: with lm_head = 2·E the
+// logits are exactly twice the tied ones.
+func TestUntiedHead(t *testing.T) {
+	tied := tinyNet(t)
+	m, err := cmf.Open(tinyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	e, err := m.Tensor("model.embed_tokens.weight")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := e.Float64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ev {
+		ev[i] *= 2
+	}
+	head, err := cmf.NewFloatTensor("lm_head.weight", cmf.F64, e.Shape, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Config.TieWordEmbeddings = false
+	if _, err := Load(m); err == nil || !strings.Contains(err.Error(), "lm_head.weight") {
+		t.Fatalf("untied model without lm_head: error %v", err)
+	}
+	m.Tensors["lm_head.weight"] = head
+	untied, err := Load(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := [][]int{{5, 17, 300, 8000, 2}}
+	a, err := tied.Forward(ids, ForwardOptions{Logits0: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := untied.Forward(ids, ForwardOptions{Logits0: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a.Logits0 {
+		if b.Logits0[i] != 2*a.Logits0[i] {
+			t.Fatalf("untied logit %d = %g, want 2·%g", i, b.Logits0[i], a.Logits0[i])
+		}
 	}
 }
