@@ -60,6 +60,9 @@ type rawConfig struct {
 // nor full_attention_interval (transformers qwen3_5 configuration).
 const defaultFullAttentionInterval = 4
 
+// maxLayers bounds num_hidden_layers.
+const maxLayers = 4096
+
 // ParseConfig parses an HF config.json of the Qwen3.5 text family, flat or with a nested
 // text_config (vision-language checkpoints; tie_word_embeddings and eos_token_id may then
 // sit at the top level), and validates the result (see Config.Validate). RoPE settings
@@ -130,7 +133,7 @@ func ParseConfig(data []byte) (Config, error) {
 		if interval == 0 {
 			interval = defaultFullAttentionInterval
 		}
-		if c.NumHiddenLayers < 0 || c.NumHiddenLayers > 1<<16 {
+		if c.NumHiddenLayers < 0 || c.NumHiddenLayers > maxLayers {
 			return Config{}, fmt.Errorf("config.json: num_hidden_layers %d is out of range", c.NumHiddenLayers)
 		}
 		c.LayerTypes = make([]string, c.NumHiddenLayers)
@@ -224,6 +227,11 @@ func (c Config) Validate() error {
 	}
 	if !(c.RMSNormEps > 0 && c.RMSNormEps < 1) {
 		return fmt.Errorf("config: rms_norm_eps must be in (0, 1), got %g", c.RMSNormEps)
+	}
+	// Real checkpoints have at most a few hundred layers; the bound keeps the per-layer
+	// tables (ExpectedShapes) of a hostile config small.
+	if c.NumHiddenLayers > maxLayers {
+		return fmt.Errorf("config: num_hidden_layers %d is implausibly large (> %d)", c.NumHiddenLayers, maxLayers)
 	}
 	const maxDim = 1 << 20
 	for _, p := range []struct {

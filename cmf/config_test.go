@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func tinyConfigJSON(t *testing.T) map[string]any {
+func tinyConfigJSON(t testing.TB) map[string]any {
 	t.Helper()
 	b, err := os.ReadFile(tinyDir + "/config.json")
 	if err != nil {
@@ -21,7 +21,7 @@ func tinyConfigJSON(t *testing.T) map[string]any {
 	return m
 }
 
-func mustJSON(t *testing.T, v any) []byte {
+func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {

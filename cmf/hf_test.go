@@ -23,7 +23,7 @@ type stEntry struct {
 // safetensorsBytes builds a plain safetensors file (as the reference writer does: sorted
 // names, contiguous data, header padded with spaces to 8 bytes), independently of
 // WriteCMF.
-func safetensorsBytes(t *testing.T, meta map[string]string, es []stEntry) []byte {
+func safetensorsBytes(t testing.TB, meta map[string]string, es []stEntry) []byte {
 	t.Helper()
 	hdr := map[string]any{}
 	if meta != nil {
@@ -71,7 +71,7 @@ func sortStrings(s []string) {
 // vlCheckpoint returns the files of a synthetic vision-language checkpoint built from the
 // tiny teacher: nested text_config with an untied head, model.language_model.* names,
 // mtp.* and model.visual.* tensors to drop, two shards and an HF index.
-func vlCheckpoint(t *testing.T, src *Model) map[string][]byte {
+func vlCheckpoint(t testing.TB, src *Model) map[string][]byte {
 	t.Helper()
 	text := tinyConfigJSON(t)
 	delete(text, "tie_word_embeddings")
