@@ -522,35 +522,26 @@ func GatedDeltaRule(q, k, v, g, beta []float64, nb, t, hk, hv, dk, dv int, wantS
 			kt := k[(r*hk+kh)*dk:][:dk]
 			qt := q[(r*hk+kh)*dk:][:dk]
 			vt := v[(r*hv+j)*dv:][:dv]
-			for i := range S {
-				S[i] *= decay
-			}
-			// u = β (v − Sᵀk)
+			// S ← e^g·S and u = β(v − Sᵀk) in one pass over S.
 			copy(u, vt)
 			for a := 0; a < dk; a++ {
 				ka := kt[a]
 				row := S[a*dv:][:dv]
-				for c := range u {
+				for c := range row {
+					row[c] *= decay
 					u[c] -= ka * row[c]
 				}
 			}
 			for c := range u {
 				u[c] *= bt
 			}
-			// S += k ⊗ u
+			// S += k ⊗ u and o = Sᵀq in one pass over S.
+			ot := o[(r*hv+j)*dv:][:dv]
 			for a := 0; a < dk; a++ {
-				ka := kt[a]
+				ka, qa := kt[a], qt[a]
 				row := S[a*dv:][:dv]
 				for c := range row {
 					row[c] += ka * u[c]
-				}
-			}
-			// o = Sᵀ q
-			ot := o[(r*hv+j)*dv:][:dv]
-			for a := 0; a < dk; a++ {
-				qa := qt[a]
-				row := S[a*dv:][:dv]
-				for c := range ot {
 					ot[c] += qa * row[c]
 				}
 			}
