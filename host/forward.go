@@ -235,7 +235,7 @@ func (n *Net) checkIDs(ids [][]int, what string) ([]int, int, error) {
 // per-token log-sum-exp of the logits and the outputs asked for in opt. Logits are
 // computed a block of rows at a time and never all kept.
 // Errors: no windows, windows of unequal or zero length, an id outside [0, vocab),
-// opt.TopK outside [0, vocab], a non-finite logit when TopK is asked for.
+// opt.TopK outside [0, vocab], a NaN logit when TopK is asked for.
 func (n *Net) Forward(ids [][]int, opt ForwardOptions) (*Trace, error) {
 	flat, t, err := n.checkIDs(ids, "Forward")
 	if err != nil {

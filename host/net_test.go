@@ -332,3 +332,30 @@ func TestUntiedHead(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowsIndependent checks at the model level that windows share nothing (conv
+// padding, delta-rule state, attention, positions): window 1 of a batch equals that window
+// run alone.
+func TestWindowsIndependent(t *testing.T) {
+	n := tinyNet(t)
+	w0 := []int{11, 22, 33, 44, 55, 66, 77, 88, 99, 111, 222, 333}
+	w1 := []int{7, 7, 8000, 1, 2, 3, 4, 5, 6, 900, 901, 902}
+	both, err := n.Forward([][]int{w0, w1}, ForwardOptions{TopK: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, err := n.Forward([][]int{w1}, ForwardOptions{TopK: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	H, T := n.Config.HiddenSize, len(w1)
+	for L := range both.Hidden {
+		near(t, "hidden."+strconv.Itoa(L)+" window 1", both.Hidden[L][T*H:], alone.Hidden[L], 1e-12)
+	}
+	near(t, "logsumexp window 1", both.LogSumExp[T:], alone.LogSumExp, 1e-12)
+	for i, id := range alone.TopKIDs {
+		if both.TopKIDs[4*T+i] != id {
+			t.Fatalf("top-k id %d of window 1: %d batched, %d alone", i, both.TopKIDs[4*T+i], id)
+		}
+	}
+}
