@@ -1,6 +1,7 @@
 package data
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -337,16 +338,82 @@ func TestSampler(t *testing.T) {
 	}
 }
 
-// TestStdlibTokenize tokenizes the whole default corpus (both splits) and reports the
-// time. It takes minutes on 2 cores, so it runs only with NVG_STDLIB_TOKENIZE=1.
+// fixtureWindows reads the `ids` tensor ([2,64] i64: two windows of held-out Go source, as
+// the HF reference tokenized them) from the reference fixtures' safetensors file.
+func fixtureWindows(t *testing.T) [][]int {
+	b, err := os.ReadFile("../../testdata/fixtures/fixtures-tiny-go.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := binary.LittleEndian.Uint64(b)
+	var hdr map[string]json.RawMessage
+	if err := json.Unmarshal(b[8:8+n], &hdr); err != nil {
+		t.Fatal(err)
+	}
+	var e struct {
+		Dtype   string   `json:"dtype"`
+		Shape   []int    `json:"shape"`
+		Offsets [2]int64 `json:"data_offsets"`
+	}
+	if err := json.Unmarshal(hdr["ids"], &e); err != nil || e.Dtype != "I64" || len(e.Shape) != 2 {
+		t.Fatalf("ids tensor: %+v %v", e, err)
+	}
+	data := b[8+int64(n)+e.Offsets[0] : 8+int64(n)+e.Offsets[1]]
+	out := make([][]int, e.Shape[0])
+	for i := range out {
+		for j := 0; j < e.Shape[1]; j++ {
+			out[i] = append(out[i], int(int64(binary.LittleEndian.Uint64(data[8*(i*e.Shape[1]+j):]))))
+		}
+	}
+	return out
+}
+
+// TestStdlibHeldOutStream tokenizes the default held-out split (312 files, ~0.5 s) and
+// checks that both 64-token windows of held-out source in the HF reference fixtures occur
+// in it, and that every document ends with <|endoftext|> (id 0).
+func TestStdlibHeldOutStream(t *testing.T) {
+	if runtime.Version() != "go1.26.8" {
+		t.Skipf("the fixtures come from go1.26.8's source; this is %s", runtime.Version())
+	}
+	c, err := StdlibCorpus()
+	if err != nil {
+		t.Skipf("no Go tree: %v", err)
+	}
+	tok := loadTiny(t)
+	stream, err := c.Tokens(tok, HeldOut, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eots := 0
+	for _, id := range stream {
+		if id == 0 {
+			eots++
+		}
+	}
+	if eots != 312 || stream[len(stream)-1] != 0 {
+		t.Fatalf("%d <|endoftext|> in the held-out stream, want 312, one after each file", eots)
+	}
+	for i, w := range fixtureWindows(t) {
+		found := false
+		for k := 0; k+len(w) <= len(stream) && !found; k++ {
+			found = stream[k] == w[0] && slices.Equal(stream[k:k+len(w)], w)
+		}
+		if !found {
+			t.Errorf("fixture window %d is not in the held-out stream", i)
+		}
+	}
+}
+
+// TestStdlibTokenize tokenizes the whole default corpus (both splits, 66 MB) and reports
+// the time (about 10 s on 2 cores); -short skips it.
 func TestStdlibTokenize(t *testing.T) {
-	if os.Getenv("NVG_STDLIB_TOKENIZE") != "1" {
-		t.Skip("set NVG_STDLIB_TOKENIZE=1 to tokenize the whole standard library")
+	if testing.Short() {
+		t.Skip("-short: not tokenizing the whole standard library")
 	}
 	tok := loadTiny(t)
 	c, err := StdlibCorpus()
 	if err != nil {
-		t.Fatal(err)
+		t.Skipf("no Go tree: %v", err)
 	}
 	for _, split := range []Split{HeldOut, Train} {
 		paths, _ := c.Paths(split)
