@@ -24,7 +24,7 @@ func need(op, name string, b *Buffer, n int, ts ...DType) error {
 func positive(op string, names string, vals ...int) error {
 	for _, v := range vals {
 		if v <= 0 {
-			return fmt.Errorf("gpu: %s: sizes %s = %v must be positive", op, names, vals)
+			return fmt.Errorf("gpu: %s: %s = %v must be positive", op, names, vals)
 		}
 	}
 	return nil

@@ -1,0 +1,219 @@
+package gpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/host"
+)
+
+// refGEMM is the f64 reference of C = A·B (B [n, k] when transB, else [k, n]) — host has
+// LinearOp (= the transB case) but no LinearT or dense MatMul op yet — and returns, per
+// element, Σ|a||b|, which bounds the f32 error: K fused multiply-adds in f32 give
+// |err| ≤ (K+1)·u·Σ|a_i b_i| (recursive summation; operands exact in f32/f16).
+func refGEMM(a []float64, m, k int, b []float64, n int, transB bool) (c, abs []float64) {
+	c = make([]float64, m*n)
+	abs = make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s, sa float64
+			for l := 0; l < k; l++ {
+				bv := b[l*n+j]
+				if transB {
+					bv = b[j*k+l]
+				}
+				s += a[i*k+l] * bv
+				sa += math.Abs(a[i*k+l] * bv)
+			}
+			c[i*n+j], abs[i*n+j] = s, sa
+		}
+	}
+	return c, abs
+}
+
+// checkBound fails t unless |got[i] − want[i]| ≤ bound[i] for all i; it returns the max
+// absolute error and the max of |err|/Σ|ab| (the error relative to the magnitude of the
+// terms, the quantity the bound is about).
+func checkBound(t *testing.T, what string, got []float32, want, bound []float64) (float64, float64) {
+	t.Helper()
+	maxAbs, maxRel := 0.0, 0.0
+	bad := 0
+	for i := range got {
+		e := math.Abs(float64(got[i]) - want[i])
+		if !(e <= bound[i]) {
+			if bad == 0 {
+				t.Errorf("%s: element %d = %g, want %g, |err| %.3g > bound %.3g", what, i, got[i], want[i], e, bound[i])
+			}
+			bad++
+		}
+		maxAbs = math.Max(maxAbs, e)
+		if bound[i] > 0 {
+			maxRel = math.Max(maxRel, e/bound[i])
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d of %d elements outside the bound", what, bad, len(got))
+	}
+	t.Logf("%s: max |err| %.3g, max |err|/bound %.3g over %d values", what, maxAbs, maxRel, len(got))
+	return maxAbs, maxRel
+}
+
+func TestLinearFamily(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(9, 10))
+	// Awkward sizes: not multiples of the 64×64×16 tile, odd K for f16 rows starting at
+	// odd half-words, a single row, and a K shorter than one tile step.
+	for _, sz := range [][3]int{{1, 7, 5}, {67, 45, 131}, {130, 129, 65}, {5, 300, 3}} {
+		rows, in, out := sz[0], sz[1], sz[2]
+		t.Run(fmt.Sprintf("%dx%dx%d", rows, in, out), func(t *testing.T) {
+			xf, xd := randF32(rng, rows*in, 1)
+			wb, wd := randF16(rng, out*in, 1)
+			dyf, dyd := randF32(rng, rows*out, 1)
+			x := must(d.UploadFloat32("x", xf, rows, in)).T(t)
+			w := must(d.UploadF16("W", wb, out, in)).T(t)
+			dy := must(d.UploadFloat32("dy", dyf, rows, out)).T(t)
+			y := must(d.NewBuffer("y", gpu.F32, rows, out)).T(t)
+			yn := must(d.NewBuffer("y naive", gpu.F32, rows, out)).T(t)
+			dx := must(d.NewBuffer("dx", gpu.F32, rows, in)).T(t)
+			defer func() {
+				for _, b := range []*gpu.Buffer{x, w, dy, y, yn, dx} {
+					b.Release()
+				}
+			}()
+			err := d.Run(func(r *gpu.Recorder) error {
+				if err := gpu.Linear(r, x, w, y, rows, in, out); err != nil {
+					return err
+				}
+				if err := gpu.LinearNaive(r, x, w, yn, rows, in, out, true); err != nil {
+					return err
+				}
+				return gpu.LinearT(r, dy, w, dx, rows, in, out)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := 1.0 / (1 << 24)
+			want := must(host.LinearOp(xd, rows, in, wd, out)).T(t)
+			_, abs := refGEMM(xd, rows, in, wd, out, true)
+			bound := make([]float64, len(abs))
+			for i := range abs {
+				bound[i] = float64(in+1)*u*abs[i] + 1e-30
+			}
+			got := must(d.ReadFloat32(y)).T(t)
+			checkBound(t, "Linear vs host.LinearOp", got, want, bound)
+			checkBound(t, "LinearNaive vs host.LinearOp", must(d.ReadFloat32(yn)).T(t), want, bound)
+			wantT, absT := refGEMM(dyd, rows, out, wd, in, false)
+			for i := range absT {
+				absT[i] = float64(out+1)*u*absT[i] + 1e-30
+			}
+			checkBound(t, "LinearT", must(d.ReadFloat32(dx)).T(t), wantT, absT)
+		})
+	}
+}
+
+func TestMatMul(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(11, 12))
+	m, k, n := 33, 70, 19
+	af, ad := randF32(rng, m*k, 1)
+	bf, bd := randF32(rng, k*n, 1)
+	a := must(d.UploadFloat32("A", af, m, k)).T(t)
+	defer a.Release()
+	for _, transB := range []bool{false, true} {
+		b := must(d.UploadFloat32("B", bf, k*n)).T(t)
+		c := must(d.NewBuffer("C", gpu.F32, m, n)).T(t)
+		if err := d.Run(func(r *gpu.Recorder) error { return gpu.MatMul(r, a, b, c, m, k, n, transB) }); err != nil {
+			t.Fatal(err)
+		}
+		want, abs := refGEMM(ad, m, k, bd, n, transB)
+		for i := range abs {
+			abs[i] = float64(k+1)/(1<<24)*abs[i] + 1e-30
+		}
+		checkBound(t, fmt.Sprintf("MatMul(transB=%v)", transB), must(d.ReadFloat32(c)).T(t), want, abs)
+		b.Release()
+		c.Release()
+	}
+}
+
+func TestLinearErrors(t *testing.T) {
+	d := gputest.Open(t)
+	x := must(d.NewBuffer("x", gpu.F32, 4, 8)).T(t)
+	w := must(d.NewBuffer("W", gpu.F16, 3, 8)).T(t)
+	y := must(d.NewBuffer("y", gpu.F32, 4, 3)).T(t)
+	sq := must(d.NewBuffer("sq", gpu.F32, 8, 8)).T(t)
+	defer sq.Release()
+	defer x.Release()
+	defer w.Release()
+	defer y.Release()
+	r := d.Begin()
+	defer r.Discard()
+	for name, err := range map[string]error{
+		"wrong in":      gpu.Linear(r, x, w, y, 4, 7, 3),
+		"zero rows":     gpu.Linear(r, x, w, y, 0, 8, 3),
+		"f16 x":         gpu.Linear(r, w, w, y, 3, 8, 1),
+		"y aliases x":   gpu.MatMul(r, x, sq, x, 4, 8, 8, false),
+		"LinearT sizes": gpu.LinearT(r, x, w, y, 4, 8, 3),
+		"MatMul f16 B":  gpu.MatMul(r, x, w, y, 4, 8, 3, true),
+	} {
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if r.Len() != 0 {
+		t.Errorf("%d dispatches recorded", r.Len())
+	}
+}
+
+// BenchmarkLinear measures the tiled f16-weight GEMM y = x·Wᵀ at 512×1024×1024
+// (rows × in × out); GFLOP/s = 2·rows·in·out / time. One submit per iteration.
+func BenchmarkLinear(b *testing.B) {
+	for _, sz := range [][3]int{{512, 1024, 1024}} {
+		rows, in, out := sz[0], sz[1], sz[2]
+		b.Run(fmt.Sprintf("%dx%dx%d", rows, in, out), func(b *testing.B) {
+			benchGEMM(b, rows, in, out, false)
+		})
+		b.Run(fmt.Sprintf("naive/%dx%dx%d", rows, in, out), func(b *testing.B) {
+			benchGEMM(b, rows, in, out, true)
+		})
+	}
+}
+
+func benchGEMM(b *testing.B, rows, in, out int, naive bool) {
+	d := gputest.Open(b)
+	rng := rand.New(rand.NewPCG(1, 1))
+	xf, _ := randF32(rng, rows*in, 1)
+	wb, _ := randF16(rng, out*in, 1)
+	x := must(d.UploadFloat32("x", xf, rows, in)).T(b)
+	w := must(d.UploadF16("W", wb, out, in)).T(b)
+	y := must(d.NewBuffer("y", gpu.F32, rows, out)).T(b)
+	defer x.Release()
+	defer w.Release()
+	defer y.Release()
+	run := func() {
+		err := d.Run(func(r *gpu.Recorder) error {
+			if naive {
+				return gpu.LinearNaive(r, x, w, y, rows, in, out, true)
+			}
+			return gpu.Linear(r, x, w, y, rows, in, out)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := d.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run() // compile the pipeline outside the timing
+	n := 0
+	for b.Loop() {
+		run()
+		n++
+	}
+	b.ReportMetric(2*float64(rows)*float64(in)*float64(out)*float64(n)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
