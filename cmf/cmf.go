@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 )
@@ -86,8 +87,11 @@ func applyCMFMetadata(file string, meta map[string]string, ts []*Tensor) (Config
 // WriteCMF writes m as one CMF file at path (DESIGN.md §4): a safetensors file whose
 // __metadata__ holds "cmf": "1", "arch" (m.Config.JSON()) and "cmf.tensors" (the logical
 // dtype and shape of every BLR tensor, stored as a U8 [nbytes] entry); F32/F16/BF16/F64
-// tensors are plain entries. Tensors are written in sorted name order, contiguously, after
-// a header padded with spaces so that the data section starts 8-byte aligned. m must pass
+// tensors are plain entries. Tensors are written in sorted name order, contiguously (no
+// padding between tensors: safetensors readers reject gaps), after a header padded with
+// spaces so that the data section starts 8-byte aligned; every tensor is therefore aligned
+// when the payloads before it are multiples of 8 bytes (true for BLR when m, n and the rank
+// are multiples of 8, as in every Qwen3.5 shape). m must pass
 // Model.Validate. Tensor data are streamed (file-backed tensors are copied, not loaded).
 // The write is atomic: a temporary file in the same directory is written, fsynced and
 // renamed over path, then the directory is fsynced; on error the previous file at path is
@@ -218,6 +222,9 @@ func writeFileAtomic(path string, write func(w io.Writer) error) (err error) {
 }
 
 func syncDir(dir string) error {
+	if runtime.GOOS == "windows" { // directories cannot be fsynced there; rename is durable enough
+		return nil
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

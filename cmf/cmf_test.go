@@ -317,3 +317,29 @@ func TestWriteCMFAtomicOnError(t *testing.T) {
 		t.Fatalf("write of an empty model: %v", err)
 	}
 }
+
+func TestOpenCMFInDirectoryAndFS(t *testing.T) {
+	m := smallModel(t)
+	dir := t.TempDir()
+	if err := WriteCMF(filepath.Join(dir, CMFFileName), m); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Open(dir) // a directory holding model.cmf
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameTensors(t, m, got)
+	got.Close()
+	got, err = OpenFS(os.DirFS(dir), CMFFileName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameTensors(t, m, got)
+	got.Close()
+	if _, err := OpenFS(os.DirFS(dir), "../x"); err == nil || !strings.Contains(err.Error(), `"../x" is not a valid fs path`) {
+		t.Fatalf("OpenFS ../x: %v", err)
+	}
+	if _, err := Open(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no config.json") {
+		t.Fatalf("empty dir: %v", err)
+	}
+}
