@@ -1,0 +1,156 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/nvgkit/data"
+	"github.com/nvg-project/nvg/nvgkit/tokenizer"
+	"github.com/schollz/progressbar/v3"
+)
+
+func init() {
+	register(&command{
+		name:    "eval",
+		summary: "held-out perplexity of a model on the Go standard library split (or your files)",
+		usage:   "[--windows N|all] [--t 512] [--seed 1] [--files a.go,b.go] [--tokenizer F] [--json] [MODEL]",
+		run:     runEval,
+	})
+}
+
+// evalFlags are the flags that select the evaluation windows, shared with other commands.
+type evalFlags struct {
+	windows, files, tokenizer *string
+	t                         *int
+	seed                      *uint64
+}
+
+func addEvalFlags(fs interface {
+	String(string, string, string) *string
+	Int(string, int, string) *int
+	Uint64(string, uint64, string) *uint64
+}, defWindows string) evalFlags {
+	return evalFlags{
+		windows:   fs.String("windows", defWindows, "number of non-overlapping held-out windows drawn with --seed, or 'all'"),
+		t:         fs.Int("t", 512, "tokens of context per window"),
+		seed:      fs.Uint64("seed", 1, "seed choosing the held-out windows"),
+		files:     fs.String("files", "", "comma-separated held-out files instead of the Go standard library split"),
+		tokenizer: fs.String("tokenizer", "", "tokenizer.json (default: beside MODEL, or the embedded one)"),
+	}
+}
+
+// heldOutWindows tokenizes the held-out text and draws the evaluation windows.
+func (f evalFlags) heldOutWindows(modelPath string, vocab int) ([][]int, string, error) {
+	n := 0
+	if *f.windows != "all" {
+		v, err := strconv.Atoi(*f.windows)
+		if err != nil || v <= 0 {
+			return nil, "", usagef("--windows wants a positive number or 'all', got %q", *f.windows)
+		}
+		n = v
+	}
+	if *f.t < 1 {
+		return nil, "", usagef("--t must be ≥ 1, got %d", *f.t)
+	}
+	raw, err := tokenizerJSON(*f.tokenizer, modelPath)
+	if err != nil {
+		return nil, "", err
+	}
+	tok, err := tokenizer.FromJSON(raw)
+	if err != nil {
+		return nil, "", fmt.Errorf("tokenizer: %w", err)
+	}
+	if tok.VocabSize() > vocab {
+		return nil, "", fmt.Errorf("tokenizer has %d tokens but the model's vocab_size is %d", tok.VocabSize(), vocab)
+	}
+	var corpus *data.Corpus
+	what := "Go standard library held-out split"
+	if *f.files != "" {
+		files := strings.Split(*f.files, ",")
+		for _, p := range files {
+			if !exists(p) {
+				return nil, "", usagef("--files: %s: no such file", p)
+			}
+		}
+		corpus, err = data.FilesCorpus(nil, files)
+		what = fmt.Sprintf("%d files", len(files))
+	} else {
+		corpus, err = data.StdlibCorpus()
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	stream, err := corpus.Tokens(tok, data.HeldOut, tokenCacheDir())
+	if err != nil {
+		return nil, "", err
+	}
+	w, err := data.EvalWindows(stream, n, *f.t, *f.seed)
+	if err != nil {
+		return nil, "", err
+	}
+	return w, what, nil
+}
+
+// tokenCacheDir is where token streams are cached ($NVG_CACHE, else the user cache dir).
+func tokenCacheDir() string {
+	if d := os.Getenv("NVG_CACHE"); d != "" {
+		return filepath.Join(d, "tokens")
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "nvg", "tokens")
+	}
+	return ""
+}
+
+func runEval(args []string) error {
+	c := commands["eval"]
+	fs := newFlags(c)
+	ef := addEvalFlags(fs, "32")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	if err := parseFlags(c, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 1 {
+		return usagef("want at most one MODEL, got %d arguments", fs.NArg())
+	}
+	path := fs.Arg(0)
+	m, err := openModel(path)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	windows, what, err := ef.heldOutWindows(path, m.Config.VocabSize)
+	if err != nil {
+		return err
+	}
+	net, err := host.Load(m)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "evaluating %s on %d windows × %d tokens of the %s (float64 host path)\n", modelName(path), len(windows), *ef.t, what)
+	bar := progressbar.NewOptions(len(windows), progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("eval"),
+		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
+	start := time.Now()
+	sum, count, err := net.NLL(windows, func(done, total int) { bar.Set(done) })
+	bar.Finish()
+	if err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	loss := sum / float64(count)
+	res := map[string]any{"model": modelName(path), "windows": len(windows), "t": *ef.t, "tokens": count,
+		"loss_nats": loss, "perplexity": math.Exp(loss), "seconds": secs, "tokens_per_second": float64(count) / secs, "path": "host-f64"}
+	if *asJSON {
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	fmt.Printf("held-out loss %.4f nats/token, perplexity %.3f (%d tokens, %.1fs, %.0f tokens/s, host f64)\n",
+		loss, math.Exp(loss), count, secs, float64(count)/secs)
+	return nil
+}
