@@ -60,14 +60,16 @@ func (k *Kernel) release() {
 }
 
 // Kernel returns the pipeline for spec, compiling the rendered shader on first use and
-// caching it by (File, Entry, Params). Errors: template failures, WGSL compilation errors
+// caching it by (Name, File, Entry, Params). Errors: template failures, WGSL compilation errors
 // (with the shader's message), or pipeline creation failures (e.g. too much workgroup
 // memory), each naming the kernel.
 func (d *Device) Kernel(spec KernelSpec) (*Kernel, error) {
 	if spec.Entry == "" {
 		spec.Entry = "main"
 	}
-	key := fmt.Sprintf("%s|%s|%#v", spec.File, spec.Entry, spec.Params)
+	// The op name is part of the key so that ops sharing a shader (Linear, LinearT,
+	// MatMul) keep separate profiler rows.
+	key := fmt.Sprintf("%s|%s|%s|%#v", spec.Name, spec.File, spec.Entry, spec.Params)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.checkOpen(); err != nil {

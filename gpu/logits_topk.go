@@ -1,0 +1,130 @@
+package gpu
+
+import "fmt"
+
+const (
+	logitsTopKWG = 128
+	// MaxTopK is the largest k LogitsTopK supports.
+	MaxTopK = 64
+	// logitsSliceAlign: slice sizes are multiples of 128 vocabulary rows, so each slice's
+	// byte offset in an f16 E (128·hidden·2 bytes) is a multiple of 256, the strictest
+	// minStorageBufferOffsetAlignment WebGPU allows.
+	logitsSliceAlign = 128
+	// logitsScratchMax caps the per-slice logits scratch [rows, slice] f32.
+	logitsScratchMax = 64 << 20
+)
+
+// LogitsTopK records the LM head over the vocabulary without materialising the logits:
+// for each of rows rows of h (F32 [rows, hidden]) and the head/embedding matrix E (F16 or
+// F32 [vocab, hidden]), logits = h·Eᵀ are computed one vocabulary slice at a time (a
+// Linear into a scratch [rows, slice], no binding larger than maxStorageBufferBindingSize)
+// and folded into a running max/sum and a running top-k. Outputs:
+//   - lse  F32 [rows]: log Σ_v exp(logit_v);
+//   - ids  U32 [rows, k]: the k largest logits' ids, descending, ties by lower id;
+//   - logp F32 [rows, k]: their log-probabilities logit − lse.
+//
+// sliceRows is the vocabulary slice (a multiple of 128); 0 picks the largest that keeps E's
+// slice and the scratch within one binding and 64 MiB. 1 ≤ k ≤ min(MaxTopK, vocab).
+// Errors: sizes or dtypes that disagree, k out of range, a bad sliceRows, or rows so many
+// that no 128-row slice of scratch fits a binding (split the rows).
+func LogitsTopK(r *Recorder, h, e *Buffer, rows, hidden, vocab, k, sliceRows int, lse, ids, logp *Buffer) error {
+	const op = "LogitsTopK"
+	if err := positive(op, "rows, hidden, vocab, k", rows, hidden, vocab, k); err != nil {
+		return err
+	}
+	if k > MaxTopK || k > vocab {
+		return fmt.Errorf("gpu: %s: k = %d must be ≤ %d and ≤ vocab %d", op, k, MaxTopK, vocab)
+	}
+	if rows*hidden > maxU32Elems || vocab*hidden > maxU32Elems {
+		return fmt.Errorf("gpu: %s: sizes exceed the 2³¹ index range", op)
+	}
+	if err := need(op, "h", h, rows*hidden, F32); err != nil {
+		return err
+	}
+	if err := need(op, "E", e, vocab*hidden, F16, F32); err != nil {
+		return err
+	}
+	if err := need(op, "lse", lse, rows, F32); err != nil {
+		return err
+	}
+	if err := need(op, "ids", ids, rows*k, U32); err != nil {
+		return err
+	}
+	if err := need(op, "logp", logp, rows*k, F32); err != nil {
+		return err
+	}
+	if err := distinct(op, map[string]*Buffer{"h": h, "E": e, "lse": lse, "ids": ids, "logp": logp}); err != nil {
+		return err
+	}
+	d := r.d
+	maxBind := d.info.MaxStorageBindingSize
+	esz := uint64(e.dtype.Size())
+	if sliceRows == 0 {
+		s := min(maxBind/(uint64(hidden)*esz), min(maxBind, logitsScratchMax)/(uint64(rows)*4))
+		s = s / logitsSliceAlign * logitsSliceAlign
+		if s == 0 {
+			return fmt.Errorf("gpu: %s: %d rows × %d hidden leave no room for a %d-row vocabulary slice in one binding; split the rows",
+				op, rows, hidden, logitsSliceAlign)
+		}
+		sliceRows = int(s)
+	}
+	if sliceRows <= 0 || sliceRows%logitsSliceAlign != 0 {
+		return fmt.Errorf("gpu: %s: sliceRows = %d must be a positive multiple of %d", op, sliceRows, logitsSliceAlign)
+	}
+	sliceRows = min(sliceRows, vocab)
+	if uint64(sliceRows)*uint64(hidden)*esz > maxBind || uint64(rows)*uint64(sliceRows)*4 > maxBind {
+		return fmt.Errorf("gpu: %s: slice of %d rows exceeds maxStorageBufferBindingSize %d", op, sliceRows, maxBind)
+	}
+	if ((vocab+sliceRows-1)/sliceRows)*2 > 1<<16 {
+		return fmt.Errorf("gpu: %s: %d slices of %d rows: use larger slices", op, (vocab+sliceRows-1)/sliceRows, sliceRows)
+	}
+	merge, err := d.Kernel(KernelSpec{
+		Name: op + ".merge", File: "logits_topk.wgsl",
+		Params: struct {
+			WG, K int
+		}{logitsTopKWG, k},
+		Bindings: []Access{Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 5,
+	})
+	if err != nil {
+		return err
+	}
+	grid, err := Grid1D(rows)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	scratch, err := r.Temp("LogitsTopK logits slice", F32, rows, sliceRows)
+	if err != nil {
+		return err
+	}
+	state, err := r.Temp("LogitsTopK state", F32, rows, 2)
+	if err != nil {
+		return err
+	}
+	// All or nothing: if a dispatch fails, drop this launcher's earlier slices.
+	mark := len(r.ops)
+	for v0 := 0; v0 < vocab; v0 += sliceRows {
+		cols := min(sliceRows, vocab-v0)
+		off := uint64(v0) * uint64(hidden) * esz
+		size := (uint64(cols)*uint64(hidden)*esz + 3) &^ 3
+		eb := Binding{Buf: e, Offset: off, Size: size}
+		sb := Binding{Buf: scratch, Size: uint64(rows) * uint64(cols) * 4}
+		if err := gemm(r, op+".logits", false, Whole(h), eb, sb, e.dtype == F16, rows, hidden, cols, true); err != nil {
+			r.ops = r.ops[:mark]
+			return err
+		}
+		first, last := uint32(0), uint32(0)
+		if v0 == 0 {
+			first = 1
+		}
+		if v0+cols >= vocab {
+			last = 1
+		}
+		err := r.Dispatch(merge, grid, []uint32{uint32(rows), uint32(cols), uint32(v0), first, last},
+			sb, Whole(state), Whole(ids), Whole(logp), Whole(lse))
+		if err != nil {
+			r.ops = r.ops[:mark]
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,181 @@
+package gpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/host"
+)
+
+type topkResult struct {
+	lse  []float32
+	ids  []uint32
+	logp []float32
+}
+
+func runLogitsTopK(t *testing.T, d *gpu.Device, hf []float32, eb []uint16, rows, hidden, vocab, k, slice int) topkResult {
+	t.Helper()
+	h := must(d.UploadFloat32("h", hf, rows, hidden)).T(t)
+	e := must(d.UploadF16("E", eb, vocab, hidden)).T(t)
+	lse := must(d.NewBuffer("lse", gpu.F32, rows)).T(t)
+	ids := must(d.NewBuffer("ids", gpu.U32, rows, k)).T(t)
+	logp := must(d.NewBuffer("logp", gpu.F32, rows, k)).T(t)
+	defer func() {
+		for _, b := range []*gpu.Buffer{h, e, lse, ids, logp} {
+			b.Release()
+		}
+	}()
+	err := d.Run(func(r *gpu.Recorder) error {
+		return gpu.LogitsTopK(r, h, e, rows, hidden, vocab, k, slice, lse, ids, logp)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topkResult{must(d.ReadFloat32(lse)).T(t), must(d.ReadUint32(ids)).T(t), must(d.ReadFloat32(logp)).T(t)}
+}
+
+// TestLogitsTopK compares with host.LogSumExp and host.TopK on the f64 logits of the same
+// f32 h and f16 E. Tolerances:
+//   - each logit is a K-term f32 dot product: |err| ≤ (H+1)·u·Σ|h||e| =: b_v;
+//   - lse: the logit error (max b_v) plus the f32 sum of exp: per-term exp error
+//     ≤ (3 + 2·spread) ulp for arguments in [−spread, 0], the summation (cols/WG + log₂WG
+//   - slices)·u, the rescale exp, and log (2⁻²¹ absolute near 1, else 3 ulp);
+//   - ids: the GPU's rank-j id must have a host logit within 2·max b_v of the host's
+//     rank-j logit (near-ties may swap); ids distinct;
+//   - logp: b_v + the lse tolerance.
+func TestLogitsTopK(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, c := range []struct{ rows, hidden, vocab, k, slice int }{
+		{3, 45, 1000, 64, 256}, // 4 slices, last one partial, odd hidden
+		{5, 16, 300, 5, 128},   // 3 slices
+		{2, 33, 77, 1, 0},      // one slice smaller than the alignment, auto slice size
+		{1, 8, 64, 64, 128},    // k = vocab
+	} {
+		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
+			rows, hidden, vocab, k := c.rows, c.hidden, c.vocab, c.k
+			hf, hd := randF32(rng, rows*hidden, 1)
+			eb, ed := randF16(rng, vocab*hidden, 1)
+			got := runLogitsTopK(t, d, hf, eb, rows, hidden, vocab, k, c.slice)
+
+			logits, abs := refGEMM(hd, rows, hidden, ed, vocab, true)
+			u := 1.0 / (1 << 24)
+			maxB, spread := 0.0, 0.0
+			for i := range abs {
+				maxB = math.Max(maxB, float64(hidden+1)*u*abs[i])
+			}
+			wantLSE := must(host.LogSumExp(logits, rows, vocab)).T(t)
+			wantIDs, wantLogp, err := host.TopK(logits, rows, vocab, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := 0; r < rows; r++ {
+				row := logits[r*vocab : (r+1)*vocab]
+				mn, mx := row[0], row[0]
+				for _, v := range row {
+					mn, mx = math.Min(mn, v), math.Max(mx, v)
+				}
+				spread = math.Max(spread, mx-mn)
+			}
+			slices := 1.0
+			if c.slice > 0 {
+				slices = math.Ceil(float64(vocab) / float64(c.slice))
+			}
+			maxLSE := 0.0
+			for _, v := range wantLSE {
+				maxLSE = math.Max(maxLSE, math.Abs(v))
+			}
+			lseTol := maxB + (3+2*spread+float64(vocab)/128+7+slices+3)*2*u + 1.0/(1<<21) + 3*2*u*maxLSE
+			lseErr := checkClose(t, "lse", got.lse, wantLSE, lseTol, 0)
+			maxLogpErr := 0.0
+			for r := 0; r < rows; r++ {
+				seen := map[uint32]bool{}
+				for j := 0; j < k; j++ {
+					id := got.ids[r*k+j]
+					if id >= uint32(vocab) || seen[id] {
+						t.Fatalf("row %d rank %d: id %d out of range or repeated", r, j, id)
+					}
+					seen[id] = true
+					hv := logits[r*vocab+int(id)]
+					if wv := logits[r*vocab+wantIDs[r*k+j]]; math.Abs(hv-wv) > 2*maxB {
+						t.Errorf("row %d rank %d: id %d (logit %.7g), host id %d (logit %.7g)", r, j, id, hv, wantIDs[r*k+j], wv)
+					}
+					// The GPU's logp for its own id, and against the host's rank-j logp.
+					e := math.Abs(float64(got.logp[r*k+j]) - (hv - wantLSE[r]))
+					maxLogpErr = math.Max(maxLogpErr, e)
+					if e > maxB+lseTol || math.Abs(float64(got.logp[r*k+j])-wantLogp[r*k+j]) > 3*maxB+lseTol {
+						t.Errorf("row %d rank %d: logp %g, want %g (host rank %d: %g)", r, j, got.logp[r*k+j], hv-wantLSE[r], j, wantLogp[r*k+j])
+					}
+				}
+			}
+			t.Logf("lse max |err| %.3g (tol %.3g); logp max |err| %.3g (tol %.3g)", lseErr, lseTol, maxLogpErr, maxB+lseTol)
+		})
+	}
+}
+
+// TestLogitsTopKTies: E built from 4 distinct rows repeated, so many logits are exactly
+// equal (same f16 row, same h, same arithmetic); ids must come out exactly as host.TopK
+// orders them — descending, ties by lower id — across slice boundaries.
+func TestLogitsTopKTies(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(15, 16))
+	rows, hidden, vocab, k := 2, 12, 400, 40
+	hf, hd := randF32(rng, rows*hidden, 1)
+	base, baseD := randF16(rng, 4*hidden, 1)
+	eb := make([]uint16, vocab*hidden)
+	ed := make([]float64, vocab*hidden)
+	for v := 0; v < vocab; v++ {
+		src := (v * 7 % 11) % 4
+		copy(eb[v*hidden:(v+1)*hidden], base[src*hidden:(src+1)*hidden])
+		copy(ed[v*hidden:(v+1)*hidden], baseD[src*hidden:(src+1)*hidden])
+	}
+	got := runLogitsTopK(t, d, hf, eb, rows, hidden, vocab, k, 128)
+	logits, _ := refGEMM(hd, rows, hidden, ed, vocab, true)
+	wantIDs, _, err := host.TopK(logits, rows, vocab, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range wantIDs {
+		if int(got.ids[i]) != wantIDs[i] {
+			t.Fatalf("rank %d of row %d: id %d, want %d (ties must go to the lower id)", i%k, i/k, got.ids[i], wantIDs[i])
+		}
+	}
+}
+
+func TestLogitsTopKErrors(t *testing.T) {
+	d := gputest.Open(t)
+	h := must(d.NewBuffer("h", gpu.F32, 2, 8)).T(t)
+	e := must(d.NewBuffer("E", gpu.F16, 100, 8)).T(t)
+	lse := must(d.NewBuffer("lse", gpu.F32, 2)).T(t)
+	ids := must(d.NewBuffer("ids", gpu.U32, 2, 5)).T(t)
+	logp := must(d.NewBuffer("logp", gpu.F32, 2, 5)).T(t)
+	defer func() {
+		for _, b := range []*gpu.Buffer{h, e, lse, ids, logp} {
+			b.Release()
+		}
+	}()
+	r := d.Begin()
+	defer r.Discard()
+	for name, err := range map[string]error{
+		"k > 64":         gpu.LogitsTopK(r, h, e, 2, 8, 100, 65, 0, lse, ids, logp),
+		"k mismatch":     gpu.LogitsTopK(r, h, e, 2, 8, 100, 4, 0, lse, ids, logp),
+		"bad slice":      gpu.LogitsTopK(r, h, e, 2, 8, 100, 5, 100, lse, ids, logp),
+		"wrong vocab":    gpu.LogitsTopK(r, h, e, 2, 8, 99, 5, 0, lse, ids, logp),
+		"ids as f32":     gpu.LogitsTopK(r, h, e, 2, 8, 100, 5, 0, lse, logp, ids),
+		"lse wrong size": gpu.LogitsTopK(r, h, e, 2, 8, 100, 5, 0, h, ids, logp),
+		"ids aliases":    gpu.LogitsTopK(r, h, e, 2, 8, 100, 5, 0, lse, ids, ids),
+	} {
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if r.Len() != 0 {
+		t.Errorf("%d dispatches recorded", r.Len())
+	}
+}

@@ -1,0 +1,177 @@
+// LogitsTopK, merge step: folds one vocabulary slice of logits into each row's running
+// log-sum-exp state and running top-K list. The slice's logits come from the Linear GEMM
+// (h·E_sliceᵀ); this kernel never sees more than one slice, so the full rows × vocab logits
+// never exist.
+//
+// logits: f32 [rows, cols] (this slice, vocabulary ids v0 .. v0+cols−1);
+// state:  f32 [rows, 2] running (max m, Σ exp(x − m)); ignored and overwritten when first;
+// ids:    u32 [rows, K] running top-K ids, descending by logit, ties by lower id;
+// vals:   f32 [rows, K] their logits; when last, converted in place to log-probabilities;
+// lse:    f32 [rows] written when last: m + log(Σ).
+// One workgroup of WG threads per row (linear workgroup index wid.x + wid.y·nwg.x).
+// Each of the K rounds selects the best element strictly worse than the previous pick
+// (order: larger logit first, then lower id) among the slice and the old list, so no
+// element needs marking. Template parameters: WG (power of two ≥ K), K (1..64).
+
+@group(0) @binding(0) var<storage, read> logits: array<f32>;
+@group(0) @binding(1) var<storage, read_write> state: array<f32>;
+@group(0) @binding(2) var<storage, read_write> ids: array<u32>;
+@group(0) @binding(3) var<storage, read_write> vals: array<f32>;
+@group(0) @binding(4) var<storage, read_write> lse: array<f32>;
+
+struct Params {
+    rows: u32,
+    cols: u32,
+    v0: u32,
+    first: u32,
+    last: u32,
+};
+@group(0) @binding(5) var<uniform> p: Params;
+
+const NONE = 0xffffffffu;
+
+var<workgroup> red_v: array<f32, {{.WG}}>;
+var<workgroup> red_i: array<u32, {{.WG}}>;
+var<workgroup> cand_v: array<f32, {{.K}}>;
+var<workgroup> cand_i: array<u32, {{.K}}>;
+
+fn neg_inf() -> f32 {
+    return bitcast<f32>(0xff800000u);
+}
+
+// better: (v, i) ranks before (bv, bi). An id of NONE ranks after everything.
+fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
+    if (i == NONE) {
+        return false;
+    }
+    if (bi == NONE) {
+        return true;
+    }
+    return v > bv || (v == bv && i < bi);
+}
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p.rows) {
+        return; // uniform per workgroup
+    }
+    let base = row * p.cols;
+
+    // 1. The slice maximum.
+    var mx = neg_inf();
+    for (var c = lid; c < p.cols; c += {{.WG}}u) {
+        mx = max(mx, logits[base + c]);
+    }
+    red_v[lid] = mx;
+    workgroupBarrier();
+    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
+        if (lid < h) {
+            red_v[lid] = max(red_v[lid], red_v[lid + h]);
+        }
+        workgroupBarrier();
+    }
+    let mslice = red_v[0];
+    workgroupBarrier();
+
+    var mold = neg_inf();
+    var sold = 0.0;
+    if (p.first == 0u) {
+        mold = state[2u * row];
+        sold = state[2u * row + 1u];
+    }
+    let mnew = max(mold, mslice);
+
+    // 2. Σ exp(x − mnew) over the slice, then the running sum rescaled to mnew.
+    var s = 0.0;
+    for (var c = lid; c < p.cols; c += {{.WG}}u) {
+        s += exp(logits[base + c] - mnew);
+    }
+    red_v[lid] = s;
+    workgroupBarrier();
+    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
+        if (lid < h) {
+            red_v[lid] += red_v[lid + h];
+        }
+        workgroupBarrier();
+    }
+    var snew = red_v[0];
+    if (sold > 0.0) {
+        snew += sold * exp(mold - mnew);
+    }
+    workgroupBarrier();
+
+    // 3. The old list into workgroup memory (every slot written).
+    if (lid < {{.K}}u) {
+        if (p.first == 0u) {
+            cand_v[lid] = vals[row * {{.K}}u + lid];
+            cand_i[lid] = ids[row * {{.K}}u + lid];
+        } else {
+            cand_v[lid] = neg_inf();
+            cand_i[lid] = NONE;
+        }
+    }
+    workgroupBarrier();
+
+    // 4. K selection rounds.
+    var lastv = 0.0;
+    var lasti = NONE; // NONE: nothing picked yet, everything is eligible
+    var myv = 0.0;    // thread r keeps round r's pick
+    var myi = NONE;
+    for (var r = 0u; r < {{.K}}u; r++) {
+        var bv = neg_inf();
+        var bi = NONE;
+        for (var c = lid; c < p.cols; c += {{.WG}}u) {
+            let v = logits[base + c];
+            let i = p.v0 + c;
+            if ((lasti == NONE || better(lastv, lasti, v, i)) && better(v, i, bv, bi)) {
+                bv = v;
+                bi = i;
+            }
+        }
+        if (lid < {{.K}}u) {
+            let v = cand_v[lid];
+            let i = cand_i[lid];
+            if ((lasti == NONE || better(lastv, lasti, v, i)) && better(v, i, bv, bi)) {
+                bv = v;
+                bi = i;
+            }
+        }
+        red_v[lid] = bv;
+        red_i[lid] = bi;
+        workgroupBarrier();
+        for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
+            if (lid < h && better(red_v[lid + h], red_i[lid + h], red_v[lid], red_i[lid])) {
+                red_v[lid] = red_v[lid + h];
+                red_i[lid] = red_i[lid + h];
+            }
+            workgroupBarrier();
+        }
+        lastv = red_v[0];
+        lasti = red_i[0];
+        if (lid == r) {
+            myv = lastv;
+            myi = lasti;
+        }
+        workgroupBarrier();
+    }
+
+    // 5. The new state; on the last slice, lse and log-probabilities.
+    if (lid == 0u) {
+        state[2u * row] = mnew;
+        state[2u * row + 1u] = snew;
+    }
+    var shift = 0.0;
+    if (p.last == 1u) {
+        shift = mnew + log(snew);
+        if (lid == 0u) {
+            lse[row] = shift;
+        }
+    }
+    // Thread lid < K read slot lid of the old list in step 3 and is the only writer here.
+    if (lid < {{.K}}u) {
+        ids[row * {{.K}}u + lid] = myi;
+        vals[row * {{.K}}u + lid] = myv - shift;
+    }
+}
