@@ -320,7 +320,7 @@ func ValidUTF8(s string) string {
 // first replaced by U+FFFD (see ValidUTF8). The result has len ≥ 0 ids in [0, VocabSize()).
 func (t *Tokenizer) Encode(text string) []int {
 	text = ValidUTF8(text)
-	out := make([]int, 0, len(text)/3+4)
+	out := make([]int, 0, len(text)/2+4) // byte-level BPE of code: ~2.8 bytes/token
 	prev := 0
 	for prev < len(text) {
 		s, e, id := t.rawAdded.find(text, prev)
@@ -386,7 +386,8 @@ func (t *Tokenizer) encodeWord(w string, out []int) []int {
 			return append(out, int(id))
 		}
 	}
-	cacheable := len(w) <= cacheMaxWord
+	// Words of up to 3 bytes take at most 3 merge look-ups: cheaper than the cache's lock.
+	cacheable := len(w) > 3 && len(w) <= cacheMaxWord
 	if cacheable {
 		if ids, ok := t.cache.get(w); ok {
 			for _, id := range ids {
