@@ -1,0 +1,142 @@
+package cmf
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/lapack"
+	"gonum.org/v1/gonum/lapack/lapack64"
+)
+
+// SVDOptions tune RandomizedSVD. The zero value selects the defaults.
+type SVDOptions struct {
+	// Oversample is the number of extra sketch columns p beyond the rank (default 16).
+	Oversample int
+	// PowerIters is the number q of subspace (power) iterations, each followed by a QR
+	// re-orthonormalisation (default 2; a negative value means none).
+	PowerIters int
+}
+
+func (o SVDOptions) withDefaults() SVDOptions {
+	if o.Oversample <= 0 {
+		o.Oversample = 16
+	}
+	if o.PowerIters == 0 {
+		o.PowerIters = 2
+	} else if o.PowerIters < 0 {
+		o.PowerIters = 0
+	}
+	return o
+}
+
+// TruncatedSVD is a rank-K factorisation W ≈ U·diag(S)·Vᵀ of an M×N matrix, with U
+// row-major M×K and V row-major N×K (orthonormal columns), S the K singular values in
+// non-increasing order.
+type TruncatedSVD struct {
+	M, N, K int
+	U       []float64 // M×K, row-major
+	S       []float64 // K
+	V       []float64 // N×K, row-major
+}
+
+// RandomizedSVD computes a rank-k truncated SVD of the row-major m×n matrix a by randomised
+// subspace iteration (Halko, Martinsson & Tropp, "Finding structure with randomness",
+// SIAM Review 53(2), 2011, Algorithms 4.4 and 5.1): a Gaussian sketch Y = A·Ω with
+// ℓ = min(k + Oversample, min(m, n)) columns, Q = orth(Y), then PowerIters rounds of
+// Q = orth(A·orth(Aᵀ·Q)) (skipped when ℓ = min(m, n), where the sketch already spans the
+// range), then the SVD of the small ℓ×n matrix B = Qᵀ·A (gonum/LAPACK Dgesvd), U = Q·U_B.
+// Orthonormalisation is Householder QR (Dgeqrf + Dorgqr). Products use gonum's blocked,
+// parallel Dgemm. The result depends only on a and the random stream rng (for a fixed
+// GOMAXPROCS-independent Dgemm, as gonum's is). a is not modified.
+//
+// Errors: m or n < 1, len(a) ≠ m·n, k outside [1, min(m, n)], a non-finite entry of a, or a
+// failed LAPACK SVD.
+func RandomizedSVD(a []float64, m, n, k int, opt SVDOptions, rng *rand.Rand) (*TruncatedSVD, error) {
+	if m < 1 || n < 1 {
+		return nil, fmt.Errorf("svd: matrix is %d×%d", m, n)
+	}
+	if len(a) != m*n {
+		return nil, fmt.Errorf("svd: %d values for a %d×%d matrix", len(a), m, n)
+	}
+	if k < 1 || k > min(m, n) {
+		return nil, fmt.Errorf("svd: rank %d outside [1, min(m, n) = %d]", k, min(m, n))
+	}
+	for i, x := range a {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil, fmt.Errorf("svd: entry (%d, %d) = %g is not finite", i/n, i%n, x)
+		}
+	}
+	opt = opt.withDefaults()
+	l := min(k+opt.Oversample, min(m, n))
+	A := blas64.General{Rows: m, Cols: n, Stride: n, Data: a}
+
+	omega := blas64.General{Rows: n, Cols: l, Stride: l, Data: make([]float64, n*l)}
+	for i := range omega.Data {
+		omega.Data[i] = rng.NormFloat64()
+	}
+	q := blas64.General{Rows: m, Cols: l, Stride: l, Data: make([]float64, m*l)}
+	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, A, omega, 0, q)
+	orthonormalize(q)
+	if l < min(m, n) {
+		z := omega // reuse: n×l
+		for it := 0; it < opt.PowerIters; it++ {
+			blas64.Gemm(blas.Trans, blas.NoTrans, 1, A, q, 0, z)
+			orthonormalize(z)
+			blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, A, z, 0, q)
+			orthonormalize(q)
+		}
+	}
+	// B = Qᵀ·A (l×n), l ≤ n.
+	b := blas64.General{Rows: l, Cols: n, Stride: n, Data: make([]float64, l*n)}
+	blas64.Gemm(blas.Trans, blas.NoTrans, 1, q, A, 0, b)
+	ub, s, vt, err := thinSVD(b)
+	if err != nil {
+		return nil, err
+	}
+	// U = Q·U_B[:, :k] (m×k), V = (Vᵀ[:k, :])ᵀ (n×k).
+	u := blas64.General{Rows: m, Cols: k, Stride: k, Data: make([]float64, m*k)}
+	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, q,
+		blas64.General{Rows: l, Cols: k, Stride: ub.Stride, Data: ub.Data}, 0, u)
+	v := make([]float64, n*k)
+	for i := 0; i < k; i++ {
+		row := vt.Data[i*vt.Stride : i*vt.Stride+n]
+		for j, x := range row {
+			v[j*k+i] = x
+		}
+	}
+	return &TruncatedSVD{M: m, N: n, K: k, U: u.Data, S: append([]float64(nil), s[:k]...), V: v}, nil
+}
+
+// orthonormalize replaces the columns of the tall matrix y (rows ≥ cols) by an orthonormal
+// basis of their span: the thin Q of a Householder QR (LAPACK Dgeqrf, Dorgqr).
+func orthonormalize(y blas64.General) {
+	tau := make([]float64, y.Cols)
+	work := []float64{0}
+	lapack64.Geqrf(y, tau, work, -1)
+	lw := int(work[0])
+	lapack64.Orgqr(y, tau, work, -1)
+	lw = max(lw, int(work[0]), y.Cols)
+	work = make([]float64, lw)
+	lapack64.Geqrf(y, tau, work, lw)
+	lapack64.Orgqr(y, tau, work, lw)
+}
+
+// thinSVD returns the thin SVD b = U·diag(s)·Vᵀ of a wide or square l×n matrix (l ≤ n):
+// U l×l, s l values (non-increasing), Vᵀ l×n. b is overwritten.
+func thinSVD(b blas64.General) (u blas64.General, s []float64, vt blas64.General, err error) {
+	l, n := b.Rows, b.Cols
+	u = blas64.General{Rows: l, Cols: l, Stride: l, Data: make([]float64, l*l)}
+	vt = blas64.General{Rows: l, Cols: n, Stride: n, Data: make([]float64, l*n)}
+	s = make([]float64, l)
+	work := []float64{0}
+	lapack64.Gesvd(lapack.SVDStore, lapack.SVDStore, b, u, vt, s, work, -1)
+	lw := int(work[0])
+	work = make([]float64, lw)
+	if ok := lapack64.Gesvd(lapack.SVDStore, lapack.SVDStore, b, u, vt, s, work, lw); !ok {
+		return u, s, vt, fmt.Errorf("svd: LAPACK Dgesvd did not converge on the %d×%d projected matrix", l, n)
+	}
+	return u, s, vt, nil
+}
