@@ -129,11 +129,11 @@ func ListGoTree(dir string) (*Corpus, error) {
 
 // FilesCorpus returns a corpus of explicit file lists (paths absolute or relative to the
 // working directory; Root is empty), kept in the given order. Every file must exist and be
-// a regular file: otherwise the error names the first one that is not. The training list
-// must not be empty; the held-out list may be.
+// a regular file: otherwise the error names the first one that is not. Either list may be
+// empty (an evaluation needs only held-out files), not both.
 func FilesCorpus(train, heldOut []string) (*Corpus, error) {
-	if len(train) == 0 {
-		return nil, errors.New("data: no training files given")
+	if len(train)+len(heldOut) == 0 {
+		return nil, errors.New("data: no corpus files given")
 	}
 	for _, list := range [][]string{train, heldOut} {
 		for _, p := range list {

@@ -134,7 +134,10 @@ func TestFilesCorpusMissing(t *testing.T) {
 		t.Fatalf("directory as file: %v", err)
 	}
 	if _, err := FilesCorpus(nil, nil); err == nil {
-		t.Fatal("empty training list accepted")
+		t.Fatal("empty corpus accepted")
+	}
+	if c, err := FilesCorpus(nil, []string{ok}); err != nil || len(c.HeldOut) != 1 {
+		t.Fatalf("held-out-only corpus: %v", err)
 	}
 	if _, err := ListGoTree(filepath.Join(dir, "nope")); err == nil {
 		t.Fatal("missing tree accepted")
