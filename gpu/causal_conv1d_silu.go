@@ -1,0 +1,56 @@
+package gpu
+
+import "fmt"
+
+const causalConvWG = 256
+
+// CausalConv1dSiLU records the GatedDeltaNet's depthwise causal convolution over time
+// followed by SiLU (host.CausalConv1dSiLU, DESIGN.md §3):
+//
+//	y[(b,τ), c] = silu( Σ_{i<K} w[c,i] · x[(b, τ−K+1+i), c] ),
+//
+// with x taken as zero before the start of each window (left zero padding inside every
+// window: nothing leaks from window b−1 into window b).
+//
+// x and y are F32 [nb·t, channels] row-major (token-major, as a Linear writes them;
+// distinct buffers), w is F32 [channels, 1, K] (HF conv1d.weight), i.e. [channels·K].
+// Arithmetic is f32. Errors: non-positive sizes, K > 64, buffers whose dtype or length
+// disagree with nb, t, channels and K, aliasing, or any Dispatch error.
+func CausalConv1dSiLU(r *Recorder, x, w, y *Buffer, nb, t, channels, K int) error {
+	const op = "CausalConv1dSiLU"
+	if err := positive(op, "nb, t, channels, K", nb, t, channels, K); err != nil {
+		return err
+	}
+	if K > 64 {
+		return fmt.Errorf("gpu: %s: K = %d taps exceeds 64", op, K)
+	}
+	n := nb * t * channels
+	if n > maxU32Elems {
+		return fmt.Errorf("gpu: %s: nb·t·channels = %d exceeds %d", op, n, maxU32Elems)
+	}
+	if err := need(op, "x", x, n, F32); err != nil {
+		return err
+	}
+	if err := need(op, "w", w, channels*K, F32); err != nil {
+		return err
+	}
+	if err := need(op, "y", y, n, F32); err != nil {
+		return err
+	}
+	if err := distinct(op, map[string]*Buffer{"x": x, "w": w, "y": y}); err != nil {
+		return err
+	}
+	k, err := r.d.Kernel(KernelSpec{
+		Name: op, File: "causal_conv1d_silu.wgsl",
+		Params:   struct{ WG, K int }{causalConvWG, K},
+		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
+	})
+	if err != nil {
+		return err
+	}
+	g, err := Grid1D((n + causalConvWG - 1) / causalConvWG)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	return r.Dispatch(k, g, []uint32{uint32(n), uint32(channels), uint32(t)}, Whole(x), Whole(w), Whole(y))
+}
