@@ -71,15 +71,15 @@ func (w *BLRWeight) BitsPerWeight() float64 {
 func (w *BLRWeight) Validate() error {
 	switch {
 	case w == nil:
-		return fmt.Errorf("blr: nil weight")
+		return fmt.Errorf("BLR: nil weight")
 	case w.M < 1 || int64(w.M) > math.MaxUint32:
-		return fmt.Errorf("blr: m = %d must be in [1, 2³²)", w.M)
+		return fmt.Errorf("BLR: m = %d must be in [1, 2³²)", w.M)
 	case w.N < 8 || w.N%8 != 0 || int64(w.N) > math.MaxUint32:
-		return fmt.Errorf("blr: n = %d must be a positive multiple of 8 below 2³²", w.N)
+		return fmt.Errorf("BLR: n = %d must be a positive multiple of 8 below 2³²", w.N)
 	case w.Rank < 8 || w.Rank%8 != 0 || int64(w.Rank) > math.MaxUint32:
-		return fmt.Errorf("blr: rank = %d must be a positive multiple of 8 below 2³²", w.Rank)
+		return fmt.Errorf("BLR: rank = %d must be a positive multiple of 8 below 2³²", w.Rank)
 	case len(w.Paths) < 1 || len(w.Paths) > BLRMaxPaths:
-		return fmt.Errorf("blr: %d paths, want 1 or 2", len(w.Paths))
+		return fmt.Errorf("BLR: %d paths, want 1 or 2", len(w.Paths))
 	}
 	for p := range w.Paths {
 		q := &w.Paths[p]
@@ -89,19 +89,19 @@ func (w *BLRWeight) Validate() error {
 			want int
 		}{{"h", q.H, w.M}, {"g", q.G, w.N}, {"ℓ", q.L, w.Rank}} {
 			if len(f.v) != f.want {
-				return fmt.Errorf("blr: path %d: %s has %d values, want %d", p, f.name, len(f.v), f.want)
+				return fmt.Errorf("BLR: path %d: %s has %d values, want %d", p, f.name, len(f.v), f.want)
 			}
 			for i, x := range f.v {
 				if !(math.Abs(float64(x)) <= f16Max) {
-					return fmt.Errorf("blr: path %d: %s[%d] = %g is not a finite float16 value", p, f.name, i, x)
+					return fmt.Errorf("BLR: path %d: %s[%d] = %g is not a finite float16 value", p, f.name, i, x)
 				}
 			}
 		}
 		if len(q.U) != w.M*(w.Rank/8) {
-			return fmt.Errorf("blr: path %d: U has %d bytes, want m·r/8 = %d", p, len(q.U), w.M*(w.Rank/8))
+			return fmt.Errorf("BLR: path %d: U has %d bytes, want m·r/8 = %d", p, len(q.U), w.M*(w.Rank/8))
 		}
 		if len(q.V) != w.Rank*(w.N/8) {
-			return fmt.Errorf("blr: path %d: V has %d bytes, want r·n/8 = %d", p, len(q.V), w.Rank*(w.N/8))
+			return fmt.Errorf("BLR: path %d: V has %d bytes, want r·n/8 = %d", p, len(q.V), w.Rank*(w.N/8))
 		}
 	}
 	return nil
@@ -147,38 +147,38 @@ func EncodeBLR(w *BLRWeight) ([]byte, error) {
 // says. The result does not alias payload.
 func DecodeBLR(payload []byte) (*BLRWeight, error) {
 	if len(payload) < BLRHeaderSize {
-		return nil, fmt.Errorf("blr: payload of %d bytes is shorter than the %d-byte header", len(payload), BLRHeaderSize)
+		return nil, fmt.Errorf("BLR: payload of %d bytes is shorter than the %d-byte header", len(payload), BLRHeaderSize)
 	}
 	if payload[0] != BLRMagic {
-		return nil, fmt.Errorf("blr: magic byte is 0x%02X, want 0x%02X", payload[0], BLRMagic)
+		return nil, fmt.Errorf("BLR: magic byte is 0x%02X, want 0x%02X", payload[0], BLRMagic)
 	}
 	if payload[1] != BLRVersion {
-		return nil, fmt.Errorf("blr: version %d is not supported (want %d)", payload[1], BLRVersion)
+		return nil, fmt.Errorf("BLR: version %d is not supported (want %d)", payload[1], BLRVersion)
 	}
 	paths := int(payload[2])
 	if paths < 1 || paths > BLRMaxPaths {
-		return nil, fmt.Errorf("blr: number of paths %d, want 1 or 2", paths)
+		return nil, fmt.Errorf("BLR: number of paths %d, want 1 or 2", paths)
 	}
 	if payload[3] != 0 {
-		return nil, fmt.Errorf("blr: reserved byte 3 is %d, want 0", payload[3])
+		return nil, fmt.Errorf("BLR: reserved byte 3 is %d, want 0", payload[3])
 	}
 	r64 := uint64(binary.LittleEndian.Uint32(payload[4:]))
 	m64 := uint64(binary.LittleEndian.Uint32(payload[8:]))
 	n64 := uint64(binary.LittleEndian.Uint32(payload[12:]))
 	if m64 == 0 {
-		return nil, fmt.Errorf("blr: m is 0")
+		return nil, fmt.Errorf("BLR: m is 0")
 	}
 	if r64 == 0 || r64%8 != 0 {
-		return nil, fmt.Errorf("blr: rank %d is not a positive multiple of 8", r64)
+		return nil, fmt.Errorf("BLR: rank %d is not a positive multiple of 8", r64)
 	}
 	if n64 == 0 || n64%8 != 0 {
-		return nil, fmt.Errorf("blr: n %d is not a positive multiple of 8", n64)
+		return nil, fmt.Errorf("BLR: n %d is not a positive multiple of 8", n64)
 	}
 	// Each of m, n, r < 2³², so every term below is < 2⁶⁴/4 and the sum cannot overflow.
 	per := 2*m64 + 2*n64 + 2*r64 + m64*(r64/8) + r64*(n64/8)
 	want := uint64(BLRHeaderSize) + uint64(paths)*per
 	if want != uint64(len(payload)) {
-		return nil, fmt.Errorf("blr: payload has %d bytes but the header (P=%d, rank=%d, m=%d, n=%d) needs %d", len(payload), paths, r64, m64, n64, want)
+		return nil, fmt.Errorf("BLR: payload has %d bytes but the header (P=%d, rank=%d, m=%d, n=%d) needs %d", len(payload), paths, r64, m64, n64, want)
 	}
 	m, n, r := int(m64), int(n64), int(r64)
 	w := &BLRWeight{M: m, N: n, Rank: r, Paths: make([]BLRPath, paths)}
@@ -188,7 +188,7 @@ func DecodeBLR(payload []byte) (*BLRWeight, error) {
 		for i := range v {
 			f := float16.Frombits(binary.LittleEndian.Uint16(payload[o:]))
 			if f.IsNaN() || f.IsInf(0) {
-				return nil, fmt.Errorf("blr: path %d: %s[%d] is not finite (f16 bits 0x%04X)", p, name, i, f.Bits())
+				return nil, fmt.Errorf("BLR: path %d: %s[%d] is not finite (f16 bits 0x%04X)", p, name, i, f.Bits())
 			}
 			v[i] = f.Float32()
 			o += 2
@@ -299,7 +299,7 @@ func (w *BLRWeight) Apply(x []float64, rows int) []float64 {
 		panic(err)
 	}
 	if rows < 0 || len(x) != rows*w.N {
-		panic(fmt.Sprintf("blr: Apply: len(x) = %d, want rows·n = %d·%d", len(x), rows, w.N))
+		panic(fmt.Sprintf("BLR: Apply: len(x) = %d, want rows·n = %d·%d", len(x), rows, w.N))
 	}
 	y := make([]float64, rows*w.M)
 	if rows == 0 {
@@ -345,7 +345,7 @@ func (w *BLRWeight) Apply(x []float64, rows int) []float64 {
 // m and n agree with the tensor's logical shape [m, n]. Errors name the tensor.
 func BLRFromTensor(t *Tensor) (*BLRWeight, error) {
 	if t == nil {
-		return nil, fmt.Errorf("blr: nil tensor")
+		return nil, fmt.Errorf("BLR: nil tensor")
 	}
 	if t.DType != BLR {
 		return nil, fmt.Errorf("tensor %s: dtype %s is not %s", t.Name, t.DType, BLR)

@@ -54,7 +54,7 @@ func (d *Dense) In() int { return d.in }
 func (d *Dense) Out() int { return d.out }
 
 // linearFromTensor converts a 2-D weight tensor [out, in] into a Linear: F32/F16/BF16/F64
-// become a Dense in float64; BLR is not supported yet (the compressor adds NewBLRLinear).
+// become a Dense in float64; BLR becomes a BLRLinear (NewBLRLinear).
 // Errors name the tensor.
 func linearFromTensor(t *cmf.Tensor) (Linear, error) {
 	if len(t.Shape) != 2 || t.Shape[0] <= 0 || t.Shape[1] <= 0 {
@@ -62,7 +62,7 @@ func linearFromTensor(t *cmf.Tensor) (Linear, error) {
 	}
 	switch {
 	case t.DType == cmf.BLR:
-		return nil, fmt.Errorf("tensor %s: BLR tensors not supported yet by the host reference", t.Name)
+		return NewBLRLinear(t)
 	case t.DType.Float():
 		w, err := t.Float64()
 		if err != nil {
