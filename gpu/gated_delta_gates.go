@@ -1,0 +1,50 @@
+package gpu
+
+import "fmt"
+
+const gatedDeltaGatesWG = 256
+
+// GatedDeltaGates records the per-token, per-value-head gates of the GatedDeltaNet
+// (host.GatedDeltaGates, HF Qwen3_5GatedDeltaNet):
+//
+//	beta = sigmoid(b),   g = −exp(A_log) · softplus(a + dt_bias)   (g ≤ 0, a log decay),
+//
+// in f32. a and b are F32 [rows, hv] row-major (outputs of in_proj_a and in_proj_b), aLog
+// and dtBias are F32 [hv]; the outputs g and beta are F32 [rows, hv]. All six buffers must
+// be distinct. Errors: non-positive sizes, dtype or length mismatches, aliasing, or any
+// Dispatch error.
+func GatedDeltaGates(r *Recorder, a, b, aLog, dtBias, g, beta *Buffer, rows, hv int) error {
+	const op = "GatedDeltaGates"
+	if err := positive(op, "rows, hv", rows, hv); err != nil {
+		return err
+	}
+	n := rows * hv
+	if n > maxU32Elems {
+		return fmt.Errorf("gpu: %s: rows·hv = %d exceeds %d", op, n, maxU32Elems)
+	}
+	for _, c := range []struct {
+		name string
+		b    *Buffer
+		n    int
+	}{{"a", a, n}, {"b", b, n}, {"aLog", aLog, hv}, {"dtBias", dtBias, hv}, {"g", g, n}, {"beta", beta, n}} {
+		if err := need(op, c.name, c.b, c.n, F32); err != nil {
+			return err
+		}
+	}
+	if err := distinct(op, map[string]*Buffer{"a": a, "b": b, "aLog": aLog, "dtBias": dtBias, "g": g, "beta": beta}); err != nil {
+		return err
+	}
+	k, err := r.d.Kernel(KernelSpec{
+		Name: op, File: "gated_delta_gates.wgsl", Params: struct{ WG int }{gatedDeltaGatesWG},
+		Bindings: []Access{Read, Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 2,
+	})
+	if err != nil {
+		return err
+	}
+	grid, err := Grid1D((n + gatedDeltaGatesWG - 1) / gatedDeltaGatesWG)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	return r.Dispatch(k, grid, []uint32{uint32(n), uint32(hv)},
+		Whole(a), Whole(b), Whole(aLog), Whole(dtBias), Whole(g), Whole(beta))
+}
