@@ -1,0 +1,44 @@
+// L2Norm: y[r, :] = scale · x[r, :] · rsqrt(Σ x[r, :]² + 1e−6), per row of n values, f32
+// (HF `l2norm` of the GatedDeltaNet; rows = tokens·heads, n = dk).
+// x, y: f32 [rows, n] row-major. One workgroup of WG threads per row, tree reduction.
+// Template parameters: WG (power of two).
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+
+struct Params {
+    rows: u32,
+    n: u32,
+    scale: f32,
+};
+@group(0) @binding(2) var<uniform> p: Params;
+
+var<workgroup> partial: array<f32, {{.WG}}>;
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let r = wid.x + wid.y * nwg.x;
+    // r is uniform across the workgroup, so this early exit keeps barriers uniform.
+    if (r >= p.rows) {
+        return;
+    }
+    let base = r * p.n;
+    var s = 0.0;
+    for (var c = lid; c < p.n; c += {{.WG}}u) {
+        let v = x[base + c];
+        s += v * v;
+    }
+    partial[lid] = s; // every slot written: workgroup memory is not zero-initialised
+    workgroupBarrier();
+    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
+        if (lid < h) {
+            partial[lid] += partial[lid + h];
+        }
+        workgroupBarrier();
+    }
+    let f = p.scale * inverseSqrt(partial[0] + 1e-6);
+    for (var c = lid; c < p.n; c += {{.WG}}u) {
+        y[base + c] = x[base + c] * f;
+    }
+}
