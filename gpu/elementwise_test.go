@@ -116,3 +116,24 @@ func TestRMSNorm(t *testing.T) {
 	}
 	r.Discard()
 }
+
+// TestRMSNormBigGrid: one workgroup per row, so 65600 rows need a 2-D grid (65535, 2); rows
+// past the first grid row must be normalised too (cheap: 3 values per row).
+func TestRMSNormBigGrid(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(17, 18))
+	rows, n := 65600, 3
+	xf, xd := randF32(rng, rows*n, 2)
+	wf, wd := randF32(rng, n, 1)
+	x := must(d.UploadFloat32("x", xf, rows, n)).T(t)
+	w := must(d.UploadFloat32("w", wf, n)).T(t)
+	y := must(d.NewBuffer("y", gpu.F32, rows, n)).T(t)
+	defer x.Release()
+	defer w.Release()
+	defer y.Release()
+	if err := d.Run(func(r *gpu.Recorder) error { return gpu.RMSNorm(r, x, w, y, rows, n, 1e-6, true) }); err != nil {
+		t.Fatal(err)
+	}
+	want := must(host.RMSNorm(xd, rows, n, wd, 1e-6, true)).T(t)
+	checkClose(t, "RMSNorm 2-D grid", must(d.ReadFloat32(y)).T(t), want, 1e-37, (float64(n)/2+8)*u32)
+}

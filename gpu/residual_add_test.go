@@ -30,31 +30,6 @@ func TestResidualAdd(t *testing.T) {
 	}
 }
 
-// TestResidualAddBigGrid covers a grid split over two dimensions (> 65535 workgroups).
-func TestResidualAddBigGrid(t *testing.T) {
-	d := gputest.Open(t)
-	n := 65535*256 + 513 // 65538 workgroups of 256 → grid (65535, 2)
-	xf := make([]float32, n)
-	yf := make([]float32, n)
-	for i := range xf {
-		xf[i] = float32(i % 1000)
-		yf[i] = float32(i%7) + 0.5
-	}
-	x := must(d.UploadFloat32("x", xf, n)).T(t)
-	y := must(d.UploadFloat32("y", yf, n)).T(t)
-	defer x.Release()
-	defer y.Release()
-	if err := d.Run(func(r *gpu.Recorder) error { return gpu.ResidualAdd(r, x, y) }); err != nil {
-		t.Fatal(err)
-	}
-	got := must(d.ReadFloat32(x)).T(t)
-	for i, v := range got {
-		if want := float32(i%1000) + float32(i%7) + 0.5; v != want {
-			t.Fatalf("x[%d] = %g, want %g", i, v, want)
-		}
-	}
-}
-
 // TestResidualAddErrors: bad launcher input is an error, not a panic or an abort.
 func TestResidualAddErrors(t *testing.T) {
 	d := gputest.Open(t)

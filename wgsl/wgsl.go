@@ -30,13 +30,27 @@ import (
 //go:embed *.wgsl
 var FS embed.FS
 
+// funcs are the helpers templates may call: seq n → 0, 1, …, n−1 (for unrolled loops with
+// literal indices), add, mul.
+var funcs = template.FuncMap{
+	"seq": func(n int) []int {
+		s := make([]int, n)
+		for i := range s {
+			s[i] = i
+		}
+		return s
+	},
+	"add": func(a, b int) int { return a + b },
+	"mul": func(a, b int) int { return a * b },
+}
+
 var (
 	mu     sync.Mutex
 	parsed = map[string]*template.Template{}
 )
 
 // Render returns the text of the shader file name (e.g. "residual_add.wgsl") with the
-// template executed on params (a struct or map whose fields the template uses). Errors
+// template (which may call seq, add and mul) executed on params (a struct or map whose fields the template uses). Errors
 // name the file: an unknown file, a template syntax error, or a missing parameter
 // (templates run with missingkey=error).
 func Render(name string, params any) (string, error) {
@@ -48,7 +62,7 @@ func Render(name string, params any) (string, error) {
 			mu.Unlock()
 			return "", fmt.Errorf("wgsl: no shader file %q: %w", name, err)
 		}
-		t, err = template.New(name).Option("missingkey=error").Parse(string(src))
+		t, err = template.New(name).Option("missingkey=error").Funcs(funcs).Parse(string(src))
 		if err != nil {
 			mu.Unlock()
 			return "", fmt.Errorf("wgsl: parse %s: %w", name, err)
