@@ -200,8 +200,11 @@ func parseSplit(raw json.RawMessage) (splitter, error) {
 	}
 	switch {
 	case sp.Pattern.Regex != nil:
-		if *sp.Pattern.Regex == Qwen2Pattern {
-			return qwenSplitter{}, nil
+		switch *sp.Pattern.Regex {
+		case Qwen2Pattern:
+			return qwen2Splitter, nil
+		case Qwen35Pattern:
+			return qwen35Splitter, nil
 		}
 		return newRegexSplitter(*sp.Pattern.Regex)
 	case sp.Pattern.String != nil:

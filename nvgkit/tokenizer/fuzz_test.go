@@ -11,10 +11,14 @@ import (
 // FuzzRoundTrip checks, for any input, that Encode gives ids in range, that Decode of them
 // gives back the NFC-normalized text (normalized between added tokens, as HF does; invalid
 // UTF-8 bytes become U+FFFD first), and that the hand-written Qwen2 scanner cuts the same
-// pieces as regexp2 running Qwen2Pattern. The seed corpus is in testdata/fuzz/FuzzRoundTrip.
+// pieces as regexp2 running Qwen2Pattern, and likewise for Qwen35Pattern. The seed corpus is in testdata/fuzz/FuzzRoundTrip.
 func FuzzRoundTrip(f *testing.F) {
 	tok := loadTok(f, tinyPath)
-	re, err := newRegexSplitter(Qwen2Pattern)
+	re2, err := newRegexSplitter(Qwen2Pattern)
+	if err != nil {
+		f.Fatal(err)
+	}
+	re35, err := newRegexSplitter(Qwen35Pattern)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -41,8 +45,11 @@ func FuzzRoundTrip(f *testing.F) {
 			t.Fatalf("decode(encode(%q)) = %q, want %q", s, got, want)
 		}
 		v := norm.NFC.String(ValidUTF8(s))
-		if a, b := pieces(qwenSplitter{}, v), pieces(re, v); !slices.Equal(a, b) {
-			t.Fatalf("split of %q: scanner %q, regexp2 %q", v, a, b)
+		if a, b := pieces(qwen2Splitter, v), pieces(re2, v); !slices.Equal(a, b) {
+			t.Fatalf("Qwen2 split of %q: scanner %q, regexp2 %q", v, a, b)
+		}
+		if a, b := pieces(qwen35Splitter, v), pieces(re35, v); !slices.Equal(a, b) {
+			t.Fatalf("Qwen3.5 split of %q: scanner %q, regexp2 %q", v, a, b)
 		}
 	})
 }

@@ -15,6 +15,11 @@ import (
 // than the backtracking regex); any other pattern runs through regexp2.
 const Qwen2Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 
+// Qwen35Pattern is the Split pre-tokenizer regex of the Qwen3.5 tokenizers: Qwen2Pattern
+// with combining marks (\p{M}) counted with letters, so a word keeps its marks. It also
+// runs on the hand-written scanner.
+const Qwen35Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+
 // GPT2Pattern is the regex HF's ByteLevel pre-tokenizer applies when its use_regex is true.
 const GPT2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 
@@ -133,6 +138,7 @@ const (
 	clN                // \p{N}
 	clS                // \s (Unicode White_Space)
 	clCRLF             // \r or \n
+	clM                // \p{M}
 )
 
 // asciiClass holds the class flags of the ASCII bytes.
@@ -158,6 +164,9 @@ func classOfRune(c rune) uint8 {
 	if c == '\r' || c == '\n' {
 		f |= clCRLF
 	}
+	if unicode.IsMark(c) {
+		f |= clM
+	}
 	return f
 }
 
@@ -171,13 +180,21 @@ func classAt(s string, i int) (rune, int, uint8) {
 	return r, n, classOfRune(r)
 }
 
-// qwenSplitter is a hand-written matcher for Qwen2Pattern with leftmost-first alternation
-// and greedy, backtracking quantifiers, as the regex engine would run it.
-type qwenSplitter struct{}
+// qwenSplitter is a hand-written matcher for Qwen2Pattern (letters = clL) and
+// Qwen35Pattern (letters = clL|clM), with leftmost-first alternation and greedy,
+// backtracking quantifiers, as the regex engine would run them.
+type qwenSplitter struct {
+	letters uint8 // the class of the word runs: \p{L}, or [\p{L}\p{M}]
+}
 
-func (qwenSplitter) split(s string, fn func(start, end int)) {
+var (
+	qwen2Splitter  = qwenSplitter{letters: clL}
+	qwen35Splitter = qwenSplitter{letters: clL | clM}
+)
+
+func (q qwenSplitter) split(s string, fn func(start, end int)) {
 	for i := 0; i < len(s); {
-		e := qwenNext(s, i)
+		e := q.next(s, i)
 		fn(i, e)
 		i = e
 	}
@@ -202,9 +219,9 @@ func foldIs(s string, i int, l byte) int {
 	return 0
 }
 
-// qwenNext returns the end of the Qwen2Pattern match that starts at byte i (< len(s)).
-// The pattern matches at every position, so pieces are contiguous.
-func qwenNext(s string, i int) int {
+// next returns the end of the pattern's match that starts at byte i (< len(s)). The
+// pattern matches at every position, so pieces are contiguous.
+func (q qwenSplitter) next(s string, i int) int {
 	c, n, f := classAt(s, i)
 	// 1. (?i:'s|'t|'re|'ve|'m|'ll|'d)
 	if c == '\'' {
@@ -237,25 +254,26 @@ func qwenNext(s string, i int) int {
 			return j + k
 		}
 	}
-	// 2. [^\r\n\p{L}\p{N}]?\p{L}+
-	if f&clL != 0 {
-		return scanClass(s, i+n, clL, true)
+	// 2. [^\r\n\p{L}\p{N}]?\p{L}+ (Qwen3.5: [^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+). A rune of
+	// the run class starts the run itself (a mark as the optional rune is then also in it).
+	if f&q.letters != 0 {
+		return scanClass(s, i+n, q.letters, true)
 	}
-	if f&(clCRLF|clN) == 0 && i+n < len(s) {
-		if _, _, f2 := classAt(s, i+n); f2&clL != 0 {
-			return scanClass(s, i+n, clL, true)
+	if f&(clCRLF|clN|clL) == 0 && i+n < len(s) {
+		if _, _, f2 := classAt(s, i+n); f2&q.letters != 0 {
+			return scanClass(s, i+n, q.letters, true)
 		}
 	}
 	// 3. \p{N}
 	if f&clN != 0 {
 		return i + n
 	}
-	// 4. ` ?[^\s\p{L}\p{N}]+[\r\n]*`
+	// 4. ` ?[^\s\p{L}\p{N}]+[\r\n]*` (Qwen3.5: ` ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*`)
 	j := i
 	if c == ' ' {
 		j = i + 1
 	}
-	if k := scanClass(s, j, clS|clL|clN, false); k > j {
+	if k := scanClass(s, j, clS|clN|q.letters, false); k > j {
 		for k < len(s) && (s[k] == '\r' || s[k] == '\n') {
 			k++
 		}

@@ -361,10 +361,10 @@ func (t *Tokenizer) encodePlain(s string, level int, out []int) []int {
 	if level == len(t.splits) {
 		return t.encodeWord(s, out)
 	}
-	if _, ok := t.splits[level].(qwenSplitter); ok && level == len(t.splits)-1 {
+	if q, ok := t.splits[level].(qwenSplitter); ok && level == len(t.splits)-1 {
 		// Fast path: no closure, no allocation per piece.
 		for i := 0; i < len(s); {
-			e := qwenNext(s, i)
+			e := q.next(s, i)
 			out = t.encodeWord(s[i:e], out)
 			i = e
 		}

@@ -123,29 +123,36 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// TestRegexMatchesScanner checks that the hand-written Qwen2 scanner and regexp2 running
-// Qwen2Pattern cut the same pieces, on the fixtures and on edge cases of every alternative.
+// TestRegexMatchesScanner checks that the hand-written scanner and regexp2 cut the same
+// pieces for Qwen2Pattern and Qwen35Pattern, on the fixtures and on edge cases of every
+// alternative.
 func TestRegexMatchesScanner(t *testing.T) {
-	re, err := newRegexSplitter(Qwen2Pattern)
-	if err != nil {
-		t.Fatal(err)
-	}
 	texts := []string{
 		"", " ", "  ", "a", "I'm you'RE they'll we'VE he'D it'S she'M 'x 'll 'L 'Ll",
 		"'ſ 'ſt", "x  y", "x \ty", "x\n\n  y", "  \n \t", "a\r\n\tb", " 3.14159 12345",
 		"foo()\n\n}\n", "a == b", " != \n", "日本語 🙂 한국어 عربى", "\u00a0x\u3000\u3000y \u2028",
 		"naïve — “quotes”", "é\u0301x", "\u0301abc", "x\u0301", "$$\r\n\r\n", "\t\tfoo",
+		"नमस्ते दुनिया", " \u0301\u0301x", ".\u0301", "\n\u0301a", "3\u0301", "'\u0301s", "ก่อน",
 	}
 	for _, set := range fixtureSets {
 		for _, c := range loadCases(t, set.cases) {
 			texts = append(texts, c.Text)
 		}
 	}
-	for i, s := range texts {
-		want := pieces(re, s)
-		got := pieces(qwenSplitter{}, s)
-		if !slices.Equal(got, want) {
-			t.Errorf("text %d %q: scanner %q, regexp2 %q", i, s[:min(len(s), 60)], got, want)
+	for _, p := range []struct {
+		pattern string
+		scanner qwenSplitter
+	}{{Qwen2Pattern, qwen2Splitter}, {Qwen35Pattern, qwen35Splitter}} {
+		re, err := newRegexSplitter(p.pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range texts {
+			want := pieces(re, s)
+			got := pieces(p.scanner, s)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: text %d %q: scanner %q, regexp2 %q", p.pattern[40:60], i, s[:min(len(s), 60)], got, want)
+			}
 		}
 	}
 }
@@ -170,10 +177,26 @@ func TestQwenSplitKnown(t *testing.T) {
 		{"\tfoo", []string{"\tfoo"}},
 		{"x   ", []string{"x", "   "}},
 		{"it'ſ", []string{"it", "'ſ"}},
+		{"x\u0301y", []string{"x", "\u0301y"}},
 	}
 	for _, c := range cases {
-		if got := pieces(qwenSplitter{}, c.in); !slices.Equal(got, c.want) {
-			t.Errorf("%q: got %q, want %q", c.in, got, c.want)
+		if got := pieces(qwen2Splitter, c.in); !slices.Equal(got, c.want) {
+			t.Errorf("Qwen2 %q: got %q, want %q", c.in, got, c.want)
+		}
+	}
+	// Qwen3.5 keeps combining marks inside words.
+	cases35 := []struct {
+		in   string
+		want []string
+	}{
+		{"x\u0301y", []string{"x\u0301y"}},
+		{"नमस्ते दुनिया", []string{"नमस्ते", " दुनिया"}},
+		{"a.\u0301", []string{"a", ".\u0301"}},
+		{"I'm  x", []string{"I", "'m", " ", " x"}},
+	}
+	for _, c := range cases35 {
+		if got := pieces(qwen35Splitter, c.in); !slices.Equal(got, c.want) {
+			t.Errorf("Qwen3.5 %q: got %q, want %q", c.in, got, c.want)
 		}
 	}
 }
