@@ -273,7 +273,7 @@ func openAny(fsys files, name string) (*Model, error) {
 		case strings.HasSuffix(base, ".cmf.index.json"):
 			m, err = openShardedCMF(fsys, name)
 		case base == HFIndexName:
-			m, err = openHF(fsys, dir)
+			m, err = openHF(fsys, dir, true)
 		default:
 			m, err = openCMFFile(fsys, name)
 		}
@@ -305,7 +305,7 @@ func openDir(fsys files, dir string) (*Model, error) {
 	case cmfFile:
 		return openCMFFile(fsys, fsys.join(dir, CMFFileName))
 	case hf:
-		return openHF(fsys, dir)
+		return openHF(fsys, dir, false)
 	}
 	return nil, fmt.Errorf("%s: no config.json (not an HF checkpoint) and no %s or %s (not a CMF model)", dir, CMFIndexName, CMFFileName)
 }
@@ -328,8 +328,9 @@ func openHeader(fsys files, name string, opened *openedFiles) (map[string]string
 	return ParseSafetensorsHeader(r, size, name)
 }
 
-// openHF opens an HF checkpoint directory.
-func openHF(fsys files, dir string) (_ *Model, err error) {
+// openHF opens an HF checkpoint directory: model.safetensors when present (as transformers
+// does), else the index; with useIndex, the index.
+func openHF(fsys files, dir string, useIndex bool) (_ *Model, err error) {
 	cfgPath := fsys.join(dir, HFConfigName)
 	if ok, _, _ := fsys.stat(cfgPath); !ok {
 		return nil, fmt.Errorf("%s: no config.json: not an HF checkpoint directory", dir)
@@ -351,7 +352,7 @@ func openHF(fsys files, dir string) (_ *Model, err error) {
 	var raw []*Tensor
 	single := fsys.join(dir, HFWeightsName)
 	indexPath := fsys.join(dir, HFIndexName)
-	if ok, _, _ := fsys.stat(single); ok {
+	if ok, _, _ := fsys.stat(single); ok && !useIndex {
 		_, raw, err = openHeader(fsys, single, &opened)
 		if err != nil {
 			return nil, err

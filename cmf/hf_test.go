@@ -338,3 +338,21 @@ func TestOpenHFErrors(t *testing.T) {
 		t.Errorf("missing path: %v", err)
 	}
 }
+
+// TestOpenIndexFileWinsOverSingle: opening the index file uses the shards even when a
+// model.safetensors sits beside it (which opening the directory prefers, as transformers).
+func TestOpenIndexFileWinsOverSingle(t *testing.T) {
+	src := openTiny(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, vlCheckpoint(t, src))
+	writeFiles(t, dir, map[string][]byte{HFWeightsName: []byte("not safetensors")})
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, HFWeightsName)) {
+		t.Fatalf("dir with a broken model.safetensors: %v", err)
+	}
+	m, err := Open(filepath.Join(dir, HFIndexName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	checkVL(t, src, m)
+}
