@@ -1,0 +1,56 @@
+// TargetLogits: out[r] = Σ_c h[r, c] · E[ids[r], c], the logit of one chosen vocabulary row
+// per token (for the NLL: lse − logit[target]), f32 accumulation.
+// h: f32 [rows, hidden]; E: [vocab, hidden] row-major, f32 (array<f32>) or f16 packed two per
+// u32 (F16); ids: u32 [rows] (validated on the host; clamped here as a last guard);
+// out: f32 [rows]. One workgroup of WG threads per row, tree reduction.
+// Template parameters: WG (power of two), F16 (bool).
+
+@group(0) @binding(0) var<storage, read> h: array<f32>;
+@group(0) @binding(1) var<storage, read> e: array<{{if .F16}}u32{{else}}f32{{end}}>;
+@group(0) @binding(2) var<storage, read> ids: array<u32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+struct Params {
+    rows: u32,
+    hidden: u32,
+    vocab: u32,
+};
+@group(0) @binding(4) var<uniform> p: Params;
+
+var<workgroup> partial: array<f32, {{.WG}}>;
+
+fn ew(i: u32) -> f32 {
+{{- if .F16}}
+    let pair = unpack2x16float(e[i >> 1u]);
+    return select(pair.x, pair.y, (i & 1u) == 1u);
+{{- else}}
+    return e[i];
+{{- end}}
+}
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let r = wid.x + wid.y * nwg.x;
+    // r is uniform across the workgroup, so this early exit keeps barriers uniform.
+    if (r >= p.rows) {
+        return;
+    }
+    let hb = r * p.hidden;
+    let eb = min(ids[r], p.vocab - 1u) * p.hidden;
+    var s = 0.0;
+    for (var c = lid; c < p.hidden; c += {{.WG}}u) {
+        s += h[hb + c] * ew(eb + c);
+    }
+    partial[lid] = s; // every slot written: workgroup memory is not zero-initialised
+    workgroupBarrier();
+    for (var k = {{.WG}}u / 2u; k > 0u; k >>= 1u) {
+        if (lid < k) {
+            partial[lid] += partial[lid + k];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        out[r] = partial[0];
+    }
+}
