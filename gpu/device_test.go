@@ -173,3 +173,50 @@ func TestCloseThenUse(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestAdapterSelection: NVG_ADAPTER picks by index or name substring; no match is an
+// error listing the adapters.
+func TestAdapterSelection(t *testing.T) {
+	shared := gputest.Open(t)
+	name := shared.Info().Name
+	for _, sel := range []string{"0", strings.ToUpper(name[:3])} {
+		t.Setenv("NVG_ADAPTER", sel)
+		d, err := gpu.Open()
+		if err != nil {
+			t.Fatalf("NVG_ADAPTER=%s: %v", sel, err)
+		}
+		t.Logf("NVG_ADAPTER=%s → %s", sel, d.Info().Name)
+		d.Close()
+	}
+	t.Setenv("NVG_ADAPTER", "no-such-adapter")
+	if _, err := gpu.Open(); err == nil || !strings.Contains(err.Error(), name) {
+		t.Errorf("unmatched NVG_ADAPTER: %v (want an error listing %q)", err, name)
+	}
+	t.Setenv("NVG_ADAPTER", "99")
+	if _, err := gpu.Open(); err == nil {
+		t.Error("out-of-range NVG_ADAPTER index accepted")
+	}
+}
+
+// TestBindingLimit: a binding above maxStorageBufferBindingSize is refused in Go (the driver
+// would abort the process at Submit). Needs a buffer just above the limit, so it runs only
+// where the limit is small (128 MiB on lavapipe).
+func TestBindingLimit(t *testing.T) {
+	d := gputest.Open(t)
+	lim := d.Info().MaxStorageBindingSize
+	if lim > 256<<20 {
+		t.Skipf("maxStorageBufferBindingSize is %d MiB: a buffer above it is too big for a unit test", lim>>20)
+	}
+	n := int(lim/4) + 64
+	x := must(d.NewBuffer("big x", gpu.F32, n)).T(t)
+	y := must(d.NewBuffer("big y", gpu.F32, n)).T(t)
+	defer x.Release()
+	defer y.Release()
+	r := d.Begin()
+	defer r.Discard()
+	err := gpu.ResidualAdd(r, x, y)
+	if err == nil || !strings.Contains(err.Error(), "maxStorageBufferBindingSize") {
+		t.Fatalf("oversized binding: %v", err)
+	}
+	t.Log(err)
+}

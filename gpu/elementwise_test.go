@@ -53,6 +53,26 @@ func TestEmbedding(t *testing.T) {
 	}
 }
 
+// TestEmbeddingSliced gathers from a table split into 128-row slices (as a table larger
+// than one binding is), f16 with odd hidden so slices start mid-word-pair: still exact.
+func TestEmbeddingSliced(t *testing.T) {
+	d := gputest.Open(t)
+	defer gpu.SetEmbeddingSliceRows(128)()
+	rng := rand.New(rand.NewPCG(19, 20))
+	vocab, hidden := 300, 7
+	ids := []int{299, 0, 127, 128, 255, 256, 3, 200, 299}
+	bits, tabD := randF16(rng, vocab*hidden, 2)
+	tb := must(d.UploadF16("table", bits, vocab, hidden)).T(t)
+	out := must(d.NewBuffer("out", gpu.F32, len(ids), hidden)).T(t)
+	defer tb.Release()
+	defer out.Release()
+	if err := d.Run(func(r *gpu.Recorder) error { return gpu.Embedding(r, tb, ids, out) }); err != nil {
+		t.Fatal(err)
+	}
+	want := must(host.Embedding(tabD, vocab, hidden, ids)).T(t)
+	checkClose(t, "Embedding (3 slices)", must(d.ReadFloat32(out)).T(t), want, 0, 0)
+}
+
 // TestSwiGLU: silu uses one exp (WGSL: ≤ 3 + 2|g| ulp), a division and two products, so the
 // relative error is at most about (8 + 2|g|)·u with |g| ≤ 6 here: rtol (8+12)·2u = 2.4e-6.
 func TestSwiGLU(t *testing.T) {

@@ -1,6 +1,8 @@
 // Embedding: out[r, c] = table[ids[r], c] for r < rows, c < hidden.
-// table: [vocab, hidden] row-major, f32 (array<f32>) or f16 packed two per u32 (F16);
-// ids: u32 [rows] (validated on the host; clamped here as a last guard); out: f32 [rows, hidden].
+// table: the slice of rows v0 .. v0+count−1 of a [vocab, hidden] row-major table, f32
+// (array<f32>) or f16 packed two per u32 (F16); a table larger than one storage binding is
+// gathered slice by slice, each dispatch writing only the rows whose id falls in its slice.
+// ids: u32 [rows] (validated on the host); out: f32 [rows, hidden].
 // Template parameters: WG (workgroup size), F16 (bool).
 
 @group(0) @binding(0) var<storage, read> table: array<{{if .F16}}u32{{else}}f32{{end}}>;
@@ -10,7 +12,8 @@
 struct Params {
     rows: u32,
     hidden: u32,
-    vocab: u32,
+    v0: u32,
+    count: u32,
 };
 @group(0) @binding(3) var<uniform> p: Params;
 
@@ -23,8 +26,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let r = i / p.hidden;
     let c = i - r * p.hidden;
-    let id = min(ids[r], p.vocab - 1u);
-    let e = id * p.hidden + c;
+    let id = ids[r];
+    if (id < p.v0 || id - p.v0 >= p.count) {
+        return; // another slice's row
+    }
+    let e = (id - p.v0) * p.hidden + c;
 {{- if .F16}}
     let pair = unpack2x16float(table[e >> 1u]);
     out[i] = select(pair.x, pair.y, (e & 1u) == 1u);
