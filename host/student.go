@@ -1,0 +1,399 @@
+package host
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// StudentGrads is the result of Net.StudentLossGrad: the distillation loss of a student
+// step and the gradients of everything the student trains (DESIGN.md §6).
+//
+// Grads is keyed by parameter name:
+//
+//   - an RMSNorm gain by its HF tensor name, e.g. "model.norm.weight",
+//     "model.layers.3.input_layernorm.weight", "model.layers.3.post_attention_layernorm.weight",
+//     "model.layers.3.self_attn.q_norm.weight", "model.layers.3.self_attn.k_norm.weight",
+//     "model.layers.0.linear_attn.norm.weight" (the gated norm); each the shape of the gain
+//     ([H], [hd] or [dv]). The HF fixtures store the same values as "grad." + name. The
+//     gradient is d loss/d w of the stored w (for the zero-centred norms, also d loss/d (1+w));
+//   - the metric of every BLR linear by its tensor name, the path p (0-based) and the scale:
+//     "<tensor>.p<p>.h" [m], "<tensor>.p<p>.l" [r] (ℓ) and "<tensor>.p<p>.g" [n], e.g.
+//     "model.layers.0.mlp.up_proj.weight.p0.h" (BLRGradName builds them).
+//
+// Dense projections, the embedding, the head, the conv, A_log and dt_bias are frozen and
+// have no entry.
+type StudentGrads struct {
+	Loss       float64              // mean over the nb·t tokens of KL(p_T ‖ p_S)
+	KLPerToken []float64            // [nb·t], token r = window·t + position
+	Embeds     []float64            // d loss / d input embeddings [nb·t, H]
+	Grads      map[string][]float64 // see the type's doc
+}
+
+// Names returns the keys of g.Grads in sorted order.
+func (g *StudentGrads) Names() []string {
+	names := make([]string, 0, len(g.Grads))
+	for k := range g.Grads {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// BLRGradName is the StudentGrads key of one metric scale of a BLR linear: tensor is the
+// linear's HF tensor name (e.g. "model.layers.0.mlp.up_proj.weight"), path its 0-based path
+// and scale one of "h", "l" (ℓ) or "g"; the result is "<tensor>.p<path>.<scale>".
+func BLRGradName(tensor string, path int, scale string) string {
+	return fmt.Sprintf("%s.p%d.%s", tensor, path, scale)
+}
+
+// addGrad accumulates v into grads[name].
+func addGrad(grads map[string][]float64, name string, v []float64) {
+	if g, ok := grads[name]; ok {
+		for i := range g {
+			g[i] += v[i]
+		}
+		return
+	}
+	grads[name] = append([]float64(nil), v...)
+}
+
+// linBack runs LinearBackward and records the metric gradients of a BLR linear under name.
+func linBack(grads map[string][]float64, name string, l Linear, x []float64, rows int, dy []float64) ([]float64, error) {
+	dx, paths, err := LinearBackward(l, x, rows, dy)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	for p, g := range paths {
+		addGrad(grads, BLRGradName(name, p, "h"), g.H)
+		addGrad(grads, BLRGradName(name, p, "l"), g.L)
+		addGrad(grads, BLRGradName(name, p, "g"), g.G)
+	}
+	return dx, nil
+}
+
+func addInto(dst, src []float64) {
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// LayerBackward is the backward of decoder layer a.Layer from its forward values a (as
+// Net.LayerActs returns them; the student step recomputes them from the layer's
+// checkpointed input): given dOut = d loss / d a.Out [nb·t, H], it returns
+// d loss / d a.X [nb·t, H] and adds, into grads (keys as StudentGrads.Grads), the
+// gradients of the layer's RMSNorm gains and of the metric of its BLR linears.
+// Errors: a nil a or grads, a.Layer out of range, a layer kind that disagrees with the
+// net's, or lengths that disagree, named with the layer.
+func (n *Net) LayerBackward(a *LayerActs, dOut []float64, grads map[string][]float64) ([]float64, error) {
+	if a == nil || grads == nil {
+		return nil, fmt.Errorf("host.Net.LayerBackward: nil activations or gradient map")
+	}
+	if a.Layer < 0 || a.Layer >= len(n.Layers) {
+		return nil, fmt.Errorf("host.Net.LayerBackward: layer %d is outside [0, %d)", a.Layer, len(n.Layers))
+	}
+	L := n.Layers[a.Layer]
+	if (L.Attn != nil) != (a.Attn != nil) || (L.Delta != nil) != (a.Delta != nil) {
+		return nil, fmt.Errorf("host.Net.LayerBackward: layer %d: activations are of another mixer kind than the layer", a.Layer)
+	}
+	H := n.Config.HiddenSize
+	rows := a.NB * a.T
+	if rows <= 0 || len(a.X) != rows*H || len(dOut) != rows*H {
+		return nil, fmt.Errorf("host.Net.LayerBackward: layer %d: X has %d and dOut %d values, want nb·t·H = %d·%d·%d", a.Layer, len(a.X), len(dOut), a.NB, a.T, H)
+	}
+	dx, err := n.layerBackward(L, a, dOut, grads)
+	if err != nil {
+		return nil, fmt.Errorf("host.Net.LayerBackward: layer %d: %w", a.Layer, err)
+	}
+	return dx, nil
+}
+
+func (n *Net) layerBackward(L *DecoderLayer, a *LayerActs, dOut []float64, grads map[string][]float64) ([]float64, error) {
+	c := n.Config
+	rows, H := a.NB*a.T, c.HiddenSize
+	p := fmt.Sprintf("model.layers.%d.", a.Layer)
+	// MLP: Out = Resid + down(SwiGLU(gate(Norm2), up(Norm2))).
+	dAct, err := linBack(grads, p+"mlp.down_proj.weight", L.DownProj, a.Act, rows, dOut)
+	if err != nil {
+		return nil, err
+	}
+	dGate, dUp, err := SwiGLUBackward(a.Gate, a.Up, dAct)
+	if err != nil {
+		return nil, err
+	}
+	dNorm2, err := linBack(grads, p+"mlp.gate_proj.weight", L.GateProj, a.Norm2, rows, dGate)
+	if err != nil {
+		return nil, err
+	}
+	d, err := linBack(grads, p+"mlp.up_proj.weight", L.UpProj, a.Norm2, rows, dUp)
+	if err != nil {
+		return nil, err
+	}
+	addInto(dNorm2, d)
+	dResid, dw, err := RMSNormBackward(a.Resid, rows, H, L.PostNorm, c.RMSNormEps, true, dNorm2)
+	if err != nil {
+		return nil, err
+	}
+	addGrad(grads, p+"post_attention_layernorm.weight", dw)
+	addInto(dResid, dOut)
+	// Mixer: Resid = X + mixer(Norm1).
+	var dNorm1 []float64
+	if L.Attn != nil {
+		dNorm1, err = n.attentionBackward(L.Attn, a, dResid, grads, p+"self_attn.")
+	} else {
+		dNorm1, err = n.deltaNetBackward(L.Delta, a, dResid, grads, p+"linear_attn.")
+	}
+	if err != nil {
+		return nil, err
+	}
+	dX, dw, err := RMSNormBackward(a.X, rows, H, L.InputNorm, c.RMSNormEps, true, dNorm1)
+	if err != nil {
+		return nil, err
+	}
+	addGrad(grads, p+"input_layernorm.weight", dw)
+	addInto(dX, dResid)
+	return dX, nil
+}
+
+// attentionBackward returns d loss / d Norm1 of the gated attention mixer for dMixer.
+func (n *Net) attentionBackward(w *AttentionWeights, la *LayerActs, dMixer []float64, grads map[string][]float64, p string) ([]float64, error) {
+	c := n.Config
+	a := la.Attn
+	nb, t := la.NB, la.T
+	rows, nh, nkv, hd := nb*t, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	dGated, err := linBack(grads, p+"o_proj.weight", w.OProj, a.Gated, rows, dMixer)
+	if err != nil {
+		return nil, err
+	}
+	dO, dGate, err := AttentionGateBackward(a.O, a.Gate, dGated)
+	if err != nil {
+		return nil, err
+	}
+	dQR, dKR, dV, err := AttentionBackward(a.QR, a.KR, a.V, a.O, a.LSE, dO, nb, t, nh, nkv, hd)
+	if err != nil {
+		return nil, err
+	}
+	dQ, dqn, err := QKNormRoPEBackward(a.Q, rows, nh, hd, w.QNorm, c.RMSNormEps, c.RotaryDim(), c.RopeTheta, t, dQR)
+	if err != nil {
+		return nil, err
+	}
+	addGrad(grads, p+"q_norm.weight", dqn)
+	dK, dkn, err := QKNormRoPEBackward(a.K, rows, nkv, hd, w.KNorm, c.RMSNormEps, c.RotaryDim(), c.RopeTheta, t, dKR)
+	if err != nil {
+		return nil, err
+	}
+	addGrad(grads, p+"k_norm.weight", dkn)
+	// Interleave per head back into q_proj's layout [rows, nh, 2·hd].
+	dQG := make([]float64, rows*nh*2*hd)
+	for rh := 0; rh < rows*nh; rh++ {
+		copy(dQG[rh*2*hd:], dQ[rh*hd:(rh+1)*hd])
+		copy(dQG[rh*2*hd+hd:], dGate[rh*hd:(rh+1)*hd])
+	}
+	dx, err := linBack(grads, p+"q_proj.weight", w.QProj, la.Norm1, rows, dQG)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range []struct {
+		name string
+		l    Linear
+		dy   []float64
+	}{{"k_proj.weight", w.KProj, dK}, {"v_proj.weight", w.VProj, dV}} {
+		d, err := linBack(grads, p+s.name, s.l, la.Norm1, rows, s.dy)
+		if err != nil {
+			return nil, err
+		}
+		addInto(dx, d)
+	}
+	return dx, nil
+}
+
+// deltaNetBackward returns d loss / d Norm1 of the GatedDeltaNet mixer for dMixer.
+func (n *Net) deltaNetBackward(w *DeltaNetWeights, la *LayerActs, dMixer []float64, grads map[string][]float64, p string) ([]float64, error) {
+	c := n.Config
+	a := la.Delta
+	nb, t := la.NB, la.T
+	rows := nb * t
+	hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
+	C := 2*hk*dk + hv*dv
+	dNormed, err := linBack(grads, p+"out_proj.weight", w.OutProj, a.Normed, rows, dMixer)
+	if err != nil {
+		return nil, err
+	}
+	dCore, dZ, dnw, err := GatedRMSNormBackward(a.Core, a.Z, rows, hv, dv, w.Norm, c.RMSNormEps, dNormed)
+	if err != nil {
+		return nil, err
+	}
+	addGrad(grads, p+"norm.weight", dnw)
+	dQ, dK, dV, dG, dBeta, err := GatedDeltaRuleBackward(a.Q, a.K, a.V, a.G, a.Beta, dCore, nb, t, hk, hv, dk, dv)
+	if err != nil {
+		return nil, err
+	}
+	dA, dB, err := GatedDeltaGatesBackward(a.A, a.B, rows, hv, w.ALog, w.DtBias, dG, dBeta)
+	if err != nil {
+		return nil, err
+	}
+	// The q and k channels of Conv before their L2 norms.
+	qr := make([]float64, rows*hk*dk)
+	kr := make([]float64, rows*hk*dk)
+	for r := 0; r < rows; r++ {
+		row := a.Conv[r*C : (r+1)*C]
+		copy(qr[r*hk*dk:], row[:hk*dk])
+		copy(kr[r*hk*dk:], row[hk*dk:2*hk*dk])
+	}
+	dqr, err := L2NormBackward(qr, rows*hk, dk, 1/math.Sqrt(float64(dk)), dQ)
+	if err != nil {
+		return nil, err
+	}
+	dkr, err := L2NormBackward(kr, rows*hk, dk, 1, dK)
+	if err != nil {
+		return nil, err
+	}
+	dConv := make([]float64, rows*C)
+	for r := 0; r < rows; r++ {
+		row := dConv[r*C : (r+1)*C]
+		copy(row, dqr[r*hk*dk:(r+1)*hk*dk])
+		copy(row[hk*dk:], dkr[r*hk*dk:(r+1)*hk*dk])
+		copy(row[2*hk*dk:], dV[r*hv*dv:(r+1)*hv*dv])
+	}
+	dQKV, err := CausalConv1dSiLUBackward(a.QKV, nb, t, C, w.Conv, K, dConv)
+	if err != nil {
+		return nil, err
+	}
+	dx, err := linBack(grads, p+"in_proj_qkv.weight", w.InProjQKV, la.Norm1, rows, dQKV)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range []struct {
+		name string
+		l    Linear
+		dy   []float64
+	}{{"in_proj_z.weight", w.InProjZ, dZ}, {"in_proj_b.weight", w.InProjB, dB}, {"in_proj_a.weight", w.InProjA, dA}} {
+		d, err := linBack(grads, p+s.name, s.l, la.Norm1, rows, s.dy)
+		if err != nil {
+			return nil, err
+		}
+		addInto(dx, d)
+	}
+	return dx, nil
+}
+
+// StudentLossGrad runs one student step's forward and backward on the host (DESIGN.md §6):
+// the forward over ids (nb windows of t tokens) keeping only each layer's input
+// (checkpoints), the head and KLLoss a block of rows at a time (at most ~2M logits per
+// block; the nb·t × vocab logits are never all held), then the final norm's backward and,
+// layer by layer in reverse, the layer's forward recomputed from its checkpoint and its
+// LayerBackward. The loss is the mean over the nb·t tokens of KL(p_T ‖ p_S) (see KLLoss).
+//
+// topkIDs and topkProb are [nb·t, k] row-major (token r = window·t + position): the
+// teacher's top-k ids and probabilities, renormalised here over the k. It returns the loss,
+// the per-token KL, d loss / d input embeddings and the gradients of every RMSNorm gain and
+// every BLR metric scale, keyed as StudentGrads documents.
+// Errors: as Forward for ids; k outside [1, vocab]; teacher rows as KLLoss; any Linear
+// without a backward (see LinearBackward).
+func (n *Net) StudentLossGrad(ids [][]int, topkIDs []int, topkProb []float64, k int) (*StudentGrads, error) {
+	flat, t, err := n.checkIDs(ids, "StudentLossGrad")
+	if err != nil {
+		return nil, err
+	}
+	c := n.Config
+	nb := len(ids)
+	rows, H, V := nb*t, c.HiddenSize, c.VocabSize
+	if k < 1 {
+		return nil, fmt.Errorf("host.Net.StudentLossGrad: k = %d must be at least 1", k)
+	}
+	pT, err := teacherTopK("Net.StudentLossGrad", topkIDs, topkProb, rows, V, k)
+	if err != nil {
+		return nil, err
+	}
+	x, err := Embedding(n.Embed, V, H, flat)
+	if err != nil {
+		return nil, err
+	}
+	ckpt := make([][]float64, len(n.Layers))
+	for l := range n.Layers {
+		ckpt[l] = x
+		a, err := n.layer(l, x, nb, t)
+		if err != nil {
+			return nil, err
+		}
+		x = a.Out
+	}
+	hN := rmsNorm(x, rows, H, n.FinalNorm, c.RMSNormEps, true)
+	sg := &StudentGrads{KLPerToken: make([]float64, rows), Grads: map[string][]float64{}}
+	dh := make([]float64, rows*H)
+	var dl []float64
+	err = n.headBlocks(hN, rows, func(r0, nr int, logits []float64) error {
+		if cap(dl) < nr*V {
+			dl = make([]float64, nr*V)
+		}
+		dl = dl[:nr*V]
+		klRows(logits, nr, V, topkIDs[r0*k:(r0+nr)*k], pT[r0*k:(r0+nr)*k], k, 1/float64(rows), sg.KLPerToken[r0:r0+nr], dl)
+		d, _, err := LinearBackward(n.Head, hN[r0*H:(r0+nr)*H], nr, dl)
+		if err != nil {
+			return fmt.Errorf("host.Net.StudentLossGrad: head: %w", err)
+		}
+		copy(dh[r0*H:], d)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range sg.KLPerToken {
+		sg.Loss += v
+	}
+	sg.Loss /= float64(rows)
+	dx, dw := rmsNormBackward(x, rows, H, n.FinalNorm, c.RMSNormEps, true, dh)
+	addGrad(sg.Grads, "model.norm.weight", dw)
+	for l := len(n.Layers) - 1; l >= 0; l-- {
+		a, err := n.layer(l, ckpt[l], nb, t)
+		if err != nil {
+			return nil, err
+		}
+		if dx, err = n.LayerBackward(a, dx, sg.Grads); err != nil {
+			return nil, err
+		}
+		ckpt[l] = nil
+	}
+	sg.Embeds = dx
+	return sg, nil
+}
+
+// StudentLoss is the forward half of StudentLossGrad: the mean over the nb·t tokens of
+// KL(p_T ‖ p_S) and the per-token KL [nb·t], with the same arguments, blocks and errors
+// (for finite-difference checks and evaluation).
+func (n *Net) StudentLoss(ids [][]int, topkIDs []int, topkProb []float64, k int) (loss float64, perToken []float64, err error) {
+	flat, t, err := n.checkIDs(ids, "StudentLoss")
+	if err != nil {
+		return 0, nil, err
+	}
+	c := n.Config
+	nb := len(ids)
+	rows, V := nb*t, c.VocabSize
+	if k < 1 {
+		return 0, nil, fmt.Errorf("host.Net.StudentLoss: k = %d must be at least 1", k)
+	}
+	pT, err := teacherTopK("Net.StudentLoss", topkIDs, topkProb, rows, V, k)
+	if err != nil {
+		return 0, nil, err
+	}
+	hN, err := n.hidden(flat, nb, t, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	perToken = make([]float64, rows)
+	var dl []float64
+	err = n.headBlocks(hN, rows, func(r0, nr int, logits []float64) error {
+		if cap(dl) < nr*V {
+			dl = make([]float64, nr*V)
+		}
+		klRows(logits, nr, V, topkIDs[r0*k:(r0+nr)*k], pT[r0*k:(r0+nr)*k], k, 0, perToken[r0:r0+nr], dl[:nr*V])
+		return nil
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, v := range perToken {
+		loss += v
+	}
+	return loss / float64(rows), perToken, nil
+}
