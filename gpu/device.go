@@ -212,15 +212,24 @@ func Open() (*Device, error) {
 
 	// DESIGN §7: the native extras of Adapter.GetLimits are garbage; reset them to the
 	// values wgpu-native uses by default (no push constants; binding arrays unused).
+	// The true maxNonSamplerBindings is unknown, so try wgpu's default first and fall back
+	// to smaller values (nvg's bind groups have fewer than 16 bindings).
 	lim := ad.GetLimits()
 	lim.MaxPushConstantSize = 0
-	lim.MaxNonSamplerBindings = 1_000_000
-	dev, err := ad.RequestDevice(&wgpu.DeviceDescriptor{
-		Label:            "nvg",
-		RequiredFeatures: feats,
-		RequiredLimits:   &lim,
-		// No DeviceLostCallback: the binding's callback panics on a cgo pointer (DESIGN §7).
-	})
+	var dev *wgpu.Device
+	var err error
+	for _, nsb := range []uint32{1_000_000, 65_535, 256} {
+		lim.MaxNonSamplerBindings = nsb
+		dev, err = ad.RequestDevice(&wgpu.DeviceDescriptor{
+			Label:            "nvg",
+			RequiredFeatures: feats,
+			RequiredLimits:   &lim,
+			// No DeviceLostCallback: the binding's callback panics on a cgo pointer (DESIGN §7).
+		})
+		if err == nil {
+			break
+		}
+	}
 	if err != nil {
 		ad.Release()
 		inst.Release()

@@ -220,3 +220,68 @@ func TestBindingLimit(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestProfileMixed profiles one batch of different kernels (a small MLP block and the head)
+// and checks that each gets its own row with its dispatch count.
+func TestProfileMixed(t *testing.T) {
+	d := gputest.Open(t)
+	if !d.Info().Timestamps {
+		t.Skip("adapter has no timestamp queries")
+	}
+	rows, hidden, inter, vocab, k := 9, 40, 72, 300, 8
+	mk := func(label string, dt gpu.DType, shape ...int) *gpu.Buffer {
+		b := must(d.NewBuffer(label, dt, shape...)).T(t)
+		t.Cleanup(b.Release)
+		return b
+	}
+	emb, x, xn, nw := mk("emb", gpu.F16, vocab, hidden), mk("x", gpu.F32, rows, hidden), mk("xn", gpu.F32, rows, hidden), mk("norm w", gpu.F32, hidden)
+	wg, wu, wd := mk("gate W", gpu.F16, inter, hidden), mk("up W", gpu.F16, inter, hidden), mk("down W", gpu.F16, hidden, inter)
+	g, u, a, dn := mk("g", gpu.F32, rows, inter), mk("u", gpu.F32, rows, inter), mk("a", gpu.F32, rows, inter), mk("down", gpu.F32, rows, hidden)
+	lse, ids, logp := mk("lse", gpu.F32, rows), mk("ids", gpu.U32, rows, k), mk("logp", gpu.F32, rows, k)
+	tok := []int{1, 5, 9, 200, 299, 0, 3, 3, 7}
+	block := func(r *gpu.Recorder) error {
+		for _, f := range []func() error{
+			func() error { return gpu.Embedding(r, emb, tok, x) },
+			func() error { return gpu.RMSNorm(r, x, nw, xn, rows, hidden, 1e-6, true) },
+			func() error { return gpu.Linear(r, xn, wg, g, rows, hidden, inter) },
+			func() error { return gpu.Linear(r, xn, wu, u, rows, hidden, inter) },
+			func() error { return gpu.SwiGLU(r, g, u, a) },
+			func() error { return gpu.Linear(r, a, wd, dn, rows, inter, hidden) },
+			func() error { return gpu.ResidualAdd(r, x, dn) },
+			func() error { return gpu.RMSNorm(r, x, nw, xn, rows, hidden, 1e-6, true) },
+			func() error { return gpu.LogitsTopK(r, xn, emb, rows, hidden, vocab, k, 128, lse, ids, logp) },
+		} {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Warm-up: lavapipe compiles a pipeline's machine code at its first dispatch, which
+	// would otherwise land in the first timed pass.
+	if err := d.Run(block); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetProfiling(true); err != nil {
+		t.Fatal(err)
+	}
+	defer d.SetProfiling(false)
+	d.ResetProfile()
+	defer d.ResetProfile()
+	if err := d.Run(block); err != nil {
+		t.Fatal(err)
+	}
+	p := d.Profile()
+	t.Log("\n" + p.String())
+	want := map[string]int{"Embedding": 1, "RMSNorm": 2, "Linear": 3, "SwiGLU": 1, "ResidualAdd": 1,
+		"LogitsTopK.logits": 3, "LogitsTopK.merge": 3}
+	for _, row := range p {
+		if want[row.Name] != row.Calls {
+			t.Errorf("%s: %d calls, want %d", row.Name, row.Calls, want[row.Name])
+		}
+		delete(want, row.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("missing rows: %v", want)
+	}
+}

@@ -30,6 +30,13 @@
 //  5. calls r.Dispatch, which re-checks binding counts, ranges, alignment, the device's
 //     maxStorageBufferBindingSize, read/read-write aliasing and grid limits.
 //
+// A launcher that needs scratch memory or uploaded host arguments (Embedding's ids,
+// LogitsTopK's logits slice) takes it from r.Temp / r.TempUint32: the recorder releases it
+// after Submit. A launcher that records several dispatches truncates its own partial
+// recording on error, so a failed call leaves the recorder as it was. A tensor larger than
+// one storage binding (maxStorageBufferBindingSize) is bound in slices with Binding
+// offsets that are multiples of StorageAlign (Embedding, LogitsTopK do this).
+//
 // Nothing runs until Recorder.Submit, which puts all recorded dispatches into one command
 // buffer (record a whole layer, then submit). Readback waits for the GPU.
 //
@@ -43,6 +50,8 @@
 //
 // Device.SetProfiling(true) makes Submit run one compute pass per dispatch with timestamps
 // between passes; Device.Profile returns per-kernel totals (Profile.String is a table).
+// Warm up first: lavapipe compiles a pipeline's machine code at its first dispatch, and
+// that time lands in the first timed pass.
 //
 // # Tests
 //
