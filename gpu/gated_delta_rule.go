@@ -1,0 +1,84 @@
+package gpu
+
+import "fmt"
+
+// gatedDeltaRuleCols is the number of value columns (invocations) per workgroup.
+const gatedDeltaRuleCols = 32
+
+// GatedDeltaRule records the gated delta-rule recurrence of the GatedDeltaNet, token by
+// token (host.GatedDeltaRule, DESIGN.md §3). For every window b and value head j, with key
+// head kh = j / (hv/hk) and state S ∈ R^{dk×dv} in f32 starting from zero at the window's
+// first token:
+//
+//	S ← e^{g_t} · S
+//	S ← S + k_t ⊗ β_t (v_t − Sᵀ k_t)
+//	o_t = Sᵀ q_t
+//
+// Layouts, all F32 row-major: q and k [nb·t, hk, dk] (already L2-normalised; q already
+// scaled by dk^−½), v [nb·t, hv, dv], g and beta [nb·t, hv] (GatedDeltaGates), the output
+// o [nb·t, hv, dv]. state, when not nil, receives the final state of every window and value
+// head, [nb, hv, dk, dv] (S[r,c] at ((b·hv + j)·dk + r)·dv + c), for the backward's
+// checkpoints; pass nil when it is not needed.
+//
+// One workgroup per (window, value head, 32 value columns); each invocation keeps one column
+// of S in private memory, so dk is bounded: dk must be a multiple of 4 and ≤ 256. The time
+// loop is sequential (t steps, one barrier each).
+// Errors: non-positive sizes, hv not a multiple of hk, dk out of range, dtype or length
+// mismatches, aliasing among the buffers, or any Dispatch error.
+func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, hv, dk, dv int) error {
+	const op = "GatedDeltaRule"
+	if err := positive(op, "nb, t, hk, hv, dk, dv", nb, t, hk, hv, dk, dv); err != nil {
+		return err
+	}
+	if hv%hk != 0 {
+		return fmt.Errorf("gpu: %s: hv = %d value heads is not a multiple of hk = %d key heads", op, hv, hk)
+	}
+	if dk%4 != 0 || dk > 256 {
+		return fmt.Errorf("gpu: %s: dk = %d must be a multiple of 4 and ≤ 256", op, dk)
+	}
+	rows := nb * t
+	if rows*hv*dv > maxU32Elems || rows*hk*dk > maxU32Elems || nb*hv*dk*dv > maxU32Elems {
+		return fmt.Errorf("gpu: %s: sizes nb=%d t=%d hk=%d hv=%d dk=%d dv=%d exceed 2³¹ elements", op, nb, t, hk, hv, dk, dv)
+	}
+	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "g": g, "beta": beta, "o": o}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"q", rows * hk * dk}, {"k", rows * hk * dk}, {"v", rows * hv * dv}, {"g", rows * hv}, {"beta", rows * hv}, {"o", rows * hv * dv}} {
+		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
+			return err
+		}
+	}
+	if state != nil {
+		if err := need(op, "state", state, nb*hv*dk*dv, F32); err != nil {
+			return err
+		}
+		bufs["state"] = state
+	}
+	if err := distinct(op, bufs); err != nil {
+		return err
+	}
+	access := []Access{Read, Read, Read, Read, Read, ReadWrite}
+	binds := []Binding{Whole(q), Whole(k), Whole(v), Whole(g), Whole(beta), Whole(o)}
+	if state != nil {
+		access = append(access, ReadWrite)
+		binds = append(binds, Whole(state))
+	}
+	kern, err := r.d.Kernel(KernelSpec{
+		Name: op, File: "gated_delta_rule.wgsl",
+		Params: struct {
+			DK, DV, COLS int
+			WantState    bool
+		}{dk, dv, gatedDeltaRuleCols, state != nil},
+		Bindings: access, Uniforms: 4,
+	})
+	if err != nil {
+		return err
+	}
+	slices := (dv + gatedDeltaRuleCols - 1) / gatedDeltaRuleCols
+	grid, err := Grid1D(nb * hv * slices)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	return r.Dispatch(kern, grid, []uint32{uint32(nb), uint32(t), uint32(hk), uint32(hv)}, binds...)
+}
