@@ -1,0 +1,55 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+)
+
+const gatedRMSNormWG = 64
+
+// GatedRMSNorm records the gated norm of the GatedDeltaNet (host.GatedRMSNorm, HF
+// Qwen3NextRMSNormGated), per value head over dv with a plain gain (not 1 + w):
+//
+//	y = w ⊙ x · rsqrt(mean(x²) + eps) ⊙ silu(z),
+//
+// in f32. x, z and y are F32 [rows, hv, dv] row-major (y distinct from x and z), w is F32
+// [dv]. Errors: non-positive sizes, eps negative or not finite, dtype or length mismatches,
+// aliasing, or any Dispatch error.
+func GatedRMSNorm(r *Recorder, x, z, w, y *Buffer, rows, hv, dv int, eps float64) error {
+	const op = "GatedRMSNorm"
+	if err := positive(op, "rows, hv, dv", rows, hv, dv); err != nil {
+		return err
+	}
+	if !(eps >= 0) || eps > math.MaxFloat32 {
+		return fmt.Errorf("gpu: %s: eps = %g must be finite and ≥ 0", op, eps)
+	}
+	n := rows * hv * dv
+	if n > maxU32Elems {
+		return fmt.Errorf("gpu: %s: rows·hv·dv = %d exceeds %d", op, n, maxU32Elems)
+	}
+	for _, c := range []struct {
+		name string
+		b    *Buffer
+		n    int
+	}{{"x", x, n}, {"z", z, n}, {"w", w, dv}, {"y", y, n}} {
+		if err := need(op, c.name, c.b, c.n, F32); err != nil {
+			return err
+		}
+	}
+	if err := distinct(op, map[string]*Buffer{"x": x, "z": z, "w": w, "y": y}); err != nil {
+		return err
+	}
+	k, err := r.d.Kernel(KernelSpec{
+		Name: op, File: "gated_rms_norm.wgsl", Params: struct{ WG int }{gatedRMSNormWG},
+		Bindings: []Access{Read, Read, Read, ReadWrite}, Uniforms: 3,
+	})
+	if err != nil {
+		return err
+	}
+	g, err := Grid1D(rows * hv)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	return r.Dispatch(k, g, []uint32{uint32(rows * hv), uint32(dv), math.Float32bits(float32(eps))},
+		Whole(x), Whole(z), Whole(w), Whole(y))
+}

@@ -1,0 +1,52 @@
+// GatedRMSNorm: the gated norm of the GatedDeltaNet (DESIGN.md §3, HF
+// Qwen3NextRMSNormGated), per value head over dv with a plain gain:
+//   y = w ⊙ x · rsqrt(mean(x²) + eps) ⊙ silu(z)
+// x, z, y: f32 [rows, hv, dv] row-major, i.e. groups = rows·hv groups of n = dv values;
+// w: f32 [dv]. One workgroup of WG threads per group, tree reduction, f32 throughout.
+// Template parameters: WG (power of two).
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> z: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+struct Params {
+    groups: u32,
+    n: u32,
+    eps: f32,
+};
+@group(0) @binding(4) var<uniform> p: Params;
+
+var<workgroup> partial: array<f32, {{.WG}}>;
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let r = wid.x + wid.y * nwg.x;
+    // r is uniform across the workgroup, so this early exit keeps barriers uniform.
+    if (r >= p.groups) {
+        return;
+    }
+    let base = r * p.n;
+    var s = 0.0;
+    for (var c = lid; c < p.n; c += {{.WG}}u) {
+        let v = x[base + c];
+        s += v * v;
+    }
+    partial[lid] = s; // every slot written: workgroup memory is not zero-initialised
+    workgroupBarrier();
+    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
+        if (lid < h) {
+            partial[lid] += partial[lid + h];
+        }
+        workgroupBarrier();
+    }
+    let inv = inverseSqrt(partial[0] / f32(p.n) + p.eps);
+    for (var c = lid; c < p.n; c += {{.WG}}u) {
+        let zz = z[base + c];
+        // silu(z) = z·sigmoid(z), sigmoid without overflow.
+        let e = exp(-abs(zz));
+        let sg = select(e / (1.0 + e), 1.0 / (1.0 + e), zz >= 0.0);
+        y[base + c] = w[c] * (x[base + c] * inv) * (zz * sg);
+    }
+}
