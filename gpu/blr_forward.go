@@ -1,0 +1,334 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// BLRLayerPath holds one path of a BLR layer on the GPU (DESIGN.md §4): the trainable
+// scales H F32 [m], G F32 [n] and L (ℓ) F32 [r], and the frozen sign factors U [m][r] and
+// V [r][n] as packed bits in U32 buffers of ceil(m·r/32) and ceil(r·n/32) words: the
+// payload's bit rows laid end to end, so element e of the row-major matrix is bit e & 31 of
+// word e >> 5 (bit b of payload byte k of a row is element 8k+b; 1 ↦ +1, 0 ↦ −1).
+type BLRLayerPath struct {
+	H, G, L *Buffer
+	U, V    *Buffer
+}
+
+// BLRLayer is a binary low-rank linear layer on the GPU, y = Σ_p h_p ⊙ U_p(ℓ_p ⊙ V_p(g_p ⊙ x))
+// for M output and N input features at rank Rank (a multiple of 8, as N), with 1 or 2
+// paths. Live, when not nil, is a U32 [Rank] rank-padding mask shared by the paths: 1 marks
+// a live rank, 0 a padded one whose ℓ is zero and gets exactly zero gradient
+// (BLRBackward) and no Adam update, so it stays zero.
+type BLRLayer struct {
+	M, N, Rank int
+	Paths      []BLRLayerPath
+	Live       *Buffer
+}
+
+// BLRHostPath is one path of a BLR weight in host memory. Its fields are those of
+// cmf.BLRPath in the same order, so a cmf path converts directly:
+// gpu.BLRHostPath(w.Paths[p]). H [m], G [n], L [r] hold float16 values widened to float32;
+// U [m·r/8] and V [r·n/8] are the payload's packed sign bits.
+type BLRHostPath struct {
+	H []float32 // [m] output scales
+	G []float32 // [n] input scales
+	L []float32 // [r] rank scales
+	U []byte    // [m][r/8] sign bits
+	V []byte    // [r][n/8] sign bits
+}
+
+// Release frees every buffer of the layer (scales, bits and mask).
+func (l *BLRLayer) Release() {
+	for _, p := range l.Paths {
+		for _, b := range []*Buffer{p.H, p.G, p.L, p.U, p.V} {
+			if b != nil {
+				b.Release()
+			}
+		}
+	}
+	if l.Live != nil {
+		l.Live.Release()
+	}
+}
+
+// packedWords returns the bytes as little-endian u32 words, zero-padded to a multiple of 4.
+func packedWords(b []byte) []uint32 {
+	w := make([]uint32, (len(b)+3)/4)
+	var pad [4]byte
+	for i := range w {
+		if 4*i+4 <= len(b) {
+			w[i] = binary.LittleEndian.Uint32(b[4*i:])
+		} else {
+			copy(pad[:], b[4*i:])
+			w[i] = binary.LittleEndian.Uint32(pad[:])
+		}
+	}
+	return w
+}
+
+// UploadBLR uploads a BLR weight of m output features, n input features and rank rank
+// (the fields of a decoded cmf.BLRWeight; convert its paths with BLRHostPath(p)) into a
+// BLRLayer whose buffers are labelled label.h0, label.U0, …. liveRank ≤ rank is the number
+// of live ranks: when it is less than rank, ranks liveRank.. are padding and get a Live
+// mask; their ℓ must be zero. Errors: sizes (n and rank positive multiples of 8, m ≥ 1,
+// 1 or 2 paths), slice lengths that disagree, a non-finite scale, a non-zero padded ℓ,
+// or an allocation failure (the buffers made so far are released).
+func UploadBLR(d *Device, label string, m, n, rank int, paths []BLRHostPath, liveRank int) (*BLRLayer, error) {
+	const op = "UploadBLR"
+	if m < 1 || n < 8 || n%8 != 0 || rank < 8 || rank%8 != 0 {
+		return nil, fmt.Errorf("gpu: %s: %s: m = %d, n = %d, rank = %d: want m ≥ 1 and n, rank positive multiples of 8", op, label, m, n, rank)
+	}
+	if uint64(m)*uint64(rank) >= 1<<32 || uint64(rank)*uint64(n) >= 1<<32 || m*n > maxU32Elems {
+		return nil, fmt.Errorf("gpu: %s: %s: m·r or r·n bits exceed the 2³² bit index range", op, label)
+	}
+	if len(paths) < 1 || len(paths) > 2 {
+		return nil, fmt.Errorf("gpu: %s: %s: %d paths, want 1 or 2", op, label, len(paths))
+	}
+	if liveRank < 1 || liveRank > rank {
+		return nil, fmt.Errorf("gpu: %s: %s: liveRank = %d must be in 1..rank = %d", op, label, liveRank, rank)
+	}
+	for p, q := range paths {
+		for _, f := range []struct {
+			name string
+			v    []float32
+			want int
+		}{{"h", q.H, m}, {"g", q.G, n}, {"ℓ", q.L, rank}} {
+			if len(f.v) != f.want {
+				return nil, fmt.Errorf("gpu: %s: %s path %d: %s has %d values, want %d", op, label, p, f.name, len(f.v), f.want)
+			}
+			for i, x := range f.v {
+				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+					return nil, fmt.Errorf("gpu: %s: %s path %d: %s[%d] = %g is not finite", op, label, p, f.name, i, x)
+				}
+			}
+		}
+		for i := liveRank; i < rank; i++ {
+			if q.L[i] != 0 {
+				return nil, fmt.Errorf("gpu: %s: %s path %d: padded ℓ[%d] = %g, want 0", op, label, p, i, q.L[i])
+			}
+		}
+		if len(q.U) != m*rank/8 {
+			return nil, fmt.Errorf("gpu: %s: %s path %d: U has %d bytes, want m·r/8 = %d", op, label, p, len(q.U), m*rank/8)
+		}
+		if len(q.V) != rank*n/8 {
+			return nil, fmt.Errorf("gpu: %s: %s path %d: V has %d bytes, want r·n/8 = %d", op, label, p, len(q.V), rank*n/8)
+		}
+	}
+	l := &BLRLayer{M: m, N: n, Rank: rank}
+	fail := func(err error) (*BLRLayer, error) {
+		l.Release()
+		return nil, err
+	}
+	for p, q := range paths {
+		var lp BLRLayerPath
+		var err error
+		if lp.H, err = d.UploadFloat32(fmt.Sprintf("%s.h%d", label, p), q.H, m); err != nil {
+			return fail(err)
+		}
+		l.Paths = append(l.Paths, lp)
+		cur := &l.Paths[len(l.Paths)-1]
+		if cur.G, err = d.UploadFloat32(fmt.Sprintf("%s.g%d", label, p), q.G, n); err != nil {
+			return fail(err)
+		}
+		if cur.L, err = d.UploadFloat32(fmt.Sprintf("%s.l%d", label, p), q.L, rank); err != nil {
+			return fail(err)
+		}
+		uw := packedWords(q.U)
+		if cur.U, err = d.UploadUint32(fmt.Sprintf("%s.U%d", label, p), uw, len(uw)); err != nil {
+			return fail(err)
+		}
+		vw := packedWords(q.V)
+		if cur.V, err = d.UploadUint32(fmt.Sprintf("%s.V%d", label, p), vw, len(vw)); err != nil {
+			return fail(err)
+		}
+	}
+	if liveRank < rank {
+		mask := make([]uint32, rank)
+		for i := range liveRank {
+			mask[i] = 1
+		}
+		var err error
+		if l.Live, err = d.UploadUint32(label+".live", mask, rank); err != nil {
+			return fail(err)
+		}
+	}
+	return l, nil
+}
+
+// checkBLRLayer validates a layer's sizes and buffers for op.
+func checkBLRLayer(op string, l *BLRLayer) error {
+	if l == nil {
+		return fmt.Errorf("gpu: %s: nil BLR layer", op)
+	}
+	m, n, r := l.M, l.N, l.Rank
+	if m < 1 || n < 8 || n%8 != 0 || r < 8 || r%8 != 0 {
+		return fmt.Errorf("gpu: %s: layer m = %d, n = %d, rank = %d: want m ≥ 1 and n, rank positive multiples of 8", op, m, n, r)
+	}
+	if uint64(m)*uint64(r) >= 1<<32 || uint64(r)*uint64(n) >= 1<<32 || m*n > maxU32Elems {
+		return fmt.Errorf("gpu: %s: layer m·r or r·n exceeds the 2³² bit index range", op)
+	}
+	if len(l.Paths) < 1 || len(l.Paths) > 2 {
+		return fmt.Errorf("gpu: %s: layer has %d paths, want 1 or 2", op, len(l.Paths))
+	}
+	for p, q := range l.Paths {
+		for _, c := range []struct {
+			name string
+			b    *Buffer
+			n    int
+			t    DType
+		}{{"h", q.H, m, F32}, {"g", q.G, n, F32}, {"ℓ", q.L, r, F32},
+			{"U", q.U, (m*r + 31) / 32, U32}, {"V", q.V, (r*n + 31) / 32, U32}} {
+			if err := need(op, fmt.Sprintf("path %d %s", p, c.name), c.b, c.n, c.t); err != nil {
+				return err
+			}
+		}
+	}
+	if l.Live != nil {
+		if err := need(op, "Live", l.Live, r, U32); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const blrNaiveWG = 64
+
+type blrGemmParams struct {
+	TransB, ScaleC, Accum bool
+}
+
+type blrGemmNaiveParams struct {
+	TransB, ScaleC, Accum bool
+	WG                    int
+}
+
+// blrGEMM records C[m, n] (+)= (A ⊙ sa)·B (⊙ sc) with B a packed sign matrix ([n, k] when
+// transB, else [k, n]); sc may be nil. Buffers are checked by the caller.
+func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c *Buffer, m, k, n int, transB, accum bool) error {
+	binds := []Binding{Whole(a), Whole(bits), Whole(sa)}
+	access := []Access{Read, Read, Read}
+	if sc != nil {
+		binds = append(binds, Whole(sc))
+		access = append(access, Read)
+	}
+	binds = append(binds, Whole(c))
+	access = append(access, ReadWrite)
+	uni := []uint32{uint32(m), uint32(n), uint32(k)}
+	if naive {
+		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward_naive.wgsl",
+			Params:   blrGemmNaiveParams{TransB: transB, ScaleC: sc != nil, Accum: accum, WG: blrNaiveWG},
+			Bindings: access, Uniforms: 3})
+		if err != nil {
+			return err
+		}
+		g, err := Grid1D((m*n + blrNaiveWG - 1) / blrNaiveWG)
+		if err != nil {
+			return fmt.Errorf("gpu: %s: %w", op, err)
+		}
+		return r.Dispatch(kn, g, uni, binds...)
+	}
+	kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward.wgsl",
+		Params:   blrGemmParams{TransB: transB, ScaleC: sc != nil, Accum: accum},
+		Bindings: access, Uniforms: 3})
+	if err != nil {
+		return err
+	}
+	gx, gy := (n+gemmBN-1)/gemmBN, (m+gemmBM-1)/gemmBM
+	if gx > 65535 || gy > 65535 {
+		return fmt.Errorf("gpu: %s: %d×%d output needs a %d×%d grid (max 65535 per dimension)", op, m, n, gx, gy)
+	}
+	return r.Dispatch(kn, [3]int{gx, gy, 1}, uni, binds...)
+}
+
+// checkT1 validates the optional per-path t1 buffers (F32 [rows, r] each).
+func checkT1(op string, l *BLRLayer, t1 []*Buffer, rows int) error {
+	if t1 == nil {
+		return nil
+	}
+	if len(t1) != len(l.Paths) {
+		return fmt.Errorf("gpu: %s: %d t1 buffers for %d paths", op, len(t1), len(l.Paths))
+	}
+	for p, b := range t1 {
+		if err := need(op, fmt.Sprintf("t1[%d]", p), b, rows*l.Rank, F32); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BLRForward records y = Σ_p h_p ⊙ (U_p·(ℓ_p ⊙ (V_p·(g_p ⊙ x)))) per row for the BLR layer l
+// (DESIGN.md §4; W ≈ Σ_p diag(h)·U·diag(ℓ)·V·diag(g), i.e. y = x·Ŵᵀ): x F32 [rows, l.N],
+// y F32 [rows, l.M] (overwritten), row-major, all arithmetic in f32. Per path it runs two
+// tiled sign-bit GEMMs (64×64 blocks, workgroup memory): t1_p = (x ⊙ g_p)·V_pᵀ [rows, r],
+// then y (+)= ((t1_p ⊙ ℓ_p)·U_pᵀ) ⊙ h_p. t1, when not nil, holds one F32 [rows, r] buffer per
+// path that receives t1_p (BLRBackward reuses it); nil keeps t1 in scratch buffers.
+// Host reference: cmf.BLRWeight.Apply. Errors: an invalid layer (checkBLRLayer: sizes,
+// dtypes, buffer lengths), rows < 1, x, y or t1 of the wrong dtype or length, or buffers
+// that alias.
+func BLRForward(r *Recorder, l *BLRLayer, x, y *Buffer, t1 []*Buffer, rows int) error {
+	return blrForward(r, "BLRForward", false, l, x, y, t1, rows)
+}
+
+// BLRForwardNaive is the simple twin of BLRForward (one invocation per output element, no
+// workgroup memory), kept as its test reference. Same arguments, layouts and errors.
+func BLRForwardNaive(r *Recorder, l *BLRLayer, x, y *Buffer, t1 []*Buffer, rows int) error {
+	return blrForward(r, "BLRForwardNaive", true, l, x, y, t1, rows)
+}
+
+func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, t1 []*Buffer, rows int) error {
+	if err := checkBLRLayer(op, l); err != nil {
+		return err
+	}
+	if err := positive(op, "rows", rows); err != nil {
+		return err
+	}
+	if rows*l.N > maxU32Elems || rows*l.M > maxU32Elems || rows*l.Rank > maxU32Elems {
+		return fmt.Errorf("gpu: %s: rows = %d exceeds the 2³¹ index range", op, rows)
+	}
+	if err := need(op, "x", x, rows*l.N, F32); err != nil {
+		return err
+	}
+	if err := need(op, "y", y, rows*l.M, F32); err != nil {
+		return err
+	}
+	if err := checkT1(op, l, t1, rows); err != nil {
+		return err
+	}
+	all := map[string]*Buffer{"x": x, "y": y}
+	for p := range t1 {
+		all[fmt.Sprintf("t1[%d]", p)] = t1[p]
+	}
+	for p, q := range l.Paths {
+		for name, b := range map[string]*Buffer{"h": q.H, "g": q.G, "ℓ": q.L, "U": q.U, "V": q.V} {
+			all[fmt.Sprintf("path %d %s", p, name)] = b
+		}
+	}
+	if err := distinct(op, all); err != nil {
+		return err
+	}
+	mark := len(r.ops)
+	var scratch *Buffer
+	for p, q := range l.Paths {
+		tb := scratch
+		if t1 != nil {
+			tb = t1[p]
+		} else if tb == nil {
+			var err error
+			if scratch, err = r.Temp(op+" t1", F32, rows, l.Rank); err != nil {
+				return err
+			}
+			tb = scratch
+		}
+		if err := blrGEMM(r, op+".t1", naive, x, q.V, q.G, nil, tb, rows, l.N, l.Rank, true, false); err != nil {
+			r.ops = r.ops[:mark]
+			return err
+		}
+		if err := blrGEMM(r, op+".y", naive, tb, q.U, q.L, q.H, y, rows, l.Rank, l.M, true, p > 0); err != nil {
+			r.ops = r.ops[:mark]
+			return err
+		}
+	}
+	return nil
+}

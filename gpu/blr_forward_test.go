@@ -1,0 +1,242 @@
+package gpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/x448/float16"
+)
+
+// randBLR returns a random valid BLR weight: scales uniform in ±1 rounded to f16 (as a
+// decoded payload holds them), random sign bits; ranks live.. have ℓ = 0 (padding).
+func randBLR(rng *rand.Rand, m, n, r, paths, live int) *cmf.BLRWeight {
+	w := &cmf.BLRWeight{M: m, N: n, Rank: r}
+	f16 := func(k int) []float32 {
+		v := make([]float32, k)
+		for i := range v {
+			v[i] = float16.Fromfloat32(float32(rng.Float64()*2 - 1)).Float32()
+		}
+		return v
+	}
+	bits := func(k int) []byte {
+		b := make([]byte, k)
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		return b
+	}
+	for range paths {
+		p := cmf.BLRPath{H: f16(m), G: f16(n), L: f16(r), U: bits(m * r / 8), V: bits(r * n / 8)}
+		for k := live; k < r; k++ {
+			p.L[k] = 0
+		}
+		w.Paths = append(w.Paths, p)
+	}
+	return w
+}
+
+func uploadBLR(t testing.TB, d *gpu.Device, w *cmf.BLRWeight, live int) *gpu.BLRLayer {
+	t.Helper()
+	paths := make([]gpu.BLRHostPath, len(w.Paths))
+	for p := range w.Paths {
+		paths[p] = gpu.BLRHostPath(w.Paths[p])
+	}
+	return must(gpu.UploadBLR(d, "blr", w.M, w.N, w.Rank, paths, live)).T(t)
+}
+
+func signAt(bits []byte, e int) float64 {
+	if bits[e/8]>>(e%8)&1 != 0 {
+		return 1
+	}
+	return -1
+}
+
+// blrForwardBound is the f64 reference y (cmf.BLRWeight.Apply) with a per-element bound
+// on the f32 error of BLRForward. Per path, with S = Σ_j |x_j·g_j| (row's input terms):
+// the product x_j·g_j rounds once (u = 2⁻²⁴) and t1_k sums n of them by fma, so
+// |t̂1_k − t1_k| ≤ (n+1)·u·S; then (t̂1⊙ℓ) rounds once and z_o sums r terms by fma:
+// |ẑ_o − z_o| ≤ (r+1)·u·Σ_k|t1_k ℓ_k| + (n+1)·u·S·Σ_k|ℓ_k|; ·h_o rounds once more and the
+// second path's += once: bound = Σ_p |h_o|·[(r+2)·u·Σ|t1 ℓ| + (n+2)·u·S·Σ|ℓ|] + 2u·|y|
+// (first order in u; one extra u per term covers the second-order remainder).
+func blrForwardBound(w *cmf.BLRWeight, x []float64, rows int) (y, bound []float64) {
+	const u = 1.0 / (1 << 24)
+	m, n, r := w.M, w.N, w.Rank
+	y = w.Apply(x, rows)
+	bound = make([]float64, rows*m)
+	for _, q := range w.Paths {
+		var sumL float64
+		for _, l := range q.L {
+			sumL += math.Abs(float64(l))
+		}
+		for i := 0; i < rows; i++ {
+			var s float64
+			for j := 0; j < n; j++ {
+				s += math.Abs(x[i*n+j] * float64(q.G[j]))
+			}
+			t1 := make([]float64, r)
+			for k := 0; k < r; k++ {
+				for j := 0; j < n; j++ {
+					t1[k] += signAt(q.V, k*n+j) * x[i*n+j] * float64(q.G[j])
+				}
+			}
+			for o := 0; o < m; o++ {
+				var a float64
+				for k := 0; k < r; k++ {
+					a += math.Abs(t1[k] * float64(q.L[k]))
+				}
+				bound[i*m+o] += math.Abs(float64(q.H[o])) * (float64(r+2)*u*a + float64(n+2)*u*s*sumL)
+			}
+		}
+	}
+	for i := range bound {
+		bound[i] += 2 * u * math.Abs(y[i])
+	}
+	return y, bound
+}
+
+// TestBLRForward compares BLRForward and its naive twin with cmf.BLRWeight.Apply (f64) on
+// sizes that are not multiples of the 64×64 tile nor of 32 bits per row (n/8 bytes per V
+// row not a multiple of 4), for 1 and 2 paths, with and without rank padding; t1 is kept
+// and checked against (x⊙g)·Vᵀ. Tolerance: blrForwardBound (f32 rounding bound).
+func TestBLRForward(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, c := range []struct{ rows, m, n, r, paths, live int }{
+		{37, 70, 56, 24, 1, 24},
+		{5, 130, 200, 72, 2, 66},
+		{65, 33, 88, 16, 2, 16},
+	} {
+		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
+			w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
+			l := uploadBLR(t, d, w, c.live)
+			defer l.Release()
+			xf, xd := randF32(rng, c.rows*c.n, 1)
+			x := must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t)
+			defer x.Release()
+			want, bound := blrForwardBound(w, xd, c.rows)
+			for _, naive := range []bool{false, true} {
+				y := must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t)
+				var t1 []*gpu.Buffer
+				for range c.paths {
+					t1 = append(t1, must(d.NewBuffer("t1", gpu.F32, c.rows, c.r)).T(t))
+				}
+				f := gpu.BLRForward
+				if naive {
+					f = gpu.BLRForwardNaive
+				}
+				if err := d.Run(func(r *gpu.Recorder) error { return f(r, l, x, y, t1, c.rows) }); err != nil {
+					t.Fatal(err)
+				}
+				got := must(d.ReadFloat32(y)).T(t)
+				checkBound(t, fmt.Sprintf("naive=%v y", naive), got, want, bound)
+				// t1 of the last path: (x⊙g)·Vᵀ with bound (n+2)·u·Σ|x g|.
+				p := c.paths - 1
+				q := w.Paths[p]
+				gt1 := must(d.ReadFloat32(t1[p])).T(t)
+				wt1 := make([]float64, c.rows*c.r)
+				bt1 := make([]float64, c.rows*c.r)
+				for i := 0; i < c.rows; i++ {
+					for k := 0; k < c.r; k++ {
+						var s, a float64
+						for j := 0; j < c.n; j++ {
+							v := xd[i*c.n+j] * float64(q.G[j])
+							s += signAt(q.V, k*c.n+j) * v
+							a += math.Abs(v)
+						}
+						wt1[i*c.r+k], bt1[i*c.r+k] = s, float64(c.n+2)*a/(1<<24)
+					}
+				}
+				checkBound(t, fmt.Sprintf("naive=%v t1", naive), gt1, wt1, bt1)
+				y.Release()
+				for _, b := range t1 {
+					b.Release()
+				}
+			}
+		})
+	}
+}
+
+// TestBLRForwardErrors: mistakes are errors naming the op, nothing is dispatched.
+func TestBLRForwardErrors(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	w := randBLR(rng, 16, 24, 8, 1, 8)
+	l := uploadBLR(t, d, w, 8)
+	defer l.Release()
+	x := must(d.NewBuffer("x", gpu.F32, 3, 24)).T(t)
+	y := must(d.NewBuffer("y", gpu.F32, 3, 16)).T(t)
+	defer x.Release()
+	defer y.Release()
+	r := d.Begin()
+	defer r.Discard()
+	for name, err := range map[string]error{
+		"rows":     gpu.BLRForward(r, l, x, y, nil, 4),
+		"alias":    gpu.BLRForward(r, l, x, x, nil, 3),
+		"t1 count": gpu.BLRForward(r, l, x, y, []*gpu.Buffer{y, y}, 3),
+		"nil":      gpu.BLRForward(r, nil, x, y, nil, 3),
+		"h as y":   gpu.BLRForward(r, &gpu.BLRLayer{M: 16, N: 24, Rank: 8, Paths: []gpu.BLRLayerPath{{H: y, G: l.Paths[0].G, L: l.Paths[0].L, U: l.Paths[0].U, V: l.Paths[0].V}}}, x, y, nil, 3),
+	} {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if r.Len() != 0 {
+		t.Errorf("%d dispatches recorded by failing calls", r.Len())
+	}
+	for name, f := range map[string]func() error{
+		"rank": func() error {
+			_, err := gpu.UploadBLR(d, "b", 16, 24, 12, []gpu.BLRHostPath{gpu.BLRHostPath(w.Paths[0])}, 12)
+			return err
+		},
+		"padded ℓ": func() error {
+			_, err := gpu.UploadBLR(d, "b", 16, 24, 8, []gpu.BLRHostPath{gpu.BLRHostPath(w.Paths[0])}, 4)
+			return err
+		},
+	} {
+		if err := f(); err == nil {
+			t.Errorf("UploadBLR %s: no error", name)
+		}
+	}
+}
+
+// BenchmarkBLRForward times BLRForward at rows = 512, m = n = 1024, r = 256, P = 2 (t1 kept),
+// 2·P·2·rows·r·(m+n)/2 = 1.07 GFLOP per call; reports GFLOP/s.
+func BenchmarkBLRForward(b *testing.B) {
+	d := gputest.Open(b)
+	const rows, m, n, rk, paths = 512, 1024, 1024, 256, 2
+	rng := rand.New(rand.NewPCG(5, 6))
+	w := randBLR(rng, m, n, rk, paths, rk)
+	l := uploadBLR(b, d, w, rk)
+	defer l.Release()
+	xf, _ := randF32(rng, rows*n, 1)
+	x := must(d.UploadFloat32("x", xf, rows, n)).T(b)
+	y := must(d.NewBuffer("y", gpu.F32, rows, m)).T(b)
+	t1 := []*gpu.Buffer{must(d.NewBuffer("t1", gpu.F32, rows, rk)).T(b), must(d.NewBuffer("t1", gpu.F32, rows, rk)).T(b)}
+	defer func() {
+		for _, buf := range append(t1, x, y) {
+			buf.Release()
+		}
+	}()
+	run := func() {
+		if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, t1, rows) }); err != nil {
+			b.Fatal(err)
+		}
+		if err := d.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run() // compile
+	b.ResetTimer()
+	for b.Loop() {
+		run()
+	}
+	flop := float64(paths) * 2 * rows * rk * float64(m+n)
+	b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
