@@ -1,0 +1,70 @@
+// QKNormRoPE: per-head query/key RMSNorm with zero-centred gain, then partial rotary position
+// embedding (DESIGN.md §3, host.QKNormRoPE):
+//   n = x · rsqrt(mean(x²) + eps) · (1 + w)                         (per head, over HD)
+//   y_i       = n_i·cos(p·f_i) − n_{i+R/2}·sin(p·f_i)     i < R/2
+//   y_{i+R/2} = n_{i+R/2}·cos(p·f_i) + n_i·sin(p·f_i)
+//   y_i       = n_i                                     i ≥ R
+// with p = row mod t (the position within the window) and f_i = θ^(−2i/R).
+// x, y: f32 [rows, heads, HD] row-major; w: f32 [HD]; tab: f32 [2, t, R/2], the cosines then
+// the sines of p·f_i, computed on the host in float64 (exact arguments for any p, where an
+// f32 p·f_i and a GPU cos of a large argument would lose ~1e-4).
+// One workgroup of WG threads per (row, head). Template parameters: WG (power of two).
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read> tab: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+struct Params {
+    groups: u32, // rows·heads
+    heads: u32,
+    hd: u32,
+    half: u32,   // R/2
+    t: u32,
+    eps: f32,
+};
+@group(0) @binding(4) var<uniform> p: Params;
+
+var<workgroup> partial: array<f32, {{.WG}}>;
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let gi = wid.x + wid.y * nwg.x;
+    // gi is uniform across the workgroup, so this early exit keeps barriers uniform.
+    if (gi >= p.groups) {
+        return;
+    }
+    let base = gi * p.hd;
+    var s = 0.0;
+    for (var c = lid; c < p.hd; c += {{.WG}}u) {
+        let v = x[base + c];
+        s += v * v;
+    }
+    partial[lid] = s; // every slot written: workgroup memory is not zero-initialised
+    workgroupBarrier();
+    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
+        if (lid < h) {
+            partial[lid] += partial[lid + h];
+        }
+        workgroupBarrier();
+    }
+    let inv = inverseSqrt(partial[0] / f32(p.hd) + p.eps);
+    let pos = (gi / p.heads) % p.t;
+    let rot = 2u * p.half;
+    for (var c = lid; c < p.hd; c += {{.WG}}u) {
+        let nc = x[base + c] * inv * (1.0 + w[c]);
+        if (c >= rot) {
+            y[base + c] = nc;
+        } else {
+            // partner dim: c + R/2 for the first half, c − R/2 for the second.
+            let first = c < p.half;
+            let i = select(c - p.half, c, first);
+            let pc = select(c - p.half, c + p.half, first);
+            let np = x[base + pc] * inv * (1.0 + w[pc]);
+            let cs = tab[pos * p.half + i];
+            let sn = tab[(p.t + pos) * p.half + i];
+            y[base + c] = select(nc * cs + np * sn, nc * cs - np * sn, first);
+        }
+    }
+}
