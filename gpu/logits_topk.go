@@ -4,6 +4,8 @@ import "fmt"
 
 const (
 	logitsTopKWG = 128
+	// logitsTopKPool is the merge kernel's workgroup pool of candidate logits (8 KiB).
+	logitsTopKPool = 1024
 	// MaxTopK is the largest k LogitsTopK supports.
 	MaxTopK = 64
 	// logitsSliceAlign: slice sizes are multiples of 128 vocabulary rows, so each slice's
@@ -81,8 +83,8 @@ func LogitsTopK(r *Recorder, h, e *Buffer, rows, hidden, vocab, k, sliceRows int
 	merge, err := d.Kernel(KernelSpec{
 		Name: op + ".merge", File: "logits_topk.wgsl",
 		Params: struct {
-			WG, K int
-		}{logitsTopKWG, k},
+			WG, K, Pool int
+		}{logitsTopKWG, k, logitsTopKPool},
 		Bindings: []Access{Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 5,
 	})
 	if err != nil {

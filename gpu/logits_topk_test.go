@@ -55,6 +55,7 @@ func TestLogitsTopK(t *testing.T) {
 		{5, 16, 300, 5, 128},   // 3 slices
 		{2, 33, 77, 1, 0},      // one slice smaller than the alignment, auto slice size
 		{1, 8, 64, 64, 128},    // k = vocab
+		{2, 8, 2000, 16, 1536}, // a slice larger than the merge pool: the unfiltered path
 	} {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
 			rows, hidden, vocab, k := c.rows, c.hidden, c.vocab, c.k
@@ -123,7 +124,13 @@ func TestLogitsTopK(t *testing.T) {
 func TestLogitsTopKTies(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(15, 16))
-	rows, hidden, vocab, k := 2, 12, 400, 40
+	for _, slice := range []int{128, 1536} { // filtered pool; unfiltered first slice
+		t.Run(fmt.Sprint(slice), func(t *testing.T) { testTies(t, d, rng, slice) })
+	}
+}
+
+func testTies(t *testing.T, d *gpu.Device, rng *rand.Rand, slice int) {
+	rows, hidden, vocab, k := 2, 12, 1600, 40
 	hf, hd := randF32(rng, rows*hidden, 1)
 	base, baseD := randF16(rng, 4*hidden, 1)
 	eb := make([]uint16, vocab*hidden)
@@ -133,7 +140,7 @@ func TestLogitsTopKTies(t *testing.T) {
 		copy(eb[v*hidden:(v+1)*hidden], base[src*hidden:(src+1)*hidden])
 		copy(ed[v*hidden:(v+1)*hidden], baseD[src*hidden:(src+1)*hidden])
 	}
-	got := runLogitsTopK(t, d, hf, eb, rows, hidden, vocab, k, 128)
+	got := runLogitsTopK(t, d, hf, eb, rows, hidden, vocab, k, slice)
 	logits, _ := refGEMM(hd, rows, hidden, ed, vocab, true)
 	wantIDs, _, err := host.TopK(logits, rows, vocab, k)
 	if err != nil {

@@ -11,7 +11,9 @@
 // One workgroup of WG threads per row (linear workgroup index wid.x + wid.y·nwg.x).
 // Each of the K rounds selects the best element strictly worse than the previous pick
 // (order: larger logit first, then lower id) among the slice and the old list, so no
-// element needs marking. Template parameters: WG (power of two ≥ K), K (1..64).
+// element needs marking; the rounds scan only the slice's elements above the old k-th logit
+// when they fit the workgroup pool. Template parameters: WG (power of two ≥ K), K (1..64),
+// Pool (pool capacity).
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read_write> state: array<f32>;
@@ -34,6 +36,11 @@ var<workgroup> red_v: array<f32, {{.WG}}>;
 var<workgroup> red_i: array<u32, {{.WG}}>;
 var<workgroup> cand_v: array<f32, {{.K}}>;
 var<workgroup> cand_i: array<u32, {{.K}}>;
+// The slice's elements that can still enter the list (logit above the old k-th), compacted
+// so that the K rounds scan only them; used when they fit (else the rounds scan the slice).
+var<workgroup> pool_v: array<f32, {{.Pool}}>;
+var<workgroup> pool_i: array<u32, {{.Pool}}>;
+var<workgroup> pool_n: atomic<u32>;
 
 fn neg_inf() -> f32 {
     return bitcast<f32>(0xff800000u);
@@ -114,7 +121,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     workgroupBarrier();
 
-    // 4. K selection rounds.
+    // 4. Prefilter. Old ids are all below v0 (slices run in order), so an element equal to
+    // the old k-th logit ranks after it: only logits strictly above it can enter.
+    var tau = neg_inf();
+    if (p.first == 0u) {
+        tau = cand_v[{{.K}}u - 1u];
+    }
+    if (lid == 0u) {
+        atomicStore(&pool_n, 0u); // workgroup memory is not zero-initialised
+    }
+    workgroupBarrier();
+    for (var c = lid; c < p.cols; c += {{.WG}}u) {
+        let v = logits[base + c];
+        if (v > tau) {
+            let slot = atomicAdd(&pool_n, 1u);
+            if (slot < {{.Pool}}u) {
+                pool_v[slot] = v;
+                pool_i[slot] = p.v0 + c;
+            }
+        }
+    }
+    workgroupBarrier();
+    // Every thread reads the same count; no barrier depends on it.
+    let npool = atomicLoad(&pool_n);
+    let pooled = npool <= {{.Pool}}u;
+
+    // 5. K selection rounds.
     var lastv = 0.0;
     var lasti = NONE; // NONE: nothing picked yet, everything is eligible
     var myv = 0.0;    // thread r keeps round r's pick
@@ -122,12 +154,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var r = 0u; r < {{.K}}u; r++) {
         var bv = neg_inf();
         var bi = NONE;
-        for (var c = lid; c < p.cols; c += {{.WG}}u) {
-            let v = logits[base + c];
-            let i = p.v0 + c;
-            if ((lasti == NONE || better(lastv, lasti, v, i)) && better(v, i, bv, bi)) {
-                bv = v;
-                bi = i;
+        if (pooled) {
+            for (var c = lid; c < npool; c += {{.WG}}u) {
+                let v = pool_v[c];
+                let i = pool_i[c];
+                if ((lasti == NONE || better(lastv, lasti, v, i)) && better(v, i, bv, bi)) {
+                    bv = v;
+                    bi = i;
+                }
+            }
+        } else {
+            for (var c = lid; c < p.cols; c += {{.WG}}u) {
+                let v = logits[base + c];
+                let i = p.v0 + c;
+                if ((lasti == NONE || better(lastv, lasti, v, i)) && better(v, i, bv, bi)) {
+                    bv = v;
+                    bi = i;
+                }
             }
         }
         if (lid < {{.K}}u) {
@@ -157,7 +200,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
 
-    // 5. The new state; on the last slice, lse and log-probabilities.
+    // 6. The new state; on the last slice, lse and log-probabilities.
     if (lid == 0u) {
         state[2u * row] = mnew;
         state[2u * row + 1u] = snew;
