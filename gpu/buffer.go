@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"strings"
 	"unsafe"
 
 	"github.com/oliverbestmann/webgpu/wgpu"
@@ -74,6 +73,7 @@ func (b *Buffer) Len() int { return b.numel }
 // Bytes is the allocated size in bytes (element bytes rounded up to a multiple of 4).
 func (b *Buffer) Bytes() uint64 { return b.size }
 
+// String is the label, dtype and shape, e.g. `"x" f32[4 3]` (used in error messages).
 func (b *Buffer) String() string {
 	return fmt.Sprintf("%q %s%v", b.label, b.dtype, b.shape)
 }
@@ -401,12 +401,4 @@ func (d *Device) ReadF16(b *Buffer) ([]uint16, error) {
 	out := make([]uint16, b.numel)
 	copy(bytesOf(out), raw)
 	return out, nil
-}
-
-func joinShape(s []int) string {
-	p := make([]string, len(s))
-	for i, v := range s {
-		p[i] = fmt.Sprint(v)
-	}
-	return strings.Join(p, "×")
 }
