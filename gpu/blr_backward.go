@@ -1,0 +1,139 @@
+package gpu
+
+import "fmt"
+
+// BLRGrad holds the accumulated gradients of one BLR path's metric: H F32 [m], L (ℓ) F32
+// [r] and G F32 [n].
+type BLRGrad struct {
+	H, L, G *Buffer
+}
+
+// BLRBackward records the backward of BLRForward for the layer l applied to x F32
+// [rows, l.N], given dy F32 [rows, l.M] (row-major). Per path, with t1 = (x⊙g)·Vᵀ
+// [rows, r] (host.BLRLinearBackward's a):
+//
+//	u = dy ⊙ h;  dh += Σ_rows dy ⊙ ((t1⊙ℓ)·Uᵀ);  dt2 = u·U [rows, r];
+//	dℓ += Σ_rows dt2 ⊙ t1;  dxg = (dt2 ⊙ ℓ)·V [rows, n];  dg += Σ_rows dxg ⊙ x;
+//	dx = Σ_p dxg ⊙ g.
+//
+// grads[p] receives path p's gradients, added to what the buffers hold (accumulation over
+// windows and calls); where l.Live is 0, dℓ is set to exactly 0. dx F32 [rows, l.N] is
+// overwritten; nil skips it. t1 holds BLRForward's kept t1 buffers (one F32 [rows, r] per
+// path), or nil to recompute them. Five sign-bit GEMMs per path (four with t1 given) and
+// three column reductions; f32 throughout. Host reference: host.BLRLinearBackward.
+// Errors: an invalid layer, rows < 1, buffers of the wrong dtype or length, a grads count
+// other than the number of paths, or aliasing buffers.
+func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy, dx *Buffer, grads []BLRGrad, rows int) error {
+	const op = "BLRBackward"
+	if err := checkBLRLayer(op, l); err != nil {
+		return err
+	}
+	if err := positive(op, "rows", rows); err != nil {
+		return err
+	}
+	m, n, rk := l.M, l.N, l.Rank
+	if rows*n > maxU32Elems || rows*m > maxU32Elems || rows*rk > maxU32Elems {
+		return fmt.Errorf("gpu: %s: rows = %d exceeds the 2³¹ index range", op, rows)
+	}
+	if err := need(op, "x", x, rows*n, F32); err != nil {
+		return err
+	}
+	if err := need(op, "dy", dy, rows*m, F32); err != nil {
+		return err
+	}
+	if dx != nil {
+		if err := need(op, "dx", dx, rows*n, F32); err != nil {
+			return err
+		}
+	}
+	if err := checkT1(op, l, t1, rows); err != nil {
+		return err
+	}
+	if len(grads) != len(l.Paths) {
+		return fmt.Errorf("gpu: %s: %d grads for %d paths", op, len(grads), len(l.Paths))
+	}
+	all := map[string]*Buffer{"x": x, "dy": dy}
+	if dx != nil {
+		all["dx"] = dx
+	}
+	if l.Live != nil {
+		all["Live"] = l.Live
+	}
+	for p := range t1 {
+		all[fmt.Sprintf("t1[%d]", p)] = t1[p]
+	}
+	for p, q := range l.Paths {
+		g := grads[p]
+		if err := need(op, fmt.Sprintf("grads[%d].H", p), g.H, m, F32); err != nil {
+			return err
+		}
+		if err := need(op, fmt.Sprintf("grads[%d].L", p), g.L, rk, F32); err != nil {
+			return err
+		}
+		if err := need(op, fmt.Sprintf("grads[%d].G", p), g.G, n, F32); err != nil {
+			return err
+		}
+		for name, b := range map[string]*Buffer{"h": q.H, "g": q.G, "ℓ": q.L, "U": q.U, "V": q.V,
+			"dh": g.H, "dℓ": g.L, "dg": g.G} {
+			all[fmt.Sprintf("path %d %s", p, name)] = b
+		}
+	}
+	if err := distinct(op, all); err != nil {
+		return err
+	}
+	mark := len(r.ops)
+	fail := func(err error) error {
+		r.ops = r.ops[:mark]
+		return err
+	}
+	c, err := r.Temp(op+" c", F32, rows, m)
+	if err != nil {
+		return err
+	}
+	dt2, err := r.Temp(op+" dt2", F32, rows, rk)
+	if err != nil {
+		return err
+	}
+	dxg, err := r.Temp(op+" dxg", F32, rows, n)
+	if err != nil {
+		return err
+	}
+	var t1s *Buffer
+	if t1 == nil {
+		if t1s, err = r.Temp(op+" t1", F32, rows, rk); err != nil {
+			return err
+		}
+	}
+	for p, q := range l.Paths {
+		g := grads[p]
+		tb := t1s
+		if t1 != nil {
+			tb = t1[p]
+		} else if err := blrGEMM(r, op+".t1", false, x, q.V, q.G, nil, tb, rows, n, rk, true, false); err != nil {
+			return fail(err)
+		}
+		if err := blrGEMM(r, op+".c", false, tb, q.U, q.L, nil, c, rows, rk, m, true, false); err != nil {
+			return fail(err)
+		}
+		if err := gradColDot(r, op+".dh", dy, c, nil, nil, nil, g.H, nil, rows, m, false); err != nil {
+			return fail(err)
+		}
+		if err := blrGEMM(r, op+".dt2", false, dy, q.U, q.H, nil, dt2, rows, m, rk, false, false); err != nil {
+			return fail(err)
+		}
+		if err := gradColDot(r, op+".dl", dt2, tb, nil, l.Live, nil, g.L, nil, rows, rk, false); err != nil {
+			return fail(err)
+		}
+		if err := blrGEMM(r, op+".dxg", false, dt2, q.V, q.L, nil, dxg, rows, rk, n, false, false); err != nil {
+			return fail(err)
+		}
+		var s *Buffer
+		if dx != nil {
+			s = q.G
+		}
+		if err := gradColDot(r, op+".dg", dxg, x, nil, nil, s, g.G, dx, rows, n, p > 0); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}

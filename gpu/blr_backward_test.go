@@ -1,0 +1,250 @@
+package gpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/host"
+)
+
+func absSlice(v []float64) []float64 {
+	a := make([]float64, len(v))
+	for i, x := range v {
+		a[i] = math.Abs(x)
+	}
+	return a
+}
+
+// absBLR is w with every scale replaced by its magnitude and every sign by +1: the same
+// computation on it, with |x| and |dy|, yields for every result the sum of the magnitudes
+// of all the terms that went into it (the quantity f32 rounding errors are relative to).
+func absBLR(w *cmf.BLRWeight) *cmf.BLRWeight {
+	a := &cmf.BLRWeight{M: w.M, N: w.N, Rank: w.Rank}
+	abs32 := func(v []float32) []float32 {
+		o := make([]float32, len(v))
+		for i, x := range v {
+			o[i] = float32(math.Abs(float64(x)))
+		}
+		return o
+	}
+	ones := func(k int) []byte {
+		b := make([]byte, k)
+		for i := range b {
+			b[i] = 0xff
+		}
+		return b
+	}
+	for _, q := range w.Paths {
+		a.Paths = append(a.Paths, cmf.BLRPath{H: abs32(q.H), G: abs32(q.G), L: abs32(q.L), U: ones(len(q.U)), V: ones(len(q.V))})
+	}
+	return a
+}
+
+// TestBLRLinearBackwardFD checks the f64 reference host.BLRLinearBackward by central
+// differences of L = Σ dy ⊙ Apply(x) for every scale of every path and every input. L is
+// linear in each of them separately, so the difference quotient with ε = 2⁻¹⁰ (exact in
+// the f32 scales) is exact up to f64 rounding: tolerance 1e-9·(1 + |grad|).
+func TestBLRLinearBackwardFD(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	const rows, m, n, r = 3, 10, 16, 8
+	w := randBLR(rng, m, n, r, 2, r)
+	_, x := randF32(rng, rows*n, 1)
+	_, dy := randF32(rng, rows*m, 1)
+	dx, grads, err := host.BLRLinearBackward(w, x, rows, dy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss := func() float64 {
+		y := w.Apply(x, rows)
+		var s float64
+		for i := range y {
+			s += y[i] * dy[i]
+		}
+		return s
+	}
+	const eps = 1.0 / 1024
+	worst := 0.0
+	check := func(what string, got float64, plus, minus func()) {
+		plus()
+		lp := loss()
+		minus()
+		minus()
+		lm := loss()
+		plus()
+		fd := (lp - lm) / (2 * eps)
+		e := math.Abs(fd - got)
+		worst = math.Max(worst, e)
+		if e > 1e-9*(1+math.Abs(got)) {
+			t.Errorf("%s: backward %g, central difference %g", what, got, fd)
+		}
+	}
+	for p := range w.Paths {
+		q := &w.Paths[p]
+		for _, f := range []struct {
+			name string
+			v    []float32
+			g    []float64
+		}{{"h", q.H, grads[p].H}, {"ℓ", q.L, grads[p].L}, {"g", q.G, grads[p].G}} {
+			for i := range f.v {
+				check(fmt.Sprintf("path %d d%s[%d]", p, f.name, i), f.g[i],
+					func() { f.v[i] += eps }, func() { f.v[i] -= eps })
+			}
+		}
+	}
+	for i := range x {
+		check(fmt.Sprintf("dx[%d]", i), dx[i], func() { x[i] += eps }, func() { x[i] -= eps })
+	}
+	t.Logf("max |backward − central difference| %.3g", worst)
+}
+
+// TestBLRBackward compares BLRBackward with host.BLRLinearBackward on awkward sizes, 1 and
+// 2 paths, with t1 kept by BLRForward and recomputed, gradients accumulated onto non-zero
+// buffers, and rank padding (padded dℓ must be exactly 0). Tolerance: every result is a
+// chain of f32 fma sums whose lengths add up to at most n + m + r + rows, each step adding
+// a relative u = 2⁻²⁴ of the magnitudes of its terms, so |err| ≤ (n+m+r+rows+10)·u·A where
+// A is the same backward run on magnitudes (absBLR, |x|, |dy|), plus u·|result| for the
+// final accumulation.
+func TestBLRBackward(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(41, 42))
+	const u = 1.0 / (1 << 24)
+	for _, c := range []struct {
+		rows, m, n, r, paths, live int
+		keepT1                     bool
+	}{
+		{37, 70, 56, 24, 1, 24, true},
+		{5, 130, 200, 72, 2, 66, false},
+		{67, 33, 88, 16, 2, 13, true},
+	} {
+		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
+			w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
+			l := uploadBLR(t, d, w, c.live)
+			defer l.Release()
+			xf, xd := randF32(rng, c.rows*c.n, 1)
+			dyf, dyd := randF32(rng, c.rows*c.m, 1)
+			var bufs []*gpu.Buffer
+			defer func() {
+				for _, b := range bufs {
+					b.Release()
+				}
+			}()
+			keep := func(b *gpu.Buffer) *gpu.Buffer { bufs = append(bufs, b); return b }
+			x := keep(must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t))
+			dy := keep(must(d.UploadFloat32("dy", dyf, c.rows, c.m)).T(t))
+			dx := keep(must(d.NewBuffer("dx", gpu.F32, c.rows, c.n)).T(t))
+			var t1 []*gpu.Buffer
+			if c.keepT1 {
+				y := keep(must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t))
+				for range c.paths {
+					t1 = append(t1, keep(must(d.NewBuffer("t1", gpu.F32, c.rows, c.r)).T(t)))
+				}
+				if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, t1, c.rows) }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			grads := make([]gpu.BLRGrad, c.paths)
+			init := make([][3][]float64, c.paths)
+			for p := range grads {
+				for i, k := range []int{c.m, c.r, c.n} {
+					f, dd := randF32(rng, k, 0.5)
+					init[p][i] = dd
+					b := keep(must(d.UploadFloat32("grad", f, k)).T(t))
+					switch i {
+					case 0:
+						grads[p].H = b
+					case 1:
+						grads[p].L = b
+					case 2:
+						grads[p].G = b
+					}
+				}
+			}
+			if err := d.Run(func(r *gpu.Recorder) error {
+				return gpu.BLRBackward(r, l, x, t1, dy, dx, grads, c.rows)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			wdx, wg, err := host.BLRLinearBackward(w, xd, c.rows, dyd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			adx, ag, err := host.BLRLinearBackward(absBLR(w), absSlice(xd), c.rows, absSlice(dyd))
+			if err != nil {
+				t.Fatal(err)
+			}
+			gam := float64(c.n+c.m+c.r+c.rows+10) * u
+			bound := func(want, abs []float64) []float64 {
+				b := make([]float64, len(want))
+				for i := range b {
+					b[i] = gam*abs[i] + u*math.Abs(want[i])
+				}
+				return b
+			}
+			checkBound(t, "dx", must(d.ReadFloat32(dx)).T(t), wdx, bound(wdx, adx))
+			for p := range grads {
+				for i, f := range []struct {
+					name      string
+					b         *gpu.Buffer
+					want, abs []float64
+				}{{"dh", grads[p].H, wg[p].H, ag[p].H}, {"dℓ", grads[p].L, wg[p].L, ag[p].L}, {"dg", grads[p].G, wg[p].G, ag[p].G}} {
+					got := must(d.ReadFloat32(f.b)).T(t)
+					want := make([]float64, len(f.want))
+					for j := range want {
+						want[j] = init[p][i][j] + f.want[j]
+					}
+					if i == 1 {
+						for j := c.live; j < c.r; j++ {
+							if got[j] != 0 {
+								t.Errorf("path %d: padded dℓ[%d] = %g, want exactly 0", p, j, got[j])
+							}
+						}
+						got, want = got[:c.live], want[:c.live]
+					}
+					checkBound(t, fmt.Sprintf("path %d %s", p, f.name), got, want, bound(want, f.abs[:len(want)]))
+				}
+			}
+		})
+	}
+}
+
+// TestBLRBackwardErrors: mistakes are errors, nothing is recorded.
+func TestBLRBackwardErrors(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	w := randBLR(rng, 16, 24, 8, 1, 8)
+	l := uploadBLR(t, d, w, 8)
+	defer l.Release()
+	x := must(d.NewBuffer("x", gpu.F32, 3, 24)).T(t)
+	dy := must(d.NewBuffer("dy", gpu.F32, 3, 16)).T(t)
+	dx := must(d.NewBuffer("dx", gpu.F32, 3, 24)).T(t)
+	gh := must(d.NewBuffer("gh", gpu.F32, 16)).T(t)
+	gl := must(d.NewBuffer("gl", gpu.F32, 8)).T(t)
+	gg := must(d.NewBuffer("gg", gpu.F32, 24)).T(t)
+	for _, b := range []*gpu.Buffer{x, dy, dx, gh, gl, gg} {
+		defer b.Release()
+	}
+	good := []gpu.BLRGrad{{H: gh, L: gl, G: gg}}
+	r := d.Begin()
+	defer r.Discard()
+	for name, err := range map[string]error{
+		"grads count": gpu.BLRBackward(r, l, x, nil, dy, dx, nil, 3),
+		"dx is x":     gpu.BLRBackward(r, l, x, nil, dy, x, good, 3),
+		"dℓ size":     gpu.BLRBackward(r, l, x, nil, dy, dx, []gpu.BLRGrad{{H: gh, L: gh, G: gg}}, 3),
+		"dg is h":     gpu.BLRBackward(r, l, x, nil, dy, dx, []gpu.BLRGrad{{H: gh, L: gl, G: l.Paths[0].G}}, 3),
+		"rows":        gpu.BLRBackward(r, l, x, nil, dy, dx, good, 0),
+	} {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if r.Len() != 0 {
+		t.Errorf("%d dispatches recorded by failing calls", r.Len())
+	}
+}

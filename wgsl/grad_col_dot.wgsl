@@ -1,0 +1,75 @@
+// Column dot products, the row reduction of the backward kernels:
+//   out[j] += Σ_rows a[row, j]·b[row, j] (·rs[row] with RowScale)
+// and, with Side, the elementwise side output so[row, j] (+= with SideAccum) a[row, j]·s[j].
+// With Mask, out[j] = 0 where mask[j] == 0 (a padded entry gets exactly zero gradient).
+// a, b, so: f32 [rows, N] row-major; rs: f32 [rows]; s, out: f32 [N]; mask: u32 [N].
+// Used by BLRBackward (dh, dℓ, dg, dx) and RMSNormBackward (dgain).
+//
+// A workgroup of 64×4 threads owns 64 consecutive columns: thread (x, y) sums rows y, y+4, …
+// of column x (coalesced across x), the 4 partial sums meet in workgroup memory (every slot
+// written before the barrier) and are added in a fixed order, so results are deterministic.
+// Grid: ceil(N/64) workgroups (linear index wid.x + wid.y·nwg.x).
+// Template parameters: the binding index of each optional buffer (−1 when absent) RS, Mask,
+// S, SO; Out and Uni (the uniform); SideAccum (bool).
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+{{- if ge .RS 0}}
+@group(0) @binding({{.RS}}) var<storage, read> rs: array<f32>;
+{{- end}}
+{{- if ge .Mask 0}}
+@group(0) @binding({{.Mask}}) var<storage, read> mask: array<u32>;
+{{- end}}
+{{- if ge .S 0}}
+@group(0) @binding({{.S}}) var<storage, read> s: array<f32>;
+{{- end}}
+@group(0) @binding({{.Out}}) var<storage, read_write> out: array<f32>;
+{{- if ge .SO 0}}
+@group(0) @binding({{.SO}}) var<storage, read_write> so: array<f32>;
+{{- end}}
+
+struct Params {
+    rows: u32,
+    n: u32,
+};
+@group(0) @binding({{.Uni}}) var<uniform> p: Params;
+
+var<workgroup> red: array<f32, 256>;
+
+@compute @workgroup_size(64, 4)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_id) lid: vec3<u32>) {
+    let j = (wid.x + wid.y * nwg.x) * 64u + lid.x;
+    var acc = 0.0;
+    if (j < p.n) {
+{{- if ge .S 0}}
+        let sj = s[j];
+{{- end}}
+        for (var row = lid.y; row < p.rows; row += 4u) {
+            let e = row * p.n + j;
+            let av = a[e];
+{{- if ge .RS 0}}
+            acc = fma(av * b[e], rs[row], acc);
+{{- else}}
+            acc = fma(av, b[e], acc);
+{{- end}}
+{{- if ge .SO 0}}
+{{- if .SideAccum}}
+            so[e] = so[e] + av * sj;
+{{- else}}
+            so[e] = av * sj;
+{{- end}}
+{{- end}}
+        }
+    }
+    red[lid.y * 64u + lid.x] = acc;
+    workgroupBarrier();
+    if (lid.y == 0u && j < p.n) {
+        let t = (red[lid.x] + red[64u + lid.x]) + (red[128u + lid.x] + red[192u + lid.x]);
+{{- if ge .Mask 0}}
+        out[j] = select(0.0, out[j] + t, mask[j] != 0u);
+{{- else}}
+        out[j] = out[j] + t;
+{{- end}}
+    }
+}
