@@ -1,0 +1,62 @@
+// RMSNormBackward, the row part: per row of n values, with inv = rsqrt(mean(x²) + eps) and
+// γ = 1 + w (ZeroCentred) or w (plain),
+//   dx_i = inv·γ_i·dy_i − inv³·x_i·(1/n)·Σ_j γ_j·dy_j·x_j      (host.RMSNormBackward)
+// and inv[row] for the gain gradient (dw_i += Σ_rows dy_i·x_i·inv, grad_col_dot.wgsl).
+// x, dy, dx: f32 [rows, n] row-major; w: f32 [n]; inv: f32 [rows]. One workgroup of WG
+// threads per row (linear index wid.x + wid.y·nwg.x); both sums reduced in workgroup memory
+// (every slot written before the barrier). Template parameters: WG (power of two),
+// ZeroCentred (bool).
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read> dy: array<f32>;
+@group(0) @binding(3) var<storage, read_write> dx: array<f32>;
+@group(0) @binding(4) var<storage, read_write> inv_out: array<f32>;
+
+struct Params {
+    rows: u32,
+    n: u32,
+    eps: f32,
+};
+@group(0) @binding(5) var<uniform> p: Params;
+
+var<workgroup> partial: array<vec2<f32>, {{.WG}}>;
+
+fn gain(c: u32) -> f32 {
+{{- if .ZeroCentred}}
+    return 1.0 + w[c];
+{{- else}}
+    return w[c];
+{{- end}}
+}
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let r = wid.x + wid.y * nwg.x;
+    if (r >= p.rows) {
+        return; // uniform per workgroup
+    }
+    let base = r * p.n;
+    var s = vec2<f32>(0.0);
+    for (var c = lid; c < p.n; c += {{.WG}}u) {
+        let v = x[base + c];
+        s += vec2<f32>(v * v, gain(c) * dy[base + c] * v);
+    }
+    partial[lid] = s;
+    workgroupBarrier();
+    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
+        if (lid < h) {
+            partial[lid] += partial[lid + h];
+        }
+        workgroupBarrier();
+    }
+    let inv = inverseSqrt(partial[0].x / f32(p.n) + p.eps);
+    let k = inv * inv * inv * partial[0].y / f32(p.n);
+    for (var c = lid; c < p.n; c += {{.WG}}u) {
+        dx[base + c] = inv * gain(c) * dy[base + c] - k * x[base + c];
+    }
+    if (lid == 0u) {
+        inv_out[r] = inv;
+    }
+}
