@@ -1,0 +1,74 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+)
+
+// attentionMaxHeadDim is the largest head_dim Attention compiles for (Qwen3.5: 256).
+const attentionMaxHeadDim = 256
+
+// Attention records causal softmax attention with grouped-query heads (host.Attention, HF
+// eager attention of Qwen3_5Attention, DESIGN.md §3), streaming (online) softmax over key
+// blocks, f32 throughout:
+//
+//	s_ij = (q_i · k_j) · headDim^−½ for j ≤ i in the same window,  lse_i = log Σ_j exp(s_ij),
+//	out_i = Σ_j exp(s_ij − lse_i) · v_j,
+//
+// where query head h uses KV head h / (nh/nkv). Windows of t tokens attend only within
+// themselves; the scale is applied to q before the dot products.
+//
+// Layouts, all F32 row-major: q [nb·t, nh, headDim] (after QKNormRoPE), k and v
+// [nb·t, nkv, headDim], out [nb·t, nh, headDim], lse [nb·t, nh] (natural log of each row's
+// softmax denominator, for the backward). All five buffers distinct.
+// Errors: non-positive sizes, nh not a multiple of nkv, headDim > 256, dtype or length
+// mismatches, aliasing, or any Dispatch error.
+func Attention(r *Recorder, q, k, v, out, lse *Buffer, nb, t, nh, nkv, headDim int) error {
+	const op = "Attention"
+	if err := positive(op, "nb, t, nh, nkv, headDim", nb, t, nh, nkv, headDim); err != nil {
+		return err
+	}
+	if nh%nkv != 0 {
+		return fmt.Errorf("gpu: %s: nh = %d query heads is not a multiple of nkv = %d KV heads", op, nh, nkv)
+	}
+	if headDim > attentionMaxHeadDim {
+		return fmt.Errorf("gpu: %s: headDim = %d exceeds %d", op, headDim, attentionMaxHeadDim)
+	}
+	rows := nb * t
+	if rows*nh*headDim > maxU32Elems {
+		return fmt.Errorf("gpu: %s: nb·t·nh·headDim = %d exceeds %d", op, rows*nh*headDim, maxU32Elems)
+	}
+	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "out": out, "lse": lse}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"q", rows * nh * headDim}, {"k", rows * nkv * headDim}, {"v", rows * nkv * headDim}, {"out", rows * nh * headDim}, {"lse", rows * nh}} {
+		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
+			return err
+		}
+	}
+	if err := distinct(op, bufs); err != nil {
+		return err
+	}
+	// 64 invocations: NS dim slices × BQ query rows; ≤ 32 dims per invocation; K/V tile of
+	// BK·headDim floats (≤ 8 KiB) and BQ·NS·BK partial dots (≤ 4 KiB) in workgroup memory.
+	ns, bk := 4, 16
+	if headDim > 128 {
+		ns, bk = 8, 8
+	}
+	pr := struct{ HD, NS, BQ, BK, D int }{headDim, ns, 64 / ns, bk, (headDim + ns - 1) / ns}
+	kern, err := r.d.Kernel(KernelSpec{
+		Name: op, File: "attention.wgsl", Params: pr,
+		Bindings: []Access{Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 5,
+	})
+	if err != nil {
+		return err
+	}
+	grid, err := Grid1D(nb * nh * ((t + pr.BQ - 1) / pr.BQ))
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	scale := float32(1 / math.Sqrt(float64(headDim)))
+	return r.Dispatch(kern, grid, []uint32{uint32(nb), uint32(t), uint32(nh), uint32(nkv), math.Float32bits(scale)},
+		Whole(q), Whole(k), Whole(v), Whole(out), Whole(lse))
+}

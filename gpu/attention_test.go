@@ -1,0 +1,78 @@
+package gpu_test
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/host"
+)
+
+// TestAttention compares causal GQA attention and its log-sum-exp with the host's float64
+// reference. Tolerance: a score is an hd-term f32 dot product of the pre-scaled q with k, so
+// |δs| ≤ (hd + 1)·u·scale·Σ|q_d k_d| ≤ 4(hd + 1)·√hd·u worst case with |q| ≤ 4, |k| ≤ 1
+// (scale = hd^−½), and ~4·√hd·u as a random walk of roundings. exp adds ≤ (3 + 2|x|) ulp;
+// the online rescaling by exp(m_old − m_new) only reorders those roundings; out is a convex
+// combination of values (|v| ≤ 1), so |δout| ≲ |δs| + 40u and |δlse| ≲ |δs| + 40u. Checked
+// as atol (8·hd + 64)·u for out and lse (plus the same relative term for lse): well above
+// the random-walk size, below the worst case. Geometries: head_dim 64 with nh 3 over nkv 1
+// (GQA) and two windows of t = 37 (3 query blocks of 16 rows, 3 key blocks, neither a
+// multiple), head_dim 256 (nh 4, nkv 2, t = 19, 8-key blocks), and head_dim 37 (dims not a
+// multiple of the 4 slices) with t = 1 and 3 windows.
+func TestAttention(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(27, 28))
+	for _, tc := range []struct{ nb, t, nh, nkv, hd int }{{2, 37, 3, 1, 64}, {1, 19, 4, 2, 256}, {3, 1, 2, 2, 37}} {
+		rows := tc.nb * tc.t
+		qf, qd := randF32(rng, rows*tc.nh*tc.hd, 1)
+		kf, kd := randF32(rng, rows*tc.nkv*tc.hd, 1)
+		vf, vd := randF32(rng, rows*tc.nkv*tc.hd, 1)
+		// |q| ≤ 4: sharper softmax, so the running max and the rescaling matter.
+		for i := range qf {
+			qf[i] *= 4
+			qd[i] = float64(qf[i])
+		}
+		q := must(d.UploadFloat32("q", qf, rows, tc.nh, tc.hd)).T(t)
+		k := must(d.UploadFloat32("k", kf, rows, tc.nkv, tc.hd)).T(t)
+		v := must(d.UploadFloat32("v", vf, rows, tc.nkv, tc.hd)).T(t)
+		o := must(d.NewBuffer("out", gpu.F32, rows, tc.nh, tc.hd)).T(t)
+		lse := must(d.NewBuffer("lse", gpu.F32, rows, tc.nh)).T(t)
+		if err := d.Run(func(r *gpu.Recorder) error {
+			return gpu.Attention(r, q, k, v, o, lse, tc.nb, tc.t, tc.nh, tc.nkv, tc.hd)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		wo, wl, err := host.Attention(qd, kd, vd, tc.nb, tc.t, tc.nh, tc.nkv, tc.hd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tol := float64(4*2*tc.hd+64) * u32 // |q| ≤ 4, |k|, |v| ≤ 1
+		checkClose(t, "Attention out", must(d.ReadFloat32(o)).T(t), wo, tol, 0)
+		checkClose(t, "Attention lse", must(d.ReadFloat32(lse)).T(t), wl, tol, tol)
+		r := d.Begin()
+		if err := gpu.Attention(r, q, k, v, o, lse, tc.nb, tc.t+1, tc.nh, tc.nkv, tc.hd); err == nil {
+			t.Error("wrong t accepted")
+		}
+		if err := gpu.Attention(r, q, k, v, q, lse, tc.nb, tc.t, tc.nh, tc.nkv, tc.hd); err == nil {
+			t.Error("out aliasing q accepted")
+		}
+		if err := gpu.Attention(r, q, k, v, o, lse, tc.nb, tc.t, tc.nh+1, tc.nkv, tc.hd); err == nil {
+			t.Error("wrong nh accepted")
+		}
+		if r.Len() != 0 {
+			t.Errorf("%d dispatches recorded by failing calls", r.Len())
+		}
+		r.Discard()
+		for _, b := range []*gpu.Buffer{q, k, v, o, lse} {
+			b.Release()
+		}
+	}
+	r := d.Begin()
+	x := must(d.NewBuffer("x", gpu.F32, 512)).T(t)
+	defer x.Release()
+	if err := gpu.Attention(r, x, x, x, x, x, 1, 1, 1, 1, 512); err == nil {
+		t.Error("headDim 512 accepted")
+	}
+	r.Discard()
+}
