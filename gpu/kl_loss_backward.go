@@ -1,0 +1,192 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+)
+
+const klWG = 128
+
+// KLLossBackward records the distillation loss of the LM head and its gradient with respect
+// to the final hidden states (DESIGN.md §6; host.KLLoss), never materialising the rows ×
+// vocab logits. logits = h·Eᵀ with h F32 [rows, hidden] and E F16 (or F32) [vocab, hidden]
+// (frozen), computed one vocabulary slice at a time through the Linear GEMM (no binding
+// larger than maxStorageBufferBindingSize, as LogitsTopK). With the teacher's top-k ids
+// U32 [rows, k] and probabilities pT F32 [rows, k] (renormalised here per row: q = pT/Σ pT;
+// raw or normalised probabilities give the same result):
+//
+//   - pass 1 over the slices: the student's lse per row by a running max/sum, and its logits
+//     at the teacher's ids;
+//   - kl F32 [rows] (overwritten): KL_r = Σ_k q_k·(log q_k − (logit[id_k] − lse)), 0·log 0 = 0;
+//     loss F32 [1] (overwritten): (1/rows)·Σ_r KL_r;
+//   - pass 2 over the slices: dlogits = scale·(p_S − q at the ids) in the slice, then
+//     dh += dlogits·E_slice (dh F32 [rows, hidden], accumulated).
+//
+// scale is the gradient's factor: 1/rows gives the gradient of this call's mean loss
+// (host.KLLoss's dlogits); pass 1/(total rows) when a batch's head runs in row blocks.
+// sliceRows is the vocabulary slice (a multiple of 128; 0 picks the largest within one
+// binding and 64 MiB of scratch). The ids must be distinct per row and < vocab (not checked
+// on the GPU: an id outside the vocabulary makes that row's KL NaN and gets no gradient).
+// Errors: sizes or dtypes that disagree, k > vocab, a bad sliceRows or scale, aliasing,
+// or rows so many that no 128-row slice of scratch fits a binding (split the rows).
+func KLLossBackward(r *Recorder, h, e *Buffer, rows, hidden, vocab int, ids, pT *Buffer, k, sliceRows int, scale float64, dh, kl, loss *Buffer) error {
+	const op = "KLLossBackward"
+	if err := positive(op, "rows, hidden, vocab, k", rows, hidden, vocab, k); err != nil {
+		return err
+	}
+	if k > vocab {
+		return fmt.Errorf("gpu: %s: k = %d exceeds the vocabulary %d", op, k, vocab)
+	}
+	if rows*hidden > maxU32Elems || vocab*hidden > maxU32Elems || rows*k > maxU32Elems {
+		return fmt.Errorf("gpu: %s: sizes exceed the 2³¹ index range", op)
+	}
+	if math.IsNaN(scale) || math.IsInf(scale, 0) || math.Abs(scale) > math.MaxFloat32 {
+		return fmt.Errorf("gpu: %s: scale = %g must be finite in f32", op, scale)
+	}
+	for _, c := range []struct {
+		name string
+		b    *Buffer
+		n    int
+		ts   []DType
+	}{{"h", h, rows * hidden, []DType{F32}}, {"E", e, vocab * hidden, []DType{F16, F32}},
+		{"ids", ids, rows * k, []DType{U32}}, {"pT", pT, rows * k, []DType{F32}},
+		{"dh", dh, rows * hidden, []DType{F32}}, {"kl", kl, rows, []DType{F32}}, {"loss", loss, 1, []DType{F32}}} {
+		if err := need(op, c.name, c.b, c.n, c.ts...); err != nil {
+			return err
+		}
+	}
+	if err := distinct(op, map[string]*Buffer{"h": h, "E": e, "ids": ids, "pT": pT, "dh": dh, "kl": kl, "loss": loss}); err != nil {
+		return err
+	}
+	d := r.d
+	maxBind := d.info.MaxStorageBindingSize
+	esz := uint64(e.dtype.Size())
+	if sliceRows == 0 {
+		s := min(maxBind/(uint64(hidden)*esz), min(maxBind, logitsScratchMax)/(uint64(rows)*4))
+		s = s / logitsSliceAlign * logitsSliceAlign
+		if s == 0 {
+			return fmt.Errorf("gpu: %s: %d rows × %d hidden leave no room for a %d-row vocabulary slice in one binding; split the rows",
+				op, rows, hidden, logitsSliceAlign)
+		}
+		sliceRows = int(s)
+	}
+	if sliceRows <= 0 || sliceRows%logitsSliceAlign != 0 {
+		return fmt.Errorf("gpu: %s: sliceRows = %d must be a positive multiple of %d", op, sliceRows, logitsSliceAlign)
+	}
+	sliceRows = min(sliceRows, vocab)
+	if uint64(sliceRows)*uint64(hidden)*esz > maxBind || uint64(rows)*uint64(sliceRows)*4 > maxBind {
+		return fmt.Errorf("gpu: %s: slice of %d rows exceeds maxStorageBufferBindingSize %d", op, sliceRows, maxBind)
+	}
+	nslices := (vocab + sliceRows - 1) / sliceRows
+	if nslices*4 > 1<<16 {
+		return fmt.Errorf("gpu: %s: %d slices of %d rows: use larger slices", op, nslices, sliceRows)
+	}
+	stage := func(name string, binds []Access) (*Kernel, error) {
+		return d.Kernel(KernelSpec{Name: op + "." + name, File: "kl_loss_backward.wgsl",
+			Params: struct {
+				Stage string
+				WG    int
+			}{name, klWG},
+			Bindings: binds, Uniforms: 6})
+	}
+	stats, err := stage("stats", []Access{Read, Read, ReadWrite, ReadWrite})
+	if err != nil {
+		return err
+	}
+	finish, err := stage("finish", []Access{Read, Read, Read, ReadWrite, ReadWrite})
+	if err != nil {
+		return err
+	}
+	mean, err := d.Kernel(KernelSpec{Name: op + ".mean", File: "kl_loss_backward.wgsl",
+		Params: struct {
+			Stage string
+			WG    int
+		}{"mean", klWG},
+		Bindings: []Access{Read, ReadWrite}, Uniforms: 6})
+	if err != nil {
+		return err
+	}
+	grad, err := stage("grad", []Access{ReadWrite, Read, Read, Read})
+	if err != nil {
+		return err
+	}
+	rowGrid, err := Grid1D(rows)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	thrGrid, err := Grid1D((rows + klWG - 1) / klWG)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	scratch, err := r.Temp(op+" logits slice", F32, rows, sliceRows)
+	if err != nil {
+		return err
+	}
+	state, err := r.Temp(op+" state", F32, rows, 2)
+	if err != nil {
+		return err
+	}
+	tl, err := r.Temp(op+" teacher-id logits", F32, rows, k)
+	if err != nil {
+		return err
+	}
+	rowstat, err := r.Temp(op+" lse", F32, rows, 2)
+	if err != nil {
+		return err
+	}
+	dtmp, err := r.Temp(op+" dh slice", F32, rows, hidden)
+	if err != nil {
+		return err
+	}
+	sbits := math.Float32bits(float32(scale))
+	mark := len(r.ops)
+	fail := func(err error) error {
+		r.ops = r.ops[:mark]
+		return err
+	}
+	bf16 := e.dtype == F16
+	slice := func(v0 int) (cols int, eb, sb Binding) {
+		cols = min(sliceRows, vocab-v0)
+		off := uint64(v0) * uint64(hidden) * esz
+		size := (uint64(cols)*uint64(hidden)*esz + 3) &^ 3
+		return cols, Binding{Buf: e, Offset: off, Size: size}, Binding{Buf: scratch, Size: uint64(rows) * uint64(cols) * 4}
+	}
+	for v0 := 0; v0 < vocab; v0 += sliceRows {
+		cols, eb, sb := slice(v0)
+		if err := gemm(r, op+".logits", false, Whole(h), eb, sb, bf16, rows, hidden, cols, true); err != nil {
+			return fail(err)
+		}
+		first := uint32(0)
+		if v0 == 0 {
+			first = 1
+		}
+		if err := r.Dispatch(stats, rowGrid, []uint32{uint32(rows), uint32(cols), uint32(v0), uint32(k), first, sbits},
+			sb, Whole(ids), Whole(state), Whole(tl)); err != nil {
+			return fail(err)
+		}
+	}
+	uni := []uint32{uint32(rows), 0, 0, uint32(k), 0, sbits}
+	if err := r.Dispatch(finish, thrGrid, uni, Whole(state), Whole(tl), Whole(pT), Whole(kl), Whole(rowstat)); err != nil {
+		return fail(err)
+	}
+	if err := r.Dispatch(mean, [3]int{1, 1, 1}, uni, Whole(kl), Whole(loss)); err != nil {
+		return fail(err)
+	}
+	for v0 := 0; v0 < vocab; v0 += sliceRows {
+		cols, eb, sb := slice(v0)
+		if err := gemm(r, op+".logits", false, Whole(h), eb, sb, bf16, rows, hidden, cols, true); err != nil {
+			return fail(err)
+		}
+		if err := r.Dispatch(grad, rowGrid, []uint32{uint32(rows), uint32(cols), uint32(v0), uint32(k), 0, sbits},
+			sb, Whole(ids), Whole(pT), Whole(rowstat)); err != nil {
+			return fail(err)
+		}
+		if err := gemm(r, op+".dh", false, sb, eb, Whole(dtmp), bf16, rows, cols, hidden, false); err != nil {
+			return fail(err)
+		}
+		if err := ResidualAdd(r, dh, dtmp); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}

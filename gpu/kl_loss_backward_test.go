@@ -1,0 +1,190 @@
+package gpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/host"
+)
+
+// TestKLLossBackward compares kl, loss and dh with host.KLLoss on the f64 logits of the same
+// f32 h and f16 E (dh_ref = dlogits·E, added to a non-zero dh), with raw (unnormalised)
+// teacher probabilities, a zero probability, several slices (the last partial) and an
+// automatic slice size. Bounds, per row (u = 2⁻²⁴; Vulkan: exp within (3 + 2|x|) ulp, log 3
+// ulp or 2⁻²¹ absolute near 1):
+//   - each logit is an H-term f32 dot product: |err| ≤ b_v = (H+1)·u·Σ|h e|, B = max_v b_v;
+//   - lse: B + (20 + 4·spread + cols/WG + 2·slices)·u + 2⁻²¹ + 7u·|lse| (exp arguments in
+//     [−spread, 0], the sums, log and the final add);
+//   - KL: Σ_k q_k·(B + δlse + 6u·|log q_k| + 2⁻²¹ + (k+2)·u) + (k+4)·u·Σ_k q_k·|log q_k − log p_S|;
+//     the loss: the mean of those plus (rows+8)·u·mean|KL|;
+//   - dlogits_v: scale·(p_S·(b_v + δlse + (8 + 4|x − lse|)·u) + q_v·(k+3)·u) + u·|dl_v|;
+//   - dh_j: Σ_v |δdl_v|·|E_vj| + (cols + slices + 2)·u·Σ_v|dl_v E_vj| + u·|dh_j|.
+func TestKLLossBackward(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(71, 72))
+	const u = 1.0 / (1 << 24)
+	for _, c := range []struct{ rows, hidden, vocab, k, slice int }{
+		{5, 33, 1000, 7, 256},
+		{3, 16, 77, 1, 0},
+		{9, 40, 300, 32, 128},
+	} {
+		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
+			rows, hidden, vocab, k := c.rows, c.hidden, c.vocab, c.k
+			hf, hd := randF32(rng, rows*hidden, 1)
+			eb, ed := randF16(rng, vocab*hidden, 1)
+			ids := make([]int, rows*k)
+			idsU := make([]uint32, rows*k)
+			pf := make([]float32, rows*k)
+			pd := make([]float64, rows*k)
+			for r := 0; r < rows; r++ {
+				perm := rng.Perm(vocab)
+				for i := 0; i < k; i++ {
+					ids[r*k+i], idsU[r*k+i] = perm[i], uint32(perm[i])
+					pf[r*k+i] = float32(rng.Float64())
+					if i == 1 && r == 0 {
+						pf[r*k+i] = 0
+					}
+					pd[r*k+i] = float64(pf[r*k+i])
+				}
+			}
+			dh0f, dh0 := randF32(rng, rows*hidden, 0.1)
+			var bufs []*gpu.Buffer
+			keep := func(b *gpu.Buffer) *gpu.Buffer { bufs = append(bufs, b); return b }
+			defer func() {
+				for _, b := range bufs {
+					b.Release()
+				}
+			}()
+			h := keep(must(d.UploadFloat32("h", hf, rows, hidden)).T(t))
+			e := keep(must(d.UploadF16("E", eb, vocab, hidden)).T(t))
+			idb := keep(must(d.UploadUint32("ids", idsU, rows, k)).T(t))
+			pt := keep(must(d.UploadFloat32("pT", pf, rows, k)).T(t))
+			dh := keep(must(d.UploadFloat32("dh", dh0f, rows, hidden)).T(t))
+			kl := keep(must(d.NewBuffer("kl", gpu.F32, rows)).T(t))
+			loss := keep(must(d.NewBuffer("loss", gpu.F32, 1)).T(t))
+			scale := 1 / float64(rows)
+			if err := d.Run(func(r *gpu.Recorder) error {
+				return gpu.KLLossBackward(r, h, e, rows, hidden, vocab, idb, pt, k, c.slice, scale, dh, kl, loss)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			logits, abs := refGEMM(hd, rows, hidden, ed, vocab, true)
+			wantLoss, wantKL, dl, err := host.KLLoss(logits, rows, vocab, ids, pd, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slice := c.slice
+			if slice == 0 || slice > vocab {
+				slice = vocab
+			}
+			nsl := float64((vocab + slice - 1) / slice)
+			bKL := make([]float64, rows)
+			bDL := make([]float64, rows*vocab)
+			var meanAbsKL, meanBKL float64
+			for r := 0; r < rows; r++ {
+				row := logits[r*vocab : (r+1)*vocab]
+				mn, mx, B := row[0], row[0], 0.0
+				for v, x := range row {
+					mn, mx = math.Min(mn, x), math.Max(mx, x)
+					B = math.Max(B, float64(hidden+1)*u*abs[r*vocab+v])
+				}
+				var s float64
+				for _, x := range row {
+					s += math.Exp(x - mx)
+				}
+				lse := mx + math.Log(s)
+				dlse := B + (20+4*(mx-mn)+float64(slice)/128+2*nsl)*u + 1.0/(1<<21) + 7*u*math.Abs(lse)
+				var z float64
+				for i := 0; i < k; i++ {
+					z += pd[r*k+i]
+				}
+				q := make([]float64, vocab)
+				for i := 0; i < k; i++ {
+					qi := pd[r*k+i] / z
+					q[ids[r*k+i]] = qi
+					if qi > 0 {
+						lq := math.Log(qi)
+						bKL[r] += qi*(B+dlse+6*u*math.Abs(lq)+1.0/(1<<21)+float64(k+2)*u) +
+							float64(k+4)*u*qi*math.Abs(lq-(row[ids[r*k+i]]-lse))
+					}
+				}
+				for v, x := range row {
+					ps := math.Exp(x - lse)
+					bDL[r*vocab+v] = scale*(ps*(float64(hidden+1)*u*abs[r*vocab+v]+dlse+(8+4*math.Abs(x-lse))*u)+q[v]*float64(k+3)*u) +
+						u*math.Abs(dl[r*vocab+v])
+				}
+				meanAbsKL += math.Abs(wantKL[r]) / float64(rows)
+				meanBKL += bKL[r] / float64(rows)
+			}
+			wantDH := make([]float64, rows*hidden)
+			bDH := make([]float64, rows*hidden)
+			for r := 0; r < rows; r++ {
+				for j := 0; j < hidden; j++ {
+					var s, a, ea float64
+					for v := 0; v < vocab; v++ {
+						ev := ed[v*hidden+j]
+						s += dl[r*vocab+v] * ev
+						a += math.Abs(dl[r*vocab+v] * ev)
+						ea += bDL[r*vocab+v] * math.Abs(ev)
+					}
+					wantDH[r*hidden+j] = dh0[r*hidden+j] + s
+					bDH[r*hidden+j] = ea + (float64(slice)+nsl+2)*u*a + u*math.Abs(wantDH[r*hidden+j])
+				}
+			}
+			checkBound(t, "kl", must(d.ReadFloat32(kl)).T(t), wantKL, bKL)
+			checkBound(t, "loss", must(d.ReadFloat32(loss)).T(t), []float64{wantLoss},
+				[]float64{meanBKL + float64(rows+8)*u*meanAbsKL})
+			checkBound(t, "dh", must(d.ReadFloat32(dh)).T(t), wantDH, bDH)
+		})
+	}
+}
+
+// TestKLLossBackwardBadID: an id outside the vocabulary cannot be checked on the host (it
+// lives on the GPU); it must make the row's KL (and the loss) NaN, never pass silently.
+func TestKLLossBackwardBadID(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(73, 74))
+	rows, hidden, vocab, k := 2, 8, 130, 2
+	hf, _ := randF32(rng, rows*hidden, 1)
+	eb, _ := randF16(rng, vocab*hidden, 1)
+	h := must(d.UploadFloat32("h", hf, rows, hidden)).T(t)
+	e := must(d.UploadF16("E", eb, vocab, hidden)).T(t)
+	ids := must(d.UploadUint32("ids", []uint32{3, 5, 7, 999}, rows, k)).T(t)
+	pt := must(d.UploadFloat32("pT", []float32{0.5, 0.5, 0.5, 0.5}, rows, k)).T(t)
+	dh := must(d.NewBuffer("dh", gpu.F32, rows, hidden)).T(t)
+	kl := must(d.NewBuffer("kl", gpu.F32, rows)).T(t)
+	loss := must(d.NewBuffer("loss", gpu.F32, 1)).T(t)
+	for _, b := range []*gpu.Buffer{h, e, ids, pt, dh, kl, loss} {
+		defer b.Release()
+	}
+	if err := d.Run(func(r *gpu.Recorder) error {
+		return gpu.KLLossBackward(r, h, e, rows, hidden, vocab, ids, pt, k, 128, 0.5, dh, kl, loss)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := must(d.ReadFloat32(kl)).T(t)
+	l := must(d.ReadFloat32(loss)).T(t)
+	if math.IsNaN(float64(got[0])) || !math.IsNaN(float64(got[1])) || !math.IsNaN(float64(l[0])) {
+		t.Errorf("kl = %v, loss = %v: want row 0 finite, row 1 and the loss NaN", got, l)
+	}
+	r := d.Begin()
+	defer r.Discard()
+	for name, err := range map[string]error{
+		"k > vocab": gpu.KLLossBackward(r, h, e, rows, hidden, vocab, ids, pt, vocab+1, 128, 0.5, dh, kl, loss),
+		"slice":     gpu.KLLossBackward(r, h, e, rows, hidden, vocab, ids, pt, k, 100, 0.5, dh, kl, loss),
+		"scale":     gpu.KLLossBackward(r, h, e, rows, hidden, vocab, ids, pt, k, 128, math.NaN(), dh, kl, loss),
+		"dh is h":   gpu.KLLossBackward(r, h, e, rows, hidden, vocab, ids, pt, k, 128, 0.5, h, kl, loss),
+		"loss size": gpu.KLLossBackward(r, h, e, rows, hidden, vocab, ids, pt, k, 128, 0.5, dh, kl, kl),
+	} {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	if r.Len() != 0 {
+		t.Errorf("%d dispatches recorded by failing calls", r.Len())
+	}
+}
