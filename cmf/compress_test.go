@@ -325,3 +325,31 @@ func TestCompressTinyTeacherBudget(t *testing.T) {
 		t.Errorf("student has %d tensors, teacher %d", len(student.Tensors), len(teacher.Tensors))
 	}
 }
+
+// benchCompress compresses a random Gaussian m×n matrix (scaled like a trained weight) at
+// 1 bit per weight, once per iteration, for each path mode.
+func benchCompress(b *testing.B, m, n int) {
+	rng := rand.New(rand.NewPCG(61, 62))
+	w := make([]float64, m*n)
+	for i := range w {
+		w[i] = 0.02 * rng.NormFloat64()
+	}
+	for _, pm := range []PathMode{Paths1, PathsAuto} {
+		b.Run("paths="+pm.String(), func(b *testing.B) {
+			var relErr float64
+			for b.Loop() {
+				var err error
+				if _, relErr, err = CompressMatrix("bench.weight", w, m, n, CompressOptions{BitsPerWeight: 1, Paths: pm}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(relErr, "relerr")
+		})
+	}
+}
+
+// BenchmarkCompress3584x1024 is one MLP gate/up projection of Qwen3.5-0.8B.
+func BenchmarkCompress3584x1024(b *testing.B) { benchCompress(b, 3584, 1024) }
+
+// BenchmarkCompress1024x3584 is one MLP down projection of Qwen3.5-0.8B.
+func BenchmarkCompress1024x3584(b *testing.B) { benchCompress(b, 1024, 3584) }

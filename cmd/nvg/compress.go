@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"time"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/schollz/progressbar/v3"
+)
+
+func init() {
+	register(&command{
+		name:    "compress",
+		summary: "compress a teacher into a binary-low-rank student (.cmf) at a bits-per-weight budget",
+		usage:   "[--bpw 1.0] [--paths auto|1|2] [--seed N] [--workers N] -o STUDENT.cmf [--json REPORT.json] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
+		run:     runCompress,
+	})
+}
+
+// compressReport is the --json output of nvg compress.
+type compressReport struct {
+	Teacher    string               `json:"teacher"`
+	Output     string               `json:"output"`
+	TargetBPW  float64              `json:"target_bits_per_weight"`
+	Paths      string               `json:"paths"`
+	Seed       uint64               `json:"seed"`
+	OverallBPW float64              `json:"overall_bits_per_weight"`
+	Seconds    float64              `json:"seconds"`
+	Kinds      []nvgkit.KindSummary `json:"kinds"`
+	Tensors    []cmf.TensorReport   `json:"tensors"`
+}
+
+func runCompress(args []string) error {
+	c := commands["compress"]
+	fs := newFlags(c)
+	bpw := fs.Float64("bpw", 1.0, "target bits per weight of every compressed linear (0 < bpw ≤ 32)")
+	paths := fs.String("paths", "auto", "BLR paths per tensor: auto (lower error at the same budget), 1 or 2")
+	seed := fs.Uint64("seed", 0, "seed of the randomised SVD sketches (same seed, same student)")
+	workers := fs.Int("workers", 0, "tensors compressed at once (0: GOMAXPROCS)")
+	out := fs.String("o", "", "output student .cmf file (written atomically)")
+	jsonOut := fs.String("json", "", "also write the per-tensor report as JSON to this file")
+	if err := parseFlags(c, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 1 {
+		return usagef("want at most one TEACHER, got %d arguments", fs.NArg())
+	}
+	if *out == "" {
+		return usagef("-o STUDENT.cmf is required")
+	}
+	if !(*bpw > 0 && *bpw <= 32) || math.IsNaN(*bpw) {
+		return usagef("--bpw must be in (0, 32], got %g", *bpw)
+	}
+	pm, err := cmf.ParsePathMode(*paths)
+	if err != nil {
+		return usagef("--%v", err)
+	}
+	if *workers < 0 {
+		return usagef("--workers must be ≥ 0, got %d", *workers)
+	}
+	path := fs.Arg(0)
+	teacher, err := openModel(path)
+	if err != nil {
+		return err
+	}
+	defer teacher.Close()
+
+	opt := cmf.CompressOptions{BitsPerWeight: *bpw, Paths: pm, Seed: *seed, Workers: *workers}
+	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d\n", modelName(path), *bpw, pm, *seed)
+	var bar *progressbar.ProgressBar
+	start := time.Now()
+	student, reports, err := nvgkit.CompressProgress(teacher, opt, func(done, total int, name string) {
+		if bar == nil {
+			bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("compress"),
+				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
+		}
+		bar.Set(done)
+	})
+	if bar != nil {
+		bar.Finish()
+	}
+	if err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	if err := cmf.WriteCMF(*out, student); err != nil {
+		return err
+	}
+	if err := nvgkit.WriteCompressTable(os.Stdout, reports); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s (%.1fs)\n", *out, secs)
+	if *jsonOut != "" {
+		rep := compressReport{Teacher: modelName(path), Output: *out, TargetBPW: *bpw, Paths: pm.String(), Seed: *seed,
+			OverallBPW: cmf.OverallBitsPerWeight(reports), Seconds: secs, Kinds: nvgkit.SummarizeByKind(reports), Tensors: reports}
+		b, err := json.MarshalIndent(rep, "", " ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/nvg-project/nvg/cmf"
+)
+
+func TestCompressUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "s.cmf")
+	for _, args := range [][]string{
+		{"compress"}, // no -o
+		{"compress", "-o", out, "--bpw", "0"},
+		{"compress", "-o", out, "--bpw", "NaN"},
+		{"compress", "-o", out, "--paths", "3"},
+		{"compress", "-o", out, "--workers", "-1"},
+		{"compress", "-o", out, "a", "b"},
+		{"compress", "-o", out, filepath.Join(dir, "missing")},
+	} {
+		if code := run(args); code != 2 {
+			t.Errorf("nvg %v: exit %d, want 2", args, code)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a failed call wrote the output")
+	}
+}
+
+// TestCompressEmbeddedTeacher runs `nvg compress` on the embedded tiny teacher at 0.5 bits
+// per weight (one path, kept cheap) and checks the written student and the JSON report.
+func TestCompressEmbeddedTeacher(t *testing.T) {
+	dir := t.TempDir()
+	out, js := filepath.Join(dir, "s.cmf"), filepath.Join(dir, "r.json")
+	if code := run([]string{"compress", "--bpw", "0.5", "--paths", "1", "--seed", "3", "-o", out, "--json", js}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var rep compressReport
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Tensors) != 50 || rep.Paths != "1" || rep.Seed != 3 || math.Abs(rep.OverallBPW-0.5) > 0.01 || len(rep.Kinds) != 10 {
+		t.Fatalf("report: %d tensors, paths %s, seed %d, overall %g, %d kinds", len(rep.Tensors), rep.Paths, rep.Seed, rep.OverallBPW, len(rep.Kinds))
+	}
+	s, err := cmf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, r := range rep.Tensors {
+		w, err := cmf.BLRFromTensor(s.Tensors[r.Name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.Rank != r.Rank || len(w.Paths) != 1 || math.Abs(w.BitsPerWeight()-r.BitsPerWeight) > 1e-12 {
+			t.Fatalf("%s: file rank %d paths %d bpw %g, report %+v", r.Name, w.Rank, len(w.Paths), w.BitsPerWeight(), r)
+		}
+	}
+	if e, ok := s.Tensors["model.embed_tokens.weight"]; !ok || e.DType != cmf.BF16 {
+		t.Fatal("embedding missing or not bf16")
+	}
+}
