@@ -307,12 +307,16 @@ func (n *Net) hidden(flat []int, nb, t int, keep func(l int, x []float64)) ([]fl
 	return rmsNorm(x, nb*t, c.HiddenSize, n.FinalNorm, c.RMSNormEps, true), nil
 }
 
-// headBlocks applies the head to h [rows, H] a block of rows at a time (at most ~2M logits
-// per block) and calls f with the first row, the row count and the block's logits
-// [nr, vocab].
+// headBlockLogits bounds the logits headBlocks holds at once (a variable so that tests can
+// force several blocks on a small vocabulary).
+var headBlockLogits = 1 << 21
+
+// headBlocks applies the head to h [rows, H] a block of rows at a time (at most
+// headBlockLogits ≈ 2M logits per block, at most 256 rows) and calls f with the first row,
+// the row count and the block's logits [nr, vocab].
 func (n *Net) headBlocks(h []float64, rows int, f func(r0, nr int, logits []float64) error) error {
 	H, V := n.Config.HiddenSize, n.Config.VocabSize
-	block := max(1, min(256, (1<<21)/V))
+	block := max(1, min(256, headBlockLogits/V))
 	for r0 := 0; r0 < rows; r0 += block {
 		nr := min(block, rows-r0)
 		logits := n.Head.Apply(h[r0*H:(r0+nr)*H], nr)

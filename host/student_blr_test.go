@@ -271,6 +271,9 @@ func layerLinears(L *DecoderLayer) []Linear {
 // loss. NVG_SLOW_TESTS=1 also runs the whole 8-layer tiny teacher compressed (TestStudentBLRWhole).
 func TestStudentBLRFiniteDifferences(t *testing.T) {
 	s := newBLRStudent(t, subTeacher(t, []int{2, 3}), 1, 10, 8)
+	// Blocks of 4 rows (4, 4, 2): the loss and its gradient cross head blocks.
+	defer func(b int) { headBlockLogits = b }(headBlockLogits)
+	headBlockLogits = 4 * s.net.Config.VocabSize
 	d, a := s.net.Layers[0], s.net.Layers[1]
 	if d.Delta == nil || a.Attn == nil {
 		t.Fatal("sub-model layers are not [GatedDeltaNet, attention]")

@@ -2,6 +2,7 @@ package host
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -80,13 +81,18 @@ func TestStudentLossGradFixtures(t *testing.T) {
 	if !(rel <= 1e-6) {
 		t.Errorf("student_loss: relative error %.3g > 1e-6", rel)
 	}
-	loss2, _, err := s.StudentLoss(ids, tid, prob, K)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if loss2 != sg.Loss {
-		t.Errorf("StudentLoss %.17g differs from StudentLossGrad's %.17g", loss2, sg.Loss)
-	}
+	// The forward-only loss, with the head in blocks of 5 rows (128 = 25·5 + 3).
+	func() {
+		defer func(b int) { headBlockLogits = b }(headBlockLogits)
+		headBlockLogits = 5 * s.Config.VocabSize
+		loss2, _, err := s.StudentLoss(ids, tid, prob, K)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(loss2-sg.Loss) > 1e-12*sg.Loss {
+			t.Errorf("StudentLoss in blocks of 5 rows %.17g differs from StudentLossGrad's %.17g", loss2, sg.Loss)
+		}
+	}()
 	check := func(name string, got, want []float64) {
 		t.Helper()
 		if len(got) != len(want) {
@@ -118,5 +124,64 @@ func TestStudentLossGradFixtures(t *testing.T) {
 	// 8 layers × 2 norms + 2×(q, k norm) + 6 gated norms + the final norm.
 	if seen != 27 || len(sg.Grads) != 27 {
 		t.Errorf("fixture has %d norm gradients and StudentLossGrad %d, want 27 each", seen, len(sg.Grads))
+	}
+}
+
+// TestStudentLossGradErrors checks that bad windows and teacher rows are rejected with an
+// error naming the problem, before any work.
+func TestStudentLossGradErrors(t *testing.T) {
+	n := tinyNet(t)
+	V := n.Config.VocabSize
+	ids := [][]int{{1, 2, 3}, {4, 5, 6}}
+	tid := []int{1, 2, 3, 4, 5, 6}
+	prob := []float64{1, 1, 1, 1, 1, 1}
+	for _, c := range []struct {
+		name string
+		ids  [][]int
+		tid  []int
+		prob []float64
+		k    int
+		want string
+	}{
+		{"no windows", nil, tid, prob, 1, "no windows"},
+		{"ragged", [][]int{{1, 2, 3}, {4}}, tid, prob, 1, "window 1 has 1 tokens"},
+		{"id range", [][]int{{1, 2, V}, {4, 5, 6}}, tid, prob, 1, "outside [0, 8192)"},
+		{"k zero", ids, tid, prob, 0, "k = 0"},
+		{"k > vocab", ids, tid, prob, V + 1, "exceeds the vocabulary"},
+		{"short ids", ids, tid[:5], prob, 1, "topkIDs has 5 values"},
+		{"short probs", ids, tid, prob[:5], 1, "topkProb has 5 values"},
+		{"teacher id", ids, []int{1, 2, 3, 4, 5, -1}, prob, 1, "teacher id [5, 0] = -1"},
+		{"teacher dup", ids, tid, prob, 2, ""},
+		{"teacher prob", ids, tid, []float64{1, 1, math.Inf(1), 1, 1, 1}, 1, "[2, 0] = +Inf"},
+		{"zero row", ids, tid, []float64{1, 1, 1, 0, 1, 1}, 1, "row 3 sum to 0"},
+	} {
+		if c.name == "teacher dup" {
+			// k = 2 over 6 tokens: 12 ids, row 0 repeating one.
+			c.tid = []int{7, 7, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11}
+			c.prob = []float64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
+			c.want = "appears twice in row 0"
+		}
+		for _, f := range []func() error{
+			func() error { _, err := n.StudentLossGrad(c.ids, c.tid, c.prob, c.k); return err },
+			func() error { _, _, err := n.StudentLoss(c.ids, c.tid, c.prob, c.k); return err },
+		} {
+			if err := f(); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+			}
+		}
+	}
+	if _, err := n.LayerBackward(nil, nil, map[string][]float64{}); err == nil {
+		t.Error("LayerBackward(nil) accepted")
+	}
+	a, err := n.LayerActs(0, make([]float64, 2*n.Config.HiddenSize), 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.LayerBackward(a, make([]float64, 5), map[string][]float64{}); err == nil || !strings.Contains(err.Error(), "dOut 5 values") {
+		t.Errorf("short dOut: %v", err)
+	}
+	a.Layer = 3 // an attention layer given GatedDeltaNet activations
+	if _, err := n.LayerBackward(a, make([]float64, 2*n.Config.HiddenSize), map[string][]float64{}); err == nil || !strings.Contains(err.Error(), "mixer kind") {
+		t.Errorf("wrong mixer kind: %v", err)
 	}
 }
