@@ -1,6 +1,5 @@
 // Package host is the float64 host reference of the Qwen3.5 text model (DESIGN.md §3): the
-// oracle that every GPU kernel is parity-tested against, and later the reference for their
-// backward.
+// oracle that every GPU kernel and every GPU backward kernel is parity-tested against.
 //
 // It has two levels:
 //
@@ -10,7 +9,13 @@
 //     row-major float64 slices with explicit sizes, returning fresh slices and an error
 //     that names the bad argument when sizes disagree;
 //   - a whole model (Load, Net.Forward, Net.NLL, Net.Layer) built from those ops, with every
-//     projection behind the Linear interface (Dense, later BLR).
+//     projection behind the Linear interface (Dense, later BLR);
+//   - the backward of every op, named <Op>Backward (backward.go; LinearBackward and
+//     BLRLinearBackward for projections, with the BLR metric gradients), the distillation
+//     loss KLLoss, and the whole student step Net.StudentLossGrad (loss, d loss/d embeddings,
+//     gradients of every RMSNorm gain and BLR metric scale by name, see StudentGrads), built
+//     layer by layer in reverse from checkpointed layer inputs (Net.LayerBackward) as the GPU
+//     does it.
 //
 // Layout conventions used throughout: a sequence batch is nb windows of t tokens, and
 // per-token tensors are [nb·t, …] row-major with the token index r = window·t + position.
