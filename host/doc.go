@@ -1,7 +1,7 @@
 // Package host is the float64 host reference of the Qwen3.5 text model (DESIGN.md §3): the
 // oracle that every GPU kernel and every GPU backward kernel is parity-tested against.
 //
-// It has two levels:
+// It has three levels:
 //
 //   - one exported function per op (Embedding, LinearOp, RMSNorm, QKNormRoPE, Attention,
 //     AttentionGate, CausalConv1dSiLU, GatedDeltaGates, L2Norm, GatedDeltaRule,
