@@ -1,0 +1,90 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+)
+
+// QKNormRoPEBackward records the backward of QKNormRoPE (same x, w, sizes, eps, rot, θ, t)
+// for the output gradient dy (host.QKNormRoPEBackward). RoPE is a rotation, so the gradient
+// of the normed vector n is dy rotated back by the angle −p·θ^(−2i/rot) on the pairs
+// (i, i + rot/2), i < rot/2 (p = row mod t; dims ≥ rot pass through); then, per head over
+// headDim, the zero-centred RMSNorm backward with inv = rsqrt(mean(x²) + eps):
+//
+//	dx_i = inv·(1+w_i)·dn_i − inv³·x_i·(1/headDim)·Σ_j (1+w_j)·dn_j·x_j,
+//	dw_i += Σ_{rows, heads} dn_i·x_i·inv.
+//
+// x, dy and dx are F32 [rows, heads, headDim] row-major (rows = nb·t tokens), dx
+// overwritten; w and dw are F32 [headDim] (q_norm or k_norm gain), dw accumulated (+=). All
+// five distinct. Two dispatches: one workgroup per (row, head) for dx (writing dn and inv
+// to recorder temporaries), then the deterministic column reduction of RMSNormBackward for
+// dw over rows·heads. The cos/sin table is the forward's (float64, rounded to f32); f32
+// throughout. Errors: as QKNormRoPE, plus dy/dx/dw dtype, length or aliasing mistakes; a
+// failed call records nothing.
+func QKNormRoPEBackward(r *Recorder, x, w, dy, dx, dw *Buffer, rows, heads, headDim int, eps float64, rot int, theta float64, t int) error {
+	const op = "QKNormRoPEBackward"
+	if err := positive(op, "rows, heads, headDim, t", rows, heads, headDim, t); err != nil {
+		return err
+	}
+	if rows%t != 0 {
+		return fmt.Errorf("gpu: %s: rows %d is not a multiple of the window length t = %d", op, rows, t)
+	}
+	if rot < 2 || rot%2 != 0 || rot > headDim {
+		return fmt.Errorf("gpu: %s: rotary dims %d must be even and in [2, headDim = %d]", op, rot, headDim)
+	}
+	if !(theta > 0) || math.IsInf(theta, 0) {
+		return fmt.Errorf("gpu: %s: theta = %g must be positive and finite", op, theta)
+	}
+	if !(eps >= 0) || eps > math.MaxFloat32 {
+		return fmt.Errorf("gpu: %s: eps = %g must be finite and ≥ 0", op, eps)
+	}
+	n := rows * heads * headDim
+	if n > maxU32Elems || t*rot > maxU32Elems {
+		return fmt.Errorf("gpu: %s: rows·heads·headDim = %d exceeds %d", op, n, maxU32Elems)
+	}
+	for _, c := range []struct {
+		name string
+		b    *Buffer
+		n    int
+	}{{"x", x, n}, {"w", w, headDim}, {"dy", dy, n}, {"dx", dx, n}, {"dw", dw, headDim}} {
+		if err := need(op, c.name, c.b, c.n, F32); err != nil {
+			return err
+		}
+	}
+	if err := distinct(op, map[string]*Buffer{"x": x, "w": w, "dy": dy, "dx": dx, "dw": dw}); err != nil {
+		return err
+	}
+	k, err := r.d.Kernel(KernelSpec{
+		Name: op, File: "qk_norm_rope_backward.wgsl", Params: struct{ WG int }{qkNormRoPEWG},
+		Bindings: []Access{Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 6,
+	})
+	if err != nil {
+		return err
+	}
+	g, err := Grid1D(rows * heads)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	tab, err := r.TempUint32(op+" cos/sin", ropeTable(t, rot, theta), 2, t, rot/2)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	dn, err := r.Temp(op+" dn", F32, rows, heads, headDim)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	inv, err := r.Temp(op+" inv", F32, rows*heads)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	mark := len(r.ops)
+	if err := r.Dispatch(k, g, []uint32{uint32(rows * heads), uint32(heads), uint32(headDim), uint32(rot / 2), uint32(t),
+		math.Float32bits(float32(eps))}, Whole(x), Whole(w), Whole(tab), Whole(dy), Whole(dx), Whole(dn), Whole(inv)); err != nil {
+		return err
+	}
+	if err := gradColDot(r, op+".dw", dn, x, inv, nil, nil, dw, nil, rows*heads, headDim, false); err != nil {
+		r.ops = r.ops[:mark]
+		return err
+	}
+	return nil
+}

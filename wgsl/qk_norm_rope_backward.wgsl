@@ -1,0 +1,85 @@
+// QKNormRoPEBackward, the row part: the backward of QKNormRoPE (host.QKNormRoPEBackward).
+// The rotation is orthogonal, so the gradient of the normed vector n is dy rotated back:
+//   dn_i       =  dy_i·cos(p·f_i) + dy_{i+R/2}·sin(p·f_i)     i < R/2
+//   dn_{i+R/2} = −dy_i·sin(p·f_i) + dy_{i+R/2}·cos(p·f_i)
+//   dn_i       =  dy_i                                      i ≥ R
+// then the zero-centred RMSNorm backward over HD per (row, head), inv = rsqrt(mean(x²)+eps):
+//   dx_i = inv·(1+w_i)·dn_i − inv³·x_i·(1/HD)·Σ_j (1+w_j)·dn_j·x_j
+// It writes dx, dn and inv for the gain gradient dw_i += Σ_(row,head) dn_i·x_i·inv
+// (grad_col_dot.wgsl).
+// x, dy, dx, dn: f32 [rows, heads, HD] row-major; w: f32 [HD]; tab: f32 [2, t, R/2] (the
+// forward's cos/sin table); inv: f32 [rows·heads]. p = row mod t.
+// One workgroup of WG threads per (row, head) (linear index wid.x + wid.y·nwg.x); both sums
+// reduced in workgroup memory (every slot written before the barrier).
+// Template parameters: WG (power of two).
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read> tab: array<f32>;
+@group(0) @binding(3) var<storage, read> dy: array<f32>;
+@group(0) @binding(4) var<storage, read_write> dx: array<f32>;
+@group(0) @binding(5) var<storage, read_write> dn: array<f32>;
+@group(0) @binding(6) var<storage, read_write> inv_out: array<f32>;
+
+struct Params {
+    groups: u32, // rows·heads
+    heads: u32,
+    hd: u32,
+    half: u32,   // R/2
+    t: u32,
+    eps: f32,
+};
+@group(0) @binding(7) var<uniform> p: Params;
+
+var<workgroup> partial: array<vec2<f32>, {{.WG}}>;
+
+// backRot returns dn at dim c of the (row, head) starting at base, at window position pos.
+fn backRot(base: u32, c: u32, pos: u32) -> f32 {
+    let g = dy[base + c];
+    if (c >= 2u * p.half) {
+        return g;
+    }
+    let first = c < p.half;
+    let i = select(c - p.half, c, first);
+    let pc = select(c - p.half, c + p.half, first);
+    let gp = dy[base + pc];
+    let cs = tab[pos * p.half + i];
+    let sn = tab[(p.t + pos) * p.half + i];
+    return select(g * cs - gp * sn, g * cs + gp * sn, first);
+}
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let gi = wid.x + wid.y * nwg.x;
+    // gi is uniform across the workgroup, so this early exit keeps barriers uniform.
+    if (gi >= p.groups) {
+        return;
+    }
+    let base = gi * p.hd;
+    let pos = (gi / p.heads) % p.t;
+    var s = vec2<f32>(0.0);
+    for (var c = lid; c < p.hd; c += {{.WG}}u) {
+        let v = x[base + c];
+        let g = backRot(base, c, pos);
+        dn[base + c] = g;
+        s += vec2<f32>(v * v, (1.0 + w[c]) * g * v);
+    }
+    partial[lid] = s;
+    workgroupBarrier();
+    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
+        if (lid < h) {
+            partial[lid] += partial[lid + h];
+        }
+        workgroupBarrier();
+    }
+    let inv = inverseSqrt(partial[0].x / f32(p.hd) + p.eps);
+    let k = inv * inv * inv * partial[0].y / f32(p.hd);
+    // Each invocation reads back only the dn values it wrote itself.
+    for (var c = lid; c < p.hd; c += {{.WG}}u) {
+        dx[base + c] = inv * (1.0 + w[c]) * dn[base + c] - k * x[base + c];
+    }
+    if (lid == 0u) {
+        inv_out[gi] = inv;
+    }
+}
