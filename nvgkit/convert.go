@@ -1,0 +1,133 @@
+package nvgkit
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/x448/float16"
+)
+
+// parallelChunks runs f over [0, n) in contiguous chunks on up to GOMAXPROCS goroutines
+// (serially for small n).
+func parallelChunks(n int, f func(lo, hi int)) {
+	const minChunk = 1 << 16
+	p := min(runtime.GOMAXPROCS(0), (n+minChunk-1)/minChunk)
+	if p <= 1 {
+		f(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	step := (n + p - 1) / p
+	for lo := 0; lo < n; lo += step {
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			f(lo, hi)
+		}(lo, min(lo+step, n))
+	}
+	wg.Wait()
+}
+
+// decodeF32 returns element i of raw data of dtype d as float32 (F64 rounded to nearest).
+func decoder(d cmf.DType, raw []byte) (func(i int) float32, error) {
+	switch d {
+	case cmf.F32:
+		return func(i int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])) }, nil
+	case cmf.BF16:
+		return func(i int) float32 { return math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16) }, nil
+	case cmf.F16:
+		return func(i int) float32 { return float16.Frombits(binary.LittleEndian.Uint16(raw[2*i:])).Float32() }, nil
+	case cmf.F64:
+		return func(i int) float32 { return float32(math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))) }, nil
+	}
+	return nil, fmt.Errorf("dtype %s is not a dense float dtype", d)
+}
+
+// tensorData reads t (which must have the given shape and a dense float dtype) and returns
+// its bytes with an element decoder. Errors name the tensor.
+func tensorData(m *cmf.Model, name string, shape ...int) (*cmf.Tensor, func(int) float32, int, error) {
+	t, err := m.Tensor(name)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if len(t.Shape) != len(shape) {
+		return nil, nil, 0, fmt.Errorf("tensor %s: shape %v, want %v", name, t.Shape, shape)
+	}
+	n := 1
+	for i, s := range shape {
+		if t.Shape[i] != s {
+			return nil, nil, 0, fmt.Errorf("tensor %s: shape %v, want %v", name, t.Shape, shape)
+		}
+		n *= s
+	}
+	if t.DType == cmf.BLR {
+		return nil, nil, 0, fmt.Errorf("tensor %s: dtype blr: a Teacher net needs dense (f32, f16, bf16, f64) weights", name)
+	}
+	raw, err := t.Bytes()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	dec, err := decoder(t.DType, raw)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	if len(raw) != n*t.DType.Size() {
+		return nil, nil, 0, fmt.Errorf("tensor %s: %d bytes for shape %v of %s", name, len(raw), shape, t.DType)
+	}
+	return t, dec, n, nil
+}
+
+// loadF16 reads a dense float tensor of the given shape and rounds it to IEEE binary16
+// bits (round to nearest even). Errors: missing tensor, wrong shape, a non-float or BLR
+// dtype, a NaN or infinite element, or a finite value beyond f16's range (|x| > 65504),
+// each naming the tensor and the element.
+func loadF16(m *cmf.Model, name string, shape ...int) ([]uint16, error) {
+	t, dec, n, err := tensorData(m, name, shape...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint16, n)
+	var mu sync.Mutex
+	bad := -1
+	parallelChunks(n, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			f := dec(i)
+			h := float16.Fromfloat32(f)
+			if h.IsNaN() || h.IsInf(0) {
+				mu.Lock()
+				if bad < 0 || i < bad {
+					bad = i
+				}
+				mu.Unlock()
+				return
+			}
+			out[i] = h.Bits()
+		}
+	})
+	if bad >= 0 {
+		return nil, fmt.Errorf("tensor %s (%s): element %d = %g is not finite in f16 (|x| ≤ 65504)", name, t.DType, bad, dec(bad))
+	}
+	return out, nil
+}
+
+// loadF32 reads a dense float tensor of the given shape as float32. Errors as loadF16
+// (non-finite elements rejected).
+func loadF32(m *cmf.Model, name string, shape ...int) ([]float32, error) {
+	_, dec, n, err := tensorData(m, name, shape...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, n)
+	for i := range out {
+		f := dec(i)
+		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+			return nil, fmt.Errorf("tensor %s: element %d = %g is not finite in f32", name, i, f)
+		}
+		out[i] = f
+	}
+	return out, nil
+}

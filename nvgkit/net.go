@@ -1,0 +1,423 @@
+package nvgkit
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
+)
+
+// NetKind says how a Net stores its projections on the GPU.
+type NetKind int
+
+const (
+	// Teacher holds every linear weight — the projections of every layer, the embedding and
+	// the (untied) head — as IEEE f16 planes in the PyTorch [out, in] layout, and the norm
+	// gains, conv1d weights, A_log and dt_bias in f32. The model's weights must be dense
+	// (f32, f16, bf16 or f64) and finite within f16's range.
+	Teacher NetKind = iota
+)
+
+// String is "teacher".
+func (k NetKind) String() string {
+	switch k {
+	case Teacher:
+		return "teacher"
+	}
+	return fmt.Sprintf("NetKind(%d)", int(k))
+}
+
+// LoadOption changes how LoadNet places the weights.
+type LoadOption func(*loadConfig)
+
+type loadConfig struct {
+	streamed bool
+}
+
+// StreamLayers makes LoadNet keep the decoder layers' weights in host memory (as the f16/f32
+// planes the GPU uses) and upload them one layer at a time during each pass: layer l+1 is
+// uploaded while layer l computes, and layer l is released after it, so at most two layers'
+// weights are on the GPU at once (the embedding, head and final norm stay resident). The
+// results are bit-identical to the resident mode; it lets a teacher larger than GPU memory
+// run, at the price of re-uploading every layer on every pass.
+func StreamLayers() LoadOption { return func(c *loadConfig) { c.streamed = true } }
+
+// Net is a Qwen3.5 text model on the GPU (DESIGN.md §3), loaded by LoadNet.
+//
+// The GatedDeltaNet's in_proj_qkv and conv1d are stored split into their q, k and v channel
+// blocks, and the attention's q_proj into its query and gate rows (per head, DESIGN.md §3),
+// so each part lands in its own buffer; the arithmetic is the same. A Net is driven by one
+// goroutine at a time; Release frees its GPU memory.
+type Net struct {
+	// Kind is how the projections are stored.
+	Kind NetKind
+	// Config is the architecture (validated).
+	Config cmf.Config
+
+	dev       *gpu.Device
+	streamed  bool
+	embed     *gpu.Buffer // F16 [vocab, H]
+	head      *gpu.Buffer // F16 [vocab, H]; == embed when tied
+	finalNorm *gpu.Buffer // F32 [H]
+	layers    []*layer
+	released  bool
+	// onGPU counts the layers uploaded now; maxOnGPU the most at once since LoadNet.
+	onGPU, maxOnGPU int
+}
+
+// param is one weight tensor of a layer: its GPU buffer while uploaded, and its host planes
+// when the net streams layers (exactly one of f16 and f32 is set then).
+type param struct {
+	label string
+	shape []int
+	half  bool // F16 on the GPU (else F32)
+	f16   []uint16
+	f32   []float32
+	buf   *gpu.Buffer
+}
+
+func (p *param) bytes() uint64 {
+	n := 1
+	for _, s := range p.shape {
+		n *= s
+	}
+	if p.half {
+		return uint64(2*n+3) &^ 3
+	}
+	return uint64(4 * n)
+}
+
+func (p *param) upload(d *gpu.Device) error {
+	if p.buf != nil {
+		return nil
+	}
+	var err error
+	if p.half {
+		p.buf, err = d.UploadF16(p.label, p.f16, p.shape...)
+	} else {
+		p.buf, err = d.UploadFloat32(p.label, p.f32, p.shape...)
+	}
+	return err
+}
+
+func (p *param) release() {
+	if p.buf != nil {
+		p.buf.Release()
+		p.buf = nil
+	}
+}
+
+// linear is one projection y = x·Wᵀ, W [out, in]. A Teacher holds W as an f16 plane; a
+// Student will hold the BLR factors here instead, behind the same apply.
+type linear struct {
+	w       *param
+	out, in int
+}
+
+// apply records y = x·Wᵀ on rows rows.
+func (l *linear) apply(r *gpu.Recorder, x, y *gpu.Buffer, rows int) error {
+	return gpu.Linear(r, x, l.w.buf, y, rows, l.in, l.out)
+}
+
+// layer holds the weights of one decoder layer. Exactly one of attn and delta is non-nil.
+type layer struct {
+	index            int
+	inNorm, postNorm *param // [H], gain 1 + w
+	gate, up, down   linear
+	attn             *attnWeights
+	delta            *deltaWeights
+	params           []*param // every parameter above, for upload and release
+	uploaded         bool
+}
+
+type attnWeights struct {
+	query, gate, k, v, o linear // query and gate: the per-head halves of q_proj
+	qNorm, kNorm         *param // [hd], gain 1 + w
+}
+
+type deltaWeights struct {
+	q, k, v, z, a, b, out linear // q, k, v: the channel blocks of in_proj_qkv
+	convQ, convK, convV   *param // [channels, K] blocks of conv1d.weight
+	aLog, dtBias          *param // [Hv]
+	norm                  *param // [dv], plain gain
+}
+
+func (l *layer) bytes() uint64 {
+	var n uint64
+	for _, p := range l.params {
+		n += p.bytes()
+	}
+	return n
+}
+
+// upload puts every parameter of layer l on the GPU (a no-op when already there); on error
+// the parameters uploaded so far are released.
+func (n *Net) upload(l *layer) error {
+	if l.uploaded {
+		return nil
+	}
+	for _, p := range l.params {
+		if err := p.upload(n.dev); err != nil {
+			n.releaseLayer(l)
+			return fmt.Errorf("nvgkit: upload layer %d: %w", l.index, err)
+		}
+	}
+	l.uploaded = true
+	n.onGPU++
+	n.maxOnGPU = max(n.maxOnGPU, n.onGPU)
+	return nil
+}
+
+// releaseLayer frees layer l's GPU buffers (work already submitted keeps them alive until
+// it completes).
+func (n *Net) releaseLayer(l *layer) {
+	for _, p := range l.params {
+		p.release()
+	}
+	if l.uploaded {
+		n.onGPU--
+	}
+	l.uploaded = false
+}
+
+// builder reads the model's tensors into params.
+type builder struct {
+	m   *cmf.Model
+	err error
+	ps  []*param
+}
+
+func (b *builder) f16(name string, shape ...int) []uint16 {
+	if b.err != nil {
+		return nil
+	}
+	v, err := loadF16(b.m, name, shape...)
+	b.err = err
+	return v
+}
+
+func (b *builder) f32(name string, shape ...int) []float32 {
+	if b.err != nil {
+		return nil
+	}
+	v, err := loadF32(b.m, name, shape...)
+	b.err = err
+	return v
+}
+
+func (b *builder) add(p *param) *param {
+	b.ps = append(b.ps, p)
+	return p
+}
+
+// lin makes a linear from f16 rows (a whole tensor or a block of its rows).
+func (b *builder) lin(label string, w []uint16, out, in int) linear {
+	return linear{w: b.add(&param{label: label, shape: []int{out, in}, half: true, f16: w}), out: out, in: in}
+}
+
+func (b *builder) vec(name string, shape ...int) *param {
+	v := b.f32(name, shape...)
+	return b.add(&param{label: name, shape: shape, f32: v})
+}
+
+// rowBlock returns rows [r0, r1) of a row-major [*, cols] plane.
+func rowBlock[T any](v []T, cols, r0, r1 int) []T {
+	if v == nil {
+		return nil
+	}
+	return v[r0*cols : r1*cols]
+}
+
+// LoadNet converts the model's weights for kind and, unless StreamLayers is given, uploads
+// all of them to dev. The model's config and every tensor's shape are validated first;
+// m may be closed after LoadNet returns (the Net keeps no reference to its files).
+//
+// Memory: resident, the GPU holds every weight (2 bytes per projection weight, 4 per norm,
+// conv, A_log and dt_bias value) and the host none; streamed, the GPU holds the embedding,
+// head and final norm plus at most two layers, and the host keeps every layer's planes.
+// Errors: a nil device or model, an unknown kind, an invalid config, a missing tensor or one
+// of the wrong shape or dtype (BLR for a Teacher), a weight not finite in f16, or a GPU
+// allocation failure — each naming the tensor. Nothing is left allocated on error.
+func LoadNet(dev *gpu.Device, m *cmf.Model, kind NetKind, opts ...LoadOption) (*Net, error) {
+	if dev == nil {
+		return nil, errors.New("nvgkit.LoadNet: nil device")
+	}
+	if m == nil {
+		return nil, errors.New("nvgkit.LoadNet: nil model")
+	}
+	if kind != Teacher {
+		return nil, fmt.Errorf("nvgkit.LoadNet: unsupported net kind %v", kind)
+	}
+	var lc loadConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&lc)
+		}
+	}
+	c := m.Config
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("nvgkit.LoadNet: %w", err)
+	}
+	n := &Net{Kind: kind, Config: c, dev: dev, streamed: lc.streamed}
+	if err := n.load(m); err != nil {
+		n.Release()
+		return nil, fmt.Errorf("nvgkit.LoadNet: %w", err)
+	}
+	return n, nil
+}
+
+func (n *Net) load(m *cmf.Model) error {
+	c := n.Config
+	H, V, I := c.HiddenSize, c.VocabSize, c.IntermediateSize
+	b := &builder{m: m}
+	emb := b.f16("model.embed_tokens.weight", V, H)
+	fn := b.f32("model.norm.weight", H)
+	var head []uint16
+	if !c.TieWordEmbeddings {
+		head = b.f16("lm_head.weight", V, H)
+	}
+	if b.err != nil {
+		return b.err
+	}
+	var err error
+	if n.embed, err = n.dev.UploadF16("model.embed_tokens.weight", emb, V, H); err != nil {
+		return err
+	}
+	n.head = n.embed
+	if head != nil {
+		if n.head, err = n.dev.UploadF16("lm_head.weight", head, V, H); err != nil {
+			return err
+		}
+	}
+	if n.finalNorm, err = n.dev.UploadFloat32("model.norm.weight", fn, H); err != nil {
+		return err
+	}
+	for i := 0; i < c.NumHiddenLayers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		b := &builder{m: m}
+		L := &layer{index: i}
+		L.inNorm = b.vec(p+"input_layernorm.weight", H)
+		L.postNorm = b.vec(p+"post_attention_layernorm.weight", H)
+		L.gate = b.lin(p+"mlp.gate_proj.weight", b.f16(p+"mlp.gate_proj.weight", I, H), I, H)
+		L.up = b.lin(p+"mlp.up_proj.weight", b.f16(p+"mlp.up_proj.weight", I, H), I, H)
+		L.down = b.lin(p+"mlp.down_proj.weight", b.f16(p+"mlp.down_proj.weight", H, I), H, I)
+		if c.IsFullAttention(i) {
+			nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+			q := p + "self_attn."
+			a := &attnWeights{}
+			qg := b.f16(q+"q_proj.weight", nh*hd*2, H)
+			var qw, gw []uint16
+			if qg != nil {
+				qw = make([]uint16, 0, nh*hd*H)
+				gw = make([]uint16, 0, nh*hd*H)
+				for h := 0; h < nh; h++ {
+					qw = append(qw, rowBlock(qg, H, 2*h*hd, 2*h*hd+hd)...)
+					gw = append(gw, rowBlock(qg, H, 2*h*hd+hd, 2*(h+1)*hd)...)
+				}
+			}
+			a.query = b.lin(q+"q_proj.weight[query rows]", qw, nh*hd, H)
+			a.gate = b.lin(q+"q_proj.weight[gate rows]", gw, nh*hd, H)
+			a.k = b.lin(q+"k_proj.weight", b.f16(q+"k_proj.weight", nkv*hd, H), nkv*hd, H)
+			a.v = b.lin(q+"v_proj.weight", b.f16(q+"v_proj.weight", nkv*hd, H), nkv*hd, H)
+			a.o = b.lin(q+"o_proj.weight", b.f16(q+"o_proj.weight", H, nh*hd), H, nh*hd)
+			a.qNorm = b.vec(q+"q_norm.weight", hd)
+			a.kNorm = b.vec(q+"k_norm.weight", hd)
+			L.attn = a
+		} else {
+			hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
+			C, QK := 2*hk*dk+hv*dv, hk*dk
+			q := p + "linear_attn."
+			d := &deltaWeights{}
+			qkv := b.f16(q+"in_proj_qkv.weight", C, H)
+			d.q = b.lin(q+"in_proj_qkv.weight[q rows]", rowBlock(qkv, H, 0, QK), QK, H)
+			d.k = b.lin(q+"in_proj_qkv.weight[k rows]", rowBlock(qkv, H, QK, 2*QK), QK, H)
+			d.v = b.lin(q+"in_proj_qkv.weight[v rows]", rowBlock(qkv, H, 2*QK, C), hv*dv, H)
+			d.z = b.lin(q+"in_proj_z.weight", b.f16(q+"in_proj_z.weight", hv*dv, H), hv*dv, H)
+			d.b = b.lin(q+"in_proj_b.weight", b.f16(q+"in_proj_b.weight", hv, H), hv, H)
+			d.a = b.lin(q+"in_proj_a.weight", b.f16(q+"in_proj_a.weight", hv, H), hv, H)
+			d.out = b.lin(q+"out_proj.weight", b.f16(q+"out_proj.weight", H, hv*dv), H, hv*dv)
+			conv := b.f32(q+"conv1d.weight", C, 1, K)
+			d.convQ = b.add(&param{label: q + "conv1d.weight[q channels]", shape: []int{QK, K}, f32: rowBlock(conv, K, 0, QK)})
+			d.convK = b.add(&param{label: q + "conv1d.weight[k channels]", shape: []int{QK, K}, f32: rowBlock(conv, K, QK, 2*QK)})
+			d.convV = b.add(&param{label: q + "conv1d.weight[v channels]", shape: []int{hv * dv, K}, f32: rowBlock(conv, K, 2*QK, C)})
+			d.aLog = b.vec(q+"A_log", hv)
+			d.dtBias = b.vec(q+"dt_bias", hv)
+			d.norm = b.vec(q+"norm.weight", dv)
+			L.delta = d
+		}
+		if b.err != nil {
+			return b.err
+		}
+		L.params = b.ps
+		n.layers = append(n.layers, L)
+		if !n.streamed {
+			if err := n.upload(L); err != nil {
+				return err
+			}
+			for _, p := range L.params { // the GPU copy is the only one now
+				p.f16, p.f32 = nil, nil
+			}
+		}
+	}
+	return nil
+}
+
+// Streamed reports whether the net streams its layers (LoadNet with StreamLayers).
+func (n *Net) Streamed() bool { return n.streamed }
+
+// Device is the device the net lives on.
+func (n *Net) Device() *gpu.Device { return n.dev }
+
+// WeightBytes is the GPU bytes of all weights when resident: embedding, head (0 extra when
+// tied), final norm and every layer. LayerBytes(l) is layer l's share.
+func (n *Net) WeightBytes() uint64 {
+	t := n.embed.Bytes() + n.finalNorm.Bytes()
+	if n.head != n.embed {
+		t += n.head.Bytes()
+	}
+	for _, l := range n.layers {
+		t += l.bytes()
+	}
+	return t
+}
+
+// MaxLayersOnGPU is the largest number of decoder layers whose weights were on the GPU at
+// the same time since LoadNet: all of them when resident, at most 2 when streamed.
+func (n *Net) MaxLayersOnGPU() int { return n.maxOnGPU }
+
+// LayerBytes is the GPU bytes of decoder layer l's weights (0 when l is out of range).
+func (n *Net) LayerBytes(l int) uint64 {
+	if l < 0 || l >= len(n.layers) {
+		return 0
+	}
+	return n.layers[l].bytes()
+}
+
+// Release frees every GPU buffer of the net (and, when streamed, the host planes). Using
+// the net afterwards returns errors; releasing twice is a no-op.
+func (n *Net) Release() {
+	if n == nil || n.released {
+		return
+	}
+	n.released = true
+	for _, b := range []*gpu.Buffer{n.embed, n.head, n.finalNorm} {
+		b.Release() // nil-safe; the tied head is the embedding, released once
+	}
+	for _, l := range n.layers {
+		n.releaseLayer(l)
+		for _, p := range l.params {
+			p.f16, p.f32 = nil, nil
+		}
+	}
+}
+
+func (n *Net) usable(op string) error {
+	if n == nil {
+		return fmt.Errorf("nvgkit.%s: nil net", op)
+	}
+	if n.released {
+		return fmt.Errorf("nvgkit.%s: the net has been released", op)
+	}
+	return nil
+}

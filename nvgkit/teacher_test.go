@@ -1,0 +1,496 @@
+package nvgkit_test
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/cmf/tinyteacher"
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/nvgkit"
+)
+
+const fixturePath = "../testdata/fixtures/fixtures-tiny-go.safetensors"
+
+var tiny struct {
+	once sync.Once
+	m    *cmf.Model
+	net  *nvgkit.Net
+	err  error
+}
+
+// tinyTeacher opens the embedded tiny teacher and loads it (resident) once per test binary.
+func tinyTeacher(t testing.TB) (*gpu.Device, *cmf.Model, *nvgkit.Net) {
+	t.Helper()
+	d := gputest.Open(t)
+	tiny.once.Do(func() {
+		tiny.m, tiny.err = tinyteacher.Open()
+		if tiny.err != nil {
+			return
+		}
+		tiny.net, tiny.err = nvgkit.LoadNet(d, tiny.m, nvgkit.Teacher)
+	})
+	if tiny.err != nil {
+		t.Fatal(tiny.err)
+	}
+	return d, tiny.m, tiny.net
+}
+
+// truncated returns m restricted to its first n decoder layers (embedding, final norm and
+// tensors shared with m).
+func truncated(t testing.TB, m *cmf.Model, n int) *cmf.Model {
+	t.Helper()
+	c := m.Config
+	c.NumHiddenLayers = n
+	c.LayerTypes = append([]string(nil), c.LayerTypes[:n]...)
+	out := cmf.NewModel(c)
+	for name, tn := range m.Tensors {
+		if rest, ok := strings.CutPrefix(name, "model.layers."); ok {
+			l, err := strconv.Atoi(rest[:strings.IndexByte(rest, '.')])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l >= n {
+				continue
+			}
+		}
+		if err := out.Set(tn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := out.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+type fixtures struct{ f *cmf.SafetensorsFile }
+
+func openFixtures(t *testing.T) fixtures {
+	t.Helper()
+	f, err := cmf.OpenSafetensors(fixturePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return fixtures{f}
+}
+
+func (fx fixtures) get(t *testing.T, name string) []float64 {
+	t.Helper()
+	tn := fx.f.Tensor(name)
+	if tn == nil {
+		t.Fatalf("fixture %s missing", name)
+	}
+	v, err := tn.Float64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// windows returns the fixture's ids as nb windows of t tokens.
+func (fx fixtures) windows(t *testing.T) [][]int {
+	tn := fx.f.Tensor("ids")
+	v := fx.get(t, "ids")
+	nb, tt := tn.Shape[0], tn.Shape[1]
+	w := make([][]int, nb)
+	for b := range w {
+		for i := 0; i < tt; i++ {
+			w[b] = append(w[b], int(v[b*tt+i]))
+		}
+	}
+	return w
+}
+
+func maxAbsDiff32(got []float32, want []float64) (d, ref float64) {
+	for i := range want {
+		e := math.Abs(float64(got[i]) - want[i])
+		if math.IsNaN(e) {
+			e = math.Inf(1)
+		}
+		d = math.Max(d, e)
+		ref = math.Max(ref, math.Abs(want[i]))
+	}
+	return d, ref
+}
+
+// TestForwardFixtures runs the GPU forward of the tiny teacher (f16 weight planes, f32
+// arithmetic) on the fixture's 2 windows × 64 tokens and compares it with the HF float64
+// reference: every hidden.L within 2e-3 of the tensor's max |value|; the log-sum-exp within
+// 1e-3 absolute; the top-32 ids equal wherever the fixture's neighbouring probabilities differ
+// by more than 1e-3 (closer ones may swap under f16 weights).
+func TestForwardFixtures(t *testing.T) {
+	d, _, net := tinyTeacher(t)
+	fx := openFixtures(t)
+	ids := fx.windows(t)
+	c := net.Config
+	nb, T, K := len(ids), len(ids[0]), 32
+	w, err := nvgkit.NewWork(d, net, nb, T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release()
+	tr, err := nvgkit.Forward(net, w, ids, nvgkit.ForwardOptions{TopK: K, Logits0: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Hidden) != c.NumHiddenLayers+1 {
+		t.Fatalf("%d hidden states, want %d", len(tr.Hidden), c.NumHiddenLayers+1)
+	}
+	for L := 0; L <= c.NumHiddenLayers; L++ {
+		want := fx.get(t, "hidden."+strconv.Itoa(L))
+		if len(tr.Hidden[L]) != len(want) {
+			t.Fatalf("hidden.%d: %d values, want %d", L, len(tr.Hidden[L]), len(want))
+		}
+		e, ref := maxAbsDiff32(tr.Hidden[L], want)
+		t.Logf("hidden.%d: max abs err %.3g = %.3g of max |ref| %.3g", L, e, e/ref, ref)
+		if !(e <= 2e-3*ref) {
+			t.Errorf("hidden.%d: max abs error %.3g > 2e-3 · %.3g", L, e, ref)
+		}
+	}
+	logits := fx.get(t, "logits_row0")
+	e, ref := maxAbsDiff32(tr.Logits0, logits)
+	t.Logf("logits_row0: max abs err %.3g (max |ref| %.3g)", e, ref)
+	if !(e <= 2e-3*ref) {
+		t.Errorf("logits_row0: max abs error %.3g > 2e-3 · %.3g", e, ref)
+	}
+	lse := fx.get(t, "logsumexp")
+	var lseErr float64
+	for i := range lse {
+		lseErr = math.Max(lseErr, math.Abs(float64(tr.LSE[i])-lse[i]))
+	}
+	t.Logf("logsumexp: max abs err %.3g", lseErr)
+	if !(lseErr <= 1e-3) {
+		t.Errorf("logsumexp: max abs error %.3g > 1e-3", lseErr)
+	}
+	top := tr.TopK
+	if top == nil || top.NB != nb || top.T != T || top.K != K || len(top.IDs) != nb*T*K || len(top.Probs) != nb*T*K || len(top.LSE) != nb*T {
+		t.Fatalf("top-k shape: %+v", top)
+	}
+	wantIDs := fx.get(t, "teacher_topk_ids")
+	wantLP := fx.get(t, "teacher_topk_logprob")
+	var lpErr, probErr float64
+	differ, checked, wrong := 0, 0, 0
+	for r := 0; r < nb*T; r++ {
+		var sum, sumW float64
+		for j := 0; j < K; j++ {
+			sum += float64(top.Probs[r*K+j])
+			sumW += math.Exp(wantLP[r*K+j])
+		}
+		if math.Abs(sum-1) > 1e-5 {
+			t.Errorf("token %d: renormalised probabilities sum to %.7f", r, sum)
+		}
+		for j := 0; j < K; j++ {
+			i := r*K + j
+			p := math.Exp(wantLP[i])
+			lpErr = math.Max(lpErr, math.Abs(float64(top.LogProbs[i])-wantLP[i]))
+			probErr = math.Max(probErr, math.Abs(float64(top.Probs[i])-p/sumW))
+			if int(top.IDs[i]) != int(wantIDs[i]) {
+				differ++
+			}
+			if (j > 0 && math.Abs(math.Exp(wantLP[i-1])-p) <= 1e-3) || (j+1 < K && math.Abs(math.Exp(wantLP[i+1])-p) <= 1e-3) {
+				continue
+			}
+			checked++
+			if int(top.IDs[i]) != int(wantIDs[i]) {
+				wrong++
+				if wrong <= 5 {
+					t.Errorf("token %d rank %d: id %d, want %d (p %.5g, well separated from its neighbours)", r, j, top.IDs[i], int(wantIDs[i]), p)
+				}
+			}
+		}
+	}
+	t.Logf("top-%d: %d of %d ids differ; %d well-separated ranks checked, %d wrong; max log-prob abs err %.3g, max renormalised prob abs err %.3g",
+		K, differ, nb*T*K, checked, wrong, lpErr, probErr)
+	if !(lpErr <= 2e-3) {
+		t.Errorf("top-k log-probs: max abs error %.3g > 2e-3", lpErr)
+	}
+}
+
+// passPeak loads m (streamed or resident) on top of what the device holds, runs TeacherTopK on
+// ids and returns the top-k, the net's layer bytes and the peak GPU bytes of load + pass
+// above the bytes held before.
+func passPeak(t *testing.T, d *gpu.Device, m *cmf.Model, ids [][]int, k int, streamed bool) (*nvgkit.TopK, []uint64, uint64) {
+	t.Helper()
+	top, lb, peak, maxLayers := passPeakLayers(t, d, m, ids, k, streamed)
+	want := len(lb)
+	if streamed {
+		want = min(2, len(lb))
+	}
+	if maxLayers != want {
+		t.Errorf("streamed=%v, %d layers: %d layers were on the GPU at once, want %d", streamed, len(lb), maxLayers, want)
+	}
+	return top, lb, peak
+}
+
+func passPeakLayers(t *testing.T, d *gpu.Device, m *cmf.Model, ids [][]int, k int, streamed bool) (*nvgkit.TopK, []uint64, uint64, int) {
+	t.Helper()
+	base := d.MemStats().CurrentBytes
+	d.ResetPeak()
+	var opts []nvgkit.LoadOption
+	if streamed {
+		opts = append(opts, nvgkit.StreamLayers())
+	}
+	net, err := nvgkit.LoadNet(d, m, nvgkit.Teacher, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Release()
+	w, err := nvgkit.NewWork(d, net, len(ids), len(ids[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release()
+	top, err := nvgkit.TeacherTopK(net, w, ids, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lb []uint64
+	for l := range net.Config.NumHiddenLayers {
+		lb = append(lb, net.LayerBytes(l))
+	}
+	return top, lb, d.MemStats().PeakBytes - base, net.MaxLayersOnGPU()
+}
+
+func sameBits(a, b []float32) int {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestStreamedMatchesResident checks that the layer-streamed teacher gives bit-identical
+// top-k, probabilities and log-sum-exp to the resident one, that its peak GPU bytes are the
+// resident peak less all layers plus at most two consecutive layers, and that the streamed
+// peak does not grow with depth (the model truncated to 4 layers vs all 8) while the
+// resident one does.
+func TestStreamedMatchesResident(t *testing.T) {
+	d, m, _ := tinyTeacher(t)
+	ids := openFixtures(t).windows(t)[:1] // one window of 64 tokens: four passes stay quick on lavapipe
+	const k = 32
+	nl := m.Config.NumHiddenLayers
+	type run struct {
+		top    *nvgkit.TopK
+		layers []uint64
+		peak   uint64
+	}
+	runs := map[[2]int]run{}
+	for _, layers := range []int{nl / 2, nl} {
+		mm := m
+		if layers != nl {
+			mm = truncated(t, m, layers)
+		}
+		for s, streamed := range []bool{false, true} {
+			top, lb, peak := passPeak(t, d, mm, ids, k, streamed)
+			runs[[2]int{layers, s}] = run{top, lb, peak}
+			t.Logf("%d layers, streamed=%v: peak %d bytes above baseline", layers, streamed, peak)
+		}
+	}
+	for _, layers := range []int{nl / 2, nl} {
+		res, str := runs[[2]int{layers, 0}], runs[[2]int{layers, 1}]
+		for i := range res.top.IDs {
+			if res.top.IDs[i] != str.top.IDs[i] {
+				t.Fatalf("%d layers: streamed id %d at %d, resident %d", layers, str.top.IDs[i], i, res.top.IDs[i])
+			}
+		}
+		for name, pair := range map[string][2][]float32{"probs": {res.top.Probs, str.top.Probs},
+			"log-probs": {res.top.LogProbs, str.top.LogProbs}, "lse": {res.top.LSE, str.top.LSE}} {
+			if i := sameBits(pair[0], pair[1]); i >= 0 {
+				t.Errorf("%d layers: streamed %s differ at %d: %g vs %g", layers, name, i, pair[1][i], pair[0][i])
+			}
+		}
+		var all, pair uint64
+		for l, b := range res.layers {
+			all += b
+			if l > 0 {
+				pair = max(pair, b+res.layers[l-1])
+			}
+		}
+		if want := res.peak - all + pair; str.peak > want {
+			t.Errorf("%d layers: streamed peak %d > resident peak %d − all layers %d + largest consecutive pair %d = %d",
+				layers, str.peak, res.peak, all, pair, want)
+		}
+		t.Logf("%d layers: resident peak %d B, streamed peak %d B (layers %d B in all, largest pair %d B)", layers, res.peak, str.peak, all, pair)
+	}
+	s4, s8 := runs[[2]int{nl / 2, 1}].peak, runs[[2]int{nl, 1}].peak
+	r4, r8 := runs[[2]int{nl / 2, 0}].peak, runs[[2]int{nl, 0}].peak
+	if s8 != s4 {
+		t.Errorf("streamed peak grows with depth: %d B at %d layers, %d B at %d", s4, nl/2, s8, nl)
+	}
+	if !(r8 > r4) || !(s8 < r8) {
+		t.Errorf("resident peaks %d → %d B, streamed %d B: want the resident one to grow and exceed the streamed one", r4, r8, s8)
+	}
+}
+
+// TestNLLMatchesHost compares the GPU perplexity of the tiny teacher with the float64 host
+// path on three windows of 64 tokens (63 predictions each) cut from the fixture's held-out
+// ids; the work holds two windows, so the second group is padded. They must agree to 0.5 %.
+func TestNLLMatchesHost(t *testing.T) {
+	d, m, net := tinyTeacher(t)
+	ids := openFixtures(t).windows(t)
+	windows := [][]int{ids[0], ids[1], append(append([]int(nil), ids[1][32:]...), ids[0][:32]...)}
+	T := len(windows[0]) - 1
+	w, err := nvgkit.NewWork(d, net, 2, T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release()
+	var calls []int
+	sum, count, err := nvgkit.NLL(net, w, windows, func(done, total int) {
+		if total != len(windows) {
+			t.Errorf("progress total %d, want %d", total, len(windows))
+		}
+		calls = append(calls, done)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count != len(windows)*T || len(calls) != 2 || calls[1] != len(windows) {
+		t.Fatalf("count %d (want %d), progress calls %v", count, len(windows)*T, calls)
+	}
+	hn, err := host.Load(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hsum, hcount, err := hn.NLL(windows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp, hp := math.Exp(sum/float64(count)), math.Exp(hsum/float64(hcount))
+	rel := math.Abs(gp-hp) / hp
+	t.Logf("perplexity: GPU %.5f, host f64 %.5f, relative difference %.3g (loss %.6f vs %.6f nats)", gp, hp, rel, sum/float64(count), hsum/float64(hcount))
+	if !(rel <= 5e-3) {
+		t.Errorf("GPU perplexity %.5f differs from the host's %.5f by %.3g > 0.5 %%", gp, hp, rel)
+	}
+	// Window-count independence: the first window alone gives its own share of the sum.
+	s1, c1, err := nvgkit.NLL(net, w, windows[:1], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, _, _ := hn.NLL(windows[:1])
+	if c1 != T || math.Abs(s1-h1) > 5e-3*math.Abs(h1) {
+		t.Errorf("window 0 alone: GPU NLL %.6f over %d tokens, host %.6f", s1, c1, h1)
+	}
+}
+
+// TestTeacherErrors checks that bad arguments are refused in Go, before anything is
+// submitted, with errors that say what is wrong; and that NewWork refuses buffers over the
+// device's binding limit, naming the buffer and its bytes.
+func TestTeacherErrors(t *testing.T) {
+	d, _, net := tinyTeacher(t)
+	V := net.Config.VocabSize
+	w, err := nvgkit.NewWork(d, net, 2, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release()
+	win := func(n int) []int { return make([]int, n) }
+	bad := func(name, want string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %q does not mention %q", name, err, want)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	before := d.MemStats()
+	_, err = nvgkit.TeacherTopK(net, w, nil, 32)
+	bad("no windows", "no windows", err)
+	_, err = nvgkit.TeacherTopK(net, w, [][]int{win(8), win(8), win(8)}, 32)
+	bad("too many windows", "at most 2", err)
+	_, err = nvgkit.TeacherTopK(net, w, [][]int{win(8), win(7)}, 32)
+	bad("short window", "window 1 has 7 tokens", err)
+	_, err = nvgkit.TeacherTopK(net, w, [][]int{{1, 2, 3, 4, 5, 6, 7, V}}, 32)
+	bad("id = vocab", "token 7 of window 0", err)
+	_, err = nvgkit.TeacherTopK(net, w, [][]int{{1, 2, -1, 4, 5, 6, 7, 8}}, 32)
+	bad("negative id", "outside the vocabulary", err)
+	_, err = nvgkit.TeacherTopK(net, w, [][]int{win(8)}, 0)
+	bad("k = 0", "k = 0", err)
+	_, err = nvgkit.TeacherTopK(net, w, [][]int{win(8)}, gpu.MaxTopK+1)
+	bad("k > 64", "k = 65", err)
+	_, _, err = nvgkit.NLL(net, w, [][]int{win(8)}, nil)
+	bad("NLL window of t", "want t+1 = 9", err)
+	_, _, err = nvgkit.NLL(net, w, [][]int{win(9), win(9), win(9), append(win(8), V)}, nil)
+	bad("NLL bad id in a later group", "token 8 of window 3", err)
+	_, err = nvgkit.Forward(net, w, [][]int{win(8)}, nvgkit.ForwardOptions{TopK: -1})
+	bad("Forward TopK < 0", "TopK", err)
+	if after := d.MemStats(); after.Buffers != before.Buffers || after.CurrentBytes != before.CurrentBytes {
+		t.Errorf("refused calls left buffers behind: %+v → %+v", before, after)
+	}
+
+	_, err = nvgkit.NewWork(d, net, 0, 8)
+	bad("nb = 0", "nb = 0", err)
+	maxBind := d.Info().MaxStorageBindingSize
+	tooLong := int(maxBind/(4*uint64(net.Config.IntermediateSize))) + 1
+	_, err = nvgkit.NewWork(d, net, 1, tooLong)
+	bad("work over the binding limit", "maxStorageBufferBindingSize", err)
+	if err != nil && !strings.Contains(err.Error(), "work.gate") {
+		t.Errorf("binding-limit error does not name the buffer: %v", err)
+	}
+	if after := d.MemStats(); after.Buffers != before.Buffers {
+		t.Errorf("refused NewWork left %d buffers behind", after.Buffers-before.Buffers)
+	}
+
+	w2, err := nvgkit.NewWork(d, net, 1, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2.Release()
+	_, err = nvgkit.TeacherTopK(net, w2, [][]int{win(8)}, 4)
+	bad("released work", "released", err)
+	_, err = nvgkit.LoadNet(d, nil, nvgkit.Teacher)
+	bad("nil model", "nil model", err)
+}
+
+// BenchmarkTeacherTopK measures the teacher pass of the tiny teacher on nb = 4 windows of
+// t = 512 tokens (top-32), resident and layer-streamed, and reports tokens/s and the peak
+// GPU bytes of the pass.
+func BenchmarkTeacherTopK(b *testing.B) {
+	d, m, _ := tinyTeacher(b)
+	const nb, T, k = 4, 512, 32
+	ids := make([][]int, nb)
+	for i := range ids {
+		for j := 0; j < T; j++ {
+			ids[i] = append(ids[i], (i*7919+j*104729)%m.Config.VocabSize)
+		}
+	}
+	for _, mode := range []struct {
+		name string
+		opts []nvgkit.LoadOption
+	}{{"resident", nil}, {"streamed", []nvgkit.LoadOption{nvgkit.StreamLayers()}}} {
+		b.Run(mode.name, func(b *testing.B) {
+			net, err := nvgkit.LoadNet(d, m, nvgkit.Teacher, mode.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer net.Release()
+			w, err := nvgkit.NewWork(d, net, nb, T)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Release()
+			if _, err := nvgkit.TeacherTopK(net, w, ids, k); err != nil { // warm-up: compile the pipelines
+				b.Fatal(err)
+			}
+			d.ResetPeak()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := nvgkit.TeacherTopK(net, w, ids, k); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(nb*T)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+			b.ReportMetric(float64(d.MemStats().PeakBytes), "peak-bytes")
+		})
+	}
+}
