@@ -10,7 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 	"github.com/schollz/progressbar/v3"
@@ -20,7 +23,7 @@ func init() {
 	register(&command{
 		name:    "eval",
 		summary: "held-out perplexity of a model on the Go standard library split (or your files)",
-		usage:   "[--windows N|all] [--t 512] [--seed 1] [--files a.go,b.go] [--tokenizer F] [--json] [MODEL]",
+		usage:   "[--windows N|all] [--t 512] [--seed 1] [--files a.go,b.go] [--tokenizer F] [--batch N] [--stream] [--host] [--json] [MODEL]",
 		run:     runEval,
 	})
 }
@@ -114,11 +117,17 @@ func runEval(args []string) error {
 	fs := newFlags(c)
 	ef := addEvalFlags(fs, "32")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	onHost := fs.Bool("host", false, "compute on the host in float64 (slow reference path) instead of the GPU")
+	batch := fs.Int("batch", 0, "windows per GPU pass (0: as many as fit 4096 tokens)")
+	stream := fs.Bool("stream", false, "GPU: stream the layers' weights (at most two layers on the GPU at once)")
 	if err := parseFlags(c, fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {
 		return usagef("want at most one MODEL, got %d arguments", fs.NArg())
+	}
+	if *batch < 0 {
+		return usagef("--batch must be ≥ 0, got %d", *batch)
 	}
 	path := fs.Arg(0)
 	m, err := openModel(path)
@@ -130,15 +139,47 @@ func runEval(args []string) error {
 	if err != nil {
 		return err
 	}
-	net, err := host.Load(m)
-	if err != nil {
-		return err
+	var nll func(progress func(done, total int)) (float64, int, error)
+	pathName, label := "host-f64", "float64 host path"
+	if *onHost {
+		net, err := host.Load(m)
+		if err != nil {
+			return err
+		}
+		nll = func(p func(done, total int)) (float64, int, error) { return net.NLL(windows, p) }
+	} else {
+		dev, err := openDevice()
+		if err != nil {
+			return err
+		}
+		defer dev.Close()
+		nb := *batch
+		if nb == 0 {
+			nb = max(1, 4096 / *ef.t)
+		}
+		nb = min(nb, len(windows))
+		net, work, err := loadGPU(dev, m, nb, *ef.t, *stream)
+		if err != nil {
+			return err
+		}
+		defer net.Release()
+		defer work.Release()
+		nll = func(p func(done, total int)) (float64, int, error) { return nvgkit.NLL(net, work, windows, p) }
+		pathName, label = "gpu-f16", fmt.Sprintf("GPU, f16 weights, %d windows per pass", nb)
+		if *stream {
+			label += ", layers streamed"
+		}
 	}
-	fmt.Fprintf(os.Stderr, "evaluating %s on %d windows × %d tokens of the %s (float64 host path)\n", modelName(path), len(windows), *ef.t, what)
+	fmt.Fprintf(os.Stderr, "evaluating %s on %d windows × %d tokens of the %s (%s)\n", modelName(path), len(windows), *ef.t, what, label)
 	bar := progressbar.NewOptions(len(windows), progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("eval"),
 		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
 	start := time.Now()
-	sum, count, err := net.NLL(windows, func(done, total int) { bar.Set(done) })
+	var tokens int
+	sum, count, err := nll(func(done, total int) {
+		tokens = done * *ef.t
+		bar.Describe(fmt.Sprintf("eval %.0f tok/s", float64(tokens)/time.Since(start).Seconds()))
+		bar.Set(done)
+	})
 	bar.Finish()
 	if err != nil {
 		return err
@@ -146,11 +187,43 @@ func runEval(args []string) error {
 	secs := time.Since(start).Seconds()
 	loss := sum / float64(count)
 	res := map[string]any{"model": modelName(path), "windows": len(windows), "t": *ef.t, "tokens": count,
-		"loss_nats": loss, "perplexity": math.Exp(loss), "seconds": secs, "tokens_per_second": float64(count) / secs, "path": "host-f64"}
+		"loss_nats": loss, "perplexity": math.Exp(loss), "seconds": secs, "tokens_per_second": float64(count) / secs, "path": pathName}
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
-	fmt.Printf("held-out loss %.4f nats/token, perplexity %.3f (%d tokens, %.1fs, %.0f tokens/s, host f64)\n",
-		loss, math.Exp(loss), count, secs, float64(count)/secs)
+	fmt.Printf("held-out loss %.4f nats/token, perplexity %.3f (%d tokens, %.1fs, %.0f tokens/s, %s)\n",
+		loss, math.Exp(loss), count, secs, float64(count)/secs, pathName)
 	return nil
+}
+
+// openDevice opens the WebGPU device and prints which adapter nvg uses on stderr.
+func openDevice() (*gpu.Device, error) {
+	dev, err := gpu.Open()
+	if err != nil {
+		if gpu.IsNoAdapter(err) {
+			return nil, fmt.Errorf("%w (or pass --host for the float64 host path)", err)
+		}
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "nvg: GPU %s\n", dev.Info())
+	return dev, nil
+}
+
+// loadGPU loads m as a teacher net on dev (layers streamed when stream) and sizes a work
+// for nb windows of t tokens.
+func loadGPU(dev *gpu.Device, m *cmf.Model, nb, t int, stream bool) (*nvgkit.Net, *nvgkit.Work, error) {
+	var opts []nvgkit.LoadOption
+	if stream {
+		opts = append(opts, nvgkit.StreamLayers())
+	}
+	net, err := nvgkit.LoadNet(dev, m, nvgkit.Teacher, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	work, err := nvgkit.NewWork(dev, net, nb, t)
+	if err != nil {
+		net.Release()
+		return nil, nil, err
+	}
+	return net, work, nil
 }

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu/gputest"
+)
+
+// captureStdout runs f with os.Stdout redirected and returns what it printed.
+func captureStdout(t *testing.T, f func()) []byte {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = w
+	done := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- b
+	}()
+	defer func() { os.Stdout = old }()
+	f()
+	w.Close()
+	os.Stdout = old
+	return <-done
+}
+
+// TestEvalGPUMatchesHost runs `nvg eval` on the GPU (the default) and with --host on three
+// held-out windows of 64 tokens cut from one of the project's own Go files, and checks that
+// the perplexities agree to 0.5 %.
+func TestEvalGPUMatchesHost(t *testing.T) {
+	gputest.Open(t) // fail (not skip) under NVG_REQUIRE_GPU=1 when there is no adapter
+	t.Setenv("NVG_CACHE", t.TempDir())
+	src, err := filepath.Abs("eval.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ppl := map[bool]float64{}
+	for _, onHost := range []bool{false, true} {
+		args := []string{"eval", "--files", src, "--windows", "3", "--t", "64", "--batch", "2", "--json"}
+		if onHost {
+			args = append(args, "--host")
+		}
+		var code int
+		out := captureStdout(t, func() { code = run(args) })
+		if code != 0 {
+			t.Fatalf("nvg %v: exit %d", args, code)
+		}
+		var res struct {
+			Perplexity float64 `json:"perplexity"`
+			Tokens     int     `json:"tokens"`
+			Path       string  `json:"path"`
+			TokensPerS float64 `json:"tokens_per_second"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("nvg %v: output %q: %v", args, out, err)
+		}
+		wantPath := map[bool]string{false: "gpu-f16", true: "host-f64"}[onHost]
+		if res.Tokens != 3*64 || res.Path != wantPath || !(res.Perplexity > 1) || !(res.TokensPerS > 0) {
+			t.Fatalf("nvg %v: %+v", args, res)
+		}
+		ppl[onHost] = res.Perplexity
+	}
+	rel := math.Abs(ppl[false]-ppl[true]) / ppl[true]
+	t.Logf("perplexity on 3×64 tokens: GPU %.5f, host %.5f (relative difference %.3g)", ppl[false], ppl[true], rel)
+	if !(rel <= 5e-3) {
+		t.Errorf("GPU perplexity %.5f and host %.5f differ by %.3g > 0.5 %%", ppl[false], ppl[true], rel)
+	}
+}
+
+// TestTraceGPUAndHostSchema runs `nvg trace` on the GPU and with --host on the same ids and
+// checks that both files hold the same tensors (names, dtypes, shapes) with close values,
+// and that the metadata says which path produced them.
+func TestTraceGPUAndHostSchema(t *testing.T) {
+	gputest.Open(t)
+	dir := t.TempDir()
+	ids := [][]int{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {300, 20, 7, 7, 7, 4000, 8191, 0, 5, 6, 1, 2}}
+	idsPath := filepath.Join(dir, "ids.json")
+	b, _ := json.Marshal(ids)
+	if err := os.WriteFile(idsPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := map[bool]string{false: filepath.Join(dir, "gpu.safetensors"), true: filepath.Join(dir, "host.safetensors")}
+	for onHost, out := range files {
+		args := []string{"trace", "--ids", idsPath, "-o", out, "--k", "8"}
+		if onHost {
+			args = append(args, "--host")
+		}
+		captureStdout(t, func() {
+			if code := run(args); code != 0 {
+				t.Fatalf("nvg %v: exit %d", args, code)
+			}
+		})
+	}
+	g, err := cmf.OpenSafetensors(files[false])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	h, err := cmf.OpenSafetensors(files[true])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	names := []string{"ids", "logits_row0", "logsumexp", "teacher_topk_ids", "teacher_topk_logprob"}
+	for l := 0; l <= 8; l++ {
+		names = append(names, "hidden."+string(rune('0'+l)))
+	}
+	for _, name := range names {
+		gt, ht := g.Tensor(name), h.Tensor(name)
+		if gt == nil || ht == nil {
+			t.Fatalf("%s: GPU has it %v, host has it %v", name, gt != nil, ht != nil)
+		}
+		if gt.DType != ht.DType || !sameInts(gt.Shape, ht.Shape) {
+			t.Fatalf("%s: GPU %s%v, host %s%v", name, gt.DType, gt.Shape, ht.DType, ht.Shape)
+		}
+		gv, _ := gt.Float64()
+		hv, _ := ht.Float64()
+		if name == "teacher_topk_ids" || name == "ids" {
+			if !bytes.Equal(mustBytes(t, gt), mustBytes(t, ht)) {
+				t.Errorf("%s differ between GPU and host", name)
+			}
+			continue
+		}
+		var e, ref float64
+		for i := range hv {
+			e = math.Max(e, math.Abs(gv[i]-hv[i]))
+			ref = math.Max(ref, math.Abs(hv[i]))
+		}
+		if !(e <= 2e-3*ref) {
+			t.Errorf("%s: GPU vs host max abs difference %.3g > 2e-3 · %.3g", name, e, ref)
+		}
+	}
+}
+
+func mustBytes(t *testing.T, tn *cmf.Tensor) []byte {
+	t.Helper()
+	b, err := tn.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
