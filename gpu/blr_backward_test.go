@@ -120,6 +120,7 @@ func TestBLRBackward(t *testing.T) {
 		{37, 70, 56, 24, 1, 24, true},
 		{5, 130, 200, 72, 2, 66, false},
 		{67, 33, 88, 16, 2, 13, true},
+		{300, 20, 24, 8, 2, 5, false}, // 2 row chunks in the column reductions
 	} {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
 			w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)

@@ -23,7 +23,7 @@ func TestRMSNormBackward(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(51, 52))
 	const u = 1.0 / (1 << 24)
-	for _, c := range []struct{ rows, n int }{{13, 333}, {70, 40}} {
+	for _, c := range []struct{ rows, n int }{{13, 333}, {70, 40}, {600, 40}} { // 600 rows: 3 chunks of the dw reduction
 		for _, zc := range []bool{true, false} {
 			t.Run(fmt.Sprintf("rows=%d n=%d zeroCentred=%v", c.rows, c.n, zc), func(t *testing.T) {
 				rows, n, eps := c.rows, c.n, 1e-6

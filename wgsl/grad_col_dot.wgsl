@@ -5,12 +5,23 @@
 // a, b, so: f32 [rows, N] row-major; rs: f32 [rows]; s, out: f32 [N]; mask: u32 [N].
 // Used by BLRBackward (dh, dℓ, dg, dx) and RMSNormBackward (dgain).
 //
-// A workgroup of 64×4 threads owns 64 consecutive columns: thread (x, y) sums rows y, y+4, …
-// of column x (coalesced across x), the 4 partial sums meet in workgroup memory (every slot
-// written before the barrier) and are added in a fixed order, so results are deterministic.
-// Grid: ceil(N/64) workgroups (linear index wid.x + wid.y·nwg.x).
-// Template parameters: the binding index of each optional buffer (−1 when absent) RS, Mask,
-// S, SO; Out and Uni (the uniform); SideAccum (bool).
+// Stage "dot": a workgroup of 64×4 threads owns 64 consecutive columns (wid.x) of one chunk
+// of CHUNK rows (wid.y): thread (x, y) sums rows y, y+4, … of the chunk in column x
+// (coalesced across x) and the 4 partial sums meet in workgroup memory (every slot written
+// before the barrier), added in a fixed order. With Partial, the chunk's sums go to
+// partial[wid.y, j] (f32 [chunks, N], binding Out) and stage "reduce" (one thread per
+// column) adds the chunks in order into out; without, the single chunk updates out
+// directly. Deterministic either way. Grid: (ceil(N/64), chunks) for "dot", ceil(N/64)
+// for "reduce". Template parameters: Stage, Chunk, Partial, SideAccum (bools) and the
+// binding index of each buffer (−1 when absent): RS, Mask, S, Out, SO, Uni (the uniform).
+
+struct Params {
+    rows: u32,
+    n: u32,
+    chunks: u32,
+};
+
+{{- if eq .Stage "dot"}}
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
 @group(0) @binding(1) var<storage, read> b: array<f32>;
@@ -27,25 +38,21 @@
 {{- if ge .SO 0}}
 @group(0) @binding({{.SO}}) var<storage, read_write> so: array<f32>;
 {{- end}}
-
-struct Params {
-    rows: u32,
-    n: u32,
-};
 @group(0) @binding({{.Uni}}) var<uniform> p: Params;
 
 var<workgroup> red: array<f32, 256>;
 
 @compute @workgroup_size(64, 4)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_id) lid: vec3<u32>) {
-    let j = (wid.x + wid.y * nwg.x) * 64u + lid.x;
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let j = wid.x * 64u + lid.x;
+    let r0 = wid.y * {{.Chunk}}u;
+    let r1 = min(p.rows, r0 + {{.Chunk}}u);
     var acc = 0.0;
     if (j < p.n) {
 {{- if ge .S 0}}
         let sj = s[j];
 {{- end}}
-        for (var row = lid.y; row < p.rows; row += 4u) {
+        for (var row = r0 + lid.y; row < r1; row += 4u) {
             let e = row * p.n + j;
             let av = a[e];
 {{- if ge .RS 0}}
@@ -66,10 +73,39 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     workgroupBarrier();
     if (lid.y == 0u && j < p.n) {
         let t = (red[lid.x] + red[64u + lid.x]) + (red[128u + lid.x] + red[192u + lid.x]);
-{{- if ge .Mask 0}}
+{{- if .Partial}}
+        out[wid.y * p.n + j] = t;
+{{- else if ge .Mask 0}}
         out[j] = select(0.0, out[j] + t, mask[j] != 0u);
 {{- else}}
         out[j] = out[j] + t;
 {{- end}}
     }
 }
+{{- else}}
+
+@group(0) @binding(0) var<storage, read> partial: array<f32>;
+{{- if ge .Mask 0}}
+@group(0) @binding({{.Mask}}) var<storage, read> mask: array<u32>;
+{{- end}}
+@group(0) @binding({{.Out}}) var<storage, read_write> out: array<f32>;
+@group(0) @binding({{.Uni}}) var<uniform> p: Params;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let j = (wid.x + wid.y * nwg.x) * 64u + lid;
+    if (j >= p.n) {
+        return;
+    }
+    var t = 0.0;
+    for (var c = 0u; c < p.chunks; c++) {
+        t += partial[c * p.n + j];
+    }
+{{- if ge .Mask 0}}
+    out[j] = select(0.0, out[j] + t, mask[j] != 0u);
+{{- else}}
+    out[j] = out[j] + t;
+{{- end}}
+}
+{{- end}}
