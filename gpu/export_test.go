@@ -7,3 +7,11 @@ func SetEmbeddingSliceRows(n int) (restore func()) {
 	embeddingSliceRows = n
 	return func() { embeddingSliceRows = old }
 }
+
+// SetGEMMTile forces the tiled GEMM's block (bm, bn ∈ {64, 128}, bk ∈ {16, 32}; bm = 0
+// restores the automatic choice) and returns a function restoring the old value.
+func SetGEMMTile(bm, bn, bk int) (restore func()) {
+	old := gemmTile
+	gemmTile = gemmParams{BM: bm, BN: bn, BK: bk}
+	return func() { gemmTile = old }
+}

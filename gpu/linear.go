@@ -3,6 +3,8 @@ package gpu
 import "fmt"
 
 const (
+	// gemmBM, gemmBN: the output block of the small GEMM tile (the 64×64 one; other
+	// tiled kernels such as blr_forward.wgsl use the same block).
 	gemmBM      = 64
 	gemmBN      = 64
 	gemmNaiveWG = 64
@@ -10,6 +12,29 @@ const (
 
 type gemmParams struct {
 	TransB, BF16 bool
+	BM, BN, BK   int
+}
+
+// gemmTile, when BM > 0, forces the tile of the tiled GEMM (tests).
+var gemmTile gemmParams
+
+// gemmTileFor picks the tile: 128×128 blocks (8×8 outputs per thread, the DESIGN §9
+// shape) for outputs of at least 128×128, else 64×64 (4×4 per thread) so that small GEMMs
+// still spread over many workgroups. BK is 32 on GPUs whose workgroup memory allows 32 KiB
+// (the H200 configuration of DESIGN §9, not yet measured with this kernel) and 16 on CPU
+// adapters, where it measured faster (lavapipe, 512×1024×1024: 64×64×16 3.0, 128×128×16
+// 4.7, 128×128×32 3.4 GFLOP/s).
+func (d *Device) gemmTileFor(m, n int) (bm, bn, bk int) {
+	if gemmTile.BM > 0 {
+		return gemmTile.BM, gemmTile.BN, gemmTile.BK
+	}
+	if m < 128 || n < 128 {
+		return gemmBM, gemmBN, 16
+	}
+	if !d.info.CPU && d.info.MaxWorkgroupStorage >= 32<<10 {
+		return 128, 128, 32
+	}
+	return 128, 128, 16
 }
 
 type gemmNaiveParams struct {
@@ -33,13 +58,14 @@ func gemm(r *Recorder, op string, naive bool, a, b, c Binding, bf16 bool, m, k, 
 		}
 		return r.Dispatch(kn, g, []uint32{uint32(m), uint32(n), uint32(k)}, a, b, c)
 	}
+	bm, bn, bk := r.d.gemmTileFor(m, n)
 	kn, err := r.d.Kernel(KernelSpec{Name: op, File: "linear.wgsl",
-		Params:   gemmParams{TransB: transB, BF16: bf16},
+		Params:   gemmParams{TransB: transB, BF16: bf16, BM: bm, BN: bn, BK: bk},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3})
 	if err != nil {
 		return err
 	}
-	gx, gy := (n+gemmBN-1)/gemmBN, (m+gemmBM-1)/gemmBM
+	gx, gy := (n+bn-1)/bn, (m+bm-1)/bm
 	if gx > 65535 || gy > 65535 {
 		return fmt.Errorf("gpu: %s: %d×%d output needs a %d×%d grid (max 65535 per dimension)", op, m, n, gx, gy)
 	}
@@ -66,8 +92,9 @@ func checkGEMM(op string, a, b, c *Buffer, m, k, n int, bTypes ...DType) error {
 }
 
 // Linear records y = x·Wᵀ: x F32 [rows, in], W F16 (or F32) [out, in] (the PyTorch
-// weight layout), y F32 [rows, out], all row-major; products and sums in f32. Tiled GEMM
-// (64×64 output blocks, BK 16, workgroup memory). Errors: non-positive sizes, buffers whose
+// weight layout), y F32 [rows, out], all row-major; products and sums in f32 (one fused
+// multiply-add per term, in K order). Tiled GEMM: 64×64 or 128×128 output blocks per
+// workgroup, operands staged in workgroup memory. Errors: non-positive sizes, buffers whose
 // dtype or element count disagree with the sizes, or y aliasing an input.
 func Linear(r *Recorder, x, w, y *Buffer, rows, in, out int) error {
 	if err := checkGEMM("Linear", x, w, y, rows, in, out, F16, F32); err != nil {

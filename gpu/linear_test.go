@@ -62,12 +62,23 @@ func checkBound(t *testing.T, what string, got []float32, want, bound []float64)
 	return maxAbs, maxRel
 }
 
+// TestLinearFamily runs Linear, LinearT and the naive twin under every tile the tiled GEMM
+// can use (64×64×16 on CPU adapters and small outputs; 128×128 with BK 16 or 32 on GPUs).
 func TestLinearFamily(t *testing.T) {
+	for _, tile := range [][3]int{{64, 64, 16}, {128, 128, 16}, {128, 128, 32}} {
+		t.Run(fmt.Sprintf("tile%dx%dx%d", tile[0], tile[1], tile[2]), func(t *testing.T) {
+			defer gpu.SetGEMMTile(tile[0], tile[1], tile[2])()
+			testLinearFamily(t)
+		})
+	}
+}
+
+func testLinearFamily(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(9, 10))
 	// Awkward sizes: not multiples of the 64×64×16 tile, odd K for f16 rows starting at
 	// odd half-words, a single row, and a K shorter than one tile step.
-	for _, sz := range [][3]int{{1, 7, 5}, {67, 45, 131}, {130, 129, 65}, {5, 300, 3}} {
+	for _, sz := range [][3]int{{1, 7, 5}, {67, 45, 131}, {130, 129, 65}, {5, 300, 3}, {150, 37, 141}} {
 		rows, in, out := sz[0], sz[1], sz[2]
 		t.Run(fmt.Sprintf("%dx%dx%d", rows, in, out), func(t *testing.T) {
 			xf, xd := randF32(rng, rows*in, 1)
@@ -171,13 +182,20 @@ func TestLinearErrors(t *testing.T) {
 }
 
 // BenchmarkLinear measures the tiled f16-weight GEMM y = x·Wᵀ at 512×1024×1024
-// (rows × in × out); GFLOP/s = 2·rows·in·out / time. One submit per iteration.
+// (rows × in × out) with the device's automatic tile, each forced 128×128 tile, and the
+// naive twin; GFLOP/s = 2·rows·in·out / time. One submit and wait per iteration.
 func BenchmarkLinear(b *testing.B) {
 	for _, sz := range [][3]int{{512, 1024, 1024}} {
 		rows, in, out := sz[0], sz[1], sz[2]
 		b.Run(fmt.Sprintf("%dx%dx%d", rows, in, out), func(b *testing.B) {
 			benchGEMM(b, rows, in, out, false)
 		})
+		for _, tile := range [][3]int{{128, 128, 16}, {128, 128, 32}} {
+			b.Run(fmt.Sprintf("tile%dx%dx%d/%dx%dx%d", tile[0], tile[1], tile[2], rows, in, out), func(b *testing.B) {
+				defer gpu.SetGEMMTile(tile[0], tile[1], tile[2])()
+				benchGEMM(b, rows, in, out, false)
+			})
+		}
 		b.Run(fmt.Sprintf("naive/%dx%dx%d", rows, in, out), func(b *testing.B) {
 			benchGEMM(b, rows, in, out, true)
 		})

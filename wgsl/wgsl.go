@@ -31,7 +31,7 @@ import (
 var FS embed.FS
 
 // funcs are the helpers templates may call: seq n → 0, 1, …, n−1 (for unrolled loops with
-// literal indices), add, mul.
+// literal indices), add, mul, div, mod (ints).
 var funcs = template.FuncMap{
 	"seq": func(n int) []int {
 		s := make([]int, n)
@@ -42,6 +42,8 @@ var funcs = template.FuncMap{
 	},
 	"add": func(a, b int) int { return a + b },
 	"mul": func(a, b int) int { return a * b },
+	"div": func(a, b int) int { return a / b },
+	"mod": func(a, b int) int { return a % b },
 }
 
 var (
@@ -50,9 +52,9 @@ var (
 )
 
 // Render returns the text of the shader file name (e.g. "residual_add.wgsl") with the
-// template (which may call seq, add and mul) executed on params (a struct or map whose fields the template uses). Errors
-// name the file: an unknown file, a template syntax error, or a missing parameter
-// (templates run with missingkey=error).
+// template (which may call seq, add, mul, div and mod) executed on params (a struct or map
+// whose fields the template uses). Errors name the file: an unknown file, a template
+// syntax error, or a missing parameter (templates run with missingkey=error).
 func Render(name string, params any) (string, error) {
 	mu.Lock()
 	t, ok := parsed[name]
