@@ -1,0 +1,175 @@
+package gpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/host"
+)
+
+// TestAttentionBackward compares with host.AttentionBackward (checked by finite
+// differences in host) given the same f32 inputs: q, k, v, dout random, out and lse from
+// host.Attention rounded to f32. The bound is propagated per element from first-order f32
+// rounding (u = 2⁻²⁴), computed here in float64:
+//
+//   - score s = (scale·q)·k, an hd-term dot in NS partial sums: |δs| ≤ (hd + 3)·u·scale·Σ|q k|
+//     (+ the roundings of scale and of scale·q);
+//   - p = exp(s − lse): relative error |δs| + u·|s − lse| + (3 + 2|s − lse|)·2u (exp's
+//     accuracy in ulp);
+//   - dp = dout·v and D = dout·out: hd-term dots, |δ| ≤ hd·u·Σ|terms|;
+//   - ds = p·(dp − D): |δds| ≤ |δp|·|dp − D| + p·(|δdp| + |δD| + u·|dp − D|) + u·|ds|;
+//   - dq = scale·Σ_j ds·k (t terms): scale·Σ_j(|δds|·|k| + (t + 1)·u·|ds k|) + u·|dq|;
+//     dk = Σ ds·(scale·q) and dv = Σ p·dout over the group's g·t terms likewise.
+//
+// Geometries: nb 2, t 23, nh 4 over nkv 2, head_dim 64 (two 16-row blocks, the second
+// partial); head_dim 256 (nh 4, nkv 2, t 19: three 8-row blocks); head_dim 37 (dims not a
+// multiple of the 4 slices) with nh 3 over nkv 1 and t 5 (shorter than a block).
+func TestAttentionBackward(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(67, 68))
+	for _, tc := range []struct{ nb, t, nh, nkv, hd int }{{2, 23, 4, 2, 64}, {1, 19, 4, 2, 256}, {3, 5, 3, 1, 37}} {
+		t.Run(fmt.Sprintf("nb=%d t=%d nh=%d nkv=%d hd=%d", tc.nb, tc.t, tc.nh, tc.nkv, tc.hd), func(t *testing.T) {
+			nb, tt, nh, nkv, hd := tc.nb, tc.t, tc.nh, tc.nkv, tc.hd
+			rows := nb * tt
+			nq, nk := rows*nh*hd, rows*nkv*hd
+			qf, qd := randF32(rng, nq, 3) // |q| ≤ 3: a sharp softmax
+			kf, kd := randF32(rng, nk, 1)
+			vf, vd := randF32(rng, nk, 1)
+			gf, gd := randF32(rng, nq, 1)
+			o64, l64, err := host.Attention(qd, kd, vd, nb, tt, nh, nkv, hd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			round := func(x []float64) ([]float32, []float64) {
+				f := make([]float32, len(x))
+				y := make([]float64, len(x))
+				for i, v := range x {
+					f[i] = float32(v)
+					y[i] = float64(f[i])
+				}
+				return f, y
+			}
+			of, od := round(o64)
+			lf, ld := round(l64)
+			q := must(d.UploadFloat32("q", qf, rows, nh, hd)).T(t)
+			k := must(d.UploadFloat32("k", kf, rows, nkv, hd)).T(t)
+			v := must(d.UploadFloat32("v", vf, rows, nkv, hd)).T(t)
+			o := must(d.UploadFloat32("out", of, rows, nh, hd)).T(t)
+			lse := must(d.UploadFloat32("lse", lf, rows, nh)).T(t)
+			g := must(d.UploadFloat32("dout", gf, rows, nh, hd)).T(t)
+			dq := must(d.NewBuffer("dq", gpu.F32, rows, nh, hd)).T(t)
+			dk := must(d.NewBuffer("dk", gpu.F32, rows, nkv, hd)).T(t)
+			dv := must(d.NewBuffer("dv", gpu.F32, rows, nkv, hd)).T(t)
+			for _, b := range []*gpu.Buffer{q, k, v, o, lse, g, dq, dk, dv} {
+				defer b.Release()
+			}
+			if err := d.Run(func(r *gpu.Recorder) error {
+				return gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, nb, tt, nh, nkv, hd)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			wq, wk, wv, err := host.AttentionBackward(qd, kd, vd, od, ld, gd, nb, tt, nh, nkv, hd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bq, bk, bv := attentionBackwardBound(qd, kd, vd, od, ld, gd, nb, tt, nh, nkv, hd)
+			for i := range bq {
+				bq[i] += u32 * math.Abs(wq[i])
+			}
+			checkBound(t, "AttentionBackward dq", must(d.ReadFloat32(dq)).T(t), wq, bq)
+			checkBound(t, "AttentionBackward dk", must(d.ReadFloat32(dk)).T(t), wk, bk)
+			checkBound(t, "AttentionBackward dv", must(d.ReadFloat32(dv)).T(t), wv, bv)
+		})
+	}
+}
+
+// attentionBackwardBound returns the first-order f32 error bounds of dq, dk and dv
+// described at TestAttentionBackward (without the final u·|dq| term).
+func attentionBackwardBound(q, k, v, out, lse, dout []float64, nb, t, nh, nkv, hd int) (bq, bk, bv []float64) {
+	const u = u32
+	bq = make([]float64, len(q))
+	bk = make([]float64, len(k))
+	bv = make([]float64, len(v))
+	scale := 1 / math.Sqrt(float64(hd))
+	group := nh / nkv
+	nacc := float64(group*t + 1)
+	for b := 0; b < nb; b++ {
+		for h := 0; h < nh; h++ {
+			kh := h / group
+			for i := 0; i < t; i++ {
+				ri := (b*t+i)*nh + h
+				qi, oi, gi := q[ri*hd:][:hd], out[ri*hd:][:hd], dout[ri*hd:][:hd]
+				var D, aD float64
+				for c := range hd {
+					D += gi[c] * oi[c]
+					aD += math.Abs(gi[c] * oi[c])
+				}
+				eD := float64(hd) * u * aD
+				for j := 0; j <= i; j++ {
+					rj := (b*t+j)*nkv + kh
+					kj, vj := k[rj*hd:][:hd], v[rj*hd:][:hd]
+					var s, as, dp, adp float64
+					for c := range hd {
+						s += qi[c] * kj[c]
+						as += math.Abs(qi[c] * kj[c])
+						dp += gi[c] * vj[c]
+						adp += math.Abs(gi[c] * vj[c])
+					}
+					s *= scale
+					x := s - lse[ri]
+					p := math.Exp(x)
+					es := float64(hd+3)*u*scale*as + 2*u*math.Abs(s)
+					ep := p * (es + u*math.Abs(x) + (3+2*math.Abs(x))*2*u)
+					dd := dp - D
+					ds := p * dd
+					eds := ep*math.Abs(dd) + p*(float64(hd)*u*adp+eD+u*math.Abs(dd)) + u*math.Abs(ds)
+					for c := range hd {
+						bq[ri*hd+c] += scale * (eds*math.Abs(kj[c]) + float64(t+1)*u*math.Abs(ds*kj[c]))
+						bk[rj*hd+c] += scale * math.Abs(qi[c]) * (eds + (nacc+1)*u*math.Abs(ds))
+						bv[rj*hd+c] += math.Abs(gi[c]) * (ep + nacc*u*p)
+					}
+				}
+			}
+		}
+	}
+	return bq, bk, bv
+}
+
+func TestAttentionBackwardErrors(t *testing.T) {
+	d := gputest.Open(t)
+	nb, tt, nh, nkv, hd := 1, 3, 2, 1, 8
+	rows := nb * tt
+	mk := func(name string, shape ...int) *gpu.Buffer {
+		b := must(d.NewBuffer(name, gpu.F32, shape...)).T(t)
+		t.Cleanup(b.Release)
+		return b
+	}
+	q, o, g, dq := mk("q", rows, nh, hd), mk("out", rows, nh, hd), mk("dout", rows, nh, hd), mk("dq", rows, nh, hd)
+	k, v, dk, dv := mk("k", rows, nkv, hd), mk("v", rows, nkv, hd), mk("dk", rows, nkv, hd), mk("dv", rows, nkv, hd)
+	lse := mk("lse", rows, nh)
+	big := mk("big", 512)
+	r := d.Begin()
+	defer r.Discard()
+	for name, err := range map[string]error{
+		"t":          gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, nb, tt+1, nh, nkv, hd),
+		"nh % nkv":   gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, nb, tt, nh, 3, hd),
+		"nb 0":       gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, 0, tt, nh, nkv, hd),
+		"headDim":    gpu.AttentionBackward(r, big, big, big, big, lse, big, big, big, big, 1, 1, 1, 1, 512),
+		"dq is q":    gpu.AttentionBackward(r, q, k, v, o, lse, g, q, dk, dv, nb, tt, nh, nkv, hd),
+		"dk is dv":   gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dv, dv, nb, tt, nh, nkv, hd),
+		"lse is dq":  gpu.AttentionBackward(r, q, k, v, o, dq, g, dq, dk, dv, nb, tt, nh, nkv, hd),
+		"dk swapped": gpu.AttentionBackward(r, q, k, v, o, lse, g, dk, dq, dv, nb, tt, nh, nkv, hd),
+		"nil dout":   gpu.AttentionBackward(r, q, k, v, o, lse, nil, dq, dk, dv, nb, tt, nh, nkv, hd),
+	} {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	if r.Len() != 0 {
+		t.Errorf("%d dispatches recorded by failing calls", r.Len())
+	}
+}
