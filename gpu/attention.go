@@ -50,13 +50,24 @@ func Attention(r *Recorder, q, k, v, out, lse *Buffer, nb, t, nh, nkv, headDim i
 	if err := distinct(op, bufs); err != nil {
 		return err
 	}
-	// 64 invocations: NS dim slices × BQ query rows; ≤ 32 dims per invocation; K/V tile of
-	// BK·headDim floats (≤ 8 KiB) and BQ·NS·BK partial dots (≤ 4 KiB) in workgroup memory.
-	ns, bk := 4, 16
-	if headDim > 128 {
-		ns, bk = 8, 8
+	// NS dim slices per query row (each ≤ 16 vec4s of dims), BQ = 256/NS query rows per
+	// workgroup; workgroup memory: the K/V tile (BK·D4·NS vec4s) and the partial dots
+	// (BK·256 floats), 32 KiB with BK = 16 at head_dim 256, or BK = 8 (16 KiB) on devices
+	// offering less than 32 KiB.
+	ns := 1
+	for 4*16*ns < headDim {
+		ns *= 2
 	}
-	pr := struct{ HD, NS, BQ, BK, D int }{headDim, ns, 64 / ns, bk, (headDim + ns - 1) / ns}
+	d4 := (headDim + 4*ns - 1) / (4 * ns)
+	bk := 16
+	if int(r.d.Info().MaxWorkgroupStorage) < bk*(d4*ns*16+256*4) {
+		bk = 8
+	}
+	if int(r.d.Info().MaxWorkgroupStorage) < bk*(d4*ns*16+256*4) || r.d.Info().MaxInvocations < 256 {
+		return fmt.Errorf("gpu: %s: device offers %d bytes of workgroup memory and %d invocations, fewer than %d and 256",
+			op, r.d.Info().MaxWorkgroupStorage, r.d.Info().MaxInvocations, bk*(d4*ns*16+256*4))
+	}
+	pr := struct{ HD, NS, BQ, BK, D4 int }{headDim, ns, 256 / ns, bk, d4}
 	kern, err := r.d.Kernel(KernelSpec{
 		Name: op, File: "attention.wgsl", Params: pr,
 		Bindings: []Access{Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 5,

@@ -1,7 +1,9 @@
 package gpu_test
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -17,13 +19,13 @@ import (
 // combination of values (|v| ≤ 1), so |δout| ≲ |δs| + 40u and |δlse| ≲ |δs| + 40u. Checked
 // as atol (8·hd + 64)·u for out and lse (plus the same relative term for lse): well above
 // the random-walk size, below the worst case. Geometries: head_dim 64 with nh 3 over nkv 1
-// (GQA) and two windows of t = 37 (3 query blocks of 16 rows, 3 key blocks, neither a
-// multiple), head_dim 256 (nh 4, nkv 2, t = 19, 8-key blocks), and head_dim 37 (dims not a
-// multiple of the 4 slices) with t = 1 and 3 windows.
+// (GQA) and two windows of t = 37 (3 key blocks of 16, the last partial; rows past t in the
+// 256-row query block idle), head_dim 256 (nh 4, nkv 2, t = 19: 4 dim slices per row, 2 key
+// blocks; t = 70: two 64-row query blocks, 5 key blocks), and head_dim 37 (not a multiple of 4: zero-padded dims) with t = 1 and 3 windows.
 func TestAttention(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(27, 28))
-	for _, tc := range []struct{ nb, t, nh, nkv, hd int }{{2, 37, 3, 1, 64}, {1, 19, 4, 2, 256}, {3, 1, 2, 2, 37}} {
+	for _, tc := range []struct{ nb, t, nh, nkv, hd int }{{2, 37, 3, 1, 64}, {1, 19, 4, 2, 256}, {1, 70, 2, 1, 256}, {3, 1, 2, 2, 37}} {
 		rows := tc.nb * tc.t
 		qf, qd := randF32(rng, rows*tc.nh*tc.hd, 1)
 		kf, kd := randF32(rng, rows*tc.nkv*tc.hd, 1)
@@ -75,4 +77,48 @@ func TestAttention(t *testing.T) {
 		t.Error("headDim 512 accepted")
 	}
 	r.Discard()
+}
+
+// BenchmarkAttention: one window of t = 512 tokens, nh = 8 query heads over nkv = 2 KV
+// heads, head_dim 256 (Qwen3.5's); with NVG_BENCH_BIG=1 also t = 4096 with nh = 16, nkv = 4.
+// Reports tokens/s (whole call), gpu-µs (kernel time from the profiler) and the causal
+// score+value GFLOP/s over the GPU time (4·hd flops per (query, key ≤ query) pair and head).
+func BenchmarkAttention(b *testing.B) {
+	for _, sz := range []struct {
+		nb, t, nh, nkv, hd int
+		big                bool
+	}{{1, 512, 8, 2, 256, false}, {1, 4096, 16, 4, 256, true}} {
+		b.Run(fmt.Sprintf("nb=%d,t=%d,nh=%d,nkv=%d,hd=%d", sz.nb, sz.t, sz.nh, sz.nkv, sz.hd), func(b *testing.B) {
+			if sz.big && os.Getenv("NVG_BENCH_BIG") != "1" {
+				b.Skip("model-sized run: set NVG_BENCH_BIG=1")
+			}
+			benchAttention(b, sz.nb, sz.t, sz.nh, sz.nkv, sz.hd)
+		})
+	}
+}
+
+func benchAttention(b *testing.B, nb, tt, nh, nkv, hd int) {
+	d := gputest.Open(b)
+	rng := rand.New(rand.NewPCG(31, 32))
+	rows := nb * tt
+	qf, _ := randF32(rng, rows*nh*hd, 1)
+	kf, _ := randF32(rng, rows*nkv*hd, 1)
+	vf, _ := randF32(rng, rows*nkv*hd, 1)
+	q := must(d.UploadFloat32("q", qf, rows, nh, hd)).T(b)
+	k := must(d.UploadFloat32("k", kf, rows, nkv, hd)).T(b)
+	v := must(d.UploadFloat32("v", vf, rows, nkv, hd)).T(b)
+	o := must(d.NewBuffer("out", gpu.F32, rows, nh, hd)).T(b)
+	lse := must(d.NewBuffer("lse", gpu.F32, rows, nh)).T(b)
+	for _, x := range []*gpu.Buffer{q, k, v, o, lse} {
+		defer x.Release()
+	}
+	benchKernel(b, d, "Attention", rows, func(r *gpu.Recorder) error {
+		return gpu.Attention(r, q, k, v, o, lse, nb, tt, nh, nkv, hd)
+	}, lse)
+	flops := float64(nb*nh*tt*(tt+1)/2) * 4 * float64(hd)
+	for _, kt := range d.Profile() {
+		if kt.Name == "Attention" && kt.Total > 0 {
+			b.ReportMetric(flops*float64(kt.Calls)/kt.Total.Seconds()/1e9, "GFLOP/s")
+		}
+	}
 }

@@ -1,8 +1,10 @@
 package gpu_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -103,11 +105,27 @@ func TestGatedDeltaRule(t *testing.T) {
 }
 
 // BenchmarkGatedDeltaRule: one window of t = 512 tokens, hk = 1, hv = 2, dk = dv = 128 (the
-// recurrence's sequential cost per window), final state written.
+// recurrence's sequential cost per window), final state written; with NVG_BENCH_BIG=1 also
+// a model-sized batch (nb = 8 windows of t = 4096, hk = 16, hv = 32). Reports tokens/s of
+// the whole call (submit and readback included) and gpu-µs, the kernel's GPU time from the
+// timestamp profiler.
 func BenchmarkGatedDeltaRule(b *testing.B) {
+	for _, sz := range []struct {
+		nb, t, hk, hv int
+		big           bool
+	}{{1, 512, 1, 2, false}, {8, 4096, 16, 32, true}} {
+		b.Run(fmt.Sprintf("nb=%d,t=%d,hk=%d,hv=%d", sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
+			if sz.big && os.Getenv("NVG_BENCH_BIG") != "1" {
+				b.Skip("model-sized run: set NVG_BENCH_BIG=1")
+			}
+			benchGatedDeltaRule(b, sz.nb, sz.t, sz.hk, sz.hv, 128, 128)
+		})
+	}
+}
+
+func benchGatedDeltaRule(b *testing.B, nb, tt, hk, hv, dk, dv int) {
 	d := gputest.Open(b)
 	rng := rand.New(rand.NewPCG(19, 20))
-	nb, tt, hk, hv, dk, dv := 1, 512, 1, 2, 128, 128
 	rows := nb * tt
 	f, _ := deltaInputs(b, rng, rows, hk, hv, dk, dv)
 	q := must(d.UploadFloat32("q", f[0], rows, hk, dk)).T(b)
@@ -120,22 +138,42 @@ func BenchmarkGatedDeltaRule(b *testing.B) {
 	for _, x := range []*gpu.Buffer{q, k, v, g, beta, o, st} {
 		defer x.Release()
 	}
+	benchKernel(b, d, "GatedDeltaRule", rows, func(r *gpu.Recorder) error {
+		return gpu.GatedDeltaRule(r, q, k, v, g, beta, o, st, nb, tt, hk, hv, dk, dv)
+	}, st)
+}
+
+// benchKernel times rec (recorded, submitted and waited for by reading wait back) b.N times
+// after one untimed call that compiles the pipeline, reports tokens/s for rows tokens per
+// call, and then the GPU time of one call of kernel name from the timestamp profiler
+// (gpu-µs; absent when the device has no timestamp queries).
+func benchKernel(b *testing.B, d *gpu.Device, name string, rows int, rec func(*gpu.Recorder) error, wait *gpu.Buffer) {
 	run := func() {
-		if err := d.Run(func(r *gpu.Recorder) error {
-			return gpu.GatedDeltaRule(r, q, k, v, g, beta, o, st, nb, tt, hk, hv, dk, dv)
-		}); err != nil {
+		if err := d.Run(rec); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := d.ReadFloat32(st); err != nil { // waits for the GPU
+		if _, err := d.ReadFloat32(wait); err != nil { // waits for the GPU
 			b.Fatal(err)
 		}
 	}
-	run() // compile the pipeline outside the timing
+	run()
 	b.ResetTimer()
 	for range b.N {
 		run()
 	}
+	b.StopTimer()
 	b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	if err := d.SetProfiling(true); err != nil {
+		return
+	}
+	defer d.SetProfiling(false)
+	d.ResetProfile()
+	run()
+	for _, kt := range d.Profile() {
+		if kt.Name == name {
+			b.ReportMetric(float64(kt.Total.Nanoseconds())/1e3/float64(kt.Calls), "gpu-µs")
+		}
+	}
 }
 
 // maxAbs is max |x_i| (0 for an empty slice).

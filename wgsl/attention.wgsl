@@ -5,16 +5,15 @@
 // Layouts (row-major f32): q, out [nb·t, nh, HD]; k, v [nb·t, nkv, HD]; lse [nb·t, nh]
 // (natural log, kept for the backward).
 //
-// One workgroup of BQ·NS = 64 invocations per (window, query head, block of BQ query rows).
-// Invocation (qi, sl) owns query row i0 + qi and the D = ceil(HD/NS) dims d = sl + NS·m
-// (m < D): it keeps q (pre-scaled) and the output accumulator in registers. Per block of BK
-// keys: the K tile is staged in workgroup memory, every invocation forms its partial dot
-// products, the NS partials of a row are summed through workgroup memory, the running max m,
-// sum l and accumulator are rescaled (online softmax), then the V tile replaces the K tile
-// and the accumulator takes the block's weighted values. Only key blocks up to the block's
-// last query row are visited (causality).
-// Template parameters: HD (head dim), NS (dim slices per row), BQ (rows per workgroup),
-// BK (keys per block), D = ceil(HD/NS).
+// One workgroup of BQ·NS invocations per (window, query head, block of BQ query rows), so a
+// K/V tile staged in workgroup memory serves BQ rows. Invocation (qi, sl) owns query row
+// i0 + qi and the D4 vec4 groups of dims c4 = sl + NS·m (m < D4; dims 4·c4..4·c4+3, zero
+// past HD): it keeps its slice of q (pre-scaled) and of the output accumulator in registers.
+// Per block of BK keys: stage the K tile; form partial dot products (vec4 FMAs); sum the NS
+// partials of each row through workgroup memory; rescale the running max m, sum l and
+// accumulator (online softmax); stage the V tile in the same memory and add the block's
+// weighted values. Only key blocks up to the block's last query row are visited.
+// Template parameters: HD, NS, BQ, BK, D4 = ceil(HD / (4·NS)).
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
@@ -35,35 +34,65 @@ const HD: u32 = {{.HD}}u;
 const NS: u32 = {{.NS}}u;
 const BQ: u32 = {{.BQ}}u;
 const BK: u32 = {{.BK}}u;
-const D: u32 = {{.D}}u;
-const WG: u32 = BQ * NS;
+const D4: u32 = {{.D4}}u;
+const R4: u32 = {{.D4}}u * {{.NS}}u; // vec4s per padded row
+const WG: u32 = {{.BQ}}u * {{.NS}}u;
 
-var<workgroup> tile: array<f32, {{.BK}} * {{.HD}}>;          // K tile, then V tile: [BK, HD]
-var<workgroup> part: array<f32, {{.BQ}} * {{.NS}} * {{.BK}}>; // partial dots [BQ, NS, BK]
+var<workgroup> tile: array<vec4<f32>, {{.BK}} * {{.D4}} * {{.NS}}>; // K tile, then V tile
+var<workgroup> part: array<f32, {{.BK}} * {{.BQ}} * {{.NS}}>;        // partial dots [BK, WG]
 
-// loadK / loadV stage rows j0..j0+BK−1 of k or v (KV head kh, window b) into tile; rows
-// past the window are zero (every slot written: workgroup memory is not zero-initialised).
-fn loadK(b: u32, kh: u32, j0: u32, lid: u32) {
-    for (var e = lid; e < BK * HD; e += WG) {
-        let jj = e / HD;
-        let j = j0 + jj;
-        var val = 0.0;
-        if (j < p.t) {
-            val = k[((b * p.t + j) * p.nkv + kh) * HD + e - jj * HD];
+// row4 reads dims 4·c4..4·c4+3 of the HD-vector at base, zero past HD.
+fn rowQ(base: u32, c4: u32) -> vec4<f32> {
+    var r = vec4<f32>(0.0);
+    let d = 4u * c4;
+    if (d + 3u < HD) {
+        r = vec4<f32>(q[base + d], q[base + d + 1u], q[base + d + 2u], q[base + d + 3u]);
+    } else {
+        for (var e = 0u; e < 4u; e++) {
+            if (d + e < HD) {
+                r[e] = q[base + d + e];
+            }
         }
-        tile[e] = val;
+    }
+    return r;
+}
+
+// loadK / loadV stage keys (values) j0..j0+BK−1 of KV head kh in window b into tile;
+// entries past the window or past HD are zero (every slot is written: workgroup memory is
+// not zero-initialised).
+fn loadK(b: u32, kh: u32, j0: u32, lid: u32) {
+    for (var e = lid; e < BK * R4; e += WG) {
+        let jj = e / R4;
+        let d = 4u * (e - jj * R4);
+        let j = j0 + jj;
+        var r = vec4<f32>(0.0);
+        if (j < p.t) {
+            let base = ((b * p.t + j) * p.nkv + kh) * HD;
+            for (var x = 0u; x < 4u; x++) {
+                if (d + x < HD) {
+                    r[x] = k[base + d + x];
+                }
+            }
+        }
+        tile[e] = r;
     }
 }
 
 fn loadV(b: u32, kh: u32, j0: u32, lid: u32) {
-    for (var e = lid; e < BK * HD; e += WG) {
-        let jj = e / HD;
+    for (var e = lid; e < BK * R4; e += WG) {
+        let jj = e / R4;
+        let d = 4u * (e - jj * R4);
         let j = j0 + jj;
-        var val = 0.0;
+        var r = vec4<f32>(0.0);
         if (j < p.t) {
-            val = v[((b * p.t + j) * p.nkv + kh) * HD + e - jj * HD];
+            let base = ((b * p.t + j) * p.nkv + kh) * HD;
+            for (var x = 0u; x < 4u; x++) {
+                if (d + x < HD) {
+                    r[x] = v[base + d + x];
+                }
+            }
         }
-        tile[e] = val;
+        tile[e] = r;
     }
 }
 
@@ -87,17 +116,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let i = i0 + qi;
     let live = i < p.t;
 
-    var qr: array<f32, D>;
-    var acc: array<f32, D>;
+    var qr: array<vec4<f32>, D4>;
+    var acc: array<vec4<f32>, D4>;
     let qbase = ((b * p.t + i) * p.nh + h) * HD;
-    for (var m = 0u; m < D; m++) {
-        let d = sl + NS * m;
-        var x = 0.0;
-        if (live && d < HD) {
-            x = q[qbase + d] * p.scale;
+    for (var m = 0u; m < D4; m++) {
+        var x = vec4<f32>(0.0);
+        if (live) {
+            x = rowQ(qbase, sl + NS * m) * p.scale;
         }
         qr[m] = x;
-        acc[m] = 0.0;
+        acc[m] = vec4<f32>(0.0);
     }
     var mx = 0.0;   // running max (valid once seen is true)
     var l = 0.0;    // running Σ exp(s − mx)
@@ -111,14 +139,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         loadK(b, kh, j0, lid);
         workgroupBarrier();
         for (var jj = 0u; jj < BK; jj++) {
-            var s = 0.0;
-            for (var m = 0u; m < D; m++) {
-                let d = sl + NS * m;
-                if (d < HD) {
-                    s += qr[m] * tile[jj * HD + d];
-                }
+            var s4 = vec4<f32>(0.0);
+            for (var m = 0u; m < D4; m++) {
+                s4 += qr[m] * tile[jj * R4 + sl + NS * m];
             }
-            part[(qi * NS + sl) * BK + jj] = s;
+            part[jj * WG + lid] = (s4.x + s4.y) + (s4.z + s4.w);
         }
         workgroupBarrier(); // partials complete, K tile no longer read
         loadV(b, kh, j0, lid);
@@ -127,7 +152,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var jj = 0u; jj < BK; jj++) {
             var s = 0.0;
             for (var r = 0u; r < NS; r++) {
-                s += part[(qi * NS + r) * BK + jj];
+                s += part[jj * WG + qi * NS + r];
             }
             sc[jj] = s;
             if (j0 + jj <= i) {
@@ -156,23 +181,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         l = l * alpha + psum;
         mx = mnew;
         workgroupBarrier(); // V tile staged
-        for (var m = 0u; m < D; m++) {
-            let d = sl + NS * m;
+        for (var m = 0u; m < D4; m++) {
             var a = acc[m] * alpha;
-            if (d < HD) {
-                for (var jj = 0u; jj < BK; jj++) {
-                    a += pr[jj] * tile[jj * HD + d];
-                }
+            for (var jj = 0u; jj < BK; jj++) {
+                a += pr[jj] * tile[jj * R4 + sl + NS * m];
             }
             acc[m] = a;
         }
     }
     if (live) {
         let inv = 1.0 / l;
-        for (var m = 0u; m < D; m++) {
-            let d = sl + NS * m;
-            if (d < HD) {
-                out[qbase + d] = acc[m] * inv;
+        for (var m = 0u; m < D4; m++) {
+            let d = 4u * (sl + NS * m);
+            let a = acc[m] * inv;
+            for (var x = 0u; x < 4u; x++) {
+                if (d + x < HD) {
+                    out[qbase + d + x] = a[x];
+                }
             }
         }
         if (sl == 0u) {
