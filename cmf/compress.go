@@ -139,8 +139,12 @@ func CompressedKind(name string) string {
 // paths at a budget of bpw bits per weight: the largest multiple of 8 whose payload
 // (BLRPayloadSize) stays within bpw·m·n/8 bytes, at least 8, and at most min(m, n) rounded
 // down to a multiple of 8 (a truncated SVD has no further components). ok is false when no
-// rank ≥ 8 fits the budget (the rank returned is then 8).
+// rank ≥ 8 fits the budget (the rank returned is then 8). Arguments outside the domain
+// (paths not 1 or 2, m or n < 8, n not a multiple of 8, bpw NaN or ≤ 0) give 0, false.
 func BLRRank(bpw float64, paths, m, n int) (r int, ok bool) {
+	if paths < 1 || paths > BLRMaxPaths || m < 8 || n < 8 || n%8 != 0 || !(bpw > 0) {
+		return 0, false
+	}
 	capR := min(m, n) / 8 * 8
 	fits := func(r int) bool { return BLRBitsPerWeight(paths, r, m, n) <= bpw }
 	// payload(r) = 16 + P·(2m + 2n) + r·P·(2 + m/8 + n/8) is linear in r: start from the
@@ -156,7 +160,7 @@ func BLRRank(bpw float64, paths, m, n int) (r int, ok bool) {
 		r += 8
 	}
 	if r < 8 {
-		return min(8, capR), false
+		return 8, false
 	}
 	return r, true
 }

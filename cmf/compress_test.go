@@ -27,6 +27,11 @@ func TestBLRRankByHand(t *testing.T) {
 		{32, 1, 16, 16, 16, true},
 		// 8×8 at 0.1 bit: nothing fits; the minimum rank 8 comes back with ok = false.
 		{0.1, 1, 8, 8, 8, false},
+		// outside the domain
+		{math.NaN(), 1, 256, 256, 0, false},
+		{1, 3, 256, 256, 0, false},
+		{1, 1, 256, 12, 0, false},
+		{1, 1, 4, 256, 0, false},
 	} {
 		r, ok := BLRRank(c.bpw, c.paths, c.m, c.n)
 		if r != c.want || ok != c.ok {
