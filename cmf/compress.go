@@ -513,6 +513,9 @@ func Compress(m *Model, opt CompressOptions, progress func(done, total int, name
 			out.Tensors[name] = t
 			continue
 		}
+		if t.DType == BLR {
+			return nil, nil, fmt.Errorf("compress: tensor %s is already BLR: compress a full-precision teacher", name)
+		}
 		if !t.DType.Float() || len(t.Shape) != 2 {
 			return nil, nil, fmt.Errorf("compress: tensor %s (%s, shape %v) is not a 2-D float weight", name, t.DType, t.Shape)
 		}

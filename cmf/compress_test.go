@@ -264,7 +264,7 @@ func TestCompressRejects(t *testing.T) {
 	m := smallCompressModel(t, rand.New(rand.NewPCG(1, 1)))
 	blr, _ := NewTensor("model.layers.0.mlp.up_proj.weight", BLR, []int{1, 8}, handPayload())
 	m.Tensors[blr.Name] = blr
-	if _, _, err := Compress(m, CompressOptions{}, nil); err == nil || !strings.Contains(err.Error(), "model.layers.0.mlp.up_proj.weight") {
+	if _, _, err := Compress(m, CompressOptions{}, nil); err == nil || !strings.Contains(err.Error(), "model.layers.0.mlp.up_proj.weight is already BLR") {
 		t.Errorf("BLR input: %v", err)
 	}
 	m = smallCompressModel(t, rand.New(rand.NewPCG(1, 1)))
