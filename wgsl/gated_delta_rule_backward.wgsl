@@ -1,0 +1,383 @@
+{{- if .Reduce}}
+// GatedDeltaRuleBackward, GVA reduction: the value heads sharing a key head add their
+// dq (or dk) contributions, in head order (deterministic):
+//   out[row, kh, a] = Σ_{m < group} part[row, kh·group + m, a].
+// part: f32 [rows, hk·group, dk]; out: f32 [rows, hk, dk]. One invocation per output
+// element (linear index (wid.x + wid.y·nwg.x)·WG + lid). Template parameters: WG.
+
+@group(0) @binding(0) var<storage, read> part: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+
+struct Params {
+    n: u32,     // rows·hk·dk
+    dk: u32,
+    group: u32, // hv / hk
+};
+@group(0) @binding(2) var<uniform> p: Params;
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let e = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
+    if (e >= p.n) {
+        return;
+    }
+    let a = e % p.dk;
+    let rk = e / p.dk; // row·hk + kh
+    let src = rk * p.group * p.dk + a;
+    var s = 0.0;
+    for (var m = 0u; m < p.group; m++) {
+        s += part[src + m * p.dk];
+    }
+    out[e] = s;
+}
+{{- else}}
+// GatedDeltaRuleBackward: the backward of the gated delta rule (host.GatedDeltaRuleBackward,
+// DESIGN.md §3), token by token in reverse time. Per window b and value head j (key head
+// kh = j / (hv/hk)), with S_{τ−1} the state before token τ, Ŝ = e^{g}·S_{τ−1},
+// w = v − Ŝᵀk, u = β·w, S_τ = Ŝ + k⊗u, o = S_τᵀq, and dS the gradient carried into S_τ
+// (zero after the window's last token):
+//   dS += q⊗do;  dq = S_τ·do;  du = dSᵀk;  dk = dS·u − Ŝ·(β·du);  dβ = du·w;  dv = β·du;
+//   dŜ = dS − k⊗(β·du);  dg = Σ Ŝ⊙dŜ;  dS ← e^{g}·dŜ.
+//
+// One workgroup of 256 invocations per (window, value head) (linear index
+// wid.x + wid.y·nwg.x); invocation l = 16·rb + cb owns the DK×DV state entries
+// (a, c) = (rb + 16·i, cb + 16·jj), i < TR, jj < TC, of S (forward) and dS (backward) in
+// private memory (vectors are padded with zeros to DKP = 16·TR and DVP = 16·TC, so the
+// padding entries stay zero). Sums over a (Ŝᵀk, dSᵀk) go through colred[rb][c], sums over
+// c (S_τ·do, dS·u − Ŝ·βdu) through rowred[cb][a], dg and dβ through part[l]; every
+// reduction adds its partials in a fixed order, so results are deterministic.
+//
+// Phases: (1) a forward sweep from S = 0 that writes the state before each chunk of C
+// tokens to the checkpoints; (2) for each chunk in reverse: reload its checkpoint, recompute
+// the chunk forward writing S_{τ−1}, u and w of every token to the chunk scratch, then run
+// the backward steps of the chunk's tokens in reverse. Scratch (f32, per window and value
+// head, stride SH = (nck + C)·DK·DV + 2·C·DV): nck checkpoints [DK, DV], C chunk states
+// [DK, DV], u [C, DV], w [C, DV]. Every scratch value is read back by the invocation that
+// wrote it, so program order makes it visible.
+//
+// Layouts (row-major f32): q, k [nb·t, hk, DK]; v, dout, dv [nb·t, hv, DV]; g, beta, dg,
+// dbeta [nb·t, hv]; dq, dk [nb·t, hv, DK] (per value head; the launcher adds them over the
+// heads of a key head when hv > hk). Template parameters: DK, DV (≤ 256), TR = ⌈DK/16⌉,
+// TC = ⌈DV/16⌉.
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<f32>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(3) var<storage, read> g: array<f32>;
+@group(0) @binding(4) var<storage, read> beta: array<f32>;
+@group(0) @binding(5) var<storage, read> dout: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dq: array<f32>;
+@group(0) @binding(7) var<storage, read_write> dkey: array<f32>;
+@group(0) @binding(8) var<storage, read_write> dval: array<f32>;
+@group(0) @binding(9) var<storage, read_write> dg: array<f32>;
+@group(0) @binding(10) var<storage, read_write> dbeta: array<f32>;
+@group(0) @binding(11) var<storage, read_write> scr: array<f32>;
+
+struct Params {
+    nb: u32,
+    t: u32,
+    hk: u32,
+    hv: u32,
+    chunk: u32, // C
+    nck: u32,   // ⌈t / C⌉
+};
+@group(0) @binding(12) var<uniform> p: Params;
+
+const DK: u32 = {{.DK}}u;
+const DV: u32 = {{.DV}}u;
+const TR: u32 = {{.TR}}u;
+const TC: u32 = {{.TC}}u;
+const DKP: u32 = 16u * TR;
+const DVP: u32 = 16u * TC;
+const NT: u32 = TR * TC;
+
+var<workgroup> colred: array<f32, {{.TC}} * 256>; // [rb][c], DVP per rb
+var<workgroup> rowred: array<f32, {{.TR}} * 256>; // [cb][a], DKP per cb
+var<workgroup> kS: array<f32, DKP>;
+var<workgroup> qS: array<f32, DKP>;
+var<workgroup> vS: array<f32, DVP>; // v (forward) or do (backward)
+var<workgroup> uS: array<f32, DVP>;
+var<workgroup> wS: array<f32, DVP>;
+var<workgroup> duS: array<f32, DVP>;
+var<workgroup> part: array<vec2<f32>, 256>;
+
+// stageK writes k (and q when withQ) of token row, key head kh, zero-padded, into kS/qS.
+fn stageK(row: u32, kh: u32, l: u32, withQ: bool) {
+    let src = (row * p.hk + kh) * DK;
+    if (l < DKP) {
+        var kv = 0.0;
+        var qv = 0.0;
+        if (l < DK) {
+            kv = k[src + l];
+            if (withQ) {
+                qv = q[src + l];
+            }
+        }
+        kS[l] = kv;
+        qS[l] = qv;
+    }
+}
+
+// fwdStep advances the state tile s by token row (value head j): S ← e^g·S,
+// w = v − Sᵀk, u = β·w, S ← S + k⊗u. When store, u and w go to the chunk scratch at
+// uwAt (u) and uwAt + C·DV (w), written by invocation c (l = c).
+fn fwdStep(s: ptr<function, array<f32, NT>>, row: u32, j: u32, kh: u32, l: u32, rb: u32, cb: u32,
+           store: bool, uwAt: u32) {
+    stageK(row, kh, l, false);
+    if (l < DVP) {
+        var vv = 0.0;
+        if (l < DV) {
+            vv = v[(row * p.hv + j) * DV + l];
+        }
+        vS[l] = vv;
+    }
+    workgroupBarrier();
+    let gi = row * p.hv + j;
+    let decay = exp(g[gi]);
+    let bt = beta[gi];
+    for (var jj = 0u; jj < TC; jj++) {
+        var acc = 0.0;
+        for (var i = 0u; i < TR; i++) {
+            let e = i * TC + jj;
+            let sv = (*s)[e] * decay;
+            (*s)[e] = sv;
+            acc = fma(kS[rb + 16u * i], sv, acc);
+        }
+        colred[rb * DVP + cb + 16u * jj] = acc;
+    }
+    workgroupBarrier();
+    if (l < DVP) {
+        var sk = 0.0;
+        for (var m = 0u; m < 16u; m++) {
+            sk += colred[m * DVP + l];
+        }
+        let wv = vS[l] - sk;
+        let uv = bt * wv;
+        uS[l] = uv;
+        if (store && l < DV) {
+            scr[uwAt + l] = uv;
+            scr[uwAt + p.chunk * DV + l] = wv;
+        }
+    }
+    workgroupBarrier();
+    for (var i = 0u; i < TR; i++) {
+        let ka = kS[rb + 16u * i];
+        for (var jj = 0u; jj < TC; jj++) {
+            let e = i * TC + jj;
+            (*s)[e] = fma(ka, uS[cb + 16u * jj], (*s)[e]);
+        }
+    }
+    workgroupBarrier();
+}
+
+// saveTile writes the live entries of s to scr at base (row-major [DK, DV]).
+fn saveTile(s: ptr<function, array<f32, NT>>, base: u32, rb: u32, cb: u32) {
+    for (var i = 0u; i < TR; i++) {
+        let a = rb + 16u * i;
+        for (var jj = 0u; jj < TC; jj++) {
+            let c = cb + 16u * jj;
+            if (a < DK && c < DV) {
+                scr[base + a * DV + c] = (*s)[i * TC + jj];
+            }
+        }
+    }
+}
+
+// loadTile reads the live entries of s from scr at base (zero for the padding).
+fn loadTile(s: ptr<function, array<f32, NT>>, base: u32, rb: u32, cb: u32) {
+    for (var i = 0u; i < TR; i++) {
+        let a = rb + 16u * i;
+        for (var jj = 0u; jj < TC; jj++) {
+            let c = cb + 16u * jj;
+            var x = 0.0;
+            if (a < DK && c < DV) {
+                x = scr[base + a * DV + c];
+            }
+            (*s)[i * TC + jj] = x;
+        }
+    }
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) l: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
+    if (wg >= p.nb * p.hv) {
+        return;
+    }
+    let j = wg % p.hv;
+    let b = wg / p.hv;
+    let kh = j / (p.hv / p.hk);
+    let rb = l / 16u;
+    let cb = l % 16u;
+    let C = p.chunk;
+    let SZ = DK * DV;
+    let hb = wg * ((p.nck + C) * SZ + 2u * C * DV); // this head's scratch
+    let statesAt = hb + p.nck * SZ;                 // chunk states
+    let uwAt = statesAt + C * SZ;                   // u [C, DV], then w [C, DV]
+    let row0 = b * p.t;
+
+    // (1) Forward sweep: the state before each chunk (the last chunk's tokens are not needed).
+    var s: array<f32, NT>;
+    for (var e = 0u; e < NT; e++) {
+        s[e] = 0.0;
+    }
+    for (var ci = 0u; ci < p.nck; ci++) {
+        saveTile(&s, hb + ci * SZ, rb, cb);
+        if (ci + 1u < p.nck) {
+            for (var tau = ci * C; tau < (ci + 1u) * C; tau++) {
+                fwdStep(&s, row0 + tau, j, kh, l, rb, cb, false, 0u);
+            }
+        }
+    }
+
+    // (2) Chunks in reverse: recompute, then the backward steps.
+    var ds: array<f32, NT>;
+    for (var e = 0u; e < NT; e++) {
+        ds[e] = 0.0;
+    }
+    for (var cc = 0u; cc < p.nck; cc++) {
+        let ci = p.nck - 1u - cc;
+        let t0 = ci * C;
+        let t1 = min(p.t, t0 + C);
+        loadTile(&s, hb + ci * SZ, rb, cb);
+        for (var tau = t0; tau < t1; tau++) {
+            let i = tau - t0;
+            saveTile(&s, statesAt + i * SZ, rb, cb);
+            fwdStep(&s, row0 + tau, j, kh, l, rb, cb, true, uwAt + i * DV);
+        }
+        for (var tt = t0; tt < t1; tt++) {
+            let tau = t1 - 1u - (tt - t0);
+            let i = tau - t0;
+            let row = row0 + tau;
+            let gi = row * p.hv + j;
+            let vb = gi * DV;
+            // Stage k, q, do, u, w (u and w read back by the invocation that wrote them).
+            stageK(row, kh, l, true);
+            if (l < DVP) {
+                var dov = 0.0;
+                var uv = 0.0;
+                var wv = 0.0;
+                if (l < DV) {
+                    dov = dout[vb + l];
+                    uv = scr[uwAt + i * DV + l];
+                    wv = scr[uwAt + C * DV + i * DV + l];
+                }
+                vS[l] = dov;
+                uS[l] = uv;
+                wS[l] = wv;
+            }
+            workgroupBarrier();
+            let decay = exp(g[gi]);
+            let bt = beta[gi];
+            let sb = statesAt + i * SZ;
+            // dS += q⊗do; partial du = dSᵀk over my rows, partial dq = S_τ·do over my columns.
+            var cp: array<f32, TC>;
+            for (var jj = 0u; jj < TC; jj++) {
+                cp[jj] = 0.0;
+            }
+            for (var i2 = 0u; i2 < TR; i2++) {
+                let a = rb + 16u * i2;
+                let ka = kS[a];
+                let qa = qS[a];
+                var rp = 0.0;
+                for (var jj = 0u; jj < TC; jj++) {
+                    let c = cb + 16u * jj;
+                    var sp = 0.0;
+                    if (a < DK && c < DV) {
+                        sp = scr[sb + a * DV + c];
+                    }
+                    let sn = fma(ka, uS[c], decay * sp);
+                    let e = i2 * TC + jj;
+                    let d = fma(qa, vS[c], ds[e]);
+                    ds[e] = d;
+                    cp[jj] = fma(ka, d, cp[jj]);
+                    rp = fma(sn, vS[c], rp);
+                }
+                rowred[cb * DKP + a] = rp;
+            }
+            for (var jj = 0u; jj < TC; jj++) {
+                colred[rb * DVP + cb + 16u * jj] = cp[jj];
+            }
+            workgroupBarrier();
+            var dbp = 0.0;
+            if (l < DVP) {
+                var du = 0.0;
+                for (var m = 0u; m < 16u; m++) {
+                    du += colred[m * DVP + l];
+                }
+                duS[l] = du;
+                dbp = du * wS[l];
+                if (l < DV) {
+                    dval[vb + l] = bt * du;
+                }
+            }
+            if (l < DKP) {
+                var sq = 0.0;
+                for (var m = 0u; m < 16u; m++) {
+                    sq += rowred[m * DKP + l];
+                }
+                if (l < DK) {
+                    dq[gi * DK + l] = sq;
+                }
+            }
+            workgroupBarrier();
+            // dk = dS·u − Ŝ·(β du); dŜ = dS − k⊗(β du); dg = Σ Ŝ⊙dŜ; dS ← e^g·dŜ.
+            var dgp = 0.0;
+            for (var i2 = 0u; i2 < TR; i2++) {
+                let a = rb + 16u * i2;
+                let ka = kS[a];
+                var rp = 0.0;
+                for (var jj = 0u; jj < TC; jj++) {
+                    let c = cb + 16u * jj;
+                    var sp = 0.0;
+                    if (a < DK && c < DV) {
+                        sp = scr[sb + a * DV + c];
+                    }
+                    let sh = decay * sp;
+                    let bdu = bt * duS[c];
+                    let e = i2 * TC + jj;
+                    let d = ds[e];
+                    rp = fma(d, uS[c], rp);
+                    rp = fma(-sh, bdu, rp);
+                    let dsh = fma(-ka, bdu, d);
+                    dgp = fma(sh, dsh, dgp);
+                    ds[e] = decay * dsh;
+                }
+                rowred[cb * DKP + a] = rp;
+            }
+            part[l] = vec2<f32>(dgp, dbp);
+            workgroupBarrier();
+            if (l < DKP) {
+                var sk = 0.0;
+                for (var m = 0u; m < 16u; m++) {
+                    sk += rowred[m * DKP + l];
+                }
+                if (l < DK) {
+                    dkey[gi * DK + l] = sk;
+                }
+            }
+            if (l == 0u) {
+                var sg = 0.0;
+                for (var m = 0u; m < 256u; m++) {
+                    sg += part[m].x;
+                }
+                dg[gi] = sg;
+            }
+            if (l == 1u) {
+                var sbt = 0.0;
+                for (var m = 0u; m < 256u; m++) {
+                    sbt += part[m].y;
+                }
+                dbeta[gi] = sbt;
+            }
+            // No barrier needed here: the next writes to rowred and part follow a barrier.
+        }
+        // Chunk boundary: the next recompute writes kS, vS, colred, uS only after all of
+        // this step's readers are past the last barrier; rowred/part readers above read
+        // nothing the recompute's first stage writes.
+    }
+}
+{{- end}}
