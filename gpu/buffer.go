@@ -158,6 +158,9 @@ func shapeNumel(label string, shape []int) (int, error) {
 // ≥ 1). Errors name the label and byte count: a bad shape, a size above the device's
 // maxBufferSize, or an allocation the driver refused.
 func (d *Device) NewBuffer(label string, dtype DType, shape ...int) (*Buffer, error) {
+	if d == nil {
+		return nil, errNilDevice
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.newBufferLocked(label, dtype, shape)
@@ -198,6 +201,9 @@ func (d *Device) newBufferLocked(label string, dtype DType, shape []int) (*Buffe
 }
 
 func (d *Device) upload(label string, dtype DType, shape []int, n int, data []byte) (*Buffer, error) {
+	if d == nil {
+		return nil, errNilDevice
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	want, err := shapeNumel(label, shape)
@@ -264,6 +270,9 @@ func (d *Device) WriteF16(b *Buffer, bits []uint16) error {
 }
 
 func (d *Device) write(b *Buffer, dtype DType, n int, data []byte) error {
+	if d == nil {
+		return errNilDevice
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.checkOpen(); err != nil {
@@ -302,6 +311,9 @@ func bytesOf[E any](s []E) []byte {
 
 // readBytes copies the first n bytes of b to the host, waiting for all submitted work.
 func (d *Device) readBytes(b *Buffer, dtype DType) ([]byte, error) {
+	if d == nil {
+		return nil, errNilDevice
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.checkOpen(); err != nil {

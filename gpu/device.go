@@ -267,6 +267,9 @@ func (d *Device) Info() Info {
 // Close releases every live buffer, the cached pipelines and the device. Closing twice is a
 // no-op; every later call on the device or its buffers returns an error.
 func (d *Device) Close() error {
+	if d == nil {
+		return nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -289,9 +292,11 @@ func (d *Device) Close() error {
 	return nil
 }
 
+var errNilDevice = errors.New("gpu: nil device")
+
 func (d *Device) checkOpen() error {
 	if d == nil {
-		return errors.New("gpu: nil device")
+		return errNilDevice
 	}
 	if d.closed {
 		return errors.New("gpu: device is closed")
@@ -306,6 +311,9 @@ func (d *Device) poll(wait bool) {
 
 // Sync waits until all submitted work has finished on the GPU.
 func (d *Device) Sync() error {
+	if d == nil {
+		return errNilDevice
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.checkOpen(); err != nil {

@@ -285,3 +285,31 @@ func TestProfileMixed(t *testing.T) {
 		t.Errorf("missing rows: %v", want)
 	}
 }
+
+// TestNilReceivers: a nil device or recorder is an error, never a panic.
+func TestNilReceivers(t *testing.T) {
+	var nd *gpu.Device
+	if _, err := nd.NewBuffer("x", gpu.F32, 4); err == nil {
+		t.Error("NewBuffer on a nil device accepted")
+	}
+	if _, err := nd.UploadFloat32("x", []float32{1}, 1); err == nil {
+		t.Error("upload on a nil device accepted")
+	}
+	if err := nd.Run(func(r *gpu.Recorder) error { return nil }); err == nil {
+		t.Error("Run on a nil device accepted")
+	}
+	d := gputest.Open(t)
+	x := must(d.NewBuffer("x", gpu.F32, 4)).T(t)
+	y := must(d.NewBuffer("y", gpu.F32, 4)).T(t)
+	defer x.Release()
+	defer y.Release()
+	if err := gpu.ResidualAdd(nil, x, y); err == nil {
+		t.Error("nil recorder accepted")
+	}
+	if err := gpu.Linear(nil, x, y, x, 1, 4, 1); err == nil {
+		t.Error("nil recorder accepted by Linear")
+	}
+	if err := nd.Begin().Submit(); err == nil {
+		t.Error("Submit of a nil device's recorder accepted")
+	}
+}

@@ -19,8 +19,9 @@
 //
 //  1. takes the Recorder first, then the buffers (outputs last or in place, as documented),
 //     then sizes and scalars: func ResidualAdd(r *Recorder, x, y *Buffer) error;
-//  2. validates everything in Go — dtypes, shapes and lengths against each other, ids and
-//     scalars — and returns an error naming the op and the bad argument; it never panics;
+//  2. validates everything in Go — first r.usable() (nil recorder), then dtypes, shapes and
+//     lengths against each other (helpers need, positive, distinct), ids and scalars — and
+//     returns an error naming the op and the bad argument; it never panics;
 //  3. gets its pipeline with r.Device().Kernel(KernelSpec{...}): the WGSL file is a
 //     text/template rendered with literal compile-time sizes (Params), and the pipeline is
 //     cached by (File, Entry, Params), so keep Params small and made of values;

@@ -14,6 +14,9 @@ var embeddingSliceRows = 0
 // uploaded into a temporary buffer of the recorder. Errors name the first bad id, or the
 // buffer whose dtype or size is wrong.
 func Embedding(r *Recorder, table *Buffer, ids []int, out *Buffer) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "Embedding"
 	if err := need(op, "table", table, -1, F32, F16); err != nil {
 		return err

@@ -64,6 +64,9 @@ func (k *Kernel) release() {
 // (with the shader's message), or pipeline creation failures (e.g. too much workgroup
 // memory), each naming the kernel.
 func (d *Device) Kernel(spec KernelSpec) (*Kernel, error) {
+	if d == nil {
+		return nil, errNilDevice
+	}
 	if spec.Entry == "" {
 		spec.Entry = "main"
 	}

@@ -45,6 +45,9 @@ type gemmNaiveParams struct {
 // gemm records C[m, n] = A[m, k]·B (B [n, k] when transB, else [k, n]; f32 or packed f16)
 // on bindings already checked by the caller.
 func gemm(r *Recorder, op string, naive bool, a, b, c Binding, bf16 bool, m, k, n int, transB bool) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	if naive {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "linear_naive.wgsl",
 			Params:   gemmNaiveParams{TransB: transB, BF16: bf16, WG: gemmNaiveWG},

@@ -30,6 +30,9 @@ const (
 // Errors: sizes or dtypes that disagree, k out of range, a bad sliceRows, or rows so many
 // that no 128-row slice of scratch fits a binding (split the rows).
 func LogitsTopK(r *Recorder, h, e *Buffer, rows, hidden, vocab, k, sliceRows int, lse, ids, logp *Buffer) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "LogitsTopK"
 	if err := positive(op, "rows, hidden, vocab, k", rows, hidden, vocab, k); err != nil {
 		return err

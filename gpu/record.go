@@ -52,16 +52,32 @@ type dispatch struct {
 // is dropped without Submit records nothing on the GPU.
 func (d *Device) Begin() *Recorder { return &Recorder{d: d} }
 
+// usable is the first check of every launcher: a nil recorder (or one from a nil device)
+// is an error, not a panic.
+func (r *Recorder) usable() error {
+	if r == nil || r.d == nil {
+		return errors.New("gpu: nil recorder")
+	}
+	return nil
+}
+
 // Device is the device the recorder submits to.
 func (r *Recorder) Device() *Device { return r.d }
 
 // Len is the number of recorded dispatches.
-func (r *Recorder) Len() int { return len(r.ops) }
+func (r *Recorder) Len() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.ops)
+}
 
-// Run records with fn and submits; if fn fails nothing is submitted.
+// Run records with fn and submits; if fn fails nothing is submitted (and the recorder's
+// temporaries are released).
 func (d *Device) Run(fn func(r *Recorder) error) error {
 	r := d.Begin()
 	if err := fn(r); err != nil {
+		r.Discard()
 		return err
 	}
 	return r.Submit()
@@ -93,6 +109,9 @@ func Grid1D(n int) ([3]int, error) {
 // larger than maxStorageBufferBindingSize, a buffer bound both read-only and read-write, or
 // a grid dimension outside 1..65535.
 func (r *Recorder) Dispatch(k *Kernel, groups [3]int, uniforms []uint32, binds ...Binding) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	if r.done {
 		return errors.New("gpu: dispatch on a submitted recorder")
 	}
@@ -168,6 +187,9 @@ func (d *Device) checkBinding(k *Kernel, i int, b *Binding) error {
 // Temp allocates a zero-filled scratch buffer owned by the recorder: it is released after
 // Submit (or Discard). Launchers use it for intermediate results and uploaded arguments.
 func (r *Recorder) Temp(label string, dtype DType, shape ...int) (*Buffer, error) {
+	if err := r.usable(); err != nil {
+		return nil, err
+	}
 	if r.done {
 		return nil, errors.New("gpu: Temp on a submitted recorder")
 	}
@@ -181,6 +203,9 @@ func (r *Recorder) Temp(label string, dtype DType, shape ...int) (*Buffer, error
 
 // TempUint32 is Temp holding data (row-major, len(data) = product of shape).
 func (r *Recorder) TempUint32(label string, data []uint32, shape ...int) (*Buffer, error) {
+	if err := r.usable(); err != nil {
+		return nil, err
+	}
 	if r.done {
 		return nil, errors.New("gpu: Temp on a submitted recorder")
 	}
@@ -194,6 +219,9 @@ func (r *Recorder) TempUint32(label string, data []uint32, shape ...int) (*Buffe
 
 // Discard drops everything recorded and releases the recorder's temporary buffers.
 func (r *Recorder) Discard() {
+	if r == nil {
+		return
+	}
 	r.done = true
 	r.ops = nil
 	r.releaseTemps()
@@ -212,6 +240,9 @@ func (r *Recorder) releaseTemps() {
 // A recorder can be submitted once. Errors: a buffer released since it was recorded, or a
 // failure creating the encoder, bind groups or uniforms (nothing is submitted then).
 func (r *Recorder) Submit() error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	if r.done {
 		return errors.New("gpu: recorder submitted twice")
 	}

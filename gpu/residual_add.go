@@ -8,6 +8,9 @@ const residualAddWG = 256
 // number of elements (any shape; typically [rows, H] row-major). Errors: dtype or length
 // mismatch, x and y being the same buffer, or any Dispatch error.
 func ResidualAdd(r *Recorder, x, y *Buffer) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	if err := x.usable(); err != nil {
 		return fmt.Errorf("gpu: ResidualAdd: x: %w", err)
 	}

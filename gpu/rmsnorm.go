@@ -13,6 +13,9 @@ const rmsNormWG = 128
 // x and y are F32 [rows, n] (distinct buffers), w is F32 [n]. Errors: non-positive sizes,
 // eps negative or not finite, or buffer sizes that disagree with rows and n.
 func RMSNorm(r *Recorder, x, w, y *Buffer, rows, n int, eps float64, zeroCentred bool) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "RMSNorm"
 	if err := positive(op, "rows, n", rows, n); err != nil {
 		return err

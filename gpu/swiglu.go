@@ -8,6 +8,9 @@ const swigluWG = 256
 // are F32 buffers with the same number of elements (typically [rows, intermediate]);
 // y must be a third buffer. Errors: dtype, length or aliasing mistakes.
 func SwiGLU(r *Recorder, gate, up, y *Buffer) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "SwiGLU"
 	if err := need(op, "gate", gate, -1, F32); err != nil {
 		return err
