@@ -197,6 +197,7 @@ const blrNaiveWG = 64
 
 type blrGemmParams struct {
 	TransB, ScaleC, Accum bool
+	BM, BN, BK            int
 }
 
 type blrGemmNaiveParams struct {
@@ -229,13 +230,14 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c *Buffer, m, 
 		}
 		return r.Dispatch(kn, g, uni, binds...)
 	}
+	bm, bn, bk := r.d.gemmTileFor(m, n)
 	kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward.wgsl",
-		Params:   blrGemmParams{TransB: transB, ScaleC: sc != nil, Accum: accum},
+		Params:   blrGemmParams{TransB: transB, ScaleC: sc != nil, Accum: accum, BM: bm, BN: bn, BK: bk},
 		Bindings: access, Uniforms: 3})
 	if err != nil {
 		return err
 	}
-	gx, gy := (n+gemmBN-1)/gemmBN, (m+gemmBM-1)/gemmBM
+	gx, gy := (n+bn-1)/bn, (m+bm-1)/bm
 	if gx > 65535 || gy > 65535 {
 		return fmt.Errorf("gpu: %s: %d×%d output needs a %d×%d grid (max 65535 per dimension)", op, m, n, gx, gy)
 	}
@@ -261,8 +263,9 @@ func checkT1(op string, l *BLRLayer, t1 []*Buffer, rows int) error {
 // BLRForward records y = Σ_p h_p ⊙ (U_p·(ℓ_p ⊙ (V_p·(g_p ⊙ x)))) per row for the BLR layer l
 // (DESIGN.md §4; W ≈ Σ_p diag(h)·U·diag(ℓ)·V·diag(g), i.e. y = x·Ŵᵀ): x F32 [rows, l.N],
 // y F32 [rows, l.M] (overwritten), row-major, all arithmetic in f32. Per path it runs two
-// tiled sign-bit GEMMs (64×64 blocks, workgroup memory): t1_p = (x ⊙ g_p)·V_pᵀ [rows, r],
-// then y (+)= ((t1_p ⊙ ℓ_p)·U_pᵀ) ⊙ h_p. t1, when not nil, holds one F32 [rows, r] buffer per
+// tiled sign-bit GEMMs (the Linear GEMM's tiles: 128×128 blocks for outputs of at least
+// 128×128, else 64×64; workgroup memory): t1_p = (x ⊙ g_p)·V_pᵀ [rows, r], then
+// y (+)= ((t1_p ⊙ ℓ_p)·U_pᵀ) ⊙ h_p. t1, when not nil, holds one F32 [rows, r] buffer per
 // path that receives t1_p (BLRBackward reuses it); nil keeps t1 in scratch buffers.
 // Host reference: cmf.BLRWeight.Apply. Errors: an invalid layer (checkBLRLayer: sizes,
 // dtypes, buffer lengths), rows < 1, x, y or t1 of the wrong dtype or length, or buffers

@@ -99,7 +99,8 @@ func blrForwardBound(w *cmf.BLRWeight, x []float64, rows int) (y, bound []float6
 	return y, bound
 }
 
-// TestBLRForward compares BLRForward and its naive twin with cmf.BLRWeight.Apply (f64) on
+// TestBLRForward compares BLRForward (with each GEMM tile forced: 64×64×16, 128×128×16,
+// 128×128×32) and its naive twin with cmf.BLRWeight.Apply (f64) on
 // sizes that are not multiples of the 64×64 tile nor of 32 bits per row (n/8 bytes per V
 // row not a multiple of 4), for 1 and 2 paths, with and without rank padding; t1 is kept
 // and checked against (x⊙g)·Vᵀ. Tolerance: blrForwardBound (f32 rounding bound).
@@ -119,7 +120,10 @@ func TestBLRForward(t *testing.T) {
 			x := must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t)
 			defer x.Release()
 			want, bound := blrForwardBound(w, xd, c.rows)
-			for _, naive := range []bool{false, true} {
+			for _, tile := range [][3]int{{64, 64, 16}, {128, 128, 16}, {128, 128, 32}, {0, 0, 0}} {
+				naive := tile[0] == 0
+				restore := gpu.SetGEMMTile(tile[0], tile[1], tile[2])
+				defer restore()
 				y := must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t)
 				var t1 []*gpu.Buffer
 				for range c.paths {
@@ -133,7 +137,7 @@ func TestBLRForward(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := must(d.ReadFloat32(y)).T(t)
-				checkBound(t, fmt.Sprintf("naive=%v y", naive), got, want, bound)
+				checkBound(t, fmt.Sprintf("tile %v (0: naive) y", tile), got, want, bound)
 				// t1 of the last path: (x⊙g)·Vᵀ with bound (n+2)·u·Σ|x g|.
 				p := c.paths - 1
 				q := w.Paths[p]
@@ -151,7 +155,7 @@ func TestBLRForward(t *testing.T) {
 						wt1[i*c.r+k], bt1[i*c.r+k] = s, float64(c.n+2)*a/(1<<24)
 					}
 				}
-				checkBound(t, fmt.Sprintf("naive=%v t1", naive), gt1, wt1, bt1)
+				checkBound(t, fmt.Sprintf("tile %v (0: naive) t1", tile), gt1, wt1, bt1)
 				y.Release()
 				for _, b := range t1 {
 					b.Release()

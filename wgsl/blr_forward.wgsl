@@ -10,11 +10,16 @@
 // endian): element e of the row-major matrix ([N, K] when TransB, else [K, N]) is bit e & 31
 // of word e >> 5; 1 ↦ +1, 0 ↦ −1.
 //
-// Tiling as linear.wgsl: a workgroup of 16×16 threads computes a 64×64 block of C, each
-// thread a 4×4 sub-block in four vec4 accumulators, stepping through K in BK = 16 slices
-// staged in workgroup memory (every slot written before the barrier: workgroup memory is
-// not zero-initialised). Grid: (ceil(N/64), ceil(M/64)). The simple twin is
-// blr_forward_naive.wgsl. Template parameters: TransB, ScaleC, Accum (bools).
+// Tiling as linear.wgsl (the same template structure): a workgroup of 16×16 threads computes
+// a BM×BN block of C, each thread a TM×TN sub-block (TM = BM/16, TN = BN/16) in vec4
+// accumulators with literal indices, stepping through K in BK slices staged in workgroup
+// memory as vec4s (signs expanded to ±1.0 while staging). Every tile slot is written before
+// the barrier (zero outside the matrix): workgroup memory is not zero-initialised.
+// Grid: (ceil(N/BN), ceil(M/BM)). The simple twin is blr_forward_naive.wgsl.
+// Template parameters: TransB, ScaleC, Accum (bools); BM, BN (64 or 128), BK (16 or 32).
+{{- $TM := div .BM 16}}{{$TN := div .BN 16}}{{$TM4 := div $TM 4}}{{$TN4 := div $TN 4}}
+{{- $AM4 := div .BM 4}}{{$BN4 := div .BN 4}}
+{{- $ASlots := mul .BK $AM4}}{{$BSlots := mul .BK $BN4}}
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
 @group(0) @binding(1) var<storage, read> bits: array<u32>;
@@ -33,12 +38,12 @@ struct Params {
 };
 @group(0) @binding({{if .ScaleC}}5{{else}}4{{end}}) var<uniform> p: Params;
 
-const BM = 64u;
-const BN = 64u;
-const BK = 16u;
+const BM = {{.BM}}u;
+const BN = {{.BN}}u;
+const BK = {{.BK}}u;
 
-var<workgroup> ta: array<vec4<f32>, 256>; // [BK][BM/4]
-var<workgroup> tb: array<vec4<f32>, 256>; // [BK][BN/4]
+var<workgroup> ta: array<vec4<f32>, {{$ASlots}}>; // [BK][BM/4]: slot k·BM/4 + g holds m = 4g..4g+3
+var<workgroup> tb: array<vec4<f32>, {{$BSlots}}>; // [BK][BN/4]: slot k·BN/4 + g holds n = 4g..4g+3
 
 // loadB returns the logical element B(kk, nn) of the K×N sign operand, 0 outside it.
 fn loadB(kk: u32, nn: u32) -> f32 {
@@ -65,53 +70,88 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         @builtin(local_invocation_index) li: u32) {
     let m0 = wid.y * BM;
     let n0 = wid.x * BN;
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    var acc2 = vec4<f32>(0.0);
-    var acc3 = vec4<f32>(0.0);
-    let sk = li % 16u;
-    let sg = li / 16u;
+    // acc_i_q: row i of the thread's block, columns 4q..4q+3.
+{{- range $i := seq $TM}}{{range $q := seq $TN4}}
+    var acc_{{$i}}_{{$q}} = vec4<f32>(0.0);
+{{- end}}{{end}}
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
-        let am = m0 + sg * 4u;
-        ta[sk * 16u + sg] = vec4<f32>(loadA(am, k0 + sk), loadA(am + 1u, k0 + sk),
-                                      loadA(am + 2u, k0 + sk), loadA(am + 3u, k0 + sk));
-{{- if .TransB}}
-        let bn = n0 + sg * 4u;
-        tb[sk * 16u + sg] = vec4<f32>(loadB(k0 + sk, bn), loadB(k0 + sk, bn + 1u),
-                                      loadB(k0 + sk, bn + 2u), loadB(k0 + sk, bn + 3u));
+        // Staging: A (and B when TransB) are contiguous along k, so consecutive threads
+        // take consecutive k and each slot loads 4 rows; B [K, N] is contiguous along n, so
+        // a slot loads 4 consecutive n of one k.
+{{- range $t := seq (div $ASlots 256)}}
+        {
+            let s = li + {{mul $t 256}}u;
+            let sk = s % BK;
+            let am = m0 + (s / BK) * 4u;
+            ta[sk * {{$AM4}}u + s / BK] = vec4<f32>(loadA(am, k0 + sk), loadA(am + 1u, k0 + sk),
+                                                    loadA(am + 2u, k0 + sk), loadA(am + 3u, k0 + sk));
+        }
+{{- end}}
+{{- range $t := seq (div $BSlots 256)}}
+        {
+            let s = li + {{mul $t 256}}u;
+{{- if $.TransB}}
+            let sk = s % BK;
+            let bn = n0 + (s / BK) * 4u;
+            tb[sk * {{$BN4}}u + s / BK] = vec4<f32>(loadB(k0 + sk, bn), loadB(k0 + sk, bn + 1u),
+                                                    loadB(k0 + sk, bn + 2u), loadB(k0 + sk, bn + 3u));
 {{- else}}
-        let bn = n0 + sk * 4u;
-        tb[sg * 16u + sk] = vec4<f32>(loadB(k0 + sg, bn), loadB(k0 + sg, bn + 1u),
-                                      loadB(k0 + sg, bn + 2u), loadB(k0 + sg, bn + 3u));
+            let sk = s / {{$BN4}}u;
+            let g = s % {{$BN4}}u;
+            let bn = n0 + g * 4u;
+            tb[sk * {{$BN4}}u + g] = vec4<f32>(loadB(k0 + sk, bn), loadB(k0 + sk, bn + 1u),
+                                               loadB(k0 + sk, bn + 2u), loadB(k0 + sk, bn + 3u));
+{{- end}}
+        }
 {{- end}}
         workgroupBarrier();
-{{- range $kk := seq 16}}
+{{- range $kk := seq .BK}}
         {
-            let a4 = ta[{{$kk}}u * 16u + lid.y];
-            let b4 = tb[{{$kk}}u * 16u + lid.x];
-            acc0 = fma(vec4<f32>(a4.x), b4, acc0);
-            acc1 = fma(vec4<f32>(a4.y), b4, acc1);
-            acc2 = fma(vec4<f32>(a4.z), b4, acc2);
-            acc3 = fma(vec4<f32>(a4.w), b4, acc3);
+{{- range $r := seq $TM4}}
+            let a{{$r}} = ta[{{mul $kk $AM4}}u + lid.y * {{$TM4}}u + {{$r}}u];
+{{- end}}
+{{- range $q := seq $TN4}}
+            let b{{$q}} = tb[{{mul $kk $BN4}}u + lid.x * {{$TN4}}u + {{$q}}u];
+{{- end}}
+{{- range $i := seq $TM}}{{$r := div $i 4}}{{$comp := index "xyzw" (mod $i 4)}}
+{{- range $q := seq $TN4}}
+            acc_{{$i}}_{{$q}} = fma(vec4<f32>(a{{$r}}.{{printf "%c" $comp}}), b{{$q}}, acc_{{$i}}_{{$q}});
+{{- end}}{{end}}
         }
 {{- end}}
         workgroupBarrier();
     }
-    let gm = m0 + lid.y * 4u;
-    let gn = n0 + lid.x * 4u;
-    let accs = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
-    for (var i = 0u; i < 4u; i++) {
-        if (gm + i < p.m) {
-            for (var j = 0u; j < 4u; j++) {
-                if (gn + j < p.n) {
-                    let idx = (gm + i) * p.n + gn + j;
-                    let v = accs[i][j]{{if .ScaleC}} * sc[gn + j]{{end}};
-{{- if .Accum}}
-                    c[idx] = c[idx] + v;
-{{- else}}
-                    c[idx] = v;
+    let gm = m0 + lid.y * {{$TM}}u;
+    let gn = n0 + lid.x * {{$TN}}u;
+{{- range $i := seq $TM}}
+    if (gm + {{$i}}u < p.m) {
+        let row = (gm + {{$i}}u) * p.n;
+{{- range $q := seq $TN4}}
+        store4(row, gn + {{mul $q 4}}u, acc_{{$i}}_{{$q}});
 {{- end}}
-                }
+    }
+{{- end}}
+}
+
+fn store1(i: u32, col: u32, v: f32) {
+    let s = v{{if .ScaleC}} * sc[col]{{end}};
+{{- if .Accum}}
+    c[i] = c[i] + s;
+{{- else}}
+    c[i] = s;
+{{- end}}
+}
+
+fn store4(row: u32, n: u32, v: vec4<f32>) {
+    if (n + 3u < p.n) {
+        store1(row + n, n, v.x);
+        store1(row + n + 1u, n + 1u, v.y);
+        store1(row + n + 2u, n + 2u, v.z);
+        store1(row + n + 3u, n + 3u, v.w);
+    } else {
+        for (var j = 0u; j < 4u; j++) {
+            if (n + j < p.n) {
+                store1(row + n + j, n + j, v[j]);
             }
         }
     }
