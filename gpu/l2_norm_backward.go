@@ -1,0 +1,52 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+)
+
+// L2NormBackward records the backward of L2Norm (same x, rows, n, scale) for the output
+// gradient dy (host.L2NormBackward): with f = (Σx² + ε)^−½ per row, ε = 1e−6,
+//
+//	dx = scale·(f·dy − f³·x·(x·dy)),
+//
+// the exact Jacobian including ε, so it stays finite and correct at tiny and zero norms
+// (f ≤ 1000). x, dy and dx are F32 [rows, n] row-major (rows = tokens·heads, n = dk); dx
+// is overwritten and must be distinct from x and dy. One workgroup per row, fixed-order
+// tree reductions (deterministic), f32 throughout. Errors: non-positive sizes, scale not
+// finite in f32, dtype or length mismatches, aliasing, or any Dispatch error.
+func L2NormBackward(r *Recorder, x, dy, dx *Buffer, rows, n int, scale float64) error {
+	const op = "L2NormBackward"
+	if err := positive(op, "rows, n", rows, n); err != nil {
+		return err
+	}
+	if math.IsNaN(scale) || math.IsInf(scale, 0) || math.Abs(scale) > math.MaxFloat32 {
+		return fmt.Errorf("gpu: %s: scale = %g must be finite in f32", op, scale)
+	}
+	if rows*n > maxU32Elems {
+		return fmt.Errorf("gpu: %s: rows·n = %d exceeds %d", op, rows*n, maxU32Elems)
+	}
+	for _, c := range []struct {
+		name string
+		b    *Buffer
+	}{{"x", x}, {"dy", dy}, {"dx", dx}} {
+		if err := need(op, c.name, c.b, rows*n, F32); err != nil {
+			return err
+		}
+	}
+	if err := distinct(op, map[string]*Buffer{"x": x, "dy": dy, "dx": dx}); err != nil {
+		return err
+	}
+	k, err := r.d.Kernel(KernelSpec{
+		Name: op, File: "l2_norm_backward.wgsl", Params: struct{ WG int }{l2NormWG},
+		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
+	})
+	if err != nil {
+		return err
+	}
+	g, err := Grid1D(rows)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	return r.Dispatch(k, g, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(dy), Whole(dx))
+}

@@ -1,0 +1,51 @@
+// L2NormBackward: the backward of y = scale·x·f, f = (Σx² + ε)^−½, ε = 1e−6, per row of n
+// values (host.L2NormBackward), the exact Jacobian including ε:
+//   dx = scale·(f·dy − f³·x·(x·dy)).
+// It stays finite and correct at tiny or zero norms (f ≤ ε^−½ = 1000, f³ ≤ 1e9 in f32),
+// unlike the ε-free form (dy − y(y·dy))/‖x‖.
+// x, dy, dx: f32 [rows, n] row-major. One workgroup of WG threads per row (linear index
+// wid.x + wid.y·nwg.x); Σx² and x·dy reduced by a fixed tree in workgroup memory (every slot
+// written before the barrier). Template parameters: WG (power of two).
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> dy: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dx: array<f32>;
+
+struct Params {
+    rows: u32,
+    n: u32,
+    scale: f32,
+};
+@group(0) @binding(3) var<uniform> p: Params;
+
+var<workgroup> partial: array<vec2<f32>, {{.WG}}>;
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let r = wid.x + wid.y * nwg.x;
+    // r is uniform across the workgroup, so this early exit keeps barriers uniform.
+    if (r >= p.rows) {
+        return;
+    }
+    let base = r * p.n;
+    var s = vec2<f32>(0.0);
+    for (var c = lid; c < p.n; c += {{.WG}}u) {
+        let v = x[base + c];
+        s += vec2<f32>(v * v, v * dy[base + c]);
+    }
+    partial[lid] = s;
+    workgroupBarrier();
+    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
+        if (lid < h) {
+            partial[lid] += partial[lid + h];
+        }
+        workgroupBarrier();
+    }
+    let f = inverseSqrt(partial[0].x + 1e-6);
+    let fs = p.scale * f;
+    let k = fs * f * (f * partial[0].y); // scale·f³·(x·dy), f³ ≤ 1e9: no overflow
+    for (var c = lid; c < p.n; c += {{.WG}}u) {
+        dx[base + c] = fs * dy[base + c] - k * x[base + c];
+    }
+}
