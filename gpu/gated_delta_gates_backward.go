@@ -1,0 +1,50 @@
+package gpu
+
+import "fmt"
+
+// GatedDeltaGatesBackward records the backward of GatedDeltaGates (same a, b, aLog, dtBias,
+// rows, hv) with respect to a and b for the gradients dg and dbeta of its outputs
+// (host.GatedDeltaGatesBackward); A_log and dt_bias are frozen in the student, so they get
+// no gradient:
+//
+//	db = dβ ⊙ σ(b)·(1 − σ(b)),   da = −dg ⊙ exp(A_log) ⊙ σ(a + dt_bias).
+//
+// a, b, dg, dbeta, da and db are F32 [rows, hv] row-major; aLog and dtBias F32 [hv]. da and
+// db are overwritten; all eight buffers must be distinct. Elementwise, f32, sigmoids without
+// overflow. Errors: non-positive sizes, dtype or length mismatches, aliasing, or any
+// Dispatch error.
+func GatedDeltaGatesBackward(r *Recorder, a, b, aLog, dtBias, dg, dbeta, da, db *Buffer, rows, hv int) error {
+	const op = "GatedDeltaGatesBackward"
+	if err := positive(op, "rows, hv", rows, hv); err != nil {
+		return err
+	}
+	n := rows * hv
+	if n > maxU32Elems {
+		return fmt.Errorf("gpu: %s: rows·hv = %d exceeds %d", op, n, maxU32Elems)
+	}
+	bufs := map[string]*Buffer{"a": a, "b": b, "aLog": aLog, "dtBias": dtBias, "dg": dg, "dbeta": dbeta, "da": da, "db": db}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"a", n}, {"b", n}, {"aLog", hv}, {"dtBias", hv}, {"dg", n}, {"dbeta", n}, {"da", n}, {"db", n}} {
+		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
+			return err
+		}
+	}
+	if err := distinct(op, bufs); err != nil {
+		return err
+	}
+	k, err := r.d.Kernel(KernelSpec{
+		Name: op, File: "gated_delta_gates_backward.wgsl", Params: struct{ WG int }{gatedDeltaGatesWG},
+		Bindings: []Access{Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 2,
+	})
+	if err != nil {
+		return err
+	}
+	grid, err := Grid1D((n + gatedDeltaGatesWG - 1) / gatedDeltaGatesWG)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	return r.Dispatch(k, grid, []uint32{uint32(n), uint32(hv)},
+		Whole(a), Whole(b), Whole(aLog), Whole(dtBias), Whole(dg), Whole(dbeta), Whole(da), Whole(db))
+}

@@ -1,0 +1,40 @@
+// GatedDeltaGatesBackward: the backward of beta = σ(b), g = −exp(A_log)·softplus(a + dt_bias)
+// with respect to a and b (A_log and dt_bias frozen; host.GatedDeltaGatesBackward):
+//   db = dβ·σ(b)·(1 − σ(b)),   da = −dg·exp(A_log[j])·σ(a + dt_bias[j]).
+// a, b, dg, dbeta, da, db: f32 [rows, hv] row-major; A_log, dt_bias: f32 [hv]. One
+// invocation per element (linear index (wid.x + wid.y·nwg.x)·WG + lid). Template
+// parameters: WG.
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read> alog: array<f32>;
+@group(0) @binding(3) var<storage, read> dtb: array<f32>;
+@group(0) @binding(4) var<storage, read> dg: array<f32>;
+@group(0) @binding(5) var<storage, read> dbeta: array<f32>;
+@group(0) @binding(6) var<storage, read_write> da: array<f32>;
+@group(0) @binding(7) var<storage, read_write> db: array<f32>;
+
+struct Params {
+    n: u32,  // rows·hv
+    hv: u32,
+};
+@group(0) @binding(8) var<uniform> p: Params;
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
+    if (i >= p.n) {
+        return;
+    }
+    let j = i % p.hv;
+    // σ(b)·(1 − σ(b)) = e/(1 + e)² with e = exp(−|b|): symmetric, no overflow.
+    let eb = exp(-abs(b[i]));
+    let ob = 1.0 / (1.0 + eb);
+    db[i] = dbeta[i] * (eb * ob) * ob;
+    // σ(x) without overflow: exp of a non-positive argument only.
+    let x = a[i] + dtb[j];
+    let e = exp(-abs(x));
+    let sx = select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
+    da[i] = -dg[i] * exp(alog[j]) * sx;
+}
