@@ -69,7 +69,8 @@ func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, 
 		Params: struct {
 			DK, DV, COLS int
 			WantState    bool
-		}{dk, dv, gatedDeltaRuleCols, state != nil},
+			Idx          [][2]int
+		}{dk, dv, gatedDeltaRuleCols, state != nil, unrollIdx(dk / 4)},
 		Bindings: access, Uniforms: 4,
 	})
 	if err != nil {
@@ -81,4 +82,14 @@ func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, 
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
 	return r.Dispatch(kern, grid, []uint32{uint32(nb), uint32(t), uint32(hk), uint32(hv)}, binds...)
+}
+
+// unrollIdx returns [a, a mod 4] for a < n: the template's unrolled register indices and
+// their partial-sum slots.
+func unrollIdx(n int) [][2]int {
+	idx := make([][2]int, n)
+	for a := range idx {
+		idx[a] = [2]int{a, a % 4}
+	}
+	return idx
 }

@@ -11,7 +11,8 @@
 // memory, double-buffered: step τ+1's vectors are loaded while step τ computes, so one
 // barrier per step suffices (a buffer is rewritten only after the barrier that ends the step
 // that last read it).
-// Template parameters: DK (multiple of 4), DV, COLS (workgroup size), WantState (bool).
+// Template parameters: DK (multiple of 4), DV, COLS (workgroup size), WantState (bool),
+// Idx (for a < DK/4: [a, a mod 4], the unrolled register index and its partial sum).
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
@@ -62,10 +63,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let c = slice * {{.COLS}}u + lid;
     let live = c < {{.DV}}u;
 
-    var s: array<vec4<f32>, D4>;
-    for (var a = 0u; a < D4; a++) {
-        s[a] = vec4<f32>(0.0);
-    }
+    // The column as D4 named vec4 registers (the template unrolls every loop over it, so no
+    // compiler has to promote a dynamically indexed private array).
+{{- range .Idx}}
+    var s{{index . 0}} = vec4<f32>(0.0);
+{{- end}}
     let row0 = b * p.t;
     load(0u, row0, kh, lid);
     workgroupBarrier();
@@ -80,21 +82,28 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let decay = exp(g[gi]);
             let bt = beta[gi];
             let vi = gi * {{.DV}}u + c;
-            // S ← e^g·S and u = β(v − Sᵀk) in one pass over the column.
-            var u4 = vec4<f32>(0.0);
-            for (var a = 0u; a < D4; a++) {
-                let sa = s[a] * decay;
-                s[a] = sa;
-                u4 += kq[buf][a] * sa;
-            }
+            // S ← e^g·S and u = β(v − Sᵀk) in one pass over the column; four independent
+            // partial sums keep the dependent chains short.
+            var u0 = vec4<f32>(0.0);
+            var u1 = vec4<f32>(0.0);
+            var u2 = vec4<f32>(0.0);
+            var u3 = vec4<f32>(0.0);
+{{- range .Idx}}
+            s{{index . 0}} *= decay;
+            u{{index . 1}} += kq[buf][{{index . 0}}] * s{{index . 0}};
+{{- end}}
+            let u4 = (u0 + u1) + (u2 + u3);
             let u = bt * (v[vi] - ((u4.x + u4.y) + (u4.z + u4.w)));
             // S += k ⊗ u and o = Sᵀq in one pass.
-            var o4 = vec4<f32>(0.0);
-            for (var a = 0u; a < D4; a++) {
-                let sa = s[a] + kq[buf][a] * u;
-                s[a] = sa;
-                o4 += kq[buf][D4 + a] * sa;
-            }
+            var o0 = vec4<f32>(0.0);
+            var o1 = vec4<f32>(0.0);
+            var o2 = vec4<f32>(0.0);
+            var o3 = vec4<f32>(0.0);
+{{- range .Idx}}
+            s{{index . 0}} += kq[buf][{{index . 0}}] * u;
+            o{{index . 1}} += kq[buf][D4 + {{index . 0}}] * s{{index . 0}};
+{{- end}}
+            let o4 = (o0 + o1) + (o2 + o3);
             o[vi] = (o4.x + o4.y) + (o4.z + o4.w);
         }
         workgroupBarrier();
@@ -102,13 +111,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- if .WantState}}
     if (live) {
         let base = (b * p.hv + j) * {{.DK}}u * {{.DV}}u + c;
-        for (var a = 0u; a < D4; a++) {
-            let sa = s[a];
-            state[base + (4u * a) * {{.DV}}u] = sa.x;
-            state[base + (4u * a + 1u) * {{.DV}}u] = sa.y;
-            state[base + (4u * a + 2u) * {{.DV}}u] = sa.z;
-            state[base + (4u * a + 3u) * {{.DV}}u] = sa.w;
-        }
+{{- range .Idx}}
+        state[base + {{index . 0}}u * 4u * {{$.DV}}u] = s{{index . 0}}.x;
+        state[base + ({{index . 0}}u * 4u + 1u) * {{$.DV}}u] = s{{index . 0}}.y;
+        state[base + ({{index . 0}}u * 4u + 2u) * {{$.DV}}u] = s{{index . 0}}.z;
+        state[base + ({{index . 0}}u * 4u + 3u) * {{$.DV}}u] = s{{index . 0}}.w;
+{{- end}}
     }
 {{- end}}
 }
