@@ -13,14 +13,18 @@ import (
 // (f32 h, f16 or f32 E) values. Bound per row: each product is exact in f32 up to u, the 64
 // strided partial sums of ≤ ⌈n/64⌉ terms and the 6-level tree add ≤ (⌈n/64⌉ + 6)·u, all
 // relative to Σ|h_c·E_c|; checked as (⌈n/64⌉ + 8)·u·Σ|h_c·E_c|. Sizes are awkward (hidden
-// not a multiple of 64 or of 2, so f16 pairs straddle rows), ids include 0 and vocab−1.
+// not a multiple of 64 or of 2, so f16 pairs straddle rows), ids include 0 and vocab−1; the
+// cases with slice > 0 read E in 128-row slices as a head beyond one binding would be.
 func TestTargetLogits(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(41, 42))
 	for _, tc := range []struct {
 		rows, hidden, vocab int
 		f16                 bool
-	}{{37, 77, 301, true}, {5, 256, 1000, false}, {130, 33, 17, true}, {1, 1, 3, true}} {
+		slice               int
+	}{{37, 77, 301, true, 0}, {37, 77, 301, true, 128}, {5, 256, 1000, false, 0}, {200, 33, 1000, false, 256},
+		{130, 33, 17, true, 0}, {1, 1, 3, true, 0}} {
+		restore := gpu.SetTargetLogitsSliceRows(tc.slice)
 		hf, hd := randF32(rng, tc.rows*tc.hidden, 2)
 		var e *gpu.Buffer
 		var ed []float64
@@ -87,5 +91,6 @@ func TestTargetLogits(t *testing.T) {
 		for _, b := range []*gpu.Buffer{h, e, out} {
 			b.Release()
 		}
+		restore()
 	}
 }

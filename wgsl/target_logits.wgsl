@@ -1,8 +1,10 @@
 // TargetLogits: out[r] = Σ_c h[r, c] · E[ids[r], c], the logit of one chosen vocabulary row
 // per token (for the NLL: lse − logit[target]), f32 accumulation.
-// h: f32 [rows, hidden]; E: [vocab, hidden] row-major, f32 (array<f32>) or f16 packed two per
-// u32 (F16); ids: u32 [rows] (validated on the host; clamped here as a last guard);
-// out: f32 [rows]. One workgroup of WG threads per row, tree reduction.
+// h: f32 [rows, hidden]; e: the slice of rows v0 .. v0+count−1 of E [vocab, hidden]
+// row-major, f32 (array<f32>) or f16 packed two per u32 (F16); a head larger than one
+// storage binding is processed slice by slice, each dispatch writing only the rows whose id
+// falls in its slice. ids: u32 [rows] (validated on the host); out: f32 [rows].
+// One workgroup of WG threads per row, tree reduction.
 // Template parameters: WG (power of two), F16 (bool).
 
 @group(0) @binding(0) var<storage, read> h: array<f32>;
@@ -13,7 +15,8 @@
 struct Params {
     rows: u32,
     hidden: u32,
-    vocab: u32,
+    v0: u32,
+    count: u32,
 };
 @group(0) @binding(4) var<uniform> p: Params;
 
@@ -32,12 +35,16 @@ fn ew(i: u32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let r = wid.x + wid.y * nwg.x;
-    // r is uniform across the workgroup, so this early exit keeps barriers uniform.
+    // r and its id are uniform across the workgroup, so these early exits keep barriers uniform.
     if (r >= p.rows) {
         return;
     }
+    let id = ids[r];
+    if (id < p.v0 || id - p.v0 >= p.count) {
+        return;
+    }
     let hb = r * p.hidden;
-    let eb = min(ids[r], p.vocab - 1u) * p.hidden;
+    let eb = (id - p.v0) * p.hidden;
     var s = 0.0;
     for (var c = lid; c < p.hidden; c += {{.WG}}u) {
         s += h[hb + c] * ew(eb + c);
