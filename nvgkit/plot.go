@@ -1,0 +1,218 @@
+package nvgkit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/janpfeifer/gonb/gonbui"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// PlotDPI is the resolution at which the plot helpers turn pixel sizes into gonum/plot
+// lengths: a w×h-pixel figure is drawn on a (w·72/PlotDPI)×(h·72/PlotDPI)-point canvas,
+// so fonts and line widths look the same in PNG and SVG output.
+const PlotDPI = 96
+
+// Plot size limits of the render helpers, in pixels.
+const (
+	minPlotPixels = 16
+	maxPlotPixels = 16384
+)
+
+// ErrNotNotebook is returned by DisplayPNG and DisplaySVG when the program was not started
+// by a GoNB kernel (gonbui.IsNotebook is false); nothing is displayed then.
+var ErrNotNotebook = errors.New("nvgkit: not running in a GoNB notebook (gonbui.IsNotebook is false): nothing displayed")
+
+// Drawable is anything that draws itself on a gonum/plot canvas: a *plot.Plot or a
+// *Figure. The render, save and display helpers take one.
+type Drawable interface {
+	Draw(c draw.Canvas)
+}
+
+// Figure is several plots stacked vertically in panels of equal height, their data areas
+// aligned (plot.Align), for plots that share an X axis (PlotTraining). It implements
+// Drawable.
+type Figure struct {
+	Panels []*plot.Plot
+}
+
+// Draw draws the panels top to bottom on c. A Figure without panels draws nothing.
+func (f *Figure) Draw(c draw.Canvas) {
+	if f == nil || len(f.Panels) == 0 {
+		return
+	}
+	rows := make([][]*plot.Plot, len(f.Panels))
+	for i, p := range f.Panels {
+		rows[i] = []*plot.Plot{p}
+	}
+	cs := plot.Align(rows, draw.Tiles{Rows: len(f.Panels), Cols: 1, PadY: vg.Points(6), PadTop: vg.Points(2), PadBottom: vg.Points(2)}, c)
+	for i, p := range f.Panels {
+		p.Draw(cs[i][0])
+	}
+}
+
+func checkPlotSize(d Drawable, w, h int) error {
+	if d == nil {
+		return errors.New("nvgkit: nil plot")
+	}
+	if p, ok := d.(*plot.Plot); ok && p == nil {
+		return errors.New("nvgkit: nil plot")
+	}
+	if f, ok := d.(*Figure); ok && (f == nil || len(f.Panels) == 0) {
+		return errors.New("nvgkit: figure has no panels")
+	}
+	if w < minPlotPixels || h < minPlotPixels || w > maxPlotPixels || h > maxPlotPixels {
+		return fmt.Errorf("nvgkit: plot size %d×%d pixels is outside [%d, %d] per side", w, h, minPlotPixels, maxPlotPixels)
+	}
+	return nil
+}
+
+// pixels converts a pixel count to a gonum/plot length at PlotDPI.
+func pixels(n int) vg.Length { return vg.Length(n) * vg.Inch / PlotDPI }
+
+// drawSafely runs d.Draw, turning a gonum/plot panic (for example a data range it cannot
+// draw) into an error.
+func drawSafely(d Drawable, c draw.Canvas) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("nvgkit: drawing the plot failed: %v", r)
+		}
+	}()
+	d.Draw(c)
+	return nil
+}
+
+// RenderPNG draws d on a white w×h-pixel canvas (PlotDPI) and returns the PNG file bytes;
+// the decoded image is exactly w×h. Errors: a nil d, a Figure without panels, a side
+// outside [16, 16384] pixels, a drawing or encoding failure.
+func RenderPNG(d Drawable, w, h int) ([]byte, error) {
+	if err := checkPlotSize(d, w, h); err != nil {
+		return nil, err
+	}
+	c := vgimg.NewWith(vgimg.UseWH(pixels(w), pixels(h)), vgimg.UseDPI(PlotDPI), vgimg.UseBackgroundColor(color.White))
+	if err := drawSafely(d, draw.New(c)); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(&buf); err != nil {
+		return nil, fmt.Errorf("nvgkit: encoding PNG: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// RenderSVG draws d on a w×h-pixel canvas and returns the SVG document; its width and
+// height attributes are in points (w·72/PlotDPI by h·72/PlotDPI), which browsers show at
+// w×h CSS pixels. Errors as RenderPNG.
+func RenderSVG(d Drawable, w, h int) ([]byte, error) {
+	if err := checkPlotSize(d, w, h); err != nil {
+		return nil, err
+	}
+	c := vgsvg.New(pixels(w), pixels(h))
+	if err := drawSafely(d, draw.New(c)); err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if _, err := c.WriteTo(&buf); err != nil {
+		return nil, fmt.Errorf("nvgkit: encoding SVG: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// SavePlot renders d at w×h pixels to path, as PNG or SVG by the file extension (.png or
+// .svg, any case), atomically: a temporary file in the same directory is written, fsynced
+// and renamed over path, so a reader never sees a partial image and on error the previous
+// file is untouched. Errors: another extension, RenderPNG/RenderSVG errors, I/O errors
+// naming path.
+func SavePlot(path string, d Drawable, w, h int) error {
+	var data []byte
+	var err error
+	switch ext := strings.ToLower(filepath.Ext(path)); ext {
+	case ".png":
+		data, err = RenderPNG(d, w, h)
+	case ".svg":
+		data, err = RenderSVG(d, w, h)
+	default:
+		return fmt.Errorf("nvgkit: save plot %s: extension %q, want .png or .svg", path, ext)
+	}
+	if err != nil {
+		return fmt.Errorf("save plot %s: %w", path, err)
+	}
+	return plotWriteAtomic(path, data)
+}
+
+// plotWriteAtomic writes data to path through a fsynced temporary file and a rename, then
+// fsyncs the directory.
+func plotWriteAtomic(path string, data []byte) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("save plot %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+			err = fmt.Errorf("save plot %s: %w", path, err)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		d.Sync() // best effort: some platforms cannot fsync a directory
+		d.Close()
+	}
+	return nil
+}
+
+// DisplayPNG renders d at w×h pixels and shows it inline in the GoNB notebook cell's
+// output (gonbui.DisplayPng). Outside a notebook it renders nothing and returns
+// ErrNotNotebook. Errors: RenderPNG's, or the notebook connection's (gonbui.Error).
+func DisplayPNG(d Drawable, w, h int) error {
+	if !gonbui.IsNotebook {
+		return ErrNotNotebook
+	}
+	data, err := RenderPNG(d, w, h)
+	if err != nil {
+		return err
+	}
+	gonbui.DisplayPng(data)
+	return gonbui.Error()
+}
+
+// DisplaySVG renders d as SVG at w×h pixels and shows it inline in the GoNB notebook
+// (gonbui.DisplaySvg, which embeds the SVG in HTML so that exported notebooks keep it).
+// Outside a notebook it returns ErrNotNotebook. Errors as DisplayPNG.
+func DisplaySVG(d Drawable, w, h int) error {
+	if !gonbui.IsNotebook {
+		return ErrNotNotebook
+	}
+	data, err := RenderSVG(d, w, h)
+	if err != nil {
+		return err
+	}
+	gonbui.DisplaySvg(string(data))
+	return gonbui.Error()
+}

@@ -1,0 +1,447 @@
+package nvgkit
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"math"
+	"sort"
+	"strconv"
+
+	"github.com/nvg-project/nvg/cmf"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// plotPalette is a 10-colour qualitative palette (matplotlib's tab10), one colour per
+// tensor kind or series; it repeats beyond 10.
+var plotPalette = []color.RGBA{
+	{0x1f, 0x77, 0xb4, 0xff}, {0xff, 0x7f, 0x0e, 0xff}, {0x2c, 0xa0, 0x2c, 0xff}, {0xd6, 0x27, 0x28, 0xff},
+	{0x94, 0x67, 0xbd, 0xff}, {0x8c, 0x56, 0x4b, 0xff}, {0xe3, 0x77, 0xc2, 0xff}, {0x7f, 0x7f, 0x7f, 0xff},
+	{0xbc, 0xbd, 0x22, 0xff}, {0x17, 0xbe, 0xcf, 0xff},
+}
+
+func plotColor(i int) color.Color { return plotPalette[i%len(plotPalette)] }
+
+// newPlot returns a plot with a title, axis labels and a light grid.
+func newPlot(title, xLabel, yLabel string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Title.Padding = vg.Points(4)
+	p.X.Label.Text = xLabel
+	p.Y.Label.Text = yLabel
+	g := plotter.NewGrid()
+	g.Vertical.Color = color.Gray{Y: 225}
+	g.Horizontal.Color = color.Gray{Y: 225}
+	p.Add(g)
+	return p
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// PlotTraining draws the course of a distillation run as a two-panel Figure sharing the
+// step axis: on top the training loss trainKL[i] (mean KL(teacher top-k ‖ student) per
+// token, nats) at optimizer step steps[i], with its moving average over max(1, n/20)
+// steps; below the held-out perplexity evalPPL[j] at step evalSteps[j] (lines with
+// points). Non-finite trainKL values (skipped steps) are left out of both lines. Either
+// series may be empty (an empty panel shows its axes only), not both.
+//
+// Errors: len(steps) ≠ len(trainKL), len(evalSteps) ≠ len(evalPPL), both series empty,
+// an evalPPL value that is not finite and ≥ 1 (a perplexity), naming the index.
+func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []float64) (*Figure, error) {
+	if len(steps) != len(trainKL) {
+		return nil, fmt.Errorf("PlotTraining: %d steps but %d trainKL values", len(steps), len(trainKL))
+	}
+	if len(evalSteps) != len(evalPPL) {
+		return nil, fmt.Errorf("PlotTraining: %d evalSteps but %d evalPPL values", len(evalSteps), len(evalPPL))
+	}
+	if len(steps) == 0 && len(evalSteps) == 0 {
+		return nil, errors.New("PlotTraining: no training and no evaluation points")
+	}
+	for j, v := range evalPPL {
+		if !(finite(v) && v >= 1) {
+			return nil, fmt.Errorf("PlotTraining: evalPPL[%d] = %g is not a perplexity (finite, ≥ 1)", j, v)
+		}
+	}
+	top := newPlot("Training loss", "", "KL (nats/token)")
+	topData := false
+	var kl plotter.XYs
+	for i, v := range trainKL {
+		if finite(v) {
+			kl = append(kl, plotter.XY{X: float64(steps[i]), Y: v})
+		}
+	}
+	if len(kl) > 0 {
+		l, err := plotter.NewLine(kl)
+		if err != nil {
+			return nil, fmt.Errorf("PlotTraining: %w", err)
+		}
+		l.Color = color.RGBA{0x9e, 0xc5, 0xe4, 0xff} // light: the raw, noisy per-step loss
+		l.Width = vg.Points(1)
+		top.Add(l)
+		top.Legend.Add("train KL per step", l)
+		win := max(1, len(kl)/20)
+		avg := make(plotter.XYs, len(kl))
+		var sum float64
+		for i := range kl {
+			sum += kl[i].Y
+			if i >= win {
+				sum -= kl[i-win].Y
+			}
+			avg[i] = plotter.XY{X: kl[i].X, Y: sum / float64(min(i+1, win))}
+		}
+		la, err := plotter.NewLine(avg)
+		if err != nil {
+			return nil, fmt.Errorf("PlotTraining: %w", err)
+		}
+		la.Color = plotColor(0)
+		la.Width = vg.Points(2)
+		top.Add(la)
+		top.Legend.Add(fmt.Sprintf("moving average (%d steps)", win), la)
+		top.Legend.Top = true
+		topData = true
+	}
+	bottom := newPlot("Held-out perplexity", "optimizer step", "perplexity")
+	if len(evalPPL) > 0 {
+		pts := make(plotter.XYs, len(evalPPL))
+		for j, v := range evalPPL {
+			pts[j] = plotter.XY{X: float64(evalSteps[j]), Y: v}
+		}
+		l, s, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return nil, fmt.Errorf("PlotTraining: %w", err)
+		}
+		l.Color, l.Width = plotColor(1), vg.Points(1.5)
+		s.Color, s.Shape, s.Radius = plotColor(1), draw.CircleGlyph{}, vg.Points(2.5)
+		bottom.Add(l, s)
+		bottom.Legend.Add("held-out perplexity", l, s)
+		bottom.Legend.Top = true
+	}
+	// Share the step range so the panels line up.
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, s := range steps {
+		lo, hi = math.Min(lo, float64(s)), math.Max(hi, float64(s))
+	}
+	for _, s := range evalSteps {
+		lo, hi = math.Min(lo, float64(s)), math.Max(hi, float64(s))
+	}
+	if lo == hi {
+		lo, hi = lo-1, hi+1
+	}
+	for i, p := range []*plot.Plot{top, bottom} {
+		p.X.Min, p.X.Max = lo, hi
+		if (i == 0 && !topData) || (i == 1 && len(evalPPL) == 0) { // empty panel: a sane y range
+			p.Y.Min, p.Y.Max = 0, 1
+		}
+	}
+	return &Figure{Panels: []*plot.Plot{top, bottom}}, nil
+}
+
+// groupedBars is a plotter of bars in groups: group g is centred at x = g, series s of
+// nSeries is drawn at an offset inside the group's width (data units, 0.8), from 0 to
+// values[s][g]. NaN values draw no bar.
+type groupedBars struct {
+	values [][]float64
+	colors []color.Color
+	width  float64
+}
+
+// Plot implements plot.Plotter.
+func (b *groupedBars) Plot(c draw.Canvas, plt *plot.Plot) {
+	trX, trY := plt.Transforms(&c)
+	bw := b.width / float64(len(b.values))
+	for s, vs := range b.values {
+		for g, v := range vs {
+			if !finite(v) {
+				continue
+			}
+			x0 := float64(g) - b.width/2 + float64(s)*bw
+			x1 := x0 + bw
+			pts := []vg.Point{{X: trX(x0), Y: trY(0)}, {X: trX(x1), Y: trY(0)}, {X: trX(x1), Y: trY(v)}, {X: trX(x0), Y: trY(v)}}
+			c.FillPolygon(b.colors[s], c.ClipPolygonXY(pts))
+		}
+	}
+}
+
+// DataRange implements plot.DataRanger: every group's full width, and 0 to the largest
+// value (or the smallest, when negative).
+func (b *groupedBars) DataRange() (xmin, xmax, ymin, ymax float64) {
+	n := 0
+	for _, vs := range b.values {
+		n = max(n, len(vs))
+		for _, v := range vs {
+			if finite(v) {
+				ymin, ymax = math.Min(ymin, v), math.Max(ymax, v)
+			}
+		}
+	}
+	if ymax == ymin {
+		ymax = 1
+	}
+	return -0.5, float64(n) - 0.5, ymin, ymax * 1.05
+}
+
+// swatch is a legend thumbnail: a rectangle filled with the colour.
+type swatch struct{ c color.Color }
+
+// Thumbnail implements plot.Thumbnailer.
+func (s swatch) Thumbnail(c *draw.Canvas) {
+	pts := []vg.Point{{X: c.Min.X, Y: c.Min.Y}, {X: c.Max.X, Y: c.Min.Y}, {X: c.Max.X, Y: c.Max.Y}, {X: c.Min.X, Y: c.Max.Y}}
+	c.FillPolygon(s.c, pts)
+}
+
+// nominalX labels the groups 0..len(labels)−1 on the X axis, thinning the labels to at
+// most about 32 so they stay legible, and rotating long ones.
+func nominalX(p *plot.Plot, labels []string) {
+	step := max(1, (len(labels)+31)/32)
+	ticks := make([]plot.Tick, len(labels))
+	long := false
+	for i, l := range labels {
+		ticks[i].Value = float64(i)
+		if i%step == 0 {
+			ticks[i].Label = l
+			long = long || len(l) > 3
+		}
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	if long && len(labels) > 6 {
+		p.X.Tick.Label.Rotation = math.Pi / 4
+		p.X.Tick.Label.XAlign = draw.XRight
+		p.X.Tick.Label.YAlign = draw.YCenter
+	}
+}
+
+// PlotLayerGradNorms draws gradient norms as grouped bars: one group per decoder layer
+// (layers[i] labels group i on the X axis), in it one bar per tensor kind (kinds[k], one
+// colour each, named in the legend) of height norms[k][i] (the L2 norm of that kind's
+// gradient in that layer, for example of the BLR metric of its q_proj). A NaN entry draws
+// no bar (a kind the layer lacks, such as q_proj in a GatedDeltaNet layer).
+//
+// Errors: no layers or no kinds, len(norms) ≠ len(kinds), len(norms[k]) ≠ len(layers)
+// (naming k), a negative or infinite norm (naming k and i).
+func PlotLayerGradNorms(layers []int, kinds []string, norms [][]float64) (*plot.Plot, error) {
+	if len(layers) == 0 || len(kinds) == 0 {
+		return nil, fmt.Errorf("PlotLayerGradNorms: %d layers and %d kinds, want at least one of each", len(layers), len(kinds))
+	}
+	if len(norms) != len(kinds) {
+		return nil, fmt.Errorf("PlotLayerGradNorms: %d kinds but norms has %d rows (want norms[kind][layer])", len(kinds), len(norms))
+	}
+	for k, row := range norms {
+		if len(row) != len(layers) {
+			return nil, fmt.Errorf("PlotLayerGradNorms: norms[%d] (%s) has %d values but there are %d layers", k, kinds[k], len(row), len(layers))
+		}
+		for i, v := range row {
+			if math.IsInf(v, 0) || v < 0 {
+				return nil, fmt.Errorf("PlotLayerGradNorms: norms[%d][%d] (%s, layer %d) = %g is not a norm", k, i, kinds[k], layers[i], v)
+			}
+		}
+	}
+	p := newPlot("Gradient norm per layer and tensor kind", "layer", "gradient norm (L2)")
+	b := &groupedBars{values: norms, width: 0.8}
+	for k, kind := range kinds {
+		b.colors = append(b.colors, plotColor(k))
+		p.Legend.Add(kind, swatch{plotColor(k)})
+	}
+	p.Add(b)
+	labels := make([]string, len(layers))
+	for i, l := range layers {
+		labels[i] = strconv.Itoa(l)
+	}
+	nominalX(p, labels)
+	p.Legend.Top = true
+	// Empty room right of the last group for the legend, so it never covers a bar.
+	n := float64(len(layers))
+	p.X.Min, p.X.Max = -0.5, n-0.5+legendRoom(len(kinds))*n
+	return p, nil
+}
+
+// legendRoom is the fraction of the data's X range added on the right so that a legend of
+// n entries in the top-right corner sits beside the data rather than over it.
+func legendRoom(n int) float64 {
+	if n <= 2 {
+		return 0.12
+	}
+	return 0.28
+}
+
+// PlotHistogram draws a histogram of values (for example the BLR metric scales of a
+// tensor, or their last Adam update) in bins equal-width bins over [min, max] of the
+// values (a single value or all equal: one bin of width 1 around it). The title is
+// title followed by the number of values and their mean and standard deviation.
+//
+// Errors: bins < 1 or > 10000, no values, a NaN or infinite value (naming its index).
+func PlotHistogram(title string, values []float64, bins int) (*plot.Plot, error) {
+	if bins < 1 || bins > 10000 {
+		return nil, fmt.Errorf("PlotHistogram: bins = %d, want 1..10000", bins)
+	}
+	if len(values) == 0 {
+		return nil, errors.New("PlotHistogram: no values")
+	}
+	var sum, sq float64
+	for i, v := range values {
+		if !finite(v) {
+			return nil, fmt.Errorf("PlotHistogram: values[%d] = %g is not finite", i, v)
+		}
+		sum += v
+	}
+	mean := sum / float64(len(values))
+	for _, v := range values {
+		sq += (v - mean) * (v - mean)
+	}
+	std := math.Sqrt(sq / float64(len(values)))
+	h, err := plotter.NewHist(plotter.Values(values), bins)
+	if err != nil {
+		return nil, fmt.Errorf("PlotHistogram: %w", err)
+	}
+	h.FillColor = plotColor(0)
+	h.LineStyle.Color = color.White
+	h.LineStyle.Width = vg.Points(0.5)
+	if title == "" {
+		title = "Histogram"
+	}
+	p := newPlot(fmt.Sprintf("%s (n = %d, mean %.4g, sd %.4g)", title, len(values), mean, std), "value", "count")
+	p.Add(h)
+	return p, nil
+}
+
+// plotTokenLabel makes a token printable on an axis: Go-quoted (so spaces, newlines and
+// byte-level symbols are visible), at most 16 characters.
+func plotTokenLabel(tok string) string {
+	q := strconv.Quote(tok)
+	if r := []rune(q); len(r) > 16 {
+		q = string(r[:15]) + "…"
+	}
+	return q
+}
+
+// PlotTopK compares the teacher's and the student's next-token distributions at one
+// position: for each of the k tokens (tokens[i], usually the teacher's top-k, shown
+// quoted on the X axis) a pair of bars, teacherP[i] and studentP[i] (probabilities, e.g.
+// the teacher's renormalised top-k and the student's full-vocabulary probability of the
+// same id), with a legend. The title gives Σ teacherP·log(teacherP/studentP) over the k
+// tokens (the top-k KL term, nats) when every studentP is positive.
+//
+// Errors: no tokens, len(teacherP) or len(studentP) ≠ len(tokens), a probability that is
+// NaN or outside [0, 1] (naming the series and index).
+func PlotTopK(tokens []string, teacherP, studentP []float64) (*plot.Plot, error) {
+	if len(tokens) == 0 {
+		return nil, errors.New("PlotTopK: no tokens")
+	}
+	if len(teacherP) != len(tokens) || len(studentP) != len(tokens) {
+		return nil, fmt.Errorf("PlotTopK: %d tokens but %d teacher and %d student probabilities", len(tokens), len(teacherP), len(studentP))
+	}
+	kl, klOK := 0.0, true
+	for i := range tokens {
+		for _, s := range []struct {
+			name string
+			v    float64
+		}{{"teacherP", teacherP[i]}, {"studentP", studentP[i]}} {
+			if !(s.v >= 0 && s.v <= 1) {
+				return nil, fmt.Errorf("PlotTopK: %s[%d] = %g is not a probability", s.name, i, s.v)
+			}
+		}
+		switch {
+		case teacherP[i] == 0:
+		case studentP[i] == 0:
+			klOK = false
+		default:
+			kl += teacherP[i] * math.Log(teacherP[i]/studentP[i])
+		}
+	}
+	title := fmt.Sprintf("Top-%d next-token distribution", len(tokens))
+	if klOK {
+		title += fmt.Sprintf(" (top-k KL %.3g nats)", kl)
+	}
+	p := newPlot(title, "token", "probability")
+	b := &groupedBars{values: [][]float64{teacherP, studentP}, colors: []color.Color{plotColor(0), plotColor(1)}, width: 0.8}
+	p.Add(b)
+	p.Legend.Add("teacher", swatch{plotColor(0)})
+	p.Legend.Add("student", swatch{plotColor(1)})
+	p.Legend.Top = true
+	n := float64(len(tokens))
+	p.X.Min, p.X.Max = -0.5, n-0.5+legendRoom(2)*n
+	labels := make([]string, len(tokens))
+	for i, t := range tokens {
+		labels[i] = plotTokenLabel(t)
+	}
+	nominalX(p, labels)
+	return p, nil
+}
+
+// plotKindOrder is the order of the compressed kinds in legends (DESIGN.md §3: attention,
+// GatedDeltaNet, MLP).
+var plotKindOrder = []string{"q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj", "gate_proj", "up_proj", "down_proj"}
+
+// PlotReconstruction draws, for every compressed tensor of a cmf.Compress report, its
+// relative reconstruction error ‖W − Ŵ‖_F/‖W‖_F (Y) against its bits per weight (X), one
+// point per tensor, coloured and shaped by kind (Kind, or cmf.CompressedKind of Name when
+// empty, else "other"), kinds in a legend in the order attention, GatedDeltaNet, MLP.
+//
+// Errors: no reports, a BitsPerWeight that is not finite and positive or a RelErr that is
+// not finite and ≥ 0 (naming the tensor).
+func PlotReconstruction(reports []cmf.TensorReport) (*plot.Plot, error) {
+	if len(reports) == 0 {
+		return nil, errors.New("PlotReconstruction: no tensor reports")
+	}
+	byKind := map[string]plotter.XYs{}
+	for _, r := range reports {
+		if !(finite(r.BitsPerWeight) && r.BitsPerWeight > 0) {
+			return nil, fmt.Errorf("PlotReconstruction: tensor %s: bits per weight %g is not finite and positive", r.Name, r.BitsPerWeight)
+		}
+		if !(finite(r.RelErr) && r.RelErr >= 0) {
+			return nil, fmt.Errorf("PlotReconstruction: tensor %s: relative error %g is not finite and ≥ 0", r.Name, r.RelErr)
+		}
+		k := r.Kind
+		if k == "" {
+			k = cmf.CompressedKind(r.Name)
+		}
+		if k == "" {
+			k = "other"
+		}
+		byKind[k] = append(byKind[k], plotter.XY{X: r.BitsPerWeight, Y: r.RelErr})
+	}
+	rank := map[string]int{}
+	for i, k := range plotKindOrder {
+		rank[k] = i
+	}
+	kinds := make([]string, 0, len(byKind))
+	for k := range byKind {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool {
+		ri, oki := rank[kinds[i]]
+		rj, okj := rank[kinds[j]]
+		switch {
+		case oki && okj:
+			return ri < rj
+		case oki != okj:
+			return oki
+		}
+		return kinds[i] < kinds[j]
+	})
+	p := newPlot("BLR reconstruction error per tensor", "bits per weight", "relative error ‖W − Ŵ‖ / ‖W‖")
+	for i, k := range kinds {
+		s, err := plotter.NewScatter(byKind[k])
+		if err != nil {
+			return nil, fmt.Errorf("PlotReconstruction: kind %s: %w", k, err)
+		}
+		s.GlyphStyle.Color = plotColor(i)
+		s.GlyphStyle.Shape = plotutil.Shape(i)
+		s.GlyphStyle.Radius = vg.Points(3)
+		p.Add(s)
+		p.Legend.Add(fmt.Sprintf("%s (%d)", k, len(byKind[k])), s)
+	}
+	p.Legend.Top = true
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, r := range reports {
+		lo, hi = math.Min(lo, r.BitsPerWeight), math.Max(hi, r.BitsPerWeight)
+	}
+	span := math.Max(hi-lo, 0.05*math.Max(hi, 1e-3)) // all at one budget: show ±5 %
+	mid := (lo + hi) / 2
+	lo, hi = math.Min(lo, mid-span/2), math.Max(hi, mid+span/2)
+	p.X.Min, p.X.Max = lo-0.04*span, hi+(0.04+legendRoom(len(kinds))*1.6)*span
+	return p, nil
+}

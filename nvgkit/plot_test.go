@@ -1,0 +1,258 @@
+package nvgkit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/janpfeifer/gonb/gonbui"
+	"github.com/nvg-project/nvg/cmf"
+	"gonum.org/v1/plot"
+)
+
+// plotOut is where the rendered test PNGs go when NVG_PLOT_DIR is set (to look at them);
+// otherwise a temporary directory.
+func plotOut(t *testing.T) string {
+	if d := os.Getenv("NVG_PLOT_DIR"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// checkPNG renders d at w×h, saves it through SavePlot and checks that the file decodes
+// to exactly w×h pixels and is not blank (some pixels dark, as text and axes are).
+func checkPNG(t *testing.T, name string, d Drawable, w, h int) {
+	t.Helper()
+	path := filepath.Join(plotOut(t), name+".png")
+	if err := SavePlot(path, d, w, h); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != w || b.Dy() != h {
+		t.Fatalf("%s: PNG is %d×%d, want %d×%d", name, b.Dx(), b.Dy(), w, h)
+	}
+	dark := 0
+	for y := 0; y < h; y += 2 {
+		for x := 0; x < w; x += 2 {
+			r, g, b, _ := img.At(x, y).RGBA()
+			if r+g+b < 3*0x4000 {
+				dark++
+			}
+		}
+	}
+	if dark < 100 {
+		t.Fatalf("%s: only %d dark sampled pixels: blank plot?", name, dark)
+	}
+}
+
+func wantErr(t *testing.T, what string, err error, sub string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), sub) {
+		t.Errorf("%s: err %v, want one containing %q", what, err, sub)
+	}
+}
+
+func TestPlotTraining(t *testing.T) {
+	var steps []int
+	var kl []float64
+	for i := 0; i < 200; i++ {
+		steps = append(steps, i)
+		kl = append(kl, 2*math.Exp(-float64(i)/60)+0.3+0.1*math.Sin(float64(i)*1.7))
+	}
+	kl[50] = math.NaN() // a skipped step
+	evalSteps := []int{0, 50, 100, 150, 199}
+	ppl := []float64{40, 22, 15.5, 13, 12.2}
+	f, err := PlotTraining(steps, kl, evalSteps, ppl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Panels) != 2 || f.Panels[0].X.Min != 0 || f.Panels[1].X.Max != 199 {
+		t.Fatalf("panels %d, x range %g..%g", len(f.Panels), f.Panels[0].X.Min, f.Panels[1].X.Max)
+	}
+	checkPNG(t, "training", f, 800, 600)
+	// Only evaluations so far, or only training: still renders.
+	if f, err := PlotTraining(nil, nil, []int{10}, []float64{30}); err != nil {
+		t.Fatal(err)
+	} else {
+		checkPNG(t, "training-eval-only", f, 400, 300)
+	}
+	if f, err := PlotTraining([]int{1, 2}, []float64{1, 0.5}, nil, nil); err != nil {
+		t.Fatal(err)
+	} else {
+		checkPNG(t, "training-train-only", f, 400, 300)
+	}
+	_, err = PlotTraining(steps, kl[:3], evalSteps, ppl)
+	wantErr(t, "short trainKL", err, "200 steps but 3 trainKL")
+	_, err = PlotTraining(steps, kl, evalSteps, ppl[:2])
+	wantErr(t, "short evalPPL", err, "5 evalSteps but 2 evalPPL")
+	_, err = PlotTraining(nil, nil, nil, nil)
+	wantErr(t, "empty", err, "no training and no evaluation")
+	_, err = PlotTraining(nil, nil, []int{1}, []float64{0.5})
+	wantErr(t, "ppl < 1", err, "evalPPL[0] = 0.5 is not a perplexity")
+}
+
+func TestPlotLayerGradNorms(t *testing.T) {
+	layers := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	kinds := []string{"in_proj_qkv", "out_proj", "q_proj", "o_proj", "down_proj"}
+	nan := math.NaN()
+	norms := [][]float64{
+		{0.9, 0.8, 0.7, nan, 0.6, 0.5, 0.45, nan},
+		{0.4, 0.35, 0.3, nan, 0.3, 0.25, 0.2, nan},
+		{nan, nan, nan, 1.2, nan, nan, nan, 0.8},
+		{nan, nan, nan, 0.6, nan, nan, nan, 0.5},
+		{0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9},
+	}
+	p, err := PlotLayerGradNorms(layers, kinds, norms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPNG(t, "gradnorms", p, 900, 400)
+	_, err = PlotLayerGradNorms(layers, kinds, norms[:4])
+	wantErr(t, "rows", err, "5 kinds but norms has 4 rows")
+	bad := append([][]float64{norms[0][:7]}, norms[1:]...)
+	_, err = PlotLayerGradNorms(layers, kinds, bad)
+	wantErr(t, "row length", err, "norms[0] (in_proj_qkv) has 7 values but there are 8 layers")
+	neg := [][]float64{{-1}}
+	_, err = PlotLayerGradNorms([]int{0}, []string{"q_proj"}, neg)
+	wantErr(t, "negative", err, "norms[0][0] (q_proj, layer 0) = -1 is not a norm")
+	_, err = PlotLayerGradNorms(nil, kinds, norms)
+	wantErr(t, "no layers", err, "0 layers")
+}
+
+func TestPlotHistogram(t *testing.T) {
+	v := make([]float64, 1000)
+	for i := range v {
+		// A deterministic bell-ish shape: sum of three evenly spread sequences.
+		v[i] = math.Mod(float64(i)*0.618, 1) + math.Mod(float64(i)*0.414, 1) + math.Mod(float64(i)*0.732, 1)
+	}
+	p, err := PlotHistogram("h of q_proj, layer 3", v, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.Title.Text, "n = 1000") {
+		t.Errorf("title %q lacks the count", p.Title.Text)
+	}
+	checkPNG(t, "histogram", p, 640, 400)
+	if p, err := PlotHistogram("constant", []float64{2, 2, 2}, 10); err != nil {
+		t.Fatal(err)
+	} else {
+		checkPNG(t, "histogram-constant", p, 320, 240)
+	}
+	_, err = PlotHistogram("x", v, 0)
+	wantErr(t, "bins", err, "bins = 0")
+	_, err = PlotHistogram("x", nil, 10)
+	wantErr(t, "empty", err, "no values")
+	_, err = PlotHistogram("x", []float64{1, math.Inf(1)}, 10)
+	wantErr(t, "inf", err, "values[1] = +Inf is not finite")
+}
+
+func TestPlotTopK(t *testing.T) {
+	tokens := []string{" the", " a", "\n", "func", " err", "(", " :=", "return", "}", " nil"}
+	tp := []float64{0.3, 0.2, 0.12, 0.1, 0.08, 0.06, 0.05, 0.04, 0.03, 0.02}
+	sp := []float64{0.25, 0.22, 0.1, 0.12, 0.05, 0.07, 0.06, 0.02, 0.04, 0.01}
+	p, err := PlotTopK(tokens, tp, sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kl float64
+	for i := range tp {
+		kl += tp[i] * math.Log(tp[i]/sp[i])
+	}
+	if want := fmt.Sprintf("top-k KL %.3g nats", kl); !strings.Contains(p.Title.Text, want) {
+		t.Errorf("title %q lacks %q", p.Title.Text, want)
+	}
+	checkPNG(t, "topk", p, 800, 450)
+	_, err = PlotTopK(tokens, tp[:9], sp)
+	wantErr(t, "lengths", err, "10 tokens but 9 teacher and 10 student")
+	_, err = PlotTopK([]string{"a"}, []float64{1.5}, []float64{0.5})
+	wantErr(t, "p > 1", err, "teacherP[0] = 1.5 is not a probability")
+	_, err = PlotTopK([]string{"a"}, []float64{0.5}, []float64{math.NaN()})
+	wantErr(t, "NaN", err, "studentP[0] = NaN is not a probability")
+	_, err = PlotTopK(nil, nil, nil)
+	wantErr(t, "empty", err, "no tokens")
+}
+
+func TestPlotReconstruction(t *testing.T) {
+	var reps []cmf.TensorReport
+	kinds := []string{"q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj", "gate_proj", "up_proj", "down_proj"}
+	for l := 0; l < 4; l++ {
+		for i, k := range kinds {
+			reps = append(reps, cmf.TensorReport{Name: "model.layers." + string(rune('0'+l)) + "." + k + ".weight", Kind: k,
+				Shape: []int{256, 256}, BitsPerWeight: 0.9 + 0.02*float64(i) + 0.01*float64(l), RelErr: 0.5 + 0.03*float64(i) - 0.02*float64(l)})
+		}
+	}
+	p, err := PlotReconstruction(reps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPNG(t, "reconstruction", p, 800, 500)
+	bad := append([]cmf.TensorReport(nil), reps...)
+	bad[3].RelErr = math.NaN()
+	_, err = PlotReconstruction(bad)
+	wantErr(t, "NaN", err, "tensor "+reps[3].Name+": relative error NaN")
+	bad[3].RelErr, bad[5].BitsPerWeight = 0.1, 0
+	_, err = PlotReconstruction(bad)
+	wantErr(t, "bpw 0", err, "tensor "+reps[5].Name+": bits per weight 0")
+	_, err = PlotReconstruction(nil)
+	wantErr(t, "empty", err, "no tensor reports")
+}
+
+// TestPlotRenderHelpers checks the SVG size, the save helper's format choice and errors,
+// and that the notebook helpers are no-ops with ErrNotNotebook outside GoNB.
+func TestPlotRenderHelpers(t *testing.T) {
+	p, err := PlotHistogram("x", []float64{1, 2, 3}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg, err := RenderSVG(p, 600, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 600×300 px at 96 DPI is 450×225 pt.
+	if !regexp.MustCompile(`<svg[^>]*width="450pt"[^>]*height="225pt"`).Match(svg) {
+		t.Fatalf("SVG header: %.200s", svg)
+	}
+	dir := t.TempDir()
+	if err := SavePlot(filepath.Join(dir, "p.SVG"), p, 600, 300); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "extension", SavePlot(filepath.Join(dir, "p.jpg"), p, 600, 300), `extension ".jpg"`)
+	_, err = RenderPNG(p, 8, 300)
+	wantErr(t, "tiny", err, "plot size 8×300")
+	_, err = RenderPNG(nil, 100, 100)
+	wantErr(t, "nil", err, "nil plot")
+	var nilPlot *plot.Plot
+	_, err = RenderPNG(nilPlot, 100, 100)
+	wantErr(t, "typed nil", err, "nil plot")
+	_, err = RenderPNG(&Figure{}, 100, 100)
+	wantErr(t, "empty figure", err, "no panels")
+	wantErr(t, "save into missing dir", SavePlot(filepath.Join(dir, "no", "p.png"), p, 100, 100), "save plot")
+	if des, _ := os.ReadDir(dir); len(des) != 1 {
+		t.Errorf("files left in %s: %v", dir, des)
+	}
+	if !gonbui.IsNotebook {
+		if err := DisplayPNG(p, 100, 100); !errors.Is(err, ErrNotNotebook) {
+			t.Errorf("DisplayPNG outside a notebook: %v", err)
+		}
+		if err := DisplaySVG(p, 100, 100); !errors.Is(err, ErrNotNotebook) {
+			t.Errorf("DisplaySVG outside a notebook: %v", err)
+		}
+	}
+}
