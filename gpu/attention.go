@@ -24,6 +24,9 @@ const attentionMaxHeadDim = 256
 // Errors: non-positive sizes, nh not a multiple of nkv, headDim > 256, dtype or length
 // mismatches, aliasing, or any Dispatch error.
 func Attention(r *Recorder, q, k, v, out, lse *Buffer, nb, t, nh, nkv, headDim int) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "Attention"
 	if err := positive(op, "nb, t, nh, nkv, headDim", nb, t, nh, nkv, headDim); err != nil {
 		return err

@@ -10,6 +10,9 @@ const attentionGateWG = 256
 // SplitQueryGate's gate); y must be a third buffer. Errors: dtype, length or aliasing
 // mistakes, or any Dispatch error.
 func AttentionGate(r *Recorder, o, gate, y *Buffer) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "AttentionGate"
 	if err := need(op, "o", o, -1, F32); err != nil {
 		return err

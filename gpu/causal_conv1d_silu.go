@@ -17,6 +17,9 @@ const causalConvWG = 256
 // Arithmetic is f32. Errors: non-positive sizes, K > 64, buffers whose dtype or length
 // disagree with nb, t, channels and K, aliasing, or any Dispatch error.
 func CausalConv1dSiLU(r *Recorder, x, w, y *Buffer, nb, t, channels, K int) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "CausalConv1dSiLU"
 	if err := positive(op, "nb, t, channels, K", nb, t, channels, K); err != nil {
 		return err

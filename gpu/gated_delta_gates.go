@@ -14,6 +14,9 @@ const gatedDeltaGatesWG = 256
 // be distinct. Errors: non-positive sizes, dtype or length mismatches, aliasing, or any
 // Dispatch error.
 func GatedDeltaGates(r *Recorder, a, b, aLog, dtBias, g, beta *Buffer, rows, hv int) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "GatedDeltaGates"
 	if err := positive(op, "rows, hv", rows, hv); err != nil {
 		return err

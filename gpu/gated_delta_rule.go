@@ -26,6 +26,9 @@ const gatedDeltaRuleCols = 32
 // Errors: non-positive sizes, hv not a multiple of hk, dk out of range, dtype or length
 // mismatches, aliasing among the buffers, or any Dispatch error.
 func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, hv, dk, dv int) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "GatedDeltaRule"
 	if err := positive(op, "nb, t, hk, hv, dk, dv", nb, t, hk, hv, dk, dv); err != nil {
 		return err

@@ -184,3 +184,24 @@ func maxAbs(x []float64) float64 {
 	}
 	return m
 }
+
+// TestMixerKernelsNilRecorder: every attention and GatedDeltaNet forward launcher returns an
+// error, not a panic, for a nil recorder (checked before any buffer is looked at).
+func TestMixerKernelsNilRecorder(t *testing.T) {
+	var b *gpu.Buffer
+	for name, err := range map[string]error{
+		"CausalConv1dSiLU": gpu.CausalConv1dSiLU(nil, b, b, b, 1, 1, 1, 4),
+		"GatedDeltaGates":  gpu.GatedDeltaGates(nil, b, b, b, b, b, b, 1, 1),
+		"L2Norm":           gpu.L2Norm(nil, b, b, 1, 1, 1),
+		"GatedDeltaRule":   gpu.GatedDeltaRule(nil, b, b, b, b, b, b, nil, 1, 1, 1, 1, 4, 4),
+		"GatedRMSNorm":     gpu.GatedRMSNorm(nil, b, b, b, b, 1, 1, 1, 1e-6),
+		"SplitQueryGate":   gpu.SplitQueryGate(nil, b, b, b, 1, 1, 1),
+		"QKNormRoPE":       gpu.QKNormRoPE(nil, b, b, b, 1, 1, 2, 1e-6, 2, 1e4, 1),
+		"Attention":        gpu.Attention(nil, b, b, b, b, b, 1, 1, 1, 1, 4),
+		"AttentionGate":    gpu.AttentionGate(nil, b, b, b),
+	} {
+		if err == nil {
+			t.Errorf("%s accepted a nil recorder", name)
+		}
+	}
+}

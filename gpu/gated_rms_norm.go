@@ -16,6 +16,9 @@ const gatedRMSNormWG = 64
 // [dv]. Errors: non-positive sizes, eps negative or not finite, dtype or length mismatches,
 // aliasing, or any Dispatch error.
 func GatedRMSNorm(r *Recorder, x, z, w, y *Buffer, rows, hv, dv int, eps float64) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "GatedRMSNorm"
 	if err := positive(op, "rows, hv, dv", rows, hv, dv); err != nil {
 		return err

@@ -15,6 +15,9 @@ const l2NormWG = 64
 // Errors: non-positive sizes, scale not finite, dtype or length mismatches, aliasing, or
 // any Dispatch error.
 func L2Norm(r *Recorder, x, y *Buffer, rows, n int, scale float64) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "L2Norm"
 	if err := positive(op, "rows, n", rows, n); err != nil {
 		return err

@@ -53,6 +53,9 @@ func ropeTable(t, rot int, theta float64) []uint32 {
 // not positive and finite, eps negative or not finite, dtype or length mismatches,
 // aliasing, or any Dispatch error.
 func QKNormRoPE(r *Recorder, x, w, y *Buffer, rows, heads, headDim int, eps float64, rot int, theta float64, t int) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "QKNormRoPE"
 	if err := positive(op, "rows, heads, headDim, t", rows, heads, headDim, t); err != nil {
 		return err

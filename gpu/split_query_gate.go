@@ -12,6 +12,9 @@ const splitQueryGateWG = 256
 // and distinct. A pure copy (exact). Errors: non-positive sizes, dtype or length mismatches,
 // aliasing, or any Dispatch error.
 func SplitQueryGate(r *Recorder, qg, q, gate *Buffer, rows, heads, headDim int) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	const op = "SplitQueryGate"
 	if err := positive(op, "rows, heads, headDim", rows, heads, headDim); err != nil {
 		return err
