@@ -1,0 +1,83 @@
+// CausalConv1dSiLUBackward (host.CausalConv1dSiLUBackward), with respect to x only (the conv
+// weight is frozen). Two passes over x, ds, dx: f32 [nb·t, C] row-major (token-major) and
+// w: f32 [C, 1, K] flattened to [C·K]; one invocation per element (linear index
+// (wid.x + wid.y·nwg.x)·WG + lid), τ = row mod t its position in the window.
+{{- if .Transposed}}
+// Pass 2, the transposed depthwise conv within each window (nothing crosses a window
+// boundary: a tap past the window's last token is skipped):
+//   dx[(b,τ′), c] = Σ_{i<K, τ′ + K−1−i < t} w[c·K + i] · ds[(b, τ′ + K−1−i), c].
+// Template parameters: WG, K, Transposed (true).
+
+@group(0) @binding(0) var<storage, read> ds: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dx: array<f32>;
+
+struct Params {
+    n: u32, // nb·t·C
+    c: u32, // channels
+    t: u32, // window length
+};
+@group(0) @binding(3) var<uniform> p: Params;
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
+    if (i >= p.n) {
+        return;
+    }
+    let row = i / p.c;
+    let ch = i - row * p.c;
+    let tau = row % p.t;
+    var s = 0.0;
+    for (var k = 0u; k < {{.K}}u; k++) {
+        // tap k of output τ′ + ahead read this input, ahead = K−1−k.
+        let ahead = {{.K}}u - 1u - k;
+        if (tau + ahead < p.t) {
+            s = fma(w[ch * {{.K}}u + k], ds[i + ahead * p.c], s);
+        }
+    }
+    dx[i] = s;
+}
+{{- else}}
+// Pass 1, the SiLU backward at the recomputed pre-activation (the forward's arithmetic):
+//   s = Σ_{i<K} w[c·K + i] · x[(b, τ−K+1+i), c]  (zero before the window),
+//   ds = dy · silu′(s),  silu′(s) = σ(s)·(1 + s·(1 − σ(s))).
+// Template parameters: WG, K, Transposed (false).
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read> dy: array<f32>;
+@group(0) @binding(3) var<storage, read_write> ds: array<f32>;
+
+struct Params {
+    n: u32, // nb·t·C
+    c: u32, // channels
+    t: u32, // window length
+};
+@group(0) @binding(4) var<uniform> p: Params;
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
+    if (i >= p.n) {
+        return;
+    }
+    let row = i / p.c;
+    let ch = i - row * p.c;
+    let tau = row % p.t;
+    var s = 0.0;
+    for (var k = 0u; k < {{.K}}u; k++) {
+        let back = {{.K}}u - 1u - k;
+        if (back <= tau) {
+            s += w[ch * {{.K}}u + k] * x[i - back * p.c];
+        }
+    }
+    // σ and 1 − σ without overflow: exp of a non-positive argument only.
+    let e = exp(-abs(s));
+    let sg = select(e / (1.0 + e), 1.0 / (1.0 + e), s >= 0.0);
+    let sc = select(1.0 / (1.0 + e), e / (1.0 + e), s >= 0.0);
+    ds[i] = dy[i] * (sg * (1.0 + s * sc));
+}
+{{- end}}
