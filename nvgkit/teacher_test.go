@@ -437,6 +437,8 @@ func TestTeacherErrors(t *testing.T) {
 	if err != nil && !strings.Contains(err.Error(), "work.gate") {
 		t.Errorf("binding-limit error does not name the buffer: %v", err)
 	}
+	_, err = nvgkit.NewWork(d, net, 2, 65537)
+	bad("head scratch over 64 MiB", "logits scratch", err)
 	if after := d.MemStats(); after.Buffers != before.Buffers {
 		t.Errorf("refused NewWork left %d buffers behind", after.Buffers-before.Buffers)
 	}

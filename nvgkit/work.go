@@ -48,9 +48,11 @@ type Work struct {
 // NewWork allocates the activation buffers for nb windows of t tokens of net's
 // architecture on dev. Every buffer is checked against the device before anything is
 // allocated: none may exceed maxStorageBufferBindingSize (each is bound whole by one
-// kernel). Errors: a nil device or net, a net on another device, nb or t < 1, nb·t·width
-// beyond 2³¹ elements, a buffer over the binding limit (named, with its bytes and the limit),
-// or an allocation failure (nothing stays allocated then).
+// kernel), and the head's per-slice logits scratch (≥ nb·t·128·4 bytes) must fit one binding
+// and 64 MiB, i.e. nb·t ≤ 131072 tokens per pass. Errors: a nil device or net, a net on
+// another device, nb or t < 1, nb·t·width beyond 2³¹ elements, a buffer over the binding
+// limit (named, with its bytes and the limit), or an allocation failure (nothing stays
+// allocated then).
 func NewWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
 	if dev == nil {
 		return nil, errors.New("nvgkit.NewWork: nil device")
@@ -106,6 +108,12 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
 			spec{&w.kr, "work.kr (key after norm+RoPE)", KV}, spec{&w.alse, "work.alse (attention logsumexp)", c.NumAttentionHeads})
 	}
 	maxBind := dev.Info().MaxStorageBindingSize
+	// gpu.LogitsTopK needs a logits scratch of at least [rows, 128] f32 within one binding
+	// and its 64 MiB cap: refuse here rather than after every layer has run.
+	if need := uint64(rows) * 128 * 4; need > min(maxBind, 64<<20) {
+		return nil, fmt.Errorf("nvgkit.NewWork: the head's logits scratch for %d rows needs at least %d bytes (a 128-entry vocabulary slice), above min(maxStorageBufferBindingSize %d, 64 MiB); use at most %d tokens per pass",
+			rows, need, maxBind, min(maxBind, 64<<20)/512)
+	}
 	for _, s := range specs {
 		n := uint64(rows) * uint64(s.width)
 		if n > 1<<31-1 {
