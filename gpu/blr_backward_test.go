@@ -249,3 +249,53 @@ func TestBLRBackwardErrors(t *testing.T) {
 		t.Errorf("%d dispatches recorded by failing calls", r.Len())
 	}
 }
+
+// BenchmarkBLRBackward times BLRBackward with t1 kept at rows = 512, m = n = 1024, r = 256,
+// P = 2: per path three sign-bit GEMMs (c and dt2 of 2·rows·r·m flops each, dxg of
+// 2·rows·r·n) and three column reductions; reports GFLOP/s counting the GEMMs' flops.
+func BenchmarkBLRBackward(b *testing.B) {
+	d := gputest.Open(b)
+	const rows, m, n, rk, paths = 512, 1024, 1024, 256, 2
+	rng := rand.New(rand.NewPCG(7, 8))
+	w := randBLR(rng, m, n, rk, paths, rk)
+	l := uploadBLR(b, d, w, rk)
+	defer l.Release()
+	xf, _ := randF32(rng, rows*n, 1)
+	dyf, _ := randF32(rng, rows*m, 1)
+	var bufs []*gpu.Buffer
+	keep := func(buf *gpu.Buffer) *gpu.Buffer { bufs = append(bufs, buf); return buf }
+	defer func() {
+		for _, buf := range bufs {
+			buf.Release()
+		}
+	}()
+	x := keep(must(d.UploadFloat32("x", xf, rows, n)).T(b))
+	dy := keep(must(d.UploadFloat32("dy", dyf, rows, m)).T(b))
+	dx := keep(must(d.NewBuffer("dx", gpu.F32, rows, n)).T(b))
+	y := keep(must(d.NewBuffer("y", gpu.F32, rows, m)).T(b))
+	var t1 []*gpu.Buffer
+	grads := make([]gpu.BLRGrad, paths)
+	for p := range grads {
+		t1 = append(t1, keep(must(d.NewBuffer("t1", gpu.F32, rows, rk)).T(b)))
+		grads[p] = gpu.BLRGrad{H: keep(must(d.NewBuffer("dh", gpu.F32, m)).T(b)),
+			L: keep(must(d.NewBuffer("dl", gpu.F32, rk)).T(b)), G: keep(must(d.NewBuffer("dg", gpu.F32, n)).T(b))}
+	}
+	if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, t1, rows) }); err != nil {
+		b.Fatal(err)
+	}
+	run := func() {
+		if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRBackward(r, l, x, t1, dy, dx, grads, rows) }); err != nil {
+			b.Fatal(err)
+		}
+		if err := d.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run() // compile
+	b.ResetTimer()
+	for b.Loop() {
+		run()
+	}
+	flop := float64(paths) * 2 * rows * rk * float64(2*m+n)
+	b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}

@@ -27,10 +27,13 @@ func TestKLLossBackward(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(71, 72))
 	const u = 1.0 / (1 << 24)
-	for _, c := range []struct{ rows, hidden, vocab, k, slice int }{
-		{5, 33, 1000, 7, 256},
-		{3, 16, 77, 1, 0},
-		{9, 40, 300, 32, 128},
+	for _, c := range []struct {
+		rows, hidden, vocab, k, slice int
+		f32E                          bool
+	}{
+		{5, 33, 1000, 7, 256, false},
+		{3, 16, 77, 1, 0, false},
+		{9, 40, 300, 32, 128, true}, // E in f32 (the same f16-exact values)
 	} {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
 			rows, hidden, vocab, k := c.rows, c.hidden, c.vocab, c.k
@@ -60,7 +63,16 @@ func TestKLLossBackward(t *testing.T) {
 				}
 			}()
 			h := keep(must(d.UploadFloat32("h", hf, rows, hidden)).T(t))
-			e := keep(must(d.UploadF16("E", eb, vocab, hidden)).T(t))
+			var e *gpu.Buffer
+			if c.f32E {
+				ef := make([]float32, len(ed))
+				for i, x := range ed {
+					ef[i] = float32(x)
+				}
+				e = keep(must(d.UploadFloat32("E", ef, vocab, hidden)).T(t))
+			} else {
+				e = keep(must(d.UploadF16("E", eb, vocab, hidden)).T(t))
+			}
 			idb := keep(must(d.UploadUint32("ids", idsU, rows, k)).T(t))
 			pt := keep(must(d.UploadFloat32("pT", pf, rows, k)).T(t))
 			dh := keep(must(d.UploadFloat32("dh", dh0f, rows, hidden)).T(t))
