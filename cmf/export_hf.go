@@ -257,6 +257,9 @@ func checkJSONObject(name string, data []byte, required bool) error {
 	if err := json.Unmarshal(data, &obj); err != nil {
 		return fmt.Errorf("%s is not a JSON object: %w", name, err)
 	}
+	if obj == nil {
+		return fmt.Errorf("%s is not a JSON object: null", name)
+	}
 	return nil
 }
 

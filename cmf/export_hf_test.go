@@ -20,7 +20,9 @@ import (
 const tinyModelDir = "tinyteacher/model"
 
 // exportFixture is the tiny teacher, its BLR student (cmf.Compress at 1 bit per weight,
-// one path, seed 7; the randomised SVD without power iterations, to keep it fast) and the student's ExportHF directory, built once for the tests of this file.
+// one path, seed 7; the randomised SVD without power iterations, to keep it fast), the
+// teacher's tokenizer and config files, and dir, an ExportHF of the student in the
+// calling test's temporary directory.
 type exportFixture struct {
 	teacher, student *cmf.Model
 	dir              string
@@ -29,14 +31,13 @@ type exportFixture struct {
 
 var (
 	fixOnce sync.Once
-	fix     exportFixture
+	fix     exportFixture // without dir: shared by the tests, built once
 	fixErr  error
 )
 
 func exportFix(t *testing.T) exportFixture {
 	t.Helper()
 	fixOnce.Do(func() {
-
 		var f exportFixture
 		if f.teacher, fixErr = cmf.Open(tinyModelDir); fixErr != nil {
 			return
@@ -53,24 +54,17 @@ func exportFix(t *testing.T) exportFixture {
 				return
 			}
 		}
-		if f.dir, fixErr = os.MkdirTemp("", "nvg-export-hf-"); fixErr != nil {
-			return
-		}
-		fixErr = cmf.ExportHF(f.dir, f.student, f.tok)
 		fix = f
 	})
 	if fixErr != nil {
 		t.Fatal(fixErr)
 	}
-	return fix
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if fix.dir != "" {
-		os.RemoveAll(fix.dir)
+	f := fix
+	f.dir = filepath.Join(t.TempDir(), "hf")
+	if err := cmf.ExportHF(f.dir, f.student, f.tok); err != nil {
+		t.Fatal(err)
 	}
-	os.Exit(code)
+	return f
 }
 
 func openExport(t *testing.T, dir string) *cmf.Model {
@@ -458,6 +452,7 @@ func TestExportHFErrors(t *testing.T) {
 		{"invalid model", func() error { return cmf.ExportHF(dir, broken, f.tok) }, "model.norm.weight is missing"},
 		{"no tokenizer", func() error { return cmf.ExportHF(dir, f.student, nil) }, "tokenizer.json is empty"},
 		{"bad tokenizer", func() error { return cmf.ExportHF(dir, f.student, []byte("[1]")) }, "tokenizer.json is not a JSON object"},
+		{"null tokenizer", func() error { return cmf.ExportHF(dir, f.student, []byte("null")) }, "tokenizer.json is not a JSON object"},
 		{"bad tokenizer config", func() error {
 			return cmf.ExportHFWith(dir, f.student, f.tok, cmf.ExportHFOptions{TokenizerConfigJSON: []byte("{")})
 		}, "tokenizer_config.json is not a JSON object"},
