@@ -8,6 +8,17 @@ import (
 // gatedDeltaRuleBackwardWG is the workgroup size of the GVA reduction of dq and dk.
 const gatedDeltaRuleBackwardWG = 256
 
+// gatedDeltaRuleBackwardCols is the number of value columns per workgroup of the
+// checkpoint sweep.
+const gatedDeltaRuleBackwardCols = 32
+
+// gdrbParams are gated_delta_rule_backward.wgsl's template parameters: the main entry
+// (DK, DV, TR, TC), the checkpoint sweep (Ckpt: DK, DV, COLS) or the GVA sum (Reduce: WG).
+type gdrbParams struct {
+	DK, DV, TR, TC, COLS, WG int
+	Ckpt, Reduce             bool
+}
+
 // GatedDeltaRuleChunk is the number of tokens between the state checkpoints that
 // GatedDeltaRuleBackward keeps for windows of t tokens: ⌈√t⌉, which minimises the
 // checkpoints plus the recomputed chunk states, ⌈t/C⌉ + C (e.g. 23 for t = 512: 46 states
@@ -56,18 +67,20 @@ func GatedDeltaRuleBackwardScratch(nb, t, hk, hv, dk, dv int) int {
 // accumulated); dq and dkey are summed over the hv/hk value heads sharing a key head, in
 // head order (deterministic: no atomics anywhere, repeated calls give identical bits).
 //
-// Method: one workgroup of 256 invocations per (window, value head); the state and its
-// gradient are split into 16×16 strided tiles held in private memory, f32 throughout. A
-// forward sweep writes the state before every chunk of C = GatedDeltaRuleChunk(t) tokens;
-// then, chunk by chunk in reverse, the chunk's states are recomputed from its checkpoint
-// (bitwise the same arithmetic as the sweep) and its tokens are stepped back one by one.
+// Method, three dispatches, f32 throughout: (1) a forward sweep (one workgroup per window,
+// value head and 32 value columns, one state column per invocation, as GatedDeltaRule)
+// writes the state before every chunk of C = GatedDeltaRuleChunk(t) tokens; (2) one
+// workgroup of 256 invocations per (window, value head), the state and its gradient split
+// into 16×16 strided tiles held in private memory, goes chunk by chunk in reverse:
+// recompute the chunk's states from its checkpoint, then step its tokens back one by one;
+// (3) when hv > hk, the per-value-head dq and dk are summed per key head.
 // Memory: GatedDeltaRuleBackwardScratch(nb, t, hk, hv, dk, dv) f32 values of r.Temp, i.e.
 // (⌈t/C⌉ + C)·dk·dv·4 bytes per window and value head (3.0 MB at t = 512, dk = dv = 128),
 // bound as one storage binding, so it must fit maxStorageBufferBindingSize (128 MiB on
 // lavapipe, 2 GiB on the H200). Cost: about 3·t·dk·dv state updates per window and value
-// head (the sweep, the recompute, the backward step; ≈ 2.5× a forward call's arithmetic)
-// with 12 workgroup barriers per token; the windows' value heads run in parallel (nb·hv
-// workgroups), the tokens of one head sequentially.
+// head (the sweep, the recompute, the backward step; ≈ 2.5× a forward call's arithmetic);
+// the reverse pass has 8 workgroup barriers per token and runs the windows' value heads in
+// parallel (nb·hv workgroups), the tokens of one head sequentially.
 //
 // Limits: dk, dv ≤ 256 (any value, not just multiples of 4) and the workgroup memory
 // 4·(18·16⌈dk/16⌉ + 20·16⌈dv/16⌉) + 2048 bytes (21 KiB at 128) within the device's limit.
@@ -118,12 +131,21 @@ func GatedDeltaRuleBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, d
 		return fmt.Errorf("gpu: %s: the checkpoint scratch (%d bytes for nb=%d t=%d hv=%d dk=%d dv=%d) exceeds maxStorageBufferBindingSize %d; use fewer windows per call",
 			op, b, nb, t, hv, dk, dv, r.d.info.MaxStorageBindingSize)
 	}
+	sweep, err := r.d.Kernel(KernelSpec{
+		Name: op + ".checkpoints", File: "gated_delta_rule_backward.wgsl",
+		Params:   gdrbParams{DK: dk, DV: dv, COLS: gatedDeltaRuleBackwardCols, Ckpt: true},
+		Bindings: []Access{Read, Read, Read, Read, ReadWrite}, Uniforms: 6,
+	})
+	if err != nil {
+		return err
+	}
+	sweepGrid, err := Grid1D(nb * hv * ((dv + gatedDeltaRuleBackwardCols - 1) / gatedDeltaRuleBackwardCols))
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
 	kern, err := r.d.Kernel(KernelSpec{
 		Name: op, File: "gated_delta_rule_backward.wgsl",
-		Params: struct {
-			DK, DV, TR, TC, WG int
-			Reduce             bool
-		}{dk, dv, tr, tc, 0, false},
+		Params:   gdrbParams{DK: dk, DV: dv, TR: tr, TC: tc},
 		Bindings: []Access{Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite, ReadWrite, ReadWrite},
 		Uniforms: 6,
 	})
@@ -139,10 +161,7 @@ func GatedDeltaRuleBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, d
 	if group > 1 {
 		red, err = r.d.Kernel(KernelSpec{
 			Name: op + ".gva", File: "gated_delta_rule_backward.wgsl",
-			Params: struct {
-				DK, DV, TR, TC, WG int
-				Reduce             bool
-			}{0, 0, 0, 0, gatedDeltaRuleBackwardWG, true},
+			Params:   gdrbParams{WG: gatedDeltaRuleBackwardWG, Reduce: true},
 			Bindings: []Access{Read, ReadWrite}, Uniforms: 3,
 		})
 		if err != nil {
@@ -166,10 +185,14 @@ func GatedDeltaRuleBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, d
 		}
 	}
 	mark := len(r.ops)
-	if err := r.Dispatch(kern, grid,
-		[]uint32{uint32(nb), uint32(t), uint32(hk), uint32(hv), uint32(chunk), uint32(nck)},
+	uni := []uint32{uint32(nb), uint32(t), uint32(hk), uint32(hv), uint32(chunk), uint32(nck)}
+	if err := r.Dispatch(sweep, sweepGrid, uni, Whole(k), Whole(v), Whole(g), Whole(beta), Whole(scr)); err != nil {
+		return err
+	}
+	if err := r.Dispatch(kern, grid, uni,
 		Whole(q), Whole(k), Whole(v), Whole(g), Whole(beta), Whole(do),
 		Whole(dqOut), Whole(dkOut), Whole(dval), Whole(dg), Whole(dbeta), Whole(scr)); err != nil {
+		r.ops = r.ops[:mark]
 		return err
 	}
 	if group > 1 {

@@ -31,6 +31,96 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     out[e] = s;
 }
+{{- else if .Ckpt}}
+// GatedDeltaRuleBackward, checkpoint sweep: the forward recurrence (as gated_delta_rule.wgsl)
+// from S = 0 at each window start, writing the state before each chunk of C tokens,
+// S_{ci·C−1}, to the checkpoints of the scratch (layout as the main entry below:
+// ((b·hv + j)·SH + ci·DK·DV + a·DV + c), SH = (nck + C)·DK·DV + 2·C·DV). The last chunk's
+// tokens are not needed. One workgroup per (window, value head, slice of COLS value
+// columns); invocation c owns column c of S in private memory (every column's update needs
+// only its own column, k_t, v_t[c] and the two gates), k_t is staged in workgroup memory.
+// Layouts: k [nb·t, hk, DK], v [nb·t, hv, DV], g, beta [nb·t, hv], all f32.
+// Template parameters: DK, DV, COLS, Ckpt (true).
+
+@group(0) @binding(0) var<storage, read> k: array<f32>;
+@group(0) @binding(1) var<storage, read> v: array<f32>;
+@group(0) @binding(2) var<storage, read> g: array<f32>;
+@group(0) @binding(3) var<storage, read> beta: array<f32>;
+@group(0) @binding(4) var<storage, read_write> scr: array<f32>;
+
+struct Params {
+    nb: u32,
+    t: u32,
+    hk: u32,
+    hv: u32,
+    chunk: u32, // C
+    nck: u32,   // ⌈t / C⌉
+};
+@group(0) @binding(5) var<uniform> p: Params;
+
+const DK: u32 = {{.DK}}u;
+const DV: u32 = {{.DV}}u;
+const NSLICE: u32 = (DV + {{.COLS}}u - 1u) / {{.COLS}}u;
+
+var<workgroup> kS: array<f32, DK>;
+
+@compute @workgroup_size({{.COLS}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
+    if (wg >= p.nb * p.hv * NSLICE) {
+        return;
+    }
+    let slice = wg % NSLICE;
+    let bj = wg / NSLICE; // b·hv + j
+    let j = bj % p.hv;
+    let b = bj / p.hv;
+    let kh = j / (p.hv / p.hk);
+    let c = slice * {{.COLS}}u + lid;
+    let live = c < DV;
+    let C = p.chunk;
+    let SZ = DK * DV;
+    let hb = bj * ((p.nck + C) * SZ + 2u * C * DV);
+    var s: array<f32, DK>;
+    for (var a = 0u; a < DK; a++) {
+        s[a] = 0.0;
+    }
+    let row0 = b * p.t;
+    let tEnd = (p.nck - 1u) * C;
+    for (var tau = 0u; tau <= tEnd; tau++) {
+        if (tau % C == 0u && live) {
+            let at = hb + (tau / C) * SZ + c;
+            for (var a = 0u; a < DK; a++) {
+                scr[at + a * DV] = s[a];
+            }
+        }
+        if (tau == tEnd) {
+            break; // uniform: the last checkpoint is written
+        }
+        let row = row0 + tau;
+        for (var a = lid; a < DK; a += {{.COLS}}u) {
+            kS[a] = k[(row * p.hk + kh) * DK + a];
+        }
+        workgroupBarrier();
+        if (live) {
+            let gi = row * p.hv + j;
+            let decay = exp(g[gi]);
+            // S ← e^g·S and Sᵀk, then u = β(v − Sᵀk) and S += k⊗u (column c).
+            var sk = 0.0;
+            for (var a = 0u; a < DK; a++) {
+                let sa = s[a] * decay;
+                s[a] = sa;
+                sk = fma(kS[a], sa, sk);
+            }
+            let u = beta[gi] * (v[gi * DV + c] - sk);
+            for (var a = 0u; a < DK; a++) {
+                s[a] = fma(kS[a], u, s[a]);
+            }
+        }
+        workgroupBarrier();
+    }
+}
 {{- else}}
 // GatedDeltaRuleBackward: the backward of the gated delta rule (host.GatedDeltaRuleBackward,
 // DESIGN.md §3), token by token in reverse time. Per window b and value head j (key head
@@ -48,10 +138,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 // c (S_τ·do, dS·u − Ŝ·βdu) through rowred[cb][a], dg and dβ through part[l]; every
 // reduction adds its partials in a fixed order, so results are deterministic.
 //
-// Phases: (1) a forward sweep from S = 0 that writes the state before each chunk of C
-// tokens to the checkpoints; (2) for each chunk in reverse: reload its checkpoint, recompute
-// the chunk forward writing S_{τ−1}, u and w of every token to the chunk scratch, then run
-// the backward steps of the chunk's tokens in reverse. Scratch (f32, per window and value
+// For each chunk of C tokens in reverse: reload its checkpoint (the state before the chunk,
+// written by the Ckpt sweep), recompute the chunk forward writing S_{τ−1}, u and w of every
+// token to the chunk scratch, then run the backward steps of the chunk's tokens in reverse. Scratch (f32, per window and value
 // head, stride SH = (nck + C)·DK·DV + 2·C·DV): nck checkpoints [DK, DV], C chunk states
 // [DK, DV], u [C, DV], w [C, DV]. Every scratch value is read back by the invocation that
 // wrote it, so program order makes it visible.
@@ -219,21 +308,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let uwAt = statesAt + C * SZ;                   // u [C, DV], then w [C, DV]
     let row0 = b * p.t;
 
-    // (1) Forward sweep: the state before each chunk (the last chunk's tokens are not needed).
+    // The checkpoints were written by the sweep (the Ckpt entry) before this dispatch.
     var s: array<f32, NT>;
-    for (var e = 0u; e < NT; e++) {
-        s[e] = 0.0;
-    }
-    for (var ci = 0u; ci < p.nck; ci++) {
-        saveTile(&s, hb + ci * SZ, rb, cb);
-        if (ci + 1u < p.nck) {
-            for (var tau = ci * C; tau < (ci + 1u) * C; tau++) {
-                fwdStep(&s, row0 + tau, j, kh, l, rb, cb, false, 0u);
-            }
-        }
-    }
-
-    // (2) Chunks in reverse: recompute, then the backward steps.
+    // Chunks in reverse: recompute, then the backward steps.
     var ds: array<f32, NT>;
     for (var e = 0u; e < NT; e++) {
         ds[e] = 0.0;
