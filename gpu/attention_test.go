@@ -20,8 +20,9 @@ import (
 // as atol (8·hd + 64)·u for out and lse (plus the same relative term for lse): well above
 // the random-walk size, below the worst case. Geometries: head_dim 64 with nh 3 over nkv 1
 // (GQA) and two windows of t = 37 (3 key blocks of 16, the last partial; rows past t in the
-// 256-row query block idle), head_dim 256 (nh 4, nkv 2, t = 19: 4 dim slices per row, 2 key
-// blocks; t = 70: two 64-row query blocks, 5 key blocks), and head_dim 37 (not a multiple of 4: zero-padded dims) with t = 1 and 3 windows.
+// 256-row query block idle); head_dim 256 (8 dim slices per row, 8-key blocks) with nh 4,
+// nkv 2, t = 19 and with t = 70 (two 64-row query blocks, 9 key blocks); head_dim 37 (not a
+// multiple of 4: zero-padded dims) with t = 1 and 3 windows.
 func TestAttention(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(27, 28))
