@@ -21,8 +21,8 @@ const tinyModelDir = "tinyteacher/model"
 
 // exportFixture is the tiny teacher, its BLR student (cmf.Compress at 1 bit per weight,
 // one path, seed 7; the randomised SVD without power iterations, to keep it fast), the
-// teacher's tokenizer and config files, and dir, an ExportHF of the student in the
-// calling test's temporary directory.
+// teacher's tokenizer and config files, and (from exportFixDir) dir, an ExportHF of the
+// student in the calling test's temporary directory.
 type exportFixture struct {
 	teacher, student *cmf.Model
 	dir              string
@@ -59,7 +59,14 @@ func exportFix(t *testing.T) exportFixture {
 	if fixErr != nil {
 		t.Fatal(fixErr)
 	}
-	f := fix
+	return fix
+}
+
+// exportFixDir is exportFix with dir set: the student exported by ExportHF into the
+// calling test's temporary directory.
+func exportFixDir(t *testing.T) exportFixture {
+	t.Helper()
+	f := exportFix(t)
 	f.dir = filepath.Join(t.TempDir(), "hf")
 	if err := cmf.ExportHF(f.dir, f.student, f.tok); err != nil {
 		t.Fatal(err)
@@ -82,7 +89,7 @@ func openExport(t *testing.T, dir string) *cmf.Model {
 // even of the float64 reconstruction), within 2⁻⁸ relative of it (bf16 keeps 8
 // significant bits: half an ulp is 2⁻⁸ of the value at most); every other tensor has the student's dtype, shape and bytes.
 func TestExportHFTensors(t *testing.T) {
-	f := exportFix(t)
+	f := exportFixDir(t)
 	exp := openExport(t, f.dir)
 	if !reflect.DeepEqual(exp.Names(), f.student.Names()) {
 		t.Fatalf("names differ:\n%v\n%v", exp.Names(), f.student.Names())
@@ -140,7 +147,7 @@ func TestExportHFTensors(t *testing.T) {
 // config as base reproduces that file's values for every key (max_position_embeddings,
 // bos/pad ids included), so nothing HF needs is lost.
 func TestExportHFConfig(t *testing.T) {
-	f := exportFix(t)
+	f := exportFixDir(t)
 	data, err := os.ReadFile(filepath.Join(f.dir, "config.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +278,7 @@ func maxLogProbDiff(a, b *host.Trace, vocab int) float64 {
 //   - Control: the teacher differs from the student (1-bit compression error) by ≥ 10×
 //     the export's deviation, so the test distinguishes a faithful export from a wrong one.
 func TestExportHFForward(t *testing.T) {
-	f := exportFix(t)
+	f := exportFixDir(t)
 	exp := openExport(t, f.dir)
 	cfg := f.student.Config
 	dense := cmf.NewModel(cfg)
@@ -357,7 +364,7 @@ func TestExportHFForward(t *testing.T) {
 // shard names and contents (identical to the single-file export), and that re-exporting
 // into the same directory replaces one layout by the other without stale weight files.
 func TestExportHFShardedAndStale(t *testing.T) {
-	f := exportFix(t)
+	f := exportFixDir(t)
 	dir := t.TempDir()
 	opt := cmf.ExportHFOptions{MaxShardBytes: 2 << 20, TokenizerConfigJSON: f.tokCfg, BaseConfigJSON: f.cfg}
 	if err := cmf.ExportHFWith(dir, f.student, f.tok, opt); err != nil {
