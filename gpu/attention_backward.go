@@ -7,8 +7,28 @@ import (
 
 // attentionBackwardParams are attention_backward.wgsl's template parameters.
 type attentionBackwardParams struct {
-	DQ                bool
-	HD, NS, BR, BC, D int
+	Pass, HD, NS, BR, BC, D, WG int
+}
+
+// attentionBackwardWide selects 256-invocation workgroups (BR·NS = 256 rows·slices sharing
+// each staged tile) for passes 0 and 1; false gives 64-invocation ones (more workgroups,
+// less reuse). Benchmarks flip it through export_test.
+var attentionBackwardWide = true
+
+// attentionBackwardConfig returns the pass-0/1 parameters for headDim: NS dim slices of
+// ≤ 32 dims per invocation, BC·headDim tile floats and BR·NS·BC partial dots in workgroup
+// memory, ≤ 16 KiB together (WebGPU's default limit).
+func attentionBackwardConfig(headDim int, wide bool) attentionBackwardParams {
+	ns, br, bc := 4, 16, 16 // hd ≤ 128: 8 + 4 KiB
+	switch {
+	case headDim > 128 && wide:
+		ns, br, bc = 8, 32, 8 // 8 + 8 KiB
+	case headDim > 128:
+		ns, br, bc = 8, 8, 8 // 8 + 2 KiB
+	case wide:
+		ns, br, bc = 4, 64, 8 // 4 + 8 KiB
+	}
+	return attentionBackwardParams{HD: headDim, NS: ns, BR: br, BC: bc, D: (headDim + ns - 1) / ns}
 }
 
 // AttentionBackward records the backward of Attention (causal softmax attention with
@@ -26,11 +46,13 @@ type attentionBackwardParams struct {
 // [nb·t, nkv, headDim]; lse [nb·t, nh] (Attention's outputs out and lse for these q, k, v).
 // dq, dk and dv are overwritten (not accumulated); all ten buffers distinct.
 //
-// Two dispatches, no atomics (deterministic): the first, one workgroup per (window, query
-// head, block of query rows), forms D_i into a recorder temporary [nb·t, nh] and dq; the
-// second, one workgroup per (window, KV head, block of key rows), loops over the group's
-// query heads and the query blocks at or after its keys and forms dk and dv. Scores are
-// recomputed from q, k and lse tile by tile in workgroup memory (no t×t matrix); f32
+// Up to three dispatches, no atomics (deterministic): pass 0, one workgroup per (window,
+// query head, block of query rows), forms D_i into a recorder temporary [nb·t, nh] and dq;
+// pass 1, one workgroup per (window, query head, block of key rows), loops over the query
+// blocks at or after its keys and forms that head's share of dk and dv; when nh > nkv these
+// go to two recorder temporaries [nb·t, nh, headDim] and pass 2 sums the nh/nkv shares of
+// each KV head in a fixed order (when nh = nkv pass 1 writes dk and dv directly). Scores
+// are recomputed from q, k and lse tile by tile in workgroup memory (no t×t matrix); f32
 // throughout. Errors: non-positive sizes, nh not a multiple of nkv, headDim > 256, dtype or
 // length mismatches, aliasing, or any Dispatch error; a failed call records nothing.
 func AttentionBackward(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer, nb, t, nh, nkv, headDim int) error {
@@ -61,15 +83,9 @@ func AttentionBackward(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer,
 	if err := distinct(op, bufs); err != nil {
 		return err
 	}
-	// 64 invocations: NS dim slices × BR rows, ≤ 32 dims per invocation; a tile of
-	// BC·headDim floats (≤ 8 KiB) and BR·NS·BC partial dots (≤ 4 KiB) in workgroup memory.
-	ns, bc := 4, 16
-	if headDim > 128 {
-		ns, bc = 8, 8
-	}
-	pq := attentionBackwardParams{DQ: true, HD: headDim, NS: ns, BR: 64 / ns, BC: bc, D: (headDim + ns - 1) / ns}
+	pq := attentionBackwardConfig(headDim, attentionBackwardWide)
 	pkv := pq
-	pkv.DQ = false
+	pkv.Pass = 1
 	kq, err := r.d.Kernel(KernelSpec{
 		Name: op + ".dq", File: "attention_backward.wgsl", Params: pq,
 		Bindings: []Access{Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 5,
@@ -84,12 +100,29 @@ func AttentionBackward(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer,
 	if err != nil {
 		return err
 	}
+	psum := pq
+	psum.Pass, psum.WG = 2, 256
+	group := nh / nkv
+	var ksum *Kernel
+	var gsum [3]int
+	if group > 1 {
+		ksum, err = r.d.Kernel(KernelSpec{
+			Name: op + ".sum", File: "attention_backward.wgsl", Params: psum,
+			Bindings: []Access{Read, Read, ReadWrite, ReadWrite}, Uniforms: 2,
+		})
+		if err != nil {
+			return err
+		}
+		if gsum, err = Grid1D((nk + 255) / 256); err != nil {
+			return fmt.Errorf("gpu: %s: %w", op, err)
+		}
+	}
 	nblk := (t + pq.BR - 1) / pq.BR
 	gq, err := Grid1D(nb * nh * nblk)
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
-	gkv, err := Grid1D(nb * nkv * nblk)
+	gkv, err := Grid1D(nb * nh * nblk)
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
@@ -97,14 +130,32 @@ func AttentionBackward(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer,
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
+	// Per-query-head dk, dv when heads share a KV head, summed by pass 2.
+	dkh, dvh := dk, dv
+	if group > 1 {
+		if dkh, err = r.Temp(op+" dk per head", F32, rows, nh, headDim); err != nil {
+			return fmt.Errorf("gpu: %s: %w", op, err)
+		}
+		if dvh, err = r.Temp(op+" dv per head", F32, rows, nh, headDim); err != nil {
+			return fmt.Errorf("gpu: %s: %w", op, err)
+		}
+	}
 	uni := []uint32{uint32(nb), uint32(t), uint32(nh), uint32(nkv), math.Float32bits(float32(1 / math.Sqrt(float64(headDim))))}
 	mark := len(r.ops)
-	if err := r.Dispatch(kq, gq, uni, Whole(q), Whole(k), Whole(v), Whole(out), Whole(dout), Whole(lse), Whole(dq), Whole(delta)); err != nil {
-		return err
-	}
-	if err := r.Dispatch(kkv, gkv, uni, Whole(q), Whole(k), Whole(v), Whole(dout), Whole(lse), Whole(delta), Whole(dk), Whole(dv)); err != nil {
+	fail := func(err error) error {
 		r.ops = r.ops[:mark]
 		return err
+	}
+	if err := r.Dispatch(kq, gq, uni, Whole(q), Whole(k), Whole(v), Whole(out), Whole(dout), Whole(lse), Whole(dq), Whole(delta)); err != nil {
+		return fail(err)
+	}
+	if err := r.Dispatch(kkv, gkv, uni, Whole(q), Whole(k), Whole(v), Whole(dout), Whole(lse), Whole(delta), Whole(dkh), Whole(dvh)); err != nil {
+		return fail(err)
+	}
+	if group > 1 {
+		if err := r.Dispatch(ksum, gsum, []uint32{uint32(nk), uint32(group)}, Whole(dkh), Whole(dvh), Whole(dk), Whole(dv)); err != nil {
+			return fail(err)
+		}
 	}
 	return nil
 }

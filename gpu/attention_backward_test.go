@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -25,14 +27,20 @@ import (
 //   - dq = scale·Σ_j ds·k (t terms): scale·Σ_j(|δds|·|k| + (t + 1)·u·|ds k|) + u·|dq|;
 //     dk = Σ ds·(scale·q) and dv = Σ p·dout over the group's g·t terms likewise.
 //
-// Geometries: nb 2, t 23, nh 4 over nkv 2, head_dim 64 (two 16-row blocks, the second
-// partial); head_dim 256 (nh 4, nkv 2, t 19: three 8-row blocks); head_dim 37 (dims not a
-// multiple of the 4 slices) with nh 3 over nkv 1 and t 5 (shorter than a block).
+// Geometries (256-invocation workgroups): nb 2, t 23, nh 4 over nkv 2, head_dim 64 (row
+// blocks of 64 and tiles of 8 rows, the last partial); head_dim 256 (nh 4, nkv 2, t 19);
+// head_dim 37 (dims not a multiple of the 4 slices) with nh 3 over nkv 1 and t 5 (shorter
+// than a tile). The 64-invocation variant at head_dim 64 with nh = nkv = 2 (no group sum:
+// pass 1 writes dk and dv directly), t 9.
 func TestAttentionBackward(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(67, 68))
-	for _, tc := range []struct{ nb, t, nh, nkv, hd int }{{2, 23, 4, 2, 64}, {1, 19, 4, 2, 256}, {3, 5, 3, 1, 37}} {
-		t.Run(fmt.Sprintf("nb=%d t=%d nh=%d nkv=%d hd=%d", tc.nb, tc.t, tc.nh, tc.nkv, tc.hd), func(t *testing.T) {
+	for _, tc := range []struct {
+		nb, t, nh, nkv, hd int
+		narrow             bool
+	}{{2, 23, 4, 2, 64, false}, {1, 19, 4, 2, 256, false}, {3, 5, 3, 1, 37, false}, {2, 9, 2, 2, 64, true}} {
+		t.Run(fmt.Sprintf("nb=%d t=%d nh=%d nkv=%d hd=%d narrow=%v", tc.nb, tc.t, tc.nh, tc.nkv, tc.hd, tc.narrow), func(t *testing.T) {
+			defer gpu.SetAttentionBackwardWide(gpu.SetAttentionBackwardWide(!tc.narrow))
 			nb, tt, nh, nkv, hd := tc.nb, tc.t, tc.nh, tc.nkv, tc.hd
 			rows := nb * tt
 			nq, nk := rows*nh*hd, rows*nkv*hd
@@ -171,5 +179,81 @@ func TestAttentionBackwardErrors(t *testing.T) {
 	}
 	if r.Len() != 0 {
 		t.Errorf("%d dispatches recorded by failing calls", r.Len())
+	}
+}
+
+// BenchmarkAttentionBackward: the geometries of BenchmarkAttention (one window of t = 512,
+// nh = 8 over nkv = 2, head_dim 256; with NVG_BENCH_BIG=1 also t = 4096, nh = 16, nkv = 4),
+// with 256- and 64-invocation workgroups. Reports tokens/s (whole call), gpu-µs (the three
+// passes' kernel time from the profiler, each pass logged) and GFLOP/s over that time of the
+// backward's five causal t×t×hd products (scores again, dp, dv, dq, dk: 10·hd flops per
+// (query, key ≤ query) pair and head).
+func BenchmarkAttentionBackward(b *testing.B) {
+	for _, sz := range []struct {
+		nb, t, nh, nkv, hd int
+		big                bool
+	}{{1, 512, 8, 2, 256, false}, {1, 4096, 16, 4, 256, true}} {
+		for _, wide := range []bool{true, false} {
+			b.Run(fmt.Sprintf("nb=%d,t=%d,nh=%d,nkv=%d,hd=%d,wide=%v", sz.nb, sz.t, sz.nh, sz.nkv, sz.hd, wide), func(b *testing.B) {
+				if sz.big && os.Getenv("NVG_BENCH_BIG") != "1" {
+					b.Skip("model-sized run: set NVG_BENCH_BIG=1")
+				}
+				defer gpu.SetAttentionBackwardWide(gpu.SetAttentionBackwardWide(wide))
+				benchAttentionBackward(b, sz.nb, sz.t, sz.nh, sz.nkv, sz.hd)
+			})
+		}
+	}
+}
+
+func benchAttentionBackward(b *testing.B, nb, tt, nh, nkv, hd int) {
+	d := gputest.Open(b)
+	rng := rand.New(rand.NewPCG(69, 70))
+	rows := nb * tt
+	up := func(name string, n int, shape ...int) *gpu.Buffer {
+		f, _ := randF32(rng, n, 1)
+		x := must(d.UploadFloat32(name, f, shape...)).T(b)
+		b.Cleanup(x.Release)
+		return x
+	}
+	q, o, g := up("q", rows*nh*hd, rows, nh, hd), up("out", rows*nh*hd, rows, nh, hd), up("dout", rows*nh*hd, rows, nh, hd)
+	k, v := up("k", rows*nkv*hd, rows, nkv, hd), up("v", rows*nkv*hd, rows, nkv, hd)
+	dq, dk, dv := up("dq", rows*nh*hd, rows, nh, hd), up("dk", rows*nkv*hd, rows, nkv, hd), up("dv", rows*nkv*hd, rows, nkv, hd)
+	lse := up("lse", rows*nh, rows, nh)
+	if err := d.Run(func(r *gpu.Recorder) error { return gpu.Attention(r, q, k, v, o, lse, nb, tt, nh, nkv, hd) }); err != nil {
+		b.Fatal(err)
+	}
+	run := func() {
+		if err := d.Run(func(r *gpu.Recorder) error {
+			return gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, nb, tt, nh, nkv, hd)
+		}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := d.ReadFloat32(dv); err != nil { // waits for the GPU
+			b.Fatal(err)
+		}
+	}
+	run() // compile the pipelines outside the timing
+	b.ResetTimer()
+	for range b.N {
+		run()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	if err := d.SetProfiling(true); err != nil {
+		return
+	}
+	defer d.SetProfiling(false)
+	d.ResetProfile()
+	run()
+	var total float64
+	for _, kt := range d.Profile() {
+		if strings.HasPrefix(kt.Name, "AttentionBackward") {
+			total += kt.Total.Seconds()
+			b.Logf("%s: %.1f µs", kt.Name, kt.Total.Seconds()*1e6)
+		}
+	}
+	if total > 0 {
+		b.ReportMetric(total*1e6, "gpu-µs")
+		b.ReportMetric(float64(nb*nh*tt*(tt+1)/2*10*hd)/total/1e9, "GFLOP/s")
 	}
 }

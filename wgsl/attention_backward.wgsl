@@ -8,27 +8,31 @@
 // Layouts (row-major f32): q, out, dout, dq [nb·t, nh, HD]; k, v, dk, dv [nb·t, nkv, HD];
 // lse, delta [nb·t, nh].
 //
-// Two passes, rendered from this file by the template parameter DQ (each pass declares
-// only the bindings it uses); no atomics, so the sums are deterministic.
+// Three passes, rendered from this file by the template parameter Pass (each pass declares
+// only the bindings it uses); no atomics, so every sum is deterministic.
 //
-// DQ = true: one workgroup of BR·NS = 64 invocations per (window, query head, block of BR
-// query rows), as the forward: invocation (r, sl) owns query row i0 + r and the dims
-// d = sl + NS·m (m < D), keeping scale·q_i, dout_i and the dq accumulator in registers. It
-// first forms D_i (written to delta for the second pass), then per block of BC keys up to
-// the block's last row: the V tile is staged in workgroup memory and the NS partial dots
-// dout_i·v_j are summed through workgroup memory; the K tile replaces it, the scores are
-// formed the same way, p and ds follow in registers and dq takes ds·K from the tile.
+// Pass 0 (dq): one workgroup of BR·NS invocations per (window, query head, block of BR
+// query rows): invocation (r, sl) owns query row i0 + r and the dims d = sl + NS·m (m < D),
+// keeping scale·q_i, dout_i and the dq accumulator in registers. It first forms D_i
+// (written to delta for pass 1), then per block of BC keys up to the block's last row: the
+// V tile is staged in workgroup memory and the NS partial dots dout_i·v_j are summed
+// through workgroup memory; the K tile replaces it, the scores are formed the same way, p
+// and ds follow in registers and dq takes ds·K from the tile.
 //
-// DQ = false: one workgroup of BR·NS = 64 invocations per (window, KV head, block of BR key
-// rows); invocation (r, sl) owns key row j0 + r (dims as above), keeping k_j, v_j and the
-// dk, dv accumulators in registers. For each query head of the group and each block of BC
-// query rows that can see the block's keys (i ≥ j0): the (pre-scaled) Q tile gives the
-// scores, the dout tile gives dp and dv += p·dout, the Q tile is staged again for
-// dk += ds·(scale·q). D_i and lse_i are read from global memory.
+// Pass 1 (dk, dv of one query head): one workgroup of BR·NS invocations per (window, query
+// head h, block of BR key rows of KV head h / group); invocation (r, sl) owns key row
+// j0 + r (dims as above), keeping k_j, v_j and the dk, dv accumulators in registers. For
+// each block of BC query rows that can see the block's keys (i ≥ j0): the (pre-scaled) Q
+// tile gives the scores, the dout tile gives dp and dv += p·dout, the Q tile is staged again
+// for dk += ds·(scale·q). D_i and lse_i are read from global memory. The results go to
+// dkh, dvh [nb·t, nh, HD] (per query head; when nh = nkv these are dk and dv themselves).
 //
-// Template parameters: DQ (bool), HD (head dim), NS (dim slices per row), BR (rows per
-// workgroup), BC (rows per staged tile), D = ceil(HD/NS). Grid: linear workgroup index
-// wid.x + wid.y·nwg.x, bounds-checked.
+// Pass 2 (group sum): dk[row, kh, c] = Σ_{g < group} dkh[row, kh·group + g, c] in order of
+// g, and dv likewise; one invocation per (row, kh, c).
+//
+// Template parameters: Pass, HD (head dim), NS (dim slices per row), BR (rows per
+// workgroup), BC (rows per staged tile), D = ceil(HD/NS), WG (pass 2's workgroup size).
+// Grid: linear workgroup index wid.x + wid.y·nwg.x, bounds-checked.
 
 const HD: u32 = {{.HD}}u;
 const NS: u32 = {{.NS}}u;
@@ -48,7 +52,7 @@ struct Params {
 var<workgroup> tile: array<f32, {{.BC}} * {{.HD}}>;          // staged rows [BC, HD]
 var<workgroup> part: array<f32, {{.BR}} * {{.NS}} * {{.BC}}>; // partial dots [BR, NS, BC]
 
-{{- if .DQ}}
+{{- if eq .Pass 0}}
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
@@ -70,7 +74,11 @@ fn loadKV(which: u32, b: u32, kh: u32, j0: u32, lid: u32) {
         var val = 0.0;
         if (j < p.t) {
             let src = ((b * p.t + j) * p.nkv + kh) * HD + e - jj * HD;
-            val = select(v[src], k[src], which == 0u);
+            if (which == 0u) {
+                val = k[src];
+            } else {
+                val = v[src];
+            }
         }
         tile[e] = val;
     }
@@ -196,7 +204,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 
-{{- else}}
+{{- else if eq .Pass 1}}
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
@@ -204,8 +212,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 @group(0) @binding(3) var<storage, read> dout: array<f32>;
 @group(0) @binding(4) var<storage, read> lse: array<f32>;
 @group(0) @binding(5) var<storage, read> delta: array<f32>;
-@group(0) @binding(6) var<storage, read_write> dk: array<f32>;
-@group(0) @binding(7) var<storage, read_write> dv: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dkh: array<f32>;
+@group(0) @binding(7) var<storage, read_write> dvh: array<f32>;
 @group(0) @binding(8) var<uniform> p: Params;
 
 // loadQG stages query rows i0..i0+BC−1 of scale·q (which = 0) or dout (which = 1), query
@@ -217,7 +225,11 @@ fn loadQG(which: u32, b: u32, h: u32, i0: u32, lid: u32) {
         var val = 0.0;
         if (i < p.t) {
             let src = ((b * p.t + i) * p.nh + h) * HD + e - ii * HD;
-            val = select(dout[src], q[src] * p.scale, which == 0u);
+            if (which == 0u) {
+                val = q[src] * p.scale;
+            } else {
+                val = dout[src];
+            }
         }
         tile[e] = val;
     }
@@ -257,14 +269,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let wg = wid.x + wid.y * nwg.x;
     let nkb = (p.t + BR - 1u) / BR;
     // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (wg >= p.nb * p.nkv * nkb) {
+    if (wg >= p.nb * p.nh * nkb) {
         return;
     }
     let kb = wg % nkb;
-    let bk = wg / nkb;
-    let kh = bk % p.nkv;
-    let b = bk / p.nkv;
-    let group = p.nh / p.nkv;
+    let bh = wg / nkb;
+    let h = bh % p.nh;
+    let b = bh / p.nh;
+    let kh = h / (p.nh / p.nkv);
     let r = lid / NS;
     let sl = lid - r * NS;
     let j0 = kb * BR;
@@ -290,7 +302,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         dva[m] = 0.0;
     }
     let nqb = (p.t + BC - 1u) / BC;
-    for (var h = kh * group; h < (kh + 1u) * group; h++) {
+    {
         for (var qb = j0 / BC; qb < nqb; qb++) {
             let i0 = qb * BC;
             workgroupBarrier(); // previous tile and partials no longer read
@@ -336,14 +348,48 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     if (live) {
+        let ob = ((b * p.t + j) * p.nh + h) * HD;
         for (var m = 0u; m < D; m++) {
             let d = sl + NS * m;
             if (d < HD) {
-                dk[base + d] = dka[m];
-                dv[base + d] = dva[m];
+                dkh[ob + d] = dka[m];
+                dvh[ob + d] = dva[m];
             }
         }
     }
+}
+
+{{- else}}
+
+@group(0) @binding(0) var<storage, read> dkh: array<f32>;
+@group(0) @binding(1) var<storage, read> dvh: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dk: array<f32>;
+@group(0) @binding(3) var<storage, read_write> dv: array<f32>;
+
+struct SumParams {
+    n: u32,     // nb·t·nkv·HD
+    group: u32, // nh / nkv
+};
+@group(0) @binding(4) var<uniform> p: SumParams;
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let e = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
+    if (e >= p.n) {
+        return;
+    }
+    let rk = e / HD; // (row, kh)
+    let c = e - rk * HD;
+    let src = rk * p.group * HD + c; // (row, kh·group, c)
+    var sk = 0.0;
+    var sv = 0.0;
+    for (var g = 0u; g < p.group; g++) {
+        sk += dkh[src + g * HD];
+        sv += dvh[src + g * HD];
+    }
+    dk[e] = sk;
+    dv[e] = sv;
 }
 
 {{- end}}
