@@ -53,6 +53,30 @@ func (l *BLRLayer) Release() {
 	}
 }
 
+// ReadScales reads the trainable scales of every path back to the host (for export and
+// snapshots): one BLRHostPath per path with H, G and L filled (U and V nil; the sign bits are
+// frozen and stay as uploaded). It waits for the GPU. Errors: a released buffer or a failed
+// readback.
+func (l *BLRLayer) ReadScales() ([]BLRHostPath, error) {
+	out := make([]BLRHostPath, len(l.Paths))
+	for p, q := range l.Paths {
+		for _, f := range []struct {
+			b   *Buffer
+			dst *[]float32
+		}{{q.H, &out[p].H}, {q.G, &out[p].G}, {q.L, &out[p].L}} {
+			if err := f.b.usable(); err != nil {
+				return nil, fmt.Errorf("gpu: BLRLayer.ReadScales: path %d: %w", p, err)
+			}
+			v, err := f.b.dev.ReadFloat32(f.b)
+			if err != nil {
+				return nil, err
+			}
+			*f.dst = v
+		}
+	}
+	return out, nil
+}
+
 // packedWords returns the bytes as little-endian u32 words, zero-padded to a multiple of 4.
 func packedWords(b []byte) []uint32 {
 	w := make([]uint32, (len(b)+3)/4)

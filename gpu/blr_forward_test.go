@@ -180,7 +180,7 @@ func TestBLRForwardErrors(t *testing.T) {
 	defer r.Discard()
 	for name, err := range map[string]error{
 		"rows":     gpu.BLRForward(r, l, x, y, nil, 4),
-		"alias":    gpu.BLRForward(r, l, x, x, nil, 3),
+		"t1 is g":  gpu.BLRForward(r, l, x, y, []*gpu.Buffer{l.Paths[0].G}, 3),
 		"t1 count": gpu.BLRForward(r, l, x, y, []*gpu.Buffer{y, y}, 3),
 		"nil":      gpu.BLRForward(r, nil, x, y, nil, 3),
 		"h as y":   gpu.BLRForward(r, &gpu.BLRLayer{M: 16, N: 24, Rank: 8, Paths: []gpu.BLRLayerPath{{H: y, G: l.Paths[0].G, L: l.Paths[0].L, U: l.Paths[0].U, V: l.Paths[0].V}}}, x, y, nil, 3),
@@ -193,6 +193,15 @@ func TestBLRForwardErrors(t *testing.T) {
 	}
 	if r.Len() != 0 {
 		t.Errorf("%d dispatches recorded by failing calls", r.Len())
+	}
+	sc := must(l.ReadScales()).T(t)
+	for i, x := range w.Paths[0].L {
+		if sc[0].L[i] != x {
+			t.Fatalf("ReadScales: ℓ[%d] = %g, uploaded %g", i, sc[0].L[i], x)
+		}
+	}
+	if len(sc) != 1 || len(sc[0].H) != 16 || len(sc[0].G) != 24 || sc[0].H[3] != w.Paths[0].H[3] || sc[0].G[5] != w.Paths[0].G[5] {
+		t.Errorf("ReadScales: got %d paths, H %d, G %d values or wrong values", len(sc), len(sc[0].H), len(sc[0].G))
 	}
 	for name, f := range map[string]func() error{
 		"rank": func() error {
