@@ -163,6 +163,7 @@ type ForwardOptions struct {
 
 // Trace is what Forward returns for nb windows of t tokens.
 type Trace struct {
+	// NB windows of T tokens (the windows given, not the work's padding).
 	NB, T int
 	// Hidden[L], L = 0…num_layers, each [NB·T·H] f32 row-major: Hidden[0] the embeddings,
 	// Hidden[L] the output of decoder layer L−1 (the residual stream), except the last,

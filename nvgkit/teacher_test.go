@@ -211,6 +211,24 @@ func TestForwardFixtures(t *testing.T) {
 	if !(lpErr <= 2e-3) {
 		t.Errorf("top-k log-probs: max abs error %.3g > 2e-3", lpErr)
 	}
+
+	// Fewer windows than the work holds: window 1 alone (padded with itself) must give
+	// exactly window 1's rows of the full run, since windows share nothing.
+	one, err := nvgkit.TeacherTopK(net, w, ids[1:], K)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.NB != 1 || len(one.IDs) != T*K || len(one.LSE) != T {
+		t.Fatalf("one window: NB %d, %d ids, %d lse", one.NB, len(one.IDs), len(one.LSE))
+	}
+	for i := range one.IDs {
+		if one.IDs[i] != top.IDs[T*K+i] || math.Float32bits(one.Probs[i]) != math.Float32bits(top.Probs[T*K+i]) {
+			t.Fatalf("one window: entry %d is (%d, %g), the two-window run had (%d, %g)", i, one.IDs[i], one.Probs[i], top.IDs[T*K+i], top.Probs[T*K+i])
+		}
+	}
+	if i := sameBits(one.LSE, top.LSE[T:]); i >= 0 {
+		t.Errorf("one window: lse[%d] = %g, the two-window run had %g", i, one.LSE[i], top.LSE[T+i])
+	}
 }
 
 // passPeak loads m (streamed or resident) on top of what the device holds, runs TeacherTopK on
