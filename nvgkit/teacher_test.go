@@ -514,3 +514,51 @@ func BenchmarkTeacherTopK(b *testing.B) {
 		})
 	}
 }
+
+// TestLoadNetErrors checks that LoadNet names the tensor it cannot use — a weight beyond
+// f16's range, a missing tensor, a wrong shape — and leaves nothing allocated on the GPU.
+func TestLoadNetErrors(t *testing.T) {
+	d, m, _ := tinyTeacher(t)
+	base := truncated(t, m, 1)
+	before := d.MemStats()
+	clone := func() *cmf.Model {
+		c := cmf.NewModel(base.Config)
+		for _, tn := range base.Tensors {
+			if err := c.Set(tn); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c
+	}
+	const victim = "model.layers.0.mlp.up_proj.weight"
+	shape := base.Tensors[victim].Shape
+	big := make([]float64, shape[0]*shape[1])
+	big[12345] = 70000 // beyond f16's 65504
+	bigT, err := cmf.NewFloatTensor(victim, cmf.F32, shape, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, want string
+		edit       func(m *cmf.Model)
+	}{
+		{"weight beyond f16", victim + " (F32): element 12345 = 70000 is not finite in f16", func(m *cmf.Model) { m.Tensors[victim] = bigT }},
+		{"missing tensor", "model.layers.0.linear_attn.A_log is missing", func(m *cmf.Model) { m.Delete("model.layers.0.linear_attn.A_log") }},
+		{"wrong shape", "model.norm.weight: shape [255]", func(m *cmf.Model) {
+			tn, _ := cmf.NewFloatTensor("model.norm.weight", cmf.F32, []int{255}, make([]float64, 255))
+			m.Tensors["model.norm.weight"] = tn
+		}},
+	} {
+		mm := clone()
+		tc.edit(mm)
+		_, err := nvgkit.LoadNet(d, mm, nvgkit.Teacher)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		} else {
+			t.Logf("%s: %v", tc.name, err)
+		}
+		if after := d.MemStats(); after.Buffers != before.Buffers || after.CurrentBytes != before.CurrentBytes {
+			t.Errorf("%s: failed LoadNet left GPU buffers behind: %+v → %+v", tc.name, before, after)
+		}
+	}
+}
