@@ -191,6 +191,13 @@ var<workgroup> wS: array<f32, DVP>;
 var<workgroup> duS: array<f32, DVP>;
 var<workgroup> part: array<vec2<f32>, 256>;
 
+// The tile loops below are unrolled by the template with literal indices, so the tiles
+// s (the state, forward recompute), ds (dS) and sv (S_{τ−1} of the current token) live in
+// registers and the scratch loads of one token are independent (issued together).
+var<private> s: array<f32, NT>;
+var<private> ds: array<f32, NT>;
+var<private> sv: array<f32, NT>;
+
 // stageK writes k (and q when withQ) of token row, key head kh, zero-padded, into kS/qS.
 fn stageK(row: u32, kh: u32, l: u32, withQ: bool) {
     let src = (row * p.hk + kh) * DK;
@@ -209,10 +216,9 @@ fn stageK(row: u32, kh: u32, l: u32, withQ: bool) {
 }
 
 // fwdStep advances the state tile s by token row (value head j): S ← e^g·S,
-// w = v − Sᵀk, u = β·w, S ← S + k⊗u. When store, u and w go to the chunk scratch at
-// uwAt (u) and uwAt + C·DV (w), written by invocation c (l = c).
-fn fwdStep(s: ptr<function, array<f32, NT>>, row: u32, j: u32, kh: u32, l: u32, rb: u32, cb: u32,
-           store: bool, uwAt: u32) {
+// w = v − Sᵀk, u = β·w, S ← S + k⊗u; u and w go to the chunk scratch at uwAt (u) and
+// uwAt + C·DV (w), written by invocation c (l = c).
+fn fwdStep(row: u32, j: u32, kh: u32, l: u32, rb: u32, cb: u32, uwAt: u32) {
     stageK(row, kh, l, false);
     if (l < DVP) {
         var vv = 0.0;
@@ -225,16 +231,16 @@ fn fwdStep(s: ptr<function, array<f32, NT>>, row: u32, j: u32, kh: u32, l: u32, 
     let gi = row * p.hv + j;
     let decay = exp(g[gi]);
     let bt = beta[gi];
-    for (var jj = 0u; jj < TC; jj++) {
+{{- range $jj := seq $.TC}}
+    {
         var acc = 0.0;
-        for (var i = 0u; i < TR; i++) {
-            let e = i * TC + jj;
-            let sv = (*s)[e] * decay;
-            (*s)[e] = sv;
-            acc = fma(kS[rb + 16u * i], sv, acc);
-        }
-        colred[rb * DVP + cb + 16u * jj] = acc;
+{{- range $i := seq $.TR}}
+        s[{{add (mul $i $.TC) $jj}}] = s[{{add (mul $i $.TC) $jj}}] * decay;
+        acc = fma(kS[rb + {{mul 16 $i}}u], s[{{add (mul $i $.TC) $jj}}], acc);
+{{- end}}
+        colred[rb * DVP + cb + {{mul 16 $jj}}u] = acc;
     }
+{{- end}}
     workgroupBarrier();
     if (l < DVP) {
         var sk = 0.0;
@@ -244,48 +250,56 @@ fn fwdStep(s: ptr<function, array<f32, NT>>, row: u32, j: u32, kh: u32, l: u32, 
         let wv = vS[l] - sk;
         let uv = bt * wv;
         uS[l] = uv;
-        if (store && l < DV) {
+        if (l < DV) {
             scr[uwAt + l] = uv;
             scr[uwAt + p.chunk * DV + l] = wv;
         }
     }
     workgroupBarrier();
-    for (var i = 0u; i < TR; i++) {
-        let ka = kS[rb + 16u * i];
-        for (var jj = 0u; jj < TC; jj++) {
-            let e = i * TC + jj;
-            (*s)[e] = fma(ka, uS[cb + 16u * jj], (*s)[e]);
-        }
+{{- range $i := seq $.TR}}
+    {
+        let ka = kS[rb + {{mul 16 $i}}u];
+{{- range $jj := seq $.TC}}
+        s[{{add (mul $i $.TC) $jj}}] = fma(ka, uS[cb + {{mul 16 $jj}}u], s[{{add (mul $i $.TC) $jj}}]);
+{{- end}}
     }
+{{- end}}
     workgroupBarrier();
 }
 
 // saveTile writes the live entries of s to scr at base (row-major [DK, DV]).
-fn saveTile(s: ptr<function, array<f32, NT>>, base: u32, rb: u32, cb: u32) {
-    for (var i = 0u; i < TR; i++) {
-        let a = rb + 16u * i;
-        for (var jj = 0u; jj < TC; jj++) {
-            let c = cb + 16u * jj;
-            if (a < DK && c < DV) {
-                scr[base + a * DV + c] = (*s)[i * TC + jj];
-            }
-        }
+fn saveTile(base: u32, rb: u32, cb: u32) {
+{{- range $i := seq $.TR}}
+{{- range $jj := seq $.TC}}
+    if (rb + {{mul 16 $i}}u < DK && cb + {{mul 16 $jj}}u < DV) {
+        scr[base + (rb + {{mul 16 $i}}u) * DV + cb + {{mul 16 $jj}}u] = s[{{add (mul $i $.TC) $jj}}];
     }
+{{- end}}
+{{- end}}
 }
 
-// loadTile reads the live entries of s from scr at base (zero for the padding).
-fn loadTile(s: ptr<function, array<f32, NT>>, base: u32, rb: u32, cb: u32) {
-    for (var i = 0u; i < TR; i++) {
-        let a = rb + 16u * i;
-        for (var jj = 0u; jj < TC; jj++) {
-            let c = cb + 16u * jj;
-            var x = 0.0;
-            if (a < DK && c < DV) {
-                x = scr[base + a * DV + c];
-            }
-            (*s)[i * TC + jj] = x;
-        }
+// loadTile reads the live entries of tile s from scr at base (zero for the padding).
+fn loadTile(base: u32, rb: u32, cb: u32) {
+{{- range $i := seq $.TR}}
+{{- range $jj := seq $.TC}}
+    s[{{add (mul $i $.TC) $jj}}] = 0.0;
+    if (rb + {{mul 16 $i}}u < DK && cb + {{mul 16 $jj}}u < DV) {
+        s[{{add (mul $i $.TC) $jj}}] = scr[base + (rb + {{mul 16 $i}}u) * DV + cb + {{mul 16 $jj}}u];
     }
+{{- end}}
+{{- end}}
+}
+
+// loadPrev reads S_{τ−1} of the current token from the chunk scratch at base into sv.
+fn loadPrev(base: u32, rb: u32, cb: u32) {
+{{- range $i := seq $.TR}}
+{{- range $jj := seq $.TC}}
+    sv[{{add (mul $i $.TC) $jj}}] = 0.0;
+    if (rb + {{mul 16 $i}}u < DK && cb + {{mul 16 $jj}}u < DV) {
+        sv[{{add (mul $i $.TC) $jj}}] = scr[base + (rb + {{mul 16 $i}}u) * DV + cb + {{mul 16 $jj}}u];
+    }
+{{- end}}
+{{- end}}
 }
 
 @compute @workgroup_size(256)
@@ -309,9 +323,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row0 = b * p.t;
 
     // The checkpoints were written by the sweep (the Ckpt entry) before this dispatch.
-    var s: array<f32, NT>;
     // Chunks in reverse: recompute, then the backward steps.
-    var ds: array<f32, NT>;
     for (var e = 0u; e < NT; e++) {
         ds[e] = 0.0;
     }
@@ -319,11 +331,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let ci = p.nck - 1u - cc;
         let t0 = ci * C;
         let t1 = min(p.t, t0 + C);
-        loadTile(&s, hb + ci * SZ, rb, cb);
+        loadTile(hb + ci * SZ, rb, cb);
         for (var tau = t0; tau < t1; tau++) {
             let i = tau - t0;
-            saveTile(&s, statesAt + i * SZ, rb, cb);
-            fwdStep(&s, row0 + tau, j, kh, l, rb, cb, true, uwAt + i * DV);
+            saveTile(statesAt + i * SZ, rb, cb);
+            fwdStep(row0 + tau, j, kh, l, rb, cb, uwAt + i * DV);
         }
         for (var tt = t0; tt < t1; tt++) {
             let tau = t1 - 1u - (tt - t0);
@@ -346,38 +358,36 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 uS[l] = uv;
                 wS[l] = wv;
             }
+            loadPrev(statesAt + i * SZ, rb, cb);
             workgroupBarrier();
             let decay = exp(g[gi]);
             let bt = beta[gi];
-            let sb = statesAt + i * SZ;
             // dS += q⊗do; partial du = dSᵀk over my rows, partial dq = S_τ·do over my columns.
-            var cp: array<f32, TC>;
-            for (var jj = 0u; jj < TC; jj++) {
-                cp[jj] = 0.0;
-            }
-            for (var i2 = 0u; i2 < TR; i2++) {
-                let a = rb + 16u * i2;
+{{- range $jj := seq $.TC}}
+            var cp{{$jj}} = 0.0;
+{{- end}}
+{{- range $i := seq $.TR}}
+            {
+                let a = rb + {{mul 16 $i}}u;
                 let ka = kS[a];
                 let qa = qS[a];
                 var rp = 0.0;
-                for (var jj = 0u; jj < TC; jj++) {
-                    let c = cb + 16u * jj;
-                    var sp = 0.0;
-                    if (a < DK && c < DV) {
-                        sp = scr[sb + a * DV + c];
-                    }
-                    let sn = fma(ka, uS[c], decay * sp);
-                    let e = i2 * TC + jj;
-                    let d = fma(qa, vS[c], ds[e]);
-                    ds[e] = d;
-                    cp[jj] = fma(ka, d, cp[jj]);
+{{- range $jj := seq $.TC}}
+                {
+                    let c = cb + {{mul 16 $jj}}u;
+                    let sn = fma(ka, uS[c], decay * sv[{{add (mul $i $.TC) $jj}}]);
+                    let d = fma(qa, vS[c], ds[{{add (mul $i $.TC) $jj}}]);
+                    ds[{{add (mul $i $.TC) $jj}}] = d;
+                    cp{{$jj}} = fma(ka, d, cp{{$jj}});
                     rp = fma(sn, vS[c], rp);
                 }
+{{- end}}
                 rowred[cb * DKP + a] = rp;
             }
-            for (var jj = 0u; jj < TC; jj++) {
-                colred[rb * DVP + cb + 16u * jj] = cp[jj];
-            }
+{{- end}}
+{{- range $jj := seq $.TC}}
+            colred[rb * DVP + cb + {{mul 16 $jj}}u] = cp{{$jj}};
+{{- end}}
             workgroupBarrier();
             var dbp = 0.0;
             if (l < DVP) {
@@ -403,28 +413,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             workgroupBarrier();
             // dk = dS·u − Ŝ·(β du); dŜ = dS − k⊗(β du); dg = Σ Ŝ⊙dŜ; dS ← e^g·dŜ.
             var dgp = 0.0;
-            for (var i2 = 0u; i2 < TR; i2++) {
-                let a = rb + 16u * i2;
+{{- range $i := seq $.TR}}
+            {
+                let a = rb + {{mul 16 $i}}u;
                 let ka = kS[a];
                 var rp = 0.0;
-                for (var jj = 0u; jj < TC; jj++) {
-                    let c = cb + 16u * jj;
-                    var sp = 0.0;
-                    if (a < DK && c < DV) {
-                        sp = scr[sb + a * DV + c];
-                    }
-                    let sh = decay * sp;
+{{- range $jj := seq $.TC}}
+                {
+                    let c = cb + {{mul 16 $jj}}u;
+                    let sh = decay * sv[{{add (mul $i $.TC) $jj}}];
                     let bdu = bt * duS[c];
-                    let e = i2 * TC + jj;
-                    let d = ds[e];
+                    let d = ds[{{add (mul $i $.TC) $jj}}];
                     rp = fma(d, uS[c], rp);
                     rp = fma(-sh, bdu, rp);
                     let dsh = fma(-ka, bdu, d);
                     dgp = fma(sh, dsh, dgp);
-                    ds[e] = decay * dsh;
+                    ds[{{add (mul $i $.TC) $jj}}] = decay * dsh;
                 }
+{{- end}}
                 rowred[cb * DKP + a] = rp;
             }
+{{- end}}
             part[l] = vec2<f32>(dgp, dbp);
             workgroupBarrier();
             if (l < DKP) {
@@ -436,25 +445,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     dkey[gi * DK + l] = sk;
                 }
             }
-            if (l == 0u) {
-                var sg = 0.0;
-                for (var m = 0u; m < 256u; m++) {
-                    sg += part[m].x;
+            if (l == 0u || l == 1u) {
+                // dg (l = 0) or dβ (l = 1): four interleaved partial sums, fixed order.
+                var s4 = vec4<f32>(0.0);
+                for (var m = 0u; m < 256u; m += 4u) {
+                    s4 += vec4<f32>(part[m][l], part[m + 1u][l], part[m + 2u][l], part[m + 3u][l]);
                 }
-                dg[gi] = sg;
-            }
-            if (l == 1u) {
-                var sbt = 0.0;
-                for (var m = 0u; m < 256u; m++) {
-                    sbt += part[m].y;
+                let tot = (s4.x + s4.y) + (s4.z + s4.w);
+                if (l == 0u) {
+                    dg[gi] = tot;
+                } else {
+                    dbeta[gi] = tot;
                 }
-                dbeta[gi] = sbt;
             }
             // No barrier needed here: the next writes to rowred and part follow a barrier.
         }
-        // Chunk boundary: the next recompute writes kS, vS, colred, uS only after all of
-        // this step's readers are past the last barrier; rowred/part readers above read
-        // nothing the recompute's first stage writes.
+        // Chunk boundary: the recompute's first stage writes kS, qS and vS only, which the
+        // step above read before its last barrier; colred and uS follow a barrier.
     }
 }
 {{- end}}
