@@ -7,7 +7,7 @@ import (
 
 // attentionBackwardParams are attention_backward.wgsl's template parameters.
 type attentionBackwardParams struct {
-	Pass, HD, NS, BR, BC, D, WG int
+	Pass, HD, NS, BR, BC, D4, WG int
 }
 
 // attentionBackwardWide selects 256-invocation workgroups (BR·NS = 256 rows·slices sharing
@@ -15,20 +15,34 @@ type attentionBackwardParams struct {
 // less reuse). Benchmarks flip it through export_test.
 var attentionBackwardWide = true
 
-// attentionBackwardConfig returns the pass-0/1 parameters for headDim: NS dim slices of
-// ≤ 32 dims per invocation, BC·headDim tile floats and BR·NS·BC partial dots in workgroup
-// memory, ≤ 16 KiB together (WebGPU's default limit).
-func attentionBackwardConfig(headDim int, wide bool) attentionBackwardParams {
-	ns, br, bc := 4, 16, 16 // hd ≤ 128: 8 + 4 KiB
-	switch {
-	case headDim > 128 && wide:
-		ns, br, bc = 8, 32, 8 // 8 + 8 KiB
-	case headDim > 128:
-		ns, br, bc = 8, 8, 8 // 8 + 2 KiB
-	case wide:
-		ns, br, bc = 4, 64, 8 // 4 + 8 KiB
+// attentionBackwardConfig returns the pass-0/1 parameters for headDim on a device offering
+// maxSmem bytes of workgroup memory and maxInv invocations per workgroup: NS dim slices of
+// ≤ 8 vec4s (32 dims) per invocation, WG = 256 (wide) or 64 invocations, BR = WG/NS rows,
+// and BC tile rows (16 for headDim ≤ 128, else 8, halved until the tile, BC·D4·NS vec4s,
+// and the partial dots, BC·WG floats, fit).
+func attentionBackwardConfig(headDim int, wide bool, maxSmem, maxInv int) (attentionBackwardParams, error) {
+	ns := 1
+	for 32*ns < headDim {
+		ns *= 2
 	}
-	return attentionBackwardParams{HD: headDim, NS: ns, BR: br, BC: bc, D: (headDim + ns - 1) / ns}
+	wg := 64
+	if wide {
+		wg = 256
+	}
+	bc := 16
+	if headDim > 128 {
+		bc = 8
+	}
+	d4 := (headDim + 4*ns - 1) / (4 * ns)
+	smem := func(bc int) int { return bc * (d4*ns*16 + wg*4) }
+	for bc > 1 && smem(bc) > maxSmem {
+		bc /= 2
+	}
+	if smem(bc) > maxSmem || wg > maxInv {
+		return attentionBackwardParams{}, fmt.Errorf("device offers %d bytes of workgroup memory and %d invocations, fewer than %d and %d",
+			maxSmem, maxInv, smem(bc), wg)
+	}
+	return attentionBackwardParams{HD: headDim, NS: ns, BR: wg / ns, BC: bc, D4: d4, WG: wg}, nil
 }
 
 // AttentionBackward records the backward of Attention (causal softmax attention with
@@ -53,8 +67,11 @@ func attentionBackwardConfig(headDim int, wide bool) attentionBackwardParams {
 // go to two recorder temporaries [nb·t, nh, headDim] and pass 2 sums the nh/nkv shares of
 // each KV head in a fixed order (when nh = nkv pass 1 writes dk and dv directly). Scores
 // are recomputed from q, k and lse tile by tile in workgroup memory (no t×t matrix); f32
-// throughout. Errors: non-positive sizes, nh not a multiple of nkv, headDim > 256, dtype or
-// length mismatches, aliasing, or any Dispatch error; a failed call records nothing.
+// throughout; workgroups of 256 invocations and ≤ 24 KiB of workgroup memory (the tile
+// height halves on devices offering less). Errors: non-positive sizes, nh not a multiple
+// of nkv, headDim > 256, dtype or length mismatches, aliasing, a device without the
+// workgroup memory or invocations needed, or any Dispatch error; a failed call records
+// nothing.
 func AttentionBackward(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer, nb, t, nh, nkv, headDim int) error {
 	const op = "AttentionBackward"
 	if err := positive(op, "nb, t, nh, nkv, headDim", nb, t, nh, nkv, headDim); err != nil {
@@ -83,7 +100,11 @@ func AttentionBackward(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer,
 	if err := distinct(op, bufs); err != nil {
 		return err
 	}
-	pq := attentionBackwardConfig(headDim, attentionBackwardWide)
+	info := r.d.Info()
+	pq, err := attentionBackwardConfig(headDim, attentionBackwardWide, int(info.MaxWorkgroupStorage), int(info.MaxInvocations))
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
 	pkv := pq
 	pkv.Pass = 1
 	kq, err := r.d.Kernel(KernelSpec{

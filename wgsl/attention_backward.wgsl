@@ -12,11 +12,11 @@
 // only the bindings it uses); no atomics, so every sum is deterministic.
 //
 // Pass 0 (dq): one workgroup of BR·NS invocations per (window, query head, block of BR
-// query rows): invocation (r, sl) owns query row i0 + r and the dims d = sl + NS·m (m < D),
-// keeping scale·q_i, dout_i and the dq accumulator in registers. It first forms D_i
-// (written to delta for pass 1), then per block of BC keys up to the block's last row: the
-// V tile is staged in workgroup memory and the NS partial dots dout_i·v_j are summed
-// through workgroup memory; the K tile replaces it, the scores are formed the same way, p
+// query rows): invocation (r, sl) owns query row i0 + r and the D4 vec4 groups of dims
+// c4 = sl + NS·m (m < D4; dims 4·c4..4·c4+3, zero past HD), keeping scale·q_i, dout_i and
+// the dq accumulator in registers. It first forms D_i (written to delta for pass 1), then
+// per block of BC keys up to the block's last row: the V tile is staged in workgroup memory
+// and the NS partial dots dout_i·v_j are summed through workgroup memory; the K tile replaces it, the scores are formed the same way, p
 // and ds follow in registers and dq takes ds·K from the tile.
 //
 // Pass 1 (dk, dv of one query head): one workgroup of BR·NS invocations per (window, query
@@ -30,16 +30,20 @@
 // Pass 2 (group sum): dk[row, kh, c] = Σ_{g < group} dkh[row, kh·group + g, c] in order of
 // g, and dv likewise; one invocation per (row, kh, c).
 //
+// Tiles hold rows of R4 = D4·NS vec4s (HD padded with zeros); the partial dots of a tile
+// row jj are part[jj·WG + lid], so the NS partials of row r are part[jj·WG + r·NS + x].
 // Template parameters: Pass, HD (head dim), NS (dim slices per row), BR (rows per
-// workgroup), BC (rows per staged tile), D = ceil(HD/NS), WG (pass 2's workgroup size).
+// workgroup), BC (rows per staged tile), D4 = ceil(HD/(4·NS)), WG (invocations per
+// workgroup: BR·NS in passes 0 and 1).
 // Grid: linear workgroup index wid.x + wid.y·nwg.x, bounds-checked.
 
 const HD: u32 = {{.HD}}u;
 const NS: u32 = {{.NS}}u;
 const BR: u32 = {{.BR}}u;
 const BC: u32 = {{.BC}}u;
-const D: u32 = {{.D}}u;
-const WG: u32 = BR * NS;
+const D4: u32 = {{.D4}}u;
+const R4: u32 = {{.D4}}u * {{.NS}}u; // vec4s per padded row
+const WG: u32 = {{.WG}}u;
 
 struct Params {
     nb: u32,
@@ -49,8 +53,32 @@ struct Params {
     scale: f32,
 };
 
-var<workgroup> tile: array<f32, {{.BC}} * {{.HD}}>;          // staged rows [BC, HD]
-var<workgroup> part: array<f32, {{.BR}} * {{.NS}} * {{.BC}}>; // partial dots [BR, NS, BC]
+var<workgroup> tile: array<vec4<f32>, {{.BC}} * {{.D4}} * {{.NS}}>; // staged rows [BC, R4]
+var<workgroup> part: array<f32, {{.BC}} * {{.WG}}>;                 // partial dots [BC, WG]
+
+{{- define "row4"}}
+
+// row4_{{.}} reads dims 4·c4..4·c4+3 of the HD-vector of {{.}} at base, zero past HD.
+fn row4_{{.}}(base: u32, c4: u32) -> vec4<f32> {
+    var r = vec4<f32>(0.0);
+    let d = 4u * c4;
+    if (d + 3u < HD) {
+        r = vec4<f32>({{.}}[base + d], {{.}}[base + d + 1u], {{.}}[base + d + 2u], {{.}}[base + d + 3u]);
+    } else {
+        for (var e = 0u; e < 4u; e++) {
+            if (d + e < HD) {
+                r[e] = {{.}}[base + d + e];
+            }
+        }
+    }
+    return r;
+}
+{{- end}}
+
+// hsum is the sum of a vec4's lanes.
+fn hsum(x: vec4<f32>) -> f32 {
+    return (x.x + x.y) + (x.z + x.w);
+}
 
 {{- if eq .Pass 0}}
 
@@ -63,42 +91,34 @@ var<workgroup> part: array<f32, {{.BR}} * {{.NS}} * {{.BC}}>; // partial dots [B
 @group(0) @binding(6) var<storage, read_write> dq: array<f32>;
 @group(0) @binding(7) var<storage, read_write> delta: array<f32>;
 @group(0) @binding(8) var<uniform> p: Params;
+{{template "row4" "q"}}
+{{template "row4" "k"}}
+{{template "row4" "v"}}
+{{template "row4" "out"}}
+{{template "row4" "dout"}}
 
 // loadKV stages rows j0..j0+BC−1 of k (which = 0) or v (which = 1), KV head kh, window b,
 // into tile; rows past the window are zero (every slot written: workgroup memory is not
 // zero-initialised).
 fn loadKV(which: u32, b: u32, kh: u32, j0: u32, lid: u32) {
-    for (var e = lid; e < BC * HD; e += WG) {
-        let jj = e / HD;
+    for (var e = lid; e < BC * R4; e += WG) {
+        let jj = e / R4;
+        let c4 = e - jj * R4;
         let j = j0 + jj;
-        var val = 0.0;
+        var val = vec4<f32>(0.0);
         if (j < p.t) {
-            let src = ((b * p.t + j) * p.nkv + kh) * HD + e - jj * HD;
+            let base = ((b * p.t + j) * p.nkv + kh) * HD;
             if (which == 0u) {
-                val = k[src];
+                val = row4_k(base, c4);
             } else {
-                val = v[src];
+                val = row4_v(base, c4);
             }
         }
         tile[e] = val;
     }
 }
 
-// partials writes this invocation's partial dots of reg with the BC staged rows.
-fn partials(reg: ptr<function, array<f32, D>>, r: u32, sl: u32) {
-    for (var jj = 0u; jj < BC; jj++) {
-        var s = 0.0;
-        for (var m = 0u; m < D; m++) {
-            let d = sl + NS * m;
-            if (d < HD) {
-                s += (*reg)[m] * tile[jj * HD + d];
-            }
-        }
-        part[(r * NS + sl) * BC + jj] = s;
-    }
-}
-
-@compute @workgroup_size({{.BR}} * {{.NS}})
+@compute @workgroup_size({{.WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let wg = wid.x + wid.y * nwg.x;
@@ -118,29 +138,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let i = i0 + r;
     let live = i < p.t;
 
-    var qr: array<f32, D>;
-    var gr: array<f32, D>; // dout_i
-    var acc: array<f32, D>;
+    var qr: array<vec4<f32>, D4>;
+    var gr: array<vec4<f32>, D4>; // dout_i
+    var acc: array<vec4<f32>, D4>;
     let base = ((b * p.t + i) * p.nh + h) * HD;
-    var dpart = 0.0;
-    for (var m = 0u; m < D; m++) {
-        let d = sl + NS * m;
-        var x = 0.0;
-        var g = 0.0;
-        if (live && d < HD) {
-            x = q[base + d] * p.scale;
-            g = dout[base + d];
-            dpart += g * out[base + d];
+    var dpart = vec4<f32>(0.0);
+    for (var m = 0u; m < D4; m++) {
+        var x = vec4<f32>(0.0);
+        var g = vec4<f32>(0.0);
+        if (live) {
+            let c4 = sl + NS * m;
+            x = row4_q(base, c4) * p.scale;
+            g = row4_dout(base, c4);
+            dpart += g * row4_out(base, c4);
         }
         qr[m] = x;
         gr[m] = g;
-        acc[m] = 0.0;
+        acc[m] = vec4<f32>(0.0);
     }
-    part[lid] = dpart; // lid = r·NS + sl
+    part[lid] = hsum(dpart);
     workgroupBarrier();
     var di = 0.0;
-    for (var s = 0u; s < NS; s++) {
-        di += part[r * NS + s];
+    for (var x = 0u; x < NS; x++) {
+        di += part[r * NS + x];
     }
     var li = 0.0;
     if (live) {
@@ -157,25 +177,37 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier(); // previous K tile and partials (or D's partials) no longer read
         loadKV(1u, b, kh, j0, lid);
         workgroupBarrier();
-        partials(&gr, r, sl);
+        for (var jj = 0u; jj < BC; jj++) {
+            var s4 = vec4<f32>(0.0);
+            for (var m = 0u; m < D4; m++) {
+                s4 += gr[m] * tile[jj * R4 + sl + NS * m];
+            }
+            part[jj * WG + lid] = hsum(s4);
+        }
         workgroupBarrier(); // dp partials complete, V tile no longer read
         var dp: array<f32, BC>;
         for (var jj = 0u; jj < BC; jj++) {
             var s = 0.0;
             for (var x = 0u; x < NS; x++) {
-                s += part[(r * NS + x) * BC + jj];
+                s += part[jj * WG + r * NS + x];
             }
             dp[jj] = s;
         }
         loadKV(0u, b, kh, j0, lid);
         workgroupBarrier(); // K tile staged, dp partials read
-        partials(&qr, r, sl);
+        for (var jj = 0u; jj < BC; jj++) {
+            var s4 = vec4<f32>(0.0);
+            for (var m = 0u; m < D4; m++) {
+                s4 += qr[m] * tile[jj * R4 + sl + NS * m];
+            }
+            part[jj * WG + lid] = hsum(s4);
+        }
         workgroupBarrier(); // score partials complete
         var ds: array<f32, BC>;
         for (var jj = 0u; jj < BC; jj++) {
             var s = 0.0;
             for (var x = 0u; x < NS; x++) {
-                s += part[(r * NS + x) * BC + jj];
+                s += part[jj * WG + r * NS + x];
             }
             var g = 0.0;
             if (live && j0 + jj <= i) {
@@ -183,22 +215,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
             ds[jj] = g;
         }
-        for (var m = 0u; m < D; m++) {
-            let d = sl + NS * m;
+        for (var m = 0u; m < D4; m++) {
             var a = acc[m];
-            if (d < HD) {
-                for (var jj = 0u; jj < BC; jj++) {
-                    a += ds[jj] * tile[jj * HD + d];
-                }
+            for (var jj = 0u; jj < BC; jj++) {
+                a += ds[jj] * tile[jj * R4 + sl + NS * m];
             }
             acc[m] = a;
         }
     }
     if (live) {
-        for (var m = 0u; m < D; m++) {
-            let d = sl + NS * m;
-            if (d < HD) {
-                dq[base + d] = acc[m] * p.scale;
+        for (var m = 0u; m < D4; m++) {
+            let d = 4u * (sl + NS * m);
+            let a = acc[m] * p.scale;
+            for (var x = 0u; x < 4u; x++) {
+                if (d + x < HD) {
+                    dq[base + d + x] = a[x];
+                }
             }
         }
     }
@@ -215,55 +247,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 @group(0) @binding(6) var<storage, read_write> dkh: array<f32>;
 @group(0) @binding(7) var<storage, read_write> dvh: array<f32>;
 @group(0) @binding(8) var<uniform> p: Params;
+{{template "row4" "q"}}
+{{template "row4" "k"}}
+{{template "row4" "v"}}
+{{template "row4" "dout"}}
 
 // loadQG stages query rows i0..i0+BC−1 of scale·q (which = 0) or dout (which = 1), query
 // head h, window b, into tile; rows past the window are zero (every slot written).
 fn loadQG(which: u32, b: u32, h: u32, i0: u32, lid: u32) {
-    for (var e = lid; e < BC * HD; e += WG) {
-        let ii = e / HD;
+    for (var e = lid; e < BC * R4; e += WG) {
+        let ii = e / R4;
+        let c4 = e - ii * R4;
         let i = i0 + ii;
-        var val = 0.0;
+        var val = vec4<f32>(0.0);
         if (i < p.t) {
-            let src = ((b * p.t + i) * p.nh + h) * HD + e - ii * HD;
+            let base = ((b * p.t + i) * p.nh + h) * HD;
             if (which == 0u) {
-                val = q[src] * p.scale;
+                val = row4_q(base, c4) * p.scale;
             } else {
-                val = dout[src];
+                val = row4_dout(base, c4);
             }
         }
         tile[e] = val;
     }
 }
 
-// partials writes this invocation's partial dots of reg with the BC staged rows.
-fn partials(reg: ptr<function, array<f32, D>>, r: u32, sl: u32) {
-    for (var ii = 0u; ii < BC; ii++) {
-        var s = 0.0;
-        for (var m = 0u; m < D; m++) {
-            let d = sl + NS * m;
-            if (d < HD) {
-                s += (*reg)[m] * tile[ii * HD + d];
-            }
-        }
-        part[(r * NS + sl) * BC + ii] = s;
-    }
-}
-
-// axpy adds Σ_ii c[ii]·tile[ii] to acc over this invocation's dims.
-fn axpy(acc: ptr<function, array<f32, D>>, c: ptr<function, array<f32, BC>>, sl: u32) {
-    for (var m = 0u; m < D; m++) {
-        let d = sl + NS * m;
-        var a = (*acc)[m];
-        if (d < HD) {
-            for (var ii = 0u; ii < BC; ii++) {
-                a += (*c)[ii] * tile[ii * HD + d];
-            }
-        }
-        (*acc)[m] = a;
-    }
-}
-
-@compute @workgroup_size({{.BR}} * {{.NS}})
+@compute @workgroup_size({{.WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let wg = wid.x + wid.y * nwg.x;
@@ -283,77 +292,100 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let j = j0 + r;
     let live = j < p.t;
 
-    var kr: array<f32, D>;
-    var vr: array<f32, D>;
-    var dka: array<f32, D>;
-    var dva: array<f32, D>;
+    var kr: array<vec4<f32>, D4>;
+    var vr: array<vec4<f32>, D4>;
+    var dka: array<vec4<f32>, D4>;
+    var dva: array<vec4<f32>, D4>;
     let base = ((b * p.t + j) * p.nkv + kh) * HD;
-    for (var m = 0u; m < D; m++) {
-        let d = sl + NS * m;
-        var x = 0.0;
-        var y = 0.0;
-        if (live && d < HD) {
-            x = k[base + d];
-            y = v[base + d];
+    for (var m = 0u; m < D4; m++) {
+        var x = vec4<f32>(0.0);
+        var y = vec4<f32>(0.0);
+        if (live) {
+            x = row4_k(base, sl + NS * m);
+            y = row4_v(base, sl + NS * m);
         }
         kr[m] = x;
         vr[m] = y;
-        dka[m] = 0.0;
-        dva[m] = 0.0;
+        dka[m] = vec4<f32>(0.0);
+        dva[m] = vec4<f32>(0.0);
     }
     let nqb = (p.t + BC - 1u) / BC;
-    {
-        for (var qb = j0 / BC; qb < nqb; qb++) {
-            let i0 = qb * BC;
-            workgroupBarrier(); // previous tile and partials no longer read
-            loadQG(0u, b, h, i0, lid);
-            workgroupBarrier();
-            partials(&kr, r, sl);
-            workgroupBarrier(); // score partials complete, Q tile no longer read
-            var pr: array<f32, BC>;
-            for (var ii = 0u; ii < BC; ii++) {
-                var s = 0.0;
-                for (var x = 0u; x < NS; x++) {
-                    s += part[(r * NS + x) * BC + ii];
-                }
-                let i = i0 + ii;
-                var pv = 0.0;
-                if (live && j <= i && i < p.t) {
-                    pv = exp(s - lse[(b * p.t + i) * p.nh + h]);
-                }
-                pr[ii] = pv;
+    for (var qb = j0 / BC; qb < nqb; qb++) {
+        let i0 = qb * BC;
+        workgroupBarrier(); // previous tile and partials no longer read
+        loadQG(0u, b, h, i0, lid);
+        workgroupBarrier();
+        for (var ii = 0u; ii < BC; ii++) {
+            var s4 = vec4<f32>(0.0);
+            for (var m = 0u; m < D4; m++) {
+                s4 += kr[m] * tile[ii * R4 + sl + NS * m];
             }
-            loadQG(1u, b, h, i0, lid);
-            workgroupBarrier(); // dout tile staged, score partials read
-            partials(&vr, r, sl);
-            workgroupBarrier(); // dp partials complete
-            var ds: array<f32, BC>;
-            for (var ii = 0u; ii < BC; ii++) {
-                var s = 0.0;
-                for (var x = 0u; x < NS; x++) {
-                    s += part[(r * NS + x) * BC + ii];
-                }
-                let i = i0 + ii;
-                var g = 0.0;
-                if (live && j <= i && i < p.t) {
-                    g = pr[ii] * (s - delta[(b * p.t + i) * p.nh + h]);
-                }
-                ds[ii] = g;
+            part[ii * WG + lid] = hsum(s4);
+        }
+        workgroupBarrier(); // score partials complete, Q tile no longer read
+        var pr: array<f32, BC>;
+        for (var ii = 0u; ii < BC; ii++) {
+            var s = 0.0;
+            for (var x = 0u; x < NS; x++) {
+                s += part[ii * WG + r * NS + x];
             }
-            axpy(&dva, &pr, sl);
-            workgroupBarrier(); // dout tile no longer read
-            loadQG(0u, b, h, i0, lid);
-            workgroupBarrier();
-            axpy(&dka, &ds, sl);
+            let i = i0 + ii;
+            var pv = 0.0;
+            if (live && j <= i && i < p.t) {
+                pv = exp(s - lse[(b * p.t + i) * p.nh + h]);
+            }
+            pr[ii] = pv;
+        }
+        loadQG(1u, b, h, i0, lid);
+        workgroupBarrier(); // dout tile staged, score partials read
+        for (var ii = 0u; ii < BC; ii++) {
+            var s4 = vec4<f32>(0.0);
+            for (var m = 0u; m < D4; m++) {
+                s4 += vr[m] * tile[ii * R4 + sl + NS * m];
+            }
+            part[ii * WG + lid] = hsum(s4);
+        }
+        workgroupBarrier(); // dp partials complete
+        var ds: array<f32, BC>;
+        for (var ii = 0u; ii < BC; ii++) {
+            var s = 0.0;
+            for (var x = 0u; x < NS; x++) {
+                s += part[ii * WG + r * NS + x];
+            }
+            let i = i0 + ii;
+            var g = 0.0;
+            if (live && j <= i && i < p.t) {
+                g = pr[ii] * (s - delta[(b * p.t + i) * p.nh + h]);
+            }
+            ds[ii] = g;
+        }
+        for (var m = 0u; m < D4; m++) {
+            var a = dva[m];
+            for (var ii = 0u; ii < BC; ii++) {
+                a += pr[ii] * tile[ii * R4 + sl + NS * m];
+            }
+            dva[m] = a;
+        }
+        workgroupBarrier(); // dout tile no longer read
+        loadQG(0u, b, h, i0, lid);
+        workgroupBarrier();
+        for (var m = 0u; m < D4; m++) {
+            var a = dka[m];
+            for (var ii = 0u; ii < BC; ii++) {
+                a += ds[ii] * tile[ii * R4 + sl + NS * m];
+            }
+            dka[m] = a;
         }
     }
     if (live) {
         let ob = ((b * p.t + j) * p.nh + h) * HD;
-        for (var m = 0u; m < D; m++) {
-            let d = sl + NS * m;
-            if (d < HD) {
-                dkh[ob + d] = dka[m];
-                dvh[ob + d] = dva[m];
+        for (var m = 0u; m < D4; m++) {
+            let d = 4u * (sl + NS * m);
+            for (var x = 0u; x < 4u; x++) {
+                if (d + x < HD) {
+                    dkh[ob + d + x] = dka[m][x];
+                    dvh[ob + d + x] = dva[m][x];
+                }
             }
         }
     }
