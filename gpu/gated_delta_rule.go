@@ -2,8 +2,13 @@ package gpu
 
 import "fmt"
 
-// gatedDeltaRuleCols is the number of value columns (invocations) per workgroup.
-const gatedDeltaRuleCols = 32
+// gatedDeltaRuleCols is the number of value columns per workgroup, and
+// gatedDeltaRuleRowSlices the number of invocations sharing one column's rows (reduced to a
+// divisor of dk/4).
+const (
+	gatedDeltaRuleCols      = 32
+	gatedDeltaRuleRowSlices = 4
+)
 
 // GatedDeltaRule records the gated delta-rule recurrence of the GatedDeltaNet, token by
 // token (host.GatedDeltaRule, DESIGN.md §3). For every window b and value head j, with key
@@ -20,9 +25,10 @@ const gatedDeltaRuleCols = 32
 // head, [nb, hv, dk, dv] (S[r,c] at ((b·hv + j)·dk + r)·dv + c), for the backward's
 // checkpoints; pass nil when it is not needed.
 //
-// One workgroup per (window, value head, 32 value columns); each invocation keeps one column
-// of S in private memory, so dk is bounded: dk must be a multiple of 4 and ≤ 256. The time
-// loop is sequential (t steps, one barrier each).
+// One workgroup per (window, value head, 32 value columns); 4 invocations share a column of
+// S, each keeping a quarter of its rows in registers (fewer when dk/4 is not a multiple of
+// 4), so dk is bounded: dk must be a multiple of 4 and ≤ 256. The time loop is sequential
+// (t steps, two barriers each).
 // Errors: non-positive sizes, hv not a multiple of hk, dk out of range, dtype or length
 // mismatches, aliasing among the buffers, or any Dispatch error.
 func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, hv, dk, dv int) error {
@@ -67,13 +73,19 @@ func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, 
 		access = append(access, ReadWrite)
 		binds = append(binds, Whole(state))
 	}
+	// np invocations share a column (each holding dk/np of its rows): more invocations and
+	// shorter dependent chains per step, at the price of a second barrier per step.
+	np := gatedDeltaRuleRowSlices
+	for (dk/4)%np != 0 {
+		np /= 2
+	}
 	kern, err := r.d.Kernel(KernelSpec{
 		Name: op, File: "gated_delta_rule.wgsl",
 		Params: struct {
-			DK, DV, COLS int
-			WantState    bool
-			Idx          [][2]int
-		}{dk, dv, gatedDeltaRuleCols, state != nil, unrollIdx(dk / 4)},
+			DK, DV, COLS, P int
+			WantState       bool
+			Idx             [][2]int
+		}{dk, dv, gatedDeltaRuleCols, np, state != nil, unrollIdx(dk / 4 / np)},
 		Bindings: access, Uniforms: 4,
 	})
 	if err != nil {

@@ -55,7 +55,7 @@ func TestGatedDeltaRule(t *testing.T) {
 	for _, tc := range []struct {
 		nb, t, hk, hv, dk, dv int
 		state                 bool
-	}{{2, 37, 1, 2, 128, 128, true}, {3, 5, 2, 6, 12, 37, false}, {1, 1, 1, 1, 4, 3, true}} {
+	}{{2, 37, 1, 2, 128, 128, true}, {3, 5, 2, 6, 12, 37, false}, {1, 1, 1, 1, 8, 3, true}} {
 		rows := tc.nb * tc.t
 		f, in := deltaInputs(t, rng, rows, tc.hk, tc.hv, tc.dk, tc.dv)
 		q := must(d.UploadFloat32("q", f[0], rows, tc.hk, tc.dk)).T(t)

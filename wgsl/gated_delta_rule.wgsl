@@ -5,14 +5,18 @@
 // Layouts (row-major f32): q, k [nb·t, hk, DK]; v, o [nb·t, hv, DV]; g, beta [nb·t, hv];
 // state (only when WantState) [nb, hv, DK, DV], the state after the window's last token.
 //
-// One workgroup per (window, value head, slice of COLS value columns); invocation c owns
-// column c of S (DK floats in private memory as DK/4 vec4s: every column's update needs only
-// its own column, k_t, q_t, v_t[c] and the two gates). k_t and q_t are staged in workgroup
-// memory, double-buffered: step τ+1's vectors are loaded while step τ computes, so one
-// barrier per step suffices (a buffer is rewritten only after the barrier that ends the step
-// that last read it).
-// Template parameters: DK (multiple of 4), DV, COLS (workgroup size), WantState (bool),
-// Idx (for a < DK/4: [a, a mod 4], the unrolled register index and its partial sum).
+// One workgroup of COLS·P invocations per (window, value head, slice of COLS value
+// columns). Invocation (cl, ps) = (lid / P, lid mod P) owns rows 4·(ps + P·m)..+3 of column
+// c = slice·COLS + cl of S, m < M = DK/(4P), as M named vec4 registers (the template unrolls
+// every loop over them). The P partial sums of Sᵀk (for u) and of Sᵀq (for o) of a column
+// are combined through workgroup memory. Per step, with k_t and q_t double-buffered in
+// workgroup memory (step τ+1's loaded while step τ computes):
+//   barrier A (k_τ, q_τ staged; o partials of step τ−1 complete) → the ps = 0 invocation of
+//   each column writes o_{τ−1}; all decay their rows and write their Sᵀk partial;
+//   barrier B → each forms u from the P partials, updates its rows, writes its Sᵀq partial.
+// A buffer is rewritten only after a barrier that follows every read of it.
+// Template parameters: DK (multiple of 4), DV, COLS, P (divides DK/4), WantState (bool),
+// Idx (for m < M: [m, m mod 4], the register index and its partial-sum slot).
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
@@ -33,21 +37,26 @@ struct Params {
 @group(0) @binding({{if .WantState}}7{{else}}6{{end}}) var<uniform> p: Params;
 
 const D4: u32 = {{.DK}}u / 4u;
+const P: u32 = {{.P}}u;
+const WG: u32 = {{.COLS}}u * {{.P}}u;
 const NSLICE: u32 = ({{.DV}}u + {{.COLS}}u - 1u) / {{.COLS}}u;
 
 // kq[buf][0..D4) = k_t, kq[buf][D4..2·D4) = q_t, as vec4s.
 var<workgroup> kq: array<array<vec4<f32>, {{.DK}} / 2>, 2>;
+// upart[lid]: partial Sᵀk of the step; opart[buf][lid]: partial Sᵀq of the step.
+var<workgroup> upart: array<f32, {{.COLS}} * {{.P}}>;
+var<workgroup> opart: array<array<f32, {{.COLS}} * {{.P}}>, 2>;
 
 // load stages k and q of token row (key head kh) into buffer buf.
 fn load(buf: u32, row: u32, kh: u32, lid: u32) {
     let src = (row * p.hk + kh) * D4;
-    for (var i = lid; i < D4; i += {{.COLS}}u) {
+    for (var i = lid; i < D4; i += WG) {
         kq[buf][i] = k[src + i];
         kq[buf][D4 + i] = q[src + i];
     }
 }
 
-@compute @workgroup_size({{.COLS}})
+@compute @workgroup_size({{.COLS}} * {{.P}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let wg = wid.x + wid.y * nwg.x;
@@ -60,62 +69,85 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let j = bj % p.hv;
     let b = bj / p.hv;
     let kh = j / (p.hv / p.hk);
-    let c = slice * {{.COLS}}u + lid;
+    let cl = lid / P;
+    let ps = lid - cl * P;
+    let c = slice * {{.COLS}}u + cl;
     let live = c < {{.DV}}u;
+    let pbase = cl * P; // this column's partials: [pbase, pbase + P)
 
-    // The column as D4 named vec4 registers (the template unrolls every loop over it, so no
-    // compiler has to promote a dynamically indexed private array).
 {{- range .Idx}}
     var s{{index . 0}} = vec4<f32>(0.0);
 {{- end}}
     let row0 = b * p.t;
     load(0u, row0, kh, lid);
-    workgroupBarrier();
     for (var tau = 0u; tau < p.t; tau++) {
         let row = row0 + tau;
         let buf = tau & 1u;
+        workgroupBarrier(); // A: k_τ, q_τ staged; step τ−1's o partials written
         if (tau + 1u < p.t) {
             load(buf ^ 1u, row + 1u, kh, lid);
         }
-        if (live) {
-            let gi = row * p.hv + j;
-            let decay = exp(g[gi]);
-            let bt = beta[gi];
-            let vi = gi * {{.DV}}u + c;
-            // S ← e^g·S and u = β(v − Sᵀk) in one pass over the column; four independent
-            // partial sums keep the dependent chains short.
-            var u0 = vec4<f32>(0.0);
-            var u1 = vec4<f32>(0.0);
-            var u2 = vec4<f32>(0.0);
-            var u3 = vec4<f32>(0.0);
-{{- range .Idx}}
-            s{{index . 0}} *= decay;
-            u{{index . 1}} += kq[buf][{{index . 0}}] * s{{index . 0}};
-{{- end}}
-            let u4 = (u0 + u1) + (u2 + u3);
-            let u = bt * (v[vi] - ((u4.x + u4.y) + (u4.z + u4.w)));
-            // S += k ⊗ u and o = Sᵀq in one pass.
-            var o0 = vec4<f32>(0.0);
-            var o1 = vec4<f32>(0.0);
-            var o2 = vec4<f32>(0.0);
-            var o3 = vec4<f32>(0.0);
-{{- range .Idx}}
-            s{{index . 0}} += kq[buf][{{index . 0}}] * u;
-            o{{index . 1}} += kq[buf][D4 + {{index . 0}}] * s{{index . 0}};
-{{- end}}
-            let o4 = (o0 + o1) + (o2 + o3);
-            o[vi] = (o4.x + o4.y) + (o4.z + o4.w);
+        let gi = row * p.hv + j;
+        if (tau > 0u && ps == 0u && live) {
+            var os = 0.0;
+            for (var r = 0u; r < P; r++) {
+                os += opart[buf ^ 1u][pbase + r];
+            }
+            o[(gi - p.hv) * {{.DV}}u + c] = os;
         }
-        workgroupBarrier();
+        let decay = exp(g[gi]);
+        // S ← e^g·S and this slice's part of Sᵀk; four independent partial sums.
+        var u0 = vec4<f32>(0.0);
+        var u1 = vec4<f32>(0.0);
+        var u2 = vec4<f32>(0.0);
+        var u3 = vec4<f32>(0.0);
+{{- range .Idx}}
+        s{{index . 0}} *= decay;
+        u{{index . 1}} += kq[buf][ps + P * {{index . 0}}u] * s{{index . 0}};
+{{- end}}
+        let u4 = (u0 + u1) + (u2 + u3);
+        upart[lid] = (u4.x + u4.y) + (u4.z + u4.w);
+        workgroupBarrier(); // B: the Sᵀk partials are complete
+        var sk = 0.0;
+        for (var r = 0u; r < P; r++) {
+            sk += upart[pbase + r];
+        }
+        var vc = 0.0;
+        if (live) {
+            vc = v[gi * {{.DV}}u + c];
+        }
+        let u = beta[gi] * (vc - sk);
+        // S += k ⊗ u and this slice's part of o = Sᵀq.
+        var o0 = vec4<f32>(0.0);
+        var o1 = vec4<f32>(0.0);
+        var o2 = vec4<f32>(0.0);
+        var o3 = vec4<f32>(0.0);
+{{- range .Idx}}
+        s{{index . 0}} += kq[buf][ps + P * {{index . 0}}u] * u;
+        o{{index . 1}} += kq[buf][D4 + ps + P * {{index . 0}}u] * s{{index . 0}};
+{{- end}}
+        let o4 = (o0 + o1) + (o2 + o3);
+        opart[buf][lid] = (o4.x + o4.y) + (o4.z + o4.w);
+    }
+    workgroupBarrier(); // the last step's o partials are complete
+    if (ps == 0u && live) {
+        var os = 0.0;
+        for (var r = 0u; r < P; r++) {
+            os += opart[(p.t - 1u) & 1u][pbase + r];
+        }
+        o[((row0 + p.t - 1u) * p.hv + j) * {{.DV}}u + c] = os;
     }
 {{- if .WantState}}
     if (live) {
         let base = (b * p.hv + j) * {{.DK}}u * {{.DV}}u + c;
 {{- range .Idx}}
-        state[base + {{index . 0}}u * 4u * {{$.DV}}u] = s{{index . 0}}.x;
-        state[base + ({{index . 0}}u * 4u + 1u) * {{$.DV}}u] = s{{index . 0}}.y;
-        state[base + ({{index . 0}}u * 4u + 2u) * {{$.DV}}u] = s{{index . 0}}.z;
-        state[base + ({{index . 0}}u * 4u + 3u) * {{$.DV}}u] = s{{index . 0}}.w;
+        {
+            let r4 = 4u * (ps + P * {{index . 0}}u);
+            state[base + r4 * {{$.DV}}u] = s{{index . 0}}.x;
+            state[base + (r4 + 1u) * {{$.DV}}u] = s{{index . 0}}.y;
+            state[base + (r4 + 2u) * {{$.DV}}u] = s{{index . 0}}.z;
+            state[base + (r4 + 3u) * {{$.DV}}u] = s{{index . 0}}.w;
+        }
 {{- end}}
     }
 {{- end}}
