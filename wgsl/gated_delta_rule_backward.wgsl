@@ -227,10 +227,11 @@ fn fwdStep(row: u32, j: u32, kh: u32, l: u32, rb: u32, cb: u32, uwAt: u32) {
         }
         vS[l] = vv;
     }
-    workgroupBarrier();
+    // The gates are loaded before the barrier, so their latency overlaps the staging.
     let gi = row * p.hv + j;
     let decay = exp(g[gi]);
     let bt = beta[gi];
+    workgroupBarrier();
 {{- range $jj := seq $.TC}}
     {
         var acc = 0.0;
@@ -359,9 +360,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 wS[l] = wv;
             }
             loadPrev(statesAt + i * SZ, rb, cb);
-            workgroupBarrier();
             let decay = exp(g[gi]);
             let bt = beta[gi];
+            workgroupBarrier();
             // dS += q⊗do; partial du = dSᵀk over my rows, partial dq = S_τ·do over my columns.
 {{- range $jj := seq $.TC}}
             var cp{{$jj}} = 0.0;
