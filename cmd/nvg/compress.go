@@ -16,7 +16,7 @@ func init() {
 	register(&command{
 		name:    "compress",
 		summary: "compress a teacher into a binary-low-rank student (.cmf) at a bits-per-weight budget",
-		usage:   "[--bpw 1.0] [--paths auto|1|2] [--seed N] [--workers N] -o STUDENT.cmf [--json REPORT.json] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
+		usage:   "[--bpw 1.0] [--paths auto|1|2] [--seed N] [--workers N] [--power-iters 2] -o STUDENT.cmf [--json REPORT.json] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
 		run:     runCompress,
 	})
 }
@@ -41,6 +41,7 @@ func runCompress(args []string) error {
 	paths := fs.String("paths", "auto", "BLR paths per tensor: auto (lower error at the same budget), 1 or 2")
 	seed := fs.Uint64("seed", 0, "seed of the randomised SVD sketches (same seed, same student)")
 	workers := fs.Int("workers", 0, "tensors compressed at once (0: GOMAXPROCS)")
+	powerIters := fs.Int("power-iters", 2, "power iterations of the randomised SVD (0: none; 1 is ~1.35× faster at ~0.4 % higher error)")
 	out := fs.String("o", "", "output student .cmf file (written atomically)")
 	jsonOut := fs.String("json", "", "also write the per-tensor report as JSON to this file")
 	if err := parseFlags(c, fs, args); err != nil {
@@ -59,6 +60,9 @@ func runCompress(args []string) error {
 	if err != nil {
 		return usagef("--%v", err)
 	}
+	if *powerIters < 0 {
+		return usagef("--power-iters must be ≥ 0, got %d", *powerIters)
+	}
 	if *workers < 0 {
 		return usagef("--workers must be ≥ 0, got %d", *workers)
 	}
@@ -69,7 +73,11 @@ func runCompress(args []string) error {
 	}
 	defer teacher.Close()
 
-	opt := cmf.CompressOptions{BitsPerWeight: *bpw, Paths: pm, Seed: *seed, Workers: *workers}
+	pi := *powerIters
+	if pi == 0 {
+		pi = -1 // SVDOptions: negative means none, 0 the default
+	}
+	opt := cmf.CompressOptions{BitsPerWeight: *bpw, Paths: pm, Seed: *seed, Workers: *workers, SVD: cmf.SVDOptions{PowerIters: pi}}
 	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d\n", modelName(path), *bpw, pm, *seed)
 	var bar *progressbar.ProgressBar
 	start := time.Now()

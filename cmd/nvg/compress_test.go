@@ -19,6 +19,7 @@ func TestCompressUsageErrors(t *testing.T) {
 		{"compress", "-o", out, "--bpw", "NaN"},
 		{"compress", "-o", out, "--paths", "3"},
 		{"compress", "-o", out, "--workers", "-1"},
+		{"compress", "-o", out, "--power-iters", "-1"},
 		{"compress", "-o", out, "a", "b"},
 		{"compress", "-o", out, filepath.Join(dir, "missing")},
 	} {
@@ -36,7 +37,7 @@ func TestCompressUsageErrors(t *testing.T) {
 func TestCompressEmbeddedTeacher(t *testing.T) {
 	dir := t.TempDir()
 	out, js := filepath.Join(dir, "s.cmf"), filepath.Join(dir, "r.json")
-	if code := run([]string{"compress", "--bpw", "0.5", "--paths", "1", "--seed", "3", "-o", out, "--json", js}); code != 0 {
+	if code := run([]string{"compress", "--bpw", "0.5", "--paths", "1", "--seed", "3", "--power-iters", "0", "-o", out, "--json", js}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
 	var rep compressReport
