@@ -31,12 +31,16 @@ import (
 // and tiles of 16, the last partial); head_dim 256 (8 slices, nh 4, nkv 2, t 19 over tiles
 // of 8); head_dim 37 (dims not a multiple of 4: padded vec4s) with nh 3 over nkv 1 and t 5
 // (shorter than a tile); head_dim 64 with nh = nkv = 2 (no group sum: pass 1 writes dk and
-// dv directly), t 9.
+// dv directly), t 9, taking out and lse from gpu.Attention as the student step does (both
+// backwards then see those values, so the bound above still applies).
 func TestAttentionBackward(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(67, 68))
-	for _, tc := range []struct{ nb, t, nh, nkv, hd int }{{2, 23, 4, 2, 64}, {1, 19, 4, 2, 256}, {3, 5, 3, 1, 37}, {2, 9, 2, 2, 64}} {
-		t.Run(fmt.Sprintf("nb=%d t=%d nh=%d nkv=%d hd=%d", tc.nb, tc.t, tc.nh, tc.nkv, tc.hd), func(t *testing.T) {
+	for _, tc := range []struct {
+		nb, t, nh, nkv, hd int
+		gpuFwd             bool
+	}{{2, 23, 4, 2, 64, false}, {1, 19, 4, 2, 256, false}, {3, 5, 3, 1, 37, false}, {2, 9, 2, 2, 64, true}} {
+		t.Run(fmt.Sprintf("nb=%d t=%d nh=%d nkv=%d hd=%d gpuForward=%v", tc.nb, tc.t, tc.nh, tc.nkv, tc.hd, tc.gpuFwd), func(t *testing.T) {
 			nb, tt, nh, nkv, hd := tc.nb, tc.t, tc.nh, tc.nkv, tc.hd
 			rows := nb * tt
 			nq, nk := rows*nh*hd, rows*nkv*hd
@@ -70,6 +74,17 @@ func TestAttentionBackward(t *testing.T) {
 			dv := must(d.NewBuffer("dv", gpu.F32, rows, nkv, hd)).T(t)
 			for _, b := range []*gpu.Buffer{q, k, v, o, lse, g, dq, dk, dv} {
 				defer b.Release()
+			}
+			if tc.gpuFwd {
+				if err := d.Run(func(r *gpu.Recorder) error { return gpu.Attention(r, q, k, v, o, lse, nb, tt, nh, nkv, hd) }); err != nil {
+					t.Fatal(err)
+				}
+				for i, x := range must(d.ReadFloat32(o)).T(t) {
+					od[i] = float64(x)
+				}
+				for i, x := range must(d.ReadFloat32(lse)).T(t) {
+					ld[i] = float64(x)
+				}
 			}
 			if err := d.Run(func(r *gpu.Recorder) error {
 				return gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, nb, tt, nh, nkv, hd)
