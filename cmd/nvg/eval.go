@@ -140,6 +140,7 @@ func runEval(args []string) error {
 		return err
 	}
 	var nll func(progress func(done, total int)) (float64, int, error)
+	var peak func() uint64 // GPU path: peak bytes of nvg's GPU buffers
 	pathName, label := "host-f64", "float64 host path"
 	if *onHost {
 		net, err := host.Load(m)
@@ -165,6 +166,7 @@ func runEval(args []string) error {
 		defer net.Release()
 		defer work.Release()
 		nll = func(p func(done, total int)) (float64, int, error) { return nvgkit.NLL(net, work, windows, p) }
+		peak = func() uint64 { return dev.MemStats().PeakBytes }
 		pathName, label = "gpu-f16", fmt.Sprintf("GPU, f16 weights, %d windows per pass", nb)
 		if *stream {
 			label += ", layers streamed"
@@ -188,11 +190,16 @@ func runEval(args []string) error {
 	loss := sum / float64(count)
 	res := map[string]any{"model": modelName(path), "windows": len(windows), "t": *ef.t, "tokens": count,
 		"loss_nats": loss, "perplexity": math.Exp(loss), "seconds": secs, "tokens_per_second": float64(count) / secs, "path": pathName}
+	extra := ""
+	if peak != nil {
+		res["peak_gpu_bytes"] = peak()
+		extra = ", peak GPU " + humanBytes(int64(peak()))
+	}
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
-	fmt.Printf("held-out loss %.4f nats/token, perplexity %.3f (%d tokens, %.1fs, %.0f tokens/s, %s)\n",
-		loss, math.Exp(loss), count, secs, float64(count)/secs, pathName)
+	fmt.Printf("held-out loss %.4f nats/token, perplexity %.3f (%d tokens, %.1fs, %.0f tokens/s, %s%s)\n",
+		loss, math.Exp(loss), count, secs, float64(count)/secs, pathName, extra)
 	return nil
 }
 

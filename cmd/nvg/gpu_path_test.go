@@ -60,6 +60,7 @@ func TestEvalGPUMatchesHost(t *testing.T) {
 			Tokens     int     `json:"tokens"`
 			Path       string  `json:"path"`
 			TokensPerS float64 `json:"tokens_per_second"`
+			PeakGPU    *int64  `json:"peak_gpu_bytes"`
 		}
 		if err := json.Unmarshal(out, &res); err != nil {
 			t.Fatalf("nvg %v: output %q: %v", args, out, err)
@@ -67,6 +68,9 @@ func TestEvalGPUMatchesHost(t *testing.T) {
 		wantPath := map[bool]string{false: "gpu-f16", true: "host-f64"}[onHost]
 		if res.Tokens != 3*64 || res.Path != wantPath || !(res.Perplexity > 1) || !(res.TokensPerS > 0) {
 			t.Fatalf("nvg %v: %+v", args, res)
+		}
+		if (res.PeakGPU == nil) != onHost || (!onHost && *res.PeakGPU <= 0) {
+			t.Errorf("nvg %v: peak_gpu_bytes %v (want it, positive, on the GPU path only)", args, res.PeakGPU)
 		}
 		ppl[onHost] = res.Perplexity
 	}
