@@ -69,6 +69,14 @@ type CompressOptions struct {
 	SVD SVDOptions
 	// Workers is the number of tensors compressed at once (0: GOMAXPROCS).
 	Workers int
+	// Products computes the large products of every randomised SVD (the sketch, the power
+	// iterations and the projection; see Products); nil means CPUProducts (gonum, float64).
+	// With another implementation (nvgkit.GPUProducts: float32 on a GPU) the output is still
+	// deterministic for a given Seed on a given device, but not bit-identical to the CPU
+	// path's: the sketch and the sign pattern of near-zero SVD factors shift with the
+	// rounding, while ranks, paths budgets and bits per weight are the same and the relative
+	// errors agree to well within 1e-3 (the randomised sketch varies them more than that).
+	Products Products
 }
 
 func (o CompressOptions) normalized() (CompressOptions, error) {
@@ -208,7 +216,7 @@ func compressMatrixRanks(name string, w []float64, m, n, r1, r2 int, ok2 bool, o
 	rng := rand.New(rand.NewPCG(opt.Seed, nameHash(name)))
 	norm := floats.Norm(w, 2)
 	if opt.Paths == Paths2 {
-		bw, e, err := compressPaths(w, m, n, r2, 2, nil, norm, rng, opt.SVD)
+		bw, e, err := compressPaths(w, m, n, r2, 2, nil, norm, rng, opt)
 		if err != nil {
 			return nil, 0, fmt.Errorf("compress %s: %w", name, err)
 		}
@@ -218,16 +226,16 @@ func compressMatrixRanks(name string, w []float64, m, n, r1, r2 int, ok2 bool, o
 	if opt.Paths == PathsAuto && ok2 {
 		kSVD = max(r1, r2)
 	}
-	svd, err := RandomizedSVD(w, m, n, kSVD, opt.SVD, rng)
+	svd, err := randomizedSVDWith(opt.Products, w, m, n, kSVD, opt.SVD, rng)
 	if err != nil {
 		return nil, 0, fmt.Errorf("compress %s: %w", name, err)
 	}
-	best, bestErr, err := compressPaths(w, m, n, r1, 1, svd, norm, rng, opt.SVD)
+	best, bestErr, err := compressPaths(w, m, n, r1, 1, svd, norm, rng, opt)
 	if err != nil {
 		return nil, 0, fmt.Errorf("compress %s: %w", name, err)
 	}
 	if opt.Paths == PathsAuto && ok2 {
-		two, twoErr, err := compressPaths(w, m, n, r2, 2, svd, norm, rng, opt.SVD)
+		two, twoErr, err := compressPaths(w, m, n, r2, 2, svd, norm, rng, opt)
 		if err != nil {
 			return nil, 0, fmt.Errorf("compress %s: %w", name, err)
 		}
@@ -285,14 +293,15 @@ func nameHash(s string) uint64 {
 
 // compressPaths builds a BLR weight of the given paths at rank r. The first path comes
 // from svd when it is non-nil (truncated to r) and from a fresh RandomizedSVD otherwise;
-// the second from a RandomizedSVD of the residual. norm is ‖w‖_F.
-func compressPaths(w []float64, m, n, r, paths int, svd *TruncatedSVD, norm float64, rng *rand.Rand, so SVDOptions) (*BLRWeight, float64, error) {
+// the second from a RandomizedSVD of the residual (both with opt.SVD and opt.Products).
+// norm is ‖w‖_F.
+func compressPaths(w []float64, m, n, r, paths int, svd *TruncatedSVD, norm float64, rng *rand.Rand, opt CompressOptions) (*BLRWeight, float64, error) {
 	bw := &BLRWeight{M: m, N: n, Rank: r}
 	resid := append([]float64(nil), w...)
 	for p := 0; p < paths; p++ {
 		if p > 0 || svd == nil {
 			var err error
-			if svd, err = RandomizedSVD(resid, m, n, r, so, rng); err != nil {
+			if svd, err = randomizedSVDWith(opt.Products, resid, m, n, r, opt.SVD, rng); err != nil {
 				return nil, 0, fmt.Errorf("path %d: %w", p, err)
 			}
 		}

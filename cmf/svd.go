@@ -49,12 +49,91 @@ type TruncatedSVD struct {
 // Q = orth(A·orth(Aᵀ·Q)) (skipped when ℓ = min(m, n), where the sketch already spans the
 // range), then the SVD of the small ℓ×n matrix B = Qᵀ·A (gonum/LAPACK Dgesvd), U = Q·U_B.
 // Orthonormalisation is Householder QR (Dgeqrf + Dorgqr). Products use gonum's blocked,
-// parallel Dgemm. The result depends only on a and the random stream rng (for a fixed
+// parallel Dgemm (CPUProducts; CompressOptions.Products moves the large ones elsewhere). The result depends only on a and the random stream rng (for a fixed
 // GOMAXPROCS-independent Dgemm, as gonum's is). a is not modified.
 //
 // Errors: m or n < 1, len(a) ≠ m·n, k outside [1, min(m, n)], a non-finite entry of a, or a
 // failed LAPACK SVD.
 func RandomizedSVD(a []float64, m, n, k int, opt SVDOptions, rng *rand.Rand) (*TruncatedSVD, error) {
+	return randomizedSVDWith(nil, a, m, n, k, opt, rng)
+}
+
+// Products computes the large matrix products of the randomised SVD: the only steps whose
+// cost is proportional to the whole matrix (2·m·n·ℓ flops each: the sketch, two per power
+// iteration, and the projection B = Qᵀ·W). Bind prepares one matrix (a tensor, or the
+// residual of its first BLR path); the small dense parts (QR, the ℓ×n SVD, the Dual-SVID
+// sign and rank-1 steps) stay on the CPU in float64. CPUProducts (gonum, float64) is the
+// default; nvgkit.GPUProducts runs them on a WebGPU device in float32. An implementation
+// must be safe for concurrent use: Compress binds one matrix per worker.
+type Products interface {
+	// Bind returns the products with the row-major m×n matrix w (m, n ≥ 1, len(w) = m·n,
+	// every entry finite; the caller checks this). The implementation may keep w until
+	// Close and must not modify it. Errors: the implementation's (for example a matrix
+	// that does not fit the device).
+	Bind(w []float64, m, n int) (BoundProducts, error)
+}
+
+// BoundProducts are the products with one bound row-major m×n matrix W. One goroutine uses
+// a BoundProducts at a time.
+type BoundProducts interface {
+	// MulW sets dst = W·x: x row-major n×l, dst row-major m×l (overwritten). Errors: l < 1,
+	// lengths that disagree with m, n and l, or the implementation's.
+	MulW(dst, x []float64, l int) error
+	// MulWT sets dst = Wᵀ·x: x row-major m×l, dst row-major n×l (overwritten). Errors as MulW.
+	MulWT(dst, x []float64, l int) error
+	// Close releases what Bind allocated; the products must not be used afterwards.
+	Close() error
+}
+
+// CPUProducts are the default Products: gonum's blocked, parallel Dgemm in float64 on the
+// bound matrix itself (Bind copies nothing). The result does not depend on GOMAXPROCS.
+type CPUProducts struct{}
+
+// Bind returns gonum products with w (see Products.Bind). Errors: len(w) ≠ m·n or m, n < 1.
+func (CPUProducts) Bind(w []float64, m, n int) (BoundProducts, error) {
+	if m < 1 || n < 1 || len(w) != m*n {
+		return nil, fmt.Errorf("products: %d values for a %d×%d matrix", len(w), m, n)
+	}
+	return cpuBound{blas64.General{Rows: m, Cols: n, Stride: n, Data: w}}, nil
+}
+
+type cpuBound struct{ a blas64.General }
+
+// checkProducts checks the lengths of a product: x rows·l with rows its inner dimension,
+// dst out·l.
+func checkProducts(op string, dst, x []float64, rows, out, l int) error {
+	if l < 1 {
+		return fmt.Errorf("products: %s with %d columns", op, l)
+	}
+	if len(x) != rows*l || len(dst) != out*l {
+		return fmt.Errorf("products: %s: x has %d values (want %d×%d), dst %d (want %d×%d)", op, len(x), rows, l, len(dst), out, l)
+	}
+	return nil
+}
+
+func (c cpuBound) MulW(dst, x []float64, l int) error {
+	if err := checkProducts("MulW", dst, x, c.a.Cols, c.a.Rows, l); err != nil {
+		return err
+	}
+	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, c.a, blas64.General{Rows: c.a.Cols, Cols: l, Stride: l, Data: x},
+		0, blas64.General{Rows: c.a.Rows, Cols: l, Stride: l, Data: dst})
+	return nil
+}
+
+func (c cpuBound) MulWT(dst, x []float64, l int) error {
+	if err := checkProducts("MulWT", dst, x, c.a.Rows, c.a.Cols, l); err != nil {
+		return err
+	}
+	blas64.Gemm(blas.Trans, blas.NoTrans, 1, c.a, blas64.General{Rows: c.a.Rows, Cols: l, Stride: l, Data: x},
+		0, blas64.General{Rows: c.a.Cols, Cols: l, Stride: l, Data: dst})
+	return nil
+}
+
+func (cpuBound) Close() error { return nil }
+
+// randomizedSVDWith is RandomizedSVD with its large products (the sketch, the power
+// iterations and B = Qᵀ·A, computed as (Aᵀ·Q)ᵀ) done by prod, CPUProducts when nil.
+func randomizedSVDWith(prod Products, a []float64, m, n, k int, opt SVDOptions, rng *rand.Rand) (*TruncatedSVD, error) {
 	if m < 1 || n < 1 {
 		return nil, fmt.Errorf("svd: matrix is %d×%d", m, n)
 	}
@@ -69,29 +148,49 @@ func RandomizedSVD(a []float64, m, n, k int, opt SVDOptions, rng *rand.Rand) (*T
 			return nil, fmt.Errorf("svd: entry (%d, %d) = %g is not finite", i/n, i%n, x)
 		}
 	}
+	if prod == nil {
+		prod = CPUProducts{}
+	}
 	opt = opt.withDefaults()
 	l := min(k+opt.Oversample, min(m, n))
-	A := blas64.General{Rows: m, Cols: n, Stride: n, Data: a}
+	bp, err := prod.Bind(a, m, n)
+	if err != nil {
+		return nil, fmt.Errorf("svd: %w", err)
+	}
+	defer bp.Close()
 
 	omega := blas64.General{Rows: n, Cols: l, Stride: l, Data: make([]float64, n*l)}
 	for i := range omega.Data {
 		omega.Data[i] = rng.NormFloat64()
 	}
 	q := blas64.General{Rows: m, Cols: l, Stride: l, Data: make([]float64, m*l)}
-	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, A, omega, 0, q)
+	if err := bp.MulW(q.Data, omega.Data, l); err != nil {
+		return nil, fmt.Errorf("svd: sketch: %w", err)
+	}
 	orthonormalize(q)
+	z := omega // reuse: n×l
 	if l < min(m, n) {
-		z := omega // reuse: n×l
 		for it := 0; it < opt.PowerIters; it++ {
-			blas64.Gemm(blas.Trans, blas.NoTrans, 1, A, q, 0, z)
+			if err := bp.MulWT(z.Data, q.Data, l); err != nil {
+				return nil, fmt.Errorf("svd: power iteration %d: %w", it+1, err)
+			}
 			orthonormalize(z)
-			blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, A, z, 0, q)
+			if err := bp.MulW(q.Data, z.Data, l); err != nil {
+				return nil, fmt.Errorf("svd: power iteration %d: %w", it+1, err)
+			}
 			orthonormalize(q)
 		}
 	}
-	// B = Qᵀ·A (l×n), l ≤ n.
+	// B = Qᵀ·A (l×n, l ≤ n) = (Aᵀ·Q)ᵀ.
+	if err := bp.MulWT(z.Data, q.Data, l); err != nil {
+		return nil, fmt.Errorf("svd: projection: %w", err)
+	}
 	b := blas64.General{Rows: l, Cols: n, Stride: n, Data: make([]float64, l*n)}
-	blas64.Gemm(blas.Trans, blas.NoTrans, 1, q, A, 0, b)
+	for j := 0; j < n; j++ {
+		for c, x := range z.Data[j*l : (j+1)*l] {
+			b.Data[c*n+j] = x
+		}
+	}
 	ub, s, vt, err := thinSVD(b)
 	if err != nil {
 		return nil, err
