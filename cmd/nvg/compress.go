@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/schollz/progressbar/v3"
 )
@@ -16,7 +17,7 @@ func init() {
 	register(&command{
 		name:    "compress",
 		summary: "compress a teacher into a binary-low-rank student (.cmf) at a bits-per-weight budget",
-		usage:   "[--bpw 1.0] [--paths auto|1|2] [--seed N] [--workers N] [--power-iters 2] -o STUDENT.cmf [--json REPORT.json] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
+		usage:   "[--bpw 1.0] [--paths auto|1|2] [--seed N] [--workers N] [--power-iters 2] [--cpu | --gpu] -o STUDENT.cmf [--json REPORT.json] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
 		run:     runCompress,
 	})
 }
@@ -28,6 +29,7 @@ type compressReport struct {
 	TargetBPW  float64              `json:"target_bits_per_weight"`
 	Paths      string               `json:"paths"`
 	Seed       uint64               `json:"seed"`
+	Device     string               `json:"device"` // "cpu" (gonum float64) or the GPU adapter of the SVD products
 	OverallBPW float64              `json:"overall_bits_per_weight"`
 	Seconds    float64              `json:"seconds"`
 	Kinds      []nvgkit.KindSummary `json:"kinds"`
@@ -42,6 +44,8 @@ func runCompress(args []string) error {
 	seed := fs.Uint64("seed", 0, "seed of the randomised SVD sketches (same seed, same student)")
 	workers := fs.Int("workers", 0, "tensors compressed at once (0: GOMAXPROCS)")
 	powerIters := fs.Int("power-iters", 2, "power iterations of the randomised SVD (0: none; 1 is ~1.35× faster at ~0.4 % higher error)")
+	cpuOnly := fs.Bool("cpu", false, "run the randomised SVDs' large products on the CPU (gonum, float64) even when a GPU adapter is present")
+	gpuAlways := fs.Bool("gpu", false, "run them on the WebGPU device even when it is a CPU adapter (lavapipe: slower than --cpu, for tests)")
 	out := fs.String("o", "", "output student .cmf file (written atomically)")
 	jsonOut := fs.String("json", "", "also write the per-tensor report as JSON to this file")
 	if err := parseFlags(c, fs, args); err != nil {
@@ -66,6 +70,9 @@ func runCompress(args []string) error {
 	if *workers < 0 {
 		return usagef("--workers must be ≥ 0, got %d", *workers)
 	}
+	if *cpuOnly && *gpuAlways {
+		return usagef("--cpu and --gpu exclude each other")
+	}
 	path := fs.Arg(0)
 	teacher, err := openModel(path)
 	if err != nil {
@@ -78,10 +85,17 @@ func runCompress(args []string) error {
 		pi = -1 // SVDOptions: negative means none, 0 the default
 	}
 	opt := cmf.CompressOptions{BitsPerWeight: *bpw, Paths: pm, Seed: *seed, Workers: *workers, SVD: cmf.SVDOptions{PowerIters: pi}}
-	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d\n", modelName(path), *bpw, pm, *seed)
+	dev, devName, err := compressDevice(*cpuOnly, *gpuAlways)
+	if err != nil {
+		return err
+	}
+	if dev != nil {
+		defer dev.Close()
+	}
+	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d, SVD products on %s\n", modelName(path), *bpw, pm, *seed, devName)
 	var bar *progressbar.ProgressBar
 	start := time.Now()
-	student, reports, err := nvgkit.CompressProgress(teacher, opt, func(done, total int, name string) {
+	student, reports, err := nvgkit.CompressOn(dev, teacher, opt, func(done, total int, name string) {
 		if bar == nil {
 			bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("compress"),
 				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
@@ -103,7 +117,7 @@ func runCompress(args []string) error {
 	}
 	fmt.Printf("wrote %s (%.1fs)\n", *out, secs)
 	if *jsonOut != "" {
-		rep := compressReport{Teacher: modelName(path), Output: *out, TargetBPW: *bpw, Paths: pm.String(), Seed: *seed,
+		rep := compressReport{Teacher: modelName(path), Output: *out, TargetBPW: *bpw, Paths: pm.String(), Seed: *seed, Device: devName,
 			OverallBPW: cmf.OverallBitsPerWeight(reports), Seconds: secs, Kinds: nvgkit.SummarizeByKind(reports), Tensors: reports}
 		b, err := json.MarshalIndent(rep, "", " ")
 		if err != nil {
@@ -114,4 +128,31 @@ func runCompress(args []string) error {
 		}
 	}
 	return nil
+}
+
+// compressDevice picks where the randomised SVDs' large products run: nil and "cpu" with
+// --cpu, or when no WebGPU adapter exists, or when the only one is a CPU adapter (Mesa
+// lavapipe, slower than gonum there) and --gpu is not given; otherwise the opened device and
+// its adapter's name. Errors: --gpu without a usable adapter, or a device that fails to open.
+func compressDevice(cpuOnly, gpuAlways bool) (*gpu.Device, string, error) {
+	if cpuOnly {
+		return nil, "cpu", nil
+	}
+	dev, err := gpu.Open()
+	if err != nil {
+		if gpuAlways {
+			return nil, "", fmt.Errorf("--gpu: %w", err)
+		}
+		if gpu.IsNoAdapter(err) {
+			return nil, "cpu", nil
+		}
+		fmt.Fprintf(os.Stderr, "nvg: no GPU device (%v); compressing on the CPU\n", err)
+		return nil, "cpu", nil
+	}
+	if dev.Info().CPU && !gpuAlways {
+		dev.Close()
+		fmt.Fprintln(os.Stderr, "nvg: the only adapter is a CPU one: SVD products on the CPU (gonum, faster there); --gpu forces the adapter")
+		return nil, "cpu", nil
+	}
+	return dev, dev.Info().Name, nil
 }
