@@ -82,18 +82,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let C = p.chunk;
     let SZ = DK * DV;
     let hb = bj * ((p.nck + C) * SZ + 2u * C * DV);
+    // The column lives in registers: every loop over a is unrolled with literal indices
+    // (a dynamically indexed private array would be spilled to local memory).
     var s: array<f32, DK>;
-    for (var a = 0u; a < DK; a++) {
-        s[a] = 0.0;
-    }
+{{- range $a := seq $.DK}}
+    s[{{$a}}] = 0.0;
+{{- end}}
     let row0 = b * p.t;
     let tEnd = (p.nck - 1u) * C;
     for (var tau = 0u; tau <= tEnd; tau++) {
         if (tau % C == 0u && live) {
             let at = hb + (tau / C) * SZ + c;
-            for (var a = 0u; a < DK; a++) {
-                scr[at + a * DV] = s[a];
-            }
+{{- range $a := seq $.DK}}
+            scr[at + {{mul $a $.DV}}u] = s[{{$a}}];
+{{- end}}
         }
         if (tau == tEnd) {
             break; // uniform: the last checkpoint is written
@@ -107,16 +109,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let gi = row * p.hv + j;
             let decay = exp(g[gi]);
             // S ← e^g·S and Sᵀk, then u = β(v − Sᵀk) and S += k⊗u (column c).
-            var sk = 0.0;
-            for (var a = 0u; a < DK; a++) {
-                let sa = s[a] * decay;
-                s[a] = sa;
-                sk = fma(kS[a], sa, sk);
-            }
-            let u = beta[gi] * (v[gi * DV + c] - sk);
-            for (var a = 0u; a < DK; a++) {
-                s[a] = fma(kS[a], u, s[a]);
-            }
+            var sk = vec4<f32>(0.0);
+{{- range $a := seq $.DK}}
+            s[{{$a}}] = s[{{$a}}] * decay;
+            sk[{{mod $a 4}}] = fma(kS[{{$a}}], s[{{$a}}], sk[{{mod $a 4}}]);
+{{- end}}
+            let u = beta[gi] * (v[gi * DV + c] - ((sk.x + sk.y) + (sk.z + sk.w)));
+{{- range $a := seq $.DK}}
+            s[{{$a}}] = fma(kS[{{$a}}], u, s[{{$a}}]);
+{{- end}}
         }
         workgroupBarrier();
     }
@@ -325,9 +326,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
     // The checkpoints were written by the sweep (the Ckpt entry) before this dispatch.
     // Chunks in reverse: recompute, then the backward steps.
-    for (var e = 0u; e < NT; e++) {
-        ds[e] = 0.0;
-    }
+{{- range $e := seq (mul $.TR $.TC)}}
+    ds[{{$e}}] = 0.0;
+{{- end}}
     for (var cc = 0u; cc < p.nck; cc++) {
         let ci = p.nck - 1u - cc;
         let t0 = ci * C;
