@@ -10,10 +10,13 @@
 package tokenizer
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -48,12 +51,22 @@ type Tokenizer struct {
 	hash  string
 }
 
-// Load reads a HuggingFace tokenizer.json file. Errors name the file and, for
+// Load reads a HuggingFace tokenizer.json file, gzip-compressed when its name ends in
+// ".gz" (large vocabularies compress about 4×). Errors name the file and, for
 // configurations this package does not implement, the unsupported component.
 func Load(path string) (*Tokenizer, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
+		}
+		if b, err = io.ReadAll(zr); err != nil {
+			return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
+		}
 	}
 	t, err := FromJSON(b)
 	if err != nil {

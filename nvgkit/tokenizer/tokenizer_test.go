@@ -15,7 +15,7 @@ import (
 
 const (
 	tinyPath   = "../../cmf/tinyteacher/model/tokenizer.json"
-	qwen3Path  = "../../testdata/tokenizers/qwen3/tokenizer.json"
+	qwen3Path  = "../../testdata/tokenizers/qwen3/tokenizer.json.gz"
 	fixtureDir = "../../testdata/fixtures"
 )
 
