@@ -83,7 +83,7 @@ func GatedDeltaRuleBackwardScratch(nb, t, hk, hv, dk, dv int) int {
 // parallel (nb·hv workgroups), the tokens of one head sequentially.
 //
 // Limits: dk, dv ≤ 256 (any value, not just multiples of 4) and the workgroup memory
-// 4·(18·16⌈dk/16⌉ + 20·16⌈dv/16⌉) + 2048 bytes (21 KiB at 128) within the device's limit.
+// 4·(18·16⌈dk/16⌉ + 20·16⌈dv/16⌉) + 2176 bytes (21 KiB at 128) within the device's limit.
 // Errors: non-positive sizes, hv not a multiple of hk, dk or dv out of range, dtype or
 // length mismatches, aliasing among the buffers, scratch or workgroup memory beyond the
 // device's limits, or any Dispatch error (nothing is left recorded on error).
@@ -119,7 +119,7 @@ func GatedDeltaRuleBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, d
 		return err
 	}
 	tr, tc := (dk+15)/16, (dv+15)/16
-	if shm := 4*(18*16*tr+20*16*tc) + 2048; uint32(shm) > r.d.info.MaxWorkgroupStorage {
+	if shm := 4*(18*16*tr+20*16*tc) + 2048 + 128; uint32(shm) > r.d.info.MaxWorkgroupStorage {
 		return fmt.Errorf("gpu: %s: dk = %d, dv = %d need %d bytes of workgroup memory, the device allows %d",
 			op, dk, dv, shm, r.d.info.MaxWorkgroupStorage)
 	}

@@ -136,7 +136,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 // (a, c) = (rb + 16·i, cb + 16·jj), i < TR, jj < TC, of S (forward) and dS (backward) in
 // private memory (vectors are padded with zeros to DKP = 16·TR and DVP = 16·TC, so the
 // padding entries stay zero). Sums over a (Ŝᵀk, dSᵀk) go through colred[rb][c], sums over
-// c (S_τ·do, dS·u − Ŝ·βdu) through rowred[cb][a], dg and dβ through part[l]; every
+// c (S_τ·do, dS·u − Ŝ·βdu) through rowred[cb][a], dg and dβ through part[l] and red2; every
 // reduction adds its partials in a fixed order, so results are deterministic.
 //
 // For each chunk of C tokens in reverse: reload its checkpoint (the state before the chunk,
@@ -191,6 +191,22 @@ var<workgroup> uS: array<f32, DVP>;
 var<workgroup> wS: array<f32, DVP>;
 var<workgroup> duS: array<f32, DVP>;
 var<workgroup> part: array<vec2<f32>, 256>;
+var<workgroup> red2: array<f32, 32>; // dg (0..15) and dβ (16..31) partial sums of part
+
+// flush writes dg and dβ of row-head gi from red2 (l = 0: dg, l = 1: dβ), 16 terms in order.
+fn flush(gi: u32, l: u32) {
+    if (l < 2u) {
+        var tot = 0.0;
+        for (var m = 0u; m < 16u; m++) {
+            tot += red2[16u * l + m];
+        }
+        if (l == 0u) {
+            dg[gi] = tot;
+        } else {
+            dbeta[gi] = tot;
+        }
+    }
+}
 
 // The tile loops below are unrolled by the template with literal indices, so the tiles
 // s (the state, forward recompute), ds (dS) and sv (S_{τ−1} of the current token) live in
@@ -323,6 +339,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let statesAt = hb + p.nck * SZ;                 // chunk states
     let uwAt = statesAt + C * SZ;                   // u [C, DV], then w [C, DV]
     let row0 = b * p.t;
+    var pend = false; // dg, dβ of row-head pendGi wait in red2 for their second level
+    var pendGi = 0u;
 
     // The checkpoints were written by the sweep (the Ckpt entry) before this dispatch.
     // Chunks in reverse: recompute, then the backward steps.
@@ -364,6 +382,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let decay = exp(g[gi]);
             let bt = beta[gi];
             workgroupBarrier();
+            // The previous step's dg and dβ: red2 was written before the barrier above.
+            if (pend) {
+                flush(pendGi, l);
+            }
             // dS += q⊗do; partial du = dSᵀk over my rows, partial dq = S_τ·do over my columns.
 {{- range $jj := seq $.TC}}
             var cp{{$jj}} = 0.0;
@@ -447,23 +469,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     dkey[gi * DK + l] = sk;
                 }
             }
-            if (l == 0u || l == 1u) {
-                // dg (l = 0) or dβ (l = 1): four interleaved partial sums, fixed order.
-                var s4 = vec4<f32>(0.0);
-                for (var m = 0u; m < 256u; m += 4u) {
-                    s4 += vec4<f32>(part[m][l], part[m + 1u][l], part[m + 2u][l], part[m + 3u][l]);
+            // dg and dβ, first level: 16 consecutive partials each (l < 16: dg, 16 ≤ l < 32:
+            // dβ); the second level (flush) runs after the next barrier.
+            if (l < 32u) {
+                let comp = l / 16u;
+                let base = (l % 16u) * 16u;
+                var sum = 0.0;
+                for (var m = 0u; m < 16u; m++) {
+                    sum += part[base + m][comp];
                 }
-                let tot = (s4.x + s4.y) + (s4.z + s4.w);
-                if (l == 0u) {
-                    dg[gi] = tot;
-                } else {
-                    dbeta[gi] = tot;
-                }
+                red2[l] = sum;
             }
-            // No barrier needed here: the next writes to rowred and part follow a barrier.
+            pend = true;
+            pendGi = gi;
+            // No barrier needed here: the next writes to rowred, part and red2 follow a barrier.
         }
         // Chunk boundary: the recompute's first stage writes kS, qS and vS only, which the
         // step above read before its last barrier; colred and uS follow a barrier.
+    }
+    workgroupBarrier();
+    if (pend) {
+        flush(pendGi, l);
     }
 }
 {{- end}}
