@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 
 	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
 	"gonum.org/v1/gonum/blas/blas64"
 	"gonum.org/v1/gonum/lapack"
 	"gonum.org/v1/gonum/lapack/lapack64"
@@ -85,17 +86,80 @@ type BoundProducts interface {
 	Close() error
 }
 
-// CPUProducts are the default Products: gonum's blocked, parallel Dgemm in float64 on the
-// bound matrix itself (Bind copies nothing). The result does not depend on GOMAXPROCS.
-type CPUProducts struct{}
+// CPUProducts are Products on the CPU with gonum's blocked, parallel GEMM; the zero value
+// is the default of CompressOptions. The result does not depend on GOMAXPROCS.
+type CPUProducts struct {
+	// Float32 selects float32 products (Sgemm on float32 copies of W and of Wᵀ made by
+	// Bind, m·n·8 bytes more memory per bound matrix; x and the results are rounded
+	// to float32): about twice as fast as float64 on 2 cores of an x86-64 (gonum's f32
+	// kernels use twice the SIMD lanes, and Wᵀ·x runs as a plain product on the stored
+	// Wᵀ). The relative rounding of the products, ~1e-6, is far below what the random
+	// sketch itself varies, so the compressed model's relative errors stay within ~1e-4
+	// of the float64 ones (the same arithmetic as nvgkit.GPUProducts). False: Dgemm in
+	// float64 on the bound matrix itself (Bind copies nothing).
+	Float32 bool
+}
 
-// Bind returns gonum products with w (see Products.Bind). Errors: len(w) ≠ m·n or m, n < 1.
-func (CPUProducts) Bind(w []float64, m, n int) (BoundProducts, error) {
+// Bind returns gonum products with w (see Products.Bind). Errors: len(w) ≠ m·n, m or n < 1,
+// or (Float32) an entry beyond the float32 range.
+func (p CPUProducts) Bind(w []float64, m, n int) (BoundProducts, error) {
 	if m < 1 || n < 1 || len(w) != m*n {
 		return nil, fmt.Errorf("products: %d values for a %d×%d matrix", len(w), m, n)
 	}
-	return cpuBound{blas64.General{Rows: m, Cols: n, Stride: n, Data: w}}, nil
+	if !p.Float32 {
+		return cpuBound{blas64.General{Rows: m, Cols: n, Stride: n, Data: w}}, nil
+	}
+	b := cpuBound32{
+		w:  blas32.General{Rows: m, Cols: n, Stride: n, Data: make([]float32, m*n)},
+		wt: blas32.General{Rows: n, Cols: m, Stride: m, Data: make([]float32, m*n)},
+	}
+	for i := 0; i < m; i++ {
+		for j, x := range w[i*n : (i+1)*n] {
+			f := float32(x)
+			if f-f != 0 {
+				return nil, fmt.Errorf("products: entry (%d, %d) = %g is beyond the float32 range", i, j, x)
+			}
+			b.w.Data[i*n+j] = f
+			b.wt.Data[j*m+i] = f
+		}
+	}
+	return b, nil
 }
+
+// cpuBound32 is W (and Wᵀ) in float32 for Sgemm.
+type cpuBound32 struct{ w, wt blas32.General }
+
+// mul32 sets dst = a·x in float32 (x rounded, dst widened).
+func mul32(a blas32.General, dst, x []float64, l int) {
+	x32 := make([]float32, len(x))
+	for i, v := range x {
+		x32[i] = float32(v)
+	}
+	y32 := make([]float32, a.Rows*l)
+	blas32.Gemm(blas.NoTrans, blas.NoTrans, 1, a, blas32.General{Rows: a.Cols, Cols: l, Stride: l, Data: x32},
+		0, blas32.General{Rows: a.Rows, Cols: l, Stride: l, Data: y32})
+	for i, v := range y32 {
+		dst[i] = float64(v)
+	}
+}
+
+func (c cpuBound32) MulW(dst, x []float64, l int) error {
+	if err := checkProducts("MulW", dst, x, c.w.Cols, c.w.Rows, l); err != nil {
+		return err
+	}
+	mul32(c.w, dst, x, l)
+	return nil
+}
+
+func (c cpuBound32) MulWT(dst, x []float64, l int) error {
+	if err := checkProducts("MulWT", dst, x, c.w.Rows, c.w.Cols, l); err != nil {
+		return err
+	}
+	mul32(c.wt, dst, x, l)
+	return nil
+}
+
+func (cpuBound32) Close() error { return nil }
 
 type cpuBound struct{ a blas64.General }
 

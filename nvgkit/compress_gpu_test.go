@@ -2,10 +2,13 @@ package nvgkit
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu/gputest"
@@ -44,36 +47,7 @@ func TestGPUProductsMatchHost(t *testing.T) {
 			t.Fatalf("block rows %d: %d blocks, want %d", blockRows, got, want)
 		}
 		y, z := make([]float64, m*l), make([]float64, n*l)
-		if err := bp.MulW(y, xw, l); err != nil {
-			t.Fatal(err)
-		}
-		if err := bp.MulWT(z, xt, l); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < m; i++ {
-			for c := 0; c < l; c++ {
-				var s, a float64
-				for j := 0; j < n; j++ {
-					s += w[i*n+j] * xw[j*l+c]
-					a += math.Abs(w[i*n+j] * xw[j*l+c])
-				}
-				if math.Abs(y[i*l+c]-s) > 1e-5*a {
-					t.Fatalf("block rows %d: (W·X)[%d, %d] = %g, want %g", blockRows, i, c, y[i*l+c], s)
-				}
-			}
-		}
-		for j := 0; j < n; j++ {
-			for c := 0; c < l; c++ {
-				var s, a float64
-				for i := 0; i < m; i++ {
-					s += w[i*n+j] * xt[i*l+c]
-					a += math.Abs(w[i*n+j] * xt[i*l+c])
-				}
-				if math.Abs(z[j*l+c]-s) > 1e-5*a {
-					t.Fatalf("block rows %d: (Wᵀ·X)[%d, %d] = %g, want %g", blockRows, j, c, z[j*l+c], s)
-				}
-			}
-		}
+		checkProducts(t, fmt.Sprintf("gpu, block rows %d", blockRows), bp, w, xw, xt, y, z, m, n, l)
 		// Bad lengths and use after Close are errors.
 		if err := bp.MulW(y[:1], xw, l); err == nil || !strings.Contains(err.Error(), "dst 1") {
 			t.Errorf("short dst: %v", err)
@@ -88,6 +62,15 @@ func TestGPUProductsMatchHost(t *testing.T) {
 			t.Errorf("after Close: %v", err)
 		}
 	}
+	// The float32 CPU products (cmf.CPUProducts{Float32: true}) satisfy the same bound.
+	bp, err := cmf.CPUProducts{Float32: true}.Bind(w, m, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProducts(t, "cpu f32", bp, w, xw, xt, make([]float64, m*l), make([]float64, n*l), m, n, l)
+	if _, err := (cmf.CPUProducts{Float32: true}).Bind([]float64{1e39}, 1, 1); err == nil || !strings.Contains(err.Error(), "beyond the float32 range") {
+		t.Errorf("cpu f32, 1e39: %v", err)
+	}
 	p, _ := NewGPUProducts(d)
 	if _, err := p.Bind(w[:10], m, n); err == nil || !strings.Contains(err.Error(), "10 values for a 37×24 matrix") {
 		t.Errorf("short w: %v", err)
@@ -100,10 +83,46 @@ func TestGPUProductsMatchHost(t *testing.T) {
 	}
 }
 
+// checkProducts checks y = W·xw and z = Wᵀ·xt from bp against float64 sums on the host,
+// within 1e-5·Σ|terms| (f32 rounding of the inputs and of a sum of at most 37 terms).
+func checkProducts(t *testing.T, what string, bp cmf.BoundProducts, w, xw, xt, y, z []float64, m, n, l int) {
+	t.Helper()
+	if err := bp.MulW(y, xw, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := bp.MulWT(z, xt, l); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < m; i++ {
+		for c := 0; c < l; c++ {
+			var s, a float64
+			for j := 0; j < n; j++ {
+				s += w[i*n+j] * xw[j*l+c]
+				a += math.Abs(w[i*n+j] * xw[j*l+c])
+			}
+			if math.Abs(y[i*l+c]-s) > 1e-5*a || y[i*l+c] == s {
+				t.Fatalf("%s: (W·X)[%d, %d] = %.9g, want %.9g (and not float64-exact)", what, i, c, y[i*l+c], s)
+			}
+		}
+	}
+	for j := 0; j < n; j++ {
+		for c := 0; c < l; c++ {
+			var s, a float64
+			for i := 0; i < m; i++ {
+				s += w[i*n+j] * xt[i*l+c]
+				a += math.Abs(w[i*n+j] * xt[i*l+c])
+			}
+			if math.Abs(z[j*l+c]-s) > 1e-5*a || z[j*l+c] == s {
+				t.Fatalf("%s: (Wᵀ·X)[%d, %d] = %.9g, want %.9g (and not float64-exact)", what, j, c, z[j*l+c], s)
+			}
+		}
+	}
+}
+
 // TestCompressOnGPUMatchesCPU compresses a small model (a 72×48 and a 48×64 linear, two
 // bits per weight, paths auto so both paths' SVDs run) on the GPU and on the CPU: the ranks,
-// paths and bits per weight are identical, the relative errors agree within 1e-3, and two
-// GPU runs give byte-identical payloads.
+// paths and bits per weight are identical, the relative errors agree within 1e-3 (also
+// for the float32 CPU products), and two GPU runs give byte-identical payloads.
 func TestCompressOnGPUMatchesCPU(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -136,13 +155,22 @@ func TestCompressOnGPUMatchesCPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cpu) != 2 || len(gpu1) != 2 {
+	f32opt := opt
+	f32opt.Products = cmf.CPUProducts{Float32: true}
+	_, cpu32, err := CompressOn(nil, m, f32opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cpu) != 2 || len(gpu1) != 2 || len(cpu32) != 2 {
 		t.Fatalf("reports: cpu %d, gpu %d", len(cpu), len(gpu1))
 	}
 	for i, c := range cpu {
 		g := gpu1[i]
 		if g.Name != c.Name || g.Rank != c.Rank || g.Paths != c.Paths || g.BitsPerWeight != c.BitsPerWeight {
 			t.Errorf("gpu %+v, cpu %+v", g, c)
+		}
+		if f := cpu32[i]; f.Rank != c.Rank || f.Paths != c.Paths || f.BitsPerWeight != c.BitsPerWeight || math.Abs(f.RelErr-c.RelErr) > 1e-3 {
+			t.Errorf("cpu f32 %+v, cpu %+v", f, c)
 		}
 		if math.Abs(g.RelErr-c.RelErr) > 1e-3 || !(g.RelErr > 0 && g.RelErr < 1) {
 			t.Errorf("%s: relative error gpu %g, cpu %g", c.Name, g.RelErr, c.RelErr)
@@ -152,10 +180,143 @@ func TestCompressOnGPUMatchesCPU(t *testing.T) {
 		if err1 != nil || err2 != nil || len(b1) == 0 || !bytes.Equal(b1, b2) {
 			t.Errorf("%s: two GPU runs differ", c.Name)
 		}
-		t.Logf("%s: rank %d, %d paths, %.4f bits/weight, rel.err gpu %.6f cpu %.6f", c.Name, c.Rank, c.Paths, c.BitsPerWeight, g.RelErr, c.RelErr)
+		t.Logf("%s: rank %d, %d paths, %.4f bits/weight, rel.err gpu %.6f cpu %.6f cpu-f32 %.6f", c.Name, c.Rank, c.Paths, c.BitsPerWeight, g.RelErr, c.RelErr, cpu32[i].RelErr)
 	}
 	p, _ := NewGPUProducts(d)
 	if _, _, err := CompressOn(d, m, cmf.CompressOptions{Products: p}, nil); err == nil || !strings.Contains(err.Error(), "both a device and opt.Products") {
 		t.Errorf("device and products: %v", err)
+	}
+}
+
+// timedProducts wraps Products and sums the wall time (Bind included: the upload is part
+// of the GPU's cost) and the flops (2·m·n·l per product) of everything it computes.
+type timedProducts struct {
+	p     cmf.Products
+	mu    sync.Mutex
+	dur   time.Duration
+	flops float64
+}
+
+type timedBound struct {
+	t    *timedProducts
+	b    cmf.BoundProducts
+	m, n int
+}
+
+func (t *timedProducts) add(start time.Time, flops float64) {
+	t.mu.Lock()
+	t.dur += time.Since(start)
+	t.flops += flops
+	t.mu.Unlock()
+}
+
+func (t *timedProducts) Bind(w []float64, m, n int) (cmf.BoundProducts, error) {
+	start := time.Now()
+	b, err := t.p.Bind(w, m, n)
+	t.add(start, 0)
+	return &timedBound{t, b, m, n}, err
+}
+
+func (b *timedBound) MulW(dst, x []float64, l int) error {
+	defer b.t.add(time.Now(), 2*float64(b.m)*float64(b.n)*float64(l))
+	return b.b.MulW(dst, x, l)
+}
+
+func (b *timedBound) MulWT(dst, x []float64, l int) error {
+	defer b.t.add(time.Now(), 2*float64(b.m)*float64(b.n)*float64(l))
+	return b.b.MulWT(dst, x, l)
+}
+
+func (b *timedBound) Close() error { return b.b.Close() }
+
+// shapes08B are the compressed linears of Qwen3.5-0.8B (24 layers, hidden 1024,
+// intermediate 3584; every 4th layer full attention with 8 query heads of 256 and 2 KV
+// heads, the other 18 GatedDeltaNet with 16 key and 16 value heads of 128): m×n and count.
+var shapes08B = []struct{ m, n, count int }{
+	{3584, 1024, 48}, // gate_proj, up_proj
+	{1024, 3584, 24}, // down_proj
+	{6144, 1024, 18}, // in_proj_qkv
+	{2048, 1024, 18}, // in_proj_z
+	{1024, 2048, 24}, // out_proj, o_proj
+	{4096, 1024, 6},  // q_proj (query and gate)
+	{512, 1024, 12},  // k_proj, v_proj
+}
+
+// BenchmarkCompress08B compresses one synthetic weight (0.02·Gaussian) of each 0.8B shape
+// at 1 bit per weight, paths auto, with the SVD products on the CPU in float64 ("cpu"),
+// in float32 ("cpu32") or on the WebGPU device ("gpu"). Per shape it reports seconds per
+// tensor, the part spent in the products (products_s, Bind included) and their GFLOP; the
+// "model" sub-benchmark runs every shape once and reports the whole-model totals
+// (Σ count·time: model_s, model_products_s, model_products_GFLOP) and h200_est_s, the
+// whole-model time with the products at 27 TFLOP/s (the tuned f32 GEMM's rate on the H200,
+// DESIGN.md §9) and everything else as measured here. On lavapipe the gpu variant is slow
+// (a few GFLOP/s): run a single shape, -bench 'Compress08B/gpu/3584x1024' -benchtime 1x.
+func BenchmarkCompress08B(b *testing.B) {
+	kinds := []struct {
+		name string
+		prod func(b *testing.B) cmf.Products
+	}{
+		{"cpu", func(*testing.B) cmf.Products { return cmf.CPUProducts{} }},
+		{"cpu32", func(*testing.B) cmf.Products { return cmf.CPUProducts{Float32: true} }},
+		{"gpu", func(b *testing.B) cmf.Products {
+			p, err := NewGPUProducts(gputest.Open(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return p
+		}},
+	}
+	weights := func(m, n int) []float64 {
+		rng := rand.New(rand.NewPCG(61, 62))
+		w := make([]float64, m*n)
+		for i := range w {
+			w[i] = 0.02 * rng.NormFloat64()
+		}
+		return w
+	}
+	const h200 = 27e12 // f32 flop/s
+	for _, k := range kinds {
+		b.Run(k.name, func(b *testing.B) {
+			one := func(b *testing.B, m, n int) (secs, prodSecs, flops, relErr float64) {
+				tp := &timedProducts{p: k.prod(b)}
+				w := weights(m, n)
+				start := time.Now()
+				_, relErr, err := cmf.CompressMatrix("bench.weight", w, m, n, cmf.CompressOptions{BitsPerWeight: 1, Products: tp})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start).Seconds(), tp.dur.Seconds(), tp.flops, relErr
+			}
+			for _, s := range shapes08B {
+				b.Run(fmt.Sprintf("%dx%d", s.m, s.n), func(b *testing.B) {
+					var prod, flops, relErr float64
+					for b.Loop() {
+						_, prod, flops, relErr = one(b, s.m, s.n)
+					}
+					b.ReportMetric(prod, "products_s")
+					b.ReportMetric(flops/1e9, "products_GFLOP")
+					b.ReportMetric(relErr, "relerr")
+				})
+			}
+			b.Run("model", func(b *testing.B) {
+				var total, prod, flops, est float64
+				for b.Loop() {
+					total, prod, flops, est = 0, 0, 0, 0
+					for _, s := range shapes08B {
+						secs, p, f, relErr := one(b, s.m, s.n)
+						c := float64(s.count)
+						total += c * secs
+						prod += c * p
+						flops += c * f
+						est += c * (secs - p + f/h200)
+						b.Logf("%s %d×%d ×%d: %.2fs per tensor, products %.2fs (%.1f GFLOP), rel.err %.4f", k.name, s.m, s.n, s.count, secs, p, f/1e9, relErr)
+					}
+				}
+				b.ReportMetric(total, "model_s")
+				b.ReportMetric(prod, "model_products_s")
+				b.ReportMetric(flops/1e9, "model_products_GFLOP")
+				b.ReportMetric(est, "h200_est_s")
+			})
+		})
 	}
 }
