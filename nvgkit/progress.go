@@ -1,0 +1,126 @@
+package nvgkit
+
+import (
+	"fmt"
+	"html"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/janpfeifer/gonb/gonbui"
+	"github.com/schollz/progressbar/v3"
+)
+
+// Progress shows the advance of a long phase (teacher pass, training steps, evaluation).
+// Update is called with done out of total units and a short status line (for example the
+// loss and the ETA); Finish once at the end. Implementations must be safe to call from one
+// goroutine at a time.
+type Progress interface {
+	Update(done, total int, status string)
+	Finish(status string)
+}
+
+// NewProgress returns the progress display that fits where the program runs: in a GoNB
+// notebook (gonbui.IsNotebook) an HTML <progress> bar updated in place through
+// gonbui.UpdateHTML (at most 4 times a second, plus the first and last update); elsewhere a
+// terminal bar (schollz/progressbar) written to w with the title as its description. w may
+// be nil outside a notebook: then nothing is shown.
+func NewProgress(w io.Writer, title string) Progress {
+	if gonbui.IsNotebook {
+		return &htmlProgress{id: gonbui.UniqueId(), title: title}
+	}
+	if w == nil {
+		return nopProgress{}
+	}
+	return &termProgress{w: w, title: title}
+}
+
+type nopProgress struct{}
+
+func (nopProgress) Update(int, int, string) {}
+func (nopProgress) Finish(string)           {}
+
+// htmlProgress is a <progress> element in the notebook's output, updated in place.
+type htmlProgress struct {
+	mu    sync.Mutex
+	id    string
+	title string
+	last  time.Time
+}
+
+// ProgressHTML is the HTML that the notebook progress bar shows: the title, a <progress>
+// element at done/total and the status, all HTML-escaped.
+func ProgressHTML(title string, done, total int, status string) string {
+	return fmt.Sprintf(`<div style="font-family:monospace"><b>%s</b> <progress value="%d" max="%d" style="width:40%%"></progress> %d/%d %s</div>`,
+		html.EscapeString(title), done, max(total, 1), done, total, html.EscapeString(status))
+}
+
+func (p *htmlProgress) Update(done, total int, status string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if done > 0 && done < total && time.Since(p.last) < 250*time.Millisecond {
+		return
+	}
+	p.last = time.Now()
+	gonbui.UpdateHTML(p.id, ProgressHTML(p.title, done, total, status))
+}
+
+func (p *htmlProgress) Finish(status string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	gonbui.UpdateHTML(p.id, fmt.Sprintf(`<div style="font-family:monospace"><b>%s</b> %s</div>`, html.EscapeString(p.title), html.EscapeString(status)))
+}
+
+// termProgress is a progressbar on a terminal (created at the first Update, when the total
+// is known).
+type termProgress struct {
+	w     io.Writer
+	title string
+	bar   *progressbar.ProgressBar
+	total int
+}
+
+func (p *termProgress) Update(done, total int, status string) {
+	if p.bar == nil || total != p.total {
+		if p.bar != nil {
+			p.bar.Finish()
+		}
+		p.total = total
+		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(p.w), progressbar.OptionSetDescription(p.title),
+			progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(false), progressbar.OptionSetWidth(20),
+			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+	}
+	p.bar.Describe(p.title + " " + status)
+	p.bar.Set(done)
+}
+
+func (p *termProgress) Finish(status string) {
+	if p.bar != nil {
+		p.bar.Finish()
+		p.bar = nil
+	}
+	if status != "" {
+		fmt.Fprintf(p.w, "%s: %s\n", p.title, status)
+	}
+}
+
+// ETA estimates the time left when done of total units took elapsed: elapsed/done·(total−done),
+// 0 when done ≤ 0 or done ≥ total.
+func ETA(elapsed time.Duration, done, total int) time.Duration {
+	if done <= 0 || done >= total {
+		return 0
+	}
+	return time.Duration(float64(elapsed) / float64(done) * float64(total-done))
+}
+
+// FormatDuration prints d rounded to seconds as "1h02m03s", "4m05s" or "7s".
+func FormatDuration(d time.Duration) string {
+	s := int(d.Round(time.Second) / time.Second)
+	switch {
+	case s >= 3600:
+		return fmt.Sprintf("%dh%02dm%02ds", s/3600, s/60%60, s%60)
+	case s >= 60:
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	}
+	return fmt.Sprintf("%ds", s)
+}

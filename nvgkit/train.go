@@ -1,0 +1,327 @@
+package nvgkit
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// TrainConfig sets up a distillation run (DESIGN.md §6). The zero value of a field means its
+// default (WithDefaults fills them in); the defaults follow the PyTorch reference recipe of
+// ../shared/bench/torch_distill_ref.py where they fit (lr 1e-3, 100 warm-up steps, cosine
+// decay to 10 %, gradient norm clipped to 1, top-32 KL), scaled down in steps, nb and t.
+type TrainConfig struct {
+	// Steps is the number of optimizer steps (default 600).
+	Steps int `json:"steps"`
+	// NB windows of T tokens per step (defaults 16 × 512): nb·t tokens per step.
+	NB int `json:"nb"`
+	T  int `json:"t"`
+	// K is the number of teacher top-k entries per token in the KL loss (default 32, at most
+	// 64 and the vocabulary size).
+	K int `json:"k"`
+	// LR is the peak learning rate (default 1e-3): the metric's per-value relative step and the
+	// norm gains' Adam step at the top of the schedule (see LRAt).
+	LR float64 `json:"lr"`
+	// Warmup is the number of linear warm-up steps (default min(100, Steps/6)); a negative
+	// value means none.
+	Warmup int `json:"warmup"`
+	// MinLRFrac is the floor of the cosine decay as a fraction of LR (default 0.1); a negative
+	// value means 0.
+	MinLRFrac float64 `json:"min_lr_frac"`
+	// ClipNorm is the global gradient L2 norm the gradients are clipped to before each Adam
+	// step (default 1); a negative value disables clipping.
+	ClipNorm float64 `json:"clip_norm"`
+	// EvalEvery is the number of steps between held-out evaluations (default Steps/4, at least
+	// 1); the student is also evaluated before the first step and after the last. A negative
+	// value evaluates only before and after.
+	EvalEvery int `json:"eval_every"`
+	// EvalWindows is the number of held-out windows of T+1 tokens in each evaluation (default
+	// 32), drawn once with data.EvalWindows(heldOut, EvalWindows, T, Seed).
+	EvalWindows int `json:"eval_windows"`
+	// Seed draws the training windows (data.Sampler) and the held-out windows (default 1).
+	Seed uint64 `json:"seed"`
+	// OutDir is where checkpoints (and, from the CLI, the student, report.json and plots)
+	// are written; "" writes no checkpoint.
+	OutDir string `json:"out_dir"`
+	// CheckpointEvery is the number of steps between checkpoints in OutDir (default
+	// EvalEvery); a checkpoint is also written after the last step and when the run is
+	// interrupted. A negative value writes only those.
+	CheckpointEvery int `json:"checkpoint_every"`
+	// TopKFile, when not "", keeps the teacher's top-k for the run's windows in this file
+	// (TopKCache) instead of host memory; an existing file for the same windows is reused.
+	TopKFile string `json:"topk_file,omitempty"`
+	// KeepFinal, when true, leaves the final weights in the student at the end of Run; by
+	// default the snapshot with the lowest held-out perplexity is restored (Report.Exported
+	// says which).
+	KeepFinal bool `json:"keep_final,omitempty"`
+}
+
+// WithDefaults returns c with its zero fields set to the documented defaults.
+func (c TrainConfig) WithDefaults() TrainConfig {
+	if c.Steps == 0 {
+		c.Steps = 600
+	}
+	if c.NB == 0 {
+		c.NB = 16
+	}
+	if c.T == 0 {
+		c.T = 512
+	}
+	if c.K == 0 {
+		c.K = 32
+	}
+	if c.LR == 0 {
+		c.LR = 1e-3
+	}
+	if c.Warmup == 0 {
+		c.Warmup = min(100, c.Steps/6)
+	}
+	if c.MinLRFrac == 0 {
+		c.MinLRFrac = 0.1
+	}
+	if c.ClipNorm == 0 {
+		c.ClipNorm = 1
+	}
+	if c.EvalEvery == 0 {
+		c.EvalEvery = max(1, c.Steps/4)
+	}
+	if c.EvalWindows == 0 {
+		c.EvalWindows = 32
+	}
+	if c.Seed == 0 {
+		c.Seed = 1
+	}
+	if c.CheckpointEvery == 0 {
+		c.CheckpointEvery = c.EvalEvery
+	}
+	return c
+}
+
+// Validate reports the first field of c (after WithDefaults) that is out of range.
+func (c TrainConfig) Validate() error {
+	switch {
+	case c.Steps < 1:
+		return fmt.Errorf("nvgkit: TrainConfig.Steps = %d, want ≥ 1", c.Steps)
+	case c.NB < 1:
+		return fmt.Errorf("nvgkit: TrainConfig.NB = %d, want ≥ 1", c.NB)
+	case c.T < 1:
+		return fmt.Errorf("nvgkit: TrainConfig.T = %d, want ≥ 1", c.T)
+	case c.K < 1 || c.K > 64:
+		return fmt.Errorf("nvgkit: TrainConfig.K = %d, want 1…64", c.K)
+	case !(c.LR > 0) || math.IsInf(c.LR, 0):
+		return fmt.Errorf("nvgkit: TrainConfig.LR = %g, want a finite value > 0", c.LR)
+	case c.MinLRFrac > 1 || math.IsNaN(c.MinLRFrac):
+		return fmt.Errorf("nvgkit: TrainConfig.MinLRFrac = %g, want ≤ 1", c.MinLRFrac)
+	case math.IsNaN(c.ClipNorm) || math.IsInf(c.ClipNorm, 0):
+		return fmt.Errorf("nvgkit: TrainConfig.ClipNorm = %g, want a finite value", c.ClipNorm)
+	case c.EvalWindows < 1:
+		return fmt.Errorf("nvgkit: TrainConfig.EvalWindows = %d, want ≥ 1", c.EvalWindows)
+	}
+	return nil
+}
+
+// LRAt returns the learning rate of optimizer step s (1-based, 1 ≤ s ≤ c.Steps) of c (after
+// WithDefaults): a linear warm-up over the first Warmup steps times a cosine decay from LR
+// to MinLRFrac·LR over the whole run,
+//
+//	LR · min(1, s/Warmup) · (f + (1−f)·½·(1 + cos(π·s/Steps))),   f = max(0, MinLRFrac),
+//
+// as in the PyTorch reference (Warmup ≤ 0: no warm-up factor). At s = Steps it is f·LR.
+func (c TrainConfig) LRAt(s int) float64 {
+	w := 1.0
+	if c.Warmup > 0 && s < c.Warmup {
+		w = float64(s) / float64(c.Warmup)
+	}
+	f := max(0, c.MinLRFrac)
+	return c.LR * w * (f + (1-f)*0.5*(1+math.Cos(math.Pi*float64(s)/float64(c.Steps))))
+}
+
+// StepInfo describes one finished training step, passed to Trainer.OnStep.
+type StepInfo struct {
+	// Step is the 1-based optimizer step; Steps the run's total.
+	Step, Steps int
+	// Loss is the step's mean KL(teacher top-k ‖ student) per token (nats); NaN or ±Inf for a
+	// skipped step.
+	Loss float64
+	// Skipped is true when the loss or the gradient was not finite: the gradients were
+	// cleared and no update was made. SkippedTotal counts those so far.
+	Skipped      bool
+	SkippedTotal int
+	// GradNorm is the global gradient L2 norm before clipping (NaN when skipped).
+	GradNorm float64
+	// LR is the learning rate used (LRAt(Step)).
+	LR float64
+	// Tokens is the number of predicted tokens trained on so far (Step·NB·T).
+	Tokens int
+	// Elapsed is the wall time since the run (or the resumed part) started; ETA the
+	// estimated time left, from the mean time per step so far.
+	Elapsed, ETA time.Duration
+	// EvalPPL is the held-out perplexity when this step ended with an evaluation, else 0.
+	EvalPPL float64
+}
+
+// EvalPoint is one held-out evaluation: after Step optimizer steps (0: before training),
+// the mean next-token loss (nats) and its perplexity exp(Loss).
+type EvalPoint struct {
+	Step       int     `json:"step"`
+	Loss       float64 `json:"loss"`
+	Perplexity float64 `json:"perplexity"`
+}
+
+// Losses is a loss history, one value per step; non-finite values (skipped steps) are
+// written to JSON as null and read back as NaN.
+type Losses []float64
+
+// MarshalJSON writes the values, null for NaN and ±Inf.
+func (l Losses) MarshalJSON() ([]byte, error) {
+	out := make([]*float64, len(l))
+	for i := range l {
+		if !math.IsNaN(l[i]) && !math.IsInf(l[i], 0) {
+			out[i] = &l[i]
+		}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads an array of numbers and nulls (null ↦ NaN).
+func (l *Losses) UnmarshalJSON(b []byte) error {
+	var in []*float64
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*l = make(Losses, len(in))
+	for i, p := range in {
+		if p == nil {
+			(*l)[i] = math.NaN()
+		} else {
+			(*l)[i] = *p
+		}
+	}
+	return nil
+}
+
+// Report summarises a distillation run (saved as report.json by Report.Save). Perplexities
+// are of the held-out windows (EvalWindows windows of T+1 tokens: T predicted tokens each).
+type Report struct {
+	// TeacherPPL, CompressedPPL and DistilledPPL are the held-out perplexities of the
+	// teacher, of the student before training and of the student that is exported.
+	TeacherPPL    float64 `json:"teacher_perplexity"`
+	CompressedPPL float64 `json:"compressed_perplexity"`
+	DistilledPPL  float64 `json:"distilled_perplexity"`
+	// GapClosed is the fraction of the log-perplexity gap closed,
+	// (log CompressedPPL − log DistilledPPL) / (log CompressedPPL − log TeacherPPL).
+	GapClosed float64 `json:"gap_closed"`
+	// BitsPerWeight of the compressed linears (cmf.OverallBitsPerWeight), 0 when unknown.
+	BitsPerWeight float64 `json:"bits_per_weight"`
+	// Steps run, of which Skipped were skipped (non-finite); Tokens = Steps·NB·T trained on.
+	Steps   int `json:"steps"`
+	Skipped int `json:"skipped_steps"`
+	Tokens  int `json:"tokens"`
+	// WallSeconds is the wall time of the training loop including evaluations (summed
+	// over resumed parts); TeacherSeconds that of the teacher top-k pass.
+	WallSeconds    float64 `json:"wall_seconds"`
+	TeacherSeconds float64 `json:"teacher_seconds"`
+	// Loss is the per-step training loss (KL nats/token; null for skipped steps).
+	Loss Losses `json:"loss_history"`
+	// Evals are the held-out evaluations, the first at step 0.
+	Evals []EvalPoint `json:"eval_history"`
+	// Exported says which weights the student holds after Run: "best (step N)" or "final".
+	Exported string `json:"exported"`
+	// BestStep is the step of the lowest held-out perplexity.
+	BestStep int `json:"best_step"`
+	// Interrupted is true when the run stopped early (context cancelled); Steps is then the
+	// number of steps done.
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Config is the run's configuration (defaults filled in).
+	Config TrainConfig `json:"config"`
+}
+
+// GapFraction returns (log c − log d) / (log c − log t) for perplexities t (teacher), c
+// (compressed) and d (distilled): 1 when d = t, 0 when d = c; NaN when c = t.
+func GapFraction(t, c, d float64) float64 {
+	return (math.Log(c) - math.Log(d)) / (math.Log(c) - math.Log(t))
+}
+
+// Save writes r as indented JSON to path atomically (temporary file, fsync, rename): on error
+// the previous file is untouched. A non-finite perplexity is an error naming the field; a
+// non-finite GapClosed (teacher and compressed equal) is written as 0.
+func (r *Report) Save(path string) error {
+	for name, v := range map[string]float64{"teacher_perplexity": r.TeacherPPL, "compressed_perplexity": r.CompressedPPL,
+		"distilled_perplexity": r.DistilledPPL} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("nvgkit: report %s: %s is %g", path, name, v)
+		}
+	}
+	rr := *r
+	if math.IsNaN(rr.GapClosed) || math.IsInf(rr.GapClosed, 0) {
+		rr.GapClosed = 0
+	}
+	b, err := json.MarshalIndent(&rr, "", " ")
+	if err != nil {
+		return fmt.Errorf("nvgkit: report %s: %w", path, err)
+	}
+	return writeFileAtomic(path, append(b, '\n'))
+}
+
+// LoadReport reads a report written by Report.Save.
+func LoadReport(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("nvgkit: report %s: %w", path, err)
+	}
+	return &r, nil
+}
+
+// writeFileAtomic writes data to path through a fsynced temporary file in the same directory
+// and a rename, then fsyncs the directory; on error path is untouched and the temporary
+// file removed.
+func writeFileAtomic(path string, data []byte) error {
+	return writeAtomic(path, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// writeAtomic is writeFileAtomic with the content written by fill.
+func writeAtomic(path string, fill func(f *os.File) error) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("nvgkit: write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+			err = fmt.Errorf("nvgkit: write %s: %w", path, err)
+		}
+	}()
+	if err = fill(f); err != nil {
+		return err
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		d.Sync() // best effort
+		d.Close()
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package nvgkit_test
+
+import (
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nvg-project/nvg/nvgkit"
+)
+
+func TestLRSchedule(t *testing.T) {
+	c := nvgkit.TrainConfig{Steps: 100, LR: 1e-3, Warmup: 10, MinLRFrac: 0.1}
+	cos := func(s int) float64 { return 0.1 + 0.9*0.5*(1+math.Cos(math.Pi*float64(s)/100)) }
+	for _, tc := range []struct {
+		s    int
+		want float64
+	}{
+		{1, 1e-3 * 0.1 * cos(1)},
+		{5, 1e-3 * 0.5 * cos(5)},
+		{10, 1e-3 * cos(10)},
+		{50, 1e-3 * 0.55}, // half-way down the cosine: 0.1 + 0.9·0.5
+		{100, 1e-3 * 0.1}, // the floor
+	} {
+		if got := c.LRAt(tc.s); math.Abs(got-tc.want) > 1e-15 {
+			t.Errorf("LRAt(%d) = %.17g, want %.17g", tc.s, got, tc.want)
+		}
+	}
+	// Hand values: step 10 of 100 is cos(π/10) = 0.95106 → 0.1 + 0.45·1.95106 = 0.977975.
+	if got := c.LRAt(10); math.Abs(got-0.977975e-3) > 1e-9 {
+		t.Errorf("LRAt(10) = %g, want 0.977975e-3", got)
+	}
+	// No warm-up, no floor: the plain cosine, 0 at the end.
+	c = nvgkit.TrainConfig{Steps: 4, LR: 2, Warmup: -1, MinLRFrac: -1}
+	for s, want := range map[int]float64{1: 1 + math.Sqrt(0.5), 2: 1, 4: 0} {
+		if got := c.LRAt(s); math.Abs(got-want) > 1e-12 {
+			t.Errorf("no warm-up: LRAt(%d) = %g, want %g", s, got, want)
+		}
+	}
+}
+
+func TestTrainConfigDefaults(t *testing.T) {
+	c := nvgkit.TrainConfig{}.WithDefaults()
+	if c.Steps != 600 || c.NB != 16 || c.T != 512 || c.K != 32 || c.LR != 1e-3 || c.Warmup != 100 || c.MinLRFrac != 0.1 ||
+		c.ClipNorm != 1 || c.EvalEvery != 150 || c.EvalWindows != 32 || c.Seed != 1 || c.CheckpointEvery != 150 {
+		t.Errorf("defaults: %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range []nvgkit.TrainConfig{{Steps: -1}, {K: 65}, {LR: -1}, {T: -3}, {LR: math.Inf(1)}} {
+		if err := bad.WithDefaults().Validate(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+}
+
+func TestReportJSON(t *testing.T) {
+	r := &nvgkit.Report{TeacherPPL: 8, CompressedPPL: 2000, DistilledPPL: 80, Loss: nvgkit.Losses{3, math.NaN(), 2.5}, Steps: 3, Skipped: 1}
+	r.GapClosed = nvgkit.GapFraction(r.TeacherPPL, r.CompressedPPL, r.DistilledPPL)
+	// log(2000/80)/log(2000/8) = log 25 / log 250 = 0.582975…
+	if math.Abs(r.GapClosed-math.Log(25)/math.Log(250)) > 1e-12 || math.Abs(r.GapClosed-0.582975) > 1e-6 {
+		t.Errorf("GapClosed = %g", r.GapClosed)
+	}
+	p := filepath.Join(t.TempDir(), "report.json")
+	if err := r.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	back, err := nvgkit.LoadReport(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Loss) != 3 || back.Loss[0] != 3 || !math.IsNaN(back.Loss[1]) || back.Loss[2] != 2.5 || back.DistilledPPL != 80 {
+		t.Errorf("round trip: %+v", back)
+	}
+	b, _ := json.Marshal(r.Loss)
+	if string(b) != "[3,null,2.5]" {
+		t.Errorf("losses JSON %s", b)
+	}
+	r.DistilledPPL = math.NaN()
+	if err := r.Save(p); err == nil {
+		t.Error("NaN perplexity saved")
+	}
+}
+
+func TestETA(t *testing.T) {
+	if got := nvgkit.ETA(10*time.Second, 2, 10); got != 40*time.Second {
+		t.Errorf("ETA = %v", got)
+	}
+	if nvgkit.ETA(time.Second, 0, 10) != 0 || nvgkit.ETA(time.Second, 10, 10) != 0 {
+		t.Error("ETA at the ends")
+	}
+	for d, want := range map[time.Duration]string{7 * time.Second: "7s", 245 * time.Second: "4m05s", 3723 * time.Second: "1h02m03s"} {
+		if got := nvgkit.FormatDuration(d); got != want {
+			t.Errorf("FormatDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+	if h := nvgkit.ProgressHTML("a<b", 3, 10, "x&y"); h != `<div style="font-family:monospace"><b>a&lt;b</b> <progress value="3" max="10" style="width:40%"></progress> 3/10 x&amp;y</div>` {
+		t.Errorf("ProgressHTML = %s", h)
+	}
+}
