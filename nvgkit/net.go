@@ -17,13 +17,26 @@ const (
 	// gains, conv1d weights, A_log and dt_bias in f32. The model's weights must be dense
 	// (f32, f16, bf16 or f64) and finite within f16's range.
 	Teacher NetKind = iota
+	// Student is a distillation student (DESIGN.md §6): every BLR projection (dtype blr in the
+	// model) as a gpu.BLRLayer whose scales h, ℓ, g (F32) train and whose sign bits U, V
+	// stay frozen; every dense projection (in_proj_a/b, and any linear left uncompressed) as a
+	// frozen f16 plane; every RMSNorm gain (input, post-attention, q_norm, k_norm, the
+	// GatedDeltaNet gated norm, the final norm) as a trainable F32 vector; the embedding and
+	// the (untied) head f16 and frozen; conv1d, A_log and dt_bias F32 and frozen. Each
+	// trainable has an F32 gradient buffer and Adam's F32 moments m and v of its length.
+	// Unlike a Teacher, a Student keeps q_proj and in_proj_qkv (and conv1d) whole and splits
+	// their outputs on the GPU (a BLR weight cannot be split by rows: ℓ and g are shared).
+	// A dense model loads as a Student too (only its gains train).
+	Student
 )
 
-// String is "teacher".
+// String is "teacher" or "student".
 func (k NetKind) String() string {
 	switch k {
 	case Teacher:
 		return "teacher"
+	case Student:
+		return "student"
 	}
 	return fmt.Sprintf("NetKind(%d)", int(k))
 }
@@ -64,6 +77,7 @@ type Net struct {
 	released  bool
 	// onGPU counts the layers uploaded now; maxOnGPU the most at once since LoadNet.
 	onGPU, maxOnGPU int
+	st              *studentState // Student only
 }
 
 // param is one weight tensor of a layer: its GPU buffer while uploaded, and its host planes
@@ -108,16 +122,32 @@ func (p *param) release() {
 	}
 }
 
-// linear is one projection y = x·Wᵀ, W [out, in]. A Teacher holds W as an f16 plane; a
-// Student will hold the BLR factors here instead, behind the same apply.
+// linear is one projection y = x·Wᵀ, W [out, in]. A Teacher holds W as an f16 plane (w); a
+// Student holds either that (frozen) or the BLR factors (blr, with the metric's gradient
+// buffers grads, one per path), behind the same apply.
 type linear struct {
 	w       *param
+	blr     *gpu.BLRLayer
+	grads   []gpu.BLRGrad
+	name    string // the HF tensor name (Student)
 	out, in int
 }
 
 // apply records y = x·Wᵀ on rows rows.
 func (l *linear) apply(r *gpu.Recorder, x, y *gpu.Buffer, rows int) error {
+	if l.blr != nil {
+		return gpu.BLRForward(r, l.blr, x, y, nil, rows)
+	}
 	return gpu.Linear(r, x, l.w.buf, y, rows, l.in, l.out)
+}
+
+// backward records dx = dy·W (overwritten) for y = x·Wᵀ and, for a BLR linear, adds the
+// metric's gradients into l.grads.
+func (l *linear) backward(r *gpu.Recorder, x, dy, dx *gpu.Buffer, rows int) error {
+	if l.blr != nil {
+		return gpu.BLRBackward(r, l.blr, x, nil, dy, dx, l.grads, rows)
+	}
+	return gpu.LinearT(r, dy, l.w.buf, dx, rows, l.in, l.out)
 }
 
 // layer holds the weights of one decoder layer. Exactly one of attn and delta is non-nil.
@@ -128,17 +158,21 @@ type layer struct {
 	attn             *attnWeights
 	delta            *deltaWeights
 	params           []*param // every parameter above, for upload and release
+	blrs             []*gpu.BLRLayer // a Student's BLR projections (released by the net)
 	uploaded         bool
 }
 
 type attnWeights struct {
-	query, gate, k, v, o linear // query and gate: the per-head halves of q_proj
+	query, gate, k, v, o linear // query and gate: the per-head halves of q_proj (Teacher)
+	qg                   linear // the whole q_proj [nh·2·hd, H] (Student)
 	qNorm, kNorm         *param // [hd], gain 1 + w
 }
 
 type deltaWeights struct {
-	q, k, v, z, a, b, out linear // q, k, v: the channel blocks of in_proj_qkv
-	convQ, convK, convV   *param // [channels, K] blocks of conv1d.weight
+	q, k, v, z, a, b, out linear // q, k, v: the channel blocks of in_proj_qkv (Teacher)
+	qkv                   linear // the whole in_proj_qkv [C, H] (Student)
+	convQ, convK, convV   *param // [channels, K] blocks of conv1d.weight (Teacher)
+	conv                  *param // the whole conv1d.weight [C, K] (Student)
 	aLog, dtBias          *param // [Hv]
 	norm                  *param // [dv], plain gain
 }
@@ -147,6 +181,9 @@ func (l *layer) bytes() uint64 {
 	var n uint64
 	for _, p := range l.params {
 		n += p.bytes()
+	}
+	for _, b := range l.blrs {
+		n += blrBytes(b)
 	}
 	return n
 }
@@ -246,7 +283,7 @@ func LoadNet(dev *gpu.Device, m *cmf.Model, kind NetKind, opts ...LoadOption) (*
 	if m == nil {
 		return nil, errors.New("nvgkit.LoadNet: nil model")
 	}
-	if kind != Teacher {
+	if kind != Teacher && kind != Student {
 		return nil, fmt.Errorf("nvgkit.LoadNet: unsupported net kind %v", kind)
 	}
 	var lc loadConfig
@@ -259,8 +296,15 @@ func LoadNet(dev *gpu.Device, m *cmf.Model, kind NetKind, opts ...LoadOption) (*
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("nvgkit.LoadNet: %w", err)
 	}
+	if kind == Student && lc.streamed {
+		return nil, errors.New("nvgkit.LoadNet: StreamLayers is for teachers; a Student net is always resident (its trainables and their gradients live on the GPU)")
+	}
 	n := &Net{Kind: kind, Config: c, dev: dev, streamed: lc.streamed}
-	if err := n.load(m); err != nil {
+	load := n.load
+	if kind == Student {
+		load = n.loadStudent
+	}
+	if err := load(m); err != nil {
 		n.Release()
 		return nil, fmt.Errorf("nvgkit.LoadNet: %w", err)
 	}
@@ -269,28 +313,8 @@ func LoadNet(dev *gpu.Device, m *cmf.Model, kind NetKind, opts ...LoadOption) (*
 
 func (n *Net) load(m *cmf.Model) error {
 	c := n.Config
-	H, V, I := c.HiddenSize, c.VocabSize, c.IntermediateSize
-	b := &builder{m: m}
-	emb := b.f16("model.embed_tokens.weight", V, H)
-	fn := b.f32("model.norm.weight", H)
-	var head []uint16
-	if !c.TieWordEmbeddings {
-		head = b.f16("lm_head.weight", V, H)
-	}
-	if b.err != nil {
-		return b.err
-	}
-	var err error
-	if n.embed, err = n.dev.UploadF16("model.embed_tokens.weight", emb, V, H); err != nil {
-		return err
-	}
-	n.head = n.embed
-	if head != nil {
-		if n.head, err = n.dev.UploadF16("lm_head.weight", head, V, H); err != nil {
-			return err
-		}
-	}
-	if n.finalNorm, err = n.dev.UploadFloat32("model.norm.weight", fn, H); err != nil {
+	H, I := c.HiddenSize, c.IntermediateSize
+	if err := n.loadShared(m); err != nil {
 		return err
 	}
 	for i := 0; i < c.NumHiddenLayers; i++ {
@@ -363,6 +387,36 @@ func (n *Net) load(m *cmf.Model) error {
 	return nil
 }
 
+// loadShared uploads the embedding, the head (when untied) and the final norm.
+func (n *Net) loadShared(m *cmf.Model) error {
+	c := n.Config
+	H, V := c.HiddenSize, c.VocabSize
+	b := &builder{m: m}
+	emb := b.f16("model.embed_tokens.weight", V, H)
+	fn := b.f32("model.norm.weight", H)
+	var head []uint16
+	if !c.TieWordEmbeddings {
+		head = b.f16("lm_head.weight", V, H)
+	}
+	if b.err != nil {
+		return b.err
+	}
+	var err error
+	if n.embed, err = n.dev.UploadF16("model.embed_tokens.weight", emb, V, H); err != nil {
+		return err
+	}
+	n.head = n.embed
+	if head != nil {
+		if n.head, err = n.dev.UploadF16("lm_head.weight", head, V, H); err != nil {
+			return err
+		}
+	}
+	if n.finalNorm, err = n.dev.UploadFloat32("model.norm.weight", fn, H); err != nil {
+		return err
+	}
+	return nil
+}
+
 // Streamed reports whether the net streams its layers (LoadNet with StreamLayers).
 func (n *Net) Streamed() bool { return n.streamed }
 
@@ -410,6 +464,7 @@ func (n *Net) Release() {
 			p.f16, p.f32 = nil, nil
 		}
 	}
+	n.st.release()
 }
 
 func (n *Net) usable(op string) error {

@@ -30,6 +30,17 @@ type TopK struct {
 // to w.NB windows by repeating the last window, and the number of real windows. Errors
 // number the windows from first.
 func (n *Net) checkWindows(op string, w *Work, ids [][]int, extra, first int) (flat []int, nb int, err error) {
+	if err := n.usable(op); err != nil {
+		return nil, 0, err
+	}
+	if n.Kind != Teacher {
+		return nil, 0, fmt.Errorf("nvgkit.%s runs a Teacher net; this net is a %v (use LossOnly or Step)", op, n.Kind)
+	}
+	return n.windows(op, w, ids, extra, first)
+}
+
+// windows is checkWindows for any net kind.
+func (n *Net) windows(op string, w *Work, ids [][]int, extra, first int) (flat []int, nb int, err error) {
 	if err := w.check(op, n); err != nil {
 		return nil, 0, err
 	}
@@ -270,6 +281,9 @@ func NLL(net *Net, work *Work, windows [][]int, progress func(done, total int)) 
 	const op = "NLL"
 	if err := work.check(op, net); err != nil {
 		return 0, 0, err
+	}
+	if net.Kind != Teacher {
+		return 0, 0, fmt.Errorf("nvgkit.%s runs a Teacher net; this net is a %v (use LossOnly)", op, net.Kind)
 	}
 	if len(windows) == 0 {
 		return 0, 0, fmt.Errorf("nvgkit.%s: no windows", op)

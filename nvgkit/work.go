@@ -43,6 +43,7 @@ type Work struct {
 	topIDs, topLogp *gpu.Buffer
 	topK            int
 	released        bool
+	st              *stWork // a Student's buffers (NewWork for a Student net), else nil
 }
 
 // NewWork allocates the activation buffers for nb windows of t tokens of net's
@@ -68,6 +69,9 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
 	}
 	c := net.Config
 	rows := nb * t
+	if net.Kind == Student {
+		return newStudentWork(dev, net, nb, t)
+	}
 	H, I := c.HiddenSize, c.IntermediateSize
 	hasAttn, hasDelta := false, false
 	for i := range c.LayerTypes {
@@ -137,9 +141,13 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
 	return w, nil
 }
 
-// Bytes is the GPU bytes the work's buffers hold now.
+// Bytes is the GPU bytes the work's buffers hold now (for a Student's work, see
+// StudentWorkBytes for the formula).
 func (w *Work) Bytes() uint64 {
 	var n uint64
+	if w.st != nil {
+		n += w.st.bytes()
+	}
 	for _, b := range w.bufs {
 		n += b.Bytes()
 	}
@@ -182,6 +190,7 @@ func (w *Work) Release() {
 	}
 	w.topIDs.Release()
 	w.topLogp.Release()
+	w.st.release()
 }
 
 // check reports whether w can serve net.
@@ -203,10 +212,31 @@ func (w *Work) check(op string, net *Net) error {
 		a.NumAttentionHeads != b.NumAttentionHeads || a.NumKeyValueHeads != b.NumKeyValueHeads || a.HeadDim != b.HeadDim ||
 		a.LinearNumKeyHeads != b.LinearNumKeyHeads || a.LinearNumValueHeads != b.LinearNumValueHeads ||
 		a.LinearKeyHeadDim != b.LinearKeyHeadDim || a.LinearValueHeadDim != b.LinearValueHeadDim ||
-		(w.q == nil && hasKind(b, true)) || (w.qa == nil && hasKind(b, false)) {
+		a.NumHiddenLayers != b.NumHiddenLayers && w.st != nil ||
+		w.st == nil && ((w.q == nil && hasKind(b, true)) || (w.qa == nil && hasKind(b, false))) ||
+		w.st != nil && (!sameLayerTypes(a, b) || a.TieWordEmbeddings != b.TieWordEmbeddings) {
 		return fmt.Errorf("nvgkit.%s: the work was made for another architecture", op)
 	}
+	if (w.st != nil) != (net.Kind == Student) {
+		kind := "teacher"
+		if w.st != nil {
+			kind = "student"
+		}
+		return fmt.Errorf("nvgkit.%s: the work was made for a %s net, not this %v net (NewWork with this net)", op, kind, net.Kind)
+	}
 	return nil
+}
+
+func sameLayerTypes(a, b cmf.Config) bool {
+	if len(a.LayerTypes) != len(b.LayerTypes) {
+		return false
+	}
+	for i := range a.LayerTypes {
+		if a.IsFullAttention(i) != b.IsFullAttention(i) {
+			return false
+		}
+	}
+	return true
 }
 
 func hasKind(c cmf.Config, full bool) bool {

@@ -1,0 +1,129 @@
+package nvgkit
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/nvg-project/nvg/gpu"
+)
+
+// gradSumSquares returns Σ g² over every gradient buffer of a Student (f32 on the GPU,
+// gpu.GradSumSquares, one submit), as float64.
+func (n *Net) gradSumSquares() (float64, error) {
+	err := n.dev.Run(func(r *gpu.Recorder) error {
+		if err := gpu.Zero(r, n.st.gss); err != nil {
+			return err
+		}
+		for _, t := range n.st.trainables {
+			if err := gpu.GradSumSquares(r, t.grad, n.st.gss); err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	v, err := n.dev.ReadFloat32(n.st.gss)
+	if err != nil {
+		return 0, err
+	}
+	return float64(v[0]), nil
+}
+
+// ZeroGrads sets every gradient buffer of a Student (each BLR path's h, ℓ, g and every norm
+// gain) to zero, in one submit: Step accumulates into them. Errors: a nil, released or
+// Teacher net; a GPU error.
+func ZeroGrads(net *Net) error {
+	if err := net.requireStudent("ZeroGrads"); err != nil {
+		return err
+	}
+	return net.dev.Run(func(r *gpu.Recorder) error {
+		for _, t := range net.st.trainables {
+			if err := gpu.Zero(r, t.grad); err != nil {
+				return fmt.Errorf("nvgkit.ZeroGrads: %s: %w", t.name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// GradNorm returns the global L2 norm sqrt(Σ g²) over every gradient of a Student (every
+// element of every trainable's gradient buffer; masked rank padding holds exact zeros),
+// summed in f32 on the GPU (gpu.GradSumSquares) and rooted in float64. +Inf or NaN when a
+// gradient is not finite or the f32 sum overflows. Errors: a nil, released or Teacher net;
+// a GPU error.
+func GradNorm(net *Net) (float64, error) {
+	if err := net.requireStudent("GradNorm"); err != nil {
+		return 0, err
+	}
+	ss, err := net.gradSumSquares()
+	if err != nil {
+		return 0, fmt.Errorf("nvgkit.GradNorm: %w", err)
+	}
+	return math.Sqrt(ss), nil
+}
+
+// ClipGrads computes the global gradient norm (GradNorm) and, when it is above maxNorm,
+// scales every gradient by maxNorm/norm (gpu.GradScale, f32), so the norm becomes maxNorm.
+// It returns the norm before clipping. A non-finite norm is returned as is and nothing is
+// scaled (the caller skips such a step: StepStats.Finite). Errors: maxNorm not finite and
+// > 0; a nil, released or Teacher net; a GPU error.
+func ClipGrads(net *Net, maxNorm float64) (norm float64, err error) {
+	if !(maxNorm > 0) || math.IsInf(maxNorm, 0) {
+		return 0, fmt.Errorf("nvgkit.ClipGrads: maxNorm = %g must be finite and > 0", maxNorm)
+	}
+	if err := net.requireStudent("ClipGrads"); err != nil {
+		return 0, err
+	}
+	if norm, err = GradNorm(net); err != nil {
+		return 0, err
+	}
+	if math.IsNaN(norm) || math.IsInf(norm, 0) || norm <= maxNorm {
+		return norm, nil
+	}
+	s := maxNorm / norm
+	err = net.dev.Run(func(r *gpu.Recorder) error {
+		for _, t := range net.st.trainables {
+			if err := gpu.GradScale(r, t.grad, s); err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return norm, fmt.Errorf("nvgkit.ClipGrads: %w", err)
+	}
+	return norm, nil
+}
+
+// readAll reads one buffer of every trainable (sel picks it) into a map by trainable name.
+func (n *Net) readAll(op string, sel func(*trainable) *gpu.Buffer) (map[string][]float32, error) {
+	if err := n.requireStudent(op); err != nil {
+		return nil, err
+	}
+	out := make(map[string][]float32, len(n.st.trainables))
+	for _, t := range n.st.trainables {
+		v, err := n.dev.ReadFloat32(sel(t))
+		if err != nil {
+			return nil, fmt.Errorf("nvgkit.%s: %s: %w", op, t.name, err)
+		}
+		out[t.name] = v
+	}
+	return out, nil
+}
+
+// Params returns a host copy of every trained vector of a Student, by name: each RMSNorm gain
+// by its HF tensor name (the stored w; the zero-centred norms apply 1 + w), each BLR metric
+// scale as host.BLRGradName(tensor, path, "h"|"l"|"g") ([m], [r], [n], f32). Net.Trainables
+// lists the names in order. Errors: a nil, released or Teacher net; a readback error.
+func Params(net *Net) (map[string][]float32, error) {
+	return net.readAll("Params", func(t *trainable) *gpu.Buffer { return t.param })
+}
+
+// Grads returns a host copy of every gradient buffer of a Student (what Step accumulated
+// since the last ZeroGrads, after any ClipGrads), keyed as Params — the keys of
+// host.StudentGrads.Grads. Errors as Params.
+func Grads(net *Net) (map[string][]float32, error) {
+	return net.readAll("Grads", func(t *trainable) *gpu.Buffer { return t.grad })
+}

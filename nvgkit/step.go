@@ -1,0 +1,675 @@
+package nvgkit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
+)
+
+// stWork holds a Student's step buffers (all F32 row-major, rows = nb·t): the checkpoints,
+// one layer's activations (recomputed per layer in the backward), the head's, and the
+// gradient scratch. See StudentWorkBytes.
+type stWork struct {
+	bufs []*gpu.Buffer
+	ckpt []*gpu.Buffer // [L+1] of [rows, H]: ckpt[l] is layer l's input, ckpt[L] the last output
+
+	xn1, resid, xn2, mix *gpu.Buffer // [rows, H]
+	gate, up, act        *gpu.Buffer // [rows, I]
+	// attention
+	qg                      *gpu.Buffer // [rows, 2·nh·hd]
+	q, agate, qr, o, gated  *gpu.Buffer // [rows, nh·hd]
+	k, v, kr                *gpu.Buffer // [rows, nkv·hd]
+	alse                    *gpu.Buffer // [rows, nh]
+	mixed, conv             *gpu.Buffer // [rows, C] (GatedDeltaNet in_proj_qkv and conv outputs)
+	qc, kc, qn, kn          *gpu.Buffer // [rows, Hk·dk]
+	vc, z, core, normed     *gpu.Buffer // [rows, Hv·dv]
+	a, b, g, beta           *gpu.Buffer // [rows, Hv]
+	hN, dh                  *gpu.Buffer // [rows, H] head input and its gradient
+	kl, loss, gss           *gpu.Buffer // [rows], [1], [1]
+	d0, d1, dResid, dXn, dT *gpu.Buffer // [rows, H] gradients (d0/d1 ping-pong)
+	dAct, dGate, dUp        *gpu.Buffer // [rows, I]
+	dQG                     *gpu.Buffer // [rows, 2·nh·hd]
+	dGated, dO, dAgate, dQR *gpu.Buffer // [rows, nh·hd]
+	dQ                      *gpu.Buffer
+	dKR, dK, dV             *gpu.Buffer // [rows, nkv·hd]
+	dMixed, dConv           *gpu.Buffer // [rows, C]
+	dQn, dKn, dQc, dKc      *gpu.Buffer // [rows, Hk·dk]
+	dVc, dNormed, dCore, dZ *gpu.Buffer // [rows, Hv·dv]
+	dG, dBeta, dA, dB       *gpu.Buffer // [rows, Hv]
+
+	ids, pT *gpu.Buffer // U32 / F32 [rows, k], allocated per k
+	topK    int
+	// embed is the buffer holding d loss / d input embeddings after the last Step (nil before).
+	embed *gpu.Buffer
+}
+
+func (s *stWork) release() {
+	if s == nil {
+		return
+	}
+	for _, b := range s.bufs {
+		b.Release()
+	}
+	s.ids.Release()
+	s.pT.Release()
+	s.bufs, s.ids, s.pT = nil, nil, nil
+}
+
+func (s *stWork) bytes() uint64 {
+	var n uint64
+	for _, b := range append(s.bufs, s.ids, s.pT) {
+		if b != nil {
+			n += b.Bytes()
+		}
+	}
+	return n
+}
+
+type wspec struct {
+	dst   **gpu.Buffer
+	label string
+	width int
+}
+
+// studentSpecs lists a Student work's buffers (not the top-k ones) and their widths.
+func studentSpecs(c cmf.Config, s *stWork) []wspec {
+	H, I := c.HiddenSize, c.IntermediateSize
+	L := c.NumHiddenLayers
+	s.ckpt = make([]*gpu.Buffer, L+1)
+	var sp []wspec
+	for l := range s.ckpt {
+		sp = append(sp, wspec{&s.ckpt[l], fmt.Sprintf("work.ckpt[%d] (layer input)", l), H})
+	}
+	for _, x := range []struct {
+		d **gpu.Buffer
+		n string
+		w int
+	}{
+		{&s.xn1, "xn1 (input norm)", H}, {&s.resid, "resid (x + mixer)", H}, {&s.xn2, "xn2 (post norm)", H}, {&s.mix, "mix (mixer/MLP output)", H},
+		{&s.gate, "gate", I}, {&s.up, "up", I}, {&s.act, "act (SwiGLU)", I},
+		{&s.hN, "hN (final norm)", H}, {&s.dh, "dh (head gradient)", H}, {&s.kl, "kl (per token)", 1}, {&s.loss, "loss", 1}, {&s.gss, "gss (grad sum of squares)", 1},
+		{&s.d0, "d0 (residual gradient)", H}, {&s.d1, "d1 (residual gradient)", H}, {&s.dResid, "dResid", H}, {&s.dXn, "dXn", H}, {&s.dT, "dT (input-gradient scratch)", H},
+		{&s.dAct, "dAct", I}, {&s.dGate, "dGate", I}, {&s.dUp, "dUp", I},
+	} {
+		sp = append(sp, wspec{x.d, "work." + x.n, x.w})
+	}
+	if hasKind(c, true) {
+		Q, KV, nh := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim, c.NumAttentionHeads
+		for _, x := range []struct {
+			d **gpu.Buffer
+			n string
+			w int
+		}{
+			{&s.qg, "qg (q_proj)", 2 * Q}, {&s.q, "q", Q}, {&s.agate, "agate", Q}, {&s.qr, "qr", Q}, {&s.o, "o", Q}, {&s.gated, "gated", Q},
+			{&s.k, "k", KV}, {&s.v, "v", KV}, {&s.kr, "kr", KV}, {&s.alse, "alse", nh},
+			{&s.dQG, "dQG", 2 * Q}, {&s.dGated, "dGated", Q}, {&s.dO, "dO", Q}, {&s.dAgate, "dAgate", Q}, {&s.dQR, "dQR", Q}, {&s.dQ, "dQ", Q},
+			{&s.dKR, "dKR", KV}, {&s.dK, "dK", KV}, {&s.dV, "dV", KV},
+		} {
+			sp = append(sp, wspec{x.d, "work." + x.n, x.w})
+		}
+	}
+	if hasKind(c, false) {
+		QK, VV, hv := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim, c.LinearNumValueHeads
+		C := 2*QK + VV
+		for _, x := range []struct {
+			d **gpu.Buffer
+			n string
+			w int
+		}{
+			{&s.mixed, "mixed (in_proj_qkv)", C}, {&s.conv, "conv", C}, {&s.qc, "qc", QK}, {&s.kc, "kc", QK}, {&s.qn, "qn", QK}, {&s.kn, "kn", QK},
+			{&s.vc, "vc", VV}, {&s.z, "z", VV}, {&s.core, "core", VV}, {&s.normed, "normed", VV},
+			{&s.a, "a", hv}, {&s.b, "b", hv}, {&s.g, "g", hv}, {&s.beta, "beta", hv},
+			{&s.dMixed, "dMixed", C}, {&s.dConv, "dConv", C}, {&s.dQn, "dQn", QK}, {&s.dKn, "dKn", QK}, {&s.dQc, "dQc", QK}, {&s.dKc, "dKc", QK},
+			{&s.dVc, "dVc", VV}, {&s.dNormed, "dNormed", VV}, {&s.dCore, "dCore", VV}, {&s.dZ, "dZ", VV},
+			{&s.dG, "dG", hv}, {&s.dBeta, "dBeta", hv}, {&s.dA, "dA", hv}, {&s.dB, "dB", hv},
+		} {
+			sp = append(sp, wspec{x.d, "work." + x.n, x.w})
+		}
+	}
+	return sp
+}
+
+// StudentWorkBytes is the GPU bytes NewWork allocates for a Student of architecture c over
+// nb windows of t tokens (rows = nb·t), before the teacher top-k buffers (8·rows·k bytes,
+// allocated at the first Step/LossOnly of a given k):
+//
+//	4·rows·[ (L+1)·H                       checkpoints
+//	       + 9·H + 6·I + 3                 layer and head activations, residual-path gradients
+//	       + A·(12·Q + 6·KV + nh)          when the model has attention layers (Q = nh·hd, KV = nkv·hd)
+//	       + D·(4·C + 6·QK + 8·VV + 8·Hv) ] when it has GatedDeltaNet layers (QK = Hk·dk, VV = Hv·dv,
+//	                                        C = 2·QK + VV)
+//	+ 4 (the loss scalar and a reduction scalar are padded to one element each: 8 bytes)
+//
+// with A, D ∈ {0, 1}. Per step, the recorder also takes temporaries, freed at each submit:
+// for a BLR projection [m, n] at rank r, 4·rows·(m + n + 2r) bytes (BLRBackward's scratch),
+// summed over one layer's projections; GatedDeltaRuleBackward's scratch
+// (gpu.GatedDeltaRuleBackwardScratch); and the head's logits slice. The net's own bytes are
+// Net.WeightBytes + Net.StateBytes.
+func StudentWorkBytes(c cmf.Config, nb, t int) uint64 {
+	var s stWork
+	var n uint64
+	for _, sp := range studentSpecs(c, &s) {
+		n += 4 * uint64(nb*t) * uint64(sp.width)
+	}
+	return n - 2*4*uint64(nb*t) + 8 // loss and gss are [1], not [rows]
+}
+
+// newStudentWork is NewWork for a Student net.
+func newStudentWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
+	c := net.Config
+	rows := nb * t
+	w := &Work{NB: nb, T: t, dev: dev, cfg: c, st: &stWork{}}
+	specs := studentSpecs(c, w.st)
+	maxBind := dev.Info().MaxStorageBindingSize
+	for _, s := range specs {
+		n := uint64(rows) * uint64(s.width)
+		if n > 1<<31-1 {
+			return nil, fmt.Errorf("nvgkit.NewWork: %s needs %d×%d = %d elements, beyond the 2³¹ index range; use fewer or shorter windows",
+				s.label, rows, s.width, n)
+		}
+		if 4*n > maxBind {
+			return nil, fmt.Errorf("nvgkit.NewWork: %s [%d×%d] f32 needs %d bytes, above the device's maxStorageBufferBindingSize %d; use fewer or shorter windows (nb = %d, t = %d)",
+				s.label, rows, s.width, 4*n, maxBind, nb, t)
+		}
+	}
+	if need := uint64(rows) * 128 * 4; need > min(maxBind, 64<<20) {
+		return nil, fmt.Errorf("nvgkit.NewWork: the head's logits scratch for %d rows needs at least %d bytes, above min(maxStorageBufferBindingSize %d, 64 MiB); use at most %d tokens per pass",
+			rows, need, maxBind, min(maxBind, 64<<20)/512)
+	}
+	for _, s := range specs {
+		shape := []int{rows, s.width}
+		if s.dst == &w.st.loss || s.dst == &w.st.gss {
+			shape = []int{1}
+		}
+		b, err := dev.NewBuffer(s.label, gpu.F32, shape...)
+		if err != nil {
+			w.Release()
+			return nil, fmt.Errorf("nvgkit.NewWork: %w", err)
+		}
+		*s.dst = b
+		w.st.bufs = append(w.st.bufs, b)
+	}
+	return w, nil
+}
+
+// recordStudentLayer records decoder layer L of a Student on x [rows, H] (not modified),
+// leaving its activations in s. With full it also writes the layer's output to out
+// (out = resid + down(SwiGLU)); without, it stops at the SwiGLU (the backward's recompute).
+func (n *Net) recordStudentLayer(r *gpu.Recorder, L *layer, s *stWork, x, out *gpu.Buffer, nb, t int, full bool) error {
+	c := n.Config
+	rows, H := nb*t, c.HiddenSize
+	eps := c.RMSNormEps
+	if err := gpu.RMSNorm(r, x, L.inNorm.buf, s.xn1, rows, H, eps, true); err != nil {
+		return err
+	}
+	var err error
+	if L.attn != nil {
+		err = n.recordStudentAttention(r, L.attn, s, nb, t)
+	} else {
+		err = n.recordStudentDelta(r, L.delta, s, nb, t)
+	}
+	if err != nil {
+		return err
+	}
+	steps := []func() error{
+		func() error { return gpu.ColumnCopy(r, x, s.resid, rows, H, 0, H, 0, H) },
+		func() error { return gpu.ResidualAdd(r, s.resid, s.mix) },
+		func() error { return gpu.RMSNorm(r, s.resid, L.postNorm.buf, s.xn2, rows, H, eps, true) },
+		func() error { return L.gate.apply(r, s.xn2, s.gate, rows) },
+		func() error { return L.up.apply(r, s.xn2, s.up, rows) },
+		func() error { return gpu.SwiGLU(r, s.gate, s.up, s.act) },
+	}
+	if full {
+		steps = append(steps,
+			func() error { return L.down.apply(r, s.act, s.mix, rows) },
+			func() error { return gpu.ColumnCopy(r, s.resid, out, rows, H, 0, H, 0, H) },
+			func() error { return gpu.ResidualAdd(r, out, s.mix) })
+	}
+	return runSteps(steps)
+}
+
+func runSteps(steps []func() error) error {
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordStudentAttention records the gated attention mixer on s.xn1 into s.mix, keeping
+// every intermediate the backward needs.
+func (n *Net) recordStudentAttention(r *gpu.Recorder, a *attnWeights, s *stWork, nb, t int) error {
+	c := n.Config
+	rows := nb * t
+	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	eps, rot, theta := c.RMSNormEps, c.RotaryDim(), c.RopeTheta
+	return runSteps([]func() error{
+		func() error { return a.qg.apply(r, s.xn1, s.qg, rows) },
+		func() error { return gpu.SplitQueryGate(r, s.qg, s.q, s.agate, rows, nh, hd) },
+		func() error { return a.k.apply(r, s.xn1, s.k, rows) },
+		func() error { return a.v.apply(r, s.xn1, s.v, rows) },
+		func() error { return gpu.QKNormRoPE(r, s.q, a.qNorm.buf, s.qr, rows, nh, hd, eps, rot, theta, t) },
+		func() error { return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, rows, nkv, hd, eps, rot, theta, t) },
+		func() error { return gpu.Attention(r, s.qr, s.kr, s.v, s.o, s.alse, nb, t, nh, nkv, hd) },
+		func() error { return gpu.AttentionGate(r, s.o, s.agate, s.gated) },
+		func() error { return a.o.apply(r, s.gated, s.mix, rows) },
+	})
+}
+
+// recordStudentDelta records the GatedDeltaNet mixer on s.xn1 into s.mix: in_proj_qkv and
+// the depthwise conv over all C channels, then the q, k, v blocks split by ColumnCopy.
+func (n *Net) recordStudentDelta(r *gpu.Recorder, d *deltaWeights, s *stWork, nb, t int) error {
+	c := n.Config
+	rows := nb * t
+	hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
+	QK, VV := hk*dk, hv*dv
+	C := 2*QK + VV
+	return runSteps([]func() error{
+		func() error { return d.qkv.apply(r, s.xn1, s.mixed, rows) },
+		func() error { return gpu.CausalConv1dSiLU(r, s.mixed, d.conv.buf, s.conv, nb, t, C, K) },
+		func() error { return gpu.ColumnCopy(r, s.conv, s.qc, rows, C, 0, QK, 0, QK) },
+		func() error { return gpu.ColumnCopy(r, s.conv, s.kc, rows, C, QK, QK, 0, QK) },
+		func() error { return gpu.ColumnCopy(r, s.conv, s.vc, rows, C, 2*QK, VV, 0, VV) },
+		func() error { return gpu.L2Norm(r, s.qc, s.qn, rows*hk, dk, 1/math.Sqrt(float64(dk))) },
+		func() error { return gpu.L2Norm(r, s.kc, s.kn, rows*hk, dk, 1) },
+		func() error { return d.z.apply(r, s.xn1, s.z, rows) },
+		func() error { return d.b.apply(r, s.xn1, s.b, rows) },
+		func() error { return d.a.apply(r, s.xn1, s.a, rows) },
+		func() error { return gpu.GatedDeltaGates(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.g, s.beta, rows, hv) },
+		func() error {
+			return gpu.GatedDeltaRule(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nil, nb, t, hk, hv, dk, dv)
+		},
+		func() error { return gpu.GatedRMSNorm(r, s.core, s.z, d.norm.buf, s.normed, rows, hv, dv, c.RMSNormEps) },
+		func() error { return d.out.apply(r, s.normed, s.mix, rows) },
+	})
+}
+
+// recordStudentLayerBackward records the backward of layer L from the activations in s
+// (recordStudentLayer on x just before): given dOut = d loss/d output it writes
+// dX = d loss/d x and accumulates the gains' and the metric's gradients
+// (host.Net.LayerBackward).
+func (n *Net) recordStudentLayerBackward(r *gpu.Recorder, L *layer, s *stWork, x, dOut, dX *gpu.Buffer, nb, t int) error {
+	c := n.Config
+	rows, H := nb*t, c.HiddenSize
+	eps := c.RMSNormEps
+	return runSteps([]func() error{
+		func() error { return L.down.backward(r, s.act, dOut, s.dAct, rows) },
+		func() error { return gpu.SwiGLUBackward(r, s.gate, s.up, s.dAct, s.dGate, s.dUp) },
+		func() error { return L.gate.backward(r, s.xn2, s.dGate, s.dXn, rows) },
+		func() error { return L.up.backward(r, s.xn2, s.dUp, s.dT, rows) },
+		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
+		func() error {
+			return gpu.RMSNormBackward(r, s.resid, L.postNorm.buf, s.dXn, s.dResid, n.gainGrad(L.postNorm.buf), rows, H, eps, true)
+		},
+		func() error { return gpu.ResidualAdd(r, s.dResid, dOut) },
+		func() error {
+			if L.attn != nil {
+				return n.recordStudentAttentionBackward(r, L.attn, s, nb, t)
+			}
+			return n.recordStudentDeltaBackward(r, L.delta, s, nb, t)
+		},
+		func() error {
+			return gpu.RMSNormBackward(r, x, L.inNorm.buf, s.dXn, dX, n.gainGrad(L.inNorm.buf), rows, H, eps, true)
+		},
+		func() error { return gpu.ResidualAdd(r, dX, s.dResid) },
+	})
+}
+
+// recordStudentAttentionBackward: d loss/d s.xn1 into s.dXn from s.dResid.
+func (n *Net) recordStudentAttentionBackward(r *gpu.Recorder, a *attnWeights, s *stWork, nb, t int) error {
+	c := n.Config
+	rows := nb * t
+	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	eps, rot, theta := c.RMSNormEps, c.RotaryDim(), c.RopeTheta
+	return runSteps([]func() error{
+		func() error { return a.o.backward(r, s.gated, s.dResid, s.dGated, rows) },
+		func() error { return gpu.AttentionGateBackward(r, s.o, s.agate, s.dGated, s.dO, s.dAgate) },
+		func() error {
+			return gpu.AttentionBackward(r, s.qr, s.kr, s.v, s.o, s.alse, s.dO, s.dQR, s.dKR, s.dV, nb, t, nh, nkv, hd)
+		},
+		func() error {
+			return gpu.QKNormRoPEBackward(r, s.q, a.qNorm.buf, s.dQR, s.dQ, n.gainGrad(a.qNorm.buf), rows, nh, hd, eps, rot, theta, t)
+		},
+		func() error {
+			return gpu.QKNormRoPEBackward(r, s.k, a.kNorm.buf, s.dKR, s.dK, n.gainGrad(a.kNorm.buf), rows, nkv, hd, eps, rot, theta, t)
+		},
+		func() error { return gpu.SplitQueryGateBackward(r, s.dQ, s.dAgate, s.dQG, rows, nh, hd) },
+		func() error { return a.qg.backward(r, s.xn1, s.dQG, s.dXn, rows) },
+		func() error { return a.k.backward(r, s.xn1, s.dK, s.dT, rows) },
+		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
+		func() error { return a.v.backward(r, s.xn1, s.dV, s.dT, rows) },
+		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
+	})
+}
+
+// recordStudentDeltaBackward: d loss/d s.xn1 into s.dXn from s.dResid.
+func (n *Net) recordStudentDeltaBackward(r *gpu.Recorder, d *deltaWeights, s *stWork, nb, t int) error {
+	c := n.Config
+	rows := nb * t
+	hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
+	QK, VV := hk*dk, hv*dv
+	C := 2*QK + VV
+	return runSteps([]func() error{
+		func() error { return d.out.backward(r, s.normed, s.dResid, s.dNormed, rows) },
+		func() error {
+			return gpu.GatedRMSNormBackward(r, s.core, s.z, d.norm.buf, s.dNormed, s.dCore, s.dZ, n.gainGrad(d.norm.buf), rows, hv, dv, c.RMSNormEps)
+		},
+		func() error {
+			return gpu.GatedDeltaRuleBackward(r, s.qn, s.kn, s.vc, s.g, s.beta, s.dCore, s.dQn, s.dKn, s.dVc, s.dG, s.dBeta, nb, t, hk, hv, dk, dv)
+		},
+		func() error {
+			return gpu.GatedDeltaGatesBackward(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.dG, s.dBeta, s.dA, s.dB, rows, hv)
+		},
+		func() error { return gpu.L2NormBackward(r, s.qc, s.dQn, s.dQc, rows*hk, dk, 1/math.Sqrt(float64(dk))) },
+		func() error { return gpu.L2NormBackward(r, s.kc, s.dKn, s.dKc, rows*hk, dk, 1) },
+		func() error { return gpu.ColumnCopy(r, s.dQc, s.dConv, rows, QK, 0, C, 0, QK) },
+		func() error { return gpu.ColumnCopy(r, s.dKc, s.dConv, rows, QK, 0, C, QK, QK) },
+		func() error { return gpu.ColumnCopy(r, s.dVc, s.dConv, rows, VV, 0, C, 2*QK, VV) },
+		func() error { return gpu.CausalConv1dSiLUBackward(r, s.mixed, d.conv.buf, s.dConv, s.dMixed, nb, t, C, K) },
+		func() error { return d.qkv.backward(r, s.xn1, s.dMixed, s.dXn, rows) },
+		func() error { return d.z.backward(r, s.xn1, s.dZ, s.dT, rows) },
+		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
+		func() error { return d.b.backward(r, s.xn1, s.dB, s.dT, rows) },
+		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
+		func() error { return d.a.backward(r, s.xn1, s.dA, s.dT, rows) },
+		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
+	})
+}
+
+// StepStats is what Step returns.
+type StepStats struct {
+	// Loss is mean_t KL(p_T,topk ‖ p_S) over the step's nb·t tokens (natural log), the mean
+	// of KLPerToken taken in float64.
+	Loss float64
+	// KLPerToken [nb·t] is each token's KL (row = window·t + position), f32 from the GPU.
+	KLPerToken []float32
+	// Finite is false when the loss or any accumulated gradient is not finite: checked by
+	// the f32 sum of squares of every gradient buffer (GradSumSquares), so gradients whose
+	// squares overflow f32 (|g| ≳ 1.8e19 in total) also count as not finite.
+	Finite bool
+	// Tokens is the number of tokens the loss is over (nb·t).
+	Tokens int
+}
+
+// checkTopK validates the teacher's top-k for the windows: top.NB == nb, top.T == work.T,
+// 1 ≤ K ≤ vocab, IDs and Probs of NB·T·K values, ids in the student's vocabulary and distinct
+// per token, probabilities finite and ≥ 0 with a positive sum per token.
+func (n *Net) checkTopK(op string, w *Work, top *TopK, nb int) error {
+	if top == nil {
+		return fmt.Errorf("nvgkit.%s: nil top-k", op)
+	}
+	V := n.Config.VocabSize
+	if top.NB != nb {
+		return fmt.Errorf("nvgkit.%s: the top-k holds %d windows, but %d windows of ids were given", op, top.NB, nb)
+	}
+	if top.T != w.T {
+		return fmt.Errorf("nvgkit.%s: the top-k is for windows of %d tokens, the work's windows have t = %d", op, top.T, w.T)
+	}
+	if top.K < 1 || top.K > V {
+		return fmt.Errorf("nvgkit.%s: top-k K = %d must be in [1, the student's vocabulary %d]", op, top.K, V)
+	}
+	want := top.NB * top.T * top.K
+	if len(top.IDs) != want || len(top.Probs) != want {
+		return fmt.Errorf("nvgkit.%s: top-k IDs has %d and Probs %d values, want NB·T·K = %d·%d·%d = %d",
+			op, len(top.IDs), len(top.Probs), top.NB, top.T, top.K, want)
+	}
+	K := top.K
+	seen := make(map[int32]int, K)
+	for row := 0; row < nb*w.T; row++ {
+		clear(seen)
+		var sum float64
+		for j := 0; j < K; j++ {
+			id, p := top.IDs[row*K+j], top.Probs[row*K+j]
+			if id < 0 || int(id) >= V {
+				return fmt.Errorf("nvgkit.%s: teacher id [token %d, %d] = %d is outside the student's vocabulary [0, %d) (teacher and student geometries differ?)", op, row, j, id, V)
+			}
+			if j0, dup := seen[id]; dup {
+				return fmt.Errorf("nvgkit.%s: teacher id %d appears twice in token %d's top-k (entries %d and %d)", op, id, row, j0, j)
+			}
+			seen[id] = j
+			if !(p >= 0) || math.IsInf(float64(p), 0) {
+				return fmt.Errorf("nvgkit.%s: teacher probability [token %d, %d] = %g is not finite and ≥ 0", op, row, j, p)
+			}
+			sum += float64(p)
+		}
+		if !(sum > 0) {
+			return fmt.Errorf("nvgkit.%s: teacher probabilities of token %d sum to %g, want > 0", op, row, sum)
+		}
+	}
+	return nil
+}
+
+// uploadTopK writes the top-k into the work's id and probability buffers, padded to the
+// work's windows by repeating the last window's rows.
+func (w *Work) uploadTopK(top *TopK) error {
+	s := w.st
+	k, rows := top.K, w.NB*w.T
+	if s.topK != k || s.ids == nil {
+		s.ids.Release()
+		s.pT.Release()
+		s.ids, s.pT, s.topK = nil, nil, 0
+		var err error
+		if s.ids, err = w.dev.NewBuffer("work.topk ids", gpu.U32, rows, k); err != nil {
+			return err
+		}
+		if s.pT, err = w.dev.NewBuffer("work.topk probs", gpu.F32, rows, k); err != nil {
+			s.ids.Release()
+			s.ids = nil
+			return err
+		}
+		s.topK = k
+	}
+	ids := make([]uint32, rows*k)
+	p := make([]float32, rows*k)
+	real := top.NB * top.T * k
+	for i := range ids {
+		src := i
+		if i >= real {
+			src = real - w.T*k + (i-real)%(w.T*k)
+		}
+		ids[i] = uint32(top.IDs[src])
+		p[i] = top.Probs[src]
+	}
+	if err := w.dev.WriteUint32(s.ids, ids); err != nil {
+		return err
+	}
+	return w.dev.WriteFloat32(s.pT, p)
+}
+
+// studentForward embeds flat into ckpt[0] and runs every layer, one submit per layer.
+func (n *Net) studentForward(w *Work, flat []int) error {
+	s := w.st
+	for i, L := range n.layers {
+		r := n.dev.Begin()
+		if i == 0 {
+			if err := gpu.Embedding(r, n.embed, flat, s.ckpt[0]); err != nil {
+				r.Discard()
+				return err
+			}
+		}
+		if err := n.recordStudentLayer(r, L, s, s.ckpt[i], s.ckpt[i+1], w.NB, w.T, true); err != nil {
+			r.Discard()
+			return fmt.Errorf("layer %d: %w", i, err)
+		}
+		if err := r.Submit(); err != nil {
+			return fmt.Errorf("layer %d: %w", i, err)
+		}
+	}
+	if len(n.layers) == 0 {
+		return n.dev.Run(func(r *gpu.Recorder) error { return gpu.Embedding(r, n.embed, flat, s.ckpt[0]) })
+	}
+	return nil
+}
+
+// recordHead records the final norm and the KL loss with its gradient dh (zeroed first).
+func (n *Net) recordHead(r *gpu.Recorder, w *Work) error {
+	c := n.Config
+	s := w.st
+	rows := w.NB * w.T
+	last := s.ckpt[len(n.layers)]
+	if err := gpu.RMSNorm(r, last, n.finalNorm, s.hN, rows, c.HiddenSize, c.RMSNormEps, true); err != nil {
+		return err
+	}
+	if err := gpu.Zero(r, s.dh); err != nil {
+		return err
+	}
+	return gpu.KLLossBackward(r, s.hN, n.head, rows, c.HiddenSize, c.VocabSize, s.ids, s.pT, s.topK, 0, 1/float64(rows), s.dh, s.kl, s.loss)
+}
+
+// prepare validates a Student call and uploads its top-k; it returns the flattened ids and
+// the number of real windows.
+func (n *Net) prepare(op string, w *Work, ids [][]int, top *TopK) ([]int, int, error) {
+	if err := n.requireStudent(op); err != nil {
+		return nil, 0, err
+	}
+	flat, nb, err := n.windows(op, w, ids, 0, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := n.checkTopK(op, w, top, nb); err != nil {
+		return nil, 0, err
+	}
+	if err := w.uploadTopK(top); err != nil {
+		return nil, 0, fmt.Errorf("nvgkit.%s: %w", op, err)
+	}
+	return flat, nb, nil
+}
+
+// LossOnly runs a Student's forward over ids (1 ≤ len(ids) ≤ work.NB windows of exactly
+// work.T tokens; fewer windows are computed as padding and dropped, as TeacherTopK) and
+// returns the distillation loss mean_t KL(p_T,topk ‖ p_S) over the given windows' tokens
+// (float64 mean of the per-token f32 KL) and klPerToken [len(ids)·T]. top is the teacher's
+// top-k for exactly these windows (TeacherTopK's result: top.NB = len(ids), top.T = work.T);
+// p_T is top.Probs renormalised over the k; p_S is the student's softmax over the whole
+// vocabulary, computed in slices (gpu.KLLossBackward; its dh pass runs too, into scratch).
+// Gradients are not touched. Errors, before anything is submitted: a nil/released net or
+// work, a Teacher net, a work of another net kind or architecture, no windows, more windows
+// than the work holds, a window whose length is not work.T, an id outside the vocabulary, or
+// a top-k whose NB, T, K or lengths disagree, with an id outside the student's vocabulary or
+// repeated within a token, or probabilities not finite, negative or summing to 0 — each
+// naming the value; then any GPU error.
+func LossOnly(net *Net, work *Work, ids [][]int, top *TopK) (loss float64, klPerToken []float32, err error) {
+	const op = "LossOnly"
+	flat, nb, err := net.prepare(op, work, ids, top)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := net.studentForward(work, flat); err != nil {
+		return 0, nil, fmt.Errorf("nvgkit.%s: %w", op, err)
+	}
+	if err := net.dev.Run(func(r *gpu.Recorder) error { return net.recordHead(r, work) }); err != nil {
+		return 0, nil, fmt.Errorf("nvgkit.%s: head: %w", op, err)
+	}
+	kl, err := net.dev.ReadFloat32(work.st.kl)
+	if err != nil {
+		return 0, nil, fmt.Errorf("nvgkit.%s: %w", op, err)
+	}
+	real := nb * work.T
+	kl = kl[:real:real]
+	return meanF64(kl), kl, nil
+}
+
+func meanF64(v []float32) float64 {
+	var s float64
+	for _, x := range v {
+		s += float64(x)
+	}
+	return s / float64(len(v))
+}
+
+// Step runs one student step (DESIGN.md §6) over ids — exactly work.NB windows of work.T
+// tokens (a Step over fewer windows would weight the padding; make a Work of that size) —
+// against the teacher's top-k top of those windows (top.NB = work.NB, top.T = work.T):
+//
+//  1. the forward, one submit per layer, keeping every layer's input (checkpoints);
+//  2. the final norm and the loss mean_t KL(p_T,topk ‖ p_S) with its gradient d loss/d h
+//     by gpu.KLLossBackward over vocabulary slices (the nb·t × vocab logits never exist);
+//  3. layer by layer in reverse, one submit per layer: the layer's forward recomputed from
+//     its checkpoint, then its backward (host.Net.LayerBackward's chain, f32 on the GPU),
+//     ACCUMULATING (+=) into the gradient buffers of every BLR path's h, ℓ, g and of every
+//     RMSNorm gain (ZeroGrads clears them; nothing else does);
+//  4. the sum of squares of every gradient buffer, read back with the per-token KL.
+//
+// d loss/d input embeddings is left in the work (EmbedGrads). The frozen weights (sign
+// bits, dense projections, embedding, head, conv, A_log, dt_bias) get no gradient.
+// Errors, before anything is submitted: those of LossOnly, and a number of windows other
+// than work.NB; then any GPU error.
+func Step(net *Net, work *Work, ids [][]int, top *TopK) (StepStats, error) {
+	const op = "Step"
+	if err := work.check(op, net); err != nil {
+		return StepStats{}, err
+	}
+	if len(ids) != work.NB {
+		return StepStats{}, fmt.Errorf("nvgkit.%s: %d windows, but a step takes exactly the work's nb = %d windows (nb·t must match the Work)", op, len(ids), work.NB)
+	}
+	flat, _, err := net.prepare(op, work, ids, top)
+	if err != nil {
+		return StepStats{}, err
+	}
+	s := work.st
+	s.embed = nil
+	if err := net.studentForward(work, flat); err != nil {
+		return StepStats{}, fmt.Errorf("nvgkit.%s: %w", op, err)
+	}
+	c := net.Config
+	rows := work.NB * work.T
+	dCur, dNext := s.d0, s.d1
+	err = net.dev.Run(func(r *gpu.Recorder) error {
+		if err := net.recordHead(r, work); err != nil {
+			return err
+		}
+		return gpu.RMSNormBackward(r, s.ckpt[len(net.layers)], net.finalNorm, s.dh, dCur, net.gainGrad(net.finalNorm), rows, c.HiddenSize, c.RMSNormEps, true)
+	})
+	if err != nil {
+		return StepStats{}, fmt.Errorf("nvgkit.%s: head: %w", op, err)
+	}
+	for l := len(net.layers) - 1; l >= 0; l-- {
+		L := net.layers[l]
+		r := net.dev.Begin()
+		if err := net.recordStudentLayer(r, L, s, s.ckpt[l], nil, work.NB, work.T, false); err != nil {
+			r.Discard()
+			return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d recompute: %w", op, l, err)
+		}
+		if err := net.recordStudentLayerBackward(r, L, s, s.ckpt[l], dCur, dNext, work.NB, work.T); err != nil {
+			r.Discard()
+			return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d backward: %w", op, l, err)
+		}
+		if err := r.Submit(); err != nil {
+			return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d: %w", op, l, err)
+		}
+		dCur, dNext = dNext, dCur
+	}
+	s.embed = dCur
+	ss, err := net.gradSumSquares()
+	if err != nil {
+		return StepStats{}, fmt.Errorf("nvgkit.%s: %w", op, err)
+	}
+	kl, err := net.dev.ReadFloat32(s.kl)
+	if err != nil {
+		return StepStats{}, fmt.Errorf("nvgkit.%s: %w", op, err)
+	}
+	st := StepStats{Loss: meanF64(kl), KLPerToken: kl, Tokens: rows}
+	st.Finite = !math.IsNaN(st.Loss) && !math.IsInf(st.Loss, 0) && !math.IsNaN(ss) && !math.IsInf(ss, 0)
+	return st, nil
+}
+
+// EmbedGrads returns d loss/d input embeddings [work.NB·work.T·H] (row = window·t +
+// position, f32) of the last Step on work: the gradient that leaves layer 0 (it costs no
+// extra compute; the fixtures' grad.embeds). Errors: a nil or released work, a Teacher's
+// work, or no Step since NewWork (or since a failed Step).
+func EmbedGrads(work *Work) ([]float32, error) {
+	if work == nil || work.released {
+		return nil, errors.New("nvgkit.EmbedGrads: nil or released work")
+	}
+	if work.st == nil {
+		return nil, errors.New("nvgkit.EmbedGrads: the work was made for a teacher net")
+	}
+	if work.st.embed == nil {
+		return nil, errors.New("nvgkit.EmbedGrads: no Step has completed on this work")
+	}
+	return work.dev.ReadFloat32(work.st.embed)
+}

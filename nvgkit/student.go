@@ -1,0 +1,302 @@
+package nvgkit
+
+import (
+	"fmt"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/host"
+)
+
+// trainable is one trained vector of a Student net: a norm gain or one scale vector (h, ℓ or
+// g) of one path of a BLR projection.
+type trainable struct {
+	name  string      // HF gain name, or host.BLRGradName(tensor, path, "h"|"l"|"g")
+	param *gpu.Buffer // F32 [n]: owned by the layer's param, the BLR layer or the net
+	grad  *gpu.Buffer // F32 [n], owned by the student state
+	m, v  *gpu.Buffer // Adam's moments, F32 [n], owned by the student state
+	live  *gpu.Buffer // U32 [n] rank mask (ℓ of a padded BLR layer), or nil
+	// metric is true for BLR scales (relative Adam steps), false for norm gains.
+	metric bool
+	shape  []int // the gain's HF shape (metric: [n])
+}
+
+// studentState holds what a Student net adds to a Teacher's weights.
+type studentState struct {
+	trainables []*trainable
+	byName     map[string]*trainable
+	byParam    map[*gpu.Buffer]*trainable // a gain's trainable by its weight buffer
+	blrs       []*linear                  // every BLR projection, in load order (Export)
+	blrLayers  []*gpu.BLRLayer
+	owned      []*gpu.Buffer
+	gss        *gpu.Buffer // F32 [1]: GradSumSquares scratch
+}
+
+func (s *studentState) release() {
+	if s == nil {
+		return
+	}
+	for _, b := range s.owned {
+		b.Release()
+	}
+	for _, l := range s.blrLayers {
+		l.Release()
+	}
+	s.owned, s.blrLayers = nil, nil
+}
+
+// blrBytes is the GPU bytes of a BLR layer's scales, sign bits and mask.
+func blrBytes(l *gpu.BLRLayer) uint64 {
+	var n uint64
+	for _, p := range l.Paths {
+		for _, b := range []*gpu.Buffer{p.H, p.G, p.L, p.U, p.V} {
+			if b != nil {
+				n += b.Bytes()
+			}
+		}
+	}
+	if l.Live != nil {
+		n += l.Live.Bytes()
+	}
+	return n
+}
+
+// newBuf allocates a zeroed F32 buffer owned by the student state.
+func (n *Net) newBuf(label string, size int) (*gpu.Buffer, error) {
+	b, err := n.dev.NewBuffer(label, gpu.F32, size)
+	if err != nil {
+		return nil, err
+	}
+	n.st.owned = append(n.st.owned, b)
+	return b, nil
+}
+
+// addTrainable registers param (F32 [size]) under name with zeroed gradient and moments.
+func (n *Net) addTrainable(name string, param, live *gpu.Buffer, metric bool, shape []int) error {
+	size := param.Len()
+	t := &trainable{name: name, param: param, live: live, metric: metric, shape: shape}
+	var err error
+	if t.grad, err = n.newBuf(name+".grad", size); err != nil {
+		return err
+	}
+	if t.m, err = n.newBuf(name+".adam_m", size); err != nil {
+		return err
+	}
+	if t.v, err = n.newBuf(name+".adam_v", size); err != nil {
+		return err
+	}
+	if _, dup := n.st.byName[name]; dup {
+		return fmt.Errorf("trainable %s registered twice", name)
+	}
+	n.st.trainables = append(n.st.trainables, t)
+	n.st.byName[name] = t
+	if !metric {
+		n.st.byParam[param] = t
+	}
+	return nil
+}
+
+// liveRank is the rank padding rule of a Student: ranks past the last one whose ℓ is non-zero
+// in some path are padding (ℓ added to reach a GEMM tile, DESIGN.md §6) and are masked; a
+// payload without trailing all-zero ℓ has no padding. All-zero ℓ keeps every rank live.
+func liveRank(w *cmf.BLRWeight) int {
+	live := 0
+	for _, p := range w.Paths {
+		for i := len(p.L) - 1; i >= live; i-- {
+			if p.L[i] != 0 {
+				live = i + 1
+				break
+			}
+		}
+	}
+	if live == 0 {
+		return w.Rank
+	}
+	return live
+}
+
+// studentLinear loads the projection name [out, in]: a BLR tensor becomes a gpu.BLRLayer with
+// gradient buffers and trainables; a dense one a frozen f16 plane (as a Teacher's).
+func (n *Net) studentLinear(b *builder, L *layer, name string, out, in int) linear {
+	if b.err != nil {
+		return linear{}
+	}
+	t, err := b.m.Tensor(name)
+	if err != nil {
+		b.err = err
+		return linear{}
+	}
+	if t.DType != cmf.BLR {
+		l := b.lin(name, b.f16(name, out, in), out, in)
+		l.name = name
+		return l
+	}
+	if len(t.Shape) != 2 || t.Shape[0] != out || t.Shape[1] != in {
+		b.err = fmt.Errorf("tensor %s: shape %v, want [%d %d]", name, t.Shape, out, in)
+		return linear{}
+	}
+	w, err := cmf.BLRFromTensor(t)
+	if err != nil {
+		b.err = err
+		return linear{}
+	}
+	paths := make([]gpu.BLRHostPath, len(w.Paths))
+	for p := range w.Paths {
+		paths[p] = gpu.BLRHostPath(w.Paths[p])
+	}
+	bl, err := gpu.UploadBLR(n.dev, name, w.M, w.N, w.Rank, paths, liveRank(w))
+	if err != nil {
+		b.err = fmt.Errorf("tensor %s: %w", name, err)
+		return linear{}
+	}
+	n.st.blrLayers = append(n.st.blrLayers, bl)
+	L.blrs = append(L.blrs, bl)
+	l := &linear{blr: bl, name: name, out: out, in: in}
+	for p, q := range bl.Paths {
+		var g gpu.BLRGrad
+		for _, s := range []struct {
+			key   string
+			param *gpu.Buffer
+			live  *gpu.Buffer
+			dst   **gpu.Buffer
+		}{{"h", q.H, nil, &g.H}, {"l", q.L, bl.Live, &g.L}, {"g", q.G, nil, &g.G}} {
+			tn := host.BLRGradName(name, p, s.key)
+			if err := n.addTrainable(tn, s.param, s.live, true, []int{s.param.Len()}); err != nil {
+				b.err = err
+				return linear{}
+			}
+			*s.dst = n.st.byName[tn].grad
+		}
+		l.grads = append(l.grads, g)
+	}
+	n.st.blrs = append(n.st.blrs, l)
+	return *l
+}
+
+// loadStudent is LoadNet for kind Student (see Student).
+func (n *Net) loadStudent(m *cmf.Model) error {
+	c := n.Config
+	H, I := c.HiddenSize, c.IntermediateSize
+	n.st = &studentState{byName: map[string]*trainable{}, byParam: map[*gpu.Buffer]*trainable{}}
+	if err := n.loadShared(m); err != nil {
+		return err
+	}
+	for i := 0; i < c.NumHiddenLayers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		b := &builder{m: m}
+		L := &layer{index: i}
+		L.inNorm = b.vec(p+"input_layernorm.weight", H)
+		L.postNorm = b.vec(p+"post_attention_layernorm.weight", H)
+		L.gate = n.studentLinear(b, L, p+"mlp.gate_proj.weight", I, H)
+		L.up = n.studentLinear(b, L, p+"mlp.up_proj.weight", I, H)
+		L.down = n.studentLinear(b, L, p+"mlp.down_proj.weight", H, I)
+		gains := []*param{L.inNorm, L.postNorm}
+		if c.IsFullAttention(i) {
+			nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+			q := p + "self_attn."
+			a := &attnWeights{}
+			a.qg = n.studentLinear(b, L, q+"q_proj.weight", nh*hd*2, H)
+			a.k = n.studentLinear(b, L, q+"k_proj.weight", nkv*hd, H)
+			a.v = n.studentLinear(b, L, q+"v_proj.weight", nkv*hd, H)
+			a.o = n.studentLinear(b, L, q+"o_proj.weight", H, nh*hd)
+			a.qNorm = b.vec(q+"q_norm.weight", hd)
+			a.kNorm = b.vec(q+"k_norm.weight", hd)
+			gains = append(gains, a.qNorm, a.kNorm)
+			L.attn = a
+		} else {
+			hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
+			C := 2*hk*dk + hv*dv
+			q := p + "linear_attn."
+			d := &deltaWeights{}
+			d.qkv = n.studentLinear(b, L, q+"in_proj_qkv.weight", C, H)
+			d.z = n.studentLinear(b, L, q+"in_proj_z.weight", hv*dv, H)
+			d.b = n.studentLinear(b, L, q+"in_proj_b.weight", hv, H)
+			d.a = n.studentLinear(b, L, q+"in_proj_a.weight", hv, H)
+			d.out = n.studentLinear(b, L, q+"out_proj.weight", H, hv*dv)
+			d.conv = b.add(&param{label: q + "conv1d.weight", shape: []int{C, K}, f32: b.f32(q+"conv1d.weight", C, 1, K)})
+			d.aLog = b.vec(q+"A_log", hv)
+			d.dtBias = b.vec(q+"dt_bias", hv)
+			d.norm = b.vec(q+"norm.weight", dv)
+			gains = append(gains, d.norm)
+			L.delta = d
+		}
+		if b.err != nil {
+			return b.err
+		}
+		L.params = b.ps
+		n.layers = append(n.layers, L)
+		if err := n.upload(L); err != nil {
+			return err
+		}
+		for _, p := range L.params {
+			p.f16, p.f32 = nil, nil
+		}
+		for _, g := range gains {
+			if err := n.addTrainable(g.label, g.buf, nil, false, g.shape); err != nil {
+				return err
+			}
+		}
+	}
+	if err := n.addTrainable("model.norm.weight", n.finalNorm, nil, false, []int{H}); err != nil {
+		return err
+	}
+	var err error
+	n.st.gss, err = n.newBuf("student.gradSumSquares", 1)
+	return err
+}
+
+// gainGrad returns the gradient buffer of the gain whose weight buffer is w.
+func (n *Net) gainGrad(w *gpu.Buffer) *gpu.Buffer { return n.st.byParam[w].grad }
+
+// Trainables returns the names of a Student's trained vectors in a fixed order (load order:
+// per layer the norm gains and the h, ℓ, g of each path of each BLR projection, then
+// "model.norm.weight"): gains by their HF tensor name, metric scales as host.BLRGradName
+// ("<tensor>.p<i>.h|l|g"). nil for a Teacher.
+func (n *Net) Trainables() []string {
+	if n == nil || n.st == nil {
+		return nil
+	}
+	out := make([]string, len(n.st.trainables))
+	for i, t := range n.st.trainables {
+		out[i] = t.name
+	}
+	return out
+}
+
+// TrainableCount is the number of trained values of a Student (every element of every
+// trainable vector, live or masked); 0 for a Teacher.
+func (n *Net) TrainableCount() int {
+	if n == nil || n.st == nil {
+		return 0
+	}
+	c := 0
+	for _, t := range n.st.trainables {
+		c += t.param.Len()
+	}
+	return c
+}
+
+// StateBytes is the GPU bytes a Student holds besides its weights: one gradient and two
+// Adam moments per trained value, 12 bytes each, plus a 4-byte reduction scratch; 0 for a
+// Teacher. (The trained values themselves are in WeightBytes.)
+func (n *Net) StateBytes() uint64 {
+	if n == nil || n.st == nil {
+		return 0
+	}
+	var b uint64
+	for _, o := range n.st.owned {
+		b += o.Bytes()
+	}
+	return b
+}
+
+// requireStudent reports whether net is a usable Student.
+func (n *Net) requireStudent(op string) error {
+	if err := n.usable(op); err != nil {
+		return err
+	}
+	if n.Kind != Student || n.st == nil {
+		return fmt.Errorf("nvgkit.%s: the net is a %v; load it with LoadNet(dev, model, nvgkit.Student)", op, n.Kind)
+	}
+	return nil
+}

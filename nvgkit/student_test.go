@@ -1,0 +1,203 @@
+package nvgkit_test
+
+import (
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/nvgkit"
+)
+
+// fixtureStudentModel returns the fixtures' perturbed student: the tiny teacher with
+// model.layers.0.input_layernorm.weight stored as w' = (1+w)·1.03 − 1 (F32), every other
+// tensor shared with m.
+func fixtureStudentModel(t testing.TB, m *cmf.Model) *cmf.Model {
+	t.Helper()
+	out := cmf.NewModel(m.Config)
+	for _, tn := range m.Tensors {
+		if err := out.Set(tn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const name = "model.layers.0.input_layernorm.weight"
+	w, err := m.Tensors[name].Float64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range w {
+		w[i] = (1+w[i])*1.03 - 1
+	}
+	nt, err := cmf.NewFloatTensor(name, cmf.F32, m.Tensors[name].Shape, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Set(nt); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// fixtureTopK is the fixtures' teacher top-k as a TopK: ids and p_T = softmax of
+// teacher_topk_logprob over the k (float64, then f32).
+func fixtureTopK(t *testing.T, fx fixtures) *nvgkit.TopK {
+	tn := fx.f.Tensor("teacher_topk_ids")
+	nb, T, K := tn.Shape[0], tn.Shape[1], tn.Shape[2]
+	ids := fx.get(t, "teacher_topk_ids")
+	lp := fx.get(t, "teacher_topk_logprob")
+	top := &nvgkit.TopK{NB: nb, T: T, K: K, IDs: make([]int32, len(ids)), Probs: make([]float32, len(ids))}
+	for r := 0; r < nb*T; r++ {
+		row := lp[r*K : (r+1)*K]
+		m := math.Inf(-1)
+		for _, v := range row {
+			m = math.Max(m, v)
+		}
+		var s float64
+		for _, v := range row {
+			s += math.Exp(v - m)
+		}
+		for j, v := range row {
+			top.IDs[r*K+j] = int32(ids[r*K+j])
+			top.Probs[r*K+j] = float32(math.Exp(v-m) / s)
+		}
+	}
+	return top
+}
+
+func relL2(got []float32, want []float64) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - want[i]
+		num += d * d
+		den += want[i] * want[i]
+	}
+	return math.Sqrt(num / den)
+}
+
+var fixtureSt struct {
+	once sync.Once
+	net  *nvgkit.Net
+	err  error
+}
+
+// fixtureStudent loads the fixtures' perturbed dense student as a Student net once.
+func fixtureStudent(t *testing.T) (*gpu.Device, *nvgkit.Net) {
+	d, m, _ := tinyTeacher(t)
+	fixtureSt.once.Do(func() {
+		fixtureSt.net, fixtureSt.err = nvgkit.LoadNet(d, fixtureStudentModel(t, m), nvgkit.Student)
+	})
+	if fixtureSt.err != nil {
+		t.Fatal(fixtureSt.err)
+	}
+	return d, fixtureSt.net
+}
+
+// TestStudentStepFixtures runs Step on the fixtures' perturbed dense student (its linears
+// frozen f16 planes, only the 27 gains train) over the fixtures' 2 windows × 64 tokens
+// against their teacher top-32, and compares with the HF float64 reference: the loss
+// (relative error), the per-token KL, d loss/d embeddings and every grad.<gain> (relative L2,
+// each ≤ 2e-3; f16 weights and f32 arithmetic against float64). Every error is logged.
+func TestStudentStepFixtures(t *testing.T) {
+	d, net := fixtureStudent(t)
+	fx := openFixtures(t)
+	ids := fx.windows(t)
+	top := fixtureTopK(t, fx)
+	w, err := nvgkit.NewWork(d, net, len(ids), len(ids[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release()
+	if got, want := w.Bytes(), nvgkit.StudentWorkBytes(net.Config, len(ids), len(ids[0])); got != want {
+		t.Errorf("work holds %d bytes, StudentWorkBytes says %d", got, want)
+	}
+	if err := nvgkit.ZeroGrads(net); err != nil {
+		t.Fatal(err)
+	}
+	st, err := nvgkit.Step(net, w, ids, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Finite || st.Tokens != 128 {
+		t.Errorf("stats: finite %v, tokens %d", st.Finite, st.Tokens)
+	}
+	const tol = 2e-3
+	wantLoss := fx.get(t, "student_loss")[0]
+	rel := math.Abs(st.Loss-wantLoss) / wantLoss
+	t.Logf("%-52s %.8g vs %.8g: rel err %.3g", "student_loss", st.Loss, wantLoss, rel)
+	if !(rel <= tol) {
+		t.Errorf("student_loss: relative error %.3g > %g", rel, tol)
+	}
+	check := func(name string, got []float32, want []float64) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Errorf("%s: %d values, want %d", name, len(got), len(want))
+			return
+		}
+		e := relL2(got, want)
+		t.Logf("%-52s rel L2 err %.3g", name, e)
+		if !(e <= tol) {
+			t.Errorf("%s: relative L2 error %.3g > %g", name, e, tol)
+		}
+	}
+	check("student_kl_per_token", st.KLPerToken, fx.get(t, "student_kl_per_token"))
+	emb, err := nvgkit.EmbedGrads(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("grad.embeds", emb, fx.get(t, "grad.embeds"))
+	grads, err := nvgkit.Grads(net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tn := range fx.f.Tensors {
+		if strings.HasPrefix(tn.Name, "grad.") && tn.Name != "grad.embeds" {
+			names = append(names, tn.Name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		g, ok := grads[name[5:]]
+		if !ok {
+			t.Errorf("%s: no gradient %q", name, name[5:])
+			continue
+		}
+		check(name, g, fx.get(t, name))
+	}
+	if len(names) != 27 || len(grads) != 27 {
+		t.Errorf("fixture has %d gain gradients, the student %d trainables; want 27 each", len(names), len(grads))
+	}
+	// LossOnly gives the same loss (same kernels) and leaves the gradients alone.
+	loss, kl, err := nvgkit.LossOnly(net, w, ids, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loss != st.Loss || len(kl) != len(st.KLPerToken) {
+		t.Errorf("LossOnly %.17g (%d tokens), Step %.17g", loss, len(kl), st.Loss)
+	}
+	// A second Step accumulates: every gradient doubles (bit-for-bit, the kernels are
+	// deterministic and x + x is exact).
+	if _, err := nvgkit.Step(net, w, ids, top); err != nil {
+		t.Fatal(err)
+	}
+	g2, err := nvgkit.Grads(net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, g := range grads {
+		for i := range g {
+			if g2[name][i] != 2*g[i] {
+				t.Fatalf("%s[%d]: after two steps %g, want 2×%g", name, i, g2[name][i], g[i])
+			}
+		}
+	}
+	if err := nvgkit.ZeroGrads(net); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := nvgkit.GradNorm(net); err != nil || n != 0 {
+		t.Errorf("GradNorm after ZeroGrads = %g, %v", n, err)
+	}
+}
