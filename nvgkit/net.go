@@ -157,7 +157,7 @@ type layer struct {
 	gate, up, down   linear
 	attn             *attnWeights
 	delta            *deltaWeights
-	params           []*param // every parameter above, for upload and release
+	params           []*param        // every parameter above, for upload and release
 	blrs             []*gpu.BLRLayer // a Student's BLR projections (released by the net)
 	uploaded         bool
 }

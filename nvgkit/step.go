@@ -283,7 +283,9 @@ func (n *Net) recordStudentDelta(r *gpu.Recorder, d *deltaWeights, s *stWork, nb
 		func() error {
 			return gpu.GatedDeltaRule(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nil, nb, t, hk, hv, dk, dv)
 		},
-		func() error { return gpu.GatedRMSNorm(r, s.core, s.z, d.norm.buf, s.normed, rows, hv, dv, c.RMSNormEps) },
+		func() error {
+			return gpu.GatedRMSNorm(r, s.core, s.z, d.norm.buf, s.normed, rows, hv, dv, c.RMSNormEps)
+		},
 		func() error { return d.out.apply(r, s.normed, s.mix, rows) },
 	})
 }
@@ -369,7 +371,9 @@ func (n *Net) recordStudentDeltaBackward(r *gpu.Recorder, d *deltaWeights, s *st
 		func() error { return gpu.ColumnCopy(r, s.dQc, s.dConv, rows, QK, 0, C, 0, QK) },
 		func() error { return gpu.ColumnCopy(r, s.dKc, s.dConv, rows, QK, 0, C, QK, QK) },
 		func() error { return gpu.ColumnCopy(r, s.dVc, s.dConv, rows, VV, 0, C, 2*QK, VV) },
-		func() error { return gpu.CausalConv1dSiLUBackward(r, s.mixed, d.conv.buf, s.dConv, s.dMixed, nb, t, C, K) },
+		func() error {
+			return gpu.CausalConv1dSiLUBackward(r, s.mixed, d.conv.buf, s.dConv, s.dMixed, nb, t, C, K)
+		},
 		func() error { return d.qkv.backward(r, s.xn1, s.dMixed, s.dXn, rows) },
 		func() error { return d.z.backward(r, s.xn1, s.dZ, s.dT, rows) },
 		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
