@@ -1,0 +1,460 @@
+package nvgkit_test
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/nvgkit"
+)
+
+// subModel returns m restricted to the decoder layers src, renumbered 0, 1, … in that
+// order (tensors shared with m, renamed copies of the layer tensors).
+func subModel(t testing.TB, m *cmf.Model, src []int) *cmf.Model {
+	t.Helper()
+	c := m.Config
+	c.NumHiddenLayers = len(src)
+	c.LayerTypes = nil
+	for _, l := range src {
+		c.LayerTypes = append(c.LayerTypes, m.Config.LayerTypes[l])
+	}
+	out := cmf.NewModel(c)
+	for name, tn := range m.Tensors {
+		if rest, ok := strings.CutPrefix(name, "model.layers."); ok {
+			dot := strings.IndexByte(rest, '.')
+			var l int
+			fmt.Sscanf(rest[:dot], "%d", &l)
+			i := -1
+			for j, s := range src {
+				if s == l {
+					i = j
+				}
+			}
+			if i < 0 {
+				continue
+			}
+			nt := *tn
+			nt.Name = fmt.Sprintf("model.layers.%d%s", i, rest[dot:])
+			tn = &nt
+		}
+		if err := out.Set(tn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := out.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// blrCase is a BLR student — the tiny teacher's layers 0 (GatedDeltaNet) and 3 (attention),
+// compressed at 1 bit per weight (paths auto, seed 1) — with its teacher's top-16 on 2
+// windows × 16 tokens of the fixtures' ids.
+type blrCase struct {
+	teacher, student *cmf.Model
+	net              *nvgkit.Net
+	work             *nvgkit.Work
+	ids              [][]int
+	top              *nvgkit.TopK
+	init             *nvgkit.TrainableSnapshot
+	err              error
+}
+
+var blr struct {
+	once sync.Once
+	c    blrCase
+}
+
+const blrNB, blrT, blrK = 2, 16, 16
+
+func blrStudent(t *testing.T) (*gpu.Device, *blrCase) {
+	d, m, _ := tinyTeacher(t)
+	blr.once.Do(func() {
+		c := &blr.c
+		fail := func(err error) { c.err = err }
+		c.teacher = subModel(t, m, []int{0, 3})
+		t0 := time.Now()
+		var reps []cmf.TensorReport
+		var err error
+		c.student, reps, err = nvgkit.Compress(c.teacher, cmf.CompressOptions{BitsPerWeight: 1, Seed: 1, SVD: cmf.SVDOptions{PowerIters: -1}})
+		if err != nil {
+			fail(err)
+			return
+		}
+		two := 0
+		for _, r := range reps {
+			if r.Paths == 2 {
+				two++
+			}
+		}
+		t.Logf("compressed %d tensors (%d with 2 paths) at %.3f bpw in %v", len(reps), two, cmf.OverallBitsPerWeight(reps), time.Since(t0))
+		tn, err := nvgkit.LoadNet(d, c.teacher, nvgkit.Teacher)
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer tn.Release()
+		tw, err := nvgkit.NewWork(d, tn, blrNB, blrT)
+		if err != nil {
+			fail(err)
+			return
+		}
+		defer tw.Release()
+		fx := openFixtures(t)
+		for _, w := range fx.windows(t)[:blrNB] {
+			c.ids = append(c.ids, w[:blrT])
+		}
+		if c.top, err = nvgkit.TeacherTopK(tn, tw, c.ids, blrK); err != nil {
+			fail(err)
+			return
+		}
+		if c.net, err = nvgkit.LoadNet(d, c.student, nvgkit.Student); err != nil {
+			fail(err)
+			return
+		}
+		if c.work, err = nvgkit.NewWork(d, c.net, blrNB, blrT); err != nil {
+			fail(err)
+			return
+		}
+		c.init, c.err = nvgkit.Snapshot(c.net)
+	})
+	if blr.c.err != nil {
+		t.Fatal(blr.c.err)
+	}
+	// Every test starts from the compressed values with zero Adam state and gradients.
+	if err := nvgkit.Restore(blr.c.net, blr.c.init); err != nil {
+		t.Fatal(err)
+	}
+	if err := nvgkit.ZeroGrads(blr.c.net); err != nil {
+		t.Fatal(err)
+	}
+	return d, &blr.c
+}
+
+func (c *blrCase) hostTopK() ([]int, []float64) {
+	tid := make([]int, len(c.top.IDs))
+	prob := make([]float64, len(c.top.Probs))
+	for i := range tid {
+		tid[i], prob[i] = int(c.top.IDs[i]), float64(c.top.Probs[i])
+	}
+	return tid, prob
+}
+
+// TestStudentBLRGradients checks Step's gradients on the BLR student against the float64
+// host oracle (host.Net.StudentLossGrad on the same compressed model and top-k): the loss,
+// the per-token KL, d loss/d embeddings and every trainable — h, ℓ, g of every path of every
+// BLR projection of both layers (GatedDeltaNet and attention) and every gain — within 2e-3
+// relative L2 (f16 embedding and in_proj_a/b on the GPU, bf16-exact in the oracle; f32
+// arithmetic). Then central finite differences of the GPU loss (LossOnly) at the largest-
+// gradient coordinate of a set of vectors from both layers: the step is 3 % of the value for
+// metric scales and 0.03 absolute for gains, large enough that the f32 loss's rounding
+// (~1e-7 relative) stays ~1e-3 of the difference; central differences cancel the
+// curvature's first term. The denominator is the step actually taken after f32 rounding.
+func TestStudentBLRGradients(t *testing.T) {
+	_, c := blrStudent(t)
+	st, err := nvgkit.Step(c.net, c.work, c.ids, c.top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grads, err := nvgkit.Grads(c.net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hn, err := host.Load(c.student)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid, prob := c.hostTopK()
+	t0 := time.Now()
+	sg, err := hn.StudentLossGrad(c.ids, tid, prob, blrK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("host StudentLossGrad in %v", time.Since(t0))
+	const tol = 2e-3
+	rel := math.Abs(st.Loss-sg.Loss) / sg.Loss
+	t.Logf("%-56s GPU %.8g host %.8g rel err %.3g", "loss", st.Loss, sg.Loss, rel)
+	if !(rel <= tol) {
+		t.Errorf("loss: relative error %.3g > %g", rel, tol)
+	}
+	check := func(name string, got []float32, want []float64) float64 {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Errorf("%s: %d values, want %d", name, len(got), len(want))
+			return math.Inf(1)
+		}
+		e := relL2(got, want)
+		t.Logf("%-56s rel L2 err %.3g", name, e)
+		if !(e <= tol) {
+			t.Errorf("%s: relative L2 error %.3g > %g", name, e, tol)
+		}
+		return e
+	}
+	check("kl per token", st.KLPerToken, sg.KLPerToken)
+	emb, err := nvgkit.EmbedGrads(c.work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("embeds", emb, sg.Embeds)
+	names := sg.Names()
+	worst, where := 0.0, ""
+	blrCount := 0
+	for _, name := range names {
+		g, ok := grads[name]
+		if !ok {
+			t.Errorf("no GPU gradient %s", name)
+			continue
+		}
+		if strings.HasSuffix(name, ".h") || strings.HasSuffix(name, ".l") || strings.HasSuffix(name, ".g") {
+			blrCount++
+		}
+		if e := check(name, g, sg.Grads[name]); e > worst {
+			worst, where = e, name
+		}
+	}
+	t.Logf("%d gradients (%d BLR scale vectors); worst rel L2 %.3g at %s", len(names), blrCount, worst, where)
+	if len(grads) != len(names) || blrCount == 0 {
+		t.Errorf("GPU has %d gradients, host %d (%d BLR)", len(grads), len(names), blrCount)
+	}
+
+	// Finite differences of the GPU loss.
+	vectors := []string{
+		"model.layers.0.linear_attn.in_proj_qkv.weight.p0.l",
+		"model.layers.0.linear_attn.in_proj_z.weight.p0.h",
+		"model.layers.0.linear_attn.out_proj.weight.p0.g",
+		"model.layers.0.mlp.down_proj.weight.p0.h",
+		"model.layers.1.self_attn.q_proj.weight.p0.l",
+		"model.layers.1.self_attn.k_proj.weight.p0.g",
+		"model.layers.1.self_attn.o_proj.weight.p0.h",
+		"model.layers.1.mlp.up_proj.weight.p0.g",
+		"model.layers.0.input_layernorm.weight",
+		"model.layers.0.linear_attn.norm.weight",
+		"model.layers.1.self_attn.q_norm.weight",
+		"model.norm.weight",
+	}
+	snap, err := nvgkit.Snapshot(c.net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss := func() float64 {
+		if err := nvgkit.Restore(c.net, snap); err != nil {
+			t.Fatal(err)
+		}
+		l, _, err := nvgkit.LossOnly(c.net, c.work, c.ids, c.top)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	const fdTol = 2e-2
+	fdWorst := 0.0
+	for _, name := range vectors {
+		g, p := grads[name], snap.Param(name)
+		if g == nil || p == nil {
+			t.Errorf("no trainable %s", name)
+			continue
+		}
+		i := 0
+		for j := range g {
+			if math.Abs(float64(g[j])) > math.Abs(float64(g[i])) {
+				i = j
+			}
+		}
+		v0 := p[i]
+		step := 0.03 * math.Abs(float64(v0))
+		if !strings.HasSuffix(name, ".h") && !strings.HasSuffix(name, ".l") && !strings.HasSuffix(name, ".g") {
+			step = 0.03
+		}
+		p[i] = float32(float64(v0) + step)
+		vp := p[i]
+		lp := loss()
+		p[i] = float32(float64(v0) - step)
+		vm := p[i]
+		lm := loss()
+		p[i] = v0
+		fd := (lp - lm) / float64(vp-vm)
+		e := math.Abs(fd-float64(g[i])) / math.Abs(fd)
+		fdWorst = math.Max(fdWorst, e)
+		t.Logf("FD %-52s[%4d] grad %+.6e fd %+.6e rel err %.2g", name, i, g[i], fd, e)
+		if !(e <= fdTol) {
+			t.Errorf("%s[%d]: gradient %.6g, central difference %.6g (rel err %.3g > %g)", name, i, g[i], fd, e, fdTol)
+		}
+	}
+	t.Logf("finite differences: %d coordinates, worst rel err %.3g", len(vectors), fdWorst)
+	loss() // restore the unperturbed values
+}
+
+// TestStudentAdamSteps runs 50 steps (ZeroGrads, Step, ClipGrads 1.0, Adam with DefaultAdam)
+// on one batch of the BLR student: the loss must fall below 0.7× its initial value and no
+// step may raise it by more than 5 %. Masked or not, every metric value stays finite.
+func TestStudentAdamSteps(t *testing.T) {
+	_, c := blrStudent(t)
+	cfg := nvgkit.DefaultAdam()
+	var losses []float64
+	for s := 1; s <= 50; s++ {
+		if err := nvgkit.ZeroGrads(c.net); err != nil {
+			t.Fatal(err)
+		}
+		st, err := nvgkit.Step(c.net, c.work, c.ids, c.top)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.Finite {
+			t.Fatalf("step %d: not finite (loss %g)", s, st.Loss)
+		}
+		if _, err := nvgkit.ClipGrads(c.net, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := nvgkit.Adam(c.net, cfg, s); err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, st.Loss)
+	}
+	final, _, err := nvgkit.LossOnly(c.net, c.work, c.ids, c.top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	losses = append(losses, final)
+	minL := losses[0]
+	for i, l := range losses {
+		minL = math.Min(minL, l)
+		if i > 0 && l > 1.05*losses[i-1] {
+			t.Errorf("step %d raised the loss %.6g → %.6g (> 5 %%)", i, losses[i-1], l)
+		}
+	}
+	var b strings.Builder
+	for i, l := range losses {
+		if i%5 == 0 || i == len(losses)-1 {
+			fmt.Fprintf(&b, " %d:%.4f", i, l)
+		}
+	}
+	t.Logf("loss curve:%s", b.String())
+	t.Logf("first %.6g last %.6g min %.6g (last/first %.3f)", losses[0], final, minL, final/losses[0])
+	if !(final < 0.7*losses[0]) {
+		t.Errorf("after 50 steps the loss is %.6g, not below 0.7 × %.6g", final, losses[0])
+	}
+}
+
+// TestStudentExportRoundTrip trains the BLR student a few steps, rounds its metric to f16
+// (RoundMetricF16, what Export writes), then Export → cmf.WriteCMF → cmf.Open → LoadNet →
+// LossOnly must equal LossOnly of the trained net to 1e-6 relative (the same f32 values on
+// the GPU: the metric f16-exact, the gains exported as f32). The exported payloads keep the
+// sign bits, rank and paths, and the host oracle gives the GPU's loss on the export too.
+func TestStudentExportRoundTrip(t *testing.T) {
+	d, c := blrStudent(t)
+	cfg := nvgkit.DefaultAdam()
+	for s := 1; s <= 5; s++ {
+		if err := nvgkit.ZeroGrads(c.net); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nvgkit.Step(c.net, c.work, c.ids, c.top); err != nil {
+			t.Fatal(err)
+		}
+		if err := nvgkit.Adam(c.net, cfg, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, _, err := nvgkit.LossOnly(c.net, c.work, c.ids, c.top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nvgkit.RoundMetricF16(c.net); err != nil {
+		t.Fatal(err)
+	}
+	before, _, err := nvgkit.LossOnly(c.net, c.work, c.ids, c.top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := nvgkit.Export(c.net, c.student)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "student.cmf")
+	if err := cmf.WriteCMF(path, ex); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := cmf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	n2, err := nvgkit.LoadNet(d, m2, nvgkit.Student)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Release()
+	w2, err := nvgkit.NewWork(d, n2, blrNB, blrT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Release()
+	after, _, err := nvgkit.LossOnly(n2, w2, c.ids, c.top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := math.Abs(after-before) / before
+	t.Logf("loss before export %.10g (f32 metric %.10g, f16 rounding moved it %.2g rel), re-loaded %.10g: rel err %.3g",
+		before, raw, math.Abs(raw-before)/raw, after, rel)
+	if !(rel <= 1e-6) {
+		t.Errorf("round trip: loss %.10g vs %.10g (rel err %.3g > 1e-6)", after, before, rel)
+	}
+	// Same layout: every BLR tensor keeps its shape, rank, paths and sign bits.
+	p1, err := nvgkit.Params(c.net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := nvgkit.Params(n2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, 0, len(p1))
+	for k := range p1 {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for i := range p1[k] {
+			if p1[k][i] != p2[k][i] {
+				t.Fatalf("%s[%d]: exported %g, trained %g", k, i, p2[k][i], p1[k][i])
+			}
+		}
+	}
+	for _, name := range c.student.Names() {
+		a := c.student.Tensors[name]
+		if a.DType != cmf.BLR {
+			continue
+		}
+		w1, err := cmf.BLRFromTensor(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w2, err := cmf.BLRFromTensor(m2.Tensors[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w1.Rank != w2.Rank || len(w1.Paths) != len(w2.Paths) || string(w1.Paths[0].U) != string(w2.Paths[0].U) || string(w1.Paths[len(w1.Paths)-1].V) != string(w2.Paths[len(w2.Paths)-1].V) {
+			t.Errorf("%s: layout or sign bits changed by the export", name)
+		}
+	}
+	hn, err := host.Load(m2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid, prob := c.hostTopK()
+	hl, _, err := hn.StudentLoss(c.ids, tid, prob, blrK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("host oracle on the export: %.10g (GPU rel diff %.3g)", hl, math.Abs(hl-after)/hl)
+	if math.Abs(hl-after) > 2e-3*hl {
+		t.Errorf("host loss of the export %.8g vs GPU %.8g", hl, after)
+	}
+}
