@@ -1,0 +1,678 @@
+package nvgkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nvg-project/nvg/nvgkit/data"
+)
+
+// CheckpointFile is the name of the checkpoint a Trainer writes in TrainConfig.OutDir.
+const CheckpointFile = "checkpoint.nvgckpt"
+
+// ErrInterrupted is returned (wrapped with the context's error) by Trainer.Run when its
+// context was cancelled between steps; the checkpoint (when OutDir is set) was written first.
+var ErrInterrupted = errors.New("nvgkit: training interrupted")
+
+// Trainer distils a Student net against a Teacher net (DESIGN.md §6) with the step
+// primitives: per step ZeroGrads, Step on NB windows against the teacher's cached top-k,
+// ClipGrads, Adam at LRAt(step). The run's training windows — Steps·NB windows of T+1
+// tokens drawn by a data.Sampler seeded with Config.Seed — are drawn once at NewTrainer, and
+// the teacher's top-k for all of them is computed once (Prepare) and held in host memory
+// (4·T·(3K+1) bytes per window) or a TopKCache file. A step whose loss or gradient norm is
+// not finite is skipped: its gradients are cleared, no update is made, and it is counted.
+// The student is evaluated on fixed held-out windows (NLL → perplexity) before the first
+// step, every EvalEvery steps and after the last; the snapshot with the lowest perplexity is
+// kept and restored at the end (unless Config.KeepFinal). Checkpoints (every
+// CheckpointEvery steps, after the last and on interruption) hold everything Resume needs to
+// continue with the same windows and the same losses.
+//
+// A Trainer owns two works (student and teacher, NB windows of T tokens each); Close
+// releases them. It is driven by one goroutine.
+type Trainer struct {
+	// Config is the run's configuration (defaults filled in). Do not change it after
+	// NewTrainer.
+	Config TrainConfig
+	// Adam holds the optimizer's settings; LR and GainLR are scaled at every step by
+	// LRAt(step)/Config.LR. NewTrainer sets it to DefaultAdam() with LR = GainLR = Config.LR
+	// and Beta2 = 0.99, as in the PyTorch reference.
+	Adam AdamConfig
+	// OnStep, when not nil, is called after every step (from Run's goroutine).
+	OnStep func(StepInfo)
+	// Progress, when not nil, shows the teacher pass and the steps with the loss and ETA
+	// (see NewProgress).
+	Progress Progress
+	// Log, when not nil, receives one line per phase (teacher pass, evaluations, checkpoints).
+	Log io.Writer
+	// BitsPerWeight of the student, copied into the report (0: unknown).
+	BitsPerWeight float64
+
+	teacher, student *Net
+	sWork, tWork     *Work
+	windows          [][]int // Steps·NB windows of T+1 tokens
+	eval             [][]int // EvalWindows held-out windows of T+1 tokens
+	cache            *TopKCache
+	st               CheckpointMeta
+	best             *TrainableSnapshot
+	lastGrads        map[string][]float32
+	interrupted      bool
+}
+
+// NewTrainer checks cfg (after WithDefaults), draws the run's training windows from train
+// (a token stream, data.Sampler with cfg.Seed) and the held-out windows from heldOut
+// (data.EvalWindows), and allocates the works. teacher must be a Teacher and student a
+// Student net of the same architecture and device.
+//
+// Errors: a bad config, nil or released nets, nets of the wrong kind or of different
+// vocabularies or devices, K > vocab, streams too short for one window of T+1 tokens, and
+// NewWork's errors.
+func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*Trainer, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := teacher.usable("NewTrainer"); err != nil {
+		return nil, err
+	}
+	if err := student.requireStudent("NewTrainer"); err != nil {
+		return nil, err
+	}
+	if teacher.Kind != Teacher {
+		return nil, fmt.Errorf("nvgkit.NewTrainer: the teacher net is a %v", teacher.Kind)
+	}
+	if teacher.dev != student.dev {
+		return nil, errors.New("nvgkit.NewTrainer: the teacher and the student are on different devices")
+	}
+	if teacher.Config.VocabSize != student.Config.VocabSize || teacher.Config.HiddenSize != student.Config.HiddenSize {
+		return nil, fmt.Errorf("nvgkit.NewTrainer: teacher (vocab %d, hidden %d) and student (vocab %d, hidden %d) differ",
+			teacher.Config.VocabSize, teacher.Config.HiddenSize, student.Config.VocabSize, student.Config.HiddenSize)
+	}
+	if err := checkK("NewTrainer", cfg.K, teacher.Config.VocabSize); err != nil {
+		return nil, err
+	}
+	sampler, err := data.NewSampler(train, cfg.T, cfg.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("nvgkit.NewTrainer: training stream: %w", err)
+	}
+	windows := make([][]int, 0, cfg.Steps*cfg.NB)
+	for range cfg.Steps {
+		w, err := sampler.Sample(cfg.NB)
+		if err != nil {
+			return nil, err
+		}
+		windows = append(windows, w...)
+	}
+	eval, err := data.EvalWindows(heldOut, cfg.EvalWindows, cfg.T, cfg.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("nvgkit.NewTrainer: held-out stream: %w", err)
+	}
+	tr := &Trainer{Config: cfg, Adam: DefaultAdam(), teacher: teacher, student: student, windows: windows, eval: eval}
+	tr.Adam.LR, tr.Adam.GainLR, tr.Adam.Beta2 = cfg.LR, cfg.LR, 0.99 // the PyTorch reference's betas (0.9, 0.99)
+	tr.st = CheckpointMeta{Version: 1, Config: cfg, WindowsHash: HashWindows(windows)}
+	if tr.sWork, err = NewWork(student.dev, student, cfg.NB, cfg.T); err != nil {
+		return nil, err
+	}
+	if tr.tWork, err = NewWork(teacher.dev, teacher, cfg.NB, cfg.T); err != nil {
+		tr.sWork.Release()
+		return nil, err
+	}
+	return tr, nil
+}
+
+// Resume loads the checkpoint at path (a file, or a directory holding CheckpointFile) and
+// returns a Trainer that continues that run: same configuration (OutDir included), same
+// remaining windows (drawn again from the seed and checked against the checkpoint's hash),
+// the student's trainables and Adam state, the best snapshot and the histories. train and
+// heldOut must be the streams of the original run. Errors: LoadCheckpoint's, NewTrainer's,
+// windows that differ from the checkpoint's (another corpus or tokenizer), Restore's.
+func Resume(teacher, student *Net, train, heldOut []int, path string) (*Trainer, error) {
+	if st, err := statDir(path); err == nil && st {
+		path = filepath.Join(path, CheckpointFile)
+	}
+	ck, err := LoadCheckpoint(path)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := NewTrainer(teacher, student, train, heldOut, ck.Meta.Config)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Trainer, error) {
+		tr.Close()
+		return nil, err
+	}
+	if tr.st.WindowsHash != ck.Meta.WindowsHash {
+		return fail(fmt.Errorf("nvgkit.Resume %s: the training windows differ from the checkpoint's (another corpus, tokenizer or seed)", path))
+	}
+	cur, err := snapshotFromTensors(student, ck.Tensors, "state/")
+	if err != nil {
+		return fail(fmt.Errorf("nvgkit.Resume %s: %w", path, err))
+	}
+	if err := Restore(student, cur); err != nil {
+		return fail(err)
+	}
+	tr.best = cur
+	if hasPrefix(ck.Tensors, "best/") {
+		if tr.best, err = snapshotFromTensors(student, ck.Tensors, "best/"); err != nil {
+			return fail(fmt.Errorf("nvgkit.Resume %s: %w", path, err))
+		}
+	}
+	tr.st = ck.Meta
+	return tr, nil
+}
+
+// Close releases the works (the nets stay loaded).
+func (tr *Trainer) Close() {
+	tr.sWork.Release()
+	tr.tWork.Release()
+}
+
+// Step returns the number of optimizer steps done.
+func (tr *Trainer) Step() int { return tr.st.Step }
+
+// Windows returns the run's training windows (Steps·NB windows of T+1 tokens; step s uses
+// windows (s−1)·NB … s·NB−1). Do not modify.
+func (tr *Trainer) Windows() [][]int { return tr.windows }
+
+// EvalWindows returns the held-out windows (T+1 tokens each). Do not modify.
+func (tr *Trainer) EvalWindows() [][]int { return tr.eval }
+
+// Losses returns the per-step training losses so far (NaN for skipped steps).
+func (tr *Trainer) Losses() []float64 { return append([]float64(nil), tr.st.Loss...) }
+
+// Evals returns the held-out evaluations so far.
+func (tr *Trainer) Evals() []EvalPoint { return append([]EvalPoint(nil), tr.st.Evals...) }
+
+func (tr *Trainer) logf(format string, a ...any) {
+	if tr.Log != nil {
+		fmt.Fprintf(tr.Log, format+"\n", a...)
+	}
+}
+
+// inputs returns the first T tokens of each window.
+func (tr *Trainer) inputs(ws [][]int) [][]int {
+	out := make([][]int, len(ws))
+	for i, w := range ws {
+		out[i] = w[:tr.Config.T]
+	}
+	return out
+}
+
+// Prepare computes the teacher's top-k for all the run's windows (or loads it from
+// Config.TopKFile when that file exists and was made for these windows; a new file is
+// written there otherwise). Run calls it when needed. Errors: a TopKFile made for other
+// windows or settings (it is left as it is), TeacherTopK's errors, ctx's error.
+func (tr *Trainer) Prepare(ctx context.Context) error {
+	if tr.cache != nil {
+		return nil
+	}
+	c := tr.Config
+	start := time.Now()
+	n := len(tr.windows)
+	if c.TopKFile != "" {
+		if ok, _ := statFile(c.TopKFile); ok {
+			cache, err := LoadTopKCache(c.TopKFile)
+			if err != nil {
+				return err
+			}
+			if cache.N != n || cache.T != c.T || cache.K != c.K || cache.Windows != tr.st.WindowsHash {
+				return fmt.Errorf("nvgkit: top-k file %s holds N=%d T=%d K=%d for other windows; this run needs N=%d T=%d K=%d (remove it or pick another file)",
+					c.TopKFile, cache.N, cache.T, cache.K, n, c.T, c.K)
+			}
+			tr.cache = cache
+			tr.logf("teacher top-k: %d windows from %s", n, c.TopKFile)
+			return nil
+		}
+	}
+	cache, err := NewTopKCache(n, c.T, c.K, tr.st.WindowsHash)
+	if err != nil {
+		return err
+	}
+	tr.logf("teacher pass: top-%d of %d windows × %d tokens", c.K, n, c.T)
+	for i := 0; i < n; i += c.NB {
+		if err := ctx.Err(); err != nil {
+			if tr.Progress != nil {
+				tr.Progress.Finish("interrupted")
+			}
+			return fmt.Errorf("%w: %w", ErrInterrupted, err)
+		}
+		ws := tr.windows[i:min(i+c.NB, n)]
+		top, err := TeacherTopK(tr.teacher, tr.tWork, tr.inputs(ws), c.K)
+		if err != nil {
+			return err
+		}
+		if err := cache.Put(i, top); err != nil {
+			return err
+		}
+		if tr.Progress != nil {
+			done := i + len(ws)
+			el := time.Since(start)
+			tr.Progress.Update(done, n, fmt.Sprintf("teacher %.0f tok/s, ETA %s", float64(done*c.T)/el.Seconds(), FormatDuration(ETA(el, done, n))))
+		}
+	}
+	secs := time.Since(start).Seconds()
+	if tr.Progress != nil {
+		tr.Progress.Finish(fmt.Sprintf("teacher pass %d windows in %.1fs", n, secs))
+	}
+	tr.st.TeacherSeconds += secs
+	if c.TopKFile != "" {
+		if err := cache.Save(c.TopKFile); err != nil {
+			return err
+		}
+		tr.logf("teacher top-k saved to %s (%d bytes)", c.TopKFile, cache.FileSize())
+	}
+	tr.cache = cache
+	return nil
+}
+
+// Evaluate returns the held-out mean next-token loss (nats) and perplexity of net (the
+// teacher or the student of this Trainer) on EvalWindows.
+func (tr *Trainer) Evaluate(net *Net) (loss, ppl float64, err error) {
+	var sum float64
+	var count int
+	if net == tr.teacher {
+		sum, count, err = NLL(net, tr.tWork, tr.eval, nil)
+	} else {
+		sum, count, err = StudentNLL(net, tr.sWork, tr.eval, nil)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	loss = sum / float64(count)
+	return loss, math.Exp(loss), nil
+}
+
+// evalStudent evaluates the student after step s, records the point and keeps the best
+// snapshot.
+func (tr *Trainer) evalStudent(s int) (float64, error) {
+	loss, ppl, err := tr.Evaluate(tr.student)
+	if err != nil {
+		return 0, err
+	}
+	tr.st.Evals = append(tr.st.Evals, EvalPoint{Step: s, Loss: loss, Perplexity: ppl})
+	if tr.best == nil || ppl < tr.st.BestPPL {
+		if tr.best, err = Snapshot(tr.student); err != nil {
+			return 0, err
+		}
+		tr.st.BestStep, tr.st.BestPPL = s, ppl
+	}
+	tr.logf("eval after step %d: held-out loss %.4f, perplexity %.3f (best %.3f at step %d)", s, loss, ppl, tr.st.BestPPL, tr.st.BestStep)
+	return ppl, nil
+}
+
+// StudentNLL is NLL for a Student net: the summed next-token negative log-likelihood
+// (natural log) over windows of work.T+1 tokens (inputs w[:T], targets w[1:]) and the number
+// of predicted tokens. It runs LossOnly against a one-hot "teacher" (K = 1, the target with
+// probability 1), whose KL(p_T ‖ p_S) is exactly −log p_S(target); per-token values are f32
+// from the GPU, summed in float64. Windows go work.NB at a time; progress, when not nil, is
+// called after each group. Errors: no windows, a window whose length is not work.T+1, and
+// LossOnly's errors (naming the first window of the group).
+func StudentNLL(net *Net, work *Work, windows [][]int, progress func(done, total int)) (sum float64, count int, err error) {
+	if work == nil {
+		return 0, 0, errors.New("nvgkit.StudentNLL: nil work")
+	}
+	if len(windows) == 0 {
+		return 0, 0, errors.New("nvgkit.StudentNLL: no windows")
+	}
+	T := work.T
+	for i, w := range windows {
+		if len(w) != T+1 {
+			return 0, 0, fmt.Errorf("nvgkit.StudentNLL: window %d has %d tokens, want t+1 = %d", i, len(w), T+1)
+		}
+	}
+	for g0 := 0; g0 < len(windows); g0 += work.NB {
+		group := windows[g0:min(g0+work.NB, len(windows))]
+		ids := make([][]int, len(group))
+		top := &TopK{NB: len(group), T: T, K: 1, IDs: make([]int32, 0, len(group)*T), Probs: make([]float32, len(group)*T)}
+		for b, w := range group {
+			ids[b] = w[:T]
+			for _, id := range w[1:] {
+				top.IDs = append(top.IDs, int32(id))
+			}
+		}
+		for i := range top.Probs {
+			top.Probs[i] = 1
+		}
+		_, kl, err := LossOnly(net, work, ids, top)
+		if err != nil {
+			return 0, 0, fmt.Errorf("nvgkit.StudentNLL: windows %d…: %w", g0, err)
+		}
+		for _, v := range kl {
+			sum += float64(v)
+		}
+		count += len(kl)
+		if progress != nil {
+			progress(g0+len(group), len(windows))
+		}
+	}
+	return sum, count, nil
+}
+
+// Checkpoint writes the run's state to path atomically (Checkpoint.Save): the metadata, the
+// student's Snapshot (trainables and Adam state) and the best snapshot.
+func (tr *Trainer) Checkpoint(path string) error {
+	snap, err := Snapshot(tr.student)
+	if err != nil {
+		return err
+	}
+	ck := &Checkpoint{Meta: tr.st, Tensors: map[string][]float32{}}
+	ck.Meta.BitsPerWeight = tr.BitsPerWeight
+	addSnapshotTensors(ck.Tensors, snap, "state/")
+	if tr.best != nil && tr.st.BestStep != tr.st.Step {
+		addSnapshotTensors(ck.Tensors, tr.best, "best/")
+	}
+	if err := ck.Save(path); err != nil {
+		return err
+	}
+	tr.logf("checkpoint after step %d: %s", tr.st.Step, path)
+	return nil
+}
+
+func (tr *Trainer) checkpointPath() string {
+	if tr.Config.OutDir == "" {
+		return ""
+	}
+	return filepath.Join(tr.Config.OutDir, CheckpointFile)
+}
+
+// Run trains until Config.Steps steps are done (continuing from where a resumed Trainer
+// stopped) and returns the report. On the way it prepares the teacher's top-k, evaluates
+// the teacher and the untrained student when no evaluation was made yet, and writes
+// checkpoints. When ctx is cancelled it stops between steps, writes a checkpoint (when
+// OutDir is set) and returns the report so far (Interrupted) with an error wrapping
+// ErrInterrupted. At the end the best snapshot is restored unless Config.KeepFinal
+// (Report.Exported says which weights the student holds). Errors: any GPU or I/O error,
+// with the step.
+func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
+	c := tr.Config
+	if err := tr.Prepare(ctx); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	wall0 := tr.st.WallSeconds
+	if len(tr.st.Evals) == 0 {
+		_, tppl, err := tr.Evaluate(tr.teacher)
+		if err != nil {
+			return nil, fmt.Errorf("nvgkit: teacher evaluation: %w", err)
+		}
+		tr.st.TeacherPPL = tppl
+		tr.logf("teacher held-out perplexity %.3f (%d windows × %d tokens)", tppl, len(tr.eval), c.T)
+		if _, err := tr.evalStudent(0); err != nil {
+			return nil, fmt.Errorf("nvgkit: evaluation before training: %w", err)
+		}
+	}
+	first := tr.st.Step
+	loopStart := time.Now()
+	for tr.st.Step < c.Steps {
+		if err := ctx.Err(); err != nil {
+			tr.interrupted = true
+			tr.st.WallSeconds = wall0 + time.Since(start).Seconds()
+			if p := tr.checkpointPath(); p != "" {
+				if cerr := tr.Checkpoint(p); cerr != nil {
+					return nil, errors.Join(fmt.Errorf("%w: %w", ErrInterrupted, err), cerr)
+				}
+			}
+			if tr.Progress != nil {
+				tr.Progress.Finish(fmt.Sprintf("interrupted after step %d", tr.st.Step))
+			}
+			rep := tr.Report()
+			return rep, fmt.Errorf("%w after step %d: %w", ErrInterrupted, tr.st.Step, err)
+		}
+		info, err := tr.step(tr.st.Step + 1)
+		if err != nil {
+			return nil, fmt.Errorf("nvgkit: step %d: %w", tr.st.Step+1, err)
+		}
+		s := info.Step
+		if (c.EvalEvery > 0 && s%c.EvalEvery == 0) || s == c.Steps {
+			if info.EvalPPL, err = tr.evalStudent(s); err != nil {
+				return nil, fmt.Errorf("nvgkit: evaluation after step %d: %w", s, err)
+			}
+		}
+		tr.st.WallSeconds = wall0 + time.Since(start).Seconds()
+		if p := tr.checkpointPath(); p != "" && ((c.CheckpointEvery > 0 && s%c.CheckpointEvery == 0) || s == c.Steps) {
+			if err := tr.Checkpoint(p); err != nil {
+				return nil, err
+			}
+		}
+		el := time.Since(loopStart)
+		info.Elapsed, info.ETA = el, ETA(el, s-first, c.Steps-first)
+		if tr.Progress != nil {
+			status := fmt.Sprintf("loss %.4f lr %.2e ETA %s", info.Loss, info.LR, FormatDuration(info.ETA))
+			if info.EvalPPL > 0 {
+				status += fmt.Sprintf(" ppl %.2f", info.EvalPPL)
+			}
+			tr.Progress.Update(s, c.Steps, status)
+		}
+		if tr.OnStep != nil {
+			tr.OnStep(info)
+		}
+	}
+	if tr.Progress != nil {
+		tr.Progress.Finish(fmt.Sprintf("%d steps in %s", c.Steps, FormatDuration(time.Since(start))))
+	}
+	if !c.KeepFinal && tr.best != nil && tr.st.BestStep != tr.st.Step {
+		if err := Restore(tr.student, tr.best); err != nil {
+			return nil, err
+		}
+		tr.logf("restored the best snapshot (step %d, perplexity %.3f)", tr.st.BestStep, tr.st.BestPPL)
+	}
+	return tr.Report(), nil
+}
+
+// step runs optimizer step s (1-based).
+func (tr *Trainer) step(s int) (StepInfo, error) {
+	c := tr.Config
+	info := StepInfo{Step: s, Steps: c.Steps, LR: c.LRAt(s), GradNorm: math.NaN()}
+	if err := ZeroGrads(tr.student); err != nil {
+		return info, err
+	}
+	i0 := (s - 1) * c.NB
+	top, err := tr.cache.Get(i0, c.NB)
+	if err != nil {
+		return info, err
+	}
+	stats, err := Step(tr.student, tr.sWork, tr.inputs(tr.windows[i0:i0+c.NB]), top)
+	if err != nil {
+		return info, err
+	}
+	info.Loss = stats.Loss
+	ok := stats.Finite && finite(stats.Loss)
+	if ok {
+		if s == c.Steps {
+			if tr.lastGrads, err = Grads(tr.student); err != nil {
+				return info, err
+			}
+		}
+		var gn float64
+		if c.ClipNorm > 0 {
+			gn, err = ClipGrads(tr.student, c.ClipNorm)
+		} else {
+			gn, err = GradNorm(tr.student)
+		}
+		if err != nil {
+			return info, err
+		}
+		info.GradNorm = gn
+		ok = finite(gn)
+	}
+	if ok {
+		ac := tr.Adam
+		ac.LR = info.LR
+		ac.GainLR = tr.Adam.GainLR * info.LR / c.LR
+		tr.st.AdamStep++
+		if err := Adam(tr.student, ac, tr.st.AdamStep); err != nil {
+			return info, err
+		}
+	} else {
+		if err := ZeroGrads(tr.student); err != nil {
+			return info, err
+		}
+		tr.st.Skipped++
+		info.Skipped = true
+		tr.logf("step %d skipped: loss %g, gradient norm %g (not finite)", s, info.Loss, info.GradNorm)
+	}
+	tr.st.Step = s
+	tr.st.WindowsDrawn = s * c.NB
+	tr.st.Loss = append(tr.st.Loss, info.Loss)
+	tr.st.GradNorm = append(tr.st.GradNorm, info.GradNorm)
+	info.SkippedTotal = tr.st.Skipped
+	info.Tokens = s * c.NB * c.T
+	return info, nil
+}
+
+// Report returns the run's report so far (DistilledPPL: the evaluation of the weights the
+// student holds at the end of Run — the best one unless KeepFinal — else the last).
+func (tr *Trainer) Report() *Report {
+	st := tr.st
+	r := &Report{TeacherPPL: st.TeacherPPL, BitsPerWeight: tr.BitsPerWeight, Steps: st.Step, Skipped: st.Skipped,
+		Tokens: st.Step * tr.Config.NB * tr.Config.T, WallSeconds: st.WallSeconds, TeacherSeconds: st.TeacherSeconds,
+		Loss: append(Losses(nil), st.Loss...), Evals: append([]EvalPoint(nil), st.Evals...), BestStep: st.BestStep,
+		Interrupted: tr.interrupted, Config: tr.Config}
+	if r.BitsPerWeight == 0 {
+		r.BitsPerWeight = st.BitsPerWeight
+	}
+	if len(st.Evals) > 0 {
+		r.CompressedPPL = st.Evals[0].Perplexity
+		last := st.Evals[len(st.Evals)-1]
+		r.DistilledPPL, r.Exported = last.Perplexity, fmt.Sprintf("final (step %d)", last.Step)
+		if !tr.Config.KeepFinal && !tr.interrupted && st.BestStep != last.Step {
+			r.DistilledPPL, r.Exported = st.BestPPL, fmt.Sprintf("best (step %d)", st.BestStep)
+		}
+		r.GapClosed = GapFraction(r.TeacherPPL, r.CompressedPPL, r.DistilledPPL)
+	}
+	return r
+}
+
+// LayerGradNorms returns the L2 norms of the last step's gradients (before clipping) per
+// decoder layer and kind, for PlotLayerGradNorms: layers 0…L−1, kinds sorted (a BLR
+// projection's metric — h, ℓ, g of all its paths — under its projection name, such as
+// "q_proj"; a norm gain under its module name, such as "input_layernorm"), norms[kind][layer]
+// (NaN where the layer has no such kind). The final norm is left out. Errors: no step has
+// run to the end of the run yet.
+func (tr *Trainer) LayerGradNorms() (layers []int, kinds []string, norms [][]float64, err error) {
+	if tr.lastGrads == nil {
+		return nil, nil, nil, errors.New("nvgkit: no gradients recorded (they are kept from the run's last step)")
+	}
+	return LayerNorms(tr.lastGrads, tr.student.Config.NumHiddenLayers)
+}
+
+var layerName = regexp.MustCompile(`^model\.layers\.(\d+)\.(.+)$`)
+var blrName = regexp.MustCompile(`\.([A-Za-z0-9_]+)\.weight\.p\d+\.[hlg]$`)
+var gainName = regexp.MustCompile(`\.?([A-Za-z0-9_]+)\.weight$`)
+
+// LayerNorms groups vectors named like Grads' or Params' keys by decoder layer and kind (see
+// Trainer.LayerGradNorms) and returns their L2 norms, for nLayers layers. Names outside
+// "model.layers.N." are left out. Errors: a layer index ≥ nLayers, no names matched.
+func LayerNorms(vecs map[string][]float32, nLayers int) (layers []int, kinds []string, norms [][]float64, err error) {
+	sums := map[string][]float64{}
+	for name, v := range vecs {
+		m := layerName.FindStringSubmatch(name)
+		if m == nil {
+			continue
+		}
+		l, _ := strconv.Atoi(m[1])
+		if l >= nLayers {
+			return nil, nil, nil, fmt.Errorf("nvgkit.LayerNorms: %s: layer %d of %d", name, l, nLayers)
+		}
+		var kind string
+		if b := blrName.FindStringSubmatch(name); b != nil {
+			kind = b[1]
+		} else if g := gainName.FindStringSubmatch(m[2]); g != nil {
+			kind = g[1]
+		} else {
+			kind = m[2]
+		}
+		if sums[kind] == nil {
+			sums[kind] = make([]float64, nLayers)
+			for i := range sums[kind] {
+				sums[kind][i] = math.NaN()
+			}
+		}
+		acc := sums[kind][l]
+		if math.IsNaN(acc) {
+			acc = 0
+		}
+		for _, x := range v {
+			acc += float64(x) * float64(x)
+		}
+		sums[kind][l] = acc
+	}
+	if len(sums) == 0 {
+		return nil, nil, nil, errors.New("nvgkit.LayerNorms: no per-layer vectors")
+	}
+	for k := range sums {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		row := sums[k]
+		for i := range row {
+			row[i] = math.Sqrt(row[i]) // NaN stays NaN
+		}
+		norms = append(norms, row)
+	}
+	for i := range nLayers {
+		layers = append(layers, i)
+	}
+	return layers, kinds, norms, nil
+}
+
+// addSnapshotTensors stores a snapshot's values and Adam moments in ts under
+// prefix+"param/"+name, prefix+"m/"+name and prefix+"v/"+name.
+func addSnapshotTensors(ts map[string][]float32, s *TrainableSnapshot, prefix string) {
+	for _, n := range s.names {
+		ts[prefix+"param/"+n] = s.param[n]
+		ts[prefix+"m/"+n] = s.m[n]
+		ts[prefix+"v/"+n] = s.v[n]
+	}
+}
+
+// snapshotFromTensors rebuilds a snapshot of net's trainables from ts (see
+// addSnapshotTensors); Restore checks the lengths. Errors: a trainable missing from ts.
+func snapshotFromTensors(net *Net, ts map[string][]float32, prefix string) (*TrainableSnapshot, error) {
+	s := &TrainableSnapshot{param: map[string][]float32{}, m: map[string][]float32{}, v: map[string][]float32{}}
+	for _, n := range net.Trainables() {
+		p, m, v := ts[prefix+"param/"+n], ts[prefix+"m/"+n], ts[prefix+"v/"+n]
+		if p == nil || m == nil || v == nil {
+			return nil, fmt.Errorf("checkpoint has no %s%s (a checkpoint of another student?)", prefix, n)
+		}
+		s.param[n], s.m[n], s.v[n] = p, m, v
+		s.names = append(s.names, n)
+	}
+	sort.Strings(s.names)
+	return s, nil
+}
+
+func hasPrefix(ts map[string][]float32, prefix string) bool {
+	for n := range ts {
+		if strings.HasPrefix(n, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// statDir reports whether path is an existing directory.
+func statDir(path string) (bool, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return false, err
+	}
+	return st.IsDir(), nil
+}
+
+// statFile reports whether path exists (as anything).
+func statFile(path string) (bool, error) {
+	_, err := os.Stat(path)
+	return err == nil, err
+}
