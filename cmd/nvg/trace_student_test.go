@@ -1,0 +1,113 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/cmf/tinyteacher"
+	"github.com/nvg-project/nvg/gpu/gputest"
+)
+
+// TestTraceStudent runs `nvg trace --student` with a BLR student (the embedded tiny teacher
+// compressed at 1 bit per weight) on the GPU and with --host, and checks that both files
+// hold the student schema — student_kl_per_token, student_loss, grad.embeds, grad.<gain> for
+// all 27 gains and grad.<tensor>.p<i>.h|l|g for every BLR path — with the same names, dtypes
+// and shapes, and GPU values within 2e-3 relative (L2 per tensor) of the float64 host's.
+func TestTraceStudent(t *testing.T) {
+	gputest.Open(t)
+	dir := t.TempDir()
+	m, err := tinyteacher.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	sm, _, err := cmf.Compress(m, cmf.CompressOptions{BitsPerWeight: 1, Seed: 3, SVD: cmf.SVDOptions{PowerIters: -1}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	student := filepath.Join(dir, "student.cmf")
+	if err := cmf.WriteCMF(student, sm); err != nil {
+		t.Fatal(err)
+	}
+	ids := [][]int{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {300, 20, 7, 7, 7, 4000, 8191, 0, 5, 6, 1, 2}}
+	idsPath := filepath.Join(dir, "ids.json")
+	b, _ := json.Marshal(ids)
+	if err := os.WriteFile(idsPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := map[bool]string{false: filepath.Join(dir, "gpu.safetensors"), true: filepath.Join(dir, "host.safetensors")}
+	for _, onHost := range []bool{false, true} {
+		args := []string{"trace", "--student", student, "--ids", idsPath, "-o", files[onHost], "--k", "8"}
+		if onHost {
+			args = append(args, "--host")
+		}
+		captureStdout(t, func() {
+			if code := run(args); code != 0 {
+				t.Fatalf("nvg %v: exit %d", args, code)
+			}
+		})
+	}
+	g, err := cmf.OpenSafetensors(files[false])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	h, err := cmf.OpenSafetensors(files[true])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var names []string
+	gains, blr := 0, 0
+	for _, tn := range h.Tensors {
+		if tn.Name == "student_loss" || tn.Name == "student_kl_per_token" || strings.HasPrefix(tn.Name, "grad.") {
+			names = append(names, tn.Name)
+			switch {
+			case strings.HasSuffix(tn.Name, ".h"), strings.HasSuffix(tn.Name, ".l"), strings.HasSuffix(tn.Name, ".g"):
+				blr++
+			case strings.HasPrefix(tn.Name, "grad.") && tn.Name != "grad.embeds":
+				gains++
+			}
+		}
+	}
+	sort.Strings(names)
+	if gains != 27 || blr == 0 {
+		t.Errorf("host trace has %d gain and %d BLR gradients; want 27 and > 0", gains, blr)
+	}
+	worst, where := 0.0, ""
+	for _, name := range names {
+		gt, ht := g.Tensor(name), h.Tensor(name)
+		if gt == nil {
+			t.Errorf("%s: missing from the GPU trace", name)
+			continue
+		}
+		if gt.DType != ht.DType || !sameInts(gt.Shape, ht.Shape) {
+			t.Errorf("%s: GPU %s%v, host %s%v", name, gt.DType, gt.Shape, ht.DType, ht.Shape)
+			continue
+		}
+		gv, _ := gt.Float64()
+		hv, _ := ht.Float64()
+		var num, den float64
+		for i := range hv {
+			num += (gv[i] - hv[i]) * (gv[i] - hv[i])
+			den += hv[i] * hv[i]
+		}
+		e := math.Sqrt(num / den)
+		if e > worst {
+			worst, where = e, name
+		}
+		if !(e <= 2e-3) {
+			t.Errorf("%s: GPU vs host relative L2 %.3g > 2e-3", name, e)
+		}
+	}
+	t.Logf("%d student tensors (%d gains, %d BLR scale vectors); worst GPU/host rel L2 %.3g at %s", len(names), gains, blr, worst, where)
+	if n := len(g.Tensors); n != len(h.Tensors) {
+		t.Errorf("GPU trace has %d tensors, host %d", n, len(h.Tensors))
+	}
+}
