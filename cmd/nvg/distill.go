@@ -1,0 +1,451 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/data"
+	"github.com/nvg-project/nvg/nvgkit/tokenizer"
+	"github.com/schollz/progressbar/v3"
+)
+
+func init() {
+	register(&command{
+		name:    "distill",
+		summary: "compress a teacher to ~1 bit/weight and distil the student against it (default: the embedded tiny teacher on the Go standard library)",
+		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [-o DIR] [--topk-file F] | --resume DIR",
+		run:     runDistill,
+	})
+}
+
+// Defaults of nvg distill: sized so that the whole run on the embedded tiny teacher (8
+// layers, hidden 256, vocab 8192) finishes within 15 minutes on 2 CPU cores through lavapipe,
+// measured there (see the report of the commit that set them).
+const (
+	distillSteps       = 60
+	distillNB          = 4
+	distillT           = 64
+	distillK           = 32
+	distillLR          = 0.01
+	distillWarmup      = 5
+	distillEvalEvery   = 20
+	distillEvalWindows = 8
+)
+
+// distillSettings is what nvg distill needs, besides the checkpoint, to rebuild a run on
+// --resume (saved as distill.json in the output directory).
+type distillSettings struct {
+	Teacher    string             `json:"teacher"` // "" = the embedded tiny teacher
+	Tokenizer  string             `json:"tokenizer,omitempty"`
+	TrainFiles []string           `json:"train_files,omitempty"`
+	EvalFiles  []string           `json:"eval_files,omitempty"`
+	BPW        float64            `json:"bits_per_weight_target"`
+	Paths      string             `json:"paths"`
+	Seed       uint64             `json:"seed"`
+	Config     nvgkit.TrainConfig `json:"config"`
+	Started    string             `json:"started"`
+}
+
+const distillSettingsFile = "distill.json"
+
+func splitFiles(flagName, list string) ([]string, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, p := range strings.Split(list, ",") {
+		if p == "" {
+			continue
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, usagef("--%s: %s: no such file", flagName, p)
+		}
+		if st.IsDir() {
+			return nil, usagef("--%s: %s is a directory, want files", flagName, p)
+		}
+		out = append(out, p)
+	}
+	if len(out) == 0 {
+		return nil, usagef("--%s: no files", flagName)
+	}
+	return out, nil
+}
+
+func runDistill(args []string) error {
+	c := commands["distill"]
+	fs := newFlags(c)
+	teacherPath := fs.String("teacher", "", "teacher: HF checkpoint directory or .cmf (default: the embedded tiny teacher)")
+	tokPath := fs.String("tokenizer", "", "tokenizer.json (default: beside the teacher, or the embedded one)")
+	trainFiles := fs.String("train-files", "", "comma-separated training files (default: the Go standard library training split)")
+	evalFiles := fs.String("eval-files", "", "comma-separated held-out files (default: the Go standard library held-out split)")
+	bpw := fs.Float64("bpw", 1.0, "target bits per weight of every compressed linear (0 < bpw ≤ 32)")
+	paths := fs.String("paths", "auto", "BLR paths per tensor: auto, 1 or 2")
+	steps := fs.Int("steps", distillSteps, "optimizer steps")
+	nb := fs.Int("nb", distillNB, "windows per step")
+	t := fs.Int("t", distillT, "tokens per window (training and held-out)")
+	k := fs.Int("k", distillK, "teacher top-k entries per token (1…64)")
+	lr := fs.Float64("lr", distillLR, "peak learning rate (relative step of the metric scales; the norm gains' Adam step)")
+	warmup := fs.Int("warmup", distillWarmup, "linear warm-up steps (then cosine decay to 10 % of --lr)")
+	clip := fs.Float64("clip", 1, "gradient L2 norm clip (0: none)")
+	evalEvery := fs.Int("eval-every", distillEvalEvery, "steps between held-out evaluations (0: only before and after)")
+	evalWindows := fs.Int("eval-windows", distillEvalWindows, "held-out windows of t+1 tokens per evaluation")
+	ckptEvery := fs.Int("checkpoint-every", 0, "steps between checkpoints (0: at every evaluation)")
+	seed := fs.Uint64("seed", 1, "seed of the training and held-out windows and of the compression")
+	keepFinal := fs.Bool("keep-final", false, "export the final weights instead of the best held-out snapshot")
+	var out string
+	fs.StringVar(&out, "o", "", "output directory (default out/distill-<UTC time>)")
+	fs.StringVar(&out, "out", "", "same as -o")
+	resume := fs.String("resume", "", "continue the interrupted run in this output directory (other flags are taken from it)")
+	topkFile := fs.String("topk-file", "", "keep the teacher's top-k in this file instead of host memory (reused when it matches)")
+	if err := parseFlags(c, fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q (the teacher is --teacher MODEL)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	var s distillSettings
+	if *resume != "" {
+		for name := range set {
+			if name != "resume" && name != "o" && name != "out" {
+				return usagef("--resume takes the run's settings from %s; --%s cannot be changed", filepath.Join(*resume, distillSettingsFile), name)
+			}
+		}
+		if out != "" && filepath.Clean(out) != filepath.Clean(*resume) {
+			return usagef("--resume %s writes into that directory; -o %s differs", *resume, out)
+		}
+		b, err := os.ReadFile(filepath.Join(*resume, distillSettingsFile))
+		if err != nil {
+			return usagef("--resume %s: %v (not an nvg distill output directory?)", *resume, err)
+		}
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("--resume: %s: %w", distillSettingsFile, err)
+		}
+		if !exists(filepath.Join(*resume, nvgkit.CheckpointFile)) {
+			return usagef("--resume %s: no %s there (the run stopped before its first checkpoint: start it again)", *resume, nvgkit.CheckpointFile)
+		}
+		out = *resume
+	} else {
+		switch {
+		case !(*bpw > 0 && *bpw <= 32):
+			return usagef("--bpw must be in (0, 32], got %g", *bpw)
+		case *steps < 1:
+			return usagef("--steps must be ≥ 1, got %d", *steps)
+		case *nb < 1:
+			return usagef("--nb must be ≥ 1, got %d", *nb)
+		case *t < 1:
+			return usagef("--t must be ≥ 1, got %d", *t)
+		case *k < 1 || *k > 64:
+			return usagef("--k must be in 1…64, got %d", *k)
+		case !(*lr > 0) || math.IsInf(*lr, 0):
+			return usagef("--lr must be a finite value > 0, got %g", *lr)
+		case *warmup < 0:
+			return usagef("--warmup must be ≥ 0, got %d", *warmup)
+		case *evalEvery < 0:
+			return usagef("--eval-every must be ≥ 0, got %d", *evalEvery)
+		case *evalWindows < 1:
+			return usagef("--eval-windows must be ≥ 1, got %d", *evalWindows)
+		case *ckptEvery < 0:
+			return usagef("--checkpoint-every must be ≥ 0, got %d", *ckptEvery)
+		case !(*clip >= 0) || math.IsInf(*clip, 0):
+			return usagef("--clip must be finite and ≥ 0, got %g", *clip)
+		}
+		if _, err := cmf.ParsePathMode(*paths); err != nil {
+			return usagef("--%v", err)
+		}
+		tf, err := splitFiles("train-files", *trainFiles)
+		if err != nil {
+			return err
+		}
+		ef, err := splitFiles("eval-files", *evalFiles)
+		if err != nil {
+			return err
+		}
+		if (tf == nil) != (ef == nil) {
+			return usagef("--train-files and --eval-files go together")
+		}
+		if *teacherPath != "" && !exists(*teacherPath) {
+			return usagef("--teacher %s: no such file or directory", *teacherPath)
+		}
+		if *topkFile != "" {
+			if st, err := os.Stat(filepath.Dir(*topkFile)); err != nil || !st.IsDir() {
+				return usagef("--topk-file %s: directory %s does not exist", *topkFile, filepath.Dir(*topkFile))
+			}
+		}
+		if out == "" {
+			out = filepath.Join("out", "distill-"+time.Now().UTC().Format("20060102-150405"))
+		}
+		if ents, err := os.ReadDir(out); err == nil && len(ents) > 0 {
+			return usagef("output directory %s is not empty (pick another -o, or --resume it)", out)
+		}
+		wu, ee, ce, cl := *warmup, *evalEvery, *ckptEvery, *clip
+		if wu == 0 {
+			wu = -1
+		}
+		if ee == 0 {
+			ee = -1
+		}
+		if cl == 0 {
+			cl = -1
+		}
+		cfg := nvgkit.TrainConfig{Steps: *steps, NB: *nb, T: *t, K: *k, LR: *lr, Warmup: wu, ClipNorm: cl, EvalEvery: ee,
+			EvalWindows: *evalWindows, Seed: *seed, OutDir: out, CheckpointEvery: ce, TopKFile: *topkFile, KeepFinal: *keepFinal}
+		s = distillSettings{Teacher: *teacherPath, Tokenizer: *tokPath, TrainFiles: tf, EvalFiles: ef, BPW: *bpw, Paths: *paths,
+			Seed: *seed, Config: cfg.WithDefaults(), Started: time.Now().UTC().Format(time.RFC3339)}
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		b, _ := json.MarshalIndent(s, "", " ")
+		if err := nvgkitWriteFile(filepath.Join(out, distillSettingsFile), append(b, '\n')); err != nil {
+			return err
+		}
+	}
+	return distill(s, out, *resume != "")
+}
+
+// nvgkitWriteFile writes data atomically (temporary file, fsync, rename).
+func nvgkitWriteFile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// distill runs (or resumes) the distillation described by s into out.
+func distill(s distillSettings, out string, resumed bool) error {
+	start := time.Now()
+	fmt.Printf("output directory: %s\n", out)
+	teacherModel, err := openModel(s.Teacher)
+	if err != nil {
+		return err
+	}
+	defer teacherModel.Close()
+
+	// Token streams.
+	raw, err := tokenizerJSON(s.Tokenizer, s.Teacher)
+	if err != nil {
+		return err
+	}
+	tok, err := tokenizer.FromJSON(raw)
+	if err != nil {
+		return fmt.Errorf("tokenizer: %w", err)
+	}
+	if tok.VocabSize() > teacherModel.Config.VocabSize {
+		return fmt.Errorf("tokenizer has %d tokens but the teacher's vocab_size is %d", tok.VocabSize(), teacherModel.Config.VocabSize)
+	}
+	var corpus *data.Corpus
+	what := "the Go standard library (model card split)"
+	if s.TrainFiles != nil {
+		corpus, err = data.FilesCorpus(s.TrainFiles, s.EvalFiles)
+		what = fmt.Sprintf("%d training and %d held-out files", len(s.TrainFiles), len(s.EvalFiles))
+	} else {
+		corpus, err = data.StdlibCorpus()
+	}
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	train, err := corpus.Tokens(tok, data.Train, tokenCacheDir())
+	if err != nil {
+		return err
+	}
+	heldOut, err := corpus.Tokens(tok, data.HeldOut, tokenCacheDir())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "corpus: %s: %d training and %d held-out tokens (%.1fs)\n", what, len(train), len(heldOut), time.Since(t0).Seconds())
+
+	// Compression.
+	pm, err := cmf.ParsePathMode(s.Paths)
+	if err != nil {
+		return usagef("--%v", err)
+	}
+	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s\n", modelName(s.Teacher), s.BPW, pm)
+	var bar *progressbar.ProgressBar
+	t0 = time.Now()
+	studentModel, reports, err := nvgkit.CompressProgress(teacherModel, cmf.CompressOptions{BitsPerWeight: s.BPW, Paths: pm, Seed: s.Seed},
+		func(done, total int, name string) {
+			if bar == nil {
+				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("compress"),
+					progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
+			}
+			bar.Set(done)
+		})
+	if bar != nil {
+		bar.Finish()
+	}
+	if err != nil {
+		return err
+	}
+	bpwGot := cmf.OverallBitsPerWeight(reports)
+	fmt.Fprintf(os.Stderr, "compressed %d tensors to %.4f bits/weight (%.1fs)\n", len(reports), bpwGot, time.Since(t0).Seconds())
+
+	// GPU.
+	dev, err := openDevice()
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	teacher, err := nvgkit.LoadNet(dev, teacherModel, nvgkit.Teacher)
+	if err != nil {
+		return err
+	}
+	defer teacher.Release()
+	student, err := nvgkit.LoadNet(dev, studentModel, nvgkit.Student)
+	if err != nil {
+		return err
+	}
+	defer student.Release()
+	var tr *nvgkit.Trainer
+	if resumed {
+		tr, err = nvgkit.Resume(teacher, student, train, heldOut, out)
+	} else {
+		tr, err = nvgkit.NewTrainer(teacher, student, train, heldOut, s.Config)
+	}
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	tr.BitsPerWeight = bpwGot
+	tr.Log = os.Stderr
+	tr.Progress = nvgkit.NewProgress(os.Stderr, "distill")
+	cfg := tr.Config
+	fmt.Fprintf(os.Stderr, "distilling: %d steps × %d windows × %d tokens, top-%d, lr %g, held-out %d windows × %d tokens\n",
+		cfg.Steps, cfg.NB, cfg.T, cfg.K, cfg.LR, cfg.EvalWindows, cfg.T)
+	if resumed {
+		fmt.Fprintf(os.Stderr, "resuming after step %d of %d\n", tr.Step(), cfg.Steps)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := tr.Run(ctx)
+	if errors.Is(err, nvgkit.ErrInterrupted) {
+		if rep != nil && tr.Step() > 0 {
+			fmt.Fprintf(os.Stderr, "interrupted after step %d of %d: checkpoint in %s; continue with: nvg distill --resume %s\n", tr.Step(), cfg.Steps, out, out)
+		} else {
+			fmt.Fprintf(os.Stderr, "interrupted before the first step (nothing to resume)\n")
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+
+	// Outputs: the student, the report, the plots.
+	exported, err := nvgkit.Export(student, studentModel)
+	if err != nil {
+		return err
+	}
+	studentPath := filepath.Join(out, "student.cmf")
+	if err := cmf.WriteCMF(studentPath, exported); err != nil {
+		return err
+	}
+	if err := rep.Save(filepath.Join(out, "report.json")); err != nil {
+		return err
+	}
+	if err := writeDistillPlots(out, tr, student, rep, reports); err != nil {
+		return err
+	}
+	fmt.Printf("teacher      held-out perplexity %10.3f\n", rep.TeacherPPL)
+	fmt.Printf("compressed   held-out perplexity %10.3f  (%.4f bits/weight, before training)\n", rep.CompressedPPL, bpwGot)
+	fmt.Printf("distilled    held-out perplexity %10.3f  (%s)\n", rep.DistilledPPL, rep.Exported)
+	fmt.Printf("log-perplexity gap closed: %.1f %%  (%d steps, %d tokens, %d skipped; training %.0fs, total %.0fs)\n",
+		100*rep.GapClosed, rep.Steps, rep.Tokens, rep.Skipped, rep.WallSeconds, time.Since(start).Seconds())
+	fmt.Printf("wrote %s, %s and plots in %s\n", studentPath, filepath.Join(out, "report.json"), out)
+	return nil
+}
+
+// writeDistillPlots writes training.png, grad_norms.png, metric_hist.png and
+// reconstruction.png into out.
+func writeDistillPlots(out string, tr *nvgkit.Trainer, student *nvgkit.Net, rep *nvgkit.Report, reports []cmf.TensorReport) error {
+	steps := make([]int, len(rep.Loss))
+	for i := range steps {
+		steps[i] = i + 1
+	}
+	var es []int
+	var ep []float64
+	for _, e := range rep.Evals {
+		es, ep = append(es, e.Step), append(ep, e.Perplexity)
+	}
+	fig, err := nvgkit.PlotTraining(steps, rep.Loss, es, ep)
+	if err != nil {
+		return err
+	}
+	if err := nvgkit.SavePlot(filepath.Join(out, "training.png"), fig, 900, 700); err != nil {
+		return err
+	}
+	if layers, kinds, norms, err := tr.LayerGradNorms(); err == nil {
+		p, err := nvgkit.PlotLayerGradNorms(layers, kinds, norms)
+		if err != nil {
+			return err
+		}
+		p.Title.Text = "Gradient L2 norm per layer (last step)"
+		if err := nvgkit.SavePlot(filepath.Join(out, "grad_norms.png"), p, 1000, 600); err != nil {
+			return err
+		}
+	}
+	params, err := nvgkit.Params(student)
+	if err != nil {
+		return err
+	}
+	var vals []float64
+	for name, v := range params {
+		if i := strings.LastIndex(name, ".p"); i < 0 || !(strings.HasSuffix(name, ".h") || strings.HasSuffix(name, ".l") || strings.HasSuffix(name, ".g")) {
+			continue
+		}
+		for _, x := range v {
+			if x != 0 {
+				vals = append(vals, math.Log10(math.Abs(float64(x))))
+			}
+		}
+	}
+	if len(vals) > 0 {
+		p, err := nvgkit.PlotHistogram("BLR metric scales after distillation, log10 |h|, |ℓ|, |g|", vals, 80)
+		if err != nil {
+			return err
+		}
+		if err := nvgkit.SavePlot(filepath.Join(out, "metric_hist.png"), p, 900, 600); err != nil {
+			return err
+		}
+	}
+	p, err := nvgkit.PlotReconstruction(reports)
+	if err != nil {
+		return err
+	}
+	return nvgkit.SavePlot(filepath.Join(out, "reconstruction.png"), p, 900, 600)
+}
