@@ -69,8 +69,9 @@ type CompressOptions struct {
 	SVD SVDOptions
 	// Workers is the number of tensors compressed at once (0: GOMAXPROCS).
 	Workers int
-	// Products computes the large products of every randomised SVD (the sketch, the power
-	// iterations and the projection; see Products); nil means CPUProducts (gonum, float64).
+	// Products computes the large products of the compressor (every randomised SVD's
+	// sketch, power iterations, projection and U, and every path's reconstruction; see
+	// Products); nil means CPUProducts{} (gonum, float64).
 	// With another implementation (nvgkit.GPUProducts: float32 on a GPU) the output is still
 	// deterministic for a given Seed on a given device, but not bit-identical to the CPU
 	// path's: the sketch and the sign pattern of near-zero SVD factors shift with the
@@ -298,6 +299,11 @@ func nameHash(s string) uint64 {
 func compressPaths(w []float64, m, n, r, paths int, svd *TruncatedSVD, norm float64, rng *rand.Rand, opt CompressOptions) (*BLRWeight, float64, error) {
 	bw := &BLRWeight{M: m, N: n, Rank: r}
 	resid := append([]float64(nil), w...)
+	prod := opt.Products
+	if prod == nil {
+		prod = CPUProducts{}
+	}
+	var what []float64 // Ŵ_p
 	for p := 0; p < paths; p++ {
 		if p > 0 || svd == nil {
 			var err error
@@ -314,10 +320,13 @@ func compressPaths(w []float64, m, n, r, paths int, svd *TruncatedSVD, norm floa
 		// resid −= Ŵ_p, from the stored (float16) scales.
 		one := &BLRWeight{M: m, N: n, Rank: r, Paths: []BLRPath{q}}
 		left, right := one.pathFactors(0)
-		blas64.Gemm(blas.NoTrans, blas.NoTrans, -1,
-			blas64.General{Rows: m, Cols: r, Stride: r, Data: left},
-			blas64.General{Rows: r, Cols: n, Stride: n, Data: right}, 1,
-			blas64.General{Rows: m, Cols: n, Stride: n, Data: resid})
+		if what == nil {
+			what = make([]float64, m*n)
+		}
+		if err := prod.Mul(what, left, right, m, r, n); err != nil {
+			return nil, 0, fmt.Errorf("path %d: reconstruction: %w", p, err)
+		}
+		floats.Sub(resid, what)
 	}
 	if norm == 0 {
 		return bw, floats.Norm(resid, 2), nil

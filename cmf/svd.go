@@ -59,14 +59,20 @@ func RandomizedSVD(a []float64, m, n, k int, opt SVDOptions, rng *rand.Rand) (*T
 	return randomizedSVDWith(nil, a, m, n, k, opt, rng)
 }
 
-// Products computes the large matrix products of the randomised SVD: the only steps whose
-// cost is proportional to the whole matrix (2·m·n·ℓ flops each: the sketch, two per power
-// iteration, and the projection B = Qᵀ·W). Bind prepares one matrix (a tensor, or the
-// residual of its first BLR path); the small dense parts (QR, the ℓ×n SVD, the Dual-SVID
-// sign and rank-1 steps) stay on the CPU in float64. CPUProducts (gonum, float64) is the
-// default; nvgkit.GPUProducts runs them on a WebGPU device in float32. An implementation
-// must be safe for concurrent use: Compress binds one matrix per worker.
+// Products computes the large matrix products of the compressor: those with the weight of
+// the randomised SVD (2·m·n·ℓ flops each: the sketch, two per power iteration, and the
+// projection B = Qᵀ·W), through Bind, and two dense ones through Mul: the left singular
+// vectors U = Q·U_B (m×ℓ by ℓ×k) and each BLR path's reconstruction (m×r by r×n, subtracted
+// from the weight to form the residual and the reported error). Bind prepares one matrix
+// (a tensor, or the residual of its first BLR path). The rest (QR, the ℓ×n SVD, the
+// Dual-SVID sign and rank-1 steps) stays on the CPU in float64. CPUProducts (gonum,
+// float64) is the default; nvgkit.GPUProducts runs them on a WebGPU device in float32. An
+// implementation must be safe for concurrent use: Compress runs one tensor per worker.
 type Products interface {
+	// Mul sets dst = a·b: a row-major m×k, b row-major k×n, dst row-major m×n
+	// (overwritten). Errors: a size < 1, lengths that disagree with the sizes, or the
+	// implementation's.
+	Mul(dst, a, b []float64, m, k, n int) error
 	// Bind returns the products with the row-major m×n matrix w (m, n ≥ 1, len(w) = m·n,
 	// every entry finite; the caller checks this). The implementation may keep w until
 	// Close and must not modify it. Errors: the implementation's (for example a matrix
@@ -162,6 +168,36 @@ func (c cpuBound32) MulWT(dst, x []float64, l int) error {
 func (cpuBound32) Close() error { return nil }
 
 type cpuBound struct{ a blas64.General }
+
+// checkMul checks the sizes and lengths of Products.Mul.
+func checkMul(dst, a, b []float64, m, k, n int) error {
+	if m < 1 || k < 1 || n < 1 {
+		return fmt.Errorf("products: Mul of sizes %d, %d, %d", m, k, n)
+	}
+	if len(a) != m*k || len(b) != k*n || len(dst) != m*n {
+		return fmt.Errorf("products: Mul: a has %d values (want %d×%d), b %d (want %d×%d), dst %d (want %d×%d)", len(a), m, k, len(b), k, n, len(dst), m, n)
+	}
+	return nil
+}
+
+// Mul sets dst = a·b with Dgemm, or Sgemm on float32 copies when Float32 (see
+// Products.Mul).
+func (p CPUProducts) Mul(dst, a, b []float64, m, k, n int) error {
+	if err := checkMul(dst, a, b, m, k, n); err != nil {
+		return err
+	}
+	if !p.Float32 {
+		blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, blas64.General{Rows: m, Cols: k, Stride: k, Data: a},
+			blas64.General{Rows: k, Cols: n, Stride: n, Data: b}, 0, blas64.General{Rows: m, Cols: n, Stride: n, Data: dst})
+		return nil
+	}
+	a32 := make([]float32, len(a))
+	for i, v := range a {
+		a32[i] = float32(v)
+	}
+	mul32(blas32.General{Rows: m, Cols: k, Stride: k, Data: a32}, dst, b, n)
+	return nil
+}
 
 // checkProducts checks the lengths of a product: x rows·l with rows its inner dimension,
 // dst out·l.
@@ -260,9 +296,14 @@ func randomizedSVDWith(prod Products, a []float64, m, n, k int, opt SVDOptions, 
 		return nil, err
 	}
 	// U = Q·U_B[:, :k] (m×k), V = (Vᵀ[:k, :])ᵀ (n×k).
+	ubk := make([]float64, l*k)
+	for i := 0; i < l; i++ {
+		copy(ubk[i*k:(i+1)*k], ub.Data[i*ub.Stride:i*ub.Stride+k])
+	}
 	u := blas64.General{Rows: m, Cols: k, Stride: k, Data: make([]float64, m*k)}
-	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, q,
-		blas64.General{Rows: l, Cols: k, Stride: ub.Stride, Data: ub.Data}, 0, u)
+	if err := prod.Mul(u.Data, q.Data, ubk, m, l, k); err != nil {
+		return nil, fmt.Errorf("svd: U = Q·U_B: %w", err)
+	}
 	v := make([]float64, n*k)
 	for i := 0; i < k; i++ {
 		row := vt.Data[i*vt.Stride : i*vt.Stride+n]

@@ -9,10 +9,11 @@ import (
 	"github.com/nvg-project/nvg/gpu"
 )
 
-// GPUProducts are cmf.Products on a WebGPU device: the large products of the randomised
-// SVD (the sketch Y = W·Ω, the power iterations' W·Z and Wᵀ·Q, and the projection Wᵀ·Q)
-// run as gpu.MatMul in float32 (products and sums in f32, in K order), while the small
-// dense parts (QR, the ℓ×n SVD, the Dual-SVID steps) stay on the CPU in float64. Bind
+// GPUProducts are cmf.Products on a WebGPU device: the large products of the compressor
+// (the randomised SVD's sketch Y = W·Ω, the power iterations' W·Z and Wᵀ·Q, the projection
+// Wᵀ·Q, U = Q·U_B, and each BLR path's reconstruction) run as gpu.MatMul in float32
+// (products and sums in f32, in K order), while the small dense parts (QR, the ℓ×n SVD,
+// the Dual-SVID sign and rank-1 steps) stay on the CPU in float64. Bind
 // uploads W once as f32, in row blocks small enough for one storage binding each
 // (maxStorageBufferBindingSize: 128 MiB on lavapipe, 2 GiB on the H200); every product
 // uploads its small operand, runs one MatMul per block and reads the small result back
@@ -90,6 +91,64 @@ func (g *GPUProducts) Bind(w []float64, m, n int) (cmf.BoundProducts, error) {
 		b.start = append(b.start, r0)
 	}
 	return b, nil
+}
+
+// Mul sets dst = a·b on the device (see cmf.Products.Mul): b (k×n) is uploaded once, a in
+// row blocks that, like their products, fit one storage binding; one MatMul per block.
+// Errors: bad sizes or lengths, b larger than one binding, or the device's.
+func (g *GPUProducts) Mul(dst, a, b []float64, m, k, n int) error {
+	if g == nil || g.d == nil {
+		return errors.New("gpu products: nil device (use NewGPUProducts)")
+	}
+	if m < 1 || k < 1 || n < 1 {
+		return fmt.Errorf("gpu products: Mul of sizes %d, %d, %d", m, k, n)
+	}
+	if len(a) != m*k || len(b) != k*n || len(dst) != m*n {
+		return fmt.Errorf("gpu products: Mul: a has %d values (want %d×%d), b %d (want %d×%d), dst %d (want %d×%d)", len(a), m, k, len(b), k, n, len(dst), m, n)
+	}
+	lim := g.bindingLimit()
+	if 4*uint64(k)*uint64(n) > lim {
+		return fmt.Errorf("gpu products: Mul: the %d×%d right operand exceeds the device's storage binding limit of %d bytes", k, n, lim)
+	}
+	rows := int(lim / (4 * uint64(max(k, n))))
+	if g.maxBlockRows > 0 {
+		rows = min(rows, g.maxBlockRows)
+	}
+	rows = min(rows, m)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	bb, err := g.d.UploadFloat32("mul.b", toF32(make([]float32, len(b)), b), k, n)
+	if err != nil {
+		return fmt.Errorf("gpu products: Mul: %w", err)
+	}
+	defer bb.Release()
+	a32 := make([]float32, rows*k)
+	for r0 := 0; r0 < m; r0 += rows {
+		rb := min(rows, m-r0)
+		ab, err := g.d.UploadFloat32("mul.a", toF32(a32[:rb*k], a[r0*k:(r0+rb)*k]), rb, k)
+		if err != nil {
+			return fmt.Errorf("gpu products: Mul: %w", err)
+		}
+		cb, err := g.d.NewBuffer("mul.c", gpu.F32, rb, n)
+		if err != nil {
+			ab.Release()
+			return fmt.Errorf("gpu products: Mul: %w", err)
+		}
+		err = g.d.Run(func(r *gpu.Recorder) error { return gpu.MatMul(r, ab, bb, cb, rb, k, n, false) })
+		var c []float32
+		if err == nil {
+			c, err = g.d.ReadFloat32(cb)
+		}
+		ab.Release()
+		cb.Release()
+		if err != nil {
+			return fmt.Errorf("gpu products: Mul: %w", err)
+		}
+		for i, v := range c {
+			dst[r0*n+i] = float64(v)
+		}
+	}
+	return nil
 }
 
 // gpuBound is W on the device: blocks[i] holds rows start[i] … start[i+1]−1 (f32).

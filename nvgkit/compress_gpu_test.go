@@ -48,6 +48,7 @@ func TestGPUProductsMatchHost(t *testing.T) {
 		}
 		y, z := make([]float64, m*l), make([]float64, n*l)
 		checkProducts(t, fmt.Sprintf("gpu, block rows %d", blockRows), bp, w, xw, xt, y, z, m, n, l)
+		checkMul(t, fmt.Sprintf("gpu, block rows %d", blockRows), p, w, xw, m, n, l)
 		// Bad lengths and use after Close are errors.
 		if err := bp.MulW(y[:1], xw, l); err == nil || !strings.Contains(err.Error(), "dst 1") {
 			t.Errorf("short dst: %v", err)
@@ -63,11 +64,16 @@ func TestGPUProductsMatchHost(t *testing.T) {
 		}
 	}
 	// The float32 CPU products (cmf.CPUProducts{Float32: true}) satisfy the same bound.
+	p0, _ := NewGPUProducts(d)
 	bp, err := cmf.CPUProducts{Float32: true}.Bind(w, m, n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkProducts(t, "cpu f32", bp, w, xw, xt, make([]float64, m*l), make([]float64, n*l), m, n, l)
+	checkMul(t, "cpu f32", cmf.CPUProducts{Float32: true}, w, xw, m, n, l)
+	if err := p0.Mul(make([]float64, 3), w, xw, m, n, l); err == nil || !strings.Contains(err.Error(), "dst 3") {
+		t.Errorf("Mul, short dst: %v", err)
+	}
 	if _, err := (cmf.CPUProducts{Float32: true}).Bind([]float64{1e39}, 1, 1); err == nil || !strings.Contains(err.Error(), "beyond the float32 range") {
 		t.Errorf("cpu f32, 1e39: %v", err)
 	}
@@ -114,6 +120,28 @@ func checkProducts(t *testing.T, what string, bp cmf.BoundProducts, w, xw, xt, y
 			}
 			if math.Abs(z[j*l+c]-s) > 1e-5*a || z[j*l+c] == s {
 				t.Fatalf("%s: (Wᵀ·X)[%d, %d] = %.9g, want %.9g (and not float64-exact)", what, j, c, z[j*l+c], s)
+			}
+		}
+	}
+}
+
+// checkMul checks p.Mul(a, b) = W·xw (a = W m×n, b = xw n×l) against float64 sums,
+// within 1e-5·Σ|terms| and not float64-exact.
+func checkMul(t *testing.T, what string, p cmf.Products, w, xw []float64, m, n, l int) {
+	t.Helper()
+	y := make([]float64, m*l)
+	if err := p.Mul(y, w, xw, m, n, l); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < m; i++ {
+		for c := 0; c < l; c++ {
+			var s, a float64
+			for j := 0; j < n; j++ {
+				s += w[i*n+j] * xw[j*l+c]
+				a += math.Abs(w[i*n+j] * xw[j*l+c])
+			}
+			if math.Abs(y[i*l+c]-s) > 1e-5*a || y[i*l+c] == s {
+				t.Fatalf("%s: Mul[%d, %d] = %.9g, want %.9g (and not float64-exact)", what, i, c, y[i*l+c], s)
 			}
 		}
 	}
@@ -189,7 +217,8 @@ func TestCompressOnGPUMatchesCPU(t *testing.T) {
 }
 
 // timedProducts wraps Products and sums the wall time (Bind included: the upload is part
-// of the GPU's cost) and the flops (2·m·n·l per product) of everything it computes.
+// of the GPU's cost) and the flops (2·m·n·l per product with W, 2·m·k·n per Mul) of
+// everything it computes.
 type timedProducts struct {
 	p     cmf.Products
 	mu    sync.Mutex
@@ -208,6 +237,11 @@ func (t *timedProducts) add(start time.Time, flops float64) {
 	t.dur += time.Since(start)
 	t.flops += flops
 	t.mu.Unlock()
+}
+
+func (t *timedProducts) Mul(dst, a, b []float64, m, k, n int) error {
+	defer t.add(time.Now(), 2*float64(m)*float64(k)*float64(n))
+	return t.p.Mul(dst, a, b, m, k, n)
 }
 
 func (t *timedProducts) Bind(w []float64, m, n int) (cmf.BoundProducts, error) {

@@ -17,7 +17,7 @@ func init() {
 	register(&command{
 		name:    "compress",
 		summary: "compress a teacher into a binary-low-rank student (.cmf) at a bits-per-weight budget",
-		usage:   "[--bpw 1.0] [--paths auto|1|2] [--seed N] [--workers N] [--power-iters 2] [--cpu | --gpu] -o STUDENT.cmf [--json REPORT.json] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
+		usage:   "[--bpw 1.0] [--paths auto|1|2] [--seed N] [--workers N] [--power-iters 2] [--cpu [--f64] | --gpu] -o STUDENT.cmf [--json REPORT.json] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
 		run:     runCompress,
 	})
 }
@@ -29,7 +29,7 @@ type compressReport struct {
 	TargetBPW  float64              `json:"target_bits_per_weight"`
 	Paths      string               `json:"paths"`
 	Seed       uint64               `json:"seed"`
-	Device     string               `json:"device"` // "cpu" (gonum float64) or the GPU adapter of the SVD products
+	Device     string               `json:"device"` // where the SVD products ran: "cpu-f32", "cpu" (float64, --f64) or the GPU adapter
 	OverallBPW float64              `json:"overall_bits_per_weight"`
 	Seconds    float64              `json:"seconds"`
 	Kinds      []nvgkit.KindSummary `json:"kinds"`
@@ -46,6 +46,7 @@ func runCompress(args []string) error {
 	powerIters := fs.Int("power-iters", 2, "power iterations of the randomised SVD (0: none; 1 is ~1.35× faster at ~0.4 % higher error)")
 	cpuOnly := fs.Bool("cpu", false, "run the randomised SVDs' large products on the CPU (gonum, float64) even when a GPU adapter is present")
 	gpuAlways := fs.Bool("gpu", false, "run them on the WebGPU device even when it is a CPU adapter (lavapipe: slower than --cpu, for tests)")
+	f64 := fs.Bool("f64", false, "on the CPU, compute the products in float64 (the library default) instead of float32 (~2× slower, relative errors within ~1e-4)")
 	out := fs.String("o", "", "output student .cmf file (written atomically)")
 	jsonOut := fs.String("json", "", "also write the per-tensor report as JSON to this file")
 	if err := parseFlags(c, fs, args); err != nil {
@@ -73,6 +74,9 @@ func runCompress(args []string) error {
 	if *cpuOnly && *gpuAlways {
 		return usagef("--cpu and --gpu exclude each other")
 	}
+	if *f64 && *gpuAlways {
+		return usagef("--f64 applies to the CPU path only (the GPU computes in float32)")
+	}
 	path := fs.Arg(0)
 	teacher, err := openModel(path)
 	if err != nil {
@@ -80,17 +84,23 @@ func runCompress(args []string) error {
 	}
 	defer teacher.Close()
 
-	pi := *powerIters
-	if pi == 0 {
-		pi = -1 // SVDOptions: negative means none, 0 the default
-	}
-	opt := cmf.CompressOptions{BitsPerWeight: *bpw, Paths: pm, Seed: *seed, Workers: *workers, SVD: cmf.SVDOptions{PowerIters: pi}}
 	dev, devName, err := compressDevice(*cpuOnly, *gpuAlways)
 	if err != nil {
 		return err
 	}
 	if dev != nil {
 		defer dev.Close()
+	}
+	pi := *powerIters
+	if pi == 0 {
+		pi = -1 // SVDOptions: negative means none, 0 the default
+	}
+	opt := cmf.CompressOptions{BitsPerWeight: *bpw, Paths: pm, Seed: *seed, Workers: *workers, SVD: cmf.SVDOptions{PowerIters: pi}}
+	if dev == nil {
+		opt.Products = cmf.CPUProducts{Float32: !*f64}
+		if !*f64 {
+			devName = "cpu-f32"
+		}
 	}
 	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d, SVD products on %s\n", modelName(path), *bpw, pm, *seed, devName)
 	var bar *progressbar.ProgressBar

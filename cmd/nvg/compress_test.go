@@ -23,6 +23,7 @@ func TestCompressUsageErrors(t *testing.T) {
 		{"compress", "-o", out, "--power-iters", "-1"},
 		{"compress", "-o", out, "a", "b"},
 		{"compress", "-o", out, "--cpu", "--gpu"},
+		{"compress", "-o", out, "--f64", "--gpu"},
 		{"compress", "-o", out, filepath.Join(dir, "missing")},
 	} {
 		if code := run(args); code != 2 {
@@ -73,16 +74,20 @@ func TestCompressEmbeddedTeacher(t *testing.T) {
 }
 
 // TestCompressGPUMatchesCPU runs `nvg compress --gpu` (the SVD products on the WebGPU
-// device, lavapipe in CI) and `--cpu` on the embedded tiny teacher (0.5 bits per weight,
-// paths auto, no power iteration: the nvgkit tests cover those) and checks that every tensor gets the same rank, paths
-// and bits per weight, with relative errors within 1e-3 of each other.
+// device, lavapipe in CI), `--cpu` (float32 products) and `--cpu --f64` on the embedded
+// tiny teacher (0.5 bits per weight, paths auto, no power iteration: the nvgkit tests
+// cover those) and checks that every tensor gets the same rank, paths and bits per weight
+// on all three, with relative errors within 1e-3 of the float64 ones.
 func TestCompressGPUMatchesCPU(t *testing.T) {
 	gputest.Open(t) // fail (not skip) under NVG_REQUIRE_GPU=1 when there is no adapter
 	dir := t.TempDir()
 	reps := map[string]compressReport{}
-	for _, dev := range []string{"--gpu", "--cpu"} {
+	for _, dev := range []string{"--gpu", "--cpu", "--f64"} {
 		js := filepath.Join(dir, dev[2:]+".json")
 		args := []string{"compress", dev, "--bpw", "0.5", "--seed", "4", "--power-iters", "0", "-o", filepath.Join(dir, dev[2:]+".cmf"), "--json", js}
+		if dev == "--f64" {
+			args = append(args, "--cpu")
+		}
 		var code int
 		captureStdout(t, func() { code = run(args) })
 		if code != 0 {
@@ -98,20 +103,21 @@ func TestCompressGPUMatchesCPU(t *testing.T) {
 		}
 		reps[dev] = rep
 	}
-	g, c := reps["--gpu"], reps["--cpu"]
-	if c.Device != "cpu" || g.Device == "cpu" || g.Device == "" || len(g.Tensors) != 50 || len(c.Tensors) != 50 || g.OverallBPW != c.OverallBPW {
+	g, c32, c := reps["--gpu"], reps["--cpu"], reps["--f64"]
+	if c.Device != "cpu" || c32.Device != "cpu-f32" || g.Device == "cpu" || g.Device == "" || len(g.Tensors) != 50 || len(c.Tensors) != 50 || len(c32.Tensors) != 50 || g.OverallBPW != c.OverallBPW {
 		t.Fatalf("gpu: device %q, %d tensors, %g bits/weight; cpu: device %q, %d tensors, %g", g.Device, len(g.Tensors), g.OverallBPW, c.Device, len(c.Tensors), c.OverallBPW)
 	}
 	var worst float64
 	for i, ct := range c.Tensors {
-		gt := g.Tensors[i]
-		if gt.Name != ct.Name || gt.Rank != ct.Rank || gt.Paths != ct.Paths || gt.BitsPerWeight != ct.BitsPerWeight {
-			t.Errorf("gpu %+v, cpu %+v", gt, ct)
+		for _, gt := range []cmf.TensorReport{g.Tensors[i], c32.Tensors[i]} {
+			if gt.Name != ct.Name || gt.Rank != ct.Rank || gt.Paths != ct.Paths || gt.BitsPerWeight != ct.BitsPerWeight {
+				t.Errorf("gpu or cpu-f32 %+v, cpu %+v", gt, ct)
+			}
+			worst = max(worst, math.Abs(gt.RelErr-ct.RelErr))
 		}
-		worst = max(worst, math.Abs(gt.RelErr-ct.RelErr))
 	}
 	if worst > 1e-3 {
 		t.Errorf("relative errors differ by up to %g", worst)
 	}
-	t.Logf("largest relative-error difference gpu vs cpu: %.2g", worst)
+	t.Logf("largest relative-error difference gpu or cpu-f32 vs cpu (float64): %.2g", worst)
 }
