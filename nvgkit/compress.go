@@ -17,8 +17,10 @@ import (
 // opt.BitsPerWeight (default 1.0) with 1, 2 or automatically chosen paths; the other
 // tensors are shared with teacher, which must stay open while the student is used or
 // written (cmf.WriteCMF). Reports, one per compressed tensor sorted by name, give rank,
-// paths, bits per weight and relative reconstruction error. Errors: a nil teacher, a bad
-// option, or a tensor that cannot be compressed (named).
+// paths, bits per weight and relative reconstruction error. opt.Products chooses where
+// the large matrix products run (default gonum float64 on the CPU;
+// cmf.CPUProducts{Float32: true} is ~2× faster there); CompressOn runs them on a GPU.
+// Errors: a nil teacher, a bad option, or a tensor that cannot be compressed (named).
 func Compress(teacher *cmf.Model, opt cmf.CompressOptions) (*cmf.Model, []cmf.TensorReport, error) {
 	return CompressProgress(teacher, opt, nil)
 }
