@@ -44,6 +44,38 @@ type stWork struct {
 	topK    int
 	// embed is the buffer holding d loss / d input embeddings after the last Step (nil before).
 	embed *gpu.Buffer
+	// keepT1, during a backward's recompute, keeps every BLR projection's t1 = (x⊙g)·Vᵀ per
+	// path in recorder temporaries (t1, freed at the layer's submit) for its BLRBackward.
+	keepT1 bool
+	t1     map[*gpu.BLRLayer][]*gpu.Buffer
+}
+
+// apply records y = x·Wᵀ for l, keeping t1 when s.keepT1.
+func (s *stWork) apply(r *gpu.Recorder, l linear, x, y *gpu.Buffer, rows int) error {
+	if l.blr == nil || !s.keepT1 {
+		return l.apply(r, x, y, rows)
+	}
+	t1 := make([]*gpu.Buffer, len(l.blr.Paths))
+	for p := range t1 {
+		b, err := r.Temp("student t1", gpu.F32, rows, l.blr.Rank)
+		if err != nil {
+			return err
+		}
+		t1[p] = b
+	}
+	if err := gpu.BLRForward(r, l.blr, x, y, t1, rows); err != nil {
+		return err
+	}
+	s.t1[l.blr] = t1
+	return nil
+}
+
+// back records l's backward (linear.backward), reusing the t1 kept by apply when there is one.
+func (s *stWork) back(r *gpu.Recorder, l linear, x, dy, dx *gpu.Buffer, rows int) error {
+	if l.blr != nil {
+		return gpu.BLRBackward(r, l.blr, x, s.t1[l.blr], dy, dx, l.grads, rows)
+	}
+	return l.backward(r, x, dy, dx, rows)
 }
 
 func (s *stWork) release() {
@@ -218,13 +250,13 @@ func (n *Net) recordStudentLayer(r *gpu.Recorder, L *layer, s *stWork, x, out *g
 		func() error { return gpu.ColumnCopy(r, x, s.resid, rows, H, 0, H, 0, H) },
 		func() error { return gpu.ResidualAdd(r, s.resid, s.mix) },
 		func() error { return gpu.RMSNorm(r, s.resid, L.postNorm.buf, s.xn2, rows, H, eps, true) },
-		func() error { return L.gate.apply(r, s.xn2, s.gate, rows) },
-		func() error { return L.up.apply(r, s.xn2, s.up, rows) },
+		func() error { return s.apply(r, L.gate, s.xn2, s.gate, rows) },
+		func() error { return s.apply(r, L.up, s.xn2, s.up, rows) },
 		func() error { return gpu.SwiGLU(r, s.gate, s.up, s.act) },
 	}
 	if full {
 		steps = append(steps,
-			func() error { return L.down.apply(r, s.act, s.mix, rows) },
+			func() error { return s.apply(r, L.down, s.act, s.mix, rows) },
 			func() error { return gpu.ColumnCopy(r, s.resid, out, rows, H, 0, H, 0, H) },
 			func() error { return gpu.ResidualAdd(r, out, s.mix) })
 	}
@@ -248,15 +280,15 @@ func (n *Net) recordStudentAttention(r *gpu.Recorder, a *attnWeights, s *stWork,
 	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
 	eps, rot, theta := c.RMSNormEps, c.RotaryDim(), c.RopeTheta
 	return runSteps([]func() error{
-		func() error { return a.qg.apply(r, s.xn1, s.qg, rows) },
+		func() error { return s.apply(r, a.qg, s.xn1, s.qg, rows) },
 		func() error { return gpu.SplitQueryGate(r, s.qg, s.q, s.agate, rows, nh, hd) },
-		func() error { return a.k.apply(r, s.xn1, s.k, rows) },
-		func() error { return a.v.apply(r, s.xn1, s.v, rows) },
+		func() error { return s.apply(r, a.k, s.xn1, s.k, rows) },
+		func() error { return s.apply(r, a.v, s.xn1, s.v, rows) },
 		func() error { return gpu.QKNormRoPE(r, s.q, a.qNorm.buf, s.qr, rows, nh, hd, eps, rot, theta, t) },
 		func() error { return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, rows, nkv, hd, eps, rot, theta, t) },
 		func() error { return gpu.Attention(r, s.qr, s.kr, s.v, s.o, s.alse, nb, t, nh, nkv, hd) },
 		func() error { return gpu.AttentionGate(r, s.o, s.agate, s.gated) },
-		func() error { return a.o.apply(r, s.gated, s.mix, rows) },
+		func() error { return s.apply(r, a.o, s.gated, s.mix, rows) },
 	})
 }
 
@@ -269,16 +301,16 @@ func (n *Net) recordStudentDelta(r *gpu.Recorder, d *deltaWeights, s *stWork, nb
 	QK, VV := hk*dk, hv*dv
 	C := 2*QK + VV
 	return runSteps([]func() error{
-		func() error { return d.qkv.apply(r, s.xn1, s.mixed, rows) },
+		func() error { return s.apply(r, d.qkv, s.xn1, s.mixed, rows) },
 		func() error { return gpu.CausalConv1dSiLU(r, s.mixed, d.conv.buf, s.conv, nb, t, C, K) },
 		func() error { return gpu.ColumnCopy(r, s.conv, s.qc, rows, C, 0, QK, 0, QK) },
 		func() error { return gpu.ColumnCopy(r, s.conv, s.kc, rows, C, QK, QK, 0, QK) },
 		func() error { return gpu.ColumnCopy(r, s.conv, s.vc, rows, C, 2*QK, VV, 0, VV) },
 		func() error { return gpu.L2Norm(r, s.qc, s.qn, rows*hk, dk, 1/math.Sqrt(float64(dk))) },
 		func() error { return gpu.L2Norm(r, s.kc, s.kn, rows*hk, dk, 1) },
-		func() error { return d.z.apply(r, s.xn1, s.z, rows) },
-		func() error { return d.b.apply(r, s.xn1, s.b, rows) },
-		func() error { return d.a.apply(r, s.xn1, s.a, rows) },
+		func() error { return s.apply(r, d.z, s.xn1, s.z, rows) },
+		func() error { return s.apply(r, d.b, s.xn1, s.b, rows) },
+		func() error { return s.apply(r, d.a, s.xn1, s.a, rows) },
 		func() error { return gpu.GatedDeltaGates(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.g, s.beta, rows, hv) },
 		func() error {
 			return gpu.GatedDeltaRule(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nil, nb, t, hk, hv, dk, dv)
@@ -286,7 +318,7 @@ func (n *Net) recordStudentDelta(r *gpu.Recorder, d *deltaWeights, s *stWork, nb
 		func() error {
 			return gpu.GatedRMSNorm(r, s.core, s.z, d.norm.buf, s.normed, rows, hv, dv, c.RMSNormEps)
 		},
-		func() error { return d.out.apply(r, s.normed, s.mix, rows) },
+		func() error { return s.apply(r, d.out, s.normed, s.mix, rows) },
 	})
 }
 
@@ -299,10 +331,10 @@ func (n *Net) recordStudentLayerBackward(r *gpu.Recorder, L *layer, s *stWork, x
 	rows, H := nb*t, c.HiddenSize
 	eps := c.RMSNormEps
 	return runSteps([]func() error{
-		func() error { return L.down.backward(r, s.act, dOut, s.dAct, rows) },
+		func() error { return s.back(r, L.down, s.act, dOut, s.dAct, rows) },
 		func() error { return gpu.SwiGLUBackward(r, s.gate, s.up, s.dAct, s.dGate, s.dUp) },
-		func() error { return L.gate.backward(r, s.xn2, s.dGate, s.dXn, rows) },
-		func() error { return L.up.backward(r, s.xn2, s.dUp, s.dT, rows) },
+		func() error { return s.back(r, L.gate, s.xn2, s.dGate, s.dXn, rows) },
+		func() error { return s.back(r, L.up, s.xn2, s.dUp, s.dT, rows) },
 		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
 		func() error {
 			return gpu.RMSNormBackward(r, s.resid, L.postNorm.buf, s.dXn, s.dResid, n.gainGrad(L.postNorm.buf), rows, H, eps, true)
@@ -328,7 +360,7 @@ func (n *Net) recordStudentAttentionBackward(r *gpu.Recorder, a *attnWeights, s 
 	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
 	eps, rot, theta := c.RMSNormEps, c.RotaryDim(), c.RopeTheta
 	return runSteps([]func() error{
-		func() error { return a.o.backward(r, s.gated, s.dResid, s.dGated, rows) },
+		func() error { return s.back(r, a.o, s.gated, s.dResid, s.dGated, rows) },
 		func() error { return gpu.AttentionGateBackward(r, s.o, s.agate, s.dGated, s.dO, s.dAgate) },
 		func() error {
 			return gpu.AttentionBackward(r, s.qr, s.kr, s.v, s.o, s.alse, s.dO, s.dQR, s.dKR, s.dV, nb, t, nh, nkv, hd)
@@ -340,10 +372,10 @@ func (n *Net) recordStudentAttentionBackward(r *gpu.Recorder, a *attnWeights, s 
 			return gpu.QKNormRoPEBackward(r, s.k, a.kNorm.buf, s.dKR, s.dK, n.gainGrad(a.kNorm.buf), rows, nkv, hd, eps, rot, theta, t)
 		},
 		func() error { return gpu.SplitQueryGateBackward(r, s.dQ, s.dAgate, s.dQG, rows, nh, hd) },
-		func() error { return a.qg.backward(r, s.xn1, s.dQG, s.dXn, rows) },
-		func() error { return a.k.backward(r, s.xn1, s.dK, s.dT, rows) },
+		func() error { return s.back(r, a.qg, s.xn1, s.dQG, s.dXn, rows) },
+		func() error { return s.back(r, a.k, s.xn1, s.dK, s.dT, rows) },
 		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
-		func() error { return a.v.backward(r, s.xn1, s.dV, s.dT, rows) },
+		func() error { return s.back(r, a.v, s.xn1, s.dV, s.dT, rows) },
 		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
 	})
 }
@@ -356,7 +388,7 @@ func (n *Net) recordStudentDeltaBackward(r *gpu.Recorder, d *deltaWeights, s *st
 	QK, VV := hk*dk, hv*dv
 	C := 2*QK + VV
 	return runSteps([]func() error{
-		func() error { return d.out.backward(r, s.normed, s.dResid, s.dNormed, rows) },
+		func() error { return s.back(r, d.out, s.normed, s.dResid, s.dNormed, rows) },
 		func() error {
 			return gpu.GatedRMSNormBackward(r, s.core, s.z, d.norm.buf, s.dNormed, s.dCore, s.dZ, n.gainGrad(d.norm.buf), rows, hv, dv, c.RMSNormEps)
 		},
@@ -374,12 +406,12 @@ func (n *Net) recordStudentDeltaBackward(r *gpu.Recorder, d *deltaWeights, s *st
 		func() error {
 			return gpu.CausalConv1dSiLUBackward(r, s.mixed, d.conv.buf, s.dConv, s.dMixed, nb, t, C, K)
 		},
-		func() error { return d.qkv.backward(r, s.xn1, s.dMixed, s.dXn, rows) },
-		func() error { return d.z.backward(r, s.xn1, s.dZ, s.dT, rows) },
+		func() error { return s.back(r, d.qkv, s.xn1, s.dMixed, s.dXn, rows) },
+		func() error { return s.back(r, d.z, s.xn1, s.dZ, s.dT, rows) },
 		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
-		func() error { return d.b.backward(r, s.xn1, s.dB, s.dT, rows) },
+		func() error { return s.back(r, d.b, s.xn1, s.dB, s.dT, rows) },
 		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
-		func() error { return d.a.backward(r, s.xn1, s.dA, s.dT, rows) },
+		func() error { return s.back(r, d.a, s.xn1, s.dA, s.dT, rows) },
 		func() error { return gpu.ResidualAdd(r, s.dXn, s.dT) },
 	})
 }
@@ -634,7 +666,10 @@ func Step(net *Net, work *Work, ids [][]int, top *TopK) (StepStats, error) {
 	for l := len(net.layers) - 1; l >= 0; l-- {
 		L := net.layers[l]
 		r := net.dev.Begin()
-		if err := net.recordStudentLayer(r, L, s, s.ckpt[l], nil, work.NB, work.T, false); err != nil {
+		s.keepT1, s.t1 = true, map[*gpu.BLRLayer][]*gpu.Buffer{}
+		err := net.recordStudentLayer(r, L, s, s.ckpt[l], nil, work.NB, work.T, false)
+		s.keepT1 = false
+		if err != nil {
 			r.Discard()
 			return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d recompute: %w", op, l, err)
 		}
@@ -642,7 +677,9 @@ func Step(net *Net, work *Work, ids [][]int, top *TopK) (StepStats, error) {
 			r.Discard()
 			return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d backward: %w", op, l, err)
 		}
-		if err := r.Submit(); err != nil {
+		err = r.Submit()
+		s.t1 = nil
+		if err != nil {
 			return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d: %w", op, l, err)
 		}
 		dCur, dNext = dNext, dCur
