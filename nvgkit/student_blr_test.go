@@ -458,3 +458,125 @@ func TestStudentExportRoundTrip(t *testing.T) {
 		t.Errorf("host loss of the export %.8g vs GPU %.8g", hl, after)
 	}
 }
+
+// TestStudentRankPadding pads one BLR projection of the BLR student with 8 extra ranks (ℓ = 0,
+// random sign bits: the weight is unchanged) and checks the rank-padding mask: the loss equals
+// the unpadded student's, the padded ℓ get exactly zero gradient, and after 3 Adam steps they
+// (and only they) are still exactly zero; Export keeps the padded rank.
+func TestStudentRankPadding(t *testing.T) {
+	d, c := blrStudent(t)
+	const name = "model.layers.0.mlp.up_proj.weight"
+	w, err := cmf.BLRFromTensor(c.student.Tensors[name])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := w.Rank
+	seed := uint32(12345)
+	rnd := func() byte { seed = seed*1664525 + 1013904223; return byte(seed >> 24) }
+	for p := range w.Paths {
+		q := &w.Paths[p]
+		q.L = append(q.L, make([]float32, 8)...)
+		var u []byte
+		for row := 0; row < w.M; row++ {
+			u = append(u, q.U[row*r/8:(row+1)*r/8]...)
+			u = append(u, rnd())
+		}
+		q.U = u
+		for i := 0; i < 8*w.N/8; i++ {
+			q.V = append(q.V, rnd())
+		}
+	}
+	w.Rank = r + 8
+	payload, err := cmf.EncodeBLR(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm := cmf.NewModel(c.student.Config)
+	for _, tn := range c.student.Tensors {
+		if err := pm.Set(tn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nt, err := cmf.NewTensor(name, cmf.BLR, []int{w.M, w.N}, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pm.Set(nt); err != nil {
+		t.Fatal(err)
+	}
+	net, err := nvgkit.LoadNet(d, pm, nvgkit.Student)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Release()
+	work, err := nvgkit.NewWork(d, net, blrNB, blrT)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer work.Release()
+	want, _, err := nvgkit.LossOnly(c.net, c.work, c.ids, c.top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := nvgkit.LossOnly(net, work, c.ids, c.top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("loss unpadded %.10g, padded %.10g", want, got)
+	if math.Abs(got-want) > 1e-6*want {
+		t.Errorf("padded loss %.10g differs from the unpadded %.10g", got, want)
+	}
+	cfg := nvgkit.DefaultAdam()
+	for s := 1; s <= 3; s++ {
+		if err := nvgkit.ZeroGrads(net); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nvgkit.Step(net, work, c.ids, c.top); err != nil {
+			t.Fatal(err)
+		}
+		g, err := nvgkit.Grads(net)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := range w.Paths {
+			gl := g[host.BLRGradName(name, p, "l")]
+			for i := r; i < r+8; i++ {
+				if gl[i] != 0 {
+					t.Fatalf("step %d: padded dℓ[%d] of path %d = %g, want exactly 0", s, i, p, gl[i])
+				}
+			}
+			if gl[0] == 0 {
+				t.Errorf("step %d: live dℓ[0] of path %d is 0", s, p)
+			}
+		}
+		if err := nvgkit.Adam(net, cfg, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	params, err := nvgkit.Params(net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range w.Paths {
+		l := params[host.BLRGradName(name, p, "l")]
+		for i := r; i < r+8; i++ {
+			if l[i] != 0 {
+				t.Errorf("padded ℓ[%d] of path %d = %g after Adam, want exactly 0", i, p, l[i])
+			}
+		}
+		if l[0] == w.Paths[p].L[0] {
+			t.Errorf("live ℓ[0] of path %d did not move", p)
+		}
+	}
+	ex, err := nvgkit.Export(net, pm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	we, err := cmf.BLRFromTensor(ex.Tensors[name])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if we.Rank != r+8 || we.Paths[0].L[r] != 0 {
+		t.Errorf("export: rank %d (want %d), padded ℓ %g", we.Rank, r+8, we.Paths[0].L[r])
+	}
+}
