@@ -47,7 +47,11 @@ type Work struct {
 }
 
 // NewWork allocates the activation buffers for nb windows of t tokens of net's
-// architecture on dev. Every buffer is checked against the device before anything is
+// architecture on dev. For a Student net it allocates the step's buffers instead (Step,
+// LossOnly): (layers+1) checkpoints of [nb·t, H] f32 (every layer's input and the last
+// output), one layer's activations (recomputed per layer in the backward), the head's, and the
+// gradient scratch — StudentWorkBytes(net.Config, nb, t) bytes, given there as a formula
+// (Work.Bytes reports them, plus the top-k buffers once a Step or LossOnly has run). Every buffer is checked against the device before anything is
 // allocated: none may exceed maxStorageBufferBindingSize (each is bound whole by one
 // kernel), and the head's per-slice logits scratch (≥ nb·t·128·4 bytes) must fit one binding
 // and 64 MiB, i.e. nb·t ≤ 131072 tokens per pass. Errors: a nil device or net, a net on
