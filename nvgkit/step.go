@@ -168,12 +168,12 @@ func studentSpecs(c cmf.Config, s *stWork) []wspec {
 // nb windows of t tokens (rows = nb·t), before the teacher top-k buffers (8·rows·k bytes,
 // allocated at the first Step/LossOnly of a given k):
 //
-//	4·rows·[ (L+1)·H                       checkpoints
-//	       + 9·H + 6·I + 3                 layer and head activations, residual-path gradients
-//	       + A·(12·Q + 6·KV + nh)          when the model has attention layers (Q = nh·hd, KV = nkv·hd)
-//	       + D·(4·C + 6·QK + 8·VV + 8·Hv) ] when it has GatedDeltaNet layers (QK = Hk·dk, VV = Hv·dv,
-//	                                        C = 2·QK + VV)
-//	+ 4 (the loss scalar and a reduction scalar are padded to one element each: 8 bytes)
+//	4·rows·[ (L+1)·H                        checkpoints
+//	       + 11·H + 6·I + 1                 layer and head activations, residual-path gradients, KL
+//	       + A·(14·Q + 6·KV + nh)           when the model has attention layers (Q = nh·hd, KV = nkv·hd)
+//	       + D·(4·C + 8·QK + 8·VV + 8·Hv) ]  when it has GatedDeltaNet layers (QK = Hk·dk, VV = Hv·dv,
+//	                                         C = 2·QK + VV)
+//	+ 8 (the loss and a reduction scalar)
 //
 // with A, D ∈ {0, 1}. Per step, the recorder also takes temporaries, freed at each submit:
 // for a BLR projection [m, n] at rank r, 4·rows·(m + n + 2r) bytes (BLRBackward's scratch),
