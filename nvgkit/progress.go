@@ -94,6 +94,14 @@ func (p *termProgress) Update(done, total int, status string) {
 	p.bar.Set(done)
 }
 
+// Clear erases the bar from the terminal line (it is drawn again at the next Update), so
+// that a log line can be printed on its own line.
+func (p *termProgress) Clear() {
+	if p.bar != nil {
+		p.bar.Clear()
+	}
+}
+
 func (p *termProgress) Finish(status string) {
 	if p.bar != nil {
 		p.bar.Finish()

@@ -19,6 +19,11 @@ type TrainConfig struct {
 	// NB windows of T tokens per step (defaults 16 × 512): nb·t tokens per step.
 	NB int `json:"nb"`
 	T  int `json:"t"`
+	// Windows is the number of distinct training windows (default Steps·NB, every step on
+	// new windows; must be a multiple of NB): step s uses windows (s−1)·NB mod Windows …, so
+	// a smaller pool is cycled through in the same order (epochs), and the teacher pass
+	// costs Windows·T tokens instead of Steps·NB·T.
+	Windows int `json:"windows"`
 	// K is the number of teacher top-k entries per token in the KL loss (default 32, at most
 	// 64 and the vocabulary size).
 	K int `json:"k"`
@@ -70,6 +75,9 @@ func (c TrainConfig) WithDefaults() TrainConfig {
 	if c.T == 0 {
 		c.T = 512
 	}
+	if c.Windows == 0 {
+		c.Windows = c.Steps * c.NB
+	}
 	if c.K == 0 {
 		c.K = 32
 	}
@@ -109,6 +117,8 @@ func (c TrainConfig) Validate() error {
 		return fmt.Errorf("nvgkit: TrainConfig.NB = %d, want ≥ 1", c.NB)
 	case c.T < 1:
 		return fmt.Errorf("nvgkit: TrainConfig.T = %d, want ≥ 1", c.T)
+	case c.Windows < c.NB || c.Windows%c.NB != 0:
+		return fmt.Errorf("nvgkit: TrainConfig.Windows = %d, want a positive multiple of NB = %d", c.Windows, c.NB)
 	case c.K < 1 || c.K > 64:
 		return fmt.Errorf("nvgkit: TrainConfig.K = %d, want 1…64", c.K)
 	case !(c.LR > 0) || math.IsInf(c.LR, 0):

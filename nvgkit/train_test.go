@@ -43,13 +43,13 @@ func TestLRSchedule(t *testing.T) {
 func TestTrainConfigDefaults(t *testing.T) {
 	c := nvgkit.TrainConfig{}.WithDefaults()
 	if c.Steps != 600 || c.NB != 16 || c.T != 512 || c.K != 32 || c.LR != 1e-3 || c.Warmup != 100 || c.MinLRFrac != 0.1 ||
-		c.ClipNorm != 1 || c.EvalEvery != 150 || c.EvalWindows != 32 || c.Seed != 1 || c.CheckpointEvery != 150 {
+		c.ClipNorm != 1 || c.EvalEvery != 150 || c.EvalWindows != 32 || c.Seed != 1 || c.CheckpointEvery != 150 || c.Windows != 9600 {
 		t.Errorf("defaults: %+v", c)
 	}
 	if err := c.Validate(); err != nil {
 		t.Error(err)
 	}
-	for _, bad := range []nvgkit.TrainConfig{{Steps: -1}, {K: 65}, {LR: -1}, {T: -3}, {LR: math.Inf(1)}} {
+	for _, bad := range []nvgkit.TrainConfig{{Steps: -1}, {K: 65}, {NB: 4, Windows: 6}, {LR: -1}, {T: -3}, {LR: math.Inf(1)}} {
 		if err := bad.WithDefaults().Validate(); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}

@@ -26,8 +26,9 @@ var ErrInterrupted = errors.New("nvgkit: training interrupted")
 
 // Trainer distils a Student net against a Teacher net (DESIGN.md §6) with the step
 // primitives: per step ZeroGrads, Step on NB windows against the teacher's cached top-k,
-// ClipGrads, Adam at LRAt(step). The run's training windows — Steps·NB windows of T+1
-// tokens drawn by a data.Sampler seeded with Config.Seed — are drawn once at NewTrainer, and
+// ClipGrads, Adam at LRAt(step). The run's training windows — Config.Windows (default
+// Steps·NB) windows of T+1 tokens drawn by a data.Sampler seeded with Config.Seed, used in
+// order and cycled when fewer than Steps·NB — are drawn once at NewTrainer, and
 // the teacher's top-k for all of them is computed once (Prepare) and held in host memory
 // (4·T·(3K+1) bytes per window) or a TopKCache file. A step whose loss or gradient norm is
 // not finite is skipped: its gradients are cleared, no update is made, and it is counted.
@@ -52,7 +53,8 @@ type Trainer struct {
 	// Progress, when not nil, shows the teacher pass and the steps with the loss and ETA
 	// (see NewProgress).
 	Progress Progress
-	// Log, when not nil, receives one line per phase (teacher pass, evaluations, checkpoints).
+	// Log, when not nil, receives one line per phase (teacher pass, evaluations, checkpoints);
+	// a Progress with a Clear method (the terminal bar) is cleared before each line.
 	Log io.Writer
 	// BitsPerWeight of the student, copied into the report (0: unknown).
 	BitsPerWeight float64
@@ -104,8 +106,8 @@ func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*
 	if err != nil {
 		return nil, fmt.Errorf("nvgkit.NewTrainer: training stream: %w", err)
 	}
-	windows := make([][]int, 0, cfg.Steps*cfg.NB)
-	for range cfg.Steps {
+	windows := make([][]int, 0, cfg.Windows)
+	for range cfg.Windows / cfg.NB {
 		w, err := sampler.Sample(cfg.NB)
 		if err != nil {
 			return nil, err
@@ -180,8 +182,8 @@ func (tr *Trainer) Close() {
 // Step returns the number of optimizer steps done.
 func (tr *Trainer) Step() int { return tr.st.Step }
 
-// Windows returns the run's training windows (Steps·NB windows of T+1 tokens; step s uses
-// windows (s−1)·NB … s·NB−1). Do not modify.
+// Windows returns the run's training windows (Config.Windows windows of T+1 tokens; step s
+// uses windows i0 … i0+NB−1 with i0 = (s−1)·NB mod Config.Windows). Do not modify.
 func (tr *Trainer) Windows() [][]int { return tr.windows }
 
 // EvalWindows returns the held-out windows (T+1 tokens each). Do not modify.
@@ -195,6 +197,9 @@ func (tr *Trainer) Evals() []EvalPoint { return append([]EvalPoint(nil), tr.st.E
 
 func (tr *Trainer) logf(format string, a ...any) {
 	if tr.Log != nil {
+		if c, ok := tr.Progress.(interface{ Clear() }); ok {
+			c.Clear()
+		}
 		fmt.Fprintf(tr.Log, format+"\n", a...)
 	}
 }
@@ -386,7 +391,8 @@ func (tr *Trainer) checkpointPath() string {
 }
 
 // Run trains until Config.Steps steps are done (continuing from where a resumed Trainer
-// stopped) and returns the report. On the way it prepares the teacher's top-k, evaluates
+// stopped) and returns the report. On the way it prepares the teacher's top-k (when steps
+// remain), evaluates
 // the teacher and the untrained student when no evaluation was made yet, and writes
 // checkpoints. When ctx is cancelled it stops between steps, writes a checkpoint (when
 // OutDir is set) and returns the report so far (Interrupted) with an error wrapping
@@ -395,8 +401,10 @@ func (tr *Trainer) checkpointPath() string {
 // with the step.
 func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 	c := tr.Config
-	if err := tr.Prepare(ctx); err != nil {
-		return nil, err
+	if tr.st.Step < c.Steps {
+		if err := tr.Prepare(ctx); err != nil {
+			return nil, err
+		}
 	}
 	start := time.Now()
 	wall0 := tr.st.WallSeconds
@@ -476,7 +484,7 @@ func (tr *Trainer) step(s int) (StepInfo, error) {
 	if err := ZeroGrads(tr.student); err != nil {
 		return info, err
 	}
-	i0 := (s - 1) * c.NB
+	i0 := (s - 1) * c.NB % c.Windows
 	top, err := tr.cache.Get(i0, c.NB)
 	if err != nil {
 		return info, err

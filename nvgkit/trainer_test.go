@@ -117,7 +117,8 @@ func TestTrainerResumeExact(t *testing.T) {
 	d, teacher, sm, train, heldOut := trainFixture(t)
 	dir := t.TempDir()
 	topk := filepath.Join(dir, "topk.bin")
-	cfg := nvgkit.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 2, EvalWindows: 2, Seed: 3, TopKFile: topk}
+	// 4 steps cycle twice through 4 windows (2 per step).
+	cfg := nvgkit.TrainConfig{Steps: 4, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 2, EvalWindows: 2, Seed: 3, TopKFile: topk}
 	run := func(cfg nvgkit.TrainConfig, stopAfter int) (*nvgkit.Report, error) {
 		tr, err := nvgkit.NewTrainer(teacher, loadStudent(t, d, sm), train, heldOut, cfg)
 		if err != nil {

@@ -25,7 +25,7 @@ func init() {
 	register(&command{
 		name:    "distill",
 		summary: "compress a teacher to ~1 bit/weight and distil the student against it (default: the embedded tiny teacher on the Go standard library)",
-		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [-o DIR] [--topk-file F] | --resume DIR",
+		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [-o DIR] [--topk-file F] | --resume DIR",
 		run:     runDistill,
 	})
 }
@@ -34,13 +34,13 @@ func init() {
 // layers, hidden 256, vocab 8192) finishes within 15 minutes on 2 CPU cores through lavapipe,
 // measured there (see the report of the commit that set them).
 const (
-	distillSteps       = 60
+	distillSteps       = 24
 	distillNB          = 4
 	distillT           = 64
 	distillK           = 32
-	distillLR          = 0.01
-	distillWarmup      = 5
-	distillEvalEvery   = 20
+	distillLR          = 0.03
+	distillWarmup      = 3
+	distillEvalEvery   = 8
 	distillEvalWindows = 8
 )
 
@@ -96,6 +96,7 @@ func runDistill(args []string) error {
 	steps := fs.Int("steps", distillSteps, "optimizer steps")
 	nb := fs.Int("nb", distillNB, "windows per step")
 	t := fs.Int("t", distillT, "tokens per window (training and held-out)")
+	windows := fs.Int("windows", 0, "distinct training windows, a multiple of --nb, cycled in order (0: steps·nb, new windows every step)")
 	k := fs.Int("k", distillK, "teacher top-k entries per token (1…64)")
 	lr := fs.Float64("lr", distillLR, "peak learning rate (relative step of the metric scales; the norm gains' Adam step)")
 	warmup := fs.Int("warmup", distillWarmup, "linear warm-up steps (then cosine decay to 10 % of --lr)")
@@ -150,6 +151,8 @@ func runDistill(args []string) error {
 			return usagef("--nb must be ≥ 1, got %d", *nb)
 		case *t < 1:
 			return usagef("--t must be ≥ 1, got %d", *t)
+		case *windows < 0 || *windows%*nb != 0:
+			return usagef("--windows must be 0 or a positive multiple of --nb = %d, got %d", *nb, *windows)
 		case *k < 1 || *k > 64:
 			return usagef("--k must be in 1…64, got %d", *k)
 		case !(*lr > 0) || math.IsInf(*lr, 0):
@@ -203,7 +206,7 @@ func runDistill(args []string) error {
 		if cl == 0 {
 			cl = -1
 		}
-		cfg := nvgkit.TrainConfig{Steps: *steps, NB: *nb, T: *t, K: *k, LR: *lr, Warmup: wu, ClipNorm: cl, EvalEvery: ee,
+		cfg := nvgkit.TrainConfig{Steps: *steps, NB: *nb, Windows: *windows, T: *t, K: *k, LR: *lr, Warmup: wu, ClipNorm: cl, EvalEvery: ee,
 			EvalWindows: *evalWindows, Seed: *seed, OutDir: out, CheckpointEvery: ce, TopKFile: *topkFile, KeepFinal: *keepFinal}
 		s = distillSettings{Teacher: *teacherPath, Tokenizer: *tokPath, TrainFiles: tf, EvalFiles: ef, BPW: *bpw, Paths: *paths,
 			Seed: *seed, Config: cfg.WithDefaults(), Started: time.Now().UTC().Format(time.RFC3339)}

@@ -25,6 +25,7 @@ func TestDistillUsageErrors(t *testing.T) {
 		{"distill", "--t", "0"},
 		{"distill", "--k", "65"},
 		{"distill", "--k", "0"},
+		{"distill", "--nb", "4", "--windows", "6"},
 		{"distill", "--lr", "0"},
 		{"distill", "--lr", "NaN"},
 		{"distill", "--lr", "abc"},
