@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -121,5 +122,50 @@ func TestStudentErrors(t *testing.T) {
 	}
 	if n, err := nvgkit.GradNorm(net); err != nil || n != 0 {
 		t.Errorf("gradient norm after refused calls = %g, %v; want 0", n, err)
+	}
+}
+
+// TestStudentLoadErrors checks that LoadNet(…, Student) names a malformed BLR tensor and
+// leaves nothing allocated on the GPU.
+func TestStudentLoadErrors(t *testing.T) {
+	d, m, _ := tinyTeacher(t)
+	base := truncated(t, m, 1)
+	before := d.MemStats()
+	for _, c := range []struct {
+		name, tensor string
+		payload      []byte
+		want         string
+	}{
+		{"bad magic", "model.layers.0.mlp.up_proj.weight", make([]byte, 64), "magic byte"},
+		{"short payload", "model.layers.0.linear_attn.out_proj.weight", []byte{0x4C, 1}, "shorter than the 16-byte header"},
+	} {
+		bm := cmf.NewModel(base.Config)
+		for _, tn := range base.Tensors {
+			if err := bm.Set(tn); err != nil {
+				t.Fatal(err)
+			}
+		}
+		shape := base.Tensors[c.tensor].Shape
+		nt, err := cmf.NewTensor(c.tensor, cmf.BLR, shape, c.payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bm.Set(nt); err != nil {
+			t.Fatal(err)
+		}
+		n, err := nvgkit.LoadNet(d, bm, nvgkit.Student)
+		if err == nil {
+			n.Release()
+			t.Errorf("%s: accepted", c.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.tensor) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %q does not name %s and %q", c.name, err, c.tensor, c.want)
+		} else {
+			t.Logf("%s: %v", c.name, err)
+		}
+	}
+	if after := d.MemStats(); after.CurrentBytes != before.CurrentBytes || after.Buffers != before.Buffers {
+		t.Errorf("failed loads left %d bytes in %d buffers (before: %d in %d)", after.CurrentBytes, after.Buffers, before.CurrentBytes, before.Buffers)
 	}
 }
