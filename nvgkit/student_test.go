@@ -203,6 +203,31 @@ func TestStudentStepFixtures(t *testing.T) {
 			}
 		}
 	}
+	// GradNorm is the L2 norm of what Grads reads (summed here in float64); ClipGrads to half
+	// of it returns it and halves every gradient.
+	var ss float64
+	for _, g := range g2 {
+		for _, v := range g {
+			ss += float64(v) * float64(v)
+		}
+	}
+	norm, err := nvgkit.GradNorm(net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := math.Abs(norm-math.Sqrt(ss)) / math.Sqrt(ss); !(e <= 1e-5) {
+		t.Errorf("GradNorm %.8g, host norm of Grads %.8g (rel err %.3g)", norm, math.Sqrt(ss), e)
+	}
+	pre, err := nvgkit.ClipGrads(net, norm/2)
+	if err != nil || pre != norm {
+		t.Errorf("ClipGrads returned %g, %v; want the norm %g", pre, err, norm)
+	}
+	if post, err := nvgkit.GradNorm(net); err != nil || math.Abs(post-norm/2) > 1e-5*norm {
+		t.Errorf("after ClipGrads(%g) the norm is %g, %v", norm/2, post, err)
+	}
+	if again, err := nvgkit.ClipGrads(net, norm); err != nil || math.Abs(again-norm/2) > 1e-5*norm {
+		t.Errorf("ClipGrads above the norm returned %g, %v", again, err)
+	}
 	if err := nvgkit.ZeroGrads(net); err != nil {
 		t.Fatal(err)
 	}
