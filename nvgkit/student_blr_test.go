@@ -580,3 +580,85 @@ func TestStudentRankPadding(t *testing.T) {
 		t.Errorf("export: rank %d (want %d), padded ℓ %g", we.Rank, r+8, we.Paths[0].L[r])
 	}
 }
+
+// TestStudentAdamMatchesHost checks nvgkit.Adam's choice of update per trainable against the
+// float64 host.Adam: after one Step, two Adam steps (the second with a second Step's
+// gradients) on the BLR student must equal host.Adam applied to the same values and
+// gradients — relative steps at cfg.LR with cfg.Floor for every h, ℓ, g, plain Adam at
+// cfg.GainLR for every gain — within f32 rounding (|Δ| ≤ 1e-6·max(|θ|, RMS) + 1e-9).
+func TestStudentAdamMatchesHost(t *testing.T) {
+	_, c := blrStudent(t)
+	cfg := nvgkit.DefaultAdam()
+	cfg.LR, cfg.GainLR = 0.01, 0.005
+	type state struct{ p, m, v []float64 }
+	hs := map[string]*state{}
+	f64 := func(v []float32) []float64 {
+		out := make([]float64, len(v))
+		for i, x := range v {
+			out[i] = float64(x)
+		}
+		return out
+	}
+	p0, err := nvgkit.Params(c.net)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range p0 {
+		hs[name] = &state{f64(v), make([]float64, len(v)), make([]float64, len(v))}
+	}
+	for s := 1; s <= 2; s++ {
+		if err := nvgkit.ZeroGrads(c.net); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nvgkit.Step(c.net, c.work, c.ids, c.top); err != nil {
+			t.Fatal(err)
+		}
+		g, err := nvgkit.Grads(c.net)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The host steps from the GPU's current values (f32), so only this step's arithmetic
+		// is compared.
+		cur, err := nvgkit.Params(c.net)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nvgkit.Adam(c.net, cfg, s); err != nil {
+			t.Fatal(err)
+		}
+		got, err := nvgkit.Params(c.net)
+		if err != nil {
+			t.Fatal(err)
+		}
+		worst, where := 0.0, ""
+		for name, st := range hs {
+			metric := strings.HasSuffix(name, ".h") || strings.HasSuffix(name, ".l") || strings.HasSuffix(name, ".g")
+			hc := host.AdamConfig{LR: cfg.GainLR, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps}
+			if metric {
+				hc = host.AdamConfig{LR: cfg.LR, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, Relative: true, Floor: cfg.Floor}
+			}
+			st.p = f64(cur[name])
+			if err := host.Adam(st.p, f64(g[name]), st.m, st.v, nil, s, hc); err != nil {
+				t.Fatal(err)
+			}
+			var rms float64
+			for _, x := range st.p {
+				rms += x * x
+			}
+			rms = math.Sqrt(rms / float64(len(st.p)))
+			for i, want := range st.p {
+				e := math.Abs(float64(got[name][i])-want) / math.Max(math.Abs(want), rms)
+				if e > worst {
+					worst, where = e, fmt.Sprintf("%s[%d]", name, i)
+				}
+				if !(math.Abs(float64(got[name][i])-want) <= 1e-6*math.Max(math.Abs(want), rms)+1e-9) {
+					t.Fatalf("step %d: %s[%d] = %.9g after Adam, host %.9g", s, name, i, got[name][i], want)
+				}
+			}
+			if moved := got[name][0] != cur[name][0]; !moved && g[name][0] != 0 {
+				t.Errorf("step %d: %s[0] did not move", s, name)
+			}
+		}
+		t.Logf("step %d: %d trainables, worst relative difference from host.Adam %.3g at %s", s, len(hs), worst, where)
+	}
+}
