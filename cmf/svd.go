@@ -46,9 +46,10 @@ type TruncatedSVD struct {
 // RandomizedSVD computes a rank-k truncated SVD of the row-major m×n matrix a by randomised
 // subspace iteration (Halko, Martinsson & Tropp, "Finding structure with randomness",
 // SIAM Review 53(2), 2011, Algorithms 4.4 and 5.1): a Gaussian sketch Y = A·Ω with
-// ℓ = min(k + Oversample, min(m, n)) columns, Q = orth(Y), then PowerIters rounds of
-// Q = orth(A·orth(Aᵀ·Q)) (skipped when ℓ = min(m, n), where the sketch already spans the
-// range), then the SVD of the small ℓ×n matrix B = Qᵀ·A (gonum/LAPACK Dgesvd), U = Q·U_B.
+// ℓ = min(k + Oversample, min(m, n)) columns, Q = basis(Y), then PowerIters rounds of
+// Q = basis(A·basis(Aᵀ·Q)) (skipped when ℓ = min(m, n), where the sketch already spans the
+// range), where basis is P·L of an LU factorisation except for the last one, an
+// orthonormal Q (§4.5's cheaper intermediate normalisation), then the SVD of the small ℓ×n matrix B = Qᵀ·A (gonum/LAPACK Dgesvd), U = Q·U_B.
 // Orthonormalisation is Householder QR (Dgeqrf + Dorgqr). Products use gonum's blocked,
 // parallel Dgemm (CPUProducts; CompressOptions.Products moves the large ones elsewhere). The result depends only on a and the random stream rng (for a fixed
 // GOMAXPROCS-independent Dgemm, as gonum's is). a is not modified.
@@ -267,19 +268,30 @@ func randomizedSVDWith(prod Products, a []float64, m, n, k int, opt SVDOptions, 
 	if err := bp.MulW(q.Data, omega.Data, l); err != nil {
 		return nil, fmt.Errorf("svd: sketch: %w", err)
 	}
-	orthonormalize(q)
-	z := omega // reuse: n×l
-	if l < min(m, n) {
-		for it := 0; it < opt.PowerIters; it++ {
-			if err := bp.MulWT(z.Data, q.Data, l); err != nil {
-				return nil, fmt.Errorf("svd: power iteration %d: %w", it+1, err)
-			}
-			orthonormalize(z)
-			if err := bp.MulW(q.Data, z.Data, l); err != nil {
-				return nil, fmt.Errorf("svd: power iteration %d: %w", it+1, err)
-			}
-			orthonormalize(q)
+	iters := opt.PowerIters
+	if l == min(m, n) {
+		iters = 0
+	}
+	// Between products a basis of the right span is enough: P·L of an LU factorisation
+	// (a quarter of the flops of Householder QR); the last basis is orthonormal (QR).
+	normalize := func(y blas64.General, last bool) {
+		if last {
+			orthonormalize(y)
+		} else {
+			luBasis(y)
 		}
+	}
+	normalize(q, iters == 0)
+	z := omega // reuse: n×l
+	for it := 0; it < iters; it++ {
+		if err := bp.MulWT(z.Data, q.Data, l); err != nil {
+			return nil, fmt.Errorf("svd: power iteration %d: %w", it+1, err)
+		}
+		normalize(z, false)
+		if err := bp.MulW(q.Data, z.Data, l); err != nil {
+			return nil, fmt.Errorf("svd: power iteration %d: %w", it+1, err)
+		}
+		normalize(q, it == iters-1)
 	}
 	// B = Qᵀ·A (l×n, l ≤ n) = (Aᵀ·Q)ᵀ.
 	if err := bp.MulWT(z.Data, q.Data, l); err != nil {
@@ -326,6 +338,32 @@ func orthonormalize(y blas64.General) {
 	work = make([]float64, lw)
 	lapack64.Geqrf(y, tau, work, lw)
 	lapack64.Orgqr(y, tau, work, lw)
+}
+
+// luBasis replaces the columns of the tall matrix y (rows ≥ cols) by P·L of its LU
+// factorisation with partial pivoting (LAPACK Dgetrf): y = P·L·U with L unit lower
+// trapezoidal, so P·L spans the columns of y when y has full column rank (as the power
+// iterations' products do, almost surely), with entries bounded by 1. It is the
+// intermediate normalisation of Halko, Martinsson & Tropp §4.5 (as in scikit-learn's
+// randomized_range_finder): it keeps the iterates well scaled at a quarter of the flops of
+// Householder QR (m·l² − l³/3 against ~4·m·l² − 4/3·l³ for Dgeqrf + Dorgqr).
+func luBasis(y blas64.General) {
+	ipiv := make([]int, y.Cols)
+	lapack64.Getrf(y, ipiv) // a zero pivot leaves its column unscaled: no NaN
+	for i := 0; i < y.Cols; i++ {
+		row := y.Data[i*y.Stride : i*y.Stride+y.Cols]
+		row[i] = 1
+		clear(row[i+1:])
+	}
+	// y = P_0·P_1·…·P_{c−1}·L·U with P_i swapping rows i and ipiv[i]: apply them to L last first.
+	for i := y.Cols - 1; i >= 0; i-- {
+		if j := ipiv[i]; j != i {
+			a, b := y.Data[i*y.Stride:i*y.Stride+y.Cols], y.Data[j*y.Stride:j*y.Stride+y.Cols]
+			for c := range a {
+				a[c], b[c] = b[c], a[c]
+			}
+		}
+	}
 }
 
 // thinSVD returns the thin SVD b = U·diag(s)·Vᵀ of a wide or square l×n matrix (l ≤ n):
