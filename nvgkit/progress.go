@@ -90,8 +90,8 @@ func (p *termProgress) Update(done, total int, status string) {
 			progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(false), progressbar.OptionSetWidth(20),
 			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
 	}
+	p.bar.Set(done) // before Describe, which redraws with the new count
 	p.bar.Describe(p.title + " " + status)
-	p.bar.Set(done)
 }
 
 // Clear erases the bar from the terminal line (it is drawn again at the next Update), so

@@ -38,7 +38,7 @@ const (
 	distillNB          = 4
 	distillT           = 64
 	distillK           = 32
-	distillLR          = 0.03
+	distillLR          = 0.05
 	distillWarmup      = 3
 	distillEvalEvery   = 8
 	distillEvalWindows = 8
@@ -356,12 +356,19 @@ func distill(s distillSettings, out string, resumed bool) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C ends the process at once
+		if tr.Step() < cfg.Steps {
+			fmt.Fprintf(os.Stderr, "\nstopping after the current step (a checkpoint follows; Ctrl-C again to abort without one)\n")
+		}
+	}()
 	rep, err := tr.Run(ctx)
 	if errors.Is(err, nvgkit.ErrInterrupted) {
-		if rep != nil && tr.Step() > 0 {
+		if rep != nil && exists(filepath.Join(out, nvgkit.CheckpointFile)) {
 			fmt.Fprintf(os.Stderr, "interrupted after step %d of %d: checkpoint in %s; continue with: nvg distill --resume %s\n", tr.Step(), cfg.Steps, out, out)
 		} else {
-			fmt.Fprintf(os.Stderr, "interrupted before the first step (nothing to resume)\n")
+			fmt.Fprintf(os.Stderr, "interrupted before the first checkpoint (nothing to resume; start again with another -o)\n")
 		}
 		return nil
 	}

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu/gputest"
@@ -91,5 +96,67 @@ func TestDistillSmall(t *testing.T) {
 	again, err := nvgkit.LoadReport(filepath.Join(out, "report.json"))
 	if err != nil || again.DistilledPPL != rep.DistilledPPL || again.Steps != 2 {
 		t.Errorf("resumed report %+v, %v", again, err)
+	}
+}
+
+// TestDistillChild is the body of the child process of TestDistillInterruptResume.
+func TestDistillChild(t *testing.T) {
+	if os.Getenv("NVG_DISTILL_CHILD") != "1" {
+		t.Skip("child process of TestDistillInterruptResume")
+	}
+	os.Exit(run(strings.Split(os.Getenv("NVG_DISTILL_ARGS"), "\x1f")))
+}
+
+// SIGINT during a run writes a checkpoint and exits 0; --resume continues to the end.
+func TestDistillInterruptResume(t *testing.T) {
+	gputest.Open(t)
+	cache := t.TempDir()
+	t.Setenv("NVG_CACHE", cache)
+	src := filepath.Join(runtime.GOROOT(), "src")
+	out := filepath.Join(t.TempDir(), "run")
+	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
+		"--paths", "1", "--bpw", "0.5", "--steps", "6", "--nb", "2", "--t", "8", "--k", "4", "--eval-every", "1", "--eval-windows", "1", "-o", out}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDistillChild$")
+	cmd.Env = append(os.Environ(), "NVG_DISTILL_CHILD=1", "NVG_DISTILL_ARGS="+strings.Join(args, "\x1f"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ckpt := filepath.Join(out, nvgkit.CheckpointFile)
+	deadline := time.Now().Add(3 * time.Minute)
+	for !exists(ckpt) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("interrupted run: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "--resume "+out) {
+		t.Fatalf("no resume hint in:\n%s", stderr.String())
+	}
+	ck, err := nvgkit.LoadCheckpoint(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck.Meta.Step < 1 || ck.Meta.Step >= 6 {
+		t.Fatalf("checkpoint at step %d, want 1…5 (the test sends SIGINT after the first)", ck.Meta.Step)
+	}
+	if code := run([]string{"distill", "--resume", out}); code != 0 {
+		t.Fatalf("--resume: exit %d", code)
+	}
+	rep, err := nvgkit.LoadReport(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Steps != 6 || len(rep.Loss) != 6 || rep.Interrupted || len(rep.Evals) != 7 {
+		t.Errorf("resumed report: steps %d, %d losses, %d evals, interrupted %v", rep.Steps, len(rep.Loss), len(rep.Evals), rep.Interrupted)
+	}
+	for i, l := range rep.Loss[:ck.Meta.Step] {
+		if l != ck.Meta.Loss[i] {
+			t.Errorf("loss %d: %g in the checkpoint, %g in the report", i+1, ck.Meta.Loss[i], l)
+		}
 	}
 }
