@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,6 +137,7 @@ var ErrNoAdapter = errors.New("gpu: no WebGPU adapter (install a Vulkan driver, 
 //
 // Errors: ErrNoAdapter (wrapped) when no adapter exists, or the reason device creation failed.
 func Open() (*Device, error) {
+	quietMesaRuntimeDir()
 	// No InstanceDescriptor: the binding mallocs WGPUInstanceExtras without zeroing the
 	// fields it does not set, so a second instance with a descriptor can crash inside
 	// wgpuCreateInstance. Filter the backends at enumeration instead.
@@ -325,3 +327,18 @@ func (d *Device) Sync() error {
 
 // IsNoAdapter reports whether err means that no WebGPU adapter exists on this machine.
 func IsNoAdapter(err error) bool { return errors.Is(err, ErrNoAdapter) }
+
+// quietMesaRuntimeDir gives the process an XDG_RUNTIME_DIR (a private directory under the
+// temp dir) when it has none, as on CI machines and in containers: Mesa's Vulkan drivers
+// print "XDG_RUNTIME_DIR is invalid" on stderr for every instance otherwise. Nothing is
+// written there by nvg; a failure to create the directory leaves the environment as it was.
+func quietMesaRuntimeDir() {
+	if os.Getenv("XDG_RUNTIME_DIR") != "" {
+		return
+	}
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("nvg-runtime-%d", os.Getuid()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return
+	}
+	os.Setenv("XDG_RUNTIME_DIR", dir)
+}
