@@ -47,6 +47,32 @@ type CheckpointMeta struct {
 	BitsPerWeight float64 `json:"bits_per_weight"`
 }
 
+type plainMeta CheckpointMeta
+
+// MarshalJSON writes the metadata with null for a non-finite teacher or best perplexity.
+func (m CheckpointMeta) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		plainMeta
+		TeacherPPL *float64 `json:"teacher_perplexity"`
+		BestPPL    *float64 `json:"best_perplexity"`
+	}{plainMeta(m), finitePtr(m.TeacherPPL), finitePtr(m.BestPPL)})
+}
+
+// UnmarshalJSON reads metadata written by MarshalJSON (null ↦ NaN).
+func (m *CheckpointMeta) UnmarshalJSON(b []byte) error {
+	var j struct {
+		*plainMeta
+		TeacherPPL *float64 `json:"teacher_perplexity"`
+		BestPPL    *float64 `json:"best_perplexity"`
+	}
+	j.plainMeta = (*plainMeta)(m)
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	m.TeacherPPL, m.BestPPL = orNaN(j.TeacherPPL), orNaN(j.BestPPL)
+	return nil
+}
+
 // Checkpoint is a training checkpoint: its metadata and named float32 tensors (the
 // student's trainables and Adam moments from Snapshot, and the best snapshot).
 //

@@ -13,7 +13,8 @@ import (
 func TestCheckpointAtomic(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "ckpt")
-	old := &Checkpoint{Meta: CheckpointMeta{Version: 1, Step: 3, Loss: Losses{2, math.NaN(), 1}},
+	old := &Checkpoint{Meta: CheckpointMeta{Version: 1, Step: 3, Loss: Losses{2, math.NaN(), 1}, TeacherPPL: 8.5, BestPPL: math.NaN(),
+		Config: TrainConfig{Steps: 7}, Evals: []EvalPoint{{Step: 0, Loss: 1, Perplexity: math.E}, {Step: 2, Loss: math.NaN(), Perplexity: math.Inf(1)}}},
 		Tensors: map[string][]float32{"a": {1, 2, 3}, "b.h": {-0.5}}}
 	if err := old.Save(p); err != nil {
 		t.Fatal(err)
@@ -35,7 +36,9 @@ func TestCheckpointAtomic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Meta.Step != 3 || !reflect.DeepEqual(got.Tensors, old.Tensors) || len(got.Meta.Loss) != 3 || !math.IsNaN(got.Meta.Loss[1]) {
+	if got.Meta.Step != 3 || !reflect.DeepEqual(got.Tensors, old.Tensors) || len(got.Meta.Loss) != 3 || !math.IsNaN(got.Meta.Loss[1]) ||
+		got.Meta.TeacherPPL != 8.5 || !math.IsNaN(got.Meta.BestPPL) || got.Meta.Config.Steps != 7 || len(got.Meta.Evals) != 2 ||
+		got.Meta.Evals[0] != old.Meta.Evals[0] || !math.IsNaN(got.Meta.Evals[1].Perplexity) || got.Meta.Evals[1].Step != 2 {
 		t.Errorf("loaded %+v", got)
 	}
 	// A successful save replaces it.

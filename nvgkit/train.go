@@ -175,11 +175,47 @@ type StepInfo struct {
 }
 
 // EvalPoint is one held-out evaluation: after Step optimizer steps (0: before training),
-// the mean next-token loss (nats) and its perplexity exp(Loss).
+// the mean next-token loss (nats) and its perplexity exp(Loss). In JSON a non-finite loss or
+// perplexity (a diverged student) is null, read back as NaN.
 type EvalPoint struct {
 	Step       int     `json:"step"`
 	Loss       float64 `json:"loss"`
 	Perplexity float64 `json:"perplexity"`
+}
+
+type evalPointJSON struct {
+	Step       int      `json:"step"`
+	Loss       *float64 `json:"loss"`
+	Perplexity *float64 `json:"perplexity"`
+}
+
+func finitePtr(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
+}
+
+func orNaN(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
+
+// MarshalJSON writes the point with null for non-finite values.
+func (e EvalPoint) MarshalJSON() ([]byte, error) {
+	return json.Marshal(evalPointJSON{Step: e.Step, Loss: finitePtr(e.Loss), Perplexity: finitePtr(e.Perplexity)})
+}
+
+// UnmarshalJSON reads a point written by MarshalJSON (null ↦ NaN).
+func (e *EvalPoint) UnmarshalJSON(b []byte) error {
+	var j evalPointJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*e = EvalPoint{Step: j.Step, Loss: orNaN(j.Loss), Perplexity: orNaN(j.Perplexity)}
+	return nil
 }
 
 // Losses is a loss history, one value per step; non-finite values (skipped steps) are

@@ -305,7 +305,7 @@ func (tr *Trainer) evalStudent(s int) (float64, error) {
 		return 0, err
 	}
 	tr.st.Evals = append(tr.st.Evals, EvalPoint{Step: s, Loss: loss, Perplexity: ppl})
-	if tr.best == nil || ppl < tr.st.BestPPL {
+	if tr.best == nil || ppl < tr.st.BestPPL || math.IsNaN(tr.st.BestPPL) && !math.IsNaN(ppl) {
 		if tr.best, err = Snapshot(tr.student); err != nil {
 			return 0, err
 		}

@@ -177,3 +177,58 @@ func TestTrainerResumeExact(t *testing.T) {
 	}
 	t.Logf("losses %v, evals %+v", straight.Loss, straight.Evals)
 }
+
+// A student whose loss is not finite (a NaN norm gain) has every step skipped: the
+// gradients are cleared, nothing is updated, the steps are counted and reported, and the
+// checkpoint (with its NaN losses and evaluations) is still written and read back.
+func TestTrainerSkipsNonFinite(t *testing.T) {
+	d, teacher, sm, train, heldOut := trainFixture(t)
+	student := loadStudent(t, d, sm)
+	snap, err := nvgkit.Snapshot(student)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gain = "model.layers.0.input_layernorm.weight"
+	snap.Param(gain)[0] = float32(math.NaN())
+	if err := nvgkit.Restore(student, snap); err != nil {
+		t.Fatal(err)
+	}
+	before, err := nvgkit.Params(student)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	cfg := nvgkit.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: -1, EvalEvery: -1, EvalWindows: 1, OutDir: out}
+	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	var skipped []bool
+	tr.OnStep = func(i nvgkit.StepInfo) { skipped = append(skipped, i.Skipped && i.SkippedTotal == i.Step) }
+	rep, err := tr.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Skipped != 2 || len(skipped) != 2 || !skipped[0] || !skipped[1] || !math.IsNaN(rep.Loss[0]) || !math.IsNaN(rep.Loss[1]) {
+		t.Errorf("skipped %d, infos %v, losses %v", rep.Skipped, skipped, rep.Loss)
+	}
+	after, err := nvgkit.Params(student)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range before {
+		for i := range v {
+			if math.Float32bits(v[i]) != math.Float32bits(after[name][i]) {
+				t.Fatalf("%s[%d] changed from %g to %g by a skipped step", name, i, v[i], after[name][i])
+			}
+		}
+	}
+	ck, err := nvgkit.LoadCheckpoint(filepath.Join(out, nvgkit.CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck.Meta.Skipped != 2 || ck.Meta.Step != 2 || ck.Meta.AdamStep != 0 || len(ck.Meta.Evals) != 2 || !math.IsNaN(ck.Meta.Evals[1].Perplexity) {
+		t.Errorf("checkpoint meta %+v", ck.Meta)
+	}
+}
