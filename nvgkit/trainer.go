@@ -135,7 +135,8 @@ func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*
 // returns a Trainer that continues that run: same configuration (OutDir included), same
 // remaining windows (drawn again from the seed and checked against the checkpoint's hash),
 // the student's trainables and Adam state, the best snapshot and the histories. train and
-// heldOut must be the streams of the original run. Errors: LoadCheckpoint's, NewTrainer's,
+// heldOut must be the streams of the original run. The teacher's top-k is not part of the
+// checkpoint: Run computes it again (the same values) unless Config.TopKFile holds it. Errors: LoadCheckpoint's, NewTrainer's,
 // windows that differ from the checkpoint's (another corpus or tokenizer), Restore's.
 func Resume(teacher, student *Net, train, heldOut []int, path string) (*Trainer, error) {
 	if st, err := statDir(path); err == nil && st {
