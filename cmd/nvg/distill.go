@@ -260,7 +260,7 @@ func distill(s distillSettings, out string, resumed bool) error {
 	defer teacherModel.Close()
 
 	// Token streams.
-	raw, err := tokenizerJSON(s.Tokenizer, s.Teacher)
+	raw, err := tokenizerJSON(s.Tokenizer, s.Teacher, &teacherModel.Config)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,8 @@ func addEvalFlags(fs interface {
 }
 
 // heldOutWindows tokenizes the held-out text and draws the evaluation windows.
-func (f evalFlags) heldOutWindows(modelPath string, vocab int) ([][]int, string, error) {
+func (f evalFlags) heldOutWindows(modelPath string, cfg cmf.Config) ([][]int, string, error) {
+	vocab := cfg.VocabSize
 	n := 0
 	if *f.windows != "all" {
 		v, err := strconv.Atoi(*f.windows)
@@ -62,7 +63,7 @@ func (f evalFlags) heldOutWindows(modelPath string, vocab int) ([][]int, string,
 	if *f.t < 1 {
 		return nil, "", usagef("--t must be ≥ 1, got %d", *f.t)
 	}
-	raw, err := tokenizerJSON(*f.tokenizer, modelPath)
+	raw, err := tokenizerJSON(*f.tokenizer, modelPath, &cfg)
 	if err != nil {
 		return nil, "", err
 	}
@@ -135,7 +136,7 @@ func runEval(args []string) error {
 		return err
 	}
 	defer m.Close()
-	windows, what, err := ef.heldOutWindows(path, m.Config.VocabSize)
+	windows, what, err := ef.heldOutWindows(path, m.Config)
 	if err != nil {
 		return err
 	}
@@ -159,15 +160,28 @@ func runEval(args []string) error {
 			nb = max(1, 4096 / *ef.t)
 		}
 		nb = min(nb, len(windows))
-		net, work, err := loadGPU(dev, m, nb, *ef.t, *stream)
+		student := isStudent(m)
+		if student {
+			if *stream {
+				return usagef("--stream is for dense teachers; %s is a BLR student", modelName(path))
+			}
+			for len(windows)%nb != 0 { // a student pass takes exactly nb windows
+				nb--
+			}
+		}
+		net, work, err := loadGPU(dev, m, nb, *ef.t, *stream, student)
 		if err != nil {
 			return err
 		}
 		defer net.Release()
 		defer work.Release()
 		nll = func(p func(done, total int)) (float64, int, error) { return nvgkit.NLL(net, work, windows, p) }
-		peak = func() uint64 { return dev.MemStats().PeakBytes }
 		pathName, label = "gpu-f16", fmt.Sprintf("GPU, f16 weights, %d windows per pass", nb)
+		if student {
+			nll = func(p func(done, total int)) (float64, int, error) { return nvgkit.StudentNLL(net, work, windows, p) }
+			pathName, label = "gpu-blr", fmt.Sprintf("GPU, BLR student, %d windows per pass", nb)
+		}
+		peak = func() uint64 { return dev.MemStats().PeakBytes }
 		if *stream {
 			label += ", layers streamed"
 		}
@@ -216,14 +230,28 @@ func openDevice() (*gpu.Device, error) {
 	return dev, nil
 }
 
-// loadGPU loads m as a teacher net on dev (layers streamed when stream) and sizes a work
-// for nb windows of t tokens.
-func loadGPU(dev *gpu.Device, m *cmf.Model, nb, t int, stream bool) (*nvgkit.Net, *nvgkit.Work, error) {
+// isStudent reports whether m holds BLR tensors (a compressed student).
+func isStudent(m *cmf.Model) bool {
+	for _, t := range m.Tensors {
+		if t.DType == cmf.BLR {
+			return true
+		}
+	}
+	return false
+}
+
+// loadGPU loads m on dev as a teacher net (layers streamed when stream) or, when student,
+// as a Student net, and sizes a work for nb windows of t tokens.
+func loadGPU(dev *gpu.Device, m *cmf.Model, nb, t int, stream, student bool) (*nvgkit.Net, *nvgkit.Work, error) {
 	var opts []nvgkit.LoadOption
 	if stream {
 		opts = append(opts, nvgkit.StreamLayers())
 	}
-	net, err := nvgkit.LoadNet(dev, m, nvgkit.Teacher, opts...)
+	kind := nvgkit.Teacher
+	if student {
+		kind = nvgkit.Student
+	}
+	net, err := nvgkit.LoadNet(dev, m, kind, opts...)
 	if err != nil {
 		return nil, nil, err
 	}

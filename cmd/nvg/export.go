@@ -107,7 +107,7 @@ func exportFiles(explicit, modelPath string, cfg cmf.Config) (exportSources, err
 	}
 	tokDir := dir
 	if explicit != "" {
-		b, err := tokenizerJSON(explicit, "")
+		b, err := tokenizerJSON(explicit, "", nil)
 		if err != nil {
 			return s, err
 		}

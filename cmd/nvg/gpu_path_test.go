@@ -154,3 +154,49 @@ func mustBytes(t *testing.T, tn *cmf.Tensor) []byte {
 	}
 	return b
 }
+
+// TestEvalStudentGPUMatchesHost compresses the tiny teacher with `nvg compress` (no
+// tokenizer.json beside the output, as the command writes it) and evaluates the student with
+// `nvg eval` on the GPU (a BLR Student net) and with --host: both find the embedded tokenizer
+// for the tiny teacher's architecture and agree to 0.1 %.
+func TestEvalStudentGPUMatchesHost(t *testing.T) {
+	gputest.Open(t)
+	t.Setenv("NVG_CACHE", t.TempDir())
+	student := filepath.Join(t.TempDir(), "student.cmf")
+	if code := run([]string{"compress", "--paths", "1", "--cpu", "-o", student}); code != 0 {
+		t.Fatalf("nvg compress: exit %d", code)
+	}
+	src, err := filepath.Abs("eval.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ppl := map[bool]float64{}
+	for _, onHost := range []bool{false, true} {
+		args := []string{"eval", "--files", src, "--windows", "2", "--t", "32", "--json"}
+		if onHost {
+			args = append(args, "--host")
+		}
+		args = append(args, student)
+		var code int
+		out := captureStdout(t, func() { code = run(args) })
+		if code != 0 {
+			t.Fatalf("nvg %v: exit %d", args, code)
+		}
+		var res struct {
+			Perplexity float64 `json:"perplexity"`
+			Path       string  `json:"path"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("nvg %v: output %q: %v", args, out, err)
+		}
+		if want := map[bool]string{false: "gpu-blr", true: "host-f64"}[onHost]; res.Path != want || !(res.Perplexity > 1) {
+			t.Fatalf("nvg %v: %+v, want path %s", args, res, want)
+		}
+		ppl[onHost] = res.Perplexity
+	}
+	rel := math.Abs(ppl[false]-ppl[true]) / ppl[true]
+	t.Logf("student perplexity on 2×32 tokens: GPU %.5f, host %.5f (relative difference %.3g)", ppl[false], ppl[true], rel)
+	if !(rel <= 1e-3) {
+		t.Errorf("student GPU perplexity %.5f and host %.5f differ by %.3g > 0.1 %%", ppl[false], ppl[true], rel)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
@@ -49,8 +50,10 @@ func exists(p string) bool {
 
 // tokenizerJSON finds the tokenizer.json for a model: explicit file if given, else beside
 // the model (in an HF or sharded-CMF directory, or in the directory of a .cmf file), else
-// the embedded tiny teacher's when the model is the embedded default.
-func tokenizerJSON(explicit, modelPath string) ([]byte, error) {
+// the embedded tiny teacher's when the model is the embedded default or has its
+// architecture (cfg, when not nil, equal to the tiny teacher's: a student compressed from
+// it, such as `nvg compress` and `nvg distill` write).
+func tokenizerJSON(explicit, modelPath string, cfg *cmf.Config) ([]byte, error) {
 	if explicit != "" {
 		if !exists(explicit) {
 			return nil, usagef("tokenizer %s: no such file", explicit)
@@ -69,9 +72,23 @@ func tokenizerJSON(explicit, modelPath string) ([]byte, error) {
 	}
 	p := filepath.Join(dir, "tokenizer.json")
 	if !exists(p) {
+		if cfg != nil && sameArchAsTinyTeacher(*cfg) {
+			fmt.Fprintf(os.Stderr, "note: no tokenizer.json beside %s; using the %s tokenizer (same architecture)\n", modelPath, defaultModelName)
+			return tinyteacher.TokenizerJSON(), nil
+		}
 		return nil, usagef("no tokenizer.json beside model %s: pass --tokenizer FILE", modelPath)
 	}
 	return os.ReadFile(p)
+}
+
+// sameArchAsTinyTeacher reports whether cfg is the embedded tiny teacher's architecture.
+func sameArchAsTinyTeacher(cfg cmf.Config) bool {
+	tiny, err := tinyteacher.Open()
+	if err != nil {
+		return false
+	}
+	defer tiny.Close()
+	return reflect.DeepEqual(tiny.Config, cfg)
 }
 
 func humanBytes(n int64) string {

@@ -29,7 +29,7 @@ func runTokenize(args []string) error {
 	if fs.NArg() != 0 {
 		return usagef("takes no arguments (text comes on stdin), got %q", fs.Args())
 	}
-	raw, err := tokenizerJSON(*tokPath, "")
+	raw, err := tokenizerJSON(*tokPath, "", nil)
 	if err != nil {
 		return err
 	}

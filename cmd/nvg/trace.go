@@ -203,7 +203,7 @@ func gpuTrace(m *cmf.Model, ids [][]int, k int, stream bool) (*host.Trace, error
 		return nil, err
 	}
 	defer dev.Close()
-	net, work, err := loadGPU(dev, m, len(ids), len(ids[0]), stream)
+	net, work, err := loadGPU(dev, m, len(ids), len(ids[0]), stream, false)
 	if err != nil {
 		return nil, err
 	}
