@@ -1,6 +1,3 @@
-// Package nvgkit is nvg's user-facing, step-level API for notebooks and the command line
-// (DESIGN.md §2): loading teachers and students, compression, distillation steps,
-// evaluation and export.
 package nvgkit
 
 import (

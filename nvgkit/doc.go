@@ -1,7 +1,9 @@
-// Package nvgkit is nvg's user-facing, step-level API on the GPU: load a teacher (and later a
-// student) net onto a gpu.Device, size the activation buffers once (Work), and run the
-// teacher pass (TeacherTopK), a forward that returns every layer's hidden state (Forward),
-// and the held-out negative log-likelihood (NLL) for perplexity.
+// Package nvgkit is nvg's user-facing, step-level API for notebooks and the command line
+// (DESIGN.md §2): load a teacher or a compressed student net onto a gpu.Device, size the
+// activation buffers once (Work), run the teacher pass (TeacherTopK), step the student
+// (Step: forward, KL against the teacher's top-k, backward), inspect gradients (Grads,
+// GradNorm), update it (ClipGrads, Adam), snapshot, export, evaluate (NLL, StudentNLL), train
+// (Trainer) and plot (Plot*). Compress turns a teacher into a BLR student.
 //
 // A typical teacher pass:
 //
@@ -10,6 +12,13 @@
 //	net, _ := nvgkit.LoadNet(dev, m, nvgkit.Teacher)            // or nvgkit.StreamLayers()
 //	work, _ := nvgkit.NewWork(dev, net, 4, 512)                  // 4 windows of 512 tokens
 //	top, _ := nvgkit.TeacherTopK(net, work, windows, 32)         // top-32 per token, on the host
+//
+// and a student step (Example_studentStep has the whole loop):
+//
+//	st, _ := nvgkit.Step(student, sw, windows, top)              // gradients accumulate
+//	nvgkit.ClipGrads(student, 1)
+//	nvgkit.Adam(student, nvgkit.DefaultAdam(), step)
+//	nvgkit.ZeroGrads(student)
 //
 // Every function validates its arguments in Go before anything is submitted to the GPU (a
 // validation error inside the driver aborts the process, DESIGN.md §7). A Net, and a Work,
