@@ -54,6 +54,10 @@ type rawConfig struct {
 	// eos_token_id is an int or a list of ints in HF configs; this field shadows
 	// Config.EOSTokenID (same JSON name, shallower field).
 	EOS json.RawMessage `json:"eos_token_id"`
+	// hidden_act must be silu (SwiGLU); nvg implements no other activation.
+	HiddenAct string `json:"hidden_act"`
+	// Mixture-of-experts fields: their presence means a model nvg does not implement.
+	NumExperts int `json:"num_experts"`
 }
 
 // defaultFullAttentionInterval is HF's default when config.json has neither layer_types
@@ -84,6 +88,9 @@ func ParseConfig(data []byte) (Config, error) {
 		}
 	}
 	c := raw.Config
+	if err := checkSupported(top.ModelType, raw); err != nil {
+		return Config{}, err
+	}
 	// rawConfig.TopTie shadows Config.TieWordEmbeddings (same JSON name, shallower field),
 	// so the value lands there: take the text config's own, else the top level's.
 	switch {
@@ -264,4 +271,23 @@ func (c Config) JSON() []byte {
 		panic(err) // a struct of plain fields always marshals
 	}
 	return b
+}
+
+// checkSupported rejects configs of other architectures that would otherwise parse into a
+// plausible Config and run as Qwen3.5 with wrong results: a model_type outside the Qwen3.5
+// family (qwen3_5 at the top of a vision-language checkpoint, qwen3_5_text for the text
+// model), a hidden_act other than silu, mixture-of-experts MLPs.
+func checkSupported(topType string, raw rawConfig) error {
+	for _, mt := range []struct{ field, v string }{{"model_type", topType}, {"text_config.model_type", raw.ModelType}} {
+		if mt.v != "" && mt.v != "qwen3_5" && mt.v != "qwen3_5_text" {
+			return fmt.Errorf("config.json: %s %q is not supported (want qwen3_5 or qwen3_5_text)", mt.field, mt.v)
+		}
+	}
+	if raw.HiddenAct != "" && raw.HiddenAct != "silu" {
+		return fmt.Errorf("config.json: hidden_act %q is not supported (want silu: the MLP is SwiGLU)", raw.HiddenAct)
+	}
+	if raw.NumExperts > 0 {
+		return fmt.Errorf("config.json: num_experts = %d: mixture-of-experts models are not supported", raw.NumExperts)
+	}
+	return nil
 }

@@ -158,3 +158,30 @@ func TestParseConfigFieldErrors(t *testing.T) {
 		t.Errorf("non-object config: %v", err)
 	}
 }
+
+// TestParseConfigRejectsOtherArchitectures: configs that would parse into a plausible
+// Config but describe another model are refused, naming the field.
+func TestParseConfigRejectsOtherArchitectures(t *testing.T) {
+	base, err := os.ReadFile("tinyteacher/model/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ key, val, want string }{
+		{"model_type", `"llama"`, `model_type "llama" is not supported`},
+		{"hidden_act", `"gelu"`, `hidden_act "gelu" is not supported`},
+		{"num_experts", `64`, `num_experts = 64`},
+	} {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(base, &m); err != nil {
+			t.Fatal(err)
+		}
+		m[c.key] = json.RawMessage(c.val)
+		b, _ := json.Marshal(m)
+		if _, err := ParseConfig(b); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s = %s: error %v, want one containing %q", c.key, c.val, err, c.want)
+		}
+	}
+	if _, err := ParseConfig(base); err != nil {
+		t.Fatalf("the tiny teacher's own config: %v", err)
+	}
+}
