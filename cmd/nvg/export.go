@@ -36,11 +36,17 @@ func runExport(args []string) error {
 	tok := fset.String("tokenizer", "", "tokenizer.json file, or a directory holding it (default: beside STUDENT, else the embedded tiny teacher's for a student of its architecture)")
 	shard := fset.Int64("max-shard-bytes", 0, "largest safetensors shard in bytes of tensor data (0: 5000000000, transformers' 5GB)")
 	maxPos := fset.Int("max-position-embeddings", 0, "max_position_embeddings of config.json (0: the source config's, else 262144)")
+	force := fset.Bool("force", false, "write into OUT_DIR even if it already holds files (an earlier export's files are replaced)")
 	if err := parseFlags(c, fset, args); err != nil {
 		return err
 	}
 	if *out == "" {
 		return usagef("--hf OUT_DIR is required")
+	}
+	if des, err := os.ReadDir(*out); err == nil && len(des) > 0 && !*force {
+		return usagef("--hf %s is not empty (%d entries): choose a new directory, or pass --force to replace an earlier export there", *out, len(des))
+	} else if err != nil && !os.IsNotExist(err) {
+		return usagef("--hf %s: %v", *out, err)
 	}
 	if fset.NArg() != 1 {
 		return usagef("want exactly one STUDENT (a .cmf file or a model directory), got %d arguments", fset.NArg())

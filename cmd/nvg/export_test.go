@@ -42,6 +42,14 @@ func TestExportHFDirRoundTrip(t *testing.T) {
 	if code := run([]string{"export", "--hf", out, tinyTeacherDir}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+	// A second export into the now non-empty directory is refused unless --force: nothing
+	// the user has there is overwritten by accident.
+	if code := run([]string{"export", "--hf", out, tinyTeacherDir}); code != 2 {
+		t.Fatalf("export into a non-empty directory: exit %d, want 2", code)
+	}
+	if code := run([]string{"export", "--hf", out, "--force", tinyTeacherDir}); code != 0 {
+		t.Fatalf("export --force into the earlier export: exit %d", code)
+	}
 	src, err := cmf.Open(tinyTeacherDir)
 	if err != nil {
 		t.Fatal(err)
