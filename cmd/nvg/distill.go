@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -249,15 +251,73 @@ func nvgkitWriteFile(path string, data []byte) error {
 	return nil
 }
 
-// distill runs (or resumes) the distillation described by s into out.
+// distillPhaseHook, when not nil, is called at each phase boundary of distill before it
+// checks for an interrupt (tests use it to send a signal at a known point).
+var distillPhaseHook func(phase string)
+
+// distill runs (or resumes) the distillation described by s into out. SIGINT or SIGTERM
+// at any point stops it at the next phase boundary, progress callback or step, and it
+// returns an interruptedError.
 func distill(s distillSettings, out string, resumed bool) error {
 	start := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var sigNum atomic.Int32
+	var training atomic.Bool
+	go func() {
+		select {
+		case sig := <-sigs:
+			signal.Stop(sigs) // a second Ctrl-C ends the process at once
+			if n, ok := sig.(syscall.Signal); ok {
+				sigNum.Store(int32(n))
+			}
+			cancel()
+			if training.Load() {
+				fmt.Fprintf(os.Stderr, "\nstopping after the current window group or step (a checkpoint follows once training has started; Ctrl-C again to abort without one)\n")
+			} else {
+				fmt.Fprintf(os.Stderr, "\nstopping before training (Ctrl-C again to abort at once)\n")
+			}
+		case <-ctx.Done():
+		}
+	}()
+	interrupted := func() error {
+		sig := syscall.Signal(sigNum.Load())
+		if sig == 0 {
+			sig = syscall.SIGINT
+		}
+		return interruptedError{sig}
+	}
+	notTrained := func() error {
+		fmt.Fprintf(os.Stderr, "interrupted before training started: nothing was trained yet\n")
+		return interrupted()
+	}
+	phase := func(name string) error {
+		if distillPhaseHook != nil {
+			distillPhaseHook(name)
+		}
+		if ctx.Err() != nil {
+			return notTrained()
+		}
+		return nil
+	}
+
 	fmt.Printf("output directory: %s\n", out)
 	teacherModel, err := openModel(s.Teacher)
 	if err != nil {
 		return err
 	}
-	defer teacherModel.Close()
+	closeTeacher := true
+	defer func() {
+		if closeTeacher {
+			teacherModel.Close()
+		}
+	}()
+	if err := phase("tokenizer"); err != nil {
+		return err
+	}
 
 	// Token streams.
 	raw, err := tokenizerJSON(s.Tokenizer, s.Teacher, &teacherModel.Config)
@@ -282,13 +342,22 @@ func distill(s distillSettings, out string, resumed bool) error {
 	if err != nil {
 		return err
 	}
+	if err := phase("corpus"); err != nil {
+		return err
+	}
 	t0 := time.Now()
 	train, err := corpus.Tokens(tok, data.Train, tokenCacheDir())
 	if err != nil {
 		return err
 	}
+	if err := phase("corpus"); err != nil {
+		return err
+	}
 	heldOut, err := corpus.Tokens(tok, data.HeldOut, tokenCacheDir())
 	if err != nil {
+		return err
+	}
+	if err := phase("compress"); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "corpus: %s: %d training and %d held-out tokens (%.1fs)\n", what, len(train), len(heldOut), time.Since(t0).Seconds())
@@ -300,18 +369,47 @@ func distill(s distillSettings, out string, resumed bool) error {
 	}
 	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s\n", modelName(s.Teacher), s.BPW, pm)
 	var bar *progressbar.ProgressBar
+	var barMu sync.Mutex
 	t0 = time.Now()
-	studentModel, reports, err := nvgkit.CompressProgress(teacherModel, cmf.CompressOptions{BitsPerWeight: s.BPW, Paths: pm, Seed: s.Seed},
-		func(done, total int, name string) {
-			if bar == nil {
-				bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("compress"),
-					progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
-			}
-			bar.Set(done)
-		})
+	// cmf.Compress cannot be cancelled: it runs in a goroutine that an interrupt leaves behind
+	// (the process ends right after; the teacher stays open for it).
+	type compressed struct {
+		m   *cmf.Model
+		r   []cmf.TensorReport
+		err error
+	}
+	done := make(chan compressed, 1)
+	go func() {
+		m, r, err := nvgkit.CompressProgress(teacherModel, cmf.CompressOptions{BitsPerWeight: s.BPW, Paths: pm, Seed: s.Seed},
+			func(done, total int, name string) {
+				barMu.Lock()
+				defer barMu.Unlock()
+				if ctx.Err() != nil {
+					return
+				}
+				if bar == nil {
+					bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("compress"),
+						progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
+				}
+				bar.Set(done)
+			})
+		done <- compressed{m, r, err}
+	}()
+	var res compressed
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		closeTeacher = false
+	}
+	barMu.Lock()
 	if bar != nil {
 		bar.Finish()
 	}
+	barMu.Unlock()
+	if err := phase("compressed"); err != nil {
+		return err
+	}
+	studentModel, reports, err := res.m, res.r, res.err
 	if err != nil {
 		return err
 	}
@@ -319,6 +417,9 @@ func distill(s distillSettings, out string, resumed bool) error {
 	fmt.Fprintf(os.Stderr, "compressed %d tensors to %.4f bits/weight (%.1fs)\n", len(reports), bpwGot, time.Since(t0).Seconds())
 
 	// GPU.
+	if err := phase("gpu"); err != nil {
+		return err
+	}
 	dev, err := openDevice()
 	if err != nil {
 		return err
@@ -335,6 +436,9 @@ func distill(s distillSettings, out string, resumed bool) error {
 	}
 	defer student.Release()
 	var tr *nvgkit.Trainer
+	if err := phase("trainer"); err != nil {
+		return err
+	}
 	if resumed {
 		tr, err = nvgkit.Resume(teacher, student, train, heldOut, out)
 	} else {
@@ -354,23 +458,17 @@ func distill(s distillSettings, out string, resumed bool) error {
 		fmt.Fprintf(os.Stderr, "resuming after step %d of %d\n", tr.Step(), cfg.Steps)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop() // a second Ctrl-C ends the process at once
-		if tr.Step() < cfg.Steps {
-			fmt.Fprintf(os.Stderr, "\nstopping after the current step (a checkpoint follows; Ctrl-C again to abort without one)\n")
-		}
-	}()
+	if err := phase("train"); err != nil {
+		return err
+	}
+	training.Store(tr.Step() < cfg.Steps)
 	rep, err := tr.Run(ctx)
 	if errors.Is(err, nvgkit.ErrInterrupted) {
-		if rep != nil && exists(filepath.Join(out, nvgkit.CheckpointFile)) {
+		if exists(filepath.Join(out, nvgkit.CheckpointFile)) {
 			fmt.Fprintf(os.Stderr, "interrupted after step %d of %d: checkpoint in %s; continue with: nvg distill --resume %s\n", tr.Step(), cfg.Steps, out, out)
-		} else {
-			fmt.Fprintf(os.Stderr, "interrupted before the first checkpoint (nothing to resume; start again with another -o)\n")
+			return interrupted()
 		}
-		return nil
+		return notTrained()
 	}
 	if err != nil {
 		return err

@@ -107,7 +107,7 @@ func TestDistillChild(t *testing.T) {
 	os.Exit(run(strings.Split(os.Getenv("NVG_DISTILL_ARGS"), "\x1f")))
 }
 
-// SIGINT during a run writes a checkpoint and exits 0; --resume continues to the end.
+// SIGINT during a run writes a checkpoint and exits 130; --resume continues to the end.
 func TestDistillInterruptResume(t *testing.T) {
 	gputest.Open(t)
 	cache := t.TempDir()
@@ -131,8 +131,8 @@ func TestDistillInterruptResume(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("interrupted run: %v\n%s", err, stderr.String())
+	if err := cmd.Wait(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 130 {
+		t.Fatalf("interrupted run: %v, want exit status 130\n%s", err, stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "--resume "+out) {
 		t.Fatalf("no resume hint in:\n%s", stderr.String())
@@ -158,5 +158,48 @@ func TestDistillInterruptResume(t *testing.T) {
 		if l != ck.Meta.Loss[i] {
 			t.Errorf("loss %d: %g in the checkpoint, %g in the report", i+1, ck.Meta.Loss[i], l)
 		}
+	}
+}
+
+// SIGINT before training starts (here: as compression begins) stops the run there, says
+// nothing was trained, writes no checkpoint and exits 130.
+func TestDistillInterruptBeforeTraining(t *testing.T) {
+	t.Setenv("NVG_CACHE", t.TempDir())
+	src := filepath.Join(runtime.GOROOT(), "src")
+	out := filepath.Join(t.TempDir(), "run")
+	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
+		"--paths", "1", "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "8", "--k", "4", "--eval-windows", "1", "-o", out}
+	var phases []string
+	distillPhaseHook = func(phase string) {
+		phases = append(phases, phase)
+		if phase == "compress" {
+			if p, err := os.FindProcess(os.Getpid()); err == nil {
+				p.Signal(os.Interrupt)
+			}
+			time.Sleep(300 * time.Millisecond) // the signal goroutine cancels the run
+		}
+	}
+	defer func() { distillPhaseHook = nil }()
+	errf, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = errf
+	code := run(args)
+	os.Stderr = stderr
+	msg, _ := os.ReadFile(errf.Name())
+	errf.Close()
+	if code != 130 {
+		t.Fatalf("exit %d, want 130\n%s", code, msg)
+	}
+	if !strings.Contains(string(msg), "nothing was trained") {
+		t.Errorf("no 'nothing was trained' in:\n%s", msg)
+	}
+	if last := phases[len(phases)-1]; last != "compress" && last != "compressed" {
+		t.Errorf("phases %v: want a stop at compression", phases)
+	}
+	if exists(filepath.Join(out, nvgkit.CheckpointFile)) {
+		t.Error("a checkpoint was written")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // command is one subcommand: its one-line summary, usage line and body. run gets the
@@ -32,6 +33,15 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+// interruptedError marks a command stopped by a signal (after it cleaned up and said so):
+// the exit status is 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a
+// shell reports a process killed by it.
+type interruptedError struct{ sig syscall.Signal }
+
+func (e interruptedError) Error() string { return "interrupted by " + e.sig.String() }
+
+func (e interruptedError) exitCode() int { return 128 + int(e.sig) }
 
 // newFlags returns a FlagSet for a subcommand whose errors come back as usageErrors
 // instead of exiting, and whose -h prints the usage line and flags.
@@ -101,6 +111,10 @@ func run(args []string) int {
 	switch {
 	case err == nil, errors.Is(err, errHelpShown):
 		return 0
+	case errors.As(err, new(interruptedError)):
+		var ie interruptedError
+		errors.As(err, &ie)
+		return ie.exitCode()
 	case errors.As(err, new(usageError)):
 		fmt.Fprintf(os.Stderr, "nvg %s: %v (see 'nvg %s -h')\n", c.name, err, c.name)
 		return 2
