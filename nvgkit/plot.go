@@ -87,9 +87,13 @@ func drawSafely(d Drawable, c draw.Canvas) (err error) {
 			err = fmt.Errorf("nvgkit: drawing the plot failed: %v", r)
 		}
 	}()
-	d.Draw(c)
+	d.Draw(draw.Crop(c, plotMargin, -plotMargin, plotMargin, -plotMargin))
 	return nil
 }
+
+// plotMargin is the blank border left around every rendered plot, so that titles and
+// tick labels never touch the image edge.
+const plotMargin = 6 * vg.Millimeter / 4
 
 // RenderPNG draws d on a white w×h-pixel canvas (PlotDPI) and returns the PNG file bytes;
 // the decoded image is exactly w×h. Errors: a nil d, a Figure without panels, a side

@@ -16,12 +16,18 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// plotPalette is a 10-colour qualitative palette (matplotlib's tab10), one colour per
-// tensor kind or series; it repeats beyond 10.
+// plotPalette is a 20-colour qualitative palette, one colour per tensor kind or series:
+// matplotlib's tab10 first, then ten colours chosen to differ from those and from each
+// other (navy, maroon, gold, mint, magenta, lavender, black, teal, apricot, lime), so
+// that every compressed and uncompressed tensor kind of a model (15 and more) gets a
+// colour of its own. It repeats beyond 20.
 var plotPalette = []color.RGBA{
 	{0x1f, 0x77, 0xb4, 0xff}, {0xff, 0x7f, 0x0e, 0xff}, {0x2c, 0xa0, 0x2c, 0xff}, {0xd6, 0x27, 0x28, 0xff},
 	{0x94, 0x67, 0xbd, 0xff}, {0x8c, 0x56, 0x4b, 0xff}, {0xe3, 0x77, 0xc2, 0xff}, {0x7f, 0x7f, 0x7f, 0xff},
 	{0xbc, 0xbd, 0x22, 0xff}, {0x17, 0xbe, 0xcf, 0xff},
+	{0x00, 0x00, 0x75, 0xff}, {0x80, 0x00, 0x00, 0xff}, {0xff, 0xd7, 0x00, 0xff}, {0x7f, 0xe8, 0xa8, 0xff},
+	{0xf0, 0x32, 0xe6, 0xff}, {0xc8, 0xa8, 0xf0, 0xff}, {0x00, 0x00, 0x00, 0xff}, {0x2f, 0x70, 0x68, 0xff},
+	{0xff, 0xc0, 0x90, 0xff}, {0x70, 0xf0, 0x20, 0xff},
 }
 
 func plotColor(i int) color.Color { return plotPalette[i%len(plotPalette)] }
@@ -45,13 +51,19 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 // PlotTraining draws the course of a distillation run as a two-panel Figure sharing the
 // step axis: on top the training loss trainKL[i] (mean KL(teacher top-k ‖ student) per
 // token, nats) at optimizer step steps[i], with its moving average over max(1, n/20)
-// steps; below the held-out perplexity evalPPL[j] at step evalSteps[j] (lines with
-// points). Non-finite trainKL values (skipped steps) are left out of both lines. Either
-// series may be empty (an empty panel shows its axes only), not both.
+// steps (n finite values; with a window of 1 only the per-step line, named "train KL");
+// below the held-out perplexity evalPPL[j] at step evalSteps[j] (lines with points) on a
+// logarithmic axis, so that a fall from thousands to tens stays readable. Non-finite
+// trainKL values (skipped steps) are left out of both lines. Either series may be empty
+// (an empty panel shows its axes only), not both. The optional teacherPPL (at most one
+// value) draws the teacher's held-out perplexity as a dashed reference line in the lower
+// panel. Both panels leave headroom above the data, and tick labels carry no needless
+// decimals.
 //
 // Errors: len(steps) ≠ len(trainKL), len(evalSteps) ≠ len(evalPPL), both series empty,
-// an evalPPL value that is not finite and ≥ 1 (a perplexity), naming the index.
-func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []float64) (*Figure, error) {
+// an evalPPL value that is not finite and ≥ 1 (a perplexity), naming the index; more
+// than one teacherPPL, or one that is not a perplexity.
+func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []float64, teacherPPL ...float64) (*Figure, error) {
 	if len(steps) != len(trainKL) {
 		return nil, fmt.Errorf("PlotTraining: %d steps but %d trainKL values", len(steps), len(trainKL))
 	}
@@ -66,8 +78,15 @@ func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []flo
 			return nil, fmt.Errorf("PlotTraining: evalPPL[%d] = %g is not a perplexity (finite, ≥ 1)", j, v)
 		}
 	}
+	if len(teacherPPL) > 1 {
+		return nil, fmt.Errorf("PlotTraining: %d teacherPPL values, want at most one", len(teacherPPL))
+	}
+	for _, v := range teacherPPL {
+		if !(finite(v) && v >= 1) {
+			return nil, fmt.Errorf("PlotTraining: teacherPPL = %g is not a perplexity (finite, ≥ 1)", v)
+		}
+	}
 	top := newPlot("Training loss", "", "KL (nats/token)")
-	topData := false
 	var kl plotter.XYs
 	for i, v := range trainKL {
 		if finite(v) {
@@ -75,40 +94,65 @@ func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []flo
 		}
 	}
 	if len(kl) > 0 {
+		win := max(1, len(kl)/20)
 		l, err := plotter.NewLine(kl)
 		if err != nil {
 			return nil, fmt.Errorf("PlotTraining: %w", err)
 		}
-		l.Color = color.RGBA{0x9e, 0xc5, 0xe4, 0xff} // light: the raw, noisy per-step loss
-		l.Width = vg.Points(1)
-		top.Add(l)
-		top.Legend.Add("train KL per step", l)
-		win := max(1, len(kl)/20)
-		avg := make(plotter.XYs, len(kl))
-		var sum float64
-		for i := range kl {
-			sum += kl[i].Y
-			if i >= win {
-				sum -= kl[i-win].Y
+		if win == 1 { // too short a run to smooth: the per-step line alone, in full colour
+			l.Color, l.Width = plotColor(0), vg.Points(2)
+			top.Add(l)
+			top.Legend.Add("train KL", l)
+		} else {
+			l.Color = color.RGBA{0x9e, 0xc5, 0xe4, 0xff} // light: the raw, noisy per-step loss
+			l.Width = vg.Points(1)
+			top.Add(l)
+			top.Legend.Add("train KL per step", l)
+			avg := make(plotter.XYs, len(kl))
+			var sum float64
+			for i := range kl {
+				sum += kl[i].Y
+				if i >= win {
+					sum -= kl[i-win].Y
+				}
+				avg[i] = plotter.XY{X: kl[i].X, Y: sum / float64(min(i+1, win))}
 			}
-			avg[i] = plotter.XY{X: kl[i].X, Y: sum / float64(min(i+1, win))}
+			la, err := plotter.NewLine(avg)
+			if err != nil {
+				return nil, fmt.Errorf("PlotTraining: %w", err)
+			}
+			la.Color = plotColor(0)
+			la.Width = vg.Points(2)
+			top.Add(la)
+			top.Legend.Add(fmt.Sprintf("moving average (%d steps)", win), la)
 		}
-		la, err := plotter.NewLine(avg)
-		if err != nil {
-			return nil, fmt.Errorf("PlotTraining: %w", err)
-		}
-		la.Color = plotColor(0)
-		la.Width = vg.Points(2)
-		top.Add(la)
-		top.Legend.Add(fmt.Sprintf("moving average (%d steps)", win), la)
 		top.Legend.Top = true
-		topData = true
+		ylo, yhi := math.Inf(1), math.Inf(-1)
+		for _, p := range kl {
+			ylo, yhi = math.Min(ylo, p.Y), math.Max(yhi, p.Y)
+		}
+		span := yhi - ylo
+		if span == 0 {
+			span = math.Max(math.Abs(yhi), 1) * 0.1
+		}
+		// Headroom above (for the legend and the first, highest points) and a little below.
+		top.Y.Min, top.Y.Max = ylo-0.04*span, yhi+0.18*span
+		if ylo >= 0 {
+			top.Y.Min = math.Max(0, top.Y.Min)
+		}
+	} else {
+		top.Y.Min, top.Y.Max = 0, 1 // empty panel: a sane y range
 	}
-	bottom := newPlot("Held-out perplexity", "optimizer step", "perplexity")
+	top.Y.Tick.Marker = tidyTicks{}
+	bottom := newPlot("Held-out perplexity", "optimizer step", "perplexity (log scale)")
+	bottom.Y.Scale = plot.LogScale{}
+	bottom.Y.Tick.Marker = logTicks{}
+	plo, phi := math.Inf(1), math.Inf(-1)
 	if len(evalPPL) > 0 {
 		pts := make(plotter.XYs, len(evalPPL))
 		for j, v := range evalPPL {
 			pts[j] = plotter.XY{X: float64(evalSteps[j]), Y: v}
+			plo, phi = math.Min(plo, v), math.Max(phi, v)
 		}
 		l, s, err := plotter.NewLinePoints(pts)
 		if err != nil {
@@ -131,11 +175,34 @@ func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []flo
 	if lo == hi {
 		lo, hi = lo-1, hi+1
 	}
-	for i, p := range []*plot.Plot{top, bottom} {
-		p.X.Min, p.X.Max = lo, hi
-		if (i == 0 && !topData) || (i == 1 && len(evalPPL) == 0) { // empty panel: a sane y range
-			p.Y.Min, p.Y.Max = 0, 1
+	if len(teacherPPL) == 1 {
+		t := teacherPPL[0]
+		l, err := plotter.NewLine(plotter.XYs{{X: lo, Y: t}, {X: hi, Y: t}})
+		if err != nil {
+			return nil, fmt.Errorf("PlotTraining: %w", err)
 		}
+		l.Color, l.Width = color.Gray{Y: 90}, vg.Points(1.2)
+		l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+		bottom.Add(l)
+		bottom.Legend.Add(fmt.Sprintf("teacher (%.4g)", t), l)
+		bottom.Legend.Top = true
+		plo, phi = math.Min(plo, t), math.Max(phi, t)
+	}
+	if finite(plo) {
+		// Headroom in log space: about a third of a decade above for the legend, a little below.
+		dec := math.Max(math.Log10(phi/plo), 0.3)
+		bottom.Y.Min = math.Max(plo/math.Pow(10, 0.06*dec), 0.5)
+		room := 0.3 // a third of the decades shown above the data, for the legend
+		if len(teacherPPL) == 1 && len(evalPPL) > 0 {
+			room = 0.5 // a legend of two entries
+		}
+		bottom.Y.Max = phi * math.Pow(10, room*dec)
+	} else {
+		bottom.Y.Min, bottom.Y.Max = 1, 10 // empty panel: a sane (log) y range
+	}
+	for _, p := range []*plot.Plot{top, bottom} {
+		p.X.Min, p.X.Max = lo, hi
+		p.X.Tick.Marker = tidyTicks{}
 	}
 	return &Figure{Panels: []*plot.Plot{top, bottom}}, nil
 }
@@ -297,13 +364,20 @@ func PlotHistogram(title string, values []float64, bins int) (*plot.Plot, error)
 		return nil, fmt.Errorf("PlotHistogram: %w", err)
 	}
 	h.FillColor = plotColor(0)
-	h.LineStyle.Color = color.White
-	h.LineStyle.Width = vg.Points(0.5)
+	h.LineStyle.Color = color.RGBA{0x10, 0x3c, 0x5c, 0xff} // a darker blue outline: bars stay apart
+	h.LineStyle.Width = vg.Points(0.75)
 	if title == "" {
 		title = "Histogram"
 	}
 	p := newPlot(fmt.Sprintf("%s (n = %d, mean %.4g, sd %.4g)", title, len(values), mean, std), "value", "count")
 	p.Add(h)
+	top := 0.0
+	for _, b := range h.Bins {
+		top = math.Max(top, b.Weight)
+	}
+	p.Y.Min, p.Y.Max = 0, math.Max(top, 1)*1.08 // headroom: the tallest bar ends below the axis top
+	p.Y.Tick.Marker = tidyTicks{}
+	p.X.Tick.Marker = tidyTicks{}
 	return p, nil
 }
 
@@ -435,6 +509,15 @@ func PlotReconstruction(reports []cmf.TensorReport) (*plot.Plot, error) {
 		p.Legend.Add(fmt.Sprintf("%s (%d)", k, len(byKind[k])), s)
 	}
 	p.Legend.Top = true
+	p.X.Tick.Marker = tidyTicks{} // distinct labels: never "1.1" twice
+	p.Y.Tick.Marker = tidyTicks{}
+	elo, ehi := math.Inf(1), math.Inf(-1)
+	for _, r := range reports {
+		elo, ehi = math.Min(elo, r.RelErr), math.Max(ehi, r.RelErr)
+	}
+	espan := math.Max(ehi-elo, 0.05*math.Max(ehi, 1e-3))
+	// Headroom so the markers at the top (and bottom) are drawn whole.
+	p.Y.Min, p.Y.Max = math.Max(0, elo-0.06*espan), ehi+0.1*espan
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, r := range reports {
 		lo, hi = math.Min(lo, r.BitsPerWeight), math.Max(hi, r.BitsPerWeight)
@@ -444,4 +527,134 @@ func PlotReconstruction(reports []cmf.TensorReport) (*plot.Plot, error) {
 	lo, hi = math.Min(lo, mid-span/2), math.Max(hi, mid+span/2)
 	p.X.Min, p.X.Max = lo-0.04*span, hi+(0.04+legendRoom(len(kinds))*1.6)*span
 	return p, nil
+}
+
+// tickLabel formats a tick value with exactly prec decimals.
+func tickLabel(v float64, prec int) string {
+	if v == 0 {
+		v = 0 // no "-0"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+// tidyTickLabels relabels the labelled (major) ticks with the fewest decimals (0…8) that
+// keep every label distinct and each within a thousandth of the tick spacing of its
+// value: no needless decimals ("50" rather than "50.0") and no two ticks with the same
+// label after rounding (never "1.1" twice). Unlabelled (minor) ticks are kept as they are.
+func tidyTickLabels(ticks []plot.Tick) []plot.Tick {
+	var vals []float64
+	for _, t := range ticks {
+		if t.Label != "" {
+			vals = append(vals, t.Value)
+		}
+	}
+	if len(vals) == 0 {
+		return ticks
+	}
+	gap := math.Inf(1)
+	for i := 1; i < len(vals); i++ {
+		if d := math.Abs(vals[i] - vals[i-1]); d > 0 {
+			gap = math.Min(gap, d)
+		}
+	}
+	if math.IsInf(gap, 1) {
+		gap = math.Max(math.Abs(vals[0]), 1)
+	}
+	prec := 0
+	for ; prec < 8; prec++ {
+		ok, seen := true, map[string]bool{}
+		for _, v := range vals {
+			l := tickLabel(v, prec)
+			f, _ := strconv.ParseFloat(l, 64)
+			if seen[l] || math.Abs(f-v) > 1e-3*gap {
+				ok = false
+				break
+			}
+			seen[l] = true
+		}
+		if ok {
+			break
+		}
+	}
+	out := make([]plot.Tick, len(ticks))
+	for i, t := range ticks {
+		out[i] = t
+		if t.Label != "" {
+			out[i].Label = tickLabel(t.Value, prec)
+		}
+	}
+	return out
+}
+
+// tidyTicks marks a linear axis with about six labelled ticks at multiples of a round
+// step (1, 2, 2.5 or 5 × 10^k) and unlabelled ones halfway between, labelled by
+// tidyTickLabels.
+type tidyTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (tidyTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) || !finite(lo) || !finite(hi) {
+		return tidyTickLabels(plot.DefaultTicks{}.Ticks(lo, hi))
+	}
+	raw := (hi - lo) / 6
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := 10 * mag
+	for _, m := range []float64{1, 2, 2.5, 5} {
+		if m*mag >= raw {
+			step = m * mag
+			break
+		}
+	}
+	var ticks []plot.Tick
+	for i := math.Ceil(lo / step * 2); i <= math.Floor(hi/step*2); i++ {
+		v := i * step / 2
+		t := plot.Tick{Value: v}
+		if math.Mod(i, 2) == 0 {
+			t.Label = "x"
+		}
+		ticks = append(ticks, t)
+	}
+	return tidyTickLabels(ticks)
+}
+
+// logTicks marks a log axis: labelled ticks at 1, 2 and 5 × 10^k (at every integer
+// multiple of 10^k when the range holds fewer than three of those), unlabelled ones at
+// the other multiples, labels without needless decimals.
+type logTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(lo > 0 && hi >= lo) || !finite(hi) {
+		return tidyTicks{}.Ticks(lo, hi)
+	}
+	var cand []float64
+	for e := math.Floor(math.Log10(lo)) - 1; e <= math.Ceil(math.Log10(hi)); e++ {
+		p := math.Pow(10, e)
+		for m := 1; m <= 9; m++ {
+			if v := float64(m) * p; v >= lo*(1-1e-9) && v <= hi*(1+1e-9) {
+				cand = append(cand, v)
+			}
+		}
+	}
+	major := func(v float64) bool {
+		m := math.Round(v / math.Pow(10, math.Floor(math.Log10(v)+1e-9)))
+		return m == 1 || m == 2 || m == 5
+	}
+	if len(cand) < 2 {
+		return tidyTicks{}.Ticks(lo, hi)
+	}
+	n := 0
+	for _, v := range cand {
+		if major(v) {
+			n++
+		}
+	}
+	ticks := make([]plot.Tick, len(cand))
+	for i, v := range cand {
+		ticks[i].Value = v
+		if n < 3 || major(v) {
+			ticks[i].Label = "x"
+		}
+	}
+	return tidyTickLabels(ticks)
 }
