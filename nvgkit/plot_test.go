@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"image/color"
 	"image/png"
 	"math"
 	"os"
@@ -254,5 +255,120 @@ func TestPlotRenderHelpers(t *testing.T) {
 		if err := DisplaySVG(p, 100, 100); !errors.Is(err, ErrNotNotebook) {
 			t.Errorf("DisplaySVG outside a notebook: %v", err)
 		}
+	}
+}
+
+// TestPlotReadability checks the readability fixes: the adaptive moving-average window,
+// the log perplexity axis with its headroom and teacher line, distinct tick labels, a
+// distinct colour per tensor kind and the histogram's headroom.
+func TestPlotReadability(t *testing.T) {
+	svgText := func(d Drawable) string {
+		t.Helper()
+		b, err := RenderSVG(d, 800, 600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	// A short run: window 1, so only the raw line, never "moving average (1 steps)".
+	steps := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	kl := []float64{5, 4.5, 4, 3.6, 3.3, 3, 2.8, 2.6, 2.5, 2.4}
+	f, err := PlotTraining(steps, kl, []int{0, 5, 9}, []float64{2345, 600, 160}, 95)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := svgText(f)
+	if strings.Contains(s, "moving average") || !strings.Contains(s, "train KL") || !strings.Contains(s, "teacher (95)") {
+		t.Errorf("short-run legend: moving average %v, train KL %v, teacher %v",
+			strings.Contains(s, "moving average"), strings.Contains(s, "train KL"), strings.Contains(s, "teacher (95)"))
+	}
+	top, bot := f.Panels[0], f.Panels[1]
+	if _, ok := bot.Y.Scale.(plot.LogScale); !ok {
+		t.Errorf("perplexity axis scale %T, want plot.LogScale", bot.Y.Scale)
+	}
+	if !(bot.Y.Min <= 95 && bot.Y.Max > 2345*1.5) {
+		t.Errorf("perplexity axis %g..%g: no headroom over 2345 or teacher 95 outside", bot.Y.Min, bot.Y.Max)
+	}
+	if !(top.Y.Max > 5*1.05) {
+		t.Errorf("loss axis top %g: no headroom over 5", top.Y.Max)
+	}
+	labels := map[string]bool{}
+	for _, tk := range bot.Y.Tick.Marker.Ticks(bot.Y.Min, bot.Y.Max) {
+		if tk.Label != "" {
+			labels[tk.Label] = true
+		}
+	}
+	for _, want := range []string{"100", "200", "500", "1000", "2000"} {
+		if !labels[want] {
+			t.Errorf("log ticks %v lack %q", labels, want)
+		}
+	}
+	checkPNG(t, "training-short-teacher", f, 800, 600)
+	// A long run: a moving average over n/20 steps.
+	var ls []int
+	var lk []float64
+	for i := range 400 {
+		ls, lk = append(ls, i), append(lk, 1/float64(i+1))
+	}
+	if f, err := PlotTraining(ls, lk, nil, nil); err != nil {
+		t.Fatal(err)
+	} else if s := svgText(f); !strings.Contains(s, "moving average (20 steps)") {
+		t.Error("long run: no moving average over 20 steps in the legend")
+	}
+	_, err = PlotTraining(steps, kl, nil, nil, 0.5)
+	wantErr(t, "teacher < 1", err, "teacherPPL = 0.5 is not a perplexity")
+	_, err = PlotTraining(steps, kl, nil, nil, 10, 20)
+	wantErr(t, "two teachers", err, "2 teacherPPL values")
+
+	// Tick labels: distinct after rounding, no needless decimals.
+	for _, r := range [][2]float64{{1.05, 1.15}, {0.9, 1.2}, {0, 199}, {1.0831, 1.0879}, {-3, 3}} {
+		seen := map[string]bool{}
+		for _, tk := range (tidyTicks{}).Ticks(r[0], r[1]) {
+			if tk.Label == "" {
+				continue
+			}
+			if seen[tk.Label] {
+				t.Errorf("range %v: tick label %q repeats", r, tk.Label)
+			}
+			seen[tk.Label] = true
+		}
+		needless := len(seen) > 0 // every label with a trailing 0 decimal: one decimal too many
+		for l := range seen {
+			needless = needless && strings.Contains(l, ".") && strings.HasSuffix(l, "0")
+		}
+		if needless {
+			t.Errorf("range %v: needless decimals in %v", r, seen)
+		}
+		if len(seen) < 3 {
+			t.Errorf("range %v: only %d labelled ticks", r, len(seen))
+		}
+	}
+
+	// Every one of 15 kinds gets its own colour.
+	cols := map[color.RGBA]bool{}
+	for k := range 15 {
+		cols[plotColor(k).(color.RGBA)] = true
+	}
+	if len(cols) != 15 {
+		t.Errorf("15 kinds share %d colours", len(cols))
+	}
+
+	// Histogram: the tallest bar ends below the axis top.
+	v := []float64{1, 1, 1, 1, 2, 3}
+	p, err := PlotHistogram("x", v, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(p.Y.Max > 4*1.05) {
+		t.Errorf("histogram axis top %g for a tallest bar of 4", p.Y.Max)
+	}
+	// Reconstruction: headroom over the highest error.
+	reps := []cmf.TensorReport{{Name: "a.q_proj.weight", Kind: "q_proj", BitsPerWeight: 1.08, RelErr: 0.7}, {Name: "b.q_proj.weight", Kind: "q_proj", BitsPerWeight: 1.12, RelErr: 0.5}}
+	p, err = PlotReconstruction(reps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(p.Y.Max > 0.7) {
+		t.Errorf("reconstruction axis top %g for an error of 0.7", p.Y.Max)
 	}
 }
