@@ -212,15 +212,36 @@ func runDistill(args []string) error {
 			EvalWindows: *evalWindows, Seed: *seed, OutDir: out, CheckpointEvery: ce, TopKFile: *topkFile, KeepFinal: *keepFinal}
 		s = distillSettings{Teacher: *teacherPath, Tokenizer: *tokPath, TrainFiles: tf, EvalFiles: ef, BPW: *bpw, Paths: *paths,
 			Seed: *seed, Config: cfg.WithDefaults(), Started: time.Now().UTC().Format(time.RFC3339)}
+		created := !exists(out)
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return err
 		}
 		b, _ := json.MarshalIndent(s, "", " ")
-		if err := nvgkitWriteFile(filepath.Join(out, distillSettingsFile), append(b, '\n')); err != nil {
-			return err
+		err = nvgkitWriteFile(filepath.Join(out, distillSettingsFile), append(b, '\n'))
+		if err == nil {
+			err = distill(s, out, false)
 		}
+		if err != nil && !exists(filepath.Join(out, nvgkit.CheckpointFile)) {
+			// Nothing to resume: remove what this run wrote (the directory was missing or
+			// empty), so that the same command can be run again.
+			removeRunOutput(out, created)
+		}
+		return err
 	}
-	return distill(s, out, *resume != "")
+	return distill(s, out, true)
+}
+
+// removeRunOutput removes the output directory out of a run that failed before its first
+// checkpoint: out itself when the run created it, else its contents (it was empty).
+func removeRunOutput(out string, created bool) {
+	if created {
+		os.RemoveAll(out)
+		return
+	}
+	ents, _ := os.ReadDir(out)
+	for _, e := range ents {
+		os.RemoveAll(filepath.Join(out, e.Name()))
+	}
 }
 
 // nvgkitWriteFile writes data atomically (temporary file, fsync, rename).

@@ -199,7 +199,33 @@ func TestDistillInterruptBeforeTraining(t *testing.T) {
 	if last := phases[len(phases)-1]; last != "compress" && last != "compressed" {
 		t.Errorf("phases %v: want a stop at compression", phases)
 	}
-	if exists(filepath.Join(out, nvgkit.CheckpointFile)) {
-		t.Error("a checkpoint was written")
+	if exists(out) {
+		t.Errorf("%s left behind by a run interrupted before training", out)
+	}
+}
+
+// A distill that fails before its first checkpoint (here: a truncated teacher) removes the
+// output directory it made, so that a retry with the same -o is not refused as "not empty".
+func TestDistillFailureLeavesNoOutput(t *testing.T) {
+	dir := t.TempDir()
+	teacher := filepath.Join(dir, "teacher.cmf")
+	if err := os.WriteFile(teacher, []byte("CMF truncated"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "run")
+	empty := filepath.Join(dir, "empty")
+	os.Mkdir(empty, 0o755)
+	for _, o := range []string{out, empty} {
+		for try := 1; try <= 2; try++ {
+			if code := run([]string{"distill", "--teacher", teacher, "--steps", "1", "-o", o}); code != 1 {
+				t.Errorf("-o %s, try %d: exit %d, want 1 (a broken teacher)", o, try, code)
+			}
+		}
+	}
+	if exists(out) {
+		t.Errorf("%s left behind", out)
+	}
+	if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
+		t.Errorf("%s: %v, %d entries, want it kept and empty", empty, err, len(ents))
 	}
 }
