@@ -143,6 +143,13 @@ func runDistill(args []string) error {
 			return usagef("--resume %s: no %s there (the run stopped before its first checkpoint: start it again)", *resume, nvgkit.CheckpointFile)
 		}
 		out = *resume
+		if rep, err := nvgkit.LoadReport(filepath.Join(out, "report.json")); err == nil && !rep.Interrupted && rep.Steps >= s.Config.Steps &&
+			exists(filepath.Join(out, "student.cmf")) {
+			// Nothing left to do: no teacher pass, no export again.
+			fmt.Printf("the run in %s is complete (%d of %d steps): student %s, held-out perplexity %.3f (teacher %.3f, compressed %.3f, %.1f %% of the log-perplexity gap closed)\n",
+				out, rep.Steps, s.Config.Steps, filepath.Join(out, "student.cmf"), rep.DistilledPPL, rep.TeacherPPL, rep.CompressedPPL, 100*rep.GapClosed)
+			return nil
+		}
 	} else {
 		switch {
 		case !(*bpw > 0 && *bpw <= 32):
@@ -513,8 +520,14 @@ func distill(s distillSettings, out string, resumed bool) error {
 	fmt.Printf("teacher      held-out perplexity %10.3f\n", rep.TeacherPPL)
 	fmt.Printf("compressed   held-out perplexity %10.3f  (%.4f bits/weight, before training)\n", rep.CompressedPPL, bpwGot)
 	fmt.Printf("distilled    held-out perplexity %10.3f  (%s)\n", rep.DistilledPPL, rep.Exported)
-	fmt.Printf("log-perplexity gap closed: %.1f %%  (%d steps, %d tokens, %d skipped; training %.0fs, total %.0fs)\n",
-		100*rep.GapClosed, rep.Steps, rep.Tokens, rep.Skipped, rep.WallSeconds, time.Since(start).Seconds())
+	// rep.WallSeconds sums the training of all sessions of a resumed run; this process's
+	// total covers only this session, so it is labelled as such.
+	times := fmt.Sprintf("training %.0fs, total %.0fs", rep.WallSeconds, time.Since(start).Seconds())
+	if resumed {
+		times = fmt.Sprintf("training %.0fs over all sessions; this session %.0fs in all", rep.WallSeconds, time.Since(start).Seconds())
+	}
+	fmt.Printf("log-perplexity gap closed: %.1f %%  (%d steps, %d tokens, %d skipped; %s)\n",
+		100*rep.GapClosed, rep.Steps, rep.Tokens, rep.Skipped, times)
 	fmt.Printf("wrote %s, %s and plots in %s\n", studentPath, filepath.Join(out, "report.json"), out)
 	return nil
 }

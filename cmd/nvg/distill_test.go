@@ -89,9 +89,14 @@ func TestDistillSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close()
-	// The finished run resumes to the same end (nothing left to do) and writes the same report.
+	// Resuming the finished run says it is complete, exits 0 and redoes nothing (the
+	// student is not exported again).
+	before, _ := os.Stat(filepath.Join(out, "student.cmf"))
 	if code := run([]string{"distill", "--resume", out}); code != 0 {
 		t.Fatalf("--resume of a finished run: exit %d", code)
+	}
+	if after, err := os.Stat(filepath.Join(out, "student.cmf")); err != nil || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("--resume of a finished run rewrote student.cmf (%v)", err)
 	}
 	again, err := nvgkit.LoadReport(filepath.Join(out, "report.json"))
 	if err != nil || again.DistilledPPL != rep.DistilledPPL || again.Steps != 2 {
