@@ -203,6 +203,7 @@ func DisplayPNG(d Drawable, w, h int) error {
 		return err
 	}
 	gonbui.DisplayPng(data)
+	gonbui.Sync() // flush: an image sent just before a cell's program exits can be lost otherwise
 	return gonbui.Error()
 }
 
@@ -218,5 +219,6 @@ func DisplaySVG(d Drawable, w, h int) error {
 		return err
 	}
 	gonbui.DisplaySvg(string(data))
+	gonbui.Sync()
 	return gonbui.Error()
 }

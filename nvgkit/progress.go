@@ -69,6 +69,7 @@ func (p *htmlProgress) Finish(status string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	gonbui.UpdateHTML(p.id, fmt.Sprintf(`<div style="font-family:monospace"><b>%s</b> %s</div>`, html.EscapeString(p.title), html.EscapeString(status)))
+	gonbui.Sync()
 }
 
 // termProgress is a progressbar on a terminal (created at the first Update, when the total
