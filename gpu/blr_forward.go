@@ -265,7 +265,17 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c *Buffer, m, 
 	if gx > 65535 || gy > 65535 {
 		return fmt.Errorf("gpu: %s: %d×%d output needs a %d×%d grid (max 65535 per dimension)", op, m, n, gx, gy)
 	}
-	return r.Dispatch(kn, [3]int{gx, gy, 1}, uni, binds...)
+	if err := r.Dispatch(kn, [3]int{gx, gy, 1}, uni, binds...); err != nil {
+		return err
+	}
+	// Arithmetic 2·m·k·n; traffic: A and C in f32 (C read too when accumulating), signs at
+	// one bit each.
+	cbytes := 4 * float64(m) * float64(n)
+	if accum {
+		cbytes *= 2
+	}
+	r.Cost(2*float64(m)*float64(k)*float64(n), 4*float64(m)*float64(k)+float64(k)*float64(n)/8+cbytes)
+	return nil
 }
 
 // checkT1 validates the optional per-path t1 buffers (F32 [rows, r] each).

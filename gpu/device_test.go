@@ -279,6 +279,18 @@ func TestProfileMixed(t *testing.T) {
 		if want[row.Name] != row.Calls {
 			t.Errorf("%s: %d calls, want %d", row.Name, row.Calls, want[row.Name])
 		}
+		if row.Name == "Linear" {
+			// Declared cost (Recorder.Cost): 2·rows·K·N per GEMM; bytes: x, y in f32, W in f16.
+			R, Hd, I := float64(rows), float64(hidden), float64(inter)
+			flops := 2 * R * Hd * I * 3
+			bytes := 2*(4*R*Hd+2*Hd*I+4*R*I) + (4*R*I + 2*I*Hd + 4*R*Hd)
+			if row.Flops != flops || row.Bytes != bytes {
+				t.Errorf("Linear cost: %g flops, %g bytes; want %g, %g", row.Flops, row.Bytes, flops, bytes)
+			}
+			if row.TFLOPs() <= 0 || row.GBps() <= 0 {
+				t.Errorf("Linear rates %g TFLOP/s %g GB/s, want > 0", row.TFLOPs(), row.GBps())
+			}
+		}
 		delete(want, row.Name)
 	}
 	if len(want) > 0 {

@@ -72,7 +72,21 @@ func gemm(r *Recorder, op string, naive bool, a, b, c Binding, bf16 bool, m, k, 
 	if gx > 65535 || gy > 65535 {
 		return fmt.Errorf("gpu: %s: %d×%d output needs a %d×%d grid (max 65535 per dimension)", op, m, n, gx, gy)
 	}
-	return r.Dispatch(kn, [3]int{gx, gy, 1}, []uint32{uint32(m), uint32(n), uint32(k)}, a, b, c)
+	if err := r.Dispatch(kn, [3]int{gx, gy, 1}, []uint32{uint32(m), uint32(n), uint32(k)}, a, b, c); err != nil {
+		return err
+	}
+	r.Cost(gemmCost(m, k, n, bf16))
+	return nil
+}
+
+// gemmCost is the arithmetic (2·m·k·n) and the least global traffic (A and C in f32, B in
+// f16 or f32, each once) of an m×k by k×n GEMM.
+func gemmCost(m, k, n int, bf16 bool) (flops, bytes float64) {
+	bsize := 4.0
+	if bf16 {
+		bsize = 2
+	}
+	return 2 * float64(m) * float64(k) * float64(n), 4*float64(m)*float64(k) + bsize*float64(k)*float64(n) + 4*float64(m)*float64(n)
 }
 
 func checkGEMM(op string, a, b, c *Buffer, m, k, n int, bTypes ...DType) error {

@@ -30,12 +30,33 @@ const maxQueries = 4096
 // (Vulkan timestampPeriod = 1).
 const TickPeriod = time.Nanosecond
 
-// KernelTime is one row of the profile: a kernel name, how many dispatches ran, and their
-// total GPU time.
+// KernelTime is one row of the profile: a kernel name, how many dispatches ran, their
+// total GPU time, and the floating-point operations and global-memory bytes those
+// dispatches declared through Recorder.Cost (0 for kernels that declare none).
 type KernelTime struct {
 	Name  string
 	Calls int
 	Total time.Duration
+	Flops float64 // sum over the dispatches, an FMA counting 2
+	Bytes float64 // sum over the dispatches: bytes read and written at least once
+}
+
+// TFLOPs is the achieved arithmetic rate in 10¹² floating-point operations per second
+// (0 when no cost was declared or no time was measured).
+func (k KernelTime) TFLOPs() float64 {
+	if k.Total <= 0 {
+		return 0
+	}
+	return k.Flops / k.Total.Seconds() / 1e12
+}
+
+// GBps is the achieved global-memory rate in 10⁹ bytes per second (0 when no cost was
+// declared or no time was measured).
+func (k KernelTime) GBps() float64 {
+	if k.Total <= 0 {
+		return 0
+	}
+	return k.Bytes / k.Total.Seconds() / 1e9
 }
 
 // Profile is the per-kernel GPU time since profiling was enabled (or reset), sorted by
@@ -51,20 +72,28 @@ func (p Profile) Total() time.Duration {
 	return t
 }
 
-// String formats the profile as a table: kernel, calls, total ms, mean µs, share %.
+// String formats the profile as a table: kernel, calls, total ms, mean µs, share %, and
+// the achieved TFLOP/s and GB/s where the kernel declares its cost ("-" where not).
 func (p Profile) String() string {
 	var b strings.Builder
 	tot := p.Total()
-	fmt.Fprintf(&b, "%-24s %8s %12s %12s %7s\n", "kernel", "calls", "total ms", "mean µs", "share")
+	fmt.Fprintf(&b, "%-28s %8s %12s %12s %7s %9s %9s\n", "kernel", "calls", "total ms", "mean µs", "share", "TFLOP/s", "GB/s")
+	rate := func(v float64, declared bool) string {
+		if !declared {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", v)
+	}
 	for _, k := range p {
 		share := 0.0
 		if tot > 0 {
 			share = 100 * float64(k.Total) / float64(tot)
 		}
-		fmt.Fprintf(&b, "%-24s %8d %12.3f %12.1f %6.1f%%\n", k.Name, k.Calls,
-			float64(k.Total)/1e6, float64(k.Total)/1e3/float64(max(k.Calls, 1)), share)
+		fmt.Fprintf(&b, "%-28s %8d %12.3f %12.1f %6.1f%% %9s %9s\n", k.Name, k.Calls,
+			float64(k.Total)/1e6, float64(k.Total)/1e3/float64(max(k.Calls, 1)), share,
+			rate(k.TFLOPs(), k.Flops > 0), rate(k.GBps(), k.Bytes > 0))
 	}
-	fmt.Fprintf(&b, "%-24s %8s %12.3f\n", "total", "", float64(tot)/1e6)
+	fmt.Fprintf(&b, "%-28s %8s %12.3f\n", "total", "", float64(tot)/1e6)
 	return b.String()
 }
 
@@ -73,7 +102,7 @@ type profiler struct {
 	stats   map[string]*KernelTime
 }
 
-func (p *profiler) add(name string, ticks uint64) {
+func (p *profiler) add(name string, ticks uint64, flops, bytes float64) {
 	if p.stats == nil {
 		p.stats = map[string]*KernelTime{}
 	}
@@ -84,6 +113,8 @@ func (p *profiler) add(name string, ticks uint64) {
 	}
 	s.Calls++
 	s.Total += time.Duration(ticks) * TickPeriod
+	s.Flops += flops
+	s.Bytes += bytes
 }
 
 func (p *profiler) release() {}

@@ -46,6 +46,8 @@ type dispatch struct {
 	binds    []Binding
 	uniforms []uint32
 	groups   [3]uint32
+	flops    float64 // arithmetic of the dispatch (Recorder.Cost), for the profile
+	bytes    float64 // global-memory bytes it moves at least (Recorder.Cost)
 }
 
 // Begin starts recording. Record with launchers (or Dispatch), then Submit; a recorder that
@@ -157,6 +159,19 @@ func (r *Recorder) Dispatch(k *Kernel, groups [3]int, uniforms []uint32, binds .
 	}
 	r.ops = append(r.ops, dispatch{k: k, binds: bs, uniforms: append([]uint32(nil), uniforms...), groups: g})
 	return nil
+}
+
+// Cost annotates the most recently recorded dispatch with its arithmetic (flops: floating
+// point operations, an FMA counting 2) and the global-memory bytes it must move at least
+// (each input read once, each output written once). The profiler sums them per kernel to
+// report achieved TFLOP/s and GB/s (Profile). A recorder with no dispatch ignores it, so a
+// launcher calls it right after its Dispatch succeeded.
+func (r *Recorder) Cost(flops, bytes float64) {
+	if len(r.ops) == 0 {
+		return
+	}
+	op := &r.ops[len(r.ops)-1]
+	op.flops, op.bytes = flops, bytes
 }
 
 func (d *Device) checkBinding(k *Kernel, i int, b *Binding) error {
@@ -401,7 +416,7 @@ func (d *Device) submitLocked(ops []dispatch, profile bool) error {
 			return err
 		}
 		for i, op := range ops {
-			d.profiler.add(op.k.spec.Name, ticks[i+1]-ticks[i])
+			d.profiler.add(op.k.spec.Name, ticks[i+1]-ticks[i], op.flops, op.bytes)
 		}
 	}
 	return nil
