@@ -36,6 +36,23 @@ type Device struct {
 	buffers  map[*Buffer]struct{}
 	kernels  map[string]*Kernel
 	profiler profiler
+
+	logitsStore uint64 // KLLossBackward keeps pass 1's logits up to this many bytes
+}
+
+// DefaultLogitsStore is the KL head's logits store on a GPU adapter (SetLogitsStore):
+// 4 GiB, enough for 8 windows × 512 tokens × a 248,320-token vocabulary in f32.
+const DefaultLogitsStore = 4 << 30
+
+// SetLogitsStore sets how many bytes of scratch KLLossBackward may use to keep the logits
+// of its first pass (rows × vocab × 4 bytes) for its second, which then skips one of its
+// three vocabulary GEMMs (a third of the head's arithmetic). Above the limit it recomputes
+// them slice by slice. 0 turns the store off (the default on CPU adapters, where memory is
+// the host's); Open sets DefaultLogitsStore on GPUs. The result is bit-identical either way.
+func (d *Device) SetLogitsStore(maxBytes uint64) {
+	d.mu.Lock()
+	d.logitsStore = maxBytes
+	d.mu.Unlock()
 }
 
 // Info describes the adapter behind a Device and which optional features nvg got.
@@ -255,6 +272,9 @@ func Open() (*Device, error) {
 		info: info, limits: lim,
 		buffers: map[*Buffer]struct{}{},
 		kernels: map[string]*Kernel{},
+	}
+	if !info.CPU {
+		d.logitsStore = DefaultLogitsStore
 	}
 	return d, nil
 }

@@ -20,7 +20,9 @@ const klWG = 128
 //   - kl F32 [rows] (overwritten): KL_r = Σ_k q_k·(log q_k − (logit[id_k] − lse)), 0·log 0 = 0;
 //     loss F32 [1] (overwritten): (1/rows)·Σ_r KL_r;
 //   - pass 2 over the slices: dlogits = scale·(p_S − q at the ids) in the slice, then
-//     dh += dlogits·E_slice (dh F32 [rows, hidden], accumulated).
+//     dh += dlogits·E_slice (dh F32 [rows, hidden], accumulated). When rows·vocab·4 bytes
+//     fit the device's logits store (Device.SetLogitsStore), pass 1 keeps every slice's
+//     logits and pass 2 reuses them instead of recomputing (bit-identical results).
 //
 // scale is the gradient's factor: 1/rows gives the gradient of this call's mean loss
 // (host.KLLoss's dlogits); pass 1/(total rows) when a batch's head runs in row blocks.
@@ -118,9 +120,17 @@ func KLLossBackward(r *Recorder, h, e *Buffer, rows, hidden, vocab int, ids, pT 
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
-	scratch, err := r.Temp(op+" logits slice", F32, rows, sliceRows)
-	if err != nil {
-		return err
+	d.mu.Lock()
+	store := uint64(rows)*uint64(vocab)*4 <= d.logitsStore
+	d.mu.Unlock()
+	// Pass 1's logits: one scratch slice reused (recompute in pass 2), or one per slice
+	// kept for pass 2 (store).
+	var kept []*Buffer
+	var scratch *Buffer
+	if !store {
+		if scratch, err = r.Temp(op+" logits slice", F32, rows, sliceRows); err != nil {
+			return err
+		}
 	}
 	state, err := r.Temp(op+" state", F32, rows, 2)
 	if err != nil {
@@ -153,6 +163,14 @@ func KLLossBackward(r *Recorder, h, e *Buffer, rows, hidden, vocab int, ids, pT 
 	}
 	for v0 := 0; v0 < vocab; v0 += sliceRows {
 		cols, eb, sb := slice(v0)
+		if store {
+			b, err := r.Temp(op+" stored logits", F32, rows, cols)
+			if err != nil {
+				return fail(err)
+			}
+			kept = append(kept, b)
+			sb = Whole(b)
+		}
 		if err := gemm(r, op+".logits", false, Whole(h), eb, sb, bf16, rows, hidden, cols, true); err != nil {
 			return fail(err)
 		}
@@ -172,9 +190,11 @@ func KLLossBackward(r *Recorder, h, e *Buffer, rows, hidden, vocab int, ids, pT 
 	if err := r.Dispatch(mean, [3]int{1, 1, 1}, uni, Whole(kl), Whole(loss)); err != nil {
 		return fail(err)
 	}
-	for v0 := 0; v0 < vocab; v0 += sliceRows {
+	for i, v0 := 0, 0; v0 < vocab; i, v0 = i+1, v0+sliceRows {
 		cols, eb, sb := slice(v0)
-		if err := gemm(r, op+".logits", false, Whole(h), eb, sb, bf16, rows, hidden, cols, true); err != nil {
+		if store {
+			sb = Whole(kept[i])
+		} else if err := gemm(r, op+".logits", false, Whole(h), eb, sb, bf16, rows, hidden, cols, true); err != nil {
 			return fail(err)
 		}
 		if err := r.Dispatch(grad, rowGrid, []uint32{uint32(rows), uint32(cols), uint32(v0), uint32(k), 0, sbits},

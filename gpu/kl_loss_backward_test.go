@@ -79,10 +79,30 @@ func TestKLLossBackward(t *testing.T) {
 			kl := keep(must(d.NewBuffer("kl", gpu.F32, rows)).T(t))
 			loss := keep(must(d.NewBuffer("loss", gpu.F32, 1)).T(t))
 			scale := 1 / float64(rows)
+			// The logits store (pass 1's logits kept for pass 2) must give bit-identical
+			// results: run with it on into separate outputs first, then off (checked below).
+			dhS := keep(must(d.UploadFloat32("dh stored", dh0f, rows, hidden)).T(t))
+			klS := keep(must(d.NewBuffer("kl stored", gpu.F32, rows)).T(t))
+			lossS := keep(must(d.NewBuffer("loss stored", gpu.F32, 1)).T(t))
+			d.SetLogitsStore(1 << 30)
+			if err := d.Run(func(r *gpu.Recorder) error {
+				return gpu.KLLossBackward(r, h, e, rows, hidden, vocab, idb, pt, k, c.slice, scale, dhS, klS, lossS)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			d.SetLogitsStore(0)
 			if err := d.Run(func(r *gpu.Recorder) error {
 				return gpu.KLLossBackward(r, h, e, rows, hidden, vocab, idb, pt, k, c.slice, scale, dh, kl, loss)
 			}); err != nil {
 				t.Fatal(err)
+			}
+			for _, pair := range [][2]*gpu.Buffer{{dh, dhS}, {kl, klS}, {loss, lossS}} {
+				a, b := must(d.ReadFloat32(pair[0])).T(t), must(d.ReadFloat32(pair[1])).T(t)
+				for i := range a {
+					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+						t.Fatalf("%s[%d]: %g recomputed vs %g stored: the logits store must not change results", pair[0].Label(), i, a[i], b[i])
+					}
+				}
 			}
 			logits, abs := refGEMM(hd, rows, hidden, ed, vocab, true)
 			wantLoss, wantKL, dl, err := host.KLLoss(logits, rows, vocab, ids, pd, k)
