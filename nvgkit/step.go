@@ -177,7 +177,8 @@ func studentSpecs(c cmf.Config, s *stWork) []wspec {
 //
 // with A, D ∈ {0, 1}. Per step, the recorder also takes temporaries, freed at each submit:
 // for a BLR projection [m, n] at rank r, 4·rows·(m + n + 2r) bytes (BLRBackward's scratch),
-// summed over one layer's projections; GatedDeltaRuleBackward's scratch
+// summed over one layer's projections; GatedDeltaRuleChunked's scratch
+// (gpu.GatedDeltaRuleChunkedScratch) and GatedDeltaRuleBackward's scratch
 // (gpu.GatedDeltaRuleBackwardScratch); and the head's logits slice. The net's own bytes are
 // Net.WeightBytes + Net.StateBytes.
 func StudentWorkBytes(c cmf.Config, nb, t int) uint64 {
@@ -313,7 +314,7 @@ func (n *Net) recordStudentDelta(r *gpu.Recorder, d *deltaWeights, s *stWork, nb
 		func() error { return s.apply(r, d.a, s.xn1, s.a, rows) },
 		func() error { return gpu.GatedDeltaGates(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.g, s.beta, rows, hv) },
 		func() error {
-			return gpu.GatedDeltaRule(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nil, nb, t, hk, hv, dk, dv)
+			return deltaRule(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nb, t, hk, hv, dk, dv)
 		},
 		func() error {
 			return gpu.GatedRMSNorm(r, s.core, s.z, d.norm.buf, s.normed, rows, hv, dv, c.RMSNormEps)
