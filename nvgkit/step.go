@@ -178,8 +178,9 @@ func studentSpecs(c cmf.Config, s *stWork) []wspec {
 // with A, D ∈ {0, 1}. Per step, the recorder also takes temporaries, freed at each submit:
 // for a BLR projection [m, n] at rank r, 4·rows·(m + n + 2r) bytes (BLRBackward's scratch),
 // summed over one layer's projections; GatedDeltaRuleChunked's scratch
-// (gpu.GatedDeltaRuleChunkedScratch) and GatedDeltaRuleBackward's scratch
-// (gpu.GatedDeltaRuleBackwardScratch); and the head's logits slice. The net's own bytes are
+// (gpu.GatedDeltaRuleChunkedScratch) and GatedDeltaRuleChunkedBackward's scratch
+// (gpu.GatedDeltaRuleChunkedBackwardScratch; GatedDeltaRuleBackwardScratch where the
+// chunked kernels do not fit); and the head's logits slice. The net's own bytes are
 // Net.WeightBytes + Net.StateBytes.
 func StudentWorkBytes(c cmf.Config, nb, t int) uint64 {
 	var s stWork
@@ -394,7 +395,7 @@ func (n *Net) recordStudentDeltaBackward(r *gpu.Recorder, d *deltaWeights, s *st
 			return gpu.GatedRMSNormBackward(r, s.core, s.z, d.norm.buf, s.dNormed, s.dCore, s.dZ, n.gainGrad(d.norm.buf), rows, hv, dv, c.RMSNormEps)
 		},
 		func() error {
-			return gpu.GatedDeltaRuleBackward(r, s.qn, s.kn, s.vc, s.g, s.beta, s.dCore, s.dQn, s.dKn, s.dVc, s.dG, s.dBeta, nb, t, hk, hv, dk, dv)
+			return deltaRuleBackward(r, s.qn, s.kn, s.vc, s.g, s.beta, s.dCore, s.dQn, s.dKn, s.dVc, s.dG, s.dBeta, nb, t, hk, hv, dk, dv)
 		},
 		func() error {
 			return gpu.GatedDeltaGatesBackward(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.dG, s.dBeta, s.dA, s.dB, rows, hv)
