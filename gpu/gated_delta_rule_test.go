@@ -105,18 +105,19 @@ func TestGatedDeltaRule(t *testing.T) {
 }
 
 // BenchmarkGatedDeltaRule: one window of t = 512 tokens, hk = 1, hv = 2, dk = dv = 128 (the
-// recurrence's sequential cost per window), final state written; with NVG_BENCH_BIG=1 also
-// a model-sized batch (nb = 8 windows of t = 4096, hk = 16, hv = 32). Reports tokens/s of
-// the whole call (submit and readback included) and gpu-µs, the kernel's GPU time from the
-// timestamp profiler.
+// recurrence's sequential cost per window), final state written; with NVG_BENCH_LARGE=1
+// the model's batch of BenchmarkGatedDeltaRuleChunked (nb = 8 windows of t = 512, hk = 16,
+// hv = 32), with NVG_BENCH_BIG=1 a model-sized batch (nb = 8 windows of t = 4096). Reports
+// tokens/s of the whole call (submit and readback included) and gpu-µs, the kernel's GPU
+// time from the timestamp profiler.
 func BenchmarkGatedDeltaRule(b *testing.B) {
 	for _, sz := range []struct {
 		nb, t, hk, hv int
-		big           bool
-	}{{1, 512, 1, 2, false}, {8, 4096, 16, 32, true}} {
+		env           string
+	}{{1, 512, 1, 2, ""}, {8, 512, 16, 32, "NVG_BENCH_LARGE"}, {8, 4096, 16, 32, "NVG_BENCH_BIG"}} {
 		b.Run(fmt.Sprintf("nb=%d,t=%d,hk=%d,hv=%d", sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
-			if sz.big && os.Getenv("NVG_BENCH_BIG") != "1" {
-				b.Skip("model-sized run: set NVG_BENCH_BIG=1")
+			if sz.env != "" && os.Getenv(sz.env) != "1" {
+				b.Skip("model-sized run: set " + sz.env + "=1")
 			}
 			benchGatedDeltaRule(b, sz.nb, sz.t, sz.hk, sz.hv, 128, 128)
 		})

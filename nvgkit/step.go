@@ -177,8 +177,10 @@ func studentSpecs(c cmf.Config, s *stWork) []wspec {
 //
 // with A, D ∈ {0, 1}. Per step, the recorder also takes temporaries, freed at each submit:
 // for a BLR projection [m, n] at rank r, 4·rows·(m + n + 2r) bytes (BLRBackward's scratch),
-// summed over one layer's projections; GatedDeltaRuleBackward's scratch
-// (gpu.GatedDeltaRuleBackwardScratch); and the head's logits slice. The net's own bytes are
+// summed over one layer's projections; GatedDeltaRuleChunked's scratch
+// (gpu.GatedDeltaRuleChunkedScratch) and GatedDeltaRuleChunkedBackward's scratch
+// (gpu.GatedDeltaRuleChunkedBackwardScratch; GatedDeltaRuleBackwardScratch where the
+// chunked kernels do not fit); and the head's logits slice. The net's own bytes are
 // Net.WeightBytes + Net.StateBytes.
 func StudentWorkBytes(c cmf.Config, nb, t int) uint64 {
 	var s stWork
@@ -313,7 +315,7 @@ func (n *Net) recordStudentDelta(r *gpu.Recorder, d *deltaWeights, s *stWork, nb
 		func() error { return s.apply(r, d.a, s.xn1, s.a, rows) },
 		func() error { return gpu.GatedDeltaGates(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.g, s.beta, rows, hv) },
 		func() error {
-			return gpu.GatedDeltaRule(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nil, nb, t, hk, hv, dk, dv)
+			return deltaRule(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nb, t, hk, hv, dk, dv)
 		},
 		func() error {
 			return gpu.GatedRMSNorm(r, s.core, s.z, d.norm.buf, s.normed, rows, hv, dv, c.RMSNormEps)
@@ -393,7 +395,7 @@ func (n *Net) recordStudentDeltaBackward(r *gpu.Recorder, d *deltaWeights, s *st
 			return gpu.GatedRMSNormBackward(r, s.core, s.z, d.norm.buf, s.dNormed, s.dCore, s.dZ, n.gainGrad(d.norm.buf), rows, hv, dv, c.RMSNormEps)
 		},
 		func() error {
-			return gpu.GatedDeltaRuleBackward(r, s.qn, s.kn, s.vc, s.g, s.beta, s.dCore, s.dQn, s.dKn, s.dVc, s.dG, s.dBeta, nb, t, hk, hv, dk, dv)
+			return deltaRuleBackward(r, s.qn, s.kn, s.vc, s.g, s.beta, s.dCore, s.dQn, s.dKn, s.dVc, s.dG, s.dBeta, nb, t, hk, hv, dk, dv)
 		},
 		func() error {
 			return gpu.GatedDeltaGatesBackward(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.dG, s.dBeta, s.dA, s.dB, rows, hv)

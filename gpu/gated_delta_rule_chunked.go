@@ -1,0 +1,220 @@
+package gpu
+
+import "fmt"
+
+// GatedDeltaRuleChunkLen is the chunk length of GatedDeltaRuleChunked and
+// GatedDeltaRuleChunkedBackward (the C = 64 of flash-linear-attention's chunked kernels).
+const GatedDeltaRuleChunkLen = 64
+
+// gdrcParams are gated_delta_rule_chunked.wgsl's template parameters: the intra-chunk
+// entry (Intra: DK, DV) or the inter-chunk one (DK, DV, CS, WantState, SaveH and the
+// binding numbers that follow from them).
+type gdrcParams struct {
+	DK, DV, CS         int
+	Intra              bool
+	WantState, SaveH   bool
+	HBinding, UBinding int
+}
+
+// gdrcSlice returns the value columns per workgroup of the inter-chunk kernel: 32 when
+// its workgroup memory (the state slice dk×cs, V' 64×cs, two gate vectors) fits the
+// device, else 16, else 8 (0 when nothing fits).
+func gdrcSlice(d *Device, dk int) int {
+	for _, cs := range []int{32, 16, 8} {
+		if uint32(4*(dk*cs+64*cs+128)) <= d.info.MaxWorkgroupStorage {
+			return cs
+		}
+	}
+	return 0
+}
+
+// GatedDeltaRuleChunkedScratch is the number of f32 scratch values GatedDeltaRuleChunked
+// takes from r.Temp: per window, value head and token, W (dk), U (dv), a row of the masked
+// q·k matrix (64) and the cumulative log-decay (1).
+func GatedDeltaRuleChunkedScratch(nb, t, hv, dk, dv int) int {
+	return nb * hv * t * (dk + dv + GatedDeltaRuleChunkLen + 1)
+}
+
+// GatedDeltaRuleChunked records the same recurrence as GatedDeltaRule (same arguments,
+// layouts and outputs; host.GatedDeltaRule, DESIGN.md §3) in the chunked WY/UT form of
+// flash-linear-attention (fla/ops/gated_delta_rule/chunk.py, wy_fast.py,
+// fla/ops/common/chunk_delta_h.py, chunk_o.py). Per window b and value head j (key head
+// kh = j / (hv/hk)), the t tokens are cut into chunks of C = 64 (the last one shorter);
+// in a chunk of L tokens with chunk-local cumulative log-decays γ_i = Σ_{s≤i} g_s:
+//
+//	A   = tril(diag(β)·(K·Kᵀ ⊙ e^{γ_i − γ_s}), −1),  T = (I + A)⁻¹
+//	W   = T·diag(β·e^{γ})·K,  U = T·diag(β)·V,  Aqk = tril(Q·Kᵀ ⊙ e^{γ_i − γ_s})
+//	V'  = U − W·S;  O = diag(e^{γ})·Q·S + Aqk·V';  S ← e^{γ_{L−1}}·S + (diag(e^{γ_{L−1}−γ})·K)ᵀ·V'
+//
+// with S the state before the chunk (zero before the first). Only differences of γ are
+// exponentiated where a quotient of decays appears, so strongly negative g underflow to 0
+// instead of dividing by 0.
+//
+// Two dispatches: (1) one workgroup per (window, value head, chunk), all chunks in
+// parallel, builds A and Aqk from 4×4 tiles of dot products and solves (I + A)·[W U] =
+// [diag(β·e^{γ})·K  diag(β)·V] by forward substitution (one column per invocation);
+// (2) one workgroup per (window, value head, slice of 32 value columns; 16 or 8 when the
+// device's workgroup memory is smaller) runs the chunks in order with its slice of S in
+// workgroup memory. Scratch: GatedDeltaRuleChunkedScratch(nb, t, hv, dk, dv) f32 values of
+// r.Temp (each of its four parts bound whole, so each must fit maxStorageBufferBindingSize).
+// Measured on the H200 (BenchmarkGatedDeltaRuleChunked, t = 512, dk = dv = 128, GPU time):
+// nb = 1, hv = 2: 0.66 ms (GatedDeltaRule 1.52 ms); nb = 8, hk = 16, hv = 32: 11.0 ms
+// (GatedDeltaRule 8.2 ms): faster while the token-by-token kernel is latency-bound, slower
+// once both fill the GPU (same arithmetic, untuned loops; DESIGN.md §9).
+// Limits: dk a multiple of 4 and ≤ 256 (as GatedDeltaRule); dv ≥ 1 any.
+// Errors: those of GatedDeltaRule, plus scratch or workgroup memory beyond the device's
+// limits (nothing is left recorded on error).
+func GatedDeltaRuleChunked(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, hv, dk, dv int) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
+	_, err := gatedDeltaRuleChunked(r, "GatedDeltaRuleChunked", q, k, v, g, beta, o, state, nil, nil, nb, t, hk, hv, dk, dv)
+	return err
+}
+
+// gdrcScratch holds the intra-chunk outputs of gatedDeltaRuleChunked (r.Temp buffers):
+// W [nb·hv·t, dk], U [nb·hv·t, dv], Aqk [nb·hv·t, 64], the cumulative log-decays γ [nb·hv·t].
+type gdrcScratch struct{ w, u, aqk, gc *Buffer }
+
+// gatedDeltaRuleChunked is GatedDeltaRuleChunked that also writes, when h and vnew are not
+// nil, the state before every chunk, h [nb·hv, ⌈t/64⌉, dk, dv], and V' [nb·hv·t, dv], and
+// returns its scratch buffers (for the backward). r must be usable.
+func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h, vnew *Buffer, nb, t, hk, hv, dk, dv int) (*gdrcScratch, error) {
+	if err := positive(op, "nb, t, hk, hv, dk, dv", nb, t, hk, hv, dk, dv); err != nil {
+		return nil, err
+	}
+	if hv%hk != 0 {
+		return nil, fmt.Errorf("gpu: %s: hv = %d value heads is not a multiple of hk = %d key heads", op, hv, hk)
+	}
+	if dk%4 != 0 || dk > 256 {
+		return nil, fmt.Errorf("gpu: %s: dk = %d must be a multiple of 4 and ≤ 256", op, dk)
+	}
+	rows := nb * t
+	nck := (t + GatedDeltaRuleChunkLen - 1) / GatedDeltaRuleChunkLen
+	if rows*hv*dv > maxU32Elems || rows*hk*dk > maxU32Elems || nb*hv*dk*dv > maxU32Elems ||
+		rows*hv*dk > maxU32Elems || rows*hv*GatedDeltaRuleChunkLen > maxU32Elems || nb*hv*nck*dk*dv > maxU32Elems {
+		return nil, fmt.Errorf("gpu: %s: sizes nb=%d t=%d hk=%d hv=%d dk=%d dv=%d exceed 2³¹ elements", op, nb, t, hk, hv, dk, dv)
+	}
+	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "g": g, "beta": beta, "o": o}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"q", rows * hk * dk}, {"k", rows * hk * dk}, {"v", rows * hv * dv}, {"g", rows * hv}, {"beta", rows * hv}, {"o", rows * hv * dv}} {
+		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
+			return nil, err
+		}
+	}
+	if state != nil {
+		if err := need(op, "state", state, nb*hv*dk*dv, F32); err != nil {
+			return nil, err
+		}
+		bufs["state"] = state
+	}
+	if h != nil {
+		if err := need(op, "h", h, nb*hv*nck*dk*dv, F32); err != nil {
+			return nil, err
+		}
+		if err := need(op, "vnew", vnew, rows*hv*dv, F32); err != nil {
+			return nil, err
+		}
+		bufs["h"], bufs["vnew"] = h, vnew
+	}
+	if err := distinct(op, bufs); err != nil {
+		return nil, err
+	}
+	maxB := r.d.info.MaxStorageBindingSize
+	for _, n := range []int{rows * hv * dk, rows * hv * dv, rows * hv * GatedDeltaRuleChunkLen} {
+		if uint64(n)*4 > maxB {
+			return nil, fmt.Errorf("gpu: %s: a scratch part of %d bytes (nb=%d t=%d hv=%d dk=%d dv=%d) exceeds maxStorageBufferBindingSize %d; use fewer windows per call",
+				op, 4*n, nb, t, hv, dk, dv, maxB)
+		}
+	}
+	if shm := uint32(4 * (2*64 + 64*64)); shm > r.d.info.MaxWorkgroupStorage {
+		return nil, fmt.Errorf("gpu: %s: needs %d bytes of workgroup memory, the device allows %d", op, shm, r.d.info.MaxWorkgroupStorage)
+	}
+	cs := gdrcSlice(r.d, dk)
+	if cs == 0 {
+		return nil, fmt.Errorf("gpu: %s: dk = %d needs more workgroup memory than the device's %d bytes", op, dk, r.d.info.MaxWorkgroupStorage)
+	}
+	intra, err := r.d.Kernel(KernelSpec{
+		Name: op + ".intra", File: "gated_delta_rule_chunked.wgsl",
+		Params:   gdrcParams{DK: dk, DV: dv, Intra: true},
+		Bindings: []Access{Read, Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 5,
+	})
+	if err != nil {
+		return nil, err
+	}
+	access := []Access{Read, Read, Read, Read, Read, Read, ReadWrite}
+	if state != nil {
+		access = append(access, ReadWrite)
+	}
+	hb := len(access)
+	if h != nil {
+		access = append(access, ReadWrite, ReadWrite)
+	}
+	inter, err := r.d.Kernel(KernelSpec{
+		Name: op, File: "gated_delta_rule_chunked.wgsl",
+		Params:   gdrcParams{DK: dk, DV: dv, CS: cs, WantState: state != nil, SaveH: h != nil, HBinding: hb, UBinding: len(access)},
+		Bindings: access, Uniforms: 5,
+	})
+	if err != nil {
+		return nil, err
+	}
+	gridA, err := Grid1D(nb * hv * nck)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	ns := (dv + cs - 1) / cs
+	gridB, err := Grid1D(nb * hv * ns)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	w, err := r.Temp(op+" W", F32, rows*hv, dk)
+	if err != nil {
+		return nil, err
+	}
+	u, err := r.Temp(op+" U", F32, rows*hv, dv)
+	if err != nil {
+		return nil, err
+	}
+	aqk, err := r.Temp(op+" Aqk", F32, rows*hv, GatedDeltaRuleChunkLen)
+	if err != nil {
+		return nil, err
+	}
+	gc, err := r.Temp(op+" cumulative g", F32, rows*hv)
+	if err != nil {
+		return nil, err
+	}
+	mark := len(r.ops)
+	uni := []uint32{uint32(nb), uint32(t), uint32(hk), uint32(hv), uint32(nck)}
+	if err := r.Dispatch(intra, gridA, uni, Whole(q), Whole(k), Whole(v), Whole(g), Whole(beta),
+		Whole(w), Whole(u), Whole(aqk), Whole(gc)); err != nil {
+		return nil, err
+	}
+	// Per chunk: K·Kᵀ and Q·Kᵀ (lower halves, 2·C²/2·dk MACs each), the substitution
+	// (C²/2·(dk + dv) MACs); bytes: q, k, v read, W, U, Aqk, γ written.
+	fc := float64(rows * hv)
+	r.Cost(fc*(2*64*float64(dk)+64*float64(dk+dv)), 4*(fc/float64(hv/hk)*2*float64(dk)+fc*(float64(dv)+2)+fc*float64(dk+dv+GatedDeltaRuleChunkLen+1)))
+	binds := []Binding{Whole(q), Whole(k), Whole(w), Whole(u), Whole(aqk), Whole(gc), Whole(o)}
+	if state != nil {
+		binds = append(binds, Whole(state))
+	}
+	if h != nil {
+		binds = append(binds, Whole(h), Whole(vnew))
+	}
+	if err := r.Dispatch(inter, gridB, uni, binds...); err != nil {
+		r.ops = r.ops[:mark]
+		return nil, err
+	}
+	// Per token: W·S, Q·S and the state update (3·dk·dv MACs) and Aqk·V' (C/2·dv MACs);
+	// bytes: W, U, Aqk, γ, q, k read (once), o written, the states written when asked.
+	sb := 0.0
+	if state != nil {
+		sb += float64(nb * hv * dk * dv)
+	}
+	if h != nil {
+		sb += float64(nb*hv*nck*dk*dv) + fc*float64(dv)
+	}
+	r.Cost(fc*2*(3*float64(dk*dv)+32*float64(dv)), 4*(fc*float64(dk+dv+GatedDeltaRuleChunkLen+1)+fc/float64(hv/hk)*2*float64(dk)+fc*float64(dv)+sb))
+	return &gdrcScratch{w, u, aqk, gc}, nil
+}

@@ -1,0 +1,418 @@
+{{- if .Intra}}
+// GatedDeltaRuleChunked, intra-chunk part (the WY/UT representation of flash-linear-attention,
+// fla/ops/gated_delta_rule/wy_fast.py and chunk.py; DESIGN.md §3). One workgroup of 256
+// invocations per (window b, value head j, chunk ci of C = 64 tokens; the last one has
+// L = t − 64·ci ≤ 64 tokens), key head kh = j / (hv/hk). With γ_i = Σ_{s ≤ i} g_s the
+// chunk-local cumulative log-decay (i, s < L):
+//   A[i, s]   = β_i·e^{γ_i − γ_s}·(k_i·k_s)   for s < i   (strictly lower)
+//   Aqk[i, s] = e^{γ_i − γ_s}·(q_i·k_s)       for s ≤ i   (0 above the diagonal)
+//   W = (I + A)⁻¹·diag(β·e^{γ})·K,  U = (I + A)⁻¹·diag(β)·V   (forward substitution, per column)
+// Only differences γ_i − γ_s ≤ 0 are exponentiated (no division by an underflowing e^{γ}).
+// Outputs (scratch, row sr = (b·hv + j)·t + τ for token τ of the window): w [sr, DK],
+// u [sr, DV], aqk [sr, 64] (column s − 64·ci), gc [sr] = γ.
+// Layouts: q, k [nb·t, hk, DK] (vec4s); v [nb·t, hv, DV]; g, beta [nb·t, hv]; all f32.
+// Template parameters: DK (multiple of 4), DV, Intra (true).
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(3) var<storage, read> g: array<f32>;
+@group(0) @binding(4) var<storage, read> beta: array<f32>;
+@group(0) @binding(5) var<storage, read_write> w: array<f32>;
+@group(0) @binding(6) var<storage, read_write> u: array<f32>;
+@group(0) @binding(7) var<storage, read_write> aqk: array<f32>;
+@group(0) @binding(8) var<storage, read_write> gc: array<f32>;
+
+struct Params {
+    nb: u32,
+    t: u32,
+    hk: u32,
+    hv: u32,
+    nck: u32, // ⌈t / 64⌉
+};
+@group(0) @binding(9) var<uniform> p: Params;
+
+const C: u32 = 64u;
+const DK: u32 = {{.DK}}u;
+const DV: u32 = {{.DV}}u;
+const D4: u32 = DK / 4u;
+const WG: u32 = 256u;
+
+var<workgroup> gcw: array<f32, 64>;
+var<workgroup> bw: array<f32, 64>;
+var<workgroup> aw: array<f32, 4096>; // A, row-major [64, 64]
+
+fn dots(a: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(dot(a, b0), dot(a, b1), dot(a, b2), dot(a, b3));
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
+    if (wg >= p.nb * p.hv * p.nck) {
+        return;
+    }
+    let ci = wg % p.nck;
+    let bj = wg / p.nck; // b·hv + j
+    let j = bj % p.hv;
+    let b = bj / p.hv;
+    let kh = j / (p.hv / p.hk);
+    let t0 = ci * C;
+    let L = min(C, p.t - t0);
+    let row0 = b * p.t + t0; // token row of the chunk's first token
+    let sr0 = bj * p.t + t0; // scratch row of the chunk's first token
+    if (lid < C) {
+        var gv = 0.0;
+        var bv = 0.0;
+        if (lid < L) {
+            gv = g[(row0 + lid) * p.hv + j];
+            bv = beta[(row0 + lid) * p.hv + j];
+        }
+        gcw[lid] = gv;
+        bw[lid] = bv;
+    }
+    workgroupBarrier();
+    if (lid == 0u) {
+        var s = 0.0;
+        for (var i = 0u; i < C; i++) {
+            s += gcw[i];
+            gcw[i] = s;
+        }
+    }
+    workgroupBarrier();
+    if (lid < L) {
+        gc[sr0 + lid] = gcw[lid];
+    }
+    // A and Aqk in 4×4 tiles: invocation (ti, tj) = (lid / 16, lid mod 16) owns rows
+    // 4ti..4ti+3 and columns 4tj..4tj+3; tiles above the diagonal are zero.
+    let ti = lid / 16u;
+    let tj = lid % 16u;
+    var kk: array<vec4<f32>, 4>;
+    var qk: array<vec4<f32>, 4>;
+    for (var a = 0u; a < 4u; a++) {
+        kk[a] = vec4<f32>(0.0);
+        qk[a] = vec4<f32>(0.0);
+    }
+    if (tj <= ti && 4u * ti < L) {
+        // Rows past L read row L − 1 (in bounds) and are masked below.
+        let i0 = ((row0 + min(4u * ti, L - 1u)) * p.hk + kh) * D4;
+        let i1 = ((row0 + min(4u * ti + 1u, L - 1u)) * p.hk + kh) * D4;
+        let i2 = ((row0 + min(4u * ti + 2u, L - 1u)) * p.hk + kh) * D4;
+        let i3 = ((row0 + min(4u * ti + 3u, L - 1u)) * p.hk + kh) * D4;
+        let j0 = ((row0 + min(4u * tj, L - 1u)) * p.hk + kh) * D4;
+        let j1 = ((row0 + min(4u * tj + 1u, L - 1u)) * p.hk + kh) * D4;
+        let j2 = ((row0 + min(4u * tj + 2u, L - 1u)) * p.hk + kh) * D4;
+        let j3 = ((row0 + min(4u * tj + 3u, L - 1u)) * p.hk + kh) * D4;
+        var kk0 = vec4<f32>(0.0);
+        var kk1 = vec4<f32>(0.0);
+        var kk2 = vec4<f32>(0.0);
+        var kk3 = vec4<f32>(0.0);
+        var qk0 = vec4<f32>(0.0);
+        var qk1 = vec4<f32>(0.0);
+        var qk2 = vec4<f32>(0.0);
+        var qk3 = vec4<f32>(0.0);
+        for (var d = 0u; d < D4; d++) {
+            let b0 = k[j0 + d];
+            let b1 = k[j1 + d];
+            let b2 = k[j2 + d];
+            let b3 = k[j3 + d];
+            kk0 += dots(k[i0 + d], b0, b1, b2, b3);
+            kk1 += dots(k[i1 + d], b0, b1, b2, b3);
+            kk2 += dots(k[i2 + d], b0, b1, b2, b3);
+            kk3 += dots(k[i3 + d], b0, b1, b2, b3);
+            qk0 += dots(q[i0 + d], b0, b1, b2, b3);
+            qk1 += dots(q[i1 + d], b0, b1, b2, b3);
+            qk2 += dots(q[i2 + d], b0, b1, b2, b3);
+            qk3 += dots(q[i3 + d], b0, b1, b2, b3);
+        }
+        kk[0] = kk0;
+        kk[1] = kk1;
+        kk[2] = kk2;
+        kk[3] = kk3;
+        qk[0] = qk0;
+        qk[1] = qk1;
+        qk[2] = qk2;
+        qk[3] = qk3;
+    }
+    for (var a = 0u; a < 4u; a++) {
+        let i = 4u * ti + a;
+        for (var c = 0u; c < 4u; c++) {
+            let s = 4u * tj + c;
+            let on = i < L && s <= i;
+            // γ_i − γ_s ≤ 0 where used; select keeps a possible inf elsewhere unused.
+            let dec = select(0.0, exp(min(gcw[i] - gcw[s], 0.0)), on);
+            aw[i * C + s] = select(0.0, bw[i] * dec * kk[a][c], on && s < i);
+            if (i < L) {
+                aqk[(sr0 + i) * C + s] = dec * qk[a][c];
+            }
+        }
+    }
+    workgroupBarrier();
+    // Forward substitution, one column of [W | U] per invocation:
+    // x_i = rhs_i − Σ_{s<i} A[i, s]·x_s.
+    for (var col = lid; col < DK + DV; col += WG) {
+        var x: array<f32, 64>;
+        for (var i = 0u; i < L; i++) {
+            var rhs: f32;
+            if (col < DK) {
+                let e = ((row0 + i) * p.hk + kh) * DK + col;
+                rhs = bw[i] * exp(gcw[i]) * k[e / 4u][e % 4u];
+            } else {
+                rhs = bw[i] * v[((row0 + i) * p.hv + j) * DV + col - DK];
+            }
+            var a0 = 0.0;
+            var a1 = 0.0;
+            var s = 0u;
+            for (; s + 1u < i; s += 2u) {
+                a0 = fma(aw[i * C + s], x[s], a0);
+                a1 = fma(aw[i * C + s + 1u], x[s + 1u], a1);
+            }
+            if (s < i) {
+                a0 = fma(aw[i * C + s], x[s], a0);
+            }
+            let xi = rhs - (a0 + a1);
+            x[i] = xi;
+            if (col < DK) {
+                w[(sr0 + i) * DK + col] = xi;
+            } else {
+                u[(sr0 + i) * DV + col - DK] = xi;
+            }
+        }
+    }
+}
+{{- else}}
+// GatedDeltaRuleChunked, inter-chunk part: the state recurrence over the chunks of a window,
+// from S = 0 (fla/ops/common/chunk_delta_h.py and chunk_o.py in one pass). One workgroup of
+// 256 invocations per (window b, value head j, slice of CS value columns); the slice of the
+// state S [DK, CS] lives in workgroup memory. Per chunk (L tokens, the intra part's W, U,
+// Aqk, γ; e^{γ_i} and e^{γ_{L−1} − γ_i} staged in workgroup memory):
+//   V' = U − W·S                       (the delta rule's u_i = β_i(v_i − Ŝ_{i}ᵀk_i))
+//   O  = diag(e^{γ})·Q·S + Aqk·V'
+//   S  ← e^{γ_{L−1}}·S + (diag(e^{γ_{L−1} − γ})·K)ᵀ·V'
+// Phases a (V', and Q·S kept in registers) and b (O) give invocation lid < 32·CS/4 rows
+// i0 = lid / (CS/4) and i0 + 32 and the four columns 4·(lid mod CS/4)..+3; phase c gives
+// each invocation 4×4 blocks of S. Barriers: chunk start (gates staged, the previous chunk's
+// reads of V' done), after phase a (V' complete, reads of S done).
+// Layouts: q, k [nb·t, hk, DK] (vec4s); w [sr, DK] (vec4s), u [sr, DV], aqk [sr, 64],
+// gc [sr] (the intra part's outputs); o [nb·t, hv, DV]; state [nb, hv, DK, DV] when
+// WantState; when SaveH, h [nb·hv, nck, DK, DV], the state before each chunk, and
+// vnew [sr, DV], V'.
+// Template parameters: DK (multiple of 4), DV, CS (multiple of 4, ≤ 32), WantState, SaveH.
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> w: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> u: array<f32>;
+@group(0) @binding(4) var<storage, read> aqk: array<f32>;
+@group(0) @binding(5) var<storage, read> gc: array<f32>;
+@group(0) @binding(6) var<storage, read_write> o: array<f32>;
+{{- if .WantState}}
+@group(0) @binding(7) var<storage, read_write> state: array<f32>;
+{{- end}}
+{{- if .SaveH}}
+@group(0) @binding({{.HBinding}}) var<storage, read_write> h: array<f32>;
+@group(0) @binding({{add .HBinding 1}}) var<storage, read_write> vnew: array<f32>;
+{{- end}}
+
+struct Params {
+    nb: u32,
+    t: u32,
+    hk: u32,
+    hv: u32,
+    nck: u32,
+};
+@group(0) @binding({{.UBinding}}) var<uniform> p: Params;
+
+const C: u32 = 64u;
+const DK: u32 = {{.DK}}u;
+const DV: u32 = {{.DV}}u;
+const D4: u32 = DK / 4u;
+const CS: u32 = {{.CS}}u;
+const C4: u32 = CS / 4u;
+const NS: u32 = (DV + CS - 1u) / CS;
+const WG: u32 = 256u;
+
+var<workgroup> sw: array<vec4<f32>, {{.DK}} * {{.CS}} / 4>; // S[d, 4c4..4c4+3] at d·C4 + c4
+var<workgroup> vp: array<vec4<f32>, 64 * {{.CS}} / 4>;      // V'[i, 4c4..] at i·C4 + c4
+var<workgroup> gq: array<f32, 64>; // e^{γ_i}
+var<workgroup> gk: array<f32, 64>; // e^{γ_{L−1} − γ_i}
+
+// col4 loads u[base + c..c+3] for the slice's columns c < DV (0 beyond).
+fn col4(base: u32, c: u32) -> vec4<f32> {
+    var r = vec4<f32>(0.0);
+    for (var m = 0u; m < 4u; m++) {
+        if (c + m < DV) {
+            r[m] = u[base + c + m];
+        }
+    }
+    return r;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
+    if (wg >= p.nb * p.hv * NS) {
+        return;
+    }
+    let slice = wg % NS;
+    let bj = wg / NS;
+    let j = bj % p.hv;
+    let b = bj / p.hv;
+    let kh = j / (p.hv / p.hk);
+    for (var e = lid; e < DK * C4; e += WG) {
+        sw[e] = vec4<f32>(0.0);
+    }
+    let busy = lid < 32u * C4;
+    let i0 = lid / C4;
+    let i1 = i0 + 32u;
+    let c4 = lid % C4;
+    let cb = slice * CS + 4u * c4; // first value column of this invocation (phases a, b)
+    for (var ci = 0u; ci < p.nck; ci++) {
+        let t0 = ci * C;
+        let L = min(C, p.t - t0);
+        let row0 = b * p.t + t0;
+        let sr0 = bj * p.t + t0;
+        workgroupBarrier(); // the previous chunk's phase c is done with gq, gk, vp, sw
+        if (lid < C) {
+            let gl = gc[sr0 + L - 1u];
+            var eq = 0.0;
+            var ek = 0.0;
+            if (lid < L) {
+                let x = gc[sr0 + lid];
+                eq = exp(x);
+                ek = exp(gl - x);
+            }
+            gq[lid] = eq;
+            gk[lid] = ek;
+        }
+{{- if .SaveH}}
+        for (var e = lid; e < DK * CS; e += WG) {
+            let d = e / CS;
+            let c = slice * CS + e % CS;
+            if (c < DV) {
+                h[((bj * p.nck + ci) * DK + d) * DV + c] = sw[d * C4 + (e % CS) / 4u][e % 4u];
+            }
+        }
+{{- end}}
+        workgroupBarrier(); // gates staged
+        var o0 = vec4<f32>(0.0);
+        var o1 = vec4<f32>(0.0);
+        if (busy) {
+            // Phase a: W·S and Q·S for rows i0, i1 (rows ≥ L read row L − 1, masked).
+            let r0 = min(i0, L - 1u);
+            let r1 = min(i1, L - 1u);
+            let wb0 = (sr0 + r0) * D4;
+            let wb1 = (sr0 + r1) * D4;
+            let qb0 = ((row0 + r0) * p.hk + kh) * D4;
+            let qb1 = ((row0 + r1) * p.hk + kh) * D4;
+            var ws0 = vec4<f32>(0.0);
+            var ws1 = vec4<f32>(0.0);
+            var qs0 = vec4<f32>(0.0);
+            var qs1 = vec4<f32>(0.0);
+            for (var d = 0u; d < D4; d++) {
+                let s0 = sw[(4u * d) * C4 + c4];
+                let s1 = sw[(4u * d + 1u) * C4 + c4];
+                let s2 = sw[(4u * d + 2u) * C4 + c4];
+                let s3 = sw[(4u * d + 3u) * C4 + c4];
+                let w0 = w[wb0 + d];
+                let w1 = w[wb1 + d];
+                let q0 = q[qb0 + d];
+                let q1 = q[qb1 + d];
+                ws0 += w0.x * s0 + w0.y * s1 + w0.z * s2 + w0.w * s3;
+                ws1 += w1.x * s0 + w1.y * s1 + w1.z * s2 + w1.w * s3;
+                qs0 += q0.x * s0 + q0.y * s1 + q0.z * s2 + q0.w * s3;
+                qs1 += q1.x * s0 + q1.y * s1 + q1.z * s2 + q1.w * s3;
+            }
+            var v0 = vec4<f32>(0.0);
+            var v1 = vec4<f32>(0.0);
+            if (i0 < L) {
+                v0 = col4((sr0 + i0) * DV, cb) - ws0;
+            }
+            if (i1 < L) {
+                v1 = col4((sr0 + i1) * DV, cb) - ws1;
+            }
+            vp[i0 * C4 + c4] = v0;
+            vp[i1 * C4 + c4] = v1;
+{{- if .SaveH}}
+            for (var m = 0u; m < 4u; m++) {
+                if (cb + m < DV) {
+                    if (i0 < L) {
+                        vnew[(sr0 + i0) * DV + cb + m] = v0[m];
+                    }
+                    if (i1 < L) {
+                        vnew[(sr0 + i1) * DV + cb + m] = v1[m];
+                    }
+                }
+            }
+{{- end}}
+            o0 = gq[i0] * qs0;
+            o1 = gq[i1] * qs1;
+        }
+        workgroupBarrier(); // V' complete; every read of S done
+        if (busy) {
+            // Phase b: O = e^{γ}·Q·S + Aqk·V' (Aqk is zero above the diagonal).
+            if (i0 < L) {
+                let ab = (sr0 + i0) * C;
+                for (var s = 0u; s <= i0; s++) {
+                    o0 += aqk[ab + s] * vp[s * C4 + c4];
+                }
+                let ob = ((row0 + i0) * p.hv + j) * DV + cb;
+                for (var m = 0u; m < 4u; m++) {
+                    if (cb + m < DV) {
+                        o[ob + m] = o0[m];
+                    }
+                }
+            }
+            if (i1 < L) {
+                let ab = (sr0 + i1) * C;
+                for (var s = 0u; s <= i1; s++) {
+                    o1 += aqk[ab + s] * vp[s * C4 + c4];
+                }
+                let ob = ((row0 + i1) * p.hv + j) * DV + cb;
+                for (var m = 0u; m < 4u; m++) {
+                    if (cb + m < DV) {
+                        o[ob + m] = o1[m];
+                    }
+                }
+            }
+        }
+        // Phase c: S ← e^{γ_{L−1}}·S + Σ_i e^{γ_{L−1} − γ_i}·k_i ⊗ V'_i, 4×4 blocks.
+        let gl = gq[L - 1u];
+        for (var e = lid; e < D4 * C4; e += WG) {
+            let d = e / C4;
+            let cc = e % C4;
+            var a0 = gl * sw[(4u * d) * C4 + cc];
+            var a1 = gl * sw[(4u * d + 1u) * C4 + cc];
+            var a2 = gl * sw[(4u * d + 2u) * C4 + cc];
+            var a3 = gl * sw[(4u * d + 3u) * C4 + cc];
+            let kb = (row0 * p.hk + kh) * D4 + d;
+            for (var i = 0u; i < L; i++) {
+                let kv = k[kb + i * p.hk * D4] * gk[i];
+                let x = vp[i * C4 + cc];
+                a0 += kv.x * x;
+                a1 += kv.y * x;
+                a2 += kv.z * x;
+                a3 += kv.w * x;
+            }
+            sw[(4u * d) * C4 + cc] = a0;
+            sw[(4u * d + 1u) * C4 + cc] = a1;
+            sw[(4u * d + 2u) * C4 + cc] = a2;
+            sw[(4u * d + 3u) * C4 + cc] = a3;
+        }
+    }
+{{- if .WantState}}
+    workgroupBarrier(); // the last chunk's S complete
+    for (var e = lid; e < DK * CS; e += WG) {
+        let d = e / CS;
+        let c = slice * CS + e % CS;
+        if (c < DV) {
+            state[(bj * DK + d) * DV + c] = sw[d * C4 + (e % CS) / 4u][e % 4u];
+        }
+    }
+{{- end}}
+}
+{{- end}}

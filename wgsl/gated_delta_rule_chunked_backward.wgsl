@@ -1,0 +1,664 @@
+// GatedDeltaRuleChunkedBackward: the backward of the chunked gated delta rule
+// (gated_delta_rule_chunked.wgsl; flash-linear-attention's chunk backward:
+// fla/ops/gated_delta_rule/chunk.py, wy_fast.py, fla/ops/common/chunk_delta_h.py, chunk_o.py).
+// Per window b, value head j (key head kh = j / (hv/hk)) and chunk ci of L ≤ 64 tokens, with
+// the forward's γ (chunk-local cumulative log-decay, γ_L its last), D_is = e^{γ_i − γ_s},
+// S = h[ci] the state before the chunk, V' = U − W·S, and dH = h'[ci] the gradient of the
+// state after the chunk (zero after the last):
+//   dV'  = Aqkᵀ·dO + diag(e^{γ_L − γ})·K·dH                         (stage Dhu, reverse)
+//   dS   = e^{γ_L}·dH + (diag(e^{γ})·Q)ᵀ·dO − Wᵀ·dV'  = dH of the previous chunk
+//   dq   = diag(e^{γ})·dO·Sᵀ + dM·K,  dM = D ⊙ tril(dO·V'ᵀ)          (stages State, QK)
+//   dk  += diag(e^{γ_L − γ})·V'·dHᵀ + dMᵀ·Q,  dW = −dV'·Sᵀ,  dU = dV'
+//   dR   = (I + A)⁻ᵀ·[dW dU]  (backward substitution; R = [diag(β e^{γ}) K, diag(β) V])  (Wy)
+//   F    = −D ⊙ tril(dR·[W U]ᵀ, −1),  G = F·K,  H = Fᵀ·diag(β)·K                     (F)
+//   dk  += β e^{γ}·dK̂ + β·G + H;  dv = β·dV̂;  dβ = v·dV̂ + e^{γ} k·dK̂ + k·G          (Final)
+//   dγ_i = q·dq − k·dk_{state+qk} + β e^{γ} k·dK̂ + β k·G − k·H  (+ ⟨h[ci+1], dH⟩ at i = L − 1)
+//   dg_s = Σ_{i ≥ s} dγ_i within the chunk.
+// Scratch rows sr = (b·hv + j)·t + τ; token rows row = b·t + τ. dqv, dkv are per value head
+// [nb·t, hv, DK]. Template parameters: DK, DV (multiples of 4), CS (Dhu), Stage.
+
+struct Params {
+    nb: u32,
+    t: u32,
+    hk: u32,
+    hv: u32,
+    nck: u32,
+};
+
+const C: u32 = 64u;
+const DK: u32 = {{.DK}}u;
+const DV: u32 = {{.DV}}u;
+const D4: u32 = DK / 4u;
+const V4: u32 = DV / 4u;
+const WG: u32 = 256u;
+
+fn dots(a: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(dot(a, b0), dot(a, b1), dot(a, b2), dot(a, b3));
+}
+
+{{- if eq .Stage "dhu"}}
+// Stage Dhu: one workgroup per (window, value head, slice of CS value columns), the chunks in
+// reverse with the slice of dS [DK, CS] in workgroup memory (as the forward's inter kernel).
+// Writes dh [nb·hv, nck, DK, DV] (the gradient of the state after each chunk) and
+// dvp [sr, DV] (dV').
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> w: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> aqk: array<f32>;
+@group(0) @binding(4) var<storage, read> gc: array<f32>;
+@group(0) @binding(5) var<storage, read> dout: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> dh: array<f32>;
+@group(0) @binding(7) var<storage, read_write> dvp: array<vec4<f32>>;
+@group(0) @binding(8) var<uniform> p: Params;
+
+const CS: u32 = {{.CS}}u;
+const C4: u32 = CS / 4u;
+const NS: u32 = (DV + CS - 1u) / CS;
+
+var<workgroup> sw: array<vec4<f32>, {{.DK}} * {{.CS}} / 4>;
+var<workgroup> vp: array<vec4<f32>, 64 * {{.CS}} / 4>;
+var<workgroup> gq: array<f32, 64>;
+var<workgroup> gk: array<f32, 64>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    if (wg >= p.nb * p.hv * NS) {
+        return;
+    }
+    let slice = wg % NS;
+    let bj = wg / NS;
+    let j = bj % p.hv;
+    let b = bj / p.hv;
+    let kh = j / (p.hv / p.hk);
+    for (var e = lid; e < DK * C4; e += WG) {
+        sw[e] = vec4<f32>(0.0);
+    }
+    let busy = lid < 32u * C4;
+    let i0 = lid / C4;
+    let i1 = i0 + 32u;
+    let c4 = lid % C4;
+    let cb = slice * CS + 4u * c4;
+    let live = cb < DV; // DV is a multiple of 4: the four columns are all live or all not
+    for (var cc = 0u; cc < p.nck; cc++) {
+        let ci = p.nck - 1u - cc;
+        let t0 = ci * C;
+        let L = min(C, p.t - t0);
+        let row0 = b * p.t + t0;
+        let sr0 = bj * p.t + t0;
+        workgroupBarrier(); // the previous chunk's phase c is done
+        if (lid < C) {
+            let gl = gc[sr0 + L - 1u];
+            var eq = 0.0;
+            var ek = 0.0;
+            if (lid < L) {
+                let x = gc[sr0 + lid];
+                eq = exp(x);
+                ek = exp(gl - x);
+            }
+            gq[lid] = eq;
+            gk[lid] = ek;
+        }
+        for (var e = lid; e < DK * CS; e += WG) {
+            let d = e / CS;
+            let c = slice * CS + e % CS;
+            if (c < DV) {
+                dh[((bj * p.nck + ci) * DK + d) * DV + c] = sw[d * C4 + (e % CS) / 4u][e % 4u];
+            }
+        }
+        workgroupBarrier();
+        if (busy) {
+            // Phase a: dV'_i = e^{γ_L − γ_i}·k_i·dS + Σ_{s ≥ i} Aqk[s, i]·dO_s.
+            let r0 = min(i0, L - 1u);
+            let r1 = min(i1, L - 1u);
+            let kb0 = ((row0 + r0) * p.hk + kh) * D4;
+            let kb1 = ((row0 + r1) * p.hk + kh) * D4;
+            var x0 = vec4<f32>(0.0);
+            var x1 = vec4<f32>(0.0);
+            for (var d = 0u; d < D4; d++) {
+                let s0 = sw[(4u * d) * C4 + c4];
+                let s1 = sw[(4u * d + 1u) * C4 + c4];
+                let s2 = sw[(4u * d + 2u) * C4 + c4];
+                let s3 = sw[(4u * d + 3u) * C4 + c4];
+                let k0 = k[kb0 + d];
+                let k1 = k[kb1 + d];
+                x0 += k0.x * s0 + k0.y * s1 + k0.z * s2 + k0.w * s3;
+                x1 += k1.x * s0 + k1.y * s1 + k1.z * s2 + k1.w * s3;
+            }
+            x0 *= gk[i0];
+            x1 *= gk[i1];
+            if (live) {
+                for (var s = i0; s < L; s++) {
+                    x0 += aqk[(sr0 + s) * C + i0] * dout[((row0 + s) * p.hv + j) * V4 + cb / 4u];
+                }
+                for (var s = i1; s < L; s++) {
+                    x1 += aqk[(sr0 + s) * C + i1] * dout[((row0 + s) * p.hv + j) * V4 + cb / 4u];
+                }
+                if (i0 < L) {
+                    dvp[(sr0 + i0) * V4 + cb / 4u] = x0;
+                }
+                if (i1 < L) {
+                    dvp[(sr0 + i1) * V4 + cb / 4u] = x1;
+                }
+            }
+            vp[i0 * C4 + c4] = x0;
+            vp[i1 * C4 + c4] = x1;
+        }
+        workgroupBarrier(); // dV' complete; every read of dS done
+        // Phase c: dS ← e^{γ_L}·dS + Σ_i e^{γ_i} q_i ⊗ dO_i − w_i ⊗ dV'_i.
+        let gl = gq[L - 1u];
+        for (var e = lid; e < D4 * C4; e += WG) {
+            let d = e / C4;
+            let cl = e % C4;
+            let col = slice * CS + 4u * cl;
+            var a0 = gl * sw[(4u * d) * C4 + cl];
+            var a1 = gl * sw[(4u * d + 1u) * C4 + cl];
+            var a2 = gl * sw[(4u * d + 2u) * C4 + cl];
+            var a3 = gl * sw[(4u * d + 3u) * C4 + cl];
+            if (col < DV) {
+                for (var i = 0u; i < L; i++) {
+                    let qv = q[((row0 + i) * p.hk + kh) * D4 + d] * gq[i];
+                    let wv = w[(sr0 + i) * D4 + d];
+                    let dov = dout[((row0 + i) * p.hv + j) * V4 + col / 4u];
+                    let x = vp[i * C4 + cl];
+                    a0 += qv.x * dov - wv.x * x;
+                    a1 += qv.y * dov - wv.y * x;
+                    a2 += qv.z * dov - wv.z * x;
+                    a3 += qv.w * dov - wv.w * x;
+                }
+            }
+            sw[(4u * d) * C4 + cl] = a0;
+            sw[(4u * d + 1u) * C4 + cl] = a1;
+            sw[(4u * d + 2u) * C4 + cl] = a2;
+            sw[(4u * d + 3u) * C4 + cl] = a3;
+        }
+    }
+}
+{{- else if eq .Stage "state"}}
+// Stage State: one workgroup per (window, value head, chunk). In 4×4 tiles of [rows, DK]:
+// dqv_i = e^{γ_i}·S·dO_i, dkv_i = e^{γ_L − γ_i}·dH·V'_i, dwt_i = −S·dV'_i (S = h[ci],
+// dH = dh[ci]), and dgl[bj·nck + ci] = ⟨h[ci+1], dH⟩ (0 for the last chunk).
+@group(0) @binding(0) var<storage, read> h: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> dh: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> dout: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> vnew: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> dvp: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read> gc: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dqv: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> dkv: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read_write> dwt: array<vec4<f32>>;
+@group(0) @binding(9) var<storage, read_write> dgl: array<f32>;
+@group(0) @binding(10) var<uniform> p: Params;
+
+var<workgroup> red: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    if (wg >= p.nb * p.hv * p.nck) {
+        return;
+    }
+    let ci = wg % p.nck;
+    let bj = wg / p.nck;
+    let j = bj % p.hv;
+    let b = bj / p.hv;
+    let t0 = ci * C;
+    let L = min(C, p.t - t0);
+    let row0 = b * p.t + t0;
+    let sr0 = bj * p.t + t0;
+    let gl = gc[sr0 + L - 1u];
+    let hb = (bj * p.nck + ci) * DK * V4; // vec4 index of h[ci] and dh[ci]
+    for (var tile = lid; tile < 16u * D4; tile += WG) {
+        let ri = tile / D4;
+        let di = tile % D4;
+        var a1: array<vec4<f32>, 4>;
+        var a2: array<vec4<f32>, 4>;
+        var a3: array<vec4<f32>, 4>;
+        var ob: array<u32, 4>;
+        var sb: array<u32, 4>;
+        for (var a = 0u; a < 4u; a++) {
+            a1[a] = vec4<f32>(0.0);
+            a2[a] = vec4<f32>(0.0);
+            a3[a] = vec4<f32>(0.0);
+            let r = min(4u * ri + a, L - 1u);
+            ob[a] = ((row0 + r) * p.hv + j) * V4;
+            sb[a] = (sr0 + r) * V4;
+        }
+        let s0b = hb + (4u * di) * V4;
+        for (var c = 0u; c < V4; c++) {
+            let s0 = h[s0b + c];
+            let s1 = h[s0b + V4 + c];
+            let s2 = h[s0b + 2u * V4 + c];
+            let s3 = h[s0b + 3u * V4 + c];
+            let e0 = dh[s0b + c];
+            let e1 = dh[s0b + V4 + c];
+            let e2 = dh[s0b + 2u * V4 + c];
+            let e3 = dh[s0b + 3u * V4 + c];
+            for (var a = 0u; a < 4u; a++) {
+                a1[a] += dots(dout[ob[a] + c], s0, s1, s2, s3);
+                a2[a] += dots(vnew[sb[a] + c], e0, e1, e2, e3);
+                a3[a] += dots(dvp[sb[a] + c], s0, s1, s2, s3);
+            }
+        }
+        for (var a = 0u; a < 4u; a++) {
+            let i = 4u * ri + a;
+            if (i < L) {
+                let x = gc[sr0 + i];
+                dqv[((row0 + i) * p.hv + j) * D4 + di] = exp(x) * a1[a];
+                dkv[((row0 + i) * p.hv + j) * D4 + di] = exp(gl - x) * a2[a];
+                dwt[(sr0 + i) * D4 + di] = -a3[a];
+            }
+        }
+    }
+    var part = 0.0;
+    if (ci + 1u < p.nck) {
+        for (var e = lid; e < DK * V4; e += WG) {
+            part += dot(h[hb + DK * V4 + e], dh[hb + e]);
+        }
+    }
+    red[lid] = part;
+    workgroupBarrier();
+    if (lid == 0u) {
+        var s = 0.0;
+        for (var m = 0u; m < WG; m++) {
+            s += red[m];
+        }
+        dgl[bj * p.nck + ci] = s;
+    }
+}
+{{- else if eq .Stage "qk"}}
+// Stage QK: one workgroup per (window, value head, chunk): dM = D ⊙ tril(dO·V'ᵀ) in
+// workgroup memory, then dqv += dM·K and dkv += dMᵀ·Q (4×4 tiles of [rows, DK]).
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> dout: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> vnew: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> gc: array<f32>;
+@group(0) @binding(5) var<storage, read_write> dqv: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> dkv: array<vec4<f32>>;
+@group(0) @binding(7) var<uniform> p: Params;
+
+var<workgroup> dm: array<f32, 4096>;
+var<workgroup> gcw: array<f32, 64>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    if (wg >= p.nb * p.hv * p.nck) {
+        return;
+    }
+    let ci = wg % p.nck;
+    let bj = wg / p.nck;
+    let j = bj % p.hv;
+    let b = bj / p.hv;
+    let kh = j / (p.hv / p.hk);
+    let t0 = ci * C;
+    let L = min(C, p.t - t0);
+    let row0 = b * p.t + t0;
+    let sr0 = bj * p.t + t0;
+    if (lid < C) {
+        gcw[lid] = gc[sr0 + min(lid, L - 1u)];
+    }
+    workgroupBarrier();
+    let ti = lid / 16u;
+    let tj = lid % 16u;
+    var acc: array<vec4<f32>, 4>;
+    for (var a = 0u; a < 4u; a++) {
+        acc[a] = vec4<f32>(0.0);
+    }
+    if (tj <= ti && 4u * ti < L) {
+        var ib: array<u32, 4>;
+        var sb: array<u32, 4>;
+        for (var a = 0u; a < 4u; a++) {
+            ib[a] = ((row0 + min(4u * ti + a, L - 1u)) * p.hv + j) * V4;
+            sb[a] = (sr0 + min(4u * tj + a, L - 1u)) * V4;
+        }
+        for (var c = 0u; c < V4; c++) {
+            let b0 = vnew[sb[0] + c];
+            let b1 = vnew[sb[1] + c];
+            let b2 = vnew[sb[2] + c];
+            let b3 = vnew[sb[3] + c];
+            for (var a = 0u; a < 4u; a++) {
+                acc[a] += dots(dout[ib[a] + c], b0, b1, b2, b3);
+            }
+        }
+    }
+    for (var a = 0u; a < 4u; a++) {
+        let i = 4u * ti + a;
+        for (var m = 0u; m < 4u; m++) {
+            let s = 4u * tj + m;
+            let on = i < L && s <= i;
+            dm[i * C + s] = select(0.0, exp(min(gcw[i] - gcw[s], 0.0)) * acc[a][m], on);
+        }
+    }
+    workgroupBarrier();
+    for (var tile = lid; tile < 16u * D4; tile += WG) {
+        let ri = tile / D4;
+        let di = tile % D4;
+        if (4u * ri < L) {
+            var xq: array<vec4<f32>, 4>;
+            var xk: array<vec4<f32>, 4>;
+            for (var a = 0u; a < 4u; a++) {
+                xq[a] = vec4<f32>(0.0);
+                xk[a] = vec4<f32>(0.0);
+            }
+            for (var s = 0u; s < L; s++) {
+                let kv = k[((row0 + s) * p.hk + kh) * D4 + di];
+                let qv = q[((row0 + s) * p.hk + kh) * D4 + di];
+                for (var a = 0u; a < 4u; a++) {
+                    let i = 4u * ri + a;
+                    xq[a] += dm[i * C + s] * kv;
+                    xk[a] += dm[s * C + i] * qv;
+                }
+            }
+            for (var a = 0u; a < 4u; a++) {
+                let i = 4u * ri + a;
+                if (i < L) {
+                    let at = ((row0 + i) * p.hv + j) * D4 + di;
+                    dqv[at] += xq[a];
+                    dkv[at] += xk[a];
+                }
+            }
+        }
+    }
+}
+{{- else if eq .Stage "wy"}}
+// Stage Wy: one workgroup per (window, value head, chunk): A = tril(diag(β)(K·Kᵀ ⊙ D), −1)
+// recomputed in workgroup memory, then (I + A)ᵀ·dR = [dwt dvp] solved by backward
+// substitution, one column per invocation; dR goes to wyb[sr, 0 .. DK + DV).
+@group(0) @binding(0) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> gc: array<f32>;
+@group(0) @binding(2) var<storage, read> beta: array<f32>;
+@group(0) @binding(3) var<storage, read> dwt: array<f32>;
+@group(0) @binding(4) var<storage, read> dvp: array<f32>;
+@group(0) @binding(5) var<storage, read_write> wyb: array<f32>;
+@group(0) @binding(6) var<uniform> p: Params;
+
+const WS: u32 = 3u * DK + DV; // wyb row stride: dR (DK + DV), G (DK), H (DK)
+
+var<workgroup> aw: array<f32, 4096>;
+var<workgroup> gcw: array<f32, 64>;
+var<workgroup> bw: array<f32, 64>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    if (wg >= p.nb * p.hv * p.nck) {
+        return;
+    }
+    let ci = wg % p.nck;
+    let bj = wg / p.nck;
+    let j = bj % p.hv;
+    let b = bj / p.hv;
+    let kh = j / (p.hv / p.hk);
+    let t0 = ci * C;
+    let L = min(C, p.t - t0);
+    let row0 = b * p.t + t0;
+    let sr0 = bj * p.t + t0;
+    if (lid < C) {
+        gcw[lid] = gc[sr0 + min(lid, L - 1u)];
+        bw[lid] = select(0.0, beta[(row0 + min(lid, L - 1u)) * p.hv + j], lid < L);
+    }
+    workgroupBarrier();
+    let ti = lid / 16u;
+    let tj = lid % 16u;
+    var acc: array<vec4<f32>, 4>;
+    for (var a = 0u; a < 4u; a++) {
+        acc[a] = vec4<f32>(0.0);
+    }
+    if (tj <= ti && 4u * ti < L) {
+        var ib: array<u32, 4>;
+        var sb: array<u32, 4>;
+        for (var a = 0u; a < 4u; a++) {
+            ib[a] = ((row0 + min(4u * ti + a, L - 1u)) * p.hk + kh) * D4;
+            sb[a] = ((row0 + min(4u * tj + a, L - 1u)) * p.hk + kh) * D4;
+        }
+        for (var d = 0u; d < D4; d++) {
+            let b0 = k[sb[0] + d];
+            let b1 = k[sb[1] + d];
+            let b2 = k[sb[2] + d];
+            let b3 = k[sb[3] + d];
+            for (var a = 0u; a < 4u; a++) {
+                acc[a] += dots(k[ib[a] + d], b0, b1, b2, b3);
+            }
+        }
+    }
+    for (var a = 0u; a < 4u; a++) {
+        let i = 4u * ti + a;
+        for (var m = 0u; m < 4u; m++) {
+            let s = 4u * tj + m;
+            let on = i < L && s < i;
+            aw[i * C + s] = select(0.0, bw[i] * exp(min(gcw[i] - gcw[s], 0.0)) * acc[a][m], on);
+        }
+    }
+    workgroupBarrier();
+    // dR_i = dX_i − Σ_{s > i} A[s, i]·dR_s, i from L − 1 down.
+    for (var col = lid; col < DK + DV; col += WG) {
+        var x: array<f32, 64>;
+        for (var ii = 0u; ii < L; ii++) {
+            let i = L - 1u - ii;
+            var rhs: f32;
+            if (col < DK) {
+                rhs = dwt[(sr0 + i) * DK + col];
+            } else {
+                rhs = dvp[(sr0 + i) * DV + col - DK];
+            }
+            var a0 = 0.0;
+            var a1 = 0.0;
+            var s = i + 1u;
+            for (; s + 1u < L; s += 2u) {
+                a0 = fma(aw[s * C + i], x[s], a0);
+                a1 = fma(aw[(s + 1u) * C + i], x[s + 1u], a1);
+            }
+            if (s < L) {
+                a0 = fma(aw[s * C + i], x[s], a0);
+            }
+            let xi = rhs - (a0 + a1);
+            x[i] = xi;
+            wyb[(sr0 + i) * WS + col] = xi;
+        }
+    }
+}
+{{- else if eq .Stage "f"}}
+// Stage F: one workgroup per (window, value head, chunk): F = −D ⊙ tril(dR·[W U]ᵀ, −1) in
+// workgroup memory, then G = F·K and H = Fᵀ·diag(β)·K into wyb[sr, DK + DV ..) (G, then H).
+@group(0) @binding(0) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> u: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> gc: array<f32>;
+@group(0) @binding(4) var<storage, read> beta: array<f32>;
+@group(0) @binding(5) var<storage, read_write> wyb: array<vec4<f32>>;
+@group(0) @binding(6) var<uniform> p: Params;
+
+const W4: u32 = (3u * DK + DV) / 4u; // wyb row stride in vec4s
+
+var<workgroup> fw: array<f32, 4096>;
+var<workgroup> gcw: array<f32, 64>;
+var<workgroup> bw: array<f32, 64>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    if (wg >= p.nb * p.hv * p.nck) {
+        return;
+    }
+    let ci = wg % p.nck;
+    let bj = wg / p.nck;
+    let j = bj % p.hv;
+    let b = bj / p.hv;
+    let kh = j / (p.hv / p.hk);
+    let t0 = ci * C;
+    let L = min(C, p.t - t0);
+    let row0 = b * p.t + t0;
+    let sr0 = bj * p.t + t0;
+    if (lid < C) {
+        gcw[lid] = gc[sr0 + min(lid, L - 1u)];
+        bw[lid] = select(0.0, beta[(row0 + min(lid, L - 1u)) * p.hv + j], lid < L);
+    }
+    workgroupBarrier();
+    let ti = lid / 16u;
+    let tj = lid % 16u;
+    var acc: array<vec4<f32>, 4>;
+    for (var a = 0u; a < 4u; a++) {
+        acc[a] = vec4<f32>(0.0);
+    }
+    if (tj <= ti && 4u * ti < L) {
+        var ib: array<u32, 4>;
+        var sb: array<u32, 4>;
+        for (var a = 0u; a < 4u; a++) {
+            ib[a] = (sr0 + min(4u * ti + a, L - 1u)) * W4;
+            sb[a] = sr0 + min(4u * tj + a, L - 1u);
+        }
+        for (var d = 0u; d < D4; d++) {
+            let b0 = w[sb[0] * D4 + d];
+            let b1 = w[sb[1] * D4 + d];
+            let b2 = w[sb[2] * D4 + d];
+            let b3 = w[sb[3] * D4 + d];
+            for (var a = 0u; a < 4u; a++) {
+                acc[a] += dots(wyb[ib[a] + d], b0, b1, b2, b3);
+            }
+        }
+        for (var c = 0u; c < V4; c++) {
+            let b0 = u[sb[0] * V4 + c];
+            let b1 = u[sb[1] * V4 + c];
+            let b2 = u[sb[2] * V4 + c];
+            let b3 = u[sb[3] * V4 + c];
+            for (var a = 0u; a < 4u; a++) {
+                acc[a] += dots(wyb[ib[a] + D4 + c], b0, b1, b2, b3);
+            }
+        }
+    }
+    for (var a = 0u; a < 4u; a++) {
+        let i = 4u * ti + a;
+        for (var m = 0u; m < 4u; m++) {
+            let s = 4u * tj + m;
+            let on = i < L && s < i;
+            fw[i * C + s] = select(0.0, -exp(min(gcw[i] - gcw[s], 0.0)) * acc[a][m], on);
+        }
+    }
+    workgroupBarrier();
+    for (var tile = lid; tile < 16u * D4; tile += WG) {
+        let ri = tile / D4;
+        let di = tile % D4;
+        if (4u * ri < L) {
+            var xg: array<vec4<f32>, 4>;
+            var xh: array<vec4<f32>, 4>;
+            for (var a = 0u; a < 4u; a++) {
+                xg[a] = vec4<f32>(0.0);
+                xh[a] = vec4<f32>(0.0);
+            }
+            for (var s = 0u; s < L; s++) {
+                let kv = k[((row0 + s) * p.hk + kh) * D4 + di];
+                let bk = bw[s] * kv;
+                for (var a = 0u; a < 4u; a++) {
+                    let i = 4u * ri + a;
+                    xg[a] += fw[i * C + s] * kv;
+                    xh[a] += fw[s * C + i] * bk;
+                }
+            }
+            for (var a = 0u; a < 4u; a++) {
+                let i = 4u * ri + a;
+                if (i < L) {
+                    wyb[(sr0 + i) * W4 + D4 + V4 + di] = xg[a];
+                    wyb[(sr0 + i) * W4 + 2u * D4 + V4 + di] = xh[a];
+                }
+            }
+        }
+    }
+}
+{{- else if eq .Stage "final"}}
+// Stage Final: one workgroup of 64 invocations per (window, value head, chunk), one token
+// row each: dk (per value head), dv, dβ, dγ, then dg_s = Σ_{i ≥ s} dγ_i in order.
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> v: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> gc: array<f32>;
+@group(0) @binding(4) var<storage, read> beta: array<f32>;
+@group(0) @binding(5) var<storage, read> dqv: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read> wyb: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read> dgl: array<f32>;
+@group(0) @binding(8) var<storage, read_write> dkv: array<vec4<f32>>;
+@group(0) @binding(9) var<storage, read_write> dval: array<vec4<f32>>;
+@group(0) @binding(10) var<storage, read_write> dg: array<f32>;
+@group(0) @binding(11) var<storage, read_write> dbeta: array<f32>;
+@group(0) @binding(12) var<uniform> p: Params;
+
+const W4: u32 = (3u * DK + DV) / 4u;
+
+var<workgroup> dgam: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    if (wg >= p.nb * p.hv * p.nck) {
+        return;
+    }
+    let ci = wg % p.nck;
+    let bj = wg / p.nck;
+    let j = bj % p.hv;
+    let b = bj / p.hv;
+    let kh = j / (p.hv / p.hk);
+    let t0 = ci * C;
+    let L = min(C, p.t - t0);
+    let i = lid;
+    var dga = 0.0;
+    if (i < L) {
+        let row = b * p.t + t0 + i;
+        let sr = bj * p.t + t0 + i;
+        let x = gc[sr];
+        let e = exp(x);
+        let bt = beta[row * p.hv + j];
+        let qb = (row * p.hk + kh) * D4;
+        let vb = (row * p.hv + j) * D4;
+        let wb = sr * W4;
+        var qdq = vec4<f32>(0.0);
+        var kdk = vec4<f32>(0.0);
+        var kdkh = vec4<f32>(0.0);
+        var kg = vec4<f32>(0.0);
+        var khh = vec4<f32>(0.0);
+        for (var d = 0u; d < D4; d++) {
+            let kv = k[qb + d];
+            let dk0 = dkv[vb + d];
+            let dkh = wyb[wb + d];
+            let gg = wyb[wb + D4 + V4 + d];
+            let hh = wyb[wb + 2u * D4 + V4 + d];
+            qdq += q[qb + d] * dqv[vb + d];
+            kdk += kv * dk0;
+            kdkh += kv * dkh;
+            kg += kv * gg;
+            khh += kv * hh;
+            dkv[vb + d] = dk0 + (bt * e) * dkh + bt * gg + hh;
+        }
+        var vdv = vec4<f32>(0.0);
+        let ob = (row * p.hv + j) * V4;
+        for (var c = 0u; c < V4; c++) {
+            let dvh = wyb[wb + D4 + c];
+            vdv += v[ob + c] * dvh;
+            dval[ob + c] = bt * dvh;
+        }
+        let s4 = vec4<f32>(1.0);
+        let sk = dot(kdkh, s4);
+        let sg = dot(kg, s4);
+        dbeta[row * p.hv + j] = dot(vdv, s4) + e * sk + sg;
+        dga = dot(qdq, s4) - dot(kdk, s4) + bt * e * sk + bt * sg - dot(khh, s4);
+        if (i == L - 1u) {
+            dga += dgl[bj * p.nck + ci];
+        }
+    }
+    dgam[lid] = dga;
+    workgroupBarrier();
+    if (i < L) {
+        var s = 0.0;
+        for (var m = i; m < L; m++) {
+            s += dgam[m];
+        }
+        dg[(b * p.t + t0 + i) * p.hv + j] = s;
+    }
+}
+{{- end}}
