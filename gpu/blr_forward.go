@@ -220,8 +220,8 @@ func checkBLRLayer(op string, l *BLRLayer) error {
 const blrNaiveWG = 64
 
 type blrGemmParams struct {
-	TransB, ScaleC, Accum bool
-	BM, BN, BK            int
+	TransB, ScaleC, Accum, Fast bool
+	BM, BN, BK, N, K            int
 }
 
 type blrGemmNaiveParams struct {
@@ -254,9 +254,13 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c *Buffer, m, 
 		}
 		return r.Dispatch(kn, g, uni, binds...)
 	}
-	bm, bn, bk := r.d.gemmTileFor(m, n)
+	bm, bn, bk := r.d.gemmTileFor(m, n, k)
+	pr := blrGemmParams{TransB: transB, ScaleC: sc != nil, Accum: accum, BM: bm, BN: bn, BK: bk}
+	if gemmFast(n, k, bn, bk, binds...) {
+		pr.Fast, pr.N, pr.K = true, n, k
+	}
 	kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward.wgsl",
-		Params:   blrGemmParams{TransB: transB, ScaleC: sc != nil, Accum: accum, BM: bm, BN: bn, BK: bk},
+		Params:   pr,
 		Bindings: access, Uniforms: 3})
 	if err != nil {
 		return err
