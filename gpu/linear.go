@@ -161,9 +161,12 @@ func checkGEMM(op string, a, b, c *Buffer, m, k, n int, bTypes ...DType) error {
 
 // Linear records y = x·Wᵀ: x F32 [rows, in], W F16 (or F32) [out, in] (the PyTorch
 // weight layout), y F32 [rows, out], all row-major; products and sums in f32 (one fused
-// multiply-add per term, in K order). Tiled GEMM: 64×64 or 128×128 output blocks per
-// workgroup, operands staged in workgroup memory. Errors: non-positive sizes, buffers whose
-// dtype or element count disagree with the sizes, or y aliasing an input.
+// multiply-add per term, in K order). Tiled GEMM (linear.wgsl): 128×128, 64×128, 128×64
+// or 64×64 output blocks per workgroup by grid size (gemmTileFor), operands staged in
+// workgroup memory; a fast path with vector loads and N and K compiled in where out and in
+// are multiples of the block (gemmFast), else bounds-checked loads. Errors: non-positive
+// sizes, buffers whose dtype or element count disagree with the sizes, or y aliasing an
+// input.
 func Linear(r *Recorder, x, w, y *Buffer, rows, in, out int) error {
 	if err := checkGEMM("Linear", x, w, y, rows, in, out, F16, F32); err != nil {
 		return err
