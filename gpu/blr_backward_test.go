@@ -113,16 +113,36 @@ func TestBLRBackward(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(41, 42))
 	const u = 1.0 / (1 << 24)
+	auto := []gemmTestVariant{{}}
+	// m = n = r = 128 takes the fast path of every GEMM (TransB and not) under every tile.
+	fast := []gemmTestVariant{{64, 64, 16, false}, {128, 128, 32, false}, {128, 64, 32, false},
+		{64, 128, 32, false}}
 	for _, c := range []struct {
 		rows, m, n, r, paths, live int
 		keepT1                     bool
+		variants                   []gemmTestVariant
 	}{
-		{37, 70, 56, 24, 1, 24, true},
-		{5, 130, 200, 72, 2, 66, false},
-		{67, 33, 88, 16, 2, 13, true},
-		{300, 20, 24, 8, 2, 5, false}, // 2 row chunks in the column reductions
+		{37, 70, 56, 24, 1, 24, true, auto},
+		{5, 130, 200, 72, 2, 66, false, auto},
+		{67, 33, 88, 16, 2, 13, true, auto},
+		{300, 20, 24, 8, 2, 5, false, auto}, // 2 row chunks in the column reductions
+		{37, 128, 128, 128, 2, 120, true, fast},
+		{21, 128, 128, 128, 1, 128, false, fast[:1]},
 	} {
-		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
+		for _, v := range c.variants {
+			t.Run(fmt.Sprintf("%+v/%s", c, v), func(t *testing.T) {
+				defer v.force()()
+				testBLRBackward(t, d, rng, c.rows, c.m, c.n, c.r, c.paths, c.live, c.keepT1)
+			})
+		}
+	}
+}
+
+func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r, paths, live int, keepT1 bool) {
+	const u = 1.0 / (1 << 24)
+	c := struct{ rows, m, n, r, paths, live int }{rows, m, n, r, paths, live}
+	{
+		{
 			w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
 			l := uploadBLR(t, d, w, c.live)
 			defer l.Release()
@@ -139,7 +159,7 @@ func TestBLRBackward(t *testing.T) {
 			dy := keep(must(d.UploadFloat32("dy", dyf, c.rows, c.m)).T(t))
 			dx := keep(must(d.NewBuffer("dx", gpu.F32, c.rows, c.n)).T(t))
 			var t1 []*gpu.Buffer
-			if c.keepT1 {
+			if keepT1 {
 				y := keep(must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t))
 				for range c.paths {
 					t1 = append(t1, keep(must(d.NewBuffer("t1", gpu.F32, c.rows, c.r)).T(t)))
@@ -209,7 +229,7 @@ func TestBLRBackward(t *testing.T) {
 					checkBound(t, fmt.Sprintf("path %d %s", p, f.name), got, want, bound(want, f.abs[:len(want)]))
 				}
 			}
-		})
+		}
 	}
 }
 

@@ -220,8 +220,8 @@ func checkBLRLayer(op string, l *BLRLayer) error {
 const blrNaiveWG = 64
 
 type blrGemmParams struct {
-	TransB, ScaleC, Accum bool
-	BM, BN, BK            int
+	TransB, ScaleC, Accum, Fast bool
+	BM, BN, BK, N, K            int
 }
 
 type blrGemmNaiveParams struct {
@@ -254,9 +254,13 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c *Buffer, m, 
 		}
 		return r.Dispatch(kn, g, uni, binds...)
 	}
-	bm, bn, bk := r.d.gemmTileFor(m, n)
+	bm, bn, bk := r.d.gemmTileFor(m, n, k)
+	pr := blrGemmParams{TransB: transB, ScaleC: sc != nil, Accum: accum, BM: bm, BN: bn, BK: bk}
+	if gemmFast(n, k, bn, bk, binds...) {
+		pr.Fast, pr.N, pr.K = true, n, k
+	}
 	kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward.wgsl",
-		Params:   blrGemmParams{TransB: transB, ScaleC: sc != nil, Accum: accum, BM: bm, BN: bn, BK: bk},
+		Params:   pr,
 		Bindings: access, Uniforms: 3})
 	if err != nil {
 		return err
@@ -297,8 +301,8 @@ func checkT1(op string, l *BLRLayer, t1 []*Buffer, rows int) error {
 // BLRForward records y = Σ_p h_p ⊙ (U_p·(ℓ_p ⊙ (V_p·(g_p ⊙ x)))) per row for the BLR layer l
 // (DESIGN.md §4; W ≈ Σ_p diag(h)·U·diag(ℓ)·V·diag(g), i.e. y = x·Ŵᵀ): x F32 [rows, l.N],
 // y F32 [rows, l.M] (overwritten), row-major, all arithmetic in f32. Per path it runs two
-// tiled sign-bit GEMMs (the Linear GEMM's tiles: 128×128 blocks for outputs of at least
-// 128×128, else 64×64; workgroup memory): t1_p = (x ⊙ g_p)·V_pᵀ [rows, r], then
+// tiled sign-bit GEMMs (blr_forward.wgsl: the Linear GEMM's tiles and fast-path rule,
+// gemmTileFor and gemmFast; workgroup memory): t1_p = (x ⊙ g_p)·V_pᵀ [rows, r], then
 // y (+)= ((t1_p ⊙ ℓ_p)·U_pᵀ) ⊙ h_p. t1, when not nil, holds one F32 [rows, r] buffer per
 // path that receives t1_p (BLRBackward reuses it); nil keeps t1 in scratch buffers.
 // Host reference: cmf.BLRWeight.Apply. Errors: an invalid layer (checkBLRLayer: sizes,

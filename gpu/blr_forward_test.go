@@ -99,18 +99,23 @@ func blrForwardBound(w *cmf.BLRWeight, x []float64, rows int) (y, bound []float6
 	return y, bound
 }
 
-// TestBLRForward compares BLRForward (with each GEMM tile forced: 64×64×16, 128×128×16,
-// 128×128×32) and its naive twin with cmf.BLRWeight.Apply (f64) on
-// sizes that are not multiples of the 64×64 tile nor of 32 bits per row (n/8 bytes per V
-// row not a multiple of 4), for 1 and 2 paths, with and without rank padding; t1 is kept
+// TestBLRForward compares BLRForward (under every GEMM variant of gemmTestVariants) and its
+// naive twin with cmf.BLRWeight.Apply (f64) on sizes that are not multiples of the 64×64
+// tile nor of 32 bits per row (n/8 bytes per V row not a multiple of 4) and on sizes that
+// take the fast path, for 1 and 2 paths, with and without rank padding; t1 is kept
 // and checked against (x⊙g)·Vᵀ. Tolerance: blrForwardBound (f32 rounding bound).
 func TestBLRForward(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(21, 22))
-	for _, c := range []struct{ rows, m, n, r, paths, live int }{
-		{37, 70, 56, 24, 1, 24},
-		{5, 130, 200, 72, 2, 66},
-		{65, 33, 88, 16, 2, 16},
+	for _, c := range []struct {
+		rows, m, n, r, paths, live int
+		fast                       bool // run under the fast-path variants, else the general ones
+	}{
+		{37, 70, 56, 24, 1, 24, false},
+		{5, 130, 200, 72, 2, 66, false},
+		{65, 33, 88, 16, 2, 16, false},
+		{37, 128, 64, 64, 2, 60, true},  // t1 fast with 64-wide tiles, y with all tiles
+		{5, 64, 128, 128, 1, 128, true}, // t1 fast with all tiles, y with 64-wide tiles
 	} {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
 			w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
@@ -120,10 +125,17 @@ func TestBLRForward(t *testing.T) {
 			x := must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t)
 			defer x.Release()
 			want, bound := blrForwardBound(w, xd, c.rows)
-			for _, tile := range [][3]int{{64, 64, 16}, {128, 128, 16}, {128, 128, 32}, {0, 0, 0}} {
-				naive := tile[0] == 0
-				restore := gpu.SetGEMMTile(tile[0], tile[1], tile[2])
-				defer restore()
+			for vi := 0; vi <= len(gemmTestVariants); vi++ {
+				naive := vi == len(gemmTestVariants)
+				name := "naive"
+				if !naive {
+					v := gemmTestVariants[vi]
+					if v.general == c.fast {
+						continue
+					}
+					name = v.String()
+					defer v.force()()
+				}
 				y := must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t)
 				var t1 []*gpu.Buffer
 				for range c.paths {
@@ -137,7 +149,7 @@ func TestBLRForward(t *testing.T) {
 					t.Fatal(err)
 				}
 				got := must(d.ReadFloat32(y)).T(t)
-				checkBound(t, fmt.Sprintf("tile %v (0: naive) y", tile), got, want, bound)
+				checkBound(t, name+" y", got, want, bound)
 				// t1 of the last path: (x⊙g)·Vᵀ with bound (n+2)·u·Σ|x g|.
 				p := c.paths - 1
 				q := w.Paths[p]
@@ -155,7 +167,7 @@ func TestBLRForward(t *testing.T) {
 						wt1[i*c.r+k], bt1[i*c.r+k] = s, float64(c.n+2)*a/(1<<24)
 					}
 				}
-				checkBound(t, fmt.Sprintf("tile %v (0: naive) t1", tile), gt1, wt1, bt1)
+				checkBound(t, name+" t1", gt1, wt1, bt1)
 				y.Release()
 				for _, b := range t1 {
 					b.Release()

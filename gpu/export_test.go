@@ -8,10 +8,12 @@ func SetEmbeddingSliceRows(n int) (restore func()) {
 	return func() { embeddingSliceRows = old }
 }
 
-// SetGEMMTile forces the tiled GEMM's block (bm, bn ∈ {64, 128}, bk ∈ {16, 32}; bm = 0
-// restores the automatic choice) and returns a function restoring the old value.
-func SetGEMMTile(bm, bn, bk int) (restore func()) {
-	old := gemmTile
-	gemmTile = gemmParams{BM: bm, BN: bn, BK: bk}
-	return func() { gemmTile = old }
+// SetGEMMVariant forces the tiled GEMM's variant (linear.wgsl and blr_forward.wgsl): the
+// block bm×bn×bk (bm, bn ∈ {64, 128}, bk ∈ {16, 32}; bm = 0 keeps the automatic tile),
+// general = the bounds-checked path even where the fast one applies. It returns a function
+// restoring the old choice.
+func SetGEMMVariant(bm, bn, bk int, general bool) (restore func()) {
+	old := gemmForce
+	gemmForce = gemmVariant{BM: bm, BN: bn, BK: bk, General: general}
+	return func() { gemmForce = old }
 }

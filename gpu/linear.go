@@ -11,30 +11,77 @@ const (
 )
 
 type gemmParams struct {
-	TransB, BF16 bool
-	BM, BN, BK   int
+	TransB, BF16, Fast bool
+	BM, BN, BK, N, K   int
 }
 
-// gemmTile, when BM > 0, forces the tile of the tiled GEMM (tests).
-var gemmTile gemmParams
+// gemmVariant is a forced choice of the tiled GEMM's variant (tests and benchmarks): the
+// tile when BM > 0, and the general path even where the fast one applies.
+type gemmVariant struct {
+	BM, BN, BK int
+	General    bool
+}
 
-// gemmTileFor picks the tile: 128×128 blocks (8×8 outputs per thread, the DESIGN §9
-// shape) for outputs of at least 128×128, else 64×64 (4×4 per thread) so that small GEMMs
-// still spread over many workgroups. BK is 32 on GPUs whose workgroup memory allows 32 KiB
-// (the H200 configuration of DESIGN §9, not yet measured with this kernel) and 16 on CPU
-// adapters, where it measured faster (lavapipe, 512×1024×1024: 64×64×16 3.0, 128×128×16
-// 4.7, 128×128×32 3.4 GFLOP/s).
-func (d *Device) gemmTileFor(m, n int) (bm, bn, bk int) {
-	if gemmTile.BM > 0 {
-		return gemmTile.BM, gemmTile.BN, gemmTile.BK
+// gemmForce, when set, overrides the automatic variant (tests, benchmarks).
+var gemmForce gemmVariant
+
+// gemmTileFor picks the tile of an m×n output of depth k. CPU adapters, outputs under
+// 128×128 and devices with less than 32 KiB of workgroup memory: 64×64 blocks (4×4 outputs
+// per thread), BK 16 (lavapipe, 512×1024×1024: 64×64×16 3.0, 128×128×16 4.7, 128×128×32
+// 3.4 GFLOP/s). GPUs: 128×128 blocks (8×8 per thread) when they make at least
+// gemmMinGroups workgroups, else 64×128 or 128×64 when they make at least gemmSmallGroups,
+// else 64×64 (DESIGN §9: on the H200 the 128×128 tile ran 4096×1024 outputs, 256
+// workgroups, at 34–36 TFLOP/s, but a 4096×384 output, 96 workgroups, 2–2.6× slower than
+// 64×128). A block whose width divides n is preferred, so that the fast path applies; BK is
+// 32, or 16 when that makes k a multiple of BK.
+func (d *Device) gemmTileFor(m, n, k int) (bm, bn, bk int) {
+	if gemmForce.BM > 0 {
+		return gemmForce.BM, gemmForce.BN, gemmForce.BK
 	}
-	if m < 128 || n < 128 {
+	if d.info.CPU || m < 128 || n < 128 || d.info.MaxWorkgroupStorage < 32<<10 {
 		return gemmBM, gemmBN, 16
 	}
-	if !d.info.CPU && d.info.MaxWorkgroupStorage >= 32<<10 {
-		return 128, 128, 32
+	bk = 32
+	if k%32 != 0 && k%16 == 0 {
+		bk = 16
 	}
-	return 128, 128, 16
+	groups := func(bm, bn int) int { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn) }
+	tiles := []struct{ bm, bn, min int }{{128, 128, gemmMinGroups}, {64, 128, gemmSmallGroups},
+		{128, 64, gemmSmallGroups}, {64, 64, 0}}
+	for _, divides := range []bool{true, false} {
+		for _, t := range tiles {
+			if groups(t.bm, t.bn) >= t.min && (!divides || n%t.bn == 0) {
+				return t.bm, t.bn, bk
+			}
+		}
+	}
+	return gemmBM, gemmBN, bk
+}
+
+const (
+	// gemmMinGroups: the least grid for the 128×128 tile. 256 workgroups (about two waves
+	// of one 256-thread workgroup per SM on the H200's 132 SMs) measured as fast as large
+	// grids; 96 and 192 measured slower than the smaller tiles.
+	gemmMinGroups = 240
+	// gemmSmallGroups: the least grid for the 64×128 and 128×64 tiles (one workgroup per
+	// SM of an H200).
+	gemmSmallGroups = 132
+)
+
+// gemmFast reports whether the fast path of linear.wgsl / blr_forward.wgsl applies to a
+// GEMM of n columns and depth k with block bn×bk: n % bn == 0 and k % bk == 0 (so every
+// tile is full along n and k, rows of A and B start on 16-byte boundaries, and vec4 loads
+// and stores stay inside their rows), and every binding starts on a 16-byte boundary.
+func gemmFast(n, k, bn, bk int, binds ...Binding) bool {
+	if gemmForce.General || n%bn != 0 || k%bk != 0 {
+		return false
+	}
+	for _, b := range binds {
+		if b.Offset%16 != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 type gemmNaiveParams struct {
@@ -61,9 +108,13 @@ func gemm(r *Recorder, op string, naive bool, a, b, c Binding, bf16 bool, m, k, 
 		}
 		return r.Dispatch(kn, g, []uint32{uint32(m), uint32(n), uint32(k)}, a, b, c)
 	}
-	bm, bn, bk := r.d.gemmTileFor(m, n)
+	bm, bn, bk := r.d.gemmTileFor(m, n, k)
+	pr := gemmParams{TransB: transB, BF16: bf16, BM: bm, BN: bn, BK: bk}
+	if gemmFast(n, k, bn, bk, a, b, c) {
+		pr.Fast, pr.N, pr.K = true, n, k
+	}
 	kn, err := r.d.Kernel(KernelSpec{Name: op, File: "linear.wgsl",
-		Params:   gemmParams{TransB: transB, BF16: bf16, BM: bm, BN: bn, BK: bk},
+		Params:   pr,
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3})
 	if err != nil {
 		return err
@@ -110,9 +161,12 @@ func checkGEMM(op string, a, b, c *Buffer, m, k, n int, bTypes ...DType) error {
 
 // Linear records y = x·Wᵀ: x F32 [rows, in], W F16 (or F32) [out, in] (the PyTorch
 // weight layout), y F32 [rows, out], all row-major; products and sums in f32 (one fused
-// multiply-add per term, in K order). Tiled GEMM: 64×64 or 128×128 output blocks per
-// workgroup, operands staged in workgroup memory. Errors: non-positive sizes, buffers whose
-// dtype or element count disagree with the sizes, or y aliasing an input.
+// multiply-add per term, in K order). Tiled GEMM (linear.wgsl): 128×128, 64×128, 128×64
+// or 64×64 output blocks per workgroup by grid size (gemmTileFor), operands staged in
+// workgroup memory; a fast path with vector loads and N and K compiled in where out and in
+// are multiples of the block (gemmFast), else bounds-checked loads. Errors: non-positive
+// sizes, buffers whose dtype or element count disagree with the sizes, or y aliasing an
+// input.
 func Linear(r *Recorder, x, w, y *Buffer, rows, in, out int) error {
 	if err := checkGEMM("Linear", x, w, y, rows, in, out, F16, F32); err != nil {
 		return err

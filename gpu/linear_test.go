@@ -62,23 +62,58 @@ func checkBound(t *testing.T, what string, got []float32, want, bound []float64)
 	return maxAbs, maxRel
 }
 
-// TestLinearFamily runs Linear, LinearT and the naive twin under every tile the tiled GEMM
-// can use (64×64×16 on CPU adapters and small outputs; 128×128 with BK 16 or 32 on GPUs).
+// gemmTestVariant is a tiled GEMM variant a test forces: tile bm×bn×bk (bm = 0: the
+// automatic one), general = the bounds-checked path even where the fast one applies.
+type gemmTestVariant struct {
+	bm, bn, bk int
+	general    bool
+}
+
+func (v gemmTestVariant) String() string {
+	path := "fast"
+	if v.general {
+		path = "general"
+	}
+	return fmt.Sprintf("tile%dx%dx%d-%s", v.bm, v.bn, v.bk, path)
+}
+
+// force applies the variant and returns the function restoring the automatic choice.
+func (v gemmTestVariant) force() func() { return gpu.SetGEMMVariant(v.bm, v.bn, v.bk, v.general) }
+
+// gemmTestVariants: every tile the automatic choice can make (and 128×128×16), each with
+// the general and the fast path.
+var gemmTestVariants = []gemmTestVariant{
+	{64, 64, 16, true}, {64, 64, 32, true}, {128, 128, 16, true},
+	{128, 128, 32, true}, {128, 64, 32, true}, {64, 128, 32, true},
+	{64, 64, 16, false}, {64, 64, 32, false}, {128, 128, 16, false},
+	{128, 128, 32, false}, {128, 64, 32, false}, {64, 128, 32, false},
+}
+
+// TestLinearFamily runs Linear, LinearT and the naive twin under every variant of
+// gemmTestVariants: the general-path variants on awkward sizes, the fast-path ones on
+// sizes whose N and K are multiples of the tile.
 func TestLinearFamily(t *testing.T) {
-	for _, tile := range [][3]int{{64, 64, 16}, {128, 128, 16}, {128, 128, 32}} {
-		t.Run(fmt.Sprintf("tile%dx%dx%d", tile[0], tile[1], tile[2]), func(t *testing.T) {
-			defer gpu.SetGEMMTile(tile[0], tile[1], tile[2])()
-			testLinearFamily(t)
+	for _, v := range gemmTestVariants {
+		t.Run(v.String(), func(t *testing.T) {
+			defer v.force()()
+			testLinearFamily(t, !v.general)
 		})
 	}
 }
 
-func testLinearFamily(t *testing.T) {
+func testLinearFamily(t *testing.T, fast bool) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(9, 10))
 	// Awkward sizes: not multiples of the 64×64×16 tile, odd K for f16 rows starting at
 	// odd half-words, a single row, and a K shorter than one tile step.
-	for _, sz := range [][3]int{{1, 7, 5}, {67, 45, 131}, {130, 129, 65}, {5, 300, 3}, {150, 37, 141}} {
+	sizes := [][3]int{{1, 7, 5}, {67, 45, 131}, {130, 129, 65}, {5, 300, 3}, {150, 37, 141}}
+	if fast {
+		// Fast-path sizes (rows not a multiple of the tile): in = out = 128 for every tile,
+		// and in = 64, out = 192 (Linear's N = 192 is general for BN = 128, LinearT's
+		// N = 64 for every BN = 128).
+		sizes = [][3]int{{67, 128, 128}, {131, 64, 192}, {3, 256, 128}}
+	}
+	for _, sz := range sizes {
 		rows, in, out := sz[0], sz[1], sz[2]
 		t.Run(fmt.Sprintf("%dx%dx%d", rows, in, out), func(t *testing.T) {
 			xf, xd := randF32(rng, rows*in, 1)
@@ -126,27 +161,40 @@ func testLinearFamily(t *testing.T) {
 	}
 }
 
+// TestMatMul checks the dense f32 GEMM (both B layouts) on an awkward size (general path)
+// and on a fast-path size under a 64×64 and a 128×128 tile, and under the forced general
+// path.
 func TestMatMul(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(11, 12))
-	m, k, n := 33, 70, 19
-	af, ad := randF32(rng, m*k, 1)
-	bf, bd := randF32(rng, k*n, 1)
-	a := must(d.UploadFloat32("A", af, m, k)).T(t)
-	defer a.Release()
-	for _, transB := range []bool{false, true} {
-		b := must(d.UploadFloat32("B", bf, k*n)).T(t)
-		c := must(d.NewBuffer("C", gpu.F32, m, n)).T(t)
-		if err := d.Run(func(r *gpu.Recorder) error { return gpu.MatMul(r, a, b, c, m, k, n, transB) }); err != nil {
-			t.Fatal(err)
+	for _, c := range []struct {
+		m, k, n, bm, bk int
+		general         bool
+	}{
+		{33, 70, 19, 0, 0, false}, {40, 64, 128, 64, 16, false}, {40, 64, 128, 128, 32, false},
+		{40, 64, 128, 128, 32, true},
+	} {
+		restore := gpu.SetGEMMVariant(c.bm, c.bm, c.bk, c.general)
+		m, k, n := c.m, c.k, c.n
+		af, ad := randF32(rng, m*k, 1)
+		bf, bd := randF32(rng, k*n, 1)
+		a := must(d.UploadFloat32("A", af, m, k)).T(t)
+		for _, transB := range []bool{false, true} {
+			b := must(d.UploadFloat32("B", bf, k*n)).T(t)
+			cb := must(d.NewBuffer("C", gpu.F32, m, n)).T(t)
+			if err := d.Run(func(r *gpu.Recorder) error { return gpu.MatMul(r, a, b, cb, m, k, n, transB) }); err != nil {
+				t.Fatal(err)
+			}
+			want, abs := refGEMM(ad, m, k, bd, n, transB)
+			for i := range abs {
+				abs[i] = float64(k+1)/(1<<24)*abs[i] + 1e-30
+			}
+			checkBound(t, fmt.Sprintf("MatMul %+v transB=%v", c, transB), must(d.ReadFloat32(cb)).T(t), want, abs)
+			b.Release()
+			cb.Release()
 		}
-		want, abs := refGEMM(ad, m, k, bd, n, transB)
-		for i := range abs {
-			abs[i] = float64(k+1)/(1<<24)*abs[i] + 1e-30
-		}
-		checkBound(t, fmt.Sprintf("MatMul(transB=%v)", transB), must(d.ReadFloat32(c)).T(t), want, abs)
-		b.Release()
-		c.Release()
+		a.Release()
+		restore()
 	}
 }
 
@@ -192,7 +240,7 @@ func BenchmarkLinear(b *testing.B) {
 		})
 		for _, tile := range [][3]int{{128, 128, 16}, {128, 128, 32}} {
 			b.Run(fmt.Sprintf("tile%dx%dx%d/%dx%dx%d", tile[0], tile[1], tile[2], rows, in, out), func(b *testing.B) {
-				defer gpu.SetGEMMTile(tile[0], tile[1], tile[2])()
+				defer gpu.SetGEMMVariant(tile[0], tile[1], tile[2], false)()
 				benchGEMM(b, rows, in, out, false)
 			})
 		}
