@@ -15,3 +15,12 @@ func SetGEMMTile(bm, bn, bk int) (restore func()) {
 	gemmTile = gemmParams{BM: bm, BN: bn, BK: bk}
 	return func() { gemmTile = old }
 }
+
+// SetFillRandomSliceWords forces FillRandomBits/FillRandomUniform to fill in slices of n
+// words (a multiple of the storage alignment in words; 0 restores the automatic choice) and
+// returns a function restoring the old value.
+func SetFillRandomSliceWords(n int) (restore func()) {
+	old := fillRandomSliceWords
+	fillRandomSliceWords = n
+	return func() { fillRandomSliceWords = old }
+}
