@@ -148,7 +148,7 @@ func phaseOf(r benchResult) (t, s benchPhase) {
 // renderRatios writes the nvg/peer ratios per geometry as plain text.
 func renderRatios(w io.Writer, rep *benchReport, peer *peerRun) error {
 	if peer.note != "" {
-		fmt.Fprintf(w, "peer not run (%s): nvg figures only\n", peer.note)
+		fmt.Fprintf(w, "%s: nvg figures only\n", notRun(peer.note))
 	}
 	fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s %7s   %9s %9s %7s\n", "geom",
 		"teacher nvg", "peer", "ratio", "student nvg", "peer", "ratio", "tpeak nvg", "peer", "ratio", "speak nvg", "peer", "ratio")
@@ -169,6 +169,14 @@ func renderRatios(w io.Writer, rep *benchReport, peer *peerRun) error {
 	}
 	fmt.Fprintln(w, "ratios are nvg/peer: above 1 nvg is faster (tokens/s) or uses more memory (peak GiB)")
 	return nil
+}
+
+// notRun phrases the reason the peer did not run as "peer not run: …".
+func notRun(note string) string {
+	if strings.HasPrefix(note, "peer not run") {
+		return note
+	}
+	return "peer not run: " + note
 }
 
 func firstLine(s string) string {
@@ -264,7 +272,7 @@ func renderMarkdown(w io.Writer, rep *benchReport, peer *peerRun, cpu *benchRepo
 	}
 	switch {
 	case peer.note != "":
-		fmt.Fprintf(w, "- Peer: **not run** (%s); nvg's figures only.\n", peer.note)
+		fmt.Fprintf(w, "- Peer: **not run** (%s); nvg's figures only.\n", strings.TrimPrefix(notRun(peer.note), "peer not run: "))
 	default:
 		fmt.Fprintf(w, "- Peer: torch_baseline.py, torch %s, PyTorch eager, bf16 autocast\n", torch)
 	}

@@ -166,7 +166,7 @@ func TestBenchReport(t *testing.T) {
 	if err := renderBenchReport(&txt, js, nopeer, "", "text"); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(txt.String(), "peer not run (peer not run: python3 lacks torch)") {
+	if !strings.Contains(txt.String(), "peer not run: python3 lacks torch: nvg figures only") {
 		t.Errorf("no-peer text:\n%s", txt.String())
 	}
 	md.Reset()
