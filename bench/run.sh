@@ -9,7 +9,10 @@
 #              machine has no Go toolchain, so build it beforehand: go build -o nvg ./cmd/nvg)
 #   PEER       torch_baseline.py (default ../shared/bench/torch_baseline.py, else shared/bench/…)
 #   PYTHON     the peer's interpreter (default python3)
-#   OUT        where the raw outputs go (default bench/out/<UTC date>)
+#   OUT        where the raw outputs go (default bench/out/<UTC date>). Runs of different
+#              geometries into the same OUT are merged into one report (e.g. on a machine with
+#              a 10-minute limit per command: OUT=bench/out/h200 bench/run.sh 0.8B,4B, then
+#              OUT=bench/out/h200 bench/run.sh 9B,27B)
 #   NVG_FLAGS  extra flags for nvg bench (e.g. "--teacher resident")
 #   CPU_JSON   the lavapipe figures for the CPU section (default docs/bench/lavapipe-tiny.json)
 #   DOC        the report to write (default docs/BENCHMARKS.md; "-" for none)
@@ -54,17 +57,18 @@ else
 fi
 echo "bench/run.sh: nvg = ${NVG[*]}, geometries $geoms, outputs in $OUT" >&2
 
+tag="${geoms//,/-}"
 if [ "$nvg_run" = 1 ]; then
 	# shellcheck disable=SC2086
-	"${NVG[@]}" bench --model "$geoms" --json "$OUT/nvg.json" ${NVG_FLAGS:-} 2> >(tee "$OUT/nvg.err" >&2) | tee "$OUT/nvg.txt"
+	"${NVG[@]}" bench --model "$geoms" --json "$OUT/nvg-$tag.json" ${NVG_FLAGS:-} 2> >(tee "$OUT/nvg-$tag.err" >&2) | tee "$OUT/nvg-$tag.txt"
 	echo "bench/run.sh: nvg bench exited with status ${PIPESTATUS[0]}" >&2
 fi
-if [ ! -s "$OUT/nvg.json" ]; then
-	echo "bench/run.sh: no $OUT/nvg.json: nvg bench produced no result" >&2
+if [ ! -s "$OUT/nvg-$tag.json" ]; then
+	echo "bench/run.sh: no $OUT/nvg-$tag.json: nvg bench produced no result" >&2
 	exit 1
 fi
 
-peer_out="$OUT/peer.txt"
+peer_out="$OUT/peer-$tag.txt"
 if [ "$run_peer" = 0 ]; then
 	echo "peer not run: bench/run.sh --no-peer" >"$peer_out"
 elif [ ! -f "$PEER" ]; then
@@ -73,19 +77,22 @@ elif ! "$PYTHON" -c 'import torch, transformers' >/dev/null 2>&1; then
 	echo "peer not run: $PYTHON cannot import torch and transformers" >"$peer_out"
 else
 	# shellcheck disable=SC2086
-	"$PYTHON" "$PEER" ${geoms//,/ } 2>"$OUT/peer.err" | tee "$peer_out"
+	"$PYTHON" "$PEER" ${geoms//,/ } 2>"$OUT/peer-$tag.err" | tee "$peer_out"
 	if ! grep -q '^RESULT \|^FAILED ' "$peer_out"; then
-		echo "peer not run: torch_baseline.py printed no RESULT line (see $OUT/peer.err: $(tail -n 1 "$OUT/peer.err"))" >"$peer_out"
+		echo "peer not run: torch_baseline.py printed no RESULT line (see $OUT/peer-$tag.err: $(tail -n 1 "$OUT/peer-$tag.err"))" >"$peer_out"
 	fi
 fi
 grep -q '^peer not run' "$peer_out" && cat "$peer_out" >&2
 
 cpu=()
 [ -f "$CPU_JSON" ] && cpu=(--cpu "$CPU_JSON")
+# Every run in OUT, in the order they were made (this one last, so it wins for a geometry).
+reports=$(ls -tr "$OUT"/nvg-*.json | paste -sd, -)
+peers=$(ls -tr "$OUT"/peer-*.txt | paste -sd, -)
 echo
 echo "nvg / peer (tokens/s: above 1 nvg is faster; peak GiB: above 1 nvg needs more):"
-"${NVG[@]}" bench --report "$OUT/nvg.json" --peer "$peer_out" --format text | tee "$OUT/ratios.txt"
-"${NVG[@]}" bench --report "$OUT/nvg.json" --peer "$peer_out" "${cpu[@]}" >"$OUT/BENCHMARKS.md" || exit 1
+"${NVG[@]}" bench --report "$reports" --peer "$peers" --format text | tee "$OUT/ratios.txt"
+"${NVG[@]}" bench --report "$reports" --peer "$peers" "${cpu[@]}" >"$OUT/BENCHMARKS.md" || exit 1
 if [ "$DOC" != "-" ]; then
 	cp "$OUT/BENCHMARKS.md" "$DOC" && echo "bench/run.sh: wrote $DOC" >&2
 fi

@@ -104,22 +104,84 @@ func num(v float64, format string) string {
 	return fmt.Sprintf(format, v)
 }
 
-// renderBenchReport writes docs/BENCHMARKS.md (format md) or the ratio table (text) from an
-// nvg bench JSON, the peer's output (optional) and a CPU-adapter nvg bench JSON (optional).
+// readBenchJSONs reads comma-separated nvg bench JSON files and merges them: the header of
+// the first, the results of all in order (a later result for the same geometry replaces an
+// earlier one), the commands joined with "; ".
+func readBenchJSONs(paths string) (*benchReport, error) {
+	var rep *benchReport
+	for _, p := range strings.Split(paths, ",") {
+		r, err := readBenchJSON(p)
+		if err != nil {
+			return nil, err
+		}
+		if rep == nil {
+			rep = r
+			continue
+		}
+		rep.Command += "; " + r.Command
+	next:
+		for _, x := range r.Results {
+			for i := range rep.Results {
+				if rep.Results[i].Geom == x.Geom {
+					rep.Results[i] = x
+					continue next
+				}
+			}
+			rep.Results = append(rep.Results, x)
+		}
+	}
+	return rep, nil
+}
+
+// readPeers reads comma-separated peer outputs and merges them (a peer that ran in one file
+// and not in another counts as run).
+func readPeers(paths string) (*peerRun, error) {
+	all := &peerRun{results: map[string]peerResult{}, failed: map[string]string{}}
+	var notes []string
+	for _, p := range strings.Split(paths, ",") {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		pr, err := parsePeer(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if pr.note != "" {
+			notes = append(notes, pr.note)
+		}
+		for _, g := range pr.order {
+			if _, ok := all.results[g]; !ok {
+				all.order = append(all.order, g)
+			}
+			all.results[g] = pr.results[g]
+			delete(all.failed, g)
+		}
+		for g, why := range pr.failed {
+			if _, ok := all.results[g]; !ok {
+				all.failed[g] = why
+			}
+		}
+	}
+	if len(all.results) == 0 && len(all.failed) == 0 {
+		all.note = strings.Join(notes, "; ")
+	}
+	return all, nil
+}
+
+// renderBenchReport writes docs/BENCHMARKS.md (format md) or the ratio table (text) from nvg
+// bench JSON files, the peer's outputs (optional) and a CPU-adapter nvg bench JSON
+// (optional); reportPath and peerPath may list several files, comma-separated (runs of
+// different geometries, merged).
 func renderBenchReport(w io.Writer, reportPath, peerPath, cpuPath, format string) error {
-	rep, err := readBenchJSON(reportPath)
+	rep, err := readBenchJSONs(reportPath)
 	if err != nil {
 		return err
 	}
 	peer := &peerRun{results: map[string]peerResult{}, failed: map[string]string{}, note: "no peer output given"}
 	if peerPath != "" {
-		f, err := os.Open(peerPath)
-		if err != nil {
-			return err
-		}
-		peer, err = parsePeer(f)
-		f.Close()
-		if err != nil {
+		if peer, err = readPeers(peerPath); err != nil {
 			return err
 		}
 	}

@@ -176,6 +176,18 @@ func TestBenchReport(t *testing.T) {
 	if !strings.Contains(md.String(), "**not run**") || !strings.Contains(md.String(), "| 0.8B | resident | 20000 | — | — |") {
 		t.Errorf("no-peer markdown:\n%s", md.String())
 	}
+	// Two runs of different geometries merge: the second file's 4B joins the first's rows.
+	js2 := filepath.Join(dir, "nvg2.json")
+	os.WriteFile(js2, []byte(strings.Replace(strings.Replace(benchFixture, `"geom": "0.8B"`, `"geom": "4B"`, 1), "nvg bench --model 0.8B,27B", "nvg bench --model 4B", 1)), 0o644)
+	md.Reset()
+	if err := renderBenchReport(&md, js+","+js2, peer+","+nopeer, "", "md"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| 0.8B | resident | 20000 | 30900 | 0.65 |", "| 4B | resident | 20000 | — | — |", "--model 0.8B,27B --json nvg.json; nvg bench --model 4B"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("merged markdown lacks %q", want)
+		}
+	}
 	bad := filepath.Join(dir, "bad.txt")
 	os.WriteFile(bad, []byte("RESULT {not json\n"), 0o644)
 	if err := renderBenchReport(&md, js, bad, "", "md"); err == nil {
