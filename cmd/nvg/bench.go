@@ -46,7 +46,7 @@ type benchPhase struct {
 	TokS        float64       `json:"tok_s"`    // tokens / MedianS
 	PeakBytes   uint64        `json:"peak_bytes"`
 	PeakGiB     float64       `json:"peak_GiB"`
-	WeightBytes uint64        `json:"weight_bytes"` // the net's resident weights (Net.WeightBytes)
+	WeightBytes uint64        `json:"weight_bytes"` // all the net's weights (Net.WeightBytes; streamed: most stay on the host)
 	PlanBytes   uint64        `json:"plan_bytes"`   // nvgkit.SyntheticMemory's estimate
 	BuildS      float64       `json:"build_s"`      // making the synthetic net
 	ProfileMS   float64       `json:"profile_ms"`   // GPU time of the profiled run
@@ -399,7 +399,11 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 		}
 		ph.PeakBytes = dev.MemStats().PeakBytes
 		ph.PeakGiB = float64(ph.PeakBytes) / (1 << 30)
-		printPhase(out, "teacher pass", res.Tokens, ph, o)
+		what := "teacher pass"
+		if streamed {
+			what += " (streamed: ≤ 2 layers on the GPU)"
+		}
+		printPhase(out, what, res.Tokens, ph, o)
 		return top, nil
 	}()
 	if err != nil {
