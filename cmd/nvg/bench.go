@@ -124,7 +124,7 @@ func runBench(args []string) error {
 	memGiB := fs.Float64("memory-gib", 0, "GPU memory in GiB for the dry check before each geometry (0: not checked)")
 	report := fs.String("report", "", "render a report from this nvg bench JSON instead of measuring")
 	peer := fs.String("peer", "", "with --report: the PyTorch peer's output (its RESULT lines)")
-	cpu := fs.String("cpu", "", "with --report: an nvg bench JSON measured on a CPU adapter (lavapipe) for the CPU section")
+	cpu := fs.String("cpu", "", "render the CPU section from an nvg bench JSON measured on a CPU adapter (lavapipe); alone, a report with the GPU figures pending")
 	format := fs.String("format", "md", "with --report: md (docs/BENCHMARKS.md) or text (the ratio table)")
 	if err := parseFlags(c, fs, args); err != nil {
 		return err
@@ -134,7 +134,7 @@ func runBench(args []string) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if *report != "" {
+	if *report != "" || *cpu != "" {
 		for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "json"} {
 			if set[n] {
 				return usagef("--%s measures; it cannot be combined with --report", n)
@@ -142,6 +142,9 @@ func runBench(args []string) error {
 		}
 		if *format != "md" && *format != "text" {
 			return usagef("--format must be md or text, got %q", *format)
+		}
+		if *report == "" && (*format != "md" || *peer != "") {
+			return usagef("--format text and --peer need --report")
 		}
 		return renderBenchReport(os.Stdout, *report, *peer, *cpu, *format)
 	}

@@ -175,9 +175,14 @@ func readPeers(paths string) (*peerRun, error) {
 // (optional); reportPath and peerPath may list several files, comma-separated (runs of
 // different geometries, merged).
 func renderBenchReport(w io.Writer, reportPath, peerPath, cpuPath, format string) error {
-	rep, err := readBenchJSONs(reportPath)
-	if err != nil {
-		return err
+	var rep *benchReport
+	var err error
+	if reportPath != "" {
+		if rep, err = readBenchJSONs(reportPath); err != nil {
+			return err
+		}
+	} else if format != "md" {
+		return fmt.Errorf("the %s format needs an nvg bench JSON", format)
 	}
 	peer := &peerRun{results: map[string]peerResult{}, failed: map[string]string{}, note: "no peer output given"}
 	if peerPath != "" {
@@ -248,8 +253,27 @@ func firstLine(s string) string {
 	return s
 }
 
-// kernelTable writes the top n rows of a profile as a markdown table.
+// kernelTable writes the top n rows of a profile as a markdown table; without ceilings
+// (peakTF = 0: a CPU adapter) it gives GFLOP/s and GB/s only.
 func kernelTable(w io.Writer, rows []benchKernel, n int, peakTF, peakGB float64) {
+	if peakTF == 0 {
+		fmt.Fprintln(w, "| kernel | calls | total ms | share | GFLOP/s | GB/s |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+		for i, k := range rows {
+			if i == n {
+				var rest float64
+				for _, x := range rows[n:] {
+					rest += x.Share
+				}
+				fmt.Fprintf(w, "| … %d more | | | %.1f %% | | |\n", len(rows)-n, rest)
+				break
+			}
+			fmt.Fprintf(w, "| `%s` | %d | %.2f | %.1f %% | %s | %s |\n", k.Name, k.Calls, k.TotalMS, k.Share,
+				num(1000*k.TFLOPs, "%.2f"), num(k.GBps, "%.2f"))
+		}
+		fmt.Fprintln(w)
+		return
+	}
 	fmt.Fprintln(w, "| kernel | calls | total ms | share | TFLOP/s | % of peak | GB/s | % of peak |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 	for i, k := range rows {
@@ -325,6 +349,16 @@ func renderMarkdown(w io.Writer, rep *benchReport, peer *peerRun, cpu *benchRepo
 	fmt.Fprintln(w, "student step: forward, KL(teacher top-k ‖ student) over the full vocabulary, backward, gradient")
 	fmt.Fprintln(w, "clipping, Adam; medians of the timed runs after warm-up, wall clock with a GPU sync.")
 	fmt.Fprintln(w)
+	if rep == nil {
+		fmt.Fprintln(w, "## GPU figures: pending")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Not measured yet. On the GPU machine, from the project root, with a prebuilt binary")
+		fmt.Fprintln(w, "(`go build -o nvg ./cmd/nvg` where Go is): `NVG_BIN=./nvg bench/run.sh` (all four geometries), or")
+		fmt.Fprintln(w, "split under a per-command time limit: `OUT=bench/out/h200 NVG_BIN=./nvg bench/run.sh 0.8B,4B`, then")
+		fmt.Fprintln(w, "`OUT=bench/out/h200 NVG_BIN=./nvg bench/run.sh 9B,27B`. The script rewrites this file.")
+		fmt.Fprintln(w)
+		return renderCPU(w, cpu)
+	}
 	fmt.Fprintf(w, "- Date: %s\n- GPU: %s (%s), driver: %s\n- nvg: `%s` (%s)\n", rep.Date, rep.Device, rep.Backend, rep.Driver, rep.Command, rep.GoVersion)
 	torch := ""
 	for _, g := range peer.order {
@@ -379,19 +413,25 @@ func renderMarkdown(w io.Writer, rep *benchReport, peer *peerRun, cpu *benchRepo
 		fmt.Fprintf(w, "### %s teacher pass, %s (%.1f ms of GPU time)\n\n", r.Geom, r.TeacherMode, r.Teacher.ProfileMS)
 		kernelTable(w, r.Teacher.Profile, 10, rep.PeakTFLOPs, rep.PeakGBps)
 	}
+	return renderCPU(w, cpu)
+}
+
+// renderCPU writes the CPU-adapter section.
+func renderCPU(w io.Writer, cpu *benchReport) error {
 	fmt.Fprintln(w, "## CPU adapter (Mesa lavapipe), tiny geometry")
 	fmt.Fprintln(w)
 	if cpu == nil {
 		fmt.Fprintln(w, "Not included in this run.")
 		return nil
 	}
-	fmt.Fprintf(w, "For tests and CI, not speed: %s (%s), %s, `%s`.\n\n", cpu.Device, cpu.Driver, cpu.Date, cpu.Command)
+	fmt.Fprintf(w, "For tests and CI, not speed (times depend on the host's cores and load): %s (%s), %s, `%s`.\n\n",
+		cpu.Device, cpu.Driver, cpu.Date, cpu.Command)
 	resultsTable(w, cpu, nil)
 	modelTable(w, cpu)
 	for _, r := range cpu.Results {
 		if r.Student != nil && len(r.Student.Profile) > 0 {
 			fmt.Fprintf(w, "### %s student step on the CPU (%.1f ms)\n\n", r.Geom, r.Student.ProfileMS)
-			kernelTable(w, r.Student.Profile, 10, cpu.PeakTFLOPs, cpu.PeakGBps)
+			kernelTable(w, r.Student.Profile, 10, 0, 0)
 		}
 	}
 	return nil

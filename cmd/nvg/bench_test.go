@@ -93,6 +93,7 @@ func TestBenchFlags(t *testing.T) {
 		{"bench", "--report", filepath.Join(dir, "x.json"), "--model", "tiny"},
 		{"bench", "--report", filepath.Join(dir, "x.json"), "--format", "html"},
 		{"bench", "--peer", filepath.Join(dir, "p.txt")},
+		{"bench", "--cpu", filepath.Join(dir, "c.json"), "--format", "text"},
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("nvg %v: exit %d, want 2", args, code)
@@ -187,6 +188,14 @@ func TestBenchReport(t *testing.T) {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("merged markdown lacks %q", want)
 		}
+	}
+	// The CPU section alone: the GPU figures pending, rates in GFLOP/s without ceilings.
+	md.Reset()
+	if err := renderBenchReport(&md, "", "", js, "md"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "GPU figures: pending") || !strings.Contains(md.String(), "| `BLRForward.y` | 184 | 350.00 | 50.0 % | 6700.00 | 480.00 |") {
+		t.Errorf("pending report:\n%s", md.String())
 	}
 	bad := filepath.Join(dir, "bad.txt")
 	os.WriteFile(bad, []byte("RESULT {not json\n"), 0o644)
