@@ -46,10 +46,11 @@ type benchPhase struct {
 	TokS        float64       `json:"tok_s"`    // tokens / MedianS
 	PeakBytes   uint64        `json:"peak_bytes"`
 	PeakGiB     float64       `json:"peak_GiB"`
-	WeightBytes uint64        `json:"weight_bytes"` // all the net's weights (Net.WeightBytes; streamed: most stay on the host)
-	PlanBytes   uint64        `json:"plan_bytes"`   // nvgkit.SyntheticMemory's estimate
-	BuildS      float64       `json:"build_s"`      // making the synthetic net
-	ProfileMS   float64       `json:"profile_ms"`   // GPU time of the profiled run
+	WeightBytes uint64        `json:"weight_bytes"`        // all the net's weights (Net.WeightBytes; streamed: most stay on the host)
+	PlanBytes   uint64        `json:"plan_bytes"`          // nvgkit.SyntheticMemory's estimate
+	BuildS      float64       `json:"build_s"`             // making the synthetic net
+	ProfileMS   float64       `json:"profile_ms"`          // GPU time of the profiled run
+	Truncated   bool          `json:"truncated,omitempty"` // runs or the profile dropped to meet --deadline
 	Profile     []benchKernel `json:"profile,omitempty"`
 }
 
@@ -101,6 +102,7 @@ type benchOpts struct {
 	seed             uint64
 	clip             float64
 	memoryGiB        float64
+	deadline         time.Time // zero: none (--deadline)
 	stdout, progress io.Writer
 }
 
@@ -122,6 +124,7 @@ func runBench(args []string) error {
 	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and token ids")
 	clip := fs.Float64("clip", 1, "gradient-norm clipping threshold of the student step")
 	memGiB := fs.Float64("memory-gib", 0, "GPU memory in GiB for the dry check before each geometry (0: not checked)")
+	deadline := fs.Duration("deadline", 0, "finish within this wall time (e.g. 9m): beyond one warm-up and one timed run per phase, runs and profiles that would not fit are dropped (marked truncated), and geometries not started in time are skipped (0: no limit)")
 	report := fs.String("report", "", "render a report from this nvg bench JSON instead of measuring")
 	peer := fs.String("peer", "", "with --report: the PyTorch peer's output (its RESULT lines)")
 	cpu := fs.String("cpu", "", "render the CPU section from an nvg bench JSON measured on a CPU adapter (lavapipe); alone, a report with the GPU figures pending")
@@ -135,7 +138,7 @@ func runBench(args []string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *report != "" || *cpu != "" {
-		for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "json"} {
+		for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "json", "deadline"} {
 			if set[n] {
 				return usagef("--%s measures; it cannot be combined with --report", n)
 			}
@@ -159,6 +162,12 @@ func runBench(args []string) error {
 	}
 	if err := o.validate(); err != nil {
 		return err
+	}
+	if *deadline < 0 {
+		return usagef("--deadline must be ≥ 0, got %v", *deadline)
+	}
+	if *deadline > 0 {
+		o.deadline = time.Now().Add(*deadline)
 	}
 	dev, err := openDevice()
 	if err != nil {
@@ -184,7 +193,12 @@ func runBench(args []string) error {
 		PeakTFLOPs: o.peakTF, PeakGBps: o.peakGB}
 	failed := 0
 	for _, name := range o.models {
-		res := benchGeometry(dev, name, o)
+		var res benchResult
+		if !o.fits(0) {
+			res = benchResult{Geom: name, NB: o.nb, T: o.t, K: o.k, Tokens: o.nb * o.t, Error: "skipped: the --deadline passed"}
+		} else {
+			res = benchGeometry(dev, name, o)
+		}
 		if res.Error != "" {
 			failed++
 			fmt.Fprintf(o.stdout, "%s: FAILED: %s\n\n", name, res.Error)
@@ -240,6 +254,13 @@ func (o *benchOpts) validate() error {
 	}
 	return nil
 }
+
+// fits reports whether d more seconds of work end before the deadline (always without one).
+func (o benchOpts) fits(d time.Duration) bool {
+	return o.deadline.IsZero() || time.Until(o.deadline) > d
+}
+
+func dur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 func writeBenchJSON(path string, rep *benchReport) error {
 	b, err := json.MarshalIndent(rep, "", "  ")
@@ -370,7 +391,17 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 			warm = o.warmup
 		}
 		var top *nvgkit.TopK
+		last := 0.0
 		for i := 0; i < warm+o.reps; i++ {
+			// Beyond the first warm-up and the first timed pass, keep time for the student's
+			// (≈ 4 passes per step, 3 steps at least).
+			if i > 0 && i != warm && !o.fits(dur(13*last)) {
+				ph.Truncated = true
+				if i > warm {
+					break
+				}
+				i = warm // skip the remaining warm-ups
+			}
 			t0 := time.Now()
 			tk, err := nvgkit.TeacherTopK(net, work, ids, o.k)
 			if err != nil {
@@ -379,8 +410,9 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 			if err := dev.Sync(); err != nil {
 				return nil, err
 			}
+			last = time.Since(t0).Seconds()
 			if i >= warm {
-				ph.Seconds = append(ph.Seconds, time.Since(t0).Seconds())
+				ph.Seconds = append(ph.Seconds, last)
 			}
 			if top == nil {
 				top = tk
@@ -388,7 +420,9 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 		}
 		ph.MedianS = median(ph.Seconds)
 		ph.TokS = float64(res.Tokens) / ph.MedianS
-		if profile {
+		if profile && !o.fits(dur(14*last)) {
+			ph.Truncated = true
+		} else if profile {
 			if err := dev.SetProfiling(true); err != nil {
 				return nil, err
 			}
@@ -460,21 +494,35 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 	if o.warmup >= 0 {
 		warm = o.warmup
 	}
+	last := 0.0
 	for i := 0; i < warm; i++ {
+		if i > 0 && !o.fits(dur(2.2*last)) { // this warm-up and one timed step
+			ph.Truncated = true
+			break
+		}
+		t0 := time.Now()
 		if err := step(); err != nil {
 			return fmt.Errorf("student step (warm-up): %w", err)
 		}
+		last = time.Since(t0).Seconds()
 	}
 	for i := 0; i < o.steps; i++ {
+		if i > 0 && !o.fits(dur(1.2*last)) {
+			ph.Truncated = true
+			break
+		}
 		t0 := time.Now()
 		if err := step(); err != nil {
 			return fmt.Errorf("student step: %w", err)
 		}
-		ph.Seconds = append(ph.Seconds, time.Since(t0).Seconds())
+		last = time.Since(t0).Seconds()
+		ph.Seconds = append(ph.Seconds, last)
 	}
 	ph.MedianS = median(ph.Seconds)
 	ph.TokS = float64(res.Tokens) / ph.MedianS
-	if profile {
+	if profile && !o.fits(dur(1.5*last)) {
+		ph.Truncated = true
+	} else if profile {
 		if err := dev.SetProfiling(true); err != nil {
 			return err
 		}
@@ -501,6 +549,9 @@ func printPhase(w io.Writer, what string, tokens int, ph *benchPhase, o benchOpt
 	fmt.Fprintf(w, "   %s: %.0f tokens/s (median %.4f s of %d: %s), peak GPU %.2f GiB (weights %.2f GiB, plan %.2f GiB), built in %.1f s\n",
 		what, ph.TokS, ph.MedianS, len(ph.Seconds), fmtSeconds(ph.Seconds), ph.PeakGiB,
 		float64(ph.WeightBytes)/(1<<30), float64(ph.PlanBytes)/(1<<30), ph.BuildS)
+	if ph.Truncated {
+		fmt.Fprintf(w, "   (truncated to meet --deadline: fewer runs than asked%s)\n", map[bool]string{true: ", no profile", false: ""}[len(ph.Profile) == 0 && o.profile])
+	}
 	if len(ph.Profile) == 0 {
 		return
 	}

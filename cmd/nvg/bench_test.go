@@ -203,3 +203,27 @@ func TestBenchReport(t *testing.T) {
 		t.Error("bad RESULT line: no error")
 	}
 }
+
+// TestBenchDeadline: a deadline that has passed before the first geometry skips it (its
+// row says so in the JSON) and the command fails, as every geometry did.
+func TestBenchDeadline(t *testing.T) {
+	gputest.Open(t)
+	path := filepath.Join(t.TempDir(), "bench.json")
+	if code := run([]string{"bench", "--model", "tiny", "--deadline", "1ns", "--json", path}); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 1 || !strings.Contains(rep.Results[0].Error, "deadline") {
+		t.Errorf("results %+v", rep.Results)
+	}
+	if code := run([]string{"bench", "--deadline", "-1s"}); code != 2 {
+		t.Errorf("negative deadline: exit %d, want 2", code)
+	}
+}
