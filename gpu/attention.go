@@ -88,6 +88,20 @@ func Attention(r *Recorder, q, k, v, out, lse *Buffer, nb, t, nh, nkv, headDim i
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
 	scale := float32(1 / math.Sqrt(float64(headDim)))
-	return r.Dispatch(kern, grid, []uint32{uint32(nb), uint32(t), uint32(nh), uint32(nkv), math.Float32bits(scale)},
-		Whole(q), Whole(k), Whole(v), Whole(out), Whole(lse))
+	if err := r.Dispatch(kern, grid, []uint32{uint32(nb), uint32(t), uint32(nh), uint32(nkv), math.Float32bits(scale)},
+		Whole(q), Whole(k), Whole(v), Whole(out), Whole(lse)); err != nil {
+		return err
+	}
+	r.Cost(attentionCost(nb, t, nh, nkv, headDim, 4))
+	return nil
+}
+
+// attentionCost is the arithmetic of one causal pass over nb windows of t tokens and nh
+// heads — t(t+1)/2 query-key pairs per window and head, perPair·headDim flops each (4 for
+// the forward: q·k and p·v) — and the least traffic: q, out [rows, nh, headDim] and k, v
+// [rows, nkv, headDim] in f32, once each.
+func attentionCost(nb, t, nh, nkv, headDim int, perPair float64) (flops, bytes float64) {
+	pairs := float64(nb) * float64(nh) * float64(t) * float64(t+1) / 2
+	rows := float64(nb * t)
+	return perPair * float64(headDim) * pairs, 4 * rows * float64(headDim) * float64(2*nh+2*nkv)
 }

@@ -163,13 +163,20 @@ func AttentionBackward(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer,
 	if err := r.Dispatch(kq, gq, uni, Whole(q), Whole(k), Whole(v), Whole(out), Whole(dout), Whole(lse), Whole(dq), Whole(delta)); err != nil {
 		return fail(err)
 	}
+	// dq pass: s = q·k, dp = dout·v, dq += ds·k per pair; q, out, dout, dq and k, v once.
+	fl, by := attentionCost(nb, t, nh, nkv, headDim, 6)
+	r.Cost(fl, by+8*float64(nq))
 	if err := r.Dispatch(kkv, gkv, uni, Whole(q), Whole(k), Whole(v), Whole(dout), Whole(lse), Whole(delta), Whole(dkh), Whole(dvh)); err != nil {
 		return fail(err)
 	}
+	// dk/dv pass: s, dp, dv += p·dout, dk += ds·q per pair; q, dout, k, v and dk, dv per head once.
+	fl, _ = attentionCost(nb, t, nh, nkv, headDim, 8)
+	r.Cost(fl, 4*float64(2*nq+2*nk)+8*float64(rows*nh*headDim))
 	if group > 1 {
 		if err := r.Dispatch(ksum, gsum, []uint32{uint32(nk), uint32(group)}, Whole(dkh), Whole(dvh), Whole(dk), Whole(dv)); err != nil {
 			return fail(err)
 		}
+		r.Cost(0, 8*float64(nq+nk))
 	}
 	return nil
 }

@@ -83,6 +83,8 @@ func Embedding(r *Recorder, table *Buffer, ids []int, out *Buffer) error {
 			r.ops = r.ops[:mark]
 			return err
 		}
+		// The gathered rows (table read, out written) in this slice's share of the vocabulary.
+		r.Cost(0, float64(len(ids))*float64(hidden)*(4+float64(esz))*float64(count)/float64(vocab))
 	}
 	return nil
 }

@@ -17,3 +17,12 @@ func SetGEMMVariant(bm, bn, bk int, general bool) (restore func()) {
 	gemmForce = gemmVariant{BM: bm, BN: bn, BK: bk, General: general}
 	return func() { gemmForce = old }
 }
+
+// SetFillRandomSliceWords forces FillRandomBits/FillRandomUniform to fill in slices of n
+// words (a multiple of the storage alignment in words; 0 restores the automatic choice) and
+// returns a function restoring the old value.
+func SetFillRandomSliceWords(n int) (restore func()) {
+	old := fillRandomSliceWords
+	fillRandomSliceWords = n
+	return func() { fillRandomSliceWords = old }
+}

@@ -182,6 +182,7 @@ func KLLossBackward(r *Recorder, h, e *Buffer, rows, hidden, vocab int, ids, pT 
 			sb, Whole(ids), Whole(state), Whole(tl)); err != nil {
 			return fail(err)
 		}
+		r.Cost(0, 4*float64(rows)*float64(cols)) // the slice's logits, read once
 	}
 	uni := []uint32{uint32(rows), 0, 0, uint32(k), 0, sbits}
 	if err := r.Dispatch(finish, thrGrid, uni, Whole(state), Whole(tl), Whole(pT), Whole(kl), Whole(rowstat)); err != nil {
@@ -201,6 +202,7 @@ func KLLossBackward(r *Recorder, h, e *Buffer, rows, hidden, vocab int, ids, pT 
 			sb, Whole(ids), Whole(pT), Whole(rowstat)); err != nil {
 			return fail(err)
 		}
+		r.Cost(0, 8*float64(rows)*float64(cols)) // logits read, dlogits written in place
 		if err := gemm(r, op+".dh", false, sb, eb, Whole(dtmp), bf16, rows, cols, hidden, false); err != nil {
 			return fail(err)
 		}

@@ -130,6 +130,7 @@ func LogitsTopK(r *Recorder, h, e *Buffer, rows, hidden, vocab, k, sliceRows int
 			r.ops = r.ops[:mark]
 			return err
 		}
+		r.Cost(0, 4*float64(rows)*float64(cols)) // the slice's logits, read once
 	}
 	return nil
 }

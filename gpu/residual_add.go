@@ -38,5 +38,9 @@ func ResidualAdd(r *Recorder, x, y *Buffer) error {
 	if err != nil {
 		return fmt.Errorf("gpu: ResidualAdd: %w", err)
 	}
-	return r.Dispatch(k, g, []uint32{uint32(x.numel)}, Whole(x), Whole(y))
+	if err := r.Dispatch(k, g, []uint32{uint32(x.numel)}, Whole(x), Whole(y)); err != nil {
+		return err
+	}
+	r.Cost(0, 12*float64(x.numel)) // x read and written, y read
+	return nil
 }

@@ -50,5 +50,9 @@ func RMSNorm(r *Recorder, x, w, y *Buffer, rows, n int, eps float64, zeroCentred
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
-	return r.Dispatch(k, g, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(eps))}, Whole(x), Whole(w), Whole(y))
+	if err := r.Dispatch(k, g, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(eps))}, Whole(x), Whole(w), Whole(y)); err != nil {
+		return err
+	}
+	r.Cost(0, 8*float64(rows)*float64(n)+4*float64(n)) // x read, y written, w
+	return nil
 }

@@ -62,6 +62,7 @@ func RMSNormBackward(r *Recorder, x, w, dy, dx, dw *Buffer, rows, n int, eps flo
 		Whole(x), Whole(w), Whole(dy), Whole(dx), Whole(inv)); err != nil {
 		return err
 	}
+	r.Cost(0, 12*float64(rows)*float64(n)+4*float64(rows)) // x, dy read, dx written, inv
 	if err := gradColDot(r, op+".dw", dy, x, inv, nil, nil, dw, nil, rows, n, false); err != nil {
 		r.ops = r.ops[:mark]
 		return err

@@ -36,5 +36,9 @@ func SwiGLU(r *Recorder, gate, up, y *Buffer) error {
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
-	return r.Dispatch(k, g, []uint32{uint32(n)}, Whole(gate), Whole(up), Whole(y))
+	if err := r.Dispatch(k, g, []uint32{uint32(n)}, Whole(gate), Whole(up), Whole(y)); err != nil {
+		return err
+	}
+	r.Cost(0, 12*float64(n)) // gate, up read, y written
+	return nil
 }

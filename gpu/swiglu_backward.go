@@ -35,5 +35,9 @@ func SwiGLUBackward(r *Recorder, gate, up, dy, dgate, dup *Buffer) error {
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
-	return r.Dispatch(k, g, []uint32{uint32(n)}, Whole(gate), Whole(up), Whole(dy), Whole(dgate), Whole(dup))
+	if err := r.Dispatch(k, g, []uint32{uint32(n)}, Whole(gate), Whole(up), Whole(dy), Whole(dgate), Whole(dup)); err != nil {
+		return err
+	}
+	r.Cost(0, 20*float64(n)) // gate, up, dy read, dgate, dup written
+	return nil
 }

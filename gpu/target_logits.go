@@ -86,6 +86,10 @@ func TargetLogits(r *Recorder, h, e *Buffer, ids []int, out *Buffer) error {
 		count := min(slice, vocab-v0)
 		eb := Binding{Buf: e, Offset: uint64(v0) * uint64(hidden) * esz, Size: (uint64(count)*uint64(hidden)*esz + 3) &^ 3}
 		err := r.Dispatch(k, g, []uint32{uint32(rows), uint32(hidden), uint32(v0), uint32(count)}, Whole(h), eb, Whole(idb), Whole(out))
+		if err == nil { // one dot of hidden per row, in this slice's share of the vocabulary
+			share := float64(count) / float64(vocab)
+			r.Cost(2*float64(rows)*float64(hidden)*share, float64(rows)*float64(hidden)*(4+float64(esz))*share)
+		}
 		if err != nil {
 			r.ops = r.ops[:mark]
 			return err

@@ -46,6 +46,8 @@ type LoadOption func(*loadConfig)
 
 type loadConfig struct {
 	streamed bool
+	seed     uint32                // NewSyntheticNet (SyntheticSeed)
+	progress func(done, total int) // NewSyntheticNet (SyntheticProgress)
 }
 
 // StreamLayers makes LoadNet keep the decoder layers' weights in host memory (as the f16/f32

@@ -1,0 +1,438 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// peerResult is one `RESULT {json}` line of ../shared/bench/torch_baseline.py.
+type peerResult struct {
+	Geom           string  `json:"geom"`
+	Tokens         int     `json:"tokens"`
+	TeacherTokS    float64 `json:"teacher_tok_s"`
+	StudentTokS    float64 `json:"student_tok_s"`
+	TeacherPeakGiB float64 `json:"teacher_peak_GiB"`
+	StudentPeakGiB float64 `json:"student_peak_GiB"`
+	Torch          string  `json:"torch"`
+}
+
+// peerRun is the peer's output: its results by geometry, its FAILED lines, and why it was
+// not run (the file's text when it has neither).
+type peerRun struct {
+	results map[string]peerResult
+	failed  map[string]string
+	order   []string
+	note    string
+}
+
+// parsePeer reads the peer's stdout: `RESULT {json}` and `FAILED name reason…` lines; any
+// other line is ignored. A file with neither is a peer that did not run: its first line is
+// kept as the reason. Errors: an unreadable file or a RESULT line that is not valid JSON.
+func parsePeer(r io.Reader) (*peerRun, error) {
+	p := &peerRun{results: map[string]peerResult{}, failed: map[string]string{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	first := ""
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if first == "" && line != "" {
+			first = line
+		}
+		switch {
+		case strings.HasPrefix(line, "RESULT "):
+			var res peerResult
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "RESULT ")), &res); err != nil {
+				return nil, fmt.Errorf("peer RESULT line %q: %w", line, err)
+			}
+			if res.Geom == "" {
+				return nil, fmt.Errorf("peer RESULT line without geom: %q", line)
+			}
+			if _, ok := p.results[res.Geom]; !ok {
+				p.order = append(p.order, res.Geom)
+			}
+			p.results[res.Geom] = res
+		case strings.HasPrefix(line, "FAILED "):
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				p.failed[f[1]] = strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(line, "FAILED"), " "+f[1]))
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(p.results) == 0 && len(p.failed) == 0 {
+		p.note = first
+		if p.note == "" {
+			p.note = "no output"
+		}
+	}
+	return p, nil
+}
+
+func readBenchJSON(path string) (*benchReport, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r benchReport
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(r.Results) == 0 {
+		return nil, fmt.Errorf("%s: no results", path)
+	}
+	return &r, nil
+}
+
+// ratio formats a/b with two decimals, "—" when either is missing.
+func ratio(a, b float64) string {
+	if !(a > 0) || !(b > 0) {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+func num(v float64, format string) string {
+	if !(v > 0) {
+		return "—"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+// readBenchJSONs reads comma-separated nvg bench JSON files and merges them: the header of
+// the first, the results of all in order (a later result for the same geometry replaces an
+// earlier one), the commands joined with "; ".
+func readBenchJSONs(paths string) (*benchReport, error) {
+	var rep *benchReport
+	for _, p := range strings.Split(paths, ",") {
+		r, err := readBenchJSON(p)
+		if err != nil {
+			return nil, err
+		}
+		if rep == nil {
+			rep = r
+			continue
+		}
+		rep.Command += "; " + r.Command
+	next:
+		for _, x := range r.Results {
+			for i := range rep.Results {
+				if rep.Results[i].Geom == x.Geom {
+					rep.Results[i] = x
+					continue next
+				}
+			}
+			rep.Results = append(rep.Results, x)
+		}
+	}
+	return rep, nil
+}
+
+// readPeers reads comma-separated peer outputs and merges them (a peer that ran in one file
+// and not in another counts as run).
+func readPeers(paths string) (*peerRun, error) {
+	all := &peerRun{results: map[string]peerResult{}, failed: map[string]string{}}
+	var notes []string
+	for _, p := range strings.Split(paths, ",") {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		pr, err := parsePeer(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if pr.note != "" {
+			notes = append(notes, pr.note)
+		}
+		for _, g := range pr.order {
+			if _, ok := all.results[g]; !ok {
+				all.order = append(all.order, g)
+			}
+			all.results[g] = pr.results[g]
+			delete(all.failed, g)
+		}
+		for g, why := range pr.failed {
+			if _, ok := all.results[g]; !ok {
+				all.failed[g] = why
+			}
+		}
+	}
+	if len(all.results) == 0 && len(all.failed) == 0 {
+		all.note = strings.Join(notes, "; ")
+	}
+	return all, nil
+}
+
+// renderBenchReport writes docs/BENCHMARKS.md (format md) or the ratio table (text) from nvg
+// bench JSON files, the peer's outputs (optional) and a CPU-adapter nvg bench JSON
+// (optional); reportPath and peerPath may list several files, comma-separated (runs of
+// different geometries, merged).
+func renderBenchReport(w io.Writer, reportPath, peerPath, cpuPath, format string) error {
+	var rep *benchReport
+	var err error
+	if reportPath != "" {
+		if rep, err = readBenchJSONs(reportPath); err != nil {
+			return err
+		}
+	} else if format != "md" {
+		return fmt.Errorf("the %s format needs an nvg bench JSON", format)
+	}
+	peer := &peerRun{results: map[string]peerResult{}, failed: map[string]string{}, note: "no peer output given"}
+	if peerPath != "" {
+		if peer, err = readPeers(peerPath); err != nil {
+			return err
+		}
+	}
+	var cpu *benchReport
+	if cpuPath != "" {
+		if cpu, err = readBenchJSON(cpuPath); err != nil {
+			return err
+		}
+	}
+	if format == "text" {
+		return renderRatios(w, rep, peer)
+	}
+	return renderMarkdown(w, rep, peer, cpu)
+}
+
+func phaseOf(r benchResult) (t, s benchPhase) {
+	if r.Teacher != nil {
+		t = *r.Teacher
+	}
+	if r.Student != nil {
+		s = *r.Student
+	}
+	return
+}
+
+// renderRatios writes the nvg/peer ratios per geometry as plain text.
+func renderRatios(w io.Writer, rep *benchReport, peer *peerRun) error {
+	if peer.note != "" {
+		fmt.Fprintf(w, "%s: nvg figures only\n", notRun(peer.note))
+	}
+	fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s %7s   %9s %9s %7s\n", "geom",
+		"teacher nvg", "peer", "ratio", "student nvg", "peer", "ratio", "tpeak nvg", "peer", "ratio", "speak nvg", "peer", "ratio")
+	for _, r := range rep.Results {
+		t, s := phaseOf(r)
+		p := peer.results[r.Geom]
+		fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s %7s   %9s %9s %7s\n", r.Geom,
+			num(t.TokS, "%.0f"), num(p.TeacherTokS, "%.0f"), ratio(t.TokS, p.TeacherTokS),
+			num(s.TokS, "%.0f"), num(p.StudentTokS, "%.0f"), ratio(s.TokS, p.StudentTokS),
+			num(t.PeakGiB, "%.2f"), num(p.TeacherPeakGiB, "%.2f"), ratio(t.PeakGiB, p.TeacherPeakGiB),
+			num(s.PeakGiB, "%.2f"), num(p.StudentPeakGiB, "%.2f"), ratio(s.PeakGiB, p.StudentPeakGiB))
+		if r.Error != "" {
+			fmt.Fprintf(w, "       nvg failed: %s\n", firstLine(r.Error))
+		}
+		if f, ok := peer.failed[r.Geom]; ok {
+			fmt.Fprintf(w, "       peer failed: %s\n", f)
+		}
+	}
+	fmt.Fprintln(w, "ratios are nvg/peer: above 1 nvg is faster (tokens/s) or uses more memory (peak GiB)")
+	return nil
+}
+
+// notRun phrases the reason the peer did not run as "peer not run: …".
+func notRun(note string) string {
+	if strings.HasPrefix(note, "peer not run") {
+		return note
+	}
+	return "peer not run: " + note
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// kernelTable writes the top n rows of a profile as a markdown table; without ceilings
+// (peakTF = 0: a CPU adapter) it gives GFLOP/s and GB/s only.
+func kernelTable(w io.Writer, rows []benchKernel, n int, peakTF, peakGB float64) {
+	if peakTF == 0 {
+		fmt.Fprintln(w, "| kernel | calls | total ms | share | GFLOP/s | GB/s |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+		for i, k := range rows {
+			if i == n {
+				var rest float64
+				for _, x := range rows[n:] {
+					rest += x.Share
+				}
+				fmt.Fprintf(w, "| … %d more | | | %.1f %% | | |\n", len(rows)-n, rest)
+				break
+			}
+			fmt.Fprintf(w, "| `%s` | %d | %.2f | %.1f %% | %s | %s |\n", k.Name, k.Calls, k.TotalMS, k.Share,
+				num(1000*k.TFLOPs, "%.2f"), num(k.GBps, "%.2f"))
+		}
+		fmt.Fprintln(w)
+		return
+	}
+	fmt.Fprintln(w, "| kernel | calls | total ms | share | TFLOP/s | % of peak | GB/s | % of peak |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	for i, k := range rows {
+		if i == n {
+			var rest float64
+			for _, x := range rows[n:] {
+				rest += x.Share
+			}
+			fmt.Fprintf(w, "| … %d more | | | %.1f %% | | | | |\n", len(rows)-n, rest)
+			break
+		}
+		tf, tp, gb, gp := "-", "-", "-", "-"
+		if k.TFLOPs > 0 {
+			tf, tp = fmt.Sprintf("%.2f", k.TFLOPs), fmt.Sprintf("%.1f", 100*k.TFLOPs/peakTF)
+		}
+		if k.GBps > 0 {
+			gb, gp = fmt.Sprintf("%.0f", k.GBps), fmt.Sprintf("%.1f", 100*k.GBps/peakGB)
+		}
+		fmt.Fprintf(w, "| `%s` | %d | %.2f | %.1f %% | %s | %s | %s | %s |\n", k.Name, k.Calls, k.TotalMS, k.Share, tf, tp, gb, gp)
+	}
+	fmt.Fprintln(w)
+}
+
+// resultsTable writes the throughput/memory table of a report (with the peer's columns when
+// peer is not nil).
+func resultsTable(w io.Writer, rep *benchReport, peer *peerRun) {
+	if peer != nil {
+		fmt.Fprintln(w, "| geometry | teacher | teacher pass tok/s | peer | nvg/peer | student step tok/s | peer | nvg/peer | teacher peak GiB | peer | nvg/peer | student peak GiB | peer | nvg/peer |")
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	} else {
+		fmt.Fprintln(w, "| geometry | teacher | teacher pass tok/s | student step tok/s | teacher peak GiB | student peak GiB |")
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|")
+	}
+	for _, r := range rep.Results {
+		t, s := phaseOf(r)
+		if peer == nil {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r.Geom, r.TeacherMode, num(t.TokS, "%.0f"), num(s.TokS, "%.0f"),
+				num(t.PeakGiB, "%.2f"), num(s.PeakGiB, "%.2f"))
+			continue
+		}
+		p := peer.results[r.Geom]
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Geom, r.TeacherMode,
+			num(t.TokS, "%.0f"), num(p.TeacherTokS, "%.0f"), ratio(t.TokS, p.TeacherTokS),
+			num(s.TokS, "%.0f"), num(p.StudentTokS, "%.0f"), ratio(s.TokS, p.StudentTokS),
+			num(t.PeakGiB, "%.2f"), num(p.TeacherPeakGiB, "%.2f"), ratio(t.PeakGiB, p.TeacherPeakGiB),
+			num(s.PeakGiB, "%.2f"), num(p.StudentPeakGiB, "%.2f"), ratio(s.PeakGiB, p.StudentPeakGiB))
+	}
+	fmt.Fprintln(w)
+}
+
+func modelTable(w io.Writer, rep *benchReport) {
+	fmt.Fprintln(w, "| geometry | nb × t | parameters | BLR weights | bits/weight | trained values | student weights GiB | loss | failure |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---|")
+	for _, r := range rep.Results {
+		_, s := phaseOf(r)
+		fail := ""
+		if r.Error != "" {
+			fail = strings.ReplaceAll(firstLine(r.Error), "|", "\\|")
+		}
+		fmt.Fprintf(w, "| %s | %d × %d | %.3f B | %.1f M | %.3f | %.2f M | %s | %.4f | %s |\n", r.Geom, r.NB, r.T,
+			float64(r.Params)/1e9, float64(r.BLRWeights)/1e6, r.BitsPerWeight, float64(r.Trainables)/1e6,
+			num(float64(s.WeightBytes)/(1<<30), "%.2f"), r.Loss, fail)
+	}
+	fmt.Fprintln(w)
+}
+
+func renderMarkdown(w io.Writer, rep *benchReport, peer *peerRun, cpu *benchReport) error {
+	fmt.Fprintln(w, "# nvg benchmarks")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Generated by `bench/run.sh` with `nvg bench --report` from the runs' JSON and the PyTorch peer's")
+	fmt.Fprintln(w, "output (`../shared/bench/torch_baseline.py`, same geometries, same machine, same command). Synthetic")
+	fmt.Fprintln(w, "random weights (speed does not depend on them). Teacher pass: forward + top-k over nb × t tokens;")
+	fmt.Fprintln(w, "student step: forward, KL(teacher top-k ‖ student) over the full vocabulary, backward, gradient")
+	fmt.Fprintln(w, "clipping, Adam; medians of the timed runs after warm-up, wall clock with a GPU sync.")
+	fmt.Fprintln(w)
+	if rep == nil {
+		fmt.Fprintln(w, "## GPU figures: pending")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Not measured yet. On the GPU machine, from the project root, with a prebuilt binary")
+		fmt.Fprintln(w, "(`go build -o nvg ./cmd/nvg` where Go is): `NVG_BIN=./nvg bench/run.sh` (all four geometries), or")
+		fmt.Fprintln(w, "split under a per-command time limit: `OUT=bench/out/h200 NVG_BIN=./nvg bench/run.sh 0.8B,4B`, then")
+		fmt.Fprintln(w, "`OUT=bench/out/h200 NVG_BIN=./nvg bench/run.sh 9B,27B`. The script rewrites this file.")
+		fmt.Fprintln(w)
+		return renderCPU(w, cpu)
+	}
+	fmt.Fprintf(w, "- Date: %s\n- GPU: %s (%s), driver: %s\n- nvg: `%s` (%s)\n", rep.Date, rep.Device, rep.Backend, rep.Driver, rep.Command, rep.GoVersion)
+	torch := ""
+	for _, g := range peer.order {
+		if v := peer.results[g].Torch; v != "" {
+			torch = v
+		}
+	}
+	switch {
+	case peer.note != "":
+		fmt.Fprintf(w, "- Peer: **not run** (%s); nvg's figures only.\n", strings.TrimPrefix(notRun(peer.note), "peer not run: "))
+	default:
+		fmt.Fprintf(w, "- Peer: torch_baseline.py, torch %s, PyTorch eager, bf16 autocast\n", torch)
+	}
+	fmt.Fprintf(w, "- Roofline ceilings: %.0f TFLOP/s (f32, non-tensor), %.0f GB/s\n\n", rep.PeakTFLOPs, rep.PeakGBps)
+	fmt.Fprintln(w, "## Throughput and peak GPU memory")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Ratios are nvg/peer: above 1, nvg is faster (tokens/s) or needs more memory (GiB = 2³⁰ bytes).")
+	fmt.Fprintln(w)
+	resultsTable(w, rep, peer)
+	if len(peer.failed) > 0 {
+		fmt.Fprintln(w, "Peer failures:")
+		fmt.Fprintln(w)
+		for g, f := range peer.failed {
+			fmt.Fprintf(w, "- %s: `%s`\n", g, strings.ReplaceAll(f, "`", "'"))
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w, "## Models")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Bits per weight: the BLR projections' .cmf payload (sign bits, f16 scales, header) over their weights; ranks")
+	fmt.Fprintln(w, "by the peer's rank_for (2 paths, multiples of 128, rounded down).")
+	fmt.Fprintln(w)
+	modelTable(w, rep)
+	fmt.Fprintln(w, "## Where the student step's GPU time goes")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "One profiled step per geometry (one compute pass per dispatch with timestamps between them, so the")
+	fmt.Fprintln(w, "total is a little above the unprofiled step). Rates from the costs the kernels declare.")
+	fmt.Fprintln(w)
+	for _, r := range rep.Results {
+		if r.Student == nil || len(r.Student.Profile) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "### %s student step (%.1f ms of GPU time)\n\n", r.Geom, r.Student.ProfileMS)
+		kernelTable(w, r.Student.Profile, 15, rep.PeakTFLOPs, rep.PeakGBps)
+	}
+	fmt.Fprintln(w, "## Where the teacher pass's GPU time goes")
+	fmt.Fprintln(w)
+	for _, r := range rep.Results {
+		if r.Teacher == nil || len(r.Teacher.Profile) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "### %s teacher pass, %s (%.1f ms of GPU time)\n\n", r.Geom, r.TeacherMode, r.Teacher.ProfileMS)
+		kernelTable(w, r.Teacher.Profile, 10, rep.PeakTFLOPs, rep.PeakGBps)
+	}
+	return renderCPU(w, cpu)
+}
+
+// renderCPU writes the CPU-adapter section.
+func renderCPU(w io.Writer, cpu *benchReport) error {
+	fmt.Fprintln(w, "## CPU adapter (Mesa lavapipe), tiny geometry")
+	fmt.Fprintln(w)
+	if cpu == nil {
+		fmt.Fprintln(w, "Not included in this run.")
+		return nil
+	}
+	fmt.Fprintf(w, "For tests and CI, not speed (times depend on the host's cores and load): %s (%s), %s, `%s`.\n\n",
+		cpu.Device, cpu.Driver, cpu.Date, cpu.Command)
+	resultsTable(w, cpu, nil)
+	modelTable(w, cpu)
+	for _, r := range cpu.Results {
+		if r.Student != nil && len(r.Student.Profile) > 0 {
+			fmt.Fprintf(w, "### %s student step on the CPU (%.1f ms)\n\n", r.Geom, r.Student.ProfileMS)
+			kernelTable(w, r.Student.Profile, 10, 0, 0)
+		}
+	}
+	return nil
+}

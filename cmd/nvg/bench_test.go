@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nvg-project/nvg/gpu/gputest"
+)
+
+// TestBenchTiny runs `nvg bench` on the tiny geometry (lavapipe in CI) and checks the JSON:
+// positive throughputs, peaks at least the weights, profiles naming real kernels, a finite
+// loss, and the model counts of the tiny geometry.
+func TestBenchTiny(t *testing.T) {
+	d := gputest.Open(t) // skips (or fails with NVG_REQUIRE_GPU=1) without an adapter
+	_ = d
+	path := filepath.Join(t.TempDir(), "bench.json")
+	if code := run([]string{"bench", "--model", "tiny", "--nb", "2", "--t", "64", "--steps", "1", "--reps", "1", "--warmup", "0", "--json", path}); code != 0 {
+		t.Fatalf("nvg bench: exit %d", code)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Device == "" || rep.Date == "" || !strings.Contains(rep.Command, "--model tiny") || len(rep.Results) != 1 {
+		t.Fatalf("report header %+v", rep)
+	}
+	r := rep.Results[0]
+	if r.Error != "" {
+		t.Fatalf("tiny failed: %s", r.Error)
+	}
+	if r.Geom != "tiny" || r.Tokens != 128 || r.TeacherMode != "resident" || r.Teacher == nil || r.Student == nil {
+		t.Fatalf("result %+v", r)
+	}
+	// The tiny geometry: 8192·256 embedding + 256 final norm + 8 layers (Python count).
+	if r.Params != 8936728 {
+		t.Errorf("params %d, want 8936728", r.Params)
+	}
+	if !(r.BitsPerWeight > 1 && r.BitsPerWeight < 2) { // the 128-rank floor on 256-wide projections
+		t.Errorf("bits per weight %g", r.BitsPerWeight)
+	}
+	if math.IsNaN(r.Loss) || math.IsInf(r.Loss, 0) || !(r.Loss > 0) {
+		t.Errorf("loss %g", r.Loss)
+	}
+	for name, ph := range map[string]*benchPhase{"teacher": r.Teacher, "student": r.Student} {
+		if !(ph.TokS > 0) || len(ph.Seconds) != 1 || ph.WeightBytes == 0 || ph.PeakBytes < ph.WeightBytes {
+			t.Errorf("%s: tok/s %g, runs %d, peak %d, weights %d", name, ph.TokS, len(ph.Seconds), ph.PeakBytes, ph.WeightBytes)
+		}
+	}
+	has := func(rows []benchKernel, names ...string) {
+		t.Helper()
+		seen := map[string]bool{}
+		var share float64
+		for _, k := range rows {
+			seen[k.Name] = k.Calls > 0 && k.TotalMS > 0
+			share += k.Share
+		}
+		for _, n := range names {
+			if !seen[n] {
+				t.Errorf("profile lacks %s: %v", n, rows)
+			}
+		}
+		if math.Abs(share-100) > 0.1 {
+			t.Errorf("shares sum to %g %%", share)
+		}
+	}
+	if rep.CPU || d.Info().Timestamps {
+		has(r.Teacher.Profile, "Linear", "LogitsTopK.logits", "LogitsTopK.merge", "Attention", "GatedDeltaRule", "Embedding")
+		has(r.Student.Profile, "BLRForward.y", "KLLossBackward.logits", "AttentionBackward.dkv", "GatedDeltaRuleBackward", "Adam")
+	}
+}
+
+// TestBenchFlags: bad flags are usage errors (exit 2) before any device is opened.
+func TestBenchFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"bench", "--model", "7B"},
+		{"bench", "--teacher", "sometimes"},
+		{"bench", "--k", "0"},
+		{"bench", "--k", "65"},
+		{"bench", "--nb", "0"},
+		{"bench", "--steps", "0"},
+		{"bench", "--peak-tflops", "0"},
+		{"bench", "extra"},
+		{"bench", "--report", filepath.Join(dir, "x.json"), "--model", "tiny"},
+		{"bench", "--report", filepath.Join(dir, "x.json"), "--format", "html"},
+		{"bench", "--peer", filepath.Join(dir, "p.txt")},
+		{"bench", "--cpu", filepath.Join(dir, "c.json"), "--format", "text"},
+	} {
+		if code := run(args); code != 2 {
+			t.Errorf("nvg %v: exit %d, want 2", args, code)
+		}
+	}
+	if err := (&benchOpts{models: []string{"tiny", "13B"}, nb: 1, t: 1, k: 1, steps: 1, reps: 1, teacher: "auto", peakTF: 1, peakGB: 1, clip: 1}).validate(); err == nil ||
+		!strings.Contains(err.Error(), `"13B"`) || !strings.Contains(err.Error(), "27B") {
+		t.Errorf("unknown geometry error: %v", err)
+	}
+	if code := run([]string{"bench", "--report", filepath.Join(dir, "missing.json")}); code != 1 {
+		t.Errorf("missing report: exit %d, want 1", code)
+	}
+}
+
+const benchFixture = `{"device": "NVIDIA H200", "driver": "NVIDIA 580.1", "backend": "vulkan", "date": "2026-11-30T18:00:00Z",
+ "command": "nvg bench --model 0.8B,27B --json nvg.json", "go_version": "go1.26.8", "peak_tflops": 67, "peak_gbps": 4800,
+ "results": [
+  {"geom": "0.8B", "nb": 8, "t": 512, "k": 32, "tokens": 4096, "teacher_mode": "resident", "params": 752393024,
+   "blr_weights": 600000000, "blr_bits": 480000000, "bits_per_weight": 0.8, "trainables": 4000000, "loss": 3.5,
+   "teacher": {"seconds": [0.2, 0.21, 0.19], "median_s": 0.2048, "tok_s": 20000, "peak_bytes": 3221225472, "peak_GiB": 3,
+     "profile_ms": 150, "profile": [{"name": "Linear", "calls": 100, "total_ms": 100, "share_pct": 66.7, "tflops": 33.5, "gbps": 1200}]},
+   "student": {"seconds": [0.8192], "median_s": 0.8192, "tok_s": 5000, "peak_bytes": 10737418240, "peak_GiB": 10,
+     "weight_bytes": 536870912, "profile_ms": 700,
+     "profile": [{"name": "BLRForward.y", "calls": 184, "total_ms": 350, "share_pct": 50, "tflops": 6.7, "gbps": 480},
+                 {"name": "GatedDeltaRuleBackward", "calls": 18, "total_ms": 350, "share_pct": 50}]}},
+  {"geom": "27B", "nb": 8, "t": 512, "k": 32, "tokens": 4096, "teacher_mode": "streamed", "error": "student: out of memory"}
+ ]}`
+
+const peerFixture = `Loading...
+RESULT {"geom": "0.8B", "tokens": 4096, "teacher_s": 0.13, "teacher_tok_s": 30900, "teacher_peak_GiB": 5.0, "student_step_s": 0.67, "student_tok_s": 6080, "student_peak_GiB": 39.1, "torch": "2.11.0+cu130"}
+FAILED 27B OutOfMemoryError('CUDA out of memory') peak_GiB 137.7
+`
+
+// TestBenchReport renders the report from a fixed nvg JSON and a fixed peer output; the
+// ratios are computed by hand: 20000/30900 = 0.647, 5000/6080 = 0.822, 3/5 = 0.60,
+// 10/39.1 = 0.256.
+func TestBenchReport(t *testing.T) {
+	dir := t.TempDir()
+	js, peer, nopeer := filepath.Join(dir, "nvg.json"), filepath.Join(dir, "peer.txt"), filepath.Join(dir, "nopeer.txt")
+	for p, s := range map[string]string{js: benchFixture, peer: peerFixture, nopeer: "peer not run: python3 lacks torch\n"} {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var md bytes.Buffer
+	if err := renderBenchReport(&md, js, peer, js, "md"); err != nil {
+		t.Fatal(err)
+	}
+	out := md.String()
+	for _, want := range []string{
+		"| 0.8B | resident | 20000 | 30900 | 0.65 | 5000 | 6080 | 0.82 | 3.00 | 5.00 | 0.60 | 10.00 | 39.10 | 0.26 |",
+		"NVIDIA H200", "NVIDIA 580.1", "torch 2.11.0+cu130", "nvg bench --model 0.8B,27B",
+		"- 27B: `OutOfMemoryError('CUDA out of memory') peak_GiB 137.7`",
+		"| `BLRForward.y` | 184 | 350.00 | 50.0 % | 6.70 | 10.0 | 480 | 10.0 |",
+		"| `GatedDeltaRuleBackward` | 18 | 350.00 | 50.0 % | - | - | - | - |",
+		"| `Linear` | 100 | 100.00 | 66.7 % | 33.50 | 50.0 | 1200 | 25.0 |",
+		"student: out of memory", "## CPU adapter",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, out)
+		}
+	}
+	var txt bytes.Buffer
+	if err := renderBenchReport(&txt, js, peer, "", "text"); err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(strings.Split(txt.String(), "\n")[1]); len(f) != 13 || f[0] != "0.8B" || f[3] != "0.65" || f[6] != "0.82" || f[9] != "0.60" || f[12] != "0.26" {
+		t.Errorf("ratio line %q", f)
+	}
+	txt.Reset()
+	if err := renderBenchReport(&txt, js, nopeer, "", "text"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(txt.String(), "peer not run: python3 lacks torch: nvg figures only") {
+		t.Errorf("no-peer text:\n%s", txt.String())
+	}
+	md.Reset()
+	if err := renderBenchReport(&md, js, nopeer, "", "md"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "**not run**") || !strings.Contains(md.String(), "| 0.8B | resident | 20000 | — | — |") {
+		t.Errorf("no-peer markdown:\n%s", md.String())
+	}
+	// Two runs of different geometries merge: the second file's 4B joins the first's rows.
+	js2 := filepath.Join(dir, "nvg2.json")
+	os.WriteFile(js2, []byte(strings.Replace(strings.Replace(benchFixture, `"geom": "0.8B"`, `"geom": "4B"`, 1), "nvg bench --model 0.8B,27B", "nvg bench --model 4B", 1)), 0o644)
+	md.Reset()
+	if err := renderBenchReport(&md, js+","+js2, peer+","+nopeer, "", "md"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| 0.8B | resident | 20000 | 30900 | 0.65 |", "| 4B | resident | 20000 | — | — |", "--model 0.8B,27B --json nvg.json; nvg bench --model 4B"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("merged markdown lacks %q", want)
+		}
+	}
+	// The CPU section alone: the GPU figures pending, rates in GFLOP/s without ceilings.
+	md.Reset()
+	if err := renderBenchReport(&md, "", "", js, "md"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "GPU figures: pending") || !strings.Contains(md.String(), "| `BLRForward.y` | 184 | 350.00 | 50.0 % | 6700.00 | 480.00 |") {
+		t.Errorf("pending report:\n%s", md.String())
+	}
+	bad := filepath.Join(dir, "bad.txt")
+	os.WriteFile(bad, []byte("RESULT {not json\n"), 0o644)
+	if err := renderBenchReport(&md, js, bad, "", "md"); err == nil {
+		t.Error("bad RESULT line: no error")
+	}
+}
+
+// TestBenchDeadline: a deadline that has passed before the first geometry skips it (its
+// row says so in the JSON) and the command fails, as every geometry did.
+func TestBenchDeadline(t *testing.T) {
+	gputest.Open(t)
+	path := filepath.Join(t.TempDir(), "bench.json")
+	if code := run([]string{"bench", "--model", "tiny", "--deadline", "1ns", "--json", path}); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 1 || !strings.Contains(rep.Results[0].Error, "deadline") {
+		t.Errorf("results %+v", rep.Results)
+	}
+	if code := run([]string{"bench", "--deadline", "-1s"}); code != 2 {
+		t.Errorf("negative deadline: exit %d, want 2", code)
+	}
+}

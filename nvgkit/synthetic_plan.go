@@ -1,0 +1,257 @@
+package nvgkit
+
+import (
+	"fmt"
+
+	"github.com/nvg-project/nvg/cmf"
+)
+
+// SyntheticPlan is what a benchmark geometry needs, computed from its config alone (no
+// device): parameter and bit counts, and the GPU bytes of one phase (a teacher pass or a
+// student step) over nb windows of t tokens. See SyntheticMemory.
+type SyntheticPlan struct {
+	// Params is the model's weight count as HF counts it: embedding, the untied head, every
+	// layer's projections, norms, conv, A_log and dt_bias, the final norm.
+	Params int64
+	// BLRWeights is the number of weights (m·n summed) of the projections a Student holds in
+	// BLR form; DenseWeights the rest of the decoder projections (in_proj_a/b).
+	BLRWeights, DenseWeights int64
+	// BLRBits is the size in bits of those projections in the .cmf BLR payload (DESIGN.md §4:
+	// a 16-byte header, then per path h, g, ℓ in f16 and the U, V sign bits), so
+	// BitsPerWeight = BLRBits / BLRWeights is comparable with the peer's ~1 bit target.
+	BLRBits int64
+	// SignBits is the sign bits alone (Σ paths · (m·r + r·n)).
+	SignBits int64
+	// Trainables is a Student's trained values (every path's h, ℓ, g and every norm gain).
+	Trainables int64
+	// WeightBytes is the GPU bytes of the net's weights during the phase: all of them when
+	// resident; the embedding, head, final norm and the two largest layers when streamed.
+	WeightBytes uint64
+	// StateBytes is a Student's gradients and Adam moments (12 bytes per trained value + 4).
+	StateBytes uint64
+	// WorkBytes is the activation buffers (NewWork) and the top-k buffers (8·rows·k bytes).
+	WorkBytes uint64
+	// TempBytes estimates the largest set of recorder temporaries of one submit: the head's
+	// logits slice (at most 64 MiB) and, for a Student, one layer's BLRBackward scratch and
+	// kept t1 (4·rows·(m + n + 2r) + 4·rows·r·P per projection). GatedDeltaRuleBackward's
+	// scratch is not included.
+	TempBytes uint64
+	// Largest is the largest single buffer (LargestName): it must fit maxBufferSize.
+	Largest     uint64
+	LargestName string
+	// LargestBound is the largest buffer that some kernel binds whole (every buffer but the
+	// embedding and the head, which are bound in vocabulary slices): it must fit
+	// maxStorageBufferBindingSize.
+	LargestBound     uint64
+	LargestBoundName string
+}
+
+// BitsPerWeight is BLRBits / BLRWeights (0 without BLR projections).
+func (p SyntheticPlan) BitsPerWeight() float64 {
+	if p.BLRWeights == 0 {
+		return 0
+	}
+	return float64(p.BLRBits) / float64(p.BLRWeights)
+}
+
+// TotalBytes is WeightBytes + StateBytes + WorkBytes + TempBytes: an estimate of the phase's
+// peak GPU bytes (the allocator's own overhead and the pipelines are not counted).
+func (p SyntheticPlan) TotalBytes() uint64 {
+	return p.WeightBytes + p.StateBytes + p.WorkBytes + p.TempBytes
+}
+
+// Check reports whether the plan fits a device with the given limits (bytes): the largest
+// buffer within maxBuffer, the largest whole-bound buffer within maxBinding, and, when
+// memory > 0, TotalBytes within memory. The error names the buffer and both sizes.
+func (p SyntheticPlan) Check(maxBuffer, maxBinding, memory uint64) error {
+	if p.Largest > maxBuffer {
+		return fmt.Errorf("%s needs %d bytes, above maxBufferSize %d", p.LargestName, p.Largest, maxBuffer)
+	}
+	if p.LargestBound > maxBinding {
+		return fmt.Errorf("%s needs %d bytes in one binding, above maxStorageBufferBindingSize %d", p.LargestBoundName, p.LargestBound, maxBinding)
+	}
+	if memory > 0 && p.TotalBytes() > memory {
+		return fmt.Errorf("the phase needs about %d bytes of GPU memory, above %d", p.TotalBytes(), memory)
+	}
+	return nil
+}
+
+// projShape is one decoder projection [out, in] as a Student holds it.
+type projShape struct {
+	name    string
+	out, in int
+}
+
+// studentProjections lists layer i's projections as a Student holds them (q_proj and
+// in_proj_qkv whole).
+func studentProjections(c cmf.Config, i int) []projShape {
+	H, I := c.HiddenSize, c.IntermediateSize
+	ps := []projShape{{"mlp.gate_proj", I, H}, {"mlp.up_proj", I, H}, {"mlp.down_proj", H, I}}
+	if c.IsFullAttention(i) {
+		nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+		return append(ps, projShape{"self_attn.q_proj", 2 * nh * hd, H}, projShape{"self_attn.k_proj", nkv * hd, H},
+			projShape{"self_attn.v_proj", nkv * hd, H}, projShape{"self_attn.o_proj", H, nh * hd})
+	}
+	QK, VV, hv := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim, c.LinearNumValueHeads
+	return append(ps, projShape{"linear_attn.in_proj_qkv", 2*QK + VV, H}, projShape{"linear_attn.in_proj_z", VV, H},
+		projShape{"linear_attn.in_proj_b", hv, H}, projShape{"linear_attn.in_proj_a", hv, H}, projShape{"linear_attn.out_proj", H, VV})
+}
+
+// layerVectors is the f32 values of layer i besides its projections: norm gains, conv,
+// A_log, dt_bias; and how many of them a Student trains (the gains).
+func layerVectors(c cmf.Config, i int) (all, gains int64) {
+	H := int64(c.HiddenSize)
+	all, gains = 2*H, 2*H
+	if c.IsFullAttention(i) {
+		hd := int64(c.HeadDim)
+		return all + 2*hd, gains + 2*hd
+	}
+	QK, VV := int64(c.LinearNumKeyHeads*c.LinearKeyHeadDim), int64(c.LinearNumValueHeads*c.LinearValueHeadDim)
+	hv, dv := int64(c.LinearNumValueHeads), int64(c.LinearValueHeadDim)
+	return all + (2*QK+VV)*int64(c.LinearConvKernelDim) + 2*hv + dv, gains + dv
+}
+
+func f16Bytes(n int64) uint64 { return uint64(2*n+3) &^ 3 }
+
+// SyntheticMemory computes the plan of a benchmark phase for architecture c: kind Teacher
+// (a teacher pass, streamed or resident, top-k k) or Student (a step against a top-k of k),
+// over nb windows of t tokens. It allocates nothing, so geometries too large for this
+// machine can be checked here (Check) before a GPU run. Errors: an invalid config, nb, t or
+// k < 1, streamed with a Student, or rows·width beyond the 2³¹ index range of a buffer.
+func SyntheticMemory(c cmf.Config, kind NetKind, nb, t, k int, streamed bool) (SyntheticPlan, error) {
+	if err := c.Validate(); err != nil {
+		return SyntheticPlan{}, fmt.Errorf("nvgkit.SyntheticMemory: %w", err)
+	}
+	if nb < 1 || t < 1 || k < 1 {
+		return SyntheticPlan{}, fmt.Errorf("nvgkit.SyntheticMemory: nb = %d, t = %d, k = %d must be ≥ 1", nb, t, k)
+	}
+	if kind == Student && streamed {
+		return SyntheticPlan{}, fmt.Errorf("nvgkit.SyntheticMemory: a Student is never streamed")
+	}
+	var p SyntheticPlan
+	H, V := int64(c.HiddenSize), int64(c.VocabSize)
+	rows := uint64(nb) * uint64(t)
+	big := func(name string, b uint64, bound bool) {
+		if b > p.Largest {
+			p.Largest, p.LargestName = b, name
+		}
+		if bound && b > p.LargestBound {
+			p.LargestBound, p.LargestBoundName = b, name
+		}
+	}
+	emb := f16Bytes(V * H)
+	big("model.embed_tokens.weight", emb, false)
+	shared := emb + uint64(4*H)
+	p.Params = V*H + H
+	if !c.TieWordEmbeddings {
+		shared += emb
+		p.Params += V * H
+		big("lm_head.weight", emb, false)
+	}
+	p.Trainables = H
+	var layers []uint64
+	var maxTemp uint64
+	for i := 0; i < c.NumHiddenLayers; i++ {
+		all, gains := layerVectors(c, i)
+		p.Params += all
+		p.Trainables += gains
+		lb := uint64(4 * all)
+		var temp uint64
+		for _, s := range studentProjections(c, i) {
+			m, n := int64(s.out), int64(s.in)
+			p.Params += m * n
+			if kind == Student && SyntheticIsBLR(s.out, s.in) {
+				r := int64(SyntheticRank(s.out, s.in, 1, SyntheticPaths))
+				P := int64(SyntheticPaths)
+				p.BLRWeights += m * n
+				p.BLRBits += 8 * (16 + P*(2*(m+n+r)+m*r/8+r*n/8))
+				p.SignBits += P * (m*r + r*n)
+				p.Trainables += P * (m + n + r)
+				lb += uint64(P) * (4*uint64(m+n+r) + 4*uint64((m*r/8+3)/4) + 4*uint64((r*n/8+3)/4))
+				big(fmt.Sprintf("layer %d %s sign bits", i, s.name), 4*uint64((max(m*r, r*n)/8+3)/4), true)
+				temp += 4*rows*uint64(m+n+2*r) + 4*rows*uint64(r*P)
+				continue
+			}
+			if kind == Student {
+				p.DenseWeights += m * n
+			}
+			w := f16Bytes(m * n)
+			if kind == Teacher && (s.name == "self_attn.q_proj" || s.name == "linear_attn.in_proj_qkv") {
+				big(fmt.Sprintf("layer %d %s (a part)", i, s.name), w, true) // split into parts: the whole is an upper bound
+			} else {
+				big(fmt.Sprintf("layer %d %s", i, s.name), w, true)
+			}
+			lb += w
+		}
+		maxTemp = max(maxTemp, temp)
+		layers = append(layers, lb)
+	}
+	p.WeightBytes = shared
+	if streamed {
+		var a, b uint64
+		for _, l := range layers {
+			if l > a {
+				a, b = l, a
+			} else if l > b {
+				b = l
+			}
+		}
+		p.WeightBytes += a + b
+	} else {
+		for _, l := range layers {
+			p.WeightBytes += l
+		}
+	}
+	// Work buffers, each [rows, width] f32 and bound whole.
+	var widths []struct {
+		name string
+		w    int
+	}
+	add := func(name string, w int) {
+		widths = append(widths, struct {
+			name string
+			w    int
+		}{name, w})
+	}
+	I := c.IntermediateSize
+	QK, VV, hv := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim, c.LinearNumValueHeads
+	Q, KV := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
+	if kind == Student {
+		p.WorkBytes = StudentWorkBytes(c, nb, t)
+		p.StateBytes = 12*uint64(p.Trainables) + 4
+		add("work.gate", I)
+		if hasKind(c, false) {
+			add("work.dMixed", 2*QK+VV)
+		}
+		if hasKind(c, true) {
+			add("work.dQG", 2*Q)
+		}
+	} else {
+		per := 3*int(H) + 3*I + 2
+		add("work.gate", I)
+		if hasKind(c, false) {
+			per += 4*QK + 5*VV + 4*hv
+		}
+		if hasKind(c, true) {
+			per += 5*Q + 3*KV + c.NumAttentionHeads
+			add("work.q", Q)
+		}
+		p.WorkBytes = 4 * rows * uint64(per)
+	}
+	for _, w := range widths {
+		if rows*uint64(w.w) > 1<<31-1 {
+			return SyntheticPlan{}, fmt.Errorf("nvgkit.SyntheticMemory: %s needs %d×%d elements, beyond the 2³¹ index range", w.name, rows, w.w)
+		}
+		big(fmt.Sprintf("%s [%d×%d] f32", w.name, rows, w.w), 4*rows*uint64(w.w), true)
+	}
+	p.WorkBytes += 8 * rows * uint64(k)
+	// The head's logits slice: the largest multiple of 128 vocabulary rows within 64 MiB.
+	slice := min(uint64(V), max(128, (64<<20)/(4*rows)/128*128))
+	headTemp := 4*rows*slice + 8*rows
+	if kind == Student {
+		headTemp += 4 * rows * uint64(H) // KLLossBackward's dh slice
+	}
+	big("head logits slice", 4*rows*slice, true)
+	p.TempBytes = max(maxTemp, headTemp)
+	return p, nil
+}

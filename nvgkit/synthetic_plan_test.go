@@ -1,0 +1,147 @@
+package nvgkit_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/nvgkit"
+)
+
+// TestSyntheticConfigs: the geometries of torch_baseline.py's G/cfg_of, parameter counts and
+// BLR ranks from independent arithmetic (Python, by hand), and unknown names rejected.
+func TestSyntheticConfigs(t *testing.T) {
+	want := map[string]struct {
+		h, i, l, nh, nkv, hk, hv int
+		tied                     bool
+		params                   int64 // Python: embedding (+ head) + layers + final norm
+	}{
+		"0.8B": {1024, 3584, 24, 8, 2, 16, 16, true, 752393024},
+		"4B":   {2560, 9216, 32, 16, 4, 16, 32, true, 4205751296},
+		"9B":   {4096, 12288, 32, 16, 4, 16, 32, false, 8953803264},
+		"27B":  {5120, 17408, 64, 24, 4, 16, 48, false, 26895998464},
+	}
+	for name, w := range want {
+		c, err := nvgkit.SyntheticConfig(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.HiddenSize != w.h || c.IntermediateSize != w.i || c.NumHiddenLayers != w.l || c.NumAttentionHeads != w.nh ||
+			c.NumKeyValueHeads != w.nkv || c.LinearNumKeyHeads != w.hk || c.LinearNumValueHeads != w.hv || c.TieWordEmbeddings != w.tied ||
+			c.VocabSize != 248320 || c.HeadDim != 256 || c.LinearKeyHeadDim != 128 || c.LinearValueHeadDim != 128 || c.LinearConvKernelDim != 4 ||
+			c.PartialRotaryFactor != 0.25 || c.RopeTheta != 1e7 || c.RMSNormEps != 1e-6 {
+			t.Errorf("%s: config %+v", name, c)
+		}
+		for i, lt := range c.LayerTypes {
+			if (lt == cmf.FullAttention) != ((i+1)%4 == 0) {
+				t.Errorf("%s: layer %d is %s", name, i, lt)
+			}
+		}
+		p, err := nvgkit.SyntheticMemory(c, nvgkit.Teacher, 1, 64, 32, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Params != w.params {
+			t.Errorf("%s: %d parameters, want %d", name, p.Params, w.params)
+		}
+	}
+	// rank_for by hand: (m·n − 32(m+n)) / (2(m+n+16)), floored to a multiple of 128, ≥ 128.
+	for _, c := range []struct{ m, n, want int }{
+		{3584, 1024, 256},   // (3670016 − 147456)/9248 = 380.9
+		{5120, 17408, 1920}, // (89128960 − 720896)/45088 = 1960.8
+		{512, 1024, 128},    // 153.0
+		{128, 256, 128},     // 25.6 → the floor of 128
+	} {
+		if got := nvgkit.SyntheticRank(c.m, c.n, 1, 2); got != c.want {
+			t.Errorf("SyntheticRank(%d, %d) = %d, want %d", c.m, c.n, got, c.want)
+		}
+	}
+	c, err := nvgkit.SyntheticConfig("tiny")
+	if err != nil || c.HiddenSize != 256 || c.VocabSize != 8192 || c.NumHiddenLayers != 8 {
+		t.Errorf("tiny: %+v, %v", c, err)
+	}
+	if _, err := nvgkit.SyntheticConfig("7B"); err == nil || !strings.Contains(err.Error(), "27B") {
+		t.Errorf("unknown geometry: %v", err)
+	}
+}
+
+// TestSyntheticMemoryFits is the dry check of the H200 runs: the 0.8B step at nb = 8, t = 512
+// and the 27B geometry (streamed teacher, student at nb = 1, t = 64) fit the H200's limits
+// (2 GiB per binding, 139 GiB), the 27B embedding being bound in slices; a lavapipe-sized
+// binding limit is reported naming the buffer.
+func TestSyntheticMemoryFits(t *testing.T) {
+	const gib = 1 << 30
+	c08, _ := nvgkit.SyntheticConfig("0.8B")
+	c27, _ := nvgkit.SyntheticConfig("27B")
+	for _, x := range []struct {
+		c        cmf.Config
+		kind     nvgkit.NetKind
+		nb, t    int
+		streamed bool
+	}{{c08, nvgkit.Teacher, 8, 512, false}, {c08, nvgkit.Student, 8, 512, false},
+		{c27, nvgkit.Teacher, 8, 512, true}, {c27, nvgkit.Student, 1, 64, false}, {c27, nvgkit.Student, 8, 512, false}} {
+		p, err := nvgkit.SyntheticMemory(x.c, x.kind, x.nb, x.t, 32, x.streamed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Check(1<<40, 2*gib, 139*gib); err != nil {
+			t.Errorf("hidden %d %v nb %d t %d: %v", x.c.HiddenSize, x.kind, x.nb, x.t, err)
+		}
+	}
+	p, _ := nvgkit.SyntheticMemory(c27, nvgkit.Student, 1, 64, 32, false)
+	// 27B: embedding and head 248320·5120·2 bytes each, above 2 GiB (bound in slices).
+	if p.Largest != 248320*5120*2 || p.LargestBound >= 2*gib {
+		t.Errorf("27B largest %d (%s), largest bound %d", p.Largest, p.LargestName, p.LargestBound)
+	}
+	// BLR at ~1 bit per weight (the peer's rank rule rounds down: a little under 1).
+	if bpw := p.BitsPerWeight(); bpw < 0.9 || bpw > 1.0 {
+		t.Errorf("27B bits per weight %g", bpw)
+	}
+	// A 27B teacher's MLP plane (17408·5120·2 bytes = 170 MiB) exceeds lavapipe's 128 MiB binding.
+	tp, _ := nvgkit.SyntheticMemory(c27, nvgkit.Teacher, 1, 64, 32, true)
+	if err := tp.Check(1<<40, 128<<20, 0); err == nil || !strings.Contains(err.Error(), "mlp") {
+		t.Errorf("lavapipe binding limit: %v", err)
+	}
+	if err := p.Check(1<<31, 2*gib, 0); err == nil || !strings.Contains(err.Error(), "embed_tokens") {
+		t.Errorf("2 GiB buffer limit: %v", err)
+	}
+}
+
+// TestSyntheticMemoryMatchesNet: the plan's bytes equal what the tiny synthetic nets and
+// their work allocate (resident teacher, student after a step's top-k upload).
+func TestSyntheticMemoryMatchesNet(t *testing.T) {
+	d := gputest.Open(t)
+	c, _ := nvgkit.SyntheticConfig("tiny")
+	const nb, T, k = 1, 8, 4
+	tp, err := nvgkit.SyntheticMemory(c, nvgkit.Teacher, nb, T, k, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn, err := nvgkit.NewSyntheticNet(d, c, nvgkit.Teacher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tn.Release()
+	if tn.WeightBytes() != tp.WeightBytes {
+		t.Errorf("teacher weights: net %d, plan %d", tn.WeightBytes(), tp.WeightBytes)
+	}
+	tw, err := nvgkit.NewWork(d, tn, nb, T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tw.Release()
+	if got, want := tw.Bytes()+8*nb*T*k, tp.WorkBytes; got != want {
+		t.Errorf("teacher work: %d + top-k, plan %d", tw.Bytes(), want)
+	}
+	sp, _ := nvgkit.SyntheticMemory(c, nvgkit.Student, nb, T, k, false)
+	sn, err := nvgkit.NewSyntheticNet(d, c, nvgkit.Student)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Release()
+	if sn.WeightBytes() != sp.WeightBytes || sn.StateBytes() != sp.StateBytes || int64(sn.TrainableCount()) != sp.Trainables {
+		t.Errorf("student: weights %d/%d, state %d/%d, trainables %d/%d", sn.WeightBytes(), sp.WeightBytes,
+			sn.StateBytes(), sp.StateBytes, sn.TrainableCount(), sp.Trainables)
+	}
+}
