@@ -67,9 +67,25 @@ func TestDistillSmall(t *testing.T) {
 	src := filepath.Join(runtime.GOROOT(), "src")
 	out := filepath.Join(t.TempDir(), "run")
 	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
-		"--paths", "1", "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "16", "--k", "8", "--eval-every", "1", "--eval-windows", "2", "-o", out}
+		"--paths", "1", "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "16", "--k", "8", "--eval-every", "1", "--eval-windows", "2", "-o", out,
+		"--stream-teacher", "--mem-log", filepath.Join(out + "-mem.csv"), "--mem-log-every", "1"}
 	if code := run(args); code != 0 {
 		t.Fatalf("nvg %v: exit %d", args, code)
+	}
+	// The memory log: a header and one sample before the first step and after each.
+	samples, err := nvgkit.ReadMemLog(out + "-mem.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := os.ReadFile(out + "-mem.csv"); !strings.HasPrefix(string(raw), nvgkit.MemLogHeader+"\n") || len(samples) != 3 ||
+		samples[0].Step != 0 || samples[2].Step != 2 || samples[2].GPUCurrent == 0 || !(samples[2].TokensPerSec > 0) {
+		t.Errorf("memory log %q: %+v", raw, samples)
+	}
+	png := filepath.Join(t.TempDir(), "mem.png")
+	if code := run([]string{"plot-mem", out + "-mem.csv", png}); code != 0 {
+		t.Errorf("plot-mem: exit %d", code)
+	} else if st, err := os.Stat(png); err != nil || st.Size() == 0 {
+		t.Errorf("plot-mem wrote no image: %v", err)
 	}
 	for _, f := range []string{"student.cmf", "report.json", "distill.json", nvgkit.CheckpointFile, "training.png", "grad_norms.png", "metric_hist.png", "reconstruction.png"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
