@@ -128,9 +128,16 @@ func TestDistillChild(t *testing.T) {
 	os.Exit(run(strings.Split(os.Getenv("NVG_DISTILL_ARGS"), "\x1f")))
 }
 
-// SIGINT during a run writes a checkpoint and exits 130; --resume continues to the end.
+// SIGINT (exit 130) or SIGTERM (exit 143, as a batch scheduler sends) during a run writes
+// a checkpoint; --resume continues from it to the end with the losses it recorded.
 func TestDistillInterruptResume(t *testing.T) {
 	gputest.Open(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) { distillInterruptResume(t, sig) })
+	}
+}
+
+func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 	cache := t.TempDir()
 	t.Setenv("NVG_CACHE", cache)
 	src := filepath.Join(runtime.GOROOT(), "src")
@@ -149,11 +156,11 @@ func TestDistillInterruptResume(t *testing.T) {
 	for !exists(ckpt) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 130 {
-		t.Fatalf("interrupted run: %v, want exit status 130\n%s", err, stderr.String())
+	if err := cmd.Wait(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 128+int(sig) {
+		t.Fatalf("interrupted run: %v, want exit status %d\n%s", err, 128+int(sig), stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "--resume "+out) {
 		t.Fatalf("no resume hint in:\n%s", stderr.String())
@@ -163,7 +170,7 @@ func TestDistillInterruptResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ck.Meta.Step < 1 || ck.Meta.Step >= 6 {
-		t.Fatalf("checkpoint at step %d, want 1…5 (the test sends SIGINT after the first)", ck.Meta.Step)
+		t.Fatalf("checkpoint at step %d, want 1…5 (the test sends %v after the first)", ck.Meta.Step, sig)
 	}
 	if code := run([]string{"distill", "--resume", out}); code != 0 {
 		t.Fatalf("--resume: exit %d", code)
