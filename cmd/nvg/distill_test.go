@@ -236,8 +236,12 @@ func TestDistillInterruptBeforeTraining(t *testing.T) {
 // output directory it made, so that a retry with the same -o is not refused as "not empty".
 func TestDistillFailureLeavesNoOutput(t *testing.T) {
 	dir := t.TempDir()
-	teacher := filepath.Join(dir, "teacher.cmf")
-	if err := os.WriteFile(teacher, []byte("CMF truncated"), 0o644); err != nil {
+	teacher := filepath.Join(dir, "teacher.safetensors")
+	orig, err := os.ReadFile("../../cmf/tinyteacher/model/model.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(teacher, orig[:5000], 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "run")
