@@ -285,7 +285,8 @@ func TestBLRFromTensor(t *testing.T) {
 	}
 }
 
-// FuzzDecodeBLR checks that DecodeBLR never panics, and that whatever it accepts
+// FuzzDecodeBLR checks that DecodeBLR never panics nor allocates beyond allocBound of the
+// payload's size (the header's rank and dims are checked against the length first), and that whatever it accepts
 // re-encodes to exactly the same bytes (the format has one encoding per weight).
 func FuzzDecodeBLR(f *testing.F) {
 	f.Add(handPayload())
@@ -294,7 +295,9 @@ func FuzzDecodeBLR(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte{0x4C, 1, 1, 0})
 	f.Fuzz(func(t *testing.T, payload []byte) {
+		before := totalAlloc()
 		w, err := DecodeBLR(payload)
+		checkAlloc(t, before, len(payload), 0)
 		if err != nil {
 			if w != nil {
 				t.Fatal("non-nil weight with an error")

@@ -3,10 +3,12 @@ package cmf
 import (
 	"bytes"
 	"encoding/binary"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -169,10 +171,35 @@ func TestFuzzSeedCorpus(t *testing.T) {
 	}
 }
 
+func totalAlloc() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.TotalAlloc
+}
+
+// allocBound is the most a parser may allocate for n input bytes plus fixed extra bytes
+// (files the input refers to): JSON decoding takes a few tens of bytes per input byte;
+// 256 per byte plus 8 MiB (the fuzzing engine's own allocations) is far below what a size
+// taken from the input's numbers (a header length, a shape, a rank) would cost.
+func allocBound(n int, extra uint64) uint64 { return 256*uint64(n) + extra + 8<<20 }
+
+// checkAlloc fails t when more than allocBound(n, extra) bytes were allocated since before.
+func checkAlloc(t *testing.T, before uint64, n int, extra uint64) {
+	t.Helper()
+	if grew := totalAlloc() - before; grew > allocBound(n, extra) {
+		t.Fatalf("allocated %d bytes for %d input bytes (bound %d)", grew, n, allocBound(n, extra))
+	}
+}
+
+// FuzzParseSafetensorsHeader parses arbitrary bytes as a safetensors/CMF file: no panic,
+// errors name the file, allocation bounded by the input's size, and whatever is accepted
+// tiles the data section exactly with tensors whose shapes match their byte counts.
 func FuzzParseSafetensorsHeader(f *testing.F) {
 	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, '{', '}'})
 	f.Fuzz(func(t *testing.T, data []byte) {
+		before := totalAlloc()
 		meta, ts, err := ParseSafetensorsHeader(bytes.NewReader(data), int64(len(data)), "fuzz.cmf")
+		checkAlloc(t, before, len(data), 0)
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "fuzz.cmf: ") {
 				t.Fatalf("error does not name the file: %v", err)
@@ -207,10 +234,15 @@ func FuzzParseSafetensorsHeader(f *testing.F) {
 	})
 }
 
+// FuzzParseConfig parses arbitrary config.json bytes: no panic, allocation bounded by the
+// input's size (layer counts and dims are capped before anything is sized by them), and an
+// accepted config is valid and round-trips through its arch JSON.
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		before := totalAlloc()
 		c, err := ParseConfig(data)
+		checkAlloc(t, before, len(data), 0)
 		if err != nil {
 			return
 		}
@@ -232,7 +264,9 @@ func FuzzParseConfig(f *testing.F) {
 }
 
 // FuzzOpenShardIndex opens the synthetic VL checkpoint (config + two shards) through a
-// fuzzed index: no panic, no shard outside the directory, and a model that opens is valid.
+// fuzzed index: no panic, no shard outside the directory (a name with a separator or a
+// dot-dot is rejected, and no file outside ckpt/ is opened), allocation bounded by the
+// input plus the checkpoint's own size, and a model that opens is valid.
 func FuzzOpenShardIndex(f *testing.F) {
 	f.Add([]byte(`{"weight_map":{"a":"b"}}`))
 	src, err := Open(tinyDir)
@@ -241,6 +275,10 @@ func FuzzOpenShardIndex(f *testing.F) {
 	}
 	defer src.Close()
 	vl := vlCheckpointFiles(f, src)
+	var vlBytes uint64
+	for _, b := range vl {
+		vlBytes += uint64(len(b))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if ix, err := ParseShardIndex(data); err == nil {
 			for _, s := range ix.Shards() {
@@ -254,7 +292,12 @@ func FuzzOpenShardIndex(f *testing.F) {
 			mfs["ckpt/"+n] = &fstest.MapFile{Data: b}
 		}
 		mfs["ckpt/"+HFIndexName] = &fstest.MapFile{Data: data}
-		m, err := OpenFS(mfs, "ckpt")
+		// Files outside the model directory that an escaping name would reach.
+		mfs["model-00001-of-00002.safetensors"] = mfs["ckpt/model-00001-of-00002.safetensors"]
+		mfs["other/model-00001-of-00002.safetensors"] = mfs["ckpt/model-00001-of-00002.safetensors"]
+		before := totalAlloc()
+		m, err := OpenFS(recordFS{mfs, t}, "ckpt")
+		checkAlloc(t, before, len(data), 4*vlBytes)
 		if err != nil {
 			if !strings.Contains(err.Error(), "ckpt/") {
 				t.Fatalf("error names no file: %v", err)
@@ -273,4 +316,20 @@ func vlCheckpointFiles(tb testing.TB, src *Model) map[string][]byte {
 	files := vlCheckpoint(tb, src)
 	delete(files, HFIndexName)
 	return files
+}
+
+// recordFS fails the test when a file outside ckpt/ is opened.
+type recordFS struct {
+	fsys fstest.MapFS
+	t    *testing.T
+}
+
+func (r recordFS) Open(name string) (fs.File, error) {
+	if name != "ckpt" && !strings.HasPrefix(name, "ckpt/") {
+		r.t.Fatalf("opened %q, outside the model directory ckpt", name)
+	}
+	if rest := strings.TrimPrefix(name, "ckpt/"); strings.Contains(rest, "/") {
+		r.t.Fatalf("opened %q, below the model directory", name)
+	}
+	return r.fsys.Open(name)
 }

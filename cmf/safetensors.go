@@ -76,6 +76,15 @@ func (t *Tensor) NumBytes() int64 { return t.size }
 // File is the path of the file a file-backed tensor reads from, "" for in-memory tensors.
 func (t *Tensor) File() string { return t.file }
 
+// Where is the prefix of errors about t: "FILE: tensor NAME", or "tensor NAME" for an
+// in-memory tensor.
+func (t *Tensor) Where() string {
+	if t.file == "" {
+		return "tensor " + t.Name
+	}
+	return t.file + ": tensor " + t.Name
+}
+
 // Bytes returns the stored bytes (a fresh copy read from the file for file-backed tensors;
 // the held slice for in-memory ones — do not modify it). Errors name the file and tensor.
 func (t *Tensor) Bytes() ([]byte, error) {

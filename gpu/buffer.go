@@ -1,9 +1,12 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/oliverbestmann/webgpu/wgpu"
@@ -123,6 +126,51 @@ type MemStats struct {
 	Buffers int
 }
 
+// ErrOutOfMemory is wrapped by the error of a buffer allocation that does not fit: above
+// the device's maxBufferSize, beyond the memory budget (SetMemoryBudget, NVG_GPU_MEMORY), or
+// refused by the driver. Such an error is returned, never a panic or an abort; it names the
+// buffer's label and the bytes wanted.
+var ErrOutOfMemory = errors.New("out of GPU memory")
+
+// SetMemoryBudget caps the bytes nvg's buffers may hold at once (0: no cap beyond the
+// driver's). An allocation that would go beyond it fails with ErrOutOfMemory before the
+// driver is asked, so a run that does not fit stops with an error naming the buffer
+// instead of exhausting a GPU shared with others. Open sets it from the environment
+// variable NVG_GPU_MEMORY (bytes, or a number with a KiB, MiB, GiB or TiB suffix).
+func (d *Device) SetMemoryBudget(bytes uint64) {
+	d.mu.Lock()
+	d.budget = bytes
+	d.mu.Unlock()
+}
+
+// MemoryBudget returns the cap set by SetMemoryBudget or NVG_GPU_MEMORY (0: none).
+func (d *Device) MemoryBudget() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.budget
+}
+
+// ParseBytes reads a byte count: a non-negative integer, optionally followed by KiB, MiB,
+// GiB or TiB (powers of 1024; K, M, G, T are the same).
+func ParseBytes(s string) (uint64, error) {
+	t := strings.TrimSpace(s)
+	mult := uint64(1)
+	for i, suf := range []string{"K", "M", "G", "T"} {
+		for _, form := range []string{suf + "iB", suf} {
+			if strings.HasSuffix(t, form) {
+				t, mult = strings.TrimSpace(strings.TrimSuffix(t, form)), 1<<(10*(i+1))
+				goto parse
+			}
+		}
+	}
+parse:
+	n, err := strconv.ParseUint(t, 10, 64)
+	if err != nil || (mult > 1 && n > math.MaxUint64/mult) {
+		return 0, fmt.Errorf("gpu: %q is not a byte count (an integer, optionally with KiB, MiB, GiB or TiB)", s)
+	}
+	return n * mult, nil
+}
+
 // MemStats returns the allocator's current and peak bytes.
 func (d *Device) MemStats() MemStats {
 	d.mu.Lock()
@@ -179,8 +227,12 @@ func (d *Device) newBufferLocked(label string, dtype DType, shape []int) (*Buffe
 	}
 	size := (uint64(n)*uint64(dtype.Size()) + 3) &^ 3
 	if size > d.info.MaxBufferSize {
-		return nil, fmt.Errorf("gpu: buffer %q %s%v needs %d bytes, above the device's maxBufferSize %d",
-			label, dtype, shape, size, d.info.MaxBufferSize)
+		return nil, fmt.Errorf("gpu: buffer %q %s%v needs %d bytes, above the device's maxBufferSize %d: %w",
+			label, dtype, shape, size, d.info.MaxBufferSize, ErrOutOfMemory)
+	}
+	if d.budget > 0 && d.mem.CurrentBytes+size > d.budget {
+		return nil, fmt.Errorf("gpu: buffer %q %s%v needs %d bytes, but %d of the %d-byte memory budget (NVG_GPU_MEMORY) are in use: %w",
+			label, dtype, shape, size, d.mem.CurrentBytes, d.budget, ErrOutOfMemory)
 	}
 	wb, err := d.dev.TryCreateBuffer(&wgpu.BufferDescriptor{
 		Label: label,
@@ -188,7 +240,7 @@ func (d *Device) newBufferLocked(label string, dtype DType, shape []int) (*Buffe
 		Usage: wgpu.BufferUsageStorage | wgpu.BufferUsageCopySrc | wgpu.BufferUsageCopyDst,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gpu: allocate buffer %q (%d bytes): %w", label, size, err)
+		return nil, fmt.Errorf("gpu: allocate buffer %q (%d bytes, %d in use): %w: %w", label, size, d.mem.CurrentBytes, ErrOutOfMemory, err)
 	}
 	b := &Buffer{dev: d, buf: wb, label: label, dtype: dtype, shape: append([]int(nil), shape...), numel: n, size: size}
 	d.buffers[b] = struct{}{}

@@ -33,6 +33,7 @@ type Device struct {
 	closed   bool
 
 	mem      MemStats
+	budget   uint64 // SetMemoryBudget; 0: none
 	buffers  map[*Buffer]struct{}
 	kernels  map[string]*Kernel
 	profiler profiler
@@ -150,7 +151,8 @@ var ErrNoAdapter = errors.New("gpu: no WebGPU adapter (install a Vulkan driver, 
 // virtual, then CPU; on a CPU-only machine (Mesa lavapipe) Open prints a one-line notice on
 // stderr. The device is created with the adapter's own limits (so bindings up to
 // maxStorageBufferBindingSize work) and with shader-f16, subgroups and timestamp queries
-// when the adapter has them; Info().Missing lists those it lacks.
+// when the adapter has them; Info().Missing lists those it lacks. NVG_GPU_MEMORY, when set,
+// is the memory budget (Device.SetMemoryBudget).
 //
 // Errors: ErrNoAdapter (wrapped) when no adapter exists, or the reason device creation failed.
 func Open() (*Device, error) {
@@ -275,6 +277,14 @@ func Open() (*Device, error) {
 	}
 	if !info.CPU {
 		d.logitsStore = DefaultLogitsStore
+	}
+	if v := os.Getenv("NVG_GPU_MEMORY"); v != "" {
+		b, err := ParseBytes(v)
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("NVG_GPU_MEMORY: %w", err)
+		}
+		d.budget = b
 	}
 	return d, nil
 }

@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/nvg-project/nvg/cmf"
 )
@@ -67,6 +68,11 @@ func linearFromTensor(t *cmf.Tensor) (Linear, error) {
 		w, err := t.Float64()
 		if err != nil {
 			return nil, err
+		}
+		for i, x := range w {
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				return nil, fmt.Errorf("%s: element %d is %g (not finite)", t.Where(), i, x)
+			}
 		}
 		d, err := NewDense(w, t.Shape[0], t.Shape[1])
 		if err != nil {

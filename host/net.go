@@ -74,7 +74,7 @@ func (ld loader) vec(name string, shape ...int) ([]float64, error) {
 	}
 	for i, x := range v {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return nil, fmt.Errorf("tensor %s: element %d is %g", name, i, x)
+			return nil, fmt.Errorf("%s: element %d is %g (not finite)", t.Where(), i, x)
 		}
 	}
 	return v, nil

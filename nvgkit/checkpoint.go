@@ -99,10 +99,19 @@ type ckptHeader struct {
 }
 
 // Save writes c to path atomically: a temporary file in the same directory is written,
-// fsynced and renamed over path, so on any error the previous checkpoint at path is intact.
-// Errors name path.
+// fsynced and renamed over path, so on any error (a full disk, a file size limit, an I/O
+// error) the previous checkpoint at path is intact and the temporary file is removed.
+// Errors name path and say whether a previous checkpoint was kept.
 func (c *Checkpoint) Save(path string) error {
 	return c.save(path, nil)
+}
+
+// keptNote wraps a failed checkpoint write's error with what is left at path.
+func keptNote(path string, err error) error {
+	if ok, _ := statFile(path); ok {
+		return fmt.Errorf("%w (the previous checkpoint %s was kept intact)", err, path)
+	}
+	return fmt.Errorf("%w (no checkpoint was written)", err)
 }
 
 // save is Save with an optional hook called after the tensors are written (tests make it
@@ -121,7 +130,7 @@ func (c *Checkpoint) save(path string, hook func() error) error {
 	if err != nil {
 		return fmt.Errorf("nvgkit: checkpoint %s: %w", path, err)
 	}
-	return writeAtomic(path, func(f *os.File) error {
+	err = writeAtomic(path, func(f *os.File) error {
 		crc := crc32.New(castagnoli)
 		bw := bufio.NewWriterSize(io.MultiWriter(f, crc), 1<<20)
 		w := &errWriter{w: bw}
@@ -153,6 +162,10 @@ func (c *Checkpoint) save(path string, hook func() error) error {
 		_, err := f.Write(binary.LittleEndian.AppendUint32(nil, crc.Sum32()))
 		return err
 	})
+	if err != nil {
+		return keptNote(path, err)
+	}
+	return nil
 }
 
 type errWriter struct {

@@ -60,12 +60,12 @@ func tensorData(m *cmf.Model, name string, shape ...int) (*cmf.Tensor, func(int)
 	n := 1
 	for i, s := range shape {
 		if t.Shape[i] != s {
-			return nil, nil, 0, fmt.Errorf("tensor %s: shape %v, want %v", name, t.Shape, shape)
+			return nil, nil, 0, fmt.Errorf("%s: shape %v, want %v", t.Where(), t.Shape, shape)
 		}
 		n *= s
 	}
 	if t.DType == cmf.BLR {
-		return nil, nil, 0, fmt.Errorf("tensor %s: dtype blr: a Teacher net needs dense (f32, f16, bf16, f64) weights", name)
+		return nil, nil, 0, fmt.Errorf("%s: dtype blr: a Teacher net needs dense (f32, f16, bf16, f64) weights", t.Where())
 	}
 	raw, err := t.Bytes()
 	if err != nil {
@@ -73,10 +73,10 @@ func tensorData(m *cmf.Model, name string, shape ...int) (*cmf.Tensor, func(int)
 	}
 	dec, err := decoder(t.DType, raw)
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("tensor %s: %w", name, err)
+		return nil, nil, 0, fmt.Errorf("%s: %w", t.Where(), err)
 	}
 	if len(raw) != n*t.DType.Size() {
-		return nil, nil, 0, fmt.Errorf("tensor %s: %d bytes for shape %v of %s", name, len(raw), shape, t.DType)
+		return nil, nil, 0, fmt.Errorf("%s: %d bytes for shape %v of %s", t.Where(), len(raw), shape, t.DType)
 	}
 	return t, dec, n, nil
 }
@@ -109,7 +109,7 @@ func loadF16(m *cmf.Model, name string, shape ...int) ([]uint16, error) {
 		}
 	})
 	if bad >= 0 {
-		return nil, fmt.Errorf("tensor %s (%s): element %d = %g is not finite in f16 (|x| ≤ 65504)", name, t.DType, bad, dec(bad))
+		return nil, fmt.Errorf("%s (%s): element %d = %g is not finite in f16 (|x| ≤ 65504)", t.Where(), t.DType, bad, dec(bad))
 	}
 	return out, nil
 }
@@ -117,7 +117,7 @@ func loadF16(m *cmf.Model, name string, shape ...int) ([]uint16, error) {
 // loadF32 reads a dense float tensor of the given shape as float32. Errors as loadF16
 // (non-finite elements rejected).
 func loadF32(m *cmf.Model, name string, shape ...int) ([]float32, error) {
-	_, dec, n, err := tensorData(m, name, shape...)
+	t, dec, n, err := tensorData(m, name, shape...)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func loadF32(m *cmf.Model, name string, shape ...int) ([]float32, error) {
 	for i := range out {
 		f := dec(i)
 		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
-			return nil, fmt.Errorf("tensor %s: element %d = %g is not finite in f32", name, i, f)
+			return nil, fmt.Errorf("%s: element %d = %g is not finite in f32", t.Where(), i, f)
 		}
 		out[i] = f
 	}

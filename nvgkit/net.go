@@ -199,7 +199,7 @@ func (n *Net) upload(l *layer) error {
 	for _, p := range l.params {
 		if err := p.upload(n.dev); err != nil {
 			n.releaseLayer(l)
-			return fmt.Errorf("nvgkit: upload layer %d: %w", l.index, err)
+			return memRemedy(fmt.Errorf("nvgkit: upload layer %d: %w", l.index, err))
 		}
 	}
 	l.uploaded = true
@@ -308,7 +308,7 @@ func LoadNet(dev *gpu.Device, m *cmf.Model, kind NetKind, opts ...LoadOption) (*
 	}
 	if err := load(m); err != nil {
 		n.Release()
-		return nil, fmt.Errorf("nvgkit.LoadNet: %w", err)
+		return nil, memRemedy(fmt.Errorf("nvgkit.LoadNet: %w", err))
 	}
 	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -22,9 +23,11 @@ type Progress interface {
 
 // NewProgress returns the progress display that fits where the program runs: in a GoNB
 // notebook (gonbui.IsNotebook) an HTML <progress> bar updated in place through
-// gonbui.UpdateHTML (at most 4 times a second, plus the first and last update); elsewhere a
-// terminal bar (schollz/progressbar) written to w with the title as its description. w may
-// be nil outside a notebook: then nothing is shown.
+// gonbui.UpdateHTML (at most 4 times a second, plus the first and last update); on a
+// terminal a bar (schollz/progressbar, redrawn in place with '\r') written to w with the
+// title as its description; to anything else (a log file, a pipe, a buffer) plain
+// newline-terminated lines "title done/total status", at most one every 30 seconds plus the
+// first and the last. w may be nil outside a notebook: then nothing is shown.
 func NewProgress(w io.Writer, title string) Progress {
 	if gonbui.IsNotebook {
 		return &htmlProgress{id: gonbui.UniqueId(), title: title}
@@ -32,7 +35,44 @@ func NewProgress(w io.Writer, title string) Progress {
 	if w == nil {
 		return nopProgress{}
 	}
+	if !isTerminal(w) {
+		return &lineProgress{w: w, title: title, every: 30 * time.Second}
+	}
 	return &termProgress{w: w, title: title}
+}
+
+// isTerminal reports whether w is a character device (a terminal), not a file or pipe.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// lineProgress writes a line per update, sparsely: for logs, where '\r' redraws would pile
+// up into one enormous line.
+type lineProgress struct {
+	w     io.Writer
+	title string
+	every time.Duration
+	last  time.Time
+	total int
+}
+
+func (p *lineProgress) Update(done, total int, status string) {
+	if total == p.total && done > 1 && done < total && time.Since(p.last) < p.every {
+		return
+	}
+	p.last, p.total = time.Now(), total
+	fmt.Fprintf(p.w, "%s %d/%d %s\n", p.title, done, total, status)
+}
+
+func (p *lineProgress) Finish(status string) {
+	if status != "" {
+		fmt.Fprintf(p.w, "%s: %s\n", p.title, status)
+	}
 }
 
 type nopProgress struct{}

@@ -221,7 +221,7 @@ func newStudentWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
 		b, err := dev.NewBuffer(s.label, gpu.F32, shape...)
 		if err != nil {
 			w.Release()
-			return nil, fmt.Errorf("nvgkit.NewWork: %w", err)
+			return nil, memRemedy(fmt.Errorf("nvgkit.NewWork: %w", err))
 		}
 		*s.dst = b
 		w.st.bufs = append(w.st.bufs, b)
@@ -492,12 +492,12 @@ func (w *Work) uploadTopK(top *TopK) error {
 		s.ids, s.pT, s.topK = nil, nil, 0
 		var err error
 		if s.ids, err = w.dev.NewBuffer("work.topk ids", gpu.U32, rows, k); err != nil {
-			return err
+			return memRemedy(err)
 		}
 		if s.pT, err = w.dev.NewBuffer("work.topk probs", gpu.F32, rows, k); err != nil {
 			s.ids.Release()
 			s.ids = nil
-			return err
+			return memRemedy(err)
 		}
 		s.topK = k
 	}
@@ -591,6 +591,7 @@ func (n *Net) prepare(op string, w *Work, ids [][]int, top *TopK) ([]int, int, e
 // repeated within a token, or probabilities not finite, negative or summing to 0 — each
 // naming the value; then any GPU error.
 func LossOnly(net *Net, work *Work, ids [][]int, top *TopK) (loss float64, klPerToken []float32, err error) {
+	defer func() { err = memRemedy(err) }()
 	const op = "LossOnly"
 	flat, nb, err := net.prepare(op, work, ids, top)
 	if err != nil {
@@ -636,7 +637,8 @@ func meanF64(v []float32) float64 {
 // bits, dense projections, embedding, head, conv, A_log, dt_bias) get no gradient.
 // Errors, before anything is submitted: those of LossOnly, and a number of windows other
 // than work.NB; then any GPU error.
-func Step(net *Net, work *Work, ids [][]int, top *TopK) (StepStats, error) {
+func Step(net *Net, work *Work, ids [][]int, top *TopK) (_ StepStats, err error) {
+	defer func() { err = memRemedy(err) }()
 	const op = "Step"
 	if err := work.check(op, net); err != nil {
 		return StepStats{}, err

@@ -90,7 +90,8 @@ func checkK(op string, k, vocab int) error {
 // architecture or device, no windows, more windows than the work holds, a window whose
 // length is not work.T, an id outside [0, vocab), or k outside [1, min(64, vocab)]; then any
 // GPU error, naming the layer.
-func TeacherTopK(net *Net, work *Work, ids [][]int, k int) (*TopK, error) {
+func TeacherTopK(net *Net, work *Work, ids [][]int, k int) (_ *TopK, err error) {
+	defer func() { err = memRemedy(err) }()
 	const op = "TeacherTopK"
 	flat, nb, err := net.checkWindows(op, work, ids, 0, 0)
 	if err != nil {
@@ -192,7 +193,8 @@ type Trace struct {
 // Forward runs net over ids like TeacherTopK and also reads back the hidden state after the
 // embedding and after every layer (one readback of [nb·t, H] f32 per layer: for tests and
 // `nvg trace`, not for speed). Errors as TeacherTopK, and opt.TopK outside [0, min(64, vocab)].
-func Forward(net *Net, work *Work, ids [][]int, opt ForwardOptions) (*Trace, error) {
+func Forward(net *Net, work *Work, ids [][]int, opt ForwardOptions) (_ *Trace, err error) {
+	defer func() { err = memRemedy(err) }()
 	const op = "Forward"
 	flat, nb, err := net.checkWindows(op, work, ids, 0, 0)
 	if err != nil {
@@ -278,6 +280,7 @@ func (n *Net) logits(h []float32, rows int) ([]float32, error) {
 // Errors (before anything is submitted): no windows, a window whose length is not work.T+1,
 // an id outside [0, vocab), a nil/released/mismatched net or work; then any GPU error.
 func NLL(net *Net, work *Work, windows [][]int, progress func(done, total int)) (sum float64, count int, err error) {
+	defer func() { err = memRemedy(err) }()
 	const op = "NLL"
 	if err := work.check(op, net); err != nil {
 		return 0, 0, err

@@ -324,6 +324,7 @@ func (tr *Trainer) evalStudent(s int) (float64, error) {
 // called after each group. Errors: no windows, a window whose length is not work.T+1, and
 // LossOnly's errors (naming the first window of the group).
 func StudentNLL(net *Net, work *Work, windows [][]int, progress func(done, total int)) (sum float64, count int, err error) {
+	defer func() { err = memRemedy(err) }()
 	if work == nil {
 		return 0, 0, errors.New("nvgkit.StudentNLL: nil work")
 	}

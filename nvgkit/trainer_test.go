@@ -3,6 +3,7 @@ package nvgkit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -176,7 +177,151 @@ func TestTrainerResumeExact(t *testing.T) {
 		t.Errorf("distilled %g (%s) straight, %g (%s) resumed", straight.DistilledPPL, straight.Exported, resumed.DistilledPPL, resumed.Exported)
 	}
 	t.Logf("losses %v, evals %+v", straight.Loss, straight.Evals)
+
+	// A notebook interrupt: the context is cancelled from another goroutine while steps
+	// run (here: started after step 1, certainly done before step 3 begins, landing
+	// before, during or after step 2). The run stops between steps with a valid
+	// checkpoint, and resuming from it gives the same losses as the straight run.
+	cfg.OutDir = filepath.Join(dir, "run2")
+	os.Mkdir(cfg.OutDir, 0o755)
+	tr2, err := nvgkit.NewTrainer(teacher, loadStudent(t, d, sm), train, heldOut, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr2.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cancelled := make(chan struct{})
+	tr2.OnStep = func(i nvgkit.StepInfo) {
+		switch i.Step {
+		case 1:
+			go func() { cancel(); close(cancelled) }()
+		case 2:
+			<-cancelled
+		}
+	}
+	if rep, err := tr2.Run(ctx); !errors.Is(err, nvgkit.ErrInterrupted) || rep == nil || rep.Steps < 1 || rep.Steps > 2 {
+		t.Fatalf("run cancelled from a goroutine: %v, %+v", err, rep)
+	}
+	ck, err := nvgkit.LoadCheckpoint(filepath.Join(cfg.OutDir, nvgkit.CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr3, err := nvgkit.Resume(teacher, loadStudent(t, d, sm), train, heldOut, cfg.OutDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr3.Close()
+	if tr3.Step() != ck.Meta.Step {
+		t.Fatalf("resumed at step %d, checkpoint at %d", tr3.Step(), ck.Meta.Step)
+	}
+	again, err := tr3.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range straight.Loss {
+		if straight.Loss[i] != again.Loss[i] {
+			t.Errorf("step %d: loss %.17g straight, %.17g after a goroutine cancel at step %d and resume", i+1, straight.Loss[i], again.Loss[i], ck.Meta.Step)
+		}
+	}
 }
+
+// One step whose loss is NaN (a norm gain poisoned after step 1 and repaired after step 2,
+// standing in for a transient fault) is skipped and counted; the metric and the Adam state
+// are bit for bit what they were after step 1 (the NaN does not reach the metric), and the
+// steps after it train normally (finite losses, updated and finite parameters).
+func TestTrainerSkipsOneNaNStep(t *testing.T) {
+	d, teacher, sm, train, heldOut := trainFixture(t)
+	student := loadStudent(t, d, sm)
+	cfg := nvgkit.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: -1, EvalEvery: -1, EvalWindows: 1, KeepFinal: true, Seed: 5}
+	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	const gain = "model.layers.1.post_attention_layernorm.weight"
+	var clean *nvgkit.TrainableSnapshot
+	var after1 map[string][]float32
+	var failure error
+	tr.OnStep = func(i nvgkit.StepInfo) {
+		if failure != nil {
+			return
+		}
+		switch i.Step {
+		case 1:
+			if after1, failure = nvgkit.Params(student); failure != nil {
+				return
+			}
+			if clean, failure = nvgkit.Snapshot(student); failure != nil {
+				return
+			}
+			var bad *nvgkit.TrainableSnapshot
+			if bad, failure = nvgkit.Snapshot(student); failure != nil {
+				return
+			}
+			bad.Param(gain)[3] = float32(math.NaN())
+			failure = nvgkit.Restore(student, bad)
+		case 2:
+			if !i.Skipped || i.SkippedTotal != 1 {
+				failure = fmt.Errorf("step 2 not skipped: %+v", i)
+				return
+			}
+			var now map[string][]float32
+			if now, failure = nvgkit.Params(student); failure != nil {
+				return
+			}
+			for name, v := range after1 {
+				for j := range v {
+					want := math.Float32bits(v[j])
+					if name == gain && j == 3 {
+						want = math.Float32bits(float32(math.NaN()))
+					}
+					if got := math.Float32bits(now[name][j]); got != want && !(name == gain && j == 3 && math.IsNaN(float64(now[name][j]))) {
+						failure = fmt.Errorf("%s[%d] changed by the skipped step: %g → %g", name, j, v[j], now[name][j])
+						return
+					}
+				}
+			}
+			failure = nvgkit.Restore(student, clean)
+		}
+	}
+	rep, err := tr.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if failure != nil {
+		t.Fatal(failure)
+	}
+	if rep.Skipped != 1 || len(rep.Loss) != 4 || !math.IsNaN(rep.Loss[1]) {
+		t.Fatalf("skipped %d, losses %v; want step 2 alone skipped", rep.Skipped, rep.Loss)
+	}
+	for _, s := range []int{0, 2, 3} {
+		if !finite(rep.Loss[s]) {
+			t.Errorf("step %d: loss %g", s+1, rep.Loss[s])
+		}
+	}
+	final, err := nvgkit.Params(student)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := 0
+	for name, v := range final {
+		for j, x := range v {
+			if !finite(float64(x)) {
+				t.Fatalf("%s[%d] = %g after the run", name, j, x)
+			}
+			if x != after1[name][j] {
+				changed++
+			}
+		}
+	}
+	if changed == 0 {
+		t.Error("steps 3 and 4 changed no parameter")
+	}
+	t.Logf("losses %v; %d values changed after the skipped step", rep.Loss, changed)
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // A student whose loss is not finite (a NaN norm gain) has every step skipped: the
 // gradients are cleared, nothing is updated, the steps are counted and reported, and the

@@ -3,6 +3,7 @@ package nvgkit
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
@@ -137,12 +138,22 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
 		b, err := dev.NewBuffer(s.label, gpu.F32, rows, s.width)
 		if err != nil {
 			w.Release()
-			return nil, fmt.Errorf("nvgkit.NewWork: %w", err)
+			return nil, memRemedy(fmt.Errorf("nvgkit.NewWork: %w", err))
 		}
 		*s.dst = b
 		w.bufs = append(w.bufs, b)
 	}
 	return w, nil
+}
+
+// memRemedy appends what to do to an allocation error that wraps gpu.ErrOutOfMemory (a
+// buffer above maxBufferSize, beyond the NVG_GPU_MEMORY budget, or refused by the driver);
+// other errors are returned as they are.
+func memRemedy(err error) error {
+	if err == nil || !errors.Is(err, gpu.ErrOutOfMemory) || strings.Contains(err.Error(), "— remedy: ") {
+		return err
+	}
+	return fmt.Errorf("%w — remedy: fewer or shorter windows per step (smaller --nb or --t; the work buffers grow with nb·t), a smaller top-k (--k), a teacher streamed layer by layer (--stream-teacher, nvgkit.StreamLayers), or a GPU with more free memory", err)
 }
 
 // Bytes is the GPU bytes the work's buffers hold now (for a Student's work, see
@@ -173,11 +184,11 @@ func (w *Work) topBuffers(k int) (ids, logp *gpu.Buffer, err error) {
 	w.topIDs, w.topLogp, w.topK = nil, nil, 0
 	rows := w.NB * w.T
 	if ids, err = w.dev.NewBuffer("work.topIDs", gpu.U32, rows, k); err != nil {
-		return nil, nil, err
+		return nil, nil, memRemedy(err)
 	}
 	if logp, err = w.dev.NewBuffer("work.topLogp", gpu.F32, rows, k); err != nil {
 		ids.Release()
-		return nil, nil, err
+		return nil, nil, memRemedy(err)
 	}
 	w.topIDs, w.topLogp, w.topK = ids, logp, k
 	return ids, logp, nil

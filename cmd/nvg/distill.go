@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
@@ -27,7 +28,7 @@ func init() {
 	register(&command{
 		name:    "distill",
 		summary: "compress a teacher to ~1 bit/weight and distil the student against it (default: the embedded tiny teacher on the Go standard library)",
-		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [-o DIR] [--topk-file F] | --resume DIR",
+		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--mem-log …] [--stream-teacher]",
 		run:     runDistill,
 	})
 }
@@ -113,11 +114,23 @@ func runDistill(args []string) error {
 	fs.StringVar(&out, "out", "", "same as -o")
 	resume := fs.String("resume", "", "continue the interrupted run in this output directory (other flags are taken from it)")
 	topkFile := fs.String("topk-file", "", "keep the teacher's top-k in this file instead of host memory (reused when it matches)")
+	var opts distillOptions
+	fs.BoolVar(&opts.streamTeacher, "stream-teacher", false, "keep the teacher's layers in host memory and upload them one at a time (a teacher larger than GPU memory; same results, slower)")
+	fs.StringVar(&opts.memLog, "mem-log", "", "append a CSV sample of GPU bytes, Go heap, goroutines and tokens/s to this file every --mem-log-every steps (plot it with nvg plot-mem)")
+	fs.IntVar(&opts.memEvery, "mem-log-every", 100, "steps between --mem-log samples")
 	if err := parseFlags(c, fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (the teacher is --teacher MODEL)", fs.Arg(0))
+	}
+	if opts.memEvery < 1 {
+		return usagef("--mem-log-every must be ≥ 1, got %d", opts.memEvery)
+	}
+	if opts.memLog != "" {
+		if st, err := os.Stat(filepath.Dir(opts.memLog)); err != nil || !st.IsDir() {
+			return usagef("--mem-log %s: directory %s does not exist", opts.memLog, filepath.Dir(opts.memLog))
+		}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -125,7 +138,7 @@ func runDistill(args []string) error {
 	var s distillSettings
 	if *resume != "" {
 		for name := range set {
-			if name != "resume" && name != "o" && name != "out" {
+			if name != "resume" && name != "o" && name != "out" && name != "mem-log" && name != "mem-log-every" && name != "stream-teacher" {
 				return usagef("--resume takes the run's settings from %s; --%s cannot be changed", filepath.Join(*resume, distillSettingsFile), name)
 			}
 		}
@@ -226,7 +239,7 @@ func runDistill(args []string) error {
 		b, _ := json.MarshalIndent(s, "", " ")
 		err = nvgkitWriteFile(filepath.Join(out, distillSettingsFile), append(b, '\n'))
 		if err == nil {
-			err = distill(s, out, false)
+			err = distill(s, out, false, opts)
 		}
 		if err != nil && !exists(filepath.Join(out, nvgkit.CheckpointFile)) {
 			// Nothing to resume: remove what this run wrote (the directory was missing or
@@ -235,7 +248,35 @@ func runDistill(args []string) error {
 		}
 		return err
 	}
-	return distill(s, out, true)
+	return distill(s, out, true, opts)
+}
+
+// distillOptions are how a run is carried out, not what it computes: they may differ
+// between a run and its --resume.
+type distillOptions struct {
+	streamTeacher bool   // LoadNet(…, StreamLayers()) for the teacher
+	memLog        string // CSV file of nvgkit.MemLogger samples ("" = none)
+	memEvery      int    // steps between samples
+}
+
+// openMemLog opens (appending) the memory log of a run of tokensPerStep tokens a step on
+// dev; a new or empty file gets the header line first.
+func openMemLog(path string, dev *gpu.Device, tokensPerStep int) (*os.File, *nvgkit.MemLogger, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--mem-log: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("--mem-log: %w", err)
+	}
+	ml, err := nvgkit.NewMemLogger(f, dev, tokensPerStep, st.Size() == 0)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("--mem-log %s: %w", path, err)
+	}
+	return f, ml, nil
 }
 
 // removeRunOutput removes the output directory out of a run that failed before its first
@@ -286,7 +327,7 @@ var distillPhaseHook func(phase string)
 // distill runs (or resumes) the distillation described by s into out. SIGINT or SIGTERM
 // at any point stops it at the next phase boundary, progress callback or step, and it
 // returns an interruptedError.
-func distill(s distillSettings, out string, resumed bool) error {
+func distill(s distillSettings, out string, resumed bool, opts distillOptions) error {
 	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -453,7 +494,11 @@ func distill(s distillSettings, out string, resumed bool) error {
 		return err
 	}
 	defer dev.Close()
-	teacher, err := nvgkit.LoadNet(dev, teacherModel, nvgkit.Teacher)
+	var teacherOpts []nvgkit.LoadOption
+	if opts.streamTeacher {
+		teacherOpts = append(teacherOpts, nvgkit.StreamLayers())
+	}
+	teacher, err := nvgkit.LoadNet(dev, teacherModel, nvgkit.Teacher, teacherOpts...)
 	if err != nil {
 		return err
 	}
@@ -488,6 +533,27 @@ func distill(s distillSettings, out string, resumed bool) error {
 
 	if err := phase("train"); err != nil {
 		return err
+	}
+	if opts.memLog != "" {
+		f, ml, err := openMemLog(opts.memLog, dev, cfg.NB*cfg.T)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := ml.Sample(tr.Step()); err != nil {
+			return err
+		}
+		failed := false
+		tr.OnStep = func(i nvgkit.StepInfo) {
+			if failed || (i.Step%opts.memEvery != 0 && i.Step != cfg.Steps) {
+				return
+			}
+			if _, err := ml.Sample(i.Step); err != nil {
+				failed = true // a full disk must not stop the training: say so once
+				fmt.Fprintf(os.Stderr, "\n%v; memory logging stopped\n", err)
+			}
+		}
+		fmt.Fprintf(os.Stderr, "memory log: %s (every %d steps)\n", opts.memLog, opts.memEvery)
 	}
 	training.Store(tr.Step() < cfg.Steps)
 	rep, err := tr.Run(ctx)

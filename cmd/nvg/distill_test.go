@@ -67,9 +67,25 @@ func TestDistillSmall(t *testing.T) {
 	src := filepath.Join(runtime.GOROOT(), "src")
 	out := filepath.Join(t.TempDir(), "run")
 	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
-		"--paths", "1", "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "16", "--k", "8", "--eval-every", "1", "--eval-windows", "2", "-o", out}
+		"--paths", "1", "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "16", "--k", "8", "--eval-every", "1", "--eval-windows", "2", "-o", out,
+		"--stream-teacher", "--mem-log", filepath.Join(out + "-mem.csv"), "--mem-log-every", "1"}
 	if code := run(args); code != 0 {
 		t.Fatalf("nvg %v: exit %d", args, code)
+	}
+	// The memory log: a header and one sample before the first step and after each.
+	samples, err := nvgkit.ReadMemLog(out + "-mem.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := os.ReadFile(out + "-mem.csv"); !strings.HasPrefix(string(raw), nvgkit.MemLogHeader+"\n") || len(samples) != 3 ||
+		samples[0].Step != 0 || samples[2].Step != 2 || samples[2].GPUCurrent == 0 || !(samples[2].TokensPerSec > 0) {
+		t.Errorf("memory log %q: %+v", raw, samples)
+	}
+	png := filepath.Join(t.TempDir(), "mem.png")
+	if code := run([]string{"plot-mem", out + "-mem.csv", png}); code != 0 {
+		t.Errorf("plot-mem: exit %d", code)
+	} else if st, err := os.Stat(png); err != nil || st.Size() == 0 {
+		t.Errorf("plot-mem wrote no image: %v", err)
 	}
 	for _, f := range []string{"student.cmf", "report.json", "distill.json", nvgkit.CheckpointFile, "training.png", "grad_norms.png", "metric_hist.png", "reconstruction.png"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
@@ -112,9 +128,16 @@ func TestDistillChild(t *testing.T) {
 	os.Exit(run(strings.Split(os.Getenv("NVG_DISTILL_ARGS"), "\x1f")))
 }
 
-// SIGINT during a run writes a checkpoint and exits 130; --resume continues to the end.
+// SIGINT (exit 130) or SIGTERM (exit 143, as a batch scheduler sends) during a run writes
+// a checkpoint; --resume continues from it to the end with the losses it recorded.
 func TestDistillInterruptResume(t *testing.T) {
 	gputest.Open(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) { distillInterruptResume(t, sig) })
+	}
+}
+
+func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 	cache := t.TempDir()
 	t.Setenv("NVG_CACHE", cache)
 	src := filepath.Join(runtime.GOROOT(), "src")
@@ -133,11 +156,11 @@ func TestDistillInterruptResume(t *testing.T) {
 	for !exists(ckpt) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Wait(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 130 {
-		t.Fatalf("interrupted run: %v, want exit status 130\n%s", err, stderr.String())
+	if err := cmd.Wait(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 128+int(sig) {
+		t.Fatalf("interrupted run: %v, want exit status %d\n%s", err, 128+int(sig), stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "--resume "+out) {
 		t.Fatalf("no resume hint in:\n%s", stderr.String())
@@ -147,7 +170,7 @@ func TestDistillInterruptResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ck.Meta.Step < 1 || ck.Meta.Step >= 6 {
-		t.Fatalf("checkpoint at step %d, want 1…5 (the test sends SIGINT after the first)", ck.Meta.Step)
+		t.Fatalf("checkpoint at step %d, want 1…5 (the test sends %v after the first)", ck.Meta.Step, sig)
 	}
 	if code := run([]string{"distill", "--resume", out}); code != 0 {
 		t.Fatalf("--resume: exit %d", code)
@@ -213,8 +236,12 @@ func TestDistillInterruptBeforeTraining(t *testing.T) {
 // output directory it made, so that a retry with the same -o is not refused as "not empty".
 func TestDistillFailureLeavesNoOutput(t *testing.T) {
 	dir := t.TempDir()
-	teacher := filepath.Join(dir, "teacher.cmf")
-	if err := os.WriteFile(teacher, []byte("CMF truncated"), 0o644); err != nil {
+	teacher := filepath.Join(dir, "teacher.safetensors")
+	orig, err := os.ReadFile("../../cmf/tinyteacher/model/model.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(teacher, orig[:5000], 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "run")

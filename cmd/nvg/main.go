@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -62,6 +63,15 @@ func parseFlags(c *command, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
+	// Go's flag parsing stops at the first positional argument: a flag after it would be
+	// silently taken as another positional one.
+	for i, a := range fs.Args() {
+		if len(a) > 1 && a[0] == '-' && a != "--" {
+			if f := fs.Lookup(strings.TrimLeft(strings.SplitN(a, "=", 2)[0], "-")); f != nil || i > 0 {
+				return usagef("flag %s after the argument %q: flags must come before MODEL and other positional arguments", a, fs.Arg(0))
+			}
+		}
+	}
 	return nil
 }
 
@@ -102,6 +112,10 @@ func run(args []string) int {
 		mainUsage(os.Stdout)
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
+		fmt.Println(versionString())
+		return 0
+	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "nvg: unknown command %q (commands: %s)\n", args[0], strings.Join(sortedNames(), ", "))
@@ -131,4 +145,36 @@ func sortedNames() []string {
 	}
 	sort.Strings(s)
 	return s
+}
+
+// versionString is "nvg VERSION (COMMIT[, modified], GO_VERSION)" from the build
+// information Go embeds: the module version when built with go install …@version,
+// "(devel)" in a checkout, where the VCS revision tells the build apart.
+func versionString() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "nvg (no build information)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = ", modified"
+			}
+		}
+	}
+	if rev == "" {
+		rev = "unknown commit"
+	}
+	return fmt.Sprintf("nvg %s (%s%s, %s)", v, rev, dirty, bi.GoVersion)
 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
@@ -23,11 +25,58 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"eval", "--windows", "zero"},
 		{"trace", "--ids", filepath.Join(dir, "missing.json"), "-o", filepath.Join(dir, "o.safetensors")},
 		{"trace"},
+		{"info", "../../cmf/tinyteacher/model", "--json"},              // a flag after MODEL
+		{"info", "../../cmf/tinyteacher/model/config.json"},            // a JSON file, not a model
+		{"plot-mem", filepath.Join(dir, "missing.csv")},                // one argument of two
+		{"distill", "--mem-log-every", "0", "--steps", "1", "-o", dir}, // a bad flag value
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("nvg %v: exit %d, want 2", args, code)
 		}
 	}
+}
+
+// TestCLIMessages: the usage errors that are easy to get wrong say what to do.
+func TestCLIMessages(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"info", "../../cmf/tinyteacher/model", "--json"}, `flag --json after the argument "../../cmf/tinyteacher/model": flags must come before MODEL`},
+		{[]string{"info", "../../cmf/tinyteacher/model/config.json"}, "is a text file, not a model: want an HF checkpoint directory, a .cmf or .safetensors file, or a sharded CMF directory (for the checkpoint it belongs to, give its directory: ../../cmf/tinyteacher/model)"},
+	} {
+		_, stderr, code := capture(t, tc.args)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("nvg %v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	stdout, _, code := capture(t, []string{"--version"})
+	if code != 0 || !strings.HasPrefix(stdout, "nvg ") || !strings.Contains(stdout, runtime.Version()) {
+		t.Errorf("--version: exit %d, %q", code, stdout)
+	}
+}
+
+// capture runs nvg with args and returns what it wrote to stdout and stderr and its exit code.
+func capture(t *testing.T, args []string) (stdout, stderr string, code int) {
+	t.Helper()
+	dir := t.TempDir()
+	of, err := os.Create(filepath.Join(dir, "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ef, err := os.Create(filepath.Join(dir, "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	so, se := os.Stdout, os.Stderr
+	os.Stdout, os.Stderr = of, ef
+	code = run(args)
+	os.Stdout, os.Stderr = so, se
+	of.Close()
+	ef.Close()
+	o, _ := os.ReadFile(of.Name())
+	e, _ := os.ReadFile(ef.Name())
+	return string(o), string(e), code
 }
 
 // TestTraceMatchesFixtures runs `nvg trace` on the fixture's ids and compares every output

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -32,7 +33,35 @@ func openModel(path string) (*cmf.Model, error) {
 	if st.IsDir() && !exists(filepath.Join(path, "config.json")) && !exists(filepath.Join(path, "model.cmf.index.json")) {
 		return nil, usagef("model %s: directory has no config.json (not an HF checkpoint) and no model.cmf.index.json", path)
 	}
+	if !st.IsDir() && isTextFile(path) {
+		hint := ""
+		if d := filepath.Dir(path); exists(filepath.Join(d, "config.json")) {
+			hint = fmt.Sprintf(" (for the checkpoint it belongs to, give its directory: %s)", d)
+		}
+		return nil, usagef("model %s is a text file, not a model: want an HF checkpoint directory, a .cmf or .safetensors file, or a sharded CMF directory%s", path, hint)
+	}
 	return cmf.Open(path)
+}
+
+// isTextFile reports whether the file at path starts with 8 bytes of printable ASCII or
+// white space (JSON, a README…): a safetensors/CMF file starts with a little-endian header
+// length, whose high bytes are zero.
+func isTextFile(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [8]byte
+	if n, _ := io.ReadFull(f, b[:]); n < len(b) {
+		return n > 0 && b[0] == '{'
+	}
+	for _, c := range b {
+		if !(c >= 0x20 && c < 0x7f || c == '\n' || c == '\r' || c == '\t') {
+			return false
+		}
+	}
+	return true
 }
 
 // modelName is the name to print for a model path ("" = the embedded default).

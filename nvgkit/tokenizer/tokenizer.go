@@ -47,8 +47,9 @@ type Tokenizer struct {
 	byteID       [256]int32 // id of the single-byte token of each byte
 	ignoreMerges bool
 
-	cache wordCache
-	hash  string
+	cache  wordCache
+	hash   string
+	maxIDs int // while loading: the bound on ids (number of listed tokens plus slack)
 }
 
 // Load reads a HuggingFace tokenizer.json file, gzip-compressed when its name ends in
@@ -90,6 +91,9 @@ func FromJSON(data []byte) (*Tokenizer, error) {
 	t := &Tokenizer{}
 	sum := sha256.Sum256(data)
 	t.hash = hex.EncodeToString(sum[:])
+	// Ids index dense tables: an id beyond the number of tokens the file lists would make
+	// those tables (and the memory they take) larger than the file warrants.
+	t.maxIDs = len(f.AddedTokens) + 256
 	var err error
 	if t.norms, err = parseNormalizer(f.Normalizer); err != nil {
 		return nil, err
@@ -142,11 +146,12 @@ func (t *Tokenizer) loadModel(raw json.RawMessage) error {
 		return fmt.Errorf("tokenizer: BPE model has an empty vocab")
 	}
 	t.ignoreMerges = m.IgnoreMerges
+	t.maxIDs += len(m.Vocab)
 	t.vocab = make(map[string]int32, len(m.Vocab))
 	maxID := -1
 	for tok, id := range m.Vocab {
-		if id < 0 || id > 1<<31-2 {
-			return fmt.Errorf("tokenizer: vocab token %q has id %d out of range", tok, id)
+		if id < 0 || id >= t.maxIDs {
+			return fmt.Errorf("tokenizer: vocab token %q has id %d out of range [0, %d) (ids must be about dense: at most the number of vocab and added tokens)", tok, id, t.maxIDs)
 		}
 		t.vocab[tok] = int32(id)
 		maxID = max(maxID, id)
@@ -208,8 +213,8 @@ func (t *Tokenizer) loadAdded(list []addedTokenJSON) error {
 		switch {
 		case a.ID == nil:
 			return fmt.Errorf("tokenizer: added_tokens[%d] (%q) has no id", i, a.Content)
-		case *a.ID < 0 || *a.ID > 1<<31-2:
-			return fmt.Errorf("tokenizer: added_tokens[%d] (%q) has id %d out of range", i, a.Content, *a.ID)
+		case *a.ID < 0 || *a.ID >= max(t.maxIDs, t.vocabSize):
+			return fmt.Errorf("tokenizer: added_tokens[%d] (%q) has id %d out of range [0, %d) (ids must be about dense: at most the number of vocab and added tokens)", i, a.Content, *a.ID, max(t.maxIDs, t.vocabSize))
 		case a.Content == "":
 			return fmt.Errorf("tokenizer: added_tokens[%d] (id %d) has empty content", i, *a.ID)
 		case a.LStrip || a.RStrip || a.SingleWord:
