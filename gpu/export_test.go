@@ -15,3 +15,12 @@ func SetGEMMTile(bm, bn, bk int) (restore func()) {
 	gemmTile = gemmParams{BM: bm, BN: bn, BK: bk}
 	return func() { gemmTile = old }
 }
+
+// SetGDRCVariant selects GatedDeltaRuleChunked's kernel variants (block: the blockwise
+// intra-chunk solve; tiled: the tiled inter-chunk kernel; cs: the inter-chunk slice width, 0 automatic) and returns a function
+// restoring the old choice.
+func SetGDRCVariant(block, tiled bool, cs int) (restore func()) {
+	old := gdrcVariant
+	gdrcVariant.block, gdrcVariant.tiled, gdrcVariant.cs = block, tiled, cs
+	return func() { gdrcVariant = old }
+}

@@ -11,10 +11,44 @@ const GatedDeltaRuleChunkLen = 64
 // binding numbers that follow from them).
 type gdrcParams struct {
 	DK, DV, CS         int
-	Intra              bool
+	Intra, Block       bool
+	Tiled              bool // inter: the tiled kernel (with BK, IT, ND)
+	BK, IT, ND         int
 	WantState, SaveH   bool
 	HBinding, UBinding int
 }
+
+// gdrcTiles returns the tiled inter-chunk kernel's BK (the largest of 32, 16, 8, 4 dividing
+// dk), IT (the largest power of 2 ≤ 64 with IT·dk ≤ 4608) and ND = ⌈dk/128⌉.
+func gdrcTiles(dk int) (bk, it, nd int) {
+	bk = 32
+	for dk%bk != 0 {
+		bk /= 2
+	}
+	it = 64
+	for it*dk > 4608 {
+		it /= 2
+	}
+	return bk, it, (dk + 127) / 128
+}
+
+// gdrcTiledSlice is gdrcSlice for the tiled inter-chunk kernel, whose workgroup memory also
+// holds a tile of 4608 f32.
+func gdrcTiledSlice(d *Device, dk int) int {
+	for _, cs := range []int{32, 16, 8} {
+		if uint32(4*(dk*cs+64*cs+4608+128)) <= d.info.MaxWorkgroupStorage {
+			return cs
+		}
+	}
+	return 0
+}
+
+// gdrcVariant selects the kernel variants (the benchmark compares them; SetGDRCVariant).
+var gdrcVariant = struct {
+	block bool // intra: blockwise inverse and a register-blocked product, not per-column substitution
+	tiled bool // inter: the tiled kernel
+	cs    int  // inter: value columns per workgroup (0: gdrcSlice)
+}{block: true, tiled: true}
 
 // gdrcSlice returns the value columns per workgroup of the inter-chunk kernel: 32 when
 // its workgroup memory (the state slice dk×cs, V' 64×cs, two gate vectors) fits the
@@ -133,12 +167,18 @@ func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h
 		return nil, fmt.Errorf("gpu: %s: needs %d bytes of workgroup memory, the device allows %d", op, shm, r.d.info.MaxWorkgroupStorage)
 	}
 	cs := gdrcSlice(r.d, dk)
+	if gdrcVariant.tiled {
+		cs = gdrcTiledSlice(r.d, dk)
+	}
+	if gdrcVariant.cs != 0 && gdrcVariant.cs < cs {
+		cs = gdrcVariant.cs
+	}
 	if cs == 0 {
 		return nil, fmt.Errorf("gpu: %s: dk = %d needs more workgroup memory than the device's %d bytes", op, dk, r.d.info.MaxWorkgroupStorage)
 	}
 	intra, err := r.d.Kernel(KernelSpec{
 		Name: op + ".intra", File: "gated_delta_rule_chunked.wgsl",
-		Params:   gdrcParams{DK: dk, DV: dv, Intra: true},
+		Params:   gdrcParams{DK: dk, DV: dv, Intra: true, Block: gdrcVariant.block},
 		Bindings: []Access{Read, Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 5,
 	})
 	if err != nil {
@@ -152,9 +192,11 @@ func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h
 	if h != nil {
 		access = append(access, ReadWrite, ReadWrite)
 	}
+	bk, it, nd := gdrcTiles(dk)
 	inter, err := r.d.Kernel(KernelSpec{
 		Name: op, File: "gated_delta_rule_chunked.wgsl",
-		Params:   gdrcParams{DK: dk, DV: dv, CS: cs, WantState: state != nil, SaveH: h != nil, HBinding: hb, UBinding: len(access)},
+		Params: gdrcParams{DK: dk, DV: dv, CS: cs, Tiled: gdrcVariant.tiled, BK: bk, IT: it, ND: nd,
+			WantState: state != nil, SaveH: h != nil, HBinding: hb, UBinding: len(access)},
 		Bindings: access, Uniforms: 5,
 	})
 	if err != nil {

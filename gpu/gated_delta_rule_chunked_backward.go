@@ -6,6 +6,9 @@ import "fmt"
 type gdrcbParams struct {
 	DK, DV, CS int
 	Stage      string
+	Block      bool // stage wy: the blockwise inverse (gdrcVariant.block)
+	Tiled      bool // stage dhu: the tiled kernel (gdrcVariant.tiled) with BK, IT, ND
+	BK, IT, ND int
 }
 
 // GatedDeltaRuleChunkedBackwardScratch is the number of f32 scratch values
@@ -97,6 +100,17 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 	if cs == 0 {
 		return fmt.Errorf("gpu: %s: dk = %d needs more workgroup memory than the device's %d bytes", op, dk, r.d.info.MaxWorkgroupStorage)
 	}
+	csd := cs // stage dhu
+	if gdrcVariant.tiled {
+		if csd = gdrcTiledSlice(r.d, dk); csd == 0 {
+			return fmt.Errorf("gpu: %s: dk = %d needs more workgroup memory than the device's %d bytes", op, dk, r.d.info.MaxWorkgroupStorage)
+		}
+	}
+	bk, _, nd := gdrcTiles(dk)
+	it := 64 // stage dhu's tile of IT rows of e^{γ}·q, w and dO
+	for it*(2*dk+csd) > 4608 {
+		it /= 2
+	}
 	kern := func(stage string, nread, nrw int) (*Kernel, error) {
 		acc := make([]Access, nread, nread+nrw)
 		for i := range acc {
@@ -105,7 +119,8 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 		acc = append(acc, rwN(nrw)...)
 		return r.d.Kernel(KernelSpec{
 			Name: op + "." + stage, File: "gated_delta_rule_chunked_backward.wgsl",
-			Params:   gdrcbParams{DK: dk, DV: dv, CS: cs, Stage: stage},
+			Params: gdrcbParams{DK: dk, DV: dv, CS: csd, Stage: stage, Block: gdrcVariant.block,
+				Tiled: gdrcVariant.tiled, BK: bk, IT: it, ND: nd},
 			Bindings: acc, Uniforms: 5,
 		})
 	}
@@ -139,7 +154,7 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 			return fmt.Errorf("gpu: %s: %w", op, err)
 		}
 	}
-	gridS, err := Grid1D(nb * hv * ((dv + cs - 1) / cs))
+	gridS, err := Grid1D(nb * hv * ((dv + csd - 1) / csd))
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}

@@ -17,6 +17,78 @@
 // Scratch rows sr = (b·hv + j)·t + τ; token rows row = b·t + τ. dqv, dkv are per value head
 // [nb·t, hv, DK]. Template parameters: DK, DV (multiples of 4), CS (Dhu), Stage.
 
+{{- /* tinv: T = (I + A)⁻¹ of the strictly lower A in aw (vec4s), as in the forward's intra
+kernel (gated_delta_rule_chunked.wgsl, which has the same text inline); tfns: its helpers. */}}
+{{- define "tinv"}}
+    // T = (I + A)⁻¹ in 16×16 blocks (fla's solve_tril): the diagonal blocks by forward
+    // substitution (one column per invocation lid < 64), then the block diagonals at
+    // distance dd = 1, 2, 3: X = Σ_{j ≤ m < i} A_{i,m}·T_{m,j}, T_{i,j} = −T_{i,i}·X.
+    // The diagonal blocks go to td, the off-diagonal ones to the unused upper triangle of
+    // aw, both transposed (tget), so that the product below reads columns of T as vec4s.
+    if (lid < 64u) {
+        let ib = lid / 16u;
+        let c = lid % 16u;
+        let base = (16u * ib + c) * 16u;
+        for (var r = 0u; r < 16u; r++) {
+            var x = select(0.0, 1.0, r == c);
+            if (r > c) {
+                var acc = 0.0;
+                for (var m = c; m < r; m++) {
+                    acc = fma(aget((16u * ib + r) * C + 16u * ib + m), dget(base + m), acc);
+                }
+                x = -acc;
+            }
+            td[(base + r) >> 2u][(base + r) & 3u] = x;
+        }
+    }
+    for (var dd = 1u; dd < 4u; dd++) {
+        workgroupBarrier(); // the blocks at distance < dd are complete
+        let ne = (4u - dd) * 256u;
+        for (var e = lid; e < ne; e += WG) {
+            let bj = e / 256u;
+            let rr = 16u * (bj + dd) + (e / 16u) % 16u;
+            let ss = 16u * bj + e % 16u;
+            var acc = 0.0;
+            for (var m = 16u * bj; m < 16u * (bj + dd); m++) {
+                acc = fma(aget(rr * C + m), tget(m, ss), acc);
+            }
+            xw[e >> 2u][e & 3u] = acc;
+        }
+        workgroupBarrier(); // X complete
+        for (var e = lid; e < ne; e += WG) {
+            let bj = e / 256u;
+            let bi = bj + dd;
+            let r = (e / 16u) % 16u;
+            let c = e % 16u;
+            var acc = 0.0;
+            for (var m = 0u; m <= r; m++) {
+                let x = e - r * 16u + m * 16u; // X[m, c] of this block
+                acc = fma(dget((16u * bi + m) * 16u + r), xw[x >> 2u][x & 3u], acc);
+            }
+            let a = (16u * bj + c) * C + 16u * bi + r;
+            aw[a >> 2u][a & 3u] = -acc;
+        }
+    }
+{{- end}}
+{{- define "tfns"}}
+// aget, dget: scalar e of aw, td.
+fn aget(e: u32) -> f32 {
+    return aw[e >> 2u][e & 3u];
+}
+
+fn dget(e: u32) -> f32 {
+    return td[e >> 2u][e & 3u];
+}
+
+// tget returns T[r, s] for r ≥ s (block row of r ≥ block column of s).
+fn tget(r: u32, s: u32) -> f32 {
+    if ((r >> 4u) == (s >> 4u)) {
+        return dget(s * 16u + (r & 15u));
+    }
+    return aget(s * C + r);
+}
+{{- end}}
+
 struct Params {
     nb: u32,
     t: u32,
@@ -36,7 +108,216 @@ fn dots(a: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32>
     return vec4<f32>(dot(a, b0), dot(a, b1), dot(a, b2), dot(a, b3));
 }
 
-{{- if eq .Stage "dhu"}}
+{{- if eq .Stage "dhu"}}{{if .Tiled}}
+// Stage Dhu, tiled: one workgroup of 8·CS invocations per (window, value head, slice of CS
+// value columns), the chunks in reverse with the slice of dS [DK, CS] in workgroup memory
+// (as the forward's tiled inter kernel: every operand staged by coalesced vec4 loads into
+// the tile tl, unrolled inner loops on vec4s). Per chunk: phase a gives invocation
+// rg = lid / (CS/4) rows rg and rg + 32 of dV' = e^{γ_L − γ}·K·dS (K in BK-column slices)
+// + Aqkᵀ·dO (Aqk in tl, dO in vp); phase c gives rows 4dg..4dg+3 of dS (dg = rg + 32n) with
+// [e^{γ}·Q; W; dO] in IT-row slices. Writes dh [nb·hv, nck, DK, DV] (the gradient of the
+// state after each chunk) and dvp [sr, DV] (dV').
+// Template parameters (besides DK, DV): CS, BK, IT, ND as the forward's tiled inter kernel,
+// except IT·(2·DK + CS) ≤ 4608.
+{{- $C4 := div .CS 4}}{{$BK4 := div .BK 4}}
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> w: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> aqk: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> gc: array<f32>;
+@group(0) @binding(5) var<storage, read> dout: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> dh: array<f32>;
+@group(0) @binding(7) var<storage, read_write> dvp: array<vec4<f32>>;
+@group(0) @binding(8) var<uniform> p: Params;
+
+const CS: u32 = {{.CS}}u;
+const C4: u32 = {{$C4}}u;
+const NS: u32 = (DV + CS - 1u) / CS;
+const TWG: u32 = {{mul 8 .CS}}u;
+const BK: u32 = {{.BK}}u;
+const BK4: u32 = {{$BK4}}u;
+const RS4: u32 = {{add $BK4 1}}u; // row stride of the K tile in vec4s (one of padding)
+const IT: u32 = {{.IT}}u;
+const TR4: u32 = 2u * D4 + C4; // row of the phase-c tile in vec4s: e^{γ}·q, w, dO
+
+var<workgroup> sw: array<vec4<f32>, {{.DK}} * {{.CS}} / 4>; // dS[d, 4c4..] at d·C4 + c4
+var<workgroup> vp: array<vec4<f32>, 64 * {{.CS}} / 4>;      // dO, then dV' [i, 4c4..] at i·C4 + c4
+var<workgroup> tl: array<vec4<f32>, 1152>; // K [64, BK] (row stride RS4), Aqk [64, 64], [e^{γ}q w dO] [IT, TR4]
+var<workgroup> gq: array<f32, 64>;
+var<workgroup> gk: array<f32, 64>;
+
+@compute @workgroup_size({{mul 8 .CS}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    if (wg >= p.nb * p.hv * NS) {
+        return;
+    }
+    let slice = wg % NS;
+    let bj = wg / NS;
+    let j = bj % p.hv;
+    let b = bj / p.hv;
+    let kh = j / (p.hv / p.hk);
+    for (var e = lid; e < DK * C4; e += TWG) {
+        sw[e] = vec4<f32>(0.0);
+    }
+    let rg = lid / C4;
+    let c4 = lid % C4;
+    let cb = slice * CS + 4u * c4;
+    let live = cb < DV; // DV is a multiple of 4: the four columns are all live or all not
+    for (var cc = 0u; cc < p.nck; cc++) {
+        let ci = p.nck - 1u - cc;
+        let t0 = ci * C;
+        let L = min(C, p.t - t0);
+        let row0 = b * p.t + t0;
+        let sr0 = bj * p.t + t0;
+        workgroupBarrier(); // the previous chunk is done with gq, gk, vp, sw, tl
+        if (lid < C) {
+            let gl = gc[sr0 + L - 1u];
+            var eq = 0.0;
+            var ek = 0.0;
+            if (lid < L) {
+                let x = gc[sr0 + lid];
+                eq = exp(x);
+                ek = exp(gl - x);
+            }
+            gq[lid] = eq;
+            gk[lid] = ek;
+        }
+        for (var e = lid; e < DK * CS; e += TWG) {
+            let d = e / CS;
+            let c = slice * CS + e % CS;
+            if (c < DV) {
+                dh[((bj * p.nck + ci) * DK + d) * DV + c] = sw[d * C4 + (e % CS) / 4u][e % 4u];
+            }
+        }
+        // Phase a: K·dS for rows rg, rg + 32 (rows ≥ L read row L − 1; masked below).
+        var x0 = vec4<f32>(0.0);
+        var x1 = vec4<f32>(0.0);
+        for (var dt = 0u; dt < DK / BK; dt++) {
+            for (var e = lid; e < 64u * BK4; e += TWG) {
+                let r = e / BK4;
+                tl[r * RS4 + e % BK4] = k[((row0 + min(r, L - 1u)) * p.hk + kh) * D4 + dt * BK4 + e % BK4];
+            }
+            workgroupBarrier(); // tile staged (and, at dt = 0, gates)
+{{- range $d4 := seq $BK4}}
+            {
+                let d = dt * BK + {{mul $d4 4}}u;
+                let s0 = sw[d * C4 + c4];
+                let s1 = sw[(d + 1u) * C4 + c4];
+                let s2 = sw[(d + 2u) * C4 + c4];
+                let s3 = sw[(d + 3u) * C4 + c4];
+                let k0 = tl[rg * RS4 + {{$d4}}u];
+                let k1 = tl[(rg + 32u) * RS4 + {{$d4}}u];
+                x0 = fma(vec4<f32>(k0.x), s0, x0);
+                x0 = fma(vec4<f32>(k0.y), s1, x0);
+                x0 = fma(vec4<f32>(k0.z), s2, x0);
+                x0 = fma(vec4<f32>(k0.w), s3, x0);
+                x1 = fma(vec4<f32>(k1.x), s0, x1);
+                x1 = fma(vec4<f32>(k1.y), s1, x1);
+                x1 = fma(vec4<f32>(k1.z), s2, x1);
+                x1 = fma(vec4<f32>(k1.w), s3, x1);
+            }
+{{- end}}
+            workgroupBarrier(); // tile consumed
+        }
+        x0 *= gk[rg];
+        x1 *= gk[rg + 32u];
+        // Aqk [64, 64] into the tile, dO [64, CS] into vp (rows ≥ L: zero dO).
+        for (var e = lid; e < 1024u; e += TWG) {
+            tl[e] = aqk[(sr0 + min(e / 16u, L - 1u)) * 16u + e % 16u];
+        }
+        for (var e = lid; e < 64u * C4; e += TWG) {
+            let i = e / C4;
+            let c = slice * C4 + e % C4;
+            var x = vec4<f32>(0.0);
+            if (i < L && 4u * c < DV) {
+                x = dout[((row0 + i) * p.hv + j) * V4 + c];
+            }
+            vp[e] = x;
+        }
+        workgroupBarrier(); // Aqk, dO staged
+        // dV'_i += Σ_{s ≥ i} Aqk[s, i]·dO_s (Aqk is zero above the diagonal).
+        for (var s = rg; s < 64u; s++) {
+            let a = tl[s * 16u + rg / 4u][rg % 4u];
+            x0 = fma(vec4<f32>(a), vp[s * C4 + c4], x0);
+        }
+        for (var s = rg + 32u; s < 64u; s++) {
+            let a = tl[s * 16u + rg / 4u + 8u][rg % 4u];
+            x1 = fma(vec4<f32>(a), vp[s * C4 + c4], x1);
+        }
+        if (rg >= L) {
+            x0 = vec4<f32>(0.0);
+        }
+        if (rg + 32u >= L) {
+            x1 = vec4<f32>(0.0);
+        }
+        if (live) {
+            if (rg < L) {
+                dvp[(sr0 + rg) * V4 + cb / 4u] = x0;
+            }
+            if (rg + 32u < L) {
+                dvp[(sr0 + rg + 32u) * V4 + cb / 4u] = x1;
+            }
+        }
+        workgroupBarrier(); // every read of dO in vp, of Aqk and of dS done
+        vp[rg * C4 + c4] = x0;
+        vp[(rg + 32u) * C4 + c4] = x1;
+        // Phase c: dS ← e^{γ_L}·dS + Σ_i e^{γ_i} q_i ⊗ dO_i − w_i ⊗ dV'_i.
+        let gl = gq[L - 1u];
+{{- range $n := seq .ND}}
+        let dg{{$n}} = rg + {{mul $n 32}}u;
+        let on{{$n}} = dg{{$n}} < D4;
+{{- range $m := seq 4}}
+        var c{{$n}}{{$m}} = vec4<f32>(0.0);
+        if (on{{$n}}) {
+            c{{$n}}{{$m}} = gl * sw[(4u * dg{{$n}} + {{$m}}u) * C4 + c4];
+        }
+{{- end}}
+{{- end}}
+        for (var i0 = 0u; i0 < L; i0 += IT) {
+            workgroupBarrier(); // the tile's previous contents consumed (and dV' in vp)
+            for (var e = lid; e < IT * TR4; e += TWG) {
+                let ii = e / TR4;
+                let f = e % TR4;
+                let i = min(i0 + ii, L - 1u);
+                var x = vec4<f32>(0.0);
+                if (f < D4) {
+                    // Rows ≥ L have gq = 0.
+                    x = gq[i0 + ii] * q[((row0 + i) * p.hk + kh) * D4 + f];
+                } else if (f < 2u * D4) {
+                    x = w[(sr0 + i) * D4 + f - D4];
+                } else if (i0 + ii < L && 4u * (slice * C4 + f - 2u * D4) < DV) {
+                    x = dout[((row0 + i) * p.hv + j) * V4 + slice * C4 + f - 2u * D4];
+                }
+                tl[e] = x;
+            }
+            workgroupBarrier(); // slice staged
+{{- range $ii := seq .IT}}
+            {
+                let dv = vp[(i0 + {{$ii}}u) * C4 + c4];
+                let dov = tl[{{$ii}}u * TR4 + 2u * D4 + c4];
+{{- range $n := seq $.ND}}
+                let q{{$n}} = tl[{{$ii}}u * TR4 + min(dg{{$n}}, D4 - 1u)];
+                let w{{$n}} = tl[{{$ii}}u * TR4 + D4 + min(dg{{$n}}, D4 - 1u)];
+{{- range $m := seq 4}}{{$c := index "xyzw" $m | printf "%c"}}
+                c{{$n}}{{$m}} = fma(vec4<f32>(q{{$n}}.{{$c}}), dov, c{{$n}}{{$m}});
+                c{{$n}}{{$m}} = fma(vec4<f32>(-w{{$n}}.{{$c}}), dv, c{{$n}}{{$m}});
+{{- end}}
+{{- end}}
+            }
+{{- end}}
+        }
+{{- range $n := seq .ND}}
+        if (on{{$n}}) {
+{{- range $m := seq 4}}
+            sw[(4u * dg{{$n}} + {{$m}}u) * C4 + c4] = c{{$n}}{{$m}};
+{{- end}}
+        }
+{{- end}}
+    }
+}
+{{- else}}
 // Stage Dhu: one workgroup per (window, value head, slice of CS value columns), the chunks in
 // reverse with the slice of dS [DK, CS] in workgroup memory (as the forward's inter kernel).
 // Writes dh [nb·hv, nck, DK, DV] (the gradient of the state after each chunk) and
@@ -175,6 +456,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
 }
+{{- end}}
 {{- else if eq .Stage "state"}}
 // Stage State: one workgroup per (window, value head, chunk). In 4×4 tiles of [rows, DK]:
 // dqv_i = e^{γ_i}·S·dO_i, dkv_i = e^{γ_L − γ_i}·dH·V'_i, dwt_i = −S·dV'_i (S = h[ci],
@@ -368,7 +650,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- else if eq .Stage "wy"}}
 // Stage Wy: one workgroup per (window, value head, chunk): A = tril(diag(β)(K·Kᵀ ⊙ D), −1)
 // recomputed in workgroup memory, then (I + A)ᵀ·dR = [dwt dvp] solved by backward
-// substitution, one column per invocation; dR goes to wyb[sr, 0 .. DK + DV).
+// substitution; dR goes to wyb[sr, 0 .. DK + DV). With Block, T = (I + A)⁻¹ is formed in
+// 16×16 blocks (as the forward's intra kernel) and dR = Tᵀ·[dwt dvp] is a register-blocked
+// product; else one column per invocation is substituted.
 @group(0) @binding(0) var<storage, read> k: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> gc: array<f32>;
 @group(0) @binding(2) var<storage, read> beta: array<f32>;
@@ -379,7 +663,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 const WS: u32 = 3u * DK + DV; // wyb row stride: dR (DK + DV), G (DK), H (DK)
 
+{{- if .Block}}
+const NG: u32 = D4 + V4; // column groups of 4 of dR
+
+var<workgroup> aw: array<vec4<f32>, 1024>; // A row-major; T's off-diagonal blocks (transposed) in the upper triangle, then T row-major
+var<workgroup> td: array<vec4<f32>, 256>;  // T's diagonal 16×16 blocks, transposed: T[16b + r, 16b + c] at (16b + c)·16 + r
+var<workgroup> xw: array<vec4<f32>, 192>;  // X blocks of one block diagonal
+{{- else}}
 var<workgroup> aw: array<f32, 4096>;
+{{- end}}
 var<workgroup> gcw: array<f32, 64>;
 var<workgroup> bw: array<f32, 64>;
 
@@ -432,9 +724,66 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var m = 0u; m < 4u; m++) {
             let s = 4u * tj + m;
             let on = i < L && s < i;
-            aw[i * C + s] = select(0.0, bw[i] * exp(min(gcw[i] - gcw[s], 0.0)) * acc[a][m], on);
+            let av = select(0.0, bw[i] * exp(min(gcw[i] - gcw[s], 0.0)) * acc[a][m], on);
+{{- if .Block}}
+            aw[(i * C + s) >> 2u][s & 3u] = av;
+{{- else}}
+            aw[i * C + s] = av;
+{{- end}}
         }
     }
+{{- if .Block}}
+    workgroupBarrier(); // A complete
+{{template "tinv"}}
+    // T row-major into aw: the off-diagonal blocks from their transposed places in the upper
+    // triangle (read) into the lower one (written), the diagonal blocks from td.
+    for (var e = lid; e < C * C; e += WG) {
+        let r = e / C;
+        let s = e % C;
+        if ((r >> 4u) > (s >> 4u)) {
+            aw[e >> 2u][e & 3u] = aget(s * C + r);
+        } else if ((r >> 4u) == (s >> 4u)) {
+            aw[e >> 2u][e & 3u] = dget(s * 16u + (r & 15u));
+        }
+    }
+    workgroupBarrier(); // T complete
+    // dR = Tᵀ·[dwt dvp]: invocation (ty, cx) = (lid / 64, lid mod 64) computes rows
+    // 16ty..16ty+15 (Tᵀ is upper triangular: rows s ≥ 16ty of T) of the column groups
+    // cg = cx, cx + 64, … of 4 columns, 16 vec4 accumulators.
+    let ty = lid / 64u;
+    let cx = lid % 64u;
+    for (var cg = cx; cg < NG; cg += 64u) {
+{{- range $r := seq 16}}
+        var acc{{$r}} = vec4<f32>(0.0);
+{{- end}}
+        for (var s = 16u * ty; s < L; s++) {
+            var rhs: vec4<f32>;
+            if (cg < D4) {
+                let e = (sr0 + s) * DK + 4u * cg;
+                rhs = vec4<f32>(dwt[e], dwt[e + 1u], dwt[e + 2u], dwt[e + 3u]);
+            } else {
+                let e = (sr0 + s) * DV + 4u * (cg - D4);
+                rhs = vec4<f32>(dvp[e], dvp[e + 1u], dvp[e + 2u], dvp[e + 3u]);
+            }
+            let b = (s * C + 16u * ty) >> 2u;
+            let tv = array<vec4<f32>, 4>(aw[b], aw[b + 1u], aw[b + 2u], aw[b + 3u]);
+{{- range $r := seq 16}}
+            acc{{$r}} = fma(vec4<f32>(tv[{{div $r 4}}].{{index "xyzw" (mod $r 4) | printf "%c"}}), rhs, acc{{$r}});
+{{- end}}
+        }
+{{- range $r := seq 16}}
+        if (16u * ty + {{$r}}u < L) {
+            let e = (sr0 + 16u * ty + {{$r}}u) * WS + 4u * cg;
+            wyb[e] = acc{{$r}}.x;
+            wyb[e + 1u] = acc{{$r}}.y;
+            wyb[e + 2u] = acc{{$r}}.z;
+            wyb[e + 3u] = acc{{$r}}.w;
+        }
+{{- end}}
+    }
+}
+{{template "tfns"}}
+{{- else}}
     workgroupBarrier();
     // dR_i = dX_i − Σ_{s > i} A[s, i]·dR_s, i from L − 1 down.
     for (var col = lid; col < DK + DV; col += WG) {
@@ -463,6 +812,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
 }
+{{- end}}
 {{- else if eq .Stage "f"}}
 // Stage F: one workgroup per (window, value head, chunk): F = −D ⊙ tril(dR·[W U]ᵀ, −1) in
 // workgroup memory, then G = F·K and H = Fᵀ·diag(β)·K into wyb[sr, DK + DV ..) (G, then H).
