@@ -176,9 +176,10 @@ func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h
 	if cs == 0 {
 		return nil, fmt.Errorf("gpu: %s: dk = %d needs more workgroup memory than the device's %d bytes", op, dk, r.d.info.MaxWorkgroupStorage)
 	}
+	bk, it, nd := gdrcTiles(dk)
 	intra, err := r.d.Kernel(KernelSpec{
 		Name: op + ".intra", File: "gated_delta_rule_chunked.wgsl",
-		Params:   gdrcParams{DK: dk, DV: dv, Intra: true, Block: gdrcVariant.block},
+		Params:   gdrcParams{DK: dk, DV: dv, Intra: true, Block: gdrcVariant.block, BK: bk},
 		Bindings: []Access{Read, Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 5,
 	})
 	if err != nil {
@@ -192,7 +193,6 @@ func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h
 	if h != nil {
 		access = append(access, ReadWrite, ReadWrite)
 	}
-	bk, it, nd := gdrcTiles(dk)
 	inter, err := r.d.Kernel(KernelSpec{
 		Name: op, File: "gated_delta_rule_chunked.wgsl",
 		Params: gdrcParams{DK: dk, DV: dv, CS: cs, Tiled: gdrcVariant.tiled, BK: bk, IT: it, ND: nd,

@@ -9,6 +9,7 @@ type gdrcbParams struct {
 	Block      bool // stage wy: the blockwise inverse (gdrcVariant.block)
 	Tiled      bool // stage dhu: the tiled kernel (gdrcVariant.tiled) with BK, IT, ND
 	BK, IT, ND int
+	BC         int // stage state (tiled): value columns per staged slice
 }
 
 // GatedDeltaRuleChunkedBackwardScratch is the number of f32 scratch values
@@ -111,6 +112,10 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 	for it*(2*dk+csd) > 4608 {
 		it /= 2
 	}
+	bc := 16 // stage state's slice: dividing dv, bc·(2·dk + 192) ≤ 7168 f32
+	for dv%bc != 0 || bc*(2*dk+192) > 7168 {
+		bc /= 2
+	}
 	kern := func(stage string, nread, nrw int) (*Kernel, error) {
 		acc := make([]Access, nread, nread+nrw)
 		for i := range acc {
@@ -120,7 +125,7 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 		return r.d.Kernel(KernelSpec{
 			Name: op + "." + stage, File: "gated_delta_rule_chunked_backward.wgsl",
 			Params: gdrcbParams{DK: dk, DV: dv, CS: csd, Stage: stage, Block: gdrcVariant.block,
-				Tiled: gdrcVariant.tiled, BK: bk, IT: it, ND: nd},
+				Tiled: gdrcVariant.tiled, BK: bk, IT: it, ND: nd, BC: bc},
 			Bindings: acc, Uniforms: 5,
 		})
 	}

@@ -42,11 +42,15 @@ var<workgroup> gcw: array<f32, 64>;
 var<workgroup> bw: array<f32, 64>;
 {{- if .Block}}
 const NG: u32 = D4 + (DV + 3u) / 4u; // column groups of 4 of [W | U]
+const BK: u32 = {{.BK}}u; // columns of K and Q per staged slice
+const BK4: u32 = BK / 4u;
+const QT: u32 = 16u * BK; // the Q slice's offset in aw (vec4s)
 
 var<workgroup> aw: array<vec4<f32>, 1024>; // A, row-major [64, 64]; later T's off-diagonal blocks in its upper triangle
 var<workgroup> td: array<vec4<f32>, 256>;  // T's diagonal 16×16 blocks, transposed: T[16b + r, 16b + c] at (16b + c)·16 + r
 var<workgroup> xw: array<vec4<f32>, 192>;  // X blocks of one block diagonal
 var<workgroup> sk: array<f32, 64>;         // β·e^{γ}
+var<workgroup> rt: array<vec4<f32>, 512>;  // 8 rows of [diag(β·e^{γ})·K | diag(β)·V], 64 column groups
 {{- else}}
 var<workgroup> aw: array<f32, 4096>; // A, row-major [64, 64]
 {{- end}}
@@ -109,6 +113,47 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         kk[a] = vec4<f32>(0.0);
         qk[a] = vec4<f32>(0.0);
     }
+{{- if .Block}}
+    // K and Q in BK-column slices, transposed ([d, row], Q after K) in aw (A is written
+    // after the last slice): per d, invocation (ti, tj) reads rows 4ti.., 4tj.. as vec4s.
+    // Rows past L read row L − 1 (in bounds) and are masked below.
+    let act = tj <= ti && 4u * ti < L;
+{{- range $m := seq 4}}
+    var kk{{$m}} = vec4<f32>(0.0);
+    var qk{{$m}} = vec4<f32>(0.0);
+{{- end}}
+    for (var dt = 0u; dt < DK / BK; dt++) {
+        for (var e = lid; e < 16u * BK; e += WG) {
+            let r = e / BK4;
+            let dq = e % BK4;
+            let x = ((row0 + min(r, L - 1u)) * p.hk + kh) * D4 + dt * BK4 + dq;
+            let kv = k[x];
+            let qv = q[x];
+            for (var m = 0u; m < 4u; m++) {
+                let f = (4u * dq + m) * C + r;
+                aw[f >> 2u][f & 3u] = kv[m];
+                aw[QT + (f >> 2u)][f & 3u] = qv[m];
+            }
+        }
+        workgroupBarrier(); // slice staged
+        if (act) {
+{{- range $d := seq .BK}}
+            {
+                let ki = aw[{{mul $d 16}}u + ti];
+                let kj = aw[{{mul $d 16}}u + tj];
+                let qi = aw[QT + {{mul $d 16}}u + ti];
+{{- range $m := seq 4}}{{$c := index "xyzw" $m | printf "%c"}}
+                kk{{$m}} = fma(vec4<f32>(ki.{{$c}}), kj, kk{{$m}});
+                qk{{$m}} = fma(vec4<f32>(qi.{{$c}}), kj, qk{{$m}});
+{{- end}}
+            }
+{{- end}}
+        }
+        workgroupBarrier(); // slice consumed
+    }
+    kk = array<vec4<f32>, 4>(kk0, kk1, kk2, kk3);
+    qk = array<vec4<f32>, 4>(qk0, qk1, qk2, qk3);
+{{- else}}
     if (tj <= ti && 4u * ti < L) {
         // Rows past L read row L − 1 (in bounds) and are masked below.
         let i0 = ((row0 + min(4u * ti, L - 1u)) * p.hk + kh) * D4;
@@ -150,6 +195,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         qk[2] = qk2;
         qk[3] = qk3;
     }
+{{- end}}
     for (var a = 0u; a < 4u; a++) {
         let i = 4u * ti + a;
         for (var c = 0u; c < 4u; c++) {
@@ -225,41 +271,61 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // groups cg = cx, cx + 64, … of 4 columns (cg < DK/4: W, else U), 16 vec4 accumulators.
     let ty = lid / 64u;
     let cx = lid % 64u;
-    for (var cg = cx; cg < NG; cg += 64u) {
+    for (var cg0 = 0u; cg0 < NG; cg0 += 64u) {
+        let cg = cg0 + cx;
 {{- range $r := seq 16}}
         var acc{{$r}} = vec4<f32>(0.0);
 {{- end}}
-        for (var s = 0u; s < 16u * ty + 16u; s++) {
-            // Rows past L read row L − 1 (in bounds); their rhs scale is 0.
-            let rw = row0 + min(s, L - 1u);
-            var rhs: vec4<f32>;
-            if (cg < D4) {
-                rhs = sk[s] * k[(rw * p.hk + kh) * D4 + cg];
-            } else {
-                let vb = (rw * p.hv + j) * DV;
-                let vc = 4u * (cg - D4);
-                for (var m = 0u; m < 4u; m++) {
-                    if (vc + m < DV) {
-                        rhs[m] = v[vb + vc + m];
+        for (var s0 = 0u; s0 < L; s0 += 8u) {
+            workgroupBarrier(); // the previous rows consumed
+            // Rows s0..s0+7 of the right-hand side (0 at rows ≥ L and columns past NG).
+            for (var e = lid; e < 512u; e += WG) {
+                let s = s0 + e / 64u;
+                let g = cg0 + e % 64u;
+                let rw = row0 + min(s, L - 1u);
+                var x = vec4<f32>(0.0);
+                if (s < L && g < NG) {
+                    if (g < D4) {
+                        x = sk[s] * k[(rw * p.hk + kh) * D4 + g];
+                    } else {
+                        let vb = (rw * p.hv + j) * DV;
+                        let vc = 4u * (g - D4);
+                        for (var m = 0u; m < 4u; m++) {
+                            if (vc + m < DV) {
+                                x[m] = v[vb + vc + m];
+                            }
+                        }
+                        x = bw[s] * x;
                     }
                 }
-                rhs = bw[s] * rhs;
+                rt[e] = x;
             }
-            var tv: array<vec4<f32>, 4>;
-            if (s < 16u * ty) {
-                let b = (s * C + 16u * ty) >> 2u;
-                tv = array<vec4<f32>, 4>(aw[b], aw[b + 1u], aw[b + 2u], aw[b + 3u]);
-            } else {
-                let b = s * 4u;
-                tv = array<vec4<f32>, 4>(td[b], td[b + 1u], td[b + 2u], td[b + 3u]);
-            }
+            workgroupBarrier(); // rows staged
+            if (s0 < 16u * ty + 16u) {
+{{- range $ss := seq 8}}
+                {
+                    let s = s0 + {{$ss}}u;
+                    let rhs = rt[{{mul $ss 64}}u + cx];
+                    var tv: array<vec4<f32>, 4>;
+                    if (s < 16u * ty) {
+                        let b = (s * C + 16u * ty) >> 2u;
+                        tv = array<vec4<f32>, 4>(aw[b], aw[b + 1u], aw[b + 2u], aw[b + 3u]);
+                    } else {
+                        let b = s * 4u;
+                        tv = array<vec4<f32>, 4>(td[b], td[b + 1u], td[b + 2u], td[b + 3u]);
+                    }
 {{- range $r := seq 16}}
-            acc{{$r}} = fma(vec4<f32>(tv[{{div $r 4}}].{{index "xyzw" (mod $r 4) | printf "%c"}}), rhs, acc{{$r}});
+                    acc{{$r}} = fma(vec4<f32>(tv[{{div $r 4}}].{{index "xyzw" (mod $r 4) | printf "%c"}}), rhs, acc{{$r}});
+{{- end}}
+                }
+{{- end}}
+            }
+        }
+        if (cg < NG) {
+{{- range $r := seq 16}}
+            store(sr0, 16u * ty + {{$r}}u, L, cg, acc{{$r}});
 {{- end}}
         }
-{{- range $r := seq 16}}
-        store(sr0, 16u * ty + {{$r}}u, L, cg, acc{{$r}});
-{{- end}}
     }
 }
 
