@@ -24,3 +24,11 @@ func SetGDRCVariant(block, tiled bool, cs int) (restore func()) {
 	gdrcVariant.block, gdrcVariant.tiled, gdrcVariant.cs = block, tiled, cs
 	return func() { gdrcVariant = old }
 }
+
+// SetGDRCRows sets the rows per invocation of GatedDeltaRuleChunked's W/U product (16 or 8)
+// and returns a function restoring the old value.
+func SetGDRCRows(rpt int) (restore func()) {
+	old := gdrcVariant.rpt
+	gdrcVariant.rpt = rpt
+	return func() { gdrcVariant.rpt = old }
+}

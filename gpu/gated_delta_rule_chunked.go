@@ -14,6 +14,7 @@ type gdrcParams struct {
 	Intra, Block       bool
 	Tiled              bool // inter: the tiled kernel (with BK, IT, ND)
 	BK, IT, ND         int
+	RPT                int // intra: rows per invocation in the W/U product (16 or 8)
 	WantState, SaveH   bool
 	HBinding, UBinding int
 }
@@ -47,8 +48,9 @@ func gdrcTiledSlice(d *Device, dk int) int {
 var gdrcVariant = struct {
 	block bool // intra: blockwise inverse and a register-blocked product, not per-column substitution
 	tiled bool // inter: the tiled kernel
+	rpt   int  // intra: rows per invocation of the W/U product (16 or 8)
 	cs    int  // inter: value columns per workgroup (0: gdrcSlice)
-}{block: true, tiled: true}
+}{block: true, tiled: true, rpt: 16}
 
 // gdrcSlice returns the value columns per workgroup of the inter-chunk kernel: 32 when
 // its workgroup memory (the state slice dk×cs, V' 64×cs, two gate vectors) fits the
@@ -179,7 +181,7 @@ func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h
 	bk, it, nd := gdrcTiles(dk)
 	intra, err := r.d.Kernel(KernelSpec{
 		Name: op + ".intra", File: "gated_delta_rule_chunked.wgsl",
-		Params:   gdrcParams{DK: dk, DV: dv, Intra: true, Block: gdrcVariant.block, BK: bk},
+		Params:   gdrcParams{DK: dk, DV: dv, Intra: true, Block: gdrcVariant.block, BK: bk, RPT: gdrcVariant.rpt},
 		Bindings: []Access{Read, Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 5,
 	})
 	if err != nil {

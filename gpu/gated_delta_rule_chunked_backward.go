@@ -10,6 +10,7 @@ type gdrcbParams struct {
 	Tiled      bool // stage dhu: the tiled kernel (gdrcVariant.tiled) with BK, IT, ND
 	BK, IT, ND int
 	BC         int // stage state (tiled): value columns per staged slice
+	LPR        int // stage final (tiled): invocations per token row
 }
 
 // GatedDeltaRuleChunkedBackwardScratch is the number of f32 scratch values
@@ -116,6 +117,10 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 	for dv%bc != 0 || bc*(2*dk+192) > 7168 {
 		bc /= 2
 	}
+	lpr := 8 // stage final: 64·lpr invocations
+	if r.d.info.MaxInvocations < 512 {
+		lpr = 4
+	}
 	kern := func(stage string, nread, nrw int) (*Kernel, error) {
 		acc := make([]Access, nread, nread+nrw)
 		for i := range acc {
@@ -125,7 +130,7 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 		return r.d.Kernel(KernelSpec{
 			Name: op + "." + stage, File: "gated_delta_rule_chunked_backward.wgsl",
 			Params: gdrcbParams{DK: dk, DV: dv, CS: csd, Stage: stage, Block: gdrcVariant.block,
-				Tiled: gdrcVariant.tiled, BK: bk, IT: it, ND: nd, BC: bc},
+				Tiled: gdrcVariant.tiled, BK: bk, IT: it, ND: nd, BC: bc, LPR: lpr},
 			Bindings: acc, Uniforms: 5,
 		})
 	}

@@ -266,22 +266,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     workgroupBarrier(); // T complete
-    // [W | U] = T·[diag(β·e^{γ})·K | diag(β)·V]: invocation (ty, cx) = (lid / 64, lid mod 64)
-    // computes rows 16ty..16ty+15 (T is lower triangular: column blocks ≤ ty) of the column
-    // groups cg = cx, cx + 64, … of 4 columns (cg < DK/4: W, else U), 16 vec4 accumulators.
-    let ty = lid / 64u;
-    let cx = lid % 64u;
-    for (var cg0 = 0u; cg0 < NG; cg0 += 64u) {
+    // [W | U] = T·[diag(β·e^{γ})·K | diag(β)·V]: invocation (ty, cx) = (lid / CPP, lid mod CPP)
+    // computes rows RPT·ty.. RPT·ty + RPT − 1 (T is lower triangular: columns below the
+    // rows' end) of the column groups cg = cx, cx + CPP, … of 4 columns (cg < DK/4: W, else
+    // U), RPT vec4 accumulators; the right-hand side is staged 8 rows at a time.
+{{- $R4 := div .RPT 4}}{{$CPP := mul 4 .RPT}}
+    let ty = lid / {{$CPP}}u;
+    let cx = lid % {{$CPP}}u;
+    let rb = {{.RPT}}u * ty;        // first row
+    let db = 16u * (rb / 16u);      // first row of its 16-row block of T
+    for (var cg0 = 0u; cg0 < NG; cg0 += {{$CPP}}u) {
         let cg = cg0 + cx;
-{{- range $r := seq 16}}
+{{- range $r := seq .RPT}}
         var acc{{$r}} = vec4<f32>(0.0);
 {{- end}}
         for (var s0 = 0u; s0 < L; s0 += 8u) {
             workgroupBarrier(); // the previous rows consumed
             // Rows s0..s0+7 of the right-hand side (0 at rows ≥ L and columns past NG).
-            for (var e = lid; e < 512u; e += WG) {
-                let s = s0 + e / 64u;
-                let g = cg0 + e % 64u;
+            for (var e = lid; e < {{mul 8 $CPP}}u; e += WG) {
+                let s = s0 + e / {{$CPP}}u;
+                let g = cg0 + e % {{$CPP}}u;
                 let rw = row0 + min(s, L - 1u);
                 var x = vec4<f32>(0.0);
                 if (s < L && g < NG) {
@@ -301,20 +305,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 rt[e] = x;
             }
             workgroupBarrier(); // rows staged
-            if (s0 < 16u * ty + 16u) {
+            if (s0 < rb + {{.RPT}}u) {
 {{- range $ss := seq 8}}
                 {
                     let s = s0 + {{$ss}}u;
-                    let rhs = rt[{{mul $ss 64}}u + cx];
-                    var tv: array<vec4<f32>, 4>;
-                    if (s < 16u * ty) {
-                        let b = (s * C + 16u * ty) >> 2u;
-                        tv = array<vec4<f32>, 4>(aw[b], aw[b + 1u], aw[b + 2u], aw[b + 3u]);
+                    let rhs = rt[{{mul $ss $CPP}}u + cx];
+                    var tv: array<vec4<f32>, {{$R4}}>;
+                    if (s < db) {
+                        let b = (s * C + rb) >> 2u;
+                        tv = array<vec4<f32>, {{$R4}}>({{range $q := seq $R4}}{{if $q}}, {{end}}aw[b + {{$q}}u]{{end}});
                     } else {
-                        let b = s * 4u;
-                        tv = array<vec4<f32>, 4>(td[b], td[b + 1u], td[b + 2u], td[b + 3u]);
+                        let b = s * 4u + (rb % 16u) / 4u;
+                        tv = array<vec4<f32>, {{$R4}}>({{range $q := seq $R4}}{{if $q}}, {{end}}td[b + {{$q}}u]{{end}});
                     }
-{{- range $r := seq 16}}
+{{- range $r := seq $.RPT}}
                     acc{{$r}} = fma(vec4<f32>(tv[{{div $r 4}}].{{index "xyzw" (mod $r 4) | printf "%c"}}), rhs, acc{{$r}});
 {{- end}}
                 }
@@ -322,8 +326,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
         if (cg < NG) {
-{{- range $r := seq 16}}
-            store(sr0, 16u * ty + {{$r}}u, L, cg, acc{{$r}});
+{{- range $r := seq .RPT}}
+            store(sr0, rb + {{$r}}u, L, cg, acc{{$r}});
 {{- end}}
         }
     }

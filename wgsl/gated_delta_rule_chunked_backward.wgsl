@@ -1330,9 +1330,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 {{- else if and (eq .Stage "final") .Tiled}}
-// Stage Final, coalesced: one workgroup of 512 invocations per (window, value head, chunk),
-// eight per token row (lane l takes the vec4s l, l + 8, … of the row, so a row's reads are
-// contiguous): dk (per value head), dv, then the row's dot products reduced in workgroup
+// Stage Final, coalesced: one workgroup of 64·LPR invocations per (window, value head,
+// chunk), LPR (8, or 4 where the device allows fewer than 512 invocations) per token row
+// (lane l takes the vec4s l, l + LPR, … of the row, so a row's reads are contiguous): dk (per value head), dv, then the row's dot products reduced in workgroup
 // memory: dβ, dγ, and dg_s = Σ_{i ≥ s} dγ_i in order.
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
@@ -1350,10 +1350,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 const W4: u32 = (3u * DK + DV) / 4u;
 
-var<workgroup> red: array<vec4<f32>, 1024>; // per invocation: (q·dq, k·dk, k·dK̂, k·G), (k·H, v·dV̂, 0, 0)
+const LPR: u32 = {{.LPR}}u;
+
+var<workgroup> red: array<vec4<f32>, {{mul 128 .LPR}}>; // per invocation: (q·dq, k·dk, k·dK̂, k·G), (k·H, v·dV̂, 0, 0)
 var<workgroup> dgam: array<f32, 64>;
 
-@compute @workgroup_size(512)
+@compute @workgroup_size({{mul 64 .LPR}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let wg = wid.x + wid.y * nwg.x;
@@ -1367,8 +1369,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let kh = j / (p.hv / p.hk);
     let t0 = ci * C;
     let L = min(C, p.t - t0);
-    let i = lid / 8u;
-    let l = lid % 8u;
+    let i = lid / LPR;
+    let l = lid % LPR;
     var r0 = vec4<f32>(0.0);
     var r1 = vec4<f32>(0.0);
     let row = b * p.t + t0 + i;
@@ -1386,7 +1388,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var kdkh = vec4<f32>(0.0);
         var kg = vec4<f32>(0.0);
         var khh = vec4<f32>(0.0);
-        for (var d = l; d < D4; d += 8u) {
+        for (var d = l; d < D4; d += LPR) {
             let kv = k[qb + d];
             let dk0 = dkv[vb + d];
             let dkh = wyb[wb + d];
@@ -1401,7 +1403,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         var vdv = vec4<f32>(0.0);
         let ob = (row * p.hv + j) * V4;
-        for (var c = l; c < V4; c += 8u) {
+        for (var c = l; c < V4; c += LPR) {
             let dvh = wyb[wb + D4 + c];
             vdv += v[ob + c] * dvh;
             dval[ob + c] = bt * dvh;
@@ -1418,7 +1420,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (i < L) {
             var a0 = vec4<f32>(0.0);
             var a1 = vec4<f32>(0.0);
-            for (var m = 0u; m < 8u; m++) {
+            for (var m = 0u; m < LPR; m++) {
                 a0 += red[2u * (lid + m)];
                 a1 += red[2u * (lid + m) + 1u];
             }
