@@ -16,19 +16,11 @@ func SetGEMMTile(bm, bn, bk int) (restore func()) {
 	return func() { gemmTile = old }
 }
 
-// SetGDRCVariant selects GatedDeltaRuleChunked's kernel variants (block: the blockwise
-// intra-chunk solve; tiled: the tiled inter-chunk kernel; cs: the inter-chunk slice width, 0 automatic) and returns a function
-// restoring the old choice.
-func SetGDRCVariant(block, tiled bool, cs int) (restore func()) {
-	old := gdrcVariant
-	gdrcVariant.block, gdrcVariant.tiled, gdrcVariant.cs = block, tiled, cs
-	return func() { gdrcVariant = old }
-}
-
-// SetGDRCRows sets the rows per invocation of GatedDeltaRuleChunked's W/U product (16 or 8)
-// and returns a function restoring the old value.
-func SetGDRCRows(rpt int) (restore func()) {
-	old := gdrcVariant.rpt
-	gdrcVariant.rpt = rpt
-	return func() { gdrcVariant.rpt = old }
+// SetGDRCSlice caps the value columns per workgroup of GatedDeltaRuleChunked's tiled
+// inter-chunk kernel (8, 16 or 32; 0 restores the automatic choice) and returns a function
+// restoring the old value.
+func SetGDRCSlice(cs int) (restore func()) {
+	old := gdrcCS
+	gdrcCS = cs
+	return func() { gdrcCS = old }
 }

@@ -137,13 +137,12 @@ func BenchmarkGatedDeltaRuleChunkedBackward(b *testing.B) {
 		nb, t, hk, hv int
 		large         bool
 	}{{1, 512, 1, 2, false}, {8, 512, 16, 32, true}} {
-		for _, variant := range []string{"chunked", "chunked-old", "token"} {
-			chunked := variant != "token"
-			name := variant
+		for _, chunked := range []bool{true, false} {
+			name := "token"
+			if chunked {
+				name = "chunked"
+			}
 			b.Run(fmt.Sprintf("%s,nb=%d,t=%d,hk=%d,hv=%d", name, sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
-				if variant == "chunked-old" {
-					defer gpu.SetGDRCVariant(false, false, 0)()
-				}
 				if sz.large && os.Getenv("NVG_BENCH_LARGE") != "1" {
 					b.Skip("model-sized run: set NVG_BENCH_LARGE=1")
 				}

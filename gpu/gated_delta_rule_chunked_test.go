@@ -57,13 +57,9 @@ func TestGatedDeltaRuleChunked(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(23, 24))
 	for _, tc := range chunkedCases {
-		for _, v := range []struct {
-			tiled   bool
-			cs, rpt int
-		}{{true, 0, 16}, {true, 8, 8}, {false, 0, 16}} {
-			t.Run(fmt.Sprintf("tiled=%v cs=%d rpt=%d nb=%d t=%d hk=%d hv=%d dk=%d dv=%d gscale=%g", v.tiled, v.cs, v.rpt, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv, tc.gscale), func(t *testing.T) {
-				defer gpu.SetGDRCVariant(true, v.tiled, v.cs)()
-				defer gpu.SetGDRCRows(v.rpt)()
+		for _, cs := range []int{0, 8} {
+			t.Run(fmt.Sprintf("cs=%d nb=%d t=%d hk=%d hv=%d dk=%d dv=%d gscale=%g", cs, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv, tc.gscale), func(t *testing.T) {
+				defer gpu.SetGDRCSlice(cs)()
 				rows := tc.nb * tc.t
 				f, in := chunkedInputs(t, rng, rows, tc.hk, tc.hv, tc.dk, tc.dv, tc.gscale)
 				up := func(name string, x []float32, shape ...int) *gpu.Buffer {
@@ -148,19 +144,12 @@ func BenchmarkGatedDeltaRuleChunked(b *testing.B) {
 		nb, t, hk, hv int
 		large         bool
 	}{{1, 512, 1, 2, false}, {8, 512, 16, 32, true}} {
-		for _, v := range []struct {
-			block, tiled bool
-			cs, rpt      int
-		}{{true, true, 0, 16}, {true, true, 16, 8}, {false, false, 0, 16}} {
-			b.Run(fmt.Sprintf("block=%v,tiled=%v,cs=%d,rpt=%d,nb=%d,t=%d,hk=%d,hv=%d", v.block, v.tiled, v.cs, v.rpt, sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
-				if sz.large && os.Getenv("NVG_BENCH_LARGE") != "1" {
-					b.Skip("model-sized run: set NVG_BENCH_LARGE=1")
-				}
-				defer gpu.SetGDRCVariant(v.block, v.tiled, v.cs)()
-				defer gpu.SetGDRCRows(v.rpt)()
-				benchGatedDeltaRuleChunked(b, sz.nb, sz.t, sz.hk, sz.hv, 128, 128)
-			})
-		}
+		b.Run(fmt.Sprintf("nb=%d,t=%d,hk=%d,hv=%d", sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
+			if sz.large && os.Getenv("NVG_BENCH_LARGE") != "1" {
+				b.Skip("model-sized run: set NVG_BENCH_LARGE=1")
+			}
+			benchGatedDeltaRuleChunked(b, sz.nb, sz.t, sz.hk, sz.hv, 128, 128)
+		})
 	}
 }
 

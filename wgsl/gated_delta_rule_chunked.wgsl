@@ -40,20 +40,7 @@ const WG: u32 = 256u;
 
 var<workgroup> gcw: array<f32, 64>;
 var<workgroup> bw: array<f32, 64>;
-{{- if .Block}}
-const NG: u32 = D4 + (DV + 3u) / 4u; // column groups of 4 of [W | U]
-const BK: u32 = {{.BK}}u; // columns of K and Q per staged slice
-const BK4: u32 = BK / 4u;
-const QT: u32 = 16u * BK; // the Q slice's offset in aw (vec4s)
-
-var<workgroup> aw: array<vec4<f32>, 1024>; // A, row-major [64, 64]; later T's off-diagonal blocks in its upper triangle
-var<workgroup> td: array<vec4<f32>, 256>;  // T's diagonal 16×16 blocks, transposed: T[16b + r, 16b + c] at (16b + c)·16 + r
-var<workgroup> xw: array<vec4<f32>, 192>;  // X blocks of one block diagonal
-var<workgroup> sk: array<f32, 64>;         // β·e^{γ}
-var<workgroup> rt: array<vec4<f32>, 512>;  // 8 rows of [diag(β·e^{γ})·K | diag(β)·V], 64 column groups
-{{- else}}
 var<workgroup> aw: array<f32, 4096>; // A, row-major [64, 64]
-{{- end}}
 
 fn dots(a: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(dot(a, b0), dot(a, b1), dot(a, b2), dot(a, b3));
@@ -98,11 +85,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (lid < L) {
         gc[sr0 + lid] = gcw[lid];
     }
-{{- if .Block}}
-    if (lid < C) {
-        sk[lid] = bw[lid] * exp(gcw[lid]);
-    }
-{{- end}}
     // A and Aqk in 4×4 tiles: invocation (ti, tj) = (lid / 16, lid mod 16) owns rows
     // 4ti..4ti+3 and columns 4tj..4tj+3; tiles above the diagonal are zero.
     let ti = lid / 16u;
@@ -113,47 +95,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         kk[a] = vec4<f32>(0.0);
         qk[a] = vec4<f32>(0.0);
     }
-{{- if .Block}}
-    // K and Q in BK-column slices, transposed ([d, row], Q after K) in aw (A is written
-    // after the last slice): per d, invocation (ti, tj) reads rows 4ti.., 4tj.. as vec4s.
-    // Rows past L read row L − 1 (in bounds) and are masked below.
-    let act = tj <= ti && 4u * ti < L;
-{{- range $m := seq 4}}
-    var kk{{$m}} = vec4<f32>(0.0);
-    var qk{{$m}} = vec4<f32>(0.0);
-{{- end}}
-    for (var dt = 0u; dt < DK / BK; dt++) {
-        for (var e = lid; e < 16u * BK; e += WG) {
-            let r = e / BK4;
-            let dq = e % BK4;
-            let x = ((row0 + min(r, L - 1u)) * p.hk + kh) * D4 + dt * BK4 + dq;
-            let kv = k[x];
-            let qv = q[x];
-            for (var m = 0u; m < 4u; m++) {
-                let f = (4u * dq + m) * C + r;
-                aw[f >> 2u][f & 3u] = kv[m];
-                aw[QT + (f >> 2u)][f & 3u] = qv[m];
-            }
-        }
-        workgroupBarrier(); // slice staged
-        if (act) {
-{{- range $d := seq .BK}}
-            {
-                let ki = aw[{{mul $d 16}}u + ti];
-                let kj = aw[{{mul $d 16}}u + tj];
-                let qi = aw[QT + {{mul $d 16}}u + ti];
-{{- range $m := seq 4}}{{$c := index "xyzw" $m | printf "%c"}}
-                kk{{$m}} = fma(vec4<f32>(ki.{{$c}}), kj, kk{{$m}});
-                qk{{$m}} = fma(vec4<f32>(qi.{{$c}}), kj, qk{{$m}});
-{{- end}}
-            }
-{{- end}}
-        }
-        workgroupBarrier(); // slice consumed
-    }
-    kk = array<vec4<f32>, 4>(kk0, kk1, kk2, kk3);
-    qk = array<vec4<f32>, 4>(qk0, qk1, qk2, qk3);
-{{- else}}
     if (tj <= ti && 4u * ti < L) {
         // Rows past L read row L − 1 (in bounds) and are masked below.
         let i0 = ((row0 + min(4u * ti, L - 1u)) * p.hk + kh) * D4;
@@ -195,7 +136,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         qk[2] = qk2;
         qk[3] = qk3;
     }
-{{- end}}
     for (var a = 0u; a < 4u; a++) {
         let i = 4u * ti + a;
         for (var c = 0u; c < 4u; c++) {
@@ -203,174 +143,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let on = i < L && s <= i;
             // γ_i − γ_s ≤ 0 where used; select keeps a possible inf elsewhere unused.
             let dec = select(0.0, exp(min(gcw[i] - gcw[s], 0.0)), on);
-            let av = select(0.0, bw[i] * dec * kk[a][c], on && s < i);
-{{- if .Block}}
-            aw[(i * C + s) >> 2u][s & 3u] = av;
-{{- else}}
-            aw[i * C + s] = av;
-{{- end}}
+            aw[i * C + s] = select(0.0, bw[i] * dec * kk[a][c], on && s < i);
             if (i < L) {
                 aqk[(sr0 + i) * C + s] = dec * qk[a][c];
             }
         }
     }
-{{- if .Block}}
-    workgroupBarrier(); // A complete
-    // T = (I + A)⁻¹ in 16×16 blocks (fla's solve_tril): the diagonal blocks by forward
-    // substitution (one column per invocation lid < 64), then the block diagonals at
-    // distance dd = 1, 2, 3: X = Σ_{j ≤ m < i} A_{i,m}·T_{m,j}, T_{i,j} = −T_{i,i}·X.
-    // The diagonal blocks go to td, the off-diagonal ones to the unused upper triangle of
-    // aw, both transposed (tget), so that the product below reads columns of T as vec4s.
-    if (lid < 64u) {
-        let ib = lid / 16u;
-        let c = lid % 16u;
-        let base = (16u * ib + c) * 16u;
-        for (var r = 0u; r < 16u; r++) {
-            var x = select(0.0, 1.0, r == c);
-            if (r > c) {
-                var acc = 0.0;
-                for (var m = c; m < r; m++) {
-                    acc = fma(aget((16u * ib + r) * C + 16u * ib + m), dget(base + m), acc);
-                }
-                x = -acc;
-            }
-            td[(base + r) >> 2u][(base + r) & 3u] = x;
-        }
-    }
-    for (var dd = 1u; dd < 4u; dd++) {
-        workgroupBarrier(); // the blocks at distance < dd are complete
-        let ne = (4u - dd) * 256u;
-        for (var e = lid; e < ne; e += WG) {
-            let bj = e / 256u;
-            let rr = 16u * (bj + dd) + (e / 16u) % 16u;
-            let ss = 16u * bj + e % 16u;
-            var acc = 0.0;
-            for (var m = 16u * bj; m < 16u * (bj + dd); m++) {
-                acc = fma(aget(rr * C + m), tget(m, ss), acc);
-            }
-            xw[e >> 2u][e & 3u] = acc;
-        }
-        workgroupBarrier(); // X complete
-        for (var e = lid; e < ne; e += WG) {
-            let bj = e / 256u;
-            let bi = bj + dd;
-            let r = (e / 16u) % 16u;
-            let c = e % 16u;
-            var acc = 0.0;
-            for (var m = 0u; m <= r; m++) {
-                let x = e - r * 16u + m * 16u; // X[m, c] of this block
-                acc = fma(dget((16u * bi + m) * 16u + r), xw[x >> 2u][x & 3u], acc);
-            }
-            let a = (16u * bj + c) * C + 16u * bi + r;
-            aw[a >> 2u][a & 3u] = -acc;
-        }
-    }
-    workgroupBarrier(); // T complete
-    // [W | U] = T·[diag(β·e^{γ})·K | diag(β)·V]: invocation (ty, cx) = (lid / CPP, lid mod CPP)
-    // computes rows RPT·ty.. RPT·ty + RPT − 1 (T is lower triangular: columns below the
-    // rows' end) of the column groups cg = cx, cx + CPP, … of 4 columns (cg < DK/4: W, else
-    // U), RPT vec4 accumulators; the right-hand side is staged 8 rows at a time.
-{{- $R4 := div .RPT 4}}{{$CPP := mul 4 .RPT}}
-    let ty = lid / {{$CPP}}u;
-    let cx = lid % {{$CPP}}u;
-    let rb = {{.RPT}}u * ty;        // first row
-    let db = 16u * (rb / 16u);      // first row of its 16-row block of T
-    for (var cg0 = 0u; cg0 < NG; cg0 += {{$CPP}}u) {
-        let cg = cg0 + cx;
-{{- range $r := seq .RPT}}
-        var acc{{$r}} = vec4<f32>(0.0);
-{{- end}}
-        for (var s0 = 0u; s0 < L; s0 += 8u) {
-            workgroupBarrier(); // the previous rows consumed
-            // Rows s0..s0+7 of the right-hand side (0 at rows ≥ L and columns past NG).
-            for (var e = lid; e < {{mul 8 $CPP}}u; e += WG) {
-                let s = s0 + e / {{$CPP}}u;
-                let g = cg0 + e % {{$CPP}}u;
-                let rw = row0 + min(s, L - 1u);
-                var x = vec4<f32>(0.0);
-                if (s < L && g < NG) {
-                    if (g < D4) {
-                        x = sk[s] * k[(rw * p.hk + kh) * D4 + g];
-                    } else {
-                        let vb = (rw * p.hv + j) * DV;
-                        let vc = 4u * (g - D4);
-                        for (var m = 0u; m < 4u; m++) {
-                            if (vc + m < DV) {
-                                x[m] = v[vb + vc + m];
-                            }
-                        }
-                        x = bw[s] * x;
-                    }
-                }
-                rt[e] = x;
-            }
-            workgroupBarrier(); // rows staged
-            if (s0 < rb + {{.RPT}}u) {
-{{- range $ss := seq 8}}
-                {
-                    let s = s0 + {{$ss}}u;
-                    let rhs = rt[{{mul $ss $CPP}}u + cx];
-                    var tv: array<vec4<f32>, {{$R4}}>;
-                    if (s < db) {
-                        let b = (s * C + rb) >> 2u;
-                        tv = array<vec4<f32>, {{$R4}}>({{range $q := seq $R4}}{{if $q}}, {{end}}aw[b + {{$q}}u]{{end}});
-                    } else {
-                        let b = s * 4u + (rb % 16u) / 4u;
-                        tv = array<vec4<f32>, {{$R4}}>({{range $q := seq $R4}}{{if $q}}, {{end}}td[b + {{$q}}u]{{end}});
-                    }
-{{- range $r := seq $.RPT}}
-                    acc{{$r}} = fma(vec4<f32>(tv[{{div $r 4}}].{{index "xyzw" (mod $r 4) | printf "%c"}}), rhs, acc{{$r}});
-{{- end}}
-                }
-{{- end}}
-            }
-        }
-        if (cg < NG) {
-{{- range $r := seq .RPT}}
-            store(sr0, rb + {{$r}}u, L, cg, acc{{$r}});
-{{- end}}
-        }
-    }
-}
-
-// aget, dget: scalar e of aw, td.
-fn aget(e: u32) -> f32 {
-    return aw[e >> 2u][e & 3u];
-}
-
-fn dget(e: u32) -> f32 {
-    return td[e >> 2u][e & 3u];
-}
-
-// tget returns T[r, s] for r ≥ s (block row of r ≥ block column of s).
-fn tget(r: u32, s: u32) -> f32 {
-    if ((r >> 4u) == (s >> 4u)) {
-        return dget(s * 16u + (r & 15u));
-    }
-    return aget(s * C + r);
-}
-
-// store writes row i (< L) of the chunk, column group cg, of W (cg < DK/4) or U.
-fn store(sr0: u32, i: u32, L: u32, cg: u32, x: vec4<f32>) {
-    if (i >= L) {
-        return;
-    }
-    if (cg < D4) {
-        let e = (sr0 + i) * DK + 4u * cg;
-        w[e] = x.x;
-        w[e + 1u] = x.y;
-        w[e + 2u] = x.z;
-        w[e + 3u] = x.w;
-    } else {
-        let vc = 4u * (cg - D4);
-        for (var m = 0u; m < 4u; m++) {
-            if (vc + m < DV) {
-                u[(sr0 + i) * DV + vc + m] = x[m];
-            }
-        }
-    }
-}
-{{- else}}
     workgroupBarrier();
     // Forward substitution, one column of [W | U] per invocation:
     // x_i = rhs_i − Σ_{s<i} A[i, s]·x_s.
@@ -404,7 +182,6 @@ fn store(sr0: u32, i: u32, L: u32, cg: u32, x: vec4<f32>) {
         }
     }
 }
-{{- end}}
 {{- else if .Tiled}}
 // GatedDeltaRuleChunked, inter-chunk part, tiled: the state recurrence over the chunks of a
 // window, from S = 0 (fla/ops/common/chunk_delta_h.py and chunk_o.py in one pass). One
@@ -420,13 +197,14 @@ fn store(sr0: u32, i: u32, L: u32, cg: u32, x: vec4<f32>) {
 // inner loops reading vec4s: phase a gives invocation rg = lid / (CS/4) rows 4rg..4rg+3 of
 // [W; Q] (rg < 16: W, so V'; else Q), phase b the Q invocations add Aqk·V', phase c gives
 // rows 4dg..4dg+3 of S (dg = rg, rg + 32, …).
+// Used for the forward; the backward's pass that saves the per-chunk states (SaveH) takes
+// the untiled kernel below, which the H200 measured faster there (DESIGN.md §9).
 // Layouts: q, k [nb·t, hk, DK] (vec4s); w [sr, DK] (vec4s), u [sr, DV], aqk [sr, 64] (vec4s),
 // gc [sr] (the intra part's outputs); o [nb·t, hv, DV]; state [nb, hv, DK, DV] when
-// WantState; when SaveH, h [nb·hv, nck, DK, DV], the state before each chunk, and
-// vnew [sr, DV], V'.
+// WantState.
 // Template parameters: DK (multiple of 4), DV, CS (multiple of 4, 8 ≤ CS ≤ 32; 8·CS
 // invocations), BK (32, 16, 8 or 4, dividing DK), IT (a power of 2 ≤ 64, IT·DK ≤ 4608),
-// ND = ⌈DK/128⌉, WantState, SaveH.
+// ND = ⌈DK/128⌉, WantState.
 {{- $C4 := div .CS 4}}{{$BK4 := div .BK 4}}{{$RS4 := add $BK4 1}}
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
@@ -439,10 +217,7 @@ fn store(sr0: u32, i: u32, L: u32, cg: u32, x: vec4<f32>) {
 {{- if .WantState}}
 @group(0) @binding(7) var<storage, read_write> state: array<f32>;
 {{- end}}
-{{- if .SaveH}}
-@group(0) @binding({{.HBinding}}) var<storage, read_write> h: array<f32>;
-@group(0) @binding({{add .HBinding 1}}) var<storage, read_write> vnew: array<f32>;
-{{- end}}
+
 
 struct Params {
     nb: u32,
@@ -483,7 +258,7 @@ fn col4(base: u32, c: u32) -> vec4<f32> {
     return r;
 }
 
-// put4 writes x to dst row base, columns c..c+3 below DV (o or vnew).
+// put4o writes x to o at row base, columns c..c+3 below DV.
 fn put4o(base: u32, c: u32, x: vec4<f32>) {
     for (var m = 0u; m < 4u; m++) {
         if (c + m < DV) {
@@ -529,15 +304,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             gq[lid] = eq;
             gk[lid] = ek;
         }
-{{- if .SaveH}}
-        for (var e = lid; e < DK * CS; e += WG) {
-            let d = e / CS;
-            let c = slice * CS + e % CS;
-            if (c < DV) {
-                h[((bj * p.nck + ci) * DK + d) * DV + c] = sw[d * C4 + (e % CS) / 4u][e % 4u];
-            }
-        }
-{{- end}}
+
         // Phase a: [W; Q]·S, the tile holding columns dt·BK.. of rows 0..63 of W and of Q
         // (rows ≥ L read row L − 1; masked below).
 {{- range $m := seq 4}}
@@ -583,13 +350,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 var x = vec4<f32>(0.0);
                 if (i < L) {
                     x = col4((sr0 + i) * DV, cb) - a{{$m}};
-{{- if $.SaveH}}
-                    for (var m = 0u; m < 4u; m++) {
-                        if (cb + m < DV) {
-                            vnew[(sr0 + i) * DV + cb + m] = x[m];
-                        }
-                    }
-{{- end}}
+
                 }
                 vp[i * C4 + c4] = x;
             }
@@ -684,7 +445,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- else}}
 // GatedDeltaRuleChunked, inter-chunk part: the state recurrence over the chunks of a window,
 // from S = 0 (fla/ops/common/chunk_delta_h.py and chunk_o.py in one pass). One workgroup of
-// 8·CS invocations per (window b, value head j, slice of CS value columns); the slice of the
+// 256 invocations per (window b, value head j, slice of CS value columns); the slice of the
 // state S [DK, CS] lives in workgroup memory. Per chunk (L tokens, the intra part's W, U,
 // Aqk, γ; e^{γ_i} and e^{γ_{L−1} − γ_i} staged in workgroup memory):
 //   V' = U − W·S                       (the delta rule's u_i = β_i(v_i − Ŝ_{i}ᵀk_i))
@@ -698,8 +459,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 // gc [sr] (the intra part's outputs); o [nb·t, hv, DV]; state [nb, hv, DK, DV] when
 // WantState; when SaveH, h [nb·hv, nck, DK, DV], the state before each chunk, and
 // vnew [sr, DV], V'.
-// Template parameters: DK (multiple of 4), DV, CS (multiple of 4, 8 ≤ CS ≤ 32; 8·CS
-// invocations), WantState, SaveH.
+// Template parameters: DK (multiple of 4), DV, CS (multiple of 4, ≤ 32), WantState, SaveH.
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
@@ -732,7 +492,7 @@ const D4: u32 = DK / 4u;
 const CS: u32 = {{.CS}}u;
 const C4: u32 = CS / 4u;
 const NS: u32 = (DV + CS - 1u) / CS;
-const WG: u32 = {{mul 8 .CS}}u; // 32 rows × CS/4 column groups (phases a, b)
+const WG: u32 = 256u;
 
 var<workgroup> sw: array<vec4<f32>, {{.DK}} * {{.CS}} / 4>; // S[d, 4c4..4c4+3] at d·C4 + c4
 var<workgroup> vp: array<vec4<f32>, 64 * {{.CS}} / 4>;      // V'[i, 4c4..] at i·C4 + c4
@@ -750,7 +510,7 @@ fn col4(base: u32, c: u32) -> vec4<f32> {
     return r;
 }
 
-@compute @workgroup_size({{mul 8 .CS}})
+@compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let wg = wid.x + wid.y * nwg.x;
