@@ -26,3 +26,12 @@ func SetFillRandomSliceWords(n int) (restore func()) {
 	fillRandomSliceWords = n
 	return func() { fillRandomSliceWords = old }
 }
+
+// SetGDRCSlice caps the value columns per workgroup of GatedDeltaRuleChunked's tiled
+// inter-chunk kernel (8, 16 or 32; 0 restores the automatic choice) and returns a function
+// restoring the old value.
+func SetGDRCSlice(cs int) (restore func()) {
+	old := gdrcCS
+	gdrcCS = cs
+	return func() { gdrcCS = old }
+}

@@ -12,9 +12,39 @@ const GatedDeltaRuleChunkLen = 64
 type gdrcParams struct {
 	DK, DV, CS         int
 	Intra              bool
+	Tiled              bool // inter: the tiled kernel (with BK, IT, ND)
+	BK, IT, ND         int
 	WantState, SaveH   bool
 	HBinding, UBinding int
 }
+
+// gdrcTiles returns the tiled inter-chunk kernel's BK (the largest of 32, 16, 8, 4 dividing
+// dk), IT (the largest power of 2 ≤ 64 with IT·dk ≤ 4608) and ND = ⌈dk/128⌉.
+func gdrcTiles(dk int) (bk, it, nd int) {
+	bk = 32
+	for dk%bk != 0 {
+		bk /= 2
+	}
+	it = 64
+	for it*dk > 4608 {
+		it /= 2
+	}
+	return bk, it, (dk + 127) / 128
+}
+
+// gdrcTiledSlice is gdrcSlice for the tiled inter-chunk kernel, whose workgroup memory also
+// holds a tile of 4608 f32.
+func gdrcTiledSlice(d *Device, dk int) int {
+	for _, cs := range []int{32, 16, 8} {
+		if uint32(4*(dk*cs+64*cs+4608+128)) <= d.info.MaxWorkgroupStorage {
+			return cs
+		}
+	}
+	return 0
+}
+
+// gdrcCS, when not 0, caps the tiled inter-chunk kernel's slice width (tests: SetGDRCSlice).
+var gdrcCS = 0
 
 // gdrcSlice returns the value columns per workgroup of the inter-chunk kernel: 32 when
 // its workgroup memory (the state slice dk×cs, V' 64×cs, two gate vectors) fits the
@@ -55,12 +85,15 @@ func GatedDeltaRuleChunkedScratch(nb, t, hv, dk, dv int) int {
 // [diag(β·e^{γ})·K  diag(β)·V] by forward substitution (one column per invocation);
 // (2) one workgroup per (window, value head, slice of 32 value columns; 16 or 8 when the
 // device's workgroup memory is smaller) runs the chunks in order with its slice of S in
-// workgroup memory. Scratch: GatedDeltaRuleChunkedScratch(nb, t, hv, dk, dv) f32 values of
-// r.Temp (each of its four parts bound whole, so each must fit maxStorageBufferBindingSize).
-// Measured on the H200 (BenchmarkGatedDeltaRuleChunked, t = 512, dk = dv = 128, GPU time):
-// nb = 1, hv = 2: 0.66 ms (GatedDeltaRule 1.52 ms); nb = 8, hk = 16, hv = 32: 11.0 ms
-// (GatedDeltaRule 8.2 ms): faster while the token-by-token kernel is latency-bound, slower
-// once both fill the GPU (same arithmetic, untuned loops; DESIGN.md §9).
+// workgroup memory: the tiled kernel (every operand staged in workgroup memory by coalesced
+// vec4 loads, each invocation a 4×4 register block of unrolled FMAs). Scratch:
+// GatedDeltaRuleChunkedScratch(nb, t, hv, dk, dv) f32 values of r.Temp (each of its four
+// parts bound whole, so each must fit maxStorageBufferBindingSize).
+// Measured on the H200 (BenchmarkGatedDeltaRuleChunked, t = 512, dk = dv = 128, GPU time of
+// one call, DESIGN.md §9): nb = 1, hv = 2: intra 0.22 ms + inter 0.30 ms (the untiled inter
+// kernel 0.49 ms; GatedDeltaRule 2.0 ms); nb = 8, hk = 16, hv = 32: intra 4.4 ms + inter
+// 7.2 ms (untiled 9.0 ms; GatedDeltaRule 9.1 ms): faster while the token-by-token kernel is
+// latency-bound, slower once both fill the GPU.
 // Limits: dk a multiple of 4 and ≤ 256 (as GatedDeltaRule); dv ≥ 1 any.
 // Errors: those of GatedDeltaRule, plus scratch or workgroup memory beyond the device's
 // limits (nothing is left recorded on error).
@@ -132,10 +165,21 @@ func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h
 	if shm := uint32(4 * (2*64 + 64*64)); shm > r.d.info.MaxWorkgroupStorage {
 		return nil, fmt.Errorf("gpu: %s: needs %d bytes of workgroup memory, the device allows %d", op, shm, r.d.info.MaxWorkgroupStorage)
 	}
+	// The forward takes the tiled inter-chunk kernel; the pass saving the per-chunk states
+	// for the backward takes the untiled one (faster there on the H200, DESIGN.md §9), as
+	// does a device whose workgroup memory is too small for the tiles.
+	tiled := h == nil && gdrcTiledSlice(r.d, dk) != 0
 	cs := gdrcSlice(r.d, dk)
+	if tiled {
+		cs = gdrcTiledSlice(r.d, dk)
+		if gdrcCS != 0 && gdrcCS < cs {
+			cs = gdrcCS
+		}
+	}
 	if cs == 0 {
 		return nil, fmt.Errorf("gpu: %s: dk = %d needs more workgroup memory than the device's %d bytes", op, dk, r.d.info.MaxWorkgroupStorage)
 	}
+	bk, it, nd := gdrcTiles(dk)
 	intra, err := r.d.Kernel(KernelSpec{
 		Name: op + ".intra", File: "gated_delta_rule_chunked.wgsl",
 		Params:   gdrcParams{DK: dk, DV: dv, Intra: true},
@@ -154,7 +198,8 @@ func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h
 	}
 	inter, err := r.d.Kernel(KernelSpec{
 		Name: op, File: "gated_delta_rule_chunked.wgsl",
-		Params:   gdrcParams{DK: dk, DV: dv, CS: cs, WantState: state != nil, SaveH: h != nil, HBinding: hb, UBinding: len(access)},
+		Params: gdrcParams{DK: dk, DV: dv, CS: cs, Tiled: tiled, BK: bk, IT: it, ND: nd,
+			WantState: state != nil, SaveH: h != nil, HBinding: hb, UBinding: len(access)},
 		Bindings: access, Uniforms: 5,
 	})
 	if err != nil {

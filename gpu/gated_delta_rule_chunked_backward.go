@@ -6,6 +6,8 @@ import "fmt"
 type gdrcbParams struct {
 	DK, DV, CS int
 	Stage      string
+	BC         int // stage state: value columns per staged slice
+	LPR        int // stage final: invocations per token row
 }
 
 // GatedDeltaRuleChunkedBackwardScratch is the number of f32 scratch values
@@ -34,20 +36,24 @@ func GatedDeltaRuleChunkedBackwardScratch(nb, t, hk, hv, dk, dv int) int {
 // wgsl/gated_delta_rule_chunked_backward.wgsl; only differences of cumulative log-decays
 // are exponentiated where a quotient of decays appears.
 //
-// Dispatches: the chunked forward (GatedDeltaRuleChunked's two kernels, also writing the
-// state before every chunk and V'); Dhu, the state gradients chunk by chunk in reverse
-// (one workgroup per window, value head and 32 value columns, as the forward's
-// inter-chunk kernel) with dV'; then, every chunk in parallel (one workgroup per window,
-// value head and chunk): State (the products with the states), QK (the masked q·k
-// gradient), Wy (A recomputed, the WY backward substitution), F (the gradient of A),
-// Final (dk, dv, dβ, dγ and the reverse cumulative sum into dg); when hv > hk, the sum of
-// dq and dk over the value heads of each key head (GatedDeltaRuleBackward's kernel).
+// Dispatches: the chunked forward (GatedDeltaRuleChunked's two kernels, the inter-chunk
+// one untiled, also writing the state before every chunk and V'); Dhu, the state gradients
+// chunk by chunk in reverse (one workgroup per window, value head and 32 value columns, as
+// the forward's untiled inter-chunk kernel) with dV'; then, every chunk in parallel (one
+// workgroup per window, value head and chunk): State (the products with the states), QK
+// (the masked q·k gradient), Wy (A recomputed, the WY backward substitution), F (the
+// gradient of A), Final (dk, dv, dβ, dγ and the reverse cumulative sum into dg); when
+// hv > hk, the sum of dq and dk over the value heads of each key head
+// (GatedDeltaRuleBackward's kernel). State, QK and F stage their operands in workgroup
+// memory and compute register blocks of unrolled FMAs; Final gives each row eight
+// invocations (coalesced reads).
 // Scratch: GatedDeltaRuleChunkedBackwardScratch(...) f32 values of r.Temp, in parts of at
 // most nb·hv·t·(3dk + dv) or nb·hv·⌈t/64⌉·dk·dv values, each bound whole (each must fit
 // maxStorageBufferBindingSize). Limits: dk and dv multiples of 4, dk ≤ 256.
 // Measured on the H200 (BenchmarkGatedDeltaRuleChunkedBackward, t = 512, dk = dv = 128, GPU
-// time of all dispatches): nb = 1, hv = 2: 1.3 ms (GatedDeltaRuleBackward 4.5 ms); nb = 8,
-// hk = 16, hv = 32: 16.8 ms (GatedDeltaRuleBackward 21.4 ms).
+// time of one call; the sum over the dispatches of per-kernel times measured in two
+// benchmark variants, DESIGN.md §9): nb = 1, hv = 2: ≈1.0 ms (GatedDeltaRuleBackward
+// 4.5 ms); nb = 8, hk = 16, hv = 32: ≈21.4 ms (GatedDeltaRuleBackward 23.3 ms).
 // Errors: non-positive sizes, hv not a multiple of hk, dk or dv out of range, dtype or
 // length mismatches, aliasing among the buffers, scratch or workgroup memory beyond the
 // device's limits, or any Dispatch error (nothing is left recorded on error).
@@ -97,6 +103,20 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 	if cs == 0 {
 		return fmt.Errorf("gpu: %s: dk = %d needs more workgroup memory than the device's %d bytes", op, dk, r.d.info.MaxWorkgroupStorage)
 	}
+	bc := 16 // stage state's slice: dividing dv, bc·(2·dk + 192) ≤ 7168 f32
+	for dv%bc != 0 || bc*(2*dk+192) > 7168 {
+		bc /= 2
+	}
+	lpr := 8 // stage final: 64·lpr invocations
+	if r.d.info.MaxInvocations < 512 {
+		lpr = 4
+	}
+	// Workgroup memory of the stages beyond dhu (gdrcSlice): state, qk and f, final, wy.
+	for _, shm := range []int{4 * (bc*(2*dk+192) + 256), 4 * (4096 + 2048 + 128), 16*128*lpr + 256, 4 * (4096 + 128)} {
+		if uint32(shm) > r.d.info.MaxWorkgroupStorage {
+			return fmt.Errorf("gpu: %s: needs %d bytes of workgroup memory, the device allows %d", op, shm, r.d.info.MaxWorkgroupStorage)
+		}
+	}
 	kern := func(stage string, nread, nrw int) (*Kernel, error) {
 		acc := make([]Access, nread, nread+nrw)
 		for i := range acc {
@@ -105,7 +125,7 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 		acc = append(acc, rwN(nrw)...)
 		return r.d.Kernel(KernelSpec{
 			Name: op + "." + stage, File: "gated_delta_rule_chunked_backward.wgsl",
-			Params:   gdrcbParams{DK: dk, DV: dv, CS: cs, Stage: stage},
+			Params:   gdrcbParams{DK: dk, DV: dv, CS: cs, Stage: stage, BC: bc, LPR: lpr},
 			Bindings: acc, Uniforms: 5,
 		})
 	}

@@ -57,69 +57,72 @@ func TestGatedDeltaRuleChunked(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(23, 24))
 	for _, tc := range chunkedCases {
-		t.Run(fmt.Sprintf("nb=%d t=%d hk=%d hv=%d dk=%d dv=%d gscale=%g", tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv, tc.gscale), func(t *testing.T) {
-			rows := tc.nb * tc.t
-			f, in := chunkedInputs(t, rng, rows, tc.hk, tc.hv, tc.dk, tc.dv, tc.gscale)
-			up := func(name string, x []float32, shape ...int) *gpu.Buffer {
-				b := must(d.UploadFloat32(name, x, shape...)).T(t)
-				t.Cleanup(b.Release)
-				return b
-			}
-			nw := func(name string, shape ...int) *gpu.Buffer {
-				b := must(d.NewBuffer(name, gpu.F32, shape...)).T(t)
-				t.Cleanup(b.Release)
-				return b
-			}
-			q, k, v := up("q", f[0], rows, tc.hk, tc.dk), up("k", f[1], rows, tc.hk, tc.dk), up("v", f[2], rows, tc.hv, tc.dv)
-			g, beta := up("g", f[3], rows, tc.hv), up("beta", f[4], rows, tc.hv)
-			o, oRef := nw("o", rows, tc.hv, tc.dv), nw("o token", rows, tc.hv, tc.dv)
-			var st, stRef *gpu.Buffer
-			if tc.state {
-				st, stRef = nw("state", tc.nb, tc.hv, tc.dk, tc.dv), nw("state token", tc.nb, tc.hv, tc.dk, tc.dv)
-			}
-			if err := d.Run(func(r *gpu.Recorder) error {
-				if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, o, st, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv); err != nil {
-					return err
+		for _, cs := range []int{0, 8} {
+			t.Run(fmt.Sprintf("cs=%d nb=%d t=%d hk=%d hv=%d dk=%d dv=%d gscale=%g", cs, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv, tc.gscale), func(t *testing.T) {
+				defer gpu.SetGDRCSlice(cs)()
+				rows := tc.nb * tc.t
+				f, in := chunkedInputs(t, rng, rows, tc.hk, tc.hv, tc.dk, tc.dv, tc.gscale)
+				up := func(name string, x []float32, shape ...int) *gpu.Buffer {
+					b := must(d.UploadFloat32(name, x, shape...)).T(t)
+					t.Cleanup(b.Release)
+					return b
 				}
-				return gpu.GatedDeltaRule(r, q, k, v, g, beta, oRef, stRef, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv)
-			}); err != nil {
-				t.Fatal(err)
-			}
-			wo, ws, err := host.GatedDeltaRule(in[0], in[1], in[2], in[3], in[4], tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv, tc.state)
-			if err != nil {
-				t.Fatal(err)
-			}
-			nck := float64((tc.t + 63) / 64)
-			tol := math.Max(16*math.Sqrt((nck+1)*float64(4*tc.dk+192))*u32, 16*math.Sqrt(float64(tc.t*(2*tc.dk+4)))*u32)
-			got := must(d.ReadFloat32(o)).T(t)
-			checkClose(t, "chunked o vs host", got, wo, tol*maxAbs(wo), 0)
-			checkClose(t, "chunked o vs token-by-token GPU", got, f64(must(d.ReadFloat32(oRef)).T(t)), tol*maxAbs(wo), 0)
-			if tc.state {
-				gs := must(d.ReadFloat32(st)).T(t)
-				checkClose(t, "chunked state vs host", gs, ws, tol*maxAbs(ws), 0)
-				checkClose(t, "chunked state vs token-by-token GPU", gs, f64(must(d.ReadFloat32(stRef)).T(t)), tol*maxAbs(ws), 0)
-			}
-			r := d.Begin()
-			defer r.Discard()
-			if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, o, st, tc.nb, tc.t+1, tc.hk, tc.hv, tc.dk, tc.dv); err == nil {
-				t.Error("wrong t accepted")
-			}
-			if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, q, st, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv); err == nil {
-				t.Error("o aliasing q accepted")
-			}
-			if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, o, nil, tc.nb, tc.t, tc.hk, tc.hv+1, tc.dk, tc.dv); err == nil {
-				t.Error("hv not a multiple of hk accepted")
-			}
-			if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, o, nil, tc.nb, tc.t, tc.hk, tc.hv, tc.dk+2, tc.dv); err == nil {
-				t.Error("dk not a multiple of 4 accepted")
-			}
-			if err := gpu.GatedDeltaRuleChunked(nil, q, k, v, g, beta, o, nil, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv); err == nil {
-				t.Error("nil recorder accepted")
-			}
-			if r.Len() != 0 {
-				t.Errorf("%d dispatches recorded by failing calls", r.Len())
-			}
-		})
+				nw := func(name string, shape ...int) *gpu.Buffer {
+					b := must(d.NewBuffer(name, gpu.F32, shape...)).T(t)
+					t.Cleanup(b.Release)
+					return b
+				}
+				q, k, v := up("q", f[0], rows, tc.hk, tc.dk), up("k", f[1], rows, tc.hk, tc.dk), up("v", f[2], rows, tc.hv, tc.dv)
+				g, beta := up("g", f[3], rows, tc.hv), up("beta", f[4], rows, tc.hv)
+				o, oRef := nw("o", rows, tc.hv, tc.dv), nw("o token", rows, tc.hv, tc.dv)
+				var st, stRef *gpu.Buffer
+				if tc.state {
+					st, stRef = nw("state", tc.nb, tc.hv, tc.dk, tc.dv), nw("state token", tc.nb, tc.hv, tc.dk, tc.dv)
+				}
+				if err := d.Run(func(r *gpu.Recorder) error {
+					if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, o, st, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv); err != nil {
+						return err
+					}
+					return gpu.GatedDeltaRule(r, q, k, v, g, beta, oRef, stRef, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv)
+				}); err != nil {
+					t.Fatal(err)
+				}
+				wo, ws, err := host.GatedDeltaRule(in[0], in[1], in[2], in[3], in[4], tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv, tc.state)
+				if err != nil {
+					t.Fatal(err)
+				}
+				nck := float64((tc.t + 63) / 64)
+				tol := math.Max(16*math.Sqrt((nck+1)*float64(4*tc.dk+192))*u32, 16*math.Sqrt(float64(tc.t*(2*tc.dk+4)))*u32)
+				got := must(d.ReadFloat32(o)).T(t)
+				checkClose(t, "chunked o vs host", got, wo, tol*maxAbs(wo), 0)
+				checkClose(t, "chunked o vs token-by-token GPU", got, f64(must(d.ReadFloat32(oRef)).T(t)), tol*maxAbs(wo), 0)
+				if tc.state {
+					gs := must(d.ReadFloat32(st)).T(t)
+					checkClose(t, "chunked state vs host", gs, ws, tol*maxAbs(ws), 0)
+					checkClose(t, "chunked state vs token-by-token GPU", gs, f64(must(d.ReadFloat32(stRef)).T(t)), tol*maxAbs(ws), 0)
+				}
+				r := d.Begin()
+				defer r.Discard()
+				if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, o, st, tc.nb, tc.t+1, tc.hk, tc.hv, tc.dk, tc.dv); err == nil {
+					t.Error("wrong t accepted")
+				}
+				if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, q, st, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv); err == nil {
+					t.Error("o aliasing q accepted")
+				}
+				if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, o, nil, tc.nb, tc.t, tc.hk, tc.hv+1, tc.dk, tc.dv); err == nil {
+					t.Error("hv not a multiple of hk accepted")
+				}
+				if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, o, nil, tc.nb, tc.t, tc.hk, tc.hv, tc.dk+2, tc.dv); err == nil {
+					t.Error("dk not a multiple of 4 accepted")
+				}
+				if err := gpu.GatedDeltaRuleChunked(nil, q, k, v, g, beta, o, nil, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv); err == nil {
+					t.Error("nil recorder accepted")
+				}
+				if r.Len() != 0 {
+					t.Errorf("%d dispatches recorded by failing calls", r.Len())
+				}
+			})
+		}
 	}
 }
 

@@ -3,11 +3,12 @@ package nvgkit
 import "github.com/nvg-project/nvg/gpu"
 
 // chunkedForwardMaxHeads is the largest nb·hv (windows × value heads) for which deltaRule
-// takes the chunked forward. Measured on the H200 at t = 512, dk = dv = 128 (DESIGN.md §9):
-// chunked 2.3× faster at nb·hv = 2 (the token-by-token kernel is latency-bound), 0.74× at
-// nb·hv = 256 (both saturate the GPU and the chunked form does as much arithmetic, less
-// tuned). The crossover between the two was not measured: 64 (a quarter of the GPU's
-// workgroup slots for the token-by-token kernel) is a guess.
+// takes the chunked forward. Measured on the H200 at t = 512, dk = dv = 128 (GPU time,
+// DESIGN.md §9): chunked ≈0.53 ms vs 2.0 ms token-by-token at nb·hv = 2 (the token-by-token
+// kernel is latency-bound), ≈11.6 ms vs 9.1 ms at nb·hv = 256 (both fill the GPU; the
+// chunked kernels run at ~1–3 TFLOP/s there). The crossover between the two was not
+// measured: 64 (a quarter of the GPU's workgroup slots for the token-by-token kernel) is a
+// guess.
 const chunkedForwardMaxHeads = 64
 
 // deltaRule records the GatedDeltaNet recurrence with the chunked kernel
@@ -28,8 +29,8 @@ func chunkedFits(d *gpu.Device, n, dk, dv int) bool {
 }
 
 // deltaRuleBackward records the backward of deltaRule with the chunked kernels
-// (gpu.GatedDeltaRuleChunkedBackward; faster on the H200 at every measured size: 3.4× at
-// nb·hv = 2, 1.27× at nb·hv = 256) when dk and dv are multiples of 4 and their scratch
+// (gpu.GatedDeltaRuleChunkedBackward; faster on the H200 at both measured sizes: ≈4.5× at
+// nb·hv = 2, ≈1.09× at nb·hv = 256) when dk and dv are multiples of 4 and their scratch
 // parts fit one storage binding, else with the token-by-token ones
 // (gpu.GatedDeltaRuleBackward); both compute the same gradients.
 func deltaRuleBackward(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, nb, t, hk, hv, dk, dv int) error {

@@ -182,6 +182,266 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
 }
+{{- else if .Tiled}}
+// GatedDeltaRuleChunked, inter-chunk part, tiled: the state recurrence over the chunks of a
+// window, from S = 0 (fla/ops/common/chunk_delta_h.py and chunk_o.py in one pass). One
+// workgroup of 8·CS invocations per (window b, value head j, slice of CS value columns); the
+// slice of the state S [DK, CS] lives in workgroup memory. Per chunk (L tokens; the intra
+// part's W, U, Aqk, γ; e^{γ_i} and e^{γ_{L−1} − γ_i} staged in workgroup memory):
+//   V' = U − W·S                       (the delta rule's u_i = β_i(v_i − Ŝ_{i}ᵀk_i))
+//   O  = diag(e^{γ})·Q·S + Aqk·V'
+//   S  ← e^{γ_{L−1}}·S + (diag(e^{γ_{L−1} − γ})·K)ᵀ·V'
+// Every operand read from memory is first staged in workgroup memory by coalesced vec4
+// loads (tile tl, reused: [W; Q] in BK-column slices, then Aqk, then K in IT-row slices),
+// and each invocation computes a 4×4 block (4 rows, 4 value columns) with the unrolled
+// inner loops reading vec4s: phase a gives invocation rg = lid / (CS/4) rows 4rg..4rg+3 of
+// [W; Q] (rg < 16: W, so V'; else Q), phase b the Q invocations add Aqk·V', phase c gives
+// rows 4dg..4dg+3 of S (dg = rg, rg + 32, …).
+// Used for the forward; the backward's pass that saves the per-chunk states (SaveH) takes
+// the untiled kernel below, which the H200 measured faster there (DESIGN.md §9).
+// Layouts: q, k [nb·t, hk, DK] (vec4s); w [sr, DK] (vec4s), u [sr, DV], aqk [sr, 64] (vec4s),
+// gc [sr] (the intra part's outputs); o [nb·t, hv, DV]; state [nb, hv, DK, DV] when
+// WantState.
+// Template parameters: DK (multiple of 4), DV, CS (multiple of 4, 8 ≤ CS ≤ 32; 8·CS
+// invocations), BK (32, 16, 8 or 4, dividing DK), IT (a power of 2 ≤ 64, IT·DK ≤ 4608),
+// ND = ⌈DK/128⌉, WantState.
+{{- $C4 := div .CS 4}}{{$BK4 := div .BK 4}}{{$RS4 := add $BK4 1}}
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> w: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> u: array<f32>;
+@group(0) @binding(4) var<storage, read> aqk: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read> gc: array<f32>;
+@group(0) @binding(6) var<storage, read_write> o: array<f32>;
+{{- if .WantState}}
+@group(0) @binding(7) var<storage, read_write> state: array<f32>;
+{{- end}}
+
+
+struct Params {
+    nb: u32,
+    t: u32,
+    hk: u32,
+    hv: u32,
+    nck: u32,
+};
+@group(0) @binding({{.UBinding}}) var<uniform> p: Params;
+
+const C: u32 = 64u;
+const DK: u32 = {{.DK}}u;
+const DV: u32 = {{.DV}}u;
+const D4: u32 = DK / 4u;
+const CS: u32 = {{.CS}}u;
+const C4: u32 = {{$C4}}u;
+const NS: u32 = (DV + CS - 1u) / CS;
+const WG: u32 = {{mul 8 .CS}}u;
+const BK: u32 = {{.BK}}u;
+const BK4: u32 = {{$BK4}}u;
+const RS4: u32 = {{$RS4}}u; // row stride of the [W; Q] tile in vec4s (one of padding)
+const IT: u32 = {{.IT}}u;
+
+var<workgroup> sw: array<vec4<f32>, {{.DK}} * {{.CS}} / 4>; // S[d, 4c4..4c4+3] at d·C4 + c4
+var<workgroup> vp: array<vec4<f32>, 64 * {{.CS}} / 4>;      // V'[i, 4c4..] at i·C4 + c4
+var<workgroup> tl: array<vec4<f32>, 1152>; // [W; Q] [128, BK] (row stride RS4), Aqk [64, 64] (row stride 17), K [IT, DK]
+var<workgroup> gq: array<f32, 64>; // e^{γ_i}
+var<workgroup> gk: array<f32, 64>; // e^{γ_{L−1} − γ_i}
+
+// col4 loads u[base + c..c+3] for the slice's columns c < DV (0 beyond).
+fn col4(base: u32, c: u32) -> vec4<f32> {
+    var r = vec4<f32>(0.0);
+    for (var m = 0u; m < 4u; m++) {
+        if (c + m < DV) {
+            r[m] = u[base + c + m];
+        }
+    }
+    return r;
+}
+
+// put4o writes x to o at row base, columns c..c+3 below DV.
+fn put4o(base: u32, c: u32, x: vec4<f32>) {
+    for (var m = 0u; m < 4u; m++) {
+        if (c + m < DV) {
+            o[base + c + m] = x[m];
+        }
+    }
+}
+
+@compute @workgroup_size({{mul 8 .CS}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
+    if (wg >= p.nb * p.hv * NS) {
+        return;
+    }
+    let slice = wg % NS;
+    let bj = wg / NS;
+    let j = bj % p.hv;
+    let b = bj / p.hv;
+    let kh = j / (p.hv / p.hk);
+    for (var e = lid; e < DK * C4; e += WG) {
+        sw[e] = vec4<f32>(0.0);
+    }
+    let rg = lid / C4;
+    let c4 = lid % C4;
+    let cb = slice * CS + 4u * c4; // first value column of this invocation
+    for (var ci = 0u; ci < p.nck; ci++) {
+        let t0 = ci * C;
+        let L = min(C, p.t - t0);
+        let row0 = b * p.t + t0;
+        let sr0 = bj * p.t + t0;
+        workgroupBarrier(); // the previous chunk is done with gq, gk, vp, sw, tl
+        if (lid < C) {
+            let gl = gc[sr0 + L - 1u];
+            var eq = 0.0;
+            var ek = 0.0;
+            if (lid < L) {
+                let x = gc[sr0 + lid];
+                eq = exp(x);
+                ek = exp(gl - x);
+            }
+            gq[lid] = eq;
+            gk[lid] = ek;
+        }
+
+        // Phase a: [W; Q]·S, the tile holding columns dt·BK.. of rows 0..63 of W and of Q
+        // (rows ≥ L read row L − 1; masked below).
+{{- range $m := seq 4}}
+        var a{{$m}} = vec4<f32>(0.0);
+{{- end}}
+        for (var dt = 0u; dt < DK / BK; dt++) {
+            for (var e = lid; e < 128u * BK4; e += WG) {
+                let r = e / BK4;
+                let dq = e % BK4;
+                let rr = min(r % 64u, L - 1u);
+                var x: vec4<f32>;
+                if (r < 64u) {
+                    x = w[(sr0 + rr) * D4 + dt * BK4 + dq];
+                } else {
+                    x = q[((row0 + rr) * p.hk + kh) * D4 + dt * BK4 + dq];
+                }
+                tl[r * RS4 + dq] = x;
+            }
+            workgroupBarrier(); // tile staged (and, at dt = 0, gates)
+{{- range $d4 := seq $BK4}}
+            {
+                let d = dt * BK + {{mul $d4 4}}u;
+                let s0 = sw[d * C4 + c4];
+                let s1 = sw[(d + 1u) * C4 + c4];
+                let s2 = sw[(d + 2u) * C4 + c4];
+                let s3 = sw[(d + 3u) * C4 + c4];
+{{- range $m := seq 4}}
+                let x{{$m}} = tl[(4u * rg + {{$m}}u) * RS4 + {{$d4}}u];
+                a{{$m}} = fma(vec4<f32>(x{{$m}}.x), s0, a{{$m}});
+                a{{$m}} = fma(vec4<f32>(x{{$m}}.y), s1, a{{$m}});
+                a{{$m}} = fma(vec4<f32>(x{{$m}}.z), s2, a{{$m}});
+                a{{$m}} = fma(vec4<f32>(x{{$m}}.w), s3, a{{$m}});
+{{- end}}
+            }
+{{- end}}
+            workgroupBarrier(); // tile consumed
+        }
+        if (rg < 16u) {
+            // V' = U − W·S for rows 4rg..4rg+3 (0 at rows ≥ L).
+{{- range $m := seq 4}}
+            {
+                let i = 4u * rg + {{$m}}u;
+                var x = vec4<f32>(0.0);
+                if (i < L) {
+                    x = col4((sr0 + i) * DV, cb) - a{{$m}};
+
+                }
+                vp[i * C4 + c4] = x;
+            }
+{{- end}}
+        }
+        // Aqk [64, 64] into the tile (rows ≥ L read row L − 1; their outputs are not stored).
+        for (var e = lid; e < 1024u; e += WG) {
+            let r = e / 16u;
+            let sq = e % 16u;
+            tl[r * 17u + sq] = aqk[(sr0 + min(r, L - 1u)) * 16u + sq];
+        }
+        workgroupBarrier(); // V', Aqk staged; every read of S done
+        if (rg >= 16u) {
+            // Phase b: O = e^{γ}·Q·S + Aqk·V' for rows 4rq..4rq+3 (Aqk is zero above the
+            // diagonal and at columns ≥ L).
+            let rq = rg - 16u;
+{{- range $m := seq 4}}
+            var o{{$m}} = gq[4u * rq + {{$m}}u] * a{{$m}};
+{{- end}}
+            for (var s4 = 0u; s4 <= rq; s4++) {
+                let v0 = vp[(4u * s4) * C4 + c4];
+                let v1 = vp[(4u * s4 + 1u) * C4 + c4];
+                let v2 = vp[(4u * s4 + 2u) * C4 + c4];
+                let v3 = vp[(4u * s4 + 3u) * C4 + c4];
+{{- range $m := seq 4}}
+                let x{{$m}} = tl[(4u * rq + {{$m}}u) * 17u + s4];
+                o{{$m}} = fma(vec4<f32>(x{{$m}}.x), v0, o{{$m}});
+                o{{$m}} = fma(vec4<f32>(x{{$m}}.y), v1, o{{$m}});
+                o{{$m}} = fma(vec4<f32>(x{{$m}}.z), v2, o{{$m}});
+                o{{$m}} = fma(vec4<f32>(x{{$m}}.w), v3, o{{$m}});
+{{- end}}
+            }
+{{- range $m := seq 4}}
+            if (4u * rq + {{$m}}u < L) {
+                put4o(((row0 + 4u * rq + {{$m}}u) * p.hv + j) * DV, cb, o{{$m}});
+            }
+{{- end}}
+        }
+        // Phase c: S ← e^{γ_{L−1}}·S + Σ_i e^{γ_{L−1} − γ_i}·k_i ⊗ V'_i; invocation rg owns
+        // rows 4dg..4dg+3 of S, dg = rg + 32n (n < ND), columns 4c4..4c4+3.
+        let gl = gq[L - 1u];
+{{- range $n := seq .ND}}
+        let dg{{$n}} = rg + {{mul $n 32}}u;
+        let on{{$n}} = dg{{$n}} < D4;
+{{- range $m := seq 4}}
+        var c{{$n}}{{$m}} = vec4<f32>(0.0);
+        if (on{{$n}}) {
+            c{{$n}}{{$m}} = gl * sw[(4u * dg{{$n}} + {{$m}}u) * C4 + c4];
+        }
+{{- end}}
+{{- end}}
+        for (var i0 = 0u; i0 < L; i0 += IT) {
+            workgroupBarrier(); // the tile's previous contents consumed
+            for (var e = lid; e < IT * D4; e += WG) {
+                let ii = e / D4;
+                let i = min(i0 + ii, L - 1u);
+                // Rows ≥ L have gk = 0.
+                tl[e] = gk[i0 + ii] * k[((row0 + i) * p.hk + kh) * D4 + e % D4];
+            }
+            workgroupBarrier(); // K slice staged
+{{- range $ii := seq .IT}}
+            {
+                let x = vp[(i0 + {{$ii}}u) * C4 + c4];
+{{- range $n := seq $.ND}}
+                let k{{$n}} = tl[{{$ii}}u * D4 + min(dg{{$n}}, D4 - 1u)];
+{{- range $m := seq 4}}
+                c{{$n}}{{$m}} = fma(vec4<f32>(k{{$n}}.{{index "xyzw" $m | printf "%c"}}), x, c{{$n}}{{$m}});
+{{- end}}
+{{- end}}
+            }
+{{- end}}
+        }
+{{- range $n := seq .ND}}
+        if (on{{$n}}) {
+{{- range $m := seq 4}}
+            sw[(4u * dg{{$n}} + {{$m}}u) * C4 + c4] = c{{$n}}{{$m}};
+{{- end}}
+        }
+{{- end}}
+    }
+{{- if .WantState}}
+    workgroupBarrier(); // the last chunk's S complete
+    for (var e = lid; e < DK * CS; e += WG) {
+        let d = e / CS;
+        let c = slice * CS + e % CS;
+        if (c < DV) {
+            state[(bj * DK + d) * DV + c] = sw[d * C4 + (e % CS) / 4u][e % 4u];
+        }
+    }
+{{- end}}
+}
 {{- else}}
 // GatedDeltaRuleChunked, inter-chunk part: the state recurrence over the chunks of a window,
 // from S = 0 (fla/ops/common/chunk_delta_h.py and chunk_o.py in one pass). One workgroup of

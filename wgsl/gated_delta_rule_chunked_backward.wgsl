@@ -176,9 +176,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 }
 {{- else if eq .Stage "state"}}
-// Stage State: one workgroup per (window, value head, chunk). In 4×4 tiles of [rows, DK]:
+// Stage State, tiled: one workgroup per (window, value head, chunk):
 // dqv_i = e^{γ_i}·S·dO_i, dkv_i = e^{γ_L − γ_i}·dH·V'_i, dwt_i = −S·dV'_i (S = h[ci],
-// dH = dh[ci]), and dgl[bj·nck + ci] = ⟨h[ci+1], dH⟩ (0 for the last chunk).
+// dH = dh[ci]), and dgl[bj·nck + ci] = ⟨h[ci+1], dH⟩ (0 for the last chunk). The value
+// dimension is contracted in slices of BC columns staged transposed in workgroup memory
+// (S, dH as [c, d]; dO, V', dV' as [c, row]); invocation (rg, dg) = (lid / 32, lid mod 32)
+// computes rows 8rg..8rg+7 and keys 4dg'..4dg'+3 (dg' = dg + 32n) of the three products.
+// Template parameters (besides DK, DV): BC (dividing DV, BC·(2·DK + 192) ≤ 7168).
 @group(0) @binding(0) var<storage, read> h: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> dh: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> dout: array<vec4<f32>>;
@@ -191,6 +195,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 @group(0) @binding(9) var<storage, read_write> dgl: array<f32>;
 @group(0) @binding(10) var<uniform> p: Params;
 
+const BC: u32 = {{.BC}}u;
+const BC4: u32 = BC / 4u;
+const ET: u32 = BC * D4;          // dHᵀ's offset in st (vec4s)
+const VT: u32 = 16u * BC;         // V'ᵀ's offset in rt (vec4s)
+const DT: u32 = 32u * BC;         // dV'ᵀ's offset in rt (vec4s)
+
+var<workgroup> st: array<vec4<f32>, {{mul 2 (mul .BC (div .DK 4))}}>; // Sᵀ, dHᵀ slices [c, d]
+var<workgroup> rt: array<vec4<f32>, {{mul 48 .BC}}>;                 // dOᵀ, V'ᵀ, dV'ᵀ slices [c, row]
 var<workgroup> red: array<f32, 256>;
 
 @compute @workgroup_size(256)
@@ -210,46 +222,77 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let sr0 = bj * p.t + t0;
     let gl = gc[sr0 + L - 1u];
     let hb = (bj * p.nck + ci) * DK * V4; // vec4 index of h[ci] and dh[ci]
-    for (var tile = lid; tile < 16u * D4; tile += WG) {
-        let ri = tile / D4;
-        let di = tile % D4;
-        var a1: array<vec4<f32>, 4>;
-        var a2: array<vec4<f32>, 4>;
-        var a3: array<vec4<f32>, 4>;
-        var ob: array<u32, 4>;
-        var sb: array<u32, 4>;
-        for (var a = 0u; a < 4u; a++) {
-            a1[a] = vec4<f32>(0.0);
-            a2[a] = vec4<f32>(0.0);
-            a3[a] = vec4<f32>(0.0);
-            let r = min(4u * ri + a, L - 1u);
-            ob[a] = ((row0 + r) * p.hv + j) * V4;
-            sb[a] = (sr0 + r) * V4;
-        }
-        let s0b = hb + (4u * di) * V4;
-        for (var c = 0u; c < V4; c++) {
-            let s0 = h[s0b + c];
-            let s1 = h[s0b + V4 + c];
-            let s2 = h[s0b + 2u * V4 + c];
-            let s3 = h[s0b + 3u * V4 + c];
-            let e0 = dh[s0b + c];
-            let e1 = dh[s0b + V4 + c];
-            let e2 = dh[s0b + 2u * V4 + c];
-            let e3 = dh[s0b + 3u * V4 + c];
-            for (var a = 0u; a < 4u; a++) {
-                a1[a] += dots(dout[ob[a] + c], s0, s1, s2, s3);
-                a2[a] += dots(vnew[sb[a] + c], e0, e1, e2, e3);
-                a3[a] += dots(dvp[sb[a] + c], s0, s1, s2, s3);
+    let rg = lid / 32u;
+    for (var dg0 = 0u; dg0 < D4; dg0 += 32u) {
+        let dg = dg0 + lid % 32u;
+        let dgc = min(dg, D4 - 1u);
+{{- range $r := seq 8}}
+        var xa{{$r}} = vec4<f32>(0.0);
+        var xb{{$r}} = vec4<f32>(0.0);
+        var xc{{$r}} = vec4<f32>(0.0);
+{{- end}}
+        for (var c0 = 0u; c0 < V4; c0 += BC4) {
+            workgroupBarrier(); // the previous slices consumed
+            for (var e = lid; e < DK * BC4; e += WG) {
+                let d = e / BC4;
+                let cq = e % BC4;
+                let x = h[hb + d * V4 + c0 + cq];
+                let y = dh[hb + d * V4 + c0 + cq];
+                for (var m = 0u; m < 4u; m++) {
+                    let f = (4u * cq + m) * DK + d;
+                    st[f >> 2u][f & 3u] = x[m];
+                    st[ET + (f >> 2u)][f & 3u] = y[m];
+                }
             }
-        }
-        for (var a = 0u; a < 4u; a++) {
-            let i = 4u * ri + a;
-            if (i < L) {
-                let x = gc[sr0 + i];
-                dqv[((row0 + i) * p.hv + j) * D4 + di] = exp(x) * a1[a];
-                dkv[((row0 + i) * p.hv + j) * D4 + di] = exp(gl - x) * a2[a];
-                dwt[(sr0 + i) * D4 + di] = -a3[a];
+            for (var e = lid; e < 64u * BC4; e += WG) {
+                let i = e / BC4;
+                let cq = e % BC4;
+                let r = min(i, L - 1u);
+                var x = vec4<f32>(0.0);
+                var y = vec4<f32>(0.0);
+                var z = vec4<f32>(0.0);
+                if (i < L) {
+                    x = dout[((row0 + r) * p.hv + j) * V4 + c0 + cq];
+                    y = vnew[(sr0 + r) * V4 + c0 + cq];
+                    z = dvp[(sr0 + r) * V4 + c0 + cq];
+                }
+                for (var m = 0u; m < 4u; m++) {
+                    let f = (4u * cq + m) * 64u + i;
+                    rt[f >> 2u][f & 3u] = x[m];
+                    rt[VT + (f >> 2u)][f & 3u] = y[m];
+                    rt[DT + (f >> 2u)][f & 3u] = z[m];
+                }
             }
+            workgroupBarrier(); // slices staged
+{{- range $c := seq .BC}}
+            {
+                let s4 = st[{{$c}}u * D4 + dgc];
+                let e4 = st[ET + {{$c}}u * D4 + dgc];
+{{- range $h := seq 2}}
+                let o{{$h}} = rt[{{mul $c 16}}u + 2u * rg + {{$h}}u];
+                let v{{$h}} = rt[VT + {{mul $c 16}}u + 2u * rg + {{$h}}u];
+                let w{{$h}} = rt[DT + {{mul $c 16}}u + 2u * rg + {{$h}}u];
+{{- end}}
+{{- range $r := seq 8}}{{$h := div $r 4}}{{$x := index "xyzw" (mod $r 4) | printf "%c"}}
+                xa{{$r}} = fma(vec4<f32>(o{{$h}}.{{$x}}), s4, xa{{$r}});
+                xb{{$r}} = fma(vec4<f32>(v{{$h}}.{{$x}}), e4, xb{{$r}});
+                xc{{$r}} = fma(vec4<f32>(w{{$h}}.{{$x}}), s4, xc{{$r}});
+{{- end}}
+            }
+{{- end}}
+        }
+        if (dg < D4) {
+{{- range $r := seq 8}}
+            {
+                let i = 8u * rg + {{$r}}u;
+                if (i < L) {
+                    let x = gc[sr0 + i];
+                    dqv[((row0 + i) * p.hv + j) * D4 + dg] = exp(x) * xa{{$r}};
+                    dkv[((row0 + i) * p.hv + j) * D4 + dg] = exp(gl - x) * xb{{$r}};
+                    dwt[(sr0 + i) * D4 + dg] = -xc{{$r}};
+                }
+            }
+{{- end}}
         }
     }
     var part = 0.0;
@@ -268,9 +311,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         dgl[bj * p.nck + ci] = s;
     }
 }
-{{- else if eq .Stage "qk"}}
-// Stage QK: one workgroup per (window, value head, chunk): dM = D ⊙ tril(dO·V'ᵀ) in
-// workgroup memory, then dqv += dM·K and dkv += dMᵀ·Q (4×4 tiles of [rows, DK]).
+{{- else if or (eq .Stage "qk") (eq .Stage "f")}}
+{{- if eq .Stage "qk"}}
+// Stage QK, tiled: one workgroup per (window, value head, chunk): dM = D ⊙ tril(dO·V'ᵀ) in
+// workgroup memory (mw), then dqv += dM·K and dkv += dMᵀ·Q.
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> dout: array<vec4<f32>>;
@@ -280,8 +324,75 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 @group(0) @binding(6) var<storage, read_write> dkv: array<vec4<f32>>;
 @group(0) @binding(7) var<uniform> p: Params;
 
-var<workgroup> dm: array<f32, 4096>;
+const N4: u32 = V4; // the contraction of the first product, in vec4s
+
+fn loadX(r: u32, c: u32) -> vec4<f32> {
+    return dout[((row0 + r) * p.hv + hj) * V4 + c];
+}
+
+fn loadY(r: u32, c: u32) -> vec4<f32> {
+    return vnew[(sr0 + r) * V4 + c];
+}
+
+fn loadA(s: u32, g: u32) -> vec4<f32> {
+    return k[((row0 + s) * p.hk + kh) * D4 + g];
+}
+
+fn loadB(s: u32, g: u32) -> vec4<f32> {
+    return q[((row0 + s) * p.hk + kh) * D4 + g];
+}
+{{- else}}
+// Stage F, tiled: one workgroup per (window, value head, chunk): F = −D ⊙ tril(dR·[W U]ᵀ, −1)
+// in workgroup memory (mw), then G = F·K and H = Fᵀ·diag(β)·K into wyb[sr, DK + DV ..)
+// (G, then H).
+@group(0) @binding(0) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> u: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> gc: array<f32>;
+@group(0) @binding(4) var<storage, read> beta: array<f32>;
+@group(0) @binding(5) var<storage, read_write> wyb: array<vec4<f32>>;
+@group(0) @binding(6) var<uniform> p: Params;
+
+const W4: u32 = (3u * DK + DV) / 4u; // wyb row stride in vec4s
+const N4: u32 = D4 + V4;             // the contraction of the first product, in vec4s
+
+fn loadX(r: u32, c: u32) -> vec4<f32> {
+    return wyb[(sr0 + r) * W4 + c];
+}
+
+fn loadY(r: u32, c: u32) -> vec4<f32> {
+    if (c < D4) {
+        return w[(sr0 + r) * D4 + c];
+    }
+    return u[(sr0 + r) * V4 + c - D4];
+}
+
+fn loadA(s: u32, g: u32) -> vec4<f32> {
+    return k[((row0 + s) * p.hk + kh) * D4 + g];
+}
+
+fn loadB(s: u32, g: u32) -> vec4<f32> {
+    return bw[s] * k[((row0 + s) * p.hk + kh) * D4 + g];
+}
+{{- end}}
+// The first product M = X·Yᵀ (rows of X and Y over N4 vec4s) is staged in BC-column slices
+// transposed into tw; invocation (ti, tj) computes the 4×4 block (4ti.., 4tj..) when
+// tj ≤ ti. The second pair, P = M·A and Q = Mᵀ·B (A, B rows of DK), stages SR-row slices of
+// A and B for 32 key groups at a time; invocation (rg, dg) = (lid / 32, lid mod 32) computes
+// rows 8rg..8rg+7 and keys 4dg'..4dg'+3 (dg' = dg + 32n).
+const BC4: u32 = 4u;
+const YO: u32 = 256u; // Y's offset in tw (vec4s): BC4·4·64/4
+const SR: u32 = 8u;
+
+var<private> row0: u32;
+var<private> sr0: u32;
+var<private> kh: u32;
+var<private> hj: u32;
+
+var<workgroup> mw: array<f32, 4096>;
+var<workgroup> tw: array<vec4<f32>, 512>;
 var<workgroup> gcw: array<f32, 64>;
+var<workgroup> bw: array<f32, 64>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -294,74 +405,124 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let bj = wg / p.nck;
     let j = bj % p.hv;
     let b = bj / p.hv;
-    let kh = j / (p.hv / p.hk);
+    hj = j;
+    kh = j / (p.hv / p.hk);
     let t0 = ci * C;
     let L = min(C, p.t - t0);
-    let row0 = b * p.t + t0;
-    let sr0 = bj * p.t + t0;
+    row0 = b * p.t + t0;
+    sr0 = bj * p.t + t0;
     if (lid < C) {
         gcw[lid] = gc[sr0 + min(lid, L - 1u)];
+{{- if eq .Stage "f"}}
+        bw[lid] = select(0.0, beta[(row0 + min(lid, L - 1u)) * p.hv + j], lid < L);
+{{- else}}
+        bw[lid] = 0.0;
+{{- end}}
     }
-    workgroupBarrier();
     let ti = lid / 16u;
     let tj = lid % 16u;
-    var acc: array<vec4<f32>, 4>;
-    for (var a = 0u; a < 4u; a++) {
-        acc[a] = vec4<f32>(0.0);
-    }
-    if (tj <= ti && 4u * ti < L) {
-        var ib: array<u32, 4>;
-        var sb: array<u32, 4>;
-        for (var a = 0u; a < 4u; a++) {
-            ib[a] = ((row0 + min(4u * ti + a, L - 1u)) * p.hv + j) * V4;
-            sb[a] = (sr0 + min(4u * tj + a, L - 1u)) * V4;
-        }
-        for (var c = 0u; c < V4; c++) {
-            let b0 = vnew[sb[0] + c];
-            let b1 = vnew[sb[1] + c];
-            let b2 = vnew[sb[2] + c];
-            let b3 = vnew[sb[3] + c];
-            for (var a = 0u; a < 4u; a++) {
-                acc[a] += dots(dout[ib[a] + c], b0, b1, b2, b3);
+    let act = tj <= ti && 4u * ti < L;
+{{- range $m := seq 4}}
+    var m{{$m}} = vec4<f32>(0.0);
+{{- end}}
+    for (var c0 = 0u; c0 < N4; c0 += BC4) {
+        workgroupBarrier(); // the previous slice consumed (at c0 = 0: gates staged)
+        for (var e = lid; e < 64u * BC4; e += WG) {
+            let r = e / BC4;
+            let cq = e % BC4;
+            let rr = min(r, L - 1u);
+            var x = vec4<f32>(0.0);
+            var y = vec4<f32>(0.0);
+            if (c0 + cq < N4) {
+                x = loadX(rr, c0 + cq);
+                y = loadY(rr, c0 + cq);
+            }
+            for (var m = 0u; m < 4u; m++) {
+                let f = (4u * cq + m) * C + r;
+                tw[f >> 2u][f & 3u] = x[m];
+                tw[YO + (f >> 2u)][f & 3u] = y[m];
             }
         }
+        workgroupBarrier(); // slice staged
+        if (act) {
+{{- range $c := seq 16}}
+            {
+                let xi = tw[{{mul $c 16}}u + ti];
+                let yj = tw[YO + {{mul $c 16}}u + tj];
+{{- range $m := seq 4}}
+                m{{$m}} = fma(vec4<f32>(xi.{{index "xyzw" $m | printf "%c"}}), yj, m{{$m}});
+{{- end}}
+            }
+{{- end}}
+        }
     }
+    let acc = array<vec4<f32>, 4>(m0, m1, m2, m3);
     for (var a = 0u; a < 4u; a++) {
         let i = 4u * ti + a;
         for (var m = 0u; m < 4u; m++) {
             let s = 4u * tj + m;
+{{- if eq .Stage "qk"}}
             let on = i < L && s <= i;
-            dm[i * C + s] = select(0.0, exp(min(gcw[i] - gcw[s], 0.0)) * acc[a][m], on);
+            mw[i * C + s] = select(0.0, exp(min(gcw[i] - gcw[s], 0.0)) * acc[a][m], on);
+{{- else}}
+            let on = i < L && s < i;
+            mw[i * C + s] = select(0.0, -exp(min(gcw[i] - gcw[s], 0.0)) * acc[a][m], on);
+{{- end}}
         }
     }
-    workgroupBarrier();
-    for (var tile = lid; tile < 16u * D4; tile += WG) {
-        let ri = tile / D4;
-        let di = tile % D4;
-        if (4u * ri < L) {
-            var xq: array<vec4<f32>, 4>;
-            var xk: array<vec4<f32>, 4>;
-            for (var a = 0u; a < 4u; a++) {
-                xq[a] = vec4<f32>(0.0);
-                xk[a] = vec4<f32>(0.0);
-            }
-            for (var s = 0u; s < L; s++) {
-                let kv = k[((row0 + s) * p.hk + kh) * D4 + di];
-                let qv = q[((row0 + s) * p.hk + kh) * D4 + di];
-                for (var a = 0u; a < 4u; a++) {
-                    let i = 4u * ri + a;
-                    xq[a] += dm[i * C + s] * kv;
-                    xk[a] += dm[s * C + i] * qv;
+    let rg = lid / 32u;
+    for (var dg0 = 0u; dg0 < D4; dg0 += 32u) {
+        let dg = dg0 + lid % 32u;
+{{- range $r := seq 8}}
+        var xp{{$r}} = vec4<f32>(0.0);
+        var xq{{$r}} = vec4<f32>(0.0);
+{{- end}}
+        for (var s0 = 0u; s0 < L; s0 += SR) {
+            workgroupBarrier(); // the previous slice consumed (at s0 = 0: M complete)
+            for (var e = lid; e < 64u * SR; e += WG) {
+                let ab = e / (32u * SR); // 0: A, 1: B
+                let ss = (e / 32u) % SR;
+                let g = dg0 + e % 32u;
+                let s = s0 + ss;
+                var x = vec4<f32>(0.0);
+                if (s < L && g < D4) {
+                    if (ab == 0u) {
+                        x = loadA(s, g);
+                    } else {
+                        x = loadB(s, g);
+                    }
                 }
+                tw[e] = x;
             }
-            for (var a = 0u; a < 4u; a++) {
-                let i = 4u * ri + a;
+            workgroupBarrier(); // slice staged
+{{- range $ss := seq 8}}
+            {
+                let s = s0 + {{$ss}}u;
+                let av = tw[{{mul $ss 32}}u + lid % 32u];
+                let bv = tw[{{add 256 (mul $ss 32)}}u + lid % 32u];
+{{- range $r := seq 8}}
+                xp{{$r}} = fma(vec4<f32>(mw[(8u * rg + {{$r}}u) * C + s]), av, xp{{$r}});
+                xq{{$r}} = fma(vec4<f32>(mw[s * C + 8u * rg + {{$r}}u]), bv, xq{{$r}});
+{{- end}}
+            }
+{{- end}}
+        }
+        if (dg < D4) {
+{{- range $r := seq 8}}
+            {
+                let i = 8u * rg + {{$r}}u;
                 if (i < L) {
-                    let at = ((row0 + i) * p.hv + j) * D4 + di;
-                    dqv[at] += xq[a];
-                    dkv[at] += xk[a];
+{{- if eq $.Stage "qk"}}
+                    let at = ((row0 + i) * p.hv + j) * D4 + dg;
+                    dqv[at] += xp{{$r}};
+                    dkv[at] += xq{{$r}};
+{{- else}}
+                    wyb[(sr0 + i) * W4 + D4 + V4 + dg] = xp{{$r}};
+                    wyb[(sr0 + i) * W4 + 2u * D4 + V4 + dg] = xq{{$r}};
+{{- end}}
                 }
             }
+{{- end}}
         }
     }
 }
@@ -463,117 +624,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
 }
-{{- else if eq .Stage "f"}}
-// Stage F: one workgroup per (window, value head, chunk): F = −D ⊙ tril(dR·[W U]ᵀ, −1) in
-// workgroup memory, then G = F·K and H = Fᵀ·diag(β)·K into wyb[sr, DK + DV ..) (G, then H).
-@group(0) @binding(0) var<storage, read> k: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> u: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> gc: array<f32>;
-@group(0) @binding(4) var<storage, read> beta: array<f32>;
-@group(0) @binding(5) var<storage, read_write> wyb: array<vec4<f32>>;
-@group(0) @binding(6) var<uniform> p: Params;
-
-const W4: u32 = (3u * DK + DV) / 4u; // wyb row stride in vec4s
-
-var<workgroup> fw: array<f32, 4096>;
-var<workgroup> gcw: array<f32, 64>;
-var<workgroup> bw: array<f32, 64>;
-
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    if (wg >= p.nb * p.hv * p.nck) {
-        return;
-    }
-    let ci = wg % p.nck;
-    let bj = wg / p.nck;
-    let j = bj % p.hv;
-    let b = bj / p.hv;
-    let kh = j / (p.hv / p.hk);
-    let t0 = ci * C;
-    let L = min(C, p.t - t0);
-    let row0 = b * p.t + t0;
-    let sr0 = bj * p.t + t0;
-    if (lid < C) {
-        gcw[lid] = gc[sr0 + min(lid, L - 1u)];
-        bw[lid] = select(0.0, beta[(row0 + min(lid, L - 1u)) * p.hv + j], lid < L);
-    }
-    workgroupBarrier();
-    let ti = lid / 16u;
-    let tj = lid % 16u;
-    var acc: array<vec4<f32>, 4>;
-    for (var a = 0u; a < 4u; a++) {
-        acc[a] = vec4<f32>(0.0);
-    }
-    if (tj <= ti && 4u * ti < L) {
-        var ib: array<u32, 4>;
-        var sb: array<u32, 4>;
-        for (var a = 0u; a < 4u; a++) {
-            ib[a] = (sr0 + min(4u * ti + a, L - 1u)) * W4;
-            sb[a] = sr0 + min(4u * tj + a, L - 1u);
-        }
-        for (var d = 0u; d < D4; d++) {
-            let b0 = w[sb[0] * D4 + d];
-            let b1 = w[sb[1] * D4 + d];
-            let b2 = w[sb[2] * D4 + d];
-            let b3 = w[sb[3] * D4 + d];
-            for (var a = 0u; a < 4u; a++) {
-                acc[a] += dots(wyb[ib[a] + d], b0, b1, b2, b3);
-            }
-        }
-        for (var c = 0u; c < V4; c++) {
-            let b0 = u[sb[0] * V4 + c];
-            let b1 = u[sb[1] * V4 + c];
-            let b2 = u[sb[2] * V4 + c];
-            let b3 = u[sb[3] * V4 + c];
-            for (var a = 0u; a < 4u; a++) {
-                acc[a] += dots(wyb[ib[a] + D4 + c], b0, b1, b2, b3);
-            }
-        }
-    }
-    for (var a = 0u; a < 4u; a++) {
-        let i = 4u * ti + a;
-        for (var m = 0u; m < 4u; m++) {
-            let s = 4u * tj + m;
-            let on = i < L && s < i;
-            fw[i * C + s] = select(0.0, -exp(min(gcw[i] - gcw[s], 0.0)) * acc[a][m], on);
-        }
-    }
-    workgroupBarrier();
-    for (var tile = lid; tile < 16u * D4; tile += WG) {
-        let ri = tile / D4;
-        let di = tile % D4;
-        if (4u * ri < L) {
-            var xg: array<vec4<f32>, 4>;
-            var xh: array<vec4<f32>, 4>;
-            for (var a = 0u; a < 4u; a++) {
-                xg[a] = vec4<f32>(0.0);
-                xh[a] = vec4<f32>(0.0);
-            }
-            for (var s = 0u; s < L; s++) {
-                let kv = k[((row0 + s) * p.hk + kh) * D4 + di];
-                let bk = bw[s] * kv;
-                for (var a = 0u; a < 4u; a++) {
-                    let i = 4u * ri + a;
-                    xg[a] += fw[i * C + s] * kv;
-                    xh[a] += fw[s * C + i] * bk;
-                }
-            }
-            for (var a = 0u; a < 4u; a++) {
-                let i = 4u * ri + a;
-                if (i < L) {
-                    wyb[(sr0 + i) * W4 + D4 + V4 + di] = xg[a];
-                    wyb[(sr0 + i) * W4 + 2u * D4 + V4 + di] = xh[a];
-                }
-            }
-        }
-    }
-}
 {{- else if eq .Stage "final"}}
-// Stage Final: one workgroup of 64 invocations per (window, value head, chunk), one token
-// row each: dk (per value head), dv, dβ, dγ, then dg_s = Σ_{i ≥ s} dγ_i in order.
+// Stage Final, coalesced: one workgroup of 64·LPR invocations per (window, value head,
+// chunk), LPR (8, or 4 where the device allows fewer than 512 invocations) per token row
+// (lane l takes the vec4s l, l + LPR, … of the row, so a row's reads are contiguous): dk (per value head), dv, then the row's dot products reduced in workgroup
+// memory: dβ, dγ, and dg_s = Σ_{i ≥ s} dγ_i in order.
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> v: array<vec4<f32>>;
@@ -590,9 +645,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 const W4: u32 = (3u * DK + DV) / 4u;
 
+const LPR: u32 = {{.LPR}}u;
+
+var<workgroup> red: array<vec4<f32>, {{mul 128 .LPR}}>; // per invocation: (q·dq, k·dk, k·dK̂, k·G), (k·H, v·dV̂, 0, 0)
 var<workgroup> dgam: array<f32, 64>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size({{mul 64 .LPR}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let wg = wid.x + wid.y * nwg.x;
@@ -606,14 +664,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let kh = j / (p.hv / p.hk);
     let t0 = ci * C;
     let L = min(C, p.t - t0);
-    let i = lid;
-    var dga = 0.0;
+    let i = lid / LPR;
+    let l = lid % LPR;
+    var r0 = vec4<f32>(0.0);
+    var r1 = vec4<f32>(0.0);
+    let row = b * p.t + t0 + i;
+    let sr = bj * p.t + t0 + i;
+    var e = 0.0;
+    var bt = 0.0;
     if (i < L) {
-        let row = b * p.t + t0 + i;
-        let sr = bj * p.t + t0 + i;
-        let x = gc[sr];
-        let e = exp(x);
-        let bt = beta[row * p.hv + j];
+        e = exp(gc[sr]);
+        bt = beta[row * p.hv + j];
         let qb = (row * p.hk + kh) * D4;
         let vb = (row * p.hv + j) * D4;
         let wb = sr * W4;
@@ -622,7 +683,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var kdkh = vec4<f32>(0.0);
         var kg = vec4<f32>(0.0);
         var khh = vec4<f32>(0.0);
-        for (var d = 0u; d < D4; d++) {
+        for (var d = l; d < D4; d += LPR) {
             let kv = k[qb + d];
             let dk0 = dkv[vb + d];
             let dkh = wyb[wb + d];
@@ -637,23 +698,39 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         var vdv = vec4<f32>(0.0);
         let ob = (row * p.hv + j) * V4;
-        for (var c = 0u; c < V4; c++) {
+        for (var c = l; c < V4; c += LPR) {
             let dvh = wyb[wb + D4 + c];
             vdv += v[ob + c] * dvh;
             dval[ob + c] = bt * dvh;
         }
         let s4 = vec4<f32>(1.0);
-        let sk = dot(kdkh, s4);
-        let sg = dot(kg, s4);
-        dbeta[row * p.hv + j] = dot(vdv, s4) + e * sk + sg;
-        dga = dot(qdq, s4) - dot(kdk, s4) + bt * e * sk + bt * sg - dot(khh, s4);
-        if (i == L - 1u) {
-            dga += dgl[bj * p.nck + ci];
-        }
+        r0 = vec4<f32>(dot(qdq, s4), dot(kdk, s4), dot(kdkh, s4), dot(kg, s4));
+        r1 = vec4<f32>(dot(khh, s4), dot(vdv, s4), 0.0, 0.0);
     }
-    dgam[lid] = dga;
+    red[2u * lid] = r0;
+    red[2u * lid + 1u] = r1;
     workgroupBarrier();
-    if (i < L) {
+    if (l == 0u) {
+        var dga = 0.0;
+        if (i < L) {
+            var a0 = vec4<f32>(0.0);
+            var a1 = vec4<f32>(0.0);
+            for (var m = 0u; m < LPR; m++) {
+                a0 += red[2u * (lid + m)];
+                a1 += red[2u * (lid + m) + 1u];
+            }
+            let sk = a0.z;
+            let sg = a0.w;
+            dbeta[row * p.hv + j] = a1.y + e * sk + sg;
+            dga = a0.x - a0.y + bt * e * sk + bt * sg - a1.x;
+            if (i == L - 1u) {
+                dga += dgl[bj * p.nck + ci];
+            }
+        }
+        dgam[i] = dga;
+    }
+    workgroupBarrier();
+    if (l == 0u && i < L) {
         var s = 0.0;
         for (var m = i; m < L; m++) {
             s += dgam[m];
