@@ -16,6 +16,9 @@
 #   NVG_FLAGS  extra flags for nvg bench (e.g. "--teacher resident")
 #   CPU_JSON   the lavapipe figures for the CPU section (default docs/bench/lavapipe-tiny.json)
 #   DOC        the report to write (default docs/BENCHMARKS.md; "-" for none)
+#   NOTES      hand-written markdown put after the throughput table (default docs/bench/targets.md:
+#              the targets, and for each one missed the profile that explains it; keep it in
+#              step with the run it describes)
 # Flags: --no-peer skips the peer; --peer-only reruns only the peer and the report.
 # The peer is run after nvg (one GPU, one process at a time). If the peer cannot run (no
 # torch, no file), nvg's figures are still reported and the report says the peer was not run.
@@ -86,6 +89,8 @@ grep -q '^peer not run' "$peer_out" && cat "$peer_out" >&2
 
 cpu=()
 [ -f "$CPU_JSON" ] && cpu=(--cpu "$CPU_JSON")
+NOTES="${NOTES:-docs/bench/targets.md}"
+[ -f "$NOTES" ] && cpu+=(--notes "$NOTES")
 # Every run in OUT, in the order they were made (this one last, so it wins for a geometry).
 reports=$(ls -tr "$OUT"/nvg-*.json | paste -sd, -)
 peers=$(ls -tr "$OUT"/peer-*.txt | paste -sd, -)

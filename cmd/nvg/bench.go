@@ -129,6 +129,7 @@ func runBench(args []string) error {
 	peer := fs.String("peer", "", "with --report: the PyTorch peer's output (its RESULT lines)")
 	cpu := fs.String("cpu", "", "render the CPU section from an nvg bench JSON measured on a CPU adapter (lavapipe); alone, a report with the GPU figures pending")
 	format := fs.String("format", "md", "with --report: md (docs/BENCHMARKS.md) or text (the ratio table)")
+	notes := fs.String("notes", "", "with --report: a markdown file inserted after the throughput table (the targets and what explains each miss)")
 	if err := parseFlags(c, fs, args); err != nil {
 		return err
 	}
@@ -146,13 +147,13 @@ func runBench(args []string) error {
 		if *format != "md" && *format != "text" {
 			return usagef("--format must be md or text, got %q", *format)
 		}
-		if *report == "" && (*format != "md" || *peer != "") {
+		if *report == "" && (*format != "md" || *peer != "" || *notes != "") {
 			return usagef("--format text and --peer need --report")
 		}
-		return renderBenchReport(os.Stdout, *report, *peer, *cpu, *format)
+		return renderBenchReport(os.Stdout, *report, *peer, *cpu, *notes, *format)
 	}
-	if *peer != "" || *cpu != "" || set["format"] {
-		return usagef("--peer, --cpu and --format go with --report")
+	if *peer != "" || *cpu != "" || *notes != "" || set["format"] {
+		return usagef("--peer, --cpu, --notes and --format go with --report")
 	}
 	o := benchOpts{nb: *nb, t: *t, k: *k, steps: *steps, reps: *reps, warmup: *warmup, teacher: *teacher, jsonPath: *jsonPath,
 		peakTF: *peakTF, peakGB: *peakGB, profile: *profile, seed: *seed, clip: *clip, memoryGiB: *memGiB,

@@ -139,7 +139,7 @@ func TestBenchReport(t *testing.T) {
 		}
 	}
 	var md bytes.Buffer
-	if err := renderBenchReport(&md, js, peer, js, "md"); err != nil {
+	if err := renderBenchReport(&md, js, peer, js, "", "md"); err != nil {
 		t.Fatal(err)
 	}
 	out := md.String()
@@ -156,22 +156,40 @@ func TestBenchReport(t *testing.T) {
 			t.Errorf("markdown lacks %q:\n%s", want, out)
 		}
 	}
+	// --notes: the hand-written targets section lands between the throughput table and the
+	// model table; a missing notes file is an error naming the flag.
+	notes := filepath.Join(dir, "targets.md")
+	if err := os.WriteFile(notes, []byte("## Targets\n\nstudent step 0.82× the peer\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	md.Reset()
+	if err := renderBenchReport(&md, js, peer, "", notes, "md"); err != nil {
+		t.Fatal(err)
+	}
+	withNotes := md.String()
+	iT, iN, iM := strings.Index(withNotes, "## Throughput"), strings.Index(withNotes, "## Targets\n\nstudent step 0.82× the peer\n"), strings.Index(withNotes, "## Models")
+	if iT < 0 || iN < iT || iM < iN {
+		t.Errorf("notes at %d, want between the throughput table (%d) and the models (%d):\n%s", iN, iT, iM, withNotes)
+	}
+	if err := renderBenchReport(&md, js, peer, "", filepath.Join(dir, "missing.md"), "md"); err == nil || !strings.Contains(err.Error(), "--notes") {
+		t.Errorf("missing notes file: %v, want an error naming --notes", err)
+	}
 	var txt bytes.Buffer
-	if err := renderBenchReport(&txt, js, peer, "", "text"); err != nil {
+	if err := renderBenchReport(&txt, js, peer, "", "", "text"); err != nil {
 		t.Fatal(err)
 	}
 	if f := strings.Fields(strings.Split(txt.String(), "\n")[1]); len(f) != 13 || f[0] != "0.8B" || f[3] != "0.65" || f[6] != "0.82" || f[9] != "0.60" || f[12] != "0.26" {
 		t.Errorf("ratio line %q", f)
 	}
 	txt.Reset()
-	if err := renderBenchReport(&txt, js, nopeer, "", "text"); err != nil {
+	if err := renderBenchReport(&txt, js, nopeer, "", "", "text"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(txt.String(), "peer not run: python3 lacks torch: nvg figures only") {
 		t.Errorf("no-peer text:\n%s", txt.String())
 	}
 	md.Reset()
-	if err := renderBenchReport(&md, js, nopeer, "", "md"); err != nil {
+	if err := renderBenchReport(&md, js, nopeer, "", "", "md"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(md.String(), "**not run**") || !strings.Contains(md.String(), "| 0.8B | resident | 20000 | — | — |") {
@@ -181,7 +199,7 @@ func TestBenchReport(t *testing.T) {
 	js2 := filepath.Join(dir, "nvg2.json")
 	os.WriteFile(js2, []byte(strings.Replace(strings.Replace(benchFixture, `"geom": "0.8B"`, `"geom": "4B"`, 1), "nvg bench --model 0.8B,27B", "nvg bench --model 4B", 1)), 0o644)
 	md.Reset()
-	if err := renderBenchReport(&md, js+","+js2, peer+","+nopeer, "", "md"); err != nil {
+	if err := renderBenchReport(&md, js+","+js2, peer+","+nopeer, "", "", "md"); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"| 0.8B | resident | 20000 | 30900 | 0.65 |", "| 4B | resident | 20000 | — | — |", "--model 0.8B,27B --json nvg.json; nvg bench --model 4B"} {
@@ -191,7 +209,7 @@ func TestBenchReport(t *testing.T) {
 	}
 	// The CPU section alone: the GPU figures pending, rates in GFLOP/s without ceilings.
 	md.Reset()
-	if err := renderBenchReport(&md, "", "", js, "md"); err != nil {
+	if err := renderBenchReport(&md, "", "", js, "", "md"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(md.String(), "GPU figures: pending") || !strings.Contains(md.String(), "| `BLRForward.y` | 184 | 350.00 | 50.0 % | 6700.00 | 480.00 |") {
@@ -199,7 +217,7 @@ func TestBenchReport(t *testing.T) {
 	}
 	bad := filepath.Join(dir, "bad.txt")
 	os.WriteFile(bad, []byte("RESULT {not json\n"), 0o644)
-	if err := renderBenchReport(&md, js, bad, "", "md"); err == nil {
+	if err := renderBenchReport(&md, js, bad, "", "", "md"); err == nil {
 		t.Error("bad RESULT line: no error")
 	}
 }
