@@ -10,7 +10,6 @@ import (
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
-	"github.com/schollz/progressbar/v3"
 )
 
 func init() {
@@ -103,18 +102,12 @@ func runCompress(args []string) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d, SVD products on %s\n", modelName(path), *bpw, pm, *seed, devName)
-	var bar *progressbar.ProgressBar
+	bar := nvgkit.NewProgress(os.Stderr, "compress")
 	start := time.Now()
 	student, reports, err := nvgkit.CompressOn(dev, teacher, opt, func(done, total int, name string) {
-		if bar == nil {
-			bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("compress"),
-				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
-		}
-		bar.Set(done)
+		bar.Update(done, total, name)
 	})
-	if bar != nil {
-		bar.Finish()
-	}
+	bar.Finish("")
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
-	"github.com/schollz/progressbar/v3"
 )
 
 func init() {
@@ -437,7 +436,7 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 		return usagef("--%v", err)
 	}
 	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s\n", modelName(s.Teacher), s.BPW, pm)
-	var bar *progressbar.ProgressBar
+	bar := nvgkit.NewProgress(os.Stderr, "compress")
 	var barMu sync.Mutex
 	t0 = time.Now()
 	// cmf.Compress cannot be cancelled: it runs in a goroutine that an interrupt leaves behind
@@ -456,11 +455,7 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 				if ctx.Err() != nil {
 					return
 				}
-				if bar == nil {
-					bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("compress"),
-						progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
-				}
-				bar.Set(done)
+				bar.Update(done, total, name)
 			})
 		done <- compressed{m, r, err}
 	}()
@@ -471,9 +466,7 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 		closeTeacher = false
 	}
 	barMu.Lock()
-	if bar != nil {
-		bar.Finish()
-	}
+	bar.Finish("")
 	barMu.Unlock()
 	if err := phase("compressed"); err != nil {
 		return err

@@ -16,7 +16,6 @@ import (
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
-	"github.com/schollz/progressbar/v3"
 )
 
 func init() {
@@ -187,16 +186,14 @@ func runEval(args []string) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "evaluating %s on %d windows × %d tokens of the %s (%s)\n", modelName(path), len(windows), *ef.t, what, label)
-	bar := progressbar.NewOptions(len(windows), progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription("eval"),
-		progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
+	bar := nvgkit.NewProgress(os.Stderr, "eval")
 	start := time.Now()
 	var tokens int
 	sum, count, err := nll(func(done, total int) {
 		tokens = done * *ef.t
-		bar.Describe(fmt.Sprintf("eval %.0f tok/s", float64(tokens)/time.Since(start).Seconds()))
-		bar.Set(done)
+		bar.Update(done, total, fmt.Sprintf("%.0f tok/s", float64(tokens)/time.Since(start).Seconds()))
 	})
-	bar.Finish()
+	bar.Finish("")
 	if err != nil {
 		return err
 	}
