@@ -100,144 +100,8 @@ fn loadA(mm: u32, kk: u32) -> f32 {
 }
 {{- end}}
 
-@compute @workgroup_size(16, 16)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-        @builtin(local_invocation_index) li: u32) {
-    let m0 = wid.y * BM;
-    let n0 = wid.x * BN;
-    // acc_i_q: row 4·(lid.y + 16·(i/4)) + i%4 of the block, columns 4·(lid.x + 16·q)..+3.
-{{- range $i := seq $TM}}{{range $q := seq $TN4}}
-    var acc_{{$i}}_{{$q}} = vec4<f32>(0.0);
-{{- end}}{{end}}
-{{- if .Fast}}
-    let mlast = p.m - 1u;
-    // Staging registers: A (and B when TransB) block t, row i: ra{t}_{i} (rb{t}_{i});
-    // B [K, N] slot t: rb{t}.
-{{- range $t := seq (div (add $ABlk 255) 256)}}{{range $i := seq 4}}
-    var ra{{$t}}_{{$i}}: vec4<f32>;
-{{- end}}{{end}}
-{{- if .TransB}}{{range $t := seq (div (add $BBlk 255) 256)}}{{range $i := seq 4}}
-    var rb{{$t}}_{{$i}}: {{if $.BF16}}vec2<u32>{{else}}vec4<f32>{{end}};
-{{- end}}{{end}}
-{{- else}}{{range $t := seq (div $BSlots 256)}}
-    var rb{{$t}}: {{if $.BF16}}vec2<u32>{{else}}vec4<f32>{{end}};
-{{- end}}{{end}}
-    {
-        let kl = 0u;
-{{- template "load" $}}
-    }
-    for (var k0 = 0u; k0 < K; k0 += BK) {
-        // Store the staged registers: A blocks transposed (slot (4·k4 + j)·BM/4 + g holds
-        // component j of rows 4g..4g+3).
-{{- range $t := seq (div (add $ABlk 255) 256)}}
-        {
-            let s = li + {{mul $t 256}}u;
-{{- if lt $ABlk 256}}
-            if (s < {{$ABlk}}u) {
-{{- else}}
-            {
-{{- end}}
-                let g = s % {{$AM4}}u;
-                let k4 = s / {{$AM4}}u;
-{{- range $j := seq 4}}{{$comp := index "xyzw" $j}}
-                ta[(4u * k4 + {{$j}}u) * {{$AM4}}u + g] = vec4<f32>(ra{{$t}}_0.{{printf "%c" $comp}}, ra{{$t}}_1.{{printf "%c" $comp}}, ra{{$t}}_2.{{printf "%c" $comp}}, ra{{$t}}_3.{{printf "%c" $comp}});
-{{- end}}
-            }
-        }
-{{- end}}
-{{- if .TransB}}{{range $t := seq (div (add $BBlk 255) 256)}}
-        {
-            let s = li + {{mul $t 256}}u;
-{{- if lt $BBlk 256}}
-            if (s < {{$BBlk}}u) {
-{{- else}}
-            {
-{{- end}}
-                let g = s % {{$BN4}}u;
-                let k4 = s / {{$BN4}}u;
-{{- range $i := seq 4}}
-                let v{{$i}} = {{if $.BF16}}cvt(rb{{$t}}_{{$i}}){{else}}rb{{$t}}_{{$i}}{{end}};
-{{- end}}
-{{- range $j := seq 4}}{{$comp := index "xyzw" $j}}
-                tb[(4u * k4 + {{$j}}u) * {{$BN4}}u + g] = vec4<f32>(v0.{{printf "%c" $comp}}, v1.{{printf "%c" $comp}}, v2.{{printf "%c" $comp}}, v3.{{printf "%c" $comp}});
-{{- end}}
-            }
-        }
-{{- end}}
-{{- else}}{{range $t := seq (div $BSlots 256)}}
-        tb[li + {{mul $t 256}}u] = {{if $.BF16}}cvt(rb{{$t}}){{else}}rb{{$t}}{{end}};
-{{- end}}
-{{- end}}
-        workgroupBarrier();
-        // The next slice's global loads are in flight during the products.
-        if (k0 + BK < K) {
-            let kl = k0 + BK;
-{{- template "load" $}}
-        }
-{{- else}}
-    for (var k0 = 0u; k0 < p.k; k0 += BK) {
-        // Staging: A (and B when TransB) are contiguous along k, so consecutive threads
-        // take consecutive k and each slot loads 4 rows; B [K, N] is contiguous along n, so
-        // a slot loads 4 consecutive n of one k.
-{{- range $t := seq (div $ASlots 256)}}
-        {
-            let s = li + {{mul $t 256}}u;
-            let sk = s % BK;
-            let am = m0 + (s / BK) * 4u;
-            ta[sk * {{$AM4}}u + s / BK] = vec4<f32>(loadA(am, k0 + sk), loadA(am + 1u, k0 + sk),
-                                                    loadA(am + 2u, k0 + sk), loadA(am + 3u, k0 + sk));
-        }
-{{- end}}
-{{- range $t := seq (div $BSlots 256)}}
-        {
-            let s = li + {{mul $t 256}}u;
-{{- if $.TransB}}
-            let sk = s % BK;
-            let bn = n0 + (s / BK) * 4u;
-            tb[sk * {{$BN4}}u + s / BK] = vec4<f32>(loadB(k0 + sk, bn), loadB(k0 + sk, bn + 1u),
-                                                    loadB(k0 + sk, bn + 2u), loadB(k0 + sk, bn + 3u));
-{{- else}}
-            let sk = s / {{$BN4}}u;
-            let g = s % {{$BN4}}u;
-            let bn = n0 + g * 4u;
-            tb[sk * {{$BN4}}u + g] = vec4<f32>(loadB(k0 + sk, bn), loadB(k0 + sk, bn + 1u),
-                                               loadB(k0 + sk, bn + 2u), loadB(k0 + sk, bn + 3u));
-{{- end}}
-        }
-{{- end}}
-        workgroupBarrier();
-{{- end}}
-{{- range $kk := seq .BK}}
-        {
-{{- range $r := seq $TM4}}
-            let a{{$r}} = ta[{{mul $kk $AM4}}u + lid.y + {{mul $r 16}}u];
-{{- end}}
-{{- range $q := seq $TN4}}
-            let b{{$q}} = tb[{{mul $kk $BN4}}u + lid.x + {{mul $q 16}}u];
-{{- end}}
-{{- range $i := seq $TM}}{{$r := div $i 4}}{{$comp := index "xyzw" (mod $i 4)}}
-{{- range $q := seq $TN4}}
-            acc_{{$i}}_{{$q}} = fma(vec4<f32>(a{{$r}}.{{printf "%c" $comp}}), b{{$q}}, acc_{{$i}}_{{$q}});
-{{- end}}{{end}}
-        }
-{{- end}}
-        workgroupBarrier();
-    }
-{{- range $i := seq $TM}}
-    {
-        let gm = m0 + (lid.y + {{mul (div $i 4) 16}}u) * 4u + {{mod $i 4}}u;
-        if (gm < p.m) {
-{{- range $q := seq $TN4}}
-{{- if $.Fast}}
-            c[gm * N4 + (n0 >> 2u) + lid.x + {{mul $q 16}}u] = acc_{{$i}}_{{$q}};
-{{- else}}
-            store4(gm * p.n, n0 + (lid.x + {{mul $q 16}}u) * 4u, acc_{{$i}}_{{$q}});
-{{- end}}
-{{- end}}
-        }
-    }
-{{- end}}
-}
+// The kernel body: the tiled GEMM of gemm_tile.wgsl, with this file's f16 or f32 B hooks below.
+{{template "gemm_main" .}}
 {{- if not .Fast}}
 
 fn store4(row: u32, n: u32, v: vec4<f32>) {
@@ -255,50 +119,11 @@ fn store4(row: u32, n: u32, v: vec4<f32>) {
     }
 }
 {{- end}}
-{{- /* load: the staging loads of the K slice at kl (a u32 in scope, as are m0, n0, mlast,
-li) into the registers: A 4×4 blocks (rows 4g..4g+3 clamped to M, k = kl + 4·k4..+3) with
-g = s % (BM/4), k4 = s / (BM/4); B likewise when TransB, else slot s (k = kl + s / (BN/4),
-4 columns at n0 + 4·(s % (BN/4))). */}}
-{{- define "load"}}
-{{- $AM4 := div .BM 4}}{{$BN4 := div .BN 4}}{{$BK4 := div .BK 4}}
-{{- $ABlk := mul $AM4 $BK4}}{{$BBlk := mul $BN4 $BK4}}{{$BSlots := mul .BK $BN4}}
-{{- range $t := seq (div (add $ABlk 255) 256)}}
-    {
-        let s = li + {{mul $t 256}}u;
-{{- if lt $ABlk 256}}
-        if (s < {{$ABlk}}u) {
-{{- else}}
-        {
-{{- end}}
-            let row = m0 + (s % {{$AM4}}u) * 4u;
-            let k = kl + (s / {{$AM4}}u) * 4u;
-{{- range $i := seq 4}}
-            ra{{$t}}_{{$i}} = rowA(min(row + {{$i}}u, mlast), k);
-{{- end}}
-        }
-    }
-{{- end}}
-{{- if .TransB}}{{range $t := seq (div (add $BBlk 255) 256)}}
-    {
-        let s = li + {{mul $t 256}}u;
-{{- if lt $BBlk 256}}
-        if (s < {{$BBlk}}u) {
-{{- else}}
-        {
-{{- end}}
-            let row = n0 + (s % {{$BN4}}u) * 4u;
-            let k4 = (kl >> 2u) + s / {{$BN4}}u;
-{{- range $i := seq 4}}
-            rb{{$t}}_{{$i}} = b[(row + {{$i}}u) * K4 + k4];
-{{- end}}
-        }
-    }
-{{- end}}
-{{- else}}{{range $t := seq (div $BSlots 256)}}
-    {
-        let s = li + {{mul $t 256}}u;
-        rb{{$t}} = b[(kl + s / {{$BN4}}u) * N4 + (n0 >> 2u) + s % {{$BN4}}u];
-    }
-{{- end}}
-{{- end}}
-{{- end}}
+{{- define "gemm_breg"}}{{if .BF16}}vec2<u32>{{else}}vec4<f32>{{end}}{{end}}
+{{- define "gemm_btrans"}}{{range $i := seq 4}} let v{{$i}} = {{if $.P.BF16}}cvt(rb{{$.t}}_{{$i}}){{else}}rb{{$.t}}_{{$i}}{{end}};{{end}}{{end}}
+{{- define "gemm_bcol"}}{{$c := printf "%c" (index "xyzw" .j)}}vec4<f32>(v0.{{$c}}, v1.{{$c}}, v2.{{$c}}, v3.{{$c}}){{end}}
+{{- define "gemm_bslot"}}{{if .P.BF16}}cvt(rb{{.t}}){{else}}rb{{.t}}{{end}}{{end}}
+{{- define "gemm_bk"}}let k4 = (kl >> 2u) + s / {{div .BN 4}}u;{{end}}
+{{- define "gemm_bload"}}b[(row + {{.i}}u) * K4 + k4]{{end}}
+{{- define "gemm_bslotload"}}b[(kl + s / {{div .BN 4}}u) * N4 + (n0 >> 2u) + s % {{div .BN 4}}u]{{end}}
+{{- define "gemm_cfast"}}c[gm * N4 + (n0 >> 2u) + lid.x + {{mul .q 16}}u] = acc_{{.i}}_{{.q}};{{end}}

@@ -31,7 +31,8 @@ import (
 var FS embed.FS
 
 // funcs are the helpers templates may call: seq n → 0, 1, …, n−1 (for unrolled loops with
-// literal indices), add, mul, div, mod (ints).
+// literal indices), add, mul, div, mod (ints), and dict k1 v1 k2 v2 … → a map (to pass loop
+// variables and the parameters to a {{template}} hook).
 var funcs = template.FuncMap{
 	"seq": func(n int) []int {
 		s := make([]int, n)
@@ -44,7 +45,25 @@ var funcs = template.FuncMap{
 	"mul": func(a, b int) int { return a * b },
 	"div": func(a, b int) int { return a / b },
 	"mod": func(a, b int) int { return a % b },
+	"dict": func(kv ...any) (map[string]any, error) {
+		if len(kv)%2 != 0 {
+			return nil, fmt.Errorf("dict: %d arguments, want key-value pairs", len(kv))
+		}
+		m := make(map[string]any, len(kv)/2)
+		for i := 0; i < len(kv); i += 2 {
+			k, ok := kv[i].(string)
+			if !ok {
+				return nil, fmt.Errorf("dict: key %v is not a string", kv[i])
+			}
+			m[k] = kv[i+1]
+		}
+		return m, nil
+	},
 }
+
+// library is the file of shared templates (defines only) parsed with every shader: the
+// tiled GEMM body that linear.wgsl and blr_forward.wgsl instantiate.
+const library = "gemm_tile.wgsl"
 
 var (
 	mu     sync.Mutex
@@ -64,7 +83,15 @@ func Render(name string, params any) (string, error) {
 			mu.Unlock()
 			return "", fmt.Errorf("wgsl: no shader file %q: %w", name, err)
 		}
+		lib, err := FS.ReadFile(library)
+		if err != nil {
+			mu.Unlock()
+			return "", fmt.Errorf("wgsl: no shader library %q: %w", library, err)
+		}
 		t, err = template.New(name).Option("missingkey=error").Funcs(funcs).Parse(string(src))
+		if err == nil && name != library {
+			_, err = t.New(library).Parse(string(lib))
+		}
 		if err != nil {
 			mu.Unlock()
 			return "", fmt.Errorf("wgsl: parse %s: %w", name, err)

@@ -1,0 +1,211 @@
+// The shared body of the tiled GEMM kernels (linear.wgsl, blr_forward.wgsl): C[M, N] =
+// A[M, K]·B block by block. Not a kernel: a library of templates that wgsl.Render parses
+// with every shader. A kernel file declares its bindings, constants and helpers (Fast: rowA;
+// general: loadA, loadB, store4), then `{{template "gemm_main" .}}`, and defines the hooks
+// that differ by operand type, each on one line:
+//   gemm_breg      the type of B's staging registers;
+//   gemm_btrans    (dict t, P) statements turning block t's registers rb{t}_0..3 into values
+//                  the next hook reads;
+//   gemm_bcol      (dict j, P) the vec4<f32> of column j (k = 4·k4 + j) of those 4 rows;
+//   gemm_bslot     (dict t, P) the vec4<f32> of slot t's register rb{t} (B not TransB);
+//   gemm_bk        (P) a statement giving block s's K offset (k = kl + 4·(s / (BN/4))) to
+//                  gemm_bload, in whatever form that one reads it;
+//   gemm_bload     (dict i, P) the load of row `row + i`, k..k+3, into rb{t}_{i} (TransB);
+//   gemm_bslotload (P) the load of slot s into rb{t} (B not TransB);
+//   gemm_cfast     (dict i, q, P) the store of acc_{i}_{q} at row gm, column group
+//                  (n0 >> 2) + lid.x + 16·q (Fast).
+// Tiling: a workgroup of 16×16 threads computes a BM×BN block of C, each thread a TM×TN
+// sub-block (TM = BM/16, TN = BN/16) in vec4 accumulators with literal indices: rows
+// 4·(lid.y + 16·(i/4)) + i%4, column groups lid.x + 16·q (conflict-free reads of the tile,
+// contiguous stores), stepping through K in BK slices staged in workgroup memory ta, tb.
+{{define "gemm_main"}}
+{{- $TM := div .BM 16}}{{$TN := div .BN 16}}{{$TM4 := div $TM 4}}{{$TN4 := div $TN 4}}
+{{- $AM4 := div .BM 4}}{{$BN4 := div .BN 4}}{{$BK4 := div .BK 4}}
+{{- $ASlots := mul .BK $AM4}}{{$BSlots := mul .BK $BN4}}
+{{- $ABlk := mul $AM4 $BK4}}{{$BBlk := mul $BN4 $BK4}}
+@compute @workgroup_size(16, 16)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let m0 = wid.y * BM;
+    let n0 = wid.x * BN;
+    // acc_i_q: row 4·(lid.y + 16·(i/4)) + i%4 of the block, columns 4·(lid.x + 16·q)..+3.
+{{- range $i := seq $TM}}{{range $q := seq $TN4}}
+    var acc_{{$i}}_{{$q}} = vec4<f32>(0.0);
+{{- end}}{{end}}
+{{- if .Fast}}
+    let mlast = p.m - 1u;
+    // Staging registers: A block t, row i: ra{t}_{i}; B when TransB (block t, row i):
+    // rb{t}_{i}, else (slot t): rb{t}, of the kernel's B register type.
+{{- range $t := seq (div (add $ABlk 255) 256)}}{{range $i := seq 4}}
+    var ra{{$t}}_{{$i}}: vec4<f32>;
+{{- end}}{{end}}
+{{- if .TransB}}{{range $t := seq (div (add $BBlk 255) 256)}}{{range $i := seq 4}}
+    var rb{{$t}}_{{$i}}: {{template "gemm_breg" $}};
+{{- end}}{{end}}
+{{- else}}{{range $t := seq (div $BSlots 256)}}
+    var rb{{$t}}: {{template "gemm_breg" $}};
+{{- end}}{{end}}
+    {
+        let kl = 0u;
+{{- template "gemm_load" $}}
+    }
+    for (var k0 = 0u; k0 < K; k0 += BK) {
+        // Store the staged registers: A blocks transposed (slot (4·k4 + j)·BM/4 + g holds
+        // component j of rows 4g..4g+3).
+{{- range $t := seq (div (add $ABlk 255) 256)}}
+        {
+            let s = li + {{mul $t 256}}u;
+{{- if lt $ABlk 256}}
+            if (s < {{$ABlk}}u) {
+{{- else}}
+            {
+{{- end}}
+                let g = s % {{$AM4}}u;
+                let k4 = s / {{$AM4}}u;
+{{- range $j := seq 4}}{{$comp := index "xyzw" $j}}
+                ta[(4u * k4 + {{$j}}u) * {{$AM4}}u + g] = vec4<f32>(ra{{$t}}_0.{{printf "%c" $comp}}, ra{{$t}}_1.{{printf "%c" $comp}}, ra{{$t}}_2.{{printf "%c" $comp}}, ra{{$t}}_3.{{printf "%c" $comp}});
+{{- end}}
+            }
+        }
+{{- end}}
+{{- if .TransB}}{{range $t := seq (div (add $BBlk 255) 256)}}
+        {
+            let s = li + {{mul $t 256}}u;
+{{- if lt $BBlk 256}}
+            if (s < {{$BBlk}}u) {
+{{- else}}
+            {
+{{- end}}
+                let g = s % {{$BN4}}u;
+                let k4 = s / {{$BN4}}u;
+                {{template "gemm_btrans" (dict "t" $t "P" $)}}
+{{- range $j := seq 4}}
+                tb[(4u * k4 + {{$j}}u) * {{$BN4}}u + g] = {{template "gemm_bcol" (dict "j" $j "P" $)}};
+{{- end}}
+            }
+        }
+{{- end}}
+{{- else}}{{range $t := seq (div $BSlots 256)}}
+        tb[li + {{mul $t 256}}u] = {{template "gemm_bslot" (dict "t" $t "P" $)}};
+{{- end}}
+{{- end}}
+        workgroupBarrier();
+        // The next slice's global loads are in flight during the products.
+        if (k0 + BK < K) {
+            let kl = k0 + BK;
+{{- template "gemm_load" $}}
+        }
+{{- else}}
+    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+        // Staging: A (and B when TransB) are contiguous along k, so consecutive threads
+        // take consecutive k and each slot loads 4 rows; B [K, N] is contiguous along n, so
+        // a slot loads 4 consecutive n of one k.
+{{- range $t := seq (div $ASlots 256)}}
+        {
+            let s = li + {{mul $t 256}}u;
+            let sk = s % BK;
+            let am = m0 + (s / BK) * 4u;
+            ta[sk * {{$AM4}}u + s / BK] = vec4<f32>(loadA(am, k0 + sk), loadA(am + 1u, k0 + sk),
+                                                    loadA(am + 2u, k0 + sk), loadA(am + 3u, k0 + sk));
+        }
+{{- end}}
+{{- range $t := seq (div $BSlots 256)}}
+        {
+            let s = li + {{mul $t 256}}u;
+{{- if $.TransB}}
+            let sk = s % BK;
+            let bn = n0 + (s / BK) * 4u;
+            tb[sk * {{$BN4}}u + s / BK] = vec4<f32>(loadB(k0 + sk, bn), loadB(k0 + sk, bn + 1u),
+                                                    loadB(k0 + sk, bn + 2u), loadB(k0 + sk, bn + 3u));
+{{- else}}
+            let sk = s / {{$BN4}}u;
+            let g = s % {{$BN4}}u;
+            let bn = n0 + g * 4u;
+            tb[sk * {{$BN4}}u + g] = vec4<f32>(loadB(k0 + sk, bn), loadB(k0 + sk, bn + 1u),
+                                               loadB(k0 + sk, bn + 2u), loadB(k0 + sk, bn + 3u));
+{{- end}}
+        }
+{{- end}}
+        workgroupBarrier();
+{{- end}}
+{{- range $kk := seq .BK}}
+        {
+{{- range $r := seq $TM4}}
+            let a{{$r}} = ta[{{mul $kk $AM4}}u + lid.y + {{mul $r 16}}u];
+{{- end}}
+{{- range $q := seq $TN4}}
+            let b{{$q}} = tb[{{mul $kk $BN4}}u + lid.x + {{mul $q 16}}u];
+{{- end}}
+{{- range $i := seq $TM}}{{$r := div $i 4}}{{$comp := index "xyzw" (mod $i 4)}}
+{{- range $q := seq $TN4}}
+            acc_{{$i}}_{{$q}} = fma(vec4<f32>(a{{$r}}.{{printf "%c" $comp}}), b{{$q}}, acc_{{$i}}_{{$q}});
+{{- end}}{{end}}
+        }
+{{- end}}
+        workgroupBarrier();
+    }
+{{- range $i := seq $TM}}
+    {
+        let gm = m0 + (lid.y + {{mul (div $i 4) 16}}u) * 4u + {{mod $i 4}}u;
+        if (gm < p.m) {
+{{- range $q := seq $TN4}}
+{{- if $.Fast}}
+            {{template "gemm_cfast" (dict "i" $i "q" $q "P" $)}}
+{{- else}}
+            store4(gm * p.n, n0 + (lid.x + {{mul $q 16}}u) * 4u, acc_{{$i}}_{{$q}});
+{{- end}}
+{{- end}}
+        }
+    }
+{{- end}}
+}
+{{- end}}
+{{- /* gemm_load: the staging loads of the K slice at kl (a u32 in scope, as are m0, n0,
+mlast, li, s) into the registers: A 4×4 blocks through the kernel's rowA (rows 4g..4g+3
+clamped to M, k = kl + 4·k4..+3) with g = s % (BM/4), k4 = s / (BM/4); B likewise when TransB
+(gemm_bk, gemm_bload: row `row + i`, k..k+3), else slot s (gemm_bslotload: k = kl + s / (BN/4), 4
+columns at n0 + 4·(s % (BN/4))). */}}
+{{- define "gemm_load"}}
+{{- $AM4 := div .BM 4}}{{$BN4 := div .BN 4}}{{$BK4 := div .BK 4}}
+{{- $ABlk := mul $AM4 $BK4}}{{$BBlk := mul $BN4 $BK4}}{{$BSlots := mul .BK $BN4}}
+{{- range $t := seq (div (add $ABlk 255) 256)}}
+    {
+        let s = li + {{mul $t 256}}u;
+{{- if lt $ABlk 256}}
+        if (s < {{$ABlk}}u) {
+{{- else}}
+        {
+{{- end}}
+            let row = m0 + (s % {{$AM4}}u) * 4u;
+            let k = kl + (s / {{$AM4}}u) * 4u;
+{{- range $i := seq 4}}
+            ra{{$t}}_{{$i}} = rowA(min(row + {{$i}}u, mlast), k);
+{{- end}}
+        }
+    }
+{{- end}}
+{{- if .TransB}}{{range $t := seq (div (add $BBlk 255) 256)}}
+    {
+        let s = li + {{mul $t 256}}u;
+{{- if lt $BBlk 256}}
+        if (s < {{$BBlk}}u) {
+{{- else}}
+        {
+{{- end}}
+            let row = n0 + (s % {{$BN4}}u) * 4u;
+            {{template "gemm_bk" $}}
+{{- range $i := seq 4}}
+            rb{{$t}}_{{$i}} = {{template "gemm_bload" (dict "i" $i "P" $)}};
+{{- end}}
+        }
+    }
+{{- end}}
+{{- else}}{{range $t := seq (div $BSlots 256)}}
+    {
+        let s = li + {{mul $t 256}}u;
+        rb{{$t}} = {{template "gemm_bslotload" $}};
+    }
+{{- end}}
+{{- end}}
+{{- end}}
+
