@@ -132,7 +132,9 @@ func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*
 }
 
 // Resume loads the checkpoint at path (a file, or a directory holding CheckpointFile) and
-// returns a Trainer that continues that run: same configuration (OutDir included), same
+// returns a Trainer that continues that run: same configuration (OutDir, when set, becomes
+// the directory holding the checkpoint, so a moved run or another working directory never
+// writes elsewhere), same
 // remaining windows (drawn again from the seed and checked against the checkpoint's hash),
 // the student's trainables and Adam state, the best snapshot and the histories. train and
 // heldOut must be the streams of the original run. The teacher's top-k is not part of the
@@ -146,7 +148,13 @@ func Resume(teacher, student *Net, train, heldOut []int, path string) (*Trainer,
 	if err != nil {
 		return nil, err
 	}
-	tr, err := NewTrainer(teacher, student, train, heldOut, ck.Meta.Config)
+	cfg := ck.Meta.Config
+	if cfg.OutDir != "" {
+		// The run continues where its checkpoint is, wherever the directory was moved or
+		// whatever the current directory (a relative OutDir would otherwise write elsewhere).
+		cfg.OutDir = filepath.Dir(path)
+	}
+	tr, err := NewTrainer(teacher, student, train, heldOut, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +179,7 @@ func Resume(teacher, student *Net, train, heldOut []int, path string) (*Trainer,
 		}
 	}
 	tr.st = ck.Meta
+	tr.st.Config.OutDir = cfg.OutDir
 	return tr, nil
 }
 

@@ -148,7 +148,13 @@ func TestTrainerResumeExact(t *testing.T) {
 	if !errors.Is(err, nvgkit.ErrInterrupted) || half == nil || !half.Interrupted || half.Steps != 2 {
 		t.Fatalf("interrupted run: %v, %+v", err, half)
 	}
-	tr, err := nvgkit.Resume(teacher, loadStudent(t, d, sm), train, heldOut, cfg.OutDir)
+	// The run's directory is moved before resuming: the resumed run must write into the
+	// directory it was resumed from, never the one recorded in the checkpoint.
+	moved := filepath.Join(dir, "moved")
+	if err := os.Rename(cfg.OutDir, moved); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := nvgkit.Resume(teacher, loadStudent(t, d, sm), train, heldOut, moved)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,9 +162,20 @@ func TestTrainerResumeExact(t *testing.T) {
 	if tr.Step() != 2 {
 		t.Fatalf("resumed at step %d, want 2", tr.Step())
 	}
+	if tr.Config.OutDir != moved {
+		t.Errorf("resumed OutDir %q, want the checkpoint's directory %q", tr.Config.OutDir, moved)
+	}
 	resumed, err := tr.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(cfg.OutDir); !os.IsNotExist(err) {
+		t.Errorf("the resumed run wrote into the old directory %s (stat: %v)", cfg.OutDir, err)
+	}
+	if ck, err := nvgkit.LoadCheckpoint(filepath.Join(moved, nvgkit.CheckpointFile)); err != nil {
+		t.Errorf("checkpoint in the moved directory: %v", err)
+	} else if ck.Meta.Config.OutDir != moved {
+		t.Errorf("checkpoint in the moved directory records OutDir %q, want %q", ck.Meta.Config.OutDir, moved)
 	}
 	if len(resumed.Loss) != 4 || len(resumed.Evals) != len(straight.Evals) {
 		t.Fatalf("resumed report %+v", resumed)

@@ -227,9 +227,26 @@ func runDistill(args []string) error {
 		if cl == 0 {
 			cl = -1
 		}
+		// Every path of the settings is made absolute: --resume may run from another directory
+		// and must find the same teacher, data and output (never the current directory's).
+		abs := func(p string) string {
+			if p == "" {
+				return ""
+			}
+			if a, err := filepath.Abs(p); err == nil {
+				return a
+			}
+			return p
+		}
+		for i := range tf {
+			tf[i] = abs(tf[i])
+		}
+		for i := range ef {
+			ef[i] = abs(ef[i])
+		}
 		cfg := nvgkit.TrainConfig{Steps: *steps, NB: *nb, Windows: *windows, T: *t, K: *k, LR: *lr, Warmup: wu, ClipNorm: cl, EvalEvery: ee,
-			EvalWindows: *evalWindows, Seed: *seed, OutDir: out, CheckpointEvery: ce, TopKFile: *topkFile, KeepFinal: *keepFinal}
-		s = distillSettings{Teacher: *teacherPath, Tokenizer: *tokPath, TrainFiles: tf, EvalFiles: ef, BPW: *bpw, Paths: *paths,
+			EvalWindows: *evalWindows, Seed: *seed, OutDir: abs(out), CheckpointEvery: ce, TopKFile: abs(*topkFile), KeepFinal: *keepFinal}
+		s = distillSettings{Teacher: abs(*teacherPath), Tokenizer: abs(*tokPath), TrainFiles: tf, EvalFiles: ef, BPW: *bpw, Paths: *paths,
 			Seed: *seed, Config: cfg.WithDefaults(), Started: time.Now().UTC().Format(time.RFC3339)}
 		created := !exists(out)
 		if err := os.MkdirAll(out, 0o755); err != nil {
