@@ -37,7 +37,7 @@ func checkOOM(t *testing.T, what string, err error) {
 	if !errors.Is(err, gpu.ErrOutOfMemory) {
 		return
 	}
-	for _, w := range []string{`"`, "bytes", "remedy: ", "--nb or --t", "--stream-teacher"} {
+	for _, w := range []string{`"`, "bytes", "remedy: ", "nb or t", "--stream-teacher", "eval --stream"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("%s: out-of-memory error %q lacks %q", what, err, w)
 		}

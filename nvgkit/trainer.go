@@ -68,6 +68,8 @@ type Trainer struct {
 	best             *TrainableSnapshot
 	lastGrads        map[string][]float32
 	interrupted      bool
+	savedPath        string // the last checkpoint written, and after which step
+	savedStep        int
 }
 
 // NewTrainer checks cfg (after WithDefaults), draws the run's training windows from train
@@ -390,6 +392,7 @@ func (tr *Trainer) Checkpoint(path string) error {
 	if err := ck.Save(path); err != nil {
 		return err
 	}
+	tr.savedPath, tr.savedStep = path, tr.st.Step
 	tr.logf("checkpoint after step %d: %s", tr.st.Step, path)
 	return nil
 }
@@ -436,7 +439,8 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 		if err := ctx.Err(); err != nil {
 			tr.interrupted = true
 			tr.st.WallSeconds = wall0 + time.Since(start).Seconds()
-			if p := tr.checkpointPath(); p != "" {
+			// (Not again when the step's own checkpoint was just written.)
+			if p := tr.checkpointPath(); p != "" && (p != tr.savedPath || tr.savedStep != tr.st.Step) {
 				if cerr := tr.Checkpoint(p); cerr != nil {
 					return nil, errors.Join(fmt.Errorf("%w: %w", ErrInterrupted, err), cerr)
 				}

@@ -153,7 +153,7 @@ func memRemedy(err error) error {
 	if err == nil || !errors.Is(err, gpu.ErrOutOfMemory) || strings.Contains(err.Error(), "— remedy: ") {
 		return err
 	}
-	return fmt.Errorf("%w — remedy: fewer or shorter windows per step (smaller --nb or --t; the work buffers grow with nb·t), a smaller top-k (--k), a teacher streamed layer by layer (--stream-teacher, nvgkit.StreamLayers), or a GPU with more free memory", err)
+	return fmt.Errorf("%w — remedy: fewer or shorter windows per pass (smaller nb or t: the work buffers grow with nb·t; nvg distill --nb/--t, nvg eval --batch/--t), a smaller top-k (distill --k), a teacher streamed layer by layer (nvgkit.StreamLayers; distill --stream-teacher, eval --stream), or a GPU with more free memory", err)
 }
 
 // Bytes is the GPU bytes the work's buffers hold now (for a Student's work, see

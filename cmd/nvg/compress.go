@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
@@ -16,7 +17,7 @@ func init() {
 	register(&command{
 		name:    "compress",
 		summary: "compress a teacher into a binary-low-rank student (.cmf) at a bits-per-weight budget",
-		usage:   "[--bpw 1.0] [--paths auto|1|2] [--seed N] [--workers N] [--power-iters 2] [--cpu [--f64] | --gpu] -o STUDENT.cmf [--json REPORT.json] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
+		usage:   "[--bpw 1.0] [--paths auto|1|2] [--seed N] [--workers N] [--power-iters 2] [--cpu [--f64] | --gpu] -o STUDENT.cmf [--json REPORT.json] [--force] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
 		run:     runCompress,
 	})
 }
@@ -48,6 +49,7 @@ func runCompress(args []string) error {
 	f64 := fs.Bool("f64", false, "on the CPU, compute the products in float64 (the library default) instead of float32 (~2× slower, relative errors within ~1e-4)")
 	out := fs.String("o", "", "output student .cmf file (written atomically)")
 	jsonOut := fs.String("json", "", "also write the per-tensor report as JSON to this file")
+	force := fs.Bool("force", false, "replace -o (and --json) when they exist")
 	if err := parseFlags(c, fs, args); err != nil {
 		return err
 	}
@@ -56,6 +58,17 @@ func runCompress(args []string) error {
 	}
 	if *out == "" {
 		return usagef("-o STUDENT.cmf is required")
+	}
+	if err := checkOutFile("-o", *out, *force); err != nil {
+		return err
+	}
+	if *jsonOut != "" {
+		if filepath.Clean(*jsonOut) == filepath.Clean(*out) {
+			return usagef("--json %s is the same file as -o", *jsonOut)
+		}
+		if err := checkOutFile("--json", *jsonOut, *force); err != nil {
+			return err
+		}
 	}
 	if !(*bpw > 0 && *bpw <= 32) || math.IsNaN(*bpw) {
 		return usagef("--bpw must be in (0, 32], got %g", *bpw)
@@ -119,6 +132,7 @@ func runCompress(args []string) error {
 		return err
 	}
 	fmt.Printf("wrote %s (%.1fs)\n", *out, secs)
+	bpwMissWarning(*bpw, cmf.OverallBitsPerWeight(reports))
 	if *jsonOut != "" {
 		rep := compressReport{Teacher: modelName(path), Output: *out, TargetBPW: *bpw, Paths: pm.String(), Seed: *seed, Device: devName,
 			OverallBPW: cmf.OverallBitsPerWeight(reports), Seconds: secs, Kinds: nvgkit.SummarizeByKind(reports), Tensors: reports}

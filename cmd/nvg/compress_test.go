@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
@@ -32,6 +33,32 @@ func TestCompressUsageErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Error("a failed call wrote the output")
+	}
+	// Output paths are checked before any work: an existing file is kept unless --force,
+	// a directory or a missing parent directory is refused, -o and --json must differ.
+	keep := filepath.Join(dir, "keep.cmf")
+	if err := os.WriteFile(keep, []byte("the user's earlier student"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"compress", "-o", keep}, "exists; pass --force to replace it"},
+		{[]string{"compress", "-o", dir}, "is a directory; give a file path"},
+		{[]string{"compress", "-o", filepath.Join(dir, "no", "s.cmf")}, "does not exist"},
+		{[]string{"compress", "-o", out, "--json", out}, "is the same file as -o"},
+		{[]string{"compress", "-o", out, "--json", keep}, "--json " + keep + " exists"},
+		{[]string{"import", "../../cmf/tinyteacher/model", keep}, "exists; pass --force to replace it"},
+		{[]string{"import", "../../cmf/tinyteacher/model", dir}, "is a directory"},
+	} {
+		_, stderr, code := capture(t, tc.args)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("nvg %v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	if b, err := os.ReadFile(keep); err != nil || string(b) != "the user's earlier student" {
+		t.Errorf("the existing output was touched: %q, %v", b, err)
 	}
 }
 

@@ -48,6 +48,11 @@ const (
 
 // distillSettings is what nvg distill needs, besides the checkpoint, to rebuild a run on
 // --resume (saved as distill.json in the output directory).
+
+// maxStepTokens bounds nb·t before any work: every per-token GPU buffer is indexed in 32 bits,
+// so rows × hidden_size (≥ 512 for any real model) must stay below 2³¹.
+const maxStepTokens = 1 << 22
+
 type distillSettings struct {
 	Teacher    string             `json:"teacher"` // "" = the embedded tiny teacher
 	Tokenizer  string             `json:"tokenizer,omitempty"`
@@ -172,6 +177,9 @@ func runDistill(args []string) error {
 			return usagef("--nb must be ≥ 1, got %d", *nb)
 		case *t < 1:
 			return usagef("--t must be ≥ 1, got %d", *t)
+		case int64(*nb)*int64(*t) > maxStepTokens:
+			return usagef("--nb × --t = %d × %d tokens per step exceeds %d: GPU buffers are indexed in 32 bits (rows × hidden_size < 2³¹); use fewer or shorter windows",
+				*nb, *t, maxStepTokens)
 		case *windows < 0 || *windows%*nb != 0:
 			return usagef("--windows must be 0 or a positive multiple of --nb = %d, got %d", *nb, *windows)
 		case *k < 1 || *k > 64:
@@ -411,7 +419,7 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 	}
 	tok, err := tokenizer.FromJSON(raw)
 	if err != nil {
-		return fmt.Errorf("tokenizer: %w", err)
+		return fmt.Errorf("%s: %w", tokenizerName(s.Tokenizer), err)
 	}
 	if tok.VocabSize() > teacherModel.Config.VocabSize {
 		return fmt.Errorf("tokenizer has %d tokens but the teacher's vocab_size is %d", tok.VocabSize(), teacherModel.Config.VocabSize)
@@ -494,6 +502,7 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 	}
 	bpwGot := cmf.OverallBitsPerWeight(reports)
 	fmt.Fprintf(os.Stderr, "compressed %d tensors to %.4f bits/weight (%.1fs)\n", len(reports), bpwGot, time.Since(t0).Seconds())
+	bpwMissWarning(s.BPW, bpwGot)
 
 	// GPU.
 	if err := phase("gpu"); err != nil {

@@ -27,6 +27,7 @@ func TestDistillUsageErrors(t *testing.T) {
 		{"distill", "extra-arg"},
 		{"distill", "--steps", "0"},
 		{"distill", "--nb", "-1"},
+		{"distill", "--nb", "100000", "--t", "100000"}, // nb·t beyond the 32-bit indexing, refused before any work
 		{"distill", "--t", "0"},
 		{"distill", "--k", "65"},
 		{"distill", "--k", "0"},

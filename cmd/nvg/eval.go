@@ -68,7 +68,7 @@ func (f evalFlags) heldOutWindows(modelPath string, cfg cmf.Config) ([][]int, st
 	}
 	tok, err := tokenizer.FromJSON(raw)
 	if err != nil {
-		return nil, "", fmt.Errorf("tokenizer: %w", err)
+		return nil, "", fmt.Errorf("%s: %w", tokenizerName(*f.tokenizer), err)
 	}
 	if tok.VocabSize() > vocab {
 		return nil, "", fmt.Errorf("tokenizer has %d tokens but the model's vocab_size is %d", tok.VocabSize(), vocab)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
@@ -11,7 +13,7 @@ func init() {
 	register(&command{
 		name:    "import",
 		summary: "convert an HF checkpoint (single or sharded safetensors) into a .cmf file",
-		usage:   "[--shard-bytes N] HF_DIR OUT.cmf   (with --shard-bytes, OUT is a directory of shards + model.cmf.index.json)",
+		usage:   "[--shard-bytes N] [--force] HF_DIR OUT.cmf   (with --shard-bytes, OUT is a directory of shards + model.cmf.index.json)",
 		run:     runImport,
 	})
 }
@@ -20,6 +22,7 @@ func runImport(args []string) error {
 	c := commands["import"]
 	fs := newFlags(c)
 	shard := fs.Int64("shard-bytes", 0, "write a sharded CMF directory with shards of at most this many bytes (0: one file)")
+	force := fs.Bool("force", false, "replace OUT.cmf when it exists")
 	if err := parseFlags(c, fs, args); err != nil {
 		return err
 	}
@@ -30,6 +33,13 @@ func runImport(args []string) error {
 		return usagef("--shard-bytes must be ≥ 0, got %d", *shard)
 	}
 	in, out := fs.Arg(0), fs.Arg(1)
+	if *shard == 0 {
+		if err := checkOutFile("OUT", out, *force); err != nil {
+			return err
+		}
+	} else if st, err := os.Stat(filepath.Dir(filepath.Clean(out))); err != nil || !st.IsDir() {
+		return usagef("OUT %s: directory %s does not exist", out, filepath.Dir(filepath.Clean(out)))
+	}
 	start := time.Now()
 	m, err := openModel(in)
 	if err != nil {

@@ -103,7 +103,12 @@ func mainUsage(w io.Writer) {
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
+		// No command is a usage error (as with any tool that needs one): usage on stderr, 2.
+		mainUsage(os.Stderr)
+		return 2
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		if len(args) > 1 {
 			if c, ok := commands[args[1]]; ok {
 				return run([]string{c.name, "-h"})

@@ -50,6 +50,9 @@ func TestCLIMessages(t *testing.T) {
 			t.Errorf("nvg %v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, tc.want)
 		}
 	}
+	if _, stderr, code := capture(t, nil); code != 2 || !strings.Contains(stderr, "commands:") {
+		t.Errorf("nvg with no command: exit %d, stderr %q; want 2 and the usage", code, stderr)
+	}
 	stdout, _, code := capture(t, []string{"--version"})
 	if code != 0 || !strings.HasPrefix(stdout, "nvg ") || !strings.Contains(stdout, runtime.Version()) {
 		t.Errorf("--version: exit %d, %q", code, stdout)
@@ -144,4 +147,23 @@ func sameInts(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// TestBPWMissWarning: a student whose bits per weight miss --bpw by more than 10 % is
+// reported on stderr; one within 10 % is not.
+func TestBPWMissWarning(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	se := os.Stderr
+	os.Stderr = f
+	bpwMissWarning(0.001, 0.1407)
+	bpwMissWarning(1, 0.95)
+	os.Stderr = se
+	f.Close()
+	b, _ := os.ReadFile(f.Name())
+	if got := string(b); strings.Count(got, "warning") != 1 || !strings.Contains(got, "0.1407 bits/weight, not the --bpw 0.001") {
+		t.Errorf("stderr %q: want exactly one warning, for 0.1407 vs 0.001", got)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -70,6 +71,43 @@ func modelName(path string) string {
 		return defaultModelName
 	}
 	return path
+}
+
+// checkOutFile validates an output file path before any work: not a directory, its directory
+// exists, and (unless force) nothing is there yet. flag names the option in the message.
+func checkOutFile(flag, p string, force bool) error {
+	st, err := os.Stat(p)
+	switch {
+	case err == nil && st.IsDir():
+		return usagef("%s %s is a directory; give a file path", flag, p)
+	case err == nil && !force:
+		return usagef("%s %s exists; pass --force to replace it", flag, p)
+	case err != nil && !os.IsNotExist(err):
+		return usagef("%s %s: %v", flag, p, err)
+	}
+	dir := filepath.Dir(p)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return usagef("%s %s: directory %s does not exist", flag, p, dir)
+	}
+	return nil
+}
+
+// tokenizerName names a --tokenizer value in errors ("the model's tokenizer" when
+// empty: tokenizerJSON then found it beside the teacher or used the embedded one).
+func tokenizerName(p string) string {
+	if p == "" {
+		return "the model's tokenizer"
+	}
+	return p
+}
+
+// bpwMissWarning says on stderr when the compressed model's bits per weight miss the
+// --bpw target by more than 10 % (ranks are whole, at least 8 and at most full rank, so very
+// small or very large targets cannot be met).
+func bpwMissWarning(target, got float64) {
+	if math.Abs(got-target) > 0.1*target {
+		fmt.Fprintf(os.Stderr, "nvg: warning: the student has %.4f bits/weight, not the --bpw %g asked for (ranks are whole, at least 8 and at most the matrix's full rank)\n", got, target)
+	}
 }
 
 func exists(p string) bool {
