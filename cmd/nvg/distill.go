@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/signal"
@@ -27,7 +28,7 @@ func init() {
 	register(&command{
 		name:    "distill",
 		summary: "compress a teacher to ~1 bit/weight and distil the student against it (default: the embedded tiny teacher on the Go standard library)",
-		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--mem-log …] [--stream-teacher]",
+		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep-final] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--mem-log …] [--stream-teacher]",
 		run:     runDistill,
 	})
 }
@@ -132,6 +133,9 @@ func runDistill(args []string) error {
 		return usagef("--mem-log-every must be ≥ 1, got %d", opts.memEvery)
 	}
 	if opts.memLog != "" {
+		if err := checkMemLog(opts.memLog); err != nil {
+			return err
+		}
 		if st, err := os.Stat(filepath.Dir(opts.memLog)); err != nil || !st.IsDir() {
 			return usagef("--mem-log %s: directory %s does not exist", opts.memLog, filepath.Dir(opts.memLog))
 		}
@@ -157,7 +161,7 @@ func runDistill(args []string) error {
 			return fmt.Errorf("--resume: %s: %w", distillSettingsFile, err)
 		}
 		if !exists(filepath.Join(*resume, nvgkit.CheckpointFile)) {
-			return usagef("--resume %s: no %s there (the run stopped before its first checkpoint: start it again)", *resume, nvgkit.CheckpointFile)
+			return usagef("--resume %s: no %s there (the run stopped before its first checkpoint: nothing to resume; remove %s and start it again)", *resume, nvgkit.CheckpointFile, *resume)
 		}
 		out = *resume
 		if rep, err := nvgkit.LoadReport(filepath.Join(out, "report.json")); err == nil && !rep.Interrupted && rep.Steps >= s.Config.Steps &&
@@ -222,6 +226,9 @@ func runDistill(args []string) error {
 		if out == "" {
 			out = filepath.Join("out", "distill-"+time.Now().UTC().Format("20060102-150405"))
 		}
+		if st, err := os.Stat(out); err == nil && !st.IsDir() {
+			return usagef("-o %s is a file; the output is a directory", out)
+		}
 		if ents, err := os.ReadDir(out); err == nil && len(ents) > 0 {
 			return usagef("output directory %s is not empty (pick another -o, or --resume it)", out)
 		}
@@ -285,7 +292,32 @@ type distillOptions struct {
 
 // openMemLog opens (appending) the memory log of a run of tokensPerStep tokens a step on
 // dev; a new or empty file gets the header line first.
+// checkMemLog refuses a --mem-log path that exists and is not a memory log (appending, as a
+// resumed run does, must never go onto another file), or that is a directory.
+func checkMemLog(path string) error {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return usagef("--mem-log %s: %v", path, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return usagef("--mem-log %s is a directory; give a file", path)
+	}
+	head := make([]byte, len(nvgkit.MemLogHeader)+1)
+	n, _ := io.ReadFull(f, head)
+	if n > 0 && string(head[:n]) != nvgkit.MemLogHeader+"\n" {
+		return usagef("--mem-log %s exists and is not a memory log (its first line is not %q): give a new file", path, nvgkit.MemLogHeader)
+	}
+	return nil
+}
+
 func openMemLog(path string, dev *gpu.Device, tokensPerStep int) (*os.File, *nvgkit.MemLogger, error) {
+	if err := checkMemLog(path); err != nil {
+		return nil, nil, err
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--mem-log: %w", err)

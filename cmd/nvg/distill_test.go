@@ -47,6 +47,9 @@ func TestDistillUsageErrors(t *testing.T) {
 		{"distill", "--train-files", dir, "--eval-files", goFile}, // a directory
 		{"distill", "--topk-file", filepath.Join(dir, "no", "such", "dir", "topk.bin")},
 		{"distill", "-o", full},                                // not empty
+		{"distill", "-o", filepath.Join(full, "x")},            // a file
+		{"distill", "--mem-log", filepath.Join(full, "x")},     // exists, not a memory log
+		{"distill", "--mem-log", full},                         // a directory
 		{"distill", "--resume", filepath.Join(dir, "missing")}, // no run there
 		{"distill", "--resume", full},                          // not an output directory
 		{"distill", "--resume", full, "--steps", "5"},          // settings come from the run
