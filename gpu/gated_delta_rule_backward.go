@@ -108,19 +108,7 @@ func GatedDeltaRuleBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, d
 	if rows*hv*dv > maxU32Elems || rows*hk*dk > maxU32Elems || rows*hv*dk > maxU32Elems || scratch > maxU32Elems {
 		return fmt.Errorf("gpu: %s: sizes nb=%d t=%d hk=%d hv=%d dk=%d dv=%d exceed 2³¹ elements", op, nb, t, hk, hv, dk, dv)
 	}
-	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "g": g, "beta": beta, "do": do,
-		"dq": dq, "dkey": dkey, "dval": dval, "dg": dg, "dbeta": dbeta}
-	for _, c := range []struct {
-		name string
-		n    int
-	}{{"q", rows * hk * dk}, {"k", rows * hk * dk}, {"v", rows * hv * dv}, {"g", rows * hv}, {"beta", rows * hv},
-		{"do", rows * hv * dv}, {"dq", rows * hk * dk}, {"dkey", rows * hk * dk}, {"dval", rows * hv * dv},
-		{"dg", rows * hv}, {"dbeta", rows * hv}} {
-		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
-			return err
-		}
-	}
-	if err := distinct(op, bufs); err != nil {
+	if err := checkGDRBackwardBuffers(op, rows, hk, hv, dk, dv, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta); err != nil {
 		return err
 	}
 	tr, tc := (dk+15)/16, (dv+15)/16
@@ -210,4 +198,23 @@ func GatedDeltaRuleBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, d
 		}
 	}
 	return nil
+}
+
+// checkGDRBackwardBuffers validates the buffers of a gated delta rule backward (both forms):
+// F32 inputs q, k [rows, hk, dk], v, do [rows, hv, dv], g, beta [rows, hv] and gradients of
+// the same shapes, all distinct.
+func checkGDRBackwardBuffers(op string, rows, hk, hv, dk, dv int, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer) error {
+	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "g": g, "beta": beta, "do": do,
+		"dq": dq, "dkey": dkey, "dval": dval, "dg": dg, "dbeta": dbeta}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"q", rows * hk * dk}, {"k", rows * hk * dk}, {"v", rows * hv * dv}, {"g", rows * hv}, {"beta", rows * hv},
+		{"do", rows * hv * dv}, {"dq", rows * hk * dk}, {"dkey", rows * hk * dk}, {"dval", rows * hv * dv},
+		{"dg", rows * hv}, {"dbeta", rows * hv}} {
+		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
+			return err
+		}
+	}
+	return distinct(op, bufs)
 }
