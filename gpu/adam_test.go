@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -156,3 +157,147 @@ func toF64(v []float32) []float64 {
 	}
 	return o
 }
+
+// TestMultiTensorAdam runs three steps of MultiTensorAdam over vectors of awkward lengths
+// (relative and plain, masked and not) and the same steps of Adam on a copy, one call per
+// vector (Adam is checked against host.Adam in TestAdam): the two must be bit-identical in θ,
+// m and v, since they share the arithmetic and the reduction order; the gaps between vectors
+// in the arenas must stay 0.
+func TestMultiTensorAdam(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(91, 92))
+	lens := []int{1, 63, 64, 65, 777, 300}
+	relative := []bool{true, false, true, true, false, true}
+	masked := []bool{false, false, true, false, false, true}
+	n := len(lens)
+	type vec struct{ p, g, m, v, live *gpu.Buffer }
+	var all []*gpu.Buffer
+	keep := func(b *gpu.Buffer) *gpu.Buffer { all = append(all, b); return b }
+	defer func() {
+		for _, b := range all {
+			b.Release()
+		}
+	}()
+	ref, packed := make([]vec, n), make([]vec, n)
+	for i, l := range lens {
+		th, _ := randF32(rng, l, 1)
+		for j := 0; j < l; j += 7 {
+			th[j] *= 1e-3
+		}
+		m, _ := randF32(rng, l, 0.1)
+		v := make([]float32, l)
+		for j := range v {
+			v[j] = float32(1e-4 + 0.01*rng.Float64())
+		}
+		var live []uint32
+		if masked[i] {
+			live = make([]uint32, l)
+			for j := range live {
+				if j%5 != 3 && j < l-10 {
+					live[j] = 1
+				} else {
+					th[j], m[j], v[j] = 0, 0, 0
+				}
+			}
+		}
+		for _, x := range []*vec{&ref[i], &packed[i]} {
+			name := fmt.Sprintf("vec%d", i)
+			x.p = keep(must(d.UploadFloat32(name+".p", th, l)).T(t))
+			x.g = keep(must(d.NewBuffer(name+".g", gpu.F32, l)).T(t))
+			x.m = keep(must(d.UploadFloat32(name+".m", m, l)).T(t))
+			x.v = keep(must(d.UploadFloat32(name+".v", v, l)).T(t))
+			if live != nil {
+				x.live = keep(must(d.UploadUint32(name+".live", live, l)).T(t))
+			}
+		}
+	}
+	col := func(f func(vec) *gpu.Buffer) []*gpu.Buffer {
+		out := make([]*gpu.Buffer, n)
+		for i := range packed {
+			out[i] = f(packed[i])
+		}
+		return out
+	}
+	a, err := gpu.NewAdamArena(d, "arena", col(func(x vec) *gpu.Buffer { return x.p }), col(func(x vec) *gpu.Buffer { return x.g }),
+		col(func(x vec) *gpu.Buffer { return x.m }), col(func(x vec) *gpu.Buffer { return x.v }),
+		col(func(x vec) *gpu.Buffer { return x.live }), relative)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release()
+	rel := gpu.AdamConfig{LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Relative: true}
+	plain := gpu.AdamConfig{LR: 0.003, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}
+	for step := 1; step <= 3; step++ {
+		for i, l := range lens {
+			g, _ := randF32(rng, l, 1)
+			must(0, d.WriteFloat32(ref[i].g, g)).T(t)
+			must(0, d.WriteFloat32(packed[i].g, g)).T(t)
+		}
+		must(0, d.Run(func(r *gpu.Recorder) error {
+			for i, x := range ref {
+				c := plain
+				if relative[i] {
+					c = rel
+				}
+				if err := gpu.Adam(r, x.p, x.g, x.m, x.v, x.live, step, c); err != nil {
+					return err
+				}
+			}
+			return nil
+		})).T(t)
+		r := d.Begin()
+		must(0, gpu.MultiTensorAdam(r, a, step, rel, plain)).T(t)
+		if r.Len() != 2 {
+			t.Errorf("MultiTensorAdam recorded %d dispatches, want 2", r.Len())
+		}
+		must(0, r.Submit()).T(t)
+		for i := range lens {
+			for _, w := range []struct {
+				name     string
+				got, ref *gpu.Buffer
+			}{{"θ", packed[i].p, ref[i].p}, {"m", packed[i].m, ref[i].m}, {"v", packed[i].v, ref[i].v}} {
+				got := must(d.ReadFloat32(w.got)).T(t)
+				want := must(d.ReadFloat32(w.ref)).T(t)
+				for j := range got {
+					if got[j] != want[j] {
+						t.Fatalf("step %d vector %d %s[%d] = %g, Adam gives %g", step, i, w.name, j, got[j], want[j])
+					}
+				}
+			}
+		}
+	}
+	for _, arena := range []*gpu.Buffer{a.Param, a.M, a.V} {
+		whole := must(d.ReadFloat32(arena)).T(t)
+		for k := range whole {
+			inside := false
+			for i, o := range a.Offsets {
+				inside = inside || (k >= o && k < o+lens[i])
+			}
+			if !inside && whole[k] != 0 {
+				t.Fatalf("%s gap element %d = %g, want 0", arena.Label(), k, whole[k])
+			}
+		}
+	}
+	r := d.Begin()
+	defer r.Discard()
+	for name, err := range map[string]error{
+		"nil arena":     gpu.MultiTensorAdam(r, nil, 1, rel, plain),
+		"step 0":        gpu.MultiTensorAdam(r, a, 0, rel, plain),
+		"swapped":       gpu.MultiTensorAdam(r, a, 1, plain, rel),
+		"betas differ":  gpu.MultiTensorAdam(r, a, 1, rel, gpu.AdamConfig{LR: 0.1, Beta1: 0.8, Beta2: 0.999, Eps: 1e-8}),
+		"negative lr":   gpu.MultiTensorAdam(r, a, 1, gpu.AdamConfig{LR: -1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Relative: true}, plain),
+		"lengths":       errOf(gpu.NewAdamArena(d, "x", []*gpu.Buffer{ref[0].p}, nil, nil, nil, nil, nil)),
+		"length differ": errOf(gpu.NewAdamArena(d, "x", []*gpu.Buffer{ref[1].p}, []*gpu.Buffer{ref[0].g}, []*gpu.Buffer{ref[1].m}, []*gpu.Buffer{ref[1].v}, []*gpu.Buffer{nil}, []bool{true})),
+	} {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		} else if !strings.Contains(err.Error(), "gpu:") {
+			t.Errorf("%s: %v lacks the package prefix", name, err)
+		}
+	}
+	if r.Len() != 0 {
+		t.Errorf("refused calls recorded %d dispatches", r.Len())
+	}
+}
+
+func errOf[T any](_ T, err error) error { return err }

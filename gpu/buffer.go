@@ -50,15 +50,29 @@ func (t DType) String() string {
 // Buffer is a GPU storage buffer holding one row-major tensor of DType and Shape.
 // Its allocation is the tensor's bytes rounded up to a multiple of 4. Release it when done:
 // GPU memory is not Go heap and is not reclaimed by the garbage collector in time.
+//
+// A buffer moved into an arena by Device.Pack is a view: it keeps its label, dtype, shape
+// and contents, and every op, upload and readback works on it as before, but its bytes live
+// in the arena (which owns the memory) at an aligned offset.
 type Buffer struct {
 	dev      *Device
-	buf      *wgpu.Buffer
+	buf      *wgpu.Buffer // nil for a view (the arena's is used)
 	label    string
 	dtype    DType
 	shape    []int
 	numel    int
 	size     uint64 // allocated bytes
 	released bool
+	arena    *Buffer // the buffer holding a view's bytes; nil for a buffer that owns them
+	off      uint64  // a view's first byte in its arena
+}
+
+// root returns the buffer that owns b's memory and b's byte offset in it.
+func (b *Buffer) root() (*Buffer, uint64) {
+	if b.arena != nil {
+		return b.arena, b.off
+	}
+	return b, 0
 }
 
 // Label is the name given at creation (used in every error about the buffer).
@@ -98,6 +112,9 @@ func (b *Buffer) releaseLocked() {
 		return
 	}
 	b.released = true
+	if b.arena != nil {
+		return // a view: the arena owns the memory
+	}
 	if b.buf != nil {
 		b.buf.Release()
 		b.buf = nil
@@ -113,6 +130,9 @@ func (b *Buffer) usable() error {
 	}
 	if b.released {
 		return fmt.Errorf("gpu: buffer %q has been released", b.label)
+	}
+	if b.arena != nil && b.arena.released {
+		return fmt.Errorf("gpu: buffer %q is part of arena %q, which has been released", b.label, b.arena.label)
 	}
 	return nil
 }
@@ -283,7 +303,8 @@ func (d *Device) writeLocked(b *Buffer, data []byte) error {
 		copy(padded, data)
 		data = padded
 	}
-	if err := d.queue.TryWriteBuffer(b.buf, 0, data); err != nil {
+	root, off := b.root()
+	if err := d.queue.TryWriteBuffer(root.buf, off, data); err != nil {
 		return fmt.Errorf("gpu: write buffer %q (%d bytes): %w", b.label, len(data), err)
 	}
 	return nil
@@ -391,7 +412,8 @@ func (d *Device) readBytes(b *Buffer, dtype DType) ([]byte, error) {
 		return nil, fmt.Errorf("gpu: readback %q: %w", b.label, err)
 	}
 	defer enc.Release()
-	if err := enc.TryCopyBufferToBuffer(b.buf, 0, staging, 0, b.size); err != nil {
+	root, off := b.root()
+	if err := enc.TryCopyBufferToBuffer(root.buf, off, staging, 0, b.size); err != nil {
 		return nil, fmt.Errorf("gpu: readback copy %q: %w", b.label, err)
 	}
 	cmd, err := enc.TryFinish(nil)
@@ -401,7 +423,7 @@ func (d *Device) readBytes(b *Buffer, dtype DType) ([]byte, error) {
 	d.queue.Submit(cmd)
 	cmd.Release()
 	out, err := d.mapRead(staging, b.size, b.label)
-	runtime.KeepAlive(b.buf)
+	runtime.KeepAlive(root.buf)
 	return out, err
 }
 

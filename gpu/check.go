@@ -1,6 +1,9 @@
 package gpu
 
-import "fmt"
+import (
+	"fmt"
+	"sort"
+)
 
 // need checks that b is usable, has dtype t (any of ts) and exactly n elements; op and
 // name prefix the error.
@@ -30,13 +33,25 @@ func positive(op string, names string, vals ...int) error {
 	return nil
 }
 
+// distinct errors when two of bufs are the same buffer or views whose bytes overlap (Pack).
 func distinct(op string, bufs map[string]*Buffer) error {
-	seen := map[*Buffer]string{}
-	for name, b := range bufs {
-		if other, ok := seen[b]; ok {
-			return fmt.Errorf("gpu: %s: %s and %s are the same buffer %q", op, other, name, b.label)
+	names := make([]string, 0, len(bufs))
+	for name := range bufs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for i, a := range names {
+		for _, b := range names[i+1:] {
+			x, y := bufs[a], bufs[b]
+			if x == y {
+				return fmt.Errorf("gpu: %s: %s and %s are the same buffer %q", op, a, b, x.label)
+			}
+			rx, ox := x.root()
+			ry, oy := y.root()
+			if rx == ry && ox < oy+y.size && oy < ox+x.size {
+				return fmt.Errorf("gpu: %s: %s (%q) and %s (%q) overlap in arena %q", op, a, x.label, b, y.label, rx.label)
+			}
 		}
-		seen[b] = name
 	}
 	return nil
 }

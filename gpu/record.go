@@ -149,11 +149,19 @@ func (r *Recorder) Dispatch(k *Kernel, groups [3]int, uniforms []uint32, binds .
 		}
 		bs[i] = b
 	}
+	// WebGPU's usage rule is per buffer, not per range: two views of one arena (Pack) count
+	// as one buffer.
 	for i := range bs {
+		ri, _ := bs[i].Buf.root()
 		for j := range bs {
-			if i != j && bs[i].Buf == bs[j].Buf && k.spec.Bindings[i] == ReadWrite && k.spec.Bindings[j] == Read {
-				return fmt.Errorf("gpu: %s: buffer %q bound read-write (binding %d) and read-only (binding %d) in one dispatch",
-					k.spec.Name, bs[i].Buf.label, i, j)
+			rj, _ := bs[j].Buf.root()
+			if i != j && ri == rj && k.spec.Bindings[i] == ReadWrite && k.spec.Bindings[j] == Read {
+				if bs[i].Buf == bs[j].Buf {
+					return fmt.Errorf("gpu: %s: buffer %q bound read-write (binding %d) and read-only (binding %d) in one dispatch",
+						k.spec.Name, bs[i].Buf.label, i, j)
+				}
+				return fmt.Errorf("gpu: %s: buffers %q (binding %d, read-write) and %q (binding %d, read-only) share arena %q, which one dispatch cannot bind both ways",
+					k.spec.Name, bs[i].Buf.label, i, bs[j].Buf.label, j, ri.label)
 			}
 		}
 	}
@@ -340,7 +348,8 @@ func (d *Device) submitLocked(ops []dispatch, profile bool) error {
 	for i, op := range ops {
 		entries := make([]wgpu.BindGroupEntry, 0, len(op.binds)+1)
 		for j, b := range op.binds {
-			entries = append(entries, wgpu.BindGroupEntry{Binding: uint32(j), Buffer: b.Buf.buf, Offset: b.Offset, Size: b.Size})
+			root, off := b.Buf.root()
+			entries = append(entries, wgpu.BindGroupEntry{Binding: uint32(j), Buffer: root.buf, Offset: off + b.Offset, Size: b.Size})
 		}
 		if len(op.uniforms) > 0 {
 			entries = append(entries, wgpu.BindGroupEntry{Binding: uint32(len(op.binds)), Buffer: ubuf,
@@ -407,7 +416,8 @@ func (d *Device) submitLocked(ops []dispatch, profile bool) error {
 	cmd.Release()
 	for _, op := range ops {
 		for _, b := range op.binds {
-			runtime.KeepAlive(b.Buf.buf)
+			root, _ := b.Buf.root()
+			runtime.KeepAlive(root.buf)
 		}
 	}
 	if profile {

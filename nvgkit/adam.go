@@ -49,14 +49,15 @@ func (c AdamConfig) Validate() error {
 	return nil
 }
 
-// Adam applies one Adam step (Kingma & Ba 2015, bias-corrected; gpu.Adam, host.Adam) to every
-// trainable of a Student from its accumulated gradient, step being the 1-based step number
-// (the bias corrections use it): the metric scales (h, ℓ, g of every BLR path) with the
-// relative step lr·max(|θ|, Floor·RMS_live)·m̂/(√v̂ + ε) at cfg.LR, the RMSNorm gains with
-// plain Adam at cfg.GainLR. Masked rank padding (ℓ past the live rank, with its moments)
-// stays exactly zero. One submit; gradients are not cleared (ZeroGrads). The values stay f32
-// (not rounded to f16: see RoundMetricF16 and Export). Errors, before anything is submitted:
-// an invalid cfg, step < 1, a nil/released/Teacher net; then a GPU error.
+// Adam applies one Adam step (Kingma & Ba 2015, bias-corrected; gpu.MultiTensorAdam,
+// host.Adam) to every trainable of a Student from its accumulated gradient, step being the
+// 1-based step number (the bias corrections use it): the metric scales (h, ℓ, g of every BLR
+// path) with the relative step lr·max(|θ|, Floor·RMS_live)·m̂/(√v̂ + ε) at cfg.LR, the
+// RMSNorm gains with plain Adam at cfg.GainLR. Masked rank padding (ℓ past the live rank,
+// with its moments) stays exactly zero. One submit, two dispatches per trainables arena;
+// gradients are not cleared (ZeroGrads). The values stay f32 (not rounded to f16: see
+// RoundMetricF16 and Export). Errors, before anything is submitted: an invalid cfg,
+// step < 1, a nil/released/Teacher net; then a GPU error.
 func Adam(net *Net, cfg AdamConfig, step int) error {
 	if err := net.requireStudent("Adam"); err != nil {
 		return err
@@ -70,13 +71,9 @@ func Adam(net *Net, cfg AdamConfig, step int) error {
 	metric := gpu.AdamConfig{LR: cfg.LR, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, Relative: true, Floor: cfg.Floor}
 	gain := gpu.AdamConfig{LR: cfg.GainLR, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps}
 	err := net.dev.Run(func(r *gpu.Recorder) error {
-		for _, t := range net.st.trainables {
-			c := gain
-			if t.metric {
-				c = metric
-			}
-			if err := gpu.Adam(r, t.param, t.grad, t.m, t.v, t.live, step, c); err != nil {
-				return fmt.Errorf("%s: %w", t.name, err)
+		for _, a := range net.st.arenas {
+			if err := gpu.MultiTensorAdam(r, a, step, metric, gain); err != nil {
+				return err
 			}
 		}
 		return nil

@@ -8,15 +8,15 @@ import (
 )
 
 // gradSumSquares returns Σ g² over every gradient buffer of a Student (f32 on the GPU,
-// gpu.GradSumSquares, one submit), as float64.
+// gpu.GradSumSquares over each gradient arena, one submit), as float64.
 func (n *Net) gradSumSquares() (float64, error) {
 	err := n.dev.Run(func(r *gpu.Recorder) error {
 		if err := gpu.Zero(r, n.st.gss); err != nil {
 			return err
 		}
-		for _, t := range n.st.trainables {
-			if err := gpu.GradSumSquares(r, t.grad, n.st.gss); err != nil {
-				return fmt.Errorf("%s: %w", t.name, err)
+		for _, a := range n.st.arenas {
+			if err := gpu.GradSumSquares(r, a.Grad, n.st.gss); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -32,16 +32,16 @@ func (n *Net) gradSumSquares() (float64, error) {
 }
 
 // ZeroGrads sets every gradient buffer of a Student (each BLR path's h, ℓ, g and every norm
-// gain) to zero, in one submit: Step accumulates into them. Errors: a nil, released or
-// Teacher net; a GPU error.
+// gain) to zero, in one submit (one Zero per gradient arena): Step accumulates into them.
+// Errors: a nil, released or Teacher net; a GPU error.
 func ZeroGrads(net *Net) error {
 	if err := net.requireStudent("ZeroGrads"); err != nil {
 		return err
 	}
 	return net.dev.Run(func(r *gpu.Recorder) error {
-		for _, t := range net.st.trainables {
-			if err := gpu.Zero(r, t.grad); err != nil {
-				return fmt.Errorf("nvgkit.ZeroGrads: %s: %w", t.name, err)
+		for _, a := range net.st.arenas {
+			if err := gpu.Zero(r, a.Grad); err != nil {
+				return fmt.Errorf("nvgkit.ZeroGrads: %w", err)
 			}
 		}
 		return nil
@@ -84,9 +84,9 @@ func ClipGrads(net *Net, maxNorm float64) (norm float64, err error) {
 	}
 	s := maxNorm / norm
 	err = net.dev.Run(func(r *gpu.Recorder) error {
-		for _, t := range net.st.trainables {
-			if err := gpu.GradScale(r, t.grad, s); err != nil {
-				return fmt.Errorf("%s: %w", t.name, err)
+		for _, a := range net.st.arenas {
+			if err := gpu.GradScale(r, a.Grad, s); err != nil {
+				return err
 			}
 		}
 		return nil

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -15,38 +16,9 @@ import (
 // per-layer temporaries), and the part the formulas give in advance (formula-bytes:
 // Net.WeightBytes + Net.StateBytes + StudentWorkBytes + the top-k buffers).
 func BenchmarkStep(b *testing.B) {
-	d, m, tnet := tinyTeacher(b)
 	const nb, T, k = 2, 256, 32
-	ids := make([][]int, nb)
-	for i := range ids {
-		for j := 0; j < T; j++ {
-			ids[i] = append(ids[i], (i*7919+j*104729)%m.Config.VocabSize)
-		}
-	}
-	tw, err := nvgkit.NewWork(d, tnet, nb, T)
-	if err != nil {
-		b.Fatal(err)
-	}
-	top, err := nvgkit.TeacherTopK(tnet, tw, ids, k)
-	tw.Release()
-	if err != nil {
-		b.Fatal(err)
-	}
-	sm, _, err := nvgkit.Compress(m, cmf.CompressOptions{BitsPerWeight: 1, Seed: 1, SVD: cmf.SVDOptions{PowerIters: -1}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	base := d.MemStats().CurrentBytes
-	d.ResetPeak()
-	net, err := nvgkit.LoadNet(d, sm, nvgkit.Student)
-	if err != nil {
-		b.Fatal(err)
-	}
+	d, net, w, ids, top, base := tinyStudentStep(b, nb, T, k)
 	defer net.Release()
-	w, err := nvgkit.NewWork(d, net, nb, T)
-	if err != nil {
-		b.Fatal(err)
-	}
 	defer w.Release()
 	if _, err := nvgkit.Step(net, w, ids, top); err != nil { // warm-up: compile the pipelines
 		b.Fatal(err)
@@ -64,4 +36,76 @@ func BenchmarkStep(b *testing.B) {
 	if w.Bytes() != nvgkit.StudentWorkBytes(net.Config, nb, T)+8*nb*T*k {
 		b.Errorf("work holds %d bytes, the formula says %d", w.Bytes(), nvgkit.StudentWorkBytes(net.Config, nb, T)+8*nb*T*k)
 	}
+}
+
+// BenchmarkOptimizerStep times a whole optimizer step as Trainer runs it — ZeroGrads, Step,
+// ClipGrads, Adam — on the tiny student at nb = 2 windows of t = 64 tokens (the H200 soak's
+// geometry in docs/RELIABILITY.md), where the GPU work is small and the step is bound by
+// recording, submitting and synchronising: it reports ms/step and steps/s.
+func BenchmarkOptimizerStep(b *testing.B) {
+	const nb, T, k = 2, 64, 32
+	_, net, w, ids, top, _ := tinyStudentStep(b, nb, T, k)
+	defer net.Release()
+	defer w.Release()
+	step := 0
+	opt := func() {
+		step++
+		if err := nvgkit.ZeroGrads(net); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := nvgkit.Step(net, w, ids, top); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := nvgkit.ClipGrads(net, 1); err != nil {
+			b.Fatal(err)
+		}
+		cfg := nvgkit.DefaultAdam()
+		cfg.LR, cfg.GainLR = 1e-4, 1e-4 // small steps: the loss stays finite over any b.N
+		if err := nvgkit.Adam(net, cfg, step); err != nil {
+			b.Fatal(err)
+		}
+	}
+	opt() // warm-up: compile the pipelines
+	b.ResetTimer()
+	for b.Loop() {
+		opt()
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/step")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
+}
+
+// tinyStudentStep loads the tiny teacher compressed at 1 bit per weight as a Student with a
+// work of nb windows of t tokens, and the teacher's top-k for fixed ids; base is the GPU
+// bytes in use before the student was loaded (the peak is reset there).
+func tinyStudentStep(b *testing.B, nb, T, k int) (d *gpu.Device, net *nvgkit.Net, w *nvgkit.Work, ids [][]int, top *nvgkit.TopK, base uint64) {
+	d, m, tnet := tinyTeacher(b)
+	ids = make([][]int, nb)
+	for i := range ids {
+		for j := 0; j < T; j++ {
+			ids[i] = append(ids[i], (i*7919+j*104729)%m.Config.VocabSize)
+		}
+	}
+	tw, err := nvgkit.NewWork(d, tnet, nb, T)
+	if err != nil {
+		b.Fatal(err)
+	}
+	top, err = nvgkit.TeacherTopK(tnet, tw, ids, k)
+	tw.Release()
+	if err != nil {
+		b.Fatal(err)
+	}
+	sm, _, err := nvgkit.Compress(m, cmf.CompressOptions{BitsPerWeight: 1, Seed: 1, SVD: cmf.SVDOptions{PowerIters: -1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	base = d.MemStats().CurrentBytes
+	d.ResetPeak()
+	if net, err = nvgkit.LoadNet(d, sm, nvgkit.Student); err != nil {
+		b.Fatal(err)
+	}
+	if w, err = nvgkit.NewWork(d, net, nb, T); err != nil {
+		net.Release()
+		b.Fatal(err)
+	}
+	return d, net, w, ids, top, base
 }

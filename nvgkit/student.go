@@ -30,6 +30,10 @@ type studentState struct {
 	blrLayers  []*gpu.BLRLayer
 	owned      []*gpu.Buffer
 	gss        *gpu.Buffer // F32 [1]: GradSumSquares scratch
+	// arenas hold every trainable's param, grad and moments packed (gpu.NewAdamArena), so
+	// ZeroGrads, the gradient norm, clipping and Adam take a few dispatches, not a few per
+	// trainable; the trainables' buffers are views into them.
+	arenas []*gpu.AdamArena
 }
 
 func (s *studentState) release() {
@@ -42,7 +46,10 @@ func (s *studentState) release() {
 	for _, l := range s.blrLayers {
 		l.Release()
 	}
-	s.owned, s.blrLayers = nil, nil
+	for _, a := range s.arenas {
+		a.Release()
+	}
+	s.owned, s.blrLayers, s.arenas = nil, nil, nil
 }
 
 // blrBytes is the GPU bytes of a BLR layer's scales, sign bits and mask.
@@ -240,9 +247,51 @@ func (n *Net) loadStudent(m *cmf.Model) error {
 	if err := n.addTrainable("model.norm.weight", n.finalNorm, nil, false, []int{H}); err != nil {
 		return err
 	}
+	return n.finishStudent()
+}
+
+// finishStudent allocates the gradient-norm scratch and packs the trainables into arenas
+// (each within one storage binding; gpu.NewAdamArena), after every addTrainable.
+func (n *Net) finishStudent() error {
 	var err error
-	n.st.gss, err = n.newBuf("student.gradSumSquares", 1)
-	return err
+	if n.st.gss, err = n.newBuf("student.gradSumSquares", 1); err != nil {
+		return err
+	}
+	limit := n.dev.Info().MaxStorageBindingSize
+	ts := n.st.trainables
+	for len(ts) > 0 {
+		// The longest prefix whose arena fits one binding (at least one trainable).
+		k, sizes := 0, []uint64{}
+		for k < len(ts) {
+			sizes = append(sizes, ts[k].param.Bytes())
+			if _, total := n.dev.PackLayout(sizes); total > limit && k > 0 {
+				break
+			}
+			k++
+		}
+		group := ts[:k]
+		ts = ts[k:]
+		col := func(f func(*trainable) *gpu.Buffer) []*gpu.Buffer {
+			out := make([]*gpu.Buffer, len(group))
+			for i, t := range group {
+				out[i] = f(t)
+			}
+			return out
+		}
+		rel := make([]bool, len(group))
+		for i, t := range group {
+			rel[i] = t.metric
+		}
+		a, err := gpu.NewAdamArena(n.dev, fmt.Sprintf("student.trainables%d", len(n.st.arenas)),
+			col(func(t *trainable) *gpu.Buffer { return t.param }), col(func(t *trainable) *gpu.Buffer { return t.grad }),
+			col(func(t *trainable) *gpu.Buffer { return t.m }), col(func(t *trainable) *gpu.Buffer { return t.v }),
+			col(func(t *trainable) *gpu.Buffer { return t.live }), rel)
+		if err != nil {
+			return memRemedy(err)
+		}
+		n.st.arenas = append(n.st.arenas, a)
+	}
+	return nil
 }
 
 // gainGrad returns the gradient buffer of the gain whose weight buffer is w.
@@ -276,18 +325,16 @@ func (n *Net) TrainableCount() int {
 	return c
 }
 
-// StateBytes is the GPU bytes a Student holds besides its weights: one gradient and two
-// Adam moments per trained value, 12 bytes each, plus a 4-byte reduction scratch; 0 for a
-// Teacher. (The trained values themselves are in WeightBytes.)
+// StateBytes is the GPU bytes a Student holds besides its weights: per trained value one
+// gradient, two Adam moments and the 4-byte tag of the packed arenas (gpu.AdamArena), 16
+// bytes, plus a 4-byte reduction scratch; 0 for a Teacher. Not counted: the arenas' table
+// (16 bytes per trained vector) and alignment gaps (under 4·StorageAlign bytes per vector).
+// (The trained values themselves are in WeightBytes.)
 func (n *Net) StateBytes() uint64 {
 	if n == nil || n.st == nil {
 		return 0
 	}
-	var b uint64
-	for _, o := range n.st.owned {
-		b += o.Bytes()
-	}
-	return b
+	return 16*uint64(n.TrainableCount()) + 4
 }
 
 // requireStudent reports whether net is a usable Student.

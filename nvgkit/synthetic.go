@@ -421,7 +421,7 @@ func (s *synth) build(progress func(done, total int)) error {
 		if err := n.addTrainable("model.norm.weight", n.finalNorm, nil, false, []int{H}); err != nil {
 			return err
 		}
-		if n.st.gss, err = n.newBuf("student.gradSumSquares", 1); err != nil {
+		if err := n.finishStudent(); err != nil {
 			return err
 		}
 	}

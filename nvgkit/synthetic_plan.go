@@ -27,7 +27,8 @@ type SyntheticPlan struct {
 	// WeightBytes is the GPU bytes of the net's weights during the phase: all of them when
 	// resident; the embedding, head, final norm and the two largest layers when streamed.
 	WeightBytes uint64
-	// StateBytes is a Student's gradients and Adam moments (12 bytes per trained value + 4).
+	// StateBytes is a Student's gradients, Adam moments and arena tags (Net.StateBytes: 16
+	// bytes per trained value + 4).
 	StateBytes uint64
 	// WorkBytes is the activation buffers (NewWork) and the top-k buffers (8·rows·k bytes).
 	WorkBytes uint64
@@ -218,7 +219,7 @@ func SyntheticMemory(c cmf.Config, kind NetKind, nb, t, k int, streamed bool) (S
 	Q, KV := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
 	if kind == Student {
 		p.WorkBytes = StudentWorkBytes(c, nb, t)
-		p.StateBytes = 12*uint64(p.Trainables) + 4
+		p.StateBytes = 16*uint64(p.Trainables) + 4
 		add("work.gate", I)
 		if hasKind(c, false) {
 			add("work.dMixed", 2*QK+VV)

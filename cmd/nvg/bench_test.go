@@ -74,7 +74,7 @@ func TestBenchTiny(t *testing.T) {
 	}
 	if rep.CPU || d.Info().Timestamps {
 		has(r.Teacher.Profile, "Linear", "LogitsTopK.logits", "LogitsTopK.merge", "Attention", "GatedDeltaRuleChunked", "Embedding") // nb·hv ≤ 64: the chunked forward (nvgkit/delta_rule.go)
-		has(r.Student.Profile, "BLRForward.y", "KLLossBackward.logits", "AttentionBackward.dkv", "GatedDeltaRuleChunkedBackward", "Adam")
+		has(r.Student.Profile, "BLRForward.y", "KLLossBackward.logits", "AttentionBackward.dkv", "GatedDeltaRuleChunkedBackward", "MultiTensorAdam.update")
 	}
 }
 
