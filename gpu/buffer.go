@@ -139,8 +139,9 @@ func (b *Buffer) usable() error {
 
 // MemStats reports the GPU memory held by nvg's buffers (not pipelines or staging buffers).
 type MemStats struct {
-	// CurrentBytes is the total allocated size of live buffers; PeakBytes the highest it has
-	// been since Open (or ResetPeak).
+	// CurrentBytes is the total allocated size of live buffers, the scratch buffers kept for
+	// reuse included (Recorder.Temp, FreeScratch); PeakBytes the highest it has been since
+	// Open (or ResetPeak).
 	CurrentBytes, PeakBytes uint64
 	// Buffers is the number of live buffers.
 	Buffers int
@@ -234,7 +235,18 @@ func (d *Device) NewBuffer(label string, dtype DType, shape ...int) (*Buffer, er
 	return d.newBufferLocked(label, dtype, shape)
 }
 
+// newBufferLocked allocates a buffer; when it does not fit (ErrOutOfMemory) and scratch
+// buffers are kept for reuse, it frees them and tries once more.
 func (d *Device) newBufferLocked(label string, dtype DType, shape []int) (*Buffer, error) {
+	b, err := d.allocLocked(label, dtype, shape)
+	if err != nil && errors.Is(err, ErrOutOfMemory) && d.scratchB > 0 {
+		d.freeScratchLocked()
+		b, err = d.allocLocked(label, dtype, shape)
+	}
+	return b, err
+}
+
+func (d *Device) allocLocked(label string, dtype DType, shape []int) (*Buffer, error) {
 	if err := d.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -398,15 +410,18 @@ func (d *Device) readBytes(b *Buffer, dtype DType) ([]byte, error) {
 	if b.dtype != dtype {
 		return nil, fmt.Errorf("gpu: read buffer %s as %s", b, dtype)
 	}
-	staging, err := d.dev.TryCreateBuffer(&wgpu.BufferDescriptor{
-		Label: b.label + " (readback)",
-		Size:  b.size,
-		Usage: wgpu.BufferUsageMapRead | wgpu.BufferUsageCopyDst,
-	})
+	staging, err := d.stagingLocked(b.size, b.label)
 	if err != nil {
-		return nil, fmt.Errorf("gpu: readback staging for %q (%d bytes): %w", b.label, b.size, err)
+		return nil, err
 	}
-	defer staging.Release()
+	reuse := false
+	defer func() {
+		if reuse {
+			d.keepStagingLocked(staging, b.size)
+		} else {
+			staging.Release()
+		}
+	}()
 	enc, err := d.dev.TryCreateCommandEncoder(nil)
 	if err != nil {
 		return nil, fmt.Errorf("gpu: readback %q: %w", b.label, err)
@@ -424,7 +439,51 @@ func (d *Device) readBytes(b *Buffer, dtype DType) ([]byte, error) {
 	cmd.Release()
 	out, err := d.mapRead(staging, b.size, b.label)
 	runtime.KeepAlive(root.buf)
+	reuse = err == nil // unmapped again: ready for the next readback of this size
 	return out, err
+}
+
+// Readback staging buffers (MapRead) are kept for reuse by size: creating one costs the
+// NVIDIA driver about a millisecond, more than a small readback itself. At most
+// stagingMaxTotal bytes are kept, only buffers up to stagingMaxBuffer each.
+const (
+	stagingMaxBuffer = 16 << 20
+	stagingMaxTotal  = 64 << 20
+)
+
+// stagingLocked returns a MapRead buffer of size bytes: a kept one or a new one.
+func (d *Device) stagingLocked(size uint64, label string) (*wgpu.Buffer, error) {
+	if list := d.staging[size]; len(list) > 0 {
+		s := list[len(list)-1]
+		d.staging[size] = list[:len(list)-1]
+		return s, nil
+	}
+	s, err := d.dev.TryCreateBuffer(&wgpu.BufferDescriptor{
+		Label: "nvg readback",
+		Size:  size,
+		Usage: wgpu.BufferUsageMapRead | wgpu.BufferUsageCopyDst,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gpu: readback staging for %q (%d bytes): %w", label, size, err)
+	}
+	return s, nil
+}
+
+// keepStagingLocked keeps an unmapped staging buffer for reuse, or releases it when it
+// would not fit the limits.
+func (d *Device) keepStagingLocked(s *wgpu.Buffer, size uint64) {
+	var kept uint64
+	for sz, list := range d.staging {
+		kept += sz * uint64(len(list))
+	}
+	if size > stagingMaxBuffer || kept+size > stagingMaxTotal {
+		s.Release()
+		return
+	}
+	if d.staging == nil {
+		d.staging = map[uint64][]*wgpu.Buffer{}
+	}
+	d.staging[size] = append(d.staging[size], s)
 }
 
 // mapRead maps a MapRead buffer after the queue is idle and copies size bytes out.

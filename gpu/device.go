@@ -35,7 +35,10 @@ type Device struct {
 	mem      MemStats
 	budget   uint64 // SetMemoryBudget; 0: none
 	buffers  map[*Buffer]struct{}
-	kernels  map[string]*Kernel
+	scratch  map[uint64][]*Buffer // Recorder temporaries kept for reuse, by byte size
+	scratchB uint64               // their bytes
+	kernels  map[kernelKey]*Kernel
+	staging  map[uint64][]*wgpu.Buffer // readback buffers kept for reuse, by size
 	profiler profiler
 
 	logitsStore uint64 // KLLossBackward keeps pass 1's logits up to this many bytes
@@ -273,7 +276,7 @@ func Open() (*Device, error) {
 		instance: inst, adapter: ad, dev: dev, queue: dev.GetQueue(),
 		info: info, limits: lim,
 		buffers: map[*Buffer]struct{}{},
-		kernels: map[string]*Kernel{},
+		kernels: map[kernelKey]*Kernel{},
 	}
 	if !info.CPU {
 		d.logitsStore = DefaultLogitsStore
@@ -308,6 +311,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.poll(true)
+	d.scratch, d.scratchB = nil, 0 // in d.buffers too: released below
 	for b := range d.buffers {
 		b.releaseLocked()
 	}
@@ -315,6 +319,12 @@ func (d *Device) Close() error {
 		k.release()
 	}
 	d.kernels = nil
+	for _, list := range d.staging {
+		for _, b := range list {
+			b.Release()
+		}
+	}
+	d.staging = nil
 	d.profiler.release()
 	d.queue.Release()
 	d.dev.Release()

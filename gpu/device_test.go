@@ -19,6 +19,7 @@ func TestInfo(t *testing.T) {
 
 func TestBuffersAndMemStats(t *testing.T) {
 	d := gputest.Open(t)
+	d.FreeScratch() // other tests' kept scratch would be freed by the oversized buffer below
 	before := d.MemStats()
 	a := must(d.UploadF16("a", []uint16{0x3c00, 0xc000, 0x7bff}, 3)).T(t) // 1, -2, 65504
 	b := must(d.UploadUint32("b", []uint32{1, 2, 3, 4, 5, 6}, 2, 3)).T(t)
@@ -64,6 +65,58 @@ func TestBuffersAndMemStats(t *testing.T) {
 	if got := d.MemStats(); got.CurrentBytes != before.CurrentBytes || got.Buffers != before.Buffers {
 		t.Errorf("after release %+v, before %+v", got, before)
 	}
+}
+
+// TestScratchReuse: a recorder's temporary goes back to the device at Submit and the next
+// Temp of the same byte size is that buffer again, cleared before the submit that uses it
+// (Σ t² of the stale random contents must read 0); FreeScratch gives its memory back, and
+// an allocation beyond the memory budget frees kept scratch before failing.
+func TestScratchReuse(t *testing.T) {
+	d := gputest.Open(t)
+	d.FreeScratch()
+	base := d.MemStats()
+	out := must(d.NewBuffer("out", gpu.F32, 1)).T(t)
+	defer out.Release()
+	r := d.Begin()
+	t1 := must(r.Temp("t1", gpu.F32, 1000)).T(t)
+	must(0, gpu.FillRandomUniform(r, t1, 7, 0, 1, 2)).T(t)
+	must(0, r.Submit()).T(t)
+	if got := d.MemStats(); got.CurrentBytes != base.CurrentBytes+out.Bytes()+4000 {
+		t.Errorf("after the submit %d bytes, want the 4,000-byte scratch kept: %d", got.CurrentBytes, base.CurrentBytes+out.Bytes()+4000)
+	}
+	r = d.Begin()
+	t2 := must(r.Temp("t2", gpu.U32, 10, 100)).T(t) // same bytes, other dtype and shape
+	if t2 != t1 {
+		t.Errorf("the second Temp of 4,000 bytes is a new buffer, want the kept one")
+	}
+	if t2.Label() != "t2" || t2.DType() != gpu.U32 || t2.Len() != 1000 {
+		t.Errorf("reused temp is %v, want \"t2\" u32[10 100]", t2)
+	}
+	r.Discard()
+	r = d.Begin()
+	t3 := must(r.Temp("t3", gpu.F32, 1000)).T(t)
+	must(0, gpu.Zero(r, out)).T(t)
+	must(0, gpu.GradSumSquares(r, t3, out)).T(t)
+	must(0, r.Submit()).T(t)
+	if got := must(d.ReadFloat32(out)).T(t); got[0] != 0 {
+		t.Errorf("a reused temp holds stale values: Σ t² = %g, want 0", got[0])
+	}
+	kept := d.MemStats().CurrentBytes
+	d.FreeScratch()
+	if got := d.MemStats().CurrentBytes; got >= kept || got != base.CurrentBytes+out.Bytes() {
+		t.Errorf("after FreeScratch %d bytes (before %d), want %d", got, kept, base.CurrentBytes+out.Bytes())
+	}
+	// Kept scratch never makes an allocation fail: beyond the budget it is freed first.
+	r = d.Begin()
+	must(r.Temp("t4", gpu.F32, 1000)).T(t)
+	must(0, r.Submit()).T(t)
+	defer d.SetMemoryBudget(d.MemoryBudget())
+	d.SetMemoryBudget(d.MemStats().CurrentBytes + 100)
+	b, err := d.NewBuffer("needs the scratch's room", gpu.F32, 1000)
+	if err != nil {
+		t.Fatalf("allocation within the budget once scratch is freed: %v", err)
+	}
+	b.Release()
 }
 
 // TestDispatchChecks: every Dispatch mistake is an error from Go, before the driver sees it.

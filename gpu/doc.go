@@ -32,8 +32,8 @@
 //     maxStorageBufferBindingSize, read/read-write aliasing and grid limits.
 //
 // A launcher that needs scratch memory or uploaded host arguments (Embedding's ids,
-// LogitsTopK's logits slice) takes it from r.Temp / r.TempUint32: the recorder releases it
-// after Submit. A launcher that records several dispatches truncates its own partial
+// LogitsTopK's logits slice) takes it from r.Temp / r.TempUint32: the recorder hands it
+// back after Submit, and a later Temp of the same size reuses it (cleared on the GPU). A launcher that records several dispatches truncates its own partial
 // recording on error, so a failed call leaves the recorder as it was. A tensor larger than
 // one storage binding (maxStorageBufferBindingSize) is bound in slices with Binding
 // offsets that are multiples of StorageAlign (Embedding, LogitsTopK do this).

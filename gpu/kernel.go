@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/nvg-project/nvg/wgsl"
@@ -27,9 +28,9 @@ type KernelSpec struct {
 	File string
 	// Entry is the entry point; "" means "main".
 	Entry string
-	// Params are the template parameters (a struct of literal sizes). Together with File
-	// and Entry they are the pipeline cache key (formatted with %#v), so they must hold
-	// only values, no pointers.
+	// Params are the template parameters (a struct of literal sizes). Together with Name,
+	// File and Entry they are the pipeline cache key (compared with ==, or formatted with
+	// %#v when the type is not comparable), so they must hold only values, no pointers.
 	Params any
 	// Bindings lists the storage bindings 0..len-1 in the shader's order.
 	Bindings []Access
@@ -38,10 +39,16 @@ type KernelSpec struct {
 	Uniforms int
 }
 
+// kernelKey identifies a cached pipeline: Params itself when its type is comparable (a
+// struct of values: the usual case, and a map lookup without formatting), else its %#v text.
+type kernelKey struct {
+	name, file, entry string
+	params            any
+}
+
 // Kernel is a compiled, cached compute pipeline.
 type Kernel struct {
 	spec     KernelSpec
-	key      string
 	dev      *Device
 	pipeline *wgpu.ComputePipeline
 	layout   *wgpu.BindGroupLayout
@@ -72,7 +79,10 @@ func (d *Device) Kernel(spec KernelSpec) (*Kernel, error) {
 	}
 	// The op name is part of the key so that ops sharing a shader (Linear, LinearT,
 	// MatMul) keep separate profiler rows.
-	key := fmt.Sprintf("%s|%s|%s|%#v", spec.Name, spec.File, spec.Entry, spec.Params)
+	key := kernelKey{spec.Name, spec.File, spec.Entry, spec.Params}
+	if t := reflect.TypeOf(spec.Params); t != nil && !t.Comparable() {
+		key.params = fmt.Sprintf("%#v", spec.Params)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.checkOpen(); err != nil {
@@ -100,7 +110,7 @@ func (d *Device) Kernel(spec KernelSpec) (*Kernel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpu: kernel %s: pipeline %s (%+v): %w", spec.Name, spec.File, spec.Params, err)
 	}
-	k := &Kernel{spec: spec, key: key, dev: d, pipeline: pl, layout: pl.GetBindGroupLayout(0)}
+	k := &Kernel{spec: spec, dev: d, pipeline: pl, layout: pl.GetBindGroupLayout(0)}
 	d.kernels[key] = k
 	return k, nil
 }

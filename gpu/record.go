@@ -35,10 +35,11 @@ func (d *Device) StorageAlign() uint64 {
 // mistake is an error, never a validation failure inside the driver (which would abort the
 // process on this binding).
 type Recorder struct {
-	d     *Device
-	ops   []dispatch
-	temps []*Buffer
-	done  bool
+	d      *Device
+	ops    []dispatch
+	temps  []*Buffer
+	clears []*Buffer // reused temporaries to zero at the start of the submit
+	done   bool
 }
 
 type dispatch struct {
@@ -207,20 +208,28 @@ func (d *Device) checkBinding(k *Kernel, i int, b *Binding) error {
 	return nil
 }
 
-// Temp allocates a zero-filled scratch buffer owned by the recorder: it is released after
-// Submit (or Discard). Launchers use it for intermediate results and uploaded arguments.
+// Scratch reuse: a Recorder's temporaries go back to the device after Submit (or Discard)
+// and the next Temp of the same byte size takes one instead of allocating (creating and
+// freeing buffers cost about as much host time as the dispatches of a small step). Reused
+// buffers are cleared on the GPU at the start of the submit that uses them. At most
+// scratchMaxTotal bytes are kept, only buffers up to scratchMaxBuffer each; an allocation
+// that runs out of memory frees them first (Device.FreeScratch).
+const (
+	scratchMaxBuffer = 64 << 20
+	scratchMaxTotal  = 1 << 30
+)
+
+// Temp returns a zero-filled scratch buffer owned by the recorder: it is handed back after
+// Submit (or Discard), for a later Temp to reuse. Launchers use it for intermediate results
+// and uploaded arguments. Errors: those of NewBuffer.
 func (r *Recorder) Temp(label string, dtype DType, shape ...int) (*Buffer, error) {
-	if err := r.usable(); err != nil {
-		return nil, err
-	}
-	if r.done {
-		return nil, errors.New("gpu: Temp on a submitted recorder")
-	}
-	b, err := r.d.NewBuffer(label, dtype, shape...)
+	b, reused, err := r.temp("Temp", label, dtype, shape)
 	if err != nil {
 		return nil, err
 	}
-	r.temps = append(r.temps, b)
+	if reused {
+		r.clears = append(r.clears, b)
+	}
 	return b, nil
 }
 
@@ -229,15 +238,77 @@ func (r *Recorder) TempUint32(label string, data []uint32, shape ...int) (*Buffe
 	if err := r.usable(); err != nil {
 		return nil, err
 	}
-	if r.done {
-		return nil, errors.New("gpu: Temp on a submitted recorder")
-	}
-	b, err := r.d.UploadUint32(label, data, shape...)
+	n, err := shapeNumel(label, shape)
 	if err != nil {
 		return nil, err
 	}
+	if n != len(data) {
+		return nil, fmt.Errorf("gpu: upload %q: %d values for shape %v (%d elements)", label, len(data), shape, n)
+	}
+	b, _, err := r.temp("TempUint32", label, U32, shape)
+	if err != nil {
+		return nil, err
+	}
+	r.d.mu.Lock()
+	defer r.d.mu.Unlock()
+	return b, r.d.writeLocked(b, bytesOf(data))
+}
+
+// temp takes a scratch buffer of the shape's byte size from the device's reuse list
+// (reused = true: its contents are stale) or allocates a zeroed one, and records it.
+func (r *Recorder) temp(op, label string, dtype DType, shape []int) (b *Buffer, reused bool, err error) {
+	if err := r.usable(); err != nil {
+		return nil, false, err
+	}
+	if r.done {
+		return nil, false, fmt.Errorf("gpu: %s on a submitted recorder", op)
+	}
+	if dtype != F32 && dtype != F16 && dtype != U32 {
+		return nil, false, fmt.Errorf("gpu: buffer %q: unknown dtype %v", label, dtype)
+	}
+	n, err := shapeNumel(label, shape)
+	if err != nil {
+		return nil, false, err
+	}
+	size := (uint64(n)*uint64(dtype.Size()) + 3) &^ 3
+	d := r.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return nil, false, err
+	}
+	if list := d.scratch[size]; len(list) > 0 {
+		b = list[len(list)-1]
+		d.scratch[size] = list[:len(list)-1]
+		d.scratchB -= size
+		b.label, b.dtype, b.shape, b.numel = label, dtype, append(b.shape[:0], shape...), n
+		reused = true
+	} else if b, err = d.newBufferLocked(label, dtype, shape); err != nil {
+		return nil, false, err
+	}
 	r.temps = append(r.temps, b)
-	return b, nil
+	return b, reused, nil
+}
+
+// FreeScratch releases the scratch buffers kept for reuse by Recorder.Temp (they count in
+// MemStats while kept: up to 1 GiB, buffers of at most 64 MiB). An allocation that runs out
+// of GPU memory calls it before failing, so kept scratch never causes ErrOutOfMemory.
+func (d *Device) FreeScratch() {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.freeScratchLocked()
+}
+
+func (d *Device) freeScratchLocked() {
+	for _, list := range d.scratch {
+		for _, b := range list {
+			b.releaseLocked()
+		}
+	}
+	d.scratch, d.scratchB = nil, 0
 }
 
 // Discard drops everything recorded and releases the recorder's temporary buffers.
@@ -250,11 +321,27 @@ func (r *Recorder) Discard() {
 	r.releaseTemps()
 }
 
+// releaseTemps hands the recorder's temporaries back to the device for reuse (or frees
+// those that would not fit the reuse limits).
 func (r *Recorder) releaseTemps() {
-	for _, b := range r.temps {
-		b.Release()
+	if len(r.temps) == 0 {
+		return
 	}
-	r.temps = nil
+	d := r.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, b := range r.temps {
+		if b.released || d.closed || b.size > scratchMaxBuffer || d.scratchB+b.size > scratchMaxTotal {
+			b.releaseLocked()
+			continue
+		}
+		if d.scratch == nil {
+			d.scratch = map[uint64][]*Buffer{}
+		}
+		d.scratch[b.size] = append(d.scratch[b.size], b)
+		d.scratchB += b.size
+	}
+	r.temps, r.clears = nil, nil
 }
 
 // Submit encodes every recorded dispatch into one command buffer and submits it (without
@@ -291,18 +378,22 @@ func (r *Recorder) Submit() error {
 	}
 	if d.profiler.enabled {
 		const chunk = maxQueries - 1
+		clears := r.clears
 		for s := 0; s < len(r.ops); s += chunk {
 			e := min(s+chunk, len(r.ops))
-			if err := d.submitLocked(r.ops[s:e], true); err != nil {
+			if err := d.submitLocked(r.ops[s:e], clears, true); err != nil {
 				return err
 			}
+			clears = nil
 		}
 		return nil
 	}
-	return d.submitLocked(r.ops, false)
+	return d.submitLocked(r.ops, r.clears, false)
 }
 
-func (d *Device) submitLocked(ops []dispatch, profile bool) error {
+// submitLocked encodes ops into one command buffer, after clearing the buffers clears (reused
+// temporaries), and submits it.
+func (d *Device) submitLocked(ops []dispatch, clears []*Buffer, profile bool) error {
 	// Uniform arena: each dispatch's u32s at an offset aligned for uniform bindings.
 	ualign := uint64(d.limits.MinUniformBufferOffsetAlignment)
 	if ualign < 16 {
@@ -366,6 +457,11 @@ func (d *Device) submitLocked(ops []dispatch, profile bool) error {
 		return fmt.Errorf("gpu: submit: command encoder: %w", err)
 	}
 	defer enc.Release()
+	for _, b := range clears {
+		if err := enc.TryClearBuffer(b.buf, 0, b.size); err != nil {
+			return fmt.Errorf("gpu: submit: clear scratch %q: %w", b.label, err)
+		}
+	}
 	var ts *timestampRun
 	if profile {
 		ts, err = d.profiler.begin(d, len(ops)+1)

@@ -48,7 +48,7 @@ func TestLoadNetNonFiniteWeights(t *testing.T) {
 		{nvgkit.Teacher, "model.layers.0.linear_attn.A_log", 1, []byte{0, 0, 0xC0, 0x7F}, "element 1 = NaN is not finite in f32"},
 		{nvgkit.Student, "model.embed_tokens.weight", 1000, []byte{0x80, 0xFF}, "element 1000 = -Inf is not finite in f16"},
 	}
-	before := d.MemStats()
+	before := liveMem(d)
 	for _, tc := range cases {
 		e := h[tc.tensor]
 		size := map[string]int{"BF16": 2, "F32": 4}[e.DType]
@@ -81,7 +81,7 @@ func TestLoadNetNonFiniteWeights(t *testing.T) {
 				t.Errorf("%s: error %q lacks %q", tc.tensor, err, w)
 			}
 		}
-		if after := d.MemStats(); after.Buffers != before.Buffers || after.CurrentBytes != before.CurrentBytes {
+		if after := liveMem(d); after.Buffers != before.Buffers || after.CurrentBytes != before.CurrentBytes {
 			t.Errorf("%s: failed LoadNet left GPU buffers behind: %+v → %+v", tc.tensor, before, after)
 		}
 	}

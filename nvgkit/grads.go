@@ -8,8 +8,13 @@ import (
 )
 
 // gradSumSquares returns Σ g² over every gradient buffer of a Student (f32 on the GPU,
-// gpu.GradSumSquares over each gradient arena, one submit), as float64.
+// gpu.GradSumSquares over each gradient arena, one submit and a readback), as float64. The
+// value is kept until the gradients change (Step, ZeroGrads, ClipGrads's scaling), so the
+// trainer's GradNorm after Step costs no second pass over the gradients.
 func (n *Net) gradSumSquares() (float64, error) {
+	if n.st.ssValid {
+		return n.st.ss, nil
+	}
 	err := n.dev.Run(func(r *gpu.Recorder) error {
 		if err := gpu.Zero(r, n.st.gss); err != nil {
 			return err
@@ -28,7 +33,8 @@ func (n *Net) gradSumSquares() (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return float64(v[0]), nil
+	n.st.ss, n.st.ssValid = float64(v[0]), true
+	return n.st.ss, nil
 }
 
 // ZeroGrads sets every gradient buffer of a Student (each BLR path's h, ℓ, g and every norm
@@ -38,6 +44,7 @@ func ZeroGrads(net *Net) error {
 	if err := net.requireStudent("ZeroGrads"); err != nil {
 		return err
 	}
+	net.st.ssValid = false
 	return net.dev.Run(func(r *gpu.Recorder) error {
 		for _, a := range net.st.arenas {
 			if err := gpu.Zero(r, a.Grad); err != nil {
@@ -83,6 +90,7 @@ func ClipGrads(net *Net, maxNorm float64) (norm float64, err error) {
 		return norm, nil
 	}
 	s := maxNorm / norm
+	net.st.ssValid = false
 	err = net.dev.Run(func(r *gpu.Recorder) error {
 		for _, a := range net.st.arenas {
 			if err := gpu.GradScale(r, a.Grad, s); err != nil {

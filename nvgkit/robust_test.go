@@ -87,7 +87,7 @@ func TestRandomGeometries(t *testing.T) {
 		}
 		return ws
 	}
-	base := d.MemStats()
+	base := liveMem(d)
 	var ok, failed [4]int
 	var ooms int
 	note := func(stage int, what string, err error) bool {
@@ -109,7 +109,7 @@ func TestRandomGeometries(t *testing.T) {
 		k := pick([]int{1, 4, 8, 32, 64}, []int{0, -1, 65, 1000})
 		budget := uint64(0)
 		if rng.IntN(4) == 0 {
-			budget = d.MemStats().CurrentBytes + uint64(rng.IntN(256<<10))
+			budget = liveMem(d).CurrentBytes + uint64(rng.IntN(256<<10))
 		}
 		d.SetMemoryBudget(budget)
 		t.Logf("iteration %d: nb %d t %d k %d budget %d", it, nb, T, k, budget)
@@ -142,7 +142,7 @@ func TestRandomGeometries(t *testing.T) {
 		if err := nvgkit.ZeroGrads(student); err != nil {
 			t.Fatal(err)
 		}
-		if m := d.MemStats(); m.CurrentBytes != base.CurrentBytes || m.Buffers != base.Buffers {
+		if m := liveMem(d); m.CurrentBytes != base.CurrentBytes || m.Buffers != base.Buffers {
 			t.Fatalf("iteration %d: GPU memory %+v after releasing the works, %+v before", it, m, base)
 		}
 	}
@@ -165,7 +165,7 @@ func TestRandomGeometries(t *testing.T) {
 func TestOutOfMemoryRemedy(t *testing.T) {
 	d, m, teacher := tinyTeacher(t)
 	defer d.SetMemoryBudget(d.MemoryBudget())
-	before := d.MemStats()
+	before := liveMem(d)
 	d.SetMemoryBudget(before.CurrentBytes + 1<<20)
 	_, err := nvgkit.LoadNet(d, truncated(t, m, 1), nvgkit.Teacher)
 	if !errors.Is(err, gpu.ErrOutOfMemory) || !strings.Contains(err.Error(), `"model.embed_tokens.weight"`) || !strings.Contains(err.Error(), "needs 4194304 bytes") {
@@ -177,7 +177,7 @@ func TestOutOfMemoryRemedy(t *testing.T) {
 		t.Errorf("NewWork over the budget: %v", err)
 	}
 	checkOOM(t, "NewWork", err)
-	if after := d.MemStats(); after.CurrentBytes != before.CurrentBytes || after.Buffers != before.Buffers {
+	if after := liveMem(d); after.CurrentBytes != before.CurrentBytes || after.Buffers != before.Buffers {
 		t.Errorf("failed calls left memory behind: %+v → %+v", before, after)
 	}
 	// A work that fits, whose pass does not (its temporaries and top-k buffers are
@@ -188,7 +188,7 @@ func TestOutOfMemoryRemedy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Release()
-	d.SetMemoryBudget(d.MemStats().CurrentBytes + 16)
+	d.SetMemoryBudget(liveMem(d).CurrentBytes + 16)
 	_, err = nvgkit.TeacherTopK(teacher, w, [][]int{{1, 2, 3, 4}}, 8)
 	if !errors.Is(err, gpu.ErrOutOfMemory) || !strings.Contains(err.Error(), `buffer "`) {
 		t.Errorf("TeacherTopK over the budget: %v", err)
@@ -198,4 +198,11 @@ func TestOutOfMemoryRemedy(t *testing.T) {
 	if _, err := nvgkit.TeacherTopK(teacher, w, [][]int{{1, 2, 3, 4}}, 8); err != nil {
 		t.Errorf("TeacherTopK once memory allows: %v", err)
 	}
+}
+
+// liveMem is d's memory in use: MemStats after the scratch buffers kept for reuse are freed
+// (gpu.Device.FreeScratch), so a leak test compares what callers hold.
+func liveMem(d *gpu.Device) gpu.MemStats {
+	d.FreeScratch()
+	return d.MemStats()
 }

@@ -650,6 +650,7 @@ func Step(net *Net, work *Work, ids [][]int, top *TopK) (_ StepStats, err error)
 	if err != nil {
 		return StepStats{}, err
 	}
+	net.st.ssValid = false // the gradients change from here on, even if the step fails
 	s := work.st
 	s.embed = nil
 	if err := net.studentForward(work, flat); err != nil {

@@ -34,6 +34,10 @@ type studentState struct {
 	// ZeroGrads, the gradient norm, clipping and Adam take a few dispatches, not a few per
 	// trainable; the trainables' buffers are views into them.
 	arenas []*gpu.AdamArena
+	// ss is Σ g² over the gradients when ssValid (gradSumSquares); whatever changes the
+	// gradients clears ssValid.
+	ss      float64
+	ssValid bool
 }
 
 func (s *studentState) release() {

@@ -42,7 +42,7 @@ func TestStudentErrors(t *testing.T) {
 	if err := nvgkit.ZeroGrads(net); err != nil {
 		t.Fatal(err)
 	}
-	before := dev.MemStats()
+	before := liveMem(dev)
 	bad := func(name, want string, err error) {
 		t.Helper()
 		if err == nil {
@@ -116,7 +116,7 @@ func TestStudentErrors(t *testing.T) {
 	_, err = nvgkit.EmbedGrads(tw)
 	bad("EmbedGrads of a teacher's work", "teacher net", err)
 
-	after := dev.MemStats()
+	after := liveMem(dev)
 	if after.CurrentBytes != before.CurrentBytes {
 		t.Errorf("device bytes %d before, %d after the refused calls", before.CurrentBytes, after.CurrentBytes)
 	}
@@ -130,7 +130,7 @@ func TestStudentErrors(t *testing.T) {
 func TestStudentLoadErrors(t *testing.T) {
 	d, m, _ := tinyTeacher(t)
 	base := truncated(t, m, 1)
-	before := d.MemStats()
+	before := liveMem(d)
 	for _, c := range []struct {
 		name, tensor string
 		payload      []byte
@@ -165,7 +165,7 @@ func TestStudentLoadErrors(t *testing.T) {
 			t.Logf("%s: %v", c.name, err)
 		}
 	}
-	if after := d.MemStats(); after.CurrentBytes != before.CurrentBytes || after.Buffers != before.Buffers {
+	if after := liveMem(d); after.CurrentBytes != before.CurrentBytes || after.Buffers != before.Buffers {
 		t.Errorf("failed loads left %d bytes in %d buffers (before: %d in %d)", after.CurrentBytes, after.Buffers, before.CurrentBytes, before.Buffers)
 	}
 }

@@ -421,7 +421,7 @@ func TestTeacherErrors(t *testing.T) {
 			t.Logf("%s: %v", name, err)
 		}
 	}
-	before := d.MemStats()
+	before := liveMem(d)
 	_, err = nvgkit.TeacherTopK(net, w, nil, 32)
 	bad("no windows", "no windows", err)
 	_, err = nvgkit.TeacherTopK(net, w, [][]int{win(8), win(8), win(8)}, 32)
@@ -442,7 +442,7 @@ func TestTeacherErrors(t *testing.T) {
 	bad("NLL bad id in a later group", "token 8 of window 3", err)
 	_, err = nvgkit.Forward(net, w, [][]int{win(8)}, nvgkit.ForwardOptions{TopK: -1})
 	bad("Forward TopK < 0", "TopK", err)
-	if after := d.MemStats(); after.Buffers != before.Buffers || after.CurrentBytes != before.CurrentBytes {
+	if after := liveMem(d); after.Buffers != before.Buffers || after.CurrentBytes != before.CurrentBytes {
 		t.Errorf("refused calls left buffers behind: %+v → %+v", before, after)
 	}
 
@@ -464,7 +464,7 @@ func TestTeacherErrors(t *testing.T) {
 	}
 	_, err = nvgkit.NewWork(d, net, 2, 65537)
 	bad("head scratch over 64 MiB", "logits scratch", err)
-	if after := d.MemStats(); after.Buffers != before.Buffers {
+	if after := liveMem(d); after.Buffers != before.Buffers {
 		t.Errorf("refused NewWork left %d buffers behind", after.Buffers-before.Buffers)
 	}
 
