@@ -342,4 +342,11 @@ func TestOpenCMFInDirectoryAndFS(t *testing.T) {
 	if _, err := Open(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no config.json") {
 		t.Fatalf("empty dir: %v", err)
 	}
+	odd := t.TempDir()
+	if err := os.Mkdir(filepath.Join(odd, "config.json"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(odd); err == nil || !strings.Contains(err.Error(), "config.json is a directory, not a file") {
+		t.Fatalf("config.json a directory: %v", err)
+	}
 }

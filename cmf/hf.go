@@ -290,11 +290,19 @@ func openAny(fsys files, name string) (*Model, error) {
 }
 
 func openDir(fsys files, dir string) (*Model, error) {
+	var asDir []string // a model file's name taken by a directory
 	has := func(n string) bool {
 		ok, isDir, _ := fsys.stat(fsys.join(dir, n))
+		if ok && isDir {
+			asDir = append(asDir, n)
+		}
 		return ok && !isDir
 	}
 	hf, cmfIdx, cmfFile := has(HFConfigName), has(CMFIndexName), has(CMFFileName)
+	if !hf && !cmfIdx && !cmfFile && len(asDir) > 0 {
+		return nil, fmt.Errorf("%s: %s is a directory, not a file: not an HF checkpoint (config.json) or a CMF model (%s or %s)",
+			dir, fsys.join(dir, asDir[0]), CMFIndexName, CMFFileName)
+	}
 	switch {
 	case hf && (cmfIdx || cmfFile):
 		return nil, fmt.Errorf("%s: holds both an HF checkpoint (config.json) and a CMF model (%s or %s); open the file you mean", dir, CMFIndexName, CMFFileName)

@@ -68,6 +68,25 @@ type distillSettings struct {
 
 const distillSettingsFile = "distill.json"
 
+// sharedFiles returns the files of eval that are also in train (the same file, however
+// named), in eval's order.
+func sharedFiles(train, eval []string) []string {
+	var out []string
+	for _, e := range eval {
+		es, err := os.Stat(e)
+		if err != nil {
+			continue
+		}
+		for _, t := range train {
+			if ts, err := os.Stat(t); err == nil && os.SameFile(es, ts) {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	return out
+}
+
 func splitFiles(flagName, list string) ([]string, error) {
 	if list == "" {
 		return nil, nil
@@ -214,6 +233,10 @@ func runDistill(args []string) error {
 		}
 		if (tf == nil) != (ef == nil) {
 			return usagef("--train-files and --eval-files go together")
+		}
+		if both := sharedFiles(tf, ef); len(both) > 0 {
+			fmt.Fprintf(os.Stderr, "warning: %d of the --eval-files are also --train-files (%s): the held-out perplexity will be measured on training text\n",
+				len(both), strings.Join(both, ", "))
 		}
 		if *teacherPath != "" && !exists(*teacherPath) {
 			return usagef("--teacher %s: no such file or directory", *teacherPath)

@@ -84,6 +84,9 @@ func (f evalFlags) heldOutWindows(modelPath string, cfg cmf.Config) ([][]int, st
 		}
 		corpus, err = data.FilesCorpus(nil, files)
 		what = fmt.Sprintf("%d files", len(files))
+		if len(files) == 1 {
+			what = "1 file"
+		}
 	} else {
 		corpus, err = data.StdlibCorpus()
 	}
@@ -97,6 +100,10 @@ func (f evalFlags) heldOutWindows(modelPath string, cfg cmf.Config) ([][]int, st
 	w, err := data.EvalWindows(stream, n, *f.t, *f.seed)
 	if err != nil {
 		return nil, "", err
+	}
+	if n > len(w) {
+		fmt.Fprintf(os.Stderr, "warning: --windows %d asked, but the held-out text (%s) has only %d windows of %d+1 tokens: evaluating all %d\n",
+			n, what, len(w), *f.t, len(w))
 	}
 	return w, what, nil
 }

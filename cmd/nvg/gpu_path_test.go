@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
@@ -198,5 +200,29 @@ func TestEvalStudentGPUMatchesHost(t *testing.T) {
 	t.Logf("student perplexity on 2×32 tokens: GPU %.5f, host %.5f (relative difference %.3g)", ppl[false], ppl[true], rel)
 	if !(rel <= 1e-3) {
 		t.Errorf("student GPU perplexity %.5f and host %.5f differ by %.3g > 0.1 %%", ppl[false], ppl[true], rel)
+	}
+}
+
+// TestEvalWindowsCapped: asking for more held-out windows than the text holds evaluates all
+// of them and says so, instead of silently evaluating fewer.
+func TestEvalWindowsCapped(t *testing.T) {
+	t.Setenv("NVG_CACHE", t.TempDir())
+	src, err := filepath.Abs("plotmem.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := capture(t, []string{"eval", "--files", src, "--windows", "100000", "--t", "64", "--host", "--json"})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Windows int `json:"windows"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("output %q: %v", stdout, err)
+	}
+	want := fmt.Sprintf("warning: --windows 100000 asked, but the held-out text (1 file) has only %d windows of 64+1 tokens: evaluating all %d", res.Windows, res.Windows)
+	if res.Windows < 1 || res.Windows >= 100000 || !strings.Contains(stderr, want) {
+		t.Errorf("%d windows evaluated; stderr %q lacks %q", res.Windows, stderr, want)
 	}
 }

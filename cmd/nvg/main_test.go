@@ -29,6 +29,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"info", "../../cmf/tinyteacher/model/config.json"},            // a JSON file, not a model
 		{"plot-mem", filepath.Join(dir, "missing.csv")},                // one argument of two
 		{"distill", "--mem-log-every", "0", "--steps", "1", "-o", dir}, // a bad flag value
+		{"tokenize", "--tokenizer", filepath.Join(dir, "missing.json")},
+		{"tokenize", "--tokenizer", dir}, // a directory without tokenizer.json
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("nvg %v: exit %d, want 2", args, code)
@@ -165,5 +167,17 @@ func TestBPWMissWarning(t *testing.T) {
 	b, _ := os.ReadFile(f.Name())
 	if got := string(b); strings.Count(got, "warning") != 1 || !strings.Contains(got, "0.1407 bits/weight, not the --bpw 0.001") {
 		t.Errorf("stderr %q: want exactly one warning, for 0.1407 vs 0.001", got)
+	}
+}
+
+// TestDistillWarnsTrainEqualsEval: held-out files that are also training files are named in a
+// warning before any work (here the run then stops at a missing teacher).
+func TestDistillWarnsTrainEqualsEval(t *testing.T) {
+	dir := t.TempDir()
+	_, stderr, code := capture(t, []string{"distill", "--train-files", "main.go,model.go", "--eval-files", "./model.go",
+		"--teacher", filepath.Join(dir, "missing"), "-o", filepath.Join(dir, "run")})
+	want := "warning: 1 of the --eval-files are also --train-files (./model.go): the held-out perplexity will be measured on training text"
+	if code != 2 || !strings.Contains(stderr, want) {
+		t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, want)
 	}
 }

@@ -126,7 +126,11 @@ func tokenizerJSON(explicit, modelPath string, cfg *cmf.Config) ([]byte, error) 
 			return nil, usagef("tokenizer %s: no such file", explicit)
 		}
 		if st, _ := os.Stat(explicit); st.IsDir() {
-			explicit = filepath.Join(explicit, "tokenizer.json")
+			p := filepath.Join(explicit, "tokenizer.json")
+			if !exists(p) {
+				return nil, usagef("tokenizer %s: a directory with no tokenizer.json", explicit)
+			}
+			explicit = p
 		}
 		return os.ReadFile(explicit)
 	}
