@@ -32,14 +32,15 @@ type Device struct {
 	limits   wgpu.Limits
 	closed   bool
 
-	mem      MemStats
-	budget   uint64 // SetMemoryBudget; 0: none
-	buffers  map[*Buffer]struct{}
-	scratch  map[uint64][]*Buffer // Recorder temporaries kept for reuse, by byte size
-	scratchB uint64               // their bytes
-	kernels  map[kernelKey]*Kernel
-	staging  map[uint64][]*wgpu.Buffer // readback buffers kept for reuse, by size
-	profiler profiler
+	mem          MemStats
+	budget       uint64 // SetMemoryBudget; 0: none
+	buffers      map[*Buffer]struct{}
+	scratch      map[uint64][]*Buffer // Recorder temporaries kept for reuse, by byte size
+	scratchB     uint64               // their bytes
+	scratchLimit uint64               // SetScratchLimit
+	kernels      map[kernelKey]*Kernel
+	staging      map[uint64][]*wgpu.Buffer // readback buffers kept for reuse, by size
+	profiler     profiler
 
 	logitsStore uint64 // KLLossBackward keeps pass 1's logits up to this many bytes
 }
@@ -275,8 +276,9 @@ func Open() (*Device, error) {
 	d := &Device{
 		instance: inst, adapter: ad, dev: dev, queue: dev.GetQueue(),
 		info: info, limits: lim,
-		buffers: map[*Buffer]struct{}{},
-		kernels: map[kernelKey]*Kernel{},
+		buffers:      map[*Buffer]struct{}{},
+		kernels:      map[kernelKey]*Kernel{},
+		scratchLimit: DefaultScratchLimit,
 	}
 	if !info.CPU {
 		d.logitsStore = DefaultLogitsStore

@@ -106,6 +106,15 @@ func TestScratchReuse(t *testing.T) {
 	if got := d.MemStats().CurrentBytes; got >= kept || got != base.CurrentBytes+out.Bytes() {
 		t.Errorf("after FreeScratch %d bytes (before %d), want %d", got, kept, base.CurrentBytes+out.Bytes())
 	}
+	// SetScratchLimit(0): nothing is kept after a submit.
+	d.SetScratchLimit(0)
+	r = d.Begin()
+	must(r.Temp("t5", gpu.F32, 1000)).T(t)
+	must(0, r.Submit()).T(t)
+	if got := d.MemStats().CurrentBytes; got != base.CurrentBytes+out.Bytes() {
+		t.Errorf("with reuse off %d bytes after the submit, want %d", got, base.CurrentBytes+out.Bytes())
+	}
+	d.SetScratchLimit(gpu.DefaultScratchLimit)
 	// Kept scratch never makes an allocation fail: beyond the budget it is freed first.
 	r = d.Begin()
 	must(r.Temp("t4", gpu.F32, 1000)).T(t)

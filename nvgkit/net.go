@@ -450,13 +450,15 @@ func (n *Net) LayerBytes(l int) uint64 {
 	return n.layers[l].bytes()
 }
 
-// Release frees every GPU buffer of the net (and, when streamed, the host planes). Using
-// the net afterwards returns errors; releasing twice is a no-op.
+// Release frees every GPU buffer of the net (and, when streamed, the host planes) and the
+// device's kept scratch buffers (gpu.Device.FreeScratch). Using the net afterwards returns
+// errors; releasing twice is a no-op.
 func (n *Net) Release() {
 	if n == nil || n.released {
 		return
 	}
 	n.released = true
+	n.dev.FreeScratch() // temporaries sized for this net are unlikely to be reused
 	for _, b := range []*gpu.Buffer{n.embed, n.head, n.finalNorm} {
 		b.Release() // nil-safe; the tied head is the embedding, released once
 	}

@@ -249,7 +249,7 @@ func passPeak(t *testing.T, d *gpu.Device, m *cmf.Model, ids [][]int, k int, str
 
 func passPeakLayers(t *testing.T, d *gpu.Device, m *cmf.Model, ids [][]int, k int, streamed bool) (*nvgkit.TopK, []uint64, uint64, int) {
 	t.Helper()
-	base := d.MemStats().CurrentBytes
+	base := liveMem(d).CurrentBytes // no kept scratch: every run starts from the same state
 	d.ResetPeak()
 	var opts []nvgkit.LoadOption
 	if streamed {
@@ -292,6 +292,8 @@ func sameBits(a, b []float32) int {
 // resident one does.
 func TestStreamedMatchesResident(t *testing.T) {
 	d, m, _ := tinyTeacher(t)
+	d.SetScratchLimit(0) // exact peaks: no scratch kept between submits
+	defer d.SetScratchLimit(gpu.DefaultScratchLimit)
 	ids := openFixtures(t).windows(t)[:1] // one window of 64 tokens: four passes stay quick on lavapipe
 	const k = 32
 	nl := m.Config.NumHiddenLayers

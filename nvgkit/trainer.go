@@ -282,6 +282,7 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 		tr.Progress.Finish(fmt.Sprintf("teacher pass %d windows in %.1fs", n, secs))
 	}
 	tr.st.TeacherSeconds += secs
+	tr.teacher.dev.FreeScratch() // the teacher's temporaries would only add to the student's peak
 	if c.TopKFile != "" {
 		if err := cache.Save(c.TopKFile); err != nil {
 			return err
