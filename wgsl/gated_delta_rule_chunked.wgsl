@@ -1,3 +1,4 @@
+{{- /* Sub-steps shared with the other chunked kernels: gated_delta_rule_chunk_lib.wgsl. */ -}}
 {{- if .Intra}}
 // GatedDeltaRuleChunked, intra-chunk part (the WY/UT representation of flash-linear-attention,
 // fla/ops/gated_delta_rule/wy_fast.py and chunk.py; DESIGN.md §3). One workgroup of 256
@@ -23,19 +24,7 @@
 @group(0) @binding(7) var<storage, read_write> aqk: array<f32>;
 @group(0) @binding(8) var<storage, read_write> gc: array<f32>;
 
-struct Params {
-    nb: u32,
-    t: u32,
-    hk: u32,
-    hv: u32,
-    nck: u32, // ⌈t / 64⌉
-};
-@group(0) @binding(9) var<uniform> p: Params;
-
-const C: u32 = 64u;
-const DK: u32 = {{.DK}}u;
-const DV: u32 = {{.DV}}u;
-const D4: u32 = DK / 4u;
+{{template "gdrc_params" (dict "U" 9 "Note" true "P" .)}}
 const WG: u32 = 256u;
 
 var<workgroup> gcw: array<f32, 64>;
@@ -46,23 +35,9 @@ fn dots(a: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32>
     return vec4<f32>(dot(a, b0), dot(a, b1), dot(a, b2), dot(a, b3));
 }
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (wg >= p.nb * p.hv * p.nck) {
-        return;
-    }
-    let ci = wg % p.nck;
-    let bj = wg / p.nck; // b·hv + j
-    let j = bj % p.hv;
-    let b = bj / p.hv;
+{{template "gdrc_main" (dict "WG" 256 "Slices" false "Notes" true)}}
     let kh = j / (p.hv / p.hk);
-    let t0 = ci * C;
-    let L = min(C, p.t - t0);
-    let row0 = b * p.t + t0; // token row of the chunk's first token
-    let sr0 = bj * p.t + t0; // scratch row of the chunk's first token
+{{- template "gdrc_chunk" (dict "I" "" "Let" true "Notes" true)}}
     if (lid < C) {
         var gv = 0.0;
         var bv = 0.0;
@@ -219,19 +194,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- end}}
 
 
-struct Params {
-    nb: u32,
-    t: u32,
-    hk: u32,
-    hv: u32,
-    nck: u32,
-};
-@group(0) @binding({{.UBinding}}) var<uniform> p: Params;
-
-const C: u32 = 64u;
-const DK: u32 = {{.DK}}u;
-const DV: u32 = {{.DV}}u;
-const D4: u32 = DK / 4u;
+{{template "gdrc_params" (dict "U" .UBinding "Note" false "P" .)}}
 const CS: u32 = {{.CS}}u;
 const C4: u32 = {{$C4}}u;
 const NS: u32 = (DV + CS - 1u) / CS;
@@ -247,16 +210,7 @@ var<workgroup> tl: array<vec4<f32>, 1152>; // [W; Q] [128, BK] (row stride RS4),
 var<workgroup> gq: array<f32, 64>; // e^{γ_i}
 var<workgroup> gk: array<f32, 64>; // e^{γ_{L−1} − γ_i}
 
-// col4 loads u[base + c..c+3] for the slice's columns c < DV (0 beyond).
-fn col4(base: u32, c: u32) -> vec4<f32> {
-    var r = vec4<f32>(0.0);
-    for (var m = 0u; m < 4u; m++) {
-        if (c + m < DV) {
-            r[m] = u[base + c + m];
-        }
-    }
-    return r;
-}
+{{template "gdrc_col4"}}
 
 // put4o writes x to o at row base, columns c..c+3 below DV.
 fn put4o(base: u32, c: u32, x: vec4<f32>) {
@@ -267,43 +221,14 @@ fn put4o(base: u32, c: u32, x: vec4<f32>) {
     }
 }
 
-@compute @workgroup_size({{mul 8 .CS}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (wg >= p.nb * p.hv * NS) {
-        return;
-    }
-    let slice = wg % NS;
-    let bj = wg / NS;
-    let j = bj % p.hv;
-    let b = bj / p.hv;
-    let kh = j / (p.hv / p.hk);
-    for (var e = lid; e < DK * C4; e += WG) {
-        sw[e] = vec4<f32>(0.0);
-    }
+{{template "gdrc_main" (dict "WG" (mul 8 .CS) "Slices" true "Notes" true)}}
     let rg = lid / C4;
     let c4 = lid % C4;
     let cb = slice * CS + 4u * c4; // first value column of this invocation
     for (var ci = 0u; ci < p.nck; ci++) {
-        let t0 = ci * C;
-        let L = min(C, p.t - t0);
-        let row0 = b * p.t + t0;
-        let sr0 = bj * p.t + t0;
+{{- template "gdrc_chunk" (dict "I" "    " "Let" true "Notes" false)}}
         workgroupBarrier(); // the previous chunk is done with gq, gk, vp, sw, tl
-        if (lid < C) {
-            let gl = gc[sr0 + L - 1u];
-            var eq = 0.0;
-            var ek = 0.0;
-            if (lid < L) {
-                let x = gc[sr0 + lid];
-                eq = exp(x);
-                ek = exp(gl - x);
-            }
-            gq[lid] = eq;
-            gk[lid] = ek;
-        }
+{{- template "gdrc_gates"}}
 
         // Phase a: [W; Q]·S, the tile holding columns dt·BK.. of rows 0..63 of W and of Q
         // (rows ≥ L read row L − 1; masked below).
@@ -433,13 +358,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 {{- if .WantState}}
     workgroupBarrier(); // the last chunk's S complete
-    for (var e = lid; e < DK * CS; e += WG) {
-        let d = e / CS;
-        let c = slice * CS + e % CS;
-        if (c < DV) {
-            state[(bj * DK + d) * DV + c] = sw[d * C4 + (e % CS) / 4u][e % 4u];
-        }
-    }
+{{- template "gdrc_save_s" (dict "I" "" "Dst" "state[(bj * DK + d) * DV + c]")}}
 {{- end}}
 }
 {{- else}}
@@ -476,19 +395,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 @group(0) @binding({{add .HBinding 1}}) var<storage, read_write> vnew: array<f32>;
 {{- end}}
 
-struct Params {
-    nb: u32,
-    t: u32,
-    hk: u32,
-    hv: u32,
-    nck: u32,
-};
-@group(0) @binding({{.UBinding}}) var<uniform> p: Params;
-
-const C: u32 = 64u;
-const DK: u32 = {{.DK}}u;
-const DV: u32 = {{.DV}}u;
-const D4: u32 = DK / 4u;
+{{template "gdrc_params" (dict "U" .UBinding "Note" false "P" .)}}
 const CS: u32 = {{.CS}}u;
 const C4: u32 = CS / 4u;
 const NS: u32 = (DV + CS - 1u) / CS;
@@ -499,64 +406,20 @@ var<workgroup> vp: array<vec4<f32>, 64 * {{.CS}} / 4>;      // V'[i, 4c4..] at i
 var<workgroup> gq: array<f32, 64>; // e^{γ_i}
 var<workgroup> gk: array<f32, 64>; // e^{γ_{L−1} − γ_i}
 
-// col4 loads u[base + c..c+3] for the slice's columns c < DV (0 beyond).
-fn col4(base: u32, c: u32) -> vec4<f32> {
-    var r = vec4<f32>(0.0);
-    for (var m = 0u; m < 4u; m++) {
-        if (c + m < DV) {
-            r[m] = u[base + c + m];
-        }
-    }
-    return r;
-}
+{{template "gdrc_col4"}}
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (wg >= p.nb * p.hv * NS) {
-        return;
-    }
-    let slice = wg % NS;
-    let bj = wg / NS;
-    let j = bj % p.hv;
-    let b = bj / p.hv;
-    let kh = j / (p.hv / p.hk);
-    for (var e = lid; e < DK * C4; e += WG) {
-        sw[e] = vec4<f32>(0.0);
-    }
+{{template "gdrc_main" (dict "WG" 256 "Slices" true "Notes" true)}}
     let busy = lid < 32u * C4;
     let i0 = lid / C4;
     let i1 = i0 + 32u;
     let c4 = lid % C4;
     let cb = slice * CS + 4u * c4; // first value column of this invocation (phases a, b)
     for (var ci = 0u; ci < p.nck; ci++) {
-        let t0 = ci * C;
-        let L = min(C, p.t - t0);
-        let row0 = b * p.t + t0;
-        let sr0 = bj * p.t + t0;
+{{- template "gdrc_chunk" (dict "I" "    " "Let" true "Notes" false)}}
         workgroupBarrier(); // the previous chunk's phase c is done with gq, gk, vp, sw
-        if (lid < C) {
-            let gl = gc[sr0 + L - 1u];
-            var eq = 0.0;
-            var ek = 0.0;
-            if (lid < L) {
-                let x = gc[sr0 + lid];
-                eq = exp(x);
-                ek = exp(gl - x);
-            }
-            gq[lid] = eq;
-            gk[lid] = ek;
-        }
+{{- template "gdrc_gates"}}
 {{- if .SaveH}}
-        for (var e = lid; e < DK * CS; e += WG) {
-            let d = e / CS;
-            let c = slice * CS + e % CS;
-            if (c < DV) {
-                h[((bj * p.nck + ci) * DK + d) * DV + c] = sw[d * C4 + (e % CS) / 4u][e % 4u];
-            }
-        }
+{{- template "gdrc_save_s" (dict "I" "    " "Dst" "h[((bj * p.nck + ci) * DK + d) * DV + c]")}}
 {{- end}}
         workgroupBarrier(); // gates staged
         var o0 = vec4<f32>(0.0);
@@ -574,10 +437,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             var qs0 = vec4<f32>(0.0);
             var qs1 = vec4<f32>(0.0);
             for (var d = 0u; d < D4; d++) {
-                let s0 = sw[(4u * d) * C4 + c4];
-                let s1 = sw[(4u * d + 1u) * C4 + c4];
-                let s2 = sw[(4u * d + 2u) * C4 + c4];
-                let s3 = sw[(4u * d + 3u) * C4 + c4];
+{{- template "gdrc_s4"}}
                 let w0 = w[wb0 + d];
                 let w1 = w[wb1 + d];
                 let q0 = q[qb0 + d];
@@ -615,30 +475,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier(); // V' complete; every read of S done
         if (busy) {
             // Phase b: O = e^{γ}·Q·S + Aqk·V' (Aqk is zero above the diagonal).
-            if (i0 < L) {
-                let ab = (sr0 + i0) * C;
-                for (var s = 0u; s <= i0; s++) {
-                    o0 += aqk[ab + s] * vp[s * C4 + c4];
+{{- range $r := seq 2}}
+            if (i{{$r}} < L) {
+                let ab = (sr0 + i{{$r}}) * C;
+                for (var s = 0u; s <= i{{$r}}; s++) {
+                    o{{$r}} += aqk[ab + s] * vp[s * C4 + c4];
                 }
-                let ob = ((row0 + i0) * p.hv + j) * DV + cb;
+                let ob = ((row0 + i{{$r}}) * p.hv + j) * DV + cb;
                 for (var m = 0u; m < 4u; m++) {
                     if (cb + m < DV) {
-                        o[ob + m] = o0[m];
+                        o[ob + m] = o{{$r}}[m];
                     }
                 }
             }
-            if (i1 < L) {
-                let ab = (sr0 + i1) * C;
-                for (var s = 0u; s <= i1; s++) {
-                    o1 += aqk[ab + s] * vp[s * C4 + c4];
-                }
-                let ob = ((row0 + i1) * p.hv + j) * DV + cb;
-                for (var m = 0u; m < 4u; m++) {
-                    if (cb + m < DV) {
-                        o[ob + m] = o1[m];
-                    }
-                }
-            }
+{{- end}}
         }
         // Phase c: S ← e^{γ_{L−1}}·S + Σ_i e^{γ_{L−1} − γ_i}·k_i ⊗ V'_i, 4×4 blocks.
         let gl = gq[L - 1u];
@@ -666,13 +516,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
 {{- if .WantState}}
     workgroupBarrier(); // the last chunk's S complete
-    for (var e = lid; e < DK * CS; e += WG) {
-        let d = e / CS;
-        let c = slice * CS + e % CS;
-        if (c < DV) {
-            state[(bj * DK + d) * DV + c] = sw[d * C4 + (e % CS) / 4u][e % 4u];
-        }
-    }
+{{- template "gdrc_save_s" (dict "I" "" "Dst" "state[(bj * DK + d) * DV + c]")}}
 {{- end}}
 }
 {{- end}}

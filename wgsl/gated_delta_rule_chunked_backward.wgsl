@@ -1,3 +1,4 @@
+{{- /* Sub-steps shared with the other chunked kernels: gated_delta_rule_chunk_lib.wgsl. */ -}}
 // GatedDeltaRuleChunkedBackward: the backward of the chunked gated delta rule
 // (gated_delta_rule_chunked.wgsl; flash-linear-attention's chunk backward:
 // fla/ops/gated_delta_rule/chunk.py, wy_fast.py, fla/ops/common/chunk_delta_h.py, chunk_o.py).
@@ -17,18 +18,7 @@
 // Scratch rows sr = (b·hv + j)·t + τ; token rows row = b·t + τ. dqv, dkv are per value head
 // [nb·t, hv, DK]. Template parameters: DK, DV (multiples of 4), CS (Dhu), Stage.
 
-struct Params {
-    nb: u32,
-    t: u32,
-    hk: u32,
-    hv: u32,
-    nck: u32,
-};
-
-const C: u32 = 64u;
-const DK: u32 = {{.DK}}u;
-const DV: u32 = {{.DV}}u;
-const D4: u32 = DK / 4u;
+{{template "gdrc_params" (dict "U" 0 "Note" false "P" .)}}
 const V4: u32 = DV / 4u;
 const WG: u32 = 256u;
 
@@ -60,21 +50,7 @@ var<workgroup> vp: array<vec4<f32>, 64 * {{.CS}} / 4>;
 var<workgroup> gq: array<f32, 64>;
 var<workgroup> gk: array<f32, 64>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    if (wg >= p.nb * p.hv * NS) {
-        return;
-    }
-    let slice = wg % NS;
-    let bj = wg / NS;
-    let j = bj % p.hv;
-    let b = bj / p.hv;
-    let kh = j / (p.hv / p.hk);
-    for (var e = lid; e < DK * C4; e += WG) {
-        sw[e] = vec4<f32>(0.0);
-    }
+{{template "gdrc_main" (dict "WG" 256 "Slices" true "Notes" false)}}
     let busy = lid < 32u * C4;
     let i0 = lid / C4;
     let i1 = i0 + 32u;
@@ -83,30 +59,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let live = cb < DV; // DV is a multiple of 4: the four columns are all live or all not
     for (var cc = 0u; cc < p.nck; cc++) {
         let ci = p.nck - 1u - cc;
-        let t0 = ci * C;
-        let L = min(C, p.t - t0);
-        let row0 = b * p.t + t0;
-        let sr0 = bj * p.t + t0;
+{{- template "gdrc_chunk" (dict "I" "    " "Let" true "Notes" false)}}
         workgroupBarrier(); // the previous chunk's phase c is done
-        if (lid < C) {
-            let gl = gc[sr0 + L - 1u];
-            var eq = 0.0;
-            var ek = 0.0;
-            if (lid < L) {
-                let x = gc[sr0 + lid];
-                eq = exp(x);
-                ek = exp(gl - x);
-            }
-            gq[lid] = eq;
-            gk[lid] = ek;
-        }
-        for (var e = lid; e < DK * CS; e += WG) {
-            let d = e / CS;
-            let c = slice * CS + e % CS;
-            if (c < DV) {
-                dh[((bj * p.nck + ci) * DK + d) * DV + c] = sw[d * C4 + (e % CS) / 4u][e % 4u];
-            }
-        }
+{{- template "gdrc_gates"}}
+{{- template "gdrc_save_s" (dict "I" "    " "Dst" "dh[((bj * p.nck + ci) * DK + d) * DV + c]")}}
         workgroupBarrier();
         if (busy) {
             // Phase a: dV'_i = e^{γ_L − γ_i}·k_i·dS + Σ_{s ≥ i} Aqk[s, i]·dO_s.
@@ -117,10 +73,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             var x0 = vec4<f32>(0.0);
             var x1 = vec4<f32>(0.0);
             for (var d = 0u; d < D4; d++) {
-                let s0 = sw[(4u * d) * C4 + c4];
-                let s1 = sw[(4u * d + 1u) * C4 + c4];
-                let s2 = sw[(4u * d + 2u) * C4 + c4];
-                let s3 = sw[(4u * d + 3u) * C4 + c4];
+{{- template "gdrc_s4"}}
                 let k0 = k[kb0 + d];
                 let k1 = k[kb1 + d];
                 x0 += k0.x * s0 + k0.y * s1 + k0.z * s2 + k0.w * s3;
@@ -205,21 +158,8 @@ var<workgroup> st: array<vec4<f32>, {{mul 2 (mul .BC (div .DK 4))}}>; // Sᵀ, d
 var<workgroup> rt: array<vec4<f32>, {{mul 48 .BC}}>;                 // dOᵀ, V'ᵀ, dV'ᵀ slices [c, row]
 var<workgroup> red: array<f32, 256>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    if (wg >= p.nb * p.hv * p.nck) {
-        return;
-    }
-    let ci = wg % p.nck;
-    let bj = wg / p.nck;
-    let j = bj % p.hv;
-    let b = bj / p.hv;
-    let t0 = ci * C;
-    let L = min(C, p.t - t0);
-    let row0 = b * p.t + t0;
-    let sr0 = bj * p.t + t0;
+{{template "gdrc_main" (dict "WG" 256 "Slices" false "Notes" false)}}
+{{- template "gdrc_chunk" (dict "I" "" "Let" true "Notes" false)}}
     let gl = gc[sr0 + L - 1u];
     let hb = (bj * p.nck + ci) * DK * V4; // vec4 index of h[ci] and dh[ci]
     let rg = lid / 32u;
@@ -281,19 +221,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
 {{- end}}
         }
-        if (dg < D4) {
-{{- range $r := seq 8}}
-            {
-                let i = 8u * rg + {{$r}}u;
-                if (i < L) {
-                    let x = gc[sr0 + i];
-                    dqv[((row0 + i) * p.hv + j) * D4 + dg] = exp(x) * xa{{$r}};
-                    dkv[((row0 + i) * p.hv + j) * D4 + dg] = exp(gl - x) * xb{{$r}};
-                    dwt[(sr0 + i) * D4 + dg] = -xc{{$r}};
-                }
-            }
-{{- end}}
-        }
+{{- template "gdrc_rows8" .}}
     }
     var part = 0.0;
     if (ci + 1u < p.nck) {
@@ -394,23 +322,10 @@ var<workgroup> tw: array<vec4<f32>, 512>;
 var<workgroup> gcw: array<f32, 64>;
 var<workgroup> bw: array<f32, 64>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    if (wg >= p.nb * p.hv * p.nck) {
-        return;
-    }
-    let ci = wg % p.nck;
-    let bj = wg / p.nck;
-    let j = bj % p.hv;
-    let b = bj / p.hv;
+{{template "gdrc_main" (dict "WG" 256 "Slices" false "Notes" false)}}
     hj = j;
     kh = j / (p.hv / p.hk);
-    let t0 = ci * C;
-    let L = min(C, p.t - t0);
-    row0 = b * p.t + t0;
-    sr0 = bj * p.t + t0;
+{{- template "gdrc_chunk" (dict "I" "" "Let" false "Notes" false)}}
     if (lid < C) {
         gcw[lid] = gc[sr0 + min(lid, L - 1u)];
 {{- if eq .Stage "f"}}
@@ -507,23 +422,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
 {{- end}}
         }
-        if (dg < D4) {
-{{- range $r := seq 8}}
-            {
-                let i = 8u * rg + {{$r}}u;
-                if (i < L) {
-{{- if eq $.Stage "qk"}}
-                    let at = ((row0 + i) * p.hv + j) * D4 + dg;
-                    dqv[at] += xp{{$r}};
-                    dkv[at] += xq{{$r}};
-{{- else}}
-                    wyb[(sr0 + i) * W4 + D4 + V4 + dg] = xp{{$r}};
-                    wyb[(sr0 + i) * W4 + 2u * D4 + V4 + dg] = xq{{$r}};
-{{- end}}
-                }
-            }
-{{- end}}
-        }
+{{- template "gdrc_rows8" .}}
     }
 }
 {{- else if eq .Stage "wy"}}
@@ -544,22 +443,9 @@ var<workgroup> aw: array<f32, 4096>;
 var<workgroup> gcw: array<f32, 64>;
 var<workgroup> bw: array<f32, 64>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    if (wg >= p.nb * p.hv * p.nck) {
-        return;
-    }
-    let ci = wg % p.nck;
-    let bj = wg / p.nck;
-    let j = bj % p.hv;
-    let b = bj / p.hv;
+{{template "gdrc_main" (dict "WG" 256 "Slices" false "Notes" false)}}
     let kh = j / (p.hv / p.hk);
-    let t0 = ci * C;
-    let L = min(C, p.t - t0);
-    let row0 = b * p.t + t0;
-    let sr0 = bj * p.t + t0;
+{{- template "gdrc_chunk" (dict "I" "" "Let" true "Notes" false)}}
     if (lid < C) {
         gcw[lid] = gc[sr0 + min(lid, L - 1u)];
         bw[lid] = select(0.0, beta[(row0 + min(lid, L - 1u)) * p.hv + j], lid < L);
@@ -650,17 +536,7 @@ const LPR: u32 = {{.LPR}}u;
 var<workgroup> red: array<vec4<f32>, {{mul 128 .LPR}}>; // per invocation: (q·dq, k·dk, k·dK̂, k·G), (k·H, v·dV̂, 0, 0)
 var<workgroup> dgam: array<f32, 64>;
 
-@compute @workgroup_size({{mul 64 .LPR}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    if (wg >= p.nb * p.hv * p.nck) {
-        return;
-    }
-    let ci = wg % p.nck;
-    let bj = wg / p.nck;
-    let j = bj % p.hv;
-    let b = bj / p.hv;
+{{template "gdrc_main" (dict "WG" (mul 64 .LPR) "Slices" false "Notes" false)}}
     let kh = j / (p.hv / p.hk);
     let t0 = ci * C;
     let L = min(C, p.t - t0);
@@ -738,4 +614,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         dg[(b * p.t + t0 + i) * p.hv + j] = s;
     }
 }
+{{- end}}
+{{- /* gdrc_rows8's hook: the stores of row i (register r) of the State, QK and F stages. */}}
+{{- define "gdrc_row_store"}}
+{{- if eq .P.Stage "state"}}
+                    let x = gc[sr0 + i];
+                    dqv[((row0 + i) * p.hv + j) * D4 + dg] = exp(x) * xa{{.r}};
+                    dkv[((row0 + i) * p.hv + j) * D4 + dg] = exp(gl - x) * xb{{.r}};
+                    dwt[(sr0 + i) * D4 + dg] = -xc{{.r}};
+{{- else if eq .P.Stage "qk"}}
+                    let at = ((row0 + i) * p.hv + j) * D4 + dg;
+                    dqv[at] += xp{{.r}};
+                    dkv[at] += xq{{.r}};
+{{- else}}
+                    wyb[(sr0 + i) * W4 + D4 + V4 + dg] = xp{{.r}};
+                    wyb[(sr0 + i) * W4 + 2u * D4 + V4 + dg] = xq{{.r}};
+{{- end}}
 {{- end}}

@@ -61,9 +61,11 @@ var funcs = template.FuncMap{
 	},
 }
 
-// library is the file of shared templates (defines only) parsed with every shader: the
-// tiled GEMM body that linear.wgsl and blr_forward.wgsl instantiate.
-const library = "gemm_tile.wgsl"
+// libraries are the files of shared templates (defines only) parsed with every shader:
+// the tiled GEMM body that linear.wgsl and blr_forward.wgsl instantiate, and the sub-steps
+// that the chunked gated delta rule's forward and backward kernels share. Their define
+// names are global: each library prefixes its own (gemm_, gdrc_).
+var libraries = []string{"gemm_tile.wgsl", "gated_delta_rule_chunk_lib.wgsl"}
 
 var (
 	mu     sync.Mutex
@@ -71,9 +73,10 @@ var (
 )
 
 // Render returns the text of the shader file name (e.g. "residual_add.wgsl") with the
-// template (which may call seq, add, mul, div and mod) executed on params (a struct or map
-// whose fields the template uses). Errors name the file: an unknown file, a template
-// syntax error, or a missing parameter (templates run with missingkey=error).
+// template (which may call seq, add, mul, div, mod and dict, and instantiate the defines of
+// the libraries) executed on params (a struct or map whose fields the template uses).
+// Errors name the file: an unknown file, a template syntax error, or a missing parameter
+// (templates run with missingkey=error).
 func Render(name string, params any) (string, error) {
 	mu.Lock()
 	t, ok := parsed[name]
@@ -83,14 +86,17 @@ func Render(name string, params any) (string, error) {
 			mu.Unlock()
 			return "", fmt.Errorf("wgsl: no shader file %q: %w", name, err)
 		}
-		lib, err := FS.ReadFile(library)
-		if err != nil {
-			mu.Unlock()
-			return "", fmt.Errorf("wgsl: no shader library %q: %w", library, err)
-		}
 		t, err = template.New(name).Option("missingkey=error").Funcs(funcs).Parse(string(src))
-		if err == nil && name != library {
-			_, err = t.New(library).Parse(string(lib))
+		for _, lib := range libraries {
+			if err != nil || lib == name {
+				continue
+			}
+			var text []byte
+			if text, err = FS.ReadFile(lib); err != nil {
+				mu.Unlock()
+				return "", fmt.Errorf("wgsl: no shader library %q: %w", lib, err)
+			}
+			_, err = t.New(lib).Parse(string(text))
 		}
 		if err != nil {
 			mu.Unlock()
