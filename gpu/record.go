@@ -76,7 +76,7 @@ func (r *Recorder) Len() int {
 }
 
 // Run records with fn and submits; if fn fails nothing is submitted (and the recorder's
-// temporaries are released).
+// temporaries are handed back).
 func (d *Device) Run(fn func(r *Recorder) error) error {
 	r := d.Begin()
 	if err := fn(r); err != nil {
