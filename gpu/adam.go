@@ -143,8 +143,8 @@ func (cfg AdamConfig) validate(op string) error {
 		return fmt.Errorf("gpu: %s: beta1 = %g must be in [0, 1)", op, cfg.Beta1)
 	case !(cfg.Beta2 >= 0 && cfg.Beta2 < 1):
 		return fmt.Errorf("gpu: %s: beta2 = %g must be in [0, 1)", op, cfg.Beta2)
-	case !(cfg.Eps > 0) || cfg.Eps > math.MaxFloat32:
-		return fmt.Errorf("gpu: %s: eps = %g must be finite in f32 and > 0", op, cfg.Eps)
+	case !(cfg.Eps > 0) || cfg.Eps > math.MaxFloat32 || float32(cfg.Eps) == 0:
+		return fmt.Errorf("gpu: %s: eps = %g must be > 0 and finite in f32 (not rounding to 0)", op, cfg.Eps)
 	case !(cfg.Floor >= 0 && cfg.Floor <= 1):
 		return fmt.Errorf("gpu: %s: floor = %g must be in [0, 1]", op, cfg.Floor)
 	}

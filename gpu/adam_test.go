@@ -281,11 +281,13 @@ func TestMultiTensorAdam(t *testing.T) {
 	r := d.Begin()
 	defer r.Discard()
 	for name, err := range map[string]error{
-		"nil arena":     gpu.MultiTensorAdam(r, nil, 1, rel, plain),
-		"step 0":        gpu.MultiTensorAdam(r, a, 0, rel, plain),
-		"swapped":       gpu.MultiTensorAdam(r, a, 1, plain, rel),
-		"betas differ":  gpu.MultiTensorAdam(r, a, 1, rel, gpu.AdamConfig{LR: 0.1, Beta1: 0.8, Beta2: 0.999, Eps: 1e-8}),
-		"negative lr":   gpu.MultiTensorAdam(r, a, 1, gpu.AdamConfig{LR: -1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Relative: true}, plain),
+		"nil arena":    gpu.MultiTensorAdam(r, nil, 1, rel, plain),
+		"step 0":       gpu.MultiTensorAdam(r, a, 0, rel, plain),
+		"swapped":      gpu.MultiTensorAdam(r, a, 1, plain, rel),
+		"betas differ": gpu.MultiTensorAdam(r, a, 1, rel, gpu.AdamConfig{LR: 0.1, Beta1: 0.8, Beta2: 0.999, Eps: 1e-8}),
+		"negative lr":  gpu.MultiTensorAdam(r, a, 1, gpu.AdamConfig{LR: -1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Relative: true}, plain),
+		"eps 0 in f32": gpu.MultiTensorAdam(r, a, 1, gpu.AdamConfig{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-50, Relative: true},
+			gpu.AdamConfig{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-50}),
 		"lengths":       errOf(gpu.NewAdamArena(d, "x", []*gpu.Buffer{ref[0].p}, nil, nil, nil, nil, nil)),
 		"length differ": errOf(gpu.NewAdamArena(d, "x", []*gpu.Buffer{ref[1].p}, []*gpu.Buffer{ref[0].g}, []*gpu.Buffer{ref[1].m}, []*gpu.Buffer{ref[1].v}, []*gpu.Buffer{nil}, []bool{true})),
 	} {

@@ -65,6 +65,8 @@ type Buffer struct {
 	released bool
 	arena    *Buffer // the buffer holding a view's bytes; nil for a buffer that owns them
 	off      uint64  // a view's first byte in its arena
+	isArena  bool    // made by Pack: views point into it
+	pooled   bool    // kept for reuse by Recorder.Temp (a scratch buffer between recorders)
 }
 
 // root returns the buffer that owns b's memory and b's byte offset in it.

@@ -101,6 +101,17 @@ func TestScratchReuse(t *testing.T) {
 	if got := must(d.ReadFloat32(out)).T(t); got[0] != 0 {
 		t.Errorf("a reused temp holds stale values: Σ t² = %g, want 0", got[0])
 	}
+	// A scratch buffer kept past its Submit cannot be packed; released by its holder, it is
+	// skipped (not handed out again) by the next Temp.
+	if _, _, err := d.Pack("p", []*gpu.Buffer{t3}); err == nil || !strings.Contains(err.Error(), "scratch buffer") {
+		t.Errorf("Pack of a kept scratch buffer: %v, want a scratch-buffer error", err)
+	}
+	t3.Release()
+	r = d.Begin()
+	if t6 := must(r.Temp("t6", gpu.F32, 1000)).T(t); t6 == t3 {
+		t.Errorf("Temp handed out a released scratch buffer")
+	}
+	must(0, r.Submit()).T(t)
 	kept := d.MemStats().CurrentBytes
 	d.FreeScratch()
 	if got := d.MemStats().CurrentBytes; got >= kept || got != base.CurrentBytes+out.Bytes() {

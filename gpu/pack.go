@@ -29,7 +29,7 @@ func (d *Device) PackLayout(sizes []uint64) (offsets []uint64, total uint64) {
 //
 // The contents are copied on the GPU (in submission order after earlier work); the
 // originals' memory is freed. Errors (nothing is changed): no buffers, a nil, released,
-// foreign or repeated buffer, a view, mixed dtypes, an arena above maxBufferSize or
+// foreign or repeated buffer, a view, an arena, a recorder's scratch buffer, mixed dtypes, an arena above maxBufferSize or
 // maxStorageBufferBindingSize or beyond the memory budget (ErrOutOfMemory), or a driver
 // failure.
 func (d *Device) Pack(label string, bufs []*Buffer) (arena *Buffer, offsets []uint64, err error) {
@@ -54,6 +54,10 @@ func (d *Device) Pack(label string, bufs []*Buffer) (arena *Buffer, offsets []ui
 		switch {
 		case b.arena != nil:
 			return nil, nil, fmt.Errorf("gpu: Pack %q: buffer %q is already a view of arena %q", label, b.label, b.arena.label)
+		case b.isArena:
+			return nil, nil, fmt.Errorf("gpu: Pack %q: buffer %q is an arena that other buffers are views of", label, b.label)
+		case b.pooled:
+			return nil, nil, fmt.Errorf("gpu: Pack %q: buffer %q is a recorder's scratch buffer, handed back at its Submit", label, b.label)
 		case seen[b]:
 			return nil, nil, fmt.Errorf("gpu: Pack %q: buffer %q given twice", label, b.label)
 		case i > 0 && b.dtype != dt:
@@ -70,6 +74,7 @@ func (d *Device) Pack(label string, bufs []*Buffer) (arena *Buffer, offsets []ui
 	if err != nil {
 		return nil, nil, err
 	}
+	arena.isArena = true
 	enc, err := d.dev.TryCreateCommandEncoder(nil)
 	if err != nil {
 		arena.releaseLocked()

@@ -138,6 +138,7 @@ func TestPack(t *testing.T) {
 		"twice":       {fresh, fresh},
 		"mixed dtype": {fresh, u},
 		"nil":         {fresh, nil},
+		"an arena":    {fresh, arena},
 	} {
 		if _, _, err := d.Pack("bad", bs); err == nil {
 			t.Errorf("Pack of %s: no error", name)

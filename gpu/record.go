@@ -295,14 +295,21 @@ func (r *Recorder) temp(op, label string, dtype DType, shape []int) (b *Buffer, 
 	if err := d.checkOpen(); err != nil {
 		return nil, false, err
 	}
-	if list := d.scratch[size]; len(list) > 0 {
-		b = list[len(list)-1]
+	for list := d.scratch[size]; len(list) > 0 && b == nil; list = d.scratch[size] {
+		c := list[len(list)-1]
 		d.scratch[size] = list[:len(list)-1]
 		d.scratchB -= size
-		b.label, b.dtype, b.shape, b.numel = label, dtype, append(b.shape[:0], shape...), n
-		reused = true
-	} else if b, err = d.newBufferLocked(label, dtype, shape); err != nil {
-		return nil, false, err
+		c.pooled = false
+		if c.released { // released by a caller that kept it past its Submit
+			continue
+		}
+		c.label, c.dtype, c.shape, c.numel = label, dtype, append(c.shape[:0], shape...), n
+		b, reused = c, true
+	}
+	if b == nil {
+		if b, err = d.newBufferLocked(label, dtype, shape); err != nil {
+			return nil, false, err
+		}
 	}
 	r.temps = append(r.temps, b)
 	return b, reused, nil
@@ -323,6 +330,7 @@ func (d *Device) FreeScratch() {
 func (d *Device) freeScratchLocked() {
 	for _, list := range d.scratch {
 		for _, b := range list {
+			b.pooled = false
 			b.releaseLocked()
 		}
 	}
@@ -349,10 +357,14 @@ func (r *Recorder) releaseTemps() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, b := range r.temps {
-		if b.released || d.closed || b.size > scratchMaxBuffer || d.scratchB+b.size > d.scratchLimit {
+		if b.released || b.arena != nil || b.isArena {
+			continue // released, or packed by the caller: no longer a scratch buffer
+		}
+		if d.closed || b.size > scratchMaxBuffer || d.scratchB+b.size > d.scratchLimit {
 			b.releaseLocked()
 			continue
 		}
+		b.pooled = true
 		if d.scratch == nil {
 			d.scratch = map[uint64][]*Buffer{}
 		}
@@ -476,7 +488,8 @@ func (d *Device) submitLocked(ops []dispatch, clears []*Buffer, profile bool) er
 	}
 	defer enc.Release()
 	for _, b := range clears {
-		if err := enc.TryClearBuffer(b.buf, 0, b.size); err != nil {
+		root, off := b.root() // a view if the caller packed it while recording
+		if err := enc.TryClearBuffer(root.buf, off, b.size); err != nil {
 			return fmt.Errorf("gpu: submit: clear scratch %q: %w", b.label, err)
 		}
 	}

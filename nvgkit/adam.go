@@ -41,8 +41,8 @@ func (c AdamConfig) Validate() error {
 		return fmt.Errorf("AdamConfig.Beta1 = %g must be in [0, 1)", c.Beta1)
 	case !(c.Beta2 >= 0 && c.Beta2 < 1):
 		return fmt.Errorf("AdamConfig.Beta2 = %g must be in [0, 1)", c.Beta2)
-	case !(c.Eps > 0) || c.Eps > math.MaxFloat32:
-		return fmt.Errorf("AdamConfig.Eps = %g must be finite and > 0", c.Eps)
+	case !(c.Eps > 0) || c.Eps > math.MaxFloat32 || float32(c.Eps) == 0:
+		return fmt.Errorf("AdamConfig.Eps = %g must be > 0 and finite in f32 (not rounding to 0: the update divides by √v̂ + ε)", c.Eps)
 	case !(c.Floor >= 0 && c.Floor <= 1):
 		return fmt.Errorf("AdamConfig.Floor = %g must be in [0, 1]", c.Floor)
 	}

@@ -104,6 +104,9 @@ func TestStudentErrors(t *testing.T) {
 	cfg.GainLR = math.Inf(1)
 	bad("Adam infinite GainLR", "GainLR", nvgkit.Adam(net, cfg, 1))
 	bad("Adam step 0", "step = 0", nvgkit.Adam(net, nvgkit.DefaultAdam(), 0))
+	cfg = nvgkit.DefaultAdam()
+	cfg.Eps = 5e-324 // > 0 in float64, 0 in f32: every value would become NaN
+	bad("Adam eps rounding to 0 in f32", "Eps", nvgkit.Adam(net, cfg, 1))
 	_, err = nvgkit.ClipGrads(net, 0)
 	bad("ClipGrads 0", "maxNorm", err)
 	bad("Restore nil", "nil snapshot", nvgkit.Restore(net, nil))

@@ -41,7 +41,7 @@ func runCompress(args []string) error {
 	fs := newFlags(c)
 	bpw := fs.Float64("bpw", 1.0, "target bits per weight of every compressed linear (0 < bpw ≤ 32)")
 	paths := fs.String("paths", "auto", "BLR paths per tensor: auto (lower error at the same budget), 1 or 2")
-	seed := fs.Uint64("seed", 1, "seed of the randomised SVD sketches (same seed, same student; 1 is what distill compresses with)")
+	seed := fs.Uint64("seed", 1, "seed of the randomised SVD sketches (same seed and SVD products, same student; distill compresses with seed 1 and float64 products, as --cpu --f64 does)")
 	workers := fs.Int("workers", 0, "tensors compressed at once (0: GOMAXPROCS)")
 	powerIters := fs.Int("power-iters", 2, "power iterations of the randomised SVD (0: none; 1 is ~1.35× faster at ~0.4 % higher error)")
 	cpuOnly := fs.Bool("cpu", false, "run the randomised SVDs' large products on the CPU (gonum, float64) even when a GPU adapter is present")

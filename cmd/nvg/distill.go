@@ -253,7 +253,10 @@ func runDistill(args []string) error {
 			return usagef("-o %s is a file; the output is a directory", out)
 		}
 		if ents, err := os.ReadDir(out); err == nil && len(ents) > 0 {
-			return usagef("output directory %s is not empty (pick another -o, or --resume it)", out)
+			if exists(filepath.Join(out, nvgkit.CheckpointFile)) {
+				return usagef("output directory %s is not empty (pick another -o, or --resume it)", out)
+			}
+			return usagef("output directory %s is not empty and holds no checkpoint to resume (a run stopped before its first one?): remove it or pick another -o", out)
 		}
 		wu, ee, ce, cl := *warmup, *evalEvery, *ckptEvery, *clip
 		if wu == 0 {

@@ -61,6 +61,11 @@ func TestDistillUsageErrors(t *testing.T) {
 	if _, err := os.Stat("out"); err == nil {
 		t.Error("a failed call created the default output directory")
 	}
+	// A non-empty -o with no checkpoint: the message does not advise --resume.
+	_, stderr, code := capture(t, []string{"distill", "-o", full})
+	if want := "holds no checkpoint to resume"; code != 2 || !strings.Contains(stderr, want) || strings.Contains(stderr, "or --resume it") {
+		t.Errorf("distill -o onto a non-empty directory without a checkpoint: exit %d, %q; want 2 and %q", code, stderr, want)
+	}
 }
 
 // TestDistillSmall runs `nvg distill` on the embedded tiny teacher with two small files and a

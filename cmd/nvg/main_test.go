@@ -16,6 +16,12 @@ const fixtures = "../../testdata/fixtures/fixtures-tiny-go.safetensors"
 
 func TestUsageErrorsExit2(t *testing.T) {
 	dir := t.TempDir()
+	cfgDir := t.TempDir()
+	for _, n := range []string{"config.json", "tokenizer.json"} {
+		if err := os.Mkdir(filepath.Join(cfgDir, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, args := range [][]string{
 		{"nosuchcommand"},
 		{"info", "--bogus"},
@@ -30,7 +36,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"plot-mem", filepath.Join(dir, "missing.csv")},                // one argument of two
 		{"distill", "--mem-log-every", "0", "--steps", "1", "-o", dir}, // a bad flag value
 		{"tokenize", "--tokenizer", filepath.Join(dir, "missing.json")},
-		{"tokenize", "--tokenizer", dir}, // a directory without tokenizer.json
+		{"tokenize", "--tokenizer", dir},    // a directory without tokenizer.json
+		{"info", cfgDir},                    // config.json is a directory
+		{"tokenize", "--tokenizer", cfgDir}, // tokenizer.json is a directory
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("nvg %v: exit %d, want 2", args, code)

@@ -31,8 +31,21 @@ func openModel(path string) (*cmf.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.IsDir() && !exists(filepath.Join(path, "config.json")) && !exists(filepath.Join(path, "model.cmf.index.json")) {
-		return nil, usagef("model %s: directory has no config.json (not an HF checkpoint) and no model.cmf.index.json", path)
+	if st.IsDir() {
+		found := false
+		for _, n := range []string{cmf.HFConfigName, cmf.CMFIndexName, cmf.CMFFileName} {
+			p := filepath.Join(path, n)
+			if fi, err := os.Stat(p); err == nil {
+				if fi.IsDir() {
+					return nil, usagef("model %s: %s is a directory, not a file", path, p)
+				}
+				found = true
+			}
+		}
+		if !found {
+			return nil, usagef("model %s: directory has no %s (not an HF checkpoint) and no %s or %s (not a CMF model)",
+				path, cmf.HFConfigName, cmf.CMFIndexName, cmf.CMFFileName)
+		}
 	}
 	if !st.IsDir() && isTextFile(path) {
 		hint := ""
@@ -127,8 +140,8 @@ func tokenizerJSON(explicit, modelPath string, cfg *cmf.Config) ([]byte, error) 
 		}
 		if st, _ := os.Stat(explicit); st.IsDir() {
 			p := filepath.Join(explicit, "tokenizer.json")
-			if !exists(p) {
-				return nil, usagef("tokenizer %s: a directory with no tokenizer.json", explicit)
+			if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+				return nil, usagef("tokenizer %s is a directory, and it holds no tokenizer.json file", explicit)
 			}
 			explicit = p
 		}
