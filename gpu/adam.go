@@ -69,16 +69,10 @@ func Adam(r *Recorder, param, grad, m, v, live *Buffer, step int, cfg AdamConfig
 	if err := distinct(op, all); err != nil {
 		return err
 	}
-	c1, c2, err := biasCorrections(op, cfg, step)
+	uni, err := adamUniforms(op, n, cfg, cfg, step, 1)
 	if err != nil {
 		return err
 	}
-	floor := cfg.Floor
-	if floor == 0 {
-		floor = DefaultMetricFloor
-	}
-	f := func(x float64) uint32 { return math.Float32bits(float32(x)) }
-	uni := []uint32{uint32(n), f(cfg.LR), f(cfg.LR), f(cfg.Beta1), f(cfg.Beta2), f(cfg.Eps), f(c1), f(c2), f(floor), 1}
 	mark := len(r.ops)
 	binds := []Binding{Whole(param), Whole(grad), Whole(m), Whole(v)}
 	access := []Access{ReadWrite, Read, ReadWrite, ReadWrite}
@@ -151,15 +145,24 @@ func (cfg AdamConfig) validate(op string) error {
 	return nil
 }
 
-// biasCorrections returns Adam's c1 = 1/(1−β1^step) and c2 = 1/(1−β2^step) in float64, or an
-// error when either overflows f32.
-func biasCorrections(op string, cfg AdamConfig, step int) (c1, c2 float64, err error) {
-	c1 = 1 / (1 - math.Pow(cfg.Beta1, float64(step)))
-	c2 = 1 / (1 - math.Pow(cfg.Beta2, float64(step)))
+// adamUniforms returns adam.wgsl's Params for n values: lr (rel.LR), glr (plain.LR), β1, β2
+// and ε (rel's; the callers check that plain's agree), Adam's bias corrections
+// c1 = 1/(1−β1^step) and c2 = 1/(1−β2^step) computed in float64, the relative steps' floor
+// (rel.Floor, 0 meaning DefaultMetricFloor) and nseg, all as f32 bits or u32. Errors: bias
+// corrections that overflow f32.
+func adamUniforms(op string, n int, rel, plain AdamConfig, step, nseg int) ([]uint32, error) {
+	c1 := 1 / (1 - math.Pow(rel.Beta1, float64(step)))
+	c2 := 1 / (1 - math.Pow(rel.Beta2, float64(step)))
 	if c1 > math.MaxFloat32 || c2 > math.MaxFloat32 {
-		return 0, 0, fmt.Errorf("gpu: %s: bias corrections %g, %g overflow f32", op, c1, c2)
+		return nil, fmt.Errorf("gpu: %s: bias corrections %g, %g overflow f32", op, c1, c2)
 	}
-	return c1, c2, nil
+	floor := rel.Floor
+	if floor == 0 {
+		floor = DefaultMetricFloor
+	}
+	f := func(x float64) uint32 { return math.Float32bits(float32(x)) }
+	return []uint32{uint32(n), f(rel.LR), f(plain.LR), f(rel.Beta1), f(rel.Beta2), f(rel.Eps),
+		f(c1), f(c2), f(floor), uint32(nseg)}, nil
 }
 
 // Element tags of AdamArena.Seg (besides a vector index below 2³¹).
@@ -348,17 +351,10 @@ func MultiTensorAdam(r *Recorder, a *AdamArena, step int, relative, plain AdamCo
 	if err := positive(op, "NSeg", a.NSeg); err != nil {
 		return err
 	}
-	c1, c2, err := biasCorrections(op, relative, step)
+	uni, err := adamUniforms(op, n, relative, plain, step, a.NSeg)
 	if err != nil {
 		return err
 	}
-	floor := relative.Floor
-	if floor == 0 {
-		floor = DefaultMetricFloor
-	}
-	f := func(x float64) uint32 { return math.Float32bits(float32(x)) }
-	uni := []uint32{uint32(n), f(relative.LR), f(plain.LR), f(relative.Beta1), f(relative.Beta2), f(relative.Eps),
-		f(c1), f(c2), f(floor), uint32(a.NSeg)}
 	kernel := func(stage string, acc []Access) (*Kernel, error) {
 		return r.d.Kernel(KernelSpec{Name: op + "." + stage, File: "adam.wgsl",
 			Params: adamParams{stage, adamWG, true, false, false}, Bindings: acc, Uniforms: len(uni)})

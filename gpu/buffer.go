@@ -458,6 +458,7 @@ func (d *Device) stagingLocked(size uint64, label string) (*wgpu.Buffer, error) 
 	if list := d.staging[size]; len(list) > 0 {
 		s := list[len(list)-1]
 		d.staging[size] = list[:len(list)-1]
+		d.stagingB -= size
 		return s, nil
 	}
 	s, err := d.dev.TryCreateBuffer(&wgpu.BufferDescriptor{
@@ -474,11 +475,7 @@ func (d *Device) stagingLocked(size uint64, label string) (*wgpu.Buffer, error) 
 // keepStagingLocked keeps an unmapped staging buffer for reuse, or releases it when it
 // would not fit the limits.
 func (d *Device) keepStagingLocked(s *wgpu.Buffer, size uint64) {
-	var kept uint64
-	for sz, list := range d.staging {
-		kept += sz * uint64(len(list))
-	}
-	if size > stagingMaxBuffer || kept+size > stagingMaxTotal {
+	if size > stagingMaxBuffer || d.stagingB+size > stagingMaxTotal {
 		s.Release()
 		return
 	}
@@ -486,6 +483,7 @@ func (d *Device) keepStagingLocked(s *wgpu.Buffer, size uint64) {
 		d.staging = map[uint64][]*wgpu.Buffer{}
 	}
 	d.staging[size] = append(d.staging[size], s)
+	d.stagingB += size
 }
 
 // mapRead maps a MapRead buffer after the queue is idle and copies size bytes out.

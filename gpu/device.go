@@ -40,6 +40,7 @@ type Device struct {
 	scratchLimit uint64               // SetScratchLimit
 	kernels      map[kernelKey]*Kernel
 	staging      map[uint64][]*wgpu.Buffer // readback buffers kept for reuse, by size
+	stagingB     uint64                    // their bytes
 	profiler     profiler
 
 	logitsStore uint64 // KLLossBackward keeps pass 1's logits up to this many bytes
@@ -326,7 +327,7 @@ func (d *Device) Close() error {
 			b.Release()
 		}
 	}
-	d.staging = nil
+	d.staging, d.stagingB = nil, 0
 	d.profiler.release()
 	d.queue.Release()
 	d.dev.Release()

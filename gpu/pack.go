@@ -29,9 +29,9 @@ func (d *Device) PackLayout(sizes []uint64) (offsets []uint64, total uint64) {
 //
 // The contents are copied on the GPU (in submission order after earlier work); the
 // originals' memory is freed. Errors (nothing is changed): no buffers, a nil, released,
-// foreign or repeated buffer, a view, an arena, a recorder's scratch buffer, mixed dtypes, an arena above maxBufferSize or
-// maxStorageBufferBindingSize or beyond the memory budget (ErrOutOfMemory), or a driver
-// failure.
+// foreign or repeated buffer, a view, an arena, a recorder's scratch buffer, mixed dtypes,
+// an arena above maxBufferSize or maxStorageBufferBindingSize or beyond the memory budget
+// (ErrOutOfMemory), or a driver failure.
 func (d *Device) Pack(label string, bufs []*Buffer) (arena *Buffer, offsets []uint64, err error) {
 	if d == nil {
 		return nil, nil, errNilDevice

@@ -214,10 +214,9 @@ func (d *Device) checkBinding(k *Kernel, i int, b *Binding) error {
 // 0.2 s of a 1.06-s 0.8B step on the H200). Reused buffers are cleared on the GPU at the
 // start of the submit that uses them. Only buffers up to scratchMaxBuffer are kept,
 // DefaultScratchLimit bytes in all (SetScratchLimit); kept buffers count in MemStats and can
-// raise a step's peak
-// (0.8B: 6.67 → 7.09 GiB), but an allocation that would run out of memory (the driver's, or
-// the NVG_GPU_MEMORY budget) frees them first (Device.FreeScratch), so they never make a
-// run fail that would fit without them.
+// raise a step's peak (0.8B: 6.67 → 7.09 GiB), but an allocation that would run out of
+// memory (the driver's, or the NVG_GPU_MEMORY budget) frees them first (Device.FreeScratch),
+// so they never make a run fail that would fit without them.
 const scratchMaxBuffer = 64 << 20
 
 // DefaultScratchLimit is how many bytes of scratch buffers a device keeps for reuse unless
