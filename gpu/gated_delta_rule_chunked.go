@@ -78,7 +78,10 @@ func GatedDeltaRuleChunkedScratch(nb, t, hv, dk, dv int) int {
 //
 // with S the state before the chunk (zero before the first). Only differences of γ are
 // exponentiated where a quotient of decays appears, so strongly negative g underflow to 0
-// instead of dividing by 0.
+// instead of dividing by 0. γ sums max(g, −104) (GMIN in
+// wgsl/gated_delta_rule_chunk_lib.wgsl; e^{−104} rounds to 0 in f32): any g ≤ −104,
+// −∞ included (exp(A_log) overflowing f32), forgets the state exactly as exp(g) = 0 does in
+// GatedDeltaRule, and γ stays finite, so no −∞ − (−∞) = NaN appears.
 //
 // Two dispatches: (1) one workgroup per (window, value head, chunk), all chunks in
 // parallel, builds A and Aqk from 4×4 tiles of dot products and solves (I + A)·[W U] =

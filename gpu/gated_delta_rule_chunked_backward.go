@@ -34,7 +34,9 @@ func GatedDeltaRuleChunkedBackwardScratch(nb, t, hk, hv, dk, dv int) int {
 // wy_fast.py prepare_wy_repr_bwd, fla/ops/common/chunk_delta_h.py chunk_bwd_dhu,
 // chunk_o.py chunk_bwd_dqkwg), chunks of 64 tokens. The math is written out at the top of
 // wgsl/gated_delta_rule_chunked_backward.wgsl; only differences of cumulative log-decays
-// are exponentiated where a quotient of decays appears.
+// are exponentiated where a quotient of decays appears. g ≤ −104 (−∞ included) is floored
+// as in GatedDeltaRuleChunked, and dg is exactly 0 where g < −104: the floor's derivative,
+// and what GatedDeltaRuleBackward gives there (Σ Ŝ⊙dŜ with Ŝ = e^g·S = 0).
 //
 // Dispatches: the chunked forward (GatedDeltaRuleChunked's two kernels, the inter-chunk
 // one untiled, also writing the state before every chunk and V'); Dhu, the state gradients
@@ -123,7 +125,7 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 		nrw   int
 	}
 	kerns := map[string]*Kernel{}
-	for _, s := range []stageSpec{{"dhu", 6, 2}, {"state", 6, 4}, {"qk", 5, 2}, {"wy", 5, 1}, {"f", 5, 1}, {"final", 8, 4}} {
+	for _, s := range []stageSpec{{"dhu", 6, 2}, {"state", 6, 4}, {"qk", 5, 2}, {"wy", 5, 1}, {"f", 5, 1}, {"final", 9, 4}} {
 		kr, err := kern(s.name, s.nread, s.nrw)
 		if err != nil {
 			return err
@@ -207,8 +209,8 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 			fc * 2 * (32*fk + 32*(fk+fv)), 4 * fc * (fk + 2 + 2*fk + 2*fv)},
 		{kerns["f"], gridC, []*Buffer{k, sc.w, sc.u, sc.gc, beta, wyb},
 			fc * 2 * (32*(2*fk+fv) + 128*fk), 4 * fc * (fk + 2 + 2*(fk+fv) + 2*fk)},
-		{kerns["final"], gridC, []*Buffer{q, k, v, sc.gc, beta, dqv, wyb, dgl, dkv, dval, dg, dbeta},
-			fc * 2 * (6*fk + 2*fv), 4 * fc * (3*fk + 2*fv + 3*fk + fv + 4)},
+		{kerns["final"], gridC, []*Buffer{q, k, v, sc.gc, beta, g, dqv, wyb, dgl, dkv, dval, dg, dbeta},
+			fc * 2 * (6*fk + 2*fv), 4 * fc * (3*fk + 2*fv + 3*fk + fv + 5)},
 	}
 	for _, s := range steps {
 		binds := make([]Binding, len(s.binds))

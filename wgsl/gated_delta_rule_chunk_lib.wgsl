@@ -9,7 +9,8 @@
 // kernels' range blocks are written). The defines:
 //   gdrc_params (dict U, Note, P) the Params struct (nb, t, hk, hv, nck; Note: the comment
 //               on nck), its uniform binding p at binding U (none when U is 0), then the
-//               constants C, DK = P.DK, DV = P.DV, D4 = DK/4;
+//               constants C, DK = P.DK, DV = P.DV, D4 = DK/4 and GMIN, the floor of the
+//               log-decays g (below it e^g is 0 in f32: the state is forgotten);
 //   gdrc_main   (dict WG, Slices, Notes) the entry point's signature (workgroup size WG)
 //               up to b: the linear workgroup index wg (2-D grid), the early exit past the
 //               grid, bj = b·hv + j; the chunk index ci over p.nck chunks, or when Slices
@@ -45,6 +46,11 @@ const C: u32 = 64u;
 const DK: u32 = {{.P.DK}}u;
 const DV: u32 = {{.P.DV}}u;
 const D4: u32 = DK / 4u;
+// The floor of g: e^{−104} is below half the smallest f32 subnormal, so a token with g ≤ GMIN
+// (−∞ included) forgets the state exactly as e^g = 0 does, while the chunk's cumulative
+// log-decays stay finite (no −∞ − −∞ = NaN) and their differences across such a token stay
+// ≤ GMIN (decay 0).
+const GMIN: f32 = -104.0;
 {{- end}}
 {{define "gdrc_main"}}
 {{- $n := "p.nck"}}{{$i := "ci"}}{{if .Slices}}{{$n = "NS"}}{{$i = "slice"}}{{end -}}

@@ -9,6 +9,8 @@
 //   Aqk[i, s] = e^{γ_i − γ_s}·(q_i·k_s)       for s ≤ i   (0 above the diagonal)
 //   W = (I + A)⁻¹·diag(β·e^{γ})·K,  U = (I + A)⁻¹·diag(β)·V   (forward substitution, per column)
 // Only differences γ_i − γ_s ≤ 0 are exponentiated (no division by an underflowing e^{γ}).
+// γ sums max(g, GMIN) (gated_delta_rule_chunk_lib.wgsl): a g of −∞ or far below any f32
+// decay forgets the state as e^g = 0 does, with γ finite.
 // Outputs (scratch, row sr = (b·hv + j)·t + τ for token τ of the window): w [sr, DK],
 // u [sr, DV], aqk [sr, 64] (column s − 64·ci), gc [sr] = γ.
 // Layouts: q, k [nb·t, hk, DK] (vec4s); v [nb·t, hv, DV]; g, beta [nb·t, hv]; all f32.
@@ -42,7 +44,7 @@ fn dots(a: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>, b2: vec4<f32>, b3: vec4<f32>
         var gv = 0.0;
         var bv = 0.0;
         if (lid < L) {
-            gv = g[(row0 + lid) * p.hv + j];
+            gv = max(g[(row0 + lid) * p.hv + j], GMIN); // GMIN: the lib's comment
             bv = beta[(row0 + lid) * p.hv + j];
         }
         gcw[lid] = gv;

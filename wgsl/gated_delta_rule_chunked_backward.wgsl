@@ -514,20 +514,22 @@ var<workgroup> bw: array<f32, 64>;
 // Stage Final, coalesced: one workgroup of 64·LPR invocations per (window, value head,
 // chunk), LPR (8, or 4 where the device allows fewer than 512 invocations) per token row
 // (lane l takes the vec4s l, l + LPR, … of the row, so a row's reads are contiguous): dk (per value head), dv, then the row's dot products reduced in workgroup
-// memory: dβ, dγ, and dg_s = Σ_{i ≥ s} dγ_i in order.
+// memory: dβ, dγ, and dg_s = Σ_{i ≥ s} dγ_i in order (0 where g_s < GMIN, the forward's
+// floor of g).
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> v: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> gc: array<f32>;
 @group(0) @binding(4) var<storage, read> beta: array<f32>;
-@group(0) @binding(5) var<storage, read> dqv: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read> wyb: array<vec4<f32>>;
-@group(0) @binding(7) var<storage, read> dgl: array<f32>;
-@group(0) @binding(8) var<storage, read_write> dkv: array<vec4<f32>>;
-@group(0) @binding(9) var<storage, read_write> dval: array<vec4<f32>>;
-@group(0) @binding(10) var<storage, read_write> dg: array<f32>;
-@group(0) @binding(11) var<storage, read_write> dbeta: array<f32>;
-@group(0) @binding(12) var<uniform> p: Params;
+@group(0) @binding(5) var<storage, read> g: array<f32>;
+@group(0) @binding(6) var<storage, read> dqv: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read> wyb: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read> dgl: array<f32>;
+@group(0) @binding(9) var<storage, read_write> dkv: array<vec4<f32>>;
+@group(0) @binding(10) var<storage, read_write> dval: array<vec4<f32>>;
+@group(0) @binding(11) var<storage, read_write> dg: array<f32>;
+@group(0) @binding(12) var<storage, read_write> dbeta: array<f32>;
+@group(0) @binding(13) var<uniform> p: Params;
 
 const W4: u32 = (3u * DK + DV) / 4u;
 
@@ -611,7 +613,10 @@ var<workgroup> dgam: array<f32, 64>;
         for (var m = i; m < L; m++) {
             s += dgam[m];
         }
-        dg[(b * p.t + t0 + i) * p.hv + j] = s;
+        // Where g < GMIN the forward used GMIN, whose derivative is 0 there; the exact
+        // gradient e^g·⟨…⟩ is 0 too (as the token-by-token backward's Σ Ŝ⊙dŜ with Ŝ = 0).
+        let gi = (b * p.t + t0 + i) * p.hv + j;
+        dg[gi] = select(s, 0.0, g[gi] < GMIN);
     }
 }
 {{- end}}
