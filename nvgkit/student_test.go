@@ -17,28 +17,11 @@ import (
 // tensor shared with m.
 func fixtureStudentModel(t testing.TB, m *cmf.Model) *cmf.Model {
 	t.Helper()
-	out := cmf.NewModel(m.Config)
-	for _, tn := range m.Tensors {
-		if err := out.Set(tn); err != nil {
-			t.Fatal(err)
+	return withTensor(t, m, "model.layers.0.input_layernorm.weight", func(w []float64) {
+		for i := range w {
+			w[i] = (1+w[i])*1.03 - 1
 		}
-	}
-	const name = "model.layers.0.input_layernorm.weight"
-	w, err := m.Tensors[name].Float64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range w {
-		w[i] = (1+w[i])*1.03 - 1
-	}
-	nt, err := cmf.NewFloatTensor(name, cmf.F32, m.Tensors[name].Shape, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Set(nt); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	})
 }
 
 // fixtureTopK is the fixtures' teacher top-k as a TopK: ids and p_T = softmax of
