@@ -2,8 +2,9 @@
 // (DESIGN.md §2): load a teacher or a compressed student net onto a gpu.Device, size the
 // activation buffers once (Work), run the teacher pass (TeacherTopK), step the student
 // (Step: forward, KL against the teacher's top-k, backward), inspect gradients (Grads,
-// GradNorm), update it (ClipGrads, Adam), snapshot, export, evaluate (NLL, StudentNLL), train
-// (Trainer) and plot (Plot*). Compress turns a teacher into a BLR student.
+// GradNorm), update it (ClipGrads, Adam), snapshot, export, evaluate (NLL, StudentNLL; for a
+// non-finite result, FirstNonFinite names the layer), train (Trainer) and plot (Plot*).
+// Compress turns a teacher into a BLR student.
 //
 // A typical teacher pass:
 //

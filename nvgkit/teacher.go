@@ -279,6 +279,8 @@ func (n *Net) logits(h []float32, rows int) ([]float32, error) {
 // progress, when not nil, is called after each group with the windows done and the total.
 // Errors (before anything is submitted): no windows, a window whose length is not work.T+1,
 // an id outside [0, vocab), a nil/released/mismatched net or work; then any GPU error.
+// A NaN or infinite hidden state gives a NaN or infinite sum, not an error:
+// FirstNonFinite(net, work, windows) then names the layer where it starts (`nvg eval` does).
 func NLL(net *Net, work *Work, windows [][]int, progress func(done, total int)) (sum float64, count int, err error) {
 	defer func() { err = memRemedy(err) }()
 	const op = "NLL"

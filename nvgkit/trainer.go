@@ -334,7 +334,8 @@ func (tr *Trainer) evalStudent(s int) (float64, error) {
 // probability 1), whose KL(p_T ‖ p_S) is exactly −log p_S(target); per-token values are f32
 // from the GPU, summed in float64. Windows go work.NB at a time; progress, when not nil, is
 // called after each group. Errors: no windows, a window whose length is not work.T+1, and
-// LossOnly's errors (naming the first window of the group).
+// LossOnly's errors (naming the first window of the group). A non-finite sum is returned
+// as it is; FirstNonFinite(net, work, windows) names the layer where it starts.
 func StudentNLL(net *Net, work *Work, windows [][]int, progress func(done, total int)) (sum float64, count int, err error) {
 	defer func() { err = memRemedy(err) }()
 	if work == nil {

@@ -147,7 +147,8 @@ func runEval(args []string) error {
 		return err
 	}
 	var nll func(progress func(done, total int)) (float64, int, error)
-	var peak func() uint64 // GPU path: peak bytes of nvg's GPU buffers
+	var diagnose func() (*nvgkit.NonFinite, error) // GPU path, after a non-finite loss: where it starts
+	var peak func() uint64                         // GPU path: peak bytes of nvg's GPU buffers
 	pathName, label := "host-f64", "float64 host path"
 	if *onHost {
 		net, err := host.Load(m)
@@ -187,6 +188,7 @@ func runEval(args []string) error {
 			nll = func(p func(done, total int)) (float64, int, error) { return nvgkit.StudentNLL(net, work, windows, p) }
 			pathName, label = "gpu-blr", fmt.Sprintf("GPU, BLR student, %d windows per pass", nb)
 		}
+		diagnose = func() (*nvgkit.NonFinite, error) { return nvgkit.FirstNonFinite(net, work, windows) }
 		peak = func() uint64 { return dev.MemStats().PeakBytes }
 		if *stream {
 			label += ", layers streamed"
@@ -206,6 +208,9 @@ func runEval(args []string) error {
 	}
 	secs := time.Since(start).Seconds()
 	loss := sum / float64(count)
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return nonFiniteLoss(loss, diagnose)
+	}
 	res := map[string]any{"model": modelName(path), "windows": len(windows), "t": *ef.t, "tokens": count,
 		"loss_nats": loss, "perplexity": math.Exp(loss), "seconds": secs, "tokens_per_second": float64(count) / secs, "path": pathName}
 	extra := ""
@@ -219,6 +224,24 @@ func runEval(args []string) error {
 	fmt.Printf("held-out loss %.4f nats/token, perplexity %.3f (%d tokens, %.1fs, %.0f tokens/s, %s%s)\n",
 		loss, math.Exp(loss), count, secs, float64(count)/secs, pathName, extra)
 	return nil
+}
+
+// nonFiniteLoss is eval's error for a NaN or infinite held-out loss: on the GPU path it
+// re-runs the windows layer by layer (diagnose) and names the first layer whose output is
+// not finite. The host path has no diagnosis (diagnose nil): its float64 arithmetic on the
+// weights host.Load checks finite does not overflow in practice.
+func nonFiniteLoss(loss float64, diagnose func() (*nvgkit.NonFinite, error)) error {
+	if diagnose == nil {
+		return fmt.Errorf("held-out loss is %v on the float64 host path (no perplexity printed)", loss)
+	}
+	nf, err := diagnose()
+	switch {
+	case err != nil:
+		return fmt.Errorf("held-out loss is %v (no perplexity printed); finding the first non-finite hidden state failed: %w", loss, err)
+	case nf == nil:
+		return fmt.Errorf("held-out loss is %v (no perplexity printed), but every hidden state is finite: the head (lm_head or the tied embedding) or the loss produced it", loss)
+	}
+	return fmt.Errorf("held-out loss is %v (no perplexity printed): the first non-finite hidden state is the output of %s", loss, nf)
 }
 
 // openDevice opens the WebGPU device and prints which adapter nvg uses on stderr.
