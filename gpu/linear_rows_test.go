@@ -9,6 +9,25 @@ import (
 	"github.com/nvg-project/nvg/gpu/gputest"
 )
 
+// gemmOperands uploads a random x F32 [rows, in] and W F16 [out, in] (entries in [-1, 1),
+// from a PCG seeded with seed) and makes y F32 [rows, out]; all three are released when the
+// test ends.
+func gemmOperands(t testing.TB, d *gpu.Device, seed uint64, rows, in, out int) (x, w, y *gpu.Buffer) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	xf, _ := randF32(rng, rows*in, 1)
+	wb, _ := randF16(rng, out*in, 1)
+	x = must(d.UploadFloat32("x", xf, rows, in)).T(t)
+	w = must(d.UploadF16("W", wb, out, in)).T(t)
+	y = must(d.NewBuffer("y", gpu.F32, rows, out)).T(t)
+	t.Cleanup(func() {
+		for _, b := range []*gpu.Buffer{x, w, y} {
+			b.Release()
+		}
+	})
+	return x, w, y
+}
+
 // TestLinearRows applies a [300, 45] f16 W (odd K: blocks start and end inside a u32 word)
 // in row blocks [0, 128), [128, 256), [256, 300) and checks each block equals Linear's
 // columns bit for bit (the same kernel sums each output in K order; Linear itself is checked
@@ -16,18 +35,8 @@ import (
 // output size and an invalid SetMaxStorageBindingSize are refused before anything is recorded.
 func TestLinearRows(t *testing.T) {
 	d := gputest.Open(t)
-	rng := rand.New(rand.NewPCG(17, 2))
 	const rows, in, out = 67, 45, 300
-	xf, _ := randF32(rng, rows*in, 1)
-	wb, _ := randF16(rng, out*in, 1)
-	x := must(d.UploadFloat32("x", xf, rows, in)).T(t)
-	w := must(d.UploadF16("W", wb, out, in)).T(t)
-	y := must(d.NewBuffer("y", gpu.F32, rows, out)).T(t)
-	defer func() {
-		for _, b := range []*gpu.Buffer{x, w, y} {
-			b.Release()
-		}
-	}()
+	x, w, y := gemmOperands(t, d, 17, rows, in, out)
 	if err := d.Run(func(r *gpu.Recorder) error { return gpu.Linear(r, x, w, y, rows, in, out) }); err != nil {
 		t.Fatal(err)
 	}
