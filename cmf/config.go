@@ -74,7 +74,9 @@ const maxLayers = 4096
 // level; partial_rotary_factor defaults to 1 and linear_conv_kernel_dim to 4. layer_types
 // wins over full_attention_interval, but when both are given they must agree; with neither,
 // HF's default interval 4 applies. eos_token_id may be an integer or a list (the first is
-// kept). Errors name the offending field.
+// kept). Errors name the offending field; a required field that is absent or null (the
+// sizes, rms_norm_eps, and the attention or GatedDeltaNet fields the layer kinds need) is
+// reported as "config.json: hidden_size is missing", apart from one that is zero or negative.
 func ParseConfig(data []byte) (Config, error) {
 	var top rawConfig
 	if err := json.Unmarshal(data, &top); err != nil {
@@ -89,6 +91,28 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	c := raw.Config
 	if err := checkSupported(top.ModelType, raw); err != nil {
+		return Config{}, err
+	}
+	// Which fields the text config names: an absent (or null) size is "missing", which
+	// Validate's "must be positive, got 0" would misreport.
+	where, obj := "config.json: ", data
+	if len(top.TextConfig) > 0 && string(top.TextConfig) != "null" {
+		where, obj = "config.json: text_config: ", top.TextConfig
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(obj, &keys); err != nil {
+		return Config{}, fmt.Errorf("%s%w", where, err)
+	}
+	has := func(name string) bool { v, ok := keys[name]; return ok && string(v) != "null" }
+	required := func(names ...string) error {
+		for _, n := range names {
+			if !has(n) {
+				return fmt.Errorf("%s%s is missing", where, n)
+			}
+		}
+		return nil
+	}
+	if err := required("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size", "rms_norm_eps"); err != nil {
 		return Config{}, err
 	}
 	// rawConfig.TopTie shadows Config.TieWordEmbeddings (same JSON name, shallower field),
@@ -156,6 +180,21 @@ func ParseConfig(data []byte) (Config, error) {
 			if want := (i+1)%c.FullAttentionInterval == 0; (t == FullAttention) != want && (t == FullAttention || t == LinearAttention) {
 				return Config{}, fmt.Errorf("config.json: layer_types[%d] is %q but full_attention_interval %d says otherwise", i, t, c.FullAttentionInterval)
 			}
+		}
+	}
+	for _, t := range c.LayerTypes {
+		var err error
+		switch t {
+		case FullAttention:
+			err = required("num_attention_heads", "num_key_value_heads", "head_dim")
+			if err == nil && c.RopeTheta == 0 && !has("rope_theta") {
+				err = fmt.Errorf("%srope_theta is missing (neither rope_parameters.rope_theta nor rope_theta is given)", where)
+			}
+		case LinearAttention:
+			err = required("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
+		}
+		if err != nil {
+			return Config{}, err
 		}
 	}
 	if err := c.Validate(); err != nil {

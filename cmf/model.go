@@ -229,12 +229,15 @@ func (m *Model) Validate() error {
 		return nil
 	}
 	const maxShown = 20
-	more := ""
+	count, more := fmt.Sprintf("%d problems", len(problems)), ""
+	if len(problems) == 1 {
+		count = "1 problem"
+	}
 	if len(problems) > maxShown {
 		more = fmt.Sprintf("\n  … and %d more", len(problems)-maxShown)
 		problems = problems[:maxShown]
 	}
-	return fmt.Errorf("%s: invalid model (%d problems):\n  %s%s", m.sourceName(), len(problems), strings.Join(problems, "\n  "), more)
+	return fmt.Errorf("%s: invalid model (%s):\n  %s%s", m.sourceName(), count, strings.Join(problems, "\n  "), more)
 }
 
 // ParamCounts is the number of (logical) parameters per tensor kind and the stored bytes

@@ -61,6 +61,28 @@ func (d *Device) SetLogitsStore(maxBytes uint64) {
 	d.mu.Unlock()
 }
 
+// SetMaxStorageBindingSize lowers the storage-binding limit nvg plans and checks with
+// (Info().MaxStorageBindingSize: vocabulary and table slices, scratch sizes, the binding
+// checks of Recorder.Dispatch) to maxBytes, as if the adapter allowed no more; 0 restores the
+// device's own limit. It makes the sliced paths of a small GPU (lavapipe's 128 MiB, or a
+// 27B head on the H200's 2 GiB) testable with a tiny model. Call it between submits.
+// Errors: maxBytes above the device's limit or not a multiple of the storage-offset
+// alignment (StorageAlign).
+func (d *Device) SetMaxStorageBindingSize(maxBytes uint64) error {
+	lim := d.limits.MaxStorageBufferBindingSize
+	if maxBytes == 0 {
+		maxBytes = lim
+	}
+	if maxBytes > lim || maxBytes%d.StorageAlign() != 0 {
+		return fmt.Errorf("gpu: SetMaxStorageBindingSize(%d): want a multiple of %d up to the device's limit %d (0 restores it)",
+			maxBytes, d.StorageAlign(), lim)
+	}
+	d.mu.Lock()
+	d.info.MaxStorageBindingSize = maxBytes
+	d.mu.Unlock()
+	return nil
+}
+
 // Info describes the adapter behind a Device and which optional features nvg got.
 type Info struct {
 	// Index is the adapter's position in the enumeration NVG_ADAPTER indexes into.

@@ -141,16 +141,21 @@ func gemmCost(m, k, n int, bf16 bool) (flops, bytes float64) {
 }
 
 func checkGEMM(op string, a, b, c *Buffer, m, k, n int, bTypes ...DType) error {
+	return checkGEMMWeight(op, a, b, c, m, k, n, k*n, bTypes...)
+}
+
+// checkGEMMWeight is checkGEMM for a B of bn elements (LinearRows binds a block of a larger W).
+func checkGEMMWeight(op string, a, b, c *Buffer, m, k, n, bn int, bTypes ...DType) error {
 	if err := positive(op, "sizes m, k, n", m, k, n); err != nil {
 		return err
 	}
-	if m*k > maxU32Elems || k*n > maxU32Elems || m*n > maxU32Elems {
+	if m*k > maxU32Elems || bn > maxU32Elems || m*n > maxU32Elems {
 		return fmt.Errorf("gpu: %s: sizes %d, %d, %d exceed the 2³¹ index range", op, m, k, n)
 	}
 	if err := need(op, "input", a, m*k, F32); err != nil {
 		return err
 	}
-	if err := need(op, "weight", b, k*n, bTypes...); err != nil {
+	if err := need(op, "weight", b, bn, bTypes...); err != nil {
 		return err
 	}
 	if err := need(op, "output", c, m*n, F32); err != nil {
@@ -172,6 +177,33 @@ func Linear(r *Recorder, x, w, y *Buffer, rows, in, out int) error {
 		return err
 	}
 	return gemm(r, "Linear", false, Whole(x), Whole(w), Whole(y), w.dtype == F16, rows, in, out, true)
+}
+
+// LinearRows records y = x·W[o0 : o0+n]ᵀ, the output features o0 … o0+n−1 of Linear:
+// x F32 [rows, in], W F16 (or F32) [out, in], y F32 [rows, n]. Only that row block of W is
+// bound, so a head larger than one storage binding can be applied a block at a time (the
+// result is Linear's columns, bit for bit: the same kernel sums every output in K order).
+// Errors: as Linear, plus a block outside [0, out) or whose byte offset o0·in·size(W) is not
+// a multiple of the storage alignment (StorageAlign; o0 a multiple of 128 always is, for
+// in ≥ 1 and 256-byte alignment), or a block above maxStorageBufferBindingSize.
+func LinearRows(r *Recorder, x, w, y *Buffer, rows, in, out, o0, n int) error {
+	const op = "LinearRows"
+	if err := positive(op, "rows, in, out, n", rows, in, out, n); err != nil {
+		return err
+	}
+	if o0 < 0 || o0+n > out {
+		return fmt.Errorf("gpu: %s: rows [%d, %d) of W are outside its %d rows", op, o0, o0+n, out)
+	}
+	if err := checkGEMMWeight(op, x, w, y, rows, in, n, out*in, F16, F32); err != nil {
+		return err
+	}
+	esz := uint64(w.dtype.Size())
+	off := uint64(o0) * uint64(in) * esz
+	if off%r.d.StorageAlign() != 0 {
+		return fmt.Errorf("gpu: %s: W row %d starts at byte %d, not a multiple of the storage alignment %d", op, o0, off, r.d.StorageAlign())
+	}
+	wb := Binding{Buf: w, Offset: off, Size: (uint64(n)*uint64(in)*esz + 3) &^ 3}
+	return gemm(r, op, false, Whole(x), wb, Whole(y), w.dtype == F16, rows, in, n, true)
 }
 
 // LinearT records dx = dy·W, the input gradient of Linear: dy F32 [rows, out], W F16 (or

@@ -252,15 +252,7 @@ func BenchmarkLinear(b *testing.B) {
 
 func benchGEMM(b *testing.B, rows, in, out int, naive bool) {
 	d := gputest.Open(b)
-	rng := rand.New(rand.NewPCG(1, 1))
-	xf, _ := randF32(rng, rows*in, 1)
-	wb, _ := randF16(rng, out*in, 1)
-	x := must(d.UploadFloat32("x", xf, rows, in)).T(b)
-	w := must(d.UploadF16("W", wb, out, in)).T(b)
-	y := must(d.NewBuffer("y", gpu.F32, rows, out)).T(b)
-	defer x.Release()
-	defer w.Release()
-	defer y.Release()
+	x, w, y := gemmOperands(b, d, 1, rows, in, out)
 	run := func() {
 		err := d.Run(func(r *gpu.Recorder) error {
 			if naive {

@@ -25,9 +25,17 @@ import (
 // maxQueries is wgpu's limit on the size of one query set.
 const maxQueries = 4096
 
-// TickPeriod is the duration of one GPU timestamp tick. Neither the binding nor
-// wgpu-native 27 exposes the period; it was measured as 1 ns on lavapipe and on the H200
-// (Vulkan timestampPeriod = 1).
+// TickPeriod is the duration of one GPU timestamp tick. WebGPU specifies timestamps in
+// nanoseconds, but wgpu (native) resolves the backend's raw ticks unless the instance flag
+// AUTOMATIC_TIMESTAMP_NORMALIZATION is set (off by default; gfx-rs/wgpu#7343), which
+// wgpu-native v27.0.2.0's WGPUInstanceFlag does not offer (Default, Debug, Validation,
+// DiscardHalLabels only: wgpu.h in the binding), and native users are meant to multiply by
+// the queue's timestamp period, which v27's C API has no call for (wgpuQueueGetTimestampPeriod
+// came later, gfx-rs/wgpu-native#534) and the Go binding v1.0.0 does not expose either. So
+// the ticks are Vulkan's and the period is VkPhysicalDeviceLimits.timestampPeriod: 1 ns on
+// lavapipe and on the H200 (measured), but not on every GPU (Intel's are 52 or 83 ns).
+// TestTickPeriodWallClock checks it against the host clock on the adapter the tests run on;
+// reading it on other adapters needs a Vulkan call of our own or a newer wgpu-native.
 const TickPeriod = time.Nanosecond
 
 // KernelTime is one row of the profile: a kernel name, how many dispatches ran, their

@@ -81,19 +81,46 @@ func tensorData(m *cmf.Model, name string, shape ...int) (*cmf.Tensor, func(int)
 	return t, dec, n, nil
 }
 
+// f16MinNormal is IEEE binary16's smallest normal magnitude, 2⁻¹⁴ ≈ 6.1e-5: below it an f16
+// keeps fewer than 11 significant bits (2⁻²⁴ absolute spacing), and below 2⁻²⁵ it is 0.
+const f16MinNormal = 0x1p-14
+
+// Thresholds on the fraction of a tensor's nonzero values below f16MinNormal (loadF16):
+// above f16SubnormalWarn LoadNet warns, above f16SubnormalRefuse it refuses the model. A
+// trained bf16 weight matrix (std ≈ 0.02) has ≈ 0.25 % of its values there, whose absolute
+// error (< 3e-8) is negligible; a tensor scaled far down (an embedding × 1e-5: ≈ 100 %)
+// loses most of its precision and, silently, the model's outputs (hidden states 51 % off
+// the host). Keeping such values exact would take a per-plane scale in every kernel that
+// reads an f16 plane (each GEMM, the embedding gather, the heads), changing their
+// numerics for every model, so nvg reports the tensor instead.
+const (
+	f16SubnormalWarn   = 0.01
+	f16SubnormalRefuse = 0.5
+)
+
 // loadF16 reads a dense float tensor of the given shape and rounds it to IEEE binary16
-// bits (round to nearest even). Errors: missing tensor, wrong shape, a non-float or BLR
-// dtype, a NaN or infinite element, or a finite value beyond f16's range (|x| > 65504),
-// each naming the tensor and the element.
-func loadF16(m *cmf.Model, name string, shape ...int) ([]uint16, error) {
+// bits (round to nearest even). warn is non-empty when more than 1 % of the tensor's nonzero
+// values lie below f16's smallest normal (6.1e-5) and so lose relative precision; it names
+// the tensor and gives the fraction. Errors: missing tensor, wrong shape, a non-float or BLR
+// dtype, a NaN or infinite element, or a finite value beyond f16's range (|x| > 65504), each
+// naming the tensor and the element; more than half of the nonzero values below f16's
+// smallest normal (the message gives the fraction).
+func loadF16(m *cmf.Model, name string, shape ...int) (_ []uint16, warn string, _ error) {
 	t, dec, n, err := tensorData(m, name, shape...)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	out := make([]uint16, n)
 	var mu sync.Mutex
 	bad := -1
+	var nonzero, small, zeroed int
 	parallelChunks(n, func(lo, hi int) {
+		var nz, sm, zd int
+		defer func() {
+			mu.Lock()
+			nonzero, small, zeroed = nonzero+nz, small+sm, zeroed+zd
+			mu.Unlock()
+		}()
 		for i := lo; i < hi; i++ {
 			f := dec(i)
 			h := float16.Fromfloat32(f)
@@ -106,12 +133,33 @@ func loadF16(m *cmf.Model, name string, shape ...int) ([]uint16, error) {
 				return
 			}
 			out[i] = h.Bits()
+			if f != 0 {
+				nz++
+				if math.Abs(float64(f)) < f16MinNormal {
+					sm++
+					if h.Bits()&0x7fff == 0 {
+						zd++
+					}
+				}
+			}
 		}
 	})
 	if bad >= 0 {
-		return nil, fmt.Errorf("%s (%s): element %d = %g is not finite in f16 (|x| ≤ 65504)", t.Where(), t.DType, bad, dec(bad))
+		return nil, "", fmt.Errorf("%s (%s): element %d = %g is not finite in f16 (|x| ≤ 65504)", t.Where(), t.DType, bad, dec(bad))
 	}
-	return out, nil
+	if nonzero == 0 {
+		return out, "", nil
+	}
+	frac := float64(small) / float64(nonzero)
+	if frac <= f16SubnormalWarn {
+		return out, "", nil
+	}
+	msg := fmt.Sprintf("%s (%s): %.1f %% of its %d nonzero values have |x| < 6.1e-5, f16's smallest normal, so the GPU's f16 copy keeps them with less relative precision (%.1f %% become 0)",
+		t.Where(), t.DType, 100*frac, nonzero, 100*float64(zeroed)/float64(nonzero))
+	if frac > f16SubnormalRefuse {
+		return nil, "", fmt.Errorf("%s: the GPU results would be far off; rescale the tensor, or use the float64 host path (host.Load, nvg trace --host)", msg)
+	}
+	return out, msg, nil
 }
 
 // loadF32 reads a dense float tensor of the given shape as float32. Errors as loadF16

@@ -3,6 +3,7 @@ package nvgkit
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
@@ -80,6 +81,7 @@ type Net struct {
 	// onGPU counts the layers uploaded now; maxOnGPU the most at once since LoadNet.
 	onGPU, maxOnGPU int
 	st              *studentState // Student only
+	warnings        []string      // Warnings
 }
 
 // param is one weight tensor of a layer: its GPU buffer while uploaded, and its host planes
@@ -223,6 +225,7 @@ func (n *Net) releaseLayer(l *layer) {
 // builder reads the model's tensors into params.
 type builder struct {
 	m   *cmf.Model
+	n   *Net // collects loadF16's warnings
 	err error
 	ps  []*param
 }
@@ -231,8 +234,11 @@ func (b *builder) f16(name string, shape ...int) []uint16 {
 	if b.err != nil {
 		return nil
 	}
-	v, err := loadF16(b.m, name, shape...)
+	v, warn, err := loadF16(b.m, name, shape...)
 	b.err = err
+	if warn != "" {
+		b.n.warnings = append(b.n.warnings, warn)
+	}
 	return v
 }
 
@@ -277,7 +283,8 @@ func rowBlock[T any](v []T, cols, r0, r1 int) []T {
 // head and final norm plus at most two layers, and the host keeps every layer's planes.
 // Errors: a nil device or model, an unknown kind, an invalid config, a missing tensor or one
 // of the wrong shape or dtype (BLR for a Teacher), a weight not finite in f16, or a GPU
-// allocation failure — each naming the tensor. Nothing is left allocated on error.
+// allocation failure — each naming the tensor; a tensor more than half of whose nonzero
+// values lie below f16's smallest normal (see Warnings). Nothing is left allocated on error.
 func LoadNet(dev *gpu.Device, m *cmf.Model, kind NetKind, opts ...LoadOption) (*Net, error) {
 	if dev == nil {
 		return nil, errors.New("nvgkit.LoadNet: nil device")
@@ -310,6 +317,9 @@ func LoadNet(dev *gpu.Device, m *cmf.Model, kind NetKind, opts ...LoadOption) (*
 		n.Release()
 		return nil, memRemedy(fmt.Errorf("nvgkit.LoadNet: %w", err))
 	}
+	for _, w := range n.warnings {
+		fmt.Fprintf(os.Stderr, "nvgkit.LoadNet: warning: %s\n", w)
+	}
 	return n, nil
 }
 
@@ -321,7 +331,7 @@ func (n *Net) load(m *cmf.Model) error {
 	}
 	for i := 0; i < c.NumHiddenLayers; i++ {
 		p := fmt.Sprintf("model.layers.%d.", i)
-		b := &builder{m: m}
+		b := &builder{m: m, n: n}
 		L := &layer{index: i}
 		L.inNorm = b.vec(p+"input_layernorm.weight", H)
 		L.postNorm = b.vec(p+"post_attention_layernorm.weight", H)
@@ -393,7 +403,7 @@ func (n *Net) load(m *cmf.Model) error {
 func (n *Net) loadShared(m *cmf.Model) error {
 	c := n.Config
 	H, V := c.HiddenSize, c.VocabSize
-	b := &builder{m: m}
+	b := &builder{m: m, n: n}
 	emb := b.f16("model.embed_tokens.weight", V, H)
 	fn := b.f32("model.norm.weight", H)
 	var head []uint16
@@ -418,6 +428,12 @@ func (n *Net) loadShared(m *cmf.Model) error {
 	}
 	return nil
 }
+
+// Warnings returns what LoadNet warned about (also printed to stderr): one line per f16
+// weight tensor of which more than 1 % of the nonzero values lie below f16's smallest normal
+// (6.1e-5) and so lose relative precision on the GPU, naming the tensor and the fraction.
+// (LoadNet refuses a model where a tensor has more than half of them there.)
+func (n *Net) Warnings() []string { return append([]string(nil), n.warnings...) }
 
 // Streamed reports whether the net streams its layers (LoadNet with StreamLayers).
 func (n *Net) Streamed() bool { return n.streamed }

@@ -167,9 +167,9 @@ func (n *Net) headTopK(w *Work, nb, k int) (*TopK, error) {
 type ForwardOptions struct {
 	// TopK > 0 asks for the top-k head (Trace.TopK), 1 ≤ TopK ≤ min(64, vocab).
 	TopK int
-	// Logits0 asks for the full logits of window 0, Trace.Logits0 [T, vocab]. It computes
-	// them with one Linear over the whole head, so the head and the [T, vocab] f32 logits
-	// must each fit one storage binding.
+	// Logits0 asks for the full logits of window 0, Trace.Logits0 [T, vocab]. They are
+	// computed one vocabulary slice at a time (as the top-k head does), so neither the head
+	// nor the [T, vocab] f32 logits need to fit one storage binding.
 	Logits0 bool
 }
 
@@ -247,28 +247,45 @@ func Forward(net *Net, work *Work, ids [][]int, opt ForwardOptions) (_ *Trace, e
 	return tr, nil
 }
 
-// logits returns h·headᵀ [rows, vocab] for h [rows, H] given on the host.
+// logits returns h·headᵀ [rows, vocab] for h [rows, H] given on the host, one vocabulary
+// slice at a time (gpu.LinearRows into a [rows, slice] buffer, read back into its columns),
+// so neither the head nor the logits need to fit one storage binding: the same values as one
+// Linear over the whole head. Slices are multiples of 128 rows, each within the binding limit
+// and 64 MiB of logits.
 func (n *Net) logits(h []float32, rows int) ([]float32, error) {
 	c := n.Config
-	V := c.VocabSize
+	H, V := c.HiddenSize, c.VocabSize
 	maxBind := n.dev.Info().MaxStorageBindingSize
-	if b := uint64(rows) * uint64(V) * 4; b > maxBind {
-		return nil, fmt.Errorf("[%d×%d] f32 logits need %d bytes, above maxStorageBufferBindingSize %d", rows, V, b, maxBind)
+	slice := min(maxBind/(uint64(H)*uint64(n.head.DType().Size())), min(maxBind, 64<<20)/(uint64(rows)*4)) / 128 * 128
+	if slice == 0 {
+		return nil, fmt.Errorf("%d rows × hidden %d leave no room for a 128-row vocabulary slice in one storage binding (%d bytes)", rows, H, maxBind)
 	}
-	hb, err := n.dev.UploadFloat32("logits input", h, rows, c.HiddenSize)
+	hb, err := n.dev.UploadFloat32("logits input", h, rows, H)
 	if err != nil {
 		return nil, err
 	}
 	defer hb.Release()
-	out, err := n.dev.NewBuffer("logits", gpu.F32, rows, V)
-	if err != nil {
-		return nil, err
+	out := make([]float32, rows*V)
+	for v0 := 0; v0 < V; v0 += int(slice) {
+		cols := min(int(slice), V-v0)
+		sb, err := n.dev.NewBuffer("logits slice", gpu.F32, rows, cols)
+		if err != nil {
+			return nil, err
+		}
+		err = n.dev.Run(func(r *gpu.Recorder) error { return gpu.LinearRows(r, hb, n.head, sb, rows, H, V, v0, cols) })
+		var part []float32
+		if err == nil {
+			part, err = n.dev.ReadFloat32(sb)
+		}
+		sb.Release()
+		if err != nil {
+			return nil, fmt.Errorf("vocabulary rows [%d, %d): %w", v0, v0+cols, err)
+		}
+		for r := range rows {
+			copy(out[r*V+v0:r*V+v0+cols], part[r*cols:(r+1)*cols])
+		}
 	}
-	defer out.Release()
-	if err := n.dev.Run(func(r *gpu.Recorder) error { return gpu.Linear(r, hb, n.head, out, rows, c.HiddenSize, V) }); err != nil {
-		return nil, err
-	}
-	return n.dev.ReadFloat32(out)
+	return out, nil
 }
 
 // NLL returns the summed next-token negative log-likelihood (natural log) of net over

@@ -532,15 +532,7 @@ func TestLoadNetErrors(t *testing.T) {
 	d, m, _ := tinyTeacher(t)
 	base := truncated(t, m, 1)
 	before := d.MemStats()
-	clone := func() *cmf.Model {
-		c := cmf.NewModel(base.Config)
-		for _, tn := range base.Tensors {
-			if err := c.Set(tn); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return c
-	}
+	clone := func() *cmf.Model { return cloneModel(t, base) }
 	const victim = "model.layers.0.mlp.up_proj.weight"
 	shape := base.Tensors[victim].Shape
 	big := make([]float64, shape[0]*shape[1])

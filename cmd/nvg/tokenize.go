@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -34,6 +35,9 @@ func runTokenize(args []string) error {
 		return err
 	}
 	tok, err := tokenizer.FromJSON(raw)
+	if errors.Is(err, tokenizer.ErrNotTokenizerJSON) {
+		return usagef("--tokenizer %s is not a tokenizer.json (no model.vocab): give a tokenizer.json or the model directory holding one", *tokPath)
+	}
 	if err != nil {
 		return fmt.Errorf("tokenizer %s: %w", orDefault(*tokPath, defaultModelName), err)
 	}

@@ -3,6 +3,12 @@
 // says), or user-given file lists; tokenizes them into one stream per split with each
 // document followed by <|endoftext|>; caches streams on disk; and cuts streams into
 // windows, sequentially (Windows) or by a seeded, machine-independent sampler (Sampler).
+//
+// Windows ignore document boundaries: a window may span the <|endoftext|> between two
+// documents, and the nets run their GatedDeltaNet state, causal conv and attention across it
+// (nothing is reset or masked at <|endoftext|>; only each window starts from zero state).
+// This matches how the tiny teacher was trained (documents joined with <|endoftext|>, random
+// windows; its MODEL_CARD.md), so the student is distilled on text as the teacher saw it.
 package data
 
 import (

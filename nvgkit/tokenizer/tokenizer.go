@@ -15,6 +15,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -76,6 +77,10 @@ func Load(path string) (*Tokenizer, error) {
 	return t, nil
 }
 
+// ErrNotTokenizerJSON is wrapped by FromJSON's error for a JSON file that is not a
+// tokenizer.json (it has no model.vocab).
+var ErrNotTokenizerJSON = errors.New("not a tokenizer.json")
+
 // FromJSON parses the contents of a HuggingFace tokenizer.json. Supported: model BPE
 // (merges as "a b" strings or ["a","b"] pairs; no dropout, byte_fallback,
 // continuing_subword_prefix or end_of_word_suffix; ignore_merges honoured), normalizer
@@ -83,10 +88,19 @@ func Load(path string) (*Tokenizer, error) {
 // Split (Isolated, not inverted) pre-tokenizers, decoder ByteLevel, post_processor
 // null/ByteLevel/TemplateProcessing (not applied: Encode adds no special tokens), added
 // tokens without lstrip/rstrip/single_word. Anything else is an error naming it.
+//
+// Valid JSON that is not a tokenizer.json at all (no "model" object with a "vocab", e.g. a
+// model's config.json) gives an error wrapping ErrNotTokenizerJSON.
 func FromJSON(data []byte) (*Tokenizer, error) {
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer: not a tokenizer.json: %w", err)
+	}
+	var mv struct {
+		Vocab json.RawMessage `json:"vocab"`
+	}
+	if isNull(f.Model) || json.Unmarshal(f.Model, &mv) != nil || isNull(mv.Vocab) {
+		return nil, fmt.Errorf("tokenizer: %w (no model.vocab)", ErrNotTokenizerJSON)
 	}
 	t := &Tokenizer{}
 	sum := sha256.Sum256(data)
@@ -117,9 +131,6 @@ func FromJSON(data []byte) (*Tokenizer, error) {
 }
 
 func (t *Tokenizer) loadModel(raw json.RawMessage) error {
-	if isNull(raw) {
-		return fmt.Errorf("tokenizer: no model")
-	}
 	var mt typed
 	if err := json.Unmarshal(raw, &mt); err != nil {
 		return fmt.Errorf("tokenizer: model: %w", err)

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -377,5 +378,21 @@ func TestUnsupported(t *testing.T) {
 	}
 	if _, err := Load("no/such/tokenizer.json"); err == nil || !strings.Contains(err.Error(), "no/such/tokenizer.json") {
 		t.Errorf("Load of a missing file: %v", err)
+	}
+}
+
+// TestFromJSONNotATokenizer: valid JSON that is not a tokenizer.json (a model's config.json,
+// an empty object, a model without a vocab) is named as such, wrapping ErrNotTokenizerJSON,
+// instead of failing on its first missing section ("no pre_tokenizer").
+func TestFromJSONNotATokenizer(t *testing.T) {
+	cfg, err := os.ReadFile("../../cmf/tinyteacher/model/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range [][]byte{cfg, []byte(`{}`), []byte(`{"model": {"type": "BPE"}}`), []byte(`{"model": null}`), []byte(`{"model": 3}`)} {
+		_, err := FromJSON(in)
+		if !errors.Is(err, ErrNotTokenizerJSON) || !strings.Contains(err.Error(), "not a tokenizer.json (no model.vocab)") {
+			t.Errorf("%.40s…: err = %v, want ErrNotTokenizerJSON", in, err)
+		}
 	}
 }

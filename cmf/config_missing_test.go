@@ -1,0 +1,50 @@
+package cmf
+
+import "testing"
+
+// TestParseConfigMissingFields: a required field that config.json does not give (or gives as
+// null) is reported as missing, by name; a zero or negative one as not positive. It used to
+// say "must be positive, got 0" for both.
+func TestParseConfigMissingFields(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(m map[string]any) map[string]any
+		want string
+	}{
+		{"hidden_size absent", func(m map[string]any) map[string]any { delete(m, "hidden_size"); return m }, "config.json: hidden_size is missing"},
+		{"hidden_size null", func(m map[string]any) map[string]any { m["hidden_size"] = nil; return m }, "config.json: hidden_size is missing"},
+		{"hidden_size zero", func(m map[string]any) map[string]any { m["hidden_size"] = 0; return m }, "config: hidden_size must be positive, got 0"},
+		{"vocab_size absent", func(m map[string]any) map[string]any { delete(m, "vocab_size"); return m }, "config.json: vocab_size is missing"},
+		{"num_hidden_layers absent", func(m map[string]any) map[string]any { delete(m, "num_hidden_layers"); return m }, "config.json: num_hidden_layers is missing"},
+		{"rms_norm_eps absent", func(m map[string]any) map[string]any { delete(m, "rms_norm_eps"); return m }, "config.json: rms_norm_eps is missing"},
+		{"head_dim absent (attention layers)", func(m map[string]any) map[string]any { delete(m, "head_dim"); return m }, "config.json: head_dim is missing"},
+		{"rope_theta absent", func(m map[string]any) map[string]any {
+			delete(m, "rope_theta")
+			delete(m, "rope_parameters")
+			return m
+		}, "config.json: rope_theta is missing (neither rope_parameters.rope_theta nor rope_theta is given)"},
+		{"linear_key_head_dim absent, nested", func(m map[string]any) map[string]any {
+			delete(m, "linear_key_head_dim")
+			return map[string]any{"model_type": "qwen3_5", "text_config": m}
+		}, "config.json: text_config: linear_key_head_dim is missing"},
+		{"hidden_size negative, nested", func(m map[string]any) map[string]any {
+			m["hidden_size"] = -3
+			return map[string]any{"model_type": "qwen3_5", "text_config": m}
+		}, "config: hidden_size must be positive, got -3"},
+	} {
+		_, err := ParseConfig(mustJSON(t, tc.edit(tinyConfigJSON(t))))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	// A model without attention layers needs no attention fields.
+	m := tinyConfigJSON(t)
+	for _, k := range []string{"num_attention_heads", "num_key_value_heads", "head_dim"} {
+		delete(m, k)
+	}
+	m["layer_types"] = []string{LinearAttention, LinearAttention}
+	m["num_hidden_layers"] = 2
+	if _, err := ParseConfig(mustJSON(t, m)); err != nil {
+		t.Errorf("GatedDeltaNet-only config: %v", err)
+	}
+}
