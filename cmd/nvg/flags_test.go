@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"os"
+	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -133,5 +136,59 @@ func TestInfoJSONAfterModel(t *testing.T) {
 	var v map[string]any
 	if code != 0 || json.Unmarshal([]byte(stdout), &v) != nil {
 		t.Fatalf("exit %d, stderr %q, stdout not JSON: %.200q", code, stderr, stdout)
+	}
+}
+
+// TestCorpusSources: --files and --train-files/--eval-files take directories, globs and
+// JSONL corpora; sources that give no file are usage errors naming them; a bad JSONL line
+// is an error naming file:line.
+func TestCorpusSources(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", "sort", "sort.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src = src[:400] // a few windows of 8 tokens, quick on the host path
+	line, _ := json.Marshal(map[string]string{"text": string(src), "source": "sort.go"})
+	for name, body := range map[string]string{
+		"corpus/a.jsonl": string(line) + "\n" + string(line) + "\n", "corpus/sub/b.txt": string(src), "corpus/c.bin": "\x00\x01",
+		"bad.jsonl": string(line) + "\n{\"text\": 1}\n",
+	} {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("NVG_CACHE", t.TempDir())
+	// Three documents of sort.go: 2 lines of a.jsonl and b.txt (c.bin is not a text file).
+	stdout, stderr, code := capture(t, []string{"eval", "--files", filepath.Join(dir, "corpus"), "--windows", "all", "--t", "8", "--host", "--json"})
+	var res struct{ Windows int }
+	if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil {
+		t.Fatalf("eval --files DIR: exit %d, stderr %q", code, stderr)
+	}
+	one, _, code := capture(t, []string{"eval", "--files", filepath.Join(dir, "corpus", "sub", "*.txt"), "--windows", "all", "--t", "8", "--host", "--json"})
+	var res1 struct{ Windows int }
+	if code != 0 || json.Unmarshal([]byte(one), &res1) != nil || res1.Windows < 2 {
+		t.Fatalf("eval --files GLOB: exit %d, %q", code, one)
+	}
+	if lo, hi := 3*res1.Windows, 3*(res1.Windows+1); res.Windows < lo || res.Windows > hi {
+		t.Errorf("eval --files DIR: %d windows, want %d…%d (three copies of sort.go, %d windows each)", res.Windows, lo, hi, res1.Windows)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"eval", "--files", filepath.Join(dir, "*.nothing")}, 2, `--files: pattern "` + filepath.Join(dir, "*.nothing") + `" matches no file`},
+		{[]string{"eval", "--files", filepath.Join(dir, "missing.txt")}, 2, "--files: " + filepath.Join(dir, "missing.txt") + ": no such file or directory"},
+		{[]string{"eval", "--files", filepath.Join(dir, "bad.jsonl"), "--host"}, 1, filepath.Join(dir, "bad.jsonl") + `:2: want a JSON object with a "text" string`},
+		{[]string{"distill", "--train-files", filepath.Join(dir, "corpus", "*.md"), "--eval-files", filepath.Join(dir, "bad.jsonl")}, 2, "--train-files: pattern"},
+		{[]string{"distill", "--train-files", filepath.Join(dir, "corpus"), "--eval-files", filepath.Join(dir, "none")}, 2, "--eval-files: " + filepath.Join(dir, "none") + ": no such file"},
+	} {
+		_, stderr, code := capture(t, tc.args)
+		if code != tc.code || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("nvg %q: exit %d, stderr %q; want %d and one line with %q", tc.args, code, stderr, tc.code, tc.want)
+		}
 	}
 }
