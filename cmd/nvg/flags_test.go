@@ -92,6 +92,7 @@ func TestCommandShapes(t *testing.T) {
 		{[]string{"plot-mem", "L.csv", "--", "-out.png"}, map[string]string{}, []string{"L.csv", "-out.png"}},
 		{[]string{"plot-mem", "L.csv", "O.png"}, map[string]string{}, []string{"L.csv", "O.png"}},
 		{[]string{"bench", "--json", "B.json", "--profile=false", "--model", "tiny"}, map[string]string{"json": "B.json", "profile": "false", "model": "tiny"}, []string{}},
+		{[]string{"eval"}, map[string]string{"windows": "8", "t": "128", "seed": "1"}, []string{}}, // the defaults README.md quotes
 		{[]string{"info", "--", "--json"}, map[string]string{"json": "false"}, []string{"--json"}},
 	} {
 		var got *flag.FlagSet
