@@ -87,37 +87,13 @@ func sharedFiles(train, eval []string) []string {
 	return out
 }
 
-func splitFiles(flagName, list string) ([]string, error) {
-	if list == "" {
-		return nil, nil
-	}
-	var out []string
-	for _, p := range strings.Split(list, ",") {
-		if p == "" {
-			continue
-		}
-		st, err := os.Stat(p)
-		if err != nil {
-			return nil, usagef("--%s: %s: no such file", flagName, p)
-		}
-		if st.IsDir() {
-			return nil, usagef("--%s: %s is a directory, want files", flagName, p)
-		}
-		out = append(out, p)
-	}
-	if len(out) == 0 {
-		return nil, usagef("--%s: no files", flagName)
-	}
-	return out, nil
-}
-
 func runDistill(args []string) error {
 	c := commands["distill"]
 	fs := newFlags(c)
 	teacherPath := fs.String("teacher", "", "teacher: HF checkpoint directory or .cmf (default: the embedded tiny teacher)")
 	tokPath := fs.String("tokenizer", "", "tokenizer.json (default: beside the teacher, or the embedded one)")
-	trainFiles := fs.String("train-files", "", "comma-separated training files (default: the Go standard library training split)")
-	evalFiles := fs.String("eval-files", "", "comma-separated held-out files (default: the Go standard library held-out split)")
+	trainFiles := fs.String("train-files", "", "comma-separated training sources: files, directories, globs, .jsonl corpora (see README; default: the Go standard library training split)")
+	evalFiles := fs.String("eval-files", "", "comma-separated held-out sources, as --train-files (default: the Go standard library held-out split)")
 	bpw := fs.Float64("bpw", 1.0, "target bits per weight of every compressed linear (0 < bpw ≤ 32)")
 	paths := fs.String("paths", "auto", "BLR paths per tensor: auto, 1 or 2")
 	steps := fs.Int("steps", distillSteps, "optimizer steps")
@@ -223,11 +199,11 @@ func runDistill(args []string) error {
 		if _, err := cmf.ParsePathMode(*paths); err != nil {
 			return usagef("--%v", err)
 		}
-		tf, err := splitFiles("train-files", *trainFiles)
+		tf, err := corpusFiles("train-files", *trainFiles)
 		if err != nil {
 			return err
 		}
-		ef, err := splitFiles("eval-files", *evalFiles)
+		ef, err := corpusFiles("eval-files", *evalFiles)
 		if err != nil {
 			return err
 		}

@@ -44,7 +44,7 @@ func TestDistillUsageErrors(t *testing.T) {
 		{"distill", "--teacher", filepath.Join(dir, "missing")},
 		{"distill", "--train-files", filepath.Join(dir, "missing.go"), "--eval-files", goFile},
 		{"distill", "--train-files", goFile},                      // without --eval-files
-		{"distill", "--train-files", dir, "--eval-files", goFile}, // a directory
+		{"distill", "--train-files", dir, "--eval-files", goFile}, // a directory holding no text file
 		{"distill", "--topk-file", filepath.Join(dir, "no", "such", "dir", "topk.bin")},
 		{"distill", "-o", full},                                // not empty
 		{"distill", "-o", filepath.Join(full, "x")},            // a file

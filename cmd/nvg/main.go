@@ -54,8 +54,14 @@ func newFlags(c *command) *flag.FlagSet {
 }
 
 // parseFlags parses args with fs, turning -h into printed help and errors into usageErrors.
+// Flags may come before, between or after the positional arguments (`nvg info MODEL --json`
+// is `nvg info --json MODEL`); see interleave. The positional arguments, in order, are then
+// fs.Args().
 func parseFlags(c *command, fs *flag.FlagSet, args []string) error {
-	err := fs.Parse(args)
+	args, err := interleave(fs, args)
+	if err == nil {
+		err = fs.Parse(args)
+	}
 	if errors.Is(err, flag.ErrHelp) {
 		printHelp(c, fs)
 		return errHelpShown
@@ -63,16 +69,56 @@ func parseFlags(c *command, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	// Go's flag parsing stops at the first positional argument: a flag after it would be
-	// silently taken as another positional one.
-	for i, a := range fs.Args() {
-		if len(a) > 1 && a[0] == '-' && a != "--" {
-			if f := fs.Lookup(strings.TrimLeft(strings.SplitN(a, "=", 2)[0], "-")); f != nil || i > 0 {
-				return usagef("flag %s after the argument %q: flags must come before MODEL and other positional arguments", a, fs.Arg(0))
-			}
-		}
+	if parsedHook != nil {
+		return parsedHook(c, fs)
 	}
 	return nil
+}
+
+// parsedHook, when set (by tests), is called after a command's flags are parsed and its
+// result is returned in place of running the command.
+var parsedHook func(c *command, fs *flag.FlagSet) error
+
+// interleave reorders args so that Go's flag package, which stops at the first positional
+// argument, sees every flag: the flag tokens (each with its value when the flag takes one)
+// come first in their given order, then "--", then the positional arguments in their given
+// order. A token is a flag when it starts with "-" and is longer than "-"; "--" ends the
+// flags (everything after it is positional, even "-x"). A flag written -name=value is one
+// token; a boolean flag (-json) never takes the next token as its value; any other defined
+// flag written without "=" takes the next token whatever it is (as the flag package does:
+// `-o -x` sets -o to "-x"); when there is none, the error is the flag package's "flag needs
+// an argument". An undefined flag is passed on as it is, so fs.Parse reports it.
+func interleave(fs *flag.FlagSet, args []string) ([]string, error) {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimPrefix(a[1:], "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		if i+1 == len(args) {
+			return nil, fmt.Errorf("flag needs an argument: %s", a)
+		}
+		i++
+		flags = append(flags, args[i])
+	}
+	return append(append(flags, "--"), pos...), nil
 }
 
 var errHelpShown = errors.New("help shown")

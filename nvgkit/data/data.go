@@ -1,7 +1,9 @@
 // Package data builds the token streams a distillation run trains and evaluates on: the
 // default corpus (the Go standard library source, split as the tiny teacher's model card
-// says), or user-given file lists; tokenizes them into one stream per split with each
-// document followed by <|endoftext|>; caches streams on disk; and cuts streams into
+// says), or user-given file lists (ExpandSources turns files, directories, globs and JSONL
+// corpora into one; each list is one split as given — the crc32 held-out rule splits only
+// the default corpus); tokenizes them into one stream per split with each document (a file,
+// or a line of a .jsonl file) followed by <|endoftext|>; caches streams on disk; and cuts streams into
 // windows, sequentially (Windows) or by a seeded, machine-independent sampler (Sampler).
 //
 // Windows ignore document boundaries: a window may span the <|endoftext|> between two
@@ -134,7 +136,9 @@ func ListGoTree(dir string) (*Corpus, error) {
 }
 
 // FilesCorpus returns a corpus of explicit file lists (paths absolute or relative to the
-// working directory; Root is empty), kept in the given order. Every file must exist and be
+// working directory; Root is empty), kept in the given order: every document of train is
+// training text, every one of heldOut held out (no IsHeldOut split; a .jsonl file's lines
+// all go to the list it is in). Every file must exist and be
 // a regular file: otherwise the error names the first one that is not. Either list may be
 // empty (an evaluation needs only held-out files), not both.
 func FilesCorpus(train, heldOut []string) (*Corpus, error) {

@@ -24,10 +24,12 @@ func EndOfTextID(tok *tokenizer.Tokenizer) (int, error) {
 	return id, nil
 }
 
-// TokenizeFiles reads the files in order and returns their token stream: each file's ids
-// (tok.Encode of its contents) followed by the id of EndOfText. Files are encoded in
-// parallel (tok.EncodeBatch) in chunks, so memory beyond the result stays bounded. The
-// error names the first file that cannot be read.
+// TokenizeFiles reads the files in order and returns their token stream: each document's
+// ids (tok.Encode of its text) followed by the id of EndOfText. A file is one document,
+// except a .jsonl file, whose every non-blank line is one: a JSON object whose "text"
+// string is the document (other fields are ignored). Documents are encoded in parallel
+// (tok.EncodeBatch) in chunks, so memory beyond the result and one file stays bounded. The
+// error names the first file that cannot be read, or the file:line of a bad JSONL line.
 func TokenizeFiles(tok *tokenizer.Tokenizer, paths []string) ([]int, error) {
 	eot, err := EndOfTextID(tok)
 	if err != nil {
@@ -46,20 +48,25 @@ func TokenizeFiles(tok *tokenizer.Tokenizer, paths []string) ([]int, error) {
 	stream := make([]int, 0, total/2+int64(len(paths)))
 	chunk := 16 * runtime.GOMAXPROCS(0)
 	texts := make([]string, 0, chunk)
-	for i := 0; i < len(paths); i += chunk {
-		texts = texts[:0]
-		for _, p := range paths[i:min(i+chunk, len(paths))] {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return nil, fmt.Errorf("data: corpus file: %w", err)
-			}
-			texts = append(texts, string(b))
-		}
+	flush := func() {
 		for _, ids := range tok.EncodeBatch(texts) {
 			stream = append(stream, ids...)
 			stream = append(stream, eot)
 		}
+		texts = texts[:0]
 	}
+	for _, p := range paths {
+		docs, err := readDocuments(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range docs {
+			if texts = append(texts, d); len(texts) == chunk {
+				flush()
+			}
+		}
+	}
+	flush()
 	return stream, nil
 }
 
@@ -111,8 +118,12 @@ func cacheKey(tok *tokenizer.Tokenizer, paths []string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("data: corpus file %q: %w", p, err)
 		}
+		kind := "" // a JSONL file's documents are its lines' texts, not its bytes
+		if isJSONL(p) {
+			kind = " jsonl"
+		}
 		io.WriteString(h, strconv.Quote(abs)+" "+strconv.FormatInt(st.Size(), 10)+" "+
-			strconv.FormatInt(st.ModTime().UnixNano(), 10)+"\n")
+			strconv.FormatInt(st.ModTime().UnixNano(), 10)+kind+"\n")
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
 }
