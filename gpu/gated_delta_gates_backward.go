@@ -11,7 +11,8 @@ import "fmt"
 //
 // a, b, dg, dbeta, da and db are F32 [rows, hv] row-major; aLog and dtBias F32 [hv]. da and
 // db are overwritten; all eight buffers must be distinct. Elementwise, f32, sigmoids without
-// overflow. Errors: non-positive sizes, dtype or length mismatches, aliasing, or any
+// overflow; da is 0 where dg is 0, also where exp(A_log) overflows f32 (A_log ≥ 88.8, g = −∞:
+// the delta rule's backward gives dg = 0 there), as the float64 host's −0·e^{A_log}. Errors: non-positive sizes, dtype or length mismatches, aliasing, or any
 // Dispatch error.
 func GatedDeltaGatesBackward(r *Recorder, a, b, aLog, dtBias, dg, dbeta, da, db *Buffer, rows, hv int) error {
 	const op = "GatedDeltaGatesBackward"

@@ -49,14 +49,11 @@ func TestGatedDeltaGatesBackward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ba := make([]float64, n)
 	bb := make([]float64, n)
-	for i := range ba {
-		j := i % hv
-		ba[i] = (10 + 2*math.Abs(ad[i]+td[j]) + math.Abs(ld[j])) * u * math.Abs(wa[i])
+	for i := range bb {
 		bb[i] = (9 + 2*math.Abs(bd[i])) * u * math.Abs(wb[i])
 	}
-	checkBound(t, "da", must(d.ReadFloat32(da)).T(t), wa, ba)
+	checkBound(t, "da", must(d.ReadFloat32(da)).T(t), wa, daBound(ad, td, ld, wa))
 	checkBound(t, "db", must(d.ReadFloat32(db)).T(t), wb, bb)
 
 	r := d.Begin()
@@ -74,4 +71,47 @@ func TestGatedDeltaGatesBackward(t *testing.T) {
 	if r.Len() != 0 {
 		t.Errorf("%d dispatches recorded by failing calls", r.Len())
 	}
+}
+
+// TestGatedDeltaGatesBackwardHugeALog: head 0 has A_log = 90, so exp(A_log) overflows f32
+// (its g is −∞ and the delta rule's backward gives dg = 0 there); head 1 is ordinary. da is
+// 0 for head 0, as host.GatedDeltaGatesBackward's −0·e^{90} (finite in float64), not
+// 0·∞ = NaN, and within TestGatedDeltaGatesBackward's bound of the host for head 1.
+func TestGatedDeltaGatesBackwardHugeALog(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(95, 96))
+	rows, hv := 37, 2
+	n := rows * hv
+	bs := newBufs(t, d)
+	af, ad := randF32(rng, n, 3)
+	bf, bd := randF32(rng, n, 3)
+	gf, gd := randF32(rng, n, 1)
+	ef, ed := randF32(rng, n, 1)
+	for r := 0; r < rows; r++ {
+		gf[r*hv], gd[r*hv] = 0, 0
+	}
+	ld, td := []float64{90, 0.5}, []float64{0.25, -1}
+	da, db := bs.nw("da", rows, hv), bs.nw("db", rows, hv)
+	if err := d.Run(func(r *gpu.Recorder) error {
+		return gpu.GatedDeltaGatesBackward(r, bs.up("a", af, rows, hv), bs.up("b", bf, rows, hv), bs.up("aLog", []float32{90, 0.5}, hv),
+			bs.up("dtBias", []float32{0.25, -1}, hv), bs.up("dg", gf, rows, hv), bs.up("dbeta", ef, rows, hv), da, db, rows, hv)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wa, _, err := host.GatedDeltaGatesBackward(ad, bd, rows, hv, ld, td, gd, ed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBound(t, "da", must(d.ReadFloat32(da)).T(t), wa, daBound(ad, td, ld, wa))
+}
+
+// daBound is TestGatedDeltaGatesBackward's bound on da for a [rows, hv], dt_bias and A_log
+// [hv] and the host's da: (10 + 2|a + dt| + |A_log|)·u·|da|.
+func daBound(a, dt, aLog, da []float64) []float64 {
+	b := make([]float64, len(da))
+	for i := range b {
+		j := i % len(aLog)
+		b[i] = (10 + 2*math.Abs(a[i]+dt[j]) + math.Abs(aLog[j])) * u32 * math.Abs(da[i])
+	}
+	return b
 }

@@ -1,6 +1,6 @@
 // GatedDeltaGatesBackward: the backward of beta = σ(b), g = −exp(A_log)·softplus(a + dt_bias)
 // with respect to a and b (A_log and dt_bias frozen; host.GatedDeltaGatesBackward):
-//   db = dβ·σ(b)·(1 − σ(b)),   da = −dg·exp(A_log[j])·σ(a + dt_bias[j]).
+//   db = dβ·σ(b)·(1 − σ(b)),   da = −dg·exp(A_log[j])·σ(a + dt_bias[j])  (0 where dg = 0).
 // a, b, dg, dbeta, da, db: f32 [rows, hv] row-major; A_log, dt_bias: f32 [hv]. One
 // invocation per element (linear index (wid.x + wid.y·nwg.x)·WG + lid). Template
 // parameters: WG.
@@ -36,5 +36,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let x = a[i] + dtb[j];
     let e = exp(-abs(x));
     let sx = select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
-    da[i] = -dg[i] * exp(alog[j]) * sx;
+    // dg = 0 gives da = 0 even where exp(A_log) overflows f32 (A_log ≥ 88.8: g = −∞, whose
+    // dg the delta rule's backward gives as 0), as the float64 host computes, not 0·∞ = NaN.
+    da[i] = select(-dg[i] * exp(alog[j]) * sx, 0.0, dg[i] == 0.0);
 }
