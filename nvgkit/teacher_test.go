@@ -531,6 +531,7 @@ func BenchmarkTeacherTopK(b *testing.B) {
 func TestLoadNetErrors(t *testing.T) {
 	d, m, _ := tinyTeacher(t)
 	base := truncated(t, m, 1)
+	d.FreeScratch() // a refused LoadNet frees kept scratch: count only the nets' buffers
 	before := d.MemStats()
 	clone := func() *cmf.Model { return cloneModel(t, base) }
 	const victim = "model.layers.0.mlp.up_proj.weight"
