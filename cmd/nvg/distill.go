@@ -657,7 +657,7 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 	if err := rep.Save(filepath.Join(out, "report.json")); err != nil {
 		return err
 	}
-	if err := writeDistillPlots(out, tr, student, rep, reports); err != nil {
+	if err := writeDistillPlots(out, tr, student, reports); err != nil {
 		return err
 	}
 	fmt.Printf("teacher      held-out perplexity %10.3f\n", rep.TeacherPPL)
@@ -677,17 +677,13 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 
 // writeDistillPlots writes training.png, grad_norms.png, metric_hist.png and
 // reconstruction.png into out.
-func writeDistillPlots(out string, tr *nvgkit.Trainer, student *nvgkit.Net, rep *nvgkit.Report, reports []cmf.TensorReport) error {
-	steps := make([]int, len(rep.Loss))
-	for i := range steps {
-		steps[i] = i + 1
+// The training curves are drawn from the run's metrics.jsonl (all sessions of a resumed run).
+func writeDistillPlots(out string, tr *nvgkit.Trainer, student *nvgkit.Net, reports []cmf.TensorReport) error {
+	recs, _, err := nvgkit.ReadMetrics(filepath.Join(out, nvgkit.MetricsFile))
+	if err != nil {
+		return err
 	}
-	var es []int
-	var ep []float64
-	for _, e := range rep.Evals {
-		es, ep = append(es, e.Step), append(ep, e.Perplexity)
-	}
-	fig, err := nvgkit.PlotTraining(steps, rep.Loss, es, ep)
+	fig, err := nvgkit.PlotMetrics(recs)
 	if err != nil {
 		return err
 	}

@@ -96,7 +96,7 @@ func TestDistillSmall(t *testing.T) {
 	} else if st, err := os.Stat(png); err != nil || st.Size() == 0 {
 		t.Errorf("plot-mem wrote no image: %v", err)
 	}
-	for _, f := range []string{"student.cmf", "report.json", "distill.json", nvgkit.CheckpointFile, "training.png", "grad_norms.png", "metric_hist.png", "reconstruction.png"} {
+	for _, f := range []string{"student.cmf", "report.json", "distill.json", nvgkit.CheckpointFile, "training.png", "grad_norms.png", "metric_hist.png", "reconstruction.png", nvgkit.MetricsFile} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
@@ -194,6 +194,20 @@ func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 	for i, l := range rep.Loss[:ck.Meta.Step] {
 		if l != ck.Meta.Loss[i] {
 			t.Errorf("loss %d: %g in the checkpoint, %g in the report", i+1, ck.Meta.Loss[i], l)
+		}
+	}
+	// metrics.jsonl holds every step once, the interrupted session's and the resumed one's.
+	recs, _, err := nvgkit.ReadMetrics(filepath.Join(out, nvgkit.MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, loss, evalSteps, _, _ := nvgkit.TrainingSeries(recs)
+	if len(steps) != 6 || len(evalSteps) != 7 {
+		t.Fatalf("metrics.jsonl: steps %v, evals at %v; want 1…6 and 0…6", steps, evalSteps)
+	}
+	for i := range steps {
+		if steps[i] != i+1 || loss[i] != rep.Loss[i] {
+			t.Errorf("metrics.jsonl step record %d: step %d loss %g, want step %d loss %g", i, steps[i], loss[i], i+1, rep.Loss[i])
 		}
 	}
 }
