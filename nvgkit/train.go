@@ -286,6 +286,9 @@ type Report struct {
 	Interrupted bool `json:"interrupted,omitempty"`
 	// Config is the run's configuration (defaults filled in).
 	Config TrainConfig `json:"config"`
+	// Provenance, when set by the caller (nvg distill sets it), records the build, the GPU
+	// adapter and the compression products of the session that wrote the report.
+	Provenance *Provenance `json:"provenance,omitempty"`
 }
 
 // GapFraction returns (log c − log d) / (log c − log t) for perplexities t (teacher), c

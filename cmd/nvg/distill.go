@@ -64,6 +64,9 @@ type distillSettings struct {
 	Seed       uint64             `json:"seed"`
 	Config     nvgkit.TrainConfig `json:"config"`
 	Started    string             `json:"started"`
+	// Provenance of the session that started the run (the build; the adapter once the
+	// device is open; the compression products). report.json has the finishing session's.
+	Provenance *nvgkit.Provenance `json:"provenance,omitempty"`
 }
 
 const distillSettingsFile = "distill.json"
@@ -289,12 +292,13 @@ func runDistill(args []string) error {
 			EvalWindows: *evalWindows, Seed: *seed, OutDir: abs(out), CheckpointEvery: ce, TopKFile: abs(*topkFile), KeepFinal: *keepFinal}
 		s = distillSettings{Teacher: abs(*teacherPath), Tokenizer: abs(*tokPath), TrainFiles: tf, EvalFiles: ef, BPW: *bpw, Paths: *paths,
 			Seed: *seed, Config: cfg.WithDefaults(), Started: time.Now().UTC().Format(time.RFC3339)}
+		prov := nvgkit.NewProvenance(nil, distillCompressOptions(s).Products)
+		s.Provenance = &prov
 		created := !exists(out)
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return err
 		}
-		b, _ := json.MarshalIndent(s, "", " ")
-		err = nvgkitWriteFile(filepath.Join(out, distillSettingsFile), append(b, '\n'))
+		err = writeDistillSettings(out, s)
 		if err == nil {
 			err = distill(s, out, false, opts)
 		}
@@ -306,6 +310,23 @@ func runDistill(args []string) error {
 		return err
 	}
 	return distill(s, out, true, opts)
+}
+
+// distillCompressOptions are the compression options of the run s: the library defaults
+// (float64 products on the CPU, as cmf.CompressOptions' zero value) with its bits per weight,
+// paths and seed (s.Paths already checked).
+func distillCompressOptions(s distillSettings) cmf.CompressOptions {
+	pm, _ := cmf.ParsePathMode(s.Paths)
+	return cmf.CompressOptions{BitsPerWeight: s.BPW, Paths: pm, Seed: s.Seed}
+}
+
+// writeDistillSettings writes s as out's distill.json (atomically).
+func writeDistillSettings(out string, s distillSettings) error {
+	b, err := json.MarshalIndent(s, "", " ")
+	if err != nil {
+		return err
+	}
+	return nvgkitWriteFile(filepath.Join(out, distillSettingsFile), append(b, '\n'))
 }
 
 // distillOptions are how a run is carried out, not what it computes: they may differ
@@ -531,7 +552,7 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 	}
 	done := make(chan compressed, 1)
 	go func() {
-		m, r, err := nvgkit.CompressProgress(teacherModel, cmf.CompressOptions{BitsPerWeight: s.BPW, Paths: pm, Seed: s.Seed},
+		m, r, err := nvgkit.CompressProgress(teacherModel, distillCompressOptions(s),
 			func(done, total int, name string) {
 				barMu.Lock()
 				defer barMu.Unlock()
@@ -571,6 +592,12 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 		return err
 	}
 	defer dev.Close()
+	if !resumed && s.Provenance != nil {
+		s.Provenance.SetDevice(dev)
+		if err := writeDistillSettings(out, s); err != nil {
+			return err
+		}
+	}
 	var teacherOpts []nvgkit.LoadOption
 	if opts.streamTeacher {
 		teacherOpts = append(teacherOpts, nvgkit.StreamLayers())
@@ -654,6 +681,8 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 	if err := cmf.WriteCMF(studentPath, exported); err != nil {
 		return err
 	}
+	prov := nvgkit.NewProvenance(dev, distillCompressOptions(s).Products)
+	rep.Provenance = &prov
 	if err := rep.Save(filepath.Join(out, "report.json")); err != nil {
 		return err
 	}

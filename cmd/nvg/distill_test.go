@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,6 +109,18 @@ func TestDistillSmall(t *testing.T) {
 	if rep.Steps != 2 || len(rep.Loss) != 2 || len(rep.Evals) != 3 || !(rep.TeacherPPL > 1 && rep.TeacherPPL < rep.CompressedPPL && rep.DistilledPPL <= rep.CompressedPPL) ||
 		!(rep.BitsPerWeight > 0.4 && rep.BitsPerWeight < 0.6) {
 		t.Errorf("report %+v", rep)
+	}
+	// Provenance: the build (this checkout's commit), the adapter, the compression products.
+	head := gitHead(t)
+	if p := rep.Provenance; p == nil || p.Commit != head || p.CommitSource == "" || p.GoVersion != runtime.Version() || p.NVGVersion == "" ||
+		p.Adapter == "" || p.Backend == "" || p.Driver == "" || p.CompressProducts != "cpu-f64" {
+		t.Errorf("report provenance %+v, want commit %s", p, head)
+	}
+	var settings distillSettings
+	if b, err := os.ReadFile(filepath.Join(out, distillSettingsFile)); err != nil || json.Unmarshal(b, &settings) != nil {
+		t.Errorf("distill.json: %v", err)
+	} else if p := settings.Provenance; p == nil || *p != *rep.Provenance {
+		t.Errorf("distill.json provenance %+v, report's %+v", p, rep.Provenance)
 	}
 	m, err := cmf.Open(filepath.Join(out, "student.cmf"))
 	if err != nil {
