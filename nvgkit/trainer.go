@@ -26,7 +26,7 @@ var ErrInterrupted = errors.New("nvgkit: training interrupted")
 
 // Trainer distils a Student net against a Teacher net (DESIGN.md §6) with the step
 // primitives: per step ZeroGrads, Step on NB windows against the teacher's cached top-k,
-// ClipGrads, Adam at LRAt(step). The run's training windows — Config.Windows (default
+// ClipGrads, Adam at LRAt(step). The run's training windows — Config.Windows (0:
 // Steps·NB) windows of T+1 tokens drawn by a data.Sampler seeded with Config.Seed, used in
 // order and cycled when fewer than Steps·NB — are drawn once at NewTrainer, and
 // the teacher's top-k for all of them is computed once (Prepare) and held in host memory
@@ -44,8 +44,8 @@ var ErrInterrupted = errors.New("nvgkit: training interrupted")
 // A Trainer owns two works (student and teacher, NB windows of T tokens each); Close
 // releases them. It is driven by one goroutine.
 type Trainer struct {
-	// Config is the run's configuration (defaults filled in). Do not change it after
-	// NewTrainer.
+	// Config is the run's configuration, with Windows and CheckpointEvery resolved (their 0
+	// replaced by the number it stands for). Do not change it after NewTrainer.
 	Config TrainConfig
 	// Adam holds the optimizer's settings; LR and GainLR are scaled at every step by
 	// LRAt(step)/Config.LR. NewTrainer sets it to DefaultAdam() with LR = GainLR = Config.LR
@@ -78,7 +78,7 @@ type Trainer struct {
 	wallStart        time.Time
 }
 
-// NewTrainer checks cfg (after WithDefaults), draws the run's training windows from train
+// NewTrainer checks cfg (Validate; start from DefaultTrainConfig), draws the run's training windows from train
 // (a token stream, data.Sampler with cfg.Seed) and the held-out windows from heldOut
 // (data.EvalWindows), and allocates the works. teacher must be a Teacher and student a
 // Student net of the same architecture and device.
@@ -87,10 +87,10 @@ type Trainer struct {
 // vocabularies or devices, K > vocab, streams too short for one window of T+1 tokens, and
 // NewWork's errors.
 func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*Trainer, error) {
-	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.resolved()
 	if err := teacher.usable("NewTrainer"); err != nil {
 		return nil, err
 	}

@@ -45,6 +45,7 @@ func TestDistillUsageErrors(t *testing.T) {
 		{"distill", "--teacher", filepath.Join(dir, "missing")},
 		{"distill", "--train-files", filepath.Join(dir, "missing.go"), "--eval-files", goFile},
 		{"distill", "--train-files", goFile},                      // without --eval-files
+		{"distill", "--train-files", ",", "--eval-files", goFile}, // a list without files
 		{"distill", "--train-files", dir, "--eval-files", goFile}, // a directory
 		{"distill", "--topk-file", filepath.Join(dir, "no", "such", "dir", "topk.bin")},
 		{"distill", "-o", full},                                // not empty
@@ -76,8 +77,13 @@ func TestDistillSmall(t *testing.T) {
 	t.Setenv("NVG_CACHE", t.TempDir())
 	src := filepath.Join(runtime.GOROOT(), "src")
 	out := filepath.Join(t.TempDir(), "run")
+	// Part of the settings come from a --config file; --steps on the command line overrides it.
+	conf := filepath.Join(t.TempDir(), "run.json")
+	if err := os.WriteFile(conf, []byte(`{"paths": "1", "config": {"steps": 5, "k": 8, "eval_windows": 2}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
-		"--paths", "1", "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "16", "--k", "8", "--eval-every", "1", "--eval-windows", "2", "-o", out,
+		"--config", conf, "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "16", "--eval-every", "1", "-o", out,
 		"--stream-teacher", "--mem-log", filepath.Join(out + "-mem.csv"), "--mem-log-every", "1"}
 	if code := run(args); code != 0 {
 		t.Fatalf("nvg %v: exit %d", args, code)
@@ -121,6 +127,11 @@ func TestDistillSmall(t *testing.T) {
 		t.Errorf("distill.json: %v", err)
 	} else if p := settings.Provenance; p == nil || *p != *rep.Provenance {
 		t.Errorf("distill.json provenance %+v, report's %+v", p, rep.Provenance)
+	}
+	// distill.json holds the effective settings: the file's, the flags', the defaults.
+	if c := settings.Config; settings.Paths != "1" || settings.BPW != 0.5 || c.Steps != 2 || c.K != 8 || c.EvalWindows != 2 || c.NB != 2 || c.T != 16 ||
+		c.EvalEvery != 1 || c.LR != 0.05 || c.Warmup != 3 || c.ClipNorm != 1 || c.MinLRFrac != 0.1 || c.OutDir != out {
+		t.Errorf("distill.json settings %+v", settings)
 	}
 	m, err := cmf.Open(filepath.Join(out, "student.cmf"))
 	if err != nil {
