@@ -17,7 +17,7 @@ import (
 type CheckpointMeta struct {
 	// Version of the checkpoint layout (1).
 	Version int `json:"version"`
-	// Config of the run (defaults filled in).
+	// Config of the run (Trainer.Config: Windows and CheckpointEvery resolved).
 	Config TrainConfig `json:"config"`
 	// Step is the number of optimizer steps done; AdamStep the number of Adam updates applied
 	// (Step minus skipped steps), the bias-correction step of the next update.

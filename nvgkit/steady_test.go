@@ -66,7 +66,7 @@ func TestSteadyStateMemory(t *testing.T) {
 	d, teacher, student := robustNets(t)
 	train, heldOut := tokenStreams(t)
 	const warm = 20
-	cfg := nvgkit.TrainConfig{Steps: steps, NB: 1, Windows: 8, T: 4, K: 4, LR: 0.01, Warmup: -1, EvalEvery: -1, EvalWindows: 1, KeepFinal: true, Seed: 9}
+	cfg := nvgkit.TrainConfig{Steps: steps, NB: 1, Windows: 8, T: 4, K: 4, LR: 0.01, Warmup: 0, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 9, ClipNorm: 1, MinLRFrac: 0.1}
 	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -6,55 +6,61 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
-// TrainConfig sets up a distillation run (DESIGN.md §6). The zero value of a field means its
-// default (WithDefaults fills them in); the defaults are the PyTorch reference recipe of
-// ../shared/bench/torch_distill_ref.py (600 steps of 16 × 512 tokens, lr 1e-3, 100 warm-up
-// steps, cosine decay to 10 %, gradient norm clipped to 1, top-32 KL, Adam betas 0.9/0.99).
-// Short runs want a higher LR: nvg distill's 24 steps on the tiny teacher use 0.05.
+// TrainConfig sets up a distillation run (DESIGN.md §6 "Defaults" lists every field, its nvg
+// distill flag, its default and what 0 means). Start from DefaultTrainConfig, the one set of
+// defaults shared with nvg distill; a field holds exactly its value, with no zero-means-
+// default: 0 turns warm-up, clipping and periodic evaluations off, and Steps, NB, T, K, LR
+// and EvalWindows must be set (Validate). The schedule is the PyTorch reference recipe of
+// ../shared/bench/torch_distill_ref.py (linear warm-up, cosine decay, clipped gradient norm,
+// top-k KL, Adam betas 0.9/0.99); that reference ran 600 steps of 16 × 512 tokens at lr 1e-3,
+// the defaults are sized for the tiny teacher on 2 CPU cores.
 type TrainConfig struct {
-	// Steps is the number of optimizer steps (default 600).
+	// Steps is the number of optimizer steps (≥ 1).
 	Steps int `json:"steps"`
-	// NB windows of T tokens per step (defaults 16 × 512): nb·t tokens per step.
+	// NB windows of T tokens per step (each ≥ 1): nb·t tokens per step.
 	NB int `json:"nb"`
 	T  int `json:"t"`
-	// Windows is the number of distinct training windows (default Steps·NB, every step on
-	// new windows; must be a multiple of NB): step s uses windows (s−1)·NB mod Windows …, so
-	// a smaller pool is cycled through in the same order (epochs), and the teacher pass
-	// costs Windows·T tokens instead of Steps·NB·T.
+	// Windows is the number of distinct training windows, a multiple of NB: step s uses
+	// windows (s−1)·NB mod Windows …, so a smaller pool is cycled through in the same order
+	// (epochs), and the teacher pass costs Windows·T tokens instead of Steps·NB·T. 0 means
+	// Steps·NB (every step on new windows; Trainer.Config holds that number).
 	Windows int `json:"windows"`
-	// K is the number of teacher top-k entries per token in the KL loss (default 32, at most
-	// 64 and the vocabulary size).
+	// K is the number of teacher top-k entries per token in the KL loss (1…64, at most the
+	// vocabulary size).
 	K int `json:"k"`
-	// LR is the peak learning rate (default 1e-3): the metric's per-value relative step and the
+	// LR is the peak learning rate (finite, > 0): the metric's per-value relative step and the
 	// norm gains' Adam step at the top of the schedule (see LRAt).
 	LR float64 `json:"lr"`
-	// Warmup is the number of linear warm-up steps (default min(100, Steps/6)); a negative
-	// value means none.
+	// Warmup is the number of linear warm-up steps; 0 (or negative, as older run files wrote)
+	// means none.
 	Warmup int `json:"warmup"`
-	// MinLRFrac is the floor of the cosine decay as a fraction of LR (default 0.1); a negative
-	// value means 0.
+	// MinLRFrac is the floor of the cosine decay as a fraction of LR (≤ 1); 0 (or negative)
+	// decays to 0.
 	MinLRFrac float64 `json:"min_lr_frac"`
 	// ClipNorm is the global gradient L2 norm the gradients are clipped to before each Adam
-	// step (default 1); a negative value disables clipping.
+	// step (finite); 0 (or negative) disables clipping.
 	ClipNorm float64 `json:"clip_norm"`
-	// EvalEvery is the number of steps between held-out evaluations (default Steps/4, at least
-	// 1); the student is also evaluated before the first step and after the last. A negative
-	// value evaluates only before and after.
+	// EvalEvery is the number of steps between held-out evaluations; the student is also
+	// evaluated before the first step and after the last. 0 (or negative) evaluates only
+	// before and after.
 	EvalEvery int `json:"eval_every"`
-	// EvalWindows is the number of held-out windows of T+1 tokens in each evaluation (default
-	// 32), drawn once with data.EvalWindows(heldOut, EvalWindows, T, Seed).
+	// EvalWindows is the number of held-out windows of T+1 tokens in each evaluation (≥ 1),
+	// drawn once with data.EvalWindows(heldOut, EvalWindows, T, Seed).
 	EvalWindows int `json:"eval_windows"`
-	// Seed draws the training windows (data.Sampler) and the held-out windows (default 1).
+	// Seed draws the training windows (data.Sampler) and the held-out windows (any value,
+	// 0 included).
 	Seed uint64 `json:"seed"`
-	// OutDir is where checkpoints (and, from the CLI, the student, report.json and plots)
-	// are written; "" writes no checkpoint.
+	// OutDir is where checkpoints and metrics.jsonl (and, from the CLI, the student,
+	// report.json and plots) are written; "" writes neither.
 	OutDir string `json:"out_dir"`
-	// CheckpointEvery is the number of steps between checkpoints in OutDir (default
-	// EvalEvery); a checkpoint is also written after the last step and when the run is
-	// interrupted. A negative value writes only those.
+	// CheckpointEvery is the number of steps between checkpoints in OutDir; a checkpoint is
+	// also written after the last step and when the run is interrupted. 0 means with every
+	// evaluation (EvalEvery; Trainer.Config holds that number); negative, only after the last
+	// step and on interruption.
 	CheckpointEvery int `json:"checkpoint_every"`
 	// TopKFile, when not "", keeps the teacher's top-k for the run's windows in this file
 	// (TopKCache) instead of host memory; an existing file for the same windows is reused.
@@ -65,78 +71,66 @@ type TrainConfig struct {
 	KeepFinal bool `json:"keep_final,omitempty"`
 }
 
-// WithDefaults returns c with its zero fields set to the documented defaults.
-func (c TrainConfig) WithDefaults() TrainConfig {
-	if c.Steps == 0 {
-		c.Steps = 600
-	}
-	if c.NB == 0 {
-		c.NB = 16
-	}
-	if c.T == 0 {
-		c.T = 512
-	}
+// DefaultTrainConfig returns the defaults of a distillation run, the same as nvg distill's
+// flags (the one table of defaults): 24 steps of 4 windows × 64 tokens, new windows every
+// step, top-32 KL, lr 0.05 with 3 warm-up steps and cosine decay to 10 %, gradient norm
+// clipped to 1, held-out evaluation of 8 windows every 8 steps, seed 1, checkpoints with
+// every evaluation, no OutDir. They are sized so that the whole nvg distill run on the
+// embedded tiny teacher (8 layers, hidden 256, vocab 8192) finishes within 15 minutes on 2
+// CPU cores through lavapipe; a large run wants more steps and tokens and a lower LR (the
+// README's H200 run: 400 steps × 16 × 512 tokens, lr 0.005, 50 warm-up steps).
+func DefaultTrainConfig() TrainConfig {
+	return TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1,
+		EvalEvery: 8, EvalWindows: 8, Seed: 1}
+}
+
+// resolved returns c with the fields whose 0 stands for another field's value filled in:
+// Windows 0 ↦ Steps·NB, CheckpointEvery 0 ↦ EvalEvery (or −1 when EvalEvery ≤ 0).
+func (c TrainConfig) resolved() TrainConfig {
 	if c.Windows == 0 {
 		c.Windows = c.Steps * c.NB
 	}
-	if c.K == 0 {
-		c.K = 32
-	}
-	if c.LR == 0 {
-		c.LR = 1e-3
-	}
-	if c.Warmup == 0 {
-		c.Warmup = min(100, c.Steps/6)
-	}
-	if c.MinLRFrac == 0 {
-		c.MinLRFrac = 0.1
-	}
-	if c.ClipNorm == 0 {
-		c.ClipNorm = 1
-	}
-	if c.EvalEvery == 0 {
-		c.EvalEvery = max(1, c.Steps/4)
-	}
-	if c.EvalWindows == 0 {
-		c.EvalWindows = 32
-	}
-	if c.Seed == 0 {
-		c.Seed = 1
-	}
 	if c.CheckpointEvery == 0 {
 		c.CheckpointEvery = c.EvalEvery
+		if c.EvalEvery <= 0 {
+			c.CheckpointEvery = -1
+		}
 	}
 	return c
 }
 
-// Validate reports the first field of c (after WithDefaults) that is out of range.
+// Validate reports the first field of c that is out of range (Windows 0 stands for Steps·NB).
 func (c TrainConfig) Validate() error {
+	var err error
 	switch {
 	case c.Steps < 1:
-		return fmt.Errorf("nvgkit: TrainConfig.Steps = %d, want ≥ 1", c.Steps)
+		err = fmt.Errorf("nvgkit: TrainConfig.Steps = %d, want ≥ 1", c.Steps)
 	case c.NB < 1:
-		return fmt.Errorf("nvgkit: TrainConfig.NB = %d, want ≥ 1", c.NB)
+		err = fmt.Errorf("nvgkit: TrainConfig.NB = %d, want ≥ 1", c.NB)
 	case c.T < 1:
-		return fmt.Errorf("nvgkit: TrainConfig.T = %d, want ≥ 1", c.T)
-	case c.Windows < c.NB || c.Windows%c.NB != 0:
-		return fmt.Errorf("nvgkit: TrainConfig.Windows = %d, want a positive multiple of NB = %d", c.Windows, c.NB)
+		err = fmt.Errorf("nvgkit: TrainConfig.T = %d, want ≥ 1", c.T)
+	case c.Windows < 0 || (c.Windows != 0 && (c.Windows < c.NB || c.Windows%c.NB != 0)):
+		return fmt.Errorf("nvgkit: TrainConfig.Windows = %d, want 0 (Steps·NB) or a positive multiple of NB = %d", c.Windows, c.NB)
 	case c.K < 1 || c.K > 64:
-		return fmt.Errorf("nvgkit: TrainConfig.K = %d, want 1…64", c.K)
+		err = fmt.Errorf("nvgkit: TrainConfig.K = %d, want 1…64", c.K)
 	case !(c.LR > 0) || math.IsInf(c.LR, 0):
-		return fmt.Errorf("nvgkit: TrainConfig.LR = %g, want a finite value > 0", c.LR)
+		err = fmt.Errorf("nvgkit: TrainConfig.LR = %g, want a finite value > 0", c.LR)
 	case c.MinLRFrac > 1 || math.IsNaN(c.MinLRFrac):
 		return fmt.Errorf("nvgkit: TrainConfig.MinLRFrac = %g, want ≤ 1", c.MinLRFrac)
 	case math.IsNaN(c.ClipNorm) || math.IsInf(c.ClipNorm, 0):
 		return fmt.Errorf("nvgkit: TrainConfig.ClipNorm = %g, want a finite value", c.ClipNorm)
 	case c.EvalWindows < 1:
-		return fmt.Errorf("nvgkit: TrainConfig.EvalWindows = %d, want ≥ 1", c.EvalWindows)
+		err = fmt.Errorf("nvgkit: TrainConfig.EvalWindows = %d, want ≥ 1", c.EvalWindows)
 	}
-	return nil
+	if err != nil && strings.Contains(err.Error(), " = 0,") {
+		err = fmt.Errorf("%w (0 is not a default: start from DefaultTrainConfig())", err)
+	}
+	return err
 }
 
-// LRAt returns the learning rate of optimizer step s (1-based, 1 ≤ s ≤ c.Steps) of c (after
-// WithDefaults): a linear warm-up over the first Warmup steps times a cosine decay from LR
-// to MinLRFrac·LR over the whole run,
+// LRAt returns the learning rate of optimizer step s (1-based, 1 ≤ s ≤ c.Steps) of c: a
+// linear warm-up over the first Warmup steps times a cosine decay from LR to MinLRFrac·LR
+// over the whole run,
 //
 //	LR · min(1, s/Warmup) · (f + (1−f)·½·(1 + cos(π·s/Steps))),   f = max(0, MinLRFrac),
 //
@@ -284,8 +278,11 @@ type Report struct {
 	// Interrupted is true when the run stopped early (context cancelled); Steps is then the
 	// number of steps done.
 	Interrupted bool `json:"interrupted,omitempty"`
-	// Config is the run's configuration (defaults filled in).
+	// Config is the run's configuration (Trainer.Config: Windows and CheckpointEvery resolved).
 	Config TrainConfig `json:"config"`
+	// Provenance, when set by the caller (nvg distill sets it), records the build, the GPU
+	// adapter and the compression products of the session that wrote the report.
+	Provenance *Provenance `json:"provenance,omitempty"`
 }
 
 // GapFraction returns (log c − log d) / (log c − log t) for perplexities t (teacher), c

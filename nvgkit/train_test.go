@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,17 +41,40 @@ func TestLRSchedule(t *testing.T) {
 	}
 }
 
+// DefaultTrainConfig is nvg distill's table of defaults (README, DESIGN §6), and 0 is no
+// default: a zero config names the first field to set.
 func TestTrainConfigDefaults(t *testing.T) {
-	c := nvgkit.TrainConfig{}.WithDefaults()
-	if c.Steps != 600 || c.NB != 16 || c.T != 512 || c.K != 32 || c.LR != 1e-3 || c.Warmup != 100 || c.MinLRFrac != 0.1 ||
-		c.ClipNorm != 1 || c.EvalEvery != 150 || c.EvalWindows != 32 || c.Seed != 1 || c.CheckpointEvery != 150 || c.Windows != 9600 {
-		t.Errorf("defaults: %+v", c)
+	c := nvgkit.DefaultTrainConfig()
+	want := nvgkit.TrainConfig{Steps: 24, NB: 4, T: 64, Windows: 0, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1,
+		EvalEvery: 8, EvalWindows: 8, Seed: 1, CheckpointEvery: 0}
+	if c != want {
+		t.Errorf("defaults: %+v, want %+v", c, want)
 	}
 	if err := c.Validate(); err != nil {
 		t.Error(err)
 	}
-	for _, bad := range []nvgkit.TrainConfig{{Steps: -1}, {K: 65}, {NB: 4, Windows: 6}, {LR: -1}, {T: -3}, {LR: math.Inf(1)}} {
-		if err := bad.WithDefaults().Validate(); err == nil {
+	if err := (nvgkit.TrainConfig{}).Validate(); err == nil || !strings.Contains(err.Error(), "Steps = 0") || !strings.Contains(err.Error(), "DefaultTrainConfig") {
+		t.Errorf("zero config: %v, want an error naming Steps and DefaultTrainConfig", err)
+	}
+	// Off is 0: a config with no warm-up, no clipping, no periodic evaluation and a decay to
+	// 0 is valid, and its schedule has no warm-up.
+	off := c
+	off.Warmup, off.ClipNorm, off.EvalEvery, off.MinLRFrac, off.Seed = 0, 0, 0, 0, 0
+	if err := off.Validate(); err != nil {
+		t.Errorf("all off: %v", err)
+	}
+	if got, want := off.LRAt(1), 0.05*0.5*(1+math.Cos(math.Pi/24)); math.Abs(got-want) > 1e-15 {
+		t.Errorf("no warm-up: LRAt(1) = %g, want %g", got, want)
+	}
+	for _, f := range []func(*nvgkit.TrainConfig){
+		func(c *nvgkit.TrainConfig) { c.Steps = -1 }, func(c *nvgkit.TrainConfig) { c.K = 65 }, func(c *nvgkit.TrainConfig) { c.K = 0 },
+		func(c *nvgkit.TrainConfig) { c.Windows = 6 }, func(c *nvgkit.TrainConfig) { c.Windows = -4 }, func(c *nvgkit.TrainConfig) { c.LR = -1 },
+		func(c *nvgkit.TrainConfig) { c.T = -3 }, func(c *nvgkit.TrainConfig) { c.LR = math.Inf(1) }, func(c *nvgkit.TrainConfig) { c.EvalWindows = 0 },
+		func(c *nvgkit.TrainConfig) { c.MinLRFrac = 2 }, func(c *nvgkit.TrainConfig) { c.ClipNorm = math.NaN() },
+	} {
+		bad := nvgkit.DefaultTrainConfig()
+		f(&bad)
+		if err := bad.Validate(); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}
 	}

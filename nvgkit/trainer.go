@@ -26,7 +26,7 @@ var ErrInterrupted = errors.New("nvgkit: training interrupted")
 
 // Trainer distils a Student net against a Teacher net (DESIGN.md §6) with the step
 // primitives: per step ZeroGrads, Step on NB windows against the teacher's cached top-k,
-// ClipGrads, Adam at LRAt(step). The run's training windows — Config.Windows (default
+// ClipGrads, Adam at LRAt(step). The run's training windows — Config.Windows (0:
 // Steps·NB) windows of T+1 tokens drawn by a data.Sampler seeded with Config.Seed, used in
 // order and cycled when fewer than Steps·NB — are drawn once at NewTrainer, and
 // the teacher's top-k for all of them is computed once (Prepare) and held in host memory
@@ -36,13 +36,16 @@ var ErrInterrupted = errors.New("nvgkit: training interrupted")
 // step, every EvalEvery steps and after the last; the snapshot with the lowest perplexity is
 // kept and restored at the end (unless Config.KeepFinal). Checkpoints (every
 // CheckpointEvery steps, after the last and on interruption) hold everything Resume needs to
-// continue with the same windows and the same losses.
+// continue with the same windows and the same losses. Every step and evaluation is logged as
+// a MetricsRecord line to OutDir's metrics.jsonl (MetricsFile; cut back to the checkpoint's
+// step on Resume, so a resumed run appends without duplicates) and to every writer given to
+// AddMetricsWriter.
 //
 // A Trainer owns two works (student and teacher, NB windows of T tokens each); Close
 // releases them. It is driven by one goroutine.
 type Trainer struct {
-	// Config is the run's configuration (defaults filled in). Do not change it after
-	// NewTrainer.
+	// Config is the run's configuration, with Windows and CheckpointEvery resolved (their 0
+	// replaced by the number it stands for). Do not change it after NewTrainer.
 	Config TrainConfig
 	// Adam holds the optimizer's settings; LR and GainLR are scaled at every step by
 	// LRAt(step)/Config.LR. NewTrainer sets it to DefaultAdam() with LR = GainLR = Config.LR
@@ -70,9 +73,12 @@ type Trainer struct {
 	interrupted      bool
 	savedPath        string // the last checkpoint written, and after which step
 	savedStep        int
+	metrics          []*metricsSink // metrics.jsonl during Run (first), then AddMetricsWriter's
+	wallBase         float64        // WallSeconds when Run started, and when
+	wallStart        time.Time
 }
 
-// NewTrainer checks cfg (after WithDefaults), draws the run's training windows from train
+// NewTrainer checks cfg (Validate; start from DefaultTrainConfig), draws the run's training windows from train
 // (a token stream, data.Sampler with cfg.Seed) and the held-out windows from heldOut
 // (data.EvalWindows), and allocates the works. teacher must be a Teacher and student a
 // Student net of the same architecture and device.
@@ -81,10 +87,10 @@ type Trainer struct {
 // vocabularies or devices, K > vocab, streams too short for one window of T+1 tokens, and
 // NewWork's errors.
 func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*Trainer, error) {
-	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.resolved()
 	if err := teacher.usable("NewTrainer"); err != nil {
 		return nil, err
 	}
@@ -325,6 +331,8 @@ func (tr *Trainer) evalStudent(s int) (float64, error) {
 		tr.st.BestStep, tr.st.BestPPL = s, ppl
 	}
 	tr.logf("eval after step %d: held-out loss %.4f, perplexity %.3f (best %.3f at step %d)", s, loss, ppl, tr.st.BestPPL, tr.st.BestStep)
+	tr.emitMetrics(MetricsRecord{Kind: MetricsEval, Step: s, Loss: loss, Perplexity: ppl, BestPerplexity: tr.st.BestPPL, BestStep: tr.st.BestStep,
+		TeacherPerplexity: tr.st.TeacherPPL, WallSeconds: tr.wallNow()}, true)
 	return ppl, nil
 }
 
@@ -395,6 +403,7 @@ func (tr *Trainer) Checkpoint(path string) error {
 		return err
 	}
 	tr.savedPath, tr.savedStep = path, tr.st.Step
+	tr.syncMetrics()
 	tr.logf("checkpoint after step %d: %s", tr.st.Step, path)
 	return nil
 }
@@ -424,6 +433,18 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 	}
 	start := time.Now()
 	wall0 := tr.st.WallSeconds
+	tr.wallBase, tr.wallStart = wall0, start
+	mf, err := tr.openMetricsFile()
+	if err != nil {
+		return nil, err
+	}
+	if mf != nil {
+		tr.metrics = append([]*metricsSink{{w: mf, name: mf.Name()}}, tr.metrics...)
+		defer func() {
+			mf.Close()
+			tr.metrics = tr.metrics[1:]
+		}()
+	}
 	if len(tr.st.Evals) == 0 {
 		_, tppl, err := tr.Evaluate(tr.teacher)
 		if err != nil {
@@ -453,10 +474,12 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 			rep := tr.Report()
 			return rep, fmt.Errorf("%w after step %d: %w", ErrInterrupted, tr.st.Step, err)
 		}
+		t0 := time.Now()
 		info, err := tr.step(tr.st.Step + 1)
 		if err != nil {
 			return nil, fmt.Errorf("nvgkit: step %d: %w", tr.st.Step+1, err)
 		}
+		tr.emitMetrics(tr.stepRecord(info, time.Since(t0), tr.wallNow()), false)
 		s := info.Step
 		if (c.EvalEvery > 0 && s%c.EvalEvery == 0) || s == c.Steps {
 			if info.EvalPPL, err = tr.evalStudent(s); err != nil {
@@ -493,6 +516,9 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 	}
 	return tr.Report(), nil
 }
+
+// wallNow is the run's training wall time so far (WallSeconds), during Run.
+func (tr *Trainer) wallNow() float64 { return tr.wallBase + time.Since(tr.wallStart).Seconds() }
 
 // step runs optimizer step s (1-based).
 func (tr *Trainer) step(s int) (StepInfo, error) {

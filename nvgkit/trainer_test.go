@@ -69,7 +69,7 @@ func loadStudent(t *testing.T, d *gpu.Device, m *cmf.Model) *nvgkit.Net {
 func TestTrainerShortRun(t *testing.T) {
 	d, teacher, sm, train, heldOut := trainFixture(t)
 	student := loadStudent(t, d, sm)
-	cfg := nvgkit.TrainConfig{Steps: 6, NB: 4, T: 16, K: 8, LR: 0.01, Warmup: 1, EvalEvery: 3, EvalWindows: 4, Seed: 7}
+	cfg := nvgkit.TrainConfig{Steps: 6, NB: 4, T: 16, K: 8, LR: 0.01, Warmup: 1, EvalEvery: 3, EvalWindows: 4, Seed: 7, ClipNorm: 1, MinLRFrac: 0.1}
 	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ func TestTrainerResumeExact(t *testing.T) {
 	dir := t.TempDir()
 	topk := filepath.Join(dir, "topk.bin")
 	// 4 steps cycle twice through 4 windows (2 per step).
-	cfg := nvgkit.TrainConfig{Steps: 4, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 2, EvalWindows: 2, Seed: 3, TopKFile: topk}
+	cfg := nvgkit.TrainConfig{Steps: 4, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 2, EvalWindows: 2, Seed: 3, TopKFile: topk, ClipNorm: 1, MinLRFrac: 0.1}
 	run := func(cfg nvgkit.TrainConfig, stopAfter int) (*nvgkit.Report, error) {
 		tr, err := nvgkit.NewTrainer(teacher, loadStudent(t, d, sm), train, heldOut, cfg)
 		if err != nil {
@@ -250,7 +250,7 @@ func TestTrainerResumeExact(t *testing.T) {
 func TestTrainerSkipsOneNaNStep(t *testing.T) {
 	d, teacher, sm, train, heldOut := trainFixture(t)
 	student := loadStudent(t, d, sm)
-	cfg := nvgkit.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: -1, EvalEvery: -1, EvalWindows: 1, KeepFinal: true, Seed: 5}
+	cfg := nvgkit.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 0, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 5, ClipNorm: 1, MinLRFrac: 0.1}
 	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +360,7 @@ func TestTrainerSkipsNonFinite(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	cfg := nvgkit.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: -1, EvalEvery: -1, EvalWindows: 1, OutDir: out}
+	cfg := nvgkit.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 0, EvalEvery: 0, EvalWindows: 1, OutDir: out, ClipNorm: 1, MinLRFrac: 0.1, Seed: 1}
 	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)

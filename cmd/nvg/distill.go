@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -28,27 +27,13 @@ func init() {
 	register(&command{
 		name:    "distill",
 		summary: "compress a teacher to ~1 bit/weight and distil the student against it (default: the embedded tiny teacher on the Go standard library)",
-		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep-final] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--mem-log …] [--stream-teacher]",
+		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep-final] [--config RUN.json] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--mem-log …] [--stream-teacher]",
 		run:     runDistill,
 	})
 }
 
-// Defaults of nvg distill: sized so that the whole run on the embedded tiny teacher (8
-// layers, hidden 256, vocab 8192) finishes within 15 minutes on 2 CPU cores through lavapipe,
-// measured there (see the report of the commit that set them).
-const (
-	distillSteps       = 24
-	distillNB          = 4
-	distillT           = 64
-	distillK           = 32
-	distillLR          = 0.05
-	distillWarmup      = 3
-	distillEvalEvery   = 8
-	distillEvalWindows = 8
-)
-
 // distillSettings is what nvg distill needs, besides the checkpoint, to rebuild a run on
-// --resume (saved as distill.json in the output directory).
+// --resume (saved as distill.json in the output directory; --config reads the same layout).
 
 // maxStepTokens bounds nb·t before any work: every per-token GPU buffer is indexed in 32 bits,
 // so rows × hidden_size (≥ 512 for any real model) must stay below 2³¹.
@@ -64,6 +49,9 @@ type distillSettings struct {
 	Seed       uint64             `json:"seed"`
 	Config     nvgkit.TrainConfig `json:"config"`
 	Started    string             `json:"started"`
+	// Provenance of the session that started the run (the build; the adapter once the
+	// device is open; the compression products). report.json has the finishing session's.
+	Provenance *nvgkit.Provenance `json:"provenance,omitempty"`
 }
 
 const distillSettingsFile = "distill.json"
@@ -89,41 +77,11 @@ func sharedFiles(train, eval []string) []string {
 
 func runDistill(args []string) error {
 	c := commands["distill"]
-	fs := newFlags(c)
-	teacherPath := fs.String("teacher", "", "teacher: HF checkpoint directory or .cmf (default: the embedded tiny teacher)")
-	tokPath := fs.String("tokenizer", "", "tokenizer.json (default: beside the teacher, or the embedded one)")
-	trainFiles := fs.String("train-files", "", "comma-separated training sources: files, directories, globs, .jsonl corpora (see README; default: the Go standard library training split)")
-	evalFiles := fs.String("eval-files", "", "comma-separated held-out sources, as --train-files (default: the Go standard library held-out split)")
-	bpw := fs.Float64("bpw", 1.0, "target bits per weight of every compressed linear (0 < bpw ≤ 32)")
-	paths := fs.String("paths", "auto", "BLR paths per tensor: auto, 1 or 2")
-	steps := fs.Int("steps", distillSteps, "optimizer steps")
-	nb := fs.Int("nb", distillNB, "windows per step")
-	t := fs.Int("t", distillT, "tokens per window (training and held-out)")
-	windows := fs.Int("windows", 0, "distinct training windows, a multiple of --nb, cycled in order (0: steps·nb, new windows every step)")
-	k := fs.Int("k", distillK, "teacher top-k entries per token (1…64)")
-	lr := fs.Float64("lr", distillLR, "peak learning rate (relative step of the metric scales; the norm gains' Adam step)")
-	warmup := fs.Int("warmup", distillWarmup, "linear warm-up steps (then cosine decay to 10 % of --lr)")
-	clip := fs.Float64("clip", 1, "gradient L2 norm clip (0: none)")
-	evalEvery := fs.Int("eval-every", distillEvalEvery, "steps between held-out evaluations (0: only before and after)")
-	evalWindows := fs.Int("eval-windows", distillEvalWindows, "held-out windows of t+1 tokens per evaluation")
-	ckptEvery := fs.Int("checkpoint-every", 0, "steps between checkpoints (0: at every evaluation)")
-	seed := fs.Uint64("seed", 1, "seed of the training and held-out windows and of the compression")
-	keepFinal := fs.Bool("keep-final", false, "export the final weights instead of the best held-out snapshot")
-	var out string
-	fs.StringVar(&out, "o", "", "output directory (default out/distill-<UTC time>)")
-	fs.StringVar(&out, "out", "", "same as -o")
-	resume := fs.String("resume", "", "continue the interrupted run in this output directory (other flags are taken from it)")
-	topkFile := fs.String("topk-file", "", "keep the teacher's top-k in this file instead of host memory (reused when it matches)")
-	var opts distillOptions
-	fs.BoolVar(&opts.streamTeacher, "stream-teacher", false, "keep the teacher's layers in host memory and upload them one at a time (a teacher larger than GPU memory; same results, slower)")
-	fs.StringVar(&opts.memLog, "mem-log", "", "append a CSV sample of GPU bytes, Go heap, goroutines and tokens/s to this file every --mem-log-every steps (plot it with nvg plot-mem)")
-	fs.IntVar(&opts.memEvery, "mem-log-every", 100, "steps between --mem-log samples")
-	if err := parseFlags(c, fs, args); err != nil {
+	s, cli, set, err := parseDistillFlags(c, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q (the teacher is --teacher MODEL)", fs.Arg(0))
-	}
+	opts, out := cli.opts, s.Config.OutDir
 	if opts.memEvery < 1 {
 		return usagef("--mem-log-every must be ≥ 1, got %d", opts.memEvery)
 	}
@@ -135,30 +93,31 @@ func runDistill(args []string) error {
 			return usagef("--mem-log %s: directory %s does not exist", opts.memLog, filepath.Dir(opts.memLog))
 		}
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
-	var s distillSettings
-	if *resume != "" {
+	if cli.resume != "" {
 		for name := range set {
+			if name == "config" {
+				return usagef("--resume takes the run's settings from %s; --config cannot be given with it", filepath.Join(cli.resume, distillSettingsFile))
+			}
 			if name != "resume" && name != "o" && name != "out" && name != "mem-log" && name != "mem-log-every" && name != "stream-teacher" {
-				return usagef("--resume takes the run's settings from %s; --%s cannot be changed", filepath.Join(*resume, distillSettingsFile), name)
+				return usagef("--resume takes the run's settings from %s; --%s cannot be changed", filepath.Join(cli.resume, distillSettingsFile), name)
 			}
 		}
-		if out != "" && filepath.Clean(out) != filepath.Clean(*resume) {
-			return usagef("--resume %s writes into that directory; -o %s differs", *resume, out)
+		if out != "" && filepath.Clean(out) != filepath.Clean(cli.resume) {
+			return usagef("--resume %s writes into that directory; -o %s differs", cli.resume, out)
 		}
-		b, err := os.ReadFile(filepath.Join(*resume, distillSettingsFile))
+		b, err := os.ReadFile(filepath.Join(cli.resume, distillSettingsFile))
 		if err != nil {
-			return usagef("--resume %s: %v (not an nvg distill output directory?)", *resume, err)
+			return usagef("--resume %s: %v (not an nvg distill output directory?)", cli.resume, err)
 		}
+		s = distillSettings{}
 		if err := json.Unmarshal(b, &s); err != nil {
 			return fmt.Errorf("--resume: %s: %w", distillSettingsFile, err)
 		}
-		if !exists(filepath.Join(*resume, nvgkit.CheckpointFile)) {
-			return usagef("--resume %s: no %s there (the run stopped before its first checkpoint: nothing to resume; remove %s and start it again)", *resume, nvgkit.CheckpointFile, *resume)
+		if !exists(filepath.Join(cli.resume, nvgkit.CheckpointFile)) {
+			return usagef("--resume %s: no %s there (the run stopped before its first checkpoint: nothing to resume; remove %s and start it again)", cli.resume, nvgkit.CheckpointFile, cli.resume)
 		}
-		out = *resume
+		out = cli.resume
 		if rep, err := nvgkit.LoadReport(filepath.Join(out, "report.json")); err == nil && !rep.Interrupted && rep.Steps >= s.Config.Steps &&
 			exists(filepath.Join(out, "student.cmf")) {
 			// Nothing left to do: no teacher pass, no export again.
@@ -167,46 +126,51 @@ func runDistill(args []string) error {
 			return nil
 		}
 	} else {
+		tc := s.Config
 		switch {
-		case !(*bpw > 0 && *bpw <= 32):
-			return usagef("--bpw must be in (0, 32], got %g", *bpw)
-		case *steps < 1:
-			return usagef("--steps must be ≥ 1, got %d", *steps)
-		case *nb < 1:
-			return usagef("--nb must be ≥ 1, got %d", *nb)
-		case *t < 1:
-			return usagef("--t must be ≥ 1, got %d", *t)
-		case int64(*nb)*int64(*t) > maxStepTokens:
+		case !(s.BPW > 0 && s.BPW <= 32):
+			return usagef("--bpw must be in (0, 32], got %g", s.BPW)
+		case tc.Steps < 1:
+			return usagef("--steps must be ≥ 1, got %d", tc.Steps)
+		case tc.NB < 1:
+			return usagef("--nb must be ≥ 1, got %d", tc.NB)
+		case tc.T < 1:
+			return usagef("--t must be ≥ 1, got %d", tc.T)
+		case int64(tc.NB)*int64(tc.T) > maxStepTokens:
 			return usagef("--nb × --t = %d × %d tokens per step exceeds %d: GPU buffers are indexed in 32 bits (rows × hidden_size < 2³¹); use fewer or shorter windows",
-				*nb, *t, maxStepTokens)
-		case *windows < 0 || *windows%*nb != 0:
-			return usagef("--windows must be 0 or a positive multiple of --nb = %d, got %d", *nb, *windows)
-		case *k < 1 || *k > 64:
-			return usagef("--k must be in 1…64, got %d", *k)
-		case !(*lr > 0) || math.IsInf(*lr, 0):
-			return usagef("--lr must be a finite value > 0, got %g", *lr)
-		case *warmup < 0:
-			return usagef("--warmup must be ≥ 0, got %d", *warmup)
-		case *evalEvery < 0:
-			return usagef("--eval-every must be ≥ 0, got %d", *evalEvery)
-		case *evalWindows < 1:
-			return usagef("--eval-windows must be ≥ 1, got %d", *evalWindows)
-		case *ckptEvery < 0:
-			return usagef("--checkpoint-every must be ≥ 0, got %d", *ckptEvery)
-		case !(*clip >= 0) || math.IsInf(*clip, 0):
-			return usagef("--clip must be finite and ≥ 0, got %g", *clip)
+				tc.NB, tc.T, maxStepTokens)
+		case tc.Windows < 0 || tc.Windows%tc.NB != 0:
+			return usagef("--windows must be 0 or a positive multiple of --nb = %d, got %d", tc.NB, tc.Windows)
+		case tc.K < 1 || tc.K > 64:
+			return usagef("--k must be in 1…64, got %d", tc.K)
+		case !(tc.LR > 0) || math.IsInf(tc.LR, 0):
+			return usagef("--lr must be a finite value > 0, got %g", tc.LR)
+		case tc.Warmup < 0:
+			return usagef("--warmup must be ≥ 0, got %d", tc.Warmup)
+		case tc.EvalEvery < 0:
+			return usagef("--eval-every must be ≥ 0, got %d", tc.EvalEvery)
+		case tc.EvalWindows < 1:
+			return usagef("--eval-windows must be ≥ 1, got %d", tc.EvalWindows)
+		case tc.CheckpointEvery < 0:
+			return usagef("--checkpoint-every must be ≥ 0, got %d", tc.CheckpointEvery)
+		case !(tc.ClipNorm >= 0) || math.IsInf(tc.ClipNorm, 0):
+			return usagef("--clip must be finite and ≥ 0, got %g", tc.ClipNorm)
 		}
-		if _, err := cmf.ParsePathMode(*paths); err != nil {
+		if err := tc.Validate(); err != nil { // what no flag sets (a --config file's min_lr_frac)
+			return usagef("%v", err)
+		}
+		if _, err := cmf.ParsePathMode(s.Paths); err != nil {
 			return usagef("--%v", err)
 		}
-		tf, err := corpusFiles("train-files", *trainFiles)
+		tf, err := expandCorpus("train-files", s.TrainFiles)
 		if err != nil {
 			return err
 		}
-		ef, err := corpusFiles("eval-files", *evalFiles)
+		ef, err := expandCorpus("eval-files", s.EvalFiles)
 		if err != nil {
 			return err
 		}
+		s.TrainFiles, s.EvalFiles = tf, ef // distill.json keeps the expanded files, so --resume reads the same corpus
 		if (tf == nil) != (ef == nil) {
 			return usagef("--train-files and --eval-files go together")
 		}
@@ -214,12 +178,12 @@ func runDistill(args []string) error {
 			fmt.Fprintf(os.Stderr, "warning: %d of the --eval-files are also --train-files (%s): the held-out perplexity will be measured on training text\n",
 				len(both), strings.Join(both, ", "))
 		}
-		if *teacherPath != "" && !exists(*teacherPath) {
-			return usagef("--teacher %s: no such file or directory", *teacherPath)
+		if s.Teacher != "" && !exists(s.Teacher) {
+			return usagef("--teacher %s: no such file or directory", s.Teacher)
 		}
-		if *topkFile != "" {
-			if st, err := os.Stat(filepath.Dir(*topkFile)); err != nil || !st.IsDir() {
-				return usagef("--topk-file %s: directory %s does not exist", *topkFile, filepath.Dir(*topkFile))
+		if tc.TopKFile != "" {
+			if st, err := os.Stat(filepath.Dir(tc.TopKFile)); err != nil || !st.IsDir() {
+				return usagef("--topk-file %s: directory %s does not exist", tc.TopKFile, filepath.Dir(tc.TopKFile))
 			}
 		}
 		if out == "" {
@@ -233,16 +197,6 @@ func runDistill(args []string) error {
 				return usagef("output directory %s is not empty (pick another -o, or --resume it)", out)
 			}
 			return usagef("output directory %s is not empty and holds no checkpoint to resume (a run stopped before its first one?): remove it or pick another -o", out)
-		}
-		wu, ee, ce, cl := *warmup, *evalEvery, *ckptEvery, *clip
-		if wu == 0 {
-			wu = -1
-		}
-		if ee == 0 {
-			ee = -1
-		}
-		if cl == 0 {
-			cl = -1
 		}
 		// Every path of the settings is made absolute: --resume may run from another directory
 		// and must find the same teacher, data and output (never the current directory's).
@@ -261,16 +215,17 @@ func runDistill(args []string) error {
 		for i := range ef {
 			ef[i] = abs(ef[i])
 		}
-		cfg := nvgkit.TrainConfig{Steps: *steps, NB: *nb, Windows: *windows, T: *t, K: *k, LR: *lr, Warmup: wu, ClipNorm: cl, EvalEvery: ee,
-			EvalWindows: *evalWindows, Seed: *seed, OutDir: abs(out), CheckpointEvery: ce, TopKFile: abs(*topkFile), KeepFinal: *keepFinal}
-		s = distillSettings{Teacher: abs(*teacherPath), Tokenizer: abs(*tokPath), TrainFiles: tf, EvalFiles: ef, BPW: *bpw, Paths: *paths,
-			Seed: *seed, Config: cfg.WithDefaults(), Started: time.Now().UTC().Format(time.RFC3339)}
+		s.Teacher, s.Tokenizer, s.Config.OutDir, s.Config.TopKFile = abs(s.Teacher), abs(s.Tokenizer), abs(out), abs(tc.TopKFile)
+		s.Started = time.Now().UTC().Format(time.RFC3339)
+		prov := nvgkit.NewProvenance(nil, distillCompressOptions(s).Products)
+		s.Provenance = &prov
 		created := !exists(out)
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return err
 		}
-		b, _ := json.MarshalIndent(s, "", " ")
-		err = nvgkitWriteFile(filepath.Join(out, distillSettingsFile), append(b, '\n'))
+		// distill.json: the effective settings (defaults, --config file, flags), which
+		// --resume reads and --config accepts.
+		err = writeDistillSettings(out, s)
 		if err == nil {
 			err = distill(s, out, false, opts)
 		}
@@ -282,6 +237,23 @@ func runDistill(args []string) error {
 		return err
 	}
 	return distill(s, out, true, opts)
+}
+
+// distillCompressOptions are the compression options of the run s: the library defaults
+// (float64 products on the CPU, as cmf.CompressOptions' zero value) with its bits per weight,
+// paths and seed (s.Paths already checked).
+func distillCompressOptions(s distillSettings) cmf.CompressOptions {
+	pm, _ := cmf.ParsePathMode(s.Paths)
+	return cmf.CompressOptions{BitsPerWeight: s.BPW, Paths: pm, Seed: s.Seed}
+}
+
+// writeDistillSettings writes s as out's distill.json (atomically).
+func writeDistillSettings(out string, s distillSettings) error {
+	b, err := json.MarshalIndent(s, "", " ")
+	if err != nil {
+		return err
+	}
+	return nvgkitWriteFile(filepath.Join(out, distillSettingsFile), append(b, '\n'))
 }
 
 // distillOptions are how a run is carried out, not what it computes: they may differ
@@ -507,7 +479,7 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 	}
 	done := make(chan compressed, 1)
 	go func() {
-		m, r, err := nvgkit.CompressProgress(teacherModel, cmf.CompressOptions{BitsPerWeight: s.BPW, Paths: pm, Seed: s.Seed},
+		m, r, err := nvgkit.CompressProgress(teacherModel, distillCompressOptions(s),
 			func(done, total int, name string) {
 				barMu.Lock()
 				defer barMu.Unlock()
@@ -547,6 +519,12 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 		return err
 	}
 	defer dev.Close()
+	if !resumed && s.Provenance != nil {
+		s.Provenance.SetDevice(dev)
+		if err := writeDistillSettings(out, s); err != nil {
+			return err
+		}
+	}
 	var teacherOpts []nvgkit.LoadOption
 	if opts.streamTeacher {
 		teacherOpts = append(teacherOpts, nvgkit.StreamLayers())
@@ -630,10 +608,12 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 	if err := cmf.WriteCMF(studentPath, exported); err != nil {
 		return err
 	}
+	prov := nvgkit.NewProvenance(dev, distillCompressOptions(s).Products)
+	rep.Provenance = &prov
 	if err := rep.Save(filepath.Join(out, "report.json")); err != nil {
 		return err
 	}
-	if err := writeDistillPlots(out, tr, student, rep, reports); err != nil {
+	if err := writeDistillPlots(out, tr, student, reports); err != nil {
 		return err
 	}
 	fmt.Printf("teacher      held-out perplexity %10.3f\n", rep.TeacherPPL)
@@ -653,17 +633,13 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 
 // writeDistillPlots writes training.png, grad_norms.png, metric_hist.png and
 // reconstruction.png into out.
-func writeDistillPlots(out string, tr *nvgkit.Trainer, student *nvgkit.Net, rep *nvgkit.Report, reports []cmf.TensorReport) error {
-	steps := make([]int, len(rep.Loss))
-	for i := range steps {
-		steps[i] = i + 1
+// The training curves are drawn from the run's metrics.jsonl (all sessions of a resumed run).
+func writeDistillPlots(out string, tr *nvgkit.Trainer, student *nvgkit.Net, reports []cmf.TensorReport) error {
+	recs, _, err := nvgkit.ReadMetrics(filepath.Join(out, nvgkit.MetricsFile))
+	if err != nil {
+		return err
 	}
-	var es []int
-	var ep []float64
-	for _, e := range rep.Evals {
-		es, ep = append(es, e.Step), append(ep, e.Perplexity)
-	}
-	fig, err := nvgkit.PlotTraining(steps, rep.Loss, es, ep)
+	fig, err := nvgkit.PlotMetrics(recs)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +45,7 @@ func TestDistillUsageErrors(t *testing.T) {
 		{"distill", "--teacher", filepath.Join(dir, "missing")},
 		{"distill", "--train-files", filepath.Join(dir, "missing.go"), "--eval-files", goFile},
 		{"distill", "--train-files", goFile},                      // without --eval-files
+		{"distill", "--train-files", ",", "--eval-files", goFile}, // a list without files
 		{"distill", "--train-files", dir, "--eval-files", goFile}, // a directory holding no text file
 		{"distill", "--topk-file", filepath.Join(dir, "no", "such", "dir", "topk.bin")},
 		{"distill", "-o", full},                                // not empty
@@ -75,8 +77,13 @@ func TestDistillSmall(t *testing.T) {
 	t.Setenv("NVG_CACHE", t.TempDir())
 	src := filepath.Join(runtime.GOROOT(), "src")
 	out := filepath.Join(t.TempDir(), "run")
+	// Part of the settings come from a --config file; --steps on the command line overrides it.
+	conf := filepath.Join(t.TempDir(), "run.json")
+	if err := os.WriteFile(conf, []byte(`{"paths": "1", "config": {"steps": 5, "k": 8, "eval_windows": 2}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
-		"--paths", "1", "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "16", "--k", "8", "--eval-every", "1", "--eval-windows", "2", "-o", out,
+		"--config", conf, "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "16", "--eval-every", "1", "-o", out,
 		"--stream-teacher", "--mem-log", filepath.Join(out + "-mem.csv"), "--mem-log-every", "1"}
 	if code := run(args); code != 0 {
 		t.Fatalf("nvg %v: exit %d", args, code)
@@ -96,7 +103,7 @@ func TestDistillSmall(t *testing.T) {
 	} else if st, err := os.Stat(png); err != nil || st.Size() == 0 {
 		t.Errorf("plot-mem wrote no image: %v", err)
 	}
-	for _, f := range []string{"student.cmf", "report.json", "distill.json", nvgkit.CheckpointFile, "training.png", "grad_norms.png", "metric_hist.png", "reconstruction.png"} {
+	for _, f := range []string{"student.cmf", "report.json", "distill.json", nvgkit.CheckpointFile, "training.png", "grad_norms.png", "metric_hist.png", "reconstruction.png", nvgkit.MetricsFile} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
@@ -108,6 +115,23 @@ func TestDistillSmall(t *testing.T) {
 	if rep.Steps != 2 || len(rep.Loss) != 2 || len(rep.Evals) != 3 || !(rep.TeacherPPL > 1 && rep.TeacherPPL < rep.CompressedPPL && rep.DistilledPPL <= rep.CompressedPPL) ||
 		!(rep.BitsPerWeight > 0.4 && rep.BitsPerWeight < 0.6) {
 		t.Errorf("report %+v", rep)
+	}
+	// Provenance: the build (this checkout's commit), the adapter, the compression products.
+	head := gitHead(t)
+	if p := rep.Provenance; p == nil || p.Commit != head || p.CommitSource == "" || p.GoVersion != runtime.Version() || p.NVGVersion == "" ||
+		p.Adapter == "" || p.Backend == "" || p.Driver == "" || p.CompressProducts != "cpu-f64" {
+		t.Errorf("report provenance %+v, want commit %s", p, head)
+	}
+	var settings distillSettings
+	if b, err := os.ReadFile(filepath.Join(out, distillSettingsFile)); err != nil || json.Unmarshal(b, &settings) != nil {
+		t.Errorf("distill.json: %v", err)
+	} else if p := settings.Provenance; p == nil || *p != *rep.Provenance {
+		t.Errorf("distill.json provenance %+v, report's %+v", p, rep.Provenance)
+	}
+	// distill.json holds the effective settings: the file's, the flags', the defaults.
+	if c := settings.Config; settings.Paths != "1" || settings.BPW != 0.5 || c.Steps != 2 || c.K != 8 || c.EvalWindows != 2 || c.NB != 2 || c.T != 16 ||
+		c.EvalEvery != 1 || c.LR != 0.05 || c.Warmup != 3 || c.ClipNorm != 1 || c.MinLRFrac != 0.1 || c.OutDir != out {
+		t.Errorf("distill.json settings %+v", settings)
 	}
 	m, err := cmf.Open(filepath.Join(out, "student.cmf"))
 	if err != nil {
@@ -194,6 +218,20 @@ func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 	for i, l := range rep.Loss[:ck.Meta.Step] {
 		if l != ck.Meta.Loss[i] {
 			t.Errorf("loss %d: %g in the checkpoint, %g in the report", i+1, ck.Meta.Loss[i], l)
+		}
+	}
+	// metrics.jsonl holds every step once, the interrupted session's and the resumed one's.
+	recs, _, err := nvgkit.ReadMetrics(filepath.Join(out, nvgkit.MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, loss, evalSteps, _, _ := nvgkit.TrainingSeries(recs)
+	if len(steps) != 6 || len(evalSteps) != 7 {
+		t.Fatalf("metrics.jsonl: steps %v, evals at %v; want 1…6 and 0…6", steps, evalSteps)
+	}
+	for i := range steps {
+		if steps[i] != i+1 || loss[i] != rep.Loss[i] {
+			t.Errorf("metrics.jsonl step record %d: step %d loss %g, want step %d loss %g", i, steps[i], loss[i], i+1, rep.Loss[i])
 		}
 	}
 }

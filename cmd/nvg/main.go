@@ -8,10 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/nvg-project/nvg/internal/version"
 )
 
 // command is one subcommand: its one-line summary, usage line and body. run gets the
@@ -198,34 +199,6 @@ func sortedNames() []string {
 	return s
 }
 
-// versionString is "nvg VERSION (COMMIT[, modified], GO_VERSION)" from the build
-// information Go embeds: the module version when built with go install …@version,
-// "(devel)" in a checkout, where the VCS revision tells the build apart.
-func versionString() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "nvg (no build information)"
-	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	var rev, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-			if len(rev) > 12 {
-				rev = rev[:12]
-			}
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = ", modified"
-			}
-		}
-	}
-	if rev == "" {
-		rev = "unknown commit"
-	}
-	return fmt.Sprintf("nvg %s (%s%s, %s)", v, rev, dirty, bi.GoVersion)
-}
+// versionString is "nvg VERSION (COMMIT[, modified], GO_VERSION; commit from SOURCE)": the
+// build provenance that report.json and distill.json record (internal/version).
+func versionString() string { return version.Get().String() }

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nvg-project/nvg/nvgkit"
+)
+
+// Without --config the flags' defaults are nvgkit.DefaultTrainConfig, the one table of
+// defaults (the values nvg distill always had: 24 steps × 4 × 64 tokens, lr 0.05, …).
+func TestDistillDefaultsAreTheLibrarys(t *testing.T) {
+	s, _, set, err := parseDistillFlags(commands["distill"], nil)
+	if err != nil || len(set) != 0 {
+		t.Fatal(err, set)
+	}
+	want := nvgkit.TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalEvery: 8, EvalWindows: 8, Seed: 1}
+	if s.Config != want || s.Config != nvgkit.DefaultTrainConfig() || s.BPW != 1 || s.Paths != "auto" || s.Seed != 1 || s.Teacher != "" || s.TrainFiles != nil {
+		t.Errorf("defaults %+v, want config %+v", s, want)
+	}
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "run.json")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A --config file sets what it gives over the defaults; flags on the command line override
+// it, before or after --config.
+func TestDistillConfigFile(t *testing.T) {
+	p := writeConfig(t, `{"bits_per_weight_target": 0.5, "paths": "1", "seed": 7, "train_files": ["a.go", "b.go"],
+		"config": {"steps": 7, "lr": 0.01, "min_lr_frac": 0.2, "eval_every": 0, "clip_norm": 0}}`)
+	for _, args := range [][]string{{"--config", p, "--steps", "3", "--clip", "0.5"}, {"--steps", "3", "--config", p, "--clip", "0.5"}} {
+		s, _, set, err := parseDistillFlags(commands["distill"], args)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		c := s.Config
+		if c.Steps != 3 || c.ClipNorm != 0.5 || c.LR != 0.01 || c.MinLRFrac != 0.2 || c.EvalEvery != 0 || c.NB != 4 || c.Warmup != 3 ||
+			s.BPW != 0.5 || s.Paths != "1" || s.Seed != 7 || c.Seed != 7 || strings.Join(s.TrainFiles, ",") != "a.go,b.go" {
+			t.Errorf("%v: settings %+v", args, s)
+		}
+		if !set["config"] || !set["steps"] || set["lr"] {
+			t.Errorf("%v: flags set %v", args, set)
+		}
+	}
+	// config.seed alone is the seed too.
+	if s, _, _, err := parseDistillFlags(commands["distill"], []string{"--config", writeConfig(t, `{"config": {"seed": 9}}`)}); err != nil || s.Seed != 9 || s.Config.Seed != 9 {
+		t.Errorf("config.seed alone: seed %d, config.seed %d, %v", s.Seed, s.Config.Seed, err)
+	}
+}
+
+// A bad --config file is a usage error naming the file and what is wrong with it.
+func TestDistillConfigErrors(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`{"config": {"stepz": 3}}`, `unknown field "stepz"`},
+		{`{"bogus": 1}`, `unknown field "bogus"`},
+		{`{"config": {"steps": "ten"}}`, `field "config.steps" is a JSON string, want an integer`},
+		{`{"bits_per_weight_target": true}`, `field "bits_per_weight_target" is a JSON bool, want a number`},
+		{`{"train_files": "a.go"}`, `field "train_files" is a JSON string, want an array`},
+		{`{"config": {"steps": 3}`, "not JSON"},
+		{``, "empty file"},
+		{`{} {}`, "more than one JSON value"},
+		{`{"seed": 2, "config": {"seed": 3}}`, "config.seed 3 differs from seed 2"},
+	} {
+		p := writeConfig(t, tc.body)
+		_, _, _, err := parseDistillFlags(commands["distill"], []string{"--config", p})
+		if _, ok := err.(usageError); !ok || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a usage error naming %s and %q", tc.body, err, p, tc.want)
+		}
+	}
+	missing := filepath.Join(t.TempDir(), "none.json")
+	if _, _, _, err := parseDistillFlags(commands["distill"], []string{"--config", missing}); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("missing file: %v", err)
+	}
+	// A file's value that no flag checks is still checked (Validate), and --config cannot
+	// change a run being resumed.
+	for _, args := range [][]string{
+		{"distill", "--config", writeConfig(t, `{"config": {"min_lr_frac": 3}}`)},
+		{"distill", "--resume", t.TempDir(), "--config", writeConfig(t, `{}`)},
+	} {
+		if _, stderr, code := capture(t, args); code != 2 || !strings.Contains(stderr, "MinLRFrac") && !strings.Contains(stderr, "--config cannot") {
+			t.Errorf("nvg %v: exit %d, %q; want 2", args, code, stderr)
+		}
+	}
+}

@@ -1,0 +1,192 @@
+package nvgkit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nvg-project/nvg/nvgkit"
+)
+
+// sameFloat is bit equality, NaN equal to NaN.
+func sameFloat(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }
+
+// checkMetrics checks that recs hold one step record per step 1…len(losses) with the
+// Trainer's own losses and the schedule's learning rate, and one eval record per evaluation
+// with its values, in order.
+func checkMetrics(t *testing.T, recs []nvgkit.MetricsRecord, cfg nvgkit.TrainConfig, losses []float64, evals []nvgkit.EvalPoint) {
+	t.Helper()
+	var steps, es []nvgkit.MetricsRecord
+	for _, r := range recs {
+		switch r.Kind {
+		case nvgkit.MetricsStep:
+			steps = append(steps, r)
+		case nvgkit.MetricsEval:
+			es = append(es, r)
+		default:
+			t.Errorf("record kind %q", r.Kind)
+		}
+	}
+	if len(steps) != len(losses) {
+		t.Fatalf("%d step records, want %d (one per step): %+v", len(steps), len(losses), steps)
+	}
+	for i, r := range steps {
+		if r.Step != i+1 || !sameFloat(r.Loss, losses[i]) || r.LR != cfg.LRAt(i+1) || r.Skipped {
+			t.Errorf("step record %d: %+v, want step %d loss %.17g lr %.17g", i, r, i+1, losses[i], cfg.LRAt(i+1))
+		}
+		if !(r.GradNorm > 0) || r.GradNormClipped != math.Min(r.GradNorm, cfg.ClipNorm) {
+			t.Errorf("step %d: grad norm %g, clipped %g (clip %g)", r.Step, r.GradNorm, r.GradNormClipped, cfg.ClipNorm)
+		}
+		if !(r.TokensPerSecond > 0) || !(r.WallSeconds > 0) || r.Time.IsZero() || (i > 0 && r.WallSeconds < steps[i-1].WallSeconds) {
+			t.Errorf("step %d: tokens/s %g, wall %g s, time %v", r.Step, r.TokensPerSecond, r.WallSeconds, r.Time)
+		}
+	}
+	if len(es) != len(evals) {
+		t.Fatalf("%d eval records, want %d: %+v", len(es), len(evals), es)
+	}
+	best := math.Inf(1)
+	for i, r := range es {
+		e := evals[i]
+		best = math.Min(best, e.Perplexity)
+		if r.Step != e.Step || !sameFloat(r.Loss, e.Loss) || !sameFloat(r.Perplexity, e.Perplexity) || r.BestPerplexity != best || !(r.TeacherPerplexity > 1) {
+			t.Errorf("eval record %d: %+v, want %+v (best %g)", i, r, e, best)
+		}
+	}
+}
+
+// metricsTrainer returns a 4-step Trainer on the tiny model writing into a new OutDir,
+// clipping at clip.
+func metricsTrainer(t *testing.T, clip float64) (nvgkit.TrainConfig, *nvgkit.Trainer) {
+	d, teacher, sm, train, heldOut := trainFixture(t)
+	cfg := nvgkit.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 1, MinLRFrac: 0.1, ClipNorm: clip, EvalEvery: 2,
+		EvalWindows: 2, Seed: 3, OutDir: t.TempDir()}
+	tr, err := nvgkit.NewTrainer(teacher, loadStudent(t, d, sm), train, heldOut, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, tr
+}
+
+// A run with OutDir writes metrics.jsonl with one line per step and per evaluation, equal to
+// the Trainer's own histories, and the same lines to a writer given to AddMetricsWriter.
+func TestTrainerMetrics(t *testing.T) {
+	cfg, tr := metricsTrainer(t, 0.05)
+	defer tr.Close()
+	var buf bytes.Buffer
+	tr.AddMetricsWriter(&buf)
+	if _, err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(cfg.OutDir, nvgkit.MetricsFile)
+	recs, partial, err := nvgkit.ReadMetrics(path)
+	if err != nil || partial != 0 {
+		t.Fatalf("ReadMetrics: %v (partial %d)", err, partial)
+	}
+	checkMetrics(t, recs, tr.Config, tr.Losses(), tr.Evals())
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, buf.Bytes()) {
+		t.Errorf("the metrics writer got\n%s\nmetrics.jsonl holds\n%s", buf.Bytes(), b)
+	}
+	clipped := 0
+	for _, r := range recs {
+		if r.Kind == nvgkit.MetricsStep && r.GradNorm > cfg.ClipNorm {
+			clipped++
+		}
+	}
+	if clipped == 0 {
+		t.Errorf("no step was clipped at %g: the test does not check grad_norm_clipped", cfg.ClipNorm)
+	}
+	fig, err := nvgkit.PlotMetrics(recs)
+	if err != nil || fig == nil {
+		t.Errorf("PlotMetrics: %v", err)
+	}
+}
+
+// An interrupted run whose log goes on past its checkpoint (a crash after a step, before
+// the next checkpoint, mid-line) is resumed: the log is cut back to the checkpoint's step
+// and the resumed steps are appended, each step once.
+func TestTrainerMetricsResume(t *testing.T) {
+	d, teacher, sm, train, heldOut := trainFixture(t)
+	cfg, tr := metricsTrainer(t, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr.OnStep = func(i nvgkit.StepInfo) {
+		if i.Step == 2 {
+			cancel()
+		}
+	}
+	if _, err := tr.Run(ctx); !errors.Is(err, nvgkit.ErrInterrupted) {
+		t.Fatalf("interrupted run: %v", err)
+	}
+	tr.Close()
+	path := filepath.Join(cfg.OutDir, nvgkit.MetricsFile)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a crash leaves: step 3 done after the checkpoint at step 2, step 4 half written.
+	f.WriteString(`{"kind":"step","step":3,"loss":9,"lr":0.01,"grad_norm":1,"grad_norm_clipped":1,"tokens_per_second":1,"skipped":false,"wall_seconds":1,"time":"2026-01-01T00:00:00Z"}` + "\n")
+	f.WriteString(`{"kind":"step","step":4,"lo`)
+	f.Close()
+	recs, partial, err := nvgkit.ReadMetrics(path)
+	if err != nil || partial != len(`{"kind":"step","step":4,"lo`) || len(recs) != 5 {
+		t.Fatalf("crashed log: %d records, partial %d, %v", len(recs), partial, err)
+	}
+
+	tr, err = nvgkit.Resume(teacher, loadStudent(t, d, sm), train, heldOut, cfg.OutDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if _, err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	recs, partial, err = nvgkit.ReadMetrics(path)
+	if err != nil || partial != 0 {
+		t.Fatalf("ReadMetrics: %v (partial %d)", err, partial)
+	}
+	checkMetrics(t, recs, tr.Config, tr.Losses(), tr.Evals())
+}
+
+// ReadMetrics skips an unterminated last line and reports its length; a bad complete line
+// is an error naming the file and the line.
+func TestReadMetricsTruncated(t *testing.T) {
+	dir := t.TempDir()
+	good := `{"kind":"step","step":1,"loss":null,"lr":0.1,"grad_norm":null,"grad_norm_clipped":null,"tokens_per_second":5,"skipped":true,"wall_seconds":2,"time":"2026-01-01T00:00:00Z"}` + "\n" +
+		`{"kind":"eval","step":1,"loss":1.5,"perplexity":4.4816890703380645,"best_perplexity":4.4816890703380645,"best_step":1,"teacher_perplexity":2,"wall_seconds":3,"time":"2026-01-01T00:00:01Z"}` + "\n"
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	recs, partial, err := nvgkit.ReadMetrics(write("crash.jsonl", good+`{"kind":"step","st`))
+	if err != nil || partial != len(`{"kind":"step","st`) || len(recs) != 2 {
+		t.Fatalf("truncated log: %+v, partial %d, %v", recs, partial, err)
+	}
+	s, e := recs[0], recs[1]
+	if s.Kind != "step" || !math.IsNaN(s.Loss) || !math.IsNaN(s.GradNorm) || !s.Skipped || s.LR != 0.1 || s.TokensPerSecond != 5 || s.WallSeconds != 2 {
+		t.Errorf("step record %+v", s)
+	}
+	if e.Kind != "eval" || e.Loss != 1.5 || e.Perplexity != 4.4816890703380645 || e.BestStep != 1 || e.TeacherPerplexity != 2 || e.Time.Second() != 1 {
+		t.Errorf("eval record %+v", e)
+	}
+	steps, loss, es, ep, tppl := nvgkit.TrainingSeries(recs)
+	if len(steps) != 1 || !math.IsNaN(loss[0]) || len(es) != 1 || ep[0] != 4.4816890703380645 || tppl != 2 {
+		t.Errorf("TrainingSeries: %v %v %v %v %v", steps, loss, es, ep, tppl)
+	}
+	for _, bad := range []string{good[:40] + "\n" + good, `{"kind":"oops","step":1}` + "\n", "{\"kind\":\"step\",\"step\":-2}\n"} {
+		p := write("bad.jsonl", bad)
+		if _, _, err := nvgkit.ReadMetrics(p); err == nil || !strings.Contains(err.Error(), p+": line 1") {
+			t.Errorf("%q: error %v, want one naming %s line 1", bad, err, p)
+		}
+	}
+	if _, _, err := nvgkit.ReadMetrics(filepath.Join(dir, "missing.jsonl")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+}
