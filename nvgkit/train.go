@@ -2,10 +2,12 @@ package nvgkit
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -59,6 +61,14 @@ type TrainConfig struct {
 	// TopKFile, when not "", keeps the teacher's top-k for the run's windows in this file
 	// (TopKCache) instead of host memory; an existing file for the same windows is reused.
 	TopKFile string `json:"topk_file,omitempty"`
+	// Keep is the number of checkpoints kept in OutDir (default 2, the latest steps'): a
+	// resume whose latest checkpoint is corrupt falls back to the one before.
+	Keep int `json:"keep_checkpoints"`
+	// ScheduleSteps is the number of steps the learning-rate schedule spans (default Steps);
+	// steps after it run at the schedule's floor MinLRFrac·LR (see LRAt). Checkpoint.Extend
+	// (nvg distill --resume DIR --steps N) sets it to the original Steps, so a run extended
+	// past its plan keeps the learning rates of the steps it ran.
+	ScheduleSteps int `json:"schedule_steps,omitempty"`
 	// KeepFinal, when true, leaves the final weights in the student at the end of Run; by
 	// default the snapshot with the lowest held-out perplexity is restored (Report.Exported
 	// says which).
@@ -106,6 +116,12 @@ func (c TrainConfig) WithDefaults() TrainConfig {
 	if c.CheckpointEvery == 0 {
 		c.CheckpointEvery = c.EvalEvery
 	}
+	if c.Keep == 0 {
+		c.Keep = 2
+	}
+	if c.ScheduleSteps == 0 {
+		c.ScheduleSteps = c.Steps
+	}
 	return c
 }
 
@@ -130,24 +146,34 @@ func (c TrainConfig) Validate() error {
 		return fmt.Errorf("nvgkit: TrainConfig.ClipNorm = %g, want a finite value", c.ClipNorm)
 	case c.EvalWindows < 1:
 		return fmt.Errorf("nvgkit: TrainConfig.EvalWindows = %d, want ≥ 1", c.EvalWindows)
+	case c.Keep < 1:
+		return fmt.Errorf("nvgkit: TrainConfig.Keep = %d, want ≥ 1", c.Keep)
+	case c.ScheduleSteps < 1:
+		return fmt.Errorf("nvgkit: TrainConfig.ScheduleSteps = %d, want ≥ 1", c.ScheduleSteps)
 	}
 	return nil
 }
 
 // LRAt returns the learning rate of optimizer step s (1-based, 1 ≤ s ≤ c.Steps) of c (after
 // WithDefaults): a linear warm-up over the first Warmup steps times a cosine decay from LR
-// to MinLRFrac·LR over the whole run,
+// to MinLRFrac·LR over the ScheduleSteps steps of the schedule (S, = Steps unless the run
+// was extended),
 //
-//	LR · min(1, s/Warmup) · (f + (1−f)·½·(1 + cos(π·s/Steps))),   f = max(0, MinLRFrac),
+//	LR · min(1, s/Warmup) · (f + (1−f)·½·(1 + cos(π·min(s, S)/S))),   f = max(0, MinLRFrac),
 //
-// as in the PyTorch reference (Warmup ≤ 0: no warm-up factor). At s = Steps it is f·LR.
+// as in the PyTorch reference (Warmup ≤ 0: no warm-up factor). At s = S it is f·LR, and it
+// stays there for the steps after S.
 func (c TrainConfig) LRAt(s int) float64 {
 	w := 1.0
 	if c.Warmup > 0 && s < c.Warmup {
 		w = float64(s) / float64(c.Warmup)
 	}
 	f := max(0, c.MinLRFrac)
-	return c.LR * w * (f + (1-f)*0.5*(1+math.Cos(math.Pi*float64(s)/float64(c.Steps))))
+	S := c.ScheduleSteps
+	if S <= 0 {
+		S = c.Steps
+	}
+	return c.LR * w * (f + (1-f)*0.5*(1+math.Cos(math.Pi*float64(min(s, S))/float64(S))))
 }
 
 // StepInfo describes one finished training step, passed to Trainer.OnStep.
@@ -368,9 +394,17 @@ func writeAtomic(path string, fill func(f *os.File) error) (err error) {
 	if err = os.Rename(tmp, path); err != nil {
 		return err
 	}
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync() // best effort
-		d.Close()
+	// The rename is durable once the directory is synced. Some file systems cannot sync a
+	// directory (EINVAL): the rename is done then and that is not an error.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	serr := d.Sync()
+	d.Close()
+	if serr != nil && !errors.Is(serr, syscall.EINVAL) {
+		err = serr
+		return err
 	}
 	return nil
 }

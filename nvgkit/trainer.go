@@ -17,9 +17,6 @@ import (
 	"github.com/nvg-project/nvg/nvgkit/data"
 )
 
-// CheckpointFile is the name of the checkpoint a Trainer writes in TrainConfig.OutDir.
-const CheckpointFile = "checkpoint.nvgckpt"
-
 // ErrInterrupted is returned (wrapped with the context's error) by Trainer.Run when its
 // context was cancelled between steps; the checkpoint (when OutDir is set) was written first.
 var ErrInterrupted = errors.New("nvgkit: training interrupted")
@@ -35,8 +32,9 @@ var ErrInterrupted = errors.New("nvgkit: training interrupted")
 // The student is evaluated on fixed held-out windows (NLL → perplexity) before the first
 // step, every EvalEvery steps and after the last; the snapshot with the lowest perplexity is
 // kept and restored at the end (unless Config.KeepFinal). Checkpoints (every
-// CheckpointEvery steps, after the last and on interruption) hold everything Resume needs to
-// continue with the same windows and the same losses.
+// CheckpointEvery steps, after the last and on interruption; CheckpointName(step) in OutDir,
+// the Config.Keep latest kept) hold everything Resume needs to continue with the same
+// windows and the same losses.
 //
 // A Trainer owns two works (student and teacher, NB windows of T tokens each); Close
 // releases them. It is driven by one goroutine.
@@ -58,6 +56,9 @@ type Trainer struct {
 	Log io.Writer
 	// BitsPerWeight of the student, copied into the report (0: unknown).
 	BitsPerWeight float64
+	// StudentFile, when not nil, names the compressed student file the run started from; it
+	// is recorded in every checkpoint (CheckpointMeta.Student) for a resume to reuse.
+	StudentFile *FileDigest
 
 	teacher, student *Net
 	sWork, tWork     *Work
@@ -70,6 +71,7 @@ type Trainer struct {
 	interrupted      bool
 	savedPath        string // the last checkpoint written, and after which step
 	savedStep        int
+	notes            []string // Resume's warnings, logged when Run starts
 }
 
 // NewTrainer checks cfg (after WithDefaults), draws the run's training windows from train
@@ -122,7 +124,7 @@ func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*
 	}
 	tr := &Trainer{Config: cfg, Adam: DefaultAdam(), teacher: teacher, student: student, windows: windows, eval: eval}
 	tr.Adam.LR, tr.Adam.GainLR, tr.Adam.Beta2 = cfg.LR, cfg.LR, 0.99 // the PyTorch reference's betas (0.9, 0.99)
-	tr.st = CheckpointMeta{Version: 1, Config: cfg, WindowsHash: HashWindows(windows)}
+	tr.st = CheckpointMeta{Version: ckptVersion, Config: cfg, WindowsHash: HashWindows(windows)}
 	if tr.sWork, err = NewWork(student.dev, student, cfg.NB, cfg.T); err != nil {
 		return nil, err
 	}
@@ -133,28 +135,53 @@ func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*
 	return tr, nil
 }
 
-// Resume loads the checkpoint at path (a file, or a directory holding CheckpointFile) and
-// returns a Trainer that continues that run: same configuration (OutDir, when set, becomes
-// the directory holding the checkpoint, so a moved run or another working directory never
-// writes elsewhere), same
-// remaining windows (drawn again from the seed and checked against the checkpoint's hash),
-// the student's trainables and Adam state, the best snapshot and the histories. train and
-// heldOut must be the streams of the original run. The teacher's top-k is not part of the
-// checkpoint: Run computes it again (the same values) unless Config.TopKFile holds it. Errors: LoadCheckpoint's, NewTrainer's,
-// windows that differ from the checkpoint's (another corpus or tokenizer), Restore's.
+// Resume loads the checkpoint at path — a file, or a directory holding checkpoints, whose
+// latest valid one is used (LatestCheckpoint: a newer truncated or corrupt one is passed
+// over, and the Trainer's Log says so when Run starts) — and returns ResumeCheckpoint's
+// Trainer. Errors: LatestCheckpoint's or LoadCheckpoint's, and ResumeCheckpoint's.
 func Resume(teacher, student *Net, train, heldOut []int, path string) (*Trainer, error) {
-	if st, err := statDir(path); err == nil && st {
-		path = filepath.Join(path, CheckpointFile)
+	var notes []string
+	var ck *Checkpoint
+	var err error
+	if st, serr := statDir(path); serr == nil && st {
+		ck, path, err = LatestCheckpoint(path, func(e error) { notes = append(notes, fmt.Sprintf("warning: %v; using an earlier checkpoint", e)) })
+	} else {
+		ck, err = LoadCheckpoint(path)
 	}
-	ck, err := LoadCheckpoint(path)
 	if err != nil {
 		return nil, err
+	}
+	tr, err := ResumeCheckpoint(teacher, student, train, heldOut, ck, path)
+	if err != nil {
+		return nil, err
+	}
+	tr.notes = notes
+	return tr, nil
+}
+
+// ResumeCheckpoint returns a Trainer that continues the run of ck, loaded from path: same
+// configuration (OutDir, when set, becomes the directory holding path, so a moved run or
+// another working directory never writes elsewhere; a TopKFile that was inside the old
+// OutDir moves with it), same remaining windows (drawn again from the seed and checked
+// against the checkpoint's hash), the student's trainables and Adam state, the best
+// snapshot and the histories. train and heldOut must be the streams of the original run.
+// The teacher's top-k is not part of the checkpoint: Run computes it again (the same
+// values) unless Config.TopKFile holds it. The student is checked against ck
+// (Checkpoint.CheckStudent) before anything else. Errors: CheckStudent's, NewTrainer's,
+// windows that differ from the checkpoint's (another corpus or tokenizer), Restore's.
+func ResumeCheckpoint(teacher, student *Net, train, heldOut []int, ck *Checkpoint, path string) (*Trainer, error) {
+	if err := ck.CheckStudent(student); err != nil {
+		return nil, fmt.Errorf("nvgkit.Resume %s: %w", path, err)
 	}
 	cfg := ck.Meta.Config
 	if cfg.OutDir != "" {
 		// The run continues where its checkpoint is, wherever the directory was moved or
 		// whatever the current directory (a relative OutDir would otherwise write elsewhere).
-		cfg.OutDir = filepath.Dir(path)
+		dir := filepath.Dir(path)
+		if rel, err := filepath.Rel(cfg.OutDir, cfg.TopKFile); cfg.TopKFile != "" && err == nil && !strings.HasPrefix(rel, "..") {
+			cfg.TopKFile = filepath.Join(dir, rel)
+		}
+		cfg.OutDir = dir
 	}
 	tr, err := NewTrainer(teacher, student, train, heldOut, cfg)
 	if err != nil {
@@ -181,7 +208,8 @@ func Resume(teacher, student *Net, train, heldOut []int, path string) (*Trainer,
 		}
 	}
 	tr.st = ck.Meta
-	tr.st.Config.OutDir = cfg.OutDir
+	tr.st.Config = cfg
+	tr.StudentFile = ck.Meta.Student
 	return tr, nil
 }
 
@@ -386,6 +414,7 @@ func (tr *Trainer) Checkpoint(path string) error {
 	}
 	ck := &Checkpoint{Meta: tr.st, Tensors: map[string][]float32{}}
 	ck.Meta.BitsPerWeight = tr.BitsPerWeight
+	ck.Meta.Student = tr.StudentFile
 	addSnapshotTensors(ck.Tensors, snap, "state/")
 	if tr.best != nil && tr.st.BestStep != tr.st.Step {
 		addSnapshotTensors(ck.Tensors, tr.best, "best/")
@@ -398,11 +427,27 @@ func (tr *Trainer) Checkpoint(path string) error {
 	return nil
 }
 
+// checkpointPath is where Run writes the checkpoint after the current step ("": nowhere).
 func (tr *Trainer) checkpointPath() string {
 	if tr.Config.OutDir == "" {
 		return ""
 	}
-	return filepath.Join(tr.Config.OutDir, CheckpointFile)
+	return filepath.Join(tr.Config.OutDir, CheckpointName(tr.st.Step))
+}
+
+// checkpointKeep writes the checkpoint of the current step in OutDir and removes those
+// beyond Config.Keep (and any of later steps, from a trajectory this run replaced).
+func (tr *Trainer) checkpointKeep(path string) error {
+	if err := tr.Checkpoint(path); err != nil {
+		return err
+	}
+	removed, err := pruneCheckpoints(tr.Config.OutDir, tr.st.Step, max(1, tr.Config.Keep))
+	for _, p := range removed {
+		if checkpointStep(p) > tr.st.Step {
+			tr.logf("removed %s (a later step of the trajectory this run replaced)", p)
+		}
+	}
+	return err
 }
 
 // Run trains until Config.Steps steps are done (continuing from where a resumed Trainer
@@ -416,6 +461,10 @@ func (tr *Trainer) checkpointPath() string {
 // with the step.
 func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 	c := tr.Config
+	for _, n := range tr.notes {
+		tr.logf("%s", n)
+	}
+	tr.notes = nil
 	if tr.st.Step < c.Steps {
 		if err := tr.Prepare(ctx); err != nil {
 			return nil, err
@@ -442,7 +491,7 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 			tr.st.WallSeconds = wall0 + time.Since(start).Seconds()
 			// (Not again when the step's own checkpoint was just written.)
 			if p := tr.checkpointPath(); p != "" && (p != tr.savedPath || tr.savedStep != tr.st.Step) {
-				if cerr := tr.Checkpoint(p); cerr != nil {
+				if cerr := tr.checkpointKeep(p); cerr != nil {
 					return nil, errors.Join(fmt.Errorf("%w: %w", ErrInterrupted, err), cerr)
 				}
 			}
@@ -464,7 +513,7 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 		}
 		tr.st.WallSeconds = wall0 + time.Since(start).Seconds()
 		if p := tr.checkpointPath(); p != "" && ((c.CheckpointEvery > 0 && s%c.CheckpointEvery == 0) || s == c.Steps) {
-			if err := tr.Checkpoint(p); err != nil {
+			if err := tr.checkpointKeep(p); err != nil {
 				return nil, err
 			}
 		}
