@@ -53,7 +53,7 @@ func TestDistillUsageErrors(t *testing.T) {
 		{"distill", "--mem-log", full},                         // a directory
 		{"distill", "--resume", filepath.Join(dir, "missing")}, // no run there
 		{"distill", "--resume", full},                          // not an output directory
-		{"distill", "--resume", full, "--steps", "5"},          // settings come from the run
+		{"distill", "--resume", full, "--lr", "5"},             // settings come from the run
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("nvg %v: exit %d, want 2", args, code)
