@@ -56,6 +56,9 @@ type Trainer struct {
 	Log io.Writer
 	// BitsPerWeight of the student, copied into the report (0: unknown).
 	BitsPerWeight float64
+	// TeacherID names the teacher's weights in the key of the top-k file (TopKKey; nvg
+	// distill sets the teacher's path): a file made with another teacher is refused.
+	TeacherID string
 	// StudentFile, when not nil, names the compressed student file the run started from; it
 	// is recorded in every checkpoint (CheckpointMeta.Student) for a resume to reuse.
 	StudentFile *FileDigest
@@ -254,8 +257,9 @@ func (tr *Trainer) inputs(ws [][]int) [][]int {
 }
 
 // Prepare computes the teacher's top-k for all the run's windows (or loads it from
-// Config.TopKFile when that file exists and was made for these windows; a new file is
-// written there otherwise). Run calls it when needed. Errors: a TopKFile made for other
+// Config.TopKFile when that file exists and was made for these windows, T, K and teacher —
+// TopKKey of the windows, the teacher's architecture and TeacherID; a new file is written
+// there otherwise). Run calls it when needed. Errors: a TopKFile made for other
 // windows or settings (it is left as it is), TeacherTopK's errors, ctx's error.
 func (tr *Trainer) Prepare(ctx context.Context) error {
 	if tr.cache != nil {
@@ -264,14 +268,15 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 	c := tr.Config
 	start := time.Now()
 	n := len(tr.windows)
+	key := TopKKey(tr.st.WindowsHash, tr.teacher.Config, tr.TeacherID)
 	if c.TopKFile != "" {
 		if ok, _ := statFile(c.TopKFile); ok {
 			cache, err := LoadTopKCache(c.TopKFile)
 			if err != nil {
 				return err
 			}
-			if cache.N != n || cache.T != c.T || cache.K != c.K || cache.Windows != tr.st.WindowsHash {
-				return fmt.Errorf("nvgkit: top-k file %s holds N=%d T=%d K=%d for other windows; this run needs N=%d T=%d K=%d (remove it or pick another file)",
+			if cache.N != n || cache.T != c.T || cache.K != c.K || cache.Windows != key {
+				return fmt.Errorf("nvgkit: top-k file %s holds N=%d T=%d K=%d for other windows or another teacher; this run needs N=%d T=%d K=%d (remove it or pick another file)",
 					c.TopKFile, cache.N, cache.T, cache.K, n, c.T, c.K)
 			}
 			tr.cache = cache
@@ -279,7 +284,7 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 			return nil
 		}
 	}
-	cache, err := NewTopKCache(n, c.T, c.K, tr.st.WindowsHash)
+	cache, err := NewTopKCache(n, c.T, c.K, key)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -475,5 +476,15 @@ func TestTrainerExtendExact(t *testing.T) {
 	// Keep (default 2): the latest two checkpoints are left.
 	if ps, err := nvgkit.CheckpointPaths(base.OutDir); err != nil || len(ps) != 2 || filepath.Base(ps[0]) != nvgkit.CheckpointName(4) {
 		t.Errorf("checkpoints left %v, %v", ps, err)
+	}
+	// The top-k file is keyed by the teacher too: one made for another TeacherID is refused.
+	other, err := nvgkit.NewTrainer(teacher, loadStudent(t, d, sm), train, heldOut, planned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.TeacherID = "another teacher"
+	if err := other.Prepare(context.Background()); err == nil || !strings.Contains(err.Error(), "another teacher") || !strings.Contains(err.Error(), planned.TopKFile) {
+		t.Errorf("top-k file of another teacher: %v", err)
 	}
 }

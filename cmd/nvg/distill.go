@@ -656,6 +656,7 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 	defer tr.Close()
 	tr.BitsPerWeight = bpwGot
 	tr.StudentFile = studentFile
+	tr.TeacherID = modelName(s.Teacher)
 	tr.Log = os.Stderr
 	tr.Progress = nvgkit.NewProgress(os.Stderr, "distill")
 	cfg := tr.Config
