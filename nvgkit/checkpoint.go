@@ -166,7 +166,8 @@ func checkpointStep(path string) int {
 // LatestCheckpoint loads the checkpoint of the latest step in dir that is valid (it loads,
 // and the step in its name is the step it holds). A newer one that is not valid (truncated
 // or corrupt by a crash, a full disk, a bad copy) is passed over: warn, when not nil, is
-// called with its error, and the previous one is tried. Errors: dir unreadable, no
+// called with its error, and the previous one is tried (the oldest one's error is only in
+// the returned error). Errors: dir unreadable, no
 // checkpoint in dir, or none valid (the error lists every one's).
 func LatestCheckpoint(dir string, warn func(error)) (*Checkpoint, string, error) {
 	paths, err := CheckpointPaths(dir)
@@ -177,7 +178,7 @@ func LatestCheckpoint(dir string, warn func(error)) (*Checkpoint, string, error)
 		return nil, "", fmt.Errorf("nvgkit: no checkpoint (checkpoint-NNNNNN.safetensors) in %s", dir)
 	}
 	var errs []error
-	for _, p := range paths {
+	for i, p := range paths {
 		ck, err := LoadCheckpoint(p)
 		if err == nil && ck.Meta.Step != checkpointStep(p) {
 			err = fmt.Errorf("nvgkit: checkpoint %s holds step %d, not the step in its name", p, ck.Meta.Step)
@@ -186,7 +187,7 @@ func LatestCheckpoint(dir string, warn func(error)) (*Checkpoint, string, error)
 			return ck, p, nil
 		}
 		errs = append(errs, err)
-		if warn != nil {
+		if warn != nil && i < len(paths)-1 {
 			warn(err)
 		}
 	}
@@ -303,7 +304,7 @@ func LoadCheckpoint(path string) (*Checkpoint, error) {
 	}
 	sf, err := cmf.OpenSafetensors(path)
 	if err != nil {
-		return nil, fmt.Errorf("nvgkit: checkpoint: %w (truncated or corrupt)", err)
+		return nil, fmt.Errorf("nvgkit: checkpoint: %w", err)
 	}
 	defer sf.Close()
 	if sf.Metadata["format"] != ckptFormat {

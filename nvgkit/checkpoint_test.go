@@ -65,10 +65,10 @@ func TestCheckpointAtomic(t *testing.T) {
 		data []byte
 		want string
 	}{
-		"truncated":      {raw[:len(raw)-5], "truncated or corrupt"},
+		"truncated":      {raw[:len(raw)-5], "file truncated"},
 		"flipped-data":   {flipByte(raw, len(raw)-6), "tensor a: checksum"},
 		"flipped-meta":   {flipByte(raw, metaAt), "nvg.meta checksum"},
-		"flipped-shape":  {flipByte(raw, entryAt), "truncated or corrupt"},
+		"flipped-shape":  {flipByte(raw, entryAt), "shape [2] of F32 needs 8 bytes"},
 		"empty":          {nil, "too short"},
 		"old-format":     {append([]byte("NVGCKPT1"), make([]byte, 40)...), "NVGCKPT1 checkpoint of an older nvg"},
 		"not-checkpoint": {safetensorsWithoutMeta(t), "not an nvg checkpoint"},
