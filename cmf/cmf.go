@@ -2,7 +2,6 @@ package cmf
 
 import (
 	"bufio"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"regexp"
 	"runtime"
 	"sort"
-	"strings"
 )
 
 // CMF metadata keys and version (DESIGN.md §4).
@@ -153,10 +151,7 @@ func cmfHeader(cfg Config, ts []*Tensor) ([]byte, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if pad := (8 - len(h)%8) % 8; pad > 0 {
-		h = append(h, strings.Repeat(" ", pad)...)
-	}
-	return h, off, nil
+	return padHeader(h), off, nil
 }
 
 func writeCMFFile(path string, cfg Config, ts []*Tensor) error {
@@ -164,22 +159,7 @@ func writeCMFFile(path string, cfg Config, ts []*Tensor) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return writeFileAtomic(path, func(w io.Writer) error {
-		var lenb [8]byte
-		binary.LittleEndian.PutUint64(lenb[:], uint64(len(h)))
-		if _, err := w.Write(lenb[:]); err != nil {
-			return err
-		}
-		if _, err := w.Write(h); err != nil {
-			return err
-		}
-		for _, t := range ts {
-			if _, err := t.WriteTo(w); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return writeFileAtomic(path, func(w io.Writer) error { return writeHeaderAndTensors(w, h, ts) })
 }
 
 // writeFileAtomic writes path through a temporary file in the same directory: write,

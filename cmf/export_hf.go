@@ -2,7 +2,6 @@ package cmf
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -285,16 +284,9 @@ func writeHFSafetensors(path string, ents []hfEntry) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if pad := (8 - len(h)%8) % 8; pad > 0 {
-		h = append(h, strings.Repeat(" ", pad)...)
-	}
+	h = padHeader(h)
 	return writeFileAtomic(path, func(w io.Writer) error {
-		var lenb [8]byte
-		binary.LittleEndian.PutUint64(lenb[:], uint64(len(h)))
-		if _, err := w.Write(lenb[:]); err != nil {
-			return err
-		}
-		if _, err := w.Write(h); err != nil {
+		if err := writeHeader(w, h); err != nil {
 			return err
 		}
 		for _, e := range ents {

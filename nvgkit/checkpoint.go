@@ -2,20 +2,29 @@ package nvgkit
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"math"
 	"os"
+	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
+
+	"github.com/nvg-project/nvg/cmf"
 )
 
 // CheckpointMeta is the JSON part of a training checkpoint: everything Resume needs besides
 // the tensors.
 type CheckpointMeta struct {
-	// Version of the checkpoint layout (1).
+	// Version of the checkpoint layout (2: safetensors; 1 was the NVGCKPT1 file of earlier
+	// versions, no longer read).
 	Version int `json:"version"`
 	// Config of the run (Trainer.Config: Windows and CheckpointEvery resolved).
 	Config TrainConfig `json:"config"`
@@ -45,6 +54,10 @@ type CheckpointMeta struct {
 	TeacherSeconds float64 `json:"teacher_seconds"`
 	// BitsPerWeight of the student, copied into the report.
 	BitsPerWeight float64 `json:"bits_per_weight"`
+	// Student, when not nil, names the file holding the compressed student the run started
+	// from (Trainer.StudentFile, set by nvg distill): a resume checks it and loads it instead
+	// of compressing the teacher again.
+	Student *FileDigest `json:"student,omitempty"`
 }
 
 type plainMeta CheckpointMeta
@@ -74,34 +87,141 @@ func (m *CheckpointMeta) UnmarshalJSON(b []byte) error {
 }
 
 // Checkpoint is a training checkpoint: its metadata and named float32 tensors (the
-// student's trainables and Adam moments from Snapshot, and the best snapshot).
+// student's trainables and Adam moments from Snapshot under "state/param/", "state/m/" and
+// "state/v/", and the best snapshot under "best/…" when it differs from the current weights).
 //
-// File layout (little-endian), written atomically by Save: magic "NVGCKPT1", u64 length L of
-// the JSON header, the JSON header ({"meta": CheckpointMeta, "tensors": [{"name", "len"}…]},
-// tensors sorted by name), then each tensor's values as f32 in that order, then a u32
-// CRC-32C (Castagnoli) of every byte before it. The file size must be exactly
-// 8 + 8 + L + 4·Σlen + 4.
+// File layout: a safetensors file (readable with the Python safetensors package) whose
+// tensors are F32 vectors [len], sorted by name, and whose __metadata__ holds
+//
+//	"format":     "nvg-checkpoint"
+//	"nvg.version": "2"
+//	"nvg.meta":   CheckpointMeta as JSON
+//	"nvg.crc32":  JSON object: tensor name → CRC-32 (IEEE, as Python's zlib.crc32) of its
+//	              little-endian bytes, and "nvg.meta" → that of the nvg.meta string, as
+//	              8 lower-case hex digits
+//
+// Save writes it atomically; LoadCheckpoint checks the safetensors header (cmf's parser),
+// the metadata and every CRC.
 type Checkpoint struct {
 	Meta    CheckpointMeta
 	Tensors map[string][]float32
 }
 
-const ckptMagic = "NVGCKPT1"
+const (
+	ckptFormat     = "nvg-checkpoint"
+	ckptVersion    = 2
+	ckptMetaKey    = "nvg.meta"
+	ckptCRCKey     = "nvg.crc32"
+	ckptOldMagic   = "NVGCKPT1"
+	ckptNameFormat = "checkpoint-%06d.safetensors"
+)
 
-type ckptTensor struct {
-	Name string `json:"name"`
-	Len  int    `json:"len"`
+var ckptNameRE = regexp.MustCompile(`^checkpoint-(\d{6,})\.safetensors$`)
+
+// CheckpointName is the file name of the checkpoint a Trainer writes in
+// TrainConfig.OutDir after step steps: "checkpoint-000120.safetensors".
+func CheckpointName(step int) string { return fmt.Sprintf(ckptNameFormat, step) }
+
+// CheckpointPaths returns the checkpoint files in dir (names as CheckpointName makes them),
+// the latest step first. Errors: dir cannot be read.
+func CheckpointPaths(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("nvgkit: checkpoints: %w", err)
+	}
+	type file struct {
+		step int
+		path string
+	}
+	var fs []file
+	for _, e := range ents {
+		if m := ckptNameRE.FindStringSubmatch(e.Name()); m != nil && !e.IsDir() {
+			s, err := strconv.Atoi(m[1])
+			if err == nil {
+				fs = append(fs, file{s, filepath.Join(dir, e.Name())})
+			}
+		}
+	}
+	sort.Slice(fs, func(i, j int) bool { return fs[i].step > fs[j].step })
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.path
+	}
+	return out, nil
 }
 
-type ckptHeader struct {
-	Meta    CheckpointMeta `json:"meta"`
-	Tensors []ckptTensor   `json:"tensors"`
+// checkpointStep is the step in a checkpoint file's name, or −1.
+func checkpointStep(path string) int {
+	m := ckptNameRE.FindStringSubmatch(filepath.Base(path))
+	if m == nil {
+		return -1
+	}
+	s, err := strconv.Atoi(m[1])
+	if err != nil {
+		return -1
+	}
+	return s
+}
+
+// LatestCheckpoint loads the checkpoint of the latest step in dir that is valid (it loads,
+// and the step in its name is the step it holds). A newer one that is not valid (truncated
+// or corrupt by a crash, a full disk, a bad copy) is passed over: warn, when not nil, is
+// called with its error, and the previous one is tried (the oldest one's error is only in
+// the returned error). Errors: dir unreadable, no
+// checkpoint in dir, or none valid (the error lists every one's).
+func LatestCheckpoint(dir string, warn func(error)) (*Checkpoint, string, error) {
+	paths, err := CheckpointPaths(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(paths) == 0 {
+		return nil, "", fmt.Errorf("nvgkit: no checkpoint (checkpoint-NNNNNN.safetensors) in %s", dir)
+	}
+	var errs []error
+	for i, p := range paths {
+		ck, err := LoadCheckpoint(p)
+		if err == nil && ck.Meta.Step != checkpointStep(p) {
+			err = fmt.Errorf("nvgkit: checkpoint %s holds step %d, not the step in its name", p, ck.Meta.Step)
+		}
+		if err == nil {
+			return ck, p, nil
+		}
+		errs = append(errs, err)
+		if warn != nil && i < len(paths)-1 {
+			warn(err)
+		}
+	}
+	return nil, "", fmt.Errorf("nvgkit: no valid checkpoint in %s: %w", dir, errors.Join(errs...))
+}
+
+// pruneCheckpoints removes the checkpoint files of dir beyond the keep latest of steps ≤
+// step, and those of steps after step (left by a trajectory this run replaced: resumed
+// from an earlier checkpoint). It returns the removed paths.
+func pruneCheckpoints(dir string, step, keep int) ([]string, error) {
+	paths, err := CheckpointPaths(dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	kept := 0
+	for _, p := range paths {
+		if s := checkpointStep(p); s <= step && kept < keep {
+			kept++
+			continue
+		}
+		if err := os.Remove(p); err != nil {
+			return removed, fmt.Errorf("nvgkit: removing an old checkpoint: %w", err)
+		}
+		removed = append(removed, p)
+	}
+	return removed, nil
 }
 
 // Save writes c to path atomically: a temporary file in the same directory is written,
-// fsynced and renamed over path, so on any error (a full disk, a file size limit, an I/O
-// error) the previous checkpoint at path is intact and the temporary file is removed.
-// Errors name path and say whether a previous checkpoint was kept.
+// fsynced and renamed over path, and the directory is fsynced, so on any error (a full disk,
+// a file size limit, an I/O error) the previous checkpoint at path is intact and the
+// temporary file is removed. Errors name path and say whether a previous checkpoint was
+// kept.
 func (c *Checkpoint) Save(path string) error {
 	return c.save(path, nil)
 }
@@ -114,53 +234,48 @@ func keptNote(path string, err error) error {
 	return fmt.Errorf("%w (no checkpoint was written)", err)
 }
 
-// save is Save with an optional hook called after the tensors are written (tests make it
-// fail to check that the old checkpoint survives).
+// save is Save with an optional hook called after the tensors are written and before the
+// file is synced and renamed (tests make it fail to check that the old checkpoint survives).
 func (c *Checkpoint) save(path string, hook func() error) error {
 	names := make([]string, 0, len(c.Tensors))
 	for n := range c.Tensors {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	h := ckptHeader{Meta: c.Meta}
-	for _, n := range names {
-		h.Tensors = append(h.Tensors, ckptTensor{Name: n, Len: len(c.Tensors[n])})
-	}
-	js, err := json.Marshal(h)
+	mj, err := json.Marshal(c.Meta)
 	if err != nil {
 		return fmt.Errorf("nvgkit: checkpoint %s: %w", path, err)
 	}
+	crcs := map[string]string{ckptMetaKey: crcHex(mj)}
+	ts := make([]*cmf.Tensor, len(names))
+	for i, n := range names {
+		v := c.Tensors[n]
+		b := make([]byte, 4*len(v))
+		for j, x := range v {
+			binary.LittleEndian.PutUint32(b[4*j:], math.Float32bits(x))
+		}
+		if ts[i], err = cmf.NewTensor(n, cmf.F32, []int{len(v)}, b); err != nil {
+			return fmt.Errorf("nvgkit: checkpoint %s: %w", path, err)
+		}
+		crcs[n] = crcHex(b)
+	}
+	cj, err := json.Marshal(crcs)
+	if err != nil {
+		return fmt.Errorf("nvgkit: checkpoint %s: %w", path, err)
+	}
+	meta := map[string]string{"format": ckptFormat, "nvg.version": strconv.Itoa(ckptVersion), ckptMetaKey: string(mj), ckptCRCKey: string(cj)}
 	err = writeAtomic(path, func(f *os.File) error {
-		crc := crc32.New(castagnoli)
-		bw := bufio.NewWriterSize(io.MultiWriter(f, crc), 1<<20)
-		w := &errWriter{w: bw}
-		w.write([]byte(ckptMagic))
-		w.write(binary.LittleEndian.AppendUint64(nil, uint64(len(js))))
-		w.write(js)
-		buf := make([]byte, 0, 1<<16)
-		for _, n := range names {
-			for _, v := range c.Tensors[n] {
-				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-				if len(buf) == cap(buf) {
-					w.write(buf)
-					buf = buf[:0]
-				}
-			}
+		bw := bufio.NewWriterSize(f, 1<<20)
+		if err := cmf.EncodeSafetensors(bw, ts, meta); err != nil {
+			return err
 		}
-		w.write(buf)
-		if w.err == nil {
-			w.err = bw.Flush()
-		}
-		if w.err != nil {
-			return w.err
+		if err := bw.Flush(); err != nil {
+			return err
 		}
 		if hook != nil {
-			if err := hook(); err != nil {
-				return err
-			}
+			return hook()
 		}
-		_, err := f.Write(binary.LittleEndian.AppendUint32(nil, crc.Sum32()))
-		return err
+		return nil
 	})
 	if err != nil {
 		return keptNote(path, err)
@@ -168,67 +283,172 @@ func (c *Checkpoint) save(path string, hook func() error) error {
 	return nil
 }
 
-type errWriter struct {
-	w   io.Writer
-	err error
-}
+func crcHex(b []byte) string { return fmt.Sprintf("%08x", crc32.ChecksumIEEE(b)) }
 
-func (e *errWriter) write(b []byte) {
-	if e.err == nil {
-		_, e.err = e.w.Write(b)
-	}
-}
-
-// LoadCheckpoint reads a checkpoint written by Checkpoint.Save. It checks the magic, the
-// header, that the file size is exactly what the header says, and the CRC-32C; each failure
-// is an error naming path (a truncated or corrupt checkpoint is never used).
+// LoadCheckpoint reads a checkpoint written by Checkpoint.Save. It checks the safetensors
+// header against the file (cmf.OpenSafetensors: a truncated file fails there), the format
+// and version, the metadata, that every tensor is an F32 vector with a CRC-32 and that each
+// CRC matches; each failure is an error naming path (a truncated or corrupt checkpoint is
+// never used). A checkpoint of the older NVGCKPT1 format is refused with an error saying so.
 func LoadCheckpoint(path string) (*Checkpoint, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("nvgkit: checkpoint: %w", err)
-	}
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("nvgkit: checkpoint %s: "+format, append([]any{path}, a...)...)
 	}
-	if len(b) < 20 || string(b[:8]) != ckptMagic {
-		return nil, bad("not a checkpoint (bad magic or shorter than 20 bytes)")
-	}
-	L := binary.LittleEndian.Uint64(b[8:])
-	if L > uint64(len(b)-20) {
-		return nil, bad("header of %d bytes in a file of %d (truncated)", L, len(b))
-	}
-	var h ckptHeader
-	if err := json.Unmarshal(b[16:16+L], &h); err != nil {
-		return nil, bad("header: %v", err)
-	}
-	total := uint64(16) + L + 4
-	for _, t := range h.Tensors {
-		if t.Len < 0 || t.Len > len(b) {
-			return nil, bad("tensor %s: bad length %d", t.Name, t.Len)
+	if f, err := os.Open(path); err == nil {
+		magic := make([]byte, len(ckptOldMagic))
+		n, _ := io.ReadFull(f, magic)
+		f.Close()
+		if string(magic[:n]) == ckptOldMagic {
+			return nil, bad("an NVGCKPT1 checkpoint of an older nvg; this version reads safetensors checkpoints only (start the run again)")
 		}
-		total += 4 * uint64(t.Len)
 	}
-	if total != uint64(len(b)) {
-		return nil, bad("size %d bytes, want %d (truncated or corrupt)", len(b), total)
+	sf, err := cmf.OpenSafetensors(path)
+	if err != nil {
+		return nil, fmt.Errorf("nvgkit: checkpoint: %w", err)
 	}
-	if got, want := crc32.Checksum(b[:len(b)-4], castagnoli), binary.LittleEndian.Uint32(b[len(b)-4:]); got != want {
-		return nil, bad("checksum %08x, want %08x (corrupt)", got, want)
+	defer sf.Close()
+	if sf.Metadata["format"] != ckptFormat {
+		return nil, bad("not an nvg checkpoint (__metadata__ format %q, want %q)", sf.Metadata["format"], ckptFormat)
 	}
-	c := &Checkpoint{Meta: h.Meta, Tensors: make(map[string][]float32, len(h.Tensors))}
-	off := 16 + L
-	for _, t := range h.Tensors {
-		if _, dup := c.Tensors[t.Name]; dup {
-			return nil, bad("tensor %s twice", t.Name)
+	if v := sf.Metadata["nvg.version"]; v != strconv.Itoa(ckptVersion) {
+		return nil, bad("version %q, want %d", v, ckptVersion)
+	}
+	var crcs map[string]string
+	if err := json.Unmarshal([]byte(sf.Metadata[ckptCRCKey]), &crcs); err != nil {
+		return nil, bad("%s: %v (corrupt)", ckptCRCKey, err)
+	}
+	mj := sf.Metadata[ckptMetaKey]
+	if got, want := crcHex([]byte(mj)), crcs[ckptMetaKey]; got != want {
+		return nil, bad("%s checksum %s, want %q (corrupt)", ckptMetaKey, got, want)
+	}
+	c := &Checkpoint{Tensors: make(map[string][]float32, len(sf.Tensors))}
+	if err := json.Unmarshal([]byte(mj), &c.Meta); err != nil {
+		return nil, bad("%s: %v", ckptMetaKey, err)
+	}
+	if c.Meta.Version != ckptVersion {
+		return nil, bad("%s version %d, want %d", ckptMetaKey, c.Meta.Version, ckptVersion)
+	}
+	if len(crcs) != len(sf.Tensors)+1 {
+		return nil, bad("%s lists %d tensors, the file holds %d (corrupt)", ckptCRCKey, len(crcs)-1, len(sf.Tensors))
+	}
+	for _, t := range sf.Tensors {
+		if t.DType != cmf.F32 || len(t.Shape) != 1 {
+			return nil, bad("tensor %s: %s %v, want an F32 vector", t.Name, t.DType, t.Shape)
 		}
-		v := make([]float32, t.Len)
+		want, ok := crcs[t.Name]
+		if !ok {
+			return nil, bad("tensor %s has no checksum in %s (corrupt)", t.Name, ckptCRCKey)
+		}
+		b, err := t.Bytes()
+		if err != nil {
+			return nil, fmt.Errorf("nvgkit: checkpoint: %w", err)
+		}
+		if got := crcHex(b); got != want {
+			return nil, bad("tensor %s: checksum %s, want %s (corrupt)", t.Name, got, want)
+		}
+		v := make([]float32, len(b)/4)
 		for i := range v {
-			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[off:]))
-			off += 4
+			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 		}
 		c.Tensors[t.Name] = v
 	}
-	if c.Meta.Version != 1 {
-		return nil, bad("version %d, want 1", c.Meta.Version)
-	}
 	return c, nil
+}
+
+// Extend makes c the checkpoint of a run of steps steps instead of Config.Steps (more steps
+// for a finished or unfinished run). The learning-rate schedule keeps the shape it was
+// planned with: Config.ScheduleSteps is set to the original Config.Steps (unless already
+// set), so the steps already run keep their learning rates and every step after the
+// original schedule runs at its floor, MinLRFrac·LR (see TrainConfig.LRAt). The run keeps
+// its Config.Windows training windows, cycling through them again (another epoch) when the
+// new steps need more, so the teacher's top-k is reused as it is. Errors: steps not more
+// than Config.Steps.
+func (c *Checkpoint) Extend(steps int) error {
+	cfg := &c.Meta.Config
+	if steps <= cfg.Steps {
+		return fmt.Errorf("nvgkit: the run is planned for %d steps; extending it needs more steps, not %d", cfg.Steps, steps)
+	}
+	if cfg.ScheduleSteps == 0 {
+		cfg.ScheduleSteps = cfg.Steps
+	}
+	cfg.Steps = steps
+	return nil
+}
+
+// CheckStudent checks that c holds every trainable of net, a Student, under "state/" (and
+// under "best/" when it has a best snapshot) with the net's lengths, before anything is
+// restored: a checkpoint of another student (other paths, ranks or architecture) is refused
+// with an error naming the first trainable that differs.
+func (c *Checkpoint) CheckStudent(net *Net) error {
+	if err := net.requireStudent("Checkpoint.CheckStudent"); err != nil {
+		return err
+	}
+	prefixes := []string{"state/"}
+	if hasPrefix(c.Tensors, "best/") {
+		prefixes = append(prefixes, "best/")
+	}
+	want := 0
+	for _, prefix := range prefixes {
+		for _, t := range net.st.trainables {
+			for _, kind := range []string{"param/", "m/", "v/"} {
+				name := prefix + kind + t.name
+				v, ok := c.Tensors[name]
+				if !ok {
+					return fmt.Errorf("nvgkit: checkpoint has no %s (a checkpoint of another student?)", name)
+				}
+				if len(v) != t.param.Len() {
+					return fmt.Errorf("nvgkit: checkpoint's %s has %d values, the student's %d (a checkpoint of another student?)", name, len(v), t.param.Len())
+				}
+				want++
+			}
+		}
+	}
+	if len(c.Tensors) != want {
+		return fmt.Errorf("nvgkit: checkpoint holds %d tensors, the student %d (a checkpoint of another student?)", len(c.Tensors), want)
+	}
+	return nil
+}
+
+// FileDigest names a file by its base name, size in bytes and SHA-256 (lower-case hex).
+type FileDigest struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// DigestFile returns the FileDigest of path (reading it once). Errors: path unreadable.
+func DigestFile(path string) (FileDigest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return FileDigest{}, fmt.Errorf("nvgkit: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return FileDigest{}, fmt.Errorf("nvgkit: reading %s: %w", path, err)
+	}
+	return FileDigest{Name: filepath.Base(path), Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// Check reports whether the file d.Name in dir is the one d names: an error saying what
+// differs (missing, size, content), nil when it matches. The size is compared before the
+// file is read.
+func (d FileDigest) Check(dir string) error {
+	path := filepath.Join(dir, d.Name)
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("nvgkit: %w", err)
+	}
+	if st.Size() != d.Size {
+		return fmt.Errorf("nvgkit: %s has %d bytes, the checkpoint records %d", path, st.Size(), d.Size)
+	}
+	got, err := DigestFile(path)
+	if err != nil {
+		return err
+	}
+	if got.SHA256 != d.SHA256 {
+		return fmt.Errorf("nvgkit: %s has SHA-256 %s, the checkpoint records %s", path, got.SHA256, d.SHA256)
+	}
+	return nil
 }

@@ -32,7 +32,7 @@ func TestCheckpointSaveFileTooLargeChild(t *testing.T) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: limit, Max: limit}); err != nil {
 		t.Fatal(err)
 	}
-	big := &Checkpoint{Meta: CheckpointMeta{Version: 1, Step: 9}, Tensors: map[string][]float32{"a": make([]float32, 1<<18)}}
+	big := &Checkpoint{Meta: CheckpointMeta{Version: 2, Step: 9}, Tensors: map[string][]float32{"a": make([]float32, 1<<18)}}
 	err = big.Save(path)
 	fmt.Printf("SAVE-ERROR: %v\n", err)
 }
@@ -44,7 +44,7 @@ func TestCheckpointSaveFileTooLargeChild(t *testing.T) {
 func TestCheckpointSaveFileTooLarge(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "ckpt")
-	old := &Checkpoint{Meta: CheckpointMeta{Version: 1, Step: 3}, Tensors: map[string][]float32{"a": {1, 2, 3}}}
+	old := &Checkpoint{Meta: CheckpointMeta{Version: 2, Step: 3}, Tensors: map[string][]float32{"a": {1, 2, 3}}}
 	if err := old.Save(p); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"io"
 	"math"
 	"os"
+
+	"github.com/nvg-project/nvg/cmf"
 )
 
 // TopKCache holds the teacher's top-k (TopK) for a fixed, ordered set of N windows of T
@@ -25,7 +27,8 @@ import (
 type TopKCache struct {
 	// N windows of T tokens, K entries per token.
 	N, T, K int
-	// Windows is HashWindows of the windows the entries belong to.
+	// Windows names what the entries belong to: HashWindows of the windows, or for a
+	// Trainer's cache TopKKey of them and the teacher.
 	Windows [32]byte
 
 	ids          []int32
@@ -54,6 +57,23 @@ func HashWindows(windows [][]int) [32]byte {
 			binary.LittleEndian.PutUint32(b[:], uint32(id))
 			h.Write(b[:])
 		}
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// TopKKey names the teacher's top-k of a window set for a TopKCache: the SHA-256 of
+// windows (HashWindows), the teacher's architecture (cfg.JSON()) and teacherID (a name for
+// its weights, such as their path; "" for none), each length-prefixed. T and K are in the
+// cache's header.
+func TopKKey(windows [32]byte, cfg cmf.Config, teacherID string) [32]byte {
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte("nvg top-k key 1"), windows[:], cfg.JSON(), []byte(teacherID)} {
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
 	}
 	var out [32]byte
 	h.Sum(out[:0])

@@ -2,11 +2,13 @@ package nvgkit
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -65,6 +67,15 @@ type TrainConfig struct {
 	// TopKFile, when not "", keeps the teacher's top-k for the run's windows in this file
 	// (TopKCache) instead of host memory; an existing file for the same windows is reused.
 	TopKFile string `json:"topk_file,omitempty"`
+	// Keep is the number of checkpoints kept in OutDir, the latest steps' (DefaultTrainConfig:
+	// 2, so a resume whose latest checkpoint is corrupt falls back to the one before); 0
+	// keeps every checkpoint.
+	Keep int `json:"keep_checkpoints"`
+	// ScheduleSteps is the number of steps the learning-rate schedule spans (default Steps);
+	// steps after it run at the schedule's floor MinLRFrac·LR (see LRAt). Checkpoint.Extend
+	// (nvg distill --resume DIR --steps N) sets it to the original Steps, so a run extended
+	// past its plan keeps the learning rates of the steps it ran.
+	ScheduleSteps int `json:"schedule_steps,omitempty"`
 	// KeepFinal, when true, leaves the final weights in the student at the end of Run; by
 	// default the snapshot with the lowest held-out perplexity is restored (Report.Exported
 	// says which).
@@ -75,18 +86,20 @@ type TrainConfig struct {
 // flags (the one table of defaults): 24 steps of 4 windows × 64 tokens, new windows every
 // step, top-32 KL, lr 0.05 with 3 warm-up steps and cosine decay to 10 %, gradient norm
 // clipped to 1, held-out evaluation of 8 windows every 8 steps, seed 1, checkpoints with
-// every evaluation, no OutDir. They are sized so that the whole nvg distill run on the
+// every evaluation (the 2 latest kept), no OutDir. They are sized so that the whole nvg distill run on the
 // embedded tiny teacher (8 layers, hidden 256, vocab 8192) finishes within 15 minutes on 2
 // CPU cores through lavapipe; a large run wants more steps and tokens and a lower LR (the
 // README's H200 run: 400 steps × 16 × 512 tokens, lr 0.005, 50 warm-up steps).
 func DefaultTrainConfig() TrainConfig {
 	return TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1,
-		EvalEvery: 8, EvalWindows: 8, Seed: 1}
+		EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2}
 }
 
-// resolved returns c with the fields whose 0 stands for another field's value filled in:
-// Windows 0 ↦ Steps·NB, CheckpointEvery 0 ↦ EvalEvery (or −1 when EvalEvery ≤ 0).
-func (c TrainConfig) resolved() TrainConfig {
+// Resolved returns c with the fields whose 0 stands for another field's value filled in, as
+// Trainer.Config holds them: Windows 0 ↦ Steps·NB, CheckpointEvery 0 ↦ EvalEvery (or −1 when
+// EvalEvery ≤ 0), ScheduleSteps 0 ↦ Steps. No other field is changed (there are no hidden
+// defaults: those are DefaultTrainConfig's).
+func (c TrainConfig) Resolved() TrainConfig {
 	if c.Windows == 0 {
 		c.Windows = c.Steps * c.NB
 	}
@@ -95,6 +108,9 @@ func (c TrainConfig) resolved() TrainConfig {
 		if c.EvalEvery <= 0 {
 			c.CheckpointEvery = -1
 		}
+	}
+	if c.ScheduleSteps == 0 {
+		c.ScheduleSteps = c.Steps
 	}
 	return c
 }
@@ -121,6 +137,11 @@ func (c TrainConfig) Validate() error {
 		return fmt.Errorf("nvgkit: TrainConfig.ClipNorm = %g, want a finite value", c.ClipNorm)
 	case c.EvalWindows < 1:
 		err = fmt.Errorf("nvgkit: TrainConfig.EvalWindows = %d, want ≥ 1", c.EvalWindows)
+		err = fmt.Errorf("nvgkit: TrainConfig.EvalWindows = %d, want ≥ 1", c.EvalWindows)
+	case c.Keep < 0:
+		err = fmt.Errorf("nvgkit: TrainConfig.Keep = %d, want ≥ 0 (0 keeps every checkpoint)", c.Keep)
+	case c.ScheduleSteps < 1:
+		err = fmt.Errorf("nvgkit: TrainConfig.ScheduleSteps = %d, want ≥ 1", c.ScheduleSteps)
 	}
 	if err != nil && strings.Contains(err.Error(), " = 0,") {
 		err = fmt.Errorf("%w (0 is not a default: start from DefaultTrainConfig())", err)
@@ -130,18 +151,23 @@ func (c TrainConfig) Validate() error {
 
 // LRAt returns the learning rate of optimizer step s (1-based, 1 ≤ s ≤ c.Steps) of c: a
 // linear warm-up over the first Warmup steps times a cosine decay from LR to MinLRFrac·LR
-// over the whole run,
+// over the ScheduleSteps steps of the schedule (S, = Steps unless the run was extended),
 //
-//	LR · min(1, s/Warmup) · (f + (1−f)·½·(1 + cos(π·s/Steps))),   f = max(0, MinLRFrac),
+//	LR · min(1, s/Warmup) · (f + (1−f)·½·(1 + cos(π·min(s, S)/S))),   f = max(0, MinLRFrac),
 //
-// as in the PyTorch reference (Warmup ≤ 0: no warm-up factor). At s = Steps it is f·LR.
+// as in the PyTorch reference (Warmup ≤ 0: no warm-up factor). At s = S it is f·LR, and it
+// stays there for the steps after S.
 func (c TrainConfig) LRAt(s int) float64 {
 	w := 1.0
 	if c.Warmup > 0 && s < c.Warmup {
 		w = float64(s) / float64(c.Warmup)
 	}
 	f := max(0, c.MinLRFrac)
-	return c.LR * w * (f + (1-f)*0.5*(1+math.Cos(math.Pi*float64(s)/float64(c.Steps))))
+	S := c.ScheduleSteps
+	if S <= 0 {
+		S = c.Steps
+	}
+	return c.LR * w * (f + (1-f)*0.5*(1+math.Cos(math.Pi*float64(min(s, S))/float64(S))))
 }
 
 // StepInfo describes one finished training step, passed to Trainer.OnStep.
@@ -365,9 +391,17 @@ func writeAtomic(path string, fill func(f *os.File) error) (err error) {
 	if err = os.Rename(tmp, path); err != nil {
 		return err
 	}
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync() // best effort
-		d.Close()
+	// The rename is durable once the directory is synced. Some file systems cannot sync a
+	// directory (EINVAL): the rename is done then and that is not an error.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	serr := d.Sync()
+	d.Close()
+	if serr != nil && !errors.Is(serr, syscall.EINVAL) {
+		err = serr
+		return err
 	}
 	return nil
 }

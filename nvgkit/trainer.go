@@ -17,9 +17,6 @@ import (
 	"github.com/nvg-project/nvg/nvgkit/data"
 )
 
-// CheckpointFile is the name of the checkpoint a Trainer writes in TrainConfig.OutDir.
-const CheckpointFile = "checkpoint.nvgckpt"
-
 // ErrInterrupted is returned (wrapped with the context's error) by Trainer.Run when its
 // context was cancelled between steps; the checkpoint (when OutDir is set) was written first.
 var ErrInterrupted = errors.New("nvgkit: training interrupted")
@@ -35,11 +32,11 @@ var ErrInterrupted = errors.New("nvgkit: training interrupted")
 // The student is evaluated on fixed held-out windows (NLL → perplexity) before the first
 // step, every EvalEvery steps and after the last; the snapshot with the lowest perplexity is
 // kept and restored at the end (unless Config.KeepFinal). Checkpoints (every
-// CheckpointEvery steps, after the last and on interruption) hold everything Resume needs to
-// continue with the same windows and the same losses. Every step and evaluation is logged as
-// a MetricsRecord line to OutDir's metrics.jsonl (MetricsFile; cut back to the checkpoint's
-// step on Resume, so a resumed run appends without duplicates) and to every writer given to
-// AddMetricsWriter.
+// CheckpointEvery steps, after the last and on interruption; CheckpointName(step) in OutDir,
+// the Config.Keep latest kept) hold everything Resume needs to continue with the same
+// windows and the same losses. Every step and evaluation is logged as a MetricsRecord line
+// to OutDir's metrics.jsonl (MetricsFile; cut back to the checkpoint's step on Resume, so a
+// resumed run appends without duplicates) and to every writer given to AddMetricsWriter.
 //
 // A Trainer owns two works (student and teacher, NB windows of T tokens each); Close
 // releases them. It is driven by one goroutine.
@@ -61,6 +58,12 @@ type Trainer struct {
 	Log io.Writer
 	// BitsPerWeight of the student, copied into the report (0: unknown).
 	BitsPerWeight float64
+	// TeacherID names the teacher's weights in the key of the top-k file (TopKKey; nvg
+	// distill sets the teacher's path): a file made with another teacher is refused.
+	TeacherID string
+	// StudentFile, when not nil, names the compressed student file the run started from; it
+	// is recorded in every checkpoint (CheckpointMeta.Student) for a resume to reuse.
+	StudentFile *FileDigest
 
 	teacher, student *Net
 	sWork, tWork     *Work
@@ -76,6 +79,7 @@ type Trainer struct {
 	metrics          []*metricsSink // metrics.jsonl during Run (first), then AddMetricsWriter's
 	wallBase         float64        // WallSeconds when Run started, and when
 	wallStart        time.Time
+	notes            []string // Resume's warnings, logged when Run starts
 }
 
 // NewTrainer checks cfg (Validate; start from DefaultTrainConfig), draws the run's training windows from train
@@ -90,7 +94,7 @@ func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.resolved()
+	cfg = cfg.Resolved()
 	if err := teacher.usable("NewTrainer"); err != nil {
 		return nil, err
 	}
@@ -128,7 +132,7 @@ func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*
 	}
 	tr := &Trainer{Config: cfg, Adam: DefaultAdam(), teacher: teacher, student: student, windows: windows, eval: eval}
 	tr.Adam.LR, tr.Adam.GainLR, tr.Adam.Beta2 = cfg.LR, cfg.LR, 0.99 // the PyTorch reference's betas (0.9, 0.99)
-	tr.st = CheckpointMeta{Version: 1, Config: cfg, WindowsHash: HashWindows(windows)}
+	tr.st = CheckpointMeta{Version: ckptVersion, Config: cfg, WindowsHash: HashWindows(windows)}
 	if tr.sWork, err = NewWork(student.dev, student, cfg.NB, cfg.T); err != nil {
 		return nil, err
 	}
@@ -139,28 +143,53 @@ func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*
 	return tr, nil
 }
 
-// Resume loads the checkpoint at path (a file, or a directory holding CheckpointFile) and
-// returns a Trainer that continues that run: same configuration (OutDir, when set, becomes
-// the directory holding the checkpoint, so a moved run or another working directory never
-// writes elsewhere), same
-// remaining windows (drawn again from the seed and checked against the checkpoint's hash),
-// the student's trainables and Adam state, the best snapshot and the histories. train and
-// heldOut must be the streams of the original run. The teacher's top-k is not part of the
-// checkpoint: Run computes it again (the same values) unless Config.TopKFile holds it. Errors: LoadCheckpoint's, NewTrainer's,
-// windows that differ from the checkpoint's (another corpus or tokenizer), Restore's.
+// Resume loads the checkpoint at path — a file, or a directory holding checkpoints, whose
+// latest valid one is used (LatestCheckpoint: a newer truncated or corrupt one is passed
+// over, and the Trainer's Log says so when Run starts) — and returns ResumeCheckpoint's
+// Trainer. Errors: LatestCheckpoint's or LoadCheckpoint's, and ResumeCheckpoint's.
 func Resume(teacher, student *Net, train, heldOut []int, path string) (*Trainer, error) {
-	if st, err := statDir(path); err == nil && st {
-		path = filepath.Join(path, CheckpointFile)
+	var notes []string
+	var ck *Checkpoint
+	var err error
+	if st, serr := statDir(path); serr == nil && st {
+		ck, path, err = LatestCheckpoint(path, func(e error) { notes = append(notes, fmt.Sprintf("warning: %v; using an earlier checkpoint", e)) })
+	} else {
+		ck, err = LoadCheckpoint(path)
 	}
-	ck, err := LoadCheckpoint(path)
 	if err != nil {
 		return nil, err
+	}
+	tr, err := ResumeCheckpoint(teacher, student, train, heldOut, ck, path)
+	if err != nil {
+		return nil, err
+	}
+	tr.notes = notes
+	return tr, nil
+}
+
+// ResumeCheckpoint returns a Trainer that continues the run of ck, loaded from path: same
+// configuration (OutDir, when set, becomes the directory holding path, so a moved run or
+// another working directory never writes elsewhere; a TopKFile that was inside the old
+// OutDir moves with it), same remaining windows (drawn again from the seed and checked
+// against the checkpoint's hash), the student's trainables and Adam state, the best
+// snapshot and the histories. train and heldOut must be the streams of the original run.
+// The teacher's top-k is not part of the checkpoint: Run computes it again (the same
+// values) unless Config.TopKFile holds it. The student is checked against ck
+// (Checkpoint.CheckStudent) before anything else. Errors: CheckStudent's, NewTrainer's,
+// windows that differ from the checkpoint's (another corpus or tokenizer), Restore's.
+func ResumeCheckpoint(teacher, student *Net, train, heldOut []int, ck *Checkpoint, path string) (*Trainer, error) {
+	if err := ck.CheckStudent(student); err != nil {
+		return nil, fmt.Errorf("nvgkit.Resume %s: %w", path, err)
 	}
 	cfg := ck.Meta.Config
 	if cfg.OutDir != "" {
 		// The run continues where its checkpoint is, wherever the directory was moved or
 		// whatever the current directory (a relative OutDir would otherwise write elsewhere).
-		cfg.OutDir = filepath.Dir(path)
+		dir := filepath.Dir(path)
+		if rel, err := filepath.Rel(cfg.OutDir, cfg.TopKFile); cfg.TopKFile != "" && err == nil && !strings.HasPrefix(rel, "..") {
+			cfg.TopKFile = filepath.Join(dir, rel)
+		}
+		cfg.OutDir = dir
 	}
 	tr, err := NewTrainer(teacher, student, train, heldOut, cfg)
 	if err != nil {
@@ -187,7 +216,8 @@ func Resume(teacher, student *Net, train, heldOut []int, path string) (*Trainer,
 		}
 	}
 	tr.st = ck.Meta
-	tr.st.Config.OutDir = cfg.OutDir
+	tr.st.Config = cfg
+	tr.StudentFile = ck.Meta.Student
 	return tr, nil
 }
 
@@ -232,8 +262,9 @@ func (tr *Trainer) inputs(ws [][]int) [][]int {
 }
 
 // Prepare computes the teacher's top-k for all the run's windows (or loads it from
-// Config.TopKFile when that file exists and was made for these windows; a new file is
-// written there otherwise). Run calls it when needed. Errors: a TopKFile made for other
+// Config.TopKFile when that file exists and was made for these windows, T, K and teacher —
+// TopKKey of the windows, the teacher's architecture and TeacherID; a new file is written
+// there otherwise). Run calls it when needed. Errors: a TopKFile made for other
 // windows or settings (it is left as it is), TeacherTopK's errors, ctx's error.
 func (tr *Trainer) Prepare(ctx context.Context) error {
 	if tr.cache != nil {
@@ -242,14 +273,15 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 	c := tr.Config
 	start := time.Now()
 	n := len(tr.windows)
+	key := TopKKey(tr.st.WindowsHash, tr.teacher.Config, tr.TeacherID)
 	if c.TopKFile != "" {
 		if ok, _ := statFile(c.TopKFile); ok {
 			cache, err := LoadTopKCache(c.TopKFile)
 			if err != nil {
 				return err
 			}
-			if cache.N != n || cache.T != c.T || cache.K != c.K || cache.Windows != tr.st.WindowsHash {
-				return fmt.Errorf("nvgkit: top-k file %s holds N=%d T=%d K=%d for other windows; this run needs N=%d T=%d K=%d (remove it or pick another file)",
+			if cache.N != n || cache.T != c.T || cache.K != c.K || cache.Windows != key {
+				return fmt.Errorf("nvgkit: top-k file %s holds N=%d T=%d K=%d for other windows or another teacher; this run needs N=%d T=%d K=%d (remove it or pick another file)",
 					c.TopKFile, cache.N, cache.T, cache.K, n, c.T, c.K)
 			}
 			tr.cache = cache
@@ -257,7 +289,7 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 			return nil
 		}
 	}
-	cache, err := NewTopKCache(n, c.T, c.K, tr.st.WindowsHash)
+	cache, err := NewTopKCache(n, c.T, c.K, key)
 	if err != nil {
 		return err
 	}
@@ -395,6 +427,7 @@ func (tr *Trainer) Checkpoint(path string) error {
 	}
 	ck := &Checkpoint{Meta: tr.st, Tensors: map[string][]float32{}}
 	ck.Meta.BitsPerWeight = tr.BitsPerWeight
+	ck.Meta.Student = tr.StudentFile
 	addSnapshotTensors(ck.Tensors, snap, "state/")
 	if tr.best != nil && tr.st.BestStep != tr.st.Step {
 		addSnapshotTensors(ck.Tensors, tr.best, "best/")
@@ -408,11 +441,31 @@ func (tr *Trainer) Checkpoint(path string) error {
 	return nil
 }
 
+// checkpointPath is where Run writes the checkpoint after the current step ("": nowhere).
 func (tr *Trainer) checkpointPath() string {
 	if tr.Config.OutDir == "" {
 		return ""
 	}
-	return filepath.Join(tr.Config.OutDir, CheckpointFile)
+	return filepath.Join(tr.Config.OutDir, CheckpointName(tr.st.Step))
+}
+
+// checkpointKeep writes the checkpoint of the current step in OutDir and removes those
+// beyond Config.Keep (and any of later steps, from a trajectory this run replaced).
+func (tr *Trainer) checkpointKeep(path string) error {
+	if err := tr.Checkpoint(path); err != nil {
+		return err
+	}
+	keep := tr.Config.Keep
+	if keep == 0 { // every checkpoint is kept
+		keep = math.MaxInt
+	}
+	removed, err := pruneCheckpoints(tr.Config.OutDir, tr.st.Step, keep)
+	for _, p := range removed {
+		if checkpointStep(p) > tr.st.Step {
+			tr.logf("removed %s (a later step of the trajectory this run replaced)", p)
+		}
+	}
+	return err
 }
 
 // Run trains until Config.Steps steps are done (continuing from where a resumed Trainer
@@ -426,6 +479,10 @@ func (tr *Trainer) checkpointPath() string {
 // with the step.
 func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 	c := tr.Config
+	for _, n := range tr.notes {
+		tr.logf("%s", n)
+	}
+	tr.notes = nil
 	if tr.st.Step < c.Steps {
 		if err := tr.Prepare(ctx); err != nil {
 			return nil, err
@@ -464,7 +521,7 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 			tr.st.WallSeconds = wall0 + time.Since(start).Seconds()
 			// (Not again when the step's own checkpoint was just written.)
 			if p := tr.checkpointPath(); p != "" && (p != tr.savedPath || tr.savedStep != tr.st.Step) {
-				if cerr := tr.Checkpoint(p); cerr != nil {
+				if cerr := tr.checkpointKeep(p); cerr != nil {
 					return nil, errors.Join(fmt.Errorf("%w: %w", ErrInterrupted, err), cerr)
 				}
 			}
@@ -488,7 +545,7 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 		}
 		tr.st.WallSeconds = wall0 + time.Since(start).Seconds()
 		if p := tr.checkpointPath(); p != "" && ((c.CheckpointEvery > 0 && s%c.CheckpointEvery == 0) || s == c.Steps) {
-			if err := tr.Checkpoint(p); err != nil {
+			if err := tr.checkpointKeep(p); err != nil {
 				return nil, err
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -172,7 +173,7 @@ func TestTrainerResumeExact(t *testing.T) {
 	if _, err := os.Stat(cfg.OutDir); !os.IsNotExist(err) {
 		t.Errorf("the resumed run wrote into the old directory %s (stat: %v)", cfg.OutDir, err)
 	}
-	if ck, err := nvgkit.LoadCheckpoint(filepath.Join(moved, nvgkit.CheckpointFile)); err != nil {
+	if ck, _, err := nvgkit.LatestCheckpoint(moved, nil); err != nil {
 		t.Errorf("checkpoint in the moved directory: %v", err)
 	} else if ck.Meta.Config.OutDir != moved {
 		t.Errorf("checkpoint in the moved directory records OutDir %q, want %q", ck.Meta.Config.OutDir, moved)
@@ -220,7 +221,7 @@ func TestTrainerResumeExact(t *testing.T) {
 	if rep, err := tr2.Run(ctx); !errors.Is(err, nvgkit.ErrInterrupted) || rep == nil || rep.Steps < 1 || rep.Steps > 2 {
 		t.Fatalf("run cancelled from a goroutine: %v, %+v", err, rep)
 	}
-	ck, err := nvgkit.LoadCheckpoint(filepath.Join(cfg.OutDir, nvgkit.CheckpointFile))
+	ck, _, err := nvgkit.LatestCheckpoint(cfg.OutDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,11 +387,104 @@ func TestTrainerSkipsNonFinite(t *testing.T) {
 			}
 		}
 	}
-	ck, err := nvgkit.LoadCheckpoint(filepath.Join(out, nvgkit.CheckpointFile))
+	ck, _, err := nvgkit.LatestCheckpoint(out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ck.Meta.Skipped != 2 || ck.Meta.Step != 2 || ck.Meta.AdamStep != 0 || len(ck.Meta.Evals) != 2 || !math.IsNaN(ck.Meta.Evals[1].Perplexity) {
 		t.Errorf("checkpoint meta %+v", ck.Meta)
+	}
+}
+
+// Extending a finished run (Checkpoint.Extend, as nvg distill --resume DIR --steps N does)
+// gives, bit for bit, the losses and weights of a run planned from the start with that many
+// steps and the original schedule span (ScheduleSteps); the extra steps run at the floor
+// learning rate.
+func TestTrainerExtendExact(t *testing.T) {
+	d, teacher, sm, train, heldOut := trainFixture(t)
+	dir := t.TempDir()
+	base := nvgkit.TrainConfig{Steps: 2, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 1, EvalWindows: 2, Seed: 3,
+		TopKFile: filepath.Join(dir, "topk.bin"), KeepFinal: true} // final weights are compared
+	planned := base
+	planned.Steps, planned.ScheduleSteps = 4, 2
+	student := loadStudent(t, d, sm)
+	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, planned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lrs []float64
+	tr.OnStep = func(i nvgkit.StepInfo) { lrs = append(lrs, i.LR) }
+	want, err := tr.Run(context.Background())
+	tr.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if floor := 0.1 * 0.02; len(lrs) != 4 || lrs[2] != floor || lrs[3] != floor {
+		t.Errorf("learning rates %v: steps 3 and 4 want the floor %g", lrs, floor)
+	}
+	wantParams, err := nvgkit.Params(student)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	base.OutDir = filepath.Join(dir, "run")
+	os.Mkdir(base.OutDir, 0o755)
+	tr, err = nvgkit.NewTrainer(teacher, loadStudent(t, d, sm), train, heldOut, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+	ck, path, err := nvgkit.LatestCheckpoint(base.OutDir, nil)
+	if err != nil || ck.Meta.Step != 2 {
+		t.Fatalf("checkpoint of the finished run: %v, %v", ck, err)
+	}
+	if err := ck.Extend(4); err != nil {
+		t.Fatal(err)
+	}
+	ext := loadStudent(t, d, sm)
+	tr, err = nvgkit.ResumeCheckpoint(teacher, ext, train, heldOut, ck, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	got, err := tr.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Loss) != 4 || got.Steps != 4 {
+		t.Fatalf("extended report %+v", got)
+	}
+	for i := range want.Loss {
+		if want.Loss[i] != got.Loss[i] {
+			t.Errorf("step %d: loss %.17g planned, %.17g extended", i+1, want.Loss[i], got.Loss[i])
+		}
+	}
+	gotParams, err := nvgkit.Params(ext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range wantParams {
+		for i := range v {
+			if math.Float32bits(v[i]) != math.Float32bits(gotParams[name][i]) {
+				t.Fatalf("%s[%d]: %g planned, %g extended", name, i, v[i], gotParams[name][i])
+			}
+		}
+	}
+	// Keep (default 2): the latest two checkpoints are left.
+	if ps, err := nvgkit.CheckpointPaths(base.OutDir); err != nil || len(ps) != 2 || filepath.Base(ps[0]) != nvgkit.CheckpointName(4) {
+		t.Errorf("checkpoints left %v, %v", ps, err)
+	}
+	// The top-k file is keyed by the teacher too: one made for another TeacherID is refused.
+	other, err := nvgkit.NewTrainer(teacher, loadStudent(t, d, sm), train, heldOut, planned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	other.TeacherID = "another teacher"
+	if err := other.Prepare(context.Background()); err == nil || !strings.Contains(err.Error(), "another teacher") || !strings.Contains(err.Error(), planned.TopKFile) {
+		t.Errorf("top-k file of another teacher: %v", err)
 	}
 }

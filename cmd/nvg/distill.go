@@ -27,7 +27,7 @@ func init() {
 	register(&command{
 		name:    "distill",
 		summary: "compress a teacher to ~1 bit/weight and distil the student against it (default: the embedded tiny teacher on the Go standard library)",
-		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep-final] [--config RUN.json] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--mem-log …] [--stream-teacher]",
+		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep N] [--keep-final] [--config RUN.json] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--steps N] [--keep N] [--mem-log …] [--stream-teacher]",
 		run:     runDistill,
 	})
 }
@@ -94,12 +94,14 @@ func runDistill(args []string) error {
 		}
 	}
 
+	var res *resumePoint
 	if cli.resume != "" {
+		flagSteps, flagKeep := s.Config.Steps, s.Config.Keep // what --steps / --keep said, before distill.json replaces s
 		for name := range set {
 			if name == "config" {
 				return usagef("--resume takes the run's settings from %s; --config cannot be given with it", filepath.Join(cli.resume, distillSettingsFile))
 			}
-			if name != "resume" && name != "o" && name != "out" && name != "mem-log" && name != "mem-log-every" && name != "stream-teacher" {
+			if name != "resume" && name != "o" && name != "out" && name != "mem-log" && name != "mem-log-every" && name != "stream-teacher" && name != "steps" && name != "keep" {
 				return usagef("--resume takes the run's settings from %s; --%s cannot be changed", filepath.Join(cli.resume, distillSettingsFile), name)
 			}
 		}
@@ -114,15 +116,32 @@ func runDistill(args []string) error {
 		if err := json.Unmarshal(b, &s); err != nil {
 			return fmt.Errorf("--resume: %s: %w", distillSettingsFile, err)
 		}
-		if !exists(filepath.Join(cli.resume, nvgkit.CheckpointFile)) {
-			return usagef("--resume %s: no %s there (the run stopped before its first checkpoint: nothing to resume; remove %s and start it again)", cli.resume, nvgkit.CheckpointFile, cli.resume)
+		if !hasCheckpoint(cli.resume) {
+			return usagef("--resume %s: no checkpoint there (the run stopped before its first checkpoint: nothing to resume; remove %s and start it again)", cli.resume, cli.resume)
 		}
 		out = cli.resume
-		if rep, err := nvgkit.LoadReport(filepath.Join(out, "report.json")); err == nil && !rep.Interrupted && rep.Steps >= s.Config.Steps &&
-			exists(filepath.Join(out, "student.cmf")) {
+		// The checkpoint is checked before anything expensive (compression, teacher pass).
+		if res, err = loadResumePoint(out, s); err != nil {
+			return err
+		}
+		cfg := &res.ck.Meta.Config
+		if set["keep"] {
+			if flagKeep < 0 {
+				return usagef("--keep must be ≥ 0, got %d", flagKeep)
+			}
+			cfg.Keep = flagKeep
+		}
+		if set["steps"] {
+			if err := res.ck.Extend(flagSteps); err != nil {
+				return usagef("--resume %s --steps %d: %v", out, flagSteps, err)
+			}
+			fmt.Fprintf(os.Stderr, "extending the run to %d steps (the learning-rate schedule spans its first %d; the steps after run at %.3g)\n",
+				cfg.Steps, cfg.ScheduleSteps, cfg.LRAt(cfg.Steps))
+		} else if rep, err := nvgkit.LoadReport(filepath.Join(out, "report.json")); err == nil && !rep.Interrupted && rep.Steps >= cfg.Steps &&
+			res.ck.Meta.Step >= cfg.Steps && exists(filepath.Join(out, "student.cmf")) {
 			// Nothing left to do: no teacher pass, no export again.
-			fmt.Printf("the run in %s is complete (%d of %d steps): student %s, held-out perplexity %.3f (teacher %.3f, compressed %.3f, %.1f %% of the log-perplexity gap closed)\n",
-				out, rep.Steps, s.Config.Steps, filepath.Join(out, "student.cmf"), rep.DistilledPPL, rep.TeacherPPL, rep.CompressedPPL, 100*rep.GapClosed)
+			fmt.Printf("the run in %s is complete (%d of %d steps): student %s, held-out perplexity %.3f (teacher %.3f, compressed %.3f, %.1f %% of the log-perplexity gap closed); --steps N extends it\n",
+				out, rep.Steps, cfg.Steps, filepath.Join(out, "student.cmf"), rep.DistilledPPL, rep.TeacherPPL, rep.CompressedPPL, 100*rep.GapClosed)
 			return nil
 		}
 	} else {
@@ -153,6 +172,8 @@ func runDistill(args []string) error {
 			return usagef("--eval-windows must be ≥ 1, got %d", tc.EvalWindows)
 		case tc.CheckpointEvery < 0:
 			return usagef("--checkpoint-every must be ≥ 0, got %d", tc.CheckpointEvery)
+		case tc.Keep < 0:
+			return usagef("--keep must be ≥ 0, got %d", tc.Keep)
 		case !(tc.ClipNorm >= 0) || math.IsInf(tc.ClipNorm, 0):
 			return usagef("--clip must be finite and ≥ 0, got %g", tc.ClipNorm)
 		}
@@ -193,7 +214,7 @@ func runDistill(args []string) error {
 			return usagef("-o %s is a file; the output is a directory", out)
 		}
 		if ents, err := os.ReadDir(out); err == nil && len(ents) > 0 {
-			if exists(filepath.Join(out, nvgkit.CheckpointFile)) {
+			if hasCheckpoint(out) {
 				return usagef("output directory %s is not empty (pick another -o, or --resume it)", out)
 			}
 			return usagef("output directory %s is not empty and holds no checkpoint to resume (a run stopped before its first one?): remove it or pick another -o", out)
@@ -215,6 +236,9 @@ func runDistill(args []string) error {
 		for i := range ef {
 			ef[i] = abs(ef[i])
 		}
+		if tc.TopKFile == "" {
+			tc.TopKFile = filepath.Join(out, distillTopKFile)
+		}
 		s.Teacher, s.Tokenizer, s.Config.OutDir, s.Config.TopKFile = abs(s.Teacher), abs(s.Tokenizer), abs(out), abs(tc.TopKFile)
 		s.Started = time.Now().UTC().Format(time.RFC3339)
 		prov := nvgkit.NewProvenance(nil, distillCompressOptions(s).Products)
@@ -227,16 +251,16 @@ func runDistill(args []string) error {
 		// --resume reads and --config accepts.
 		err = writeDistillSettings(out, s)
 		if err == nil {
-			err = distill(s, out, false, opts)
+			err = distill(s, out, nil, opts)
 		}
-		if err != nil && !exists(filepath.Join(out, nvgkit.CheckpointFile)) {
+		if err != nil && !hasCheckpoint(out) {
 			// Nothing to resume: remove what this run wrote (the directory was missing or
 			// empty), so that the same command can be run again.
 			removeRunOutput(out, created)
 		}
 		return err
 	}
-	return distill(s, out, true, opts)
+	return distill(s, out, res, opts)
 }
 
 // distillCompressOptions are the compression options of the run s: the library defaults
@@ -357,7 +381,12 @@ var distillPhaseHook func(phase string)
 // distill runs (or resumes) the distillation described by s into out. SIGINT or SIGTERM
 // at any point stops it at the next phase boundary, progress callback or step, and it
 // returns an interruptedError.
-func distill(s distillSettings, out string, resumed bool, opts distillOptions) error {
+func distill(s distillSettings, out string, res *resumePoint, opts distillOptions) error {
+	resumed := res != nil
+	var studentFile *nvgkit.FileDigest
+	if resumed {
+		studentFile = res.ck.Meta.Student
+	}
 	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -456,59 +485,79 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 	if err != nil {
 		return err
 	}
-	if err := phase("compress"); err != nil {
+	reuse := res != nil && res.reports != nil
+	if err := phase(map[bool]string{false: "compress", true: "reuse-student"}[reuse]); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "corpus: %s: %d training and %d held-out tokens (%.1fs)\n", what, len(train), len(heldOut), time.Since(t0).Seconds())
 
-	// Compression.
-	pm, err := cmf.ParsePathMode(s.Paths)
-	if err != nil {
-		return usagef("--%v", err)
-	}
-	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s\n", modelName(s.Teacher), s.BPW, pm)
-	bar := nvgkit.NewProgress(os.Stderr, "compress")
-	var barMu sync.Mutex
-	t0 = time.Now()
-	// cmf.Compress cannot be cancelled: it runs in a goroutine that an interrupt leaves behind
-	// (the process ends right after; the teacher stays open for it).
-	type compressed struct {
-		m   *cmf.Model
-		r   []cmf.TensorReport
-		err error
-	}
-	done := make(chan compressed, 1)
-	go func() {
-		m, r, err := nvgkit.CompressProgress(teacherModel, distillCompressOptions(s),
-			func(done, total int, name string) {
-				barMu.Lock()
-				defer barMu.Unlock()
-				if ctx.Err() != nil {
-					return
-				}
-				bar.Update(done, total, name)
-			})
-		done <- compressed{m, r, err}
-	}()
-	var res compressed
-	select {
-	case res = <-done:
-	case <-ctx.Done():
-		closeTeacher = false
-	}
-	barMu.Lock()
-	bar.Finish("")
-	barMu.Unlock()
-	if err := phase("compressed"); err != nil {
-		return err
-	}
-	studentModel, reports, err := res.m, res.r, res.err
-	if err != nil {
-		return err
+	// Compression, unless the run's compressed student is reused (checked by loadResumePoint).
+	var studentModel *cmf.Model
+	var reports []cmf.TensorReport
+	if reuse {
+		reports = res.reports
+		fmt.Fprintf(os.Stderr, "student: reusing %s (size and SHA-256 match the checkpoint; no compression)\n", filepath.Join(out, compressedStudentFile))
+	} else {
+		pm, err := cmf.ParsePathMode(s.Paths)
+		if err != nil {
+			return usagef("--%v", err)
+		}
+		fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s\n", modelName(s.Teacher), s.BPW, pm)
+		bar := nvgkit.NewProgress(os.Stderr, "compress")
+		var barMu sync.Mutex
+		t0 = time.Now()
+		// cmf.Compress cannot be cancelled: it runs in a goroutine that an interrupt leaves behind
+		// (the process ends right after; the teacher stays open for it).
+		type compressed struct {
+			m   *cmf.Model
+			r   []cmf.TensorReport
+			err error
+		}
+		done := make(chan compressed, 1)
+		go func() {
+			m, r, err := nvgkit.CompressProgress(teacherModel, distillCompressOptions(s),
+				func(done, total int, name string) {
+					barMu.Lock()
+					defer barMu.Unlock()
+					if ctx.Err() != nil {
+						return
+					}
+					bar.Update(done, total, name)
+				})
+			done <- compressed{m, r, err}
+		}()
+		var cres compressed
+		select {
+		case cres = <-done:
+		case <-ctx.Done():
+			closeTeacher = false
+		}
+		barMu.Lock()
+		bar.Finish("")
+		barMu.Unlock()
+		if err := phase("compressed"); err != nil {
+			return err
+		}
+		studentModel, reports, err = cres.m, cres.r, cres.err
+		if err != nil {
+			return err
+		}
+		bpwGot := cmf.OverallBitsPerWeight(reports)
+		fmt.Fprintf(os.Stderr, "compressed %d tensors to %.4f bits/weight (%.1fs)\n", len(reports), bpwGot, time.Since(t0).Seconds())
+		bpwMissWarning(s.BPW, bpwGot)
+		// The student is trained from the file (a new run and its resume read the same bytes).
+		digest, err := saveCompressedStudent(out, studentModel, reports, res)
+		if err != nil {
+			return err
+		}
+		studentFile = &digest
 	}
 	bpwGot := cmf.OverallBitsPerWeight(reports)
-	fmt.Fprintf(os.Stderr, "compressed %d tensors to %.4f bits/weight (%.1fs)\n", len(reports), bpwGot, time.Since(t0).Seconds())
-	bpwMissWarning(s.BPW, bpwGot)
+	studentModel, err = cmf.Open(filepath.Join(out, compressedStudentFile))
+	if err != nil {
+		return err
+	}
+	defer studentModel.Close()
 
 	// GPU.
 	if err := phase("gpu"); err != nil {
@@ -529,22 +578,29 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 	if opts.streamTeacher {
 		teacherOpts = append(teacherOpts, nvgkit.StreamLayers())
 	}
-	teacher, err := nvgkit.LoadNet(dev, teacherModel, nvgkit.Teacher, teacherOpts...)
-	if err != nil {
-		return err
-	}
-	defer teacher.Release()
+	// The student first: a resumed run checks it against the checkpoint before the teacher
+	// is loaded.
 	student, err := nvgkit.LoadNet(dev, studentModel, nvgkit.Student)
 	if err != nil {
 		return err
 	}
 	defer student.Release()
+	if resumed {
+		if err := res.ck.CheckStudent(student); err != nil {
+			return fmt.Errorf("--resume %s: %w", res.path, err)
+		}
+	}
+	teacher, err := nvgkit.LoadNet(dev, teacherModel, nvgkit.Teacher, teacherOpts...)
+	if err != nil {
+		return err
+	}
+	defer teacher.Release()
 	var tr *nvgkit.Trainer
 	if err := phase("trainer"); err != nil {
 		return err
 	}
 	if resumed {
-		tr, err = nvgkit.Resume(teacher, student, train, heldOut, out)
+		tr, err = nvgkit.ResumeCheckpoint(teacher, student, train, heldOut, res.ck, res.path)
 	} else {
 		tr, err = nvgkit.NewTrainer(teacher, student, train, heldOut, s.Config)
 	}
@@ -553,6 +609,8 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 	}
 	defer tr.Close()
 	tr.BitsPerWeight = bpwGot
+	tr.StudentFile = studentFile
+	tr.TeacherID = modelName(s.Teacher)
 	tr.Log = os.Stderr
 	tr.Progress = nvgkit.NewProgress(os.Stderr, "distill")
 	cfg := tr.Config
@@ -589,7 +647,7 @@ func distill(s distillSettings, out string, resumed bool, opts distillOptions) e
 	training.Store(tr.Step() < cfg.Steps)
 	rep, err := tr.Run(ctx)
 	if errors.Is(err, nvgkit.ErrInterrupted) {
-		if exists(filepath.Join(out, nvgkit.CheckpointFile)) {
+		if hasCheckpoint(out) {
 			fmt.Fprintf(os.Stderr, "interrupted after step %d of %d: checkpoint in %s; continue with: nvg distill --resume %s\n", tr.Step(), cfg.Steps, out, out)
 			return interrupted()
 		}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -54,7 +55,7 @@ func TestDistillUsageErrors(t *testing.T) {
 		{"distill", "--mem-log", full},                         // a directory
 		{"distill", "--resume", filepath.Join(dir, "missing")}, // no run there
 		{"distill", "--resume", full},                          // not an output directory
-		{"distill", "--resume", full, "--steps", "5"},          // settings come from the run
+		{"distill", "--resume", full, "--lr", "5"},             // settings come from the run
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("nvg %v: exit %d, want 2", args, code)
@@ -103,7 +104,7 @@ func TestDistillSmall(t *testing.T) {
 	} else if st, err := os.Stat(png); err != nil || st.Size() == 0 {
 		t.Errorf("plot-mem wrote no image: %v", err)
 	}
-	for _, f := range []string{"student.cmf", "report.json", "distill.json", nvgkit.CheckpointFile, "training.png", "grad_norms.png", "metric_hist.png", "reconstruction.png", nvgkit.MetricsFile} {
+	for _, f := range []string{"student.cmf", "report.json", "distill.json", nvgkit.CheckpointName(2), "compressed.cmf", "compression.json", "teacher-topk.bin", "training.png", "grad_norms.png", "metric_hist.png", "reconstruction.png", nvgkit.MetricsFile} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
@@ -184,9 +185,8 @@ func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ckpt := filepath.Join(out, nvgkit.CheckpointFile)
 	deadline := time.Now().Add(3 * time.Minute)
-	for !exists(ckpt) && time.Now().Before(deadline) {
+	for !hasCheckpoint(out) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err := cmd.Process.Signal(sig); err != nil {
@@ -198,7 +198,7 @@ func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 	if !strings.Contains(stderr.String(), "--resume "+out) {
 		t.Fatalf("no resume hint in:\n%s", stderr.String())
 	}
-	ck, err := nvgkit.LoadCheckpoint(ckpt)
+	ck, _, err := nvgkit.LatestCheckpoint(out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,5 +306,104 @@ func TestDistillFailureLeavesNoOutput(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
 		t.Errorf("%s: %v, %d entries, want it kept and empty", empty, err, len(ents))
+	}
+}
+
+// TestDistillResumeReuse: --resume checks the checkpoint before any work and reuses the
+// run's compressed student and the teacher's top-k file. A 4-step run, cut back to its
+// step-2 checkpoint, resumes without compression or teacher pass to the same losses bit for
+// bit; --steps 6 extends the finished run (the first 4 losses kept); a truncated latest
+// checkpoint falls back to the one before with a warning; with no valid checkpoint left the
+// resume fails before any phase of the run (no compression, no GPU).
+func TestDistillResumeReuse(t *testing.T) {
+	gputest.Open(t)
+	t.Setenv("NVG_CACHE", t.TempDir())
+	src := filepath.Join(runtime.GOROOT(), "src")
+	out := filepath.Join(t.TempDir(), "run")
+	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
+		"--paths", "1", "--bpw", "0.5", "--steps", "4", "--nb", "2", "--t", "8", "--k", "4", "--eval-every", "2", "--eval-windows", "1",
+		"--checkpoint-every", "1", "--keep", "10", "-o", out}
+	if _, stderr, code := capture(t, args); code != 0 {
+		t.Fatalf("nvg %v: exit %d\n%s", args, code, stderr)
+	}
+	full, err := nvgkit.LoadReport(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var phases []string
+	distillPhaseHook = func(p string) { phases = append(phases, p) }
+	defer func() { distillPhaseHook = nil }()
+	resume := func(extra ...string) (string, int) {
+		phases = nil
+		_, stderr, code := capture(t, append([]string{"distill", "--resume", out}, extra...))
+		return stderr, code
+	}
+	// Back to the step-2 checkpoint, as if the run had been killed after step 2.
+	for _, f := range []string{nvgkit.CheckpointName(3), nvgkit.CheckpointName(4), "report.json", "student.cmf"} {
+		if err := os.Remove(filepath.Join(out, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stderr, code := resume()
+	if code != 0 {
+		t.Fatalf("--resume: exit %d\n%s", code, stderr)
+	}
+	if slices.Contains(phases, "compress") || !slices.Contains(phases, "reuse-student") {
+		t.Errorf("phases %v: the compressed student was not reused", phases)
+	}
+	if !strings.Contains(stderr, "teacher top-k: 8 windows from "+filepath.Join(out, "teacher-topk.bin")) || strings.Contains(stderr, "teacher pass") {
+		t.Errorf("the teacher's top-k was not reused:\n%s", stderr)
+	}
+	resumed, err := nvgkit.LoadReport(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resumed.Loss) != 4 || resumed.DistilledPPL != full.DistilledPPL {
+		t.Fatalf("resumed report %+v, uninterrupted %+v", resumed, full)
+	}
+	for i := range full.Loss {
+		if full.Loss[i] != resumed.Loss[i] {
+			t.Errorf("step %d: loss %.17g uninterrupted, %.17g resumed", i+1, full.Loss[i], resumed.Loss[i])
+		}
+	}
+	// Extending the finished run; fewer steps than planned is a usage error.
+	if stderr, code := resume("--steps", "6"); code != 0 || !strings.Contains(stderr, "extending the run to 6 steps") {
+		t.Fatalf("--resume --steps 6: exit %d\n%s", code, stderr)
+	}
+	ext, err := nvgkit.LoadReport(filepath.Join(out, "report.json"))
+	if err != nil || ext.Steps != 6 || len(ext.Loss) != 6 || ext.Config.Steps != 6 || ext.Config.ScheduleSteps != 4 {
+		t.Fatalf("extended report %+v, %v", ext, err)
+	}
+	for i := range full.Loss {
+		if full.Loss[i] != ext.Loss[i] {
+			t.Errorf("step %d: loss %.17g before, %.17g after extending", i+1, full.Loss[i], ext.Loss[i])
+		}
+	}
+	if _, code := resume("--steps", "5"); code != 2 {
+		t.Errorf("--resume --steps 5 of a 6-step run: exit %d, want 2", code)
+	}
+	// A truncated latest checkpoint: a warning, and the run redoes step 6 from step 5.
+	latest := filepath.Join(out, nvgkit.CheckpointName(6))
+	raw, err := os.ReadFile(latest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(latest, raw[:len(raw)/2], 0o644)
+	os.Remove(filepath.Join(out, "report.json"))
+	if stderr, code := resume(); code != 0 || !strings.Contains(stderr, "warning: ") || !strings.Contains(stderr, latest) {
+		t.Fatalf("--resume with a truncated latest checkpoint: exit %d\n%s", code, stderr)
+	}
+	if again, err := nvgkit.LoadReport(filepath.Join(out, "report.json")); err != nil || len(again.Loss) != 6 || again.Loss[5] != ext.Loss[5] {
+		t.Errorf("after falling back: %+v, %v (want step 6's loss %g)", again, err, ext.Loss[5])
+	}
+	// Every checkpoint truncated: refused before any phase (no compression, no teacher).
+	ps, _ := nvgkit.CheckpointPaths(out)
+	for _, p := range ps {
+		raw, _ := os.ReadFile(p)
+		os.WriteFile(p, raw[:len(raw)-1], 0o644)
+	}
+	stderr, code = resume()
+	if code == 0 || len(phases) != 0 || !strings.Contains(stderr, "no valid checkpoint in "+out) {
+		t.Errorf("--resume with no valid checkpoint: exit %d, phases %v\n%s", code, phases, stderr)
 	}
 }
