@@ -71,7 +71,7 @@ type TrainConfig struct {
 	// 2, so a resume whose latest checkpoint is corrupt falls back to the one before); 0
 	// keeps every checkpoint.
 	Keep int `json:"keep_checkpoints"`
-	// ScheduleSteps is the number of steps the learning-rate schedule spans (default Steps);
+	// ScheduleSteps is the number of steps the learning-rate schedule spans (0: Steps);
 	// steps after it run at the schedule's floor MinLRFrac·LR (see LRAt). Checkpoint.Extend
 	// (nvg distill --resume DIR --steps N) sets it to the original Steps, so a run extended
 	// past its plan keeps the learning rates of the steps it ran.
@@ -140,8 +140,8 @@ func (c TrainConfig) Validate() error {
 		err = fmt.Errorf("nvgkit: TrainConfig.EvalWindows = %d, want ≥ 1", c.EvalWindows)
 	case c.Keep < 0:
 		err = fmt.Errorf("nvgkit: TrainConfig.Keep = %d, want ≥ 0 (0 keeps every checkpoint)", c.Keep)
-	case c.ScheduleSteps < 1:
-		err = fmt.Errorf("nvgkit: TrainConfig.ScheduleSteps = %d, want ≥ 1", c.ScheduleSteps)
+	case c.ScheduleSteps < 0:
+		err = fmt.Errorf("nvgkit: TrainConfig.ScheduleSteps = %d, want ≥ 0 (0: the schedule spans Steps)", c.ScheduleSteps)
 	}
 	if err != nil && strings.Contains(err.Error(), " = 0,") {
 		err = fmt.Errorf("%w (0 is not a default: start from DefaultTrainConfig())", err)

@@ -46,7 +46,7 @@ func TestLRSchedule(t *testing.T) {
 func TestTrainConfigDefaults(t *testing.T) {
 	c := nvgkit.DefaultTrainConfig()
 	want := nvgkit.TrainConfig{Steps: 24, NB: 4, T: 64, Windows: 0, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1,
-		EvalEvery: 8, EvalWindows: 8, Seed: 1, CheckpointEvery: 0}
+		EvalEvery: 8, EvalWindows: 8, Seed: 1, CheckpointEvery: 0, Keep: 2}
 	if c != want {
 		t.Errorf("defaults: %+v, want %+v", c, want)
 	}
