@@ -17,7 +17,7 @@ func init() {
 	register(&command{
 		name:    "compress",
 		summary: "compress a teacher into a binary-low-rank student (.cmf) at a bits-per-weight budget",
-		usage:   "[--bpw 1.0] [--paths auto|1|2] [--seed N] [--workers N] [--power-iters 2] [--cpu [--f64] | --gpu] -o STUDENT.cmf [--json REPORT.json] [--force] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
+		usage:   "[--bpw 1.0] [--paths auto|1|2] [--seed N] [--workers N] [--power-iters 2] [--products cpu-f64|cpu-f32|gpu-f32] -o STUDENT.cmf [--json REPORT.json] [--force] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
 		run:     runCompress,
 	})
 }
@@ -29,7 +29,8 @@ type compressReport struct {
 	TargetBPW  float64              `json:"target_bits_per_weight"`
 	Paths      string               `json:"paths"`
 	Seed       uint64               `json:"seed"`
-	Device     string               `json:"device"` // where the SVD products ran: "cpu-f32", "cpu" (float64, --f64) or the GPU adapter
+	Products   string               `json:"products"`          // the randomised SVDs' large products: cpu-f64, cpu-f32 or gpu-f32 (nvgkit.ProductsName)
+	Device     string               `json:"device,omitempty"` // the GPU adapter of gpu-f32
 	OverallBPW float64              `json:"overall_bits_per_weight"`
 	Seconds    float64              `json:"seconds"`
 	Kinds      []nvgkit.KindSummary `json:"kinds"`
@@ -41,12 +42,10 @@ func runCompress(args []string) error {
 	fs := newFlags(c)
 	bpw := fs.Float64("bpw", 1.0, "target bits per weight of every compressed linear (0 < bpw ≤ 32)")
 	paths := fs.String("paths", "auto", "BLR paths per tensor: auto (lower error at the same budget), 1 or 2")
-	seed := fs.Uint64("seed", 1, "seed of the randomised SVD sketches (same seed and SVD products, same student; distill compresses with seed 1 and float64 products, as --cpu --f64 does)")
+	seed := fs.Uint64("seed", 1, "seed of the randomised SVD sketches (same seed and SVD products, same student: the defaults write the student nvg distill trains)")
 	workers := fs.Int("workers", 0, "tensors compressed at once (0: GOMAXPROCS)")
 	powerIters := fs.Int("power-iters", 2, "power iterations of the randomised SVD (0: none; 1 is ~1.35× faster at ~0.4 % higher error)")
-	cpuOnly := fs.Bool("cpu", false, "run the randomised SVDs' large products on the CPU (gonum, float64) even when a GPU adapter is present")
-	gpuAlways := fs.Bool("gpu", false, "run them on the WebGPU device even when it is a CPU adapter (lavapipe: slower than --cpu, for tests)")
-	f64 := fs.Bool("f64", false, "on the CPU, compute the products in float64 (the library default) instead of float32 (~2× slower, relative errors within ~1e-4)")
+	products := fs.String("products", "cpu-f64", "where and in what precision the randomised SVDs' large products run: cpu-f64 (gonum, float64: the library's and nvg distill's default), cpu-f32 (~2× faster, relative errors within ~1e-4) or gpu-f32 (the WebGPU device, float32: much faster on a real GPU). Each gives a slightly different student")
 	out := fs.String("o", "", "output student .cmf file (written atomically)")
 	jsonOut := fs.String("json", "", "also write the per-tensor report as JSON to this file")
 	force := fs.Bool("force", false, "replace -o (and --json) when they exist")
@@ -83,11 +82,10 @@ func runCompress(args []string) error {
 	if *workers < 0 {
 		return usagef("--workers must be ≥ 0, got %d", *workers)
 	}
-	if *cpuOnly && *gpuAlways {
-		return usagef("--cpu and --gpu exclude each other")
-	}
-	if *f64 && *gpuAlways {
-		return usagef("--f64 applies to the CPU path only (the GPU computes in float32)")
+	switch *products {
+	case "cpu-f64", "cpu-f32", "gpu-f32":
+	default:
+		return usagef("--products must be cpu-f64, cpu-f32 or gpu-f32, got %q", *products)
 	}
 	path := fs.Arg(0)
 	teacher, err := openModel(path)
@@ -96,25 +94,28 @@ func runCompress(args []string) error {
 	}
 	defer teacher.Close()
 
-	dev, devName, err := compressDevice(*cpuOnly, *gpuAlways)
-	if err != nil {
-		return err
-	}
-	if dev != nil {
+	var dev *gpu.Device
+	devName := ""
+	if *products == "gpu-f32" {
+		if dev, err = gpu.Open(); err != nil {
+			return fmt.Errorf("--products gpu-f32: %w", err)
+		}
 		defer dev.Close()
+		devName = dev.Info().Name
 	}
 	pi := *powerIters
 	if pi == 0 {
 		pi = -1 // SVDOptions: negative means none, 0 the default
 	}
 	opt := cmf.CompressOptions{BitsPerWeight: *bpw, Paths: pm, Seed: *seed, Workers: *workers, SVD: cmf.SVDOptions{PowerIters: pi}}
-	if dev == nil {
-		opt.Products = cmf.CPUProducts{Float32: !*f64}
-		if !*f64 {
-			devName = "cpu-f32"
-		}
+	if *products == "cpu-f32" {
+		opt.Products = cmf.CPUProducts{Float32: true}
 	}
-	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d, SVD products on %s\n", modelName(path), *bpw, pm, *seed, devName)
+	where := *products
+	if devName != "" {
+		where += " on " + devName
+	}
+	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d, SVD products %s\n", modelName(path), *bpw, pm, *seed, where)
 	bar := nvgkit.NewProgress(os.Stderr, "compress")
 	start := time.Now()
 	student, reports, err := nvgkit.CompressOn(dev, teacher, opt, func(done, total int, name string) {
@@ -134,7 +135,7 @@ func runCompress(args []string) error {
 	fmt.Printf("wrote %s (%.1fs)\n", *out, secs)
 	bpwMissWarning(*bpw, cmf.OverallBitsPerWeight(reports))
 	if *jsonOut != "" {
-		rep := compressReport{Teacher: modelName(path), Output: *out, TargetBPW: *bpw, Paths: pm.String(), Seed: *seed, Device: devName,
+		rep := compressReport{Teacher: modelName(path), Output: *out, TargetBPW: *bpw, Paths: pm.String(), Seed: *seed, Products: *products, Device: devName,
 			OverallBPW: cmf.OverallBitsPerWeight(reports), Seconds: secs, Kinds: nvgkit.SummarizeByKind(reports), Tensors: reports}
 		b, err := json.MarshalIndent(rep, "", " ")
 		if err != nil {
@@ -145,31 +146,4 @@ func runCompress(args []string) error {
 		}
 	}
 	return nil
-}
-
-// compressDevice picks where the randomised SVDs' large products run: nil and "cpu" with
-// --cpu, or when no WebGPU adapter exists, or when the only one is a CPU adapter (Mesa
-// lavapipe, slower than gonum there) and --gpu is not given; otherwise the opened device and
-// its adapter's name. Errors: --gpu without a usable adapter, or a device that fails to open.
-func compressDevice(cpuOnly, gpuAlways bool) (*gpu.Device, string, error) {
-	if cpuOnly {
-		return nil, "cpu", nil
-	}
-	dev, err := gpu.Open()
-	if err != nil {
-		if gpuAlways {
-			return nil, "", fmt.Errorf("--gpu: %w", err)
-		}
-		if gpu.IsNoAdapter(err) {
-			return nil, "cpu", nil
-		}
-		fmt.Fprintf(os.Stderr, "nvg: no GPU device (%v); compressing on the CPU\n", err)
-		return nil, "cpu", nil
-	}
-	if dev.Info().CPU && !gpuAlways {
-		dev.Close()
-		fmt.Fprintln(os.Stderr, "nvg: the only adapter is a CPU one: SVD products on the CPU (gonum, faster there); --gpu forces the adapter")
-		return nil, "cpu", nil
-	}
-	return dev, dev.Info().Name, nil
 }

@@ -23,8 +23,8 @@ func TestCompressUsageErrors(t *testing.T) {
 		{"compress", "-o", out, "--workers", "-1"},
 		{"compress", "-o", out, "--power-iters", "-1"},
 		{"compress", "-o", out, "a", "b"},
-		{"compress", "-o", out, "--cpu", "--gpu"},
-		{"compress", "-o", out, "--f64", "--gpu"},
+		{"compress", "-o", out, "--products", "gpu"},
+		{"compress", "-o", out, "--products", "cpu"},
 		{"compress", "-o", out, filepath.Join(dir, "missing")},
 	} {
 		if code := run(args); code != 2 {
@@ -100,8 +100,8 @@ func TestCompressEmbeddedTeacher(t *testing.T) {
 	}
 }
 
-// TestCompressGPUMatchesCPU runs `nvg compress --gpu` (the SVD products on the WebGPU
-// device, lavapipe in CI), `--cpu` (float32 products) and `--cpu --f64` on the embedded
+// TestCompressGPUMatchesCPU runs `nvg compress --products gpu-f32` (the SVD products on the
+// WebGPU device, lavapipe in CI), `cpu-f32` and the default `cpu-f64` on the embedded
 // tiny teacher (0.5 bits per weight, paths auto, no power iteration: the nvgkit tests
 // cover those) and checks that every tensor gets the same rank, paths and bits per weight
 // on all three, with relative errors within 1e-3 of the float64 ones.
@@ -109,11 +109,11 @@ func TestCompressGPUMatchesCPU(t *testing.T) {
 	gputest.Open(t) // fail (not skip) under NVG_REQUIRE_GPU=1 when there is no adapter
 	dir := t.TempDir()
 	reps := map[string]compressReport{}
-	for _, dev := range []string{"--gpu", "--cpu", "--f64"} {
-		js := filepath.Join(dir, dev[2:]+".json")
-		args := []string{"compress", dev, "--bpw", "0.5", "--seed", "4", "--power-iters", "0", "-o", filepath.Join(dir, dev[2:]+".cmf"), "--json", js}
-		if dev == "--f64" {
-			args = append(args, "--cpu")
+	for _, dev := range []string{"gpu-f32", "cpu-f32", ""} {
+		js := filepath.Join(dir, dev+"default.json")
+		args := []string{"compress", "--bpw", "0.5", "--seed", "4", "--power-iters", "0", "-o", filepath.Join(dir, dev+"default.cmf"), "--json", js}
+		if dev != "" {
+			args = append(args, "--products", dev)
 		}
 		var code int
 		captureStdout(t, func() { code = run(args) })
@@ -130,9 +130,9 @@ func TestCompressGPUMatchesCPU(t *testing.T) {
 		}
 		reps[dev] = rep
 	}
-	g, c32, c := reps["--gpu"], reps["--cpu"], reps["--f64"]
-	if c.Device != "cpu" || c32.Device != "cpu-f32" || g.Device == "cpu" || g.Device == "" || len(g.Tensors) != 50 || len(c.Tensors) != 50 || len(c32.Tensors) != 50 || g.OverallBPW != c.OverallBPW {
-		t.Fatalf("gpu: device %q, %d tensors, %g bits/weight; cpu: device %q, %d tensors, %g", g.Device, len(g.Tensors), g.OverallBPW, c.Device, len(c.Tensors), c.OverallBPW)
+	g, c32, c := reps["gpu-f32"], reps["cpu-f32"], reps[""]
+	if c.Products != "cpu-f64" || c32.Products != "cpu-f32" || g.Products != "gpu-f32" || g.Device == "" || c.Device != "" || len(g.Tensors) != 50 || len(c.Tensors) != 50 || len(c32.Tensors) != 50 || g.OverallBPW != c.OverallBPW {
+		t.Fatalf("gpu: %s on %q, %d tensors, %g bits/weight; cpu: %s on %q, %d tensors, %g", g.Products, g.Device, len(g.Tensors), g.OverallBPW, c.Products, c.Device, len(c.Tensors), c.OverallBPW)
 	}
 	var worst float64
 	for i, ct := range c.Tensors {

@@ -98,6 +98,18 @@ func TestDistillSmall(t *testing.T) {
 		samples[0].Step != 0 || samples[2].Step != 2 || samples[2].GPUCurrent == 0 || !(samples[2].TokensPerSec > 0) {
 		t.Errorf("memory log %q: %+v", raw, samples)
 	}
+	// nvg compress with the run's settings and its own defaults writes the student distill
+	// trained from (the same seed and float64 products everywhere), byte for byte.
+	same := filepath.Join(t.TempDir(), "s.cmf")
+	var code int
+	captureStdout(t, func() { code = run([]string{"compress", "--bpw", "0.5", "--paths", "1", "-o", same}) })
+	if code != 0 {
+		t.Errorf("nvg compress: exit %d", code)
+	} else if a, err1 := os.ReadFile(same); err1 != nil {
+		t.Error(err1)
+	} else if b, err2 := os.ReadFile(filepath.Join(out, "compressed.cmf")); err2 != nil || !bytes.Equal(a, b) {
+		t.Errorf("nvg compress's default student (%d bytes) is not distill's compressed.cmf (%d bytes, %v)", len(a), len(b), err2)
+	}
 	png := filepath.Join(t.TempDir(), "mem.png")
 	if code := run([]string{"plot-mem", out + "-mem.csv", png}); code != 0 {
 		t.Errorf("plot-mem: exit %d", code)

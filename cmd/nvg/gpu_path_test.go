@@ -165,7 +165,7 @@ func TestEvalStudentGPUMatchesHost(t *testing.T) {
 	gputest.Open(t)
 	t.Setenv("NVG_CACHE", t.TempDir())
 	student := filepath.Join(t.TempDir(), "student.cmf")
-	if code := run([]string{"compress", "--paths", "1", "--cpu", "-o", student}); code != 0 {
+	if code := run([]string{"compress", "--paths", "1", "--products", "cpu-f32", "-o", student}); code != 0 {
 		t.Fatalf("nvg compress: exit %d", code)
 	}
 	src, err := filepath.Abs("eval.go")
