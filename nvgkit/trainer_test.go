@@ -403,7 +403,7 @@ func TestTrainerSkipsNonFinite(t *testing.T) {
 func TestTrainerExtendExact(t *testing.T) {
 	d, teacher, sm, train, heldOut := trainFixture(t)
 	dir := t.TempDir()
-	base := nvgkit.TrainConfig{Steps: 2, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 1, EvalWindows: 2, Seed: 3,
+	base := nvgkit.TrainConfig{Steps: 2, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, MinLRFrac: 0.1, Keep: 2, EvalEvery: 1, EvalWindows: 2, Seed: 3,
 		TopKFile: filepath.Join(dir, "topk.bin"), KeepFinal: true} // final weights are compared
 	planned := base
 	planned.Steps, planned.ScheduleSteps = 4, 2

@@ -16,7 +16,7 @@ func TestDistillDefaultsAreTheLibrarys(t *testing.T) {
 	if err != nil || len(set) != 0 {
 		t.Fatal(err, set)
 	}
-	want := nvgkit.TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalEvery: 8, EvalWindows: 8, Seed: 1}
+	want := nvgkit.TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2}
 	if s.Config != want || s.Config != nvgkit.DefaultTrainConfig() || s.BPW != 1 || s.Paths != "auto" || s.Seed != 1 || s.Teacher != "" || s.TrainFiles != nil {
 		t.Errorf("defaults %+v, want config %+v", s, want)
 	}
