@@ -219,7 +219,7 @@ func LoadTopKCache(path string) (*TopKCache, error) {
 	}
 	defer f.Close()
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("nvgkit: top-k cache %s: "+format, append([]any{path}, a...)...)
+		return fmt.Errorf("nvgkit: top-k cache %s: "+format+" (remove the file to run the teacher pass again)", append([]any{path}, a...)...)
 	}
 	var h [topkHeaderSize]byte
 	if _, err := io.ReadFull(f, h[:]); err != nil {

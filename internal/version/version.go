@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Set at link time, for builds that carry no VCS information (a release script, a build
@@ -26,7 +27,7 @@ var commit, modified, version string
 const (
 	FromLdflags   = "ldflags"   // -ldflags -X …version.commit
 	FromBuildInfo = "buildinfo" // runtime/debug build information (vcs.revision), as go build stamps it in a checkout
-	FromGit       = "git"       // git rev-parse HEAD at run time in the source directory compiled in (-buildvcs=false builds)
+	FromGit       = "git"       // git rev-parse HEAD at run time in the source directory compiled in (-buildvcs=false builds), trusted only while that checkout is unchanged since the executable was written
 )
 
 // Info describes the running build.
@@ -121,8 +122,21 @@ func resolve(ldVersion, ldCommit, ldModified string, bi *debug.BuildInfo, srcDir
 }
 
 // gitHead returns HEAD's commit in the git checkout holding dir and whether tracked files
-// differ from it.
+// differ from it. Read at run time, that is the build's commit only while the checkout has
+// not changed since the executable was written (as with go run, which builds and runs at
+// once): when HEAD moved after it (git's HEAD log is newer than the executable) or a
+// modified tracked file is newer, the answer would name another tree, so it is an error
+// and the commit stays unknown.
 func gitHead(dir string) (string, bool, error) {
+	built, err := executableTime()
+	if err != nil {
+		return "", false, err
+	}
+	return gitHeadAt(dir, built)
+}
+
+// gitHeadAt is gitHead for an executable written at built.
+func gitHeadAt(dir string, built time.Time) (string, bool, error) {
 	out, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
 	if err != nil {
 		return "", false, err
@@ -132,5 +146,34 @@ func gitHead(dir string) (string, bool, error) {
 	if err != nil {
 		return "", false, err
 	}
+	newer := func(path string) bool {
+		fi, err := os.Stat(path)
+		return err == nil && fi.ModTime().After(built)
+	}
+	if out, err := exec.Command("git", "-C", dir, "rev-parse", "--path-format=absolute", "--git-path", "logs/HEAD").Output(); err == nil && newer(strings.TrimSpace(string(out))) {
+		return "", false, fmt.Errorf("version: HEAD of %s moved after this executable was built", dir)
+	}
+	top, err := exec.Command("git", "-C", dir, "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return "", false, err
+	}
+	for _, line := range strings.Split(strings.TrimRight(string(st), "\n"), "\n") {
+		if len(line) > 3 && newer(filepath.Join(strings.TrimSpace(string(top)), line[3:])) {
+			return "", false, fmt.Errorf("version: %s changed after this executable was built", line[3:])
+		}
+	}
 	return c, len(strings.TrimSpace(string(st))) > 0, nil
+}
+
+// executableTime is when the running executable was written.
+func executableTime() (time.Time, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return time.Time{}, err
+	}
+	fi, err := os.Stat(exe)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return fi.ModTime(), nil
 }
