@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -121,12 +122,23 @@ func parseDistillFlags(c *command, args []string) (s distillSettings, o distillC
 // (distillSettings); fields it leaves out keep s's values. Errors name the file and the
 // unknown or ill-typed field.
 func loadDistillConfig(path string, s *distillSettings) error {
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return usagef("--config: %v", err)
 	}
-	defer f.Close()
-	dec := json.NewDecoder(f)
+	// A JSON value that is not an object (null, an array, a number) would decode as nothing
+	// or as a field-less type error: refuse it by its first byte.
+	switch t := bytes.TrimSpace(b); {
+	case len(t) == 0:
+		return usagef("--config %s: empty file, want a JSON object", path)
+	case t[0] != '{':
+		kind := map[byte]string{'[': "an array", 'n': "null", '"': "a string", 't': "a bool", 'f': "a bool"}[t[0]]
+		if kind == "" {
+			kind = "a number or not JSON"
+		}
+		return usagef("--config %s: the file holds %s, want a JSON object (the layout of a run's distill.json)", path, kind)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	seed, cseed := s.Seed, s.Config.Seed
 	if err := dec.Decode(s); err != nil {
@@ -139,8 +151,6 @@ func loadDistillConfig(path string, s *distillSettings) error {
 			return usagef("--config %s: not JSON at byte %d: %v", path, se.Offset, err)
 		case errors.Is(err, io.ErrUnexpectedEOF):
 			return usagef("--config %s: not JSON: the object ends early", path)
-		case errors.Is(err, io.EOF):
-			return usagef("--config %s: empty file, want a JSON object", path)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			return usagef("--config %s: unknown field %s (the fields are those of a run's distill.json; see nvg distill -h and DESIGN.md §6)",
 				path, strings.TrimPrefix(err.Error(), "json: unknown field "))

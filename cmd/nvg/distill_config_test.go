@@ -66,6 +66,10 @@ func TestDistillConfigErrors(t *testing.T) {
 		{`{"train_files": "a.go"}`, `field "train_files" is a JSON string, want an array`},
 		{`{"config": {"steps": 3}`, "not JSON"},
 		{``, "empty file"},
+		{" \n", "empty file"},
+		{`null`, "holds null, want a JSON object"},
+		{`[1, 2]`, "holds an array, want a JSON object"},
+		{`3`, "holds a number or not JSON, want a JSON object"},
 		{`{} {}`, "more than one JSON value"},
 		{`{"seed": 2, "config": {"seed": 3}}`, "config.seed 3 differs from seed 2"},
 	} {
