@@ -119,11 +119,17 @@ func isJSONL(path string) bool { return strings.EqualFold(filepath.Ext(path), ".
 // readDocuments returns the documents of one corpus file: its whole contents, or for a
 // .jsonl file the "text" string of every non-blank line (one JSON object per line, as
 // Hugging Face datasets export; other fields are ignored). A line that is not valid JSON,
-// not an object, or has no "text" string is an error naming file:line.
+// not an object, or has no "text" string is an error naming file:line; so is a file holding
+// a NUL byte (a binary file).
 func readDocuments(path string) ([]string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("data: corpus file: %w", err)
+	}
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		// A NUL byte is in no text file (and no Go source): a binary file named or matched
+		// by a pattern would otherwise be tokenized as noise.
+		return nil, fmt.Errorf("data: %s: a NUL byte at offset %d: a binary file, not text (a directory source takes text extensions only)", path, i)
 	}
 	if !isJSONL(path) {
 		return []string{string(b)}, nil
@@ -137,6 +143,10 @@ func readDocuments(path string) ([]string, error) {
 			Text *string `json:"text"`
 		}
 		if err := json.Unmarshal(line, &rec); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				err = fmt.Errorf("%s is a JSON %s", map[bool]string{true: "the line", false: `"text"`}[te.Field == ""], te.Value)
+			}
 			return nil, fmt.Errorf("data: %s:%d: want a JSON object with a \"text\" string: %v", path, i+1, err)
 		}
 		if rec.Text == nil {

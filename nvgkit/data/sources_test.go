@@ -129,8 +129,9 @@ func TestJSONLErrors(t *testing.T) {
 		{`{"text": "a"}` + "\n" + `{"text": "b"` + "\n", "bad.jsonl:2: want a JSON object"},
 		{`{"text": "a"}` + "\n\n" + `{"content": "b"}`, `bad.jsonl:3: no "text" string`},
 		{`{"text": null}`, `bad.jsonl:1: no "text" string`},
-		{`{"text": 7}`, "bad.jsonl:1: want a JSON object"},
-		{`["text"]`, "bad.jsonl:1: want a JSON object"},
+		{`{"text": 7}`, `bad.jsonl:1: want a JSON object with a "text" string: "text" is a JSON number`},
+		{`["text"]`, "bad.jsonl:1: want a JSON object with a \"text\" string: the line is a JSON array"},
+		{"{\"text\": \"a\x00\"}", "bad.jsonl: a NUL byte at offset 11: a binary file"},
 		{"text\n", "bad.jsonl:1: want a JSON object"},
 	} {
 		dir := writeTree(t, map[string]string{"bad.jsonl": tc.body})
@@ -138,6 +139,11 @@ func TestJSONLErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one containing %q", tc.body, err, tc.want)
 		}
+	}
+	// A binary file matched by a pattern (taken whatever its extension) is refused.
+	bin := writeTree(t, map[string]string{"img.png": "\x89PNG\r\n\x1a\n\x00\x00"})
+	if _, err := TokenizeFiles(tok, []string{filepath.Join(bin, "img.png")}); err == nil || !strings.Contains(err.Error(), "img.png: a NUL byte at offset 8") {
+		t.Errorf("a binary file: error %v", err)
 	}
 	// A path that cannot be read as a file (here a directory) is named in the error.
 	dir := t.TempDir()
