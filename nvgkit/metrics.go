@@ -277,28 +277,24 @@ func (tr *Trainer) openMetricsFile() (*os.File, error) {
 	return f, nil
 }
 
-// emitMetrics writes r to the metrics file and writers; sync also syncs them.
-func (tr *Trainer) emitMetrics(r MetricsRecord, sync bool) {
+// emitMetrics writes r to the metrics file and writers (a writer that fails is dropped, once
+// logged).
+func (tr *Trainer) emitMetrics(r MetricsRecord) {
 	if len(tr.metrics) == 0 {
 		return
 	}
 	r.Time = time.Now().UTC()
 	b, err := json.Marshal(r)
-	if err != nil { // only a bad kind: a bug
-		panic(err)
+	if err != nil { // only a bad kind, which the Trainer never makes
+		tr.logf("metrics record not written: %v", err)
+		return
 	}
 	b = append(b, '\n')
 	for _, s := range tr.metrics {
 		if s.failed {
 			continue
 		}
-		_, err := s.w.Write(b)
-		if err == nil && sync {
-			if f, ok := s.w.(interface{ Sync() error }); ok {
-				err = f.Sync()
-			}
-		}
-		if err != nil {
+		if _, err := s.w.Write(b); err != nil {
 			s.failed = true
 			tr.logf("%s: %v; no more metrics records go there", s.name, err)
 		}

@@ -364,7 +364,8 @@ func (tr *Trainer) evalStudent(s int) (float64, error) {
 	}
 	tr.logf("eval after step %d: held-out loss %.4f, perplexity %.3f (best %.3f at step %d)", s, loss, ppl, tr.st.BestPPL, tr.st.BestStep)
 	tr.emitMetrics(MetricsRecord{Kind: MetricsEval, Step: s, Loss: loss, Perplexity: ppl, BestPerplexity: tr.st.BestPPL, BestStep: tr.st.BestStep,
-		TeacherPerplexity: tr.st.TeacherPPL, WallSeconds: tr.wallNow()}, true)
+		TeacherPerplexity: tr.st.TeacherPPL, WallSeconds: tr.wallNow()})
+	tr.syncMetrics()
 	return ppl, nil
 }
 
@@ -536,7 +537,7 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("nvgkit: step %d: %w", tr.st.Step+1, err)
 		}
-		tr.emitMetrics(tr.stepRecord(info, time.Since(t0), tr.wallNow()), false)
+		tr.emitMetrics(tr.stepRecord(info, time.Since(t0), tr.wallNow()))
 		s := info.Step
 		if (c.EvalEvery > 0 && s%c.EvalEvery == 0) || s == c.Steps {
 			if info.EvalPPL, err = tr.evalStudent(s); err != nil {
