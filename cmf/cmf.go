@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,7 +18,7 @@ import (
 const (
 	CMFVersion     = "1"           // value of __metadata__["cmf"]
 	MetaCMF        = "cmf"         // format version key
-	MetaArch       = "arch"        // architecture config JSON (Config.JSON)
+	MetaArch       = "arch"        // architecture config JSON (arch.Config.JSON)
 	MetaCMFTensors = "cmf.tensors" // JSON {name: {"dtype": "blr", "shape": [m, n]}}
 )
 
@@ -30,29 +31,29 @@ type cmfTensorMeta struct {
 // applyCMFMetadata checks a CMF file's __metadata__ (version, arch, cmf.tensors) against
 // its tensors, turns the U8 entries that cmf.tensors describes into BLR tensors of their
 // logical shape, and returns the architecture.
-func applyCMFMetadata(file string, meta map[string]string, ts []*Tensor) (Config, error) {
+func applyCMFMetadata(file string, meta map[string]string, ts []*Tensor) (arch.Config, error) {
 	v, ok := meta[MetaCMF]
 	if !ok {
-		return Config{}, fmt.Errorf("%s: not a CMF file: __metadata__ has no %q version (an HF checkpoint is opened through its directory)", file, MetaCMF)
+		return arch.Config{}, fmt.Errorf("%s: not a CMF file: __metadata__ has no %q version (an HF checkpoint is opened through its directory)", file, MetaCMF)
 	}
 	if v != CMFVersion {
-		return Config{}, fmt.Errorf("%s: unsupported CMF version %q (this reader knows %q)", file, v, CMFVersion)
+		return arch.Config{}, fmt.Errorf("%s: unsupported CMF version %q (this reader knows %q)", file, v, CMFVersion)
 	}
-	arch, ok := meta[MetaArch]
+	archJSON, ok := meta[MetaArch]
 	if !ok {
-		return Config{}, fmt.Errorf("%s: __metadata__ has no %q", file, MetaArch)
+		return arch.Config{}, fmt.Errorf("%s: __metadata__ has no %q", file, MetaArch)
 	}
-	cfg, err := ParseConfig([]byte(arch))
+	cfg, err := arch.ParseConfig([]byte(archJSON))
 	if err != nil {
-		return Config{}, fmt.Errorf("%s: __metadata__ %s: %w", file, MetaArch, err)
+		return arch.Config{}, fmt.Errorf("%s: __metadata__ %s: %w", file, MetaArch, err)
 	}
 	ct, ok := meta[MetaCMFTensors]
 	if !ok {
-		return Config{}, fmt.Errorf("%s: __metadata__ has no %q", file, MetaCMFTensors)
+		return arch.Config{}, fmt.Errorf("%s: __metadata__ has no %q", file, MetaCMFTensors)
 	}
 	keys, raw, err := decodeObject([]byte(ct))
 	if err != nil {
-		return Config{}, fmt.Errorf("%s: __metadata__ %s: %w", file, MetaCMFTensors, err)
+		return arch.Config{}, fmt.Errorf("%s: __metadata__ %s: %w", file, MetaCMFTensors, err)
 	}
 	byName := make(map[string]*Tensor, len(ts))
 	for _, t := range ts {
@@ -61,20 +62,20 @@ func applyCMFMetadata(file string, meta map[string]string, ts []*Tensor) (Config
 	for _, k := range keys {
 		var e cmfTensorMeta
 		if err := json.Unmarshal(raw[k], &e); err != nil {
-			return Config{}, fmt.Errorf("%s: tensor %s: bad %s entry: %w", file, k, MetaCMFTensors, err)
+			return arch.Config{}, fmt.Errorf("%s: tensor %s: bad %s entry: %w", file, k, MetaCMFTensors, err)
 		}
 		if DType(e.DType) != BLR {
-			return Config{}, fmt.Errorf("%s: tensor %s: %s dtype %q, want %q", file, k, MetaCMFTensors, e.DType, BLR)
+			return arch.Config{}, fmt.Errorf("%s: tensor %s: %s dtype %q, want %q", file, k, MetaCMFTensors, e.DType, BLR)
 		}
 		if len(e.Shape) != 2 || e.Shape[0] <= 0 || e.Shape[1] <= 0 || e.Shape[0] > maxDim || e.Shape[1] > maxDim {
-			return Config{}, fmt.Errorf("%s: tensor %s: %s shape %v, want [m, n] of positive sizes", file, k, MetaCMFTensors, e.Shape)
+			return arch.Config{}, fmt.Errorf("%s: tensor %s: %s shape %v, want [m, n] of positive sizes", file, k, MetaCMFTensors, e.Shape)
 		}
 		t, ok := byName[k]
 		if !ok {
-			return Config{}, fmt.Errorf("%s: tensor %s: listed in %s but not in the file", file, k, MetaCMFTensors)
+			return arch.Config{}, fmt.Errorf("%s: tensor %s: listed in %s but not in the file", file, k, MetaCMFTensors)
 		}
 		if t.DType != U8 || len(t.Shape) != 1 || t.size == 0 {
-			return Config{}, fmt.Errorf("%s: tensor %s: a blr tensor must be stored as a non-empty U8 [nbytes] entry, found %s %v", file, k, t.DType, t.Shape)
+			return arch.Config{}, fmt.Errorf("%s: tensor %s: a blr tensor must be stored as a non-empty U8 [nbytes] entry, found %s %v", file, k, t.DType, t.Shape)
 		}
 		t.DType = BLR
 		t.Shape = []int{int(e.Shape[0]), int(e.Shape[1])}
@@ -106,7 +107,7 @@ func WriteCMF(path string, m *Model) error {
 }
 
 // cmfHeader builds the padded JSON header for ts (in order) and returns it with the data size.
-func cmfHeader(cfg Config, ts []*Tensor) ([]byte, int64, error) {
+func cmfHeader(cfg arch.Config, ts []*Tensor) ([]byte, int64, error) {
 	blr := map[string]cmfTensorMeta{}
 	entries := map[string]any{}
 	var off int64
@@ -154,7 +155,7 @@ func cmfHeader(cfg Config, ts []*Tensor) ([]byte, int64, error) {
 	return padHeader(h), off, nil
 }
 
-func writeCMFFile(path string, cfg Config, ts []*Tensor) error {
+func writeCMFFile(path string, cfg arch.Config, ts []*Tensor) error {
 	h, _, err := cmfHeader(cfg, ts)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"github.com/nvg-project/nvg/arch"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -158,8 +159,8 @@ func TestWriteCMFAllDTypesAndPlainSafetensorsLayout(t *testing.T) {
 	if meta["cmf"] != "1" {
 		t.Fatalf("cmf version %q", meta["cmf"])
 	}
-	var arch Config
-	if err := json.Unmarshal([]byte(meta["arch"]), &arch); err != nil || arch.HiddenSize != 256 || len(arch.LayerTypes) != 8 || !arch.TieWordEmbeddings || arch.RopeTheta != 1e7 || arch.PartialRotaryFactor != 0.25 {
+	var ac arch.Config
+	if err := json.Unmarshal([]byte(meta["arch"]), &ac); err != nil || ac.HiddenSize != 256 || len(ac.LayerTypes) != 8 || !ac.TieWordEmbeddings || ac.RopeTheta != 1e7 || ac.PartialRotaryFactor != 0.25 {
 		t.Fatalf("arch %s: %v", meta["arch"], err)
 	}
 	var ct map[string]struct {

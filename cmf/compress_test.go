@@ -2,6 +2,7 @@ package cmf
 
 import (
 	"bytes"
+	"github.com/nvg-project/nvg/arch"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -192,7 +193,7 @@ func TestCompressMatrixErrors(t *testing.T) {
 // smallCompressModel is an in-memory model of the tiny teacher's config holding random weights for
 // a few tensors (not a complete model: Compress does not need one).
 func smallCompressModel(t *testing.T, rng *rand.Rand) *Model {
-	m := NewModel(Config{})
+	m := NewModel(arch.Config{})
 	for _, s := range []struct {
 		name string
 		m, n int

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"io"
 	"io/fs"
 	"os"
@@ -40,9 +41,9 @@ type ExportHFOptions struct {
 	TokenizerConfigJSON []byte
 	// BaseConfigJSON, when not empty, is the config.json of the checkpoint the student
 	// was made from (flat or with a nested text_config). Its text-config fields that
-	// Config does not hold (max_position_embeddings, bos_token_id, pad_token_id,
-	// initializer_range, …) are kept in the exported config.json; every field Config does
-	// hold is written from the model. It must parse (ParseConfig) to the model's
+	// arch.Config does not hold (max_position_embeddings, bos_token_id, pad_token_id,
+	// initializer_range, …) are kept in the exported config.json; every field arch.Config does
+	// hold is written from the model. It must parse (arch.ParseConfig) to the model's
 	// architecture, else ExportHFWith fails naming the first differing field.
 	// quantization_config, auto_map, architectures, dtype/torch_dtype and
 	// transformers_version are never copied.
@@ -76,10 +77,10 @@ func ExportHF(dir string, m *Model, tokenizerJSON []byte) error {
 //     Each file has __metadata__ {"format": "pt"} and its tensors ordered by element size
 //     (largest first) then name, so every tensor starts aligned to its element size;
 //   - config.json in HF's flat qwen3_5_text layout (keys sorted, as transformers writes
-//     them): the Config fields with layer_types, rope_parameters {rope_theta,
+//     them): the arch.Config fields with layer_types, rope_parameters {rope_theta,
 //     partial_rotary_factor, rope_type "default"} (partial_rotary_factor also at the top
 //     level), tie_word_embeddings, eos_token_id, plus the fields transformers'
-//     Qwen3_5TextConfig serialises that Config lacks (hidden_act "silu",
+//     Qwen3_5TextConfig serialises that arch.Config lacks (hidden_act "silu",
 //     max_position_embeddings, initializer_range 0.02, attention_bias false,
 //     attention_dropout 0, use_cache true, bos/pad_token_id null unless the base config
 //     gives them), "architectures": ["Qwen3_5ForCausalLM"] and "dtype": "bfloat16";
@@ -352,15 +353,15 @@ func writeDenseBF16(w io.Writer, bw *BLRWeight) error {
 // indented JSON with sorted keys in HF's flat qwen3_5_text layout, ending in a newline.
 // base, when not empty, is the source checkpoint's config.json whose extra text-config
 // fields are kept (see ExportHFOptions.BaseConfigJSON); maxPos overrides
-// max_position_embeddings when positive. Errors: c invalid (Config.Validate), base
+// max_position_embeddings when positive. Errors: c invalid (arch.Config.Validate), base
 // unparsable or of another architecture (naming the first differing field).
-func HFConfigJSON(c Config, base []byte, maxPos int) ([]byte, error) {
+func HFConfigJSON(c arch.Config, base []byte, maxPos int) ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	out := map[string]any{}
 	if len(bytes.TrimSpace(base)) > 0 {
-		bc, err := ParseConfig(base)
+		bc, err := arch.ParseConfig(base)
 		if err != nil {
 			return nil, fmt.Errorf("base config.json: %w", err)
 		}
@@ -415,7 +416,7 @@ func HFConfigJSON(c Config, base []byte, maxPos int) ([]byte, error) {
 	if c.FullAttentionInterval > 0 {
 		out["full_attention_interval"] = c.FullAttentionInterval
 	}
-	// Everything Config holds comes from the model.
+	// Everything arch.Config holds comes from the model.
 	out["architectures"] = []string{"Qwen3_5ForCausalLM"}
 	out["dtype"] = "bfloat16"
 	out["model_type"] = "qwen3_5_text"
@@ -453,7 +454,7 @@ func HFConfigJSON(c Config, base []byte, maxPos int) ([]byte, error) {
 // configDiff names the first field (by its JSON name) in which a and b differ, ignoring
 // full_attention_interval and eos_token_id (the layer_types and the model's own token ids
 // decide those), or returns "".
-func configDiff(a, b Config) string {
+func configDiff(a, b arch.Config) string {
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
 	ty := va.Type()
 	for i := range ty.NumField() {

@@ -3,6 +3,7 @@ package cmf_test
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/nvg-project/nvg/arch"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -142,8 +143,8 @@ func TestExportHFTensors(t *testing.T) {
 	}
 }
 
-// TestExportHFConfig checks config.json: it round-trips through ParseConfig to the
-// student's Config, it has every key of the tiny teacher's transformers-written
+// TestExportHFConfig checks config.json: it round-trips through arch.ParseConfig to the
+// student's arch.Config, it has every key of the tiny teacher's transformers-written
 // config.json (Qwen3_5TextConfig's serialised fields), and ExportHFWith with the teacher's
 // config as base reproduces that file's values for every key (max_position_embeddings,
 // bos/pad ids included), so nothing HF needs is lost.
@@ -153,7 +154,7 @@ func TestExportHFConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := cmf.ParseConfig(data)
+	c, err := arch.ParseConfig(data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package cmf
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/nvg-project/nvg/arch"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -20,9 +21,9 @@ import (
 // payload) and deterministic random values.
 func smallModel(t testing.TB) *Model {
 	t.Helper()
-	cfg := Config{ModelType: "qwen3_5_text", VocabSize: 32, HiddenSize: 16, NumHiddenLayers: 2, IntermediateSize: 24,
+	cfg := arch.Config{ModelType: "qwen3_5_text", VocabSize: 32, HiddenSize: 16, NumHiddenLayers: 2, IntermediateSize: 24,
 		NumAttentionHeads: 2, NumKeyValueHeads: 1, HeadDim: 8, LinearNumKeyHeads: 1, LinearNumValueHeads: 2,
-		LinearKeyHeadDim: 8, LinearValueHeadDim: 8, LinearConvKernelDim: 4, LayerTypes: []string{LinearAttention, FullAttention},
+		LinearKeyHeadDim: 8, LinearValueHeadDim: 8, LinearConvKernelDim: 4, LayerTypes: []string{arch.LinearAttention, arch.FullAttention},
 		RMSNormEps: 1e-6, RopeTheta: 1e7, PartialRotaryFactor: 0.25, EOSTokenID: 3}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -241,15 +242,15 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		before := totalAlloc()
-		c, err := ParseConfig(data)
+		c, err := arch.ParseConfig(data)
 		checkAlloc(t, before, len(data), 0)
 		if err != nil {
 			return
 		}
 		if err := c.Validate(); err != nil {
-			t.Fatalf("ParseConfig returned an invalid config: %v", err)
+			t.Fatalf("arch.ParseConfig returned an invalid config: %v", err)
 		}
-		c2, err := ParseConfig(c.JSON())
+		c2, err := arch.ParseConfig(c.JSON())
 		if err != nil {
 			t.Fatalf("arch JSON does not parse back: %v\n%s", err, c.JSON())
 		}

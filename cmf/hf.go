@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"io"
 	"io/fs"
 	"os"
@@ -347,7 +348,7 @@ func openHF(fsys files, dir string, useIndex bool) (_ *Model, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := ParseConfig(cfgBytes)
+	cfg, err := arch.ParseConfig(cfgBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfgPath, err)
 	}
@@ -453,7 +454,7 @@ func openShardedCMF(fsys files, indexPath string) (_ *Model, err error) {
 			opened.closeAll()
 		}
 	}()
-	var cfg *Config
+	var cfg *arch.Config
 	check := func(shard string, meta map[string]string, ts []*Tensor) error {
 		c, err := applyCMFMetadata(shard, meta, ts)
 		if err != nil {
@@ -474,7 +475,7 @@ func openShardedCMF(fsys files, indexPath string) (_ *Model, err error) {
 		return nil, fmt.Errorf("%s: metadata \"cmf\" is %v, want %q", indexPath, v, CMFVersion)
 	}
 	if a, ok := ix.Metadata["arch"].(string); ok {
-		c, err := ParseConfig([]byte(a))
+		c, err := arch.ParseConfig([]byte(a))
 		if err != nil {
 			return nil, fmt.Errorf("%s: metadata arch: %w", indexPath, err)
 		}

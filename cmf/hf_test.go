@@ -356,3 +356,31 @@ func TestOpenIndexFileWinsOverSingle(t *testing.T) {
 	defer m.Close()
 	checkVL(t, src, m)
 }
+
+// tinyConfigJSON is the tiny teacher's config.json as a generic JSON object, to edit.
+func tinyConfigJSON(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(mustRead(t, tinyDir+"/config.json"), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func mustRead(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -3,6 +3,7 @@ package cmf
 import (
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"io"
 	"sort"
 	"strconv"
@@ -15,7 +16,7 @@ import (
 // A Model is not safe for concurrent mutation (Set, Delete); concurrent reads of
 // file-backed tensors are safe.
 type Model struct {
-	Config  Config
+	Config  arch.Config
 	Tensors map[string]*Tensor
 	// Source is the path the model was opened from (directory or file), "" if built in memory.
 	Source  string
@@ -25,7 +26,7 @@ type Model struct {
 // NewModel returns an empty in-memory model of architecture cfg, to be filled with Set
 // (for example by the compressor, which then writes it with WriteCMF). The config is not
 // checked here; Validate and WriteCMF check it.
-func NewModel(cfg Config) *Model {
+func NewModel(cfg arch.Config) *Model {
 	return &Model{Config: cfg, Tensors: map[string]*Tensor{}}
 }
 
@@ -115,8 +116,8 @@ func (m *Model) sourceName() string {
 //	self_attn.q_proj.weight [nh·hd·2, H]  self_attn.{k,v}_proj.weight [nkv·hd, H]
 //	self_attn.o_proj.weight [H, nh·hd]    self_attn.{q,k}_norm.weight [hd]
 //
-// cfg is assumed valid (Config.Validate); the map is freshly allocated.
-func ExpectedShapes(cfg Config) map[string][]int {
+// cfg is assumed valid (arch.Config.Validate); the map is freshly allocated.
+func ExpectedShapes(cfg arch.Config) map[string][]int {
 	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
 	s := map[string][]int{
 		"model.embed_tokens.weight": {V, H},
@@ -186,7 +187,7 @@ func equalShape(a, b []int) bool {
 }
 
 // Validate checks the model against its architecture: the config is valid
-// (Config.Validate), every tensor of ExpectedShapes is present with that (logical) shape
+// (arch.Config.Validate), every tensor of ExpectedShapes is present with that (logical) shape
 // and a float or (for 2-D weights) BLR dtype, and there are no other tensors (a stray
 // tensor usually means a name-mapping mistake). All problems are reported, each naming the
 // tensor (and its file, when file-backed) and the expected and actual shape (at most 20,

@@ -2,6 +2,7 @@ package cmf
 
 import (
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"strings"
 	"testing"
 )
@@ -10,7 +11,7 @@ import (
 // per expected tensor; the message counts all of them (it used to count the 20 shown) and
 // says how many more there are.
 func TestValidateCountsAllProblems(t *testing.T) {
-	c, err := ParseConfig(mustJSON(t, tinyConfigJSON(t)))
+	c, err := arch.ParseConfig(mustJSON(t, tinyConfigJSON(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"math"
 
 	"github.com/nvg-project/nvg/cmf"
@@ -9,7 +10,7 @@ import (
 
 // Net is a Qwen3.5 text model with every weight in float64 (DESIGN.md §3), loaded by Load.
 type Net struct {
-	Config    cmf.Config
+	Config    arch.Config
 	Embed     []float64 // model.embed_tokens.weight [vocab, H] row-major
 	FinalNorm []float64 // model.norm.weight [H], zero-centred gain (1 + w)
 	// Head gives the logits h·Wᵀ [rows, vocab]: lm_head.weight, or a Dense over Embed when

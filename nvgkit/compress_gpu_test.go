@@ -3,6 +3,7 @@ package nvgkit
 import (
 	"bytes"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -154,7 +155,7 @@ func checkMul(t *testing.T, what string, p cmf.Products, w, xw []float64, m, n, 
 func TestCompressOnGPUMatchesCPU(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(7, 8))
-	m := cmf.NewModel(cmf.Config{})
+	m := cmf.NewModel(arch.Config{})
 	for _, s := range []struct {
 		name string
 		m, n int

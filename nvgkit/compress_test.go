@@ -1,6 +1,7 @@
 package nvgkit
 
 import (
+	"github.com/nvg-project/nvg/arch"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -38,7 +39,7 @@ func TestCompressSmallModel(t *testing.T) {
 		t.Fatalf("nil teacher: %v", err)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	m := cmf.NewModel(cmf.Config{})
+	m := cmf.NewModel(arch.Config{})
 	v := make([]float64, 64*32)
 	for i := range v {
 		v[i] = rng.NormFloat64()

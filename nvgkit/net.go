@@ -3,6 +3,7 @@ package nvgkit
 import (
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"os"
 
 	"github.com/nvg-project/nvg/cmf"
@@ -69,7 +70,7 @@ type Net struct {
 	// Kind is how the projections are stored.
 	Kind NetKind
 	// Config is the architecture (validated).
-	Config cmf.Config
+	Config arch.Config
 
 	dev       *gpu.Device
 	streamed  bool

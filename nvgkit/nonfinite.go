@@ -3,9 +3,9 @@ package nvgkit
 import (
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"math"
 
-	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
 )
 
@@ -20,8 +20,8 @@ type NonFinite struct {
 	// does; Config.NumHiddenLayers when every layer's output is finite but the final norm's
 	// (the head's input) is not.
 	Layer int
-	// Kind is the layer's kind, Config.LayerTypes[Layer] (cmf.LinearAttention or
-	// cmf.FullAttention), or "embedding" (Layer −1) or "final_norm".
+	// Kind is the layer's kind, Config.LayerTypes[Layer] (arch.LinearAttention or
+	// arch.FullAttention), or "embedding" (Layer −1) or "final_norm".
 	Kind string
 	// Window (an index into the windows given) and Token (0-based position in it) locate
 	// the first non-finite value of that hidden state in row-major order; Value is it.
@@ -96,9 +96,9 @@ func FirstNonFinite(net *Net, work *Work, windows [][]int) (_ *NonFinite, err er
 					case l > L:
 						found.Kind = "final_norm"
 					case net.layers[l-1].attn != nil:
-						found.Kind = cmf.FullAttention
+						found.Kind = arch.FullAttention
 					default:
-						found.Kind = cmf.LinearAttention
+						found.Kind = arch.LinearAttention
 					}
 					return errFound
 				}

@@ -3,9 +3,9 @@ package nvgkit
 import (
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"math"
 
-	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
 )
 
@@ -107,7 +107,7 @@ type wspec struct {
 }
 
 // studentSpecs lists a Student work's buffers (not the top-k ones) and their widths.
-func studentSpecs(c cmf.Config, s *stWork) []wspec {
+func studentSpecs(c arch.Config, s *stWork) []wspec {
 	H, I := c.HiddenSize, c.IntermediateSize
 	L := c.NumHiddenLayers
 	s.ckpt = make([]*gpu.Buffer, L+1)
@@ -182,7 +182,7 @@ func studentSpecs(c cmf.Config, s *stWork) []wspec {
 // (gpu.GatedDeltaRuleChunkedBackwardScratch; GatedDeltaRuleBackwardScratch where the
 // chunked kernels do not fit); and the head's logits slice. The net's own bytes are
 // Net.WeightBytes + Net.StateBytes.
-func StudentWorkBytes(c cmf.Config, nb, t int) uint64 {
+func StudentWorkBytes(c arch.Config, nb, t int) uint64 {
 	var s stWork
 	var n uint64
 	for _, sp := range studentSpecs(c, &s) {

@@ -3,12 +3,12 @@ package nvgkit
 import (
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"io/fs"
 	"math"
 	"runtime"
 	"sync"
 
-	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/host"
@@ -33,15 +33,15 @@ var SyntheticGeometries = []string{"tiny", "0.8B", "4B", "9B", "27B"}
 //
 // "tiny" is cmf/tinyteacher's config (8 layers, hidden 256, vocab 8192, tied). Errors: an
 // unknown name (the message lists the known ones).
-func SyntheticConfig(name string) (cmf.Config, error) {
+func SyntheticConfig(name string) (arch.Config, error) {
 	if name == "tiny" {
 		raw, err := fs.ReadFile(tinyteacher.FS(), "config.json")
 		if err != nil {
-			return cmf.Config{}, fmt.Errorf("nvgkit.SyntheticConfig: tiny: %w", err)
+			return arch.Config{}, fmt.Errorf("nvgkit.SyntheticConfig: tiny: %w", err)
 		}
-		c, err := cmf.ParseConfig(raw)
+		c, err := arch.ParseConfig(raw)
 		if err != nil {
-			return cmf.Config{}, fmt.Errorf("nvgkit.SyntheticConfig: tiny: %w", err)
+			return arch.Config{}, fmt.Errorf("nvgkit.SyntheticConfig: tiny: %w", err)
 		}
 		return c, nil
 	}
@@ -53,9 +53,9 @@ func SyntheticConfig(name string) (cmf.Config, error) {
 	}
 	s, ok := g[name]
 	if !ok {
-		return cmf.Config{}, fmt.Errorf("nvgkit.SyntheticConfig: unknown geometry %q (known: %v)", name, SyntheticGeometries)
+		return arch.Config{}, fmt.Errorf("nvgkit.SyntheticConfig: unknown geometry %q (known: %v)", name, SyntheticGeometries)
 	}
-	c := cmf.Config{
+	c := arch.Config{
 		ModelType: "qwen3_5_text", VocabSize: 248320, HiddenSize: s.h, NumHiddenLayers: s.l, IntermediateSize: s.i,
 		NumAttentionHeads: s.nh, NumKeyValueHeads: s.nkv, HeadDim: 256,
 		LinearNumKeyHeads: s.hk, LinearNumValueHeads: s.hv, LinearKeyHeadDim: 128, LinearValueHeadDim: 128,
@@ -63,14 +63,14 @@ func SyntheticConfig(name string) (cmf.Config, error) {
 		TieWordEmbeddings: name == "0.8B" || name == "4B", FullAttentionInterval: 4,
 	}
 	for i := 0; i < s.l; i++ {
-		t := cmf.LinearAttention
+		t := arch.LinearAttention
 		if (i+1)%4 == 0 {
-			t = cmf.FullAttention
+			t = arch.FullAttention
 		}
 		c.LayerTypes = append(c.LayerTypes, t)
 	}
 	if err := c.Validate(); err != nil {
-		return cmf.Config{}, fmt.Errorf("nvgkit.SyntheticConfig: %s: %w", name, err)
+		return arch.Config{}, fmt.Errorf("nvgkit.SyntheticConfig: %s: %w", name, err)
 	}
 	return c, nil
 }
@@ -158,7 +158,7 @@ const (
 // (SyntheticMemory computes it without a device). Errors: a nil device, an invalid config,
 // an unknown kind, StreamLayers with a Student, a tensor above the device's maxBufferSize or
 // an allocation failure — each naming the tensor; nothing stays allocated on error.
-func NewSyntheticNet(dev *gpu.Device, cfg cmf.Config, kind NetKind, opts ...LoadOption) (*Net, error) {
+func NewSyntheticNet(dev *gpu.Device, cfg arch.Config, kind NetKind, opts ...LoadOption) (*Net, error) {
 	if dev == nil {
 		return nil, errors.New("nvgkit.NewSyntheticNet: nil device")
 	}

@@ -2,8 +2,7 @@ package nvgkit
 
 import (
 	"fmt"
-
-	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/arch"
 )
 
 // SyntheticPlan is what a benchmark geometry needs, computed from its config alone (no
@@ -85,7 +84,7 @@ type projShape struct {
 
 // studentProjections lists layer i's projections as a Student holds them (q_proj and
 // in_proj_qkv whole).
-func studentProjections(c cmf.Config, i int) []projShape {
+func studentProjections(c arch.Config, i int) []projShape {
 	H, I := c.HiddenSize, c.IntermediateSize
 	ps := []projShape{{"mlp.gate_proj", I, H}, {"mlp.up_proj", I, H}, {"mlp.down_proj", H, I}}
 	if c.IsFullAttention(i) {
@@ -100,7 +99,7 @@ func studentProjections(c cmf.Config, i int) []projShape {
 
 // layerVectors is the f32 values of layer i besides its projections: norm gains, conv,
 // A_log, dt_bias; and how many of them a Student trains (the gains).
-func layerVectors(c cmf.Config, i int) (all, gains int64) {
+func layerVectors(c arch.Config, i int) (all, gains int64) {
 	H := int64(c.HiddenSize)
 	all, gains = 2*H, 2*H
 	if c.IsFullAttention(i) {
@@ -119,7 +118,7 @@ func f16Bytes(n int64) uint64 { return uint64(2*n+3) &^ 3 }
 // over nb windows of t tokens. It allocates nothing, so geometries too large for this
 // machine can be checked here (Check) before a GPU run. Errors: an invalid config, nb, t or
 // k < 1, streamed with a Student, or rows·width beyond the 2³¹ index range of a buffer.
-func SyntheticMemory(c cmf.Config, kind NetKind, nb, t, k int, streamed bool) (SyntheticPlan, error) {
+func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (SyntheticPlan, error) {
 	if err := c.Validate(); err != nil {
 		return SyntheticPlan{}, fmt.Errorf("nvgkit.SyntheticMemory: %w", err)
 	}

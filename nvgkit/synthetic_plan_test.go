@@ -1,10 +1,10 @@
 package nvgkit_test
 
 import (
+	"github.com/nvg-project/nvg/arch"
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
@@ -34,7 +34,7 @@ func TestSyntheticConfigs(t *testing.T) {
 			t.Errorf("%s: config %+v", name, c)
 		}
 		for i, lt := range c.LayerTypes {
-			if (lt == cmf.FullAttention) != ((i+1)%4 == 0) {
+			if (lt == arch.FullAttention) != ((i+1)%4 == 0) {
 				t.Errorf("%s: layer %d is %s", name, i, lt)
 			}
 		}
@@ -75,7 +75,7 @@ func TestSyntheticMemoryFits(t *testing.T) {
 	c08, _ := nvgkit.SyntheticConfig("0.8B")
 	c27, _ := nvgkit.SyntheticConfig("27B")
 	for _, x := range []struct {
-		c        cmf.Config
+		c        arch.Config
 		kind     nvgkit.NetKind
 		nb, t    int
 		streamed bool

@@ -5,12 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"hash/crc32"
 	"io"
 	"math"
 	"os"
-
-	"github.com/nvg-project/nvg/cmf"
 )
 
 // TopKCache holds the teacher's top-k (TopK) for a fixed, ordered set of N windows of T
@@ -67,7 +66,7 @@ func HashWindows(windows [][]int) [32]byte {
 // windows (HashWindows), the teacher's architecture (cfg.JSON()) and teacherID (a name for
 // its weights, such as their path; "" for none), each length-prefixed. T and K are in the
 // cache's header.
-func TopKKey(windows [32]byte, cfg cmf.Config, teacherID string) [32]byte {
+func TopKKey(windows [32]byte, cfg arch.Config, teacherID string) [32]byte {
 	h := sha256.New()
 	for _, part := range [][]byte{[]byte("nvg top-k key 1"), windows[:], cfg.JSON(), []byte(teacherID)} {
 		var n [8]byte

@@ -3,9 +3,9 @@ package nvgkit
 import (
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"strings"
 
-	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
 )
 
@@ -28,7 +28,7 @@ type Work struct {
 	NB, T int
 
 	dev  *gpu.Device
-	cfg  cmf.Config
+	cfg  arch.Config
 	bufs []*gpu.Buffer
 
 	x, xn, mix      *gpu.Buffer
@@ -242,7 +242,7 @@ func (w *Work) check(op string, net *Net) error {
 	return nil
 }
 
-func sameLayerTypes(a, b cmf.Config) bool {
+func sameLayerTypes(a, b arch.Config) bool {
 	if len(a.LayerTypes) != len(b.LayerTypes) {
 		return false
 	}
@@ -254,7 +254,7 @@ func sameLayerTypes(a, b cmf.Config) bool {
 	return true
 }
 
-func hasKind(c cmf.Config, full bool) bool {
+func hasKind(c arch.Config, full bool) bool {
 	for i := range c.LayerTypes {
 		if c.IsFullAttention(i) == full {
 			return true

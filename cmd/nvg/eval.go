@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"math"
 	"os"
 	"path/filepath"
@@ -48,7 +49,7 @@ func addEvalFlags(fs interface {
 }
 
 // heldOutWindows tokenizes the held-out text and draws the evaluation windows.
-func (f evalFlags) heldOutWindows(modelPath string, cfg cmf.Config) ([][]int, string, error) {
+func (f evalFlags) heldOutWindows(modelPath string, cfg arch.Config) ([][]int, string, error) {
 	vocab := cfg.VocabSize
 	n := 0
 	if *f.windows != "all" {

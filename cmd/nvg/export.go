@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -105,7 +106,7 @@ func runExport(args []string) error {
 // model (the HF directory's own, or one next to a .cmf); for a student of the embedded
 // tiny teacher's architecture, missing ones come from the embedded teacher. No tokenizer
 // at all is a usage error.
-func exportFiles(explicit, modelPath string, cfg cmf.Config) (exportSources, error) {
+func exportFiles(explicit, modelPath string, cfg arch.Config) (exportSources, error) {
 	var s exportSources
 	dir := modelPath
 	if st, err := os.Stat(modelPath); err == nil && !st.IsDir() {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"os"
 	"sort"
 	"strings"
@@ -89,7 +90,7 @@ func orDefault(s, d string) string {
 }
 
 // layerPattern summarises layer_types as runs, e.g. "3×GatedDeltaNet+1×attention ×2".
-func layerPattern(cfg cmf.Config) string {
+func layerPattern(cfg arch.Config) string {
 	var parts []string
 	for i := 0; i < len(cfg.LayerTypes); {
 		j := i
@@ -97,7 +98,7 @@ func layerPattern(cfg cmf.Config) string {
 			j++
 		}
 		kind := "GatedDeltaNet"
-		if cfg.LayerTypes[i] == cmf.FullAttention {
+		if cfg.LayerTypes[i] == arch.FullAttention {
 			kind = "attention"
 		}
 		parts = append(parts, fmt.Sprintf("%d×%s", j-i, kind))

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"io"
 	"io/fs"
 	"math"
@@ -133,7 +134,7 @@ func exists(p string) bool {
 // the embedded tiny teacher's when the model is the embedded default or has its
 // architecture (cfg, when not nil, equal to the tiny teacher's: a student compressed from
 // it, such as `nvg compress` and `nvg distill` write).
-func tokenizerJSON(explicit, modelPath string, cfg *cmf.Config) ([]byte, error) {
+func tokenizerJSON(explicit, modelPath string, cfg *arch.Config) ([]byte, error) {
 	if explicit != "" {
 		if !exists(explicit) {
 			return nil, usagef("tokenizer %s: no such file", explicit)
@@ -166,7 +167,7 @@ func tokenizerJSON(explicit, modelPath string, cfg *cmf.Config) ([]byte, error) 
 }
 
 // sameArchAsTinyTeacher reports whether cfg is the embedded tiny teacher's architecture.
-func sameArchAsTinyTeacher(cfg cmf.Config) bool {
+func sameArchAsTinyTeacher(cfg arch.Config) bool {
 	tiny, err := tinyteacher.Open()
 	if err != nil {
 		return false

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"math"
 	"os"
 	"time"
@@ -234,7 +235,7 @@ func f64s(v []float32) []float64 {
 
 // sameGeometry reports whether a student's architecture can be distilled from the
 // teacher's: same vocabulary, hidden size, layers and layer kinds, heads and head sizes.
-func sameGeometry(t, s cmf.Config) error {
+func sameGeometry(t, s arch.Config) error {
 	if !bytes.Equal(t.JSON(), s.JSON()) {
 		return fmt.Errorf("the student's architecture differs from the teacher's (teacher vocab %d, hidden %d, %d layers; student vocab %d, hidden %d, %d layers)",
 			t.VocabSize, t.HiddenSize, t.NumHiddenLayers, s.VocabSize, s.HiddenSize, s.NumHiddenLayers)

@@ -1,4 +1,4 @@
-package cmf
+package arch
 
 import (
 	"encoding/json"
@@ -10,7 +10,7 @@ import (
 
 func tinyConfigJSON(t testing.TB) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(tinyDir + "/config.json")
+	b, err := os.ReadFile("../cmf/tinyteacher/model/config.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestParseConfigFieldErrors(t *testing.T) {
 // TestParseConfigRejectsOtherArchitectures: configs that would parse into a plausible
 // Config but describe another model are refused, naming the field.
 func TestParseConfigRejectsOtherArchitectures(t *testing.T) {
-	base, err := os.ReadFile("tinyteacher/model/config.json")
+	base, err := os.ReadFile("../cmf/tinyteacher/model/config.json")
 	if err != nil {
 		t.Fatal(err)
 	}

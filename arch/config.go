@@ -1,4 +1,4 @@
-package cmf
+package arch
 
 import (
 	"encoding/json"
