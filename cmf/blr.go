@@ -17,8 +17,8 @@ const (
 	BLRHeaderSize = 16   // bytes before the first path
 	// BLRMaxPaths is the largest number of paths P a payload may hold.
 	BLRMaxPaths = 2
-	// f16Max is the largest finite float16 value.
-	f16Max = 65504
+	// F16Max is the largest finite float16 value (the bound of every BLR scale).
+	F16Max = 65504
 )
 
 // BLRPath is one path of a binary low-rank weight: the m×n matrix
@@ -92,7 +92,7 @@ func (w *BLRWeight) Validate() error {
 				return fmt.Errorf("BLR: path %d: %s has %d values, want %d", p, f.name, len(f.v), f.want)
 			}
 			for i, x := range f.v {
-				if !(math.Abs(float64(x)) <= f16Max) {
+				if !(math.Abs(float64(x)) <= F16Max) {
 					return fmt.Errorf("BLR: path %d: %s[%d] = %g is not a finite float16 value", p, f.name, i, x)
 				}
 			}
@@ -232,9 +232,10 @@ func unpackSigns(bits []byte, rows, cols int) []float64 {
 	return out
 }
 
-// packSigns packs a row-major rows×cols matrix (cols a multiple of 8) into sign bits:
-// a value ≥ 0 (and +0, −0) becomes a 1 bit (+1), a negative value a 0 bit (−1).
-func packSigns(v []float64, rows, cols int) []byte {
+// PackSigns packs a row-major rows×cols matrix (cols a multiple of 8) into sign bits:
+// a value ≥ 0 (and +0, −0) becomes a 1 bit (+1), a negative value a 0 bit (−1), in the
+// layout of BLRPath.U and BLRPath.V. len(v) must be rows·cols.
+func PackSigns(v []float64, rows, cols int) []byte {
 	out := make([]byte, rows*cols/8)
 	for i := range out {
 		var byt byte
@@ -248,9 +249,11 @@ func packSigns(v []float64, rows, cols int) []byte {
 	return out
 }
 
-// pathFactors returns a path's factors as dense row-major f64 matrices:
-// left = diag(h)·U·diag(ℓ) (m×r) and right = V·diag(g) (r×n), so the path is left·right.
-func (w *BLRWeight) pathFactors(p int) (left, right []float64) {
+// PathFactors returns path p's factors as dense row-major f64 matrices:
+// left = diag(h)·U·diag(ℓ) (m×r) and right = V·diag(g) (r×n), so the path is left·right
+// (each entry a ±1 sign times the float16 scales, exactly). w must be valid (Validate) and
+// 0 ≤ p < len(w.Paths).
+func (w *BLRWeight) PathFactors(p int) (left, right []float64) {
 	q := &w.Paths[p]
 	left = unpackSigns(q.U, w.M, w.Rank)
 	for i := 0; i < w.M; i++ {
@@ -280,7 +283,7 @@ func (w *BLRWeight) Dense() []float64 {
 	out := make([]float64, w.M*w.N)
 	c := blas64.General{Rows: w.M, Cols: w.N, Stride: w.N, Data: out}
 	for p := range w.Paths {
-		left, right := w.pathFactors(p)
+		left, right := w.PathFactors(p)
 		blas64.Gemm(blas.NoTrans, blas.NoTrans, 1,
 			blas64.General{Rows: w.M, Cols: w.Rank, Stride: w.Rank, Data: left},
 			blas64.General{Rows: w.Rank, Cols: w.N, Stride: w.N, Data: right}, 1, c)

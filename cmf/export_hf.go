@@ -322,7 +322,7 @@ func writeDenseBF16(w io.Writer, bw *BLRWeight) error {
 	type factors struct{ left, right []float64 }
 	fs := make([]factors, len(bw.Paths))
 	for p := range bw.Paths {
-		fs[p].left, fs[p].right = bw.pathFactors(p)
+		fs[p].left, fs[p].right = bw.PathFactors(p)
 	}
 	M, N, R := bw.M, bw.N, bw.Rank
 	block := make([]float64, min(denseBlockRows, M)*N)

@@ -3,7 +3,6 @@ package cmf_test
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/nvg-project/nvg/arch"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -15,13 +14,16 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nvg-project/nvg/arch"
+	"github.com/nvg-project/nvg/compress"
+
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/host"
 )
 
 const tinyModelDir = "tinyteacher/model"
 
-// exportFixture is the tiny teacher, its BLR student (cmf.Compress at 1 bit per weight,
+// exportFixture is the tiny teacher, its BLR student (compress.Model at 1 bit per weight,
 // one path, seed 7; the randomised SVD without power iterations, to keep it fast), the
 // teacher's tokenizer and config files, and (from exportFixDir) dir, an ExportHF of the
 // student in the calling test's temporary directory.
@@ -44,8 +46,8 @@ func exportFix(t *testing.T) exportFixture {
 		if f.teacher, fixErr = cmf.Open(tinyModelDir); fixErr != nil {
 			return
 		}
-		if f.student, _, fixErr = cmf.Compress(f.teacher, cmf.CompressOptions{BitsPerWeight: 1, Seed: 7, Paths: cmf.Paths1,
-			SVD: cmf.SVDOptions{PowerIters: -1}}, nil); fixErr != nil {
+		if f.student, _, fixErr = compress.Model(f.teacher, compress.Options{BitsPerWeight: 1, Seed: 7, Paths: compress.Paths1,
+			SVD: compress.SVDOptions{PowerIters: -1}}, nil); fixErr != nil {
 			return
 		}
 		for _, p := range []struct {

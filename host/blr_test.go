@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/compress"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -18,7 +19,7 @@ func blrTensor(t *testing.T) (*cmf.Tensor, *cmf.BLRWeight) {
 	for i := range w {
 		w[i] = rng.NormFloat64()
 	}
-	bw, _, err := cmf.CompressMatrix("l.weight", w, 24, 16, cmf.CompressOptions{BitsPerWeight: 8, Paths: cmf.Paths2})
+	bw, _, err := compress.Matrix("l.weight", w, 24, 16, compress.Options{BitsPerWeight: 8, Paths: compress.Paths2})
 	if err != nil {
 		t.Fatal(err)
 	}

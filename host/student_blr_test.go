@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/compress"
 )
 
 // subTeacher returns an in-memory copy (F32) of the tiny teacher restricted to the decoder
@@ -63,7 +64,7 @@ func subTeacher(t *testing.T, src []int) *cmf.Model {
 	return out
 }
 
-// blrStudent is a BLR student (cmf.Compress at 1 bit per weight, paths auto) and the top-k
+// blrStudent is a BLR student (compress.Model at 1 bit per weight, paths auto) and the top-k
 // of its uncompressed teacher on ids.
 type blrStudent struct {
 	net  *Net
@@ -76,11 +77,11 @@ type blrStudent struct {
 func newBLRStudent(t *testing.T, teacher *cmf.Model, nb, T, k int) blrStudent {
 	t.Helper()
 	t0 := time.Now()
-	cm, reps, err := cmf.Compress(teacher, cmf.CompressOptions{BitsPerWeight: 1, SVD: cmf.SVDOptions{PowerIters: -1}}, nil)
+	cm, reps, err := compress.Model(teacher, compress.Options{BitsPerWeight: 1, SVD: compress.SVDOptions{PowerIters: -1}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("compressed %d tensors at %.3g bpw in %v", len(reps), cmf.OverallBitsPerWeight(reps), time.Since(t0))
+	t.Logf("compressed %d tensors at %.3g bpw in %v", len(reps), compress.OverallBitsPerWeight(reps), time.Since(t0))
 	tn, err := Load(teacher)
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +266,7 @@ func layerLinears(L *DecoderLayer) []Linear {
 }
 
 // TestStudentBLRFiniteDifferences checks the gradients of a BLR student — the tiny teacher's
-// layers 2 (GatedDeltaNet) and 3 (full attention), compressed with cmf.Compress at 1 bit per
+// layers 2 (GatedDeltaNet) and 3 (full attention), compressed with compress.Model at 1 bit per
 // weight — of the metric (h, ℓ, g of every path) of every compressed linear of both layers
 // and of every norm gain, at sampled coordinates, against central differences of the host
 // loss. NVG_SLOW_TESTS=1 also runs the whole 8-layer tiny teacher compressed (TestStudentBLRWhole).

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
@@ -33,7 +33,7 @@ func Example_distillStep() {
 	defer dev.Close()
 	teacher, err := tinyteacher.Open()
 	check(err)
-	student, _, err := nvgkit.Compress(teacher, cmf.CompressOptions{BitsPerWeight: 1, Seed: 1})
+	student, _, err := compress.Model(teacher, compress.Options{BitsPerWeight: 1, Seed: 1}, nil)
 	check(err)
 	tnet, err := nvgkit.LoadNet(dev, teacher, nvgkit.Teacher)
 	check(err)

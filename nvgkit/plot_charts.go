@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/compress"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -449,14 +449,14 @@ func PlotTopK(tokens []string, teacherP, studentP []float64) (*plot.Plot, error)
 // GatedDeltaNet, MLP).
 var plotKindOrder = []string{"q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj", "gate_proj", "up_proj", "down_proj"}
 
-// PlotReconstruction draws, for every compressed tensor of a cmf.Compress report, its
+// PlotReconstruction draws, for every compressed tensor of a compress.Model report, its
 // relative reconstruction error ‖W − Ŵ‖_F/‖W‖_F (Y) against its bits per weight (X), one
-// point per tensor, coloured and shaped by kind (Kind, or cmf.CompressedKind of Name when
+// point per tensor, coloured and shaped by kind (Kind, or compress.Kind of Name when
 // empty, else "other"), kinds in a legend in the order attention, GatedDeltaNet, MLP.
 //
 // Errors: no reports, a BitsPerWeight that is not finite and positive or a RelErr that is
 // not finite and ≥ 0 (naming the tensor).
-func PlotReconstruction(reports []cmf.TensorReport) (*plot.Plot, error) {
+func PlotReconstruction(reports []compress.TensorReport) (*plot.Plot, error) {
 	if len(reports) == 0 {
 		return nil, errors.New("PlotReconstruction: no tensor reports")
 	}
@@ -470,7 +470,7 @@ func PlotReconstruction(reports []cmf.TensorReport) (*plot.Plot, error) {
 		}
 		k := r.Kind
 		if k == "" {
-			k = cmf.CompressedKind(r.Name)
+			k = compress.Kind(r.Name)
 		}
 		if k == "" {
 			k = "other"

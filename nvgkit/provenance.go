@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/internal/version"
 )
@@ -31,14 +31,14 @@ type Provenance struct {
 	Backend     string `json:"backend,omitempty"`
 	Driver      string `json:"driver,omitempty"`
 	// CompressProducts is where and in what precision the compressor's large products ran
-	// (ProductsName of cmf.CompressOptions.Products: "cpu-f64", the default, "cpu-f32" or
+	// (ProductsName of compress.Options.Products: "cpu-f64", the default, "cpu-f32" or
 	// "gpu-f32"); "" when the run did not compress.
 	CompressProducts string `json:"compress_products,omitempty"`
 }
 
 // NewProvenance returns the running build's provenance with dev's adapter (dev may be nil:
 // no adapter fields) and the compression's products p (ProductsName).
-func NewProvenance(dev *gpu.Device, p cmf.Products) Provenance {
+func NewProvenance(dev *gpu.Device, p compress.Products) Provenance {
 	v := version.Get()
 	pr := Provenance{NVGVersion: v.Version, Commit: v.Commit, Modified: v.Modified, CommitSource: v.CommitSource,
 		GoVersion: v.GoVersion, CompressProducts: ProductsName(p)}
@@ -57,20 +57,20 @@ func (p *Provenance) SetDevice(dev *gpu.Device) {
 }
 
 // ProductsName names compression products by place and precision: nil (the default,
-// cmf.CPUProducts{}) and cmf.CPUProducts{} "cpu-f64", cmf.CPUProducts{Float32: true}
+// compress.CPUProducts{}) and compress.CPUProducts{} "cpu-f64", compress.CPUProducts{Float32: true}
 // "cpu-f32", *GPUProducts "gpu-f32"; another implementation its Go type.
-func ProductsName(p cmf.Products) string {
+func ProductsName(p compress.Products) string {
 	switch p := p.(type) {
 	case nil:
 		return "cpu-f64"
-	case cmf.CPUProducts:
+	case compress.CPUProducts:
 		if p.Float32 {
 			return "cpu-f32"
 		}
 		return "cpu-f64"
-	case *cmf.CPUProducts:
+	case *compress.CPUProducts:
 		return ProductsName(*p)
-	case *GPUProducts:
+	case *compress.GPUProducts:
 		return "gpu-f32"
 	}
 	return fmt.Sprintf("%T", p)

@@ -6,13 +6,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
 func TestProductsName(t *testing.T) {
-	for p, want := range map[cmf.Products]string{nil: "cpu-f64", cmf.CPUProducts{}: "cpu-f64", cmf.CPUProducts{Float32: true}: "cpu-f32",
-		&cmf.CPUProducts{Float32: true}: "cpu-f32", &nvgkit.GPUProducts{}: "gpu-f32"} {
+	for p, want := range map[compress.Products]string{nil: "cpu-f64", compress.CPUProducts{}: "cpu-f64", compress.CPUProducts{Float32: true}: "cpu-f32",
+		&compress.CPUProducts{Float32: true}: "cpu-f32", &compress.GPUProducts{}: "gpu-f32"} {
 		if got := nvgkit.ProductsName(p); got != want {
 			t.Errorf("ProductsName(%#v) = %q, want %q", p, got, want)
 		}

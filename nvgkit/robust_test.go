@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 )
@@ -23,7 +23,7 @@ func robustNets(t *testing.T) (*gpu.Device, *nvgkit.Net, *nvgkit.Net) {
 		t.Fatal(err)
 	}
 	t.Cleanup(teacher.Release)
-	sm, _, err := nvgkit.Compress(small, cmf.CompressOptions{BitsPerWeight: 1, Paths: cmf.Paths2, Seed: 1})
+	sm, _, err := compress.Model(small, compress.Options{BitsPerWeight: 1, Paths: compress.Paths2, Seed: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

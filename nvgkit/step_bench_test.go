@@ -3,7 +3,7 @@ package nvgkit_test
 import (
 	"testing"
 
-	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 )
@@ -94,7 +94,7 @@ func tinyStudentStep(b *testing.B, nb, T, k int) (d *gpu.Device, net *nvgkit.Net
 	if err != nil {
 		b.Fatal(err)
 	}
-	sm, _, err := nvgkit.Compress(m, cmf.CompressOptions{BitsPerWeight: 1, Seed: 1, SVD: cmf.SVDOptions{PowerIters: -1}})
+	sm, _, err := compress.Model(m, compress.Options{BitsPerWeight: 1, Seed: 1, SVD: compress.SVDOptions{PowerIters: -1}}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/host"
 	"github.com/nvg-project/nvg/nvgkit"
@@ -82,9 +83,9 @@ func blrStudent(t *testing.T) (*gpu.Device, *blrCase) {
 		fail := func(err error) { c.err = err }
 		c.teacher = subModel(t, m, []int{0, 3})
 		t0 := time.Now()
-		var reps []cmf.TensorReport
+		var reps []compress.TensorReport
 		var err error
-		c.student, reps, err = nvgkit.Compress(c.teacher, cmf.CompressOptions{BitsPerWeight: 1, Seed: 1, SVD: cmf.SVDOptions{PowerIters: -1}})
+		c.student, reps, err = compress.Model(c.teacher, compress.Options{BitsPerWeight: 1, Seed: 1, SVD: compress.SVDOptions{PowerIters: -1}}, nil)
 		if err != nil {
 			fail(err)
 			return
@@ -95,7 +96,7 @@ func blrStudent(t *testing.T) (*gpu.Device, *blrCase) {
 				two++
 			}
 		}
-		t.Logf("compressed %d tensors (%d with 2 paths) at %.3f bpw in %v", len(reps), two, cmf.OverallBitsPerWeight(reps), time.Since(t0))
+		t.Logf("compressed %d tensors (%d with 2 paths) at %.3f bpw in %v", len(reps), two, compress.OverallBitsPerWeight(reps), time.Since(t0))
 		tn, err := nvgkit.LoadNet(d, c.teacher, nvgkit.Teacher)
 		if err != nil {
 			fail(err)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 )
@@ -14,7 +15,7 @@ import (
 func Example_studentStep() {
 	dev, _ := gpu.Open()
 	teacherModel, _ := tinyteacher.Open()
-	studentModel, _, _ := nvgkit.Compress(teacherModel, cmf.CompressOptions{BitsPerWeight: 1})
+	studentModel, _, _ := compress.Model(teacherModel, compress.Options{BitsPerWeight: 1}, nil)
 	teacher, _ := nvgkit.LoadNet(dev, teacherModel, nvgkit.Teacher)
 	student, _ := nvgkit.LoadNet(dev, studentModel, nvgkit.Student)
 	tw, _ := nvgkit.NewWork(dev, teacher, 2, 256)

@@ -283,7 +283,7 @@ type Report struct {
 	// GapClosed is the fraction of the log-perplexity gap closed,
 	// (log CompressedPPL − log DistilledPPL) / (log CompressedPPL − log TeacherPPL).
 	GapClosed float64 `json:"gap_closed"`
-	// BitsPerWeight of the compressed linears (cmf.OverallBitsPerWeight), 0 when unknown.
+	// BitsPerWeight of the compressed linears (compress.OverallBitsPerWeight), 0 when unknown.
 	BitsPerWeight float64 `json:"bits_per_weight"`
 	// Steps run, of which Skipped were skipped (non-finite); Tokens = Steps·NB·T trained on.
 	Steps   int `json:"steps"`

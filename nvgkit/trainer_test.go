@@ -14,6 +14,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
@@ -33,7 +34,7 @@ func trainFixture(t *testing.T) (*gpu.Device, *nvgkit.Net, *cmf.Model, []int, []
 	t.Helper()
 	d, m, teacher := tinyTeacher(t)
 	trainFx.once.Do(func() {
-		trainFx.student, _, trainFx.err = nvgkit.Compress(m, cmf.CompressOptions{BitsPerWeight: 1, Paths: cmf.Paths2, Seed: 1})
+		trainFx.student, _, trainFx.err = compress.Model(m, compress.Options{BitsPerWeight: 1, Paths: compress.Paths2, Seed: 1}, nil)
 		if trainFx.err != nil {
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 )
@@ -24,17 +25,17 @@ func init() {
 
 // compressReport is the --json output of nvg compress.
 type compressReport struct {
-	Teacher    string               `json:"teacher"`
-	Output     string               `json:"output"`
-	TargetBPW  float64              `json:"target_bits_per_weight"`
-	Paths      string               `json:"paths"`
-	Seed       uint64               `json:"seed"`
-	Products   string               `json:"products"`         // the randomised SVDs' large products: cpu-f64, cpu-f32 or gpu-f32 (nvgkit.ProductsName)
-	Device     string               `json:"device,omitempty"` // the GPU adapter of gpu-f32
-	OverallBPW float64              `json:"overall_bits_per_weight"`
-	Seconds    float64              `json:"seconds"`
-	Kinds      []nvgkit.KindSummary `json:"kinds"`
-	Tensors    []cmf.TensorReport   `json:"tensors"`
+	Teacher    string                  `json:"teacher"`
+	Output     string                  `json:"output"`
+	TargetBPW  float64                 `json:"target_bits_per_weight"`
+	Paths      string                  `json:"paths"`
+	Seed       uint64                  `json:"seed"`
+	Products   string                  `json:"products"`         // the randomised SVDs' large products: cpu-f64, cpu-f32 or gpu-f32 (nvgkit.ProductsName)
+	Device     string                  `json:"device,omitempty"` // the GPU adapter of gpu-f32
+	OverallBPW float64                 `json:"overall_bits_per_weight"`
+	Seconds    float64                 `json:"seconds"`
+	Kinds      []compress.KindSummary  `json:"kinds"`
+	Tensors    []compress.TensorReport `json:"tensors"`
 }
 
 func runCompress(args []string) error {
@@ -72,7 +73,7 @@ func runCompress(args []string) error {
 	if !(*bpw > 0 && *bpw <= 32) || math.IsNaN(*bpw) {
 		return usagef("--bpw must be in (0, 32], got %g", *bpw)
 	}
-	pm, err := cmf.ParsePathMode(*paths)
+	pm, err := compress.ParsePathMode(*paths)
 	if err != nil {
 		return usagef("--%v", err)
 	}
@@ -107,9 +108,9 @@ func runCompress(args []string) error {
 	if pi == 0 {
 		pi = -1 // SVDOptions: negative means none, 0 the default
 	}
-	opt := cmf.CompressOptions{BitsPerWeight: *bpw, Paths: pm, Seed: *seed, Workers: *workers, SVD: cmf.SVDOptions{PowerIters: pi}}
+	opt := compress.Options{BitsPerWeight: *bpw, Paths: pm, Seed: *seed, Workers: *workers, SVD: compress.SVDOptions{PowerIters: pi}}
 	if *products == "cpu-f32" {
-		opt.Products = cmf.CPUProducts{Float32: true}
+		opt.Products = compress.CPUProducts{Float32: true}
 	}
 	where := *products
 	if devName != "" {
@@ -118,7 +119,7 @@ func runCompress(args []string) error {
 	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d, SVD products %s\n", modelName(path), *bpw, pm, *seed, where)
 	bar := nvgkit.NewProgress(os.Stderr, "compress")
 	start := time.Now()
-	student, reports, err := nvgkit.CompressOn(dev, teacher, opt, func(done, total int, name string) {
+	student, reports, err := compress.ModelOn(dev, teacher, opt, func(done, total int, name string) {
 		bar.Update(done, total, name)
 	})
 	bar.Finish("")
@@ -129,14 +130,14 @@ func runCompress(args []string) error {
 	if err := cmf.WriteCMF(*out, student); err != nil {
 		return err
 	}
-	if err := nvgkit.WriteCompressTable(os.Stdout, reports); err != nil {
+	if err := compress.WriteTable(os.Stdout, reports); err != nil {
 		return err
 	}
 	fmt.Printf("wrote %s (%.1fs)\n", *out, secs)
-	bpwMissWarning(*bpw, cmf.OverallBitsPerWeight(reports))
+	bpwMissWarning(*bpw, compress.OverallBitsPerWeight(reports))
 	if *jsonOut != "" {
 		rep := compressReport{Teacher: modelName(path), Output: *out, TargetBPW: *bpw, Paths: pm.String(), Seed: *seed, Products: *products, Device: devName,
-			OverallBPW: cmf.OverallBitsPerWeight(reports), Seconds: secs, Kinds: nvgkit.SummarizeByKind(reports), Tensors: reports}
+			OverallBPW: compress.OverallBitsPerWeight(reports), Seconds: secs, Kinds: compress.SummarizeByKind(reports), Tensors: reports}
 		b, err := json.MarshalIndent(rep, "", " ")
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu/gputest"
 )
 
@@ -136,7 +137,7 @@ func TestCompressGPUMatchesCPU(t *testing.T) {
 	}
 	var worst float64
 	for i, ct := range c.Tensors {
-		for _, gt := range []cmf.TensorReport{g.Tensors[i], c32.Tensors[i]} {
+		for _, gt := range []compress.TensorReport{g.Tensors[i], c32.Tensors[i]} {
 			if gt.Name != ct.Name || gt.Rank != ct.Rank || gt.Paths != ct.Paths || gt.BitsPerWeight != ct.BitsPerWeight {
 				t.Errorf("gpu or cpu-f32 %+v, cpu %+v", gt, ct)
 			}

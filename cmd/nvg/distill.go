@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
@@ -180,7 +181,7 @@ func runDistill(args []string) error {
 		if err := tc.Validate(); err != nil { // what no flag sets (a --config file's min_lr_frac)
 			return usagef("%v", err)
 		}
-		if _, err := cmf.ParsePathMode(s.Paths); err != nil {
+		if _, err := compress.ParsePathMode(s.Paths); err != nil {
 			return usagef("--%v", err)
 		}
 		tf, err := expandCorpus("train-files", s.TrainFiles)
@@ -264,11 +265,11 @@ func runDistill(args []string) error {
 }
 
 // distillCompressOptions are the compression options of the run s: the library defaults
-// (float64 products on the CPU, as cmf.CompressOptions' zero value) with its bits per weight,
+// (float64 products on the CPU, as compress.Options' zero value) with its bits per weight,
 // paths and seed (s.Paths already checked).
-func distillCompressOptions(s distillSettings) cmf.CompressOptions {
-	pm, _ := cmf.ParsePathMode(s.Paths)
-	return cmf.CompressOptions{BitsPerWeight: s.BPW, Paths: pm, Seed: s.Seed}
+func distillCompressOptions(s distillSettings) compress.Options {
+	pm, _ := compress.ParsePathMode(s.Paths)
+	return compress.Options{BitsPerWeight: s.BPW, Paths: pm, Seed: s.Seed}
 }
 
 // writeDistillSettings writes s as out's distill.json (atomically).
@@ -493,12 +494,12 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 
 	// Compression, unless the run's compressed student is reused (checked by loadResumePoint).
 	var studentModel *cmf.Model
-	var reports []cmf.TensorReport
+	var reports []compress.TensorReport
 	if reuse {
 		reports = res.reports
 		fmt.Fprintf(os.Stderr, "student: reusing %s (size and SHA-256 match the checkpoint; no compression)\n", filepath.Join(out, compressedStudentFile))
 	} else {
-		pm, err := cmf.ParsePathMode(s.Paths)
+		pm, err := compress.ParsePathMode(s.Paths)
 		if err != nil {
 			return usagef("--%v", err)
 		}
@@ -506,16 +507,16 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 		bar := nvgkit.NewProgress(os.Stderr, "compress")
 		var barMu sync.Mutex
 		t0 = time.Now()
-		// cmf.Compress cannot be cancelled: it runs in a goroutine that an interrupt leaves behind
+		// compress.Model cannot be cancelled: it runs in a goroutine that an interrupt leaves behind
 		// (the process ends right after; the teacher stays open for it).
 		type compressed struct {
 			m   *cmf.Model
-			r   []cmf.TensorReport
+			r   []compress.TensorReport
 			err error
 		}
 		done := make(chan compressed, 1)
 		go func() {
-			m, r, err := nvgkit.CompressProgress(teacherModel, distillCompressOptions(s),
+			m, r, err := compress.Model(teacherModel, distillCompressOptions(s),
 				func(done, total int, name string) {
 					barMu.Lock()
 					defer barMu.Unlock()
@@ -542,7 +543,7 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 		if err != nil {
 			return err
 		}
-		bpwGot := cmf.OverallBitsPerWeight(reports)
+		bpwGot := compress.OverallBitsPerWeight(reports)
 		fmt.Fprintf(os.Stderr, "compressed %d tensors to %.4f bits/weight (%.1fs)\n", len(reports), bpwGot, time.Since(t0).Seconds())
 		bpwMissWarning(s.BPW, bpwGot)
 		// The student is trained from the file (a new run and its resume read the same bytes).
@@ -552,7 +553,7 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 		}
 		studentFile = &digest
 	}
-	bpwGot := cmf.OverallBitsPerWeight(reports)
+	bpwGot := compress.OverallBitsPerWeight(reports)
 	studentModel, err = cmf.Open(filepath.Join(out, compressedStudentFile))
 	if err != nil {
 		return err
@@ -692,7 +693,7 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 // writeDistillPlots writes training.png, grad_norms.png, metric_hist.png and
 // reconstruction.png into out.
 // The training curves are drawn from the run's metrics.jsonl (all sessions of a resumed run).
-func writeDistillPlots(out string, tr *nvgkit.Trainer, student *nvgkit.Net, reports []cmf.TensorReport) error {
+func writeDistillPlots(out string, tr *nvgkit.Trainer, student *nvgkit.Net, reports []compress.TensorReport) error {
 	recs, _, err := nvgkit.ReadMetrics(filepath.Join(out, nvgkit.MetricsFile))
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"reflect"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -23,8 +24,8 @@ const (
 // compressionRecord is compression.json: the compressed student's digest and the per-tensor
 // compression reports (for the bits per weight and the reconstruction plot of a resumed run).
 type compressionRecord struct {
-	Student nvgkit.FileDigest  `json:"student"`
-	Reports []cmf.TensorReport `json:"reports"`
+	Student nvgkit.FileDigest       `json:"student"`
+	Reports []compress.TensorReport `json:"reports"`
 }
 
 // resumePoint is what --resume checked before any work: the checkpoint to continue from and,
@@ -33,7 +34,7 @@ type compressionRecord struct {
 type resumePoint struct {
 	ck      *nvgkit.Checkpoint
 	path    string
-	reports []cmf.TensorReport
+	reports []compress.TensorReport
 }
 
 // hasCheckpoint reports whether dir holds a checkpoint file (valid or not).
@@ -93,7 +94,7 @@ func loadResumePoint(out string, s distillSettings) (*resumePoint, error) {
 // reports to out/compression.json (atomically) and returns the student file's digest. For
 // a resumed run (res not nil) whose checkpoint records a student, the new file must be that
 // one (compression is deterministic for the run's settings): an error says so otherwise.
-func saveCompressedStudent(out string, m *cmf.Model, reports []cmf.TensorReport, res *resumePoint) (nvgkit.FileDigest, error) {
+func saveCompressedStudent(out string, m *cmf.Model, reports []compress.TensorReport, res *resumePoint) (nvgkit.FileDigest, error) {
 	path := filepath.Join(out, compressedStudentFile)
 	if err := cmf.WriteCMF(path, m); err != nil {
 		return nvgkit.FileDigest{}, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu/gputest"
 )
 
@@ -27,7 +28,7 @@ func TestTraceStudent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	sm, _, err := cmf.Compress(m, cmf.CompressOptions{BitsPerWeight: 1, Seed: 3, SVD: cmf.SVDOptions{PowerIters: -1}}, nil)
+	sm, _, err := compress.Model(m, compress.Options{BitsPerWeight: 1, Seed: 3, SVD: compress.SVDOptions{PowerIters: -1}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

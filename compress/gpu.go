@@ -1,4 +1,4 @@
-package nvgkit
+package compress
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"github.com/nvg-project/nvg/gpu"
 )
 
-// GPUProducts are cmf.Products on a WebGPU device: the large products of the compressor
+// GPUProducts are Products on a WebGPU device: the large products of the compressor
 // (the randomised SVD's sketch Y = W·Ω, the power iterations' W·Z and Wᵀ·Q, the projection
 // Wᵀ·Q, U = Q·U_B, and each BLR path's reconstruction) run as gpu.MatMul in float32
 // (products and sums in f32, in K order), while the small dense parts (QR, the ℓ×n SVD,
@@ -20,9 +20,9 @@ import (
 // (Wᵀ·X sums the blocks' partial products on the host, in block order, in float64).
 //
 // Results are deterministic for a given device and differ from CPUProducts' float64 ones by
-// f32 rounding (relative ~1e-6 per product); see cmf.CompressOptions.Products for what that
+// f32 rounding (relative ~1e-6 per product); see Options.Products for what that
 // means for the compressed model. GPUProducts serialise their use of the device, so one
-// value may serve all of Compress's workers (the CPU parts of other tensors overlap with
+// value may serve all of Model's workers (the CPU parts of other tensors overlap with
 // the GPU products), but nothing else may drive the same device meanwhile (gpu.Device is
 // driven by one goroutine at a time).
 type GPUProducts struct {
@@ -35,7 +35,7 @@ type GPUProducts struct {
 // NewGPUProducts returns the products on d. Errors: a nil device.
 func NewGPUProducts(d *gpu.Device) (*GPUProducts, error) {
 	if d == nil {
-		return nil, errors.New("nvgkit.NewGPUProducts: nil device")
+		return nil, errors.New("compress.NewGPUProducts: nil device")
 	}
 	return &GPUProducts{d: d}, nil
 }
@@ -51,9 +51,9 @@ func (g *GPUProducts) bindingLimit() uint64 {
 }
 
 // Bind uploads the row-major m×n matrix w to the device as f32 row blocks (see
-// cmf.Products.Bind). Errors: len(w) ≠ m·n, m or n < 1, a single row larger than a storage
+// Products.Bind). Errors: len(w) ≠ m·n, m or n < 1, a single row larger than a storage
 // binding, an entry beyond the float32 range, or an upload failure (out of device memory).
-func (g *GPUProducts) Bind(w []float64, m, n int) (cmf.BoundProducts, error) {
+func (g *GPUProducts) Bind(w []float64, m, n int) (BoundProducts, error) {
 	if g == nil || g.d == nil {
 		return nil, errors.New("gpu products: nil device (use NewGPUProducts)")
 	}
@@ -93,7 +93,7 @@ func (g *GPUProducts) Bind(w []float64, m, n int) (cmf.BoundProducts, error) {
 	return b, nil
 }
 
-// Mul sets dst = a·b on the device (see cmf.Products.Mul): b (k×n) is uploaded once, a in
+// Mul sets dst = a·b on the device (see Products.Mul): b (k×n) is uploaded once, a in
 // row blocks that, like their products, fit one storage binding; one MatMul per block.
 // Errors: bad sizes or lengths, b larger than one binding, or the device's.
 func (g *GPUProducts) Mul(dst, a, b []float64, m, k, n int) error {
@@ -288,17 +288,17 @@ func (b *gpuBound) release() {
 	b.blocks = nil
 }
 
-// CompressOn is CompressProgress with the randomised SVDs' large products on the device d
-// (GPUProducts) when d is non-nil, and on the CPU (gonum, float64) when d is nil; progress
-// may be nil. In a notebook: student, reports, err := nvgkit.CompressOn(dev, teacher,
-// cmf.CompressOptions{}, nil). The student is deterministic for a given opt.Seed and device;
-// against the CPU path it has the same ranks and bits per weight, and relative errors that
-// agree to well within 1e-3 (cmf.CompressOptions.Products). Errors: those of
-// CompressProgress, or both d and opt.Products set.
-func CompressOn(d *gpu.Device, teacher *cmf.Model, opt cmf.CompressOptions, progress func(done, total int, name string)) (*cmf.Model, []cmf.TensorReport, error) {
+// ModelOn is Model with the randomised SVDs' large products on the device d (GPUProducts)
+// when d is non-nil, and as opt.Products says (default CPUProducts{}: gonum, float64) when d
+// is nil; progress may be nil. In a notebook: student, reports, err :=
+// compress.ModelOn(dev, teacher, compress.Options{}, nil). The student is deterministic for
+// a given opt.Seed and device; against the CPU path it has the same ranks and bits per
+// weight, and relative errors that agree to well within 1e-3 (Options.Products). Errors:
+// those of Model, or both d and opt.Products set.
+func ModelOn(d *gpu.Device, teacher *cmf.Model, opt Options, progress func(done, total int, name string)) (*cmf.Model, []TensorReport, error) {
 	if d != nil {
 		if opt.Products != nil {
-			return nil, nil, errors.New("nvgkit.CompressOn: both a device and opt.Products given")
+			return nil, nil, errors.New("compress.ModelOn: both a device and opt.Products given")
 		}
 		p, err := NewGPUProducts(d)
 		if err != nil {
@@ -306,5 +306,5 @@ func CompressOn(d *gpu.Device, teacher *cmf.Model, opt cmf.CompressOptions, prog
 		}
 		opt.Products = p
 	}
-	return CompressProgress(teacher, opt, progress)
+	return Model(teacher, opt, progress)
 }

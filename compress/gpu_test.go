@@ -1,9 +1,8 @@
-package nvgkit
+package compress
 
 import (
 	"bytes"
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -48,8 +47,8 @@ func TestGPUProductsMatchHost(t *testing.T) {
 			t.Fatalf("block rows %d: %d blocks, want %d", blockRows, got, want)
 		}
 		y, z := make([]float64, m*l), make([]float64, n*l)
-		checkProducts(t, fmt.Sprintf("gpu, block rows %d", blockRows), bp, w, xw, xt, y, z, m, n, l)
-		checkMul(t, fmt.Sprintf("gpu, block rows %d", blockRows), p, w, xw, m, n, l)
+		checkBoundAgainstHost(t, fmt.Sprintf("gpu, block rows %d", blockRows), bp, w, xw, xt, y, z, m, n, l)
+		checkMulAgainstHost(t, fmt.Sprintf("gpu, block rows %d", blockRows), p, w, xw, m, n, l)
 		// Bad lengths and use after Close are errors.
 		if err := bp.MulW(y[:1], xw, l); err == nil || !strings.Contains(err.Error(), "dst 1") {
 			t.Errorf("short dst: %v", err)
@@ -64,18 +63,18 @@ func TestGPUProductsMatchHost(t *testing.T) {
 			t.Errorf("after Close: %v", err)
 		}
 	}
-	// The float32 CPU products (cmf.CPUProducts{Float32: true}) satisfy the same bound.
+	// The float32 CPU products (CPUProducts{Float32: true}) satisfy the same bound.
 	p0, _ := NewGPUProducts(d)
-	bp, err := cmf.CPUProducts{Float32: true}.Bind(w, m, n)
+	bp, err := CPUProducts{Float32: true}.Bind(w, m, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkProducts(t, "cpu f32", bp, w, xw, xt, make([]float64, m*l), make([]float64, n*l), m, n, l)
-	checkMul(t, "cpu f32", cmf.CPUProducts{Float32: true}, w, xw, m, n, l)
+	checkBoundAgainstHost(t, "cpu f32", bp, w, xw, xt, make([]float64, m*l), make([]float64, n*l), m, n, l)
+	checkMulAgainstHost(t, "cpu f32", CPUProducts{Float32: true}, w, xw, m, n, l)
 	if err := p0.Mul(make([]float64, 3), w, xw, m, n, l); err == nil || !strings.Contains(err.Error(), "dst 3") {
 		t.Errorf("Mul, short dst: %v", err)
 	}
-	if _, err := (cmf.CPUProducts{Float32: true}).Bind([]float64{1e39}, 1, 1); err == nil || !strings.Contains(err.Error(), "beyond the float32 range") {
+	if _, err := (CPUProducts{Float32: true}).Bind([]float64{1e39}, 1, 1); err == nil || !strings.Contains(err.Error(), "beyond the float32 range") {
 		t.Errorf("cpu f32, 1e39: %v", err)
 	}
 	p, _ := NewGPUProducts(d)
@@ -90,9 +89,9 @@ func TestGPUProductsMatchHost(t *testing.T) {
 	}
 }
 
-// checkProducts checks y = W·xw and z = Wᵀ·xt from bp against float64 sums on the host,
+// checkBoundAgainstHost checks y = W·xw and z = Wᵀ·xt from bp against float64 sums on the host,
 // within 1e-5·Σ|terms| (f32 rounding of the inputs and of a sum of at most 37 terms).
-func checkProducts(t *testing.T, what string, bp cmf.BoundProducts, w, xw, xt, y, z []float64, m, n, l int) {
+func checkBoundAgainstHost(t *testing.T, what string, bp BoundProducts, w, xw, xt, y, z []float64, m, n, l int) {
 	t.Helper()
 	if err := bp.MulW(y, xw, l); err != nil {
 		t.Fatal(err)
@@ -126,9 +125,9 @@ func checkProducts(t *testing.T, what string, bp cmf.BoundProducts, w, xw, xt, y
 	}
 }
 
-// checkMul checks p.Mul(a, b) = W·xw (a = W m×n, b = xw n×l) against float64 sums,
+// checkMulAgainstHost checks p.Mul(a, b) = W·xw (a = W m×n, b = xw n×l) against float64 sums,
 // within 1e-5·Σ|terms| and not float64-exact.
-func checkMul(t *testing.T, what string, p cmf.Products, w, xw []float64, m, n, l int) {
+func checkMulAgainstHost(t *testing.T, what string, p Products, w, xw []float64, m, n, l int) {
 	t.Helper()
 	y := make([]float64, m*l)
 	if err := p.Mul(y, w, xw, m, n, l); err != nil {
@@ -148,18 +147,18 @@ func checkMul(t *testing.T, what string, p cmf.Products, w, xw []float64, m, n, 
 	}
 }
 
-// TestCompressOnGPUMatchesCPU compresses a small model (a 72×48 and a 48×64 linear, two
+// TestModelOnGPUMatchesCPU compresses a small model (a 72×48 and a 48×72 linear, two
 // bits per weight, paths auto so both paths' SVDs run) on the GPU and on the CPU: the ranks,
 // paths and bits per weight are identical, the relative errors agree within 1e-3 (also
 // for the float32 CPU products), and two GPU runs give byte-identical payloads.
-func TestCompressOnGPUMatchesCPU(t *testing.T) {
+func TestModelOnGPUMatchesCPU(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(7, 8))
-	m := cmf.NewModel(arch.Config{})
+	m := cmf.NewModel(smallConfig(t, 48, 72))
 	for _, s := range []struct {
 		name string
 		m, n int
-	}{{"model.layers.0.mlp.up_proj.weight", 72, 48}, {"model.layers.0.mlp.down_proj.weight", 48, 64}} {
+	}{{"model.layers.0.mlp.up_proj.weight", 72, 48}, {"model.layers.0.mlp.down_proj.weight", 48, 72}} {
 		v := make([]float64, s.m*s.n)
 		for i := range v {
 			// Decaying spectrum plus noise, like a trained weight.
@@ -171,22 +170,22 @@ func TestCompressOnGPUMatchesCPU(t *testing.T) {
 		}
 		m.Tensors[s.name] = tn
 	}
-	opt := cmf.CompressOptions{BitsPerWeight: 2, Seed: 11}
-	_, cpu, err := CompressOn(nil, m, opt, nil)
+	opt := Options{BitsPerWeight: 2, Seed: 11}
+	_, cpu, err := ModelOn(nil, m, opt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s1, gpu1, err := CompressOn(d, m, opt, nil)
+	s1, gpu1, err := ModelOn(d, m, opt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, _, err := CompressOn(d, m, opt, nil)
+	s2, _, err := ModelOn(d, m, opt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f32opt := opt
-	f32opt.Products = cmf.CPUProducts{Float32: true}
-	_, cpu32, err := CompressOn(nil, m, f32opt, nil)
+	f32opt.Products = CPUProducts{Float32: true}
+	_, cpu32, err := ModelOn(nil, m, f32opt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +211,7 @@ func TestCompressOnGPUMatchesCPU(t *testing.T) {
 		t.Logf("%s: rank %d, %d paths, %.4f bits/weight, rel.err gpu %.6f cpu %.6f cpu-f32 %.6f", c.Name, c.Rank, c.Paths, c.BitsPerWeight, g.RelErr, c.RelErr, cpu32[i].RelErr)
 	}
 	p, _ := NewGPUProducts(d)
-	if _, _, err := CompressOn(d, m, cmf.CompressOptions{Products: p}, nil); err == nil || !strings.Contains(err.Error(), "both a device and opt.Products") {
+	if _, _, err := ModelOn(d, m, Options{Products: p}, nil); err == nil || !strings.Contains(err.Error(), "both a device and opt.Products") {
 		t.Errorf("device and products: %v", err)
 	}
 }
@@ -221,7 +220,7 @@ func TestCompressOnGPUMatchesCPU(t *testing.T) {
 // of the GPU's cost) and the flops (2·m·n·l per product with W, 2·m·k·n per Mul) of
 // everything it computes.
 type timedProducts struct {
-	p     cmf.Products
+	p     Products
 	mu    sync.Mutex
 	dur   time.Duration
 	flops float64
@@ -229,7 +228,7 @@ type timedProducts struct {
 
 type timedBound struct {
 	t    *timedProducts
-	b    cmf.BoundProducts
+	b    BoundProducts
 	m, n int
 }
 
@@ -245,7 +244,7 @@ func (t *timedProducts) Mul(dst, a, b []float64, m, k, n int) error {
 	return t.p.Mul(dst, a, b, m, k, n)
 }
 
-func (t *timedProducts) Bind(w []float64, m, n int) (cmf.BoundProducts, error) {
+func (t *timedProducts) Bind(w []float64, m, n int) (BoundProducts, error) {
 	start := time.Now()
 	b, err := t.p.Bind(w, m, n)
 	t.add(start, 0)
@@ -289,11 +288,11 @@ var shapes08B = []struct{ m, n, count int }{
 func BenchmarkCompress08B(b *testing.B) {
 	kinds := []struct {
 		name string
-		prod func(b *testing.B) cmf.Products
+		prod func(b *testing.B) Products
 	}{
-		{"cpu", func(*testing.B) cmf.Products { return cmf.CPUProducts{} }},
-		{"cpu32", func(*testing.B) cmf.Products { return cmf.CPUProducts{Float32: true} }},
-		{"gpu", func(b *testing.B) cmf.Products {
+		{"cpu", func(*testing.B) Products { return CPUProducts{} }},
+		{"cpu32", func(*testing.B) Products { return CPUProducts{Float32: true} }},
+		{"gpu", func(b *testing.B) Products {
 			p, err := NewGPUProducts(gputest.Open(b))
 			if err != nil {
 				b.Fatal(err)
@@ -316,7 +315,7 @@ func BenchmarkCompress08B(b *testing.B) {
 				tp := &timedProducts{p: k.prod(b)}
 				w := weights(m, n)
 				start := time.Now()
-				_, relErr, err := cmf.CompressMatrix("bench.weight", w, m, n, cmf.CompressOptions{BitsPerWeight: 1, Products: tp})
+				_, relErr, err := Matrix("bench.weight", w, m, n, Options{BitsPerWeight: 1, Products: tp})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-package cmf
+package compress
 
 import (
 	"math"

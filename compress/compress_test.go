@@ -1,13 +1,15 @@
-package cmf
+package compress
 
 import (
 	"bytes"
-	"github.com/nvg-project/nvg/arch"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/nvg-project/nvg/arch"
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"gonum.org/v1/gonum/floats"
 )
 
@@ -54,26 +56,68 @@ func TestAllocateRanksByHand(t *testing.T) {
 	}
 }
 
-func TestCompressedKind(t *testing.T) {
+// tinyConfig is the embedded tiny teacher's config: layers 0–2 and 4–6 GatedDeltaNet, 3 and
+// 7 full attention.
+func tinyConfig(t testing.TB) arch.Config {
+	m, err := tinyteacher.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Config
+}
+
+// smallConfig is tinyConfig with hidden size h, intermediate size i and head_dim 8 (so a
+// full-attention k_proj is 16×h), for small hand-made models.
+func smallConfig(t testing.TB, h, i int) arch.Config {
+	c := tinyConfig(t)
+	c.HiddenSize, c.IntermediateSize, c.HeadDim = h, i, 8
+	return c
+}
+
+func TestKind(t *testing.T) {
 	for name, want := range map[string]string{
 		"model.layers.0.self_attn.q_proj.weight":        "q_proj",
 		"model.layers.12.self_attn.o_proj.weight":       "o_proj",
 		"model.layers.3.linear_attn.in_proj_qkv.weight": "in_proj_qkv",
-		"model.layers.3.linear_attn.in_proj_z.weight":   "in_proj_z",
-		"model.layers.3.linear_attn.out_proj.weight":    "out_proj",
 		"model.layers.7.mlp.down_proj.weight":           "down_proj",
-		"model.layers.3.linear_attn.in_proj_a.weight":   "",
-		"model.layers.3.linear_attn.in_proj_b.weight":   "",
-		"model.layers.3.linear_attn.conv1d.weight":      "",
 		"model.layers.3.linear_attn.A_log":              "",
-		"model.layers.3.self_attn.q_norm.weight":        "",
-		"model.embed_tokens.weight":                     "",
-		"lm_head.weight":                                "",
-		"model.layers.x.mlp.up_proj.weight":             "",
 		"model.layers.1.mlp.up_proj.weight.extra":       "",
+		"weight": "",
 	} {
-		if got := CompressedKind(name); got != want {
-			t.Errorf("CompressedKind(%q) = %q, want %q", name, got, want)
+		if got := Kind(name); got != want {
+			t.Errorf("Kind(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestBLRTensors checks which of the tiny teacher's tensors the compressor turns into BLR:
+// per GatedDeltaNet layer in_proj_qkv, in_proj_z, out_proj, per attention layer q, k, v and
+// o_proj, and every MLP projection: 6·3 + 2·4 + 8·3 = 50 tensors; in_proj_a/b, conv1d, the
+// decay parameters, norms and the embedding stay full precision.
+func TestBLRTensors(t *testing.T) {
+	blr := blrTensors(tinyConfig(t))
+	if len(blr) != 50 {
+		t.Errorf("%d BLR tensors, want 50", len(blr))
+	}
+	for name, want := range map[string]string{
+		"model.layers.3.self_attn.q_proj.weight":        "q_proj",
+		"model.layers.7.self_attn.o_proj.weight":        "o_proj",
+		"model.layers.0.linear_attn.in_proj_qkv.weight": "in_proj_qkv",
+		"model.layers.6.linear_attn.in_proj_z.weight":   "in_proj_z",
+		"model.layers.4.linear_attn.out_proj.weight":    "out_proj",
+		"model.layers.7.mlp.down_proj.weight":           "down_proj",
+		"model.layers.0.mlp.gate_proj.weight":           "gate_proj",
+		"model.layers.0.linear_attn.in_proj_a.weight":   "",
+		"model.layers.0.linear_attn.in_proj_b.weight":   "",
+		"model.layers.0.linear_attn.conv1d.weight":      "",
+		"model.layers.0.linear_attn.A_log":              "",
+		"model.layers.3.self_attn.q_norm.weight":        "",
+		"model.layers.0.self_attn.q_proj.weight":        "", // layer 0 is GatedDeltaNet
+		"model.layers.8.mlp.up_proj.weight":             "", // beyond the 8 layers
+		"model.embed_tokens.weight":                     "",
+	} {
+		if got := blr[name]; got != want {
+			t.Errorf("blrTensors[%q] = %q, want %q", name, got, want)
 		}
 	}
 }
@@ -109,7 +153,7 @@ func TestDualSVIDExactRank1(t *testing.T) {
 	if e := floats.Norm(d, 2) / floats.Norm(w, 2); e > 1e-6 {
 		t.Fatalf("f64 Dual-SVID relative error %g, want ≤ 1e-6", e)
 	}
-	opt, _ := CompressOptions{Paths: Paths1}.normalized()
+	opt, _ := Options{Paths: Paths1}.normalized()
 	bw, relErr, err := compressMatrixRanks("rank1", w, m, n, 8, 8, true, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +176,8 @@ func TestCompressMatrixTwoPathsHelp(t *testing.T) {
 	for i := range w {
 		w[i] = rng.NormFloat64()
 	}
-	opt1, _ := CompressOptions{Paths: Paths1}.normalized()
-	opt2, _ := CompressOptions{Paths: Paths2}.normalized()
+	opt1, _ := Options{Paths: Paths1}.normalized()
+	opt2, _ := Options{Paths: Paths2}.normalized()
 	one, e1, err := compressMatrixRanks("g", w, m, n, 32, 32, true, opt1)
 	if err != nil {
 		t.Fatal(err)
@@ -146,14 +190,14 @@ func TestCompressMatrixTwoPathsHelp(t *testing.T) {
 		t.Fatalf("paths %d/%d, errors %g (1 path) vs %g (2 paths)", len(one.Paths), len(two.Paths), e1, e2)
 	}
 	for _, c := range []struct {
-		bw *BLRWeight
+		bw *cmf.BLRWeight
 		e  float64
 	}{{one, e1}, {two, e2}} {
-		b, err := EncodeBLR(c.bw)
+		b, err := cmf.EncodeBLR(c.bw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec, err := DecodeBLR(b)
+		dec, err := cmf.DecodeBLR(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,18 +214,18 @@ func TestCompressMatrixErrors(t *testing.T) {
 	for _, c := range []struct {
 		w    []float64
 		m, n int
-		opt  CompressOptions
+		opt  Options
 		want string
 	}{
-		{w, 16, 12, CompressOptions{}, "n = 12 input features is not a multiple of 8"},
-		{w[:4*8], 4, 8, CompressOptions{}, "4×8 is too small"},
-		{w, 16, 16, CompressOptions{}, "192 values for a 16×16 matrix"},
-		{w[:128], 16, 8, CompressOptions{BitsPerWeight: -1}, "bits per weight -1"},
-		{w[:128], 16, 8, CompressOptions{BitsPerWeight: math.NaN()}, "bits per weight NaN"},
-		{w[:128], 16, 8, CompressOptions{Paths: 3}, "paths 3"},
-		{append(make([]float64, 127), math.NaN()), 16, 8, CompressOptions{}, "not finite"},
+		{w, 16, 12, Options{}, "n = 12 input features is not a multiple of 8"},
+		{w[:4*8], 4, 8, Options{}, "4×8 is too small"},
+		{w, 16, 16, Options{}, "192 values for a 16×16 matrix"},
+		{w[:128], 16, 8, Options{BitsPerWeight: -1}, "bits per weight -1"},
+		{w[:128], 16, 8, Options{BitsPerWeight: math.NaN()}, "bits per weight NaN"},
+		{w[:128], 16, 8, Options{Paths: 3}, "paths 3"},
+		{append(make([]float64, 127), math.NaN()), 16, 8, Options{}, "not finite"},
 	} {
-		if _, _, err := CompressMatrix("x.weight", c.w, c.m, c.n, c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, _, err := Matrix("x.weight", c.w, c.m, c.n, c.opt); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%d×%d %+v: %v, want %q", c.m, c.n, c.opt, err, c.want)
 		}
 	}
@@ -190,17 +234,17 @@ func TestCompressMatrixErrors(t *testing.T) {
 	}
 }
 
-// smallCompressModel is an in-memory model of the tiny teacher's config holding random weights for
-// a few tensors (not a complete model: Compress does not need one).
-func smallCompressModel(t *testing.T, rng *rand.Rand) *Model {
-	m := NewModel(arch.Config{})
+// smallCompressModel is an in-memory model of a small config (smallConfig(32, 48)) holding random
+// weights for a few tensors (not a complete model: Compress does not need one).
+func smallCompressModel(t *testing.T, rng *rand.Rand) *cmf.Model {
+	m := cmf.NewModel(smallConfig(t, 32, 48))
 	for _, s := range []struct {
 		name string
 		m, n int
 	}{
 		{"model.layers.0.mlp.up_proj.weight", 48, 32},
 		{"model.layers.0.mlp.down_proj.weight", 32, 48},
-		{"model.layers.1.self_attn.k_proj.weight", 16, 32},
+		{"model.layers.3.self_attn.k_proj.weight", 16, 32},
 		{"model.layers.1.linear_attn.in_proj_a.weight", 2, 32},
 		{"model.norm.weight", 1, 32},
 	} {
@@ -208,7 +252,7 @@ func smallCompressModel(t *testing.T, rng *rand.Rand) *Model {
 		for i := range v {
 			v[i] = 0.05 * rng.NormFloat64()
 		}
-		tn, err := NewFloatTensor(s.name, BF16, []int{s.m, s.n}, v)
+		tn, err := cmf.NewFloatTensor(s.name, cmf.BF16, []int{s.m, s.n}, v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,9 +263,9 @@ func smallCompressModel(t *testing.T, rng *rand.Rand) *Model {
 
 func TestCompressDeterministic(t *testing.T) {
 	teacher := smallCompressModel(t, rand.New(rand.NewPCG(51, 52)))
-	run := func(seed uint64, workers int) (*Model, []TensorReport) {
+	run := func(seed uint64, workers int) (*cmf.Model, []TensorReport) {
 		var calls []string
-		s, reps, err := Compress(teacher, CompressOptions{Seed: seed, Workers: workers}, func(done, total int, name string) {
+		s, reps, err := Model(teacher, Options{Seed: seed, Workers: workers}, func(done, total int, name string) {
 			if total != 3 || done != len(calls)+1 {
 				t.Errorf("progress(%d, %d, %s) after %d calls", done, total, name, len(calls))
 			}
@@ -256,25 +300,35 @@ func TestCompressDeterministic(t *testing.T) {
 			t.Errorf("%s is not shared with the teacher", name)
 		}
 	}
-	if ra[0].Name != "model.layers.0.mlp.down_proj.weight" || ra[0].Kind != "down_proj" || a.Tensors[ra[0].Name].DType != BLR {
+	if ra[0].Name != "model.layers.0.mlp.down_proj.weight" || ra[0].Kind != "down_proj" || a.Tensors[ra[0].Name].DType != cmf.BLR {
 		t.Errorf("first report %+v", ra[0])
 	}
 }
 
+// blrPayload is a valid 1×8 one-path BLR payload of rank 8.
+func blrPayload(t *testing.T) []byte {
+	one := []float32{1, 1, 1, 1, 1, 1, 1, 1}
+	b, err := cmf.EncodeBLR(&cmf.BLRWeight{M: 1, N: 8, Rank: 8, Paths: []cmf.BLRPath{{H: one[:1], G: one, L: one, U: []byte{0xff}, V: make([]byte, 8)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestCompressRejects(t *testing.T) {
 	m := smallCompressModel(t, rand.New(rand.NewPCG(1, 1)))
-	blr, _ := NewTensor("model.layers.0.mlp.up_proj.weight", BLR, []int{1, 8}, handPayload())
+	blr, _ := cmf.NewTensor("model.layers.0.mlp.up_proj.weight", cmf.BLR, []int{1, 8}, blrPayload(t))
 	m.Tensors[blr.Name] = blr
-	if _, _, err := Compress(m, CompressOptions{}, nil); err == nil || !strings.Contains(err.Error(), "model.layers.0.mlp.up_proj.weight is already BLR") {
+	if _, _, err := Model(m, Options{}, nil); err == nil || !strings.Contains(err.Error(), "model.layers.0.mlp.up_proj.weight is already BLR") {
 		t.Errorf("BLR input: %v", err)
 	}
 	m = smallCompressModel(t, rand.New(rand.NewPCG(1, 1)))
-	odd, _ := NewFloatTensor("model.layers.0.mlp.gate_proj.weight", F32, []int{16, 12}, make([]float64, 16*12))
+	odd, _ := cmf.NewFloatTensor("model.layers.0.mlp.gate_proj.weight", cmf.F32, []int{16, 12}, make([]float64, 16*12))
 	m.Tensors[odd.Name] = odd
-	if _, _, err := Compress(m, CompressOptions{}, nil); err == nil || !strings.Contains(err.Error(), "gate_proj.weight: shape [16 12] cannot be BLR") {
+	if _, _, err := Model(m, Options{}, nil); err == nil || !strings.Contains(err.Error(), "gate_proj.weight: shape [16 12] cannot be BLR") {
 		t.Errorf("n = 12: %v", err)
 	}
-	if _, _, err := Compress(m, CompressOptions{Workers: -1}, nil); err == nil || !strings.Contains(err.Error(), "workers -1") {
+	if _, _, err := Model(m, Options{Workers: -1}, nil); err == nil || !strings.Contains(err.Error(), "workers -1") {
 		t.Errorf("workers: %v", err)
 	}
 }
@@ -286,12 +340,12 @@ func TestCompressRejects(t *testing.T) {
 // rank, paths and bits, its reported relative error equal to the decoded payload's, the
 // other tensors shared.
 func TestCompressTinyTeacherBudget(t *testing.T) {
-	teacher, err := Open("tinyteacher/model")
+	teacher, err := tinyteacher.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer teacher.Close()
-	student, reps, err := Compress(teacher, CompressOptions{BitsPerWeight: 1, SVD: SVDOptions{PowerIters: -1}}, nil)
+	student, reps, err := Model(teacher, Options{BitsPerWeight: 1, SVD: SVDOptions{PowerIters: -1}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +355,7 @@ func TestCompressTinyTeacherBudget(t *testing.T) {
 	var bits, weights float64
 	for _, r := range reps {
 		st := student.Tensors[r.Name]
-		w, err := BLRFromTensor(st)
+		w, err := cmf.BLRFromTensor(st)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -345,7 +399,7 @@ func benchCompress(b *testing.B, m, n int) {
 			var relErr float64
 			for b.Loop() {
 				var err error
-				if _, relErr, err = CompressMatrix("bench.weight", w, m, n, CompressOptions{BitsPerWeight: 1, Paths: pm}); err != nil {
+				if _, relErr, err = Matrix("bench.weight", w, m, n, Options{BitsPerWeight: 1, Paths: pm}); err != nil {
 					b.Fatal(err)
 				}
 			}

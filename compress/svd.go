@@ -1,4 +1,4 @@
-package cmf
+package compress
 
 import (
 	"fmt"
@@ -51,8 +51,9 @@ type TruncatedSVD struct {
 // range), where basis is P·L of an LU factorisation except for the last one, an
 // orthonormal Q (§4.5's cheaper intermediate normalisation), then the SVD of the small ℓ×n matrix B = Qᵀ·A (gonum/LAPACK Dgesvd), U = Q·U_B.
 // Orthonormalisation is Householder QR (Dgeqrf + Dorgqr). Products use gonum's blocked,
-// parallel Dgemm (CPUProducts; CompressOptions.Products moves the large ones elsewhere). The result depends only on a and the random stream rng (for a fixed
-// GOMAXPROCS-independent Dgemm, as gonum's is). a is not modified.
+// parallel Dgemm (CPUProducts; Options.Products moves the large ones elsewhere). The result
+// depends only on a and the random stream rng (for a fixed GOMAXPROCS-independent Dgemm,
+// as gonum's is). a is not modified.
 //
 // Errors: m or n < 1, len(a) ≠ m·n, k outside [1, min(m, n)], a non-finite entry of a, or a
 // failed LAPACK SVD.
@@ -67,8 +68,8 @@ func RandomizedSVD(a []float64, m, n, k int, opt SVDOptions, rng *rand.Rand) (*T
 // from the weight to form the residual and the reported error). Bind prepares one matrix
 // (a tensor, or the residual of its first BLR path). The rest (QR, the ℓ×n SVD, the
 // Dual-SVID sign and rank-1 steps) stays on the CPU in float64. CPUProducts (gonum,
-// float64) is the default; nvgkit.GPUProducts runs them on a WebGPU device in float32. An
-// implementation must be safe for concurrent use: Compress runs one tensor per worker.
+// float64) is the default; GPUProducts runs them on a WebGPU device in float32. An
+// implementation must be safe for concurrent use: Model runs one tensor per worker.
 type Products interface {
 	// Mul sets dst = a·b: a row-major m×k, b row-major k×n, dst row-major m×n
 	// (overwritten). Errors: a size < 1, lengths that disagree with the sizes, or the
@@ -94,7 +95,7 @@ type BoundProducts interface {
 }
 
 // CPUProducts are Products on the CPU with gonum's blocked, parallel GEMM; the zero value
-// is the default of CompressOptions. The result does not depend on GOMAXPROCS.
+// is the default of Options. The result does not depend on GOMAXPROCS.
 type CPUProducts struct {
 	// Float32 selects float32 products (Sgemm on float32 copies of W and of Wᵀ made by
 	// Bind, m·n·8 bytes more memory per bound matrix; x and the results are rounded
@@ -102,7 +103,7 @@ type CPUProducts struct {
 	// kernels use twice the SIMD lanes, and Wᵀ·x runs as a plain product on the stored
 	// Wᵀ). The relative rounding of the products, ~1e-6, is far below what the random
 	// sketch itself varies, so the compressed model's relative errors stay within ~1e-4
-	// of the float64 ones (the same arithmetic as nvgkit.GPUProducts). False: Dgemm in
+	// of the float64 ones (the same arithmetic as GPUProducts). False: Dgemm in
 	// float64 on the bound matrix itself (Bind copies nothing).
 	Float32 bool
 }

@@ -1,15 +1,17 @@
-package cmf
+package compress
 
 import (
 	"fmt"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
-	"regexp"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 
+	"github.com/nvg-project/nvg/arch"
+	"github.com/nvg-project/nvg/cmf"
 	"github.com/x448/float16"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -53,9 +55,9 @@ func ParsePathMode(s string) (PathMode, error) {
 	return 0, fmt.Errorf("paths %q: want auto, 1 or 2", s)
 }
 
-// CompressOptions configure Compress and CompressMatrix. The zero value is valid: 1.0 bit
+// Options configure Model and Matrix. The zero value is valid: 1.0 bit
 // per weight, paths auto, seed 0, the SVDOptions defaults, GOMAXPROCS workers.
-type CompressOptions struct {
+type Options struct {
 	// BitsPerWeight is the target storage cost of every compressed linear,
 	// 8·len(payload)/(m·n) (DESIGN.md §4); 0 means 1.0. Must be finite and in (0, 32].
 	BitsPerWeight float64
@@ -72,7 +74,7 @@ type CompressOptions struct {
 	// Products computes the large products of the compressor (every randomised SVD's
 	// sketch, power iterations, projection and U, and every path's reconstruction; see
 	// Products); nil means CPUProducts{} (gonum, float64).
-	// With another implementation (nvgkit.GPUProducts: float32 on a GPU) the output is still
+	// With another implementation (GPUProducts: float32 on a GPU) the output is still
 	// deterministic for a given Seed on a given device, but not bit-identical to the CPU
 	// path's: the sketch and the sign pattern of near-zero SVD factors shift with the
 	// rounding, while ranks, paths budgets and bits per weight are the same and the relative
@@ -80,7 +82,7 @@ type CompressOptions struct {
 	Products Products
 }
 
-func (o CompressOptions) normalized() (CompressOptions, error) {
+func (o Options) normalized() (Options, error) {
 	if o.BitsPerWeight == 0 {
 		o.BitsPerWeight = 1
 	}
@@ -127,38 +129,46 @@ func OverallBitsPerWeight(reports []TensorReport) float64 {
 	return bits / weights
 }
 
-// compressedRE matches the linears Compress turns into BLR (DESIGN.md §5): every large
-// projection of every decoder layer. Embedding, head, norms, conv1d, A_log, dt_bias and
-// in_proj_a/b stay full precision.
-var compressedRE = regexp.MustCompile(`^model\.layers\.\d+\.(?:self_attn\.(q_proj|k_proj|v_proj|o_proj)|linear_attn\.(in_proj_qkv|in_proj_z|out_proj)|mlp\.(gate_proj|up_proj|down_proj))\.weight$`)
-
-// CompressedKind returns the kind of linear (for example "gate_proj") when Compress turns
-// the tensor of that HF name into BLR, and "" when it stays full precision.
-func CompressedKind(name string) string {
-	s := compressedRE.FindStringSubmatch(name)
-	for _, k := range s[min(1, len(s)):] {
-		if k != "" {
-			return k
-		}
+// Kind is the kind of linear a compressed tensor is, as TensorReport.Kind gives it: its
+// module's name, the last component of the checkpoint name before ".weight" ("gate_proj"
+// for "model.layers.0.mlp.gate_proj.weight"), "" for a name that does not end in ".weight"
+// after a module. Which tensors are compressed is the architecture's to say
+// (arch.Tensor.BLR), not the name's.
+func Kind(name string) string {
+	mod, ok := strings.CutSuffix(name, ".weight")
+	if !ok {
+		return ""
 	}
-	return ""
+	return mod[strings.LastIndexByte(mod, '.')+1:]
 }
 
-// BLRRank returns the rank Compress uses for an m×n weight with the given number of
+// blrTensors returns the kind (Kind) of every tensor of cfg's architecture that the student
+// stores as BLR (arch.Tensor.BLR): the decoder layers' projections except in_proj_a/b.
+func blrTensors(cfg arch.Config) map[string]string {
+	kinds := map[string]string{}
+	for _, t := range cfg.Layout().Tensors() {
+		if t.BLR {
+			kinds[t.Name] = Kind(t.Name)
+		}
+	}
+	return kinds
+}
+
+// BLRRank returns the rank Model and Matrix use for an m×n weight with the given number of
 // paths at a budget of bpw bits per weight: the largest multiple of 8 whose payload
-// (BLRPayloadSize) stays within bpw·m·n/8 bytes, at least 8, and at most min(m, n) rounded
+// (cmf.BLRPayloadSize) stays within bpw·m·n/8 bytes, at least 8, and at most min(m, n) rounded
 // down to a multiple of 8 (a truncated SVD has no further components). ok is false when no
 // rank ≥ 8 fits the budget (the rank returned is then 8). Arguments outside the domain
 // (paths not 1 or 2, m or n < 8, n not a multiple of 8, bpw NaN or ≤ 0) give 0, false.
 func BLRRank(bpw float64, paths, m, n int) (r int, ok bool) {
-	if paths < 1 || paths > BLRMaxPaths || m < 8 || n < 8 || n%8 != 0 || !(bpw > 0) {
+	if paths < 1 || paths > cmf.BLRMaxPaths || m < 8 || n < 8 || n%8 != 0 || !(bpw > 0) {
 		return 0, false
 	}
 	capR := min(m, n) / 8 * 8
-	fits := func(r int) bool { return BLRBitsPerWeight(paths, r, m, n) <= bpw }
+	fits := func(r int) bool { return cmf.BLRBitsPerWeight(paths, r, m, n) <= bpw }
 	// payload(r) = 16 + P·(2m + 2n) + r·P·(2 + m/8 + n/8) is linear in r: start from the
 	// real-valued solution, then step to the exact largest fitting multiple of 8.
-	fixed := float64(BLRHeaderSize + paths*(2*m+2*n))
+	fixed := float64(cmf.BLRHeaderSize + paths*(2*m+2*n))
 	slope := float64(paths) * (2 + float64(m)/8 + float64(n)/8)
 	est := (bpw*float64(m)*float64(n)/8 - fixed) / slope
 	r = int(math.Max(0, math.Min(math.Floor(est/8)*8, float64(capR))))
@@ -174,7 +184,7 @@ func BLRRank(bpw float64, paths, m, n int) (r int, ok bool) {
 	return r, true
 }
 
-// CompressMatrix compresses the row-major m×n matrix w (m output, n input features, n a
+// Matrix compresses the row-major m×n matrix w (m output, n input features, n a
 // multiple of 8, min(m, n) ≥ 8) into a BLR weight at opt.BitsPerWeight, by Dual-SVID
 // (DESIGN.md §5, after LittleBit: Lee et al., "LittleBit: Ultra Low-Bit Quantization via
 // Latent Factorization", 2025): truncated SVD W ≈ U′ΣV′ᵀ at rank r (RandomizedSVD),
@@ -187,11 +197,11 @@ func BLRRank(bpw float64, paths, m, n int) (r int, ok bool) {
 // cannot fit the budget). Per path the three scale vectors are rebalanced to equal RMS (the
 // product is unchanged) and rounded to float16; Ŵ and the returned relative error
 // ‖W − Ŵ‖_F/‖W‖_F use the rounded values. name seeds the random stream (see
-// CompressOptions.Seed) and prefixes errors. w is not modified.
+// Options.Seed) and prefixes errors. w is not modified.
 //
 // Errors: a bad option, len(w) ≠ m·n, n not a multiple of 8, min(m, n) < 8, a non-finite
 // entry, or scales beyond the float16 range (|W| entries above ~6·10⁴).
-func CompressMatrix(name string, w []float64, m, n int, opt CompressOptions) (*BLRWeight, float64, error) {
+func Matrix(name string, w []float64, m, n int, opt Options) (*cmf.BLRWeight, float64, error) {
 	opt, err := opt.normalized()
 	if err != nil {
 		return nil, 0, err
@@ -210,10 +220,10 @@ func CompressMatrix(name string, w []float64, m, n int, opt CompressOptions) (*B
 	return compressMatrixRanks(name, w, m, n, r1, r2, ok2, opt)
 }
 
-// compressMatrixRanks is CompressMatrix at given ranks: r1 for one path, r2 for two (tried
+// compressMatrixRanks is Matrix at given ranks: r1 for one path, r2 for two (tried
 // in PathsAuto mode only when ok2, that is when two paths fit the budget). opt is
 // normalised and the shape checked.
-func compressMatrixRanks(name string, w []float64, m, n, r1, r2 int, ok2 bool, opt CompressOptions) (*BLRWeight, float64, error) {
+func compressMatrixRanks(name string, w []float64, m, n, r1, r2 int, ok2 bool, opt Options) (*cmf.BLRWeight, float64, error) {
 	rng := rand.New(rand.NewPCG(opt.Seed, nameHash(name)))
 	norm := floats.Norm(w, 2)
 	if opt.Paths == Paths2 {
@@ -259,7 +269,7 @@ func allocateRanks(shapes [][2]int, paths int, bpw float64) (ranks []int, ok []b
 	var total, budget float64 // bits
 	for i, s := range shapes {
 		ranks[i], ok[i] = BLRRank(bpw, paths, s[0], s[1])
-		total += 8 * float64(BLRPayloadSize(paths, ranks[i], s[0], s[1]))
+		total += 8 * float64(cmf.BLRPayloadSize(paths, ranks[i], s[0], s[1]))
 		budget += bpw * float64(s[0]) * float64(s[1])
 	}
 	for {
@@ -268,11 +278,11 @@ func allocateRanks(shapes [][2]int, paths int, bpw float64) (ranks []int, ok []b
 			if !ok[i] || ranks[i]+8 > min(s[0], s[1]) {
 				continue
 			}
-			step := 8 * float64(BLRPayloadSize(paths, ranks[i]+8, s[0], s[1])-BLRPayloadSize(paths, ranks[i], s[0], s[1]))
+			step := 8 * float64(cmf.BLRPayloadSize(paths, ranks[i]+8, s[0], s[1])-cmf.BLRPayloadSize(paths, ranks[i], s[0], s[1]))
 			if total+step > budget {
 				continue
 			}
-			if b := BLRBitsPerWeight(paths, ranks[i], s[0], s[1]); b < bestBPW {
+			if b := cmf.BLRBitsPerWeight(paths, ranks[i], s[0], s[1]); b < bestBPW {
 				best, bestBPW = i, b
 			}
 		}
@@ -280,7 +290,7 @@ func allocateRanks(shapes [][2]int, paths int, bpw float64) (ranks []int, ok []b
 			return ranks, ok
 		}
 		s := shapes[best]
-		total += 8 * float64(BLRPayloadSize(paths, ranks[best]+8, s[0], s[1])-BLRPayloadSize(paths, ranks[best], s[0], s[1]))
+		total += 8 * float64(cmf.BLRPayloadSize(paths, ranks[best]+8, s[0], s[1])-cmf.BLRPayloadSize(paths, ranks[best], s[0], s[1]))
 		ranks[best] += 8
 	}
 }
@@ -296,8 +306,8 @@ func nameHash(s string) uint64 {
 // from svd when it is non-nil (truncated to r) and from a fresh RandomizedSVD otherwise;
 // the second from a RandomizedSVD of the residual (both with opt.SVD and opt.Products).
 // norm is ‖w‖_F.
-func compressPaths(w []float64, m, n, r, paths int, svd *TruncatedSVD, norm float64, rng *rand.Rand, opt CompressOptions) (*BLRWeight, float64, error) {
-	bw := &BLRWeight{M: m, N: n, Rank: r}
+func compressPaths(w []float64, m, n, r, paths int, svd *TruncatedSVD, norm float64, rng *rand.Rand, opt Options) (*cmf.BLRWeight, float64, error) {
+	bw := &cmf.BLRWeight{M: m, N: n, Rank: r}
 	resid := append([]float64(nil), w...)
 	prod := opt.Products
 	if prod == nil {
@@ -318,8 +328,8 @@ func compressPaths(w []float64, m, n, r, paths int, svd *TruncatedSVD, norm floa
 		}
 		bw.Paths = append(bw.Paths, q)
 		// resid −= Ŵ_p, from the stored (float16) scales.
-		one := &BLRWeight{M: m, N: n, Rank: r, Paths: []BLRPath{q}}
-		left, right := one.pathFactors(0)
+		one := &cmf.BLRWeight{M: m, N: n, Rank: r, Paths: []cmf.BLRPath{q}}
+		left, right := one.PathFactors(0)
 		if what == nil {
 			what = make([]float64, m*n)
 		}
@@ -343,7 +353,7 @@ type pathF64 struct {
 }
 
 // dualSVID is the Dual-SVID initialisation of one path from the first r components of svd
-// (see CompressMatrix), with the scales rebalanced to equal RMS.
+// (see Matrix), with the scales rebalanced to equal RMS.
 func dualSVID(svd *TruncatedSVD, r int) pathF64 {
 	m, n, k := svd.M, svd.N, svd.K
 	p := pathF64{m: m, n: n, r: r, u: make([]float64, m*r), v: make([]float64, r*n)}
@@ -465,18 +475,18 @@ func (p *pathF64) dense() []float64 {
 
 // toBLRPath rounds the scales to float16 and packs the signs. Errors: a scale beyond the
 // float16 range.
-func (p *pathF64) toBLRPath() (BLRPath, error) {
+func (p *pathF64) toBLRPath() (cmf.BLRPath, error) {
 	conv := func(name string, v []float64) ([]float32, error) {
 		out := make([]float32, len(v))
 		for i, x := range v {
-			if !(math.Abs(x) <= f16Max) {
+			if !(math.Abs(x) <= cmf.F16Max) {
 				return nil, fmt.Errorf("scale %s[%d] = %g is outside the float16 range", name, i, x)
 			}
 			out[i] = roundF16(x)
 		}
 		return out, nil
 	}
-	var q BLRPath
+	var q cmf.BLRPath
 	var err error
 	if q.H, err = conv("h", p.h); err != nil {
 		return q, err
@@ -487,13 +497,14 @@ func (p *pathF64) toBLRPath() (BLRPath, error) {
 	if q.L, err = conv("ℓ", p.l); err != nil {
 		return q, err
 	}
-	q.U = packSigns(p.u, p.m, p.r)
-	q.V = packSigns(p.v, p.r, p.n)
+	q.U = cmf.PackSigns(p.u, p.m, p.r)
+	q.V = cmf.PackSigns(p.v, p.r, p.n)
 	return q, nil
 }
 
-// Compress turns a teacher into a BLR student (DESIGN.md §5): every tensor CompressedKind
-// names becomes a BLR tensor of logical shape [m, n] made as by CompressMatrix, except that
+// Model turns a teacher into a BLR student (DESIGN.md §5): every tensor of the teacher
+// that its architecture stores as BLR (arch.Tensor.BLR: every large projection of every
+// decoder layer) becomes a BLR tensor of logical shape [m, n] made as by Matrix, except that
 // the ranks are allocated over all those tensors together (per path count: each tensor's
 // BLRRank, then steps of 8 to the tensors with the lowest bits per weight while the total
 // stays within opt.BitsPerWeight·Σ m·n), so the overall bits per weight (see
@@ -508,30 +519,35 @@ func (p *pathF64) toBLRPath() (BLRPath, error) {
 // compressed tensor with the number done, the total and the tensor's name, from one
 // goroutine at a time. Reports come back sorted by name.
 //
-// Errors, naming the tensor: a bad option, a compressed-kind tensor that is not a 2-D float
-// matrix (including one already BLR), or any CompressMatrix error.
-func Compress(m *Model, opt CompressOptions, progress func(done, total int, name string)) (*Model, []TensorReport, error) {
+// Errors, naming the tensor: a nil teacher, an invalid config (arch.Config.Validate), a bad
+// option, a BLR tensor that is not a 2-D float matrix (including one already BLR), or any
+// Matrix error.
+func Model(m *cmf.Model, opt Options, progress func(done, total int, name string)) (*cmf.Model, []TensorReport, error) {
 	if m == nil {
-		return nil, nil, fmt.Errorf("compress: nil model")
+		return nil, nil, fmt.Errorf("compress: nil teacher")
+	}
+	if err := m.Config.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("compress: %w", err)
 	}
 	opt, err := opt.normalized()
 	if err != nil {
 		return nil, nil, err
 	}
-	out := NewModel(m.Config)
+	out := cmf.NewModel(m.Config)
 	type job struct {
-		t    *Tensor
+		t    *cmf.Tensor
 		kind string
 	}
 	var jobs []job
+	blr := blrTensors(m.Config)
 	for _, name := range m.Names() {
 		t := m.Tensors[name]
-		kind := CompressedKind(name)
-		if kind == "" {
+		kind, ok := blr[name]
+		if !ok {
 			out.Tensors[name] = t
 			continue
 		}
-		if t.DType == BLR {
+		if t.DType == cmf.BLR {
 			return nil, nil, fmt.Errorf("compress: tensor %s is already BLR: compress a full-precision teacher", name)
 		}
 		if !t.DType.Float() || len(t.Shape) != 2 {
@@ -552,7 +568,7 @@ func Compress(m *Model, opt CompressOptions, progress func(done, total int, name
 	ranks2, ok2 := allocateRanks(shapes, 2, opt.BitsPerWeight)
 
 	reports := make([]TensorReport, len(jobs))
-	results := make([]*Tensor, len(jobs))
+	results := make([]*cmf.Tensor, len(jobs))
 	var (
 		mu       sync.Mutex
 		done     int
@@ -603,7 +619,7 @@ func Compress(m *Model, opt CompressOptions, progress func(done, total int, name
 	return out, reports, nil
 }
 
-func compressTensor(t *Tensor, kind string, r1, r2 int, ok2 bool, opt CompressOptions) (TensorReport, *Tensor, error) {
+func compressTensor(t *cmf.Tensor, kind string, r1, r2 int, ok2 bool, opt Options) (TensorReport, *cmf.Tensor, error) {
 	w, err := t.Float64()
 	if err != nil {
 		return TensorReport{}, nil, err
@@ -616,11 +632,11 @@ func compressTensor(t *Tensor, kind string, r1, r2 int, ok2 bool, opt CompressOp
 	if err != nil {
 		return TensorReport{}, nil, err
 	}
-	payload, err := EncodeBLR(bw)
+	payload, err := cmf.EncodeBLR(bw)
 	if err != nil {
 		return TensorReport{}, nil, fmt.Errorf("compress %s: %w", t.Name, err)
 	}
-	bt, err := NewTensor(t.Name, BLR, []int{m, n}, payload)
+	bt, err := cmf.NewTensor(t.Name, cmf.BLR, []int{m, n}, payload)
 	if err != nil {
 		return TensorReport{}, nil, err
 	}

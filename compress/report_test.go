@@ -1,17 +1,17 @@
-package nvgkit
+package compress
 
 import (
-	"github.com/nvg-project/nvg/arch"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 )
 
 func TestSummarizeByKindByHand(t *testing.T) {
-	reps := []cmf.TensorReport{
+	reps := []TensorReport{
 		{Name: "a", Kind: "up_proj", Shape: []int{8, 8}, Paths: 1, BitsPerWeight: 1, RelErr: 0.5},
 		{Name: "b", Kind: "up_proj", Shape: []int{8, 24}, Paths: 2, BitsPerWeight: 2, RelErr: 0.7},
 		{Name: "c", Kind: "k_proj", Shape: []int{8, 8}, Paths: 1, BitsPerWeight: 3, RelErr: 0.1},
@@ -24,7 +24,7 @@ func TestSummarizeByKindByHand(t *testing.T) {
 		t.Fatalf("%+v", s)
 	}
 	var b strings.Builder
-	if err := WriteCompressTable(&b, reps); err != nil {
+	if err := WriteTable(&b, reps); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"8×24", "up_proj             2         1     1.7500         0.6000    0.7000", "overall: 3 tensors, 2.0000 bits/weight"} {
@@ -35,11 +35,14 @@ func TestSummarizeByKindByHand(t *testing.T) {
 }
 
 func TestCompressSmallModel(t *testing.T) {
-	if _, _, err := Compress(nil, cmf.CompressOptions{}); err == nil || !strings.Contains(err.Error(), "nil teacher") {
+	if _, _, err := Model(nil, Options{}, nil); err == nil || !strings.Contains(err.Error(), "nil teacher") {
 		t.Fatalf("nil teacher: %v", err)
 	}
+	if _, _, err := Model(cmf.NewModel(arch.Config{}), Options{}, nil); err == nil || !strings.Contains(err.Error(), "compress: ") {
+		t.Fatalf("invalid config: %v", err)
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	m := cmf.NewModel(arch.Config{})
+	m := cmf.NewModel(smallConfig(t, 32, 64))
 	v := make([]float64, 64*32)
 	for i := range v {
 		v[i] = rng.NormFloat64()
@@ -47,7 +50,7 @@ func TestCompressSmallModel(t *testing.T) {
 	up, _ := cmf.NewFloatTensor("model.layers.0.mlp.up_proj.weight", cmf.F32, []int{64, 32}, v)
 	norm, _ := cmf.NewFloatTensor("model.norm.weight", cmf.F32, []int{32}, v[:32])
 	m.Tensors[up.Name], m.Tensors[norm.Name] = up, norm
-	s, reps, err := Compress(m, cmf.CompressOptions{BitsPerWeight: 2, Paths: cmf.Paths1})
+	s, reps, err := Model(m, Options{BitsPerWeight: 2, Paths: Paths1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,64 @@
+package compress
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// KindSummary aggregates the compression reports of one kind of linear (for example
+// "gate_proj") over all layers.
+type KindSummary struct {
+	Kind          string  `json:"kind"`
+	Tensors       int     `json:"tensors"`
+	TwoPath       int     `json:"two_path"`        // tensors that got 2 paths
+	BitsPerWeight float64 `json:"bits_per_weight"` // Σ bits / Σ weights over the kind
+	// MeanRelErr is the mean over the kind's tensors of ‖W−Ŵ‖_F/‖W‖_F; MaxRelErr the largest.
+	MeanRelErr float64 `json:"mean_rel_err"`
+	MaxRelErr  float64 `json:"max_rel_err"`
+}
+
+// SummarizeByKind groups reports by Kind, sorted by kind name.
+func SummarizeByKind(reports []TensorReport) []KindSummary {
+	by := map[string][]TensorReport{}
+	for _, r := range reports {
+		by[r.Kind] = append(by[r.Kind], r)
+	}
+	out := make([]KindSummary, 0, len(by))
+	for kind, rs := range by {
+		s := KindSummary{Kind: kind, Tensors: len(rs), BitsPerWeight: OverallBitsPerWeight(rs)}
+		for _, r := range rs {
+			if r.Paths == 2 {
+				s.TwoPath++
+			}
+			s.MeanRelErr += r.RelErr / float64(len(rs))
+			s.MaxRelErr = max(s.MaxRelErr, r.RelErr)
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
+	return out
+}
+
+// WriteTable writes a plain-text table of reports to w: one row per tensor (name,
+// shape m×n, rank, paths, bits per weight, relative error), one per kind (SummarizeByKind),
+// and the overall bits per weight (OverallBitsPerWeight). It returns w's first error.
+func WriteTable(w io.Writer, reports []TensorReport) error {
+	var b strings.Builder
+	width := len("tensor")
+	for _, r := range reports {
+		width = max(width, len(r.Name))
+	}
+	fmt.Fprintf(&b, "%-*s  %11s  %5s  %5s  %9s  %8s\n", width, "tensor", "shape", "rank", "paths", "bits/w", "rel.err")
+	for _, r := range reports {
+		fmt.Fprintf(&b, "%-*s  %11s  %5d  %5d  %9.4f  %8.4f\n", width, r.Name, fmt.Sprintf("%d×%d", r.Shape[0], r.Shape[1]), r.Rank, r.Paths, r.BitsPerWeight, r.RelErr)
+	}
+	fmt.Fprintf(&b, "\n%-12s  %7s  %8s  %9s  %13s  %8s\n", "kind", "tensors", "2-path", "bits/w", "mean rel.err", "max")
+	for _, s := range SummarizeByKind(reports) {
+		fmt.Fprintf(&b, "%-12s  %7d  %8d  %9.4f  %13.4f  %8.4f\n", s.Kind, s.Tensors, s.TwoPath, s.BitsPerWeight, s.MeanRelErr, s.MaxRelErr)
+	}
+	fmt.Fprintf(&b, "\noverall: %d tensors, %.4f bits/weight\n", len(reports), OverallBitsPerWeight(reports))
+	_, err := io.WriteString(w, b.String())
+	return err
+}
