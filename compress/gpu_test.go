@@ -147,11 +147,11 @@ func checkMulAgainstHost(t *testing.T, what string, p Products, w, xw []float64,
 	}
 }
 
-// TestModelOnGPUMatchesCPU compresses a small model (a 72×48 and a 48×72 linear, two
+// TestCompressModelOnGPUMatchesCPU compresses a small model (a 72×48 and a 48×72 linear, two
 // bits per weight, paths auto so both paths' SVDs run) on the GPU and on the CPU: the ranks,
 // paths and bits per weight are identical, the relative errors agree within 1e-3 (also
 // for the float32 CPU products), and two GPU runs give byte-identical payloads.
-func TestModelOnGPUMatchesCPU(t *testing.T) {
+func TestCompressModelOnGPUMatchesCPU(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(7, 8))
 	m := cmf.NewModel(smallConfig(t, 48, 72))
