@@ -275,7 +275,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: rms_norm_eps must be in (0, 1), got %g", c.RMSNormEps)
 	}
 	// Real checkpoints have at most a few hundred layers; the bound keeps the per-layer
-	// tables (ExpectedShapes) of a hostile config small.
+	// tables (Config.Shapes, Config.Layout) of a hostile config small.
 	if c.NumHiddenLayers > maxLayers {
 		return fmt.Errorf("config: num_hidden_layers %d is implausibly large (> %d)", c.NumHiddenLayers, maxLayers)
 	}

@@ -30,7 +30,7 @@ func smallModel(t testing.TB) *Model {
 	}
 	m := NewModel(cfg)
 	rng := rand.New(rand.NewPCG(1, 2))
-	shapes := ExpectedShapes(cfg)
+	shapes := cfg.Shapes()
 	for _, n := range sortedKeys(shapes) {
 		shape := shapes[n]
 		var tt *Tensor
@@ -257,7 +257,7 @@ func FuzzParseConfig(f *testing.F) {
 		if !reflect.DeepEqual(c, c2) {
 			t.Fatalf("arch JSON round trip:\n%+v\n%+v", c, c2)
 		}
-		shapes := ExpectedShapes(c)
+		shapes := c.Shapes()
 		if _, ok := shapes["lm_head.weight"]; ok == c.TieWordEmbeddings {
 			t.Fatal("lm_head expected iff untied")
 		}

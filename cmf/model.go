@@ -6,7 +6,6 @@ import (
 	"github.com/nvg-project/nvg/arch"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 )
 
@@ -32,7 +31,7 @@ func NewModel(cfg arch.Config) *Model {
 
 // Set adds t to the model under t.Name, replacing any tensor of that name (a replaced
 // file-backed tensor stays readable until Close). If the name is one the architecture
-// defines (see ExpectedShapes), t's logical shape must be the expected one, and a BLR
+// defines (arch.Config.Shapes), t's logical shape must be the expected one, and a BLR
 // tensor is only allowed for a 2-D weight matrix. Errors name the tensor and both shapes.
 func (m *Model) Set(t *Tensor) error {
 	if t == nil {
@@ -41,7 +40,7 @@ func (m *Model) Set(t *Tensor) error {
 	if t.Name == "" {
 		return fmt.Errorf("%s: Set: tensor has no name", m.sourceName())
 	}
-	if want, ok := ExpectedShapes(m.Config)[t.Name]; ok {
+	if want, ok := m.Config.Shapes()[t.Name]; ok {
 		if err := checkShape(t, want); err != nil {
 			return fmt.Errorf("%s: %w", m.sourceName(), err)
 		}
@@ -93,71 +92,6 @@ func (m *Model) sourceName() string {
 	return m.Source
 }
 
-// ExpectedShapes returns every tensor the architecture cfg needs, by HF text name, with its
-// (logical) shape (row-major, PyTorch [out, in] for linear weights):
-//
-//	model.embed_tokens.weight              [vocab, H]
-//	model.norm.weight                      [H]
-//	lm_head.weight                         [vocab, H]   only when tie_word_embeddings is false
-//	model.layers.N.input_layernorm.weight  [H]
-//	model.layers.N.post_attention_layernorm.weight [H]
-//	model.layers.N.mlp.{gate,up}_proj.weight [I, H];  mlp.down_proj.weight [H, I]
-//
-// and per GatedDeltaNet layer (C = 2·Hk·dk + Hv·dv, K = linear_conv_kernel_dim)
-//
-//	linear_attn.in_proj_qkv.weight [C, H]     linear_attn.in_proj_z.weight [Hv·dv, H]
-//	linear_attn.in_proj_a.weight   [Hv, H]    linear_attn.in_proj_b.weight [Hv, H]
-//	linear_attn.conv1d.weight      [C, 1, K]  linear_attn.A_log [Hv]  linear_attn.dt_bias [Hv]
-//	linear_attn.norm.weight        [dv]       linear_attn.out_proj.weight [H, Hv·dv]
-//
-// or per full-attention layer (nh heads, nkv KV heads, hd head_dim; q_proj holds query and
-// gate interleaved per head, DESIGN.md §3)
-//
-//	self_attn.q_proj.weight [nh·hd·2, H]  self_attn.{k,v}_proj.weight [nkv·hd, H]
-//	self_attn.o_proj.weight [H, nh·hd]    self_attn.{q,k}_norm.weight [hd]
-//
-// cfg is assumed valid (arch.Config.Validate); the map is freshly allocated.
-func ExpectedShapes(cfg arch.Config) map[string][]int {
-	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
-	s := map[string][]int{
-		"model.embed_tokens.weight": {V, H},
-		"model.norm.weight":         {H},
-	}
-	if !cfg.TieWordEmbeddings {
-		s["lm_head.weight"] = []int{V, H}
-	}
-	for i := range cfg.LayerTypes {
-		p := "model.layers." + strconv.Itoa(i) + "."
-		s[p+"input_layernorm.weight"] = []int{H}
-		s[p+"post_attention_layernorm.weight"] = []int{H}
-		s[p+"mlp.gate_proj.weight"] = []int{I, H}
-		s[p+"mlp.up_proj.weight"] = []int{I, H}
-		s[p+"mlp.down_proj.weight"] = []int{H, I}
-		if cfg.IsFullAttention(i) {
-			nh, nkv, hd := cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim
-			s[p+"self_attn.q_proj.weight"] = []int{nh * hd * 2, H}
-			s[p+"self_attn.k_proj.weight"] = []int{nkv * hd, H}
-			s[p+"self_attn.v_proj.weight"] = []int{nkv * hd, H}
-			s[p+"self_attn.o_proj.weight"] = []int{H, nh * hd}
-			s[p+"self_attn.q_norm.weight"] = []int{hd}
-			s[p+"self_attn.k_norm.weight"] = []int{hd}
-		} else {
-			hk, hv, dk, dv := cfg.LinearNumKeyHeads, cfg.LinearNumValueHeads, cfg.LinearKeyHeadDim, cfg.LinearValueHeadDim
-			c := 2*hk*dk + hv*dv
-			s[p+"linear_attn.in_proj_qkv.weight"] = []int{c, H}
-			s[p+"linear_attn.in_proj_z.weight"] = []int{hv * dv, H}
-			s[p+"linear_attn.in_proj_a.weight"] = []int{hv, H}
-			s[p+"linear_attn.in_proj_b.weight"] = []int{hv, H}
-			s[p+"linear_attn.conv1d.weight"] = []int{c, 1, cfg.LinearConvKernelDim}
-			s[p+"linear_attn.A_log"] = []int{hv}
-			s[p+"linear_attn.dt_bias"] = []int{hv}
-			s[p+"linear_attn.norm.weight"] = []int{dv}
-			s[p+"linear_attn.out_proj.weight"] = []int{H, hv * dv}
-		}
-	}
-	return s
-}
-
 func checkShape(t *Tensor, want []int) error {
 	if !equalShape(t.Shape, want) {
 		return fmt.Errorf("tensor %s: shape %v, want %v", t.Name, t.Shape, want)
@@ -187,7 +121,7 @@ func equalShape(a, b []int) bool {
 }
 
 // Validate checks the model against its architecture: the config is valid
-// (arch.Config.Validate), every tensor of ExpectedShapes is present with that (logical) shape
+// (arch.Config.Validate), every tensor of m.Config.Shapes() is present with that (logical) shape
 // and a float or (for 2-D weights) BLR dtype, and there are no other tensors (a stray
 // tensor usually means a name-mapping mistake). All problems are reported, each naming the
 // tensor (and its file, when file-backed) and the expected and actual shape (at most 20,
@@ -196,7 +130,7 @@ func (m *Model) Validate() error {
 	if err := m.Config.Validate(); err != nil {
 		return fmt.Errorf("%s: %w", m.sourceName(), err)
 	}
-	want := ExpectedShapes(m.Config)
+	want := m.Config.Shapes()
 	var problems []string
 	names := make([]string, 0, len(want))
 	for n := range want {
@@ -271,30 +205,45 @@ func (p ParamCounts) TotalBytes() int64 {
 }
 
 // ParamCounts counts the model's parameters by tensor kind and its stored bytes by dtype.
-// It reads no tensor data.
+// The kind of a tensor is where its architecture (arch.Config.Layout) puts it; a tensor the
+// architecture does not name counts under Other. It reads no tensor data.
 func (m *Model) ParamCounts() ParamCounts {
 	p := ParamCounts{Bytes: map[DType]int64{}}
+	kind := p.byName(m.Config.Layout())
 	for name, t := range m.Tensors {
 		n, _ := numElements(t.Shape)
 		p.Bytes[t.DType] += t.NumBytes()
-		switch {
-		case name == "model.embed_tokens.weight":
-			p.Embedding += n
-		case name == "lm_head.weight":
-			p.Head += n
-		case name == "model.norm.weight" || strings.HasSuffix(name, "layernorm.weight") ||
-			strings.HasSuffix(name, ".q_norm.weight") || strings.HasSuffix(name, ".k_norm.weight") ||
-			strings.HasSuffix(name, ".linear_attn.norm.weight"):
-			p.Norms += n
-		case strings.Contains(name, ".self_attn."):
-			p.Attention += n
-		case strings.Contains(name, ".linear_attn."):
-			p.GatedDeltaNet += n
-		case strings.Contains(name, ".mlp."):
-			p.MLP += n
-		default:
+		if c, ok := kind[name]; ok {
+			*c += n
+		} else {
 			p.Other += n
 		}
 	}
 	return p
+}
+
+// byName maps every tensor name of l to the count of p it adds to: the RMSNorm gains
+// (arch.Norm) to Norms, the other tensors of a layer to its mixer's count or to MLP.
+func (p *ParamCounts) byName(l arch.Layout) map[string]*int64 {
+	kind := map[string]*int64{l.EmbedTokens.Name: &p.Embedding, l.Norm.Name: &p.Norms}
+	if l.LMHead != nil {
+		kind[l.LMHead.Name] = &p.Head
+	}
+	for _, L := range l.Layers {
+		mixer := &p.GatedDeltaNet
+		if L.SelfAttn != nil {
+			mixer = &p.Attention
+		}
+		for _, t := range L.Tensors() {
+			c := mixer
+			if t.Role == arch.Norm {
+				c = &p.Norms
+			}
+			kind[t.Name] = c
+		}
+		for _, t := range []arch.Tensor{L.MLP.GateProj, L.MLP.UpProj, L.MLP.DownProj} {
+			kind[t.Name] = &p.MLP
+		}
+	}
+	return kind
 }

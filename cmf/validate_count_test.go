@@ -15,7 +15,7 @@ func TestValidateCountsAllProblems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := len(ExpectedShapes(c))
+	n := len(c.Shapes())
 	if n <= 20 {
 		t.Fatalf("only %d expected tensors", n)
 	}
