@@ -2,8 +2,9 @@ package host
 
 import (
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
 	"math"
+
+	"github.com/nvg-project/nvg/arch"
 
 	"github.com/nvg-project/nvg/cmf"
 )
@@ -55,10 +56,13 @@ type DeltaNetWeights struct {
 	Norm      []float64 // norm.weight [dv], plain gain w of the gated norm
 }
 
-// loader collects tensors by name and checks their shapes.
+// loader collects the tensors the architecture names and checks their shapes.
 type loader struct{ m *cmf.Model }
 
-func (ld loader) vec(name string, shape ...int) ([]float64, error) {
+// vec returns the float values of the checkpoint tensor a, which must have a's shape and a
+// float dtype, every value finite.
+func (ld loader) vec(a arch.Tensor) ([]float64, error) {
+	name, shape := a.Name, a.Shape
 	t, err := ld.m.Tensor(name)
 	if err != nil {
 		return nil, err
@@ -81,7 +85,9 @@ func (ld loader) vec(name string, shape ...int) ([]float64, error) {
 	return v, nil
 }
 
-func (ld loader) lin(name string, out, in int) (Linear, error) {
+// lin returns the projection a ([out, in]) as a Linear (dense or BLR).
+func (ld loader) lin(a arch.Tensor) (Linear, error) {
+	name, out, in := a.Name, a.Shape[0], a.Shape[1]
 	t, err := ld.m.Tensor(name)
 	if err != nil {
 		return nil, err
@@ -123,93 +129,88 @@ func Load(m *cmf.Model) (*Net, error) {
 		return nil, fmt.Errorf("host.Load: %w", err)
 	}
 	ld := loader{m}
-	H, V, I := c.HiddenSize, c.VocabSize, c.IntermediateSize
+	l := c.Layout()
 	n := &Net{Config: c}
 	var err error
-	if n.Embed, err = ld.vec("model.embed_tokens.weight", V, H); err != nil {
+	if n.Embed, err = ld.vec(l.EmbedTokens); err != nil {
 		return nil, err
 	}
-	if n.FinalNorm, err = ld.vec("model.norm.weight", H); err != nil {
+	if n.FinalNorm, err = ld.vec(l.Norm); err != nil {
 		return nil, err
 	}
-	if c.TieWordEmbeddings {
-		if n.Head, err = NewDense(n.Embed, V, H); err != nil {
+	if l.LMHead == nil {
+		if n.Head, err = NewDense(n.Embed, c.VocabSize, c.HiddenSize); err != nil {
 			return nil, err
 		}
-	} else if n.Head, err = ld.lin("lm_head.weight", V, H); err != nil {
+	} else if n.Head, err = ld.lin(*l.LMHead); err != nil {
 		return nil, err
 	}
-	for i := 0; i < c.NumHiddenLayers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
+	for i, T := range l.Layers {
 		L := &DecoderLayer{Index: i}
-		if L.InputNorm, err = ld.vec(p+"input_layernorm.weight", H); err != nil {
+		if L.InputNorm, err = ld.vec(T.InputLayernorm); err != nil {
 			return nil, err
 		}
-		if L.PostNorm, err = ld.vec(p+"post_attention_layernorm.weight", H); err != nil {
+		if L.PostNorm, err = ld.vec(T.PostAttentionLayernorm); err != nil {
 			return nil, err
 		}
-		if L.GateProj, err = ld.lin(p+"mlp.gate_proj.weight", I, H); err != nil {
+		if L.GateProj, err = ld.lin(T.MLP.GateProj); err != nil {
 			return nil, err
 		}
-		if L.UpProj, err = ld.lin(p+"mlp.up_proj.weight", I, H); err != nil {
+		if L.UpProj, err = ld.lin(T.MLP.UpProj); err != nil {
 			return nil, err
 		}
-		if L.DownProj, err = ld.lin(p+"mlp.down_proj.weight", H, I); err != nil {
+		if L.DownProj, err = ld.lin(T.MLP.DownProj); err != nil {
 			return nil, err
 		}
-		if c.IsFullAttention(i) {
+		if t := T.SelfAttn; t != nil {
 			a := &AttentionWeights{}
-			nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-			q := p + "self_attn."
-			if a.QProj, err = ld.lin(q+"q_proj.weight", nh*hd*2, H); err != nil {
+			if a.QProj, err = ld.lin(t.QProj); err != nil {
 				return nil, err
 			}
-			if a.KProj, err = ld.lin(q+"k_proj.weight", nkv*hd, H); err != nil {
+			if a.KProj, err = ld.lin(t.KProj); err != nil {
 				return nil, err
 			}
-			if a.VProj, err = ld.lin(q+"v_proj.weight", nkv*hd, H); err != nil {
+			if a.VProj, err = ld.lin(t.VProj); err != nil {
 				return nil, err
 			}
-			if a.OProj, err = ld.lin(q+"o_proj.weight", H, nh*hd); err != nil {
+			if a.OProj, err = ld.lin(t.OProj); err != nil {
 				return nil, err
 			}
-			if a.QNorm, err = ld.vec(q+"q_norm.weight", hd); err != nil {
+			if a.QNorm, err = ld.vec(t.QNorm); err != nil {
 				return nil, err
 			}
-			if a.KNorm, err = ld.vec(q+"k_norm.weight", hd); err != nil {
+			if a.KNorm, err = ld.vec(t.KNorm); err != nil {
 				return nil, err
 			}
 			L.Attn = a
 		} else {
+			t := T.LinearAttn
 			d := &DeltaNetWeights{}
-			hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
-			C := 2*hk*dk + hv*dv
-			q := p + "linear_attn."
-			if d.InProjQKV, err = ld.lin(q+"in_proj_qkv.weight", C, H); err != nil {
+			if d.InProjQKV, err = ld.lin(t.InProjQKV); err != nil {
 				return nil, err
 			}
-			if d.InProjZ, err = ld.lin(q+"in_proj_z.weight", hv*dv, H); err != nil {
+			if d.InProjZ, err = ld.lin(t.InProjZ); err != nil {
 				return nil, err
 			}
-			if d.InProjB, err = ld.lin(q+"in_proj_b.weight", hv, H); err != nil {
+			if d.InProjB, err = ld.lin(t.InProjB); err != nil {
 				return nil, err
 			}
-			if d.InProjA, err = ld.lin(q+"in_proj_a.weight", hv, H); err != nil {
+			if d.InProjA, err = ld.lin(t.InProjA); err != nil {
 				return nil, err
 			}
-			if d.OutProj, err = ld.lin(q+"out_proj.weight", H, hv*dv); err != nil {
+			if d.OutProj, err = ld.lin(t.OutProj); err != nil {
 				return nil, err
 			}
-			if d.Conv, err = ld.vec(q+"conv1d.weight", C, 1, K); err != nil {
+			if d.Conv, err = ld.vec(t.Conv1d); err != nil {
 				return nil, err
 			}
-			if d.ALog, err = ld.vec(q+"A_log", hv); err != nil {
+			if d.ALog, err = ld.vec(t.ALog); err != nil {
 				return nil, err
 			}
-			if d.DtBias, err = ld.vec(q+"dt_bias", hv); err != nil {
+			if d.DtBias, err = ld.vec(t.DtBias); err != nil {
 				return nil, err
 			}
-			if d.Norm, err = ld.vec(q+"norm.weight", dv); err != nil {
+			if d.Norm, err = ld.vec(t.Norm); err != nil {
 				return nil, err
 			}
 			L.Delta = d

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/nvg-project/nvg/arch"
 )
 
 // StudentGrads is the result of Net.StudentLossGrad: the distillation loss of a student
@@ -19,7 +21,7 @@ import (
 //     gradient is d loss/d w of the stored w (for the zero-centred norms, also d loss/d (1+w));
 //   - the metric of every BLR linear by its tensor name, the path p (0-based) and the scale:
 //     "<tensor>.p<p>.h" [m], "<tensor>.p<p>.l" [r] (ℓ) and "<tensor>.p<p>.g" [n], e.g.
-//     "model.layers.0.mlp.up_proj.weight.p0.h" (BLRGradName builds them).
+//     "model.layers.0.mlp.up_proj.weight.p0.h" (arch.MetricName builds them).
 //
 // Dense projections, the embedding, the head, the conv, A_log and dt_bias are frozen and
 // have no entry.
@@ -40,11 +42,10 @@ func (g *StudentGrads) Names() []string {
 	return names
 }
 
-// BLRGradName is the StudentGrads key of one metric scale of a BLR linear: tensor is the
-// linear's HF tensor name (e.g. "model.layers.0.mlp.up_proj.weight"), path its 0-based path
-// and scale one of "h", "l" (ℓ) or "g"; the result is "<tensor>.p<path>.<scale>".
+// BLRGradName is arch.MetricName, the StudentGrads key of one metric scale of a BLR linear
+// ("<tensor>.p<path>.<scale>"), kept for the callers that have not moved to arch yet.
 func BLRGradName(tensor string, path int, scale string) string {
-	return fmt.Sprintf("%s.p%d.%s", tensor, path, scale)
+	return arch.MetricName(tensor, path, scale)
 }
 
 // addGrad accumulates v into grads[name].
@@ -65,9 +66,9 @@ func linBack(grads map[string][]float64, name string, l Linear, x []float64, row
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	for p, g := range paths {
-		addGrad(grads, BLRGradName(name, p, "h"), g.H)
-		addGrad(grads, BLRGradName(name, p, "l"), g.L)
-		addGrad(grads, BLRGradName(name, p, "g"), g.G)
+		addGrad(grads, arch.MetricName(name, p, arch.ScaleH), g.H)
+		addGrad(grads, arch.MetricName(name, p, arch.ScaleL), g.L)
+		addGrad(grads, arch.MetricName(name, p, arch.ScaleG), g.G)
 	}
 	return dx, nil
 }
@@ -111,9 +112,12 @@ func (n *Net) LayerBackward(a *LayerActs, dOut []float64, grads map[string][]flo
 func (n *Net) layerBackward(L *DecoderLayer, a *LayerActs, dOut []float64, grads map[string][]float64) ([]float64, error) {
 	c := n.Config
 	rows, H := a.NB*a.T, c.HiddenSize
-	p := fmt.Sprintf("model.layers.%d.", a.Layer)
+	if a.Layer >= len(c.LayerTypes) || c.IsFullAttention(a.Layer) != (L.Attn != nil) {
+		return nil, fmt.Errorf("layer %d: the net's config does not describe this layer", a.Layer)
+	}
+	T := c.Layer(a.Layer) // the checkpoint names the gradients are keyed by
 	// MLP: Out = Resid + down(SwiGLU(gate(Norm2), up(Norm2))).
-	dAct, err := linBack(grads, p+"mlp.down_proj.weight", L.DownProj, a.Act, rows, dOut)
+	dAct, err := linBack(grads, T.MLP.DownProj.Name, L.DownProj, a.Act, rows, dOut)
 	if err != nil {
 		return nil, err
 	}
@@ -121,11 +125,11 @@ func (n *Net) layerBackward(L *DecoderLayer, a *LayerActs, dOut []float64, grads
 	if err != nil {
 		return nil, err
 	}
-	dNorm2, err := linBack(grads, p+"mlp.gate_proj.weight", L.GateProj, a.Norm2, rows, dGate)
+	dNorm2, err := linBack(grads, T.MLP.GateProj.Name, L.GateProj, a.Norm2, rows, dGate)
 	if err != nil {
 		return nil, err
 	}
-	d, err := linBack(grads, p+"mlp.up_proj.weight", L.UpProj, a.Norm2, rows, dUp)
+	d, err := linBack(grads, T.MLP.UpProj.Name, L.UpProj, a.Norm2, rows, dUp)
 	if err != nil {
 		return nil, err
 	}
@@ -134,14 +138,14 @@ func (n *Net) layerBackward(L *DecoderLayer, a *LayerActs, dOut []float64, grads
 	if err != nil {
 		return nil, err
 	}
-	addGrad(grads, p+"post_attention_layernorm.weight", dw)
+	addGrad(grads, T.PostAttentionLayernorm.Name, dw)
 	addInto(dResid, dOut)
 	// Mixer: Resid = X + mixer(Norm1).
 	var dNorm1 []float64
 	if L.Attn != nil {
-		dNorm1, err = n.attentionBackward(L.Attn, a, dResid, grads, p+"self_attn.")
+		dNorm1, err = n.attentionBackward(L.Attn, T.SelfAttn, a, dResid, grads)
 	} else {
-		dNorm1, err = n.deltaNetBackward(L.Delta, a, dResid, grads, p+"linear_attn.")
+		dNorm1, err = n.deltaNetBackward(L.Delta, T.LinearAttn, a, dResid, grads)
 	}
 	if err != nil {
 		return nil, err
@@ -150,18 +154,18 @@ func (n *Net) layerBackward(L *DecoderLayer, a *LayerActs, dOut []float64, grads
 	if err != nil {
 		return nil, err
 	}
-	addGrad(grads, p+"input_layernorm.weight", dw)
+	addGrad(grads, T.InputLayernorm.Name, dw)
 	addInto(dX, dResid)
 	return dX, nil
 }
 
 // attentionBackward returns d loss / d Norm1 of the gated attention mixer for dMixer.
-func (n *Net) attentionBackward(w *AttentionWeights, la *LayerActs, dMixer []float64, grads map[string][]float64, p string) ([]float64, error) {
+func (n *Net) attentionBackward(w *AttentionWeights, names *arch.Attention, la *LayerActs, dMixer []float64, grads map[string][]float64) ([]float64, error) {
 	c := n.Config
 	a := la.Attn
 	nb, t := la.NB, la.T
 	rows, nh, nkv, hd := nb*t, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-	dGated, err := linBack(grads, p+"o_proj.weight", w.OProj, a.Gated, rows, dMixer)
+	dGated, err := linBack(grads, names.OProj.Name, w.OProj, a.Gated, rows, dMixer)
 	if err != nil {
 		return nil, err
 	}
@@ -177,19 +181,19 @@ func (n *Net) attentionBackward(w *AttentionWeights, la *LayerActs, dMixer []flo
 	if err != nil {
 		return nil, err
 	}
-	addGrad(grads, p+"q_norm.weight", dqn)
+	addGrad(grads, names.QNorm.Name, dqn)
 	dK, dkn, err := QKNormRoPEBackward(a.K, rows, nkv, hd, w.KNorm, c.RMSNormEps, c.RotaryDim(), c.RopeTheta, t, dKR)
 	if err != nil {
 		return nil, err
 	}
-	addGrad(grads, p+"k_norm.weight", dkn)
+	addGrad(grads, names.KNorm.Name, dkn)
 	// Interleave per head back into q_proj's layout [rows, nh, 2·hd].
 	dQG := make([]float64, rows*nh*2*hd)
 	for rh := 0; rh < rows*nh; rh++ {
 		copy(dQG[rh*2*hd:], dQ[rh*hd:(rh+1)*hd])
 		copy(dQG[rh*2*hd+hd:], dGate[rh*hd:(rh+1)*hd])
 	}
-	dx, err := linBack(grads, p+"q_proj.weight", w.QProj, la.Norm1, rows, dQG)
+	dx, err := linBack(grads, names.QProj.Name, w.QProj, la.Norm1, rows, dQG)
 	if err != nil {
 		return nil, err
 	}
@@ -197,8 +201,8 @@ func (n *Net) attentionBackward(w *AttentionWeights, la *LayerActs, dMixer []flo
 		name string
 		l    Linear
 		dy   []float64
-	}{{"k_proj.weight", w.KProj, dK}, {"v_proj.weight", w.VProj, dV}} {
-		d, err := linBack(grads, p+s.name, s.l, la.Norm1, rows, s.dy)
+	}{{names.KProj.Name, w.KProj, dK}, {names.VProj.Name, w.VProj, dV}} {
+		d, err := linBack(grads, s.name, s.l, la.Norm1, rows, s.dy)
 		if err != nil {
 			return nil, err
 		}
@@ -208,14 +212,14 @@ func (n *Net) attentionBackward(w *AttentionWeights, la *LayerActs, dMixer []flo
 }
 
 // deltaNetBackward returns d loss / d Norm1 of the GatedDeltaNet mixer for dMixer.
-func (n *Net) deltaNetBackward(w *DeltaNetWeights, la *LayerActs, dMixer []float64, grads map[string][]float64, p string) ([]float64, error) {
+func (n *Net) deltaNetBackward(w *DeltaNetWeights, names *arch.GatedDeltaNet, la *LayerActs, dMixer []float64, grads map[string][]float64) ([]float64, error) {
 	c := n.Config
 	a := la.Delta
 	nb, t := la.NB, la.T
 	rows := nb * t
 	hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
 	C := 2*hk*dk + hv*dv
-	dNormed, err := linBack(grads, p+"out_proj.weight", w.OutProj, a.Normed, rows, dMixer)
+	dNormed, err := linBack(grads, names.OutProj.Name, w.OutProj, a.Normed, rows, dMixer)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +227,7 @@ func (n *Net) deltaNetBackward(w *DeltaNetWeights, la *LayerActs, dMixer []float
 	if err != nil {
 		return nil, err
 	}
-	addGrad(grads, p+"norm.weight", dnw)
+	addGrad(grads, names.Norm.Name, dnw)
 	dQ, dK, dV, dG, dBeta, err := GatedDeltaRuleBackward(a.Q, a.K, a.V, a.G, a.Beta, dCore, nb, t, hk, hv, dk, dv)
 	if err != nil {
 		return nil, err
@@ -259,7 +263,7 @@ func (n *Net) deltaNetBackward(w *DeltaNetWeights, la *LayerActs, dMixer []float
 	if err != nil {
 		return nil, err
 	}
-	dx, err := linBack(grads, p+"in_proj_qkv.weight", w.InProjQKV, la.Norm1, rows, dQKV)
+	dx, err := linBack(grads, names.InProjQKV.Name, w.InProjQKV, la.Norm1, rows, dQKV)
 	if err != nil {
 		return nil, err
 	}
@@ -267,8 +271,8 @@ func (n *Net) deltaNetBackward(w *DeltaNetWeights, la *LayerActs, dMixer []float
 		name string
 		l    Linear
 		dy   []float64
-	}{{"in_proj_z.weight", w.InProjZ, dZ}, {"in_proj_b.weight", w.InProjB, dB}, {"in_proj_a.weight", w.InProjA, dA}} {
-		d, err := linBack(grads, p+s.name, s.l, la.Norm1, rows, s.dy)
+	}{{names.InProjZ.Name, w.InProjZ, dZ}, {names.InProjB.Name, w.InProjB, dB}, {names.InProjA.Name, w.InProjA, dA}} {
+		d, err := linBack(grads, s.name, s.l, la.Norm1, rows, s.dy)
 		if err != nil {
 			return nil, err
 		}
