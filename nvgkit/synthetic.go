@@ -3,11 +3,12 @@ package nvgkit
 import (
 	"errors"
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
 	"io/fs"
 	"math"
 	"runtime"
 	"sync"
+
+	"github.com/nvg-project/nvg/arch"
 
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/gpu"
@@ -363,8 +364,8 @@ func (s *synth) studentLinear(label string, role, out, in int) (linear, error) {
 			key   string
 			param *gpu.Buffer
 			dst   **gpu.Buffer
-		}{{"h", q.H, &g.H}, {"l", q.L, &g.L}, {"g", q.G, &g.G}} {
-			tn := host.BLRGradName(label, p, x.key)
+		}{{arch.ScaleH, q.H, &g.H}, {arch.ScaleL, q.L, &g.L}, {arch.ScaleG, q.G, &g.G}} {
+			tn := arch.MetricName(label, p, x.key)
 			if err := n.addTrainable(tn, x.param, nil, true, []int{x.param.Len()}); err != nil {
 				return linear{}, err
 			}
@@ -380,27 +381,28 @@ func (s *synth) studentLinear(label string, role, out, in int) (linear, error) {
 func (s *synth) build(progress func(done, total int)) error {
 	n, c := s.n, s.n.Config
 	H, V := c.HiddenSize, c.VocabSize
+	l := c.Layout()
 	// Shared tensors: always on the GPU.
 	s.r = n.dev.Begin()
 	s.L = &layer{index: -1}
 	ea := 2 * math.Sqrt(3/float64(H))
 	var err error
-	if n.embed, err = s.newBuf("model.embed_tokens.weight", gpu.F16, V, H); err != nil {
+	if n.embed, err = s.newBuf(l.EmbedTokens.Name, gpu.F16, V, H); err != nil {
 		return err
 	}
 	if err := gpu.FillRandomUniform(s.r, n.embed, s.tensorSeed(-1, 1), 0, -ea, ea); err != nil {
 		return err
 	}
 	n.head = n.embed
-	if !c.TieWordEmbeddings {
-		if n.head, err = s.newBuf("lm_head.weight", gpu.F16, V, H); err != nil {
+	if l.LMHead != nil {
+		if n.head, err = s.newBuf(l.LMHead.Name, gpu.F16, V, H); err != nil {
 			return err
 		}
 		if err := gpu.FillRandomUniform(s.r, n.head, s.tensorSeed(-1, 2), 0, -ea, ea); err != nil {
 			return err
 		}
 	}
-	if n.finalNorm, err = s.newBuf("model.norm.weight", gpu.F32, H); err != nil {
+	if n.finalNorm, err = s.newBuf(l.Norm.Name, gpu.F32, H); err != nil {
 		return err
 	}
 	if err := gpu.FillRandomUniform(s.r, n.finalNorm, s.tensorSeed(-1, 3), 0, -0.1, 0.1); err != nil {
@@ -418,7 +420,7 @@ func (s *synth) build(progress func(done, total int)) error {
 		}
 	}
 	if n.Kind == Student {
-		if err := n.addTrainable("model.norm.weight", n.finalNorm, nil, false, []int{H}); err != nil {
+		if err := n.addTrainable(l.Norm.Name, n.finalNorm, nil, false, []int{H}); err != nil {
 			return err
 		}
 		if err := n.finishStudent(); err != nil {
@@ -431,7 +433,7 @@ func (s *synth) build(progress func(done, total int)) error {
 // layer builds decoder layer i (its fills recorded into one submit).
 func (s *synth) layer(i int) (err error) {
 	n, c := s.n, s.n.Config
-	H, I := c.HiddenSize, c.IntermediateSize
+	T := c.Layer(i)
 	student := n.Kind == Student
 	s.r = n.dev.Begin()
 	s.ps = nil
@@ -456,7 +458,6 @@ func (s *synth) layer(i int) (err error) {
 		}
 		err = s.r.Submit()
 	}()
-	p := fmt.Sprintf("model.layers.%d.", i)
 	lin := s.weight
 	if student {
 		lin = s.studentLinear
@@ -467,6 +468,15 @@ func (s *synth) layer(i int) (err error) {
 		role      int
 		out, in   int
 		forceDens bool
+	}
+	// whole is projection t as one linear; part rows of it (label names which), as the
+	// Teacher splits q_proj and in_proj_qkv. A projection the architecture keeps dense
+	// (arch.Tensor.BLR false: in_proj_a/b) is dense in a Student too.
+	whole := func(dst *linear, t arch.Tensor, role int) lspec {
+		return lspec{dst, t.Name, role, t.Shape[0], t.Shape[1], !t.BLR}
+	}
+	part := func(dst *linear, t arch.Tensor, label string, role, rows int) lspec {
+		return lspec{dst, t.Name + "[" + label + "]", role, rows, t.Shape[1], !t.BLR}
 	}
 	do := func(specs []lspec) error {
 		for _, sp := range specs {
@@ -485,68 +495,55 @@ func (s *synth) layer(i int) (err error) {
 		return nil
 	}
 	var gains []*param
-	if L.inNorm, err = s.vec(p+"input_layernorm.weight", roleInNorm, -0.1, 0.1, H); err != nil {
+	if L.inNorm, err = s.vec(T.InputLayernorm.Name, roleInNorm, -0.1, 0.1, T.InputLayernorm.Shape...); err != nil {
 		return err
 	}
-	if L.postNorm, err = s.vec(p+"post_attention_layernorm.weight", rolePostNorm, -0.1, 0.1, H); err != nil {
+	if L.postNorm, err = s.vec(T.PostAttentionLayernorm.Name, rolePostNorm, -0.1, 0.1, T.PostAttentionLayernorm.Shape...); err != nil {
 		return err
 	}
 	gains = append(gains, L.inNorm, L.postNorm)
 	if err := do([]lspec{
-		{&L.gate, p + "mlp.gate_proj.weight", roleGate, I, H, false},
-		{&L.up, p + "mlp.up_proj.weight", roleUp, I, H, false},
-		{&L.down, p + "mlp.down_proj.weight", roleDown, H, I, false},
+		whole(&L.gate, T.MLP.GateProj, roleGate),
+		whole(&L.up, T.MLP.UpProj, roleUp),
+		whole(&L.down, T.MLP.DownProj, roleDown),
 	}); err != nil {
 		return err
 	}
-	if a := L.attn; a != nil {
-		nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-		q := p + "self_attn."
-		specs := []lspec{
-			{&a.k, q + "k_proj.weight", roleK, nkv * hd, H, false},
-			{&a.v, q + "v_proj.weight", roleV, nkv * hd, H, false},
-			{&a.o, q + "o_proj.weight", roleO, H, nh * hd, false},
-		}
+	if a, t := L.attn, T.SelfAttn; a != nil {
+		specs := []lspec{whole(&a.k, t.KProj, roleK), whole(&a.v, t.VProj, roleV), whole(&a.o, t.OProj, roleO)}
 		if student {
-			specs = append(specs, lspec{&a.qg, q + "q_proj.weight", roleQ, 2 * nh * hd, H, false})
+			specs = append(specs, whole(&a.qg, t.QProj, roleQ))
 		} else {
-			specs = append(specs, lspec{&a.query, q + "q_proj.weight[query rows]", roleQ, nh * hd, H, false},
-				lspec{&a.gate, q + "q_proj.weight[gate rows]", roleQGate, nh * hd, H, false})
+			nhd := c.NumAttentionHeads * c.HeadDim
+			specs = append(specs, part(&a.query, t.QProj, "query rows", roleQ, nhd), part(&a.gate, t.QProj, "gate rows", roleQGate, nhd))
 		}
 		if err := do(specs); err != nil {
 			return err
 		}
-		if a.qNorm, err = s.vec(q+"q_norm.weight", roleQNorm, -0.1, 0.1, hd); err != nil {
+		if a.qNorm, err = s.vec(t.QNorm.Name, roleQNorm, -0.1, 0.1, t.QNorm.Shape...); err != nil {
 			return err
 		}
-		if a.kNorm, err = s.vec(q+"k_norm.weight", roleKNorm, -0.1, 0.1, hd); err != nil {
+		if a.kNorm, err = s.vec(t.KNorm.Name, roleKNorm, -0.1, 0.1, t.KNorm.Shape...); err != nil {
 			return err
 		}
 		gains = append(gains, a.qNorm, a.kNorm)
 	} else {
-		d := L.delta
-		hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
-		QK, VV := hk*dk, hv*dv
-		C := 2*QK + VV
-		q := p + "linear_attn."
-		specs := []lspec{
-			{&d.z, q + "in_proj_z.weight", roleZ, VV, H, false},
-			{&d.b, q + "in_proj_b.weight", roleB, hv, H, true},
-			{&d.a, q + "in_proj_a.weight", roleA, hv, H, true},
-			{&d.out, q + "out_proj.weight", roleOut, H, VV, false},
-		}
+		d, t := L.delta, T.LinearAttn
+		QK, VV := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim
+		C, K := t.Conv1d.Shape[0], t.Conv1d.Shape[2] // [C, 1, K], held as [C, K]
+		specs := []lspec{whole(&d.z, t.InProjZ, roleZ), whole(&d.b, t.InProjB, roleB), whole(&d.a, t.InProjA, roleA), whole(&d.out, t.OutProj, roleOut)}
 		if student {
-			specs = append(specs, lspec{&d.qkv, q + "in_proj_qkv.weight", roleQKVq, C, H, false})
+			specs = append(specs, whole(&d.qkv, t.InProjQKV, roleQKVq))
 		} else {
-			specs = append(specs, lspec{&d.q, q + "in_proj_qkv.weight[q rows]", roleQKVq, QK, H, false},
-				lspec{&d.k, q + "in_proj_qkv.weight[k rows]", roleQKVk, QK, H, false},
-				lspec{&d.v, q + "in_proj_qkv.weight[v rows]", roleQKVv, VV, H, false})
+			specs = append(specs, part(&d.q, t.InProjQKV, "q rows", roleQKVq, QK),
+				part(&d.k, t.InProjQKV, "k rows", roleQKVk, QK),
+				part(&d.v, t.InProjQKV, "v rows", roleQKVv, VV))
 		}
 		if err := do(specs); err != nil {
 			return err
 		}
 		if student {
-			if d.conv, err = s.vec(q+"conv1d.weight", roleConvQ, -0.5, 0.5, C, K); err != nil {
+			if d.conv, err = s.vec(t.Conv1d.Name, roleConvQ, -0.5, 0.5, C, K); err != nil {
 				return err
 			}
 		} else {
@@ -556,18 +553,18 @@ func (s *synth) layer(i int) (err error) {
 				role int
 				ch   int
 			}{{&d.convQ, "q", roleConvQ, QK}, {&d.convK, "k", roleConvK, QK}, {&d.convV, "v", roleConvV, VV}} {
-				if *x.dst, err = s.vec(q+"conv1d.weight["+x.name+" channels]", x.role, -0.5, 0.5, x.ch, K); err != nil {
+				if *x.dst, err = s.vec(t.Conv1d.Name+"["+x.name+" channels]", x.role, -0.5, 0.5, x.ch, K); err != nil {
 					return err
 				}
 			}
 		}
-		if d.aLog, err = s.vec(q+"A_log", roleALog, -2, 0, hv); err != nil {
+		if d.aLog, err = s.vec(t.ALog.Name, roleALog, -2, 0, t.ALog.Shape...); err != nil {
 			return err
 		}
-		if d.dtBias, err = s.vec(q+"dt_bias", roleDtBias, -1, 0, hv); err != nil {
+		if d.dtBias, err = s.vec(t.DtBias.Name, roleDtBias, -1, 0, t.DtBias.Shape...); err != nil {
 			return err
 		}
-		if d.norm, err = s.vec(q+"norm.weight", roleGNorm, 0.9, 1.1, dv); err != nil {
+		if d.norm, err = s.vec(t.Norm.Name, roleGNorm, 0.9, 1.1, t.Norm.Shape...); err != nil {
 			return err
 		}
 		gains = append(gains, d.norm)

@@ -2,6 +2,9 @@ package nvgkit
 
 import (
 	"fmt"
+	"slices"
+	"strings"
+
 	"github.com/nvg-project/nvg/arch"
 )
 
@@ -76,39 +79,35 @@ func (p SyntheticPlan) Check(maxBuffer, maxBinding, memory uint64) error {
 	return nil
 }
 
-// projShape is one decoder projection [out, in] as a Student holds it.
-type projShape struct {
-	name    string
-	out, in int
-}
-
-// studentProjections lists layer i's projections as a Student holds them (q_proj and
-// in_proj_qkv whole).
-func studentProjections(c arch.Config, i int) []projShape {
-	H, I := c.HiddenSize, c.IntermediateSize
-	ps := []projShape{{"mlp.gate_proj", I, H}, {"mlp.up_proj", I, H}, {"mlp.down_proj", H, I}}
-	if c.IsFullAttention(i) {
-		nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-		return append(ps, projShape{"self_attn.q_proj", 2 * nh * hd, H}, projShape{"self_attn.k_proj", nkv * hd, H},
-			projShape{"self_attn.v_proj", nkv * hd, H}, projShape{"self_attn.o_proj", H, nh * hd})
+// studentProjections lists layer L's projections as a Student holds them (q_proj and
+// in_proj_qkv whole): the MLP's, then the mixer's in checkpoint order.
+func studentProjections(L arch.DecoderLayer) []arch.Tensor {
+	ps := []arch.Tensor{L.MLP.GateProj, L.MLP.UpProj, L.MLP.DownProj}
+	for _, t := range L.Tensors() {
+		if t.Role == arch.Projection && !slices.ContainsFunc(ps[:3], func(m arch.Tensor) bool { return m.Name == t.Name }) {
+			ps = append(ps, t)
+		}
 	}
-	QK, VV, hv := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim, c.LinearNumValueHeads
-	return append(ps, projShape{"linear_attn.in_proj_qkv", 2*QK + VV, H}, projShape{"linear_attn.in_proj_z", VV, H},
-		projShape{"linear_attn.in_proj_b", hv, H}, projShape{"linear_attn.in_proj_a", hv, H}, projShape{"linear_attn.out_proj", H, VV})
+	return ps
 }
 
-// layerVectors is the f32 values of layer i besides its projections: norm gains, conv,
+// layerVectors is the f32 values of layer L besides its projections: norm gains, conv,
 // A_log, dt_bias; and how many of them a Student trains (the gains).
-func layerVectors(c arch.Config, i int) (all, gains int64) {
-	H := int64(c.HiddenSize)
-	all, gains = 2*H, 2*H
-	if c.IsFullAttention(i) {
-		hd := int64(c.HeadDim)
-		return all + 2*hd, gains + 2*hd
+func layerVectors(L arch.DecoderLayer) (all, gains int64) {
+	for _, t := range L.Tensors() {
+		if t.Role == arch.Projection {
+			continue
+		}
+		n := int64(1)
+		for _, d := range t.Shape {
+			n *= int64(d)
+		}
+		all += n
+		if t.Trainable {
+			gains += n
+		}
 	}
-	QK, VV := int64(c.LinearNumKeyHeads*c.LinearKeyHeadDim), int64(c.LinearNumValueHeads*c.LinearValueHeadDim)
-	hv, dv := int64(c.LinearNumValueHeads), int64(c.LinearValueHeadDim)
-	return all + (2*QK+VV)*int64(c.LinearConvKernelDim) + 2*hv + dv, gains + dv
+	return all, gains
 }
 
 func f16Bytes(n int64) uint64 { return uint64(2*n+3) &^ 3 }
@@ -139,36 +138,39 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 			p.LargestBound, p.LargestBoundName = b, name
 		}
 	}
+	l := c.Layout()
 	emb := f16Bytes(V * H)
-	big("model.embed_tokens.weight", emb, false)
+	big(l.EmbedTokens.Name, emb, false)
 	shared := emb + uint64(4*H)
 	p.Params = V*H + H
-	if !c.TieWordEmbeddings {
+	if l.LMHead != nil {
 		shared += emb
 		p.Params += V * H
-		big("lm_head.weight", emb, false)
+		big(l.LMHead.Name, emb, false)
 	}
 	p.Trainables = H
 	var layers []uint64
 	var maxTemp uint64
-	for i := 0; i < c.NumHiddenLayers; i++ {
-		all, gains := layerVectors(c, i)
+	for i, L := range l.Layers {
+		all, gains := layerVectors(L)
 		p.Params += all
 		p.Trainables += gains
 		lb := uint64(4 * all)
 		var temp uint64
-		for _, s := range studentProjections(c, i) {
-			m, n := int64(s.out), int64(s.in)
+		for _, s := range studentProjections(L) {
+			m, n := int64(s.Shape[0]), int64(s.Shape[1])
+			// The projection's name within its layer, e.g. "mlp.gate_proj".
+			name := strings.TrimSuffix(strings.TrimPrefix(s.Name, arch.LayerPrefix(i)), ".weight")
 			p.Params += m * n
-			if kind == Student && SyntheticIsBLR(s.out, s.in) {
-				r := int64(SyntheticRank(s.out, s.in, 1, SyntheticPaths))
+			if kind == Student && s.BLR && SyntheticIsBLR(s.Shape[0], s.Shape[1]) {
+				r := int64(SyntheticRank(s.Shape[0], s.Shape[1], 1, SyntheticPaths))
 				P := int64(SyntheticPaths)
 				p.BLRWeights += m * n
 				p.BLRBits += 8 * (16 + P*(2*(m+n+r)+m*r/8+r*n/8))
 				p.SignBits += P * (m*r + r*n)
 				p.Trainables += P * (m + n + r)
 				lb += uint64(P) * (4*uint64(m+n+r) + 4*uint64((m*r/8+3)/4) + 4*uint64((r*n/8+3)/4))
-				big(fmt.Sprintf("layer %d %s sign bits", i, s.name), 4*uint64((max(m*r, r*n)/8+3)/4), true)
+				big(fmt.Sprintf("layer %d %s sign bits", i, name), 4*uint64((max(m*r, r*n)/8+3)/4), true)
 				temp += 4*rows*uint64(m+n+2*r) + 4*rows*uint64(r*P)
 				continue
 			}
@@ -176,10 +178,10 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 				p.DenseWeights += m * n
 			}
 			w := f16Bytes(m * n)
-			if kind == Teacher && (s.name == "self_attn.q_proj" || s.name == "linear_attn.in_proj_qkv") {
-				big(fmt.Sprintf("layer %d %s (a part)", i, s.name), w, true) // split into parts: the whole is an upper bound
+			if kind == Teacher && (L.SelfAttn != nil && s.Name == L.SelfAttn.QProj.Name || L.LinearAttn != nil && s.Name == L.LinearAttn.InProjQKV.Name) {
+				big(fmt.Sprintf("layer %d %s (a part)", i, name), w, true) // split into parts: the whole is an upper bound
 			} else {
-				big(fmt.Sprintf("layer %d %s", i, s.name), w, true)
+				big(fmt.Sprintf("layer %d %s", i, name), w, true)
 			}
 			lb += w
 		}
