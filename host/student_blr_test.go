@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/compress"
 )
@@ -209,7 +210,7 @@ func checkBLRStudent(t *testing.T, s blrStudent, linears map[string]Linear, gain
 				key string
 				v   []float32
 			}{{"h", q.H}, {"l", q.L}, {"g", q.G}} {
-				key := BLRGradName(name, p, sc.key)
+				key := arch.MetricName(name, p, sc.key)
 				g, ok := sg.Grads[key]
 				if !ok || len(g) != len(sc.v) {
 					t.Fatalf("gradient %s: missing or %d values, want %d", key, len(g), len(sc.v))

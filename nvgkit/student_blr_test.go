@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
@@ -540,7 +541,7 @@ func TestStudentRankPadding(t *testing.T) {
 			t.Fatal(err)
 		}
 		for p := range w.Paths {
-			gl := g[host.BLRGradName(name, p, "l")]
+			gl := g[arch.MetricName(name, p, arch.ScaleL)]
 			for i := r; i < r+8; i++ {
 				if gl[i] != 0 {
 					t.Fatalf("step %d: padded dℓ[%d] of path %d = %g, want exactly 0", s, i, p, gl[i])
@@ -559,7 +560,7 @@ func TestStudentRankPadding(t *testing.T) {
 		t.Fatal(err)
 	}
 	for p := range w.Paths {
-		l := params[host.BLRGradName(name, p, "l")]
+		l := params[arch.MetricName(name, p, arch.ScaleL)]
 		for i := r; i < r+8; i++ {
 			if l[i] != 0 {
 				t.Errorf("padded ℓ[%d] of path %d = %g after Adam, want exactly 0", i, p, l[i])
