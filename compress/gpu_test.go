@@ -89,8 +89,8 @@ func TestGPUProductsMatchHost(t *testing.T) {
 	}
 }
 
-// checkBoundAgainstHost checks y = W·xw and z = Wᵀ·xt from bp against float64 sums on the host,
-// within 1e-5·Σ|terms| (f32 rounding of the inputs and of a sum of at most 37 terms).
+// checkBoundAgainstHost checks y = W·xw and z = Wᵀ·xt from bp against float64 sums on the host
+// (wantHostProduct).
 func checkBoundAgainstHost(t *testing.T, what string, bp BoundProducts, w, xw, xt, y, z []float64, m, n, l int) {
 	t.Helper()
 	if err := bp.MulW(y, xw, l); err != nil {
@@ -99,49 +99,43 @@ func checkBoundAgainstHost(t *testing.T, what string, bp BoundProducts, w, xw, x
 	if err := bp.MulWT(z, xt, l); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < m; i++ {
-		for c := 0; c < l; c++ {
-			var s, a float64
-			for j := 0; j < n; j++ {
-				s += w[i*n+j] * xw[j*l+c]
-				a += math.Abs(w[i*n+j] * xw[j*l+c])
-			}
-			if math.Abs(y[i*l+c]-s) > 1e-5*a || y[i*l+c] == s {
-				t.Fatalf("%s: (W·X)[%d, %d] = %.9g, want %.9g (and not float64-exact)", what, i, c, y[i*l+c], s)
-			}
-		}
-	}
-	for j := 0; j < n; j++ {
-		for c := 0; c < l; c++ {
-			var s, a float64
-			for i := 0; i < m; i++ {
-				s += w[i*n+j] * xt[i*l+c]
-				a += math.Abs(w[i*n+j] * xt[i*l+c])
-			}
-			if math.Abs(z[j*l+c]-s) > 1e-5*a || z[j*l+c] == s {
-				t.Fatalf("%s: (Wᵀ·X)[%d, %d] = %.9g, want %.9g (and not float64-exact)", what, j, c, z[j*l+c], s)
-			}
-		}
-	}
+	wantHostProduct(t, what+": W·X", y, w, xw, m, n, l, false)
+	wantHostProduct(t, what+": Wᵀ·X", z, w, xt, m, n, l, true)
 }
 
-// checkMulAgainstHost checks p.Mul(a, b) = W·xw (a = W m×n, b = xw n×l) against float64 sums,
-// within 1e-5·Σ|terms| and not float64-exact.
+// checkMulAgainstHost checks p.Mul(a, b) = W·xw (a = W m×n, b = xw n×l) against float64 sums
+// on the host (wantHostProduct).
 func checkMulAgainstHost(t *testing.T, what string, p Products, w, xw []float64, m, n, l int) {
 	t.Helper()
 	y := make([]float64, m*l)
 	if err := p.Mul(y, w, xw, m, n, l); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < m; i++ {
+	wantHostProduct(t, what+": Mul", y, w, xw, m, n, l, false)
+}
+
+// wantHostProduct checks got = op(W)·x, op(W) the row-major m×n W or (trans) Wᵀ, x row-major
+// with l columns, against float64 sums on the host: within 1e-5·Σ|terms| (f32 rounding of the
+// inputs and of a sum of at most 37 terms) and not float64-exact (so f32 really ran).
+func wantHostProduct(t *testing.T, what string, got, w, x []float64, m, n, l int, trans bool) {
+	t.Helper()
+	rows, inner := m, n
+	if trans {
+		rows, inner = n, m
+	}
+	for i := 0; i < rows; i++ {
 		for c := 0; c < l; c++ {
 			var s, a float64
-			for j := 0; j < n; j++ {
-				s += w[i*n+j] * xw[j*l+c]
-				a += math.Abs(w[i*n+j] * xw[j*l+c])
+			for j := 0; j < inner; j++ {
+				wij := w[i*n+j]
+				if trans {
+					wij = w[j*n+i]
+				}
+				s += wij * x[j*l+c]
+				a += math.Abs(wij * x[j*l+c])
 			}
-			if math.Abs(y[i*l+c]-s) > 1e-5*a || y[i*l+c] == s {
-				t.Fatalf("%s: Mul[%d, %d] = %.9g, want %.9g (and not float64-exact)", what, i, c, y[i*l+c], s)
+			if math.Abs(got[i*l+c]-s) > 1e-5*a || got[i*l+c] == s {
+				t.Fatalf("%s: [%d, %d] = %.9g, want %.9g (and not float64-exact)", what, i, c, got[i*l+c], s)
 			}
 		}
 	}
