@@ -7,6 +7,34 @@ import (
 	"strings"
 )
 
+// TensorReport describes one compressed tensor.
+type TensorReport struct {
+	Name          string  `json:"name"`
+	Kind          string  `json:"kind"`  // q_proj, k_proj, v_proj, o_proj, in_proj_qkv, in_proj_z, out_proj, gate_proj, up_proj or down_proj
+	Shape         []int   `json:"shape"` // [m, n]: output, input features
+	Rank          int     `json:"rank"`  // r of every path
+	Paths         int     `json:"paths"` // 1 or 2
+	BitsPerWeight float64 `json:"bits_per_weight"`
+	// RelErr is ‖W − Ŵ‖_F / ‖W‖_F with Ŵ reconstructed from the stored (float16) payload;
+	// 0 when W = 0.
+	RelErr float64 `json:"rel_err"`
+}
+
+// OverallBitsPerWeight is the storage cost of all reported tensors together:
+// Σ bits / Σ m·n, i.e. the weight-count-weighted mean of their BitsPerWeight (0 for none).
+func OverallBitsPerWeight(reports []TensorReport) float64 {
+	var bits, weights float64
+	for _, r := range reports {
+		w := float64(r.Shape[0]) * float64(r.Shape[1])
+		bits += r.BitsPerWeight * w
+		weights += w
+	}
+	if weights == 0 {
+		return 0
+	}
+	return bits / weights
+}
+
 // KindSummary aggregates the compression reports of one kind of linear (for example
 // "gate_proj") over all layers.
 type KindSummary struct {
