@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -435,7 +436,7 @@ func (l *Lab) Checkpoint(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("nvgkit.Lab.Checkpoint: %w", err)
 	}
-	path := dir + string(os.PathSeparator) + CheckpointName(s.tr.st.Step)
+	path := filepath.Join(dir, CheckpointName(s.tr.st.Step))
 	if err := s.tr.Checkpoint(path); err != nil {
 		return "", err
 	}

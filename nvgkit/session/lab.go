@@ -105,8 +105,9 @@ type Lab interface {
 	// ZeroGrads sets every gradient to zero.
 	ZeroGrads() error
 	// Step runs n ≥ 1 full training steps as nvgkit.Trainer does: per step ZeroGrads,
-	// ForwardBackward, the PreOptimizer hook (when given), ClipGrads(TrainConfig.ClipNorm)
-	// (or the plain norm when ClipNorm is 0) and AdamStep. It returns one StepStats per step
+	// ForwardBackward, the PreOptimizer hook (when given; not in a step whose loss is not
+	// finite, which is skipped), ClipGrads(Setup.Train.ClipNorm) (or the plain norm when
+	// ClipNorm is 0) and AdamStep. It returns one StepStats per step
 	// done. Progress (phase "step", Done/Total of this call) goes to OnProgress after every
 	// step; with EvalEvery(m) the student is evaluated after every m-th step of the call and
 	// StepStats.EvalPPL set. Interrupt or the context stop it between steps: it returns the
