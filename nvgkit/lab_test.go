@@ -638,3 +638,48 @@ func slicesContain(v []string, s string) bool {
 	}
 	return false
 }
+
+// Setup compresses the teacher when no student file is given (nvg distill's compression:
+// the seed is the run's), reporting progress; the student is Compress's. A different Setup
+// with Replace replaces it, and gives the same first step as the shared Lab.
+func TestLabSetupCompressReplace(t *testing.T) {
+	d, _, sm, _, _ := trainFixture(t)
+	s := labSetup(t)
+	s.Student, s.Paths, s.Train.Seed = "", "2", 1 // trainFixture's compression: 1 bit, 2 paths, seed 1
+	lab := newLab(t)
+	phases := map[string]int{}
+	in, err := lab.Setup(s, session.OnProgress(func(p session.Progress) { phases[p.Phase]++ }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if phases["compress"] == 0 || len(in.Compression) == 0 || math.Abs(in.BitsPerWeight-1) > 0.1 || !strings.Contains(in.Student, "compressed") {
+		t.Errorf("compressing Setup: phases %v, %d tensors at %g bits/weight, student %q", phases, len(in.Compression), in.BitsPerWeight, in.Student)
+	}
+	want, err := nvgkit.Params(loadStudent(t, d, sm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameVecs(t, "the compressed student", params(t, lab), want)
+
+	shared, _ := sharedLab(t)
+	ref, err := shared.Step(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := labSetup(t)
+	r.Replace = true
+	in, err = lab.Setup(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Student != r.Student || in.Step != 0 || len(in.Compression) != 0 {
+		t.Errorf("replaced Info: %+v", in)
+	}
+	got, err := lab.Step(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !same64(got[0].Loss, ref[0].Loss) {
+		t.Errorf("first step after Replace: loss %v, the shared Lab's %v", got[0].Loss, ref[0].Loss)
+	}
+}
