@@ -55,7 +55,7 @@ func (s *labState) forwardBackward() (session.StepStats, error) {
 		return out, fmt.Errorf("nvgkit.Lab.ForwardBackward: step %d: %w", step, err)
 	}
 	p.fb, p.finite, p.loss, p.haveNorm = true, stats.Finite && finite(stats.Loss), stats.Loss, false
-	out.Loss = stats.Loss
+	out.Loss, out.Finite = stats.Loss, p.finite
 	return out, nil
 }
 
@@ -120,6 +120,7 @@ func (s *labState) adamStep() (session.StepStats, error) {
 		out.GradNorm = gn
 		ok = finite(gn)
 	}
+	out.Finite = ok
 	if ok {
 		ac := tr.Adam
 		ac.LR = lr

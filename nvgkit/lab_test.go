@@ -198,7 +198,7 @@ func TestLabStepMatchesTrainer(t *testing.T) {
 			t.Fatalf("%s: %d steps", what, len(got))
 		}
 		for i, s := range got {
-			if s.Step != i+1 || !same64(s.Loss, rep.Loss[i]) || !same64(s.GradNorm, norms[i]) || s.Skipped || !same64(s.LR, cfg.LRAt(i+1)) {
+			if s.Step != i+1 || !s.Finite || !same64(s.Loss, rep.Loss[i]) || !same64(s.GradNorm, norms[i]) || s.Skipped || !same64(s.LR, cfg.LRAt(i+1)) {
 				t.Errorf("%s: step %d: %+v, trainer loss %v norm %v", what, i+1, s, rep.Loss[i], norms[i])
 			}
 		}
@@ -224,8 +224,8 @@ func TestLabStepMatchesTrainer(t *testing.T) {
 			t.Fatal(err)
 		}
 		fb, err := lab.ForwardBackward()
-		if err != nil {
-			t.Fatal(err)
+		if err != nil || !fb.Finite || !same64(fb.Loss, rep.Loss[fb.Step-1]) {
+			t.Fatalf("ForwardBackward = %+v, %v", fb, err)
 		}
 		if n, err := lab.ClipGrads(st.ClipNorm); err != nil || !same64(n, norms[fb.Step-1]) {
 			t.Fatalf("ClipGrads = %v, %v; want %v", n, err, norms[fb.Step-1])
@@ -681,5 +681,41 @@ func TestLabSetupCompressReplace(t *testing.T) {
 	}
 	if !same64(got[0].Loss, ref[0].Loss) {
 		t.Errorf("first step after Replace: loss %v, the shared Lab's %v", got[0].Loss, ref[0].Loss)
+	}
+}
+
+// A step whose loss is not finite is skipped as Trainer skips it: no update, the gradients
+// cleared, the step counted; the hook is not called.
+func TestLabSkippedStep(t *testing.T) {
+	lab, _ := sharedLab(t)
+	names, _ := lab.Names()
+	n := names[len(names)-1] // the final norm's gain: huge values overflow the logits
+	v, _ := lab.Param(n)
+	for i := range v {
+		v[i] = 1e30
+	}
+	if err := lab.SetParam(n, v); err != nil {
+		t.Fatal(err)
+	}
+	before := params(t, lab)
+	called := false
+	got, err := lab.Step(1, session.PreOptimizer(func(session.Lab, session.StepStats) error { called = true; return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got[0].Skipped || got[0].Finite || called {
+		t.Errorf("step %+v, hook called %v", got[0], called)
+	}
+	in, _ := lab.Info()
+	if in.Step != 1 || in.Skipped != 1 || in.AdamStep != 0 {
+		t.Errorf("Info: step %d, skipped %d, Adam step %d", in.Step, in.Skipped, in.AdamStep)
+	}
+	sameVecs(t, "values after a skipped step", params(t, lab), before)
+	for name, g := range grads(t, lab) {
+		for _, x := range g {
+			if x != 0 {
+				t.Fatalf("gradient of %s not cleared", name)
+			}
+		}
 	}
 }

@@ -115,6 +115,10 @@ type Lab interface {
 	// done. Any other failure also returns the steps done before it (their updates stay); the
 	// failing step made no update. After Step the gradient buffers hold the last step's
 	// gradients, clipped. A hook must not call Setup, Step, Restore or Close (an error).
+	//
+	// Step equals, bit for bit, the loop a remote client runs to call a hook in its own
+	// process: per step ZeroGrads; st := ForwardBackward(); when st.Finite, the hook and
+	// then, when Setup.Train.ClipNorm > 0, ClipGrads(ClipNorm); AdamStep.
 	Step(n int, opts ...Option) ([]StepStats, error)
 	// History returns every step done since Setup (or restored from a checkpoint or
 	// snapshot) and every evaluation made, in order.
@@ -410,6 +414,9 @@ type StepStats struct {
 	LR float64
 	// Skipped is true when the loss or the gradient norm was not finite: no update was made.
 	Skipped bool
+	// Finite is true when the loss and every gradient are finite (ForwardBackward: the step
+	// can be applied; AdamStep and Step: the step was applied, !Skipped).
+	Finite bool
 	// Tokens is the number of predicted tokens in the batch (NB·T).
 	Tokens int
 	// EvalPPL is the held-out perplexity when the step ended with an evaluation (Step's
