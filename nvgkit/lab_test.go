@@ -719,3 +719,30 @@ func TestLabSkippedStep(t *testing.T) {
 		}
 	}
 }
+
+// LayerNorms (Lab.GradNorms' table) gives the same bits on every call: the squares of a
+// kind's vectors are summed in name order, not in Go's random map order. Five vectors of one
+// layer and kind: 2²⁷ in p0.g and 1024 ones in each of p0.h, p0.l, p1.h, p1.l. In name order
+// the sum starts at 2⁵⁴ and every later 1 is lost (below half its ulp, 4): the norm is
+// exactly 2²⁷. Any vector of ones first would give 2⁵⁴ + 1024 and a norm 2²⁷ + 2⁻¹⁸.
+func TestLabLayerNormsDeterministic(t *testing.T) {
+	const p = "model.layers.1.self_attn.q_proj.weight."
+	ones := make([]float32, 1024)
+	for i := range ones {
+		ones[i] = 1
+	}
+	vecs := map[string][]float32{p + "p0.g": {1 << 27}, p + "p0.h": ones, p + "p0.l": ones, p + "p1.h": ones, p + "p1.l": ones,
+		"model.layers.0.input_layernorm.weight": {3, 4}}
+	for range 50 {
+		_, kinds, norms, err := nvgkit.LayerNorms(vecs, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(kinds) != 2 || kinds[0] != "input_layernorm" || kinds[1] != "q_proj" || norms[0][0] != 5 || !math.IsNaN(norms[0][1]) {
+			t.Fatalf("kinds %v norms %v", kinds, norms)
+		}
+		if norms[1][1] != 1<<27 {
+			t.Fatalf("q_proj norm of layer 1 = %v, want 2²⁷ = %v (summed in name order)", norms[1][1], 1<<27)
+		}
+	}
+}
