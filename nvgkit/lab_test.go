@@ -550,6 +550,18 @@ func TestLabInterrupt(t *testing.T) {
 	if _, err := lab.Step(1); err != nil { // an interrupt is not remembered
 		t.Errorf("Step after an interrupted one: %v", err)
 	}
+	// EvalEvery evaluates after every n-th step of the call: the same perplexity as Eval now.
+	got, err := lab.Step(2, session.EvalEvery(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := lab.Eval(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].EvalPPL != 0 || !same64(got[1].EvalPPL, ev.StudentPPL) || ev.Step != 4 {
+		t.Errorf("EvalEvery(2): steps %+v, Eval %+v", got, ev)
+	}
 }
 
 // A checkpoint restores in a new Lab: the same step, values and next loss.
@@ -618,6 +630,12 @@ func TestLabCheckpointResume(t *testing.T) {
 	}
 	if in, err := l3.Info(); err != nil || in.Ready {
 		t.Errorf("Info before Setup: %+v %v", in, err)
+	}
+	if err := l2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l2.Param(in.Setup.Student); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("Param after Close: %v", err)
 	}
 }
 
