@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/compress"
 	"math"
 	"os"
 	"path/filepath"
@@ -369,18 +370,18 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 		}
 		st.info.Student = s.Student
 	} else {
-		pm, err := cmf.ParsePathMode(s.Paths)
+		pm, err := compress.ParsePathMode(s.Paths)
 		if err != nil {
 			return nil, fmt.Errorf("nvgkit.Lab.Setup: %w", err)
 		}
-		var reports []cmf.TensorReport
-		st.student, reports, err = CompressProgress(st.teacherModel, cmf.CompressOptions{BitsPerWeight: s.BitsPerWeight, Paths: pm, Seed: s.Train.Seed},
+		var reports []compress.TensorReport
+		st.student, reports, err = compress.Model(st.teacherModel, compress.Options{BitsPerWeight: s.BitsPerWeight, Paths: pm, Seed: s.Train.Seed},
 			func(done, total int, name string) { report("compress", done, total) })
 		if err != nil {
 			return nil, fmt.Errorf("nvgkit.Lab.Setup: compress: %w", err)
 		}
 		st.info.Student = fmt.Sprintf("compressed from the teacher (%g bits/weight, paths %s, seed %d)", s.BitsPerWeight, pm, s.Train.Seed)
-		st.info.BitsPerWeight = cmf.OverallBitsPerWeight(reports)
+		st.info.BitsPerWeight = compress.OverallBitsPerWeight(reports)
 		for _, r := range reports {
 			st.info.Compression = append(st.info.Compression, session.TensorReport{Name: r.Name, Kind: r.Kind, Shape: append([]int(nil), r.Shape...),
 				Rank: r.Rank, Paths: r.Paths, BitsPerWeight: r.BitsPerWeight, RelErr: r.RelErr})
