@@ -388,7 +388,7 @@ type Info struct {
 	Snapshots []string
 }
 
-// TensorReport is one compressed tensor of the student (cmf.TensorReport's fields).
+// TensorReport is one compressed tensor of the student (compress.TensorReport's fields).
 type TensorReport struct {
 	// Name is the tensor, Kind its projection (q_proj, …, down_proj).
 	Name, Kind string
