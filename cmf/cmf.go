@@ -1,17 +1,16 @@
 package cmf
 
 import (
-	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
+
+	"github.com/nvg-project/nvg/arch"
+	"github.com/nvg-project/nvg/internal/atomicfile"
 )
 
 // CMF metadata keys and version (DESIGN.md §4).
@@ -160,61 +159,7 @@ func writeCMFFile(path string, cfg arch.Config, ts []*Tensor) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return writeFileAtomic(path, func(w io.Writer) error { return writeHeaderAndTensors(w, h, ts) })
-}
-
-// writeFileAtomic writes path through a temporary file in the same directory: write,
-// flush, fsync, close, rename, fsync the directory. On error the temporary file is removed
-// and path is untouched.
-func writeFileAtomic(path string, write func(w io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("write %s: %w", path, err)
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err = write(bw); err != nil {
-		return err
-	}
-	if err = bw.Flush(); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" { // directories cannot be fsynced there; rename is durable enough
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.Write(path, func(w io.Writer) error { return writeHeaderAndTensors(w, h, ts) })
 }
 
 var shardNameRE = regexp.MustCompile(`^model-[0-9]{5}-of-[0-9]{5}\.cmf$`)
@@ -279,10 +224,7 @@ func WriteCMFSharded(dir string, m *Model, maxShardBytes int64) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", dir, err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, CMFIndexName), func(w io.Writer) error {
-		_, err := w.Write(append(data, '\n'))
-		return err
-	}); err != nil {
+	if err := atomicfile.WriteBytes(filepath.Join(dir, CMFIndexName), append(data, '\n')); err != nil {
 		return err
 	}
 	ents, err := os.ReadDir(dir)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
 	"io"
 	"io/fs"
 	"os"
@@ -14,6 +13,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/nvg-project/nvg/arch"
+	"github.com/nvg-project/nvg/internal/atomicfile"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -194,10 +196,7 @@ func ExportHFWith(dir string, m *Model, tokenizerJSON []byte, opt ExportHFOption
 		}
 	}
 	writeSmall := func(name string, data []byte) error {
-		return writeFileAtomic(filepath.Join(dir, name), func(w io.Writer) error {
-			_, err := w.Write(data)
-			return err
-		})
+		return atomicfile.WriteBytes(filepath.Join(dir, name), data)
 	}
 	if len(shards) > 1 {
 		ix := ShardIndex{Metadata: map[string]any{"total_size": total}, WeightMap: wm}
@@ -234,7 +233,7 @@ func ExportHFWith(dir string, m *Model, tokenizerJSON []byte, opt ExportHFOption
 			}
 		}
 	}
-	return syncDir(dir)
+	return atomicfile.SyncDir(dir)
 }
 
 var hfShardNameRE = regexp.MustCompile(`^model-[0-9]{5}-of-[0-9]{5}\.safetensors$`)
@@ -286,7 +285,7 @@ func writeHFSafetensors(path string, ents []hfEntry) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	h = padHeader(h)
-	return writeFileAtomic(path, func(w io.Writer) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
 		if err := writeHeader(w, h); err != nil {
 			return err
 		}

@@ -2,14 +2,13 @@ package nvgkit
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/nvg-project/nvg/internal/atomicfile"
 )
 
 // TrainConfig sets up a distillation run (DESIGN.md §6 "Defaults" lists every field, its nvg
@@ -335,7 +334,10 @@ func (r *Report) Save(path string) error {
 	if err != nil {
 		return fmt.Errorf("nvgkit: report %s: %w", path, err)
 	}
-	return writeFileAtomic(path, append(b, '\n'))
+	if err := atomicfile.WriteBytes(path, append(b, '\n')); err != nil {
+		return fmt.Errorf("nvgkit: %w", err)
+	}
+	return nil
 }
 
 // LoadReport reads a report written by Report.Save.
@@ -349,59 +351,4 @@ func LoadReport(path string) (*Report, error) {
 		return nil, fmt.Errorf("nvgkit: report %s: %w", path, err)
 	}
 	return &r, nil
-}
-
-// writeFileAtomic writes data to path through a fsynced temporary file in the same directory
-// and a rename, then fsyncs the directory; on error path is untouched and the temporary
-// file removed.
-func writeFileAtomic(path string, data []byte) error {
-	return writeAtomic(path, func(f *os.File) error {
-		_, err := f.Write(data)
-		return err
-	})
-}
-
-// writeAtomic is writeFileAtomic with the content written by fill.
-func writeAtomic(path string, fill func(f *os.File) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("nvgkit: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("nvgkit: write %s: %w", path, err)
-		}
-	}()
-	if err = fill(f); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	// The rename is durable once the directory is synced. Some file systems cannot sync a
-	// directory (EINVAL): the rename is done then and that is not an error.
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	serr := d.Sync()
-	d.Close()
-	if serr != nil && !errors.Is(serr, syscall.EINVAL) {
-		err = serr
-		return err
-	}
-	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
@@ -277,7 +278,7 @@ func writeDistillSettings(out string, s distillSettings) error {
 	if err != nil {
 		return err
 	}
-	return nvgkitWriteFile(filepath.Join(out, distillSettingsFile), append(b, '\n'))
+	return atomicfile.WriteBytes(filepath.Join(out, distillSettingsFile), append(b, '\n'))
 }
 
 // distillOptions are how a run is carried out, not what it computes: they may differ
@@ -344,34 +345,6 @@ func removeRunOutput(out string, created bool) {
 	for _, e := range ents {
 		os.RemoveAll(filepath.Join(out, e.Name()))
 	}
-}
-
-// nvgkitWriteFile writes data atomically (temporary file, fsync, rename).
-func nvgkitWriteFile(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // distillPhaseHook, when not nil, is called at each phase boundary of distill before it

@@ -8,6 +8,7 @@ import (
 	"reflect"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -110,5 +111,5 @@ func saveCompressedStudent(out string, m *cmf.Model, reports []cmf.TensorReport,
 	if err != nil {
 		return d, err
 	}
-	return d, nvgkitWriteFile(filepath.Join(out, compressionFile), append(b, '\n'))
+	return d, atomicfile.WriteBytes(filepath.Join(out, compressionFile), append(b, '\n'))
 }
