@@ -144,21 +144,6 @@ func TestAttentionBackward(t *testing.T) {
 	}
 }
 
-func TestAttentionGateBackward(t *testing.T) {
-	rng := rand.New(rand.NewPCG(4, 1))
-	o, g, dy := randVec(rng, 11, 1), randVec(rng, 11, 2), randVec(rng, 11, 1)
-	do, dg, err := AttentionGateBackward(o, g, dy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	loss := func() float64 { return dot(dy, must[[]float64](t)(AttentionGate(o, g))) }
-	fdCheck(t, "AttentionGate do", o, do, fdH, fdTol, loss)
-	fdCheck(t, "AttentionGate dgate", g, dg, fdH, fdTol, loss)
-	if _, _, err := AttentionGateBackward(o, g, dy[1:]); err == nil {
-		t.Error("short dy accepted")
-	}
-}
-
 func TestCausalConv1dSiLUBackward(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 1))
 	const C, K = 3, 4
@@ -276,16 +261,34 @@ func TestGatedRMSNormBackward(t *testing.T) {
 	fdCheck(t, "GatedRMSNorm dw", w, dw, fdH, fdTol, loss)
 }
 
-func TestSwiGLUBackward(t *testing.T) {
-	rng := rand.New(rand.NewPCG(10, 1))
-	g, u, dy := randVec(rng, 13, 2), randVec(rng, 13, 1), randVec(rng, 13, 1)
-	dg, du, err := SwiGLUBackward(g, u, dy)
-	if err != nil {
-		t.Fatal(err)
+// TestElementwiseBackward checks the backward of the two-input elementwise ops (AttentionGate,
+// SwiGLU) against finite differences, and that a short dy is refused.
+func TestElementwiseBackward(t *testing.T) {
+	for _, c := range []struct {
+		op             string
+		da, db         string // the gradients' names
+		seed           uint64
+		n              int
+		scaleA, scaleB float64
+		fwd            func(a, b []float64) ([]float64, error)
+		bwd            func(a, b, dy []float64) ([]float64, []float64, error)
+	}{
+		{"AttentionGate", "do", "dgate", 4, 11, 1, 2, AttentionGate, AttentionGateBackward},
+		{"SwiGLU", "dgate", "dup", 10, 13, 2, 1, SwiGLU, SwiGLUBackward},
+	} {
+		rng := rand.New(rand.NewPCG(c.seed, 1))
+		a, b, dy := randVec(rng, c.n, c.scaleA), randVec(rng, c.n, c.scaleB), randVec(rng, c.n, 1)
+		da, db, err := c.bwd(a, b, dy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loss := func() float64 { return dot(dy, must[[]float64](t)(c.fwd(a, b))) }
+		fdCheck(t, c.op+" "+c.da, a, da, fdH, fdTol, loss)
+		fdCheck(t, c.op+" "+c.db, b, db, fdH, fdTol, loss)
+		if _, _, err := c.bwd(a, b, dy[1:]); err == nil {
+			t.Errorf("%sBackward: short dy accepted", c.op)
+		}
 	}
-	loss := func() float64 { return dot(dy, must[[]float64](t)(SwiGLU(g, u))) }
-	fdCheck(t, "SwiGLU dgate", g, dg, fdH, fdTol, loss)
-	fdCheck(t, "SwiGLU dup", u, du, fdH, fdTol, loss)
 }
 
 func TestLinearOpBackward(t *testing.T) {
