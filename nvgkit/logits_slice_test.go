@@ -22,10 +22,7 @@ func TestForwardLogitsSliced(t *testing.T) {
 	ids := fx.windows(t)
 	c := net.Config
 	H, V, T := c.HiddenSize, c.VocabSize, len(ids[0])
-	w, err := nvgkit.NewWork(d, net, len(ids), T)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, net, len(ids), T)
 	defer w.Release()
 	whole, err := nvgkit.Forward(net, w, ids, nvgkit.ForwardOptions{Logits0: true})
 	if err != nil {

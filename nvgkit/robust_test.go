@@ -183,10 +183,7 @@ func TestOutOfMemoryRemedy(t *testing.T) {
 	// A work that fits, whose pass does not (its temporaries and top-k buffers are
 	// allocated while it runs).
 	d.SetMemoryBudget(0)
-	w, err := nvgkit.NewWork(d, teacher, 1, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, teacher, 1, 4)
 	defer w.Release()
 	d.SetMemoryBudget(liveMem(d).CurrentBytes + 16)
 	_, err = nvgkit.TeacherTopK(teacher, w, [][]int{{1, 2, 3, 4}}, 8)

@@ -391,10 +391,7 @@ func TestStudentExportRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n2.Release()
-	w2, err := nvgkit.NewWork(d, n2, blrNB, blrT)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w2 := newWork(t, d, n2, blrNB, blrT)
 	defer w2.Release()
 	after, _, err := nvgkit.LossOnly(n2, w2, c.ids, c.top)
 	if err != nil {
@@ -509,10 +506,7 @@ func TestStudentRankPadding(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer net.Release()
-	work, err := nvgkit.NewWork(d, net, blrNB, blrT)
-	if err != nil {
-		t.Fatal(err)
-	}
+	work := newWork(t, d, net, blrNB, blrT)
 	defer work.Release()
 	want, _, err := nvgkit.LossOnly(c.net, c.work, c.ids, c.top)
 	if err != nil {

@@ -17,15 +17,9 @@ func TestStudentErrors(t *testing.T) {
 	dev, net := fixtureStudent(t)
 	V := net.Config.VocabSize
 	const nb, T, K = 2, 8, 4
-	w, err := nvgkit.NewWork(dev, net, nb, T)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, dev, net, nb, T)
 	defer w.Release()
-	tw, err := nvgkit.NewWork(dev, tnet, nb, T)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tw := newWork(t, dev, tnet, nb, T)
 	defer tw.Release()
 	ids := [][]int{{1, 2, 3, 4, 5, 6, 7, 8}, {9, 10, 11, 12, 13, 14, 15, 16}}
 	mkTop := func(nb, T, K int) *nvgkit.TopK {
@@ -88,7 +82,7 @@ func TestStudentErrors(t *testing.T) {
 		bad(f.name+" zero probabilities", "token 2 sum to 0", f.run(ids, zero))
 	}
 	bad("Step over fewer windows than the work", "exactly the work's nb = 2", step(ids[:1], mkTop(1, T, K)))
-	_, err = nvgkit.Step(net, tw, ids, good)
+	_, err := nvgkit.Step(net, tw, ids, good)
 	bad("student with a teacher's work", "made for a teacher net", err)
 	_, _, err = nvgkit.LossOnly(tnet, tw, ids, good)
 	bad("LossOnly on a teacher", "is a teacher", err)

@@ -88,10 +88,7 @@ func TestStudentStepFixtures(t *testing.T) {
 	fx := openFixtures(t)
 	ids := fx.windows(t)
 	top := fixtureTopK(t, fx)
-	w, err := nvgkit.NewWork(d, net, len(ids), len(ids[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, net, len(ids), len(ids[0]))
 	defer w.Release()
 	if got, want := w.Bytes(), nvgkit.StudentWorkBytes(net.Config, len(ids), len(ids[0])); got != want {
 		t.Errorf("work holds %d bytes, StudentWorkBytes says %d", got, want)

@@ -41,6 +41,16 @@ func tinyTeacher(t testing.TB) (*gpu.Device, *cmf.Model, *nvgkit.Net) {
 	return d, tiny.m, tiny.net
 }
 
+// newWork is nvgkit.NewWork(d, net, nb, T), failing t on an error; the caller releases it.
+func newWork(t testing.TB, d *gpu.Device, net *nvgkit.Net, nb, T int) *nvgkit.Work {
+	t.Helper()
+	w, err := nvgkit.NewWork(d, net, nb, T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // truncated returns m restricted to its first n decoder layers (embedding, final norm and
 // tensors shared with m).
 func truncated(t testing.TB, m *cmf.Model, n int) *cmf.Model {
@@ -131,10 +141,7 @@ func TestForwardFixtures(t *testing.T) {
 	ids := fx.windows(t)
 	c := net.Config
 	nb, T, K := len(ids), len(ids[0]), 32
-	w, err := nvgkit.NewWork(d, net, nb, T)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, net, nb, T)
 	defer w.Release()
 	tr, err := nvgkit.Forward(net, w, ids, nvgkit.ForwardOptions{TopK: K, Logits0: true})
 	if err != nil {
@@ -260,10 +267,7 @@ func passPeakLayers(t *testing.T, d *gpu.Device, m *cmf.Model, ids [][]int, k in
 		t.Fatal(err)
 	}
 	defer net.Release()
-	w, err := nvgkit.NewWork(d, net, len(ids), len(ids[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, net, len(ids), len(ids[0]))
 	defer w.Release()
 	top, err := nvgkit.TeacherTopK(net, w, ids, k)
 	if err != nil {
@@ -358,10 +362,7 @@ func TestNLLMatchesHost(t *testing.T) {
 	ids := openFixtures(t).windows(t)
 	windows := [][]int{ids[0], ids[1], append(append([]int(nil), ids[1][32:]...), ids[0][:32]...)}
 	T := len(windows[0]) - 1
-	w, err := nvgkit.NewWork(d, net, 2, T)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, net, 2, T)
 	defer w.Release()
 	var calls []int
 	sum, count, err := nvgkit.NLL(net, w, windows, func(done, total int) {
@@ -407,10 +408,7 @@ func TestNLLMatchesHost(t *testing.T) {
 func TestTeacherErrors(t *testing.T) {
 	d, _, net := tinyTeacher(t)
 	V := net.Config.VocabSize
-	w, err := nvgkit.NewWork(d, net, 2, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, net, 2, 8)
 	defer w.Release()
 	win := func(n int) []int { return make([]int, n) }
 	bad := func(name, want string, err error) {
@@ -424,7 +422,7 @@ func TestTeacherErrors(t *testing.T) {
 		}
 	}
 	before := liveMem(d)
-	_, err = nvgkit.TeacherTopK(net, w, nil, 32)
+	_, err := nvgkit.TeacherTopK(net, w, nil, 32)
 	bad("no windows", "no windows", err)
 	_, err = nvgkit.TeacherTopK(net, w, [][]int{win(8), win(8), win(8)}, 32)
 	bad("too many windows", "at most 2", err)
@@ -470,10 +468,7 @@ func TestTeacherErrors(t *testing.T) {
 		t.Errorf("refused NewWork left %d buffers behind", after.Buffers-before.Buffers)
 	}
 
-	w2, err := nvgkit.NewWork(d, net, 1, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w2 := newWork(t, d, net, 1, 8)
 	w2.Release()
 	_, err = nvgkit.TeacherTopK(net, w2, [][]int{win(8)}, 4)
 	bad("released work", "released", err)
@@ -506,10 +501,7 @@ func BenchmarkTeacherTopK(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer net.Release()
-			w, err := nvgkit.NewWork(d, net, nb, T)
-			if err != nil {
-				b.Fatal(err)
-			}
+			w := newWork(b, d, net, nb, T)
 			defer w.Release()
 			if _, err := nvgkit.TeacherTopK(net, w, ids, k); err != nil { // warm-up: compile the pipelines
 				b.Fatal(err)
