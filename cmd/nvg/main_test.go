@@ -68,6 +68,20 @@ func TestCLIMessages(t *testing.T) {
 }
 
 // capture runs nvg with args and returns what it wrote to stdout and stderr and its exit code.
+// readJSON returns the JSON file path decoded as a T; a failure fails t.
+func readJSON[T any](t *testing.T, path string) T {
+	t.Helper()
+	var v T
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return v
+}
+
 func capture(t *testing.T, args []string) (stdout, stderr string, code int) {
 	t.Helper()
 	dir := t.TempDir()
