@@ -51,6 +51,19 @@ func newWork(t testing.TB, d *gpu.Device, net *nvgkit.Net, nb, T int) *nvgkit.Wo
 	return w
 }
 
+// refused fails t unless err is an error mentioning want (the case is named name); it logs
+// the error otherwise.
+func refused(t testing.TB, name, want string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: accepted", name)
+	} else if !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: error %q does not mention %q", name, err, want)
+	} else {
+		t.Logf("%s: %v", name, err)
+	}
+}
+
 // truncated returns m restricted to its first n decoder layers (embedding, final norm and
 // tensors shared with m).
 func truncated(t testing.TB, m *cmf.Model, n int) *cmf.Model {
@@ -411,16 +424,7 @@ func TestTeacherErrors(t *testing.T) {
 	w := newWork(t, d, net, 2, 8)
 	defer w.Release()
 	win := func(n int) []int { return make([]int, n) }
-	bad := func(name, want string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Errorf("%s: accepted", name)
-		} else if !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: error %q does not mention %q", name, err, want)
-		} else {
-			t.Logf("%s: %v", name, err)
-		}
-	}
+	bad := func(name, want string, err error) { t.Helper(); refused(t, name, want, err) }
 	before := liveMem(d)
 	_, err := nvgkit.TeacherTopK(net, w, nil, 32)
 	bad("no windows", "no windows", err)
