@@ -162,6 +162,28 @@ func writeCMFFile(path string, cfg arch.Config, ts []*Tensor) error {
 	return atomicfile.Write(path, func(w io.Writer) error { return writeHeaderAndTensors(w, h, ts) })
 }
 
+// shardBySize cuts items, in order, into shards of at most maxBytes (by size) each, a new
+// shard starting where the next item would pass maxBytes; an item larger than maxBytes gets
+// a shard of its own. It returns the shards and the total size.
+func shardBySize[T any](items []T, size func(T) int64, maxBytes int64) (shards [][]T, total int64) {
+	var cur []T
+	var curBytes int64
+	for _, it := range items {
+		s := size(it)
+		if len(cur) > 0 && curBytes+s > maxBytes {
+			shards = append(shards, cur)
+			cur, curBytes = nil, 0
+		}
+		cur = append(cur, it)
+		curBytes += s
+		total += s
+	}
+	if len(cur) > 0 {
+		shards = append(shards, cur)
+	}
+	return shards, total
+}
+
 var shardNameRE = regexp.MustCompile(`^model-[0-9]{5}-of-[0-9]{5}\.cmf$`)
 
 // ShardName is the file name of shard i (1-based) of n: model-0000i-of-0000N.cmf.
@@ -185,22 +207,11 @@ func WriteCMFSharded(dir string, m *Model, maxShardBytes int64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write %s: %w", dir, err)
 	}
-	var shards [][]*Tensor
-	var cur []*Tensor
-	var curBytes, total int64
+	ts := make([]*Tensor, 0, len(m.Tensors))
 	for _, n := range m.Names() {
-		t := m.Tensors[n]
-		if len(cur) > 0 && curBytes+t.size > maxShardBytes {
-			shards = append(shards, cur)
-			cur, curBytes = nil, 0
-		}
-		cur = append(cur, t)
-		curBytes += t.size
-		total += t.size
+		ts = append(ts, m.Tensors[n])
 	}
-	if len(cur) > 0 {
-		shards = append(shards, cur)
-	}
+	shards, total := shardBySize(ts, func(t *Tensor) int64 { return t.size }, maxShardBytes)
 	if len(shards) > 99999 {
 		return fmt.Errorf("write %s: %d shards exceed the 5-digit shard numbering; raise maxShardBytes", dir, len(shards))
 	}

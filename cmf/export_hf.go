@@ -161,21 +161,7 @@ func ExportHFWith(dir string, m *Model, tokenizerJSON []byte, opt ExportHFOption
 		ents = append(ents, e)
 	}
 	sort.SliceStable(ents, func(i, j int) bool { return ents[i].dtype.Size() > ents[j].dtype.Size() })
-	var shards [][]hfEntry
-	var cur []hfEntry
-	var curBytes, total int64
-	for _, e := range ents {
-		if len(cur) > 0 && curBytes+e.size > opt.MaxShardBytes {
-			shards = append(shards, cur)
-			cur, curBytes = nil, 0
-		}
-		cur = append(cur, e)
-		curBytes += e.size
-		total += e.size
-	}
-	if len(cur) > 0 {
-		shards = append(shards, cur)
-	}
+	shards, total := shardBySize(ents, func(e hfEntry) int64 { return e.size }, opt.MaxShardBytes)
 	if len(shards) > 99999 {
 		return fail(fmt.Errorf("%d shards exceed the 5-digit shard numbering; raise MaxShardBytes", len(shards)))
 	}
