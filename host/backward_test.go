@@ -35,33 +35,43 @@ func dot(a, b []float64) float64 {
 // error allowed per coordinate is tol·(1 + |fd|). It logs the largest error.
 func fdCheck(t *testing.T, name string, x, grad []float64, h, tol float64, loss func() float64) {
 	t.Helper()
-	if len(grad) != len(x) {
-		t.Fatalf("%s: gradient has %d values, want %d", name, len(grad), len(x))
-	}
 	step := 1
 	if len(x) > 400 {
 		step = len(x) / 400
 	}
-	var worst float64
-	for i := 0; i < len(x); i += step {
+	fdCompare(t, name, len(x), step, grad, tol, func(i int) float64 {
 		x0 := x[i]
 		x[i] = x0 + h
 		lp := loss()
 		x[i] = x0 - h
 		lm := loss()
 		x[i] = x0
-		fd := (lp - lm) / (2 * h)
-		e := math.Abs(fd-grad[i]) / (1 + math.Abs(fd))
+		return (lp - lm) / (2 * h)
+	})
+}
+
+// fdCompare compares grad[i] with the finite difference fd(i) for every step-th of n
+// coordinates, allowing tol·(1 + |fd|) each; it fails at the first one beyond that and
+// otherwise logs the largest error.
+func fdCompare(t *testing.T, name string, n, step int, grad []float64, tol float64, fd func(i int) float64) {
+	t.Helper()
+	if len(grad) != n {
+		t.Fatalf("%s: gradient has %d values, want %d", name, len(grad), n)
+	}
+	var worst float64
+	for i := 0; i < n; i += step {
+		d := fd(i)
+		e := math.Abs(d-grad[i]) / (1 + math.Abs(d))
 		if math.IsNaN(e) {
 			e = math.Inf(1)
 		}
 		worst = math.Max(worst, e)
 		if !(e <= tol) {
-			t.Errorf("%s[%d]: backward %.10g, finite difference %.10g", name, i, grad[i], fd)
+			t.Errorf("%s[%d]: backward %.10g, finite difference %.10g", name, i, grad[i], d)
 			return
 		}
 	}
-	t.Logf("%s: max error %.3g over %d coordinates", name, worst, (len(x)+step-1)/step)
+	t.Logf("%s: max error %.3g over %d coordinates", name, worst, (n+step-1)/step)
 }
 
 const (
@@ -318,11 +328,7 @@ func TestLinearOpBackward(t *testing.T) {
 // has no truncation error and a large h is exact.
 func fdCheckF32(t *testing.T, name string, x []float32, grad []float64, h, tol float64, loss func() float64) {
 	t.Helper()
-	if len(grad) != len(x) {
-		t.Fatalf("%s: gradient has %d values, want %d", name, len(grad), len(x))
-	}
-	var worst float64
-	for i := range x {
+	fdCompare(t, name, len(x), 1, grad, tol, func(i int) float64 {
 		x0 := x[i]
 		xp, xm := float32(float64(x0)+h), float32(float64(x0)-h)
 		x[i] = xp
@@ -330,18 +336,8 @@ func fdCheckF32(t *testing.T, name string, x []float32, grad []float64, h, tol f
 		x[i] = xm
 		lm := loss()
 		x[i] = x0
-		fd := (lp - lm) / (float64(xp) - float64(xm))
-		e := math.Abs(fd-grad[i]) / (1 + math.Abs(fd))
-		if math.IsNaN(e) {
-			e = math.Inf(1)
-		}
-		worst = math.Max(worst, e)
-		if !(e <= tol) {
-			t.Errorf("%s[%d]: backward %.10g, finite difference %.10g", name, i, grad[i], fd)
-			return
-		}
-	}
-	t.Logf("%s: max error %.3g over %d coordinates", name, worst, len(x))
+		return (lp - lm) / (float64(xp) - float64(xm))
+	})
 }
 
 func TestBLRLinearBackward(t *testing.T) {
