@@ -6,11 +6,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/tinytest"
 )
 
 // subTeacher returns an in-memory copy (F32) of the tiny teacher restricted to the decoder
@@ -22,37 +22,15 @@ func subTeacher(t *testing.T, src []int) *cmf.Model {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	c := m.Config
-	c.NumHiddenLayers = len(src)
-	c.LayerTypes = nil
-	for _, l := range src {
-		c.LayerTypes = append(c.LayerTypes, m.Config.LayerTypes[l])
-	}
-	out := cmf.NewModel(c)
-	for _, name := range m.Names() {
-		newName := name
-		if strings.HasPrefix(name, "model.layers.") {
-			var l int
-			if _, err := fmt.Sscanf(name, "model.layers.%d.", &l); err != nil {
-				t.Fatal(err)
-			}
-			i := -1
-			for j, s := range src {
-				if s == l {
-					i = j
-				}
-			}
-			if i < 0 {
-				continue
-			}
-			newName = fmt.Sprintf("model.layers.%d.%s", i, strings.TrimPrefix(name, fmt.Sprintf("model.layers.%d.", l)))
-		}
-		tn := m.Tensors[name]
+	sub := tinytest.SubModel(t, m, src)
+	out := cmf.NewModel(sub.Config)
+	for _, name := range sub.Names() {
+		tn := sub.Tensors[name]
 		v, err := tn.Float64()
 		if err != nil {
 			t.Fatal(err)
 		}
-		nt, err := cmf.NewFloatTensor(newName, cmf.F32, tn.Shape, v)
+		nt, err := cmf.NewFloatTensor(name, cmf.F32, tn.Shape, v)
 		if err != nil {
 			t.Fatal(err)
 		}

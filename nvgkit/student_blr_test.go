@@ -13,47 +13,9 @@ import (
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
-
-// subModel returns m restricted to the decoder layers src, renumbered 0, 1, … in that
-// order (tensors shared with m, renamed copies of the layer tensors).
-func subModel(t testing.TB, m *cmf.Model, src []int) *cmf.Model {
-	t.Helper()
-	c := m.Config
-	c.NumHiddenLayers = len(src)
-	c.LayerTypes = nil
-	for _, l := range src {
-		c.LayerTypes = append(c.LayerTypes, m.Config.LayerTypes[l])
-	}
-	out := cmf.NewModel(c)
-	for name, tn := range m.Tensors {
-		if rest, ok := strings.CutPrefix(name, "model.layers."); ok {
-			dot := strings.IndexByte(rest, '.')
-			var l int
-			fmt.Sscanf(rest[:dot], "%d", &l)
-			i := -1
-			for j, s := range src {
-				if s == l {
-					i = j
-				}
-			}
-			if i < 0 {
-				continue
-			}
-			nt := *tn
-			nt.Name = fmt.Sprintf("model.layers.%d%s", i, rest[dot:])
-			tn = &nt
-		}
-		if err := out.Set(tn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := out.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // blrCase is a BLR student — the tiny teacher's layers 0 (GatedDeltaNet) and 3 (attention),
 // compressed at 1 bit per weight (paths auto, seed 1) — with its teacher's top-16 on 2
@@ -80,7 +42,7 @@ func blrStudent(t *testing.T) (*gpu.Device, *blrCase) {
 	blr.once.Do(func() {
 		c := &blr.c
 		fail := func(err error) { c.err = err }
-		c.teacher = subModel(t, m, []int{0, 3})
+		c.teacher = tinytest.SubModel(t, m, []int{0, 3})
 		t0 := time.Now()
 		var reps []cmf.TensorReport
 		var err error

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -97,7 +98,7 @@ func TestStudentErrors(t *testing.T) {
 	bad("Restore nil", "nil snapshot", nvgkit.Restore(net, nil))
 	_, err = nvgkit.LoadNet(dev, m, nvgkit.Student, nvgkit.StreamLayers())
 	bad("streamed student", "StreamLayers is for teachers", err)
-	_, err = nvgkit.Export(net, truncated(t, m, 4))
+	_, err = nvgkit.Export(net, tinytest.FirstLayers(t, m, 4))
 	bad("Export into another architecture", "architecture differs", err)
 	_, err = nvgkit.Export(net, nil)
 	bad("Export nil model", "nil model", err)
@@ -117,7 +118,7 @@ func TestStudentErrors(t *testing.T) {
 // leaves nothing allocated on the GPU.
 func TestStudentLoadErrors(t *testing.T) {
 	d, m, _ := tinyTeacher(t)
-	base := truncated(t, m, 1)
+	base := tinytest.FirstLayers(t, m, 1)
 	before := liveMem(d)
 	for _, c := range []struct {
 		name, tensor string

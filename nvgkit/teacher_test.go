@@ -12,6 +12,7 @@ import (
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -62,34 +63,6 @@ func refused(t testing.TB, name, want string, err error) {
 	} else {
 		t.Logf("%s: %v", name, err)
 	}
-}
-
-// truncated returns m restricted to its first n decoder layers (embedding, final norm and
-// tensors shared with m).
-func truncated(t testing.TB, m *cmf.Model, n int) *cmf.Model {
-	t.Helper()
-	c := m.Config
-	c.NumHiddenLayers = n
-	c.LayerTypes = append([]string(nil), c.LayerTypes[:n]...)
-	out := cmf.NewModel(c)
-	for name, tn := range m.Tensors {
-		if rest, ok := strings.CutPrefix(name, "model.layers."); ok {
-			l, err := strconv.Atoi(rest[:strings.IndexByte(rest, '.')])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if l >= n {
-				continue
-			}
-		}
-		if err := out.Set(tn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := out.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 type fixtures struct{ f *cmf.SafetensorsFile }
@@ -323,7 +296,7 @@ func TestStreamedMatchesResident(t *testing.T) {
 	for _, layers := range []int{nl / 2, nl} {
 		mm := m
 		if layers != nl {
-			mm = truncated(t, m, layers)
+			mm = tinytest.FirstLayers(t, m, layers)
 		}
 		for s, streamed := range []bool{false, true} {
 			top, lb, peak := passPeak(t, d, mm, ids, k, streamed)
@@ -526,7 +499,7 @@ func BenchmarkTeacherTopK(b *testing.B) {
 // f16's range, a missing tensor, a wrong shape — and leaves nothing allocated on the GPU.
 func TestLoadNetErrors(t *testing.T) {
 	d, m, _ := tinyTeacher(t)
-	base := truncated(t, m, 1)
+	base := tinytest.FirstLayers(t, m, 1)
 	d.FreeScratch() // a refused LoadNet frees kept scratch: count only the nets' buffers
 	before := d.MemStats()
 	clone := func() *cmf.Model { return cloneModel(t, base) }

@@ -1,6 +1,6 @@
 // Package tinytest holds test fixtures built from the embedded tiny teacher
-// (cmf/tinyteacher) that the tests of several packages share, so that each package does not
-// carry its own copy of the safetensors patching.
+// (cmf/tinyteacher) and from models like it that the tests of several packages share, so
+// that each package does not carry its own copy.
 package tinytest
 
 import (
@@ -9,8 +9,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
 )
 
@@ -60,4 +64,52 @@ func Poisoned(t testing.TB, name string, i int, bits []byte) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// SubModel returns m restricted to its decoder layers layers, renumbered 0, 1, … in that
+// order, with the tensors outside the layers (embedding, final norm, head); the tensors are
+// m's (no data is copied), the layers' under their new names. The result passes
+// Model.Validate; a tensor name with a bad layer number or an invalid result fails t.
+func SubModel(t testing.TB, m *cmf.Model, layers []int) *cmf.Model {
+	t.Helper()
+	c := m.Config
+	c.NumHiddenLayers = len(layers)
+	c.LayerTypes = nil
+	for _, l := range layers {
+		c.LayerTypes = append(c.LayerTypes, m.Config.LayerTypes[l])
+	}
+	out := cmf.NewModel(c)
+	for name, tn := range m.Tensors {
+		if rest, ok := strings.CutPrefix(name, "model.layers."); ok {
+			dot := strings.IndexByte(rest, '.')
+			l, err := strconv.Atoi(rest[:max(dot, 0)])
+			if err != nil {
+				t.Fatalf("tensor %s: %v", name, err)
+			}
+			i := slices.Index(layers, l)
+			if i < 0 {
+				continue
+			}
+			nt := *tn
+			nt.Name = "model.layers." + strconv.Itoa(i) + rest[dot:]
+			tn = &nt
+		}
+		if err := out.Set(tn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := out.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// FirstLayers is SubModel of m's first n decoder layers.
+func FirstLayers(t testing.TB, m *cmf.Model, n int) *cmf.Model {
+	t.Helper()
+	layers := make([]int, n)
+	for i := range layers {
+		layers[i] = i
+	}
+	return SubModel(t, m, layers)
 }
