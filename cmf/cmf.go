@@ -3,13 +3,13 @@ package cmf
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 
-	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/internal/atomicfile"
 )
 

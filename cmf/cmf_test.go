@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"github.com/nvg-project/nvg/arch"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
 	"testing"
-
-	"github.com/nvg-project/nvg/arch"
 )
 
 const tinyDir = "tinyteacher/model"
@@ -26,7 +25,6 @@ func openTiny(t *testing.T) *Model {
 	return m
 }
 
-// sameTensors checks that b holds exactly a's tensors with identical dtype, shape and bytes.
 // roundTrip writes m as the CMF file path and opens it again (closed when the test ends); it
 // fails the test unless the config and tensors read back equal m's.
 func roundTrip(t *testing.T, m *Model, path string) *Model {
@@ -46,6 +44,7 @@ func roundTrip(t *testing.T, m *Model, path string) *Model {
 	return got
 }
 
+// sameTensors checks that b holds exactly a's tensors with identical dtype, shape and bytes.
 func sameTensors(t *testing.T, a, b *Model) {
 	t.Helper()
 	if !reflect.DeepEqual(a.Names(), b.Names()) {

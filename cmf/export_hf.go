@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"io"
 	"io/fs"
 	"os"
@@ -14,7 +15,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/internal/atomicfile"
 
 	"gonum.org/v1/gonum/blas"

@@ -3,6 +3,7 @@ package cmf
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/nvg-project/nvg/arch"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -13,8 +14,6 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
-
-	"github.com/nvg-project/nvg/arch"
 )
 
 // smallModel is a complete, valid model of a few KB: 2 layers (GatedDeltaNet, attention),

@@ -3,14 +3,13 @@ package nvgkit
 import (
 	"bytes"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nvg-project/nvg/arch"
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu/gputest"

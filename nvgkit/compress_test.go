@@ -1,12 +1,11 @@
 package nvgkit
 
 import (
+	"github.com/nvg-project/nvg/arch"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
-
-	"github.com/nvg-project/nvg/arch"
 
 	"github.com/nvg-project/nvg/cmf"
 )

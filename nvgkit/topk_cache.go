@@ -5,12 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"github.com/nvg-project/nvg/arch"
 	"hash/crc32"
 	"io"
 	"math"
 	"os"
 
-	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/internal/atomicfile"
 )
 

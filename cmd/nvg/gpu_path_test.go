@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,7 +144,7 @@ func TestTraceGPUAndHostSchema(t *testing.T) {
 		if gt == nil || ht == nil {
 			t.Fatalf("%s: GPU has it %v, host has it %v", name, gt != nil, ht != nil)
 		}
-		if gt.DType != ht.DType || !sameInts(gt.Shape, ht.Shape) {
+		if gt.DType != ht.DType || !slices.Equal(gt.Shape, ht.Shape) {
 			t.Fatalf("%s: GPU %s%v, host %s%v", name, gt.DType, gt.Shape, ht.DType, ht.Shape)
 		}
 		gv, _ := gt.Float64()

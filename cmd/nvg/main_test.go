@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,7 +68,6 @@ func TestCLIMessages(t *testing.T) {
 	}
 }
 
-// capture runs nvg with args and returns what it wrote to stdout and stderr and its exit code.
 // readJSON returns the JSON file path decoded as a T; a failure fails t.
 func readJSON[T any](t *testing.T, path string) T {
 	t.Helper()
@@ -82,6 +82,7 @@ func readJSON[T any](t *testing.T, path string) T {
 	return v
 }
 
+// capture runs nvg with args and returns what it wrote to stdout and stderr and its exit code.
 func capture(t *testing.T, args []string) (stdout, stderr string, code int) {
 	t.Helper()
 	dir := t.TempDir()
@@ -143,7 +144,7 @@ func TestTraceMatchesFixtures(t *testing.T) {
 		if g == nil {
 			t.Fatalf("trace output lacks %s", name)
 		}
-		if !sameInts(g.Shape, w.Shape) {
+		if !slices.Equal(g.Shape, w.Shape) {
 			t.Fatalf("%s: shape %v, want %v", name, g.Shape, w.Shape)
 		}
 		gv, _ := g.Float64()
@@ -157,18 +158,6 @@ func TestTraceMatchesFixtures(t *testing.T) {
 			t.Errorf("%s: max error %.3g (max |ref| %.3g)", name, maxErr, maxAbs)
 		}
 	}
-}
-
-func sameInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestBPWMissWarning: a student whose bits per weight miss --bpw by more than 10 % is

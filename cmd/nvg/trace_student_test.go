@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -58,7 +59,7 @@ func TestTraceStudent(t *testing.T) {
 			t.Errorf("%s: missing from the GPU trace", name)
 			continue
 		}
-		if gt.DType != ht.DType || !sameInts(gt.Shape, ht.Shape) {
+		if gt.DType != ht.DType || !slices.Equal(gt.Shape, ht.Shape) {
 			t.Errorf("%s: GPU %s%v, host %s%v", name, gt.DType, gt.Shape, ht.DType, ht.Shape)
 			continue
 		}
