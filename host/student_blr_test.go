@@ -67,8 +67,8 @@ func newBLRStudent(t *testing.T, teacher *cmf.Model, nb, T, k int) blrStudent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx := openFixtures(t)
-	flat := fx.ids(t, "ids", 2, 64)
+	fx := tinytest.OpenFixtures(t)
+	flat := fx.IDs(t, "ids", 2, 64)
 	ids := make([][]int, nb)
 	for b := range ids {
 		ids[b] = flat[b*64 : b*64+T]

@@ -70,8 +70,8 @@ func blrStudent(t *testing.T) (*gpu.Device, *blrCase) {
 			return
 		}
 		defer tw.Release()
-		fx := openFixtures(t)
-		for _, w := range fx.windows(t)[:blrNB] {
+		fx := tinytest.OpenFixtures(t)
+		for _, w := range fx.Windows(t)[:blrNB] {
 			c.ids = append(c.ids, w[:blrT])
 		}
 		if c.top, err = nvgkit.TeacherTopK(tn, tw, c.ids, blrK); err != nil {

@@ -16,8 +16,6 @@ import (
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
-const fixturePath = "../testdata/fixtures/fixtures-tiny-go.safetensors"
-
 var tiny struct {
 	once sync.Once
 	m    *cmf.Model
@@ -65,45 +63,6 @@ func refused(t testing.TB, name, want string, err error) {
 	}
 }
 
-type fixtures struct{ f *cmf.SafetensorsFile }
-
-func openFixtures(t *testing.T) fixtures {
-	t.Helper()
-	f, err := cmf.OpenSafetensors(fixturePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return fixtures{f}
-}
-
-func (fx fixtures) get(t *testing.T, name string) []float64 {
-	t.Helper()
-	tn := fx.f.Tensor(name)
-	if tn == nil {
-		t.Fatalf("fixture %s missing", name)
-	}
-	v, err := tn.Float64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// windows returns the fixture's ids as nb windows of t tokens.
-func (fx fixtures) windows(t *testing.T) [][]int {
-	tn := fx.f.Tensor("ids")
-	v := fx.get(t, "ids")
-	nb, tt := tn.Shape[0], tn.Shape[1]
-	w := make([][]int, nb)
-	for b := range w {
-		for i := 0; i < tt; i++ {
-			w[b] = append(w[b], int(v[b*tt+i]))
-		}
-	}
-	return w
-}
-
 func maxAbsDiff32(got []float32, want []float64) (d, ref float64) {
 	for i := range want {
 		e := math.Abs(float64(got[i]) - want[i])
@@ -123,8 +82,8 @@ func maxAbsDiff32(got []float32, want []float64) (d, ref float64) {
 // by more than 1e-3 (closer ones may swap under f16 weights).
 func TestForwardFixtures(t *testing.T) {
 	d, _, net := tinyTeacher(t)
-	fx := openFixtures(t)
-	ids := fx.windows(t)
+	fx := tinytest.OpenFixtures(t)
+	ids := fx.Windows(t)
 	c := net.Config
 	nb, T, K := len(ids), len(ids[0]), 32
 	w := newWork(t, d, net, nb, T)
@@ -137,7 +96,7 @@ func TestForwardFixtures(t *testing.T) {
 		t.Fatalf("%d hidden states, want %d", len(tr.Hidden), c.NumHiddenLayers+1)
 	}
 	for L := 0; L <= c.NumHiddenLayers; L++ {
-		want := fx.get(t, "hidden."+strconv.Itoa(L))
+		want := fx.Get(t, "hidden."+strconv.Itoa(L))
 		if len(tr.Hidden[L]) != len(want) {
 			t.Fatalf("hidden.%d: %d values, want %d", L, len(tr.Hidden[L]), len(want))
 		}
@@ -147,13 +106,13 @@ func TestForwardFixtures(t *testing.T) {
 			t.Errorf("hidden.%d: max abs error %.3g > 2e-3 · %.3g", L, e, ref)
 		}
 	}
-	logits := fx.get(t, "logits_row0")
+	logits := fx.Get(t, "logits_row0")
 	e, ref := maxAbsDiff32(tr.Logits0, logits)
 	t.Logf("logits_row0: max abs err %.3g (max |ref| %.3g)", e, ref)
 	if !(e <= 2e-3*ref) {
 		t.Errorf("logits_row0: max abs error %.3g > 2e-3 · %.3g", e, ref)
 	}
-	lse := fx.get(t, "logsumexp")
+	lse := fx.Get(t, "logsumexp")
 	var lseErr float64
 	for i := range lse {
 		lseErr = math.Max(lseErr, math.Abs(float64(tr.LSE[i])-lse[i]))
@@ -166,8 +125,8 @@ func TestForwardFixtures(t *testing.T) {
 	if top == nil || top.NB != nb || top.T != T || top.K != K || len(top.IDs) != nb*T*K || len(top.Probs) != nb*T*K || len(top.LSE) != nb*T {
 		t.Fatalf("top-k shape: %+v", top)
 	}
-	wantIDs := fx.get(t, "teacher_topk_ids")
-	wantLP := fx.get(t, "teacher_topk_logprob")
+	wantIDs := fx.Get(t, "teacher_topk_ids")
+	wantLP := fx.Get(t, "teacher_topk_logprob")
 	var lpErr, probErr float64
 	differ, checked, wrong := 0, 0, 0
 	for r := 0; r < nb*T; r++ {
@@ -284,7 +243,7 @@ func TestStreamedMatchesResident(t *testing.T) {
 	d, m, _ := tinyTeacher(t)
 	d.SetScratchLimit(0) // exact peaks: no scratch kept between submits
 	defer d.SetScratchLimit(gpu.DefaultScratchLimit)
-	ids := openFixtures(t).windows(t)[:1] // one window of 64 tokens: four passes stay quick on lavapipe
+	ids := tinytest.OpenFixtures(t).Windows(t)[:1] // one window of 64 tokens: four passes stay quick on lavapipe
 	const k = 32
 	nl := m.Config.NumHiddenLayers
 	type run struct {
@@ -345,7 +304,7 @@ func TestStreamedMatchesResident(t *testing.T) {
 // ids; the work holds two windows, so the second group is padded. They must agree to 0.5 %.
 func TestNLLMatchesHost(t *testing.T) {
 	d, m, net := tinyTeacher(t)
-	ids := openFixtures(t).windows(t)
+	ids := tinytest.OpenFixtures(t).Windows(t)
 	windows := [][]int{ids[0], ids[1], append(append([]int(nil), ids[1][32:]...), ids[0][:32]...)}
 	T := len(windows[0]) - 1
 	w := newWork(t, d, net, 2, T)

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,4 +113,72 @@ func FirstLayers(t testing.TB, m *cmf.Model, n int) *cmf.Model {
 		layers[i] = i
 	}
 	return SubModel(t, m, layers)
+}
+
+// FixturePath is the HF float64 fixture file of the tiny teacher (ids, hidden states, top-k,
+// log-sum-exp and the student fixtures; testdata/fixtures), relative to this package.
+const FixturePath = "../../testdata/fixtures/fixtures-tiny-go.safetensors"
+
+// Fixtures is the open fixture file.
+type Fixtures struct{ File *cmf.SafetensorsFile }
+
+// OpenFixtures opens the fixture file (found from this source file's directory, so that
+// every package's tests can call it), closed when t ends.
+func OpenFixtures(t testing.TB) Fixtures {
+	t.Helper()
+	_, src, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("tinytest: no caller information to find the fixtures")
+	}
+	f, err := cmf.OpenSafetensors(filepath.Join(filepath.Dir(src), FixturePath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return Fixtures{f}
+}
+
+// Get returns the fixture tensor name as float64 values; when shape is given, the tensor
+// must have it. A missing tensor or another shape fails t.
+func (fx Fixtures) Get(t testing.TB, name string, shape ...int) []float64 {
+	t.Helper()
+	tn := fx.File.Tensor(name)
+	if tn == nil {
+		t.Fatalf("fixture %s missing", name)
+	}
+	if len(shape) > 0 && !slices.Equal(tn.Shape, shape) {
+		t.Fatalf("fixture %s: shape %v, want %v", name, tn.Shape, shape)
+	}
+	v, err := tn.Float64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// IDs is Get of a tensor of token ids, as ints.
+func (fx Fixtures) IDs(t testing.TB, name string, shape ...int) []int {
+	t.Helper()
+	v := fx.Get(t, name, shape...)
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x)
+	}
+	return out
+}
+
+// Windows returns the fixture's ids [nb, t] as nb windows of t tokens.
+func (fx Fixtures) Windows(t testing.TB) [][]int {
+	t.Helper()
+	tn := fx.File.Tensor("ids")
+	if tn == nil || len(tn.Shape) != 2 {
+		t.Fatal("fixture ids missing or not [nb, t]")
+	}
+	flat := fx.IDs(t, "ids")
+	nb, tt := tn.Shape[0], tn.Shape[1]
+	w := make([][]int, nb)
+	for b := range w {
+		w[b] = flat[b*tt : (b+1)*tt : (b+1)*tt]
+	}
+	return w
 }
