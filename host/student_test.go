@@ -54,16 +54,6 @@ func fixtureTopK(t *testing.T, fx tinytest.Fixtures, nb, T, K int) ([][]int, []i
 }
 
 // relL2 returns ‖a − b‖₂ / ‖b‖₂.
-func relL2(a, b []float64) float64 {
-	var num, den float64
-	for i := range b {
-		d := a[i] - b[i]
-		num += d * d
-		den += b[i] * b[i]
-	}
-	return math.Sqrt(num / den)
-}
-
 // TestStudentLossGradFixtures checks the student loss, the per-token KL, d loss/d embeddings
 // and every norm-gain gradient against the HF float64 fixtures (whose GatedDeltaNet ran in
 // float32).
@@ -95,18 +85,7 @@ func TestStudentLossGradFixtures(t *testing.T) {
 			t.Errorf("StudentLoss in blocks of 5 rows %.17g differs from StudentLossGrad's %.17g", loss2, sg.Loss)
 		}
 	}()
-	check := func(name string, got, want []float64) {
-		t.Helper()
-		if len(got) != len(want) {
-			t.Errorf("%s: %d values, want %d", name, len(got), len(want))
-			return
-		}
-		e := relL2(got, want)
-		t.Logf("%-52s rel L2 err %.3g", name, e)
-		if !(e <= 1e-3) {
-			t.Errorf("%s: relative L2 error %.3g > 1e-3", name, e)
-		}
-	}
+	check := func(name string, got, want []float64) { t.Helper(); tinytest.CheckRelL2(t, name, got, want, 1e-3) }
 	check("student_kl_per_token", sg.KLPerToken, fx.Get(t, "student_kl_per_token", nb, T))
 	check("grad.embeds", sg.Embeds, fx.Get(t, "grad.embeds", nb, T, H))
 	seen := 0

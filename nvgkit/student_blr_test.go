@@ -149,16 +149,7 @@ func TestStudentBLRGradients(t *testing.T) {
 	}
 	check := func(name string, got []float32, want []float64) float64 {
 		t.Helper()
-		if len(got) != len(want) {
-			t.Errorf("%s: %d values, want %d", name, len(got), len(want))
-			return math.Inf(1)
-		}
-		e := relL2(got, want)
-		t.Logf("%-56s rel L2 err %.3g", name, e)
-		if !(e <= tol) {
-			t.Errorf("%s: relative L2 error %.3g > %g", name, e, tol)
-		}
-		return e
+		return tinytest.CheckRelL2(t, name, got, want, tol)
 	}
 	check("kl per token", st.KLPerToken, sg.KLPerToken)
 	emb, err := nvgkit.EmbedGrads(c.work)

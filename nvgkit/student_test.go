@@ -51,16 +51,6 @@ func fixtureTopK(t *testing.T, fx tinytest.Fixtures) *nvgkit.TopK {
 	return top
 }
 
-func relL2(got []float32, want []float64) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - want[i]
-		num += d * d
-		den += want[i] * want[i]
-	}
-	return math.Sqrt(num / den)
-}
-
 var fixtureSt struct {
 	once sync.Once
 	net  *nvgkit.Net
@@ -122,15 +112,7 @@ func TestStudentStepFixtures(t *testing.T) {
 	}
 	check := func(name string, got []float32, want []float64) {
 		t.Helper()
-		if len(got) != len(want) {
-			t.Errorf("%s: %d values, want %d", name, len(got), len(want))
-			return
-		}
-		e := relL2(got, want)
-		t.Logf("%-52s rel L2 err %.3g", name, e)
-		if !(e <= tol) {
-			t.Errorf("%s: relative L2 error %.3g > %g", name, e, tol)
-		}
+		tinytest.CheckRelL2(t, name, got, want, tol)
 	}
 	check("student_kl_per_token", st.KLPerToken, fx.Get(t, "student_kl_per_token"))
 	emb, err := nvgkit.EmbedGrads(w)

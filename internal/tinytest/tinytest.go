@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -181,4 +182,33 @@ func (fx Fixtures) Windows(t testing.TB) [][]int {
 		w[b] = flat[b*tt : (b+1)*tt : (b+1)*tt]
 	}
 	return w
+}
+
+// RelL2 is the relative L2 error ‖got − want‖₂ / ‖want‖₂, in float64 over len(want) values
+// (got must have at least that many).
+func RelL2[T float32 | float64](got []T, want []float64) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - want[i]
+		num += d * d
+		den += want[i] * want[i]
+	}
+	return math.Sqrt(num / den)
+}
+
+// CheckRelL2 logs the relative L2 error of got against the reference want and returns it; it
+// fails t (without stopping it) when the lengths differ (the error is then +Inf) or the error
+// is above tol (or NaN).
+func CheckRelL2[T float32 | float64](t testing.TB, name string, got []T, want []float64, tol float64) float64 {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d values, want %d", name, len(got), len(want))
+		return math.Inf(1)
+	}
+	e := RelL2(got, want)
+	t.Logf("%-56s rel L2 err %.3g", name, e)
+	if !(e <= tol) {
+		t.Errorf("%s: relative L2 error %.3g > %g", name, e, tol)
+	}
+	return e
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -93,5 +94,17 @@ func TestSubModel(t *testing.T) {
 	}
 	if f := FirstLayers(t, m, 2); f.Config.NumHiddenLayers != 2 || f.Tensors["model.layers.1.linear_attn.A_log"] == nil || f.Tensors["model.layers.2.linear_attn.A_log"] != nil {
 		t.Errorf("FirstLayers(2): %d layers", f.Config.NumHiddenLayers)
+	}
+}
+
+// TestRelL2: ‖(3, 4) − (0, 5)‖ / ‖(0, 5)‖ = √10 / 5 for float32 and float64 values;
+// CheckRelL2 passes within tol.
+func TestRelL2(t *testing.T) {
+	want := math.Sqrt(10) / 5
+	if got := RelL2([]float32{3, 4}, []float64{0, 5}); math.Abs(got-want) > 1e-15 {
+		t.Errorf("float32: %g, want %g", got, want)
+	}
+	if got := CheckRelL2(t, "float64", []float64{3, 4}, []float64{0, 5}, 0.7); math.Abs(got-want) > 1e-15 {
+		t.Errorf("float64: %g, want %g", got, want)
 	}
 }
