@@ -89,6 +89,17 @@ func must[T any](t *testing.T) func(v T, err error) T {
 	}
 }
 
+// first is must for a call with two results and an error: it returns the first result.
+func first[A, B any](t *testing.T) func(a A, b B, err error) A {
+	return func(a A, _ B, err error) A {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+}
+
 func TestRMSNormBackward(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	const rows, n, eps = 3, 7, 1e-6
@@ -139,13 +150,7 @@ func TestAttentionBackward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loss := func() float64 {
-		o, _, err := Attention(q, k, v, nb, T, nh, nkv, hd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return dot(dy, o)
-	}
+	loss := func() float64 { return dot(dy, first[[]float64, []float64](t)(Attention(q, k, v, nb, T, nh, nkv, hd))) }
 	fdCheck(t, "Attention dq", q, dq, fdH, fdTol, loss)
 	fdCheck(t, "Attention dk", k, dk, fdH, fdTol, loss)
 	fdCheck(t, "Attention dv", v, dv, fdH, fdTol, loss)
@@ -243,11 +248,7 @@ func TestGatedDeltaRuleBackward(t *testing.T) {
 			t.Fatal(err)
 		}
 		loss := func() float64 {
-			o, _, err := GatedDeltaRule(q, k, v, g, beta, c.nb, c.T, c.hk, c.hv, c.dk, c.dv, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return dot(dy, o)
+			return dot(dy, first[[]float64, []float64](t)(GatedDeltaRule(q, k, v, g, beta, c.nb, c.T, c.hk, c.hv, c.dk, c.dv, false)))
 		}
 		fdCheck(t, "GatedDeltaRule dq", q, dq, fdH, fdTol, loss)
 		fdCheck(t, "GatedDeltaRule dk", k, dk, fdH, fdTol, loss)
