@@ -1,17 +1,16 @@
 package cmf
 
 import (
-	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"github.com/nvg-project/nvg/arch"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
+
+	"github.com/nvg-project/nvg/internal/atomicfile"
 )
 
 // CMF metadata keys and version (DESIGN.md §4).
@@ -160,61 +159,29 @@ func writeCMFFile(path string, cfg arch.Config, ts []*Tensor) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return writeFileAtomic(path, func(w io.Writer) error { return writeHeaderAndTensors(w, h, ts) })
+	return atomicfile.Write(path, func(w io.Writer) error { return writeHeaderAndTensors(w, h, ts) })
 }
 
-// writeFileAtomic writes path through a temporary file in the same directory: write,
-// flush, fsync, close, rename, fsync the directory. On error the temporary file is removed
-// and path is untouched.
-func writeFileAtomic(path string, write func(w io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("write %s: %w", path, err)
+// shardBySize cuts items, in order, into shards of at most maxBytes (by size) each, a new
+// shard starting where the next item would pass maxBytes; an item larger than maxBytes gets
+// a shard of its own. It returns the shards and the total size.
+func shardBySize[T any](items []T, size func(T) int64, maxBytes int64) (shards [][]T, total int64) {
+	var cur []T
+	var curBytes int64
+	for _, it := range items {
+		s := size(it)
+		if len(cur) > 0 && curBytes+s > maxBytes {
+			shards = append(shards, cur)
+			cur, curBytes = nil, 0
 		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err = write(bw); err != nil {
-		return err
+		cur = append(cur, it)
+		curBytes += s
+		total += s
 	}
-	if err = bw.Flush(); err != nil {
-		return err
+	if len(cur) > 0 {
+		shards = append(shards, cur)
 	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" { // directories cannot be fsynced there; rename is durable enough
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
+	return shards, total
 }
 
 var shardNameRE = regexp.MustCompile(`^model-[0-9]{5}-of-[0-9]{5}\.cmf$`)
@@ -240,22 +207,11 @@ func WriteCMFSharded(dir string, m *Model, maxShardBytes int64) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write %s: %w", dir, err)
 	}
-	var shards [][]*Tensor
-	var cur []*Tensor
-	var curBytes, total int64
+	ts := make([]*Tensor, 0, len(m.Tensors))
 	for _, n := range m.Names() {
-		t := m.Tensors[n]
-		if len(cur) > 0 && curBytes+t.size > maxShardBytes {
-			shards = append(shards, cur)
-			cur, curBytes = nil, 0
-		}
-		cur = append(cur, t)
-		curBytes += t.size
-		total += t.size
+		ts = append(ts, m.Tensors[n])
 	}
-	if len(cur) > 0 {
-		shards = append(shards, cur)
-	}
+	shards, total := shardBySize(ts, func(t *Tensor) int64 { return t.size }, maxShardBytes)
 	if len(shards) > 99999 {
 		return fmt.Errorf("write %s: %d shards exceed the 5-digit shard numbering; raise maxShardBytes", dir, len(shards))
 	}
@@ -279,10 +235,7 @@ func WriteCMFSharded(dir string, m *Model, maxShardBytes int64) error {
 	if err != nil {
 		return fmt.Errorf("write %s: %w", dir, err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, CMFIndexName), func(w io.Writer) error {
-		_, err := w.Write(append(data, '\n'))
-		return err
-	}); err != nil {
+	if err := atomicfile.WriteBytes(filepath.Join(dir, CMFIndexName), append(data, '\n')); err != nil {
 		return err
 	}
 	ents, err := os.ReadDir(dir)

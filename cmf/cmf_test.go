@@ -25,6 +25,25 @@ func openTiny(t *testing.T) *Model {
 	return m
 }
 
+// roundTrip writes m as the CMF file path and opens it again (closed when the test ends); it
+// fails the test unless the config and tensors read back equal m's.
+func roundTrip(t *testing.T, m *Model, path string) *Model {
+	t.Helper()
+	if err := WriteCMF(path, m); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { got.Close() })
+	if !reflect.DeepEqual(got.Config, m.Config) {
+		t.Fatalf("config\n%+v\n%+v", got.Config, m.Config)
+	}
+	sameTensors(t, m, got)
+	return got
+}
+
 // sameTensors checks that b holds exactly a's tensors with identical dtype, shape and bytes.
 func sameTensors(t *testing.T, a, b *Model) {
 	t.Helper()
@@ -97,18 +116,7 @@ func mixedModel(t *testing.T) *Model {
 func TestWriteCMFRoundTripTinyTeacher(t *testing.T) {
 	src := openTiny(t)
 	path := filepath.Join(t.TempDir(), "tiny.cmf")
-	if err := WriteCMF(path, src); err != nil {
-		t.Fatal(err)
-	}
-	got, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer got.Close()
-	if !reflect.DeepEqual(got.Config, src.Config) {
-		t.Fatalf("config\n%+v\n%+v", got.Config, src.Config)
-	}
-	sameTensors(t, src, got)
+	roundTrip(t, src, path)
 	// The tiny teacher's weights are 17.9 MB of data; the CMF is that plus a header.
 	st, _ := os.Stat(path)
 	var data int64
@@ -123,15 +131,7 @@ func TestWriteCMFRoundTripTinyTeacher(t *testing.T) {
 func TestWriteCMFAllDTypesAndPlainSafetensorsLayout(t *testing.T) {
 	m := mixedModel(t)
 	path := filepath.Join(t.TempDir(), "mixed.cmf")
-	if err := WriteCMF(path, m); err != nil {
-		t.Fatal(err)
-	}
-	got, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer got.Close()
-	sameTensors(t, m, got)
+	got := roundTrip(t, m, path)
 	if d := got.Tensors["model.layers.2.mlp.up_proj.weight"]; d.DType != BLR || !reflect.DeepEqual(d.Shape, []int{768, 256}) || d.NumBytes() != 1001 {
 		t.Fatalf("blr tensor read back as %s %v %d bytes", d.DType, d.Shape, d.NumBytes())
 	}

@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/nvg-project/nvg/internal/atomicfile"
+
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
 )
@@ -159,21 +161,7 @@ func ExportHFWith(dir string, m *Model, tokenizerJSON []byte, opt ExportHFOption
 		ents = append(ents, e)
 	}
 	sort.SliceStable(ents, func(i, j int) bool { return ents[i].dtype.Size() > ents[j].dtype.Size() })
-	var shards [][]hfEntry
-	var cur []hfEntry
-	var curBytes, total int64
-	for _, e := range ents {
-		if len(cur) > 0 && curBytes+e.size > opt.MaxShardBytes {
-			shards = append(shards, cur)
-			cur, curBytes = nil, 0
-		}
-		cur = append(cur, e)
-		curBytes += e.size
-		total += e.size
-	}
-	if len(cur) > 0 {
-		shards = append(shards, cur)
-	}
+	shards, total := shardBySize(ents, func(e hfEntry) int64 { return e.size }, opt.MaxShardBytes)
 	if len(shards) > 99999 {
 		return fail(fmt.Errorf("%d shards exceed the 5-digit shard numbering; raise MaxShardBytes", len(shards)))
 	}
@@ -194,10 +182,7 @@ func ExportHFWith(dir string, m *Model, tokenizerJSON []byte, opt ExportHFOption
 		}
 	}
 	writeSmall := func(name string, data []byte) error {
-		return writeFileAtomic(filepath.Join(dir, name), func(w io.Writer) error {
-			_, err := w.Write(data)
-			return err
-		})
+		return atomicfile.WriteBytes(filepath.Join(dir, name), data)
 	}
 	if len(shards) > 1 {
 		ix := ShardIndex{Metadata: map[string]any{"total_size": total}, WeightMap: wm}
@@ -234,7 +219,7 @@ func ExportHFWith(dir string, m *Model, tokenizerJSON []byte, opt ExportHFOption
 			}
 		}
 	}
-	return syncDir(dir)
+	return atomicfile.SyncDir(dir)
 }
 
 var hfShardNameRE = regexp.MustCompile(`^model-[0-9]{5}-of-[0-9]{5}\.safetensors$`)
@@ -286,7 +271,7 @@ func writeHFSafetensors(path string, ents []hfEntry) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	h = padHeader(h)
-	return writeFileAtomic(path, func(w io.Writer) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
 		if err := writeHeader(w, h); err != nil {
 			return err
 		}

@@ -71,19 +71,7 @@ func smallModel(t testing.TB) *Model {
 
 func TestSmallModelRoundTrip(t *testing.T) {
 	m := smallModel(t)
-	path := filepath.Join(t.TempDir(), "small.cmf")
-	if err := WriteCMF(path, m); err != nil {
-		t.Fatal(err)
-	}
-	got, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer got.Close()
-	sameTensors(t, m, got)
-	if !reflect.DeepEqual(got.Config, m.Config) {
-		t.Fatal("config differs")
-	}
+	got := roundTrip(t, m, filepath.Join(t.TempDir(), "small.cmf"))
 	p := got.ParamCounts()
 	if p.Head != 32*16 || p.Bytes[BLR] != 37 || p.Bytes[F16] != 2*16*16 {
 		t.Fatalf("counts %+v", p)

@@ -166,16 +166,7 @@ func TestOpenVLShardedCheckpoint(t *testing.T) {
 	}
 	checkVL(t, src, got)
 	// Imported VL checkpoint → CMF → same tensors.
-	out := filepath.Join(t.TempDir(), "vl.cmf")
-	if err := WriteCMF(out, got); err != nil {
-		t.Fatal(err)
-	}
-	back, err := Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer back.Close()
-	sameTensors(t, got, back)
+	roundTrip(t, got, filepath.Join(t.TempDir(), "vl.cmf"))
 }
 
 // countingFS counts the bytes read through ReadAt.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/nvg-project/nvg/arch"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -93,7 +94,7 @@ func (m *Model) sourceName() string {
 }
 
 func checkShape(t *Tensor, want []int) error {
-	if !equalShape(t.Shape, want) {
+	if !slices.Equal(t.Shape, want) {
 		return fmt.Errorf("tensor %s: shape %v, want %v", t.Name, t.Shape, want)
 	}
 	switch t.DType {
@@ -106,18 +107,6 @@ func checkShape(t *Tensor, want []int) error {
 		return fmt.Errorf("tensor %s: dtype %s, want a float dtype (F32, F16, BF16, F64) or blr", t.Name, t.DType)
 	}
 	return nil
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Validate checks the model against its architecture: the config is valid

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/nvg-project/nvg/internal/atomicfile"
 )
 
 // WriteSafetensors writes ts (plain dtypes only, in the given order) as a plain safetensors
@@ -13,7 +15,7 @@ import (
 // outputs that are not models, such as `nvg trace`; models are written with WriteCMF.
 // Errors: EncodeSafetensors's, and I/O errors, each naming path.
 func WriteSafetensors(path string, ts []*Tensor, meta map[string]string) error {
-	return writeFileAtomic(path, func(w io.Writer) error { return EncodeSafetensors(w, ts, meta) })
+	return atomicfile.Write(path, func(w io.Writer) error { return EncodeSafetensors(w, ts, meta) })
 }
 
 // EncodeSafetensors writes ts (plain dtypes only, in the given order, contiguous) as a plain

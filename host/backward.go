@@ -35,10 +35,7 @@ func LinearOpBackward(dy []float64, rows, in int, w []float64, out int) ([]float
 	if err := checkPos("LinearOpBackward", "rows, in, out", rows, in, out); err != nil {
 		return nil, err
 	}
-	if err := checkLen("LinearOpBackward", "dy", dy, rows*out, "rows·out"); err != nil {
-		return nil, err
-	}
-	if err := checkLen("LinearOpBackward", "w", w, out*in, "out·in"); err != nil {
+	if err := checkLens("LinearOpBackward", lenCheck{"dy", dy, rows * out, "rows·out"}, lenCheck{"w", w, out * in, "out·in"}); err != nil {
 		return nil, err
 	}
 	return gemmDyW(dy, rows, out, w, in), nil
@@ -62,7 +59,7 @@ func gemmDyW(dy []float64, rows, out int, w []float64, in int) []float64 {
 // (dγ = dw in both gain styles). x and dy are [rows, n], w is [n]; it returns dx [rows, n]
 // and dw [n]. Errors as RMSNorm, plus len(dy) ≠ rows·n.
 func RMSNormBackward(x []float64, rows, n int, w []float64, eps float64, zeroCentred bool, dy []float64) (dx, dw []float64, err error) {
-	if _, err := rmsNormCheck("RMSNormBackward", x, rows, n, w, eps); err != nil {
+	if err := rmsNormCheck("RMSNormBackward", x, rows, n, w, eps); err != nil {
 		return nil, nil, err
 	}
 	if err := checkLen("RMSNormBackward", "dy", dy, rows*n, "rows·n"); err != nil {
@@ -70,22 +67,6 @@ func RMSNormBackward(x []float64, rows, n int, w []float64, eps float64, zeroCen
 	}
 	dx, dw = rmsNormBackward(x, rows, n, w, eps, zeroCentred, dy)
 	return dx, dw, nil
-}
-
-func rmsNormCheck(op string, x []float64, rows, n int, w []float64, eps float64) (bool, error) {
-	if err := checkPos(op, "rows, n", rows, n); err != nil {
-		return false, err
-	}
-	if err := checkLen(op, "x", x, rows*n, "rows·n"); err != nil {
-		return false, err
-	}
-	if err := checkLen(op, "w", w, n, "n"); err != nil {
-		return false, err
-	}
-	if !(eps >= 0) || math.IsInf(eps, 0) {
-		return false, fmt.Errorf("host.%s: eps %g must be finite and ≥ 0", op, eps)
-	}
-	return true, nil
 }
 
 func rmsNormBackward(x []float64, rows, n int, w []float64, eps float64, zeroCentred bool, dy []float64) (dx, dw []float64) {
@@ -120,19 +101,7 @@ func rmsNormBackward(x []float64, rows, n int, w []float64, eps float64, zeroCen
 // that disagrees.
 func QKNormRoPEBackward(x []float64, rows, heads, headDim int, w []float64, eps float64, rot int, theta float64, t int, dy []float64) (dx, dw []float64, err error) {
 	const op = "QKNormRoPEBackward"
-	if err := checkPos(op, "rows, heads, headDim, t", rows, heads, headDim, t); err != nil {
-		return nil, nil, err
-	}
-	if rows%t != 0 {
-		return nil, nil, fmt.Errorf("host.%s: rows %d is not a multiple of the window length t = %d", op, rows, t)
-	}
-	if rot < 2 || rot%2 != 0 || rot > headDim {
-		return nil, nil, fmt.Errorf("host.%s: rotary dims %d must be even and in [2, headDim = %d]", op, rot, headDim)
-	}
-	if !(theta > 0) || math.IsInf(theta, 0) {
-		return nil, nil, fmt.Errorf("host.%s: theta %g must be positive and finite", op, theta)
-	}
-	if _, err := rmsNormCheck(op, x, rows*heads, headDim, w, eps); err != nil {
+	if err := qkNormRoPECheck(op, x, rows, heads, headDim, w, eps, rot, theta, t); err != nil {
 		return nil, nil, err
 	}
 	if err := checkLen(op, "dy", dy, rows*heads*headDim, "rows·heads·headDim"); err != nil {
@@ -169,24 +138,14 @@ func QKNormRoPEBackward(x []float64, rows, heads, headDim int, w []float64, eps 
 // Attention returns them). It returns dq [nb·t, nh, headDim], dk and dv
 // [nb·t, nkv, headDim]. Errors: as Attention, plus out, lse or dout lengths that disagree.
 func AttentionBackward(q, k, v, out, lse, dout []float64, nb, t, nh, nkv, headDim int) (dq, dk, dv []float64, err error) {
-	if err := checkPos("AttentionBackward", "nb, t, nh, nkv, headDim", nb, t, nh, nkv, headDim); err != nil {
+	const op = "AttentionBackward"
+	if err := attentionCheck(op, q, k, v, nb, t, nh, nkv, headDim); err != nil {
 		return nil, nil, nil, err
 	}
-	if nh%nkv != 0 {
-		return nil, nil, nil, fmt.Errorf("host.AttentionBackward: nh = %d query heads is not a multiple of nkv = %d KV heads", nh, nkv)
-	}
 	rows := nb * t
-	for _, c := range []struct {
-		name string
-		v    []float64
-		n    int
-		s    string
-	}{{"q", q, rows * nh * headDim, "nb·t·nh·headDim"}, {"k", k, rows * nkv * headDim, "nb·t·nkv·headDim"},
-		{"v", v, rows * nkv * headDim, "nb·t·nkv·headDim"}, {"out", out, rows * nh * headDim, "nb·t·nh·headDim"},
-		{"lse", lse, rows * nh, "nb·t·nh"}, {"dout", dout, rows * nh * headDim, "nb·t·nh·headDim"}} {
-		if err := checkLen("AttentionBackward", c.name, c.v, c.n, c.s); err != nil {
-			return nil, nil, nil, err
-		}
+	if err := checkLens(op, lenCheck{"out", out, rows * nh * headDim, "nb·t·nh·headDim"}, lenCheck{"lse", lse, rows * nh, "nb·t·nh"},
+		lenCheck{"dout", dout, rows * nh * headDim, "nb·t·nh·headDim"}); err != nil {
+		return nil, nil, nil, err
 	}
 	hd := headDim
 	dq = make([]float64, len(q))
@@ -257,13 +216,7 @@ func AttentionGateBackward(o, gate, dy []float64) (do, dgate []float64, err erro
 // never crossing a window boundary. x and dy are [nb·t, channels], w is [channels·K]; it
 // returns dx [nb·t, channels]. Errors as CausalConv1dSiLU, plus len(dy) ≠ nb·t·channels.
 func CausalConv1dSiLUBackward(x []float64, nb, t, channels int, w []float64, K int, dy []float64) ([]float64, error) {
-	if err := checkPos("CausalConv1dSiLUBackward", "nb, t, channels, K", nb, t, channels, K); err != nil {
-		return nil, err
-	}
-	if err := checkLen("CausalConv1dSiLUBackward", "x", x, nb*t*channels, "nb·t·channels"); err != nil {
-		return nil, err
-	}
-	if err := checkLen("CausalConv1dSiLUBackward", "w", w, channels*K, "channels·1·K"); err != nil {
+	if err := causalConvCheck("CausalConv1dSiLUBackward", x, nb, t, channels, w, K); err != nil {
 		return nil, err
 	}
 	if err := checkLen("CausalConv1dSiLUBackward", "dy", dy, nb*t*channels, "nb·t·channels"); err != nil {
@@ -311,19 +264,12 @@ func CausalConv1dSiLUBackward(x []float64, nb, t, channels int, w []float64, K i
 // a, b, dg and dbeta are [rows, hv], aLog and dtBias [hv]; it returns da and db, each
 // [rows, hv]. Errors as GatedDeltaGates, plus dg or dbeta lengths that disagree.
 func GatedDeltaGatesBackward(a, b []float64, rows, hv int, aLog, dtBias, dg, dbeta []float64) (da, db []float64, err error) {
-	if err := checkPos("GatedDeltaGatesBackward", "rows, hv", rows, hv); err != nil {
+	const op = "GatedDeltaGatesBackward"
+	if err := gatedDeltaGatesCheck(op, a, b, rows, hv, aLog, dtBias); err != nil {
 		return nil, nil, err
 	}
-	for _, c := range []struct {
-		name string
-		v    []float64
-		n    int
-		s    string
-	}{{"a", a, rows * hv, "rows·hv"}, {"b", b, rows * hv, "rows·hv"}, {"aLog", aLog, hv, "hv"}, {"dtBias", dtBias, hv, "hv"},
-		{"dg", dg, rows * hv, "rows·hv"}, {"dbeta", dbeta, rows * hv, "rows·hv"}} {
-		if err := checkLen("GatedDeltaGatesBackward", c.name, c.v, c.n, c.s); err != nil {
-			return nil, nil, err
-		}
+	if err := checkLens(op, lenCheck{"dg", dg, rows * hv, "rows·hv"}, lenCheck{"dbeta", dbeta, rows * hv, "rows·hv"}); err != nil {
+		return nil, nil, err
 	}
 	da = make([]float64, rows*hv)
 	db = make([]float64, rows*hv)
@@ -346,13 +292,7 @@ func GatedDeltaGatesBackward(a, b []float64, rows, hv int, aLog, dtBias, dg, dbe
 // stays finite and correct at tiny or zero norms (f ≤ ε^−½ = 1000). x and dy are [rows, n];
 // it returns dx [rows, n]. Errors as L2Norm, plus len(dy) ≠ rows·n.
 func L2NormBackward(x []float64, rows, n int, scale float64, dy []float64) ([]float64, error) {
-	if err := checkPos("L2NormBackward", "rows, n", rows, n); err != nil {
-		return nil, err
-	}
-	if math.IsNaN(scale) || math.IsInf(scale, 0) {
-		return nil, fmt.Errorf("host.L2NormBackward: scale %g is not finite", scale)
-	}
-	if err := checkLen("L2NormBackward", "x", x, rows*n, "rows·n"); err != nil {
+	if err := l2NormCheck("L2NormBackward", x, rows, n, scale); err != nil {
 		return nil, err
 	}
 	if err := checkLen("L2NormBackward", "dy", dy, rows*n, "rows·n"); err != nil {
@@ -389,23 +329,13 @@ func L2NormBackward(x []float64, rows, n int, scale float64, dy []float64) ([]fl
 // [nb·t, hv, dv]; it returns dq, dk [nb·t, hk, dk], dv [nb·t, hv, dv], dg and dbeta
 // [nb·t, hv]. Errors as GatedDeltaRule, plus len(do) ≠ nb·t·hv·dv.
 func GatedDeltaRuleBackward(q, k, v, g, beta, do []float64, nb, t, hk, hv, dk, dv int) (dq, dkey, dval, dg, dbeta []float64, err error) {
-	if err := checkPos("GatedDeltaRuleBackward", "nb, t, hk, hv, dk, dv", nb, t, hk, hv, dk, dv); err != nil {
+	const op = "GatedDeltaRuleBackward"
+	if err := gatedDeltaRuleCheck(op, q, k, v, g, beta, nb, t, hk, hv, dk, dv); err != nil {
 		return nil, nil, nil, nil, nil, err
 	}
-	if hv%hk != 0 {
-		return nil, nil, nil, nil, nil, fmt.Errorf("host.GatedDeltaRuleBackward: hv = %d value heads is not a multiple of hk = %d key heads", hv, hk)
-	}
 	rows := nb * t
-	for _, c := range []struct {
-		name string
-		v    []float64
-		n    int
-		s    string
-	}{{"q", q, rows * hk * dk, "nb·t·hk·dk"}, {"k", k, rows * hk * dk, "nb·t·hk·dk"}, {"v", v, rows * hv * dv, "nb·t·hv·dv"},
-		{"g", g, rows * hv, "nb·t·hv"}, {"beta", beta, rows * hv, "nb·t·hv"}, {"do", do, rows * hv * dv, "nb·t·hv·dv"}} {
-		if err := checkLen("GatedDeltaRuleBackward", c.name, c.v, c.n, c.s); err != nil {
-			return nil, nil, nil, nil, nil, err
-		}
+	if err := checkLen(op, "do", do, rows*hv*dv, "nb·t·hv·dv"); err != nil {
+		return nil, nil, nil, nil, nil, err
 	}
 	dq = make([]float64, len(q))
 	dkey = make([]float64, len(k))
@@ -530,13 +460,7 @@ func GatedDeltaRuleBackward(q, k, v, g, beta, do []float64, nb, t, hk, hv, dk, d
 // [dv]; it returns dx, dz [rows, hv, dv] and dw [dv]. Errors as GatedRMSNorm, plus
 // len(dy) ≠ rows·hv·dv.
 func GatedRMSNormBackward(x, z []float64, rows, hv, dv int, w []float64, eps float64, dy []float64) (dx, dz, dw []float64, err error) {
-	if err := checkPos("GatedRMSNormBackward", "rows, hv, dv", rows, hv, dv); err != nil {
-		return nil, nil, nil, err
-	}
-	if _, err := rmsNormCheck("GatedRMSNormBackward", x, rows*hv, dv, w, eps); err != nil {
-		return nil, nil, nil, err
-	}
-	if err := checkLen("GatedRMSNormBackward", "z", z, rows*hv*dv, "rows·hv·dv"); err != nil {
+	if err := gatedRMSNormCheck("GatedRMSNormBackward", x, z, rows, hv, dv, w, eps); err != nil {
 		return nil, nil, nil, err
 	}
 	if err := checkLen("GatedRMSNormBackward", "dy", dy, rows*hv*dv, "rows·hv·dv"); err != nil {

@@ -35,33 +35,43 @@ func dot(a, b []float64) float64 {
 // error allowed per coordinate is tol·(1 + |fd|). It logs the largest error.
 func fdCheck(t *testing.T, name string, x, grad []float64, h, tol float64, loss func() float64) {
 	t.Helper()
-	if len(grad) != len(x) {
-		t.Fatalf("%s: gradient has %d values, want %d", name, len(grad), len(x))
-	}
 	step := 1
 	if len(x) > 400 {
 		step = len(x) / 400
 	}
-	var worst float64
-	for i := 0; i < len(x); i += step {
+	fdCompare(t, name, len(x), step, grad, tol, func(i int) float64 {
 		x0 := x[i]
 		x[i] = x0 + h
 		lp := loss()
 		x[i] = x0 - h
 		lm := loss()
 		x[i] = x0
-		fd := (lp - lm) / (2 * h)
-		e := math.Abs(fd-grad[i]) / (1 + math.Abs(fd))
+		return (lp - lm) / (2 * h)
+	})
+}
+
+// fdCompare compares grad[i] with the finite difference fd(i) for every step-th of n
+// coordinates, allowing tol·(1 + |fd|) each; it fails at the first one beyond that and
+// otherwise logs the largest error.
+func fdCompare(t *testing.T, name string, n, step int, grad []float64, tol float64, fd func(i int) float64) {
+	t.Helper()
+	if len(grad) != n {
+		t.Fatalf("%s: gradient has %d values, want %d", name, len(grad), n)
+	}
+	var worst float64
+	for i := 0; i < n; i += step {
+		d := fd(i)
+		e := math.Abs(d-grad[i]) / (1 + math.Abs(d))
 		if math.IsNaN(e) {
 			e = math.Inf(1)
 		}
 		worst = math.Max(worst, e)
 		if !(e <= tol) {
-			t.Errorf("%s[%d]: backward %.10g, finite difference %.10g", name, i, grad[i], fd)
+			t.Errorf("%s[%d]: backward %.10g, finite difference %.10g", name, i, grad[i], d)
 			return
 		}
 	}
-	t.Logf("%s: max error %.3g over %d coordinates", name, worst, (len(x)+step-1)/step)
+	t.Logf("%s: max error %.3g over %d coordinates", name, worst, (n+step-1)/step)
 }
 
 const (
@@ -76,6 +86,17 @@ func must[T any](t *testing.T) func(v T, err error) T {
 			t.Fatal(err)
 		}
 		return v
+	}
+}
+
+// first is must for a call with two results and an error: it returns the first result.
+func first[A, B any](t *testing.T) func(a A, b B, err error) A {
+	return func(a A, _ B, err error) A {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
 	}
 }
 
@@ -129,33 +150,12 @@ func TestAttentionBackward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loss := func() float64 {
-		o, _, err := Attention(q, k, v, nb, T, nh, nkv, hd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return dot(dy, o)
-	}
+	loss := func() float64 { return dot(dy, first[[]float64, []float64](t)(Attention(q, k, v, nb, T, nh, nkv, hd))) }
 	fdCheck(t, "Attention dq", q, dq, fdH, fdTol, loss)
 	fdCheck(t, "Attention dk", k, dk, fdH, fdTol, loss)
 	fdCheck(t, "Attention dv", v, dv, fdH, fdTol, loss)
 	if _, _, _, err := AttentionBackward(q, k, v, out, lse[1:], dy, nb, T, nh, nkv, hd); err == nil || !strings.Contains(err.Error(), "lse") {
 		t.Errorf("short lse: %v", err)
-	}
-}
-
-func TestAttentionGateBackward(t *testing.T) {
-	rng := rand.New(rand.NewPCG(4, 1))
-	o, g, dy := randVec(rng, 11, 1), randVec(rng, 11, 2), randVec(rng, 11, 1)
-	do, dg, err := AttentionGateBackward(o, g, dy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	loss := func() float64 { return dot(dy, must[[]float64](t)(AttentionGate(o, g))) }
-	fdCheck(t, "AttentionGate do", o, do, fdH, fdTol, loss)
-	fdCheck(t, "AttentionGate dgate", g, dg, fdH, fdTol, loss)
-	if _, _, err := AttentionGateBackward(o, g, dy[1:]); err == nil {
-		t.Error("short dy accepted")
 	}
 }
 
@@ -248,11 +248,7 @@ func TestGatedDeltaRuleBackward(t *testing.T) {
 			t.Fatal(err)
 		}
 		loss := func() float64 {
-			o, _, err := GatedDeltaRule(q, k, v, g, beta, c.nb, c.T, c.hk, c.hv, c.dk, c.dv, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return dot(dy, o)
+			return dot(dy, first[[]float64, []float64](t)(GatedDeltaRule(q, k, v, g, beta, c.nb, c.T, c.hk, c.hv, c.dk, c.dv, false)))
 		}
 		fdCheck(t, "GatedDeltaRule dq", q, dq, fdH, fdTol, loss)
 		fdCheck(t, "GatedDeltaRule dk", k, dk, fdH, fdTol, loss)
@@ -276,16 +272,34 @@ func TestGatedRMSNormBackward(t *testing.T) {
 	fdCheck(t, "GatedRMSNorm dw", w, dw, fdH, fdTol, loss)
 }
 
-func TestSwiGLUBackward(t *testing.T) {
-	rng := rand.New(rand.NewPCG(10, 1))
-	g, u, dy := randVec(rng, 13, 2), randVec(rng, 13, 1), randVec(rng, 13, 1)
-	dg, du, err := SwiGLUBackward(g, u, dy)
-	if err != nil {
-		t.Fatal(err)
+// TestElementwiseBackward checks the backward of the two-input elementwise ops (AttentionGate,
+// SwiGLU) against finite differences, and that a short dy is refused.
+func TestElementwiseBackward(t *testing.T) {
+	for _, c := range []struct {
+		op             string
+		da, db         string // the gradients' names
+		seed           uint64
+		n              int
+		scaleA, scaleB float64
+		fwd            func(a, b []float64) ([]float64, error)
+		bwd            func(a, b, dy []float64) ([]float64, []float64, error)
+	}{
+		{"AttentionGate", "do", "dgate", 4, 11, 1, 2, AttentionGate, AttentionGateBackward},
+		{"SwiGLU", "dgate", "dup", 10, 13, 2, 1, SwiGLU, SwiGLUBackward},
+	} {
+		rng := rand.New(rand.NewPCG(c.seed, 1))
+		a, b, dy := randVec(rng, c.n, c.scaleA), randVec(rng, c.n, c.scaleB), randVec(rng, c.n, 1)
+		da, db, err := c.bwd(a, b, dy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loss := func() float64 { return dot(dy, must[[]float64](t)(c.fwd(a, b))) }
+		fdCheck(t, c.op+" "+c.da, a, da, fdH, fdTol, loss)
+		fdCheck(t, c.op+" "+c.db, b, db, fdH, fdTol, loss)
+		if _, _, err := c.bwd(a, b, dy[1:]); err == nil {
+			t.Errorf("%sBackward: short dy accepted", c.op)
+		}
 	}
-	loss := func() float64 { return dot(dy, must[[]float64](t)(SwiGLU(g, u))) }
-	fdCheck(t, "SwiGLU dgate", g, dg, fdH, fdTol, loss)
-	fdCheck(t, "SwiGLU dup", u, du, fdH, fdTol, loss)
 }
 
 func TestLinearOpBackward(t *testing.T) {
@@ -315,11 +329,7 @@ func TestLinearOpBackward(t *testing.T) {
 // has no truncation error and a large h is exact.
 func fdCheckF32(t *testing.T, name string, x []float32, grad []float64, h, tol float64, loss func() float64) {
 	t.Helper()
-	if len(grad) != len(x) {
-		t.Fatalf("%s: gradient has %d values, want %d", name, len(grad), len(x))
-	}
-	var worst float64
-	for i := range x {
+	fdCompare(t, name, len(x), 1, grad, tol, func(i int) float64 {
 		x0 := x[i]
 		xp, xm := float32(float64(x0)+h), float32(float64(x0)-h)
 		x[i] = xp
@@ -327,18 +337,8 @@ func fdCheckF32(t *testing.T, name string, x []float32, grad []float64, h, tol f
 		x[i] = xm
 		lm := loss()
 		x[i] = x0
-		fd := (lp - lm) / (float64(xp) - float64(xm))
-		e := math.Abs(fd-grad[i]) / (1 + math.Abs(fd))
-		if math.IsNaN(e) {
-			e = math.Inf(1)
-		}
-		worst = math.Max(worst, e)
-		if !(e <= tol) {
-			t.Errorf("%s[%d]: backward %.10g, finite difference %.10g", name, i, grad[i], fd)
-			return
-		}
-	}
-	t.Logf("%s: max error %.3g over %d coordinates", name, worst, len(x))
+		return (lp - lm) / (float64(xp) - float64(xm))
+	})
 }
 
 func TestBLRLinearBackward(t *testing.T) {

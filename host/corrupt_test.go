@@ -1,59 +1,13 @@
 package host
 
 import (
-	"encoding/binary"
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/tinytest"
 )
-
-// poisonedTeacher writes a copy of the tiny teacher (config + safetensors) into a new
-// directory with element i of tensor name replaced by the little-endian bits `bits` (2 bytes
-// for BF16/F16, 4 for F32) and returns the copy's safetensors path. The header is untouched,
-// so the file opens: only the values are bad.
-func poisonedTeacher(t *testing.T, name string, i int, bits []byte) string {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(tinyDir, "model.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hlen := binary.LittleEndian.Uint64(raw)
-	var h map[string]json.RawMessage
-	if err := json.Unmarshal(raw[8:8+hlen], &h); err != nil {
-		t.Fatal(err)
-	}
-	var e struct {
-		DType       string  `json:"dtype"`
-		DataOffsets []int64 `json:"data_offsets"`
-	}
-	if err := json.Unmarshal(h[name], &e); err != nil {
-		t.Fatal(err)
-	}
-	size := map[string]int{"BF16": 2, "F16": 2, "F32": 4}[e.DType]
-	if size != len(bits) {
-		t.Fatalf("%s is %s: %d-byte elements, got %d bytes", name, e.DType, size, len(bits))
-	}
-	off := 8 + int64(hlen) + e.DataOffsets[0] + int64(i*size)
-	out := append([]byte(nil), raw...)
-	copy(out[off:], bits)
-	dir := t.TempDir()
-	cfg, err := os.ReadFile(filepath.Join(tinyDir, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "model.safetensors")
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // NaN and ±Inf bit patterns, little-endian.
 var (
@@ -81,7 +35,7 @@ func TestLoadNonFiniteWeights(t *testing.T) {
 		{"model.layers.0.linear_attn.A_log", 1, f32NaN, "element 1 is NaN"},
 	}
 	for _, tc := range cases {
-		path := poisonedTeacher(t, tc.tensor, tc.elem, tc.bits)
+		path := tinytest.Poisoned(t, tc.tensor, tc.elem, tc.bits)
 		m, err := cmf.Open(filepath.Dir(path))
 		if err != nil {
 			t.Fatalf("%s: the header is intact, Open should succeed: %v", tc.tensor, err)

@@ -8,11 +8,11 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/tinytest"
 )
 
 const (
-	tinyDir     = "../cmf/tinyteacher/model"
-	fixturePath = "../testdata/fixtures/fixtures-tiny-go.safetensors"
+	tinyDir = "../cmf/tinyteacher/model"
 )
 
 var tiny struct {
@@ -39,45 +39,6 @@ func tinyNet(t testing.TB) *Net {
 	return tiny.net
 }
 
-type fixtures struct {
-	f *cmf.SafetensorsFile
-}
-
-func openFixtures(t *testing.T) fixtures {
-	t.Helper()
-	f, err := cmf.OpenSafetensors(fixturePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return fixtures{f}
-}
-
-func (fx fixtures) get(t *testing.T, name string, shape ...int) []float64 {
-	t.Helper()
-	tn := fx.f.Tensor(name)
-	if tn == nil {
-		t.Fatalf("fixture %s missing", name)
-	}
-	if !sameShape(tn.Shape, shape) {
-		t.Fatalf("fixture %s: shape %v, want %v", name, tn.Shape, shape)
-	}
-	v, err := tn.Float64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func (fx fixtures) ids(t *testing.T, name string, shape ...int) []int {
-	v := fx.get(t, name, shape...)
-	out := make([]int, len(v))
-	for i, x := range v {
-		out[i] = int(x)
-	}
-	return out
-}
-
 func maxAbs(v []float64) float64 {
 	var m float64
 	for _, x := range v {
@@ -101,11 +62,11 @@ func maxAbsDiff(a, b []float64) float64 {
 // TestForwardFixtures compares the whole-model forward with the HF float64 fixtures.
 func TestForwardFixtures(t *testing.T) {
 	n := tinyNet(t)
-	fx := openFixtures(t)
+	fx := tinytest.OpenFixtures(t)
 	c := n.Config
 	const nb, T, K = 2, 64, 32
 	H, V := c.HiddenSize, c.VocabSize
-	flat := fx.ids(t, "ids", nb, T)
+	flat := fx.IDs(t, "ids", nb, T)
 	ids := [][]int{flat[:T], flat[T:]}
 	tr, err := n.Forward(ids, ForwardOptions{TopK: K, Logits0: true})
 	if err != nil {
@@ -115,7 +76,7 @@ func TestForwardFixtures(t *testing.T) {
 		t.Fatalf("%d hidden states, want %d", len(tr.Hidden), c.NumHiddenLayers+1)
 	}
 	for L := 0; L <= c.NumHiddenLayers; L++ {
-		want := fx.get(t, "hidden."+strconv.Itoa(L), nb, T, H)
+		want := fx.Get(t, "hidden."+strconv.Itoa(L), nb, T, H)
 		ref := maxAbs(want)
 		d := maxAbsDiff(tr.Hidden[L], want)
 		t.Logf("hidden.%d: max abs err %.3g, relative to max abs %.3g: %.3g", L, d, ref, d/ref)
@@ -123,13 +84,13 @@ func TestForwardFixtures(t *testing.T) {
 			t.Errorf("hidden.%d: max abs error %.3g > 1e-4 · %.3g", L, d, ref)
 		}
 	}
-	logits := fx.get(t, "logits_row0", T, V)
+	logits := fx.Get(t, "logits_row0", T, V)
 	if d, ref := maxAbsDiff(tr.Logits0, logits), maxAbs(logits); !(d <= 1e-5*ref) {
 		t.Errorf("logits_row0: max abs error %.3g > 1e-5 · %.3g", d, ref)
 	} else {
 		t.Logf("logits_row0: max abs err %.3g, relative %.3g", d, d/ref)
 	}
-	lse := fx.get(t, "logsumexp", nb, T)
+	lse := fx.Get(t, "logsumexp", nb, T)
 	var worst float64
 	for i := range lse {
 		worst = math.Max(worst, math.Abs(tr.LogSumExp[i]-lse[i])/math.Abs(lse[i]))
@@ -138,8 +99,8 @@ func TestForwardFixtures(t *testing.T) {
 	if !(worst <= 1e-5) {
 		t.Errorf("logsumexp: max relative error %.3g > 1e-5", worst)
 	}
-	wantIDs := fx.ids(t, "teacher_topk_ids", nb, T, K)
-	wantLP := fx.get(t, "teacher_topk_logprob", nb, T, K)
+	wantIDs := fx.IDs(t, "teacher_topk_ids", nb, T, K)
+	wantLP := fx.Get(t, "teacher_topk_logprob", nb, T, K)
 	var lpErr float64
 	mismatch, swapped := 0, 0
 	for r := 0; r < nb*T; r++ {
@@ -177,12 +138,12 @@ func TestForwardFixtures(t *testing.T) {
 // layer rather than from our own previous layer.
 func TestLayerMatchesFixture(t *testing.T) {
 	n := tinyNet(t)
-	fx := openFixtures(t)
+	fx := tinytest.OpenFixtures(t)
 	const nb, T = 2, 64
 	H := n.Config.HiddenSize
 	for l := 0; l+1 < n.Config.NumHiddenLayers; l++ {
-		x := fx.get(t, "hidden."+strconv.Itoa(l), nb, T, H)
-		want := fx.get(t, "hidden."+strconv.Itoa(l+1), nb, T, H)
+		x := fx.Get(t, "hidden."+strconv.Itoa(l), nb, T, H)
+		want := fx.Get(t, "hidden."+strconv.Itoa(l+1), nb, T, H)
 		y, err := n.Layer(l, x, nb, T)
 		if err != nil {
 			t.Fatal(err)
@@ -205,12 +166,12 @@ func TestLayerMatchesFixture(t *testing.T) {
 // positions 0..62, which depend only on their prefix (causal model).
 func TestNLLMatchesLogSoftmax(t *testing.T) {
 	n := tinyNet(t)
-	fx := openFixtures(t)
+	fx := tinytest.OpenFixtures(t)
 	const T = 64
 	V := n.Config.VocabSize
-	flat := fx.ids(t, "ids", 2, T)
-	logits := fx.get(t, "logits_row0", T, V)
-	lse := fx.get(t, "logsumexp", 2, T)
+	flat := fx.IDs(t, "ids", 2, T)
+	logits := fx.Get(t, "logits_row0", T, V)
+	lse := fx.Get(t, "logsumexp", 2, T)
 	var want float64
 	for p := 0; p+1 < T; p++ {
 		want += lse[p] - logits[p*V+flat[p+1]]

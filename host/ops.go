@@ -23,6 +23,34 @@ func checkLen(op, arg string, v []float64, want int, shape string) error {
 	return nil
 }
 
+// lenCheck is one slice length that an op checks: its argument name, the slice, the length
+// it must have and that length's formula (for the error).
+type lenCheck struct {
+	name  string
+	v     []float64
+	want  int
+	shape string
+}
+
+// checkLens is checkLen over cs in order: the error names the first slice whose length
+// disagrees.
+func checkLens(op string, cs ...lenCheck) error {
+	for _, c := range cs {
+		if err := checkLen(op, c.name, c.v, c.want, c.shape); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkEps returns an error unless eps is finite and ≥ 0.
+func checkEps(op string, eps float64) error {
+	if !(eps >= 0) || math.IsInf(eps, 0) {
+		return fmt.Errorf("host.%s: eps %g must be finite and ≥ 0", op, eps)
+	}
+	return nil
+}
+
 // checkPos returns an error naming the first non-positive size.
 func checkPos(op string, names string, vals ...int) error {
 	for _, v := range vals {
@@ -115,10 +143,7 @@ func LinearOp(x []float64, rows, in int, w []float64, out int) ([]float64, error
 	if err := checkPos("LinearOp", "rows, in, out", rows, in, out); err != nil {
 		return nil, err
 	}
-	if err := checkLen("LinearOp", "x", x, rows*in, "rows·in"); err != nil {
-		return nil, err
-	}
-	if err := checkLen("LinearOp", "w", w, out*in, "out·in"); err != nil {
+	if err := checkLens("LinearOp", lenCheck{"x", x, rows * in, "rows·in"}, lenCheck{"w", w, out * in, "out·in"}); err != nil {
 		return nil, err
 	}
 	return gemmXWt(x, rows, in, w, out), nil
@@ -144,19 +169,21 @@ func gemmXWt(x []float64, rows, in int, w []float64, out int) []float64 {
 // x is [rows, n] row-major, w is [n]; it returns y [rows, n].
 // Errors: non-positive sizes, eps not finite and ≥ 0, or lengths that disagree.
 func RMSNorm(x []float64, rows, n int, w []float64, eps float64, zeroCentred bool) ([]float64, error) {
-	if err := checkPos("RMSNorm", "rows, n", rows, n); err != nil {
+	if err := rmsNormCheck("RMSNorm", x, rows, n, w, eps); err != nil {
 		return nil, err
-	}
-	if err := checkLen("RMSNorm", "x", x, rows*n, "rows·n"); err != nil {
-		return nil, err
-	}
-	if err := checkLen("RMSNorm", "w", w, n, "n"); err != nil {
-		return nil, err
-	}
-	if !(eps >= 0) || math.IsInf(eps, 0) {
-		return nil, fmt.Errorf("host.RMSNorm: eps %g must be finite and ≥ 0", eps)
 	}
 	return rmsNorm(x, rows, n, w, eps, zeroCentred), nil
+}
+
+// rmsNormCheck checks the arguments of RMSNorm and of its backward, named op in the error.
+func rmsNormCheck(op string, x []float64, rows, n int, w []float64, eps float64) error {
+	if err := checkPos(op, "rows, n", rows, n); err != nil {
+		return err
+	}
+	if err := checkLens(op, lenCheck{"x", x, rows * n, "rows·n"}, lenCheck{"w", w, n, "n"}); err != nil {
+		return err
+	}
+	return checkEps(op, eps)
 }
 
 func rmsNorm(x []float64, rows, n int, w []float64, eps float64, zeroCentred bool) []float64 {
@@ -204,28 +231,31 @@ func RoPEInvFreq(rot int, theta float64) []float64 {
 // It returns y of the same shape. Errors: non-positive sizes, rows not a multiple of t, rot
 // odd or outside [2, headDim], θ not positive, lengths that disagree.
 func QKNormRoPE(x []float64, rows, heads, headDim int, w []float64, eps float64, rot int, theta float64, t int) ([]float64, error) {
-	if err := checkPos("QKNormRoPE", "rows, heads, headDim, t", rows, heads, headDim, t); err != nil {
-		return nil, err
-	}
-	if rows%t != 0 {
-		return nil, fmt.Errorf("host.QKNormRoPE: rows %d is not a multiple of the window length t = %d", rows, t)
-	}
-	if rot < 2 || rot%2 != 0 || rot > headDim {
-		return nil, fmt.Errorf("host.QKNormRoPE: rotary dims %d must be even and in [2, headDim = %d]", rot, headDim)
-	}
-	if !(theta > 0) || math.IsInf(theta, 0) {
-		return nil, fmt.Errorf("host.QKNormRoPE: theta %g must be positive and finite", theta)
-	}
-	if !(eps >= 0) || math.IsInf(eps, 0) {
-		return nil, fmt.Errorf("host.QKNormRoPE: eps %g must be finite and ≥ 0", eps)
-	}
-	if err := checkLen("QKNormRoPE", "x", x, rows*heads*headDim, "rows·heads·headDim"); err != nil {
-		return nil, err
-	}
-	if err := checkLen("QKNormRoPE", "w", w, headDim, "headDim"); err != nil {
+	if err := qkNormRoPECheck("QKNormRoPE", x, rows, heads, headDim, w, eps, rot, theta, t); err != nil {
 		return nil, err
 	}
 	return qkNormRoPE(x, rows, heads, headDim, w, eps, rot, theta, t), nil
+}
+
+// qkNormRoPECheck checks the arguments of QKNormRoPE and of its backward, named op in the
+// error.
+func qkNormRoPECheck(op string, x []float64, rows, heads, headDim int, w []float64, eps float64, rot int, theta float64, t int) error {
+	if err := checkPos(op, "rows, heads, headDim, t", rows, heads, headDim, t); err != nil {
+		return err
+	}
+	if rows%t != 0 {
+		return fmt.Errorf("host.%s: rows %d is not a multiple of the window length t = %d", op, rows, t)
+	}
+	if rot < 2 || rot%2 != 0 || rot > headDim {
+		return fmt.Errorf("host.%s: rotary dims %d must be even and in [2, headDim = %d]", op, rot, headDim)
+	}
+	if !(theta > 0) || math.IsInf(theta, 0) {
+		return fmt.Errorf("host.%s: theta %g must be positive and finite", op, theta)
+	}
+	if err := checkEps(op, eps); err != nil {
+		return err
+	}
+	return checkLens(op, lenCheck{"x", x, rows * heads * headDim, "rows·heads·headDim"}, lenCheck{"w", w, headDim, "headDim"})
 }
 
 func qkNormRoPE(x []float64, rows, heads, headDim int, w []float64, eps float64, rot int, theta float64, t int) []float64 {
@@ -288,24 +318,25 @@ func SplitQueryGate(qg []float64, rows, heads, headDim int) (q, gate []float64, 
 // natural-log log-sum-exp of each row's scaled scores, for the backward).
 // Errors: non-positive sizes, nh not a multiple of nkv, lengths that disagree.
 func Attention(q, k, v []float64, nb, t, nh, nkv, headDim int) (out, lse []float64, err error) {
-	if err := checkPos("Attention", "nb, t, nh, nkv, headDim", nb, t, nh, nkv, headDim); err != nil {
-		return nil, nil, err
-	}
-	if nh%nkv != 0 {
-		return nil, nil, fmt.Errorf("host.Attention: nh = %d query heads is not a multiple of nkv = %d KV heads", nh, nkv)
-	}
-	rows := nb * t
-	if err := checkLen("Attention", "q", q, rows*nh*headDim, "nb·t·nh·headDim"); err != nil {
-		return nil, nil, err
-	}
-	if err := checkLen("Attention", "k", k, rows*nkv*headDim, "nb·t·nkv·headDim"); err != nil {
-		return nil, nil, err
-	}
-	if err := checkLen("Attention", "v", v, rows*nkv*headDim, "nb·t·nkv·headDim"); err != nil {
+	if err := attentionCheck("Attention", q, k, v, nb, t, nh, nkv, headDim); err != nil {
 		return nil, nil, err
 	}
 	out, lse = attention(q, k, v, nb, t, nh, nkv, headDim)
 	return out, lse, nil
+}
+
+// attentionCheck checks the arguments of Attention and of its backward, named op in the
+// error.
+func attentionCheck(op string, q, k, v []float64, nb, t, nh, nkv, headDim int) error {
+	if err := checkPos(op, "nb, t, nh, nkv, headDim", nb, t, nh, nkv, headDim); err != nil {
+		return err
+	}
+	if nh%nkv != 0 {
+		return fmt.Errorf("host.%s: nh = %d query heads is not a multiple of nkv = %d KV heads", op, nh, nkv)
+	}
+	rows := nb * t
+	return checkLens(op, lenCheck{"q", q, rows * nh * headDim, "nb·t·nh·headDim"}, lenCheck{"k", k, rows * nkv * headDim, "nb·t·nkv·headDim"},
+		lenCheck{"v", v, rows * nkv * headDim, "nb·t·nkv·headDim"})
 }
 
 func attention(q, k, v []float64, nb, t, nh, nkv, hd int) (out, lse []float64) {
@@ -376,13 +407,7 @@ func AttentionGate(o, gate []float64) ([]float64, error) {
 // K] (HF conv1d.weight) flattened to [channels·K]. It returns y [nb·t, channels].
 // Errors: non-positive sizes or lengths that disagree.
 func CausalConv1dSiLU(x []float64, nb, t, channels int, w []float64, K int) ([]float64, error) {
-	if err := checkPos("CausalConv1dSiLU", "nb, t, channels, K", nb, t, channels, K); err != nil {
-		return nil, err
-	}
-	if err := checkLen("CausalConv1dSiLU", "x", x, nb*t*channels, "nb·t·channels"); err != nil {
-		return nil, err
-	}
-	if err := checkLen("CausalConv1dSiLU", "w", w, channels*K, "channels·1·K"); err != nil {
+	if err := causalConvCheck("CausalConv1dSiLU", x, nb, t, channels, w, K); err != nil {
 		return nil, err
 	}
 	y := make([]float64, len(x))
@@ -407,6 +432,15 @@ func CausalConv1dSiLU(x []float64, nb, t, channels int, w []float64, K int) ([]f
 	return y, nil
 }
 
+// causalConvCheck checks the arguments of CausalConv1dSiLU and of its backward, named op in
+// the error.
+func causalConvCheck(op string, x []float64, nb, t, channels int, w []float64, K int) error {
+	if err := checkPos(op, "nb, t, channels, K", nb, t, channels, K); err != nil {
+		return err
+	}
+	return checkLens(op, lenCheck{"x", x, nb * t * channels, "nb·t·channels"}, lenCheck{"w", w, channels * K, "channels·1·K"})
+}
+
 // GatedDeltaGates computes the per-token, per-value-head gates of the GatedDeltaNet
 // (HF Qwen3_5GatedDeltaNet):
 //
@@ -415,18 +449,8 @@ func CausalConv1dSiLU(x []float64, nb, t, channels int, w []float64, K int) ([]f
 // a and b are [rows, hv] (outputs of in_proj_a and in_proj_b), aLog and dtBias are [hv].
 // It returns g and beta, each [rows, hv]. Errors: non-positive sizes or lengths that disagree.
 func GatedDeltaGates(a, b []float64, rows, hv int, aLog, dtBias []float64) (g, beta []float64, err error) {
-	if err := checkPos("GatedDeltaGates", "rows, hv", rows, hv); err != nil {
+	if err := gatedDeltaGatesCheck("GatedDeltaGates", a, b, rows, hv, aLog, dtBias); err != nil {
 		return nil, nil, err
-	}
-	for _, c := range []struct {
-		name string
-		v    []float64
-		n    int
-		s    string
-	}{{"a", a, rows * hv, "rows·hv"}, {"b", b, rows * hv, "rows·hv"}, {"aLog", aLog, hv, "hv"}, {"dtBias", dtBias, hv, "hv"}} {
-		if err := checkLen("GatedDeltaGates", c.name, c.v, c.n, c.s); err != nil {
-			return nil, nil, err
-		}
 	}
 	g = make([]float64, rows*hv)
 	beta = make([]float64, rows*hv)
@@ -440,6 +464,16 @@ func GatedDeltaGates(a, b []float64, rows, hv int, aLog, dtBias []float64) (g, b
 	return g, beta, nil
 }
 
+// gatedDeltaGatesCheck checks the arguments of GatedDeltaGates and of its backward, named op
+// in the error.
+func gatedDeltaGatesCheck(op string, a, b []float64, rows, hv int, aLog, dtBias []float64) error {
+	if err := checkPos(op, "rows, hv", rows, hv); err != nil {
+		return err
+	}
+	return checkLens(op, lenCheck{"a", a, rows * hv, "rows·hv"}, lenCheck{"b", b, rows * hv, "rows·hv"},
+		lenCheck{"aLog", aLog, hv, "hv"}, lenCheck{"dtBias", dtBias, hv, "hv"})
+}
+
 // L2Norm normalises each row of n values to unit L2 norm and scales it:
 // y = scale · x · rsqrt(Σx² + L2NormEps) (HF `l2norm`, eps 1e-6). The GatedDeltaNet uses it
 // per head on keys (scale 1) and queries (scale dk^−½, HF's `query * 1/sqrt(dk)` after the
@@ -448,13 +482,7 @@ func GatedDeltaGates(a, b []float64, rows, hv int, aLog, dtBias []float64) (g, b
 // x is [rows, n] row-major (rows = tokens·heads); it returns y [rows, n].
 // Errors: non-positive sizes, scale not finite, or len(x) ≠ rows·n.
 func L2Norm(x []float64, rows, n int, scale float64) ([]float64, error) {
-	if err := checkPos("L2Norm", "rows, n", rows, n); err != nil {
-		return nil, err
-	}
-	if math.IsNaN(scale) || math.IsInf(scale, 0) {
-		return nil, fmt.Errorf("host.L2Norm: scale %g is not finite", scale)
-	}
-	if err := checkLen("L2Norm", "x", x, rows*n, "rows·n"); err != nil {
+	if err := l2NormCheck("L2Norm", x, rows, n, scale); err != nil {
 		return nil, err
 	}
 	y := make([]float64, len(x))
@@ -472,6 +500,17 @@ func L2Norm(x []float64, rows, n int, scale float64) ([]float64, error) {
 	return y, nil
 }
 
+// l2NormCheck checks the arguments of L2Norm and of its backward, named op in the error.
+func l2NormCheck(op string, x []float64, rows, n int, scale float64) error {
+	if err := checkPos(op, "rows, n", rows, n); err != nil {
+		return err
+	}
+	if math.IsNaN(scale) || math.IsInf(scale, 0) {
+		return fmt.Errorf("host.%s: scale %g is not finite", op, scale)
+	}
+	return checkLen(op, "x", x, rows*n, "rows·n")
+}
+
 // GatedDeltaRule is the gated delta-rule recurrence of the GatedDeltaNet, token by token
 // (DESIGN.md §3; HF torch_recurrent_gated_delta_rule, which the chunked form equals). For
 // every window and value head j, with key head kh = j / (hv/hk) and state S ∈ R^{dk×dv}
@@ -487,24 +526,10 @@ func L2Norm(x []float64, rows, n int, scale float64) ([]float64, error) {
 // otherwise state is nil.
 // Errors: non-positive sizes, hv not a multiple of hk, lengths that disagree.
 func GatedDeltaRule(q, k, v, g, beta []float64, nb, t, hk, hv, dk, dv int, wantState bool) (o, state []float64, err error) {
-	if err := checkPos("GatedDeltaRule", "nb, t, hk, hv, dk, dv", nb, t, hk, hv, dk, dv); err != nil {
+	if err := gatedDeltaRuleCheck("GatedDeltaRule", q, k, v, g, beta, nb, t, hk, hv, dk, dv); err != nil {
 		return nil, nil, err
 	}
-	if hv%hk != 0 {
-		return nil, nil, fmt.Errorf("host.GatedDeltaRule: hv = %d value heads is not a multiple of hk = %d key heads", hv, hk)
-	}
 	rows := nb * t
-	for _, c := range []struct {
-		name string
-		v    []float64
-		n    int
-		s    string
-	}{{"q", q, rows * hk * dk, "nb·t·hk·dk"}, {"k", k, rows * hk * dk, "nb·t·hk·dk"}, {"v", v, rows * hv * dv, "nb·t·hv·dv"},
-		{"g", g, rows * hv, "nb·t·hv"}, {"beta", beta, rows * hv, "nb·t·hv"}} {
-		if err := checkLen("GatedDeltaRule", c.name, c.v, c.n, c.s); err != nil {
-			return nil, nil, err
-		}
-	}
 	o = make([]float64, rows*hv*dv)
 	if wantState {
 		state = make([]float64, nb*hv*dk*dv)
@@ -553,6 +578,20 @@ func GatedDeltaRule(q, k, v, g, beta []float64, nb, t, hk, hv, dk, dv int, wantS
 	return o, state, nil
 }
 
+// gatedDeltaRuleCheck checks the arguments of GatedDeltaRule and of its backward, named op in
+// the error.
+func gatedDeltaRuleCheck(op string, q, k, v, g, beta []float64, nb, t, hk, hv, dk, dv int) error {
+	if err := checkPos(op, "nb, t, hk, hv, dk, dv", nb, t, hk, hv, dk, dv); err != nil {
+		return err
+	}
+	if hv%hk != 0 {
+		return fmt.Errorf("host.%s: hv = %d value heads is not a multiple of hk = %d key heads", op, hv, hk)
+	}
+	rows := nb * t
+	return checkLens(op, lenCheck{"q", q, rows * hk * dk, "nb·t·hk·dk"}, lenCheck{"k", k, rows * hk * dk, "nb·t·hk·dk"},
+		lenCheck{"v", v, rows * hv * dv, "nb·t·hv·dv"}, lenCheck{"g", g, rows * hv, "nb·t·hv"}, lenCheck{"beta", beta, rows * hv, "nb·t·hv"})
+}
+
 // GatedRMSNorm is the gated norm of the GatedDeltaNet (HF Qwen3NextRMSNormGated), per value
 // head over dv with a plain gain (not 1 + w):
 //
@@ -561,19 +600,7 @@ func GatedDeltaRule(q, k, v, g, beta []float64, nb, t, hk, hv, dk, dv int, wantS
 // x and z are [rows, hv, dv], w is [dv]; it returns y [rows, hv, dv].
 // Errors: non-positive sizes, eps not finite and ≥ 0, or lengths that disagree.
 func GatedRMSNorm(x, z []float64, rows, hv, dv int, w []float64, eps float64) ([]float64, error) {
-	if err := checkPos("GatedRMSNorm", "rows, hv, dv", rows, hv, dv); err != nil {
-		return nil, err
-	}
-	if !(eps >= 0) || math.IsInf(eps, 0) {
-		return nil, fmt.Errorf("host.GatedRMSNorm: eps %g must be finite and ≥ 0", eps)
-	}
-	if err := checkLen("GatedRMSNorm", "x", x, rows*hv*dv, "rows·hv·dv"); err != nil {
-		return nil, err
-	}
-	if err := checkLen("GatedRMSNorm", "z", z, rows*hv*dv, "rows·hv·dv"); err != nil {
-		return nil, err
-	}
-	if err := checkLen("GatedRMSNorm", "w", w, dv, "dv"); err != nil {
+	if err := gatedRMSNormCheck("GatedRMSNorm", x, z, rows, hv, dv, w, eps); err != nil {
 		return nil, err
 	}
 	y := rmsNorm(x, rows*hv, dv, w, eps, false)
@@ -581,6 +608,18 @@ func GatedRMSNorm(x, z []float64, rows, hv, dv int, w []float64, eps float64) ([
 		y[i] *= silu(z[i])
 	}
 	return y, nil
+}
+
+// gatedRMSNormCheck checks the arguments of GatedRMSNorm and of its backward, named op in the
+// error.
+func gatedRMSNormCheck(op string, x, z []float64, rows, hv, dv int, w []float64, eps float64) error {
+	if err := checkPos(op, "rows, hv, dv", rows, hv, dv); err != nil {
+		return err
+	}
+	if err := checkEps(op, eps); err != nil {
+		return err
+	}
+	return checkLens(op, lenCheck{"x", x, rows * hv * dv, "rows·hv·dv"}, lenCheck{"z", z, rows * hv * dv, "rows·hv·dv"}, lenCheck{"w", w, dv, "dv"})
 }
 
 // SwiGLU is the MLP activation: y = silu(gate) ⊙ up, elementwise over equal-length slices

@@ -6,13 +6,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/compress"
+	"github.com/nvg-project/nvg/internal/tinytest"
 )
 
 // subTeacher returns an in-memory copy (F32) of the tiny teacher restricted to the decoder
@@ -24,37 +24,15 @@ func subTeacher(t *testing.T, src []int) *cmf.Model {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	c := m.Config
-	c.NumHiddenLayers = len(src)
-	c.LayerTypes = nil
-	for _, l := range src {
-		c.LayerTypes = append(c.LayerTypes, m.Config.LayerTypes[l])
-	}
-	out := cmf.NewModel(c)
-	for _, name := range m.Names() {
-		newName := name
-		if strings.HasPrefix(name, "model.layers.") {
-			var l int
-			if _, err := fmt.Sscanf(name, "model.layers.%d.", &l); err != nil {
-				t.Fatal(err)
-			}
-			i := -1
-			for j, s := range src {
-				if s == l {
-					i = j
-				}
-			}
-			if i < 0 {
-				continue
-			}
-			newName = fmt.Sprintf("model.layers.%d.%s", i, strings.TrimPrefix(name, fmt.Sprintf("model.layers.%d.", l)))
-		}
-		tn := m.Tensors[name]
+	sub := tinytest.SubModel(t, m, src)
+	out := cmf.NewModel(sub.Config)
+	for _, name := range sub.Names() {
+		tn := sub.Tensors[name]
 		v, err := tn.Float64()
 		if err != nil {
 			t.Fatal(err)
 		}
-		nt, err := cmf.NewFloatTensor(newName, cmf.F32, tn.Shape, v)
+		nt, err := cmf.NewFloatTensor(name, cmf.F32, tn.Shape, v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,8 +69,8 @@ func newBLRStudent(t *testing.T, teacher *cmf.Model, nb, T, k int) blrStudent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fx := openFixtures(t)
-	flat := fx.ids(t, "ids", 2, 64)
+	fx := tinytest.OpenFixtures(t)
+	flat := fx.IDs(t, "ids", 2, 64)
 	ids := make([][]int, nb)
 	for b := range ids {
 		ids[b] = flat[b*64 : b*64+T]

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/nvg-project/nvg/internal/tinytest"
 )
 
 // fixtureStudent returns the fixture's student: the tiny teacher with layer 0's input norm
@@ -24,14 +26,14 @@ func fixtureStudent(t *testing.T) *Net {
 
 // fixtureTopK returns the fixture's ids as windows and the teacher top-k: ids and
 // p_T = softmax of teacher_topk_logprob over the k.
-func fixtureTopK(t *testing.T, fx fixtures, nb, T, K int) ([][]int, []int, []float64) {
-	flat := fx.ids(t, "ids", nb, T)
+func fixtureTopK(t *testing.T, fx tinytest.Fixtures, nb, T, K int) ([][]int, []int, []float64) {
+	flat := fx.IDs(t, "ids", nb, T)
 	ids := make([][]int, nb)
 	for b := range ids {
 		ids[b] = flat[b*T : (b+1)*T]
 	}
-	tid := fx.ids(t, "teacher_topk_ids", nb, T, K)
-	lp := fx.get(t, "teacher_topk_logprob", nb, T, K)
+	tid := fx.IDs(t, "teacher_topk_ids", nb, T, K)
+	lp := fx.Get(t, "teacher_topk_logprob", nb, T, K)
 	prob := make([]float64, len(lp))
 	for r := 0; r < nb*T; r++ {
 		row := lp[r*K : (r+1)*K]
@@ -52,22 +54,12 @@ func fixtureTopK(t *testing.T, fx fixtures, nb, T, K int) ([][]int, []int, []flo
 }
 
 // relL2 returns ‖a − b‖₂ / ‖b‖₂.
-func relL2(a, b []float64) float64 {
-	var num, den float64
-	for i := range b {
-		d := a[i] - b[i]
-		num += d * d
-		den += b[i] * b[i]
-	}
-	return math.Sqrt(num / den)
-}
-
 // TestStudentLossGradFixtures checks the student loss, the per-token KL, d loss/d embeddings
 // and every norm-gain gradient against the HF float64 fixtures (whose GatedDeltaNet ran in
 // float32).
 func TestStudentLossGradFixtures(t *testing.T) {
 	s := fixtureStudent(t)
-	fx := openFixtures(t)
+	fx := tinytest.OpenFixtures(t)
 	const nb, T, K = 2, 64, 32
 	H := s.Config.HiddenSize
 	ids, tid, prob := fixtureTopK(t, fx, nb, T, K)
@@ -75,7 +67,7 @@ func TestStudentLossGradFixtures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantLoss := fx.get(t, "student_loss", 1)[0]
+	wantLoss := fx.Get(t, "student_loss", 1)[0]
 	rel := math.Abs(sg.Loss-wantLoss) / math.Abs(wantLoss)
 	t.Logf("student_loss %.10g, want %.10g: relative error %.3g", sg.Loss, wantLoss, rel)
 	if !(rel <= 1e-6) {
@@ -93,22 +85,11 @@ func TestStudentLossGradFixtures(t *testing.T) {
 			t.Errorf("StudentLoss in blocks of 5 rows %.17g differs from StudentLossGrad's %.17g", loss2, sg.Loss)
 		}
 	}()
-	check := func(name string, got, want []float64) {
-		t.Helper()
-		if len(got) != len(want) {
-			t.Errorf("%s: %d values, want %d", name, len(got), len(want))
-			return
-		}
-		e := relL2(got, want)
-		t.Logf("%-52s rel L2 err %.3g", name, e)
-		if !(e <= 1e-3) {
-			t.Errorf("%s: relative L2 error %.3g > 1e-3", name, e)
-		}
-	}
-	check("student_kl_per_token", sg.KLPerToken, fx.get(t, "student_kl_per_token", nb, T))
-	check("grad.embeds", sg.Embeds, fx.get(t, "grad.embeds", nb, T, H))
+	check := func(name string, got, want []float64) { t.Helper(); tinytest.CheckRelL2(t, name, got, want, 1e-3) }
+	check("student_kl_per_token", sg.KLPerToken, fx.Get(t, "student_kl_per_token", nb, T))
+	check("grad.embeds", sg.Embeds, fx.Get(t, "grad.embeds", nb, T, H))
 	seen := 0
-	for _, tn := range fx.f.Tensors {
+	for _, tn := range fx.File.Tensors {
 		name := tn.Name
 		if len(name) < 5 || name[:5] != "grad." || name == "grad.embeds" {
 			continue
@@ -119,7 +100,7 @@ func TestStudentLossGradFixtures(t *testing.T) {
 			t.Errorf("%s: no gradient %q", name, name[5:])
 			continue
 		}
-		check(name, got, fx.get(t, name, tn.Shape...))
+		check(name, got, fx.Get(t, name, tn.Shape...))
 	}
 	// 8 layers × 2 norms + 2×(q, k norm) + 6 gated norms + the final norm.
 	if seen != 27 || len(sg.Grads) != 27 {

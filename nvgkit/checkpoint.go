@@ -1,7 +1,6 @@
 package nvgkit
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -18,6 +17,7 @@ import (
 	"strconv"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/atomicfile"
 )
 
 // CheckpointMeta is the JSON part of a training checkpoint: everything Resume needs besides
@@ -264,12 +264,8 @@ func (c *Checkpoint) save(path string, hook func() error) error {
 		return fmt.Errorf("nvgkit: checkpoint %s: %w", path, err)
 	}
 	meta := map[string]string{"format": ckptFormat, "nvg.version": strconv.Itoa(ckptVersion), ckptMetaKey: string(mj), ckptCRCKey: string(cj)}
-	err = writeAtomic(path, func(f *os.File) error {
-		bw := bufio.NewWriterSize(f, 1<<20)
-		if err := cmf.EncodeSafetensors(bw, ts, meta); err != nil {
-			return err
-		}
-		if err := bw.Flush(); err != nil {
+	err = atomicfile.Write(path, func(w io.Writer) error {
+		if err := cmf.EncodeSafetensors(w, ts, meta); err != nil {
 			return err
 		}
 		if hook != nil {
@@ -278,7 +274,7 @@ func (c *Checkpoint) save(path string, hook func() error) error {
 		return nil
 	})
 	if err != nil {
-		return keptNote(path, err)
+		return keptNote(path, fmt.Errorf("nvgkit: %w", err))
 	}
 	return nil
 }

@@ -1,15 +1,13 @@
 package nvgkit_test
 
 import (
-	"encoding/binary"
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -19,23 +17,6 @@ import (
 // leaving no GPU buffer behind (host.Load's table is host.TestLoadNonFiniteWeights).
 func TestLoadNetNonFiniteWeights(t *testing.T) {
 	d := gputest.Open(t)
-	src := "../cmf/tinyteacher/model"
-	raw, err := os.ReadFile(filepath.Join(src, "model.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hlen := binary.LittleEndian.Uint64(raw)
-	var h map[string]struct {
-		DType       string  `json:"dtype"`
-		DataOffsets []int64 `json:"data_offsets"`
-	}
-	if err := json.Unmarshal(raw[8:8+hlen], &h); err != nil {
-		t.Fatal(err)
-	}
 	cases := []struct {
 		kind   nvgkit.NetKind
 		tensor string
@@ -50,21 +31,8 @@ func TestLoadNetNonFiniteWeights(t *testing.T) {
 	}
 	before := liveMem(d)
 	for _, tc := range cases {
-		e := h[tc.tensor]
-		size := map[string]int{"BF16": 2, "F32": 4}[e.DType]
-		if size != len(tc.bits) {
-			t.Fatalf("%s is %s", tc.tensor, e.DType)
-		}
-		out := append([]byte(nil), raw...)
-		copy(out[8+int64(hlen)+e.DataOffsets[0]+int64(tc.elem*size):], tc.bits)
-		dir := t.TempDir()
-		path := filepath.Join(dir, "model.safetensors")
-		if err := os.WriteFile(path, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		path := tinytest.Poisoned(t, tc.tensor, tc.elem, tc.bits)
+		dir := filepath.Dir(path)
 		m, err := cmf.Open(dir)
 		if err != nil {
 			t.Fatalf("%s: the header is intact, Open should succeed: %v", tc.tensor, err)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/x448/float16"
 )
@@ -18,14 +19,11 @@ import (
 // own limit (one slice), value for value.
 func TestForwardLogitsSliced(t *testing.T) {
 	d, m, net := tinyTeacher(t)
-	fx := openFixtures(t)
-	ids := fx.windows(t)
+	fx := tinytest.OpenFixtures(t)
+	ids := fx.Windows(t)
 	c := net.Config
 	H, V, T := c.HiddenSize, c.VocabSize, len(ids[0])
-	w, err := nvgkit.NewWork(d, net, len(ids), T)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, net, len(ids), T)
 	defer w.Release()
 	whole, err := nvgkit.Forward(net, w, ids, nvgkit.ForwardOptions{Logits0: true})
 	if err != nil {
@@ -81,7 +79,7 @@ func TestForwardLogitsSliced(t *testing.T) {
 			worst = math.Max(worst, e)
 		}
 	}
-	fe, ref := maxAbsDiff32(tr.Logits0, fx.get(t, "logits_row0"))
+	fe, ref := maxAbsDiff32(tr.Logits0, fx.Get(t, "logits_row0"))
 	t.Logf("sliced logits: max abs err %.3g vs the f64 product, %.3g vs the fixture (max |ref| %.3g)", worst, fe, ref)
 	if !(fe <= 2e-3*ref) {
 		t.Errorf("logits_row0: max abs error %.3g > 2e-3 · %.3g", fe, ref)

@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/nvg-project/nvg/internal/atomicfile"
 )
 
 // MetricsFile is the name of the per-step log a Trainer writes in TrainConfig.OutDir (JSON
@@ -265,8 +267,8 @@ func (tr *Trainer) openMetricsFile() (*os.File, error) {
 			return nil, fmt.Errorf("nvgkit: %s: %w", path, err)
 		}
 		if !bytes.Equal(kept.Bytes(), old) {
-			if err := writeFileAtomic(path, kept.Bytes()); err != nil {
-				return nil, err
+			if err := atomicfile.WriteBytes(path, kept.Bytes()); err != nil {
+				return nil, fmt.Errorf("nvgkit: %w", err)
 			}
 		}
 	}

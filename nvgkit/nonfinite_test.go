@@ -78,10 +78,7 @@ func TestDeltaRuleHugeALog(t *testing.T) {
 	}
 	var traces [][][]float32
 	for _, nb := range []int{2, 33} {
-		w, err := nvgkit.NewWork(d, net, nb, T)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := newWork(t, d, net, nb, T)
 		tr, err := nvgkit.Forward(net, w, ids, nvgkit.ForwardOptions{})
 		w.Release()
 		if err != nil {
@@ -144,10 +141,7 @@ func TestFirstNonFinite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := nvgkit.NewWork(d, net, 2, T)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := newWork(t, d, net, 2, T)
 		var sum float64
 		if tc.kind == nvgkit.Teacher {
 			sum, _, err = nvgkit.NLL(net, w, windows, nil)
@@ -169,10 +163,7 @@ func TestFirstNonFinite(t *testing.T) {
 		w.Release()
 		net.Release()
 	}
-	w, err := nvgkit.NewWork(d, teacher, 2, T)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, teacher, 2, T)
 	defer w.Release()
 	if nf, err := nvgkit.FirstNonFinite(teacher, w, windows); nf != nil || err != nil {
 		t.Errorf("the tiny teacher: FirstNonFinite %v, %v; want nothing", nf, err)

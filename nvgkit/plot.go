@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/janpfeifer/gonb/gonbui"
+	"github.com/nvg-project/nvg/internal/atomicfile"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
@@ -150,43 +150,8 @@ func SavePlot(path string, d Drawable, w, h int) error {
 	if err != nil {
 		return fmt.Errorf("save plot %s: %w", path, err)
 	}
-	return plotWriteAtomic(path, data)
-}
-
-// plotWriteAtomic writes data to path through a fsynced temporary file and a rename, then
-// fsyncs the directory.
-func plotWriteAtomic(path string, data []byte) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("save plot %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("save plot %s: %w", path, err)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync() // best effort: some platforms cannot fsync a directory
-		d.Close()
+	if err := atomicfile.WriteBytes(path, data); err != nil {
+		return fmt.Errorf("nvgkit: save plot: %w", err)
 	}
 	return nil
 }

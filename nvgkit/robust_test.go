@@ -9,6 +9,7 @@ import (
 
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -17,7 +18,7 @@ import (
 func robustNets(t *testing.T) (*gpu.Device, *nvgkit.Net, *nvgkit.Net) {
 	t.Helper()
 	d, m, _ := tinyTeacher(t)
-	small := truncated(t, m, 4)
+	small := tinytest.FirstLayers(t, m, 4)
 	teacher, err := nvgkit.LoadNet(d, small, nvgkit.Teacher)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +168,7 @@ func TestOutOfMemoryRemedy(t *testing.T) {
 	defer d.SetMemoryBudget(d.MemoryBudget())
 	before := liveMem(d)
 	d.SetMemoryBudget(before.CurrentBytes + 1<<20)
-	_, err := nvgkit.LoadNet(d, truncated(t, m, 1), nvgkit.Teacher)
+	_, err := nvgkit.LoadNet(d, tinytest.FirstLayers(t, m, 1), nvgkit.Teacher)
 	if !errors.Is(err, gpu.ErrOutOfMemory) || !strings.Contains(err.Error(), `"model.embed_tokens.weight"`) || !strings.Contains(err.Error(), "needs 4194304 bytes") {
 		t.Errorf("LoadNet over the budget: %v", err)
 	}
@@ -183,10 +184,7 @@ func TestOutOfMemoryRemedy(t *testing.T) {
 	// A work that fits, whose pass does not (its temporaries and top-k buffers are
 	// allocated while it runs).
 	d.SetMemoryBudget(0)
-	w, err := nvgkit.NewWork(d, teacher, 1, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, teacher, 1, 4)
 	defer w.Release()
 	d.SetMemoryBudget(liveMem(d).CurrentBytes + 16)
 	_, err = nvgkit.TeacherTopK(teacher, w, [][]int{{1, 2, 3, 4}}, 8)

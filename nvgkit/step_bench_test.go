@@ -85,11 +85,8 @@ func tinyStudentStep(b *testing.B, nb, T, k int) (d *gpu.Device, net *nvgkit.Net
 			ids[i] = append(ids[i], (i*7919+j*104729)%m.Config.VocabSize)
 		}
 	}
-	tw, err := nvgkit.NewWork(d, tnet, nb, T)
-	if err != nil {
-		b.Fatal(err)
-	}
-	top, err = nvgkit.TeacherTopK(tnet, tw, ids, k)
+	tw := newWork(b, d, tnet, nb, T)
+	top, err := nvgkit.TeacherTopK(tnet, tw, ids, k)
 	tw.Release()
 	if err != nil {
 		b.Fatal(err)

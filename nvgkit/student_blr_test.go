@@ -15,47 +15,9 @@ import (
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
-
-// subModel returns m restricted to the decoder layers src, renumbered 0, 1, … in that
-// order (tensors shared with m, renamed copies of the layer tensors).
-func subModel(t testing.TB, m *cmf.Model, src []int) *cmf.Model {
-	t.Helper()
-	c := m.Config
-	c.NumHiddenLayers = len(src)
-	c.LayerTypes = nil
-	for _, l := range src {
-		c.LayerTypes = append(c.LayerTypes, m.Config.LayerTypes[l])
-	}
-	out := cmf.NewModel(c)
-	for name, tn := range m.Tensors {
-		if rest, ok := strings.CutPrefix(name, "model.layers."); ok {
-			dot := strings.IndexByte(rest, '.')
-			var l int
-			fmt.Sscanf(rest[:dot], "%d", &l)
-			i := -1
-			for j, s := range src {
-				if s == l {
-					i = j
-				}
-			}
-			if i < 0 {
-				continue
-			}
-			nt := *tn
-			nt.Name = fmt.Sprintf("model.layers.%d%s", i, rest[dot:])
-			tn = &nt
-		}
-		if err := out.Set(tn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := out.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // blrCase is a BLR student — the tiny teacher's layers 0 (GatedDeltaNet) and 3 (attention),
 // compressed at 1 bit per weight (paths auto, seed 1) — with its teacher's top-16 on 2
@@ -82,7 +44,7 @@ func blrStudent(t *testing.T) (*gpu.Device, *blrCase) {
 	blr.once.Do(func() {
 		c := &blr.c
 		fail := func(err error) { c.err = err }
-		c.teacher = subModel(t, m, []int{0, 3})
+		c.teacher = tinytest.SubModel(t, m, []int{0, 3})
 		t0 := time.Now()
 		var reps []compress.TensorReport
 		var err error
@@ -110,8 +72,8 @@ func blrStudent(t *testing.T) (*gpu.Device, *blrCase) {
 			return
 		}
 		defer tw.Release()
-		fx := openFixtures(t)
-		for _, w := range fx.windows(t)[:blrNB] {
+		fx := tinytest.OpenFixtures(t)
+		for _, w := range fx.Windows(t)[:blrNB] {
 			c.ids = append(c.ids, w[:blrT])
 		}
 		if c.top, err = nvgkit.TeacherTopK(tn, tw, c.ids, blrK); err != nil {
@@ -189,16 +151,7 @@ func TestStudentBLRGradients(t *testing.T) {
 	}
 	check := func(name string, got []float32, want []float64) float64 {
 		t.Helper()
-		if len(got) != len(want) {
-			t.Errorf("%s: %d values, want %d", name, len(got), len(want))
-			return math.Inf(1)
-		}
-		e := relL2(got, want)
-		t.Logf("%-56s rel L2 err %.3g", name, e)
-		if !(e <= tol) {
-			t.Errorf("%s: relative L2 error %.3g > %g", name, e, tol)
-		}
-		return e
+		return tinytest.CheckRelL2(t, name, got, want, tol)
 	}
 	check("kl per token", st.KLPerToken, sg.KLPerToken)
 	emb, err := nvgkit.EmbedGrads(c.work)
@@ -393,10 +346,7 @@ func TestStudentExportRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n2.Release()
-	w2, err := nvgkit.NewWork(d, n2, blrNB, blrT)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w2 := newWork(t, d, n2, blrNB, blrT)
 	defer w2.Release()
 	after, _, err := nvgkit.LossOnly(n2, w2, c.ids, c.top)
 	if err != nil {
@@ -511,10 +461,7 @@ func TestStudentRankPadding(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer net.Release()
-	work, err := nvgkit.NewWork(d, net, blrNB, blrT)
-	if err != nil {
-		t.Fatal(err)
-	}
+	work := newWork(t, d, net, blrNB, blrT)
 	defer work.Release()
 	want, _, err := nvgkit.LossOnly(c.net, c.work, c.ids, c.top)
 	if err != nil {

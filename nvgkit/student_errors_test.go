@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -17,15 +18,9 @@ func TestStudentErrors(t *testing.T) {
 	dev, net := fixtureStudent(t)
 	V := net.Config.VocabSize
 	const nb, T, K = 2, 8, 4
-	w, err := nvgkit.NewWork(dev, net, nb, T)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, dev, net, nb, T)
 	defer w.Release()
-	tw, err := nvgkit.NewWork(dev, tnet, nb, T)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tw := newWork(t, dev, tnet, nb, T)
 	defer tw.Release()
 	ids := [][]int{{1, 2, 3, 4, 5, 6, 7, 8}, {9, 10, 11, 12, 13, 14, 15, 16}}
 	mkTop := func(nb, T, K int) *nvgkit.TopK {
@@ -43,16 +38,7 @@ func TestStudentErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := liveMem(dev)
-	bad := func(name, want string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Errorf("%s: accepted", name)
-		} else if !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: error %q does not mention %q", name, err, want)
-		} else {
-			t.Logf("%s: %v", name, err)
-		}
-	}
+	bad := func(name, want string, err error) { t.Helper(); refused(t, name, want, err) }
 	step := func(ids [][]int, top *nvgkit.TopK) error { _, err := nvgkit.Step(net, w, ids, top); return err }
 	loss := func(ids [][]int, top *nvgkit.TopK) error { _, _, err := nvgkit.LossOnly(net, w, ids, top); return err }
 	for _, f := range []struct {
@@ -88,7 +74,7 @@ func TestStudentErrors(t *testing.T) {
 		bad(f.name+" zero probabilities", "token 2 sum to 0", f.run(ids, zero))
 	}
 	bad("Step over fewer windows than the work", "exactly the work's nb = 2", step(ids[:1], mkTop(1, T, K)))
-	_, err = nvgkit.Step(net, tw, ids, good)
+	_, err := nvgkit.Step(net, tw, ids, good)
 	bad("student with a teacher's work", "made for a teacher net", err)
 	_, _, err = nvgkit.LossOnly(tnet, tw, ids, good)
 	bad("LossOnly on a teacher", "is a teacher", err)
@@ -112,7 +98,7 @@ func TestStudentErrors(t *testing.T) {
 	bad("Restore nil", "nil snapshot", nvgkit.Restore(net, nil))
 	_, err = nvgkit.LoadNet(dev, m, nvgkit.Student, nvgkit.StreamLayers())
 	bad("streamed student", "StreamLayers is for teachers", err)
-	_, err = nvgkit.Export(net, truncated(t, m, 4))
+	_, err = nvgkit.Export(net, tinytest.FirstLayers(t, m, 4))
 	bad("Export into another architecture", "architecture differs", err)
 	_, err = nvgkit.Export(net, nil)
 	bad("Export nil model", "nil model", err)
@@ -132,7 +118,7 @@ func TestStudentErrors(t *testing.T) {
 // leaves nothing allocated on the GPU.
 func TestStudentLoadErrors(t *testing.T) {
 	d, m, _ := tinyTeacher(t)
-	base := truncated(t, m, 1)
+	base := tinytest.FirstLayers(t, m, 1)
 	before := liveMem(d)
 	for _, c := range []struct {
 		name, tensor string

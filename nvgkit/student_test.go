@@ -9,6 +9,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -26,11 +27,11 @@ func fixtureStudentModel(t testing.TB, m *cmf.Model) *cmf.Model {
 
 // fixtureTopK is the fixtures' teacher top-k as a TopK: ids and p_T = softmax of
 // teacher_topk_logprob over the k (float64, then f32).
-func fixtureTopK(t *testing.T, fx fixtures) *nvgkit.TopK {
-	tn := fx.f.Tensor("teacher_topk_ids")
+func fixtureTopK(t *testing.T, fx tinytest.Fixtures) *nvgkit.TopK {
+	tn := fx.File.Tensor("teacher_topk_ids")
 	nb, T, K := tn.Shape[0], tn.Shape[1], tn.Shape[2]
-	ids := fx.get(t, "teacher_topk_ids")
-	lp := fx.get(t, "teacher_topk_logprob")
+	ids := fx.Get(t, "teacher_topk_ids")
+	lp := fx.Get(t, "teacher_topk_logprob")
 	top := &nvgkit.TopK{NB: nb, T: T, K: K, IDs: make([]int32, len(ids)), Probs: make([]float32, len(ids))}
 	for r := 0; r < nb*T; r++ {
 		row := lp[r*K : (r+1)*K]
@@ -48,16 +49,6 @@ func fixtureTopK(t *testing.T, fx fixtures) *nvgkit.TopK {
 		}
 	}
 	return top
-}
-
-func relL2(got []float32, want []float64) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - want[i]
-		num += d * d
-		den += want[i] * want[i]
-	}
-	return math.Sqrt(num / den)
 }
 
 var fixtureSt struct {
@@ -85,13 +76,10 @@ func fixtureStudent(t *testing.T) (*gpu.Device, *nvgkit.Net) {
 // each ≤ 2e-3; f16 weights and f32 arithmetic against float64). Every error is logged.
 func TestStudentStepFixtures(t *testing.T) {
 	d, net := fixtureStudent(t)
-	fx := openFixtures(t)
-	ids := fx.windows(t)
+	fx := tinytest.OpenFixtures(t)
+	ids := fx.Windows(t)
 	top := fixtureTopK(t, fx)
-	w, err := nvgkit.NewWork(d, net, len(ids), len(ids[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, net, len(ids), len(ids[0]))
 	defer w.Release()
 	if got, want := w.Bytes(), nvgkit.StudentWorkBytes(net.Config, len(ids), len(ids[0])); got != want {
 		t.Errorf("work holds %d bytes, StudentWorkBytes says %d", got, want)
@@ -116,7 +104,7 @@ func TestStudentStepFixtures(t *testing.T) {
 		t.Errorf("stats: finite %v, tokens %d", st.Finite, st.Tokens)
 	}
 	const tol = 2e-3
-	wantLoss := fx.get(t, "student_loss")[0]
+	wantLoss := fx.Get(t, "student_loss")[0]
 	rel := math.Abs(st.Loss-wantLoss) / wantLoss
 	t.Logf("%-52s %.8g vs %.8g: rel err %.3g", "student_loss", st.Loss, wantLoss, rel)
 	if !(rel <= tol) {
@@ -124,28 +112,20 @@ func TestStudentStepFixtures(t *testing.T) {
 	}
 	check := func(name string, got []float32, want []float64) {
 		t.Helper()
-		if len(got) != len(want) {
-			t.Errorf("%s: %d values, want %d", name, len(got), len(want))
-			return
-		}
-		e := relL2(got, want)
-		t.Logf("%-52s rel L2 err %.3g", name, e)
-		if !(e <= tol) {
-			t.Errorf("%s: relative L2 error %.3g > %g", name, e, tol)
-		}
+		tinytest.CheckRelL2(t, name, got, want, tol)
 	}
-	check("student_kl_per_token", st.KLPerToken, fx.get(t, "student_kl_per_token"))
+	check("student_kl_per_token", st.KLPerToken, fx.Get(t, "student_kl_per_token"))
 	emb, err := nvgkit.EmbedGrads(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check("grad.embeds", emb, fx.get(t, "grad.embeds"))
+	check("grad.embeds", emb, fx.Get(t, "grad.embeds"))
 	grads, err := nvgkit.Grads(net)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var names []string
-	for _, tn := range fx.f.Tensors {
+	for _, tn := range fx.File.Tensors {
 		if strings.HasPrefix(tn.Name, "grad.") && tn.Name != "grad.embeds" {
 			names = append(names, tn.Name)
 		}
@@ -157,7 +137,7 @@ func TestStudentStepFixtures(t *testing.T) {
 			t.Errorf("%s: no gradient %q", name, name[5:])
 			continue
 		}
-		check(name, g, fx.get(t, name))
+		check(name, g, fx.Get(t, name))
 	}
 	if len(names) != 27 || len(grads) != 27 {
 		t.Errorf("fixture has %d gain gradients, the student %d trainables; want 27 each", len(names), len(grads))

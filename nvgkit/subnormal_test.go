@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -55,7 +56,7 @@ func TestLoadNetSubnormalWeights(t *testing.T) {
 	if w := net.Warnings(); len(w) != 0 {
 		t.Errorf("the tiny teacher gives warnings: %q", w)
 	}
-	base := truncated(t, m, 1)
+	base := tinytest.FirstLayers(t, m, 1)
 	clone := func() *cmf.Model { return cloneModel(t, base) }
 	d.FreeScratch() // a refused LoadNet frees kept scratch: count only the nets' buffers
 	before := d.MemStats()

@@ -12,10 +12,9 @@ import (
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
-
-const fixturePath = "../testdata/fixtures/fixtures-tiny-go.safetensors"
 
 var tiny struct {
 	once sync.Once
@@ -41,71 +40,27 @@ func tinyTeacher(t testing.TB) (*gpu.Device, *cmf.Model, *nvgkit.Net) {
 	return d, tiny.m, tiny.net
 }
 
-// truncated returns m restricted to its first n decoder layers (embedding, final norm and
-// tensors shared with m).
-func truncated(t testing.TB, m *cmf.Model, n int) *cmf.Model {
+// newWork is nvgkit.NewWork(d, net, nb, T), failing t on an error; the caller releases it.
+func newWork(t testing.TB, d *gpu.Device, net *nvgkit.Net, nb, T int) *nvgkit.Work {
 	t.Helper()
-	c := m.Config
-	c.NumHiddenLayers = n
-	c.LayerTypes = append([]string(nil), c.LayerTypes[:n]...)
-	out := cmf.NewModel(c)
-	for name, tn := range m.Tensors {
-		if rest, ok := strings.CutPrefix(name, "model.layers."); ok {
-			l, err := strconv.Atoi(rest[:strings.IndexByte(rest, '.')])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if l >= n {
-				continue
-			}
-		}
-		if err := out.Set(tn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := out.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-type fixtures struct{ f *cmf.SafetensorsFile }
-
-func openFixtures(t *testing.T) fixtures {
-	t.Helper()
-	f, err := cmf.OpenSafetensors(fixturePath)
+	w, err := nvgkit.NewWork(d, net, nb, T)
 	if err != nil {
 		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return fixtures{f}
-}
-
-func (fx fixtures) get(t *testing.T, name string) []float64 {
-	t.Helper()
-	tn := fx.f.Tensor(name)
-	if tn == nil {
-		t.Fatalf("fixture %s missing", name)
-	}
-	v, err := tn.Float64()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// windows returns the fixture's ids as nb windows of t tokens.
-func (fx fixtures) windows(t *testing.T) [][]int {
-	tn := fx.f.Tensor("ids")
-	v := fx.get(t, "ids")
-	nb, tt := tn.Shape[0], tn.Shape[1]
-	w := make([][]int, nb)
-	for b := range w {
-		for i := 0; i < tt; i++ {
-			w[b] = append(w[b], int(v[b*tt+i]))
-		}
 	}
 	return w
+}
+
+// refused fails t unless err is an error mentioning want (the case is named name); it logs
+// the error otherwise.
+func refused(t testing.TB, name, want string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: accepted", name)
+	} else if !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: error %q does not mention %q", name, err, want)
+	} else {
+		t.Logf("%s: %v", name, err)
+	}
 }
 
 func maxAbsDiff32(got []float32, want []float64) (d, ref float64) {
@@ -127,14 +82,11 @@ func maxAbsDiff32(got []float32, want []float64) (d, ref float64) {
 // by more than 1e-3 (closer ones may swap under f16 weights).
 func TestForwardFixtures(t *testing.T) {
 	d, _, net := tinyTeacher(t)
-	fx := openFixtures(t)
-	ids := fx.windows(t)
+	fx := tinytest.OpenFixtures(t)
+	ids := fx.Windows(t)
 	c := net.Config
 	nb, T, K := len(ids), len(ids[0]), 32
-	w, err := nvgkit.NewWork(d, net, nb, T)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, net, nb, T)
 	defer w.Release()
 	tr, err := nvgkit.Forward(net, w, ids, nvgkit.ForwardOptions{TopK: K, Logits0: true})
 	if err != nil {
@@ -144,7 +96,7 @@ func TestForwardFixtures(t *testing.T) {
 		t.Fatalf("%d hidden states, want %d", len(tr.Hidden), c.NumHiddenLayers+1)
 	}
 	for L := 0; L <= c.NumHiddenLayers; L++ {
-		want := fx.get(t, "hidden."+strconv.Itoa(L))
+		want := fx.Get(t, "hidden."+strconv.Itoa(L))
 		if len(tr.Hidden[L]) != len(want) {
 			t.Fatalf("hidden.%d: %d values, want %d", L, len(tr.Hidden[L]), len(want))
 		}
@@ -154,13 +106,13 @@ func TestForwardFixtures(t *testing.T) {
 			t.Errorf("hidden.%d: max abs error %.3g > 2e-3 · %.3g", L, e, ref)
 		}
 	}
-	logits := fx.get(t, "logits_row0")
+	logits := fx.Get(t, "logits_row0")
 	e, ref := maxAbsDiff32(tr.Logits0, logits)
 	t.Logf("logits_row0: max abs err %.3g (max |ref| %.3g)", e, ref)
 	if !(e <= 2e-3*ref) {
 		t.Errorf("logits_row0: max abs error %.3g > 2e-3 · %.3g", e, ref)
 	}
-	lse := fx.get(t, "logsumexp")
+	lse := fx.Get(t, "logsumexp")
 	var lseErr float64
 	for i := range lse {
 		lseErr = math.Max(lseErr, math.Abs(float64(tr.LSE[i])-lse[i]))
@@ -173,8 +125,8 @@ func TestForwardFixtures(t *testing.T) {
 	if top == nil || top.NB != nb || top.T != T || top.K != K || len(top.IDs) != nb*T*K || len(top.Probs) != nb*T*K || len(top.LSE) != nb*T {
 		t.Fatalf("top-k shape: %+v", top)
 	}
-	wantIDs := fx.get(t, "teacher_topk_ids")
-	wantLP := fx.get(t, "teacher_topk_logprob")
+	wantIDs := fx.Get(t, "teacher_topk_ids")
+	wantLP := fx.Get(t, "teacher_topk_logprob")
 	var lpErr, probErr float64
 	differ, checked, wrong := 0, 0, 0
 	for r := 0; r < nb*T; r++ {
@@ -260,10 +212,7 @@ func passPeakLayers(t *testing.T, d *gpu.Device, m *cmf.Model, ids [][]int, k in
 		t.Fatal(err)
 	}
 	defer net.Release()
-	w, err := nvgkit.NewWork(d, net, len(ids), len(ids[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, net, len(ids), len(ids[0]))
 	defer w.Release()
 	top, err := nvgkit.TeacherTopK(net, w, ids, k)
 	if err != nil {
@@ -294,7 +243,7 @@ func TestStreamedMatchesResident(t *testing.T) {
 	d, m, _ := tinyTeacher(t)
 	d.SetScratchLimit(0) // exact peaks: no scratch kept between submits
 	defer d.SetScratchLimit(gpu.DefaultScratchLimit)
-	ids := openFixtures(t).windows(t)[:1] // one window of 64 tokens: four passes stay quick on lavapipe
+	ids := tinytest.OpenFixtures(t).Windows(t)[:1] // one window of 64 tokens: four passes stay quick on lavapipe
 	const k = 32
 	nl := m.Config.NumHiddenLayers
 	type run struct {
@@ -306,7 +255,7 @@ func TestStreamedMatchesResident(t *testing.T) {
 	for _, layers := range []int{nl / 2, nl} {
 		mm := m
 		if layers != nl {
-			mm = truncated(t, m, layers)
+			mm = tinytest.FirstLayers(t, m, layers)
 		}
 		for s, streamed := range []bool{false, true} {
 			top, lb, peak := passPeak(t, d, mm, ids, k, streamed)
@@ -355,13 +304,10 @@ func TestStreamedMatchesResident(t *testing.T) {
 // ids; the work holds two windows, so the second group is padded. They must agree to 0.5 %.
 func TestNLLMatchesHost(t *testing.T) {
 	d, m, net := tinyTeacher(t)
-	ids := openFixtures(t).windows(t)
+	ids := tinytest.OpenFixtures(t).Windows(t)
 	windows := [][]int{ids[0], ids[1], append(append([]int(nil), ids[1][32:]...), ids[0][:32]...)}
 	T := len(windows[0]) - 1
-	w, err := nvgkit.NewWork(d, net, 2, T)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, net, 2, T)
 	defer w.Release()
 	var calls []int
 	sum, count, err := nvgkit.NLL(net, w, windows, func(done, total int) {
@@ -407,24 +353,12 @@ func TestNLLMatchesHost(t *testing.T) {
 func TestTeacherErrors(t *testing.T) {
 	d, _, net := tinyTeacher(t)
 	V := net.Config.VocabSize
-	w, err := nvgkit.NewWork(d, net, 2, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := newWork(t, d, net, 2, 8)
 	defer w.Release()
 	win := func(n int) []int { return make([]int, n) }
-	bad := func(name, want string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Errorf("%s: accepted", name)
-		} else if !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: error %q does not mention %q", name, err, want)
-		} else {
-			t.Logf("%s: %v", name, err)
-		}
-	}
+	bad := func(name, want string, err error) { t.Helper(); refused(t, name, want, err) }
 	before := liveMem(d)
-	_, err = nvgkit.TeacherTopK(net, w, nil, 32)
+	_, err := nvgkit.TeacherTopK(net, w, nil, 32)
 	bad("no windows", "no windows", err)
 	_, err = nvgkit.TeacherTopK(net, w, [][]int{win(8), win(8), win(8)}, 32)
 	bad("too many windows", "at most 2", err)
@@ -470,10 +404,7 @@ func TestTeacherErrors(t *testing.T) {
 		t.Errorf("refused NewWork left %d buffers behind", after.Buffers-before.Buffers)
 	}
 
-	w2, err := nvgkit.NewWork(d, net, 1, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w2 := newWork(t, d, net, 1, 8)
 	w2.Release()
 	_, err = nvgkit.TeacherTopK(net, w2, [][]int{win(8)}, 4)
 	bad("released work", "released", err)
@@ -506,10 +437,7 @@ func BenchmarkTeacherTopK(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer net.Release()
-			w, err := nvgkit.NewWork(d, net, nb, T)
-			if err != nil {
-				b.Fatal(err)
-			}
+			w := newWork(b, d, net, nb, T)
 			defer w.Release()
 			if _, err := nvgkit.TeacherTopK(net, w, ids, k); err != nil { // warm-up: compile the pipelines
 				b.Fatal(err)
@@ -530,7 +458,7 @@ func BenchmarkTeacherTopK(b *testing.B) {
 // f16's range, a missing tensor, a wrong shape — and leaves nothing allocated on the GPU.
 func TestLoadNetErrors(t *testing.T) {
 	d, m, _ := tinyTeacher(t)
-	base := truncated(t, m, 1)
+	base := tinytest.FirstLayers(t, m, 1)
 	d.FreeScratch() // a refused LoadNet frees kept scratch: count only the nets' buffers
 	before := d.MemStats()
 	clone := func() *cmf.Model { return cloneModel(t, base) }

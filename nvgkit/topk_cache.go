@@ -10,6 +10,8 @@ import (
 	"io"
 	"math"
 	"os"
+
+	"github.com/nvg-project/nvg/internal/atomicfile"
 )
 
 // TopKCache holds the teacher's top-k (TopK) for a fixed, ordered set of N windows of T
@@ -159,8 +161,7 @@ func (c *TopKCache) Save(path string) error {
 	if err := c.writePayload(crc); err != nil {
 		return err
 	}
-	return writeAtomic(path, func(f *os.File) error {
-		w := bufio.NewWriterSize(f, 1<<20)
+	err := atomicfile.Write(path, func(w io.Writer) error {
 		var h [topkHeaderSize]byte
 		copy(h[:8], topkMagic)
 		binary.LittleEndian.PutUint32(h[8:], topkVersion)
@@ -172,11 +173,12 @@ func (c *TopKCache) Save(path string) error {
 		if _, err := w.Write(h[:]); err != nil {
 			return err
 		}
-		if err := c.writePayload(w); err != nil {
-			return err
-		}
-		return w.Flush()
+		return c.writePayload(w)
 	})
+	if err != nil {
+		return fmt.Errorf("nvgkit: %w", err)
+	}
+	return nil
 }
 
 // writePayload writes IDs, Probs, LogProbs and LSE (little-endian) to w.

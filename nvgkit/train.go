@@ -2,14 +2,13 @@ package nvgkit
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/nvg-project/nvg/internal/atomicfile"
 )
 
 // TrainConfig sets up a distillation run (DESIGN.md §6 "Defaults" lists every field, its nvg
@@ -115,38 +114,53 @@ func (c TrainConfig) Resolved() TrainConfig {
 	return c
 }
 
-// Validate reports the first field of c that is out of range (Windows 0 stands for Steps·NB).
+// TrainConfigError is the error of TrainConfig.Validate: the field named Field holds Value,
+// out of its range Want. It reads "nvgkit: TrainConfig.<Field> = <Value>, want <Want>"; a
+// zero Value that is not a default says so (start from DefaultTrainConfig()). A front end
+// (nvg distill) names its own flag for Field.
+type TrainConfigError struct {
+	Field string // a TrainConfig field name: "Steps", "NB", …
+	Value any    // the field's value (an int or a float64)
+	Want  string // the range, e.g. "≥ 1"
+}
+
+func (e *TrainConfigError) Error() string {
+	s := fmt.Sprintf("nvgkit: TrainConfig.%s = %v, want %s", e.Field, e.Value, e.Want)
+	if strings.Contains(s, " = 0,") {
+		s += " (0 is not a default: start from DefaultTrainConfig())"
+	}
+	return s
+}
+
+// Validate reports the first field of c that is out of range (Windows 0 stands for Steps·NB)
+// as a *TrainConfigError; nil when every field is in range.
 func (c TrainConfig) Validate() error {
-	var err error
+	bad := func(field string, v any, want string) error { return &TrainConfigError{field, v, want} }
 	switch {
 	case c.Steps < 1:
-		err = fmt.Errorf("nvgkit: TrainConfig.Steps = %d, want ≥ 1", c.Steps)
+		return bad("Steps", c.Steps, "≥ 1")
 	case c.NB < 1:
-		err = fmt.Errorf("nvgkit: TrainConfig.NB = %d, want ≥ 1", c.NB)
+		return bad("NB", c.NB, "≥ 1")
 	case c.T < 1:
-		err = fmt.Errorf("nvgkit: TrainConfig.T = %d, want ≥ 1", c.T)
+		return bad("T", c.T, "≥ 1")
 	case c.Windows < 0 || (c.Windows != 0 && (c.Windows < c.NB || c.Windows%c.NB != 0)):
-		return fmt.Errorf("nvgkit: TrainConfig.Windows = %d, want 0 (Steps·NB) or a positive multiple of NB = %d", c.Windows, c.NB)
+		return bad("Windows", c.Windows, fmt.Sprintf("0 (Steps·NB) or a positive multiple of NB = %d", c.NB))
 	case c.K < 1 || c.K > 64:
-		err = fmt.Errorf("nvgkit: TrainConfig.K = %d, want 1…64", c.K)
+		return bad("K", c.K, "1…64")
 	case !(c.LR > 0) || math.IsInf(c.LR, 0):
-		err = fmt.Errorf("nvgkit: TrainConfig.LR = %g, want a finite value > 0", c.LR)
+		return bad("LR", c.LR, "a finite value > 0")
 	case c.MinLRFrac > 1 || math.IsNaN(c.MinLRFrac):
-		return fmt.Errorf("nvgkit: TrainConfig.MinLRFrac = %g, want ≤ 1", c.MinLRFrac)
+		return bad("MinLRFrac", c.MinLRFrac, "≤ 1")
 	case math.IsNaN(c.ClipNorm) || math.IsInf(c.ClipNorm, 0):
-		return fmt.Errorf("nvgkit: TrainConfig.ClipNorm = %g, want a finite value", c.ClipNorm)
+		return bad("ClipNorm", c.ClipNorm, "a finite value")
 	case c.EvalWindows < 1:
-		err = fmt.Errorf("nvgkit: TrainConfig.EvalWindows = %d, want ≥ 1", c.EvalWindows)
-		err = fmt.Errorf("nvgkit: TrainConfig.EvalWindows = %d, want ≥ 1", c.EvalWindows)
+		return bad("EvalWindows", c.EvalWindows, "≥ 1")
 	case c.Keep < 0:
-		err = fmt.Errorf("nvgkit: TrainConfig.Keep = %d, want ≥ 0 (0 keeps every checkpoint)", c.Keep)
+		return bad("Keep", c.Keep, "≥ 0 (0 keeps every checkpoint)")
 	case c.ScheduleSteps < 0:
-		err = fmt.Errorf("nvgkit: TrainConfig.ScheduleSteps = %d, want ≥ 0 (0: the schedule spans Steps)", c.ScheduleSteps)
+		return bad("ScheduleSteps", c.ScheduleSteps, "≥ 0 (0: the schedule spans Steps)")
 	}
-	if err != nil && strings.Contains(err.Error(), " = 0,") {
-		err = fmt.Errorf("%w (0 is not a default: start from DefaultTrainConfig())", err)
-	}
-	return err
+	return nil
 }
 
 // LRAt returns the learning rate of optimizer step s (1-based, 1 ≤ s ≤ c.Steps) of c: a
@@ -335,7 +349,10 @@ func (r *Report) Save(path string) error {
 	if err != nil {
 		return fmt.Errorf("nvgkit: report %s: %w", path, err)
 	}
-	return writeFileAtomic(path, append(b, '\n'))
+	if err := atomicfile.WriteBytes(path, append(b, '\n')); err != nil {
+		return fmt.Errorf("nvgkit: %w", err)
+	}
+	return nil
 }
 
 // LoadReport reads a report written by Report.Save.
@@ -349,59 +366,4 @@ func LoadReport(path string) (*Report, error) {
 		return nil, fmt.Errorf("nvgkit: report %s: %w", path, err)
 	}
 	return &r, nil
-}
-
-// writeFileAtomic writes data to path through a fsynced temporary file in the same directory
-// and a rename, then fsyncs the directory; on error path is untouched and the temporary
-// file removed.
-func writeFileAtomic(path string, data []byte) error {
-	return writeAtomic(path, func(f *os.File) error {
-		_, err := f.Write(data)
-		return err
-	})
-}
-
-// writeAtomic is writeFileAtomic with the content written by fill.
-func writeAtomic(path string, fill func(f *os.File) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("nvgkit: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("nvgkit: write %s: %w", path, err)
-		}
-	}()
-	if err = fill(f); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	// The rename is durable once the directory is synced. Some file systems cannot sync a
-	// directory (EINVAL): the rename is done then and that is not an error.
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	serr := d.Sync()
-	d.Close()
-	if serr != nil && !errors.Is(serr, syscall.EINVAL) {
-		err = serr
-		return err
-	}
-	return nil
 }

@@ -2,6 +2,7 @@ package nvgkit_test
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"path/filepath"
 	"strings"
@@ -77,6 +78,15 @@ func TestTrainConfigDefaults(t *testing.T) {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}
+	}
+	// The error is a *TrainConfigError naming the field, its value and its range.
+	bad := nvgkit.DefaultTrainConfig()
+	bad.Windows = 6
+	err := bad.Validate()
+	var ce *nvgkit.TrainConfigError
+	if !errors.As(err, &ce) || ce.Field != "Windows" || ce.Value != 6 ||
+		err.Error() != "nvgkit: TrainConfig.Windows = 6, want 0 (Steps·NB) or a positive multiple of NB = 4" {
+		t.Errorf("Windows 6: %#v", err)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -268,11 +269,7 @@ func writeBenchJSON(path string, rep *benchReport) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteBytes(path, append(b, '\n'))
 }
 
 func median(v []float64) float64 {

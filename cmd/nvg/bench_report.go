@@ -263,43 +263,34 @@ func firstLine(s string) string {
 // kernelTable writes the top n rows of a profile as a markdown table; without ceilings
 // (peakTF = 0: a CPU adapter) it gives GFLOP/s and GB/s only.
 func kernelTable(w io.Writer, rows []benchKernel, n int, peakTF, peakGB float64) {
+	header, rates := "| kernel | calls | total ms | share | TFLOP/s | % of peak | GB/s | % of peak |", 4 // rates: the columns after share
 	if peakTF == 0 {
-		fmt.Fprintln(w, "| kernel | calls | total ms | share | GFLOP/s | GB/s |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
-		for i, k := range rows {
-			if i == n {
-				var rest float64
-				for _, x := range rows[n:] {
-					rest += x.Share
-				}
-				fmt.Fprintf(w, "| … %d more | | | %.1f %% | | |\n", len(rows)-n, rest)
-				break
-			}
-			fmt.Fprintf(w, "| `%s` | %d | %.2f | %.1f %% | %s | %s |\n", k.Name, k.Calls, k.TotalMS, k.Share,
-				num(1000*k.TFLOPs, "%.2f"), num(k.GBps, "%.2f"))
-		}
-		fmt.Fprintln(w)
-		return
+		header, rates = "| kernel | calls | total ms | share | GFLOP/s | GB/s |", 2
 	}
-	fmt.Fprintln(w, "| kernel | calls | total ms | share | TFLOP/s | % of peak | GB/s | % of peak |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, header)
+	fmt.Fprintln(w, "|---|---:|---:|---:|"+strings.Repeat("---:|", rates))
 	for i, k := range rows {
 		if i == n {
 			var rest float64
 			for _, x := range rows[n:] {
 				rest += x.Share
 			}
-			fmt.Fprintf(w, "| … %d more | | | %.1f %% | | | | |\n", len(rows)-n, rest)
+			fmt.Fprintf(w, "| … %d more | | | %.1f %% |%s\n", len(rows)-n, rest, strings.Repeat(" |", rates))
 			break
 		}
-		tf, tp, gb, gp := "-", "-", "-", "-"
-		if k.TFLOPs > 0 {
-			tf, tp = fmt.Sprintf("%.2f", k.TFLOPs), fmt.Sprintf("%.1f", 100*k.TFLOPs/peakTF)
+		var cells []string
+		if peakTF == 0 {
+			cells = []string{num(1000*k.TFLOPs, "%.2f"), num(k.GBps, "%.2f")}
+		} else {
+			cells = []string{"-", "-", "-", "-"}
+			if k.TFLOPs > 0 {
+				cells[0], cells[1] = fmt.Sprintf("%.2f", k.TFLOPs), fmt.Sprintf("%.1f", 100*k.TFLOPs/peakTF)
+			}
+			if k.GBps > 0 {
+				cells[2], cells[3] = fmt.Sprintf("%.0f", k.GBps), fmt.Sprintf("%.1f", 100*k.GBps/peakGB)
+			}
 		}
-		if k.GBps > 0 {
-			gb, gp = fmt.Sprintf("%.0f", k.GBps), fmt.Sprintf("%.1f", 100*k.GBps/peakGB)
-		}
-		fmt.Fprintf(w, "| `%s` | %d | %.2f | %.1f %% | %s | %s | %s | %s |\n", k.Name, k.Calls, k.TotalMS, k.Share, tf, tp, gb, gp)
+		fmt.Fprintf(w, "| `%s` | %d | %.2f | %.1f %% | %s |\n", k.Name, k.Calls, k.TotalMS, k.Share, strings.Join(cells, " | "))
 	}
 	fmt.Fprintln(w)
 }

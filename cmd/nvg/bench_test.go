@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -22,14 +21,7 @@ func TestBenchTiny(t *testing.T) {
 	if code := run([]string{"bench", "--model", "tiny", "--nb", "2", "--t", "64", "--steps", "1", "--reps", "1", "--warmup", "0", "--json", path}); code != 0 {
 		t.Fatalf("nvg bench: exit %d", code)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep benchReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readJSON[benchReport](t, path)
 	if rep.Device == "" || rep.Date == "" || !strings.Contains(rep.Command, "--model tiny") || len(rep.Results) != 1 {
 		t.Fatalf("report header %+v", rep)
 	}
@@ -230,14 +222,7 @@ func TestBenchDeadline(t *testing.T) {
 	if code := run([]string{"bench", "--model", "tiny", "--deadline", "1ns", "--json", path}); code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep benchReport
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readJSON[benchReport](t, path)
 	if len(rep.Results) != 1 || !strings.Contains(rep.Results[0].Error, "deadline") {
 		t.Errorf("results %+v", rep.Results)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -142,7 +143,7 @@ func runCompress(args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+		if err := atomicfile.WriteBytes(*jsonOut, append(b, '\n')); err != nil {
 			return fmt.Errorf("--json: %w", err)
 		}
 	}

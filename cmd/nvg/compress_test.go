@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -71,14 +70,7 @@ func TestCompressEmbeddedTeacher(t *testing.T) {
 	if code := run([]string{"compress", "--bpw", "0.5", "--paths", "1", "--seed", "3", "--power-iters", "0", "-o", out, "--json", js}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	var rep compressReport
-	b, err := os.ReadFile(js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := readJSON[compressReport](t, js)
 	if len(rep.Tensors) != 50 || rep.Paths != "1" || rep.Seed != 3 || math.Abs(rep.OverallBPW-0.5) > 0.01 || len(rep.Kinds) != 10 {
 		t.Fatalf("report: %d tensors, paths %s, seed %d, overall %g, %d kinds", len(rep.Tensors), rep.Paths, rep.Seed, rep.OverallBPW, len(rep.Kinds))
 	}
@@ -121,15 +113,7 @@ func TestCompressGPUMatchesCPU(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("nvg %v: exit %d", args, code)
 		}
-		b, err := os.ReadFile(js)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rep compressReport
-		if err := json.Unmarshal(b, &rep); err != nil {
-			t.Fatal(err)
-		}
-		reps[dev] = rep
+		reps[dev] = readJSON[compressReport](t, js)
 	}
 	g, c32, c := reps["gpu-f32"], reps["cpu-f32"], reps[""]
 	if c.Products != "cpu-f64" || c32.Products != "cpu-f32" || g.Products != "gpu-f32" || g.Device == "" || c.Device != "" || len(g.Tensors) != 50 || len(c.Tensors) != 50 || len(c32.Tensors) != 50 || g.OverallBPW != c.OverallBPW {

@@ -19,6 +19,7 @@ import (
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
@@ -147,39 +148,24 @@ func runDistill(args []string) error {
 		}
 	} else {
 		tc := s.Config
-		switch {
+		switch { // what TrainConfig.Validate leaves to its caller
 		case !(s.BPW > 0 && s.BPW <= 32):
 			return usagef("--bpw must be in (0, 32], got %g", s.BPW)
-		case tc.Steps < 1:
-			return usagef("--steps must be ≥ 1, got %d", tc.Steps)
-		case tc.NB < 1:
-			return usagef("--nb must be ≥ 1, got %d", tc.NB)
-		case tc.T < 1:
-			return usagef("--t must be ≥ 1, got %d", tc.T)
-		case int64(tc.NB)*int64(tc.T) > maxStepTokens:
-			return usagef("--nb × --t = %d × %d tokens per step exceeds %d: GPU buffers are indexed in 32 bits (rows × hidden_size < 2³¹); use fewer or shorter windows",
-				tc.NB, tc.T, maxStepTokens)
-		case tc.Windows < 0 || tc.Windows%tc.NB != 0:
-			return usagef("--windows must be 0 or a positive multiple of --nb = %d, got %d", tc.NB, tc.Windows)
-		case tc.K < 1 || tc.K > 64:
-			return usagef("--k must be in 1…64, got %d", tc.K)
-		case !(tc.LR > 0) || math.IsInf(tc.LR, 0):
-			return usagef("--lr must be a finite value > 0, got %g", tc.LR)
 		case tc.Warmup < 0:
 			return usagef("--warmup must be ≥ 0, got %d", tc.Warmup)
 		case tc.EvalEvery < 0:
 			return usagef("--eval-every must be ≥ 0, got %d", tc.EvalEvery)
-		case tc.EvalWindows < 1:
-			return usagef("--eval-windows must be ≥ 1, got %d", tc.EvalWindows)
 		case tc.CheckpointEvery < 0:
 			return usagef("--checkpoint-every must be ≥ 0, got %d", tc.CheckpointEvery)
-		case tc.Keep < 0:
-			return usagef("--keep must be ≥ 0, got %d", tc.Keep)
 		case !(tc.ClipNorm >= 0) || math.IsInf(tc.ClipNorm, 0):
 			return usagef("--clip must be finite and ≥ 0, got %g", tc.ClipNorm)
 		}
-		if err := tc.Validate(); err != nil { // what no flag sets (a --config file's min_lr_frac)
-			return usagef("%v", err)
+		if err := tc.Validate(); err != nil {
+			return trainConfigUsage(err)
+		}
+		if int64(tc.NB)*int64(tc.T) > maxStepTokens {
+			return usagef("--nb × --t = %d × %d tokens per step exceeds %d: GPU buffers are indexed in 32 bits (rows × hidden_size < 2³¹); use fewer or shorter windows",
+				tc.NB, tc.T, maxStepTokens)
 		}
 		if _, err := compress.ParsePathMode(s.Paths); err != nil {
 			return usagef("--%v", err)
@@ -278,7 +264,7 @@ func writeDistillSettings(out string, s distillSettings) error {
 	if err != nil {
 		return err
 	}
-	return nvgkitWriteFile(filepath.Join(out, distillSettingsFile), append(b, '\n'))
+	return atomicfile.WriteBytes(filepath.Join(out, distillSettingsFile), append(b, '\n'))
 }
 
 // distillOptions are how a run is carried out, not what it computes: they may differ
@@ -347,32 +333,24 @@ func removeRunOutput(out string, created bool) {
 	}
 }
 
-// nvgkitWriteFile writes data atomically (temporary file, fsync, rename).
-func nvgkitWriteFile(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
+// trainConfigFlags names the distill flag of each TrainConfig field that has one (the
+// others come only from a --config file).
+var trainConfigFlags = map[string]string{"Steps": "steps", "NB": "nb", "T": "t", "Windows": "windows", "K": "k", "LR": "lr",
+	"ClipNorm": "clip", "EvalWindows": "eval-windows", "Keep": "keep"}
+
+// flagTerms rewrites the TrainConfig field names in a TrainConfigError's range as flags.
+var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--nb =")
+
+// trainConfigUsage is the usage error of a TrainConfig.Validate error, naming the flag of
+// the field: "--steps must be ≥ 1, got 0".
+func trainConfigUsage(err error) error {
+	var ce *nvgkit.TrainConfigError
+	if errors.As(err, &ce) {
+		if f, ok := trainConfigFlags[ce.Field]; ok {
+			return usagef("--%s must be %s, got %v", f, flagTerms.Replace(ce.Want), ce.Value)
+		}
 	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return usagef("%v", err) // a --config file's field without a flag (min_lr_frac, schedule_steps)
 }
 
 // distillPhaseHook, when not nil, is called at each phase boundary of distill before it

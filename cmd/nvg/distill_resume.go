@@ -9,6 +9,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/compress"
+	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -111,5 +112,5 @@ func saveCompressedStudent(out string, m *cmf.Model, reports []compress.TensorRe
 	if err != nil {
 		return d, err
 	}
-	return d, nvgkitWriteFile(filepath.Join(out, compressionFile), append(b, '\n'))
+	return d, atomicfile.WriteBytes(filepath.Join(out, compressionFile), append(b, '\n'))
 }

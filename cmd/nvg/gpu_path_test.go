@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,6 +37,36 @@ func captureStdout(t *testing.T, f func()) []byte {
 	return <-done
 }
 
+// evalResult is the part of `nvg eval --json`'s output the tests read.
+type evalResult struct {
+	Perplexity float64 `json:"perplexity"`
+	Tokens     int     `json:"tokens"`
+	Path       string  `json:"path"`
+	TokensPerS float64 `json:"tokens_per_second"`
+	PeakGPU    *int64  `json:"peak_gpu_bytes"`
+}
+
+// evalJSON runs `nvg eval --json [--host] args…` (--host when onHost) and returns the
+// command line and its parsed output; a failure fails t.
+func evalJSON(t *testing.T, onHost bool, args ...string) ([]string, evalResult) {
+	t.Helper()
+	a := []string{"eval", "--json"}
+	if onHost {
+		a = append(a, "--host")
+	}
+	a = append(a, args...)
+	var code int
+	out := captureStdout(t, func() { code = run(a) })
+	if code != 0 {
+		t.Fatalf("nvg %v: exit %d", a, code)
+	}
+	var res evalResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("nvg %v: output %q: %v", a, out, err)
+	}
+	return a, res
+}
+
 // TestEvalGPUMatchesHost runs `nvg eval` on the GPU (the default) and with --host on three
 // held-out windows of 64 tokens cut from one of the project's own Go files, and checks that
 // the perplexities agree to 0.5 %.
@@ -48,25 +79,7 @@ func TestEvalGPUMatchesHost(t *testing.T) {
 	}
 	ppl := map[bool]float64{}
 	for _, onHost := range []bool{false, true} {
-		args := []string{"eval", "--files", src, "--windows", "3", "--t", "64", "--batch", "2", "--json"}
-		if onHost {
-			args = append(args, "--host")
-		}
-		var code int
-		out := captureStdout(t, func() { code = run(args) })
-		if code != 0 {
-			t.Fatalf("nvg %v: exit %d", args, code)
-		}
-		var res struct {
-			Perplexity float64 `json:"perplexity"`
-			Tokens     int     `json:"tokens"`
-			Path       string  `json:"path"`
-			TokensPerS float64 `json:"tokens_per_second"`
-			PeakGPU    *int64  `json:"peak_gpu_bytes"`
-		}
-		if err := json.Unmarshal(out, &res); err != nil {
-			t.Fatalf("nvg %v: output %q: %v", args, out, err)
-		}
+		args, res := evalJSON(t, onHost, "--files", src, "--windows", "3", "--t", "64", "--batch", "2")
 		wantPath := map[bool]string{false: "gpu-f16", true: "host-f64"}[onHost]
 		if res.Tokens != 3*64 || res.Path != wantPath || !(res.Perplexity > 1) || !(res.TokensPerS > 0) {
 			t.Fatalf("nvg %v: %+v", args, res)
@@ -83,40 +96,45 @@ func TestEvalGPUMatchesHost(t *testing.T) {
 	}
 }
 
-// TestTraceGPUAndHostSchema runs `nvg trace` on the GPU and with --host on the same ids and
-// checks that both files hold the same tensors (names, dtypes, shapes) with close values,
-// and that the metadata says which path produced them.
-func TestTraceGPUAndHostSchema(t *testing.T) {
-	gputest.Open(t)
-	dir := t.TempDir()
+// traceGPUAndHost runs `nvg trace --k 8` with args on two windows of 12 ids, on the GPU and
+// with --host, writing into dir, and opens both traces (closed when the test ends).
+func traceGPUAndHost(t *testing.T, dir string, args ...string) (gpuTrace, hostTrace *cmf.SafetensorsFile) {
+	t.Helper()
 	ids := [][]int{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {300, 20, 7, 7, 7, 4000, 8191, 0, 5, 6, 1, 2}}
 	idsPath := filepath.Join(dir, "ids.json")
 	b, _ := json.Marshal(ids)
 	if err := os.WriteFile(idsPath, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	files := map[bool]string{false: filepath.Join(dir, "gpu.safetensors"), true: filepath.Join(dir, "host.safetensors")}
-	for onHost, out := range files {
-		args := []string{"trace", "--ids", idsPath, "-o", out, "--k", "8"}
-		if onHost {
-			args = append(args, "--host")
+	var traces [2]*cmf.SafetensorsFile
+	for i, name := range []string{"gpu.safetensors", "host.safetensors"} {
+		out := filepath.Join(dir, name)
+		a := append([]string{"trace"}, args...)
+		a = append(a, "--ids", idsPath, "-o", out, "--k", "8")
+		if i == 1 {
+			a = append(a, "--host")
 		}
 		captureStdout(t, func() {
-			if code := run(args); code != 0 {
-				t.Fatalf("nvg %v: exit %d", args, code)
+			if code := run(a); code != 0 {
+				t.Fatalf("nvg %v: exit %d", a, code)
 			}
 		})
+		f, err := cmf.OpenSafetensors(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		traces[i] = f
 	}
-	g, err := cmf.OpenSafetensors(files[false])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	h, err := cmf.OpenSafetensors(files[true])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	return traces[0], traces[1]
+}
+
+// TestTraceGPUAndHostSchema runs `nvg trace` on the GPU and with --host on the same ids and
+// checks that both files hold the same tensors (names, dtypes, shapes) with close values,
+// and that the metadata says which path produced them.
+func TestTraceGPUAndHostSchema(t *testing.T) {
+	gputest.Open(t)
+	g, h := traceGPUAndHost(t, t.TempDir())
 	names := []string{"ids", "logits_row0", "logsumexp", "teacher_topk_ids", "teacher_topk_logprob"}
 	for l := 0; l <= 8; l++ {
 		names = append(names, "hidden."+string(rune('0'+l)))
@@ -126,7 +144,7 @@ func TestTraceGPUAndHostSchema(t *testing.T) {
 		if gt == nil || ht == nil {
 			t.Fatalf("%s: GPU has it %v, host has it %v", name, gt != nil, ht != nil)
 		}
-		if gt.DType != ht.DType || !sameInts(gt.Shape, ht.Shape) {
+		if gt.DType != ht.DType || !slices.Equal(gt.Shape, ht.Shape) {
 			t.Fatalf("%s: GPU %s%v, host %s%v", name, gt.DType, gt.Shape, ht.DType, ht.Shape)
 		}
 		gv, _ := gt.Float64()
@@ -174,23 +192,7 @@ func TestEvalStudentGPUMatchesHost(t *testing.T) {
 	}
 	ppl := map[bool]float64{}
 	for _, onHost := range []bool{false, true} {
-		args := []string{"eval", "--files", src, "--windows", "2", "--t", "32", "--json"}
-		if onHost {
-			args = append(args, "--host")
-		}
-		args = append(args, student)
-		var code int
-		out := captureStdout(t, func() { code = run(args) })
-		if code != 0 {
-			t.Fatalf("nvg %v: exit %d", args, code)
-		}
-		var res struct {
-			Perplexity float64 `json:"perplexity"`
-			Path       string  `json:"path"`
-		}
-		if err := json.Unmarshal(out, &res); err != nil {
-			t.Fatalf("nvg %v: output %q: %v", args, out, err)
-		}
+		args, res := evalJSON(t, onHost, "--files", src, "--windows", "2", "--t", "32", student)
 		if want := map[bool]string{false: "gpu-blr", true: "host-f64"}[onHost]; res.Path != want || !(res.Perplexity > 1) {
 			t.Fatalf("nvg %v: %+v, want path %s", args, res, want)
 		}

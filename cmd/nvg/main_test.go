@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,6 +66,20 @@ func TestCLIMessages(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(stdout, "nvg ") || !strings.Contains(stdout, runtime.Version()) {
 		t.Errorf("--version: exit %d, %q", code, stdout)
 	}
+}
+
+// readJSON returns the JSON file path decoded as a T; a failure fails t.
+func readJSON[T any](t *testing.T, path string) T {
+	t.Helper()
+	var v T
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return v
 }
 
 // capture runs nvg with args and returns what it wrote to stdout and stderr and its exit code.
@@ -129,7 +144,7 @@ func TestTraceMatchesFixtures(t *testing.T) {
 		if g == nil {
 			t.Fatalf("trace output lacks %s", name)
 		}
-		if !sameInts(g.Shape, w.Shape) {
+		if !slices.Equal(g.Shape, w.Shape) {
 			t.Fatalf("%s: shape %v, want %v", name, g.Shape, w.Shape)
 		}
 		gv, _ := g.Float64()
@@ -143,18 +158,6 @@ func TestTraceMatchesFixtures(t *testing.T) {
 			t.Errorf("%s: max error %.3g (max |ref| %.3g)", name, maxErr, maxAbs)
 		}
 	}
-}
-
-func sameInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestBPWMissWarning: a student whose bits per weight miss --bpw by more than 10 % is

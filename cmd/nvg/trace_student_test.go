@@ -1,10 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -36,34 +35,7 @@ func TestTraceStudent(t *testing.T) {
 	if err := cmf.WriteCMF(student, sm); err != nil {
 		t.Fatal(err)
 	}
-	ids := [][]int{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {300, 20, 7, 7, 7, 4000, 8191, 0, 5, 6, 1, 2}}
-	idsPath := filepath.Join(dir, "ids.json")
-	b, _ := json.Marshal(ids)
-	if err := os.WriteFile(idsPath, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	files := map[bool]string{false: filepath.Join(dir, "gpu.safetensors"), true: filepath.Join(dir, "host.safetensors")}
-	for _, onHost := range []bool{false, true} {
-		args := []string{"trace", "--student", student, "--ids", idsPath, "-o", files[onHost], "--k", "8"}
-		if onHost {
-			args = append(args, "--host")
-		}
-		captureStdout(t, func() {
-			if code := run(args); code != 0 {
-				t.Fatalf("nvg %v: exit %d", args, code)
-			}
-		})
-	}
-	g, err := cmf.OpenSafetensors(files[false])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	h, err := cmf.OpenSafetensors(files[true])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	g, h := traceGPUAndHost(t, dir, "--student", student)
 	var names []string
 	gains, blr := 0, 0
 	for _, tn := range h.Tensors {
@@ -88,7 +60,7 @@ func TestTraceStudent(t *testing.T) {
 			t.Errorf("%s: missing from the GPU trace", name)
 			continue
 		}
-		if gt.DType != ht.DType || !sameInts(gt.Shape, ht.Shape) {
+		if gt.DType != ht.DType || !slices.Equal(gt.Shape, ht.Shape) {
 			t.Errorf("%s: GPU %s%v, host %s%v", name, gt.DType, gt.Shape, ht.DType, ht.Shape)
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 )
 
@@ -131,8 +132,8 @@ func cacheKey(tok *tokenizer.Tokenizer, paths []string) (string, error) {
 // streamMagic starts a token stream file.
 const streamMagic = "NVGTOK01"
 
-// WriteStream writes a token stream to file atomically (a temporary file in the same
-// directory, synced, then renamed over file). Format: the 8 bytes "NVGTOK01", the token
+// WriteStream writes a token stream to file atomically (atomicfile.Write: mode 0644, the
+// old file intact on error). Format: the 8 bytes "NVGTOK01", the token
 // count as u64 little-endian, then each id as u32 little-endian. Ids must be in
 // [0, 2^32); the error names the first that is not.
 func WriteStream(file string, stream []int) error {
@@ -145,23 +146,8 @@ func WriteStream(file string, stream []int) error {
 		}
 		binary.LittleEndian.PutUint32(buf[16+4*i:], uint32(id))
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(file), filepath.Base(file)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("data: writing %s: %w", file, err)
-	}
-	_, err = tmp.Write(buf)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), file)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("data: writing %s: %w", file, err)
+	if err := atomicfile.WriteBytes(file, buf); err != nil {
+		return fmt.Errorf("data: %w", err)
 	}
 	return nil
 }

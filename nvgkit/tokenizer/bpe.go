@@ -22,6 +22,11 @@ func (mt mergeTable) merge(syms []int32) []int32 {
 	if len(syms) > smallWord {
 		return mt.mergeHeap(syms)
 	}
+	return mt.mergeScan(syms)
+}
+
+// mergeScan is merge by a quadratic scan for the best pair, whatever the length of syms.
+func (mt mergeTable) mergeScan(syms []int32) []int32 {
 	for len(syms) > 1 {
 		best, pos := uint64(1<<64-1), -1
 		for j := 0; j+1 < len(syms); j++ {

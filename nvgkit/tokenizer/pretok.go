@@ -218,39 +218,29 @@ func foldIs(s string, i int, l byte) int {
 	return 0
 }
 
+// contractions are the suffixes of the pattern's first alternative, (?i:'s|'t|'re|'ve|'m|'ll|'d),
+// in its order.
+var contractions = []string{"s", "t", "re", "ve", "m", "ll", "d"}
+
 // next returns the end of the pattern's match that starts at byte i (< len(s)). The
 // pattern matches at every position, so pieces are contiguous.
 func (q qwenSplitter) next(s string, i int) int {
 	c, n, f := classAt(s, i)
 	// 1. (?i:'s|'t|'re|'ve|'m|'ll|'d)
 	if c == '\'' {
-		j := i + 1
-		if k := foldIs(s, j, 's'); k > 0 {
-			return j + k
-		}
-		if k := foldIs(s, j, 't'); k > 0 {
-			return j + k
-		}
-		if k := foldIs(s, j, 'r'); k > 0 {
-			if k2 := foldIs(s, j+k, 'e'); k2 > 0 {
-				return j + k + k2
+		for _, suffix := range contractions {
+			j := i + 1
+			for r := 0; r < len(suffix); r++ {
+				k := foldIs(s, j, suffix[r])
+				if k == 0 {
+					j = -1
+					break
+				}
+				j += k
 			}
-		}
-		if k := foldIs(s, j, 'v'); k > 0 {
-			if k2 := foldIs(s, j+k, 'e'); k2 > 0 {
-				return j + k + k2
+			if j > 0 {
+				return j
 			}
-		}
-		if k := foldIs(s, j, 'm'); k > 0 {
-			return j + k
-		}
-		if k := foldIs(s, j, 'l'); k > 0 {
-			if k2 := foldIs(s, j+k, 'l'); k2 > 0 {
-				return j + k + k2
-			}
-		}
-		if k := foldIs(s, j, 'd'); k > 0 {
-			return j + k
 		}
 	}
 	// 2. [^\r\n\p{L}\p{N}]?\p{L}+ (Qwen3.5: [^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+). A rune of

@@ -223,31 +223,13 @@ func TestHeapMatchesScan(t *testing.T) {
 			a = append(a, tok.byteID[w[i]])
 			b = append(b, tok.byteID[w[i]])
 		}
-		// merge on a word longer than smallWord uses the heap; force the scan on b.
+		// merge on a word longer than smallWord uses the heap; mergeScan forces the scan on b.
 		got := tok.merges.mergeHeap(a)
-		want := scanMerge(tok.merges, b)
+		want := tok.merges.mergeScan(b)
 		if !slices.Equal(got, want) {
 			t.Errorf("%q: heap %v, scan %v", w[:20], got, want)
 		}
 	}
-}
-
-// scanMerge is the quadratic merge without the length switch.
-func scanMerge(mt mergeTable, syms []int32) []int32 {
-	for len(syms) > 1 {
-		best, pos := uint64(1<<64-1), -1
-		for j := 0; j+1 < len(syms); j++ {
-			if v, ok := mt[pairKey(syms[j], syms[j+1])]; ok && v < best {
-				best, pos = v, j
-			}
-		}
-		if pos < 0 {
-			break
-		}
-		syms[pos] = int32(uint32(best))
-		syms = append(syms[:pos+1], syms[pos+2:]...)
-	}
-	return syms
 }
 
 // TestAddedTokens checks that added tokens are matched before splitting, longest first.
