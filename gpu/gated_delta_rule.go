@@ -31,17 +31,15 @@ const (
 // (t steps, two barriers each).
 // Errors: non-positive sizes, hv not a multiple of hk, dk out of range, dtype or length
 // mismatches, aliasing among the buffers, or any Dispatch error.
-func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, hv, dk, dv int) error {
+func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaRuleDims) error {
 	if err := r.usable(); err != nil {
 		return err
 	}
 	const op = "GatedDeltaRule"
-	if err := positive(op, "nb, t, hk, hv, dk, dv", nb, t, hk, hv, dk, dv); err != nil {
+	if err := dims.check(op); err != nil {
 		return err
 	}
-	if hv%hk != 0 {
-		return fmt.Errorf("gpu: %s: hv = %d value heads is not a multiple of hk = %d key heads", op, hv, hk)
-	}
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
 	if dk%4 != 0 || dk > 256 {
 		return fmt.Errorf("gpu: %s: dk = %d must be a multiple of 4 and ≤ 256", op, dk)
 	}

@@ -61,7 +61,8 @@ func gdrcSlice(d *Device, dk int) int {
 // GatedDeltaRuleChunkedScratch is the number of f32 scratch values GatedDeltaRuleChunked
 // takes from r.Temp: per window, value head and token, W (dk), U (dv), a row of the masked
 // q·k matrix (64) and the cumulative log-decay (1).
-func GatedDeltaRuleChunkedScratch(nb, t, hv, dk, dv int) int {
+func GatedDeltaRuleChunkedScratch(dims DeltaRuleDims) int {
+	nb, t, hv, dk, dv := dims.NB, dims.T, dims.HV, dims.DK, dims.DV
 	return nb * hv * t * (dk + dv + GatedDeltaRuleChunkLen + 1)
 }
 
@@ -100,11 +101,11 @@ func GatedDeltaRuleChunkedScratch(nb, t, hv, dk, dv int) int {
 // Limits: dk a multiple of 4 and ≤ 256 (as GatedDeltaRule); dv ≥ 1 any.
 // Errors: those of GatedDeltaRule, plus scratch or workgroup memory beyond the device's
 // limits (nothing is left recorded on error).
-func GatedDeltaRuleChunked(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, hv, dk, dv int) error {
+func GatedDeltaRuleChunked(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaRuleDims) error {
 	if err := r.usable(); err != nil {
 		return err
 	}
-	_, err := gatedDeltaRuleChunked(r, "GatedDeltaRuleChunked", q, k, v, g, beta, o, state, nil, nil, nb, t, hk, hv, dk, dv)
+	_, err := gatedDeltaRuleChunked(r, "GatedDeltaRuleChunked", q, k, v, g, beta, o, state, nil, nil, dims)
 	return err
 }
 
@@ -115,13 +116,11 @@ type gdrcScratch struct{ w, u, aqk, gc *Buffer }
 // gatedDeltaRuleChunked is GatedDeltaRuleChunked that also writes, when h and vnew are not
 // nil, the state before every chunk, h [nb·hv, ⌈t/64⌉, dk, dv], and V' [nb·hv·t, dv], and
 // returns its scratch buffers (for the backward). r must be usable.
-func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h, vnew *Buffer, nb, t, hk, hv, dk, dv int) (*gdrcScratch, error) {
-	if err := positive(op, "nb, t, hk, hv, dk, dv", nb, t, hk, hv, dk, dv); err != nil {
+func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h, vnew *Buffer, dims DeltaRuleDims) (*gdrcScratch, error) {
+	if err := dims.check(op); err != nil {
 		return nil, err
 	}
-	if hv%hk != 0 {
-		return nil, fmt.Errorf("gpu: %s: hv = %d value heads is not a multiple of hk = %d key heads", op, hv, hk)
-	}
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
 	if dk%4 != 0 || dk > 256 {
 		return nil, fmt.Errorf("gpu: %s: dk = %d must be a multiple of 4 and ≤ 256", op, dk)
 	}

@@ -69,7 +69,7 @@ func (n *Net) recordDeltaNet(r *gpu.Recorder, d *deltaWeights, w *Work) error {
 		func() error { return d.a.apply(r, w.xn, w.a, rows) },
 		func() error { return gpu.GatedDeltaGates(r, w.a, w.b, d.aLog.buf, d.dtBias.buf, w.g, w.beta, rows, hv) },
 		func() error {
-			return deltaRule(r, w.qa, w.ka, w.vb, w.g, w.beta, w.core, nb, t, hk, hv, dk, dv)
+			return gpu.GatedDeltaRuleAuto(r, w.qa, w.ka, w.vb, w.g, w.beta, w.core, nil, gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv})
 		},
 		func() error {
 			return gpu.GatedRMSNorm(r, w.core, w.z, d.norm.buf, w.normed, rows, hv, dv, c.RMSNormEps)

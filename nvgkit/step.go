@@ -315,7 +315,7 @@ func (n *Net) recordStudentDelta(r *gpu.Recorder, d *deltaWeights, s *stWork, nb
 		func() error { return s.apply(r, d.a, s.xn1, s.a, rows) },
 		func() error { return gpu.GatedDeltaGates(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.g, s.beta, rows, hv) },
 		func() error {
-			return deltaRule(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nb, t, hk, hv, dk, dv)
+			return gpu.GatedDeltaRuleAuto(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nil, gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv})
 		},
 		func() error {
 			return gpu.GatedRMSNorm(r, s.core, s.z, d.norm.buf, s.normed, rows, hv, dv, c.RMSNormEps)
@@ -395,7 +395,7 @@ func (n *Net) recordStudentDeltaBackward(r *gpu.Recorder, d *deltaWeights, s *st
 			return gpu.GatedRMSNormBackward(r, s.core, s.z, d.norm.buf, s.dNormed, s.dCore, s.dZ, n.gainGrad(d.norm.buf), rows, hv, dv, c.RMSNormEps)
 		},
 		func() error {
-			return deltaRuleBackward(r, s.qn, s.kn, s.vc, s.g, s.beta, s.dCore, s.dQn, s.dKn, s.dVc, s.dG, s.dBeta, nb, t, hk, hv, dk, dv)
+			return gpu.GatedDeltaRuleBackwardAuto(r, s.qn, s.kn, s.vc, s.g, s.beta, s.dCore, s.dQn, s.dKn, s.dVc, s.dG, s.dBeta, gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv})
 		},
 		func() error {
 			return gpu.GatedDeltaGatesBackward(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.dG, s.dBeta, s.dA, s.dB, rows, hv)
@@ -555,7 +555,7 @@ func (n *Net) recordHead(r *gpu.Recorder, w *Work) error {
 	if err := gpu.Zero(r, s.dh); err != nil {
 		return err
 	}
-	return gpu.KLLossBackward(r, s.hN, n.head, rows, c.HiddenSize, c.VocabSize, s.ids, s.pT, s.topK, 0, 1/float64(rows), s.dh, s.kl, s.loss)
+	return gpu.KLLossBackward(r, s.hN, n.head, s.ids, s.pT, gpu.LogitsDims{Rows: rows, Hidden: c.HiddenSize, Vocab: c.VocabSize, K: s.topK}, 1/float64(rows), gpu.KLOptions{}, s.dh, s.kl, s.loss)
 }
 
 // prepare validates a Student call and uploads its top-k; it returns the flattened ids and

@@ -62,10 +62,12 @@ var funcs = template.FuncMap{
 }
 
 // libraries are the files of shared templates (defines only) parsed with every shader:
-// the tiled GEMM body that linear.wgsl and blr_forward.wgsl instantiate, and the sub-steps
-// that the chunked gated delta rule's forward and backward kernels share. Their define
-// names are global: each library prefixes its own (gemm_, gdrc_).
-var libraries = []string{"gemm_tile.wgsl", "gated_delta_rule_chunk_lib.wgsl"}
+// the tiled GEMM body that linear.wgsl and blr_forward.wgsl instantiate, the sub-steps
+// that the chunked gated delta rule's forward and backward kernels share, and the
+// workgroup reductions (row index, tree sum and max, sum of squares, streamed
+// log-sum-exp step) of the norms, the logits kernels, Adam and the gradient norm. Their
+// define names are global: each library prefixes its own (gemm_, gdrc_, red_).
+var libraries = []string{"gemm_tile.wgsl", "gated_delta_rule_chunk_lib.wgsl", "reduce.wgsl"}
 
 var (
 	mu     sync.Mutex
