@@ -32,11 +32,8 @@ const (
 // Errors: non-positive sizes, hv not a multiple of hk, dk out of range, dtype or length
 // mismatches, aliasing among the buffers, or any Dispatch error.
 func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaRuleDims) error {
-	if err := r.usable(); err != nil {
-		return err
-	}
 	const op = "GatedDeltaRule"
-	if err := dims.check(op); err != nil {
+	if err := dims.check(r, op); err != nil {
 		return err
 	}
 	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
@@ -47,20 +44,9 @@ func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaR
 	if rows*hv*dv > maxU32Elems || rows*hk*dk > maxU32Elems || nb*hv*dk*dv > maxU32Elems {
 		return fmt.Errorf("gpu: %s: sizes nb=%d t=%d hk=%d hv=%d dk=%d dv=%d exceed 2³¹ elements", op, nb, t, hk, hv, dk, dv)
 	}
-	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "g": g, "beta": beta, "o": o}
-	for _, c := range []struct {
-		name string
-		n    int
-	}{{"q", rows * hk * dk}, {"k", rows * hk * dk}, {"v", rows * hv * dv}, {"g", rows * hv}, {"beta", rows * hv}, {"o", rows * hv * dv}} {
-		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
-			return err
-		}
-	}
-	if state != nil {
-		if err := need(op, "state", state, nb*hv*dk*dv, F32); err != nil {
-			return err
-		}
-		bufs["state"] = state
+	bufs, err := gdrForwardBuffers(op, dims, q, k, v, g, beta, o, state)
+	if err != nil {
+		return err
 	}
 	if err := distinct(op, bufs); err != nil {
 		return err
@@ -95,6 +81,29 @@ func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaR
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
 	return r.Dispatch(kern, grid, []uint32{uint32(nb), uint32(t), uint32(hk), uint32(hv)}, binds...)
+}
+
+// gdrForwardBuffers checks the forward's buffers against dims (all F32: q, k
+// [NB·T, HK, DK]; v, o [NB·T, HV, DV]; g, beta [NB·T, HV]; state, when not nil,
+// [NB, HV, DK, DV]) and returns them by name, for the aliasing check.
+func gdrForwardBuffers(op string, dims DeltaRuleDims, q, k, v, g, beta, o, state *Buffer) (map[string]*Buffer, error) {
+	rows, hk, hv, dk, dv := dims.NB*dims.T, dims.HK, dims.HV, dims.DK, dims.DV
+	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "g": g, "beta": beta, "o": o}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"q", rows * hk * dk}, {"k", rows * hk * dk}, {"v", rows * hv * dv}, {"g", rows * hv}, {"beta", rows * hv}, {"o", rows * hv * dv}} {
+		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
+			return nil, err
+		}
+	}
+	if state != nil {
+		if err := need(op, "state", state, dims.NB*hv*dk*dv, F32); err != nil {
+			return nil, err
+		}
+		bufs["state"] = state
+	}
+	return bufs, nil
 }
 
 // unrollIdx returns [a, a mod 4] for a < n: the template's unrolled register indices and

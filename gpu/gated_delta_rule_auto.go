@@ -21,8 +21,11 @@ type DeltaRuleDims struct {
 	DV int
 }
 
-// check errors when a size is not positive or HV is not a multiple of HK.
-func (d DeltaRuleDims) check(op string) error {
+// check errors when r is not usable, a size is not positive or HV is not a multiple of HK.
+func (d DeltaRuleDims) check(r *Recorder, op string) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
 	if err := positive(op, "nb, t, hk, hv, dk, dv", d.NB, d.T, d.HK, d.HV, d.DK, d.DV); err != nil {
 		return err
 	}

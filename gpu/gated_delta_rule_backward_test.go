@@ -203,7 +203,7 @@ func BenchmarkGatedDeltaRuleBackward(b *testing.B) {
 }
 
 // benchDeltaRuleBackward uploads deltaInputs of dims and a random output gradient and hands
-// a call of bw on them to time (benchKernel or benchKernelAll), with the rows and the
+// a call of bw on them to time (benchKernel), with the rows and the
 // buffer to wait on.
 func benchDeltaRuleBackward(b *testing.B, bw func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error, dims gpu.DeltaRuleDims, time func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, wait *gpu.Buffer)) {
 	d := gputest.Open(b)

@@ -62,10 +62,7 @@ func GatedDeltaRuleChunkedBackwardScratch(dims DeltaRuleDims) int {
 // device's limits, or any Dispatch error (nothing is left recorded on error).
 func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
 	const op = "GatedDeltaRuleChunkedBackward"
-	if err := r.usable(); err != nil {
-		return err
-	}
-	if err := dims.check(op); err != nil {
+	if err := dims.check(r, op); err != nil {
 		return err
 	}
 	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV

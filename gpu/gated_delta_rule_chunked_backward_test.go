@@ -43,7 +43,7 @@ func BenchmarkGatedDeltaRuleChunkedBackward(b *testing.B) {
 				}
 				benchDeltaRuleBackward(b, bw, gpu.DeltaRuleDims{NB: sz.nb, T: sz.t, HK: sz.hk, HV: sz.hv, DK: 128, DV: 128},
 					func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, wait *gpu.Buffer) {
-						benchKernelAll(b, d, rows, rec, wait)
+						benchKernel(b, d, "", rows, rec, wait)
 					})
 			})
 		}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -39,7 +38,7 @@ func f64(x []float32) []float64 {
 // BenchmarkGatedDeltaRuleChunked: as BenchmarkGatedDeltaRule (one window of t = 512,
 // hk = 1, hv = 2, dk = dv = 128, final state written), and with NVG_BENCH_LARGE=1 the
 // model's batch nb = 8 windows of t = 512, hk = 16, hv = 32. Reports tokens/s, ms per call
-// and the GPU time of each kernel and of all (benchKernelAll).
+// and the GPU time of each kernel and of all (benchKernel with no name).
 func BenchmarkGatedDeltaRuleChunked(b *testing.B) {
 	for _, sz := range []struct {
 		nb, t, hk, hv int
@@ -56,41 +55,6 @@ func BenchmarkGatedDeltaRuleChunked(b *testing.B) {
 
 func benchGatedDeltaRuleChunked(b *testing.B, nb, tt, hk, hv, dk, dv int) {
 	benchDeltaRule(b, gpu.GatedDeltaRuleChunked, gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}, func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, st *gpu.Buffer) {
-		benchKernelAll(b, d, rows, rec, st)
+		benchKernel(b, d, "", rows, rec, st)
 	})
-}
-
-// benchKernelAll is benchKernel reporting the GPU time of every kernel of one call
-// (<kernel>-µs) and their sum (gpu-µs-all), for launchers of several dispatches.
-func benchKernelAll(b *testing.B, d *gpu.Device, rows int, rec func(*gpu.Recorder) error, wait *gpu.Buffer) {
-	run := func() {
-		if err := d.Run(rec); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := d.ReadFloat32(wait); err != nil { // waits for the GPU
-			b.Fatal(err)
-		}
-	}
-	run()
-	b.ResetTimer()
-	for range b.N {
-		run()
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "tokens/s")
-	b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/call")
-	if err := d.SetProfiling(true); err != nil {
-		return
-	}
-	defer d.SetProfiling(false)
-	d.ResetProfile()
-	run()
-	total := 0.0
-	for _, kt := range d.Profile() {
-		us := float64(kt.Total.Nanoseconds()) / 1e3
-		total += us
-		// A metric, not a log line: benchmark logs are truncated without -test.v.
-		b.ReportMetric(us, strings.ReplaceAll(kt.Name, " ", "_")+"-µs")
-	}
-	b.ReportMetric(total, "gpu-µs-all")
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -207,7 +208,7 @@ func benchGatedDeltaRule(b *testing.B, nb, tt, hk, hv, dk, dv int) {
 }
 
 // benchDeltaRule uploads deltaInputs of dims (final state written) and hands a call of run
-// on them to time (benchKernel or benchKernelAll), with the rows and the buffer to wait on.
+// on them to time (benchKernel), with the rows and the buffer to wait on.
 func benchDeltaRule(b *testing.B, run func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error, dims gpu.DeltaRuleDims, time func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, st *gpu.Buffer)) {
 	d := gputest.Open(b)
 	rng := rand.New(rand.NewPCG(19, 20))
@@ -229,8 +230,10 @@ func benchDeltaRule(b *testing.B, run func(r *gpu.Recorder, q, k, v, g, beta, o,
 
 // benchKernel times rec (recorded, submitted and waited for by reading wait back) b.N times
 // after one untimed call that compiles the pipeline, reports tokens/s for rows tokens per
-// call, and then the GPU time of one call of kernel name from the timestamp profiler
-// (gpu-µs; absent when the device has no timestamp queries).
+// call, and then, from the timestamp profiler (absent when the device has no timestamp
+// queries), the GPU time of one call of kernel name (gpu-µs) or, for name "" (launchers of
+// several dispatches), ms per call, the GPU time of every kernel of one call (<kernel>-µs)
+// and their sum (gpu-µs-all).
 func benchKernel(b *testing.B, d *gpu.Device, name string, rows int, rec func(*gpu.Recorder) error, wait *gpu.Buffer) {
 	run := func() {
 		if err := d.Run(rec); err != nil {
@@ -247,16 +250,29 @@ func benchKernel(b *testing.B, d *gpu.Device, name string, rows int, rec func(*g
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	if name == "" {
+		b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/call")
+	}
 	if err := d.SetProfiling(true); err != nil {
 		return
 	}
 	defer d.SetProfiling(false)
 	d.ResetProfile()
 	run()
+	total := 0.0
 	for _, kt := range d.Profile() {
-		if kt.Name == name {
-			b.ReportMetric(float64(kt.Total.Nanoseconds())/1e3/float64(kt.Calls), "gpu-µs")
+		us := float64(kt.Total.Nanoseconds()) / 1e3
+		switch {
+		case name == "":
+			total += us
+			// A metric, not a log line: benchmark logs are truncated without -test.v.
+			b.ReportMetric(us, strings.ReplaceAll(kt.Name, " ", "_")+"-µs")
+		case kt.Name == name:
+			b.ReportMetric(us/float64(kt.Calls), "gpu-µs")
 		}
+	}
+	if name == "" {
+		b.ReportMetric(total, "gpu-µs-all")
 	}
 }
 
@@ -281,7 +297,7 @@ func TestMixerKernelsNilRecorder(t *testing.T) {
 		"GatedRMSNorm":     gpu.GatedRMSNorm(nil, b, b, b, b, 1, 1, 1, 1e-6),
 		"SplitQueryGate":   gpu.SplitQueryGate(nil, b, b, b, 1, 1, 1),
 		"QKNormRoPE":       gpu.QKNormRoPE(nil, b, b, b, 1, 1, 2, 1e-6, 2, 1e4, 1),
-		"Attention":        gpu.Attention(nil, b, b, b, b, b, 1, 1, 1, 1, 4),
+		"Attention":        gpu.Attention(nil, b, b, b, b, b, gpu.AttentionDims{NB: 1, T: 1, NH: 1, NKV: 1, HeadDim: 4}),
 		"AttentionGate":    gpu.AttentionGate(nil, b, b, b),
 	} {
 		if err == nil {

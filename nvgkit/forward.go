@@ -98,7 +98,9 @@ func (n *Net) recordAttention(r *gpu.Recorder, a *attnWeights, w *Work) error {
 		func() error { return a.v.apply(r, w.xn, w.v, rows) },
 		func() error { return gpu.QKNormRoPE(r, w.q, a.qNorm.buf, w.qr, rows, nh, hd, eps, rot, theta, t) },
 		func() error { return gpu.QKNormRoPE(r, w.k, a.kNorm.buf, w.kr, rows, nkv, hd, eps, rot, theta, t) },
-		func() error { return gpu.Attention(r, w.qr, w.kr, w.v, w.o, w.alse, nb, t, nh, nkv, hd) },
+		func() error {
+			return gpu.Attention(r, w.qr, w.kr, w.v, w.o, w.alse, gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd})
+		},
 		func() error { return gpu.AttentionGate(r, w.o, w.agate, w.gated) },
 		func() error { return a.o.apply(r, w.gated, w.mix, rows) },
 	}

@@ -288,7 +288,9 @@ func (n *Net) recordStudentAttention(r *gpu.Recorder, a *attnWeights, s *stWork,
 		func() error { return s.apply(r, a.v, s.xn1, s.v, rows) },
 		func() error { return gpu.QKNormRoPE(r, s.q, a.qNorm.buf, s.qr, rows, nh, hd, eps, rot, theta, t) },
 		func() error { return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, rows, nkv, hd, eps, rot, theta, t) },
-		func() error { return gpu.Attention(r, s.qr, s.kr, s.v, s.o, s.alse, nb, t, nh, nkv, hd) },
+		func() error {
+			return gpu.Attention(r, s.qr, s.kr, s.v, s.o, s.alse, gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd})
+		},
 		func() error { return gpu.AttentionGate(r, s.o, s.agate, s.gated) },
 		func() error { return s.apply(r, a.o, s.gated, s.mix, rows) },
 	})
@@ -365,7 +367,7 @@ func (n *Net) recordStudentAttentionBackward(r *gpu.Recorder, a *attnWeights, s 
 		func() error { return s.back(r, a.o, s.gated, s.dResid, s.dGated, rows) },
 		func() error { return gpu.AttentionGateBackward(r, s.o, s.agate, s.dGated, s.dO, s.dAgate) },
 		func() error {
-			return gpu.AttentionBackward(r, s.qr, s.kr, s.v, s.o, s.alse, s.dO, s.dQR, s.dKR, s.dV, nb, t, nh, nkv, hd)
+			return gpu.AttentionBackward(r, s.qr, s.kr, s.v, s.o, s.alse, s.dO, s.dQR, s.dKR, s.dV, gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd})
 		},
 		func() error {
 			return gpu.QKNormRoPEBackward(r, s.q, a.qNorm.buf, s.dQR, s.dQ, n.gainGrad(a.qNorm.buf), rows, nh, hd, eps, rot, theta, t)
