@@ -105,13 +105,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- end}}
 @group(0) @binding({{$u}}) var<uniform> p: Params;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (i >= p.n) {
-        return;
-    }
+{{template "ew_main" (dict "WG" .WG "N" "p.n")}}
 {{- if .Multi}}
     let s = seg[i];
     if (s == GAP) {

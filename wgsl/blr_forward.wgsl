@@ -39,12 +39,7 @@
 @group(0) @binding(3) var<storage, read_write> c: array<{{$f}}>;
 {{- end}}
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-};
-@group(0) @binding({{if .ScaleC}}5{{else}}4{{end}}) var<uniform> p: Params;
+{{if .ScaleC}}{{template "gemm_params" (dict "B" 5)}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
 
 const BM = {{.BM}}u;
 const BN = {{.BN}}u;
@@ -81,11 +76,7 @@ fn loadB(kk: u32, nn: u32) -> f32 {
     if (kk >= p.k || nn >= p.n) {
         return 0.0;
     }
-{{- if .TransB}}
-    let e = nn * p.k + kk;
-{{- else}}
-    let e = kk * p.n + nn;
-{{- end}}
+{{- template "gemm_belem" (dict "TransB" .TransB)}}
     return select(-1.0, 1.0, ((bits[e >> 5u] >> (e & 31u)) & 1u) == 1u);
 }
 

@@ -35,10 +35,7 @@ fn sig(v: f32) -> vec2<f32> {
     return select(vec2<f32>(b, a), vec2<f32>(a, b), v >= 0.0);
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-{{- template "red_row" (dict "R" "r" "Count" "p.groups")}}
+{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.groups")}}
     let base = r * p.n;
     var s = vec2<f32>(0.0);
     for (var c = lid; c < p.n; c += {{.WG}}u) {

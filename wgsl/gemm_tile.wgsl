@@ -18,6 +18,26 @@
 // sub-block (TM = BM/16, TN = BN/16) in vec4 accumulators with literal indices: rows
 // 4·(lid.y + 16·(i/4)) + i%4, column groups lid.x + 16·q (conflict-free reads of the tile,
 // contiguous stores), stepping through K in BK slices staged in workgroup memory ta, tb.
+{{- /* gemm_params: the uniform Params { m, n, k } (C is m×n, the inner dimension k) of the GEMM
+kernels and their naive twins at binding B, read as p. */ -}}
+{{define "gemm_params"}}
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+};
+@group(0) @binding({{.B}}) var<uniform> p: Params;
+{{- end}}
+
+{{- /* gemm_belem: e, the element index of B(kk, nn) in B's storage: [N, K] when TransB, else
+[K, N]. Keys: TransB. */ -}}
+{{define "gemm_belem"}}
+{{- if .TransB}}
+    let e = nn * p.k + kk;
+{{- else}}
+    let e = kk * p.n + nn;
+{{- end}}
+{{- end}}
 {{define "gemm_main"}}
 {{- $TM := div .BM 16}}{{$TN := div .BN 16}}{{$TM4 := div $TM 4}}{{$TN4 := div $TN 4}}
 {{- $AM4 := div .BM 4}}{{$BN4 := div .BN 4}}{{$BK4 := div .BK 4}}

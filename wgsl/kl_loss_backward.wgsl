@@ -40,10 +40,7 @@ fn neg_inf() -> f32 {
 
 var<workgroup> red: array<f32, {{.WG}}>;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-{{- template "red_row" (dict "R" "row" "Count" "p.rows")}}
+{{template "red_main" (dict "WG" .WG "R" "row" "Count" "p.rows")}}
     let base = row * p.cols;
     // 1. The slice maximum; 2. Σ exp(x − mnew) over the slice into red[0].
 {{- template "red_slice_lse" (dict "WG" .WG "Buf" "red")}}
@@ -126,10 +123,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
 @group(0) @binding(3) var<storage, read> rowstat: array<f32>;
 @group(0) @binding(4) var<uniform> p: Params;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-{{- template "red_row" (dict "R" "row" "Count" "p.rows")}}
+{{template "red_main" (dict "WG" .WG "R" "row" "Count" "p.rows")}}
     let base = row * p.cols;
     let lse = rowstat[2u * row];
     let iz = rowstat[2u * row + 1u];

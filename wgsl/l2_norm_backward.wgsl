@@ -20,10 +20,7 @@ struct Params {
 
 var<workgroup> partial: array<vec2<f32>, {{.WG}}>;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-{{- template "red_row" (dict "R" "r" "Count" "p.rows")}}
+{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.rows")}}
     let base = r * p.n;
     var s = vec2<f32>(0.0);
     for (var c = lid; c < p.n; c += {{.WG}}u) {

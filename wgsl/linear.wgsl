@@ -42,12 +42,7 @@
 @group(0) @binding(2) var<storage, read_write> c: array<f32>;
 {{- end}}
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-};
-@group(0) @binding(3) var<uniform> p: Params;
+{{template "gemm_params" (dict "B" 3)}}
 
 const BM = {{.BM}}u;
 const BN = {{.BN}}u;
@@ -79,11 +74,7 @@ fn loadB(kk: u32, nn: u32) -> f32 {
     if (kk >= p.k || nn >= p.n) {
         return 0.0;
     }
-{{- if .TransB}}
-    let e = nn * p.k + kk;
-{{- else}}
-    let e = kk * p.n + nn;
-{{- end}}
+{{- template "gemm_belem" (dict "TransB" .TransB)}}
 {{- if .BF16}}
     let pair = unpack2x16float(b[e >> 1u]);
     return select(pair.x, pair.y, (e & 1u) == 1u);

@@ -57,10 +57,7 @@ fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
     return v > bv || (v == bv && i < bi);
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-{{- template "red_row" (dict "R" "row" "Count" "p.rows")}}
+{{template "red_main" (dict "WG" .WG "R" "row" "Count" "p.rows")}}
     let base = row * p.cols;
     // 1. The slice maximum; 2. Σ exp(x − mnew) over the slice into red_v[0].
 {{- template "red_slice_lse" (dict "WG" .WG "Buf" "red_v")}}

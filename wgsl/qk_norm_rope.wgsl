@@ -27,10 +27,7 @@ struct Params {
 
 var<workgroup> partial: array<f32, {{.WG}}>;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-{{- template "red_row" (dict "R" "gi" "Count" "p.groups")}}
+{{template "red_main" (dict "WG" .WG "R" "gi" "Count" "p.groups")}}
     let base = gi * p.hd;
 {{- template "red_sum_squares" (dict "WG" .WG "X" "x" "Base" "base" "N" "p.hd")}}
     let inv = inverseSqrt(partial[0] / f32(p.hd) + p.eps);

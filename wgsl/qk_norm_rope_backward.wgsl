@@ -48,10 +48,7 @@ fn backRot(base: u32, c: u32, pos: u32) -> f32 {
     return select(g * cs - gp * sn, g * cs + gp * sn, first);
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-{{- template "red_row" (dict "R" "gi" "Count" "p.groups")}}
+{{template "red_main" (dict "WG" .WG "R" "gi" "Count" "p.groups")}}
     let base = gi * p.hd;
     let pos = (gi / p.heads) % p.t;
     var s = vec2<f32>(0.0);

@@ -22,6 +22,13 @@ expression, e.g. p.rows). */ -}}
     }
 {{- end}}
 
+{{- /* red_main: the entry point (ew_entry) of a kernel with one workgroup per row, and
+red_row's row index R and early exit. Keys: WG, R, Count. */ -}}
+{{define "red_main"}}
+{{- template "ew_entry" (dict "WG" .WG)}}
+{{- template "red_row" (dict "R" .R "Count" .Count)}}
+{{- end}}
+
 {{- /* red_sum: Buf[lid] = Val, then the tree sum: afterwards Buf[0] holds the sum of the WG
 slots (f32 or vecN<f32>). Keys: WG, Buf (a workgroup array of WG elements), Val (the
 invocation's value). */ -}}

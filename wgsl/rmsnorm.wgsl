@@ -16,10 +16,7 @@ struct Params {
 
 var<workgroup> partial: array<f32, {{.WG}}>;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-{{- template "red_row" (dict "R" "r" "Count" "p.rows")}}
+{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.rows")}}
     let base = r * p.n;
 {{- template "red_sum_squares" (dict "WG" .WG "X" "x" "Base" "base" "N" "p.n")}}
     let inv = inverseSqrt(partial[0] / f32(p.n) + p.eps);

@@ -31,10 +31,7 @@ fn ew(i: u32) -> f32 {
 {{- end}}
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-{{- template "red_row" (dict "R" "r" "Count" "p.rows")}}
+{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.rows")}}
     let id = ids[r];
     if (id < p.v0 || id - p.v0 >= p.count) {
         return;
