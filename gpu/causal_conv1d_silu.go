@@ -43,17 +43,9 @@ func CausalConv1dSiLU(r *Recorder, x, w, y *Buffer, nb, t, channels, K int) erro
 	if err := distinct(op, map[string]*Buffer{"x": x, "w": w, "y": y}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	return r.dispatch1D(KernelSpec{
 		Name: op, File: "causal_conv1d_silu.wgsl",
 		Params:   struct{ WG, K int }{causalConvWG, K},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D((n + causalConvWG - 1) / causalConvWG)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, g, []uint32{uint32(n), uint32(channels), uint32(t)}, Whole(x), Whole(w), Whole(y))
+	}, (n+causalConvWG-1)/causalConvWG, []uint32{uint32(n), uint32(channels), uint32(t)}, Whole(x), Whole(w), Whole(y))
 }

@@ -296,7 +296,7 @@ func TestMixerKernelsNilRecorder(t *testing.T) {
 		"GatedDeltaRule":   gpu.GatedDeltaRule(nil, b, b, b, b, b, b, nil, gpu.DeltaRuleDims{NB: 1, T: 1, HK: 1, HV: 1, DK: 4, DV: 4}),
 		"GatedRMSNorm":     gpu.GatedRMSNorm(nil, b, b, b, b, 1, 1, 1, 1e-6),
 		"SplitQueryGate":   gpu.SplitQueryGate(nil, b, b, b, 1, 1, 1),
-		"QKNormRoPE":       gpu.QKNormRoPE(nil, b, b, b, 1, 1, 2, 1e-6, 2, 1e4, 1),
+		"QKNormRoPE":       gpu.QKNormRoPE(nil, b, b, b, gpu.QKNormRoPEDims{Rows: 1, Heads: 1, HeadDim: 2, Eps: 1e-6, Rot: 2, Theta: 1e4, T: 1}),
 		"Attention":        gpu.Attention(nil, b, b, b, b, b, gpu.AttentionDims{NB: 1, T: 1, NH: 1, NKV: 1, HeadDim: 4}),
 		"AttentionGate":    gpu.AttentionGate(nil, b, b, b),
 	} {

@@ -37,16 +37,8 @@ func L2Norm(r *Recorder, x, y *Buffer, rows, n int, scale float64) error {
 	if x == y {
 		return fmt.Errorf("gpu: %s: x and y are the same buffer %q", op, x.label)
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	return r.dispatch1D(KernelSpec{
 		Name: op, File: "l2_norm.wgsl", Params: struct{ WG int }{l2NormWG},
 		Bindings: []Access{Read, ReadWrite}, Uniforms: 3,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D(rows)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, g, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(y))
+	}, rows, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(y))
 }

@@ -37,16 +37,8 @@ func L2NormBackward(r *Recorder, x, dy, dx *Buffer, rows, n int, scale float64) 
 	if err := distinct(op, map[string]*Buffer{"x": x, "dy": dy, "dx": dx}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	return r.dispatch1D(KernelSpec{
 		Name: op, File: "l2_norm_backward.wgsl", Params: struct{ WG int }{l2NormWG},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D(rows)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, g, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(dy), Whole(dx))
+	}, rows, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(dy), Whole(dx))
 }

@@ -96,8 +96,12 @@ func (n *Net) recordAttention(r *gpu.Recorder, a *attnWeights, w *Work) error {
 		func() error { return a.gate.apply(r, w.xn, w.agate, rows) },
 		func() error { return a.k.apply(r, w.xn, w.k, rows) },
 		func() error { return a.v.apply(r, w.xn, w.v, rows) },
-		func() error { return gpu.QKNormRoPE(r, w.q, a.qNorm.buf, w.qr, rows, nh, hd, eps, rot, theta, t) },
-		func() error { return gpu.QKNormRoPE(r, w.k, a.kNorm.buf, w.kr, rows, nkv, hd, eps, rot, theta, t) },
+		func() error {
+			return gpu.QKNormRoPE(r, w.q, a.qNorm.buf, w.qr, gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: eps, Rot: rot, Theta: theta, T: t})
+		},
+		func() error {
+			return gpu.QKNormRoPE(r, w.k, a.kNorm.buf, w.kr, gpu.QKNormRoPEDims{Rows: rows, Heads: nkv, HeadDim: hd, Eps: eps, Rot: rot, Theta: theta, T: t})
+		},
 		func() error {
 			return gpu.Attention(r, w.qr, w.kr, w.v, w.o, w.alse, gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd})
 		},

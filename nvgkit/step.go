@@ -286,8 +286,12 @@ func (n *Net) recordStudentAttention(r *gpu.Recorder, a *attnWeights, s *stWork,
 		func() error { return gpu.SplitQueryGate(r, s.qg, s.q, s.agate, rows, nh, hd) },
 		func() error { return s.apply(r, a.k, s.xn1, s.k, rows) },
 		func() error { return s.apply(r, a.v, s.xn1, s.v, rows) },
-		func() error { return gpu.QKNormRoPE(r, s.q, a.qNorm.buf, s.qr, rows, nh, hd, eps, rot, theta, t) },
-		func() error { return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, rows, nkv, hd, eps, rot, theta, t) },
+		func() error {
+			return gpu.QKNormRoPE(r, s.q, a.qNorm.buf, s.qr, gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: eps, Rot: rot, Theta: theta, T: t})
+		},
+		func() error {
+			return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, gpu.QKNormRoPEDims{Rows: rows, Heads: nkv, HeadDim: hd, Eps: eps, Rot: rot, Theta: theta, T: t})
+		},
 		func() error {
 			return gpu.Attention(r, s.qr, s.kr, s.v, s.o, s.alse, gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd})
 		},
@@ -370,10 +374,10 @@ func (n *Net) recordStudentAttentionBackward(r *gpu.Recorder, a *attnWeights, s 
 			return gpu.AttentionBackward(r, s.qr, s.kr, s.v, s.o, s.alse, s.dO, s.dQR, s.dKR, s.dV, gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd})
 		},
 		func() error {
-			return gpu.QKNormRoPEBackward(r, s.q, a.qNorm.buf, s.dQR, s.dQ, n.gainGrad(a.qNorm.buf), rows, nh, hd, eps, rot, theta, t)
+			return gpu.QKNormRoPEBackward(r, s.q, a.qNorm.buf, s.dQR, s.dQ, n.gainGrad(a.qNorm.buf), gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: eps, Rot: rot, Theta: theta, T: t})
 		},
 		func() error {
-			return gpu.QKNormRoPEBackward(r, s.k, a.kNorm.buf, s.dKR, s.dK, n.gainGrad(a.kNorm.buf), rows, nkv, hd, eps, rot, theta, t)
+			return gpu.QKNormRoPEBackward(r, s.k, a.kNorm.buf, s.dKR, s.dK, n.gainGrad(a.kNorm.buf), gpu.QKNormRoPEDims{Rows: rows, Heads: nkv, HeadDim: hd, Eps: eps, Rot: rot, Theta: theta, T: t})
 		},
 		func() error { return gpu.SplitQueryGateBackward(r, s.dQ, s.dAgate, s.dQG, rows, nh, hd) },
 		func() error { return s.back(r, a.qg, s.xn1, s.dQG, s.dXn, rows) },
