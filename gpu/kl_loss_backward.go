@@ -40,11 +40,12 @@ type KLOptions struct {
 	LogitsStore int64
 }
 
-// slice returns the vocabulary slice for E of dtype et on d: SliceRows, or the largest
+// slice returns the vocabulary slice for E of dtype et on d, and et's element size in
+// bytes: SliceRows, or the largest
 // multiple of 128 rows within one binding and logitsScratchMax when it is 0, capped at
 // Vocab. Errors: a SliceRows not a positive multiple of 128, or a slice (of E or of the
 // [Rows, slice] scratch) beyond maxStorageBufferBindingSize.
-func (dims LogitsDims) slice(op string, d *Device, et DType) (int, error) {
+func (dims LogitsDims) slice(op string, d *Device, et DType) (int, uint64, error) {
 	rows, hidden, sliceRows := dims.Rows, dims.Hidden, dims.SliceRows
 	maxBind := d.info.MaxStorageBindingSize
 	esz := uint64(et.Size())
@@ -52,19 +53,19 @@ func (dims LogitsDims) slice(op string, d *Device, et DType) (int, error) {
 		s := min(maxBind/(uint64(hidden)*esz), min(maxBind, logitsScratchMax)/(uint64(rows)*4))
 		s = s / logitsSliceAlign * logitsSliceAlign
 		if s == 0 {
-			return 0, fmt.Errorf("gpu: %s: %d rows × %d hidden leave no room for a %d-row vocabulary slice in one binding; split the rows",
+			return 0, 0, fmt.Errorf("gpu: %s: %d rows × %d hidden leave no room for a %d-row vocabulary slice in one binding; split the rows",
 				op, rows, hidden, logitsSliceAlign)
 		}
 		sliceRows = int(s)
 	}
 	if sliceRows <= 0 || sliceRows%logitsSliceAlign != 0 {
-		return 0, fmt.Errorf("gpu: %s: sliceRows = %d must be a positive multiple of %d", op, sliceRows, logitsSliceAlign)
+		return 0, 0, fmt.Errorf("gpu: %s: sliceRows = %d must be a positive multiple of %d", op, sliceRows, logitsSliceAlign)
 	}
 	sliceRows = min(sliceRows, dims.Vocab)
 	if uint64(sliceRows)*uint64(hidden)*esz > maxBind || uint64(rows)*uint64(sliceRows)*4 > maxBind {
-		return 0, fmt.Errorf("gpu: %s: slice of %d rows exceeds maxStorageBufferBindingSize %d", op, sliceRows, maxBind)
+		return 0, 0, fmt.Errorf("gpu: %s: slice of %d rows exceeds maxStorageBufferBindingSize %d", op, sliceRows, maxBind)
 	}
-	return sliceRows, nil
+	return sliceRows, esz, nil
 }
 
 // logitsStore is the store limit in bytes that opt gives on d.
@@ -137,11 +138,10 @@ func KLLossBackward(r *Recorder, h, e, ids, pT *Buffer, dims LogitsDims, scale f
 		return err
 	}
 	d := r.d
-	sliceRows, err := dims.slice(op, d, e.dtype)
+	sliceRows, esz, err := dims.slice(op, d, e.dtype)
 	if err != nil {
 		return err
 	}
-	esz := uint64(e.dtype.Size())
 	nslices := (vocab + sliceRows - 1) / sliceRows
 	if nslices*4 > 1<<16 {
 		return fmt.Errorf("gpu: %s: %d slices of %d rows: use larger slices", op, nslices, sliceRows)

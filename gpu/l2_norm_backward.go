@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -17,14 +16,8 @@ import (
 // finite in f32, dtype or length mismatches, aliasing, or any Dispatch error.
 func L2NormBackward(r *Recorder, x, dy, dx *Buffer, rows, n int, scale float64) error {
 	const op = "L2NormBackward"
-	if err := positive(op, "rows, n", rows, n); err != nil {
+	if err := checkL2Norm(op, rows, n, scale); err != nil {
 		return err
-	}
-	if math.IsNaN(scale) || math.IsInf(scale, 0) || math.Abs(scale) > math.MaxFloat32 {
-		return fmt.Errorf("gpu: %s: scale = %g must be finite in f32", op, scale)
-	}
-	if rows*n > maxU32Elems {
-		return fmt.Errorf("gpu: %s: rows·n = %d exceeds %d", op, rows*n, maxU32Elems)
 	}
 	for _, c := range []struct {
 		name string

@@ -62,11 +62,10 @@ func LogitsTopK(r *Recorder, h, e *Buffer, dims LogitsDims, lse, ids, logp *Buff
 		return err
 	}
 	d := r.d
-	sliceRows, err := dims.slice(op, d, e.dtype)
+	sliceRows, esz, err := dims.slice(op, d, e.dtype)
 	if err != nil {
 		return err
 	}
-	esz := uint64(e.dtype.Size())
 	if ((vocab+sliceRows-1)/sliceRows)*2 > 1<<16 {
 		return fmt.Errorf("gpu: %s: %d slices of %d rows: use larger slices", op, (vocab+sliceRows-1)/sliceRows, sliceRows)
 	}
