@@ -41,18 +41,9 @@
 
 {{if .ScaleC}}{{template "gemm_params" (dict "B" 5)}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
 
-const BM = {{.BM}}u;
-const BN = {{.BN}}u;
-const BK = {{.BK}}u;
-
-var<workgroup> ta: array<vec4<f32>, {{$ASlots}}>; // [BK][BM/4]: slot k·BM/4 + g holds m = 4g..4g+3
-var<workgroup> tb: array<vec4<f32>, {{$BSlots}}>; // [BK][BN/4]: slot k·BN/4 + g holds n = 4g..4g+3
+{{template "gemm_tiles" .}}
 
 {{- if .Fast}}
-const N = {{.N}}u;
-const K = {{.K}}u;
-const N4 = {{div .N 4}}u;
-const K4 = {{div .K 4}}u;
 
 // rowA returns 4 consecutive elements k..k+3 (k a multiple of 4) of row i of A, times
 // sa[k..k+3].

@@ -9,13 +9,7 @@
 {{template "gemm_params" (dict "B" 3)}}
 
 fn loadB(kk: u32, nn: u32) -> f32 {
-{{- template "gemm_belem" (dict "TransB" .TransB)}}
-{{- if .BF16}}
-    let pair = unpack2x16float(b[e >> 1u]);
-    return select(pair.x, pair.y, (e & 1u) == 1u);
-{{- else}}
-    return b[e];
-{{- end}}
+{{- template "gemm_bvalue" (dict "TransB" .TransB "BF16" .BF16)}}
 }
 
 {{template "ew_main" (dict "WG" .WG "N" "p.m * p.n")}}
