@@ -80,9 +80,9 @@
 //
 //	gpu/device.go, buffer.go       Open, Device.Info, limits, buffers, upload/readback, MemStats
 //	gpu/kernel.go, record.go       KernelSpec and the pipeline cache; Recorder, Temp, Dispatch,
-//	                               dispatch1D, Grid1D, Submit
+//	                               dispatch1D, Grid1D, Cost, Submit
 //	gpu/check.go                   the launchers' shared argument checks (need, positive, distinct)
-//	gpu/profile.go                 the timestamp profiler and Recorder.Cost
+//	gpu/profile.go                 the timestamp profiler (SetProfiling, Profile)
 //	gpu/<op>.go, <op>_backward.go  one launcher per op (its dims struct beside it), named as the
 //	                               WGSL file and the host reference
 //	gpu/gated_delta_rule_auto.go   DeltaRuleDims and the chunked/token-by-token choice
