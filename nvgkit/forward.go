@@ -90,21 +90,18 @@ func (n *Net) recordAttention(r *gpu.Recorder, a *attnWeights, w *Work) error {
 	c := n.Config
 	nb, t, rows := w.NB, w.T, w.NB*w.T
 	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-	eps, rot, theta := c.RMSNormEps, c.RotaryDim(), c.RopeTheta
+	qd := gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: c.RMSNormEps, Rot: c.RotaryDim(), Theta: c.RopeTheta, T: t}
+	kd := qd
+	kd.Heads = nkv
+	ad := gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd}
 	steps := []func() error{
 		func() error { return a.query.apply(r, w.xn, w.q, rows) },
 		func() error { return a.gate.apply(r, w.xn, w.agate, rows) },
 		func() error { return a.k.apply(r, w.xn, w.k, rows) },
 		func() error { return a.v.apply(r, w.xn, w.v, rows) },
-		func() error {
-			return gpu.QKNormRoPE(r, w.q, a.qNorm.buf, w.qr, gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: eps, Rot: rot, Theta: theta, T: t})
-		},
-		func() error {
-			return gpu.QKNormRoPE(r, w.k, a.kNorm.buf, w.kr, gpu.QKNormRoPEDims{Rows: rows, Heads: nkv, HeadDim: hd, Eps: eps, Rot: rot, Theta: theta, T: t})
-		},
-		func() error {
-			return gpu.Attention(r, w.qr, w.kr, w.v, w.o, w.alse, gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd})
-		},
+		func() error { return gpu.QKNormRoPE(r, w.q, a.qNorm.buf, w.qr, qd) },
+		func() error { return gpu.QKNormRoPE(r, w.k, a.kNorm.buf, w.kr, kd) },
+		func() error { return gpu.Attention(r, w.qr, w.kr, w.v, w.o, w.alse, ad) },
 		func() error { return gpu.AttentionGate(r, w.o, w.agate, w.gated) },
 		func() error { return a.o.apply(r, w.gated, w.mix, rows) },
 	}

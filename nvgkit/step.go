@@ -280,21 +280,18 @@ func (n *Net) recordStudentAttention(r *gpu.Recorder, a *attnWeights, s *stWork,
 	c := n.Config
 	rows := nb * t
 	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-	eps, rot, theta := c.RMSNormEps, c.RotaryDim(), c.RopeTheta
+	qd := gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: c.RMSNormEps, Rot: c.RotaryDim(), Theta: c.RopeTheta, T: t}
+	kd := qd
+	kd.Heads = nkv
+	ad := gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd}
 	return runSteps([]func() error{
 		func() error { return s.apply(r, a.qg, s.xn1, s.qg, rows) },
 		func() error { return gpu.SplitQueryGate(r, s.qg, s.q, s.agate, rows, nh, hd) },
 		func() error { return s.apply(r, a.k, s.xn1, s.k, rows) },
 		func() error { return s.apply(r, a.v, s.xn1, s.v, rows) },
-		func() error {
-			return gpu.QKNormRoPE(r, s.q, a.qNorm.buf, s.qr, gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: eps, Rot: rot, Theta: theta, T: t})
-		},
-		func() error {
-			return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, gpu.QKNormRoPEDims{Rows: rows, Heads: nkv, HeadDim: hd, Eps: eps, Rot: rot, Theta: theta, T: t})
-		},
-		func() error {
-			return gpu.Attention(r, s.qr, s.kr, s.v, s.o, s.alse, gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd})
-		},
+		func() error { return gpu.QKNormRoPE(r, s.q, a.qNorm.buf, s.qr, qd) },
+		func() error { return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, kd) },
+		func() error { return gpu.Attention(r, s.qr, s.kr, s.v, s.o, s.alse, ad) },
 		func() error { return gpu.AttentionGate(r, s.o, s.agate, s.gated) },
 		func() error { return s.apply(r, a.o, s.gated, s.mix, rows) },
 	})
@@ -366,18 +363,21 @@ func (n *Net) recordStudentAttentionBackward(r *gpu.Recorder, a *attnWeights, s 
 	c := n.Config
 	rows := nb * t
 	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-	eps, rot, theta := c.RMSNormEps, c.RotaryDim(), c.RopeTheta
+	qd := gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: c.RMSNormEps, Rot: c.RotaryDim(), Theta: c.RopeTheta, T: t}
+	kd := qd
+	kd.Heads = nkv
+	ad := gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd}
 	return runSteps([]func() error{
 		func() error { return s.back(r, a.o, s.gated, s.dResid, s.dGated, rows) },
 		func() error { return gpu.AttentionGateBackward(r, s.o, s.agate, s.dGated, s.dO, s.dAgate) },
 		func() error {
-			return gpu.AttentionBackward(r, s.qr, s.kr, s.v, s.o, s.alse, s.dO, s.dQR, s.dKR, s.dV, gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd})
+			return gpu.AttentionBackward(r, s.qr, s.kr, s.v, s.o, s.alse, s.dO, s.dQR, s.dKR, s.dV, ad)
 		},
 		func() error {
-			return gpu.QKNormRoPEBackward(r, s.q, a.qNorm.buf, s.dQR, s.dQ, n.gainGrad(a.qNorm.buf), gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: eps, Rot: rot, Theta: theta, T: t})
+			return gpu.QKNormRoPEBackward(r, s.q, a.qNorm.buf, s.dQR, s.dQ, n.gainGrad(a.qNorm.buf), qd)
 		},
 		func() error {
-			return gpu.QKNormRoPEBackward(r, s.k, a.kNorm.buf, s.dKR, s.dK, n.gainGrad(a.kNorm.buf), gpu.QKNormRoPEDims{Rows: rows, Heads: nkv, HeadDim: hd, Eps: eps, Rot: rot, Theta: theta, T: t})
+			return gpu.QKNormRoPEBackward(r, s.k, a.kNorm.buf, s.dKR, s.dK, n.gainGrad(a.kNorm.buf), kd)
 		},
 		func() error { return gpu.SplitQueryGateBackward(r, s.dQ, s.dAgate, s.dQG, rows, nh, hd) },
 		func() error { return s.back(r, a.qg, s.xn1, s.dQG, s.dXn, rows) },
