@@ -8,6 +8,44 @@ import (
 // attentionMaxHeadDim is the largest head_dim Attention compiles for (Qwen3.5: 256).
 const attentionMaxHeadDim = 256
 
+// AttentionDims are the sizes of one Attention or AttentionBackward call; the token rows
+// are NB·T, in window-major order.
+type AttentionDims struct {
+	// NB is the number of windows; a token attends only to the tokens of its own window.
+	NB int
+	// T is the number of tokens per window.
+	T int
+	// NH is the number of query heads: q and out are [NB·T, NH, HeadDim], lse [NB·T, NH].
+	NH int
+	// NKV is the number of KV heads, a divisor of NH (query head h reads KV head
+	// h / (NH/NKV)): k and v are [NB·T, NKV, HeadDim].
+	NKV int
+	// HeadDim is the head size, ≤ 256.
+	HeadDim int
+}
+
+// check errors when r is not usable, a size is not positive, NH is not a multiple of NKV,
+// HeadDim exceeds 256 or the q rows exceed the 2³¹ index range.
+func (d AttentionDims) check(r *Recorder, op string) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
+	nb, t, nh, nkv, headDim := d.NB, d.T, d.NH, d.NKV, d.HeadDim
+	if err := positive(op, "nb, t, nh, nkv, headDim", nb, t, nh, nkv, headDim); err != nil {
+		return err
+	}
+	if nh%nkv != 0 {
+		return fmt.Errorf("gpu: %s: nh = %d query heads is not a multiple of nkv = %d KV heads", op, nh, nkv)
+	}
+	if headDim > attentionMaxHeadDim {
+		return fmt.Errorf("gpu: %s: headDim = %d exceeds %d", op, headDim, attentionMaxHeadDim)
+	}
+	if nb*t*nh*headDim > maxU32Elems {
+		return fmt.Errorf("gpu: %s: nb·t·nh·headDim = %d exceeds %d", op, nb*t*nh*headDim, maxU32Elems)
+	}
+	return nil
+}
+
 // Attention records causal softmax attention with grouped-query heads (host.Attention, HF
 // eager attention of Qwen3_5Attention, DESIGN.md §3), streaming (online) softmax over key
 // blocks, f32 throughout:
@@ -23,24 +61,13 @@ const attentionMaxHeadDim = 256
 // softmax denominator, for the backward). All five buffers distinct.
 // Errors: non-positive sizes, nh not a multiple of nkv, headDim > 256, dtype or length
 // mismatches, aliasing, or any Dispatch error.
-func Attention(r *Recorder, q, k, v, out, lse *Buffer, nb, t, nh, nkv, headDim int) error {
-	if err := r.usable(); err != nil {
-		return err
-	}
+func Attention(r *Recorder, q, k, v, out, lse *Buffer, dims AttentionDims) error {
 	const op = "Attention"
-	if err := positive(op, "nb, t, nh, nkv, headDim", nb, t, nh, nkv, headDim); err != nil {
+	if err := dims.check(r, op); err != nil {
 		return err
 	}
-	if nh%nkv != 0 {
-		return fmt.Errorf("gpu: %s: nh = %d query heads is not a multiple of nkv = %d KV heads", op, nh, nkv)
-	}
-	if headDim > attentionMaxHeadDim {
-		return fmt.Errorf("gpu: %s: headDim = %d exceeds %d", op, headDim, attentionMaxHeadDim)
-	}
+	nb, t, nh, nkv, headDim := dims.NB, dims.T, dims.NH, dims.NKV, dims.HeadDim
 	rows := nb * t
-	if rows*nh*headDim > maxU32Elems {
-		return fmt.Errorf("gpu: %s: nb·t·nh·headDim = %d exceeds %d", op, rows*nh*headDim, maxU32Elems)
-	}
 	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "out": out, "lse": lse}
 	for _, c := range []struct {
 		name string

@@ -65,21 +65,13 @@ func attentionBackwardConfig(headDim int, maxSmem, maxInv int) (attentionBackwar
 // of nkv, headDim > 256, dtype or length mismatches, aliasing, a device without the
 // workgroup memory or invocations needed, or any Dispatch error; a failed call records
 // nothing.
-func AttentionBackward(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer, nb, t, nh, nkv, headDim int) error {
+func AttentionBackward(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer, dims AttentionDims) error {
 	const op = "AttentionBackward"
-	if err := positive(op, "nb, t, nh, nkv, headDim", nb, t, nh, nkv, headDim); err != nil {
+	if err := dims.check(r, op); err != nil {
 		return err
 	}
-	if nh%nkv != 0 {
-		return fmt.Errorf("gpu: %s: nh = %d query heads is not a multiple of nkv = %d KV heads", op, nh, nkv)
-	}
-	if headDim > attentionMaxHeadDim {
-		return fmt.Errorf("gpu: %s: headDim = %d exceeds %d", op, headDim, attentionMaxHeadDim)
-	}
+	nb, t, nh, nkv, headDim := dims.NB, dims.T, dims.NH, dims.NKV, dims.HeadDim
 	rows := nb * t
-	if rows*nh*headDim > maxU32Elems {
-		return fmt.Errorf("gpu: %s: nb·t·nh·headDim = %d exceeds %d", op, rows*nh*headDim, maxU32Elems)
-	}
 	nq, nk := rows*nh*headDim, rows*nkv*headDim
 	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "out": out, "lse": lse, "dout": dout, "dq": dq, "dk": dk, "dv": dv}
 	for _, c := range []struct {

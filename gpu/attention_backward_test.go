@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 
@@ -76,7 +75,9 @@ func TestAttentionBackward(t *testing.T) {
 				defer b.Release()
 			}
 			if tc.gpuFwd {
-				if err := d.Run(func(r *gpu.Recorder) error { return gpu.Attention(r, q, k, v, o, lse, nb, tt, nh, nkv, hd) }); err != nil {
+				if err := d.Run(func(r *gpu.Recorder) error {
+					return gpu.Attention(r, q, k, v, o, lse, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
+				}); err != nil {
 					t.Fatal(err)
 				}
 				for i, x := range must(d.ReadFloat32(o)).T(t) {
@@ -87,7 +88,7 @@ func TestAttentionBackward(t *testing.T) {
 				}
 			}
 			if err := d.Run(func(r *gpu.Recorder) error {
-				return gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, nb, tt, nh, nkv, hd)
+				return gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -174,15 +175,15 @@ func TestAttentionBackwardErrors(t *testing.T) {
 	r := d.Begin()
 	defer r.Discard()
 	for name, err := range map[string]error{
-		"t":          gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, nb, tt+1, nh, nkv, hd),
-		"nh % nkv":   gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, nb, tt, nh, 3, hd),
-		"nb 0":       gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, 0, tt, nh, nkv, hd),
-		"headDim":    gpu.AttentionBackward(r, big, big, big, big, lse, big, big, big, big, 1, 1, 1, 1, 512),
-		"dq is q":    gpu.AttentionBackward(r, q, k, v, o, lse, g, q, dk, dv, nb, tt, nh, nkv, hd),
-		"dk is dv":   gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dv, dv, nb, tt, nh, nkv, hd),
-		"lse is dq":  gpu.AttentionBackward(r, q, k, v, o, dq, g, dq, dk, dv, nb, tt, nh, nkv, hd),
-		"dk swapped": gpu.AttentionBackward(r, q, k, v, o, lse, g, dk, dq, dv, nb, tt, nh, nkv, hd),
-		"nil dout":   gpu.AttentionBackward(r, q, k, v, o, lse, nil, dq, dk, dv, nb, tt, nh, nkv, hd),
+		"t":          gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt + 1, NH: nh, NKV: nkv, HeadDim: hd}),
+		"nh % nkv":   gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: 3, HeadDim: hd}),
+		"nb 0":       gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: 0, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
+		"headDim":    gpu.AttentionBackward(r, big, big, big, big, lse, big, big, big, big, gpu.AttentionDims{NB: 1, T: 1, NH: 1, NKV: 1, HeadDim: 512}),
+		"dq is q":    gpu.AttentionBackward(r, q, k, v, o, lse, g, q, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
+		"dk is dv":   gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dv, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
+		"lse is dq":  gpu.AttentionBackward(r, q, k, v, o, dq, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
+		"dk swapped": gpu.AttentionBackward(r, q, k, v, o, lse, g, dk, dq, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
+		"nil dout":   gpu.AttentionBackward(r, q, k, v, o, lse, nil, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
 	} {
 		if err == nil {
 			t.Errorf("%s: no error", name)
@@ -200,17 +201,7 @@ func TestAttentionBackwardErrors(t *testing.T) {
 // (query, key ≤ query) pair and head). H200, 2026-11-30: 3.1 ms (860 GFLOP/s) at t = 512
 // and 139 ms (2.47 TFLOP/s; the forward: 36 ms) at t = 4096.
 func BenchmarkAttentionBackward(b *testing.B) {
-	for _, sz := range []struct {
-		nb, t, nh, nkv, hd int
-		big                bool
-	}{{1, 512, 8, 2, 256, false}, {1, 4096, 16, 4, 256, true}} {
-		b.Run(fmt.Sprintf("nb=%d,t=%d,nh=%d,nkv=%d,hd=%d", sz.nb, sz.t, sz.nh, sz.nkv, sz.hd), func(b *testing.B) {
-			if sz.big && os.Getenv("NVG_BENCH_BIG") != "1" {
-				b.Skip("model-sized run: set NVG_BENCH_BIG=1")
-			}
-			benchAttentionBackward(b, sz.nb, sz.t, sz.nh, sz.nkv, sz.hd)
-		})
-	}
+	eachAttentionBenchSize(b, benchAttentionBackward)
 }
 
 func benchAttentionBackward(b *testing.B, nb, tt, nh, nkv, hd int) {
@@ -227,12 +218,14 @@ func benchAttentionBackward(b *testing.B, nb, tt, nh, nkv, hd int) {
 	k, v := up("k", rows*nkv*hd, rows, nkv, hd), up("v", rows*nkv*hd, rows, nkv, hd)
 	dq, dk, dv := up("dq", rows*nh*hd, rows, nh, hd), up("dk", rows*nkv*hd, rows, nkv, hd), up("dv", rows*nkv*hd, rows, nkv, hd)
 	lse := up("lse", rows*nh, rows, nh)
-	if err := d.Run(func(r *gpu.Recorder) error { return gpu.Attention(r, q, k, v, o, lse, nb, tt, nh, nkv, hd) }); err != nil {
+	if err := d.Run(func(r *gpu.Recorder) error {
+		return gpu.Attention(r, q, k, v, o, lse, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
+	}); err != nil {
 		b.Fatal(err)
 	}
 	run := func() {
 		if err := d.Run(func(r *gpu.Recorder) error {
-			return gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, nb, tt, nh, nkv, hd)
+			return gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
 		}); err != nil {
 			b.Fatal(err)
 		}

@@ -1,7 +1,5 @@
 package gpu
 
-import "fmt"
-
 const attentionGateWG = 256
 
 // AttentionGate records y = o ⊙ sigmoid(gate) elementwise (host.AttentionGate), the output
@@ -27,16 +25,8 @@ func AttentionGate(r *Recorder, o, gate, y *Buffer) error {
 	if err := distinct(op, map[string]*Buffer{"o": o, "gate": gate, "y": y}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	return r.dispatch1D(KernelSpec{
 		Name: op, File: "attention_gate.wgsl", Params: struct{ WG int }{attentionGateWG},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 1,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D((n + attentionGateWG - 1) / attentionGateWG)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, g, []uint32{uint32(n)}, Whole(o), Whole(gate), Whole(y))
+	}, (n+attentionGateWG-1)/attentionGateWG, []uint32{uint32(n)}, Whole(o), Whole(gate), Whole(y))
 }

@@ -33,16 +33,8 @@ func AttentionGateBackward(r *Recorder, o, gate, dy, do, dgate *Buffer) error {
 	if err := distinct(op, map[string]*Buffer{"o": o, "gate": gate, "dy": dy, "do": do, "dgate": dgate}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	return r.dispatch1D(KernelSpec{
 		Name: op, File: "attention_gate_backward.wgsl", Params: struct{ WG int }{attentionGateWG},
 		Bindings: []Access{Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 1,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D((n + attentionGateWG - 1) / attentionGateWG)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, g, []uint32{uint32(n)}, Whole(o), Whole(gate), Whole(dy), Whole(do), Whole(dgate))
+	}, (n+attentionGateWG-1)/attentionGateWG, []uint32{uint32(n)}, Whole(o), Whole(gate), Whole(dy), Whole(do), Whole(dgate))
 }

@@ -42,7 +42,7 @@ func TestAttention(t *testing.T) {
 		o := must(d.NewBuffer("out", gpu.F32, rows, tc.nh, tc.hd)).T(t)
 		lse := must(d.NewBuffer("lse", gpu.F32, rows, tc.nh)).T(t)
 		if err := d.Run(func(r *gpu.Recorder) error {
-			return gpu.Attention(r, q, k, v, o, lse, tc.nb, tc.t, tc.nh, tc.nkv, tc.hd)
+			return gpu.Attention(r, q, k, v, o, lse, gpu.AttentionDims{NB: tc.nb, T: tc.t, NH: tc.nh, NKV: tc.nkv, HeadDim: tc.hd})
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -54,13 +54,13 @@ func TestAttention(t *testing.T) {
 		checkClose(t, "Attention out", must(d.ReadFloat32(o)).T(t), wo, tol, 0)
 		checkClose(t, "Attention lse", must(d.ReadFloat32(lse)).T(t), wl, tol, tol)
 		r := d.Begin()
-		if err := gpu.Attention(r, q, k, v, o, lse, tc.nb, tc.t+1, tc.nh, tc.nkv, tc.hd); err == nil {
+		if err := gpu.Attention(r, q, k, v, o, lse, gpu.AttentionDims{NB: tc.nb, T: tc.t + 1, NH: tc.nh, NKV: tc.nkv, HeadDim: tc.hd}); err == nil {
 			t.Error("wrong t accepted")
 		}
-		if err := gpu.Attention(r, q, k, v, q, lse, tc.nb, tc.t, tc.nh, tc.nkv, tc.hd); err == nil {
+		if err := gpu.Attention(r, q, k, v, q, lse, gpu.AttentionDims{NB: tc.nb, T: tc.t, NH: tc.nh, NKV: tc.nkv, HeadDim: tc.hd}); err == nil {
 			t.Error("out aliasing q accepted")
 		}
-		if err := gpu.Attention(r, q, k, v, o, lse, tc.nb, tc.t, tc.nh+1, tc.nkv, tc.hd); err == nil {
+		if err := gpu.Attention(r, q, k, v, o, lse, gpu.AttentionDims{NB: tc.nb, T: tc.t, NH: tc.nh + 1, NKV: tc.nkv, HeadDim: tc.hd}); err == nil {
 			t.Error("wrong nh accepted")
 		}
 		if r.Len() != 0 {
@@ -74,7 +74,7 @@ func TestAttention(t *testing.T) {
 	r := d.Begin()
 	x := must(d.NewBuffer("x", gpu.F32, 512)).T(t)
 	defer x.Release()
-	if err := gpu.Attention(r, x, x, x, x, x, 1, 1, 1, 1, 512); err == nil {
+	if err := gpu.Attention(r, x, x, x, x, x, gpu.AttentionDims{NB: 1, T: 1, NH: 1, NKV: 1, HeadDim: 512}); err == nil {
 		t.Error("headDim 512 accepted")
 	}
 	r.Discard()
@@ -85,6 +85,13 @@ func TestAttention(t *testing.T) {
 // Reports tokens/s (whole call), gpu-µs (kernel time from the profiler) and the causal
 // score+value GFLOP/s over the GPU time (4·hd flops per (query, key ≤ query) pair and head).
 func BenchmarkAttention(b *testing.B) {
+	eachAttentionBenchSize(b, benchAttention)
+}
+
+// eachAttentionBenchSize runs bench as a sub-benchmark per attention geometry: one window of
+// t = 512, nh = 8 over nkv = 2, head_dim 256, and with NVG_BENCH_BIG=1 t = 4096, nh = 16,
+// nkv = 4.
+func eachAttentionBenchSize(b *testing.B, bench func(b *testing.B, nb, tt, nh, nkv, hd int)) {
 	for _, sz := range []struct {
 		nb, t, nh, nkv, hd int
 		big                bool
@@ -93,7 +100,7 @@ func BenchmarkAttention(b *testing.B) {
 			if sz.big && os.Getenv("NVG_BENCH_BIG") != "1" {
 				b.Skip("model-sized run: set NVG_BENCH_BIG=1")
 			}
-			benchAttention(b, sz.nb, sz.t, sz.nh, sz.nkv, sz.hd)
+			bench(b, sz.nb, sz.t, sz.nh, sz.nkv, sz.hd)
 		})
 	}
 }
@@ -114,7 +121,7 @@ func benchAttention(b *testing.B, nb, tt, nh, nkv, hd int) {
 		defer x.Release()
 	}
 	benchKernel(b, d, "Attention", rows, func(r *gpu.Recorder) error {
-		return gpu.Attention(r, q, k, v, o, lse, nb, tt, nh, nkv, hd)
+		return gpu.Attention(r, q, k, v, o, lse, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
 	}, lse)
 	flops := float64(nb*nh*tt*(tt+1)/2) * 4 * float64(hd)
 	for _, kt := range d.Profile() {

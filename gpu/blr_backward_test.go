@@ -303,19 +303,5 @@ func BenchmarkBLRBackward(b *testing.B) {
 	if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, t1, rows) }); err != nil {
 		b.Fatal(err)
 	}
-	run := func() {
-		if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRBackward(r, l, x, t1, dy, dx, grads, rows) }); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.Sync(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	run() // compile
-	b.ResetTimer()
-	for b.Loop() {
-		run()
-	}
-	flop := float64(paths) * 2 * rows * rk * float64(2*m+n)
-	b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	benchGFLOPs(b, d, float64(paths)*2*rows*rk*float64(2*m+n), func(r *gpu.Recorder) error { return gpu.BLRBackward(r, l, x, t1, dy, dx, grads, rows) })
 }

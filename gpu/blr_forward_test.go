@@ -99,24 +99,55 @@ func blrForwardBound(w *cmf.BLRWeight, x []float64, rows int) (y, bound []float6
 	return y, bound
 }
 
-// TestBLRForward compares BLRForward (under every GEMM variant of gemmTestVariants) and its
-// naive twin with cmf.BLRWeight.Apply (f64) on sizes that are not multiples of the 64×64
-// tile nor of 32 bits per row (n/8 bytes per V row not a multiple of 4) and on sizes that
-// take the fast path, for 1 and 2 paths, with and without rank padding; t1 is kept
-// and checked against (x⊙g)·Vᵀ. Tolerance: blrForwardBound (f32 rounding bound).
+// blrForwardCases are the geometries of the BLRForward parity suite: sizes that are not
+// multiples of the 64×64 tile nor of 32 bits per row (n/8 bytes per V row not a multiple of
+// 4) and sizes that take the fast path, for 1 and 2 paths, with and without rank padding.
+var blrForwardCases = []struct {
+	rows, m, n, r, paths, live int
+	fast                       bool // run under the fast-path variants, else the general ones
+}{
+	{37, 70, 56, 24, 1, 24, false},
+	{5, 130, 200, 72, 2, 66, false},
+	{65, 33, 88, 16, 2, 16, false},
+	{37, 128, 64, 64, 2, 60, true},  // t1 fast with 64-wide tiles, y with all tiles
+	{5, 64, 128, 128, 1, 128, true}, // t1 fast with all tiles, y with 64-wide tiles
+}
+
+// blrForwardImpl is one implementation of BLRForward under the parity suite
+// testBLRForward: its launcher, the GEMM variant it runs under (nil: the naive twin, which
+// takes every case) and so which cases it takes (the variant's path: fast or general).
+type blrForwardImpl struct {
+	name    string
+	run     func(r *gpu.Recorder, l *gpu.BLRLayer, x, y *gpu.Buffer, t1 []*gpu.Buffer, rows int) error
+	variant *gemmTestVariant
+}
+
+// TestBLRForward runs the parity suite on BLRForward under every GEMM variant of
+// gemmTestVariants and on its naive twin BLRForwardNaive.
 func TestBLRForward(t *testing.T) {
+	impls := []blrForwardImpl{{"naive", gpu.BLRForwardNaive, nil}}
+	for i := range gemmTestVariants {
+		v := &gemmTestVariants[i]
+		impls = append(impls, blrForwardImpl{v.String(), gpu.BLRForward, v})
+	}
+	for _, impl := range impls {
+		t.Run(impl.name, func(t *testing.T) { testBLRForward(t, impl) })
+	}
+}
+
+// testBLRForward is BLRForward's parity suite: impl on each of blrForwardCases its variant
+// takes, y compared with cmf.BLRWeight.Apply (f64) within blrForwardBound (the f32 rounding
+// bound), and t1 of the last path, kept, with (x⊙g)·Vᵀ within (n+2)·u·Σ|x g|.
+func testBLRForward(t *testing.T, impl blrForwardImpl) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(21, 22))
-	for _, c := range []struct {
-		rows, m, n, r, paths, live int
-		fast                       bool // run under the fast-path variants, else the general ones
-	}{
-		{37, 70, 56, 24, 1, 24, false},
-		{5, 130, 200, 72, 2, 66, false},
-		{65, 33, 88, 16, 2, 16, false},
-		{37, 128, 64, 64, 2, 60, true},  // t1 fast with 64-wide tiles, y with all tiles
-		{5, 64, 128, 128, 1, 128, true}, // t1 fast with all tiles, y with 64-wide tiles
-	} {
+	if impl.variant != nil {
+		defer impl.variant.force()()
+	}
+	for _, c := range blrForwardCases {
+		if impl.variant != nil && impl.variant.general == c.fast {
+			continue
+		}
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
 			w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
 			l := uploadBLR(t, d, w, c.live)
@@ -125,54 +156,35 @@ func TestBLRForward(t *testing.T) {
 			x := must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t)
 			defer x.Release()
 			want, bound := blrForwardBound(w, xd, c.rows)
-			for vi := 0; vi <= len(gemmTestVariants); vi++ {
-				naive := vi == len(gemmTestVariants)
-				name := "naive"
-				if !naive {
-					v := gemmTestVariants[vi]
-					if v.general == c.fast {
-						continue
+			y := must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t)
+			defer y.Release()
+			var t1 []*gpu.Buffer
+			for range c.paths {
+				b := must(d.NewBuffer("t1", gpu.F32, c.rows, c.r)).T(t)
+				defer b.Release()
+				t1 = append(t1, b)
+			}
+			if err := d.Run(func(r *gpu.Recorder) error { return impl.run(r, l, x, y, t1, c.rows) }); err != nil {
+				t.Fatal(err)
+			}
+			checkBound(t, "y", must(d.ReadFloat32(y)).T(t), want, bound)
+			// t1 of the last path: (x⊙g)·Vᵀ with bound (n+2)·u·Σ|x g|.
+			p := c.paths - 1
+			q := w.Paths[p]
+			wt1 := make([]float64, c.rows*c.r)
+			bt1 := make([]float64, c.rows*c.r)
+			for i := 0; i < c.rows; i++ {
+				for k := 0; k < c.r; k++ {
+					var s, a float64
+					for j := 0; j < c.n; j++ {
+						v := xd[i*c.n+j] * float64(q.G[j])
+						s += signAt(q.V, k*c.n+j) * v
+						a += math.Abs(v)
 					}
-					name = v.String()
-					defer v.force()()
-				}
-				y := must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t)
-				var t1 []*gpu.Buffer
-				for range c.paths {
-					t1 = append(t1, must(d.NewBuffer("t1", gpu.F32, c.rows, c.r)).T(t))
-				}
-				f := gpu.BLRForward
-				if naive {
-					f = gpu.BLRForwardNaive
-				}
-				if err := d.Run(func(r *gpu.Recorder) error { return f(r, l, x, y, t1, c.rows) }); err != nil {
-					t.Fatal(err)
-				}
-				got := must(d.ReadFloat32(y)).T(t)
-				checkBound(t, name+" y", got, want, bound)
-				// t1 of the last path: (x⊙g)·Vᵀ with bound (n+2)·u·Σ|x g|.
-				p := c.paths - 1
-				q := w.Paths[p]
-				gt1 := must(d.ReadFloat32(t1[p])).T(t)
-				wt1 := make([]float64, c.rows*c.r)
-				bt1 := make([]float64, c.rows*c.r)
-				for i := 0; i < c.rows; i++ {
-					for k := 0; k < c.r; k++ {
-						var s, a float64
-						for j := 0; j < c.n; j++ {
-							v := xd[i*c.n+j] * float64(q.G[j])
-							s += signAt(q.V, k*c.n+j) * v
-							a += math.Abs(v)
-						}
-						wt1[i*c.r+k], bt1[i*c.r+k] = s, float64(c.n+2)*a/(1<<24)
-					}
-				}
-				checkBound(t, name+" t1", gt1, wt1, bt1)
-				y.Release()
-				for _, b := range t1 {
-					b.Release()
+					wt1[i*c.r+k], bt1[i*c.r+k] = s, float64(c.n+2)*a/(1<<24)
 				}
 			}
+			checkBound(t, "t1", must(d.ReadFloat32(t1[p])).T(t), wt1, bt1)
 		})
 	}
 }
@@ -249,19 +261,5 @@ func BenchmarkBLRForward(b *testing.B) {
 			buf.Release()
 		}
 	}()
-	run := func() {
-		if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, t1, rows) }); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.Sync(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	run() // compile
-	b.ResetTimer()
-	for b.Loop() {
-		run()
-	}
-	flop := float64(paths) * 2 * rows * rk * float64(m+n)
-	b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	benchGFLOPs(b, d, float64(paths)*2*rows*rk*float64(m+n), func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, t1, rows) })
 }

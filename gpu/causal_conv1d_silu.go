@@ -4,6 +4,22 @@ import "fmt"
 
 const causalConvWG = 256
 
+// causalConvSize returns the element count nb·t·channels of CausalConv1dSiLU and its
+// backward. Errors: a non-positive size, K > 64, or more than 2³¹ elements.
+func causalConvSize(op string, nb, t, channels, K int) (int, error) {
+	if err := positive(op, "nb, t, channels, K", nb, t, channels, K); err != nil {
+		return 0, err
+	}
+	if K > 64 {
+		return 0, fmt.Errorf("gpu: %s: K = %d taps exceeds 64", op, K)
+	}
+	n := nb * t * channels
+	if n > maxU32Elems {
+		return 0, fmt.Errorf("gpu: %s: nb·t·channels = %d exceeds %d", op, n, maxU32Elems)
+	}
+	return n, nil
+}
+
 // CausalConv1dSiLU records the GatedDeltaNet's depthwise causal convolution over time
 // followed by SiLU (host.CausalConv1dSiLU, DESIGN.md §3):
 //
@@ -21,15 +37,9 @@ func CausalConv1dSiLU(r *Recorder, x, w, y *Buffer, nb, t, channels, K int) erro
 		return err
 	}
 	const op = "CausalConv1dSiLU"
-	if err := positive(op, "nb, t, channels, K", nb, t, channels, K); err != nil {
+	n, err := causalConvSize(op, nb, t, channels, K)
+	if err != nil {
 		return err
-	}
-	if K > 64 {
-		return fmt.Errorf("gpu: %s: K = %d taps exceeds 64", op, K)
-	}
-	n := nb * t * channels
-	if n > maxU32Elems {
-		return fmt.Errorf("gpu: %s: nb·t·channels = %d exceeds %d", op, n, maxU32Elems)
 	}
 	if err := need(op, "x", x, n, F32); err != nil {
 		return err
@@ -43,17 +53,9 @@ func CausalConv1dSiLU(r *Recorder, x, w, y *Buffer, nb, t, channels, K int) erro
 	if err := distinct(op, map[string]*Buffer{"x": x, "w": w, "y": y}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	return r.dispatch1D(KernelSpec{
 		Name: op, File: "causal_conv1d_silu.wgsl",
 		Params:   struct{ WG, K int }{causalConvWG, K},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D((n + causalConvWG - 1) / causalConvWG)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, g, []uint32{uint32(n), uint32(channels), uint32(t)}, Whole(x), Whole(w), Whole(y))
+	}, (n+causalConvWG-1)/causalConvWG, []uint32{uint32(n), uint32(channels), uint32(t)}, Whole(x), Whole(w), Whole(y))
 }

@@ -20,15 +20,9 @@ import "fmt"
 // error (nothing is left recorded on error).
 func CausalConv1dSiLUBackward(r *Recorder, x, w, dy, dx *Buffer, nb, t, channels, K int) error {
 	const op = "CausalConv1dSiLUBackward"
-	if err := positive(op, "nb, t, channels, K", nb, t, channels, K); err != nil {
+	n, err := causalConvSize(op, nb, t, channels, K)
+	if err != nil {
 		return err
-	}
-	if K > 64 {
-		return fmt.Errorf("gpu: %s: K = %d taps exceeds 64", op, K)
-	}
-	n := nb * t * channels
-	if n > maxU32Elems {
-		return fmt.Errorf("gpu: %s: nb·t·channels = %d exceeds %d", op, n, maxU32Elems)
 	}
 	for _, c := range []struct {
 		name string

@@ -42,23 +42,6 @@ type Device struct {
 	staging      map[uint64][]*wgpu.Buffer // readback buffers kept for reuse, by size
 	stagingB     uint64                    // their bytes
 	profiler     profiler
-
-	logitsStore uint64 // KLLossBackward keeps pass 1's logits up to this many bytes
-}
-
-// DefaultLogitsStore is the KL head's logits store on a GPU adapter (SetLogitsStore):
-// 4 GiB, enough for 8 windows × 512 tokens × a 248,320-token vocabulary in f32.
-const DefaultLogitsStore = 4 << 30
-
-// SetLogitsStore sets how many bytes of scratch KLLossBackward may use to keep the logits
-// of its first pass (rows × vocab × 4 bytes) for its second, which then skips one of its
-// three vocabulary GEMMs (a third of the head's arithmetic). Above the limit it recomputes
-// them slice by slice. 0 turns the store off (the default on CPU adapters, where memory is
-// the host's); Open sets DefaultLogitsStore on GPUs. The result is bit-identical either way.
-func (d *Device) SetLogitsStore(maxBytes uint64) {
-	d.mu.Lock()
-	d.logitsStore = maxBytes
-	d.mu.Unlock()
 }
 
 // SetMaxStorageBindingSize lowers the storage-binding limit nvg plans and checks with
@@ -302,9 +285,6 @@ func Open() (*Device, error) {
 		buffers:      map[*Buffer]struct{}{},
 		kernels:      map[kernelKey]*Kernel{},
 		scratchLimit: DefaultScratchLimit,
-	}
-	if !info.CPU {
-		d.logitsStore = DefaultLogitsStore
 	}
 	if v := os.Getenv("NVG_GPU_MEMORY"); v != "" {
 		b, err := ParseBytes(v)

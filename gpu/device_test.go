@@ -322,7 +322,9 @@ func TestProfileMixed(t *testing.T) {
 			func() error { return gpu.Linear(r, a, wd, dn, rows, inter, hidden) },
 			func() error { return gpu.ResidualAdd(r, x, dn) },
 			func() error { return gpu.RMSNorm(r, x, nw, xn, rows, hidden, 1e-6, true) },
-			func() error { return gpu.LogitsTopK(r, xn, emb, rows, hidden, vocab, k, 128, lse, ids, logp) },
+			func() error {
+				return gpu.LogitsTopK(r, xn, emb, gpu.LogitsDims{Rows: rows, Hidden: hidden, Vocab: vocab, K: k, SliceRows: 128}, lse, ids, logp)
+			},
 		} {
 			if err := f(); err != nil {
 				return err

@@ -18,10 +18,15 @@
 // gpu/<op_name>_test.go. A launcher:
 //
 //  1. takes the Recorder first, then the buffers (outputs last or in place, as documented),
-//     then sizes and scalars: func ResidualAdd(r *Recorder, x, y *Buffer) error;
+//     then sizes and scalars: func ResidualAdd(r *Recorder, x, y *Buffer) error. More than
+//     four sizes go into a dims struct with one documented field per size, shared by an op's
+//     forward, backward and variants (DeltaRuleDims, AttentionDims, LogitsDims,
+//     QKNormRoPEDims); tuning knobs that are not sizes go into an options struct whose zero
+//     value is the default (KLOptions), never into Device state;
 //  2. validates everything in Go — first r.usable() (nil recorder), then dtypes, shapes and
-//     lengths against each other (helpers need, positive, distinct), ids and scalars — and
-//     returns an error naming the op and the bad argument; it never panics;
+//     lengths against each other (helpers need, positive, distinct; a dims struct has a
+//     check method doing the recorder and size checks once for all its launchers), ids and
+//     scalars — and returns an error naming the op and the bad argument; it never panics;
 //  3. gets its pipeline with r.Device().Kernel(KernelSpec{...}): the WGSL file is a
 //     text/template rendered with literal compile-time sizes (Params), and the pipeline is
 //     cached by (File, Entry, Params), so keep Params small and made of values;
@@ -29,7 +34,13 @@
 //     wid.x + wid.y·nwg.x as its linear workgroup index and bounds-checks), and passes
 //     runtime sizes as u32 uniforms (the last binding of the shader);
 //  5. calls r.Dispatch, which re-checks binding counts, ranges, alignment, the device's
-//     maxStorageBufferBindingSize, read/read-write aliasing and grid limits.
+//     maxStorageBufferBindingSize, read/read-write aliasing and grid limits. A launcher of
+//     one dispatch does 3–5 with r.dispatch1D(spec, workgroups, uniforms, bindings...).
+//
+// Where an op has several implementations (a tuned kernel and its simple twin, a chunked
+// and a token-by-token form), the choice between them is gpu's, made from the device's
+// limits (GatedDeltaRuleAuto with GatedDeltaRuleChunkedFits, GatedDeltaRuleBackwardAuto),
+// so callers never re-derive a launcher's scratch sizes.
 //
 // A launcher that needs scratch memory or uploaded host arguments (Embedding's ids,
 // LogitsTopK's logits slice) takes it from r.Temp / r.TempUint32: the recorder hands it
@@ -59,5 +70,29 @@
 // Tests open the device with gputest.Open, which skips only when no adapter exists and
 // fails when NVG_REQUIRE_GPU=1. Every kernel is compared with its host reference on awkward
 // sizes with a tolerance derived from its arithmetic; tuned kernels keep a simple twin as
-// their reference.
+// their reference. Twin implementations share one parity suite (gonum lapack/testlapack
+// style): an implementation-independent testX(t, impl) runs every case against the
+// float64 host reference, and each implementation is one line, a TestX calling it with its
+// launcher, tolerance and options (testDeltaRule, testDeltaRuleBackward, testLinearFamily,
+// testBLRForward).
+//
+// # Where things are
+//
+//	gpu/device.go, buffer.go       Open, Device.Info, limits, buffers, upload/readback, MemStats
+//	gpu/kernel.go, record.go       KernelSpec and the pipeline cache; Recorder, Temp, Dispatch,
+//	                               dispatch1D, Grid1D, Cost, Submit
+//	gpu/check.go                   the launchers' shared argument checks (need, positive, distinct)
+//	gpu/profile.go                 the timestamp profiler (SetProfiling, Profile)
+//	gpu/<op>.go, <op>_backward.go  one launcher per op (its dims struct beside it), named as the
+//	                               WGSL file and the host reference
+//	gpu/gated_delta_rule_auto.go   DeltaRuleDims and the chunked/token-by-token choice
+//	gpu/kl_loss_backward.go        LogitsDims (also LogitsTopK's) and KLOptions
+//	gpu/<op>_test.go               parity tests and benchmarks; gputest/ opens the test device
+//	wgsl/<op>.wgsl                 one shader per op family (text/template, wgsl.Render)
+//	wgsl/reduce.wgsl               library: workgroup reductions (red_: row entry, tree sum and
+//	                               max, sum of squares, streamed log-sum-exp step)
+//	wgsl/elementwise.wgsl          library: 1-D entry point and index, Params{n}, sigmoid (ew_)
+//	wgsl/gemm_tile.wgsl            library: the tiled GEMM body, GEMM Params and B index (gemm_)
+//	wgsl/gated_delta_rule_chunk_lib.wgsl  library: the chunked delta rule's sub-steps (gdrc_)
+//	wgsl/causal_conv1d_lib.wgsl    library: the causal conv's Params and pre-activation (cc_)
 package gpu

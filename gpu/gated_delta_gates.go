@@ -37,17 +37,9 @@ func GatedDeltaGates(r *Recorder, a, b, aLog, dtBias, g, beta *Buffer, rows, hv 
 	if err := distinct(op, map[string]*Buffer{"a": a, "b": b, "aLog": aLog, "dtBias": dtBias, "g": g, "beta": beta}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	return r.dispatch1D(KernelSpec{
 		Name: op, File: "gated_delta_gates.wgsl", Params: struct{ WG int }{gatedDeltaGatesWG},
 		Bindings: []Access{Read, Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 2,
-	})
-	if err != nil {
-		return err
-	}
-	grid, err := Grid1D((n + gatedDeltaGatesWG - 1) / gatedDeltaGatesWG)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, grid, []uint32{uint32(n), uint32(hv)},
+	}, (n+gatedDeltaGatesWG-1)/gatedDeltaGatesWG, []uint32{uint32(n), uint32(hv)},
 		Whole(a), Whole(b), Whole(aLog), Whole(dtBias), Whole(g), Whole(beta))
 }

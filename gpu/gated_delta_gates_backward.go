@@ -35,17 +35,9 @@ func GatedDeltaGatesBackward(r *Recorder, a, b, aLog, dtBias, dg, dbeta, da, db 
 	if err := distinct(op, bufs); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	return r.dispatch1D(KernelSpec{
 		Name: op, File: "gated_delta_gates_backward.wgsl", Params: struct{ WG int }{gatedDeltaGatesWG},
 		Bindings: []Access{Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 2,
-	})
-	if err != nil {
-		return err
-	}
-	grid, err := Grid1D((n + gatedDeltaGatesWG - 1) / gatedDeltaGatesWG)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, grid, []uint32{uint32(n), uint32(hv)},
+	}, (n+gatedDeltaGatesWG-1)/gatedDeltaGatesWG, []uint32{uint32(n), uint32(hv)},
 		Whole(a), Whole(b), Whole(aLog), Whole(dtBias), Whole(dg), Whole(dbeta), Whole(da), Whole(db))
 }

@@ -31,17 +31,12 @@ const (
 // (t steps, two barriers each).
 // Errors: non-positive sizes, hv not a multiple of hk, dk out of range, dtype or length
 // mismatches, aliasing among the buffers, or any Dispatch error.
-func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, hv, dk, dv int) error {
-	if err := r.usable(); err != nil {
-		return err
-	}
+func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaRuleDims) error {
 	const op = "GatedDeltaRule"
-	if err := positive(op, "nb, t, hk, hv, dk, dv", nb, t, hk, hv, dk, dv); err != nil {
+	if err := dims.check(r, op); err != nil {
 		return err
 	}
-	if hv%hk != 0 {
-		return fmt.Errorf("gpu: %s: hv = %d value heads is not a multiple of hk = %d key heads", op, hv, hk)
-	}
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
 	if dk%4 != 0 || dk > 256 {
 		return fmt.Errorf("gpu: %s: dk = %d must be a multiple of 4 and ≤ 256", op, dk)
 	}
@@ -49,20 +44,9 @@ func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, 
 	if rows*hv*dv > maxU32Elems || rows*hk*dk > maxU32Elems || nb*hv*dk*dv > maxU32Elems {
 		return fmt.Errorf("gpu: %s: sizes nb=%d t=%d hk=%d hv=%d dk=%d dv=%d exceed 2³¹ elements", op, nb, t, hk, hv, dk, dv)
 	}
-	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "g": g, "beta": beta, "o": o}
-	for _, c := range []struct {
-		name string
-		n    int
-	}{{"q", rows * hk * dk}, {"k", rows * hk * dk}, {"v", rows * hv * dv}, {"g", rows * hv}, {"beta", rows * hv}, {"o", rows * hv * dv}} {
-		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
-			return err
-		}
-	}
-	if state != nil {
-		if err := need(op, "state", state, nb*hv*dk*dv, F32); err != nil {
-			return err
-		}
-		bufs["state"] = state
+	bufs, err := gdrForwardBuffers(op, dims, q, k, v, g, beta, o, state)
+	if err != nil {
+		return err
 	}
 	if err := distinct(op, bufs); err != nil {
 		return err
@@ -97,6 +81,29 @@ func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, 
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
 	return r.Dispatch(kern, grid, []uint32{uint32(nb), uint32(t), uint32(hk), uint32(hv)}, binds...)
+}
+
+// gdrForwardBuffers checks the forward's buffers against dims (all F32: q, k
+// [NB·T, HK, DK]; v, o [NB·T, HV, DV]; g, beta [NB·T, HV]; state, when not nil,
+// [NB, HV, DK, DV]) and returns them by name, for the aliasing check.
+func gdrForwardBuffers(op string, dims DeltaRuleDims, q, k, v, g, beta, o, state *Buffer) (map[string]*Buffer, error) {
+	rows, hk, hv, dk, dv := dims.NB*dims.T, dims.HK, dims.HV, dims.DK, dims.DV
+	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "g": g, "beta": beta, "o": o}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"q", rows * hk * dk}, {"k", rows * hk * dk}, {"v", rows * hv * dv}, {"g", rows * hv}, {"beta", rows * hv}, {"o", rows * hv * dv}} {
+		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
+			return nil, err
+		}
+	}
+	if state != nil {
+		if err := need(op, "state", state, dims.NB*hv*dk*dv, F32); err != nil {
+			return nil, err
+		}
+		bufs["state"] = state
+	}
+	return bufs, nil
 }
 
 // unrollIdx returns [a, a mod 4] for a < n: the template's unrolled register indices and

@@ -42,7 +42,8 @@ func GatedDeltaRuleChunk(t int) int {
 // and value head, with C = GatedDeltaRuleChunk(t), ⌈t/C⌉ state checkpoints and C recomputed
 // chunk states of dk·dv values each, plus u and w of the chunk's tokens (2·C·dv); when
 // hv > hk, also the per-value-head dq and dk (2·nb·t·hv·dk) before their GVA sum.
-func GatedDeltaRuleBackwardScratch(nb, t, hk, hv, dk, dv int) int {
+func GatedDeltaRuleBackwardScratch(dims DeltaRuleDims) int {
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
 	c := GatedDeltaRuleChunk(t)
 	nck := (t + c - 1) / c
 	n := nb * hv * ((nck+c)*dk*dv + 2*c*dv)
@@ -92,19 +93,17 @@ func GatedDeltaRuleBackwardScratch(nb, t, hk, hv, dk, dv int) int {
 // Errors: non-positive sizes, hv not a multiple of hk, dk or dv out of range, dtype or
 // length mismatches, aliasing among the buffers, scratch or workgroup memory beyond the
 // device's limits, or any Dispatch error (nothing is left recorded on error).
-func GatedDeltaRuleBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, nb, t, hk, hv, dk, dv int) error {
+func GatedDeltaRuleBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
 	const op = "GatedDeltaRuleBackward"
-	if err := positive(op, "nb, t, hk, hv, dk, dv", nb, t, hk, hv, dk, dv); err != nil {
+	if err := dims.check(r, op); err != nil {
 		return err
 	}
-	if hv%hk != 0 {
-		return fmt.Errorf("gpu: %s: hv = %d value heads is not a multiple of hk = %d key heads", op, hv, hk)
-	}
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
 	if dk > 256 || dv > 256 {
 		return fmt.Errorf("gpu: %s: dk = %d and dv = %d must be ≤ 256", op, dk, dv)
 	}
 	rows := nb * t
-	scratch := GatedDeltaRuleBackwardScratch(nb, t, hk, hv, dk, dv)
+	scratch := GatedDeltaRuleBackwardScratch(dims)
 	if rows*hv*dv > maxU32Elems || rows*hk*dk > maxU32Elems || rows*hv*dk > maxU32Elems || scratch > maxU32Elems {
 		return fmt.Errorf("gpu: %s: sizes nb=%d t=%d hk=%d hv=%d dk=%d dv=%d exceed 2³¹ elements", op, nb, t, hk, hv, dk, dv)
 	}

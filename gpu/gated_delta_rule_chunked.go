@@ -61,7 +61,8 @@ func gdrcSlice(d *Device, dk int) int {
 // GatedDeltaRuleChunkedScratch is the number of f32 scratch values GatedDeltaRuleChunked
 // takes from r.Temp: per window, value head and token, W (dk), U (dv), a row of the masked
 // q·k matrix (64) and the cumulative log-decay (1).
-func GatedDeltaRuleChunkedScratch(nb, t, hv, dk, dv int) int {
+func GatedDeltaRuleChunkedScratch(dims DeltaRuleDims) int {
+	nb, t, hv, dk, dv := dims.NB, dims.T, dims.HV, dims.DK, dims.DV
 	return nb * hv * t * (dk + dv + GatedDeltaRuleChunkLen + 1)
 }
 
@@ -100,11 +101,8 @@ func GatedDeltaRuleChunkedScratch(nb, t, hv, dk, dv int) int {
 // Limits: dk a multiple of 4 and ≤ 256 (as GatedDeltaRule); dv ≥ 1 any.
 // Errors: those of GatedDeltaRule, plus scratch or workgroup memory beyond the device's
 // limits (nothing is left recorded on error).
-func GatedDeltaRuleChunked(r *Recorder, q, k, v, g, beta, o, state *Buffer, nb, t, hk, hv, dk, dv int) error {
-	if err := r.usable(); err != nil {
-		return err
-	}
-	_, err := gatedDeltaRuleChunked(r, "GatedDeltaRuleChunked", q, k, v, g, beta, o, state, nil, nil, nb, t, hk, hv, dk, dv)
+func GatedDeltaRuleChunked(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaRuleDims) error {
+	_, err := gatedDeltaRuleChunked(r, "GatedDeltaRuleChunked", q, k, v, g, beta, o, state, nil, nil, dims)
 	return err
 }
 
@@ -114,14 +112,12 @@ type gdrcScratch struct{ w, u, aqk, gc *Buffer }
 
 // gatedDeltaRuleChunked is GatedDeltaRuleChunked that also writes, when h and vnew are not
 // nil, the state before every chunk, h [nb·hv, ⌈t/64⌉, dk, dv], and V' [nb·hv·t, dv], and
-// returns its scratch buffers (for the backward). r must be usable.
-func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h, vnew *Buffer, nb, t, hk, hv, dk, dv int) (*gdrcScratch, error) {
-	if err := positive(op, "nb, t, hk, hv, dk, dv", nb, t, hk, hv, dk, dv); err != nil {
+// returns its scratch buffers (for the backward).
+func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h, vnew *Buffer, dims DeltaRuleDims) (*gdrcScratch, error) {
+	if err := dims.check(r, op); err != nil {
 		return nil, err
 	}
-	if hv%hk != 0 {
-		return nil, fmt.Errorf("gpu: %s: hv = %d value heads is not a multiple of hk = %d key heads", op, hv, hk)
-	}
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
 	if dk%4 != 0 || dk > 256 {
 		return nil, fmt.Errorf("gpu: %s: dk = %d must be a multiple of 4 and ≤ 256", op, dk)
 	}
@@ -131,20 +127,9 @@ func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h
 		rows*hv*dk > maxU32Elems || rows*hv*GatedDeltaRuleChunkLen > maxU32Elems || nb*hv*nck*dk*dv > maxU32Elems {
 		return nil, fmt.Errorf("gpu: %s: sizes nb=%d t=%d hk=%d hv=%d dk=%d dv=%d exceed 2³¹ elements", op, nb, t, hk, hv, dk, dv)
 	}
-	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "g": g, "beta": beta, "o": o}
-	for _, c := range []struct {
-		name string
-		n    int
-	}{{"q", rows * hk * dk}, {"k", rows * hk * dk}, {"v", rows * hv * dv}, {"g", rows * hv}, {"beta", rows * hv}, {"o", rows * hv * dv}} {
-		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
-			return nil, err
-		}
-	}
-	if state != nil {
-		if err := need(op, "state", state, nb*hv*dk*dv, F32); err != nil {
-			return nil, err
-		}
-		bufs["state"] = state
+	bufs, err := gdrForwardBuffers(op, dims, q, k, v, g, beta, o, state)
+	if err != nil {
+		return nil, err
 	}
 	if h != nil {
 		if err := need(op, "h", h, nb*hv*nck*dk*dv, F32); err != nil {

@@ -17,9 +17,10 @@ type gdrcbParams struct {
 // every chunk (2·⌈t/64⌉·dk·dv per window and value head), dV', dW and the WY gradients
 // (4·dk + 2·dv per token and value head), one scalar per chunk, and, when hv > hk, the
 // per-value-head dq and dk (2·dk per token and value head).
-func GatedDeltaRuleChunkedBackwardScratch(nb, t, hk, hv, dk, dv int) int {
+func GatedDeltaRuleChunkedBackwardScratch(dims DeltaRuleDims) int {
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
 	nck := (t + GatedDeltaRuleChunkLen - 1) / GatedDeltaRuleChunkLen
-	n := GatedDeltaRuleChunkedScratch(nb, t, hv, dk, dv) + nb*hv*t*(2*dv+4*dk+2*dv) + nb*hv*nck*(2*dk*dv+1)
+	n := GatedDeltaRuleChunkedScratch(dims) + nb*hv*t*(2*dv+4*dk+2*dv) + nb*hv*nck*(2*dk*dv+1)
 	if hk > 0 && hv > hk {
 		n += 2 * nb * t * hv * dk
 	}
@@ -59,17 +60,12 @@ func GatedDeltaRuleChunkedBackwardScratch(nb, t, hk, hv, dk, dv int) int {
 // Errors: non-positive sizes, hv not a multiple of hk, dk or dv out of range, dtype or
 // length mismatches, aliasing among the buffers, scratch or workgroup memory beyond the
 // device's limits, or any Dispatch error (nothing is left recorded on error).
-func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, nb, t, hk, hv, dk, dv int) error {
+func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
 	const op = "GatedDeltaRuleChunkedBackward"
-	if err := r.usable(); err != nil {
+	if err := dims.check(r, op); err != nil {
 		return err
 	}
-	if err := positive(op, "nb, t, hk, hv, dk, dv", nb, t, hk, hv, dk, dv); err != nil {
-		return err
-	}
-	if hv%hk != 0 {
-		return fmt.Errorf("gpu: %s: hv = %d value heads is not a multiple of hk = %d key heads", op, hv, hk)
-	}
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
 	if dk%4 != 0 || dk > 256 || dv%4 != 0 {
 		return fmt.Errorf("gpu: %s: dk = %d and dv = %d must be multiples of 4, dk ≤ 256", op, dk, dv)
 	}
@@ -186,7 +182,7 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 		r.ops = r.ops[:mark]
 		return err
 	}
-	sc, err := gatedDeltaRuleChunked(r, op, q, k, v, g, beta, o, nil, h, vnew, nb, t, hk, hv, dk, dv)
+	sc, err := gatedDeltaRuleChunked(r, op, q, k, v, g, beta, o, nil, h, vnew, dims)
 	if err != nil {
 		return fail(err)
 	}

@@ -88,15 +88,16 @@ func infDecayTol(t, dk, dv int) float64 {
 func TestGatedDeltaRuleChunkedInfDecay(t *testing.T) {
 	eachInfDecayCase(t, 171, func(t *testing.T, d *gpu.Device, tc infDecayRun) {
 		nb, tt, hk, hv, dk, dv := tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv
+		dims := gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}
 		rows, bs, in := nb*tt, tc.bs, tc.in
 		q, k, v, g, beta := tc.bufs[0], tc.bufs[1], tc.bufs[2], tc.bufs[3], tc.bufs[4]
 		o, oRef := bs.nw("o", rows, hv, dv), bs.nw("o token", rows, hv, dv)
 		st, stRef := bs.nw("state", nb, hv, dk, dv), bs.nw("state token", nb, hv, dk, dv)
 		if err := d.Run(func(r *gpu.Recorder) error {
-			if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, o, st, nb, tt, hk, hv, dk, dv); err != nil {
+			if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, o, st, dims); err != nil {
 				return err
 			}
-			return gpu.GatedDeltaRule(r, q, k, v, g, beta, oRef, stRef, nb, tt, hk, hv, dk, dv)
+			return gpu.GatedDeltaRule(r, q, k, v, g, beta, oRef, stRef, dims)
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -126,14 +127,15 @@ func TestGatedDeltaRuleChunkedInfDecay(t *testing.T) {
 func TestGatedDeltaRuleChunkedBackwardInfDecay(t *testing.T) {
 	eachInfDecayCase(t, 173, func(t *testing.T, d *gpu.Device, tc infDecayRun) {
 		nb, tt, hk, hv, dk, dv := tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv
+		dims := gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}
 		rows, bs, in := nb*tt, tc.bs, tc.in
 		q, k, v, g, beta := tc.bufs[0], tc.bufs[1], tc.bufs[2], tc.bufs[3], tc.bufs[4]
 		dof, dod := randF32(tc.rng, rows*hv*dv, 1)
 		do := bs.up("do", dof, rows, hv, dv)
 		outs := []*gpu.Buffer{bs.nw("dq", rows, hk, dk), bs.nw("dk", rows, hk, dk), bs.nw("dv", rows, hv, dv), bs.nw("dg", rows, hv), bs.nw("dbeta", rows, hv)}
-		run := func(bw func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, nb, t, hk, hv, dk, dv int) error) [5][]float32 {
+		run := func(bw func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error) [5][]float32 {
 			if err := d.Run(func(r *gpu.Recorder) error {
-				return bw(r, q, k, v, g, beta, do, outs[0], outs[1], outs[2], outs[3], outs[4], nb, tt, hk, hv, dk, dv)
+				return bw(r, q, k, v, g, beta, do, outs[0], outs[1], outs[2], outs[3], outs[4], dims)
 			}); err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -40,66 +41,142 @@ func deltaInputs(t testing.TB, rng *rand.Rand, rows, hk, hv, dk, dv int) (f [5][
 	return f, d
 }
 
-// TestGatedDeltaRule compares the recurrence with the host's float64 one, on the model's
-// dk = dv = 128 (t = 37, two windows, GVA hv = 2·hk, the final state too) and on an awkward
-// geometry (dv = 37 not a multiple of the 32-column slice, dk = 12, hv = 3·hk, key head
-// mapping j / 3), and t = 1. Tolerance: each step forms two dk-term f32 dot products and a
-// few products per state entry, and the state map S ↦ (I − βkkᵀ)·e^g·S is non-expansive
-// (|k| = 1, β ∈ (0,1), g ≤ 0), so rounding errors of the t steps add up without growth; as
-// independent roundings they random-walk to ~√(t·(2dk+4))·u relative to the largest value
-// (the worst case, linear in t·dk, is ~100× looser and would hide real bugs). Checked as
-// atol = 16·√(t·(2dk+4))·u·max|want| (8.5e-5 relative at t = 37, dk = 128), rtol 0.
+// deltaRuleCases are the geometries of the forward parity suite: the model's dk = dv = 128
+// (t = 37 and 70, two windows, GVA hv = 2·hk), an awkward geometry (dv = 37 not a multiple
+// of the 32-column slice, dk = 12, hv = 3·hk, key head mapping j / 3), t = 1, and the
+// chunked form's: t not a multiple of the chunk of 64 (37: one short chunk; 100, 130: a
+// short last chunk), hv/hk = 1 and 2, several windows, dv not a multiple of 4 or of the
+// 32-column slice, and gscale > 1 multiplying the model-range g (down to about −100 per
+// token, so the chunk's cumulative decays underflow f32 entirely).
+var deltaRuleCases = []struct {
+	dims   gpu.DeltaRuleDims
+	gscale float64
+	state  bool
+}{
+	{gpu.DeltaRuleDims{NB: 2, T: 37, HK: 1, HV: 2, DK: 128, DV: 128}, 1, true},
+	{gpu.DeltaRuleDims{NB: 3, T: 5, HK: 2, HV: 6, DK: 12, DV: 37}, 1, false},
+	{gpu.DeltaRuleDims{NB: 1, T: 1, HK: 1, HV: 1, DK: 8, DV: 3}, 1, true},
+	{gpu.DeltaRuleDims{NB: 2, T: 100, HK: 1, HV: 2, DK: 16, DV: 16}, 1, true},
+	{gpu.DeltaRuleDims{NB: 3, T: 37, HK: 2, HV: 2, DK: 32, DV: 32}, 1, false},
+	{gpu.DeltaRuleDims{NB: 2, T: 130, HK: 2, HV: 4, DK: 16, DV: 37}, 1, true},
+	{gpu.DeltaRuleDims{NB: 1, T: 130, HK: 1, HV: 1, DK: 16, DV: 16}, 40, true},
+	{gpu.DeltaRuleDims{NB: 2, T: 70, HK: 1, HV: 2, DK: 128, DV: 128}, 1, true},
+}
+
+// deltaRuleImpl is one implementation of the gated delta rule forward under the parity
+// suite testDeltaRule: its launcher, the inter-chunk slice widths to run it under
+// (gpu.SetGDRCSlice; 0 is the device's choice), its tolerance relative to max|want|, and
+// whether it is also compared with the token-by-token GPU kernel.
+type deltaRuleImpl struct {
+	run     func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error
+	slices  []int
+	tol     func(gpu.DeltaRuleDims) float64
+	vsToken bool
+}
+
+// deltaRuleTokenTol is the token-by-token kernel's tolerance: each step forms two dk-term
+// f32 dot products and a few products per state entry, and the state map
+// S ↦ (I − βkkᵀ)·e^g·S is non-expansive (|k| = 1, β ∈ (0,1), g ≤ 0), so rounding errors of
+// the t steps add up without growth; as independent roundings they random-walk to
+// ~√(t·(2dk+4))·u relative to the largest value (the worst case, linear in t·dk, is ~100×
+// looser and would hide real bugs). Checked as atol = 16·√(t·(2dk+4))·u·max|want|
+// (8.5e-5 relative at t = 37, dk = 128), rtol 0.
+func deltaRuleTokenTol(d gpu.DeltaRuleDims) float64 {
+	return 16 * math.Sqrt(float64(d.T*(2*d.DK+4))) * u32
+}
+
+// deltaRuleChunkedTol is the chunked form's tolerance: within a chunk each output is a sum
+// of dot products of dk terms (W·S, Q·S, K·Kᵀ, Q·Kᵀ) and of ≤ 64 terms (Aqk·V', the forward
+// substitution, the state update); the substitution's matrix I + A is unit lower triangular
+// with |A_is| ≤ β_i|k_i·k_s| < 1, and the recurrence it solves is the delta rule's
+// non-expansive one, so its rounding errors do not grow either; across chunks S is carried
+// by the same non-expansive map. Independent roundings random-walk to
+// ~√((t/64 + 1)·(4dk + 3·64))·u relative to the largest value (per chunk four dk-term and
+// three 64-term sums); checked as atol = 16·√((t/64 + 1)·(4dk + 192))·u·max|want|, at least
+// deltaRuleTokenTol for the short cases. The same tolerance applies against the GPU
+// token-by-token kernel (both are within it of the f64 result).
+func deltaRuleChunkedTol(d gpu.DeltaRuleDims) float64 {
+	nck := float64((d.T + 63) / 64)
+	return math.Max(16*math.Sqrt((nck+1)*float64(4*d.DK+192))*u32, deltaRuleTokenTol(d))
+}
+
+// TestGatedDeltaRule: the token-by-token kernel under the forward parity suite.
 func TestGatedDeltaRule(t *testing.T) {
+	testDeltaRule(t, deltaRuleImpl{gpu.GatedDeltaRule, []int{0}, deltaRuleTokenTol, false})
+}
+
+// TestGatedDeltaRuleAuto: the launcher nvgkit calls (chunked where it fits) under the
+// forward parity suite.
+func TestGatedDeltaRuleAuto(t *testing.T) {
+	testDeltaRule(t, deltaRuleImpl{gpu.GatedDeltaRuleAuto, []int{0}, deltaRuleChunkedTol, true})
+}
+
+// testDeltaRule is the forward parity suite: impl on every deltaRuleCases geometry and slice
+// width against the host's float64 recurrence (o and, where asked, the final state), against
+// the token-by-token GPU kernel when impl.vsToken, and its argument errors (wrong t, o
+// aliasing q, hv not a multiple of hk, dk not a multiple of 4, a nil recorder: none may
+// leave a dispatch recorded).
+func testDeltaRule(t *testing.T, impl deltaRuleImpl) {
 	d := gputest.Open(t)
-	rng := rand.New(rand.NewPCG(17, 18))
-	for _, tc := range []struct {
-		nb, t, hk, hv, dk, dv int
-		state                 bool
-	}{{2, 37, 1, 2, 128, 128, true}, {3, 5, 2, 6, 12, 37, false}, {1, 1, 1, 1, 8, 3, true}} {
-		rows := tc.nb * tc.t
-		f, in := deltaInputs(t, rng, rows, tc.hk, tc.hv, tc.dk, tc.dv)
-		q := must(d.UploadFloat32("q", f[0], rows, tc.hk, tc.dk)).T(t)
-		k := must(d.UploadFloat32("k", f[1], rows, tc.hk, tc.dk)).T(t)
-		v := must(d.UploadFloat32("v", f[2], rows, tc.hv, tc.dv)).T(t)
-		g := must(d.UploadFloat32("g", f[3], rows, tc.hv)).T(t)
-		beta := must(d.UploadFloat32("beta", f[4], rows, tc.hv)).T(t)
-		o := must(d.NewBuffer("o", gpu.F32, rows, tc.hv, tc.dv)).T(t)
-		var st *gpu.Buffer
-		if tc.state {
-			st = must(d.NewBuffer("state", gpu.F32, tc.nb, tc.hv, tc.dk, tc.dv)).T(t)
-		}
-		if err := d.Run(func(r *gpu.Recorder) error {
-			return gpu.GatedDeltaRule(r, q, k, v, g, beta, o, st, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv)
-		}); err != nil {
-			t.Fatal(err)
-		}
-		wo, ws, err := host.GatedDeltaRule(in[0], in[1], in[2], in[3], in[4], tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv, tc.state)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tol := 16 * math.Sqrt(float64(tc.t*(2*tc.dk+4))) * u32
-		checkClose(t, "GatedDeltaRule o", must(d.ReadFloat32(o)).T(t), wo, tol*maxAbs(wo), 0)
-		if tc.state {
-			checkClose(t, "GatedDeltaRule state", must(d.ReadFloat32(st)).T(t), ws, tol*maxAbs(ws), 0)
-		}
-		r := d.Begin()
-		if err := gpu.GatedDeltaRule(r, q, k, v, g, beta, o, st, tc.nb, tc.t+1, tc.hk, tc.hv, tc.dk, tc.dv); err == nil {
-			t.Error("wrong t accepted")
-		}
-		if err := gpu.GatedDeltaRule(r, q, k, v, g, beta, q, st, tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv); err == nil {
-			t.Error("o aliasing q accepted")
-		}
-		if err := gpu.GatedDeltaRule(r, q, k, v, g, beta, o, nil, tc.nb, tc.t, tc.hk, tc.hv+1, tc.dk, tc.dv); err == nil {
-			t.Error("hv not a multiple of hk accepted")
-		}
-		if r.Len() != 0 {
-			t.Errorf("%d dispatches recorded by failing calls", r.Len())
-		}
-		r.Discard()
-		for _, b := range []*gpu.Buffer{q, k, v, g, beta, o, st} {
-			if b != nil {
-				b.Release()
-			}
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, tc := range deltaRuleCases {
+		for _, cs := range impl.slices {
+			dm := tc.dims
+			t.Run(fmt.Sprintf("cs=%d nb=%d t=%d hk=%d hv=%d dk=%d dv=%d gscale=%g", cs, dm.NB, dm.T, dm.HK, dm.HV, dm.DK, dm.DV, tc.gscale), func(t *testing.T) {
+				defer gpu.SetGDRCSlice(cs)()
+				rows := dm.NB * dm.T
+				f, in := chunkedInputs(t, rng, rows, dm.HK, dm.HV, dm.DK, dm.DV, tc.gscale)
+				bs := newBufs(t, d)
+				q, k, v := bs.up("q", f[0], rows, dm.HK, dm.DK), bs.up("k", f[1], rows, dm.HK, dm.DK), bs.up("v", f[2], rows, dm.HV, dm.DV)
+				g, beta := bs.up("g", f[3], rows, dm.HV), bs.up("beta", f[4], rows, dm.HV)
+				o, oRef := bs.nw("o", rows, dm.HV, dm.DV), bs.nw("o token", rows, dm.HV, dm.DV)
+				var st, stRef *gpu.Buffer
+				if tc.state {
+					st, stRef = bs.nw("state", dm.NB, dm.HV, dm.DK, dm.DV), bs.nw("state token", dm.NB, dm.HV, dm.DK, dm.DV)
+				}
+				if err := d.Run(func(r *gpu.Recorder) error {
+					if err := impl.run(r, q, k, v, g, beta, o, st, dm); err != nil || !impl.vsToken {
+						return err
+					}
+					return gpu.GatedDeltaRule(r, q, k, v, g, beta, oRef, stRef, dm)
+				}); err != nil {
+					t.Fatal(err)
+				}
+				wo, ws, err := host.GatedDeltaRule(in[0], in[1], in[2], in[3], in[4], dm.NB, dm.T, dm.HK, dm.HV, dm.DK, dm.DV, tc.state)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tol := impl.tol(dm)
+				got := must(d.ReadFloat32(o)).T(t)
+				checkClose(t, "o vs host", got, wo, tol*maxAbs(wo), 0)
+				if impl.vsToken {
+					checkClose(t, "o vs token-by-token GPU", got, f64(must(d.ReadFloat32(oRef)).T(t)), tol*maxAbs(wo), 0)
+				}
+				if tc.state {
+					gs := must(d.ReadFloat32(st)).T(t)
+					checkClose(t, "state vs host", gs, ws, tol*maxAbs(ws), 0)
+					if impl.vsToken {
+						checkClose(t, "state vs token-by-token GPU", gs, f64(must(d.ReadFloat32(stRef)).T(t)), tol*maxAbs(ws), 0)
+					}
+				}
+				r := d.Begin()
+				defer r.Discard()
+				with := func(f func(*gpu.DeltaRuleDims)) gpu.DeltaRuleDims { x := dm; f(&x); return x }
+				for name, err := range map[string]error{
+					"wrong t":                 impl.run(r, q, k, v, g, beta, o, st, with(func(x *gpu.DeltaRuleDims) { x.T++ })),
+					"o aliasing q":            impl.run(r, q, k, v, g, beta, q, st, dm),
+					"hv not a multiple of hk": impl.run(r, q, k, v, g, beta, o, nil, with(func(x *gpu.DeltaRuleDims) { x.HV++ })),
+					"dk not a multiple of 4":  impl.run(r, q, k, v, g, beta, o, nil, with(func(x *gpu.DeltaRuleDims) { x.DK += 2 })),
+					"nil recorder":            impl.run(nil, q, k, v, g, beta, o, nil, dm),
+				} {
+					if err == nil {
+						t.Errorf("%s accepted", name)
+					}
+				}
+				if r.Len() != 0 {
+					t.Errorf("%d dispatches recorded by failing calls", r.Len())
+				}
+			})
 		}
 	}
 }
@@ -125,9 +202,18 @@ func BenchmarkGatedDeltaRule(b *testing.B) {
 }
 
 func benchGatedDeltaRule(b *testing.B, nb, tt, hk, hv, dk, dv int) {
+	benchDeltaRule(b, gpu.GatedDeltaRule, gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}, func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, st *gpu.Buffer) {
+		benchKernel(b, d, "GatedDeltaRule", rows, rec, st)
+	})
+}
+
+// benchDeltaRule uploads deltaInputs of dims (final state written) and hands a call of run
+// on them to time (benchKernel), with the rows and the buffer to wait on.
+func benchDeltaRule(b *testing.B, run func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error, dims gpu.DeltaRuleDims, time func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, st *gpu.Buffer)) {
 	d := gputest.Open(b)
 	rng := rand.New(rand.NewPCG(19, 20))
-	rows := nb * tt
+	nb, hk, hv, dk, dv := dims.NB, dims.HK, dims.HV, dims.DK, dims.DV
+	rows := nb * dims.T
 	f, _ := deltaInputs(b, rng, rows, hk, hv, dk, dv)
 	q := must(d.UploadFloat32("q", f[0], rows, hk, dk)).T(b)
 	k := must(d.UploadFloat32("k", f[1], rows, hk, dk)).T(b)
@@ -139,15 +225,15 @@ func benchGatedDeltaRule(b *testing.B, nb, tt, hk, hv, dk, dv int) {
 	for _, x := range []*gpu.Buffer{q, k, v, g, beta, o, st} {
 		defer x.Release()
 	}
-	benchKernel(b, d, "GatedDeltaRule", rows, func(r *gpu.Recorder) error {
-		return gpu.GatedDeltaRule(r, q, k, v, g, beta, o, st, nb, tt, hk, hv, dk, dv)
-	}, st)
+	time(d, rows, func(r *gpu.Recorder) error { return run(r, q, k, v, g, beta, o, st, dims) }, st)
 }
 
 // benchKernel times rec (recorded, submitted and waited for by reading wait back) b.N times
 // after one untimed call that compiles the pipeline, reports tokens/s for rows tokens per
-// call, and then the GPU time of one call of kernel name from the timestamp profiler
-// (gpu-µs; absent when the device has no timestamp queries).
+// call, and then, from the timestamp profiler (absent when the device has no timestamp
+// queries), the GPU time of one call of kernel name (gpu-µs) or, for name "" (launchers of
+// several dispatches), ms per call, the GPU time of every kernel of one call (<kernel>-µs)
+// and their sum (gpu-µs-all).
 func benchKernel(b *testing.B, d *gpu.Device, name string, rows int, rec func(*gpu.Recorder) error, wait *gpu.Buffer) {
 	run := func() {
 		if err := d.Run(rec); err != nil {
@@ -164,16 +250,29 @@ func benchKernel(b *testing.B, d *gpu.Device, name string, rows int, rec func(*g
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	if name == "" {
+		b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/call")
+	}
 	if err := d.SetProfiling(true); err != nil {
 		return
 	}
 	defer d.SetProfiling(false)
 	d.ResetProfile()
 	run()
+	total := 0.0
 	for _, kt := range d.Profile() {
-		if kt.Name == name {
-			b.ReportMetric(float64(kt.Total.Nanoseconds())/1e3/float64(kt.Calls), "gpu-µs")
+		us := float64(kt.Total.Nanoseconds()) / 1e3
+		switch {
+		case name == "":
+			total += us
+			// A metric, not a log line: benchmark logs are truncated without -test.v.
+			b.ReportMetric(us, strings.ReplaceAll(kt.Name, " ", "_")+"-µs")
+		case kt.Name == name:
+			b.ReportMetric(us/float64(kt.Calls), "gpu-µs")
 		}
+	}
+	if name == "" {
+		b.ReportMetric(total, "gpu-µs-all")
 	}
 }
 
@@ -194,11 +293,11 @@ func TestMixerKernelsNilRecorder(t *testing.T) {
 		"CausalConv1dSiLU": gpu.CausalConv1dSiLU(nil, b, b, b, 1, 1, 1, 4),
 		"GatedDeltaGates":  gpu.GatedDeltaGates(nil, b, b, b, b, b, b, 1, 1),
 		"L2Norm":           gpu.L2Norm(nil, b, b, 1, 1, 1),
-		"GatedDeltaRule":   gpu.GatedDeltaRule(nil, b, b, b, b, b, b, nil, 1, 1, 1, 1, 4, 4),
+		"GatedDeltaRule":   gpu.GatedDeltaRule(nil, b, b, b, b, b, b, nil, gpu.DeltaRuleDims{NB: 1, T: 1, HK: 1, HV: 1, DK: 4, DV: 4}),
 		"GatedRMSNorm":     gpu.GatedRMSNorm(nil, b, b, b, b, 1, 1, 1, 1e-6),
 		"SplitQueryGate":   gpu.SplitQueryGate(nil, b, b, b, 1, 1, 1),
-		"QKNormRoPE":       gpu.QKNormRoPE(nil, b, b, b, 1, 1, 2, 1e-6, 2, 1e4, 1),
-		"Attention":        gpu.Attention(nil, b, b, b, b, b, 1, 1, 1, 1, 4),
+		"QKNormRoPE":       gpu.QKNormRoPE(nil, b, b, b, gpu.QKNormRoPEDims{Rows: 1, Heads: 1, HeadDim: 2, Eps: 1e-6, Rot: 2, Theta: 1e4, T: 1}),
+		"Attention":        gpu.Attention(nil, b, b, b, b, b, gpu.AttentionDims{NB: 1, T: 1, NH: 1, NKV: 1, HeadDim: 4}),
 		"AttentionGate":    gpu.AttentionGate(nil, b, b, b),
 	} {
 		if err == nil {

@@ -42,17 +42,9 @@ func GatedRMSNorm(r *Recorder, x, z, w, y *Buffer, rows, hv, dv int, eps float64
 	if err := distinct(op, map[string]*Buffer{"x": x, "z": z, "w": w, "y": y}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	return r.dispatch1D(KernelSpec{
 		Name: op, File: "gated_rms_norm.wgsl", Params: struct{ WG int }{gatedRMSNormWG},
 		Bindings: []Access{Read, Read, Read, ReadWrite}, Uniforms: 3,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D(rows * hv)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, g, []uint32{uint32(rows * hv), uint32(dv), math.Float32bits(float32(eps))},
+	}, rows*hv, []uint32{uint32(rows * hv), uint32(dv), math.Float32bits(float32(eps))},
 		Whole(x), Whole(z), Whole(w), Whole(y))
 }

@@ -16,14 +16,6 @@ func GradScale(r *Recorder, g *Buffer, s float64) error {
 	if !(s >= -maxF32 && s <= maxF32) {
 		return fmt.Errorf("gpu: %s: s = %g must be finite in f32", op, s)
 	}
-	k, err := r.d.Kernel(KernelSpec{Name: op, File: "grad_scale.wgsl", Params: struct{ WG int }{gradWG},
-		Bindings: []Access{ReadWrite}, Uniforms: 2})
-	if err != nil {
-		return err
-	}
-	grid, err := Grid1D((g.numel + gradWG - 1) / gradWG)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, grid, []uint32{uint32(g.numel), f32bits(s)}, Whole(g))
+	return r.dispatch1D(KernelSpec{Name: op, File: "grad_scale.wgsl", Params: struct{ WG int }{gradWG},
+		Bindings: []Access{ReadWrite}, Uniforms: 2}, (g.numel+gradWG-1)/gradWG, []uint32{uint32(g.numel), f32bits(s)}, Whole(g))
 }

@@ -7,9 +7,83 @@ import (
 
 const klWG = 128
 
+// DefaultLogitsStore is KLLossBackward's logits store on a GPU adapter (KLOptions): 4 GiB,
+// enough for 8 windows × 512 tokens × a 248,320-token vocabulary in f32.
+const DefaultLogitsStore = 4 << 30
+
+// LogitsDims are the sizes of an LM head over the vocabulary (LogitsTopK, KLLossBackward):
+// logits = h·Eᵀ, never materialised whole.
+type LogitsDims struct {
+	// Rows is the number of token rows: h [Rows, Hidden].
+	Rows int
+	// Hidden is the hidden size, the logits' inner dimension: E [Vocab, Hidden].
+	Hidden int
+	// Vocab is the vocabulary size, the logits' columns.
+	Vocab int
+	// K is the number of ids per row: LogitsTopK's top-k outputs [Rows, K], or
+	// KLLossBackward's teacher top-k ids and probabilities [Rows, K].
+	K int
+	// SliceRows is the vocabulary slice computed at a time (a multiple of 128); 0 picks the
+	// largest that keeps E's slice and the [Rows, slice] scratch within one binding and
+	// 64 MiB.
+	SliceRows int
+}
+
+// KLOptions are KLLossBackward's tuning options; the zero value is the default.
+type KLOptions struct {
+	// LogitsStore is how many bytes of scratch KLLossBackward may use to keep the logits of
+	// its first pass (Rows × Vocab × 4 bytes) for its second, which then skips one of its
+	// three vocabulary GEMMs (a third of the head's arithmetic); above the limit it
+	// recomputes them slice by slice. 0 selects the default: DefaultLogitsStore on GPU
+	// adapters, no store on CPU adapters (where memory is the host's); a negative value
+	// turns the store off. The result is bit-identical either way.
+	LogitsStore int64
+}
+
+// slice returns the vocabulary slice for E of dtype et on d, and et's element size in
+// bytes: SliceRows, or the largest
+// multiple of 128 rows within one binding and logitsScratchMax when it is 0, capped at
+// Vocab. Errors: a SliceRows not a positive multiple of 128, or a slice (of E or of the
+// [Rows, slice] scratch) beyond maxStorageBufferBindingSize.
+func (dims LogitsDims) slice(op string, d *Device, et DType) (int, uint64, error) {
+	rows, hidden, sliceRows := dims.Rows, dims.Hidden, dims.SliceRows
+	maxBind := d.info.MaxStorageBindingSize
+	esz := uint64(et.Size())
+	if sliceRows == 0 {
+		s := min(maxBind/(uint64(hidden)*esz), min(maxBind, logitsScratchMax)/(uint64(rows)*4))
+		s = s / logitsSliceAlign * logitsSliceAlign
+		if s == 0 {
+			return 0, 0, fmt.Errorf("gpu: %s: %d rows × %d hidden leave no room for a %d-row vocabulary slice in one binding; split the rows",
+				op, rows, hidden, logitsSliceAlign)
+		}
+		sliceRows = int(s)
+	}
+	if sliceRows <= 0 || sliceRows%logitsSliceAlign != 0 {
+		return 0, 0, fmt.Errorf("gpu: %s: sliceRows = %d must be a positive multiple of %d", op, sliceRows, logitsSliceAlign)
+	}
+	sliceRows = min(sliceRows, dims.Vocab)
+	if uint64(sliceRows)*uint64(hidden)*esz > maxBind || uint64(rows)*uint64(sliceRows)*4 > maxBind {
+		return 0, 0, fmt.Errorf("gpu: %s: slice of %d rows exceeds maxStorageBufferBindingSize %d", op, sliceRows, maxBind)
+	}
+	return sliceRows, esz, nil
+}
+
+// logitsStore is the store limit in bytes that opt gives on d.
+func (opt KLOptions) logitsStore(d *Device) uint64 {
+	switch {
+	case opt.LogitsStore < 0:
+		return 0
+	case opt.LogitsStore > 0:
+		return uint64(opt.LogitsStore)
+	case d.info.CPU:
+		return 0
+	}
+	return DefaultLogitsStore
+}
+
 // KLLossBackward records the distillation loss of the LM head and its gradient with respect
 // to the final hidden states (DESIGN.md §6; host.KLLoss), never materialising the rows ×
-// vocab logits. logits = h·Eᵀ with h F32 [rows, hidden] and E F16 (or F32) [vocab, hidden]
+// vocab logits. logits = h·Eᵀ (sizes: dims) with h F32 [rows, hidden] and E F16 (or F32) [vocab, hidden]
 // (frozen), computed one vocabulary slice at a time through the Linear GEMM (no binding
 // larger than maxStorageBufferBindingSize, as LogitsTopK). With the teacher's top-k ids
 // U32 [rows, k] and probabilities pT F32 [rows, k] (renormalised here per row: q = pT/Σ pT;
@@ -21,18 +95,21 @@ const klWG = 128
 //     loss F32 [1] (overwritten): (1/rows)·Σ_r KL_r;
 //   - pass 2 over the slices: dlogits = scale·(p_S − q at the ids) in the slice, then
 //     dh += dlogits·E_slice (dh F32 [rows, hidden], accumulated). When rows·vocab·4 bytes
-//     fit the device's logits store (Device.SetLogitsStore), pass 1 keeps every slice's
+//     fit the logits store (opt.LogitsStore), pass 1 keeps every slice's
 //     logits and pass 2 reuses them instead of recomputing (bit-identical results).
 //
 // scale is the gradient's factor: 1/rows gives the gradient of this call's mean loss
 // (host.KLLoss's dlogits); pass 1/(total rows) when a batch's head runs in row blocks.
-// sliceRows is the vocabulary slice (a multiple of 128; 0 picks the largest within one
-// binding and 64 MiB of scratch). The ids must be distinct per row and < vocab (not checked
+// dims.SliceRows is the vocabulary slice (LogitsDims). The ids must be distinct per row and < vocab (not checked
 // on the GPU: an id outside the vocabulary makes that row's KL NaN and gets no gradient).
 // Errors: sizes or dtypes that disagree, k > vocab, a bad sliceRows or scale, aliasing,
 // or rows so many that no 128-row slice of scratch fits a binding (split the rows).
-func KLLossBackward(r *Recorder, h, e *Buffer, rows, hidden, vocab int, ids, pT *Buffer, k, sliceRows int, scale float64, dh, kl, loss *Buffer) error {
+func KLLossBackward(r *Recorder, h, e, ids, pT *Buffer, dims LogitsDims, scale float64, opt KLOptions, dh, kl, loss *Buffer) error {
 	const op = "KLLossBackward"
+	if err := r.usable(); err != nil {
+		return err
+	}
+	rows, hidden, vocab, k := dims.Rows, dims.Hidden, dims.Vocab, dims.K
 	if err := positive(op, "rows, hidden, vocab, k", rows, hidden, vocab, k); err != nil {
 		return err
 	}
@@ -61,23 +138,9 @@ func KLLossBackward(r *Recorder, h, e *Buffer, rows, hidden, vocab int, ids, pT 
 		return err
 	}
 	d := r.d
-	maxBind := d.info.MaxStorageBindingSize
-	esz := uint64(e.dtype.Size())
-	if sliceRows == 0 {
-		s := min(maxBind/(uint64(hidden)*esz), min(maxBind, logitsScratchMax)/(uint64(rows)*4))
-		s = s / logitsSliceAlign * logitsSliceAlign
-		if s == 0 {
-			return fmt.Errorf("gpu: %s: %d rows × %d hidden leave no room for a %d-row vocabulary slice in one binding; split the rows",
-				op, rows, hidden, logitsSliceAlign)
-		}
-		sliceRows = int(s)
-	}
-	if sliceRows <= 0 || sliceRows%logitsSliceAlign != 0 {
-		return fmt.Errorf("gpu: %s: sliceRows = %d must be a positive multiple of %d", op, sliceRows, logitsSliceAlign)
-	}
-	sliceRows = min(sliceRows, vocab)
-	if uint64(sliceRows)*uint64(hidden)*esz > maxBind || uint64(rows)*uint64(sliceRows)*4 > maxBind {
-		return fmt.Errorf("gpu: %s: slice of %d rows exceeds maxStorageBufferBindingSize %d", op, sliceRows, maxBind)
+	sliceRows, esz, err := dims.slice(op, d, e.dtype)
+	if err != nil {
+		return err
 	}
 	nslices := (vocab + sliceRows - 1) / sliceRows
 	if nslices*4 > 1<<16 {
@@ -120,9 +183,7 @@ func KLLossBackward(r *Recorder, h, e *Buffer, rows, hidden, vocab int, ids, pT 
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
-	d.mu.Lock()
-	store := uint64(rows)*uint64(vocab)*4 <= d.logitsStore
-	d.mu.Unlock()
+	store := uint64(rows)*uint64(vocab)*4 <= opt.logitsStore(d)
 	// Pass 1's logits: one scratch slice reused (recompute in pass 2), or one per slice
 	// kept for pass 2 (store).
 	var kept []*Buffer

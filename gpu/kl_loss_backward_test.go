@@ -84,15 +84,13 @@ func TestKLLossBackward(t *testing.T) {
 			dhS := keep(must(d.UploadFloat32("dh stored", dh0f, rows, hidden)).T(t))
 			klS := keep(must(d.NewBuffer("kl stored", gpu.F32, rows)).T(t))
 			lossS := keep(must(d.NewBuffer("loss stored", gpu.F32, 1)).T(t))
-			d.SetLogitsStore(1 << 30)
 			if err := d.Run(func(r *gpu.Recorder) error {
-				return gpu.KLLossBackward(r, h, e, rows, hidden, vocab, idb, pt, k, c.slice, scale, dhS, klS, lossS)
+				return gpu.KLLossBackward(r, h, e, idb, pt, gpu.LogitsDims{Rows: rows, Hidden: hidden, Vocab: vocab, K: k, SliceRows: c.slice}, scale, gpu.KLOptions{LogitsStore: 1 << 30}, dhS, klS, lossS)
 			}); err != nil {
 				t.Fatal(err)
 			}
-			d.SetLogitsStore(0)
 			if err := d.Run(func(r *gpu.Recorder) error {
-				return gpu.KLLossBackward(r, h, e, rows, hidden, vocab, idb, pt, k, c.slice, scale, dh, kl, loss)
+				return gpu.KLLossBackward(r, h, e, idb, pt, gpu.LogitsDims{Rows: rows, Hidden: hidden, Vocab: vocab, K: k, SliceRows: c.slice}, scale, gpu.KLOptions{LogitsStore: -1}, dh, kl, loss)
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -194,7 +192,7 @@ func TestKLLossBackwardBadID(t *testing.T) {
 		defer b.Release()
 	}
 	if err := d.Run(func(r *gpu.Recorder) error {
-		return gpu.KLLossBackward(r, h, e, rows, hidden, vocab, ids, pt, k, 128, 0.5, dh, kl, loss)
+		return gpu.KLLossBackward(r, h, e, ids, pt, gpu.LogitsDims{Rows: rows, Hidden: hidden, Vocab: vocab, K: k, SliceRows: 128}, 0.5, gpu.KLOptions{}, dh, kl, loss)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -206,11 +204,11 @@ func TestKLLossBackwardBadID(t *testing.T) {
 	r := d.Begin()
 	defer r.Discard()
 	for name, err := range map[string]error{
-		"k > vocab": gpu.KLLossBackward(r, h, e, rows, hidden, vocab, ids, pt, vocab+1, 128, 0.5, dh, kl, loss),
-		"slice":     gpu.KLLossBackward(r, h, e, rows, hidden, vocab, ids, pt, k, 100, 0.5, dh, kl, loss),
-		"scale":     gpu.KLLossBackward(r, h, e, rows, hidden, vocab, ids, pt, k, 128, math.NaN(), dh, kl, loss),
-		"dh is h":   gpu.KLLossBackward(r, h, e, rows, hidden, vocab, ids, pt, k, 128, 0.5, h, kl, loss),
-		"loss size": gpu.KLLossBackward(r, h, e, rows, hidden, vocab, ids, pt, k, 128, 0.5, dh, kl, kl),
+		"k > vocab": gpu.KLLossBackward(r, h, e, ids, pt, gpu.LogitsDims{Rows: rows, Hidden: hidden, Vocab: vocab, K: vocab + 1, SliceRows: 128}, 0.5, gpu.KLOptions{}, dh, kl, loss),
+		"slice":     gpu.KLLossBackward(r, h, e, ids, pt, gpu.LogitsDims{Rows: rows, Hidden: hidden, Vocab: vocab, K: k, SliceRows: 100}, 0.5, gpu.KLOptions{}, dh, kl, loss),
+		"scale":     gpu.KLLossBackward(r, h, e, ids, pt, gpu.LogitsDims{Rows: rows, Hidden: hidden, Vocab: vocab, K: k, SliceRows: 128}, math.NaN(), gpu.KLOptions{}, dh, kl, loss),
+		"dh is h":   gpu.KLLossBackward(r, h, e, ids, pt, gpu.LogitsDims{Rows: rows, Hidden: hidden, Vocab: vocab, K: k, SliceRows: 128}, 0.5, gpu.KLOptions{}, h, kl, loss),
+		"loss size": gpu.KLLossBackward(r, h, e, ids, pt, gpu.LogitsDims{Rows: rows, Hidden: hidden, Vocab: vocab, K: k, SliceRows: 128}, 0.5, gpu.KLOptions{}, dh, kl, kl),
 	} {
 		if err == nil {
 			t.Errorf("%s: no error", name)

@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -17,14 +16,8 @@ import (
 // finite in f32, dtype or length mismatches, aliasing, or any Dispatch error.
 func L2NormBackward(r *Recorder, x, dy, dx *Buffer, rows, n int, scale float64) error {
 	const op = "L2NormBackward"
-	if err := positive(op, "rows, n", rows, n); err != nil {
+	if err := checkL2Norm(op, rows, n, scale); err != nil {
 		return err
-	}
-	if math.IsNaN(scale) || math.IsInf(scale, 0) || math.Abs(scale) > math.MaxFloat32 {
-		return fmt.Errorf("gpu: %s: scale = %g must be finite in f32", op, scale)
-	}
-	if rows*n > maxU32Elems {
-		return fmt.Errorf("gpu: %s: rows·n = %d exceeds %d", op, rows*n, maxU32Elems)
 	}
 	for _, c := range []struct {
 		name string
@@ -37,16 +30,8 @@ func L2NormBackward(r *Recorder, x, dy, dx *Buffer, rows, n int, scale float64) 
 	if err := distinct(op, map[string]*Buffer{"x": x, "dy": dy, "dx": dx}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	return r.dispatch1D(KernelSpec{
 		Name: op, File: "l2_norm_backward.wgsl", Params: struct{ WG int }{l2NormWG},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D(rows)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, g, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(dy), Whole(dx))
+	}, rows, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(dy), Whole(dx))
 }

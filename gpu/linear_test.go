@@ -89,31 +89,67 @@ var gemmTestVariants = []gemmTestVariant{
 	{128, 128, 32, false}, {128, 64, 32, false}, {64, 128, 32, false},
 }
 
-// TestLinearFamily runs Linear, LinearT and the naive twin under every variant of
-// gemmTestVariants: the general-path variants on awkward sizes, the fast-path ones on
-// sizes whose N and K are multiples of the tile.
-func TestLinearFamily(t *testing.T) {
+// linearImpl is one implementation of the Linear family under the parity suite
+// testLinearFamily: y = x·Wᵀ (Linear's product) and dx = dy·W (LinearT's), W F16 [out, in],
+// with the settings it runs under (force; nil for none) and the sizes it is checked on.
+type linearImpl struct {
+	name    string
+	force   func() func()
+	linear  func(r *gpu.Recorder, x, w, y *gpu.Buffer, rows, in, out int) error
+	linearT func(r *gpu.Recorder, dy, w, dx *gpu.Buffer, rows, in, out int) error
+	sizes   [][3]int
+}
+
+// linearGeneralSizes are awkward sizes (rows, in, out): not multiples of the 64×64×16 tile,
+// odd K for f16 rows starting at odd half-words, a single row, and a K shorter than one tile
+// step. linearFastSizes take the fast path (rows not a multiple of the tile): in = out = 128
+// for every tile, and in = 64, out = 192 (Linear's N = 192 is general for BN = 128,
+// LinearT's N = 64 for every BN = 128).
+var (
+	linearGeneralSizes = [][3]int{{1, 7, 5}, {67, 45, 131}, {130, 129, 65}, {5, 300, 3}, {150, 37, 141}}
+	linearFastSizes    = [][3]int{{67, 128, 128}, {131, 64, 192}, {3, 256, 128}}
+)
+
+// linearImpls are the implementations of the Linear family: Linear and LinearT under every
+// variant of gemmTestVariants (the general-path variants on linearGeneralSizes, the
+// fast-path ones on linearFastSizes), and the naive twin LinearNaive (both B layouts) on
+// all of them.
+func linearImpls() []linearImpl {
+	var impls []linearImpl
 	for _, v := range gemmTestVariants {
-		t.Run(v.String(), func(t *testing.T) {
-			defer v.force()()
-			testLinearFamily(t, !v.general)
-		})
+		sizes := linearGeneralSizes
+		if !v.general {
+			sizes = linearFastSizes
+		}
+		impls = append(impls, linearImpl{v.String(), v.force, gpu.Linear, gpu.LinearT, sizes})
+	}
+	return append(impls, linearImpl{"naive", nil,
+		func(r *gpu.Recorder, x, w, y *gpu.Buffer, rows, in, out int) error {
+			return gpu.LinearNaive(r, x, w, y, rows, in, out, true)
+		},
+		func(r *gpu.Recorder, dy, w, dx *gpu.Buffer, rows, in, out int) error {
+			return gpu.LinearNaive(r, dy, w, dx, rows, out, in, false)
+		},
+		append(append([][3]int{}, linearGeneralSizes...), linearFastSizes...)})
+}
+
+// TestLinearFamily runs the parity suite on every implementation of linearImpls.
+func TestLinearFamily(t *testing.T) {
+	for _, impl := range linearImpls() {
+		t.Run(impl.name, func(t *testing.T) { testLinearFamily(t, impl) })
 	}
 }
 
-func testLinearFamily(t *testing.T, fast bool) {
+// testLinearFamily is the Linear family's parity suite: impl's two products on each of its
+// sizes against the float64 references (host.LinearOp for y, refGEMM for dx) within the
+// f32 rounding bound (K+1)·u·Σ|a||b| per element.
+func testLinearFamily(t *testing.T, impl linearImpl) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(9, 10))
-	// Awkward sizes: not multiples of the 64×64×16 tile, odd K for f16 rows starting at
-	// odd half-words, a single row, and a K shorter than one tile step.
-	sizes := [][3]int{{1, 7, 5}, {67, 45, 131}, {130, 129, 65}, {5, 300, 3}, {150, 37, 141}}
-	if fast {
-		// Fast-path sizes (rows not a multiple of the tile): in = out = 128 for every tile,
-		// and in = 64, out = 192 (Linear's N = 192 is general for BN = 128, LinearT's
-		// N = 64 for every BN = 128).
-		sizes = [][3]int{{67, 128, 128}, {131, 64, 192}, {3, 256, 128}}
+	if impl.force != nil {
+		defer impl.force()()
 	}
-	for _, sz := range sizes {
+	for _, sz := range impl.sizes {
 		rows, in, out := sz[0], sz[1], sz[2]
 		t.Run(fmt.Sprintf("%dx%dx%d", rows, in, out), func(t *testing.T) {
 			xf, xd := randF32(rng, rows*in, 1)
@@ -123,21 +159,17 @@ func testLinearFamily(t *testing.T, fast bool) {
 			w := must(d.UploadF16("W", wb, out, in)).T(t)
 			dy := must(d.UploadFloat32("dy", dyf, rows, out)).T(t)
 			y := must(d.NewBuffer("y", gpu.F32, rows, out)).T(t)
-			yn := must(d.NewBuffer("y naive", gpu.F32, rows, out)).T(t)
 			dx := must(d.NewBuffer("dx", gpu.F32, rows, in)).T(t)
 			defer func() {
-				for _, b := range []*gpu.Buffer{x, w, dy, y, yn, dx} {
+				for _, b := range []*gpu.Buffer{x, w, dy, y, dx} {
 					b.Release()
 				}
 			}()
 			err := d.Run(func(r *gpu.Recorder) error {
-				if err := gpu.Linear(r, x, w, y, rows, in, out); err != nil {
+				if err := impl.linear(r, x, w, y, rows, in, out); err != nil {
 					return err
 				}
-				if err := gpu.LinearNaive(r, x, w, yn, rows, in, out, true); err != nil {
-					return err
-				}
-				return gpu.LinearT(r, dy, w, dx, rows, in, out)
+				return impl.linearT(r, dy, w, dx, rows, in, out)
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -149,14 +181,12 @@ func testLinearFamily(t *testing.T, fast bool) {
 			for i := range abs {
 				bound[i] = float64(in+1)*u*abs[i] + 1e-30
 			}
-			got := must(d.ReadFloat32(y)).T(t)
-			checkBound(t, "Linear vs host.LinearOp", got, want, bound)
-			checkBound(t, "LinearNaive vs host.LinearOp", must(d.ReadFloat32(yn)).T(t), want, bound)
+			checkBound(t, "y vs host.LinearOp", must(d.ReadFloat32(y)).T(t), want, bound)
 			wantT, absT := refGEMM(dyd, rows, out, wd, in, false)
 			for i := range absT {
 				absT[i] = float64(out+1)*u*absT[i] + 1e-30
 			}
-			checkBound(t, "LinearT", must(d.ReadFloat32(dx)).T(t), wantT, absT)
+			checkBound(t, "dx = dy·W", must(d.ReadFloat32(dx)).T(t), wantT, absT)
 		})
 	}
 }
@@ -253,25 +283,30 @@ func BenchmarkLinear(b *testing.B) {
 func benchGEMM(b *testing.B, rows, in, out int, naive bool) {
 	d := gputest.Open(b)
 	x, w, y := gemmOperands(b, d, 1, rows, in, out)
+	benchGFLOPs(b, d, 2*float64(rows)*float64(in)*float64(out), func(r *gpu.Recorder) error {
+		if naive {
+			return gpu.LinearNaive(r, x, w, y, rows, in, out, true)
+		}
+		return gpu.Linear(r, x, w, y, rows, in, out)
+	})
+}
+
+// benchGFLOPs times rec (recorded, submitted and synced) after one untimed call that
+// compiles the pipelines, and reports flop floating-point operations per call as GFLOP/s.
+func benchGFLOPs(b *testing.B, d *gpu.Device, flop float64, rec func(*gpu.Recorder) error) {
 	run := func() {
-		err := d.Run(func(r *gpu.Recorder) error {
-			if naive {
-				return gpu.LinearNaive(r, x, w, y, rows, in, out, true)
-			}
-			return gpu.Linear(r, x, w, y, rows, in, out)
-		})
-		if err != nil {
+		if err := d.Run(rec); err != nil {
 			b.Fatal(err)
 		}
 		if err := d.Sync(); err != nil {
 			b.Fatal(err)
 		}
 	}
-	run() // compile the pipeline outside the timing
+	run() // compile the pipelines outside the timing
 	n := 0
 	for b.Loop() {
 		run()
 		n++
 	}
-	b.ReportMetric(2*float64(rows)*float64(in)*float64(out)*float64(n)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	b.ReportMetric(flop*float64(n)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }

@@ -17,7 +17,7 @@ const (
 )
 
 // LogitsTopK records the LM head over the vocabulary without materialising the logits:
-// for each of rows rows of h (F32 [rows, hidden]) and the head/embedding matrix E (F16 or
+// (sizes: dims) for each of rows rows of h (F32 [rows, hidden]) and the head/embedding matrix E (F16 or
 // F32 [vocab, hidden]), logits = h·Eᵀ are computed one vocabulary slice at a time (a
 // Linear into a scratch [rows, slice], no binding larger than maxStorageBufferBindingSize)
 // and folded into a running max/sum and a running top-k. Outputs:
@@ -25,14 +25,14 @@ const (
 //   - ids  U32 [rows, k]: the k largest logits' ids, descending, ties by lower id;
 //   - logp F32 [rows, k]: their log-probabilities logit − lse.
 //
-// sliceRows is the vocabulary slice (a multiple of 128); 0 picks the largest that keeps E's
-// slice and the scratch within one binding and 64 MiB. 1 ≤ k ≤ min(MaxTopK, vocab).
+// dims.SliceRows is the vocabulary slice (LogitsDims). 1 ≤ k ≤ min(MaxTopK, vocab).
 // Errors: sizes or dtypes that disagree, k out of range, a bad sliceRows, or rows so many
 // that no 128-row slice of scratch fits a binding (split the rows).
-func LogitsTopK(r *Recorder, h, e *Buffer, rows, hidden, vocab, k, sliceRows int, lse, ids, logp *Buffer) error {
+func LogitsTopK(r *Recorder, h, e *Buffer, dims LogitsDims, lse, ids, logp *Buffer) error {
 	if err := r.usable(); err != nil {
 		return err
 	}
+	rows, hidden, vocab, k := dims.Rows, dims.Hidden, dims.Vocab, dims.K
 	const op = "LogitsTopK"
 	if err := positive(op, "rows, hidden, vocab, k", rows, hidden, vocab, k); err != nil {
 		return err
@@ -62,23 +62,9 @@ func LogitsTopK(r *Recorder, h, e *Buffer, rows, hidden, vocab, k, sliceRows int
 		return err
 	}
 	d := r.d
-	maxBind := d.info.MaxStorageBindingSize
-	esz := uint64(e.dtype.Size())
-	if sliceRows == 0 {
-		s := min(maxBind/(uint64(hidden)*esz), min(maxBind, logitsScratchMax)/(uint64(rows)*4))
-		s = s / logitsSliceAlign * logitsSliceAlign
-		if s == 0 {
-			return fmt.Errorf("gpu: %s: %d rows × %d hidden leave no room for a %d-row vocabulary slice in one binding; split the rows",
-				op, rows, hidden, logitsSliceAlign)
-		}
-		sliceRows = int(s)
-	}
-	if sliceRows <= 0 || sliceRows%logitsSliceAlign != 0 {
-		return fmt.Errorf("gpu: %s: sliceRows = %d must be a positive multiple of %d", op, sliceRows, logitsSliceAlign)
-	}
-	sliceRows = min(sliceRows, vocab)
-	if uint64(sliceRows)*uint64(hidden)*esz > maxBind || uint64(rows)*uint64(sliceRows)*4 > maxBind {
-		return fmt.Errorf("gpu: %s: slice of %d rows exceeds maxStorageBufferBindingSize %d", op, sliceRows, maxBind)
+	sliceRows, esz, err := dims.slice(op, d, e.dtype)
+	if err != nil {
+		return err
 	}
 	if ((vocab+sliceRows-1)/sliceRows)*2 > 1<<16 {
 		return fmt.Errorf("gpu: %s: %d slices of %d rows: use larger slices", op, (vocab+sliceRows-1)/sliceRows, sliceRows)

@@ -30,7 +30,7 @@ func runLogitsTopK(t *testing.T, d *gpu.Device, hf []float32, eb []uint16, rows,
 		}
 	}()
 	err := d.Run(func(r *gpu.Recorder) error {
-		return gpu.LogitsTopK(r, h, e, rows, hidden, vocab, k, slice, lse, ids, logp)
+		return gpu.LogitsTopK(r, h, e, gpu.LogitsDims{Rows: rows, Hidden: hidden, Vocab: vocab, K: k, SliceRows: slice}, lse, ids, logp)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -168,13 +168,13 @@ func TestLogitsTopKErrors(t *testing.T) {
 	r := d.Begin()
 	defer r.Discard()
 	for name, err := range map[string]error{
-		"k > 64":         gpu.LogitsTopK(r, h, e, 2, 8, 100, 65, 0, lse, ids, logp),
-		"k mismatch":     gpu.LogitsTopK(r, h, e, 2, 8, 100, 4, 0, lse, ids, logp),
-		"bad slice":      gpu.LogitsTopK(r, h, e, 2, 8, 100, 5, 100, lse, ids, logp),
-		"wrong vocab":    gpu.LogitsTopK(r, h, e, 2, 8, 99, 5, 0, lse, ids, logp),
-		"ids as f32":     gpu.LogitsTopK(r, h, e, 2, 8, 100, 5, 0, lse, logp, ids),
-		"lse wrong size": gpu.LogitsTopK(r, h, e, 2, 8, 100, 5, 0, h, ids, logp),
-		"ids aliases":    gpu.LogitsTopK(r, h, e, 2, 8, 100, 5, 0, lse, ids, ids),
+		"k > 64":         gpu.LogitsTopK(r, h, e, gpu.LogitsDims{Rows: 2, Hidden: 8, Vocab: 100, K: 65, SliceRows: 0}, lse, ids, logp),
+		"k mismatch":     gpu.LogitsTopK(r, h, e, gpu.LogitsDims{Rows: 2, Hidden: 8, Vocab: 100, K: 4, SliceRows: 0}, lse, ids, logp),
+		"bad slice":      gpu.LogitsTopK(r, h, e, gpu.LogitsDims{Rows: 2, Hidden: 8, Vocab: 100, K: 5, SliceRows: 100}, lse, ids, logp),
+		"wrong vocab":    gpu.LogitsTopK(r, h, e, gpu.LogitsDims{Rows: 2, Hidden: 8, Vocab: 99, K: 5, SliceRows: 0}, lse, ids, logp),
+		"ids as f32":     gpu.LogitsTopK(r, h, e, gpu.LogitsDims{Rows: 2, Hidden: 8, Vocab: 100, K: 5, SliceRows: 0}, lse, logp, ids),
+		"lse wrong size": gpu.LogitsTopK(r, h, e, gpu.LogitsDims{Rows: 2, Hidden: 8, Vocab: 100, K: 5, SliceRows: 0}, h, ids, logp),
+		"ids aliases":    gpu.LogitsTopK(r, h, e, gpu.LogitsDims{Rows: 2, Hidden: 8, Vocab: 100, K: 5, SliceRows: 0}, lse, ids, ids),
 	} {
 		if err == nil {
 			t.Errorf("%s: accepted", name)

@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// QKNormRoPEBackward records the backward of QKNormRoPE (same x, w, sizes, eps, rot, θ, t)
+// QKNormRoPEBackward records the backward of QKNormRoPE (same x, w and dims)
 // for the output gradient dy (host.QKNormRoPEBackward). RoPE is a rotation, so the gradient
 // of the normed vector n is dy rotated back by the angle −p·θ^(−2i/rot) on the pairs
 // (i, i + rot/2), i < rot/2 (p = row mod t; dims ≥ rot pass through); then, per head over
@@ -21,27 +21,13 @@ import (
 // dw over rows·heads. The cos/sin table is the forward's (float64, rounded to f32); f32
 // throughout. Errors: as QKNormRoPE, plus dy/dx/dw dtype, length or aliasing mistakes; a
 // failed call records nothing.
-func QKNormRoPEBackward(r *Recorder, x, w, dy, dx, dw *Buffer, rows, heads, headDim int, eps float64, rot int, theta float64, t int) error {
+func QKNormRoPEBackward(r *Recorder, x, w, dy, dx, dw *Buffer, dims QKNormRoPEDims) error {
 	const op = "QKNormRoPEBackward"
-	if err := positive(op, "rows, heads, headDim, t", rows, heads, headDim, t); err != nil {
+	if err := dims.check(r, op); err != nil {
 		return err
 	}
-	if rows%t != 0 {
-		return fmt.Errorf("gpu: %s: rows %d is not a multiple of the window length t = %d", op, rows, t)
-	}
-	if rot < 2 || rot%2 != 0 || rot > headDim {
-		return fmt.Errorf("gpu: %s: rotary dims %d must be even and in [2, headDim = %d]", op, rot, headDim)
-	}
-	if !(theta > 0) || math.IsInf(theta, 0) {
-		return fmt.Errorf("gpu: %s: theta = %g must be positive and finite", op, theta)
-	}
-	if !(eps >= 0) || eps > math.MaxFloat32 {
-		return fmt.Errorf("gpu: %s: eps = %g must be finite and ≥ 0", op, eps)
-	}
+	rows, heads, headDim, eps, rot, theta, t := dims.Rows, dims.Heads, dims.HeadDim, dims.Eps, dims.Rot, dims.Theta, dims.T
 	n := rows * heads * headDim
-	if n > maxU32Elems || t*rot > maxU32Elems {
-		return fmt.Errorf("gpu: %s: rows·heads·headDim = %d exceeds %d", op, n, maxU32Elems)
-	}
 	for _, c := range []struct {
 		name string
 		b    *Buffer

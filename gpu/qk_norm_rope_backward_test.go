@@ -43,7 +43,7 @@ func TestQKNormRoPEBackward(t *testing.T) {
 				defer b.Release()
 			}
 			if err := d.Run(func(r *gpu.Recorder) error {
-				return gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, rows, tc.heads, hd, eps, tc.rot, theta, tc.t)
+				return gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: tc.heads, HeadDim: hd, Eps: eps, Rot: tc.rot, Theta: theta, T: tc.t})
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -117,15 +117,15 @@ func TestQKNormRoPEBackwardErrors(t *testing.T) {
 	r := d.Begin()
 	defer r.Discard()
 	for name, err := range map[string]error{
-		"odd rot":       gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, rows, heads, hd, 1e-6, 3, 1e7, 3),
-		"rot > hd":      gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, rows, heads, hd, 1e-6, 10, 1e7, 3),
-		"rows % t":      gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, rows, heads, hd, 1e-6, 4, 1e7, 4),
-		"theta NaN":     gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, rows, heads, hd, 1e-6, 4, math.NaN(), 3),
-		"eps Inf":       gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, rows, heads, hd, math.Inf(1), 4, 1e7, 3),
-		"heads":         gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, rows, heads+1, hd, 1e-6, 4, 1e7, 3),
-		"dx is dy":      gpu.QKNormRoPEBackward(r, x, w, dy, dy, dw, rows, heads, hd, 1e-6, 4, 1e7, 3),
-		"dw is w":       gpu.QKNormRoPEBackward(r, x, w, dy, dx, w, rows, heads, hd, 1e-6, 4, 1e7, 3),
-		"dw wrong size": gpu.QKNormRoPEBackward(r, x, w, dy, dx, dx, rows, heads, hd, 1e-6, 4, 1e7, 3),
+		"odd rot":       gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 3, Theta: 1e7, T: 3}),
+		"rot > hd":      gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 10, Theta: 1e7, T: 3}),
+		"rows % t":      gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 4, Theta: 1e7, T: 4}),
+		"theta NaN":     gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 4, Theta: math.NaN(), T: 3}),
+		"eps Inf":       gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: math.Inf(1), Rot: 4, Theta: 1e7, T: 3}),
+		"heads":         gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: heads + 1, HeadDim: hd, Eps: 1e-6, Rot: 4, Theta: 1e7, T: 3}),
+		"dx is dy":      gpu.QKNormRoPEBackward(r, x, w, dy, dy, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 4, Theta: 1e7, T: 3}),
+		"dw is w":       gpu.QKNormRoPEBackward(r, x, w, dy, dx, w, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 4, Theta: 1e7, T: 3}),
+		"dw wrong size": gpu.QKNormRoPEBackward(r, x, w, dy, dx, dx, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 4, Theta: 1e7, T: 3}),
 	} {
 		if err == nil {
 			t.Errorf("%s: no error", name)

@@ -31,23 +31,23 @@ func TestQKNormRoPE(t *testing.T) {
 		w := must(d.UploadFloat32("w", wf, tc.hd)).T(t)
 		y := must(d.NewBuffer("y", gpu.F32, rows, tc.heads, tc.hd)).T(t)
 		if err := d.Run(func(r *gpu.Recorder) error {
-			return gpu.QKNormRoPE(r, x, w, y, rows, tc.heads, tc.hd, eps, tc.rot, theta, tc.t)
+			return gpu.QKNormRoPE(r, x, w, y, gpu.QKNormRoPEDims{Rows: rows, Heads: tc.heads, HeadDim: tc.hd, Eps: eps, Rot: tc.rot, Theta: theta, T: tc.t})
 		}); err != nil {
 			t.Fatal(err)
 		}
 		want := must(host.QKNormRoPE(xd, rows, tc.heads, tc.hd, wd, eps, tc.rot, theta, tc.t)).T(t)
 		checkClose(t, "QKNormRoPE", must(d.ReadFloat32(y)).T(t), want, 40*u32*maxAbs(want), 0)
 		r := d.Begin()
-		if err := gpu.QKNormRoPE(r, x, w, y, rows, tc.heads, tc.hd, eps, tc.rot+1, theta, tc.t); err == nil {
+		if err := gpu.QKNormRoPE(r, x, w, y, gpu.QKNormRoPEDims{Rows: rows, Heads: tc.heads, HeadDim: tc.hd, Eps: eps, Rot: tc.rot + 1, Theta: theta, T: tc.t}); err == nil {
 			t.Error("odd rot accepted")
 		}
-		if err := gpu.QKNormRoPE(r, x, w, y, rows, tc.heads, tc.hd, eps, tc.rot, theta, rows+1); err == nil {
+		if err := gpu.QKNormRoPE(r, x, w, y, gpu.QKNormRoPEDims{Rows: rows, Heads: tc.heads, HeadDim: tc.hd, Eps: eps, Rot: tc.rot, Theta: theta, T: rows + 1}); err == nil {
 			t.Error("rows not a multiple of t accepted")
 		}
-		if err := gpu.QKNormRoPE(r, x, w, x, rows, tc.heads, tc.hd, eps, tc.rot, theta, tc.t); err == nil {
+		if err := gpu.QKNormRoPE(r, x, w, x, gpu.QKNormRoPEDims{Rows: rows, Heads: tc.heads, HeadDim: tc.hd, Eps: eps, Rot: tc.rot, Theta: theta, T: tc.t}); err == nil {
 			t.Error("in-place y accepted")
 		}
-		if err := gpu.QKNormRoPE(r, x, w, y, rows, tc.heads, tc.hd, eps, tc.rot, math.NaN(), tc.t); err == nil {
+		if err := gpu.QKNormRoPE(r, x, w, y, gpu.QKNormRoPEDims{Rows: rows, Heads: tc.heads, HeadDim: tc.hd, Eps: eps, Rot: tc.rot, Theta: math.NaN(), T: tc.t}); err == nil {
 			t.Error("NaN theta accepted")
 		}
 		if r.Len() != 0 {

@@ -105,6 +105,21 @@ func Grid1D(n int) ([3]int, error) {
 	return [3]int{m, y, 1}, nil
 }
 
+// dispatch1D records one dispatch of the kernel of spec over n workgroups (Grid1D): the
+// pipeline from the device's cache, the grid, then Dispatch. Errors: those of Kernel, of
+// Grid1D (prefixed with spec.Name) and of Dispatch.
+func (r *Recorder) dispatch1D(spec KernelSpec, n int, uniforms []uint32, binds ...Binding) error {
+	k, err := r.d.Kernel(spec)
+	if err != nil {
+		return err
+	}
+	g, err := Grid1D(n)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", spec.Name, err)
+	}
+	return r.Dispatch(k, g, uniforms, binds...)
+}
+
 // Dispatch records one dispatch of k over groups (workgroups per dimension, each 1..65535)
 // with the storage bindings binds (in the kernel's binding order) and the u32 uniforms the
 // kernel declares. Errors (nothing is recorded): a wrong number of bindings or uniforms, a

@@ -26,19 +26,11 @@ func ResidualAdd(r *Recorder, x, y *Buffer) error {
 	if x == y {
 		return fmt.Errorf("gpu: ResidualAdd: x and y are the same buffer %q", x.label)
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	if err := r.dispatch1D(KernelSpec{
 		Name: "ResidualAdd", File: "residual_add.wgsl",
 		Params:   struct{ WG int }{residualAddWG},
 		Bindings: []Access{ReadWrite, Read}, Uniforms: 1,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D((x.numel + residualAddWG - 1) / residualAddWG)
-	if err != nil {
-		return fmt.Errorf("gpu: ResidualAdd: %w", err)
-	}
-	if err := r.Dispatch(k, g, []uint32{uint32(x.numel)}, Whole(x), Whole(y)); err != nil {
+	}, (x.numel+residualAddWG-1)/residualAddWG, []uint32{uint32(x.numel)}, Whole(x), Whole(y)); err != nil {
 		return err
 	}
 	r.Cost(0, 12*float64(x.numel)) // x read and written, y read

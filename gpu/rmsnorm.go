@@ -35,22 +35,14 @@ func RMSNorm(r *Recorder, x, w, y *Buffer, rows, n int, eps float64, zeroCentred
 	if err := distinct(op, map[string]*Buffer{"x": x, "w": w, "y": y}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	if err := r.dispatch1D(KernelSpec{
 		Name: op, File: "rmsnorm.wgsl",
 		Params: struct {
 			WG          int
 			ZeroCentred bool
 		}{rmsNormWG, zeroCentred},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D(rows)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	if err := r.Dispatch(k, g, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(eps))}, Whole(x), Whole(w), Whole(y)); err != nil {
+	}, rows, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(eps))}, Whole(x), Whole(w), Whole(y)); err != nil {
 		return err
 	}
 	r.Cost(0, 8*float64(rows)*float64(n)+4*float64(n)) // x read, y written, w

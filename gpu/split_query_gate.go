@@ -35,16 +35,8 @@ func SplitQueryGate(r *Recorder, qg, q, gate *Buffer, rows, heads, headDim int) 
 	if err := distinct(op, map[string]*Buffer{"qg": qg, "q": q, "gate": gate}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	return r.dispatch1D(KernelSpec{
 		Name: op, File: "split_query_gate.wgsl", Params: struct{ WG int }{splitQueryGateWG},
 		Bindings: []Access{Read, ReadWrite, ReadWrite}, Uniforms: 2,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D((n + splitQueryGateWG - 1) / splitQueryGateWG)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, g, []uint32{uint32(n), uint32(headDim)}, Whole(qg), Whole(q), Whole(gate))
+	}, (n+splitQueryGateWG-1)/splitQueryGateWG, []uint32{uint32(n), uint32(headDim)}, Whole(qg), Whole(q), Whole(gate))
 }

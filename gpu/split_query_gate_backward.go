@@ -32,16 +32,8 @@ func SplitQueryGateBackward(r *Recorder, dq, dgate, dqg *Buffer, rows, heads, he
 	if err := distinct(op, map[string]*Buffer{"dq": dq, "dgate": dgate, "dqg": dqg}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	return r.dispatch1D(KernelSpec{
 		Name: op, File: "split_query_gate_backward.wgsl", Params: struct{ WG int }{splitQueryGateWG},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 2,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D((n + splitQueryGateWG - 1) / splitQueryGateWG)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	return r.Dispatch(k, g, []uint32{uint32(n), uint32(headDim)}, Whole(dq), Whole(dgate), Whole(dqg))
+	}, (n+splitQueryGateWG-1)/splitQueryGateWG, []uint32{uint32(n), uint32(headDim)}, Whole(dq), Whole(dgate), Whole(dqg))
 }

@@ -1,7 +1,5 @@
 package gpu
 
-import "fmt"
-
 const swigluWG = 256
 
 // SwiGLU records y = silu(gate) ⊙ up elementwise (silu(g) = g·sigmoid(g)). gate, up and y
@@ -25,18 +23,10 @@ func SwiGLU(r *Recorder, gate, up, y *Buffer) error {
 	if err := distinct(op, map[string]*Buffer{"gate": gate, "up": up, "y": y}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	if err := r.dispatch1D(KernelSpec{
 		Name: op, File: "swiglu.wgsl", Params: struct{ WG int }{swigluWG},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 1,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D((n + swigluWG - 1) / swigluWG)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	if err := r.Dispatch(k, g, []uint32{uint32(n)}, Whole(gate), Whole(up), Whole(y)); err != nil {
+	}, (n+swigluWG-1)/swigluWG, []uint32{uint32(n)}, Whole(gate), Whole(up), Whole(y)); err != nil {
 		return err
 	}
 	r.Cost(0, 12*float64(n)) // gate, up read, y written

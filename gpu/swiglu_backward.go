@@ -1,7 +1,5 @@
 package gpu
 
-import "fmt"
-
 // SwiGLUBackward records the backward of SwiGLU (y = silu(gate) ⊙ up) for the output
 // gradient dy: dgate = dy ⊙ up ⊙ σ(gate)·(1 + gate·(1 − σ(gate))) and dup = dy ⊙ silu(gate)
 // (host.SwiGLUBackward). gate, up, dy, dgate and dup are F32 buffers with one number of
@@ -24,18 +22,10 @@ func SwiGLUBackward(r *Recorder, gate, up, dy, dgate, dup *Buffer) error {
 	if err := distinct(op, map[string]*Buffer{"gate": gate, "up": up, "dy": dy, "dgate": dgate, "dup": dup}); err != nil {
 		return err
 	}
-	k, err := r.d.Kernel(KernelSpec{
+	if err := r.dispatch1D(KernelSpec{
 		Name: op, File: "swiglu_backward.wgsl", Params: struct{ WG int }{swigluWG},
 		Bindings: []Access{Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 1,
-	})
-	if err != nil {
-		return err
-	}
-	g, err := Grid1D((n + swigluWG - 1) / swigluWG)
-	if err != nil {
-		return fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	if err := r.Dispatch(k, g, []uint32{uint32(n)}, Whole(gate), Whole(up), Whole(dy), Whole(dgate), Whole(dup)); err != nil {
+	}, (n+swigluWG-1)/swigluWG, []uint32{uint32(n)}, Whole(gate), Whole(up), Whole(dy), Whole(dgate), Whole(dup)); err != nil {
 		return err
 	}
 	r.Cost(0, 20*float64(n)) // gate, up, dy read, dgate, dup written

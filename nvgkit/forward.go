@@ -69,7 +69,7 @@ func (n *Net) recordDeltaNet(r *gpu.Recorder, d *deltaWeights, w *Work) error {
 		func() error { return d.a.apply(r, w.xn, w.a, rows) },
 		func() error { return gpu.GatedDeltaGates(r, w.a, w.b, d.aLog.buf, d.dtBias.buf, w.g, w.beta, rows, hv) },
 		func() error {
-			return deltaRule(r, w.qa, w.ka, w.vb, w.g, w.beta, w.core, nb, t, hk, hv, dk, dv)
+			return gpu.GatedDeltaRuleAuto(r, w.qa, w.ka, w.vb, w.g, w.beta, w.core, nil, gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv})
 		},
 		func() error {
 			return gpu.GatedRMSNorm(r, w.core, w.z, d.norm.buf, w.normed, rows, hv, dv, c.RMSNormEps)
@@ -90,15 +90,18 @@ func (n *Net) recordAttention(r *gpu.Recorder, a *attnWeights, w *Work) error {
 	c := n.Config
 	nb, t, rows := w.NB, w.T, w.NB*w.T
 	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-	eps, rot, theta := c.RMSNormEps, c.RotaryDim(), c.RopeTheta
+	qd := gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: c.RMSNormEps, Rot: c.RotaryDim(), Theta: c.RopeTheta, T: t}
+	kd := qd
+	kd.Heads = nkv
+	ad := gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd}
 	steps := []func() error{
 		func() error { return a.query.apply(r, w.xn, w.q, rows) },
 		func() error { return a.gate.apply(r, w.xn, w.agate, rows) },
 		func() error { return a.k.apply(r, w.xn, w.k, rows) },
 		func() error { return a.v.apply(r, w.xn, w.v, rows) },
-		func() error { return gpu.QKNormRoPE(r, w.q, a.qNorm.buf, w.qr, rows, nh, hd, eps, rot, theta, t) },
-		func() error { return gpu.QKNormRoPE(r, w.k, a.kNorm.buf, w.kr, rows, nkv, hd, eps, rot, theta, t) },
-		func() error { return gpu.Attention(r, w.qr, w.kr, w.v, w.o, w.alse, nb, t, nh, nkv, hd) },
+		func() error { return gpu.QKNormRoPE(r, w.q, a.qNorm.buf, w.qr, qd) },
+		func() error { return gpu.QKNormRoPE(r, w.k, a.kNorm.buf, w.kr, kd) },
+		func() error { return gpu.Attention(r, w.qr, w.kr, w.v, w.o, w.alse, ad) },
 		func() error { return gpu.AttentionGate(r, w.o, w.agate, w.gated) },
 		func() error { return a.o.apply(r, w.gated, w.mix, rows) },
 	}

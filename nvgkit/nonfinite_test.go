@@ -53,7 +53,7 @@ func randWindows(rng *rand.Rand, n, t, vocab int) [][]int {
 // chunk's cumulative sum of two overflows. The state is then forgotten at every token
 // (exp(g) = 0), as the float64 host computes. Two windows of t = 80 tokens (two chunks, the
 // second short) on a work of 2 windows take the chunked delta rule (nb·hv = 4 ≤ 64, as
-// nvgkit's deltaRule picks it), on a work of 33 windows (the two padded; nb·hv = 66) the
+// gpu.GatedDeltaRuleAuto picks it), on a work of 33 windows (the two padded; nb·hv = 66) the
 // token-by-token one: every hidden state of both is finite, within 1e-3·max|h| of each
 // other (the GPU mixers agree to ~1e-5 relative, TestGatedDeltaRuleChunkedInfDecay; seven
 // more layers of f16 weights follow) and within 2e-3·max|h| of the host's (the bound of

@@ -280,15 +280,18 @@ func (n *Net) recordStudentAttention(r *gpu.Recorder, a *attnWeights, s *stWork,
 	c := n.Config
 	rows := nb * t
 	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-	eps, rot, theta := c.RMSNormEps, c.RotaryDim(), c.RopeTheta
+	qd := gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: c.RMSNormEps, Rot: c.RotaryDim(), Theta: c.RopeTheta, T: t}
+	kd := qd
+	kd.Heads = nkv
+	ad := gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd}
 	return runSteps([]func() error{
 		func() error { return s.apply(r, a.qg, s.xn1, s.qg, rows) },
 		func() error { return gpu.SplitQueryGate(r, s.qg, s.q, s.agate, rows, nh, hd) },
 		func() error { return s.apply(r, a.k, s.xn1, s.k, rows) },
 		func() error { return s.apply(r, a.v, s.xn1, s.v, rows) },
-		func() error { return gpu.QKNormRoPE(r, s.q, a.qNorm.buf, s.qr, rows, nh, hd, eps, rot, theta, t) },
-		func() error { return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, rows, nkv, hd, eps, rot, theta, t) },
-		func() error { return gpu.Attention(r, s.qr, s.kr, s.v, s.o, s.alse, nb, t, nh, nkv, hd) },
+		func() error { return gpu.QKNormRoPE(r, s.q, a.qNorm.buf, s.qr, qd) },
+		func() error { return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, kd) },
+		func() error { return gpu.Attention(r, s.qr, s.kr, s.v, s.o, s.alse, ad) },
 		func() error { return gpu.AttentionGate(r, s.o, s.agate, s.gated) },
 		func() error { return s.apply(r, a.o, s.gated, s.mix, rows) },
 	})
@@ -315,7 +318,7 @@ func (n *Net) recordStudentDelta(r *gpu.Recorder, d *deltaWeights, s *stWork, nb
 		func() error { return s.apply(r, d.a, s.xn1, s.a, rows) },
 		func() error { return gpu.GatedDeltaGates(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.g, s.beta, rows, hv) },
 		func() error {
-			return deltaRule(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nb, t, hk, hv, dk, dv)
+			return gpu.GatedDeltaRuleAuto(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nil, gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv})
 		},
 		func() error {
 			return gpu.GatedRMSNorm(r, s.core, s.z, d.norm.buf, s.normed, rows, hv, dv, c.RMSNormEps)
@@ -360,18 +363,21 @@ func (n *Net) recordStudentAttentionBackward(r *gpu.Recorder, a *attnWeights, s 
 	c := n.Config
 	rows := nb * t
 	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-	eps, rot, theta := c.RMSNormEps, c.RotaryDim(), c.RopeTheta
+	qd := gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: c.RMSNormEps, Rot: c.RotaryDim(), Theta: c.RopeTheta, T: t}
+	kd := qd
+	kd.Heads = nkv
+	ad := gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd}
 	return runSteps([]func() error{
 		func() error { return s.back(r, a.o, s.gated, s.dResid, s.dGated, rows) },
 		func() error { return gpu.AttentionGateBackward(r, s.o, s.agate, s.dGated, s.dO, s.dAgate) },
 		func() error {
-			return gpu.AttentionBackward(r, s.qr, s.kr, s.v, s.o, s.alse, s.dO, s.dQR, s.dKR, s.dV, nb, t, nh, nkv, hd)
+			return gpu.AttentionBackward(r, s.qr, s.kr, s.v, s.o, s.alse, s.dO, s.dQR, s.dKR, s.dV, ad)
 		},
 		func() error {
-			return gpu.QKNormRoPEBackward(r, s.q, a.qNorm.buf, s.dQR, s.dQ, n.gainGrad(a.qNorm.buf), rows, nh, hd, eps, rot, theta, t)
+			return gpu.QKNormRoPEBackward(r, s.q, a.qNorm.buf, s.dQR, s.dQ, n.gainGrad(a.qNorm.buf), qd)
 		},
 		func() error {
-			return gpu.QKNormRoPEBackward(r, s.k, a.kNorm.buf, s.dKR, s.dK, n.gainGrad(a.kNorm.buf), rows, nkv, hd, eps, rot, theta, t)
+			return gpu.QKNormRoPEBackward(r, s.k, a.kNorm.buf, s.dKR, s.dK, n.gainGrad(a.kNorm.buf), kd)
 		},
 		func() error { return gpu.SplitQueryGateBackward(r, s.dQ, s.dAgate, s.dQG, rows, nh, hd) },
 		func() error { return s.back(r, a.qg, s.xn1, s.dQG, s.dXn, rows) },
@@ -395,7 +401,7 @@ func (n *Net) recordStudentDeltaBackward(r *gpu.Recorder, d *deltaWeights, s *st
 			return gpu.GatedRMSNormBackward(r, s.core, s.z, d.norm.buf, s.dNormed, s.dCore, s.dZ, n.gainGrad(d.norm.buf), rows, hv, dv, c.RMSNormEps)
 		},
 		func() error {
-			return deltaRuleBackward(r, s.qn, s.kn, s.vc, s.g, s.beta, s.dCore, s.dQn, s.dKn, s.dVc, s.dG, s.dBeta, nb, t, hk, hv, dk, dv)
+			return gpu.GatedDeltaRuleBackwardAuto(r, s.qn, s.kn, s.vc, s.g, s.beta, s.dCore, s.dQn, s.dKn, s.dVc, s.dG, s.dBeta, gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv})
 		},
 		func() error {
 			return gpu.GatedDeltaGatesBackward(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.dG, s.dBeta, s.dA, s.dB, rows, hv)
@@ -555,7 +561,7 @@ func (n *Net) recordHead(r *gpu.Recorder, w *Work) error {
 	if err := gpu.Zero(r, s.dh); err != nil {
 		return err
 	}
-	return gpu.KLLossBackward(r, s.hN, n.head, rows, c.HiddenSize, c.VocabSize, s.ids, s.pT, s.topK, 0, 1/float64(rows), s.dh, s.kl, s.loss)
+	return gpu.KLLossBackward(r, s.hN, n.head, s.ids, s.pT, gpu.LogitsDims{Rows: rows, Hidden: c.HiddenSize, Vocab: c.VocabSize, K: s.topK}, 1/float64(rows), gpu.KLOptions{}, s.dh, s.kl, s.loss)
 }
 
 // prepare validates a Student call and uploads its top-k; it returns the flattened ids and

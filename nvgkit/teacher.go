@@ -123,7 +123,7 @@ func (n *Net) headTopK(w *Work, nb, k int) (*TopK, error) {
 		if err := n.recordFinalNorm(r, w); err != nil {
 			return err
 		}
-		return gpu.LogitsTopK(r, w.xn, n.head, rows, c.HiddenSize, c.VocabSize, k, 0, w.headLSE, idsB, logpB)
+		return gpu.LogitsTopK(r, w.xn, n.head, gpu.LogitsDims{Rows: rows, Hidden: c.HiddenSize, Vocab: c.VocabSize, K: k}, w.headLSE, idsB, logpB)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("head: %w", err)
@@ -336,7 +336,7 @@ func NLL(net *Net, work *Work, windows [][]int, progress func(done, total int)) 
 			if err := net.recordFinalNorm(r, work); err != nil {
 				return err
 			}
-			if err := gpu.LogitsTopK(r, work.xn, net.head, rows, c.HiddenSize, c.VocabSize, 1, 0, work.headLSE, idsB, logpB); err != nil {
+			if err := gpu.LogitsTopK(r, work.xn, net.head, gpu.LogitsDims{Rows: rows, Hidden: c.HiddenSize, Vocab: c.VocabSize, K: 1}, work.headLSE, idsB, logpB); err != nil {
 				return err
 			}
 			return gpu.TargetLogits(r, work.xn, net.head, targets, work.tgt)

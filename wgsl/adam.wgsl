@@ -55,10 +55,7 @@ var<workgroup> red: array<vec2<f32>, {{.WG}}>;
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
 {{- if .Multi}}
-    let s = wid.x + wid.y * nwg.x;
-    if (s >= p.nseg) {
-        return;
-    }
+{{- template "red_row" (dict "R" "s" "Count" "p.nseg")}}
     let first = segs[s].x;
     let n = segs[s].y;
 {{- else}}
@@ -79,14 +76,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             acc += vec2<f32>(theta[j] * theta[j], 1.0);
         }
     }
-    red[lid] = acc;
-    workgroupBarrier();
-    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
-        if (lid < h) {
-            red[lid] += red[lid + h];
-        }
-        workgroupBarrier();
-    }
+{{- template "red_sum" (dict "WG" .WG "Buf" "red" "Val" "acc")}}
     if (lid == 0u) {
         rms[s] = select(0.0, sqrt(red[0].x / red[0].y), red[0].y > 0.0);
     }
@@ -115,13 +105,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- end}}
 @group(0) @binding({{$u}}) var<uniform> p: Params;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (i >= p.n) {
-        return;
-    }
+{{template "ew_main" (dict "WG" .WG "N" "p.n")}}
 {{- if .Multi}}
     let s = seg[i];
     if (s == GAP) {

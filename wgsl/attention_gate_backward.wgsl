@@ -13,15 +13,9 @@
 @group(0) @binding(3) var<storage, read_write> d_o: array<f32>;
 @group(0) @binding(4) var<storage, read_write> dgate: array<f32>;
 
-struct Params {
-    n: u32,
-};
-@group(0) @binding(5) var<uniform> p: Params;
+{{template "ew_params_n" (dict "B" 5)}}
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
+{{template "ew_index" (dict "WG" .WG)}}
     if (i < p.n) {
         let g = gate[i];
         let e = exp(-abs(g));

@@ -39,25 +39,11 @@
 @group(0) @binding(3) var<storage, read_write> c: array<{{$f}}>;
 {{- end}}
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-};
-@group(0) @binding({{if .ScaleC}}5{{else}}4{{end}}) var<uniform> p: Params;
+{{if .ScaleC}}{{template "gemm_params" (dict "B" 5)}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
 
-const BM = {{.BM}}u;
-const BN = {{.BN}}u;
-const BK = {{.BK}}u;
-
-var<workgroup> ta: array<vec4<f32>, {{$ASlots}}>; // [BK][BM/4]: slot k·BM/4 + g holds m = 4g..4g+3
-var<workgroup> tb: array<vec4<f32>, {{$BSlots}}>; // [BK][BN/4]: slot k·BN/4 + g holds n = 4g..4g+3
+{{template "gemm_tiles" .}}
 
 {{- if .Fast}}
-const N = {{.N}}u;
-const K = {{.K}}u;
-const N4 = {{div .N 4}}u;
-const K4 = {{div .K 4}}u;
 
 // rowA returns 4 consecutive elements k..k+3 (k a multiple of 4) of row i of A, times
 // sa[k..k+3].
@@ -81,11 +67,7 @@ fn loadB(kk: u32, nn: u32) -> f32 {
     if (kk >= p.k || nn >= p.n) {
         return 0.0;
     }
-{{- if .TransB}}
-    let e = nn * p.k + kk;
-{{- else}}
-    let e = kk * p.n + nn;
-{{- end}}
+{{- template "gemm_belem" (dict "TransB" .TransB)}}
     return select(-1.0, 1.0, ((bits[e >> 5u] >> (e & 31u)) & 1u) == 1u);
 }
 

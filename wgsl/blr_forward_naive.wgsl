@@ -13,29 +13,14 @@
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
 {{- end}}
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-};
-@group(0) @binding({{if .ScaleC}}5{{else}}4{{end}}) var<uniform> p: Params;
+{{if .ScaleC}}{{template "gemm_params" (dict "B" 5)}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
 
 fn loadB(kk: u32, nn: u32) -> f32 {
-{{- if .TransB}}
-    let e = nn * p.k + kk;
-{{- else}}
-    let e = kk * p.n + nn;
-{{- end}}
+{{- template "gemm_belem" (dict "TransB" .TransB)}}
     return select(-1.0, 1.0, ((bits[e >> 5u] >> (e & 31u)) & 1u) == 1u);
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (i >= p.m * p.n) {
-        return;
-    }
+{{template "ew_main" (dict "WG" .WG "N" "p.m * p.n")}}
     let row = i / p.n;
     let col = i - row * p.n;
     var s = 0.0;

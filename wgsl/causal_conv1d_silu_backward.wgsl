@@ -12,23 +12,10 @@
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dx: array<f32>;
 
-struct Params {
-    n: u32, // nb·t·C
-    c: u32, // channels
-    t: u32, // window length
-};
-@group(0) @binding(3) var<uniform> p: Params;
+{{template "cc_params" (dict "B" 3)}}
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (i >= p.n) {
-        return;
-    }
-    let row = i / p.c;
-    let ch = i - row * p.c;
-    let tau = row % p.t;
+{{template "ew_main" (dict "WG" .WG "N" "p.n")}}
+{{- template "cc_pos"}}
     var s = 0.0;
     for (var k = 0u; k < {{.K}}u; k++) {
         // tap k of output τ′ + ahead read this input, ahead = K−1−k.
@@ -50,33 +37,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 @group(0) @binding(2) var<storage, read> dy: array<f32>;
 @group(0) @binding(3) var<storage, read_write> ds: array<f32>;
 
-struct Params {
-    n: u32, // nb·t·C
-    c: u32, // channels
-    t: u32, // window length
-};
-@group(0) @binding(4) var<uniform> p: Params;
+{{template "cc_params" (dict "B" 4)}}
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (i >= p.n) {
-        return;
-    }
-    let row = i / p.c;
-    let ch = i - row * p.c;
-    let tau = row % p.t;
-    var s = 0.0;
-    for (var k = 0u; k < {{.K}}u; k++) {
-        let back = {{.K}}u - 1u - k;
-        if (back <= tau) {
-            s += w[ch * {{.K}}u + k] * x[i - back * p.c];
-        }
-    }
+{{template "ew_main" (dict "WG" .WG "N" "p.n")}}
+{{- template "cc_preact" (dict "K" .K)}}
     // σ and 1 − σ without overflow: exp of a non-positive argument only.
-    let e = exp(-abs(s));
-    let sg = select(e / (1.0 + e), 1.0 / (1.0 + e), s >= 0.0);
+{{- template "ew_sigmoid" (dict "X" "s" "S" "sg")}}
     let sc = select(1.0 / (1.0 + e), e / (1.0 + e), s >= 0.0);
     ds[i] = dy[i] * (sg * (1.0 + s * sc));
 }

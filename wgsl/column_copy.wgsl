@@ -16,13 +16,7 @@ struct Params {
 };
 @group(0) @binding(2) var<uniform> p: Params;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (i >= p.total) {
-        return;
-    }
+{{template "ew_main" (dict "WG" .WG "N" "p.total")}}
     let row = i / p.n;
     let j = i - row * p.n;
     dst[row * p.dst_cols + p.dst_off + j] = src[row * p.src_cols + p.src_off + j];

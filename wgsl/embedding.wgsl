@@ -17,13 +17,7 @@ struct Params {
 };
 @group(0) @binding(3) var<uniform> p: Params;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (i >= p.rows * p.hidden) {
-        return;
-    }
+{{template "ew_main" (dict "WG" .WG "N" "p.rows * p.hidden")}}
     let r = i / p.hidden;
     let c = i - r * p.hidden;
     let id = ids[r];

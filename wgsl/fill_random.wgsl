@@ -59,13 +59,7 @@ fn half(e: u32) -> u32 {
     return f16bits((k - 1024.0) * bitcast<f32>(p.step));
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (i >= p.n) {
-        return;
-    }
+{{template "ew_main" (dict "WG" .WG "N" "p.n")}}
     let w = p.word0 + i;
 {{- if eq .Mode 0}}
     out[i] = word(p.offset + w);

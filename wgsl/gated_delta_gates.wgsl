@@ -36,13 +36,7 @@ fn softplus(x: f32) -> f32 {
     return max(x, 0.0) + l;
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (i >= p.n) {
-        return;
-    }
+{{template "ew_main" (dict "WG" .WG "N" "p.n")}}
     let j = i % p.hv;
     beta[i] = sigmoid(b[i]);
     g[i] = -exp(alog[j]) * softplus(a[i] + dtb[j]);

@@ -20,13 +20,7 @@ struct Params {
 };
 @group(0) @binding(8) var<uniform> p: Params;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (i >= p.n) {
-        return;
-    }
+{{template "ew_main" (dict "WG" .WG "N" "p.n")}}
     let j = i % p.hv;
     // σ(b)·(1 − σ(b)) = e/(1 + e)² with e = exp(−|b|): symmetric, no overflow.
     let eb = exp(-abs(b[i]));
@@ -34,8 +28,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     db[i] = dbeta[i] * (eb * ob) * ob;
     // σ(x) without overflow: exp of a non-positive argument only.
     let x = a[i] + dtb[j];
-    let e = exp(-abs(x));
-    let sx = select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
+{{- template "ew_sigmoid" (dict "X" "x" "S" "sx")}}
     // dg = 0 gives da = 0 even where exp(A_log) overflows f32 (A_log ≥ 88.8: g = −∞, whose
     // dg the delta rule's backward gives as 0), as the float64 host computes, not 0·∞ = NaN.
     da[i] = select(-dg[i] * exp(alog[j]) * sx, 0.0, dg[i] == 0.0);

@@ -35,14 +35,7 @@ fn sig(v: f32) -> vec2<f32> {
     return select(vec2<f32>(b, a), vec2<f32>(a, b), v >= 0.0);
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let r = wid.x + wid.y * nwg.x;
-    // r is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (r >= p.groups) {
-        return;
-    }
+{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.groups")}}
     let base = r * p.n;
     var s = vec2<f32>(0.0);
     for (var c = lid; c < p.n; c += {{.WG}}u) {
@@ -51,14 +44,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let dn = dy[base + c] * (zv * sig(zv).x);
         s += vec2<f32>(xv * xv, w[c] * dn * xv);
     }
-    partial[lid] = s;
-    workgroupBarrier();
-    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
-        if (lid < h) {
-            partial[lid] += partial[lid + h];
-        }
-        workgroupBarrier();
-    }
+{{- template "red_sum" (dict "WG" .WG "Buf" "partial" "Val" "s")}}
     let inv = inverseSqrt(partial[0].x / f32(p.n) + p.eps);
     let k = inv * inv * inv * partial[0].y / f32(p.n);
     for (var c = lid; c < p.n; c += {{.WG}}u) {

@@ -18,6 +18,57 @@
 // sub-block (TM = BM/16, TN = BN/16) in vec4 accumulators with literal indices: rows
 // 4·(lid.y + 16·(i/4)) + i%4, column groups lid.x + 16·q (conflict-free reads of the tile,
 // contiguous stores), stepping through K in BK slices staged in workgroup memory ta, tb.
+{{- /* gemm_params: the uniform Params { m, n, k } (C is m×n, the inner dimension k) of the GEMM
+kernels and their naive twins at binding B, read as p. */ -}}
+{{define "gemm_params"}}
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+};
+@group(0) @binding({{.B}}) var<uniform> p: Params;
+{{- end}}
+
+{{- /* gemm_belem: e, the element index of B(kk, nn) in B's storage: [N, K] when TransB, else
+[K, N]. Keys: TransB. */ -}}
+{{define "gemm_belem"}}
+{{- if .TransB}}
+    let e = nn * p.k + kk;
+{{- else}}
+    let e = kk * p.n + nn;
+{{- end}}
+{{- end}}
+{{- /* gemm_bvalue: gemm_belem, then the return of B(kk, nn) as f32 from the storage array b
+(f32, or f16 packed two per u32 word when BF16: element e in half e & 1 of word e >> 1).
+Keys: TransB, BF16. */ -}}
+{{define "gemm_bvalue"}}
+{{- template "gemm_belem" (dict "TransB" .TransB)}}
+{{- if .BF16}}
+    let pair = unpack2x16float(b[e >> 1u]);
+    return select(pair.x, pair.y, (e & 1u) == 1u);
+{{- else}}
+    return b[e];
+{{- end}}
+{{- end}}
+
+{{- /* gemm_tiles: the tile constants BM, BN, BK, the workgroup tiles ta [BK][BM/4] and
+tb [BK][BN/4] of vec4<f32>, and on the fast path the compiled-in sizes N, K, N4 = N/4,
+K4 = K/4. Takes the kernel's parameters (BM, BN, BK, Fast, N, K). */ -}}
+{{define "gemm_tiles"}}
+{{- $ASlots := mul .BK (div .BM 4)}}{{$BSlots := mul .BK (div .BN 4)}}
+const BM = {{.BM}}u;
+const BN = {{.BN}}u;
+const BK = {{.BK}}u;
+
+var<workgroup> ta: array<vec4<f32>, {{$ASlots}}>; // [BK][BM/4]: slot k·BM/4 + g holds m = 4g..4g+3
+var<workgroup> tb: array<vec4<f32>, {{$BSlots}}>; // [BK][BN/4]: slot k·BN/4 + g holds n = 4g..4g+3
+{{- if .Fast}}
+const N = {{.N}}u;
+const K = {{.K}}u;
+const N4 = {{div .N 4}}u;
+const K4 = {{div .K 4}}u;
+{{- end}}
+{{- end}}
 {{define "gemm_main"}}
 {{- $TM := div .BM 16}}{{$TN := div .BN 16}}{{$TM4 := div $TM 4}}{{$TN4 := div $TN 4}}
 {{- $AM4 := div .BM 4}}{{$BN4 := div .BN 4}}{{$BK4 := div .BK 4}}

@@ -9,10 +9,7 @@ struct Params {
 };
 @group(0) @binding(1) var<uniform> p: Params;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
+{{template "ew_index" (dict "WG" .WG)}}
     if (i < p.n) {
         g[i] = p.s * g[i];
     }

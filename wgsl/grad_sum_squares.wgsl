@@ -37,14 +37,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         s += partial[i];
     }
 {{- end}}
-    red[lid] = s;
-    workgroupBarrier();
-    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
-        if (lid < h) {
-            red[lid] += red[lid + h];
-        }
-        workgroupBarrier();
-    }
+{{- template "red_sum" (dict "WG" .WG "Buf" "red" "Val" "s")}}
     if (lid == 0u) {
 {{- if eq .Stage "partial"}}
         partial[wid.x] = red[0];

@@ -40,47 +40,10 @@ fn neg_inf() -> f32 {
 
 var<workgroup> red: array<f32, {{.WG}}>;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x + wid.y * nwg.x;
-    if (row >= p.rows) {
-        return; // uniform per workgroup
-    }
+{{template "red_main" (dict "WG" .WG "R" "row" "Count" "p.rows")}}
     let base = row * p.cols;
-    var mx = neg_inf();
-    for (var c = lid; c < p.cols; c += {{.WG}}u) {
-        mx = max(mx, logits[base + c]);
-    }
-    red[lid] = mx;
-    workgroupBarrier();
-    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
-        if (lid < h) {
-            red[lid] = max(red[lid], red[lid + h]);
-        }
-        workgroupBarrier();
-    }
-    let mslice = red[0];
-    workgroupBarrier();
-    var mold = neg_inf();
-    var sold = 0.0;
-    if (p.first == 0u) {
-        mold = state[2u * row];
-        sold = state[2u * row + 1u];
-    }
-    let mnew = max(mold, mslice);
-    var s = 0.0;
-    for (var c = lid; c < p.cols; c += {{.WG}}u) {
-        s += exp(logits[base + c] - mnew);
-    }
-    red[lid] = s;
-    workgroupBarrier();
-    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
-        if (lid < h) {
-            red[lid] += red[lid + h];
-        }
-        workgroupBarrier();
-    }
+    // 1. The slice maximum; 2. Σ exp(x − mnew) over the slice into red[0].
+{{- template "red_slice_lse" (dict "WG" .WG "Buf" "red")}}
     if (lid == 0u) {
         var snew = red[0];
         if (sold > 0.0) {
@@ -147,14 +110,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     for (var r = lid; r < p.rows; r += {{.WG}}u) {
         s += kl[r];
     }
-    red[lid] = s;
-    workgroupBarrier();
-    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
-        if (lid < h) {
-            red[lid] += red[lid + h];
-        }
-        workgroupBarrier();
-    }
+{{- template "red_sum" (dict "WG" .WG "Buf" "red" "Val" "s")}}
     if (lid == 0u) {
         loss[0] = red[0] / f32(p.rows);
     }
@@ -167,13 +123,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
 @group(0) @binding(3) var<storage, read> rowstat: array<f32>;
 @group(0) @binding(4) var<uniform> p: Params;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x + wid.y * nwg.x;
-    if (row >= p.rows) {
-        return; // uniform per workgroup
-    }
+{{template "red_main" (dict "WG" .WG "R" "row" "Count" "p.rows")}}
     let base = row * p.cols;
     let lse = rowstat[2u * row];
     let iz = rowstat[2u * row + 1u];

@@ -15,28 +15,9 @@ struct Params {
 
 var<workgroup> partial: array<f32, {{.WG}}>;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let r = wid.x + wid.y * nwg.x;
-    // r is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (r >= p.rows) {
-        return;
-    }
+{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.rows")}}
     let base = r * p.n;
-    var s = 0.0;
-    for (var c = lid; c < p.n; c += {{.WG}}u) {
-        let v = x[base + c];
-        s += v * v;
-    }
-    partial[lid] = s; // every slot written: workgroup memory is not zero-initialised
-    workgroupBarrier();
-    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
-        if (lid < h) {
-            partial[lid] += partial[lid + h];
-        }
-        workgroupBarrier();
-    }
+{{- template "red_sum_squares" (dict "WG" .WG "X" "x" "Base" "base" "N" "p.n")}}
     let f = p.scale * inverseSqrt(partial[0] + 1e-6);
     for (var c = lid; c < p.n; c += {{.WG}}u) {
         y[base + c] = x[base + c] * f;

@@ -20,28 +20,14 @@ struct Params {
 
 var<workgroup> partial: array<vec2<f32>, {{.WG}}>;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let r = wid.x + wid.y * nwg.x;
-    // r is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (r >= p.rows) {
-        return;
-    }
+{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.rows")}}
     let base = r * p.n;
     var s = vec2<f32>(0.0);
     for (var c = lid; c < p.n; c += {{.WG}}u) {
         let v = x[base + c];
         s += vec2<f32>(v * v, v * dy[base + c]);
     }
-    partial[lid] = s;
-    workgroupBarrier();
-    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
-        if (lid < h) {
-            partial[lid] += partial[lid + h];
-        }
-        workgroupBarrier();
-    }
+{{- template "red_sum" (dict "WG" .WG "Buf" "partial" "Val" "s")}}
     let f = inverseSqrt(partial[0].x + 1e-6);
     let fs = p.scale * f;
     let k = fs * f * (f * partial[0].y); // scale·f³·(x·dy), f³ ≤ 1e9: no overflow

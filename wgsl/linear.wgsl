@@ -42,25 +42,11 @@
 @group(0) @binding(2) var<storage, read_write> c: array<f32>;
 {{- end}}
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-};
-@group(0) @binding(3) var<uniform> p: Params;
+{{template "gemm_params" (dict "B" 3)}}
 
-const BM = {{.BM}}u;
-const BN = {{.BN}}u;
-const BK = {{.BK}}u;
-
-var<workgroup> ta: array<vec4<f32>, {{$ASlots}}>; // [BK][BM/4]: slot k·BM/4 + g holds m = 4g..4g+3
-var<workgroup> tb: array<vec4<f32>, {{$BSlots}}>; // [BK][BN/4]: slot k·BN/4 + g holds n = 4g..4g+3
+{{template "gemm_tiles" .}}
 
 {{- if .Fast}}
-const N = {{.N}}u;
-const K = {{.K}}u;
-const N4 = {{div .N 4}}u;
-const K4 = {{div .K 4}}u;
 
 // rowA returns 4 consecutive elements k..k+3 (k a multiple of 4) of row i of a [rows, K]
 // operand as f32.
@@ -79,17 +65,7 @@ fn loadB(kk: u32, nn: u32) -> f32 {
     if (kk >= p.k || nn >= p.n) {
         return 0.0;
     }
-{{- if .TransB}}
-    let e = nn * p.k + kk;
-{{- else}}
-    let e = kk * p.n + nn;
-{{- end}}
-{{- if .BF16}}
-    let pair = unpack2x16float(b[e >> 1u]);
-    return select(pair.x, pair.y, (e & 1u) == 1u);
-{{- else}}
-    return b[e];
-{{- end}}
+{{- template "gemm_bvalue" (dict "TransB" .TransB "BF16" .BF16)}}
 }
 
 fn loadA(mm: u32, kk: u32) -> f32 {

@@ -6,34 +6,13 @@
 @group(0) @binding(1) var<storage, read> b: array<{{if .BF16}}u32{{else}}f32{{end}}>;
 @group(0) @binding(2) var<storage, read_write> c: array<f32>;
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-};
-@group(0) @binding(3) var<uniform> p: Params;
+{{template "gemm_params" (dict "B" 3)}}
 
 fn loadB(kk: u32, nn: u32) -> f32 {
-{{- if .TransB}}
-    let e = nn * p.k + kk;
-{{- else}}
-    let e = kk * p.n + nn;
-{{- end}}
-{{- if .BF16}}
-    let pair = unpack2x16float(b[e >> 1u]);
-    return select(pair.x, pair.y, (e & 1u) == 1u);
-{{- else}}
-    return b[e];
-{{- end}}
+{{- template "gemm_bvalue" (dict "TransB" .TransB "BF16" .BF16)}}
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (i >= p.m * p.n) {
-        return;
-    }
+{{template "ew_main" (dict "WG" .WG "N" "p.m * p.n")}}
     let row = i / p.n;
     let col = i - row * p.n;
     var s = 0.0;

@@ -57,52 +57,10 @@ fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
     return v > bv || (v == bv && i < bi);
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let row = wid.x + wid.y * nwg.x;
-    if (row >= p.rows) {
-        return; // uniform per workgroup
-    }
+{{template "red_main" (dict "WG" .WG "R" "row" "Count" "p.rows")}}
     let base = row * p.cols;
-
-    // 1. The slice maximum.
-    var mx = neg_inf();
-    for (var c = lid; c < p.cols; c += {{.WG}}u) {
-        mx = max(mx, logits[base + c]);
-    }
-    red_v[lid] = mx;
-    workgroupBarrier();
-    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
-        if (lid < h) {
-            red_v[lid] = max(red_v[lid], red_v[lid + h]);
-        }
-        workgroupBarrier();
-    }
-    let mslice = red_v[0];
-    workgroupBarrier();
-
-    var mold = neg_inf();
-    var sold = 0.0;
-    if (p.first == 0u) {
-        mold = state[2u * row];
-        sold = state[2u * row + 1u];
-    }
-    let mnew = max(mold, mslice);
-
-    // 2. Σ exp(x − mnew) over the slice, then the running sum rescaled to mnew.
-    var s = 0.0;
-    for (var c = lid; c < p.cols; c += {{.WG}}u) {
-        s += exp(logits[base + c] - mnew);
-    }
-    red_v[lid] = s;
-    workgroupBarrier();
-    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
-        if (lid < h) {
-            red_v[lid] += red_v[lid + h];
-        }
-        workgroupBarrier();
-    }
+    // 1. The slice maximum; 2. Σ exp(x − mnew) over the slice into red_v[0].
+{{- template "red_slice_lse" (dict "WG" .WG "Buf" "red_v")}}
     var snew = red_v[0];
     if (sold > 0.0) {
         snew += sold * exp(mold - mnew);

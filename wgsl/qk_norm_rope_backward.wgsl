@@ -48,14 +48,7 @@ fn backRot(base: u32, c: u32, pos: u32) -> f32 {
     return select(g * cs - gp * sn, g * cs + gp * sn, first);
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let gi = wid.x + wid.y * nwg.x;
-    // gi is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (gi >= p.groups) {
-        return;
-    }
+{{template "red_main" (dict "WG" .WG "R" "gi" "Count" "p.groups")}}
     let base = gi * p.hd;
     let pos = (gi / p.heads) % p.t;
     var s = vec2<f32>(0.0);
@@ -65,14 +58,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         dn[base + c] = g;
         s += vec2<f32>(v * v, (1.0 + w[c]) * g * v);
     }
-    partial[lid] = s;
-    workgroupBarrier();
-    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
-        if (lid < h) {
-            partial[lid] += partial[lid + h];
-        }
-        workgroupBarrier();
-    }
+{{- template "red_sum" (dict "WG" .WG "Buf" "partial" "Val" "s")}}
     let inv = inverseSqrt(partial[0].x / f32(p.hd) + p.eps);
     let k = inv * inv * inv * partial[0].y / f32(p.hd);
     // Each invocation reads back only the dn values it wrote itself.

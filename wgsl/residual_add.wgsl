@@ -4,15 +4,9 @@
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
 @group(0) @binding(1) var<storage, read> y: array<f32>;
 
-struct Params {
-    n: u32,
-};
-@group(0) @binding(2) var<uniform> p: Params;
+{{template "ew_params_n" (dict "B" 2)}}
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
+{{template "ew_index" (dict "WG" .WG)}}
     if (i < p.n) {
         x[i] = x[i] + y[i];
     }

@@ -30,27 +30,14 @@ fn gain(c: u32) -> f32 {
 {{- end}}
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let r = wid.x + wid.y * nwg.x;
-    if (r >= p.rows) {
-        return; // uniform per workgroup
-    }
+{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.rows")}}
     let base = r * p.n;
     var s = vec2<f32>(0.0);
     for (var c = lid; c < p.n; c += {{.WG}}u) {
         let v = x[base + c];
         s += vec2<f32>(v * v, gain(c) * dy[base + c] * v);
     }
-    partial[lid] = s;
-    workgroupBarrier();
-    for (var h = {{.WG}}u / 2u; h > 0u; h >>= 1u) {
-        if (lid < h) {
-            partial[lid] += partial[lid + h];
-        }
-        workgroupBarrier();
-    }
+{{- template "red_sum" (dict "WG" .WG "Buf" "partial" "Val" "s")}}
     let inv = inverseSqrt(partial[0].x / f32(p.n) + p.eps);
     let k = inv * inv * inv * partial[0].y / f32(p.n);
     for (var c = lid; c < p.n; c += {{.WG}}u) {

@@ -31,14 +31,7 @@ fn ew(i: u32) -> f32 {
 {{- end}}
 }
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let r = wid.x + wid.y * nwg.x;
-    // r and its id are uniform across the workgroup, so these early exits keep barriers uniform.
-    if (r >= p.rows) {
-        return;
-    }
+{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.rows")}}
     let id = ids[r];
     if (id < p.v0 || id - p.v0 >= p.count) {
         return;
@@ -49,14 +42,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var c = lid; c < p.hidden; c += {{.WG}}u) {
         s += h[hb + c] * ew(eb + c);
     }
-    partial[lid] = s; // every slot written: workgroup memory is not zero-initialised
-    workgroupBarrier();
-    for (var k = {{.WG}}u / 2u; k > 0u; k >>= 1u) {
-        if (lid < k) {
-            partial[lid] += partial[lid + k];
-        }
-        workgroupBarrier();
-    }
+{{- template "red_sum" (dict "WG" .WG "Buf" "partial" "Val" "s")}}
     if (lid == 0u) {
         out[r] = partial[0];
     }

@@ -62,10 +62,14 @@ var funcs = template.FuncMap{
 }
 
 // libraries are the files of shared templates (defines only) parsed with every shader:
-// the tiled GEMM body that linear.wgsl and blr_forward.wgsl instantiate, and the sub-steps
-// that the chunked gated delta rule's forward and backward kernels share. Their define
-// names are global: each library prefixes its own (gemm_, gdrc_).
-var libraries = []string{"gemm_tile.wgsl", "gated_delta_rule_chunk_lib.wgsl"}
+// the tiled GEMM body that linear.wgsl and blr_forward.wgsl instantiate, the sub-steps
+// that the chunked gated delta rule's forward and backward kernels share, the workgroup
+// reductions (row entry, tree sum and max, sum of squares, streamed log-sum-exp step) of
+// the norms, the logits kernels, Adam and the gradient norm, and the elementwise kernels'
+// entry point, element count and overflow-free sigmoid, and the causal convolution's
+// parameters and pre-activation (forward and backward). Their define names are global:
+// each library prefixes its own (gemm_, gdrc_, red_, ew_, cc_).
+var libraries = []string{"gemm_tile.wgsl", "gated_delta_rule_chunk_lib.wgsl", "reduce.wgsl", "elementwise.wgsl", "causal_conv1d_lib.wgsl"}
 
 var (
 	mu     sync.Mutex

@@ -3,15 +3,9 @@
 
 @group(0) @binding(0) var<storage, read_write> b: array<u32>;
 
-struct Params {
-    n: u32,
-};
-@group(0) @binding(1) var<uniform> p: Params;
+{{template "ew_params_n" (dict "B" 1)}}
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
+{{template "ew_index" (dict "WG" .WG)}}
     if (i < p.n) {
         b[i] = 0u;
     }
