@@ -11,7 +11,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/gpu"
-	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/internal/prng"
 )
 
 // SyntheticGeometries are the names SyntheticConfig knows, smallest first: "tiny" (the
@@ -112,23 +112,23 @@ const (
 	roleGate
 	roleUp
 	roleDown
-	roleQ // q_proj (query rows; the whole q_proj for a Student)
-	roleQGate
+	roleQ // q_proj (whole)
+	_     // (the teacher's old query/gate split; the blank keeps later roles' seeds)
 	roleK
 	roleV
 	roleO
 	roleQNorm
 	roleKNorm
-	roleQKVq // in_proj_qkv (q rows; the whole tensor for a Student)
-	roleQKVk
-	roleQKVv
+	roleQKVq // in_proj_qkv (whole)
+	_        // (in_proj_qkv k rows, before the one layout)
+	_        // (in_proj_qkv v rows)
 	roleZ
 	roleA
 	roleB
 	roleOut
-	roleConvQ // conv1d (q channels; the whole tensor for a Student)
-	roleConvK
-	roleConvV
+	roleConvQ // conv1d (whole)
+	_         // (conv1d k channels)
+	_         // (conv1d v channels)
 	roleALog
 	roleDtBias
 	roleGNorm
@@ -144,7 +144,7 @@ const (
 //     deviation ≈ 2); norm gains w of (1+w) uniform in [−0.1, 0.1); the gated norm's plain
 //     gain in [0.9, 1.1); conv1d in [−0.5, 0.5); A_log in [−2, 0); dt_bias in [−1, 0).
 //     With StreamLayers, one set of host planes per layer type is made once on the host
-//     (host.FillRandomUniformF16, the same generator) and shared by every layer of that type,
+//     (prng.FillUniformF16, the same generator) and shared by every layer of that type,
 //     then uploaded per layer during each pass like LoadNet's streamed path (so the host→GPU
 //     transfer is measured; the host holds about two layers' planes, not the model's).
 //   - Student: every decoder projection with both dimensions above 64 in BLR form,
@@ -207,7 +207,7 @@ type planeKey struct {
 // tensorSeed is the seed of a tensor: a hash of the net's seed, the layer (−1: shared
 // tensors) and the role.
 func (s *synth) tensorSeed(layer, role int) uint32 {
-	return host.RandomWord(s.seed, uint32(layer+1)<<10|uint32(role))
+	return prng.Word(s.seed, uint32(layer+1)<<10|uint32(role))
 }
 
 // newBuf allocates a GPU tensor.
@@ -237,12 +237,12 @@ func (s *synth) tensor(label string, role int, half bool, lo, hi float64, shape 
 		if half {
 			p.f16 = make([]uint16, numel)
 			err = parallelFill(numel, func(a, b int) error {
-				return host.FillRandomUniformF16(p.f16[a:b], seed, uint32(a), hi)
+				return prng.FillUniformF16(p.f16[a:b], seed, uint32(a), hi)
 			})
 		} else {
 			p.f32 = make([]float32, numel)
 			err = parallelFill(numel, func(a, b int) error {
-				return host.FillRandomUniformF32(p.f32[a:b], seed, uint32(a), lo, hi)
+				return prng.FillUniformF32(p.f32[a:b], seed, uint32(a), lo, hi)
 			})
 		}
 		if err != nil {
@@ -364,7 +364,7 @@ func (s *synth) studentLinear(label string, role, out, in int) (linear, error) {
 			param *gpu.Buffer
 			dst   **gpu.Buffer
 		}{{"h", q.H, &g.H}, {"l", q.L, &g.L}, {"g", q.G, &g.G}} {
-			tn := host.BLRGradName(label, p, x.key)
+			tn := arch.MetricName(label, p, x.key)
 			if err := n.addTrainable(tn, x.param, nil, true, []int{x.param.Len()}); err != nil {
 				return linear{}, err
 			}
@@ -456,7 +456,7 @@ func (s *synth) layer(i int) (err error) {
 		}
 		err = s.r.Submit()
 	}()
-	p := fmt.Sprintf("model.layers.%d.", i)
+	p := arch.LayerPrefix(i)
 	lin := s.weight
 	if student {
 		lin = s.studentLinear
@@ -507,12 +507,7 @@ func (s *synth) layer(i int) (err error) {
 			{&a.v, q + "v_proj.weight", roleV, nkv * hd, H, false},
 			{&a.o, q + "o_proj.weight", roleO, H, nh * hd, false},
 		}
-		if student {
-			specs = append(specs, lspec{&a.qg, q + "q_proj.weight", roleQ, 2 * nh * hd, H, false})
-		} else {
-			specs = append(specs, lspec{&a.query, q + "q_proj.weight[query rows]", roleQ, nh * hd, H, false},
-				lspec{&a.gate, q + "q_proj.weight[gate rows]", roleQGate, nh * hd, H, false})
-		}
+		specs = append(specs, lspec{&a.qg, q + "q_proj.weight", roleQ, 2 * nh * hd, H, false})
 		if err := do(specs); err != nil {
 			return err
 		}
@@ -535,31 +530,12 @@ func (s *synth) layer(i int) (err error) {
 			{&d.a, q + "in_proj_a.weight", roleA, hv, H, true},
 			{&d.out, q + "out_proj.weight", roleOut, H, VV, false},
 		}
-		if student {
-			specs = append(specs, lspec{&d.qkv, q + "in_proj_qkv.weight", roleQKVq, C, H, false})
-		} else {
-			specs = append(specs, lspec{&d.q, q + "in_proj_qkv.weight[q rows]", roleQKVq, QK, H, false},
-				lspec{&d.k, q + "in_proj_qkv.weight[k rows]", roleQKVk, QK, H, false},
-				lspec{&d.v, q + "in_proj_qkv.weight[v rows]", roleQKVv, VV, H, false})
-		}
+		specs = append(specs, lspec{&d.qkv, q + "in_proj_qkv.weight", roleQKVq, C, H, false})
 		if err := do(specs); err != nil {
 			return err
 		}
-		if student {
-			if d.conv, err = s.vec(q+"conv1d.weight", roleConvQ, -0.5, 0.5, C, K); err != nil {
-				return err
-			}
-		} else {
-			for _, x := range []struct {
-				dst  **param
-				name string
-				role int
-				ch   int
-			}{{&d.convQ, "q", roleConvQ, QK}, {&d.convK, "k", roleConvK, QK}, {&d.convV, "v", roleConvV, VV}} {
-				if *x.dst, err = s.vec(q+"conv1d.weight["+x.name+" channels]", x.role, -0.5, 0.5, x.ch, K); err != nil {
-					return err
-				}
-			}
+		if d.conv, err = s.vec(q+"conv1d.weight", roleConvQ, -0.5, 0.5, C, K); err != nil {
+			return err
 		}
 		if d.aLog, err = s.vec(q+"A_log", roleALog, -2, 0, hv); err != nil {
 			return err

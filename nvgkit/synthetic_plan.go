@@ -82,7 +82,7 @@ type projShape struct {
 	out, in int
 }
 
-// studentProjections lists layer i's projections as a Student holds them (q_proj and
+// studentProjections lists layer i's projections as a net holds them (q_proj and
 // in_proj_qkv whole).
 func studentProjections(c arch.Config, i int) []projShape {
 	H, I := c.HiddenSize, c.IntermediateSize
@@ -176,11 +176,7 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 				p.DenseWeights += m * n
 			}
 			w := f16Bytes(m * n)
-			if kind == Teacher && (s.name == "self_attn.q_proj" || s.name == "linear_attn.in_proj_qkv") {
-				big(fmt.Sprintf("layer %d %s (a part)", i, s.name), w, true) // split into parts: the whole is an upper bound
-			} else {
-				big(fmt.Sprintf("layer %d %s", i, s.name), w, true)
-			}
+			big(fmt.Sprintf("layer %d %s", i, s.name), w, true)
 			lb += w
 		}
 		maxTemp = max(maxTemp, temp)
@@ -214,8 +210,8 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 		}{name, w})
 	}
 	I := c.IntermediateSize
-	QK, VV, hv := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim, c.LinearNumValueHeads
-	Q, KV := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
+	QK, VV := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim
+	Q := c.NumAttentionHeads * c.HeadDim
 	if kind == Student {
 		p.WorkBytes = StudentWorkBytes(c, nb, t)
 		p.StateBytes = 16*uint64(p.Trainables) + 4
@@ -227,16 +223,14 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 			add("work.dQG", 2*Q)
 		}
 	} else {
-		per := 3*int(H) + 3*I + 2
+		p.WorkBytes = TeacherWorkBytes(c, nb, t)
 		add("work.gate", I)
 		if hasKind(c, false) {
-			per += 4*QK + 5*VV + 4*hv
+			add("work.mixed", 2*QK+VV)
 		}
 		if hasKind(c, true) {
-			per += 5*Q + 3*KV + c.NumAttentionHeads
-			add("work.q", Q)
+			add("work.qg", 2*Q)
 		}
-		p.WorkBytes = 4 * rows * uint64(per)
 	}
 	for _, w := range widths {
 		if rows*uint64(w.w) > 1<<31-1 {
