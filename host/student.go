@@ -42,12 +42,6 @@ func (g *StudentGrads) Names() []string {
 	return names
 }
 
-// BLRGradName is arch.MetricName, the StudentGrads key of one metric scale of a BLR linear
-// ("<tensor>.p<path>.<scale>"), kept for the callers that have not moved to arch yet.
-func BLRGradName(tensor string, path int, scale string) string {
-	return arch.MetricName(tensor, path, scale)
-}
-
 // addGrad accumulates v into grads[name].
 func addGrad(grads map[string][]float64, name string, v []float64) {
 	if g, ok := grads[name]; ok {

@@ -7,75 +7,107 @@ import (
 	"github.com/nvg-project/nvg/gpu"
 )
 
-// recordLayer records decoder layer l on w.x in place (DESIGN.md §3):
-// x += mixer(norm1(x)); x += down(silu(gate(norm2(x))) ⊙ up(norm2(x))).
-func (n *Net) recordLayer(r *gpu.Recorder, L *layer, w *Work) error {
-	c := n.Config
-	rows, H, I := w.NB*w.T, c.HiddenSize, c.IntermediateSize
-	eps := c.RMSNormEps
-	if err := gpu.RMSNorm(r, w.x, L.inNorm.buf, w.xn, rows, H, eps, true); err != nil {
-		return err
-	}
-	var err error
-	if L.attn != nil {
-		err = n.recordAttention(r, L.attn, w)
-	} else {
-		err = n.recordDeltaNet(r, L.delta, w)
-	}
-	if err != nil {
-		return err
-	}
-	if err := gpu.ResidualAdd(r, w.x, w.mix); err != nil {
-		return err
-	}
-	if err := gpu.RMSNorm(r, w.x, L.postNorm.buf, w.xn, rows, H, eps, true); err != nil {
-		return err
-	}
-	if err := L.gate.apply(r, w.xn, w.gate, rows); err != nil {
-		return err
-	}
-	if err := L.up.apply(r, w.xn, w.up, rows); err != nil {
-		return err
-	}
-	if err := gpu.SwiGLU(r, w.gate, w.up, w.act); err != nil {
-		return err
-	}
-	_ = I
-	if err := L.down.apply(r, w.act, w.mix, rows); err != nil {
-		return err
-	}
-	return gpu.ResidualAdd(r, w.x, w.mix)
+// acts holds one decoder layer's forward activations, F32 row-major [rows, width] with
+// rows = nb·t, written by recordLayer and read by the backward (recordLayerBackward). A
+// Teacher's work aliases resid to its residual stream x and xn1, xn2 to its one norm output
+// (the pass runs in place, nothing is kept for a backward); a Student's work holds them apart.
+type acts struct {
+	xn1, resid, xn2, mix *gpu.Buffer // [rows, H]: input norm, x + mixer, post norm, mixer/MLP output
+	gate, up, act        *gpu.Buffer // [rows, I]
+	// attention
+	qg                     *gpu.Buffer // [rows, 2·nh·hd]: q_proj's output (query and gate per head)
+	q, agate, qr, o, gated *gpu.Buffer // [rows, nh·hd]
+	k, v, kr               *gpu.Buffer // [rows, nkv·hd]
+	alse                   *gpu.Buffer // [rows, nh]
+	// GatedDeltaNet
+	mixed, conv         *gpu.Buffer // [rows, C]: in_proj_qkv's and the conv's outputs
+	qc, kc, qn, kn      *gpu.Buffer // [rows, Hk·dk]: conv q, k blocks; after the L2 norm
+	vc, z, core, normed *gpu.Buffer // [rows, Hv·dv]
+	a, b, g, beta       *gpu.Buffer // [rows, Hv]
+	// t1, while recordLayer runs with keep, holds every BLR projection's t1 = (x⊙g)·Vᵀ per
+	// path in recorder temporaries (freed at the layer's submit) for its BLRBackward.
+	t1 map[*gpu.BLRLayer][]*gpu.Buffer
 }
 
-// recordDeltaNet records the GatedDeltaNet mixer on w.xn into w.mix. q, k and v are
-// projected and convolved as separate channel blocks (the conv is depthwise, so this is
-// the same arithmetic as one in_proj_qkv and one conv over all channels).
-func (n *Net) recordDeltaNet(r *gpu.Recorder, d *deltaWeights, w *Work) error {
-	c := n.Config
-	nb, t, rows := w.NB, w.T, w.NB*w.T
-	hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
-	steps := []func() error{
-		func() error { return d.q.apply(r, w.xn, w.qa, rows) },
-		func() error { return d.k.apply(r, w.xn, w.ka, rows) },
-		func() error { return d.v.apply(r, w.xn, w.va, rows) },
-		func() error { return gpu.CausalConv1dSiLU(r, w.qa, d.convQ.buf, w.qb, nb, t, hk*dk, K) },
-		func() error { return gpu.CausalConv1dSiLU(r, w.ka, d.convK.buf, w.kb, nb, t, hk*dk, K) },
-		func() error { return gpu.CausalConv1dSiLU(r, w.va, d.convV.buf, w.vb, nb, t, hv*dv, K) },
-		// q and k normalised back into qa and ka (the projections are spent).
-		func() error { return gpu.L2Norm(r, w.qb, w.qa, rows*hk, dk, 1/math.Sqrt(float64(dk))) },
-		func() error { return gpu.L2Norm(r, w.kb, w.ka, rows*hk, dk, 1) },
-		func() error { return d.z.apply(r, w.xn, w.z, rows) },
-		func() error { return d.b.apply(r, w.xn, w.b, rows) },
-		func() error { return d.a.apply(r, w.xn, w.a, rows) },
-		func() error { return gpu.GatedDeltaGates(r, w.a, w.b, d.aLog.buf, d.dtBias.buf, w.g, w.beta, rows, hv) },
-		func() error {
-			return gpu.GatedDeltaRuleAuto(r, w.qa, w.ka, w.vb, w.g, w.beta, w.core, nil, gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv})
-		},
-		func() error {
-			return gpu.GatedRMSNorm(r, w.core, w.z, d.norm.buf, w.normed, rows, hv, dv, c.RMSNormEps)
-		},
-		func() error { return d.out.apply(r, w.normed, w.mix, rows) },
+// apply records y = x·Wᵀ for l, keeping t1 while s.t1 is set (recordLayer with keep).
+func (s *acts) apply(r *gpu.Recorder, l linear, x, y *gpu.Buffer, rows int) error {
+	if l.blr == nil || s.t1 == nil {
+		return l.apply(r, x, y, rows)
 	}
+	t1 := make([]*gpu.Buffer, len(l.blr.Paths))
+	for p := range t1 {
+		b, err := r.Temp("student t1", gpu.F32, rows, l.blr.Rank)
+		if err != nil {
+			return err
+		}
+		t1[p] = b
+	}
+	if err := gpu.BLRForward(r, l.blr, x, y, t1, rows); err != nil {
+		return err
+	}
+	s.t1[l.blr] = t1
+	return nil
+}
+
+// back records l's backward (linear.backward), reusing the t1 kept by apply when there is one.
+func (s *acts) back(r *gpu.Recorder, l linear, x, dy, dx *gpu.Buffer, rows int) error {
+	if l.blr != nil {
+		return gpu.BLRBackward(r, l.blr, x, s.t1[l.blr], dy, dx, l.grads, rows)
+	}
+	return l.backward(r, x, dy, dx, rows)
+}
+
+// recordLayer records decoder layer L (DESIGN.md §3) on x [rows, H], the one layer recipe of
+// the teacher pass, the student forward and the backward's recompute:
+//
+//	resid = x + mixer(norm1(x));  out = resid + down(silu(gate(norm2(resid))) ⊙ up(norm2(resid)))
+//
+// leaving the activations in s. x is read only, unless it is s.resid (a Teacher's in-place
+// pass: out = x = s.resid too). keep is the backward's recompute: every BLR projection's t1
+// is kept in s.t1 (a fresh map; the caller clears it after the submit) and the recipe stops
+// at the SwiGLU, the last activation the backward reads (out is not written; it may be nil).
+func (n *Net) recordLayer(r *gpu.Recorder, L *layer, s *acts, x, out *gpu.Buffer, nb, t int, keep bool) error {
+	c := n.Config
+	rows, H := nb*t, c.HiddenSize
+	eps := c.RMSNormEps
+	if keep {
+		s.t1 = map[*gpu.BLRLayer][]*gpu.Buffer{}
+	}
+	steps := []func() error{
+		func() error { return gpu.RMSNorm(r, x, L.inNorm.buf, s.xn1, rows, H, eps, true) },
+		func() error {
+			if L.attn != nil {
+				return n.recordAttention(r, L.attn, s, nb, t)
+			}
+			return n.recordDeltaNet(r, L.delta, s, nb, t)
+		},
+		func() error {
+			if s.resid == x {
+				return nil
+			}
+			return gpu.ColumnCopy(r, x, s.resid, rows, H, 0, H, 0, H)
+		},
+		func() error { return gpu.ResidualAdd(r, s.resid, s.mix) },
+		func() error { return gpu.RMSNorm(r, s.resid, L.postNorm.buf, s.xn2, rows, H, eps, true) },
+		func() error { return s.apply(r, L.gate, s.xn2, s.gate, rows) },
+		func() error { return s.apply(r, L.up, s.xn2, s.up, rows) },
+		func() error { return gpu.SwiGLU(r, s.gate, s.up, s.act) },
+	}
+	if !keep {
+		steps = append(steps,
+			func() error { return s.apply(r, L.down, s.act, s.mix, rows) },
+			func() error {
+				if out == s.resid {
+					return nil
+				}
+				return gpu.ColumnCopy(r, s.resid, out, rows, H, 0, H, 0, H)
+			},
+			func() error { return gpu.ResidualAdd(r, out, s.mix) })
+	}
+	return runSteps(steps)
+}
+
+func runSteps(steps []func() error) error {
 	for _, s := range steps {
 		if err := s(); err != nil {
 			return err
@@ -84,33 +116,57 @@ func (n *Net) recordDeltaNet(r *gpu.Recorder, d *deltaWeights, w *Work) error {
 	return nil
 }
 
-// recordAttention records the gated full-attention mixer on w.xn into w.mix. The query and
-// the gate come from the per-head halves of q_proj, stored as two weights (DESIGN.md §3).
-func (n *Net) recordAttention(r *gpu.Recorder, a *attnWeights, w *Work) error {
+// recordAttention records the gated attention mixer on s.xn1 into s.mix: q_proj whole, its
+// output split into the query and the gate per head (DESIGN.md §3) by SplitQueryGate.
+func (n *Net) recordAttention(r *gpu.Recorder, a *attnWeights, s *acts, nb, t int) error {
 	c := n.Config
-	nb, t, rows := w.NB, w.T, w.NB*w.T
-	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	rows := nb * t
+	g := attnDims(c)
+	nh, nkv, hd := g.nh, g.nkv, g.hd
 	qd := gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: c.RMSNormEps, Rot: c.RotaryDim(), Theta: c.RopeTheta, T: t}
 	kd := qd
 	kd.Heads = nkv
 	ad := gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd}
-	steps := []func() error{
-		func() error { return a.query.apply(r, w.xn, w.q, rows) },
-		func() error { return a.gate.apply(r, w.xn, w.agate, rows) },
-		func() error { return a.k.apply(r, w.xn, w.k, rows) },
-		func() error { return a.v.apply(r, w.xn, w.v, rows) },
-		func() error { return gpu.QKNormRoPE(r, w.q, a.qNorm.buf, w.qr, qd) },
-		func() error { return gpu.QKNormRoPE(r, w.k, a.kNorm.buf, w.kr, kd) },
-		func() error { return gpu.Attention(r, w.qr, w.kr, w.v, w.o, w.alse, ad) },
-		func() error { return gpu.AttentionGate(r, w.o, w.agate, w.gated) },
-		func() error { return a.o.apply(r, w.gated, w.mix, rows) },
-	}
-	for _, s := range steps {
-		if err := s(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return runSteps([]func() error{
+		func() error { return s.apply(r, a.qg, s.xn1, s.qg, rows) },
+		func() error { return gpu.SplitQueryGate(r, s.qg, s.q, s.agate, rows, nh, hd) },
+		func() error { return s.apply(r, a.k, s.xn1, s.k, rows) },
+		func() error { return s.apply(r, a.v, s.xn1, s.v, rows) },
+		func() error { return gpu.QKNormRoPE(r, s.q, a.qNorm.buf, s.qr, qd) },
+		func() error { return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, kd) },
+		func() error { return gpu.Attention(r, s.qr, s.kr, s.v, s.o, s.alse, ad) },
+		func() error { return gpu.AttentionGate(r, s.o, s.agate, s.gated) },
+		func() error { return s.apply(r, a.o, s.gated, s.mix, rows) },
+	})
+}
+
+// recordDeltaNet records the GatedDeltaNet mixer on s.xn1 into s.mix: in_proj_qkv and the
+// depthwise conv over all C channels, then the q, k, v blocks split by ColumnCopy.
+func (n *Net) recordDeltaNet(r *gpu.Recorder, d *deltaWeights, s *acts, nb, t int) error {
+	c := n.Config
+	rows := nb * t
+	g := deltaDims(c)
+	hk, hv, dk, dv, K, QK, VV, C := g.hk, g.hv, g.dk, g.dv, g.K, g.QK, g.VV, g.C
+	return runSteps([]func() error{
+		func() error { return s.apply(r, d.qkv, s.xn1, s.mixed, rows) },
+		func() error { return gpu.CausalConv1dSiLU(r, s.mixed, d.conv.buf, s.conv, nb, t, C, K) },
+		func() error { return gpu.ColumnCopy(r, s.conv, s.qc, rows, C, 0, QK, 0, QK) },
+		func() error { return gpu.ColumnCopy(r, s.conv, s.kc, rows, C, QK, QK, 0, QK) },
+		func() error { return gpu.ColumnCopy(r, s.conv, s.vc, rows, C, 2*QK, VV, 0, VV) },
+		func() error { return gpu.L2Norm(r, s.qc, s.qn, rows*hk, dk, 1/math.Sqrt(float64(dk))) },
+		func() error { return gpu.L2Norm(r, s.kc, s.kn, rows*hk, dk, 1) },
+		func() error { return s.apply(r, d.z, s.xn1, s.z, rows) },
+		func() error { return s.apply(r, d.b, s.xn1, s.b, rows) },
+		func() error { return s.apply(r, d.a, s.xn1, s.a, rows) },
+		func() error { return gpu.GatedDeltaGates(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.g, s.beta, rows, hv) },
+		func() error {
+			return gpu.GatedDeltaRuleAuto(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nil, gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv})
+		},
+		func() error {
+			return gpu.GatedRMSNorm(r, s.core, s.z, d.norm.buf, s.normed, rows, hv, dv, c.RMSNormEps)
+		},
+		func() error { return s.apply(r, d.out, s.normed, s.mix, rows) },
+	})
 }
 
 // pass embeds flat (w.NB·w.T ids, validated) into w.x and runs every decoder layer, one
@@ -151,7 +207,7 @@ func (n *Net) pass(w *Work, flat []int, keep func(l int) error) (err error) {
 			}
 			embedded = true
 		}
-		if err := n.recordLayer(r, L, w); err != nil {
+		if err := n.recordLayer(r, L, &w.acts, w.x, w.x, w.NB, w.T, false); err != nil {
 			r.Discard()
 			return fmt.Errorf("layer %d: %w", i, err)
 		}

@@ -123,7 +123,7 @@ func (n *Net) readAll(op string, sel func(*trainable) *gpu.Buffer) (map[string][
 
 // Params returns a host copy of every trained vector of a Student, by name: each RMSNorm gain
 // by its HF tensor name (the stored w; the zero-centred norms apply 1 + w), each BLR metric
-// scale as host.BLRGradName(tensor, path, "h"|"l"|"g") ([m], [r], [n], f32). Net.Trainables
+// scale as arch.MetricName(tensor, path, scale) ([m], [r], [n], f32). Net.Trainables
 // lists the names in order. Errors: a nil, released or Teacher net; a readback error.
 func Params(net *Net) (map[string][]float32, error) {
 	return net.readAll("Params", func(t *trainable) *gpu.Buffer { return t.param })

@@ -26,8 +26,6 @@ const (
 	// GatedDeltaNet gated norm, the final norm) as a trainable F32 vector; the embedding and
 	// the (untied) head f16 and frozen; conv1d, A_log and dt_bias F32 and frozen. Each
 	// trainable has an F32 gradient buffer and Adam's F32 moments m and v of its length.
-	// Unlike a Teacher, a Student keeps q_proj and in_proj_qkv (and conv1d) whole and splits
-	// their outputs on the GPU (a BLR weight cannot be split by rows: ℓ and g are shared).
 	// A dense model loads as a Student too (only its gains train).
 	Student
 )
@@ -62,10 +60,11 @@ func StreamLayers() LoadOption { return func(c *loadConfig) { c.streamed = true 
 
 // Net is a Qwen3.5 text model on the GPU (DESIGN.md §3), loaded by LoadNet.
 //
-// The GatedDeltaNet's in_proj_qkv and conv1d are stored split into their q, k and v channel
-// blocks, and the attention's q_proj into its query and gate rows (per head, DESIGN.md §3),
-// so each part lands in its own buffer; the arithmetic is the same. A Net is driven by one
-// goroutine at a time; Release frees its GPU memory.
+// Both kinds store every tensor whole, as the checkpoint holds it (arch.DecoderLayer): q_proj
+// with its query and gate rows interleaved per head, in_proj_qkv and conv1d over all q, k, v
+// channels; the layer recipe splits their outputs on the GPU (SplitQueryGate, ColumnCopy;
+// DESIGN.md §3 — a BLR weight cannot be split by rows, its ℓ and g are shared). A Net is
+// driven by one goroutine at a time; Release frees its GPU memory.
 type Net struct {
 	// Kind is how the projections are stored.
 	Kind NetKind
@@ -134,7 +133,7 @@ type linear struct {
 	w       *param
 	blr     *gpu.BLRLayer
 	grads   []gpu.BLRGrad
-	name    string // the HF tensor name (Student)
+	name    string // the HF tensor name
 	out, in int
 }
 
@@ -155,7 +154,8 @@ func (l *linear) backward(r *gpu.Recorder, x, dy, dx *gpu.Buffer, rows int) erro
 	return gpu.LinearT(r, dy, l.w.buf, dx, rows, l.in, l.out)
 }
 
-// layer holds the weights of one decoder layer. Exactly one of attn and delta is non-nil.
+// layer holds the weights of one decoder layer, one field per checkpoint tensor
+// (arch.DecoderLayer), the same for both net kinds. Exactly one of attn and delta is non-nil.
 type layer struct {
 	index            int
 	inNorm, postNorm *param // [H], gain 1 + w
@@ -167,19 +167,18 @@ type layer struct {
 	uploaded         bool
 }
 
+// attnWeights is the gated attention's weights (arch.Attention).
 type attnWeights struct {
-	query, gate, k, v, o linear // query and gate: the per-head halves of q_proj (Teacher)
-	qg                   linear // the whole q_proj [nh·2·hd, H] (Student)
-	qNorm, kNorm         *param // [hd], gain 1 + w
+	qg, k, v, o  linear // qg: the whole q_proj [nh·2·hd, H]
+	qNorm, kNorm *param // [hd], gain 1 + w
 }
 
+// deltaWeights is the GatedDeltaNet's weights (arch.GatedDeltaNet).
 type deltaWeights struct {
-	q, k, v, z, a, b, out linear // q, k, v: the channel blocks of in_proj_qkv (Teacher)
-	qkv                   linear // the whole in_proj_qkv [C, H] (Student)
-	convQ, convK, convV   *param // [channels, K] blocks of conv1d.weight (Teacher)
-	conv                  *param // the whole conv1d.weight [C, K] (Student)
-	aLog, dtBias          *param // [Hv]
-	norm                  *param // [dv], plain gain
+	qkv, z, a, b, out linear // qkv: the whole in_proj_qkv [C, H]
+	conv              *param // the whole conv1d.weight [C, K]
+	aLog, dtBias      *param // [Hv]
+	norm              *param // [dv], plain gain
 }
 
 func (l *layer) bytes() uint64 {
@@ -225,10 +224,11 @@ func (n *Net) releaseLayer(l *layer) {
 
 // builder reads the model's tensors into params.
 type builder struct {
-	m   *cmf.Model
-	n   *Net // collects loadF16's warnings
-	err error
-	ps  []*param
+	m     *cmf.Model
+	n     *Net // collects loadF16's warnings
+	err   error
+	ps    []*param
+	gains []*param // the params of Trainable tensors (the norm gains), in load order
 }
 
 func (b *builder) f16(name string, shape ...int) []uint16 {
@@ -257,22 +257,27 @@ func (b *builder) add(p *param) *param {
 	return p
 }
 
-// lin makes a linear from f16 rows (a whole tensor or a block of its rows).
-func (b *builder) lin(label string, w []uint16, out, in int) linear {
-	return linear{w: b.add(&param{label: label, shape: []int{out, in}, half: true, f16: w}), out: out, in: in}
+// dense makes a frozen f16 linear from projection t [out, in].
+func (b *builder) dense(t arch.Tensor) linear {
+	out, in := t.Shape[0], t.Shape[1]
+	p := b.add(&param{label: t.Name, shape: []int{out, in}, half: true, f16: b.f16(t.Name, out, in)})
+	return linear{w: p, name: t.Name, out: out, in: in}
 }
 
-func (b *builder) vec(name string, shape ...int) *param {
-	v := b.f32(name, shape...)
-	return b.add(&param{label: name, shape: shape, f32: v})
-}
-
-// rowBlock returns rows [r0, r1) of a row-major [*, cols] plane.
-func rowBlock[T any](v []T, cols, r0, r1 int) []T {
-	if v == nil {
-		return nil
+// vec makes an f32 parameter of t's shape (a norm gain, A_log, dt_bias), noting a Trainable
+// one in b.gains.
+func (b *builder) vec(t arch.Tensor) *param {
+	p := b.add(&param{label: t.Name, shape: t.Shape, f32: b.f32(t.Name, t.Shape...)})
+	if t.Trainable {
+		b.gains = append(b.gains, p)
 	}
-	return v[r0*cols : r1*cols]
+	return p
+}
+
+// conv makes the f32 conv1d weight t [C, 1, K] as a [C, K] parameter.
+func (b *builder) conv(t arch.Tensor) *param {
+	C, K := t.Shape[0], t.Shape[2]
+	return b.add(&param{label: t.Name, shape: []int{C, K}, f32: b.f32(t.Name, t.Shape...)})
 }
 
 // LoadNet converts the model's weights for kind and, unless StreamLayers is given, uploads
@@ -310,11 +315,7 @@ func LoadNet(dev *gpu.Device, m *cmf.Model, kind NetKind, opts ...LoadOption) (*
 		return nil, errors.New("nvgkit.LoadNet: StreamLayers is for teachers; a Student net is always resident (its trainables and their gradients live on the GPU)")
 	}
 	n := &Net{Kind: kind, Config: c, dev: dev, streamed: lc.streamed}
-	load := n.load
-	if kind == Student {
-		load = n.loadStudent
-	}
-	if err := load(m); err != nil {
+	if err := n.load(m); err != nil {
 		n.Release()
 		return nil, memRemedy(fmt.Errorf("nvgkit.LoadNet: %w", err))
 	}
@@ -324,64 +325,38 @@ func LoadNet(dev *gpu.Device, m *cmf.Model, kind NetKind, opts ...LoadOption) (*
 	return n, nil
 }
 
+// load builds every layer from the model's tensors, named and shaped by arch: a Teacher's
+// projections dense f16; a Student's as studentLinear makes them, with its trainables (see
+// Student).
 func (n *Net) load(m *cmf.Model) error {
 	c := n.Config
-	H, I := c.HiddenSize, c.IntermediateSize
+	student := n.Kind == Student
+	if student {
+		n.st = &studentState{byName: map[string]*trainable{}, byParam: map[*gpu.Buffer]*trainable{}}
+	}
 	if err := n.loadShared(m); err != nil {
 		return err
 	}
 	for i := 0; i < c.NumHiddenLayers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
+		A := c.Layer(i)
 		b := &builder{m: m, n: n}
 		L := &layer{index: i}
-		L.inNorm = b.vec(p+"input_layernorm.weight", H)
-		L.postNorm = b.vec(p+"post_attention_layernorm.weight", H)
-		L.gate = b.lin(p+"mlp.gate_proj.weight", b.f16(p+"mlp.gate_proj.weight", I, H), I, H)
-		L.up = b.lin(p+"mlp.up_proj.weight", b.f16(p+"mlp.up_proj.weight", I, H), I, H)
-		L.down = b.lin(p+"mlp.down_proj.weight", b.f16(p+"mlp.down_proj.weight", H, I), H, I)
-		if c.IsFullAttention(i) {
-			nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-			q := p + "self_attn."
-			a := &attnWeights{}
-			qg := b.f16(q+"q_proj.weight", nh*hd*2, H)
-			var qw, gw []uint16
-			if qg != nil {
-				qw = make([]uint16, 0, nh*hd*H)
-				gw = make([]uint16, 0, nh*hd*H)
-				for h := 0; h < nh; h++ {
-					qw = append(qw, rowBlock(qg, H, 2*h*hd, 2*h*hd+hd)...)
-					gw = append(gw, rowBlock(qg, H, 2*h*hd+hd, 2*(h+1)*hd)...)
-				}
-			}
-			a.query = b.lin(q+"q_proj.weight[query rows]", qw, nh*hd, H)
-			a.gate = b.lin(q+"q_proj.weight[gate rows]", gw, nh*hd, H)
-			a.k = b.lin(q+"k_proj.weight", b.f16(q+"k_proj.weight", nkv*hd, H), nkv*hd, H)
-			a.v = b.lin(q+"v_proj.weight", b.f16(q+"v_proj.weight", nkv*hd, H), nkv*hd, H)
-			a.o = b.lin(q+"o_proj.weight", b.f16(q+"o_proj.weight", H, nh*hd), H, nh*hd)
-			a.qNorm = b.vec(q+"q_norm.weight", hd)
-			a.kNorm = b.vec(q+"k_norm.weight", hd)
-			L.attn = a
+		lin := b.dense
+		if student {
+			lin = func(t arch.Tensor) linear { return n.studentLinear(b, L, t) }
+		}
+		L.inNorm = b.vec(A.InputLayernorm)
+		L.postNorm = b.vec(A.PostAttentionLayernorm)
+		L.gate = lin(A.MLP.GateProj)
+		L.up = lin(A.MLP.UpProj)
+		L.down = lin(A.MLP.DownProj)
+		if t := A.SelfAttn; t != nil { // (a composite literal evaluates its calls in order)
+			L.attn = &attnWeights{qg: lin(t.QProj), k: lin(t.KProj), v: lin(t.VProj), o: lin(t.OProj),
+				qNorm: b.vec(t.QNorm), kNorm: b.vec(t.KNorm)}
 		} else {
-			hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
-			C, QK := 2*hk*dk+hv*dv, hk*dk
-			q := p + "linear_attn."
-			d := &deltaWeights{}
-			qkv := b.f16(q+"in_proj_qkv.weight", C, H)
-			d.q = b.lin(q+"in_proj_qkv.weight[q rows]", rowBlock(qkv, H, 0, QK), QK, H)
-			d.k = b.lin(q+"in_proj_qkv.weight[k rows]", rowBlock(qkv, H, QK, 2*QK), QK, H)
-			d.v = b.lin(q+"in_proj_qkv.weight[v rows]", rowBlock(qkv, H, 2*QK, C), hv*dv, H)
-			d.z = b.lin(q+"in_proj_z.weight", b.f16(q+"in_proj_z.weight", hv*dv, H), hv*dv, H)
-			d.b = b.lin(q+"in_proj_b.weight", b.f16(q+"in_proj_b.weight", hv, H), hv, H)
-			d.a = b.lin(q+"in_proj_a.weight", b.f16(q+"in_proj_a.weight", hv, H), hv, H)
-			d.out = b.lin(q+"out_proj.weight", b.f16(q+"out_proj.weight", H, hv*dv), H, hv*dv)
-			conv := b.f32(q+"conv1d.weight", C, 1, K)
-			d.convQ = b.add(&param{label: q + "conv1d.weight[q channels]", shape: []int{QK, K}, f32: rowBlock(conv, K, 0, QK)})
-			d.convK = b.add(&param{label: q + "conv1d.weight[k channels]", shape: []int{QK, K}, f32: rowBlock(conv, K, QK, 2*QK)})
-			d.convV = b.add(&param{label: q + "conv1d.weight[v channels]", shape: []int{hv * dv, K}, f32: rowBlock(conv, K, 2*QK, C)})
-			d.aLog = b.vec(q+"A_log", hv)
-			d.dtBias = b.vec(q+"dt_bias", hv)
-			d.norm = b.vec(q+"norm.weight", dv)
-			L.delta = d
+			t := A.LinearAttn
+			L.delta = &deltaWeights{qkv: lin(t.InProjQKV), z: lin(t.InProjZ), b: lin(t.InProjB), a: lin(t.InProjA),
+				out: lin(t.OutProj), conv: b.conv(t.Conv1d), aLog: b.vec(t.ALog), dtBias: b.vec(t.DtBias), norm: b.vec(t.Norm)}
 		}
 		if b.err != nil {
 			return b.err
@@ -396,35 +371,47 @@ func (n *Net) load(m *cmf.Model) error {
 				p.f16, p.f32 = nil, nil
 			}
 		}
+		if student {
+			for _, g := range b.gains {
+				if err := n.addTrainable(g.label, g.buf, nil, false, g.shape); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if student {
+		if err := n.addTrainable(n.Config.Layout().Norm.Name, n.finalNorm, nil, false, n.Config.Layout().Norm.Shape); err != nil {
+			return err
+		}
+		return n.finishStudent()
 	}
 	return nil
 }
 
 // loadShared uploads the embedding, the head (when untied) and the final norm.
 func (n *Net) loadShared(m *cmf.Model) error {
-	c := n.Config
-	H, V := c.HiddenSize, c.VocabSize
+	l := n.Config.Layout()
 	b := &builder{m: m, n: n}
-	emb := b.f16("model.embed_tokens.weight", V, H)
-	fn := b.f32("model.norm.weight", H)
+	emb := b.f16(l.EmbedTokens.Name, l.EmbedTokens.Shape...)
+	fn := b.f32(l.Norm.Name, l.Norm.Shape...)
 	var head []uint16
-	if !c.TieWordEmbeddings {
-		head = b.f16("lm_head.weight", V, H)
+	if l.LMHead != nil {
+		head = b.f16(l.LMHead.Name, l.LMHead.Shape...)
 	}
 	if b.err != nil {
 		return b.err
 	}
 	var err error
-	if n.embed, err = n.dev.UploadF16("model.embed_tokens.weight", emb, V, H); err != nil {
+	if n.embed, err = n.dev.UploadF16(l.EmbedTokens.Name, emb, l.EmbedTokens.Shape...); err != nil {
 		return err
 	}
 	n.head = n.embed
 	if head != nil {
-		if n.head, err = n.dev.UploadF16("lm_head.weight", head, V, H); err != nil {
+		if n.head, err = n.dev.UploadF16(l.LMHead.Name, head, l.LMHead.Shape...); err != nil {
 			return err
 		}
 	}
-	if n.finalNorm, err = n.dev.UploadFloat32("model.norm.weight", fn, H); err != nil {
+	if n.finalNorm, err = n.dev.UploadFloat32(l.Norm.Name, fn, l.Norm.Shape...); err != nil {
 		return err
 	}
 	return nil

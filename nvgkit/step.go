@@ -10,23 +10,13 @@ import (
 )
 
 // stWork holds a Student's step buffers (all F32 row-major, rows = nb·t): the checkpoints,
-// one layer's activations (recomputed per layer in the backward), the head's, and the
+// one layer's activations (acts, recomputed per layer in the backward), the head's, and the
 // gradient scratch. See StudentWorkBytes.
 type stWork struct {
+	acts
 	bufs []*gpu.Buffer
 	ckpt []*gpu.Buffer // [L+1] of [rows, H]: ckpt[l] is layer l's input, ckpt[L] the last output
 
-	xn1, resid, xn2, mix *gpu.Buffer // [rows, H]
-	gate, up, act        *gpu.Buffer // [rows, I]
-	// attention
-	qg                      *gpu.Buffer // [rows, 2·nh·hd]
-	q, agate, qr, o, gated  *gpu.Buffer // [rows, nh·hd]
-	k, v, kr                *gpu.Buffer // [rows, nkv·hd]
-	alse                    *gpu.Buffer // [rows, nh]
-	mixed, conv             *gpu.Buffer // [rows, C] (GatedDeltaNet in_proj_qkv and conv outputs)
-	qc, kc, qn, kn          *gpu.Buffer // [rows, Hk·dk]
-	vc, z, core, normed     *gpu.Buffer // [rows, Hv·dv]
-	a, b, g, beta           *gpu.Buffer // [rows, Hv]
 	hN, dh                  *gpu.Buffer // [rows, H] head input and its gradient
 	kl, loss, gss           *gpu.Buffer // [rows], [1], [1]
 	d0, d1, dResid, dXn, dT *gpu.Buffer // [rows, H] gradients (d0/d1 ping-pong)
@@ -44,38 +34,6 @@ type stWork struct {
 	topK    int
 	// embed is the buffer holding d loss / d input embeddings after the last Step (nil before).
 	embed *gpu.Buffer
-	// keepT1, during a backward's recompute, keeps every BLR projection's t1 = (x⊙g)·Vᵀ per
-	// path in recorder temporaries (t1, freed at the layer's submit) for its BLRBackward.
-	keepT1 bool
-	t1     map[*gpu.BLRLayer][]*gpu.Buffer
-}
-
-// apply records y = x·Wᵀ for l, keeping t1 when s.keepT1.
-func (s *stWork) apply(r *gpu.Recorder, l linear, x, y *gpu.Buffer, rows int) error {
-	if l.blr == nil || !s.keepT1 {
-		return l.apply(r, x, y, rows)
-	}
-	t1 := make([]*gpu.Buffer, len(l.blr.Paths))
-	for p := range t1 {
-		b, err := r.Temp("student t1", gpu.F32, rows, l.blr.Rank)
-		if err != nil {
-			return err
-		}
-		t1[p] = b
-	}
-	if err := gpu.BLRForward(r, l.blr, x, y, t1, rows); err != nil {
-		return err
-	}
-	s.t1[l.blr] = t1
-	return nil
-}
-
-// back records l's backward (linear.backward), reusing the t1 kept by apply when there is one.
-func (s *stWork) back(r *gpu.Recorder, l linear, x, dy, dx *gpu.Buffer, rows int) error {
-	if l.blr != nil {
-		return gpu.BLRBackward(r, l.blr, x, s.t1[l.blr], dy, dx, l.grads, rows)
-	}
-	return l.backward(r, x, dy, dx, rows)
 }
 
 func (s *stWork) release() {
@@ -100,12 +58,6 @@ func (s *stWork) bytes() uint64 {
 	return n
 }
 
-type wspec struct {
-	dst   **gpu.Buffer
-	label string
-	width int
-}
-
 // studentSpecs lists a Student work's buffers (not the top-k ones) and their widths.
 func studentSpecs(c arch.Config, s *stWork) []wspec {
 	H, I := c.HiddenSize, c.IntermediateSize
@@ -115,51 +67,25 @@ func studentSpecs(c arch.Config, s *stWork) []wspec {
 	for l := range s.ckpt {
 		sp = append(sp, wspec{&s.ckpt[l], fmt.Sprintf("work.ckpt[%d] (layer input)", l), H})
 	}
-	for _, x := range []struct {
-		d **gpu.Buffer
-		n string
-		w int
-	}{
-		{&s.xn1, "xn1 (input norm)", H}, {&s.resid, "resid (x + mixer)", H}, {&s.xn2, "xn2 (post norm)", H}, {&s.mix, "mix (mixer/MLP output)", H},
-		{&s.gate, "gate", I}, {&s.up, "up", I}, {&s.act, "act (SwiGLU)", I},
-		{&s.hN, "hN (final norm)", H}, {&s.dh, "dh (head gradient)", H}, {&s.kl, "kl (per token)", 1}, {&s.loss, "loss", 1}, {&s.gss, "gss (grad sum of squares)", 1},
-		{&s.d0, "d0 (residual gradient)", H}, {&s.d1, "d1 (residual gradient)", H}, {&s.dResid, "dResid", H}, {&s.dXn, "dXn", H}, {&s.dT, "dT (input-gradient scratch)", H},
-		{&s.dAct, "dAct", I}, {&s.dGate, "dGate", I}, {&s.dUp, "dUp", I},
-	} {
-		sp = append(sp, wspec{x.d, "work." + x.n, x.w})
-	}
+	sp = append(sp, actSpecs(c, &s.acts, true)...)
+	sp = append(sp, workSpecs(wspec{&s.hN, "hN (final norm)", H}, wspec{&s.dh, "dh (head gradient)", H},
+		wspec{&s.kl, "kl (per token)", 1}, wspec{&s.loss, "loss", 1}, wspec{&s.gss, "gss (grad sum of squares)", 1},
+		wspec{&s.d0, "d0 (residual gradient)", H}, wspec{&s.d1, "d1 (residual gradient)", H}, wspec{&s.dResid, "dResid", H},
+		wspec{&s.dXn, "dXn", H}, wspec{&s.dT, "dT (input-gradient scratch)", H},
+		wspec{&s.dAct, "dAct", I}, wspec{&s.dGate, "dGate", I}, wspec{&s.dUp, "dUp", I})...)
 	if hasKind(c, true) {
-		Q, KV, nh := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim, c.NumAttentionHeads
-		for _, x := range []struct {
-			d **gpu.Buffer
-			n string
-			w int
-		}{
-			{&s.qg, "qg (q_proj)", 2 * Q}, {&s.q, "q", Q}, {&s.agate, "agate", Q}, {&s.qr, "qr", Q}, {&s.o, "o", Q}, {&s.gated, "gated", Q},
-			{&s.k, "k", KV}, {&s.v, "v", KV}, {&s.kr, "kr", KV}, {&s.alse, "alse", nh},
-			{&s.dQG, "dQG", 2 * Q}, {&s.dGated, "dGated", Q}, {&s.dO, "dO", Q}, {&s.dAgate, "dAgate", Q}, {&s.dQR, "dQR", Q}, {&s.dQ, "dQ", Q},
-			{&s.dKR, "dKR", KV}, {&s.dK, "dK", KV}, {&s.dV, "dV", KV},
-		} {
-			sp = append(sp, wspec{x.d, "work." + x.n, x.w})
-		}
+		g := attnDims(c)
+		sp = append(sp, workSpecs(
+			wspec{&s.dQG, "dQG", 2 * g.Q}, wspec{&s.dGated, "dGated", g.Q}, wspec{&s.dO, "dO", g.Q}, wspec{&s.dAgate, "dAgate", g.Q},
+			wspec{&s.dQR, "dQR", g.Q}, wspec{&s.dQ, "dQ", g.Q}, wspec{&s.dKR, "dKR", g.KV}, wspec{&s.dK, "dK", g.KV}, wspec{&s.dV, "dV", g.KV})...)
 	}
 	if hasKind(c, false) {
-		QK, VV, hv := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim, c.LinearNumValueHeads
-		C := 2*QK + VV
-		for _, x := range []struct {
-			d **gpu.Buffer
-			n string
-			w int
-		}{
-			{&s.mixed, "mixed (in_proj_qkv)", C}, {&s.conv, "conv", C}, {&s.qc, "qc", QK}, {&s.kc, "kc", QK}, {&s.qn, "qn", QK}, {&s.kn, "kn", QK},
-			{&s.vc, "vc", VV}, {&s.z, "z", VV}, {&s.core, "core", VV}, {&s.normed, "normed", VV},
-			{&s.a, "a", hv}, {&s.b, "b", hv}, {&s.g, "g", hv}, {&s.beta, "beta", hv},
-			{&s.dMixed, "dMixed", C}, {&s.dConv, "dConv", C}, {&s.dQn, "dQn", QK}, {&s.dKn, "dKn", QK}, {&s.dQc, "dQc", QK}, {&s.dKc, "dKc", QK},
-			{&s.dVc, "dVc", VV}, {&s.dNormed, "dNormed", VV}, {&s.dCore, "dCore", VV}, {&s.dZ, "dZ", VV},
-			{&s.dG, "dG", hv}, {&s.dBeta, "dBeta", hv}, {&s.dA, "dA", hv}, {&s.dB, "dB", hv},
-		} {
-			sp = append(sp, wspec{x.d, "work." + x.n, x.w})
-		}
+		g := deltaDims(c)
+		sp = append(sp, workSpecs(
+			wspec{&s.dMixed, "dMixed", g.C}, wspec{&s.dConv, "dConv", g.C},
+			wspec{&s.dQn, "dQn", g.QK}, wspec{&s.dKn, "dKn", g.QK}, wspec{&s.dQc, "dQc", g.QK}, wspec{&s.dKc, "dKc", g.QK},
+			wspec{&s.dVc, "dVc", g.VV}, wspec{&s.dNormed, "dNormed", g.VV}, wspec{&s.dCore, "dCore", g.VV}, wspec{&s.dZ, "dZ", g.VV},
+			wspec{&s.dG, "dG", g.hv}, wspec{&s.dBeta, "dBeta", g.hv}, wspec{&s.dA, "dA", g.hv}, wspec{&s.dB, "dB", g.hv})...)
 	}
 	return sp
 }
@@ -191,147 +117,11 @@ func StudentWorkBytes(c arch.Config, nb, t int) uint64 {
 	return n - 2*4*uint64(nb*t) + 8 // loss and gss are [1], not [rows]
 }
 
-// newStudentWork is NewWork for a Student net.
-func newStudentWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
-	c := net.Config
-	rows := nb * t
-	w := &Work{NB: nb, T: t, dev: dev, cfg: c, st: &stWork{}}
-	specs := studentSpecs(c, w.st)
-	maxBind := dev.Info().MaxStorageBindingSize
-	for _, s := range specs {
-		n := uint64(rows) * uint64(s.width)
-		if n > 1<<31-1 {
-			return nil, fmt.Errorf("nvgkit.NewWork: %s needs %d×%d = %d elements, beyond the 2³¹ index range; use fewer or shorter windows",
-				s.label, rows, s.width, n)
-		}
-		if 4*n > maxBind {
-			return nil, fmt.Errorf("nvgkit.NewWork: %s [%d×%d] f32 needs %d bytes, above the device's maxStorageBufferBindingSize %d; use fewer or shorter windows (nb = %d, t = %d)",
-				s.label, rows, s.width, 4*n, maxBind, nb, t)
-		}
-	}
-	if need := uint64(rows) * 128 * 4; need > min(maxBind, 64<<20) {
-		return nil, fmt.Errorf("nvgkit.NewWork: the head's logits scratch for %d rows needs at least %d bytes, above min(maxStorageBufferBindingSize %d, 64 MiB); use at most %d tokens per pass",
-			rows, need, maxBind, min(maxBind, 64<<20)/512)
-	}
-	for _, s := range specs {
-		shape := []int{rows, s.width}
-		if s.dst == &w.st.loss || s.dst == &w.st.gss {
-			shape = []int{1}
-		}
-		b, err := dev.NewBuffer(s.label, gpu.F32, shape...)
-		if err != nil {
-			w.Release()
-			return nil, memRemedy(fmt.Errorf("nvgkit.NewWork: %w", err))
-		}
-		*s.dst = b
-		w.st.bufs = append(w.st.bufs, b)
-	}
-	return w, nil
-}
-
-// recordStudentLayer records decoder layer L of a Student on x [rows, H] (not modified),
-// leaving its activations in s. With full it also writes the layer's output to out
-// (out = resid + down(SwiGLU)); without, it stops at the SwiGLU (the backward's recompute).
-func (n *Net) recordStudentLayer(r *gpu.Recorder, L *layer, s *stWork, x, out *gpu.Buffer, nb, t int, full bool) error {
-	c := n.Config
-	rows, H := nb*t, c.HiddenSize
-	eps := c.RMSNormEps
-	if err := gpu.RMSNorm(r, x, L.inNorm.buf, s.xn1, rows, H, eps, true); err != nil {
-		return err
-	}
-	var err error
-	if L.attn != nil {
-		err = n.recordStudentAttention(r, L.attn, s, nb, t)
-	} else {
-		err = n.recordStudentDelta(r, L.delta, s, nb, t)
-	}
-	if err != nil {
-		return err
-	}
-	steps := []func() error{
-		func() error { return gpu.ColumnCopy(r, x, s.resid, rows, H, 0, H, 0, H) },
-		func() error { return gpu.ResidualAdd(r, s.resid, s.mix) },
-		func() error { return gpu.RMSNorm(r, s.resid, L.postNorm.buf, s.xn2, rows, H, eps, true) },
-		func() error { return s.apply(r, L.gate, s.xn2, s.gate, rows) },
-		func() error { return s.apply(r, L.up, s.xn2, s.up, rows) },
-		func() error { return gpu.SwiGLU(r, s.gate, s.up, s.act) },
-	}
-	if full {
-		steps = append(steps,
-			func() error { return s.apply(r, L.down, s.act, s.mix, rows) },
-			func() error { return gpu.ColumnCopy(r, s.resid, out, rows, H, 0, H, 0, H) },
-			func() error { return gpu.ResidualAdd(r, out, s.mix) })
-	}
-	return runSteps(steps)
-}
-
-func runSteps(steps []func() error) error {
-	for _, s := range steps {
-		if err := s(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// recordStudentAttention records the gated attention mixer on s.xn1 into s.mix, keeping
-// every intermediate the backward needs.
-func (n *Net) recordStudentAttention(r *gpu.Recorder, a *attnWeights, s *stWork, nb, t int) error {
-	c := n.Config
-	rows := nb * t
-	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-	qd := gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: c.RMSNormEps, Rot: c.RotaryDim(), Theta: c.RopeTheta, T: t}
-	kd := qd
-	kd.Heads = nkv
-	ad := gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd}
-	return runSteps([]func() error{
-		func() error { return s.apply(r, a.qg, s.xn1, s.qg, rows) },
-		func() error { return gpu.SplitQueryGate(r, s.qg, s.q, s.agate, rows, nh, hd) },
-		func() error { return s.apply(r, a.k, s.xn1, s.k, rows) },
-		func() error { return s.apply(r, a.v, s.xn1, s.v, rows) },
-		func() error { return gpu.QKNormRoPE(r, s.q, a.qNorm.buf, s.qr, qd) },
-		func() error { return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, kd) },
-		func() error { return gpu.Attention(r, s.qr, s.kr, s.v, s.o, s.alse, ad) },
-		func() error { return gpu.AttentionGate(r, s.o, s.agate, s.gated) },
-		func() error { return s.apply(r, a.o, s.gated, s.mix, rows) },
-	})
-}
-
-// recordStudentDelta records the GatedDeltaNet mixer on s.xn1 into s.mix: in_proj_qkv and
-// the depthwise conv over all C channels, then the q, k, v blocks split by ColumnCopy.
-func (n *Net) recordStudentDelta(r *gpu.Recorder, d *deltaWeights, s *stWork, nb, t int) error {
-	c := n.Config
-	rows := nb * t
-	hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
-	QK, VV := hk*dk, hv*dv
-	C := 2*QK + VV
-	return runSteps([]func() error{
-		func() error { return s.apply(r, d.qkv, s.xn1, s.mixed, rows) },
-		func() error { return gpu.CausalConv1dSiLU(r, s.mixed, d.conv.buf, s.conv, nb, t, C, K) },
-		func() error { return gpu.ColumnCopy(r, s.conv, s.qc, rows, C, 0, QK, 0, QK) },
-		func() error { return gpu.ColumnCopy(r, s.conv, s.kc, rows, C, QK, QK, 0, QK) },
-		func() error { return gpu.ColumnCopy(r, s.conv, s.vc, rows, C, 2*QK, VV, 0, VV) },
-		func() error { return gpu.L2Norm(r, s.qc, s.qn, rows*hk, dk, 1/math.Sqrt(float64(dk))) },
-		func() error { return gpu.L2Norm(r, s.kc, s.kn, rows*hk, dk, 1) },
-		func() error { return s.apply(r, d.z, s.xn1, s.z, rows) },
-		func() error { return s.apply(r, d.b, s.xn1, s.b, rows) },
-		func() error { return s.apply(r, d.a, s.xn1, s.a, rows) },
-		func() error { return gpu.GatedDeltaGates(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.g, s.beta, rows, hv) },
-		func() error {
-			return gpu.GatedDeltaRuleAuto(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nil, gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv})
-		},
-		func() error {
-			return gpu.GatedRMSNorm(r, s.core, s.z, d.norm.buf, s.normed, rows, hv, dv, c.RMSNormEps)
-		},
-		func() error { return s.apply(r, d.out, s.normed, s.mix, rows) },
-	})
-}
-
-// recordStudentLayerBackward records the backward of layer L from the activations in s
-// (recordStudentLayer on x just before): given dOut = d loss/d output it writes
+// recordLayerBackward records the backward of layer L from the activations in s
+// (recordLayer on x with keep, just before): given dOut = d loss/d output it writes
 // dX = d loss/d x and accumulates the gains' and the metric's gradients
 // (host.Net.LayerBackward).
-func (n *Net) recordStudentLayerBackward(r *gpu.Recorder, L *layer, s *stWork, x, dOut, dX *gpu.Buffer, nb, t int) error {
+func (n *Net) recordLayerBackward(r *gpu.Recorder, L *layer, s *stWork, x, dOut, dX *gpu.Buffer, nb, t int) error {
 	c := n.Config
 	rows, H := nb*t, c.HiddenSize
 	eps := c.RMSNormEps
@@ -347,9 +137,9 @@ func (n *Net) recordStudentLayerBackward(r *gpu.Recorder, L *layer, s *stWork, x
 		func() error { return gpu.ResidualAdd(r, s.dResid, dOut) },
 		func() error {
 			if L.attn != nil {
-				return n.recordStudentAttentionBackward(r, L.attn, s, nb, t)
+				return n.recordAttentionBackward(r, L.attn, s, nb, t)
 			}
-			return n.recordStudentDeltaBackward(r, L.delta, s, nb, t)
+			return n.recordDeltaNetBackward(r, L.delta, s, nb, t)
 		},
 		func() error {
 			return gpu.RMSNormBackward(r, x, L.inNorm.buf, s.dXn, dX, n.gainGrad(L.inNorm.buf), rows, H, eps, true)
@@ -358,11 +148,12 @@ func (n *Net) recordStudentLayerBackward(r *gpu.Recorder, L *layer, s *stWork, x
 	})
 }
 
-// recordStudentAttentionBackward: d loss/d s.xn1 into s.dXn from s.dResid.
-func (n *Net) recordStudentAttentionBackward(r *gpu.Recorder, a *attnWeights, s *stWork, nb, t int) error {
+// recordAttentionBackward: d loss/d s.xn1 into s.dXn from s.dResid.
+func (n *Net) recordAttentionBackward(r *gpu.Recorder, a *attnWeights, s *stWork, nb, t int) error {
 	c := n.Config
 	rows := nb * t
-	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	g := attnDims(c)
+	nh, nkv, hd := g.nh, g.nkv, g.hd
 	qd := gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: c.RMSNormEps, Rot: c.RotaryDim(), Theta: c.RopeTheta, T: t}
 	kd := qd
 	kd.Heads = nkv
@@ -388,13 +179,12 @@ func (n *Net) recordStudentAttentionBackward(r *gpu.Recorder, a *attnWeights, s 
 	})
 }
 
-// recordStudentDeltaBackward: d loss/d s.xn1 into s.dXn from s.dResid.
-func (n *Net) recordStudentDeltaBackward(r *gpu.Recorder, d *deltaWeights, s *stWork, nb, t int) error {
+// recordDeltaNetBackward: d loss/d s.xn1 into s.dXn from s.dResid.
+func (n *Net) recordDeltaNetBackward(r *gpu.Recorder, d *deltaWeights, s *stWork, nb, t int) error {
 	c := n.Config
 	rows := nb * t
-	hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
-	QK, VV := hk*dk, hv*dv
-	C := 2*QK + VV
+	g := deltaDims(c)
+	hk, hv, dk, dv, K, QK, VV, C := g.hk, g.hv, g.dk, g.dv, g.K, g.QK, g.VV, g.C
 	return runSteps([]func() error{
 		func() error { return s.back(r, d.out, s.normed, s.dResid, s.dNormed, rows) },
 		func() error {
@@ -535,7 +325,7 @@ func (n *Net) studentForward(w *Work, flat []int) error {
 				return err
 			}
 		}
-		if err := n.recordStudentLayer(r, L, s, s.ckpt[i], s.ckpt[i+1], w.NB, w.T, true); err != nil {
+		if err := n.recordLayer(r, L, &s.acts, s.ckpt[i], s.ckpt[i+1], w.NB, w.T, false); err != nil {
 			r.Discard()
 			return fmt.Errorf("layer %d: %w", i, err)
 		}
@@ -659,6 +449,7 @@ func Step(net *Net, work *Work, ids [][]int, top *TopK) (_ StepStats, err error)
 	net.st.ssValid = false // the gradients change from here on, even if the step fails
 	s := work.st
 	s.embed = nil
+	defer func() { s.t1 = nil }() // the recompute's kept t1 die with each layer's submit
 	if err := net.studentForward(work, flat); err != nil {
 		return StepStats{}, fmt.Errorf("nvgkit.%s: %w", op, err)
 	}
@@ -677,14 +468,11 @@ func Step(net *Net, work *Work, ids [][]int, top *TopK) (_ StepStats, err error)
 	for l := len(net.layers) - 1; l >= 0; l-- {
 		L := net.layers[l]
 		r := net.dev.Begin()
-		s.keepT1, s.t1 = true, map[*gpu.BLRLayer][]*gpu.Buffer{}
-		err := net.recordStudentLayer(r, L, s, s.ckpt[l], nil, work.NB, work.T, false)
-		s.keepT1 = false
-		if err != nil {
+		if err := net.recordLayer(r, L, &s.acts, s.ckpt[l], nil, work.NB, work.T, true); err != nil {
 			r.Discard()
 			return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d recompute: %w", op, l, err)
 		}
-		if err := net.recordStudentLayerBackward(r, L, s, s.ckpt[l], dCur, dNext, work.NB, work.T); err != nil {
+		if err := net.recordLayerBackward(r, L, s, s.ckpt[l], dCur, dNext, work.NB, work.T); err != nil {
 			r.Discard()
 			return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d backward: %w", op, l, err)
 		}

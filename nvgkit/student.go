@@ -3,15 +3,15 @@ package nvgkit
 import (
 	"fmt"
 
+	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
-	"github.com/nvg-project/nvg/host"
 )
 
 // trainable is one trained vector of a Student net: a norm gain or one scale vector (h, ℓ or
 // g) of one path of a BLR projection.
 type trainable struct {
-	name  string      // HF gain name, or host.BLRGradName(tensor, path, "h"|"l"|"g")
+	name  string      // HF gain name, or arch.MetricName(tensor, path, scale)
 	param *gpu.Buffer // F32 [n]: owned by the layer's param, the BLR layer or the net
 	grad  *gpu.Buffer // F32 [n], owned by the student state
 	m, v  *gpu.Buffer // Adam's moments, F32 [n], owned by the student state
@@ -126,27 +126,27 @@ func liveRank(w *cmf.BLRWeight) int {
 	return live
 }
 
-// studentLinear loads the projection name [out, in]: a BLR tensor becomes a gpu.BLRLayer with
-// gradient buffers and trainables; a dense one a frozen f16 plane (as a Teacher's).
-func (n *Net) studentLinear(b *builder, L *layer, name string, out, in int) linear {
+// studentLinear loads projection t: a BLR tensor becomes a gpu.BLRLayer with gradient
+// buffers and trainables (arch.MetricName per path and scale); a dense one a frozen f16 plane
+// (as a Teacher's).
+func (n *Net) studentLinear(b *builder, L *layer, t arch.Tensor) linear {
 	if b.err != nil {
 		return linear{}
 	}
-	t, err := b.m.Tensor(name)
+	name, out, in := t.Name, t.Shape[0], t.Shape[1]
+	mt, err := b.m.Tensor(name)
 	if err != nil {
 		b.err = err
 		return linear{}
 	}
-	if t.DType != cmf.BLR {
-		l := b.lin(name, b.f16(name, out, in), out, in)
-		l.name = name
-		return l
+	if mt.DType != cmf.BLR {
+		return b.dense(t)
 	}
-	if len(t.Shape) != 2 || t.Shape[0] != out || t.Shape[1] != in {
-		b.err = fmt.Errorf("tensor %s: shape %v, want [%d %d]", name, t.Shape, out, in)
+	if len(mt.Shape) != 2 || mt.Shape[0] != out || mt.Shape[1] != in {
+		b.err = fmt.Errorf("tensor %s: shape %v, want [%d %d]", name, mt.Shape, out, in)
 		return linear{}
 	}
-	w, err := cmf.BLRFromTensor(t)
+	w, err := cmf.BLRFromTensor(mt)
 	if err != nil {
 		b.err = err
 		return linear{}
@@ -170,8 +170,8 @@ func (n *Net) studentLinear(b *builder, L *layer, name string, out, in int) line
 			param *gpu.Buffer
 			live  *gpu.Buffer
 			dst   **gpu.Buffer
-		}{{"h", q.H, nil, &g.H}, {"l", q.L, bl.Live, &g.L}, {"g", q.G, nil, &g.G}} {
-			tn := host.BLRGradName(name, p, s.key)
+		}{{arch.ScaleH, q.H, nil, &g.H}, {arch.ScaleL, q.L, bl.Live, &g.L}, {arch.ScaleG, q.G, nil, &g.G}} {
+			tn := arch.MetricName(name, p, s.key)
 			if err := n.addTrainable(tn, s.param, s.live, true, []int{s.param.Len()}); err != nil {
 				b.err = err
 				return linear{}
@@ -182,76 +182,6 @@ func (n *Net) studentLinear(b *builder, L *layer, name string, out, in int) line
 	}
 	n.st.blrs = append(n.st.blrs, l)
 	return *l
-}
-
-// loadStudent is LoadNet for kind Student (see Student).
-func (n *Net) loadStudent(m *cmf.Model) error {
-	c := n.Config
-	H, I := c.HiddenSize, c.IntermediateSize
-	n.st = &studentState{byName: map[string]*trainable{}, byParam: map[*gpu.Buffer]*trainable{}}
-	if err := n.loadShared(m); err != nil {
-		return err
-	}
-	for i := 0; i < c.NumHiddenLayers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		b := &builder{m: m}
-		L := &layer{index: i}
-		L.inNorm = b.vec(p+"input_layernorm.weight", H)
-		L.postNorm = b.vec(p+"post_attention_layernorm.weight", H)
-		L.gate = n.studentLinear(b, L, p+"mlp.gate_proj.weight", I, H)
-		L.up = n.studentLinear(b, L, p+"mlp.up_proj.weight", I, H)
-		L.down = n.studentLinear(b, L, p+"mlp.down_proj.weight", H, I)
-		gains := []*param{L.inNorm, L.postNorm}
-		if c.IsFullAttention(i) {
-			nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
-			q := p + "self_attn."
-			a := &attnWeights{}
-			a.qg = n.studentLinear(b, L, q+"q_proj.weight", nh*hd*2, H)
-			a.k = n.studentLinear(b, L, q+"k_proj.weight", nkv*hd, H)
-			a.v = n.studentLinear(b, L, q+"v_proj.weight", nkv*hd, H)
-			a.o = n.studentLinear(b, L, q+"o_proj.weight", H, nh*hd)
-			a.qNorm = b.vec(q+"q_norm.weight", hd)
-			a.kNorm = b.vec(q+"k_norm.weight", hd)
-			gains = append(gains, a.qNorm, a.kNorm)
-			L.attn = a
-		} else {
-			hk, hv, dk, dv, K := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim, c.LinearConvKernelDim
-			C := 2*hk*dk + hv*dv
-			q := p + "linear_attn."
-			d := &deltaWeights{}
-			d.qkv = n.studentLinear(b, L, q+"in_proj_qkv.weight", C, H)
-			d.z = n.studentLinear(b, L, q+"in_proj_z.weight", hv*dv, H)
-			d.b = n.studentLinear(b, L, q+"in_proj_b.weight", hv, H)
-			d.a = n.studentLinear(b, L, q+"in_proj_a.weight", hv, H)
-			d.out = n.studentLinear(b, L, q+"out_proj.weight", H, hv*dv)
-			d.conv = b.add(&param{label: q + "conv1d.weight", shape: []int{C, K}, f32: b.f32(q+"conv1d.weight", C, 1, K)})
-			d.aLog = b.vec(q+"A_log", hv)
-			d.dtBias = b.vec(q+"dt_bias", hv)
-			d.norm = b.vec(q+"norm.weight", dv)
-			gains = append(gains, d.norm)
-			L.delta = d
-		}
-		if b.err != nil {
-			return b.err
-		}
-		L.params = b.ps
-		n.layers = append(n.layers, L)
-		if err := n.upload(L); err != nil {
-			return err
-		}
-		for _, p := range L.params {
-			p.f16, p.f32 = nil, nil
-		}
-		for _, g := range gains {
-			if err := n.addTrainable(g.label, g.buf, nil, false, g.shape); err != nil {
-				return err
-			}
-		}
-	}
-	if err := n.addTrainable("model.norm.weight", n.finalNorm, nil, false, []int{H}); err != nil {
-		return err
-	}
-	return n.finishStudent()
 }
 
 // finishStudent allocates the gradient-norm scratch and packs the trainables into arenas
@@ -303,8 +233,9 @@ func (n *Net) gainGrad(w *gpu.Buffer) *gpu.Buffer { return n.st.byParam[w].grad 
 
 // Trainables returns the names of a Student's trained vectors in a fixed order (load order:
 // per layer the norm gains and the h, ℓ, g of each path of each BLR projection, then
-// "model.norm.weight"): gains by their HF tensor name, metric scales as host.BLRGradName
-// ("<tensor>.p<i>.h|l|g"). nil for a Teacher.
+// "model.norm.weight"): gains by their HF tensor name, metric scales as arch.MetricName
+// ("<tensor>.p<i>.h|l|g"; arch.Config.TrainableNames lists the same set in checkpoint
+// order). nil for a Teacher.
 func (n *Net) Trainables() []string {
 	if n == nil || n.st == nil {
 		return nil

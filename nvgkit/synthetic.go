@@ -12,7 +12,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/gpu"
-	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/internal/prng"
 )
 
 // SyntheticGeometries are the names SyntheticConfig knows, smallest first: "tiny" (the
@@ -113,23 +113,23 @@ const (
 	roleGate
 	roleUp
 	roleDown
-	roleQ // q_proj (query rows; the whole q_proj for a Student)
-	roleQGate
+	roleQ // q_proj (whole)
+	_     // (the teacher's old query/gate split; the blank keeps later roles' seeds)
 	roleK
 	roleV
 	roleO
 	roleQNorm
 	roleKNorm
-	roleQKVq // in_proj_qkv (q rows; the whole tensor for a Student)
-	roleQKVk
-	roleQKVv
+	roleQKVq // in_proj_qkv (whole)
+	_        // (in_proj_qkv k rows, before the one layout)
+	_        // (in_proj_qkv v rows)
 	roleZ
 	roleA
 	roleB
 	roleOut
-	roleConvQ // conv1d (q channels; the whole tensor for a Student)
-	roleConvK
-	roleConvV
+	roleConvQ // conv1d (whole)
+	_         // (conv1d k channels, before the one layout)
+	_         // (conv1d v channels)
 	roleALog
 	roleDtBias
 	roleGNorm
@@ -145,7 +145,7 @@ const (
 //     deviation ≈ 2); norm gains w of (1+w) uniform in [−0.1, 0.1); the gated norm's plain
 //     gain in [0.9, 1.1); conv1d in [−0.5, 0.5); A_log in [−2, 0); dt_bias in [−1, 0).
 //     With StreamLayers, one set of host planes per layer type is made once on the host
-//     (host.FillRandomUniformF16, the same generator) and shared by every layer of that type,
+//     (prng.FillUniformF16, the same generator) and shared by every layer of that type,
 //     then uploaded per layer during each pass like LoadNet's streamed path (so the host→GPU
 //     transfer is measured; the host holds about two layers' planes, not the model's).
 //   - Student: every decoder projection with both dimensions above 64 in BLR form,
@@ -208,7 +208,7 @@ type planeKey struct {
 // tensorSeed is the seed of a tensor: a hash of the net's seed, the layer (−1: shared
 // tensors) and the role.
 func (s *synth) tensorSeed(layer, role int) uint32 {
-	return host.RandomWord(s.seed, uint32(layer+1)<<10|uint32(role))
+	return prng.Word(s.seed, uint32(layer+1)<<10|uint32(role))
 }
 
 // newBuf allocates a GPU tensor.
@@ -238,12 +238,12 @@ func (s *synth) tensor(label string, role int, half bool, lo, hi float64, shape 
 		if half {
 			p.f16 = make([]uint16, numel)
 			err = parallelFill(numel, func(a, b int) error {
-				return host.FillRandomUniformF16(p.f16[a:b], seed, uint32(a), hi)
+				return prng.FillUniformF16(p.f16[a:b], seed, uint32(a), hi)
 			})
 		} else {
 			p.f32 = make([]float32, numel)
 			err = parallelFill(numel, func(a, b int) error {
-				return host.FillRandomUniformF32(p.f32[a:b], seed, uint32(a), lo, hi)
+				return prng.FillUniformF32(p.f32[a:b], seed, uint32(a), lo, hi)
 			})
 		}
 		if err != nil {
@@ -469,14 +469,10 @@ func (s *synth) layer(i int) (err error) {
 		out, in   int
 		forceDens bool
 	}
-	// whole is projection t as one linear; part rows of it (label names which), as the
-	// Teacher splits q_proj and in_proj_qkv. A projection the architecture keeps dense
+	// whole is projection t as one linear. A projection the architecture keeps dense
 	// (arch.Tensor.BLR false: in_proj_a/b) is dense in a Student too.
 	whole := func(dst *linear, t arch.Tensor, role int) lspec {
 		return lspec{dst, t.Name, role, t.Shape[0], t.Shape[1], !t.BLR}
-	}
-	part := func(dst *linear, t arch.Tensor, label string, role, rows int) lspec {
-		return lspec{dst, t.Name + "[" + label + "]", role, rows, t.Shape[1], !t.BLR}
 	}
 	do := func(specs []lspec) error {
 		for _, sp := range specs {
@@ -511,12 +507,7 @@ func (s *synth) layer(i int) (err error) {
 	}
 	if a, t := L.attn, T.SelfAttn; a != nil {
 		specs := []lspec{whole(&a.k, t.KProj, roleK), whole(&a.v, t.VProj, roleV), whole(&a.o, t.OProj, roleO)}
-		if student {
-			specs = append(specs, whole(&a.qg, t.QProj, roleQ))
-		} else {
-			nhd := c.NumAttentionHeads * c.HeadDim
-			specs = append(specs, part(&a.query, t.QProj, "query rows", roleQ, nhd), part(&a.gate, t.QProj, "gate rows", roleQGate, nhd))
-		}
+		specs = append(specs, whole(&a.qg, t.QProj, roleQ))
 		if err := do(specs); err != nil {
 			return err
 		}
@@ -529,34 +520,14 @@ func (s *synth) layer(i int) (err error) {
 		gains = append(gains, a.qNorm, a.kNorm)
 	} else {
 		d, t := L.delta, T.LinearAttn
-		QK, VV := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim
 		C, K := t.Conv1d.Shape[0], t.Conv1d.Shape[2] // [C, 1, K], held as [C, K]
 		specs := []lspec{whole(&d.z, t.InProjZ, roleZ), whole(&d.b, t.InProjB, roleB), whole(&d.a, t.InProjA, roleA), whole(&d.out, t.OutProj, roleOut)}
-		if student {
-			specs = append(specs, whole(&d.qkv, t.InProjQKV, roleQKVq))
-		} else {
-			specs = append(specs, part(&d.q, t.InProjQKV, "q rows", roleQKVq, QK),
-				part(&d.k, t.InProjQKV, "k rows", roleQKVk, QK),
-				part(&d.v, t.InProjQKV, "v rows", roleQKVv, VV))
-		}
+		specs = append(specs, whole(&d.qkv, t.InProjQKV, roleQKVq))
 		if err := do(specs); err != nil {
 			return err
 		}
-		if student {
-			if d.conv, err = s.vec(t.Conv1d.Name, roleConvQ, -0.5, 0.5, C, K); err != nil {
-				return err
-			}
-		} else {
-			for _, x := range []struct {
-				dst  **param
-				name string
-				role int
-				ch   int
-			}{{&d.convQ, "q", roleConvQ, QK}, {&d.convK, "k", roleConvK, QK}, {&d.convV, "v", roleConvV, VV}} {
-				if *x.dst, err = s.vec(t.Conv1d.Name+"["+x.name+" channels]", x.role, -0.5, 0.5, x.ch, K); err != nil {
-					return err
-				}
-			}
+		if d.conv, err = s.vec(t.Conv1d.Name, roleConvQ, -0.5, 0.5, C, K); err != nil {
+			return err
 		}
 		if d.aLog, err = s.vec(t.ALog.Name, roleALog, -2, 0, t.ALog.Shape...); err != nil {
 			return err

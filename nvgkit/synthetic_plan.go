@@ -178,11 +178,7 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 				p.DenseWeights += m * n
 			}
 			w := f16Bytes(m * n)
-			if kind == Teacher && (L.SelfAttn != nil && s.Name == L.SelfAttn.QProj.Name || L.LinearAttn != nil && s.Name == L.LinearAttn.InProjQKV.Name) {
-				big(fmt.Sprintf("layer %d %s (a part)", i, name), w, true) // split into parts: the whole is an upper bound
-			} else {
-				big(fmt.Sprintf("layer %d %s", i, name), w, true)
-			}
+			big(fmt.Sprintf("layer %d %s", i, name), w, true)
 			lb += w
 		}
 		maxTemp = max(maxTemp, temp)
@@ -216,8 +212,8 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 		}{name, w})
 	}
 	I := c.IntermediateSize
-	QK, VV, hv := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim, c.LinearNumValueHeads
-	Q, KV := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
+	QK, VV := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim
+	Q := c.NumAttentionHeads * c.HeadDim
 	if kind == Student {
 		p.WorkBytes = StudentWorkBytes(c, nb, t)
 		p.StateBytes = 16*uint64(p.Trainables) + 4
@@ -229,16 +225,14 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 			add("work.dQG", 2*Q)
 		}
 	} else {
-		per := 3*int(H) + 3*I + 2
+		p.WorkBytes = TeacherWorkBytes(c, nb, t)
 		add("work.gate", I)
 		if hasKind(c, false) {
-			per += 4*QK + 5*VV + 4*hv
+			add("work.mixed", 2*QK+VV)
 		}
 		if hasKind(c, true) {
-			per += 5*Q + 3*KV + c.NumAttentionHeads
-			add("work.q", Q)
+			add("work.qg", 2*Q)
 		}
-		p.WorkBytes = 4 * rows * uint64(per)
 	}
 	for _, w := range widths {
 		if rows*uint64(w.w) > 1<<31-1 {

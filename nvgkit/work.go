@@ -11,18 +11,14 @@ import (
 
 // Work holds the activation buffers of one pass over nb windows of t tokens (rows = nb·t
 // token rows), sized once by NewWork and reused by every TeacherTopK, Forward and NLL call.
-// Each buffer is F32 and row-major [rows, width]:
-//
-//	x [rows, H] the residual stream;  xn [rows, H] norm outputs;  mix [rows, H] mixer/MLP output;
-//	gate, up, act [rows, I] the MLP;
-//	GatedDeltaNet (when the model has such layers): qa, ka [rows, Hk·dk], va [rows, Hv·dv]
-//	(projections, later the normalised q and k), qb, kb [rows, Hk·dk], vb [rows, Hv·dv]
-//	(conv outputs), z, core, normed [rows, Hv·dv], a, b, g, beta [rows, Hv];
-//	attention (when the model has such layers): q, gate, qr, o, gated [rows, nh·hd],
-//	k, v, kr [rows, nkv·hd], lse [rows, nh];
-//	head: lse, tgt [rows], top-k ids (U32) and log-probs [rows, k] (allocated per k).
-//
-// A Work fits any net of the same architecture sizes. Release frees it.
+// Each buffer is F32 and row-major [rows, width]: the residual stream x [rows, H] and the
+// norm output xn [rows, H], one layer's activations as the layer recipe writes them (acts:
+// mix [rows, H]; gate, up, act [rows, I]; when the model has GatedDeltaNet layers mixed, conv
+// [rows, C], qc, kc, qn, kn [rows, Hk·dk], vc, z, core, normed [rows, Hv·dv], a, b, g, beta
+// [rows, Hv]; when it has attention layers qg [rows, 2·nh·hd], q, agate, qr, o, gated
+// [rows, nh·hd], k, v, kr [rows, nkv·hd], alse [rows, nh]), and the head's lse, tgt [rows]
+// and top-k ids (U32) and log-probs [rows, k] (allocated per k). TeacherWorkBytes gives the
+// total. A Work fits any net of the same architecture sizes. Release frees it.
 type Work struct {
 	// NB is the number of windows and T the tokens per window the buffers are sized for.
 	NB, T int
@@ -31,15 +27,8 @@ type Work struct {
 	cfg  arch.Config
 	bufs []*gpu.Buffer
 
-	x, xn, mix      *gpu.Buffer
-	gate, up, act   *gpu.Buffer
-	qa, ka, va      *gpu.Buffer
-	qb, kb, vb      *gpu.Buffer
-	z, core, normed *gpu.Buffer
-	a, b, g, beta   *gpu.Buffer
-	q, agate, qr, o *gpu.Buffer
-	gated           *gpu.Buffer
-	k, v, kr, alse  *gpu.Buffer
+	x, xn           *gpu.Buffer
+	acts            acts // resid = x, xn1 = xn2 = xn (the pass runs in place)
 	headLSE, tgt    *gpu.Buffer
 	topIDs, topLogp *gpu.Buffer
 	topK            int
@@ -47,18 +36,109 @@ type Work struct {
 	st              *stWork // a Student's buffers (NewWork for a Student net), else nil
 }
 
+// wspec is one work buffer: where it goes, its label and its width (elements per row).
+type wspec struct {
+	dst   **gpu.Buffer
+	label string
+	width int
+}
+
+// workSpecs prefixes each spec's label with "work.".
+func workSpecs(sp ...wspec) []wspec {
+	for i := range sp {
+		sp[i].label = "work." + sp[i].label
+	}
+	return sp
+}
+
+// actSpecs lists the buffers of one layer's activations (acts) for architecture c: the
+// attention ones only when c has attention layers, the GatedDeltaNet ones only when it has
+// such layers, and xn1, resid and xn2 only for a student (a teacher aliases them).
+func actSpecs(c arch.Config, a *acts, student bool) []wspec {
+	H, I := c.HiddenSize, c.IntermediateSize
+	var sp []wspec
+	if student {
+		sp = workSpecs(wspec{&a.xn1, "xn1 (input norm)", H}, wspec{&a.resid, "resid (x + mixer)", H}, wspec{&a.xn2, "xn2 (post norm)", H})
+	}
+	sp = append(sp, workSpecs(wspec{&a.mix, "mix (mixer/MLP output)", H},
+		wspec{&a.gate, "gate (mlp gate_proj)", I}, wspec{&a.up, "up (mlp up_proj)", I}, wspec{&a.act, "act (SwiGLU)", I})...)
+	if hasKind(c, true) {
+		g := attnDims(c)
+		sp = append(sp, workSpecs(
+			wspec{&a.qg, "qg (q_proj)", 2 * g.Q}, wspec{&a.q, "q (attention query)", g.Q}, wspec{&a.agate, "agate (attention gate)", g.Q},
+			wspec{&a.qr, "qr (query after norm+RoPE)", g.Q}, wspec{&a.o, "o (attention output)", g.Q}, wspec{&a.gated, "gated (gated attention output)", g.Q},
+			wspec{&a.k, "k (attention key)", g.KV}, wspec{&a.v, "v (attention value)", g.KV}, wspec{&a.kr, "kr (key after norm+RoPE)", g.KV},
+			wspec{&a.alse, "alse (attention logsumexp)", g.nh})...)
+	}
+	if hasKind(c, false) {
+		g := deltaDims(c)
+		sp = append(sp, workSpecs(
+			wspec{&a.mixed, "mixed (in_proj_qkv)", g.C}, wspec{&a.conv, "conv (conv1d)", g.C},
+			wspec{&a.qc, "qc (conv q)", g.QK}, wspec{&a.kc, "kc (conv k)", g.QK}, wspec{&a.qn, "qn (normalised q)", g.QK}, wspec{&a.kn, "kn (normalised k)", g.QK},
+			wspec{&a.vc, "vc (conv v)", g.VV}, wspec{&a.z, "z (in_proj_z)", g.VV}, wspec{&a.core, "core (delta rule output)", g.VV}, wspec{&a.normed, "normed (gated norm output)", g.VV},
+			wspec{&a.a, "a (in_proj_a)", g.hv}, wspec{&a.b, "b (in_proj_b)", g.hv}, wspec{&a.g, "g (log decay)", g.hv}, wspec{&a.beta, "beta", g.hv})...)
+	}
+	return sp
+}
+
+// attnGeom is a gated attention layer's sizes: nh query heads, nkv KV heads of hd,
+// Q = nh·hd, KV = nkv·hd.
+type attnGeom struct{ nh, nkv, hd, Q, KV int }
+
+func attnDims(c arch.Config) attnGeom {
+	nh, nkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	return attnGeom{nh, nkv, hd, nh * hd, nkv * hd}
+}
+
+// deltaGeom is a GatedDeltaNet layer's sizes: hk key heads of dk, hv value heads of dv, K
+// conv taps, QK = hk·dk, VV = hv·dv, C = 2·QK + VV conv channels.
+type deltaGeom struct{ hk, hv, dk, dv, K, QK, VV, C int }
+
+func deltaDims(c arch.Config) deltaGeom {
+	hk, hv, dk, dv := c.LinearNumKeyHeads, c.LinearNumValueHeads, c.LinearKeyHeadDim, c.LinearValueHeadDim
+	return deltaGeom{hk, hv, dk, dv, c.LinearConvKernelDim, hk * dk, hv * dv, 2*hk*dk + hv*dv}
+}
+
+// teacherSpecs lists a Teacher work's buffers (not the top-k ones).
+func teacherSpecs(c arch.Config, w *Work) []wspec {
+	H := c.HiddenSize
+	sp := []wspec{{&w.x, "work.x (residual stream)", H}, {&w.xn, "work.xn (norm output)", H}}
+	sp = append(sp, actSpecs(c, &w.acts, false)...)
+	return append(sp, wspec{&w.headLSE, "work.headLSE (logsumexp)", 1}, wspec{&w.tgt, "work.tgt (target logits)", 1})
+}
+
+// TeacherWorkBytes is the GPU bytes NewWork allocates for a Teacher of architecture c over
+// nb windows of t tokens (rows = nb·t), before the top-k buffers (8·rows·k bytes, allocated
+// at the first TeacherTopK or Forward of a given k):
+//
+//	4·rows·[ 3·H + 3·I + 2                  residual stream, norm and MLP, head lse and target
+//	       + A·(7·Q + 3·KV + nh)            when the model has attention layers (Q = nh·hd, KV = nkv·hd)
+//	       + D·(2·C + 4·QK + 4·VV + 4·Hv) ]  when it has GatedDeltaNet layers (QK = Hk·dk, VV = Hv·dv,
+//	                                         C = 2·QK + VV)
+//
+// with A, D ∈ {0, 1}. The recorder's temporaries (GatedDeltaRuleChunked's scratch and the
+// head's logits slice) come on top, freed at each submit.
+func TeacherWorkBytes(c arch.Config, nb, t int) uint64 {
+	var w Work
+	var n uint64
+	for _, sp := range teacherSpecs(c, &w) {
+		n += 4 * uint64(nb*t) * uint64(sp.width)
+	}
+	return n
+}
+
 // NewWork allocates the activation buffers for nb windows of t tokens of net's
-// architecture on dev. For a Student net it allocates the step's buffers instead (Step,
-// LossOnly): (layers+1) checkpoints of [nb·t, H] f32 (every layer's input and the last
-// output), one layer's activations (recomputed per layer in the backward), the head's, and the
-// gradient scratch — StudentWorkBytes(net.Config, nb, t) bytes, given there as a formula
-// (Work.Bytes reports them, plus the top-k buffers once a Step or LossOnly has run). Every buffer is checked against the device before anything is
-// allocated: none may exceed maxStorageBufferBindingSize (each is bound whole by one
-// kernel), and the head's per-slice logits scratch (≥ nb·t·128·4 bytes) must fit one binding
-// and 64 MiB, i.e. nb·t ≤ 131072 tokens per pass. Errors: a nil device or net, a net on
-// another device, nb or t < 1, nb·t·width beyond 2³¹ elements, a buffer over the binding
-// limit (named, with its bytes and the limit), or an allocation failure (nothing stays
-// allocated then).
+// architecture on dev (TeacherWorkBytes). For a Student net it allocates the step's buffers
+// instead (Step, LossOnly): (layers+1) checkpoints of [nb·t, H] f32 (every layer's input and
+// the last output), one layer's activations (recomputed per layer in the backward), the
+// head's, and the gradient scratch — StudentWorkBytes(net.Config, nb, t) bytes, given there
+// as a formula (Work.Bytes reports them, plus the top-k buffers once a Step or LossOnly has
+// run). Every buffer is checked against the device before anything is allocated: none may
+// exceed maxStorageBufferBindingSize (each is bound whole by one kernel), and the head's
+// per-slice logits scratch (≥ nb·t·128·4 bytes) must fit one binding and 64 MiB, i.e.
+// nb·t ≤ 131072 tokens per pass. Errors: a nil device or net, a net on another device, nb or
+// t < 1, nb·t·width beyond 2³¹ elements, a buffer over the binding limit (named, with its
+// bytes and the limit), or an allocation failure (nothing stays allocated then).
 func NewWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
 	if dev == nil {
 		return nil, errors.New("nvgkit.NewWork: nil device")
@@ -73,77 +153,63 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
 		return nil, fmt.Errorf("nvgkit.NewWork: nb = %d windows and t = %d tokens must be ≥ 1", nb, t)
 	}
 	c := net.Config
-	rows := nb * t
-	if net.Kind == Student {
-		return newStudentWork(dev, net, nb, t)
-	}
-	H, I := c.HiddenSize, c.IntermediateSize
-	hasAttn, hasDelta := false, false
-	for i := range c.LayerTypes {
-		if c.IsFullAttention(i) {
-			hasAttn = true
-		} else {
-			hasDelta = true
-		}
-	}
 	w := &Work{NB: nb, T: t, dev: dev, cfg: c}
-	type spec struct {
-		dst   **gpu.Buffer
-		label string
-		width int
+	var specs []wspec
+	if net.Kind == Student {
+		w.st = &stWork{}
+		specs = studentSpecs(c, w.st)
+	} else {
+		specs = teacherSpecs(c, w)
 	}
-	specs := []spec{
-		{&w.x, "work.x (residual stream)", H}, {&w.xn, "work.xn (norm output)", H}, {&w.mix, "work.mix (mixer/MLP output)", H},
-		{&w.gate, "work.gate (mlp gate_proj)", I}, {&w.up, "work.up (mlp up_proj)", I}, {&w.act, "work.act (SwiGLU)", I},
-		{&w.headLSE, "work.headLSE (logsumexp)", 1}, {&w.tgt, "work.tgt (target logits)", 1},
+	if err := w.alloc(specs); err != nil {
+		w.Release()
+		return nil, err
 	}
-	if hasDelta {
-		QK, VV, hv := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim, c.LinearNumValueHeads
-		specs = append(specs,
-			spec{&w.qa, "work.qa (delta q)", QK}, spec{&w.ka, "work.ka (delta k)", QK}, spec{&w.va, "work.va (delta v proj)", VV},
-			spec{&w.qb, "work.qb (delta q conv)", QK}, spec{&w.kb, "work.kb (delta k conv)", QK}, spec{&w.vb, "work.vb (delta v conv)", VV},
-			spec{&w.z, "work.z (delta in_proj_z)", VV}, spec{&w.core, "work.core (delta rule output)", VV},
-			spec{&w.normed, "work.normed (gated norm output)", VV},
-			spec{&w.a, "work.a (delta in_proj_a)", hv}, spec{&w.b, "work.b (delta in_proj_b)", hv},
-			spec{&w.g, "work.g (delta log decay)", hv}, spec{&w.beta, "work.beta (delta beta)", hv})
+	if w.st == nil {
+		w.acts.resid, w.acts.xn1, w.acts.xn2 = w.x, w.xn, w.xn
 	}
-	if hasAttn {
-		Q, KV := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
-		specs = append(specs,
-			spec{&w.q, "work.q (attention query)", Q}, spec{&w.agate, "work.agate (attention gate)", Q},
-			spec{&w.qr, "work.qr (query after norm+RoPE)", Q}, spec{&w.o, "work.o (attention output)", Q},
-			spec{&w.gated, "work.gated (gated attention output)", Q},
-			spec{&w.k, "work.k (attention key)", KV}, spec{&w.v, "work.v (attention value)", KV},
-			spec{&w.kr, "work.kr (key after norm+RoPE)", KV}, spec{&w.alse, "work.alse (attention logsumexp)", c.NumAttentionHeads})
-	}
-	maxBind := dev.Info().MaxStorageBindingSize
-	// gpu.LogitsTopK needs a logits scratch of at least [rows, 128] f32 within one binding
-	// and its 64 MiB cap: refuse here rather than after every layer has run.
+	return w, nil
+}
+
+// alloc checks every buffer of specs against the device, then allocates them (into w.st.bufs
+// for a Student's work, else w.bufs). The loss and the reduction scalar are [1].
+func (w *Work) alloc(specs []wspec) error {
+	rows := w.NB * w.T
+	maxBind := w.dev.Info().MaxStorageBindingSize
+	// gpu.LogitsTopK and gpu.KLLossBackward need a logits scratch of at least [rows, 128] f32
+	// within one binding and its 64 MiB cap: refuse here rather than after every layer has run.
 	if need := uint64(rows) * 128 * 4; need > min(maxBind, 64<<20) {
-		return nil, fmt.Errorf("nvgkit.NewWork: the head's logits scratch for %d rows needs at least %d bytes (a 128-entry vocabulary slice), above min(maxStorageBufferBindingSize %d, 64 MiB); use at most %d tokens per pass",
+		return fmt.Errorf("nvgkit.NewWork: the head's logits scratch for %d rows needs at least %d bytes (a 128-entry vocabulary slice), above min(maxStorageBufferBindingSize %d, 64 MiB); use at most %d tokens per pass",
 			rows, need, maxBind, min(maxBind, 64<<20)/512)
 	}
 	for _, s := range specs {
 		n := uint64(rows) * uint64(s.width)
 		if n > 1<<31-1 {
-			return nil, fmt.Errorf("nvgkit.NewWork: %s needs %d×%d = %d elements, beyond the 2³¹ index range; use fewer or shorter windows",
+			return fmt.Errorf("nvgkit.NewWork: %s needs %d×%d = %d elements, beyond the 2³¹ index range; use fewer or shorter windows",
 				s.label, rows, s.width, n)
 		}
 		if 4*n > maxBind {
-			return nil, fmt.Errorf("nvgkit.NewWork: %s [%d×%d] f32 needs %d bytes, above the device's maxStorageBufferBindingSize %d; use fewer or shorter windows (nb = %d, t = %d)",
-				s.label, rows, s.width, 4*n, maxBind, nb, t)
+			return fmt.Errorf("nvgkit.NewWork: %s [%d×%d] f32 needs %d bytes, above the device's maxStorageBufferBindingSize %d; use fewer or shorter windows (nb = %d, t = %d)",
+				s.label, rows, s.width, 4*n, maxBind, w.NB, w.T)
 		}
+	}
+	bufs := &w.bufs
+	if w.st != nil {
+		bufs = &w.st.bufs
 	}
 	for _, s := range specs {
-		b, err := dev.NewBuffer(s.label, gpu.F32, rows, s.width)
+		shape := []int{rows, s.width}
+		if w.st != nil && (s.dst == &w.st.loss || s.dst == &w.st.gss) {
+			shape = []int{1}
+		}
+		b, err := w.dev.NewBuffer(s.label, gpu.F32, shape...)
 		if err != nil {
-			w.Release()
-			return nil, memRemedy(fmt.Errorf("nvgkit.NewWork: %w", err))
+			return memRemedy(fmt.Errorf("nvgkit.NewWork: %w", err))
 		}
 		*s.dst = b
-		w.bufs = append(w.bufs, b)
+		*bufs = append(*bufs, b)
 	}
-	return w, nil
+	return nil
 }
 
 // memRemedy appends what to do to an allocation error that wraps gpu.ErrOutOfMemory (a
@@ -228,7 +294,7 @@ func (w *Work) check(op string, net *Net) error {
 		a.LinearNumKeyHeads != b.LinearNumKeyHeads || a.LinearNumValueHeads != b.LinearNumValueHeads ||
 		a.LinearKeyHeadDim != b.LinearKeyHeadDim || a.LinearValueHeadDim != b.LinearValueHeadDim ||
 		a.NumHiddenLayers != b.NumHiddenLayers && w.st != nil ||
-		w.st == nil && ((w.q == nil && hasKind(b, true)) || (w.qa == nil && hasKind(b, false))) ||
+		w.st == nil && ((w.acts.q == nil && hasKind(b, true)) || (w.acts.mixed == nil && hasKind(b, false))) ||
 		w.st != nil && (!sameLayerTypes(a, b) || a.TieWordEmbeddings != b.TieWordEmbeddings) {
 		return fmt.Errorf("nvgkit.%s: the work was made for another architecture", op)
 	}

@@ -1,4 +1,4 @@
-package host
+package prng
 
 import (
 	"math"
@@ -8,12 +8,12 @@ import (
 )
 
 // TestRandomWord pins the hash to values computed independently (Python, 32-bit masks).
-func TestRandomWord(t *testing.T) {
+func TestWord(t *testing.T) {
 	for _, c := range []struct{ seed, ctr, want uint32 }{
 		{0, 0, 0x01fce552}, {42, 7, 0x4537d0a3}, {0xdeadbeef, 0xffffffff, 0x7b70daba},
 	} {
-		if got := RandomWord(c.seed, c.ctr); got != c.want {
-			t.Errorf("RandomWord(%#x, %#x) = %#x, want %#x", c.seed, c.ctr, got, c.want)
+		if got := Word(c.seed, c.ctr); got != c.want {
+			t.Errorf("Word(%#x, %#x) = %#x, want %#x", c.seed, c.ctr, got, c.want)
 		}
 	}
 }
@@ -39,7 +39,7 @@ func TestRandomUniformGrids(t *testing.T) {
 		}
 	}
 	f := make([]float32, 1<<16)
-	if err := FillRandomUniformF32(f, 3, 0, 2, 3); err != nil {
+	if err := FillUniformF32(f, 3, 0, 2, 3); err != nil {
 		t.Fatal(err)
 	}
 	var s float64
@@ -54,7 +54,7 @@ func TestRandomUniformGrids(t *testing.T) {
 		t.Errorf("mean %g, want ≈ 2.5", m)
 	}
 	h := make([]uint16, 1<<16)
-	if err := FillRandomUniformF16(h, 5, 100, 1); err != nil {
+	if err := FillUniformF16(h, 5, 100, 1); err != nil {
 		t.Fatal(err)
 	}
 	var s2 float64
