@@ -1,8 +1,12 @@
 package nvgkit
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"sort"
+	"strconv"
 
 	"github.com/nvg-project/nvg/gpu"
 )
@@ -134,4 +138,72 @@ func Params(net *Net) (map[string][]float32, error) {
 // host.StudentGrads.Grads. Errors as Params.
 func Grads(net *Net) (map[string][]float32, error) {
 	return net.readAll("Grads", func(t *trainable) *gpu.Buffer { return t.grad })
+}
+
+var layerName = regexp.MustCompile(`^model\.layers\.(\d+)\.(.+)$`)
+var blrName = regexp.MustCompile(`\.([A-Za-z0-9_]+)\.weight\.p\d+\.[hlg]$`)
+var gainName = regexp.MustCompile(`\.?([A-Za-z0-9_]+)\.weight$`)
+
+// LayerNorms groups vectors named like Grads' or Params' keys by decoder layer and kind (see
+// Trainer.LayerGradNorms) and returns their L2 norms (squares summed in float64 in name
+// order, so equal inputs give equal bits), for nLayers layers. Names outside
+// "model.layers.N." are left out. Errors: a layer index ≥ nLayers, no names matched.
+func LayerNorms(vecs map[string][]float32, nLayers int) (layers []int, kinds []string, norms [][]float64, err error) {
+	sums := map[string][]float64{}
+	names := make([]string, 0, len(vecs))
+	for name := range vecs {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the float64 sums in one order: the same bits on every call
+	for _, name := range names {
+		v := vecs[name]
+		m := layerName.FindStringSubmatch(name)
+		if m == nil {
+			continue
+		}
+		l, _ := strconv.Atoi(m[1])
+		if l >= nLayers {
+			return nil, nil, nil, fmt.Errorf("nvgkit.LayerNorms: %s: layer %d of %d", name, l, nLayers)
+		}
+		var kind string
+		if b := blrName.FindStringSubmatch(name); b != nil {
+			kind = b[1]
+		} else if g := gainName.FindStringSubmatch(m[2]); g != nil {
+			kind = g[1]
+		} else {
+			kind = m[2]
+		}
+		if sums[kind] == nil {
+			sums[kind] = make([]float64, nLayers)
+			for i := range sums[kind] {
+				sums[kind][i] = math.NaN()
+			}
+		}
+		acc := sums[kind][l]
+		if math.IsNaN(acc) {
+			acc = 0
+		}
+		for _, x := range v {
+			acc += float64(x) * float64(x)
+		}
+		sums[kind][l] = acc
+	}
+	if len(sums) == 0 {
+		return nil, nil, nil, errors.New("nvgkit.LayerNorms: no per-layer vectors")
+	}
+	for k := range sums {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		row := sums[k]
+		for i := range row {
+			row[i] = math.Sqrt(row[i]) // NaN stays NaN
+		}
+		norms = append(norms, row)
+	}
+	for i := range nLayers {
+		layers = append(layers, i)
+	}
+	return layers, kinds, norms, nil
 }

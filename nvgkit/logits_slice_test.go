@@ -4,9 +4,11 @@ import (
 	"math"
 	"testing"
 
+	"github.com/x448/float16"
+
+	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
-	"github.com/x448/float16"
 )
 
 // TestForwardLogitsSliced: Forward's full logits (what `nvg trace` writes as logits_row0) with
@@ -18,7 +20,7 @@ import (
 // fixture, within TestForwardFixtures' 2e-3 of the max |logit|; (3) the run at the device's
 // own limit (one slice), value for value.
 func TestForwardLogitsSliced(t *testing.T) {
-	d, m, net := tinyTeacher(t)
+	d, m, net := kittest.TinyTeacher(t)
 	fx := tinytest.OpenFixtures(t)
 	ids := fx.Windows(t)
 	c := net.Config

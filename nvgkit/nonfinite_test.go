@@ -8,6 +8,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -59,7 +60,7 @@ func randWindows(rng *rand.Rand, n, t, vocab int) [][]int {
 // more layers of f16 weights follow) and within 2e-3·max|h| of the host's (the bound of
 // TestTraceGPUAndHostSchema for the f16 weights).
 func TestDeltaRuleHugeALog(t *testing.T) {
-	d, m, _ := tinyTeacher(t)
+	d, m, _ := kittest.TinyTeacher(t)
 	m2 := withTensor(t, m, "model.layers.1.linear_attn.A_log", func(v []float64) { v[0], v[1] = 90, 85 })
 	net, err := nvgkit.LoadNet(d, m2, nvgkit.Teacher)
 	if err != nil {
@@ -125,7 +126,7 @@ func hugeNorm(t testing.TB, m *cmf.Model, l string) *cmf.Model {
 // on the unmodified teacher it finds nothing; and it refuses no windows and windows of the
 // wrong length.
 func TestFirstNonFinite(t *testing.T) {
-	d, m, teacher := tinyTeacher(t)
+	d, m, teacher := kittest.TinyTeacher(t)
 	const T = 40
 	windows := randWindows(rand.New(rand.NewPCG(7, 8)), 3, T+1, m.Config.VocabSize)
 	for _, tc := range []struct {

@@ -14,8 +14,9 @@ import (
 	"testing"
 
 	"github.com/janpfeifer/gonb/gonbui"
-	"github.com/nvg-project/nvg/compress"
 	"gonum.org/v1/plot"
+
+	"github.com/nvg-project/nvg/compress"
 )
 
 // plotOut is where the rendered test PNGs go when NVG_PLOT_DIR is set (to look at them);

@@ -7,29 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
-
-// robustNets returns the tiny teacher truncated to 4 layers (three GatedDeltaNet, one
-// attention) as a Teacher net and its 1-bit two-path compression as a Student net.
-func robustNets(t *testing.T) (*gpu.Device, *nvgkit.Net, *nvgkit.Net) {
-	t.Helper()
-	d, m, _ := tinyTeacher(t)
-	small := tinytest.FirstLayers(t, m, 4)
-	teacher, err := nvgkit.LoadNet(d, small, nvgkit.Teacher)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(teacher.Release)
-	sm, _, err := compress.Model(small, compress.Options{BitsPerWeight: 1, Paths: compress.Paths2, Seed: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d, teacher, loadStudent(t, d, sm)
-}
 
 // checkOOM fails t unless an out-of-memory error names a buffer (its quoted label), the
 // bytes wanted, and the remedy.
@@ -54,7 +36,7 @@ func checkOOM(t *testing.T, what string, err error) {
 // first), out-of-memory errors name the buffer, the bytes and the remedy, a successful
 // step's loss is finite, and no GPU buffer outlives its work.
 func TestRandomGeometries(t *testing.T) {
-	d, teacher, student := robustNets(t)
+	d, teacher, student := kittest.RobustNets(t)
 	defer d.SetMemoryBudget(d.MemoryBudget())
 	V := teacher.Config.VocabSize
 	rng := rand.New(rand.NewPCG(2026, 8))
@@ -164,7 +146,7 @@ func TestRandomGeometries(t *testing.T) {
 // budget fails with an error naming the buffer, the bytes wanted and what to do, leaves
 // nothing allocated, and the same calls succeed once memory allows.
 func TestOutOfMemoryRemedy(t *testing.T) {
-	d, m, teacher := tinyTeacher(t)
+	d, m, teacher := kittest.TinyTeacher(t)
 	defer d.SetMemoryBudget(d.MemoryBudget())
 	before := liveMem(d)
 	d.SetMemoryBudget(before.CurrentBytes + 1<<20)

@@ -513,3 +513,53 @@ func EmbedGrads(work *Work) ([]float32, error) {
 	}
 	return work.dev.ReadFloat32(work.st.embed)
 }
+
+// StudentNLL is NLL for a Student net: the summed next-token negative log-likelihood
+// (natural log) over windows of work.T+1 tokens (inputs w[:T], targets w[1:]) and the number
+// of predicted tokens. It runs LossOnly against a one-hot "teacher" (K = 1, the target with
+// probability 1), whose KL(p_T ‖ p_S) is exactly −log p_S(target); per-token values are f32
+// from the GPU, summed in float64. Windows go work.NB at a time; progress, when not nil, is
+// called after each group. Errors: no windows, a window whose length is not work.T+1, and
+// LossOnly's errors (naming the first window of the group). A non-finite sum is returned
+// as it is; FirstNonFinite(net, work, windows) names the layer where it starts.
+func StudentNLL(net *Net, work *Work, windows [][]int, progress func(done, total int)) (sum float64, count int, err error) {
+	defer func() { err = memRemedy(err) }()
+	if work == nil {
+		return 0, 0, errors.New("nvgkit.StudentNLL: nil work")
+	}
+	if len(windows) == 0 {
+		return 0, 0, errors.New("nvgkit.StudentNLL: no windows")
+	}
+	T := work.T
+	for i, w := range windows {
+		if len(w) != T+1 {
+			return 0, 0, fmt.Errorf("nvgkit.StudentNLL: window %d has %d tokens, want t+1 = %d", i, len(w), T+1)
+		}
+	}
+	for g0 := 0; g0 < len(windows); g0 += work.NB {
+		group := windows[g0:min(g0+work.NB, len(windows))]
+		ids := make([][]int, len(group))
+		top := &TopK{NB: len(group), T: T, K: 1, IDs: make([]int32, 0, len(group)*T), Probs: make([]float32, len(group)*T)}
+		for b, w := range group {
+			ids[b] = w[:T]
+			for _, id := range w[1:] {
+				top.IDs = append(top.IDs, int32(id))
+			}
+		}
+		for i := range top.Probs {
+			top.Probs[i] = 1
+		}
+		_, kl, err := LossOnly(net, work, ids, top)
+		if err != nil {
+			return 0, 0, fmt.Errorf("nvgkit.StudentNLL: windows %d…: %w", g0, err)
+		}
+		for _, v := range kl {
+			sum += float64(v)
+		}
+		count += len(kl)
+		if progress != nil {
+			progress(g0+len(group), len(windows))
+		}
+	}
+	return sum, count, nil
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -78,7 +79,7 @@ func BenchmarkOptimizerStep(b *testing.B) {
 // work of nb windows of t tokens, and the teacher's top-k for fixed ids; base is the GPU
 // bytes in use before the student was loaded (the peak is reset there).
 func tinyStudentStep(b *testing.B, nb, T, k int) (d *gpu.Device, net *nvgkit.Net, w *nvgkit.Work, ids [][]int, top *nvgkit.TopK, base uint64) {
-	d, m, tnet := tinyTeacher(b)
+	d, m, tnet := kittest.TinyTeacher(b)
 	ids = make([][]int, nb)
 	for i := range ids {
 		for j := 0; j < T; j++ {

@@ -15,6 +15,7 @@ import (
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
@@ -40,7 +41,7 @@ var blr struct {
 const blrNB, blrT, blrK = 2, 16, 16
 
 func blrStudent(t *testing.T) (*gpu.Device, *blrCase) {
-	d, m, _ := tinyTeacher(t)
+	d, m, _ := kittest.TinyTeacher(t)
 	blr.once.Do(func() {
 		c := &blr.c
 		fail := func(err error) { c.err = err }

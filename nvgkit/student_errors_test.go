@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
@@ -14,7 +15,7 @@ import (
 // names what is wrong, before anything is submitted: the gradients stay zero and the device
 // holds the same bytes afterwards.
 func TestStudentErrors(t *testing.T) {
-	_, m, tnet := tinyTeacher(t)
+	_, m, tnet := kittest.TinyTeacher(t)
 	dev, net := fixtureStudent(t)
 	V := net.Config.VocabSize
 	const nb, T, K = 2, 8, 4
@@ -117,7 +118,7 @@ func TestStudentErrors(t *testing.T) {
 // TestStudentLoadErrors checks that LoadNet(…, Student) names a malformed BLR tensor and
 // leaves nothing allocated on the GPU.
 func TestStudentLoadErrors(t *testing.T) {
-	d, m, _ := tinyTeacher(t)
+	d, m, _ := kittest.TinyTeacher(t)
 	base := tinytest.FirstLayers(t, m, 1)
 	before := liveMem(d)
 	for _, c := range []struct {

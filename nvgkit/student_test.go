@@ -9,6 +9,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
@@ -59,7 +60,7 @@ var fixtureSt struct {
 
 // fixtureStudent loads the fixtures' perturbed dense student as a Student net once.
 func fixtureStudent(t *testing.T) (*gpu.Device, *nvgkit.Net) {
-	d, m, _ := tinyTeacher(t)
+	d, m, _ := kittest.TinyTeacher(t)
 	fixtureSt.once.Do(func() {
 		fixtureSt.net, fixtureSt.err = nvgkit.LoadNet(d, fixtureStudentModel(t, m), nvgkit.Student)
 	})

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
@@ -52,7 +53,7 @@ func cloneModel(t testing.TB, m *cmf.Model) *cmf.Model {
 // Warnings names that tensor and its fraction. (3) The tiny teacher itself (trained-like
 // weights): no warning.
 func TestLoadNetSubnormalWeights(t *testing.T) {
-	d, m, net := tinyTeacher(t)
+	d, m, net := kittest.TinyTeacher(t)
 	if w := net.Warnings(); len(w) != 0 {
 		t.Errorf("the tiny teacher gives warnings: %q", w)
 	}

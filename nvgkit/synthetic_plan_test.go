@@ -1,9 +1,10 @@
 package nvgkit_test
 
 import (
-	"github.com/nvg-project/nvg/arch"
 	"strings"
 	"testing"
+
+	"github.com/nvg-project/nvg/arch"
 
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/nvgkit"

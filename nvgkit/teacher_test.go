@@ -4,41 +4,15 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/gpu"
-	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/host"
+	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
-
-var tiny struct {
-	once sync.Once
-	m    *cmf.Model
-	net  *nvgkit.Net
-	err  error
-}
-
-// tinyTeacher opens the embedded tiny teacher and loads it (resident) once per test binary.
-func tinyTeacher(t testing.TB) (*gpu.Device, *cmf.Model, *nvgkit.Net) {
-	t.Helper()
-	d := gputest.Open(t)
-	tiny.once.Do(func() {
-		tiny.m, tiny.err = tinyteacher.Open()
-		if tiny.err != nil {
-			return
-		}
-		tiny.net, tiny.err = nvgkit.LoadNet(d, tiny.m, nvgkit.Teacher)
-	})
-	if tiny.err != nil {
-		t.Fatal(tiny.err)
-	}
-	return d, tiny.m, tiny.net
-}
 
 // newWork is nvgkit.NewWork(d, net, nb, T), failing t on an error; the caller releases it.
 func newWork(t testing.TB, d *gpu.Device, net *nvgkit.Net, nb, T int) *nvgkit.Work {
@@ -81,7 +55,7 @@ func maxAbsDiff32(got []float32, want []float64) (d, ref float64) {
 // 1e-3 absolute; the top-32 ids equal wherever the fixture's neighbouring probabilities differ
 // by more than 1e-3 (closer ones may swap under f16 weights).
 func TestForwardFixtures(t *testing.T) {
-	d, _, net := tinyTeacher(t)
+	d, _, net := kittest.TinyTeacher(t)
 	fx := tinytest.OpenFixtures(t)
 	ids := fx.Windows(t)
 	c := net.Config
@@ -240,7 +214,7 @@ func sameBits(a, b []float32) int {
 // peak does not grow with depth (the model truncated to 4 layers vs all 8) while the
 // resident one does.
 func TestStreamedMatchesResident(t *testing.T) {
-	d, m, _ := tinyTeacher(t)
+	d, m, _ := kittest.TinyTeacher(t)
 	d.SetScratchLimit(0) // exact peaks: no scratch kept between submits
 	defer d.SetScratchLimit(gpu.DefaultScratchLimit)
 	ids := tinytest.OpenFixtures(t).Windows(t)[:1] // one window of 64 tokens: four passes stay quick on lavapipe
@@ -303,7 +277,7 @@ func TestStreamedMatchesResident(t *testing.T) {
 // path on three windows of 64 tokens (63 predictions each) cut from the fixture's held-out
 // ids; the work holds two windows, so the second group is padded. They must agree to 0.5 %.
 func TestNLLMatchesHost(t *testing.T) {
-	d, m, net := tinyTeacher(t)
+	d, m, net := kittest.TinyTeacher(t)
 	ids := tinytest.OpenFixtures(t).Windows(t)
 	windows := [][]int{ids[0], ids[1], append(append([]int(nil), ids[1][32:]...), ids[0][:32]...)}
 	T := len(windows[0]) - 1
@@ -351,7 +325,7 @@ func TestNLLMatchesHost(t *testing.T) {
 // submitted, with errors that say what is wrong; and that NewWork refuses buffers over the
 // device's binding limit, naming the buffer and its bytes.
 func TestTeacherErrors(t *testing.T) {
-	d, _, net := tinyTeacher(t)
+	d, _, net := kittest.TinyTeacher(t)
 	V := net.Config.VocabSize
 	w := newWork(t, d, net, 2, 8)
 	defer w.Release()
@@ -417,7 +391,7 @@ func TestTeacherErrors(t *testing.T) {
 // GPU bytes of load and passes (weights, work, head scratch) above what the device held
 // before.
 func BenchmarkTeacherTopK(b *testing.B) {
-	d, m, _ := tinyTeacher(b)
+	d, m, _ := kittest.TinyTeacher(b)
 	const nb, T, k = 4, 512, 32
 	ids := make([][]int, nb)
 	for i := range ids {
@@ -457,7 +431,7 @@ func BenchmarkTeacherTopK(b *testing.B) {
 // TestLoadNetErrors checks that LoadNet names the tensor it cannot use — a weight beyond
 // f16's range, a missing tensor, a wrong shape — and leaves nothing allocated on the GPU.
 func TestLoadNetErrors(t *testing.T) {
-	d, m, _ := tinyTeacher(t)
+	d, m, _ := kittest.TinyTeacher(t)
 	base := tinytest.FirstLayers(t, m, 1)
 	d.FreeScratch() // a refused LoadNet frees kept scratch: count only the nets' buffers
 	before := d.MemStats()

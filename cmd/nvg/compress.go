@@ -31,7 +31,7 @@ type compressReport struct {
 	TargetBPW  float64                 `json:"target_bits_per_weight"`
 	Paths      string                  `json:"paths"`
 	Seed       uint64                  `json:"seed"`
-	Products   string                  `json:"products"`         // the randomised SVDs' large products: cpu-f64, cpu-f32 or gpu-f32 (nvgkit.ProductsName)
+	Products   string                  `json:"products"`         // the randomised SVDs' large products: cpu-f64, cpu-f32 or gpu-f32 (train.ProductsName)
 	Device     string                  `json:"device,omitempty"` // the GPU adapter of gpu-f32
 	OverallBPW float64                 `json:"overall_bits_per_weight"`
 	Seconds    float64                 `json:"seconds"`

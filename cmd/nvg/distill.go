@@ -23,6 +23,7 @@ import (
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func init() {
@@ -42,18 +43,18 @@ func init() {
 const maxStepTokens = 1 << 22
 
 type distillSettings struct {
-	Teacher    string             `json:"teacher"` // "" = the embedded tiny teacher
-	Tokenizer  string             `json:"tokenizer,omitempty"`
-	TrainFiles []string           `json:"train_files,omitempty"`
-	EvalFiles  []string           `json:"eval_files,omitempty"`
-	BPW        float64            `json:"bits_per_weight_target"`
-	Paths      string             `json:"paths"`
-	Seed       uint64             `json:"seed"`
-	Config     nvgkit.TrainConfig `json:"config"`
-	Started    string             `json:"started"`
+	Teacher    string            `json:"teacher"` // "" = the embedded tiny teacher
+	Tokenizer  string            `json:"tokenizer,omitempty"`
+	TrainFiles []string          `json:"train_files,omitempty"`
+	EvalFiles  []string          `json:"eval_files,omitempty"`
+	BPW        float64           `json:"bits_per_weight_target"`
+	Paths      string            `json:"paths"`
+	Seed       uint64            `json:"seed"`
+	Config     train.TrainConfig `json:"config"`
+	Started    string            `json:"started"`
 	// Provenance of the session that started the run (the build; the adapter once the
 	// device is open; the compression products). report.json has the finishing session's.
-	Provenance *nvgkit.Provenance `json:"provenance,omitempty"`
+	Provenance *train.Provenance `json:"provenance,omitempty"`
 }
 
 const distillSettingsFile = "distill.json"
@@ -139,7 +140,7 @@ func runDistill(args []string) error {
 			}
 			fmt.Fprintf(os.Stderr, "extending the run to %d steps (the learning-rate schedule spans its first %d; the steps after run at %.3g)\n",
 				cfg.Steps, cfg.ScheduleSteps, cfg.LRAt(cfg.Steps))
-		} else if rep, err := nvgkit.LoadReport(filepath.Join(out, "report.json")); err == nil && !rep.Interrupted && rep.Steps >= cfg.Steps &&
+		} else if rep, err := train.LoadReport(filepath.Join(out, "report.json")); err == nil && !rep.Interrupted && rep.Steps >= cfg.Steps &&
 			res.ck.Meta.Step >= cfg.Steps && exists(filepath.Join(out, "student.cmf")) {
 			// Nothing left to do: no teacher pass, no export again.
 			fmt.Printf("the run in %s is complete (%d of %d steps): student %s, held-out perplexity %.3f (teacher %.3f, compressed %.3f, %.1f %% of the log-perplexity gap closed); --steps N extends it\n",
@@ -228,7 +229,7 @@ func runDistill(args []string) error {
 		}
 		s.Teacher, s.Tokenizer, s.Config.OutDir, s.Config.TopKFile = abs(s.Teacher), abs(s.Tokenizer), abs(out), abs(tc.TopKFile)
 		s.Started = time.Now().UTC().Format(time.RFC3339)
-		prov := nvgkit.NewProvenance(nil, distillCompressOptions(s).Products)
+		prov := train.NewProvenance(nil, distillCompressOptions(s).Products)
 		s.Provenance = &prov
 		created := !exists(out)
 		if err := os.MkdirAll(out, 0o755); err != nil {
@@ -344,7 +345,7 @@ var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--n
 // trainConfigUsage is the usage error of a TrainConfig.Validate error, naming the flag of
 // the field: "--steps must be ≥ 1, got 0".
 func trainConfigUsage(err error) error {
-	var ce *nvgkit.TrainConfigError
+	var ce *train.TrainConfigError
 	if errors.As(err, &ce) {
 		if f, ok := trainConfigFlags[ce.Field]; ok {
 			return usagef("--%s must be %s, got %v", f, flagTerms.Replace(ce.Want), ce.Value)
@@ -362,7 +363,7 @@ var distillPhaseHook func(phase string)
 // returns an interruptedError.
 func distill(s distillSettings, out string, res *resumePoint, opts distillOptions) error {
 	resumed := res != nil
-	var studentFile *nvgkit.FileDigest
+	var studentFile *train.FileDigest
 	if resumed {
 		studentFile = res.ck.Meta.Student
 	}
@@ -453,14 +454,14 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 		return err
 	}
 	t0 := time.Now()
-	train, err := corpus.Tokens(tok, data.Train, nvgkit.TokenCacheDir())
+	trainIDs, err := corpus.Tokens(tok, data.Train, train.TokenCacheDir())
 	if err != nil {
 		return err
 	}
 	if err := phase("corpus"); err != nil {
 		return err
 	}
-	heldOut, err := corpus.Tokens(tok, data.HeldOut, nvgkit.TokenCacheDir())
+	heldOut, err := corpus.Tokens(tok, data.HeldOut, train.TokenCacheDir())
 	if err != nil {
 		return err
 	}
@@ -468,7 +469,7 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 	if err := phase(map[bool]string{false: "compress", true: "reuse-student"}[reuse]); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "corpus: %s: %d training and %d held-out tokens (%.1fs)\n", what, len(train), len(heldOut), time.Since(t0).Seconds())
+	fmt.Fprintf(os.Stderr, "corpus: %s: %d training and %d held-out tokens (%.1fs)\n", what, len(trainIDs), len(heldOut), time.Since(t0).Seconds())
 
 	// Compression, unless the run's compressed student is reused (checked by loadResumePoint).
 	var studentModel *cmf.Model
@@ -574,14 +575,14 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 		return err
 	}
 	defer teacher.Release()
-	var tr *nvgkit.Trainer
+	var tr *train.Trainer
 	if err := phase("trainer"); err != nil {
 		return err
 	}
 	if resumed {
-		tr, err = nvgkit.ResumeCheckpoint(teacher, student, train, heldOut, res.ck, res.path)
+		tr, err = train.ResumeCheckpoint(teacher, student, trainIDs, heldOut, res.ck, res.path)
 	} else {
-		tr, err = nvgkit.NewTrainer(teacher, student, train, heldOut, s.Config)
+		tr, err = train.NewTrainer(teacher, student, trainIDs, heldOut, s.Config)
 	}
 	if err != nil {
 		return err
@@ -612,7 +613,7 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 			return err
 		}
 		failed := false
-		tr.OnStep = func(i nvgkit.StepInfo) {
+		tr.OnStep = func(i train.StepInfo) {
 			if failed || (i.Step%opts.memEvery != 0 && i.Step != cfg.Steps) {
 				return
 			}
@@ -625,7 +626,7 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 	}
 	training.Store(tr.Step() < cfg.Steps)
 	rep, err := tr.Run(ctx)
-	if errors.Is(err, nvgkit.ErrInterrupted) {
+	if errors.Is(err, train.ErrInterrupted) {
 		if hasCheckpoint(out) {
 			fmt.Fprintf(os.Stderr, "interrupted after step %d of %d: checkpoint in %s; continue with: nvg distill --resume %s\n", tr.Step(), cfg.Steps, out, out)
 			return interrupted()
@@ -645,7 +646,7 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 	if err := cmf.WriteCMF(studentPath, exported); err != nil {
 		return err
 	}
-	prov := nvgkit.NewProvenance(dev, distillCompressOptions(s).Products)
+	prov := train.NewProvenance(dev, distillCompressOptions(s).Products)
 	rep.Provenance = &prov
 	if err := rep.Save(filepath.Join(out, "report.json")); err != nil {
 		return err
@@ -671,12 +672,12 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 // writeDistillPlots writes training.png, grad_norms.png, metric_hist.png and
 // reconstruction.png into out.
 // The training curves are drawn from the run's metrics.jsonl (all sessions of a resumed run).
-func writeDistillPlots(out string, tr *nvgkit.Trainer, student *nvgkit.Net, reports []compress.TensorReport) error {
-	recs, _, err := nvgkit.ReadMetrics(filepath.Join(out, nvgkit.MetricsFile))
+func writeDistillPlots(out string, tr *train.Trainer, student *nvgkit.Net, reports []compress.TensorReport) error {
+	recs, _, err := train.ReadMetrics(filepath.Join(out, train.MetricsFile))
 	if err != nil {
 		return err
 	}
-	fig, err := nvgkit.PlotMetrics(recs)
+	fig, err := train.PlotMetrics(recs)
 	if err != nil {
 		return err
 	}

@@ -9,14 +9,14 @@ import (
 	"os"
 	"strings"
 
-	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 // defaultDistillSettings are nvg distill's defaults: the embedded tiny teacher and the Go
-// standard library, 1 bit per weight, paths auto, seed 1, and nvgkit.DefaultTrainConfig (the
+// standard library, 1 bit per weight, paths auto, seed 1, and train.DefaultTrainConfig (the
 // one table of training defaults, DESIGN.md §6 "Defaults").
 func defaultDistillSettings() distillSettings {
-	c := nvgkit.DefaultTrainConfig()
+	c := train.DefaultTrainConfig()
 	return distillSettings{BPW: 1, Paths: "auto", Seed: c.Seed, Config: c}
 }
 

@@ -6,18 +6,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
-// Without --config the flags' defaults are nvgkit.DefaultTrainConfig, the one table of
+// Without --config the flags' defaults are train.DefaultTrainConfig, the one table of
 // defaults (the values nvg distill always had: 24 steps × 4 × 64 tokens, lr 0.05, …).
 func TestDistillDefaultsAreTheLibrarys(t *testing.T) {
 	s, _, set, err := parseDistillFlags(commands["distill"], nil)
 	if err != nil || len(set) != 0 {
 		t.Fatal(err, set)
 	}
-	want := nvgkit.TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2}
-	if s.Config != want || s.Config != nvgkit.DefaultTrainConfig() || s.BPW != 1 || s.Paths != "auto" || s.Seed != 1 || s.Teacher != "" || s.TrainFiles != nil {
+	want := train.TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2}
+	if s.Config != want || s.Config != train.DefaultTrainConfig() || s.BPW != 1 || s.Paths != "auto" || s.Seed != 1 || s.Teacher != "" || s.TrainFiles != nil {
 		t.Errorf("defaults %+v, want config %+v", s, want)
 	}
 }

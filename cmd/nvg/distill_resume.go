@@ -10,7 +10,7 @@ import (
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/internal/atomicfile"
-	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 // Files of an nvg distill output directory besides the checkpoints, the student and the
@@ -25,7 +25,7 @@ const (
 // compressionRecord is compression.json: the compressed student's digest and the per-tensor
 // compression reports (for the bits per weight and the reconstruction plot of a resumed run).
 type compressionRecord struct {
-	Student nvgkit.FileDigest       `json:"student"`
+	Student train.FileDigest        `json:"student"`
 	Reports []compress.TensorReport `json:"reports"`
 }
 
@@ -33,14 +33,14 @@ type compressionRecord struct {
 // when the run's compressed student can be reused, its compression reports (nil: compress
 // again).
 type resumePoint struct {
-	ck      *nvgkit.Checkpoint
+	ck      *train.Checkpoint
 	path    string
 	reports []compress.TensorReport
 }
 
 // hasCheckpoint reports whether dir holds a checkpoint file (valid or not).
 func hasCheckpoint(dir string) bool {
-	ps, err := nvgkit.CheckpointPaths(dir)
+	ps, err := train.CheckpointPaths(dir)
 	return err == nil && len(ps) > 0
 }
 
@@ -50,14 +50,14 @@ func hasCheckpoint(dir string) bool {
 // unchanged. Nothing is compressed or run on the GPU. Errors: no valid checkpoint (each
 // one's error), settings that differ (naming the run's file).
 func loadResumePoint(out string, s distillSettings) (*resumePoint, error) {
-	ck, path, err := nvgkit.LatestCheckpoint(out, func(e error) {
+	ck, path, err := train.LatestCheckpoint(out, func(e error) {
 		fmt.Fprintf(os.Stderr, "warning: %v; trying the checkpoint before it\n", e)
 	})
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "resuming from %s (step %d of %d)\n", path, ck.Meta.Step, ck.Meta.Config.Steps)
-	norm := func(c nvgkit.TrainConfig) nvgkit.TrainConfig {
+	norm := func(c train.TrainConfig) train.TrainConfig {
 		c = c.Resolved()
 		c.OutDir, c.TopKFile, c.Steps, c.ScheduleSteps, c.Keep = "", "", 0, 0, 0
 		return c
@@ -95,12 +95,12 @@ func loadResumePoint(out string, s distillSettings) (*resumePoint, error) {
 // reports to out/compression.json (atomically) and returns the student file's digest. For
 // a resumed run (res not nil) whose checkpoint records a student, the new file must be that
 // one (compression is deterministic for the run's settings): an error says so otherwise.
-func saveCompressedStudent(out string, m *cmf.Model, reports []compress.TensorReport, res *resumePoint) (nvgkit.FileDigest, error) {
+func saveCompressedStudent(out string, m *cmf.Model, reports []compress.TensorReport, res *resumePoint) (train.FileDigest, error) {
 	path := filepath.Join(out, compressedStudentFile)
 	if err := cmf.WriteCMF(path, m); err != nil {
-		return nvgkit.FileDigest{}, err
+		return train.FileDigest{}, err
 	}
-	d, err := nvgkit.DigestFile(path)
+	d, err := train.DigestFile(path)
 	if err != nil {
 		return d, err
 	}

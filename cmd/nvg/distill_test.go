@@ -16,6 +16,7 @@ import (
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func TestDistillUsageErrors(t *testing.T) {
@@ -116,12 +117,12 @@ func TestDistillSmall(t *testing.T) {
 	} else if st, err := os.Stat(png); err != nil || st.Size() == 0 {
 		t.Errorf("plot-mem wrote no image: %v", err)
 	}
-	for _, f := range []string{"student.cmf", "report.json", "distill.json", nvgkit.CheckpointName(2), "compressed.cmf", "compression.json", "teacher-topk.bin", "training.png", "grad_norms.png", "metric_hist.png", "reconstruction.png", nvgkit.MetricsFile} {
+	for _, f := range []string{"student.cmf", "report.json", "distill.json", train.CheckpointName(2), "compressed.cmf", "compression.json", "teacher-topk.bin", "training.png", "grad_norms.png", "metric_hist.png", "reconstruction.png", train.MetricsFile} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
-	rep, err := nvgkit.LoadReport(filepath.Join(out, "report.json"))
+	rep, err := train.LoadReport(filepath.Join(out, "report.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestDistillSmall(t *testing.T) {
 	if after, err := os.Stat(filepath.Join(out, "student.cmf")); err != nil || !after.ModTime().Equal(before.ModTime()) {
 		t.Errorf("--resume of a finished run rewrote student.cmf (%v)", err)
 	}
-	again, err := nvgkit.LoadReport(filepath.Join(out, "report.json"))
+	again, err := train.LoadReport(filepath.Join(out, "report.json"))
 	if err != nil || again.DistilledPPL != rep.DistilledPPL || again.Steps != 2 {
 		t.Errorf("resumed report %+v, %v", again, err)
 	}
@@ -210,7 +211,7 @@ func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 	if !strings.Contains(stderr.String(), "--resume "+out) {
 		t.Fatalf("no resume hint in:\n%s", stderr.String())
 	}
-	ck, _, err := nvgkit.LatestCheckpoint(out, nil)
+	ck, _, err := train.LatestCheckpoint(out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 	if code := run([]string{"distill", "--resume", out}); code != 0 {
 		t.Fatalf("--resume: exit %d", code)
 	}
-	rep, err := nvgkit.LoadReport(filepath.Join(out, "report.json"))
+	rep, err := train.LoadReport(filepath.Join(out, "report.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,11 +234,11 @@ func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 		}
 	}
 	// metrics.jsonl holds every step once, the interrupted session's and the resumed one's.
-	recs, _, err := nvgkit.ReadMetrics(filepath.Join(out, nvgkit.MetricsFile))
+	recs, _, err := train.ReadMetrics(filepath.Join(out, train.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps, loss, evalSteps, _, _ := nvgkit.TrainingSeries(recs)
+	steps, loss, evalSteps, _, _ := train.TrainingSeries(recs)
 	if len(steps) != 6 || len(evalSteps) != 7 {
 		t.Fatalf("metrics.jsonl: steps %v, evals at %v; want 1…6 and 0…6", steps, evalSteps)
 	}
@@ -338,7 +339,7 @@ func TestDistillResumeReuse(t *testing.T) {
 	if _, stderr, code := capture(t, args); code != 0 {
 		t.Fatalf("nvg %v: exit %d\n%s", args, code, stderr)
 	}
-	full, err := nvgkit.LoadReport(filepath.Join(out, "report.json"))
+	full, err := train.LoadReport(filepath.Join(out, "report.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +352,7 @@ func TestDistillResumeReuse(t *testing.T) {
 		return stderr, code
 	}
 	// Back to the step-2 checkpoint, as if the run had been killed after step 2.
-	for _, f := range []string{nvgkit.CheckpointName(3), nvgkit.CheckpointName(4), "report.json", "student.cmf"} {
+	for _, f := range []string{train.CheckpointName(3), train.CheckpointName(4), "report.json", "student.cmf"} {
 		if err := os.Remove(filepath.Join(out, f)); err != nil {
 			t.Fatal(err)
 		}
@@ -366,7 +367,7 @@ func TestDistillResumeReuse(t *testing.T) {
 	if !strings.Contains(stderr, "teacher top-k: 8 windows from "+filepath.Join(out, "teacher-topk.bin")) || strings.Contains(stderr, "teacher pass") {
 		t.Errorf("the teacher's top-k was not reused:\n%s", stderr)
 	}
-	resumed, err := nvgkit.LoadReport(filepath.Join(out, "report.json"))
+	resumed, err := train.LoadReport(filepath.Join(out, "report.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +383,7 @@ func TestDistillResumeReuse(t *testing.T) {
 	if stderr, code := resume("--steps", "6"); code != 0 || !strings.Contains(stderr, "extending the run to 6 steps") {
 		t.Fatalf("--resume --steps 6: exit %d\n%s", code, stderr)
 	}
-	ext, err := nvgkit.LoadReport(filepath.Join(out, "report.json"))
+	ext, err := train.LoadReport(filepath.Join(out, "report.json"))
 	if err != nil || ext.Steps != 6 || len(ext.Loss) != 6 || ext.Config.Steps != 6 || ext.Config.ScheduleSteps != 4 {
 		t.Fatalf("extended report %+v, %v", ext, err)
 	}
@@ -395,7 +396,7 @@ func TestDistillResumeReuse(t *testing.T) {
 		t.Errorf("--resume --steps 5 of a 6-step run: exit %d, want 2", code)
 	}
 	// A truncated latest checkpoint: a warning, and the run redoes step 6 from step 5.
-	latest := filepath.Join(out, nvgkit.CheckpointName(6))
+	latest := filepath.Join(out, train.CheckpointName(6))
 	raw, err := os.ReadFile(latest)
 	if err != nil {
 		t.Fatal(err)
@@ -405,11 +406,11 @@ func TestDistillResumeReuse(t *testing.T) {
 	if stderr, code := resume(); code != 0 || !strings.Contains(stderr, "warning: ") || !strings.Contains(stderr, latest) {
 		t.Fatalf("--resume with a truncated latest checkpoint: exit %d\n%s", code, stderr)
 	}
-	if again, err := nvgkit.LoadReport(filepath.Join(out, "report.json")); err != nil || len(again.Loss) != 6 || again.Loss[5] != ext.Loss[5] {
+	if again, err := train.LoadReport(filepath.Join(out, "report.json")); err != nil || len(again.Loss) != 6 || again.Loss[5] != ext.Loss[5] {
 		t.Errorf("after falling back: %+v, %v (want step 6's loss %g)", again, err, ext.Loss[5])
 	}
 	// Every checkpoint truncated: refused before any phase (no compression, no teacher).
-	ps, _ := nvgkit.CheckpointPaths(out)
+	ps, _ := train.CheckpointPaths(out)
 	for _, p := range ps {
 		raw, _ := os.ReadFile(p)
 		os.WriteFile(p, raw[:len(raw)-1], 0o644)

@@ -3,11 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
 	"math"
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/nvg-project/nvg/arch"
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
@@ -15,6 +16,7 @@ import (
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func init() {
@@ -90,7 +92,7 @@ func (f evalFlags) heldOutWindows(modelPath string, cfg arch.Config) ([][]int, s
 	if err != nil {
 		return nil, "", err
 	}
-	stream, err := corpus.Tokens(tok, data.HeldOut, nvgkit.TokenCacheDir())
+	stream, err := corpus.Tokens(tok, data.HeldOut, train.TokenCacheDir())
 	if err != nil {
 		return nil, "", err
 	}

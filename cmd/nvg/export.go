@@ -2,12 +2,13 @@ package main
 
 import (
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
+
+	"github.com/nvg-project/nvg/arch"
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/cmf/tinyteacher"

@@ -3,10 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/nvg-project/nvg/arch"
 
 	"github.com/nvg-project/nvg/cmf"
 )

@@ -3,13 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
 	"io"
 	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+
+	"github.com/nvg-project/nvg/arch"
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/cmf/tinyteacher"

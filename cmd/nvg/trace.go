@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
 	"math"
 	"os"
 	"time"
+
+	"github.com/nvg-project/nvg/arch"
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"

@@ -2,7 +2,7 @@
 // against central finite differences, at chosen coordinates of its trained vectors, on the
 // live values of the net (notebook 02's check, issue 14). It is its own package because it
 // imports package host, which production nvgkit must not (issue 13); importing it registers
-// Check as nvgkit.Lab's GradCheck (nvgkit.RegisterGradChecker).
+// Check as train.Lab's GradCheck (train.RegisterGradChecker).
 //
 // The four gradients of a coordinate θ of a batch's loss ℓ = mean_t KL(teacher top-k ‖
 // student):
@@ -28,16 +28,17 @@ import (
 	"github.com/nvg-project/nvg/host"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/session"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
-func init() { nvgkit.RegisterGradChecker(Check) }
+func init() { train.RegisterGradChecker(Check) }
 
 // Check computes the table of in (see the package documentation): for each name of
 // in.Spec.Names (resolved: every field set), the in.Spec.Coords elements of largest |GPU
 // gradient| (ties: the lower index). It changes the net's values and gradients (the Lab
 // restores them). Errors: a name the net or the host net does not have; Coords larger than a
 // vector; host or GPU errors; in.Context's error when it is cancelled between coordinates.
-func Check(in nvgkit.GradCheckInput) (session.GradCheckResult, error) {
+func Check(in train.GradCheckInput) (session.GradCheckResult, error) {
 	sp := in.Spec
 	net := in.Student
 	if net == nil || in.Model == nil || in.Top == nil || len(in.IDs) == 0 {

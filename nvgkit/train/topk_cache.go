@@ -1,4 +1,4 @@
-package nvgkit
+package train
 
 import (
 	"bufio"
@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"github.com/nvg-project/nvg/arch"
+	"github.com/nvg-project/nvg/nvgkit"
 	"hash/crc32"
 	"io"
 	"math"
@@ -98,7 +99,7 @@ func NewTopKCache(n, t, k int, hash [32]byte) (*TopKCache, error) {
 
 // Put stores top, the teacher's top-k of windows first … first+top.NB−1. Errors: a shape
 // that does not match the cache (T, K) or windows beyond N.
-func (c *TopKCache) Put(first int, top *TopK) error {
+func (c *TopKCache) Put(first int, top *nvgkit.TopK) error {
 	if top == nil || top.T != c.T || top.K != c.K {
 		return fmt.Errorf("nvgkit.TopKCache.Put: top-k shape does not match the cache (T=%d, K=%d)", c.T, c.K)
 	}
@@ -128,7 +129,7 @@ func (c *TopKCache) Complete() bool {
 
 // Get returns the top-k of windows first … first+n−1 as a TopK of n windows (fresh
 // copies). Errors: a range outside [0, N) or a window not stored yet.
-func (c *TopKCache) Get(first, n int) (*TopK, error) {
+func (c *TopKCache) Get(first, n int) (*nvgkit.TopK, error) {
 	if n < 1 || first < 0 || first+n > c.N {
 		return nil, fmt.Errorf("nvgkit.TopKCache.Get: windows %d…%d outside [0, %d)", first, first+n-1, c.N)
 	}
@@ -139,7 +140,7 @@ func (c *TopKCache) Get(first, n int) (*TopK, error) {
 	}
 	r0, r1 := first*c.T, (first+n)*c.T
 	k := c.K
-	return &TopK{NB: n, T: c.T, K: k,
+	return &nvgkit.TopK{NB: n, T: c.T, K: k,
 		IDs:      append([]int32(nil), c.ids[r0*k:r1*k]...),
 		Probs:    append([]float32(nil), c.probs[r0*k:r1*k]...),
 		LogProbs: append([]float32(nil), c.logps[r0*k:r1*k]...),

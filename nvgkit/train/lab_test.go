@@ -1,4 +1,4 @@
-package nvgkit_test
+package train_test
 
 import (
 	"context"
@@ -12,16 +12,18 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
 	_ "github.com/nvg-project/nvg/nvgkit/gradcheck" // Lab.GradCheck's host reference
 	"github.com/nvg-project/nvg/nvgkit/session"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 var labFx struct {
 	once   sync.Once
 	dir    string
 	setup  session.Setup
-	lab    *nvgkit.Lab
+	lab    *train.Lab
 	info   session.Info
 	phases map[string]int // Setup's progress reports by phase
 	err    error
@@ -66,10 +68,10 @@ func labSetup(t *testing.T) session.Setup {
 }
 
 // newLab returns a new Lab on the tests' device (closed at the end of the test).
-func newLab(t *testing.T) *nvgkit.Lab {
+func newLab(t *testing.T) *train.Lab {
 	t.Helper()
-	d, _, _ := tinyTeacher(t)
-	l, err := nvgkit.NewLab(nvgkit.LabDevice(d), nvgkit.LabTokenCache(""))
+	d, _, _ := kittest.TinyTeacher(t)
+	l, err := train.NewLab(train.LabDevice(d), train.LabTokenCache(""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,12 +80,12 @@ func newLab(t *testing.T) *nvgkit.Lab {
 }
 
 // sharedLab returns the tests' Lab, set up once, restored to its snapshot "start" (step 0).
-func sharedLab(t *testing.T) (*nvgkit.Lab, session.Info) {
+func sharedLab(t *testing.T) (*train.Lab, session.Info) {
 	t.Helper()
 	s := labSetup(t)
-	d, _, _ := tinyTeacher(t)
+	d, _, _ := kittest.TinyTeacher(t)
 	if labFx.lab == nil {
-		l, err := nvgkit.NewLab(nvgkit.LabDevice(d), nvgkit.LabTokenCache(""))
+		l, err := train.NewLab(train.LabDevice(d), train.LabTokenCache(""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +159,7 @@ func sameVecs(t *testing.T, what string, a, b map[string][]float32) {
 // changes nothing give the same again after Restore.
 func TestLabStepMatchesTrainer(t *testing.T) {
 	const k = 4
-	d, teacher, _, train, heldOut := trainFixture(t)
+	d, teacher, _, trainIDs, heldOut := trainFixture(t)
 	lab, info := sharedLab(t)
 
 	// The reference: nvg distill's Trainer with the same configuration, on a student loaded
@@ -167,19 +169,19 @@ func TestLabStepMatchesTrainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sm.Close()
-	student := loadStudent(t, d, sm)
-	cfg := nvgkit.DefaultTrainConfig()
+	student := kittest.LoadStudent(t, d, sm)
+	cfg := train.DefaultTrainConfig()
 	st := labFx.setup.Train
 	cfg.Steps, cfg.NB, cfg.T, cfg.K, cfg.LR, cfg.Warmup, cfg.MinLRFrac, cfg.ClipNorm, cfg.EvalWindows, cfg.Seed =
 		st.Steps, st.NB, st.T, st.K, st.LR, st.Warmup, st.MinLRFrac, st.ClipNorm, st.EvalWindows, st.Seed
 	cfg.EvalEvery, cfg.KeepFinal = 0, true
-	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, cfg)
+	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Close()
 	var norms []float64
-	tr.OnStep = func(i nvgkit.StepInfo) { norms = append(norms, i.GradNorm) }
+	tr.OnStep = func(i train.StepInfo) { norms = append(norms, i.GradNorm) }
 	rep, err := tr.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -536,7 +538,7 @@ func TestLabInterrupt(t *testing.T) {
 			lab.Interrupt()
 		}
 	}))
-	if !errors.Is(err, session.ErrInterrupted) || !errors.Is(err, nvgkit.ErrInterrupted) || len(done) != 1 {
+	if !errors.Is(err, session.ErrInterrupted) || !errors.Is(err, train.ErrInterrupted) || len(done) != 1 {
 		t.Fatalf("Step: %d steps, %v", len(done), err)
 	}
 	if in, _ := lab.Info(); in.Step != 1 {
@@ -575,7 +577,7 @@ func TestLabCheckpointResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if filepath.Base(path) != nvgkit.CheckpointName(2) {
+	if filepath.Base(path) != train.CheckpointName(2) {
 		t.Errorf("checkpoint %s", path)
 	}
 	want := params(t, lab)
@@ -641,7 +643,7 @@ func TestLabCheckpointResume(t *testing.T) {
 
 // DefaultSetup's schedule is DefaultTrainConfig's (one table of defaults).
 func TestLabDefaultSetupIsDistills(t *testing.T) {
-	s, c := session.DefaultSetup().Train, nvgkit.DefaultTrainConfig()
+	s, c := session.DefaultSetup().Train, train.DefaultTrainConfig()
 	if s.Steps != c.Steps || s.NB != c.NB || s.T != c.T || s.Windows != c.Windows || s.K != c.K || s.LR != c.LR || s.Warmup != c.Warmup ||
 		s.MinLRFrac != c.MinLRFrac || s.ClipNorm != c.ClipNorm || s.EvalWindows != c.EvalWindows || s.Seed != c.Seed || s.ScheduleSteps != c.ScheduleSteps {
 		t.Errorf("DefaultSetup().Train = %+v, DefaultTrainConfig() = %+v", s, c)
@@ -673,7 +675,7 @@ func TestLabSetupCompressReplace(t *testing.T) {
 	if phases["compress"] == 0 || len(in.Compression) == 0 || math.Abs(in.BitsPerWeight-1) > 0.1 || !strings.Contains(in.Student, "compressed") {
 		t.Errorf("compressing Setup: phases %v, %d tensors at %g bits/weight, student %q", phases, len(in.Compression), in.BitsPerWeight, in.Student)
 	}
-	want, err := nvgkit.Params(loadStudent(t, d, sm))
+	want, err := nvgkit.Params(kittest.LoadStudent(t, d, sm))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package nvgkit_test
+package train_test
 
 import (
 	"context"
@@ -16,9 +16,11 @@ import (
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 var trainFx struct {
@@ -32,7 +34,7 @@ var trainFx struct {
 // token streams: a few Go standard library files for training and one other for held-out.
 func trainFixture(t *testing.T) (*gpu.Device, *nvgkit.Net, *cmf.Model, []int, []int) {
 	t.Helper()
-	d, m, teacher := tinyTeacher(t)
+	d, m, teacher := kittest.TinyTeacher(t)
 	trainFx.once.Do(func() {
 		trainFx.student, _, trainFx.err = compress.Model(m, compress.Options{BitsPerWeight: 1, Paths: compress.Paths2, Seed: 1}, nil)
 		if trainFx.err != nil {
@@ -55,30 +57,20 @@ func trainFixture(t *testing.T) (*gpu.Device, *nvgkit.Net, *cmf.Model, []int, []
 	return d, teacher, trainFx.student, trainFx.train, trainFx.heldOut
 }
 
-func loadStudent(t *testing.T, d *gpu.Device, m *cmf.Model) *nvgkit.Net {
-	t.Helper()
-	s, err := nvgkit.LoadNet(d, m, nvgkit.Student)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Release)
-	return s
-}
-
 // A short run on the tiny model: the held-out perplexity goes down from the compressed
 // student's towards the teacher's, the report holds the three perplexities and the loss
 // history, and the best snapshot is what the student holds at the end.
 func TestTrainerShortRun(t *testing.T) {
-	d, teacher, sm, train, heldOut := trainFixture(t)
-	student := loadStudent(t, d, sm)
-	cfg := nvgkit.TrainConfig{Steps: 6, NB: 4, T: 16, K: 8, LR: 0.01, Warmup: 1, EvalEvery: 3, EvalWindows: 4, Seed: 7, ClipNorm: 1, MinLRFrac: 0.1}
-	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, cfg)
+	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
+	student := kittest.LoadStudent(t, d, sm)
+	cfg := train.TrainConfig{Steps: 6, NB: 4, T: 16, K: 8, LR: 0.01, Warmup: 1, EvalEvery: 3, EvalWindows: 4, Seed: 7, ClipNorm: 1, MinLRFrac: 0.1}
+	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	var infos []nvgkit.StepInfo
-	tr.OnStep = func(i nvgkit.StepInfo) { infos = append(infos, i) }
+	var infos []train.StepInfo
+	tr.OnStep = func(i train.StepInfo) { infos = append(infos, i) }
 	rep, err := tr.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +85,7 @@ func TestTrainerShortRun(t *testing.T) {
 	if !(rep.TeacherPPL > 1 && rep.TeacherPPL < rep.DistilledPPL && rep.DistilledPPL < rep.CompressedPPL) {
 		t.Errorf("perplexities teacher %g < distilled %g < compressed %g does not hold", rep.TeacherPPL, rep.DistilledPPL, rep.CompressedPPL)
 	}
-	if want := nvgkit.GapFraction(rep.TeacherPPL, rep.CompressedPPL, rep.DistilledPPL); rep.GapClosed != want || !(want > 0) {
+	if want := train.GapFraction(rep.TeacherPPL, rep.CompressedPPL, rep.DistilledPPL); rep.GapClosed != want || !(want > 0) {
 		t.Errorf("gap closed %g, want %g > 0", rep.GapClosed, want)
 	}
 	// The training loss goes down: the mean of the last two steps is below the first step's.
@@ -117,20 +109,20 @@ func TestTrainerShortRun(t *testing.T) {
 // N steps straight and N/2 steps, an interruption (checkpoint), Resume and N/2 steps give
 // the same per-step losses and evaluations, bit for bit.
 func TestTrainerResumeExact(t *testing.T) {
-	d, teacher, sm, train, heldOut := trainFixture(t)
+	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	dir := t.TempDir()
 	topk := filepath.Join(dir, "topk.bin")
 	// 4 steps cycle twice through 4 windows (2 per step).
-	cfg := nvgkit.TrainConfig{Steps: 4, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 2, EvalWindows: 2, Seed: 3, TopKFile: topk, ClipNorm: 1, MinLRFrac: 0.1}
-	run := func(cfg nvgkit.TrainConfig, stopAfter int) (*nvgkit.Report, error) {
-		tr, err := nvgkit.NewTrainer(teacher, loadStudent(t, d, sm), train, heldOut, cfg)
+	cfg := train.TrainConfig{Steps: 4, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 2, EvalWindows: 2, Seed: 3, TopKFile: topk, ClipNorm: 1, MinLRFrac: 0.1}
+	run := func(cfg train.TrainConfig, stopAfter int) (*train.Report, error) {
+		tr, err := train.NewTrainer(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer tr.Close()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		tr.OnStep = func(i nvgkit.StepInfo) {
+		tr.OnStep = func(i train.StepInfo) {
 			if i.Step == stopAfter {
 				cancel()
 			}
@@ -147,7 +139,7 @@ func TestTrainerResumeExact(t *testing.T) {
 	cfg.OutDir = filepath.Join(dir, "run")
 	os.Mkdir(cfg.OutDir, 0o755)
 	half, err := run(cfg, 2)
-	if !errors.Is(err, nvgkit.ErrInterrupted) || half == nil || !half.Interrupted || half.Steps != 2 {
+	if !errors.Is(err, train.ErrInterrupted) || half == nil || !half.Interrupted || half.Steps != 2 {
 		t.Fatalf("interrupted run: %v, %+v", err, half)
 	}
 	// The run's directory is moved before resuming: the resumed run must write into the
@@ -156,7 +148,7 @@ func TestTrainerResumeExact(t *testing.T) {
 	if err := os.Rename(cfg.OutDir, moved); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := nvgkit.Resume(teacher, loadStudent(t, d, sm), train, heldOut, moved)
+	tr, err := train.Resume(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, moved)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +166,7 @@ func TestTrainerResumeExact(t *testing.T) {
 	if _, err := os.Stat(cfg.OutDir); !os.IsNotExist(err) {
 		t.Errorf("the resumed run wrote into the old directory %s (stat: %v)", cfg.OutDir, err)
 	}
-	if ck, _, err := nvgkit.LatestCheckpoint(moved, nil); err != nil {
+	if ck, _, err := train.LatestCheckpoint(moved, nil); err != nil {
 		t.Errorf("checkpoint in the moved directory: %v", err)
 	} else if ck.Meta.Config.OutDir != moved {
 		t.Errorf("checkpoint in the moved directory records OutDir %q, want %q", ck.Meta.Config.OutDir, moved)
@@ -203,7 +195,7 @@ func TestTrainerResumeExact(t *testing.T) {
 	// checkpoint, and resuming from it gives the same losses as the straight run.
 	cfg.OutDir = filepath.Join(dir, "run2")
 	os.Mkdir(cfg.OutDir, 0o755)
-	tr2, err := nvgkit.NewTrainer(teacher, loadStudent(t, d, sm), train, heldOut, cfg)
+	tr2, err := train.NewTrainer(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +203,7 @@ func TestTrainerResumeExact(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cancelled := make(chan struct{})
-	tr2.OnStep = func(i nvgkit.StepInfo) {
+	tr2.OnStep = func(i train.StepInfo) {
 		switch i.Step {
 		case 1:
 			go func() { cancel(); close(cancelled) }()
@@ -219,14 +211,14 @@ func TestTrainerResumeExact(t *testing.T) {
 			<-cancelled
 		}
 	}
-	if rep, err := tr2.Run(ctx); !errors.Is(err, nvgkit.ErrInterrupted) || rep == nil || rep.Steps < 1 || rep.Steps > 2 {
+	if rep, err := tr2.Run(ctx); !errors.Is(err, train.ErrInterrupted) || rep == nil || rep.Steps < 1 || rep.Steps > 2 {
 		t.Fatalf("run cancelled from a goroutine: %v, %+v", err, rep)
 	}
-	ck, _, err := nvgkit.LatestCheckpoint(cfg.OutDir, nil)
+	ck, _, err := train.LatestCheckpoint(cfg.OutDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr3, err := nvgkit.Resume(teacher, loadStudent(t, d, sm), train, heldOut, cfg.OutDir)
+	tr3, err := train.Resume(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, cfg.OutDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,10 +242,10 @@ func TestTrainerResumeExact(t *testing.T) {
 // are bit for bit what they were after step 1 (the NaN does not reach the metric), and the
 // steps after it train normally (finite losses, updated and finite parameters).
 func TestTrainerSkipsOneNaNStep(t *testing.T) {
-	d, teacher, sm, train, heldOut := trainFixture(t)
-	student := loadStudent(t, d, sm)
-	cfg := nvgkit.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 0, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 5, ClipNorm: 1, MinLRFrac: 0.1}
-	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, cfg)
+	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
+	student := kittest.LoadStudent(t, d, sm)
+	cfg := train.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 0, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 5, ClipNorm: 1, MinLRFrac: 0.1}
+	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +254,7 @@ func TestTrainerSkipsOneNaNStep(t *testing.T) {
 	var clean *nvgkit.TrainableSnapshot
 	var after1 map[string][]float32
 	var failure error
-	tr.OnStep = func(i nvgkit.StepInfo) {
+	tr.OnStep = func(i train.StepInfo) {
 		if failure != nil {
 			return
 		}
@@ -346,8 +338,8 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 // gradients are cleared, nothing is updated, the steps are counted and reported, and the
 // checkpoint (with its NaN losses and evaluations) is still written and read back.
 func TestTrainerSkipsNonFinite(t *testing.T) {
-	d, teacher, sm, train, heldOut := trainFixture(t)
-	student := loadStudent(t, d, sm)
+	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
+	student := kittest.LoadStudent(t, d, sm)
 	snap, err := nvgkit.Snapshot(student)
 	if err != nil {
 		t.Fatal(err)
@@ -362,14 +354,14 @@ func TestTrainerSkipsNonFinite(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	cfg := nvgkit.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 0, EvalEvery: 0, EvalWindows: 1, OutDir: out, ClipNorm: 1, MinLRFrac: 0.1, Seed: 1}
-	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, cfg)
+	cfg := train.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 0, EvalEvery: 0, EvalWindows: 1, OutDir: out, ClipNorm: 1, MinLRFrac: 0.1, Seed: 1}
+	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Close()
 	var skipped []bool
-	tr.OnStep = func(i nvgkit.StepInfo) { skipped = append(skipped, i.Skipped && i.SkippedTotal == i.Step) }
+	tr.OnStep = func(i train.StepInfo) { skipped = append(skipped, i.Skipped && i.SkippedTotal == i.Step) }
 	rep, err := tr.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -388,7 +380,7 @@ func TestTrainerSkipsNonFinite(t *testing.T) {
 			}
 		}
 	}
-	ck, _, err := nvgkit.LatestCheckpoint(out, nil)
+	ck, _, err := train.LatestCheckpoint(out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,19 +394,19 @@ func TestTrainerSkipsNonFinite(t *testing.T) {
 // steps and the original schedule span (ScheduleSteps); the extra steps run at the floor
 // learning rate.
 func TestTrainerExtendExact(t *testing.T) {
-	d, teacher, sm, train, heldOut := trainFixture(t)
+	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	dir := t.TempDir()
-	base := nvgkit.TrainConfig{Steps: 2, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, MinLRFrac: 0.1, Keep: 2, EvalEvery: 1, EvalWindows: 2, Seed: 3,
+	base := train.TrainConfig{Steps: 2, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, MinLRFrac: 0.1, Keep: 2, EvalEvery: 1, EvalWindows: 2, Seed: 3,
 		TopKFile: filepath.Join(dir, "topk.bin"), KeepFinal: true} // final weights are compared
 	planned := base
 	planned.Steps, planned.ScheduleSteps = 4, 2
-	student := loadStudent(t, d, sm)
-	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, planned)
+	student := kittest.LoadStudent(t, d, sm)
+	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, planned)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var lrs []float64
-	tr.OnStep = func(i nvgkit.StepInfo) { lrs = append(lrs, i.LR) }
+	tr.OnStep = func(i train.StepInfo) { lrs = append(lrs, i.LR) }
 	want, err := tr.Run(context.Background())
 	tr.Close()
 	if err != nil {
@@ -430,7 +422,7 @@ func TestTrainerExtendExact(t *testing.T) {
 
 	base.OutDir = filepath.Join(dir, "run")
 	os.Mkdir(base.OutDir, 0o755)
-	tr, err = nvgkit.NewTrainer(teacher, loadStudent(t, d, sm), train, heldOut, base)
+	tr, err = train.NewTrainer(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,15 +430,15 @@ func TestTrainerExtendExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr.Close()
-	ck, path, err := nvgkit.LatestCheckpoint(base.OutDir, nil)
+	ck, path, err := train.LatestCheckpoint(base.OutDir, nil)
 	if err != nil || ck.Meta.Step != 2 {
 		t.Fatalf("checkpoint of the finished run: %v, %v", ck, err)
 	}
 	if err := ck.Extend(4); err != nil {
 		t.Fatal(err)
 	}
-	ext := loadStudent(t, d, sm)
-	tr, err = nvgkit.ResumeCheckpoint(teacher, ext, train, heldOut, ck, path)
+	ext := kittest.LoadStudent(t, d, sm)
+	tr, err = train.ResumeCheckpoint(teacher, ext, trainIDs, heldOut, ck, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,11 +467,11 @@ func TestTrainerExtendExact(t *testing.T) {
 		}
 	}
 	// Keep (default 2): the latest two checkpoints are left.
-	if ps, err := nvgkit.CheckpointPaths(base.OutDir); err != nil || len(ps) != 2 || filepath.Base(ps[0]) != nvgkit.CheckpointName(4) {
+	if ps, err := train.CheckpointPaths(base.OutDir); err != nil || len(ps) != 2 || filepath.Base(ps[0]) != train.CheckpointName(4) {
 		t.Errorf("checkpoints left %v, %v", ps, err)
 	}
 	// The top-k file is keyed by the teacher too: one made for another TeacherID is refused.
-	other, err := nvgkit.NewTrainer(teacher, loadStudent(t, d, sm), train, heldOut, planned)
+	other, err := train.NewTrainer(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, planned)
 	if err != nil {
 		t.Fatal(err)
 	}

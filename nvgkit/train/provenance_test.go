@@ -1,4 +1,4 @@
-package nvgkit_test
+package train_test
 
 import (
 	"os/exec"
@@ -7,13 +7,13 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/compress"
-	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func TestProductsName(t *testing.T) {
 	for p, want := range map[compress.Products]string{nil: "cpu-f64", compress.CPUProducts{}: "cpu-f64", compress.CPUProducts{Float32: true}: "cpu-f32",
 		&compress.CPUProducts{Float32: true}: "cpu-f32", &compress.GPUProducts{}: "gpu-f32"} {
-		if got := nvgkit.ProductsName(p); got != want {
+		if got := train.ProductsName(p); got != want {
 			t.Errorf("ProductsName(%#v) = %q, want %q", p, got, want)
 		}
 	}
@@ -25,7 +25,7 @@ func TestNewProvenanceNoDevice(t *testing.T) {
 	if err != nil {
 		t.Skipf("not in a git checkout: %v", err)
 	}
-	p := nvgkit.NewProvenance(nil, nil)
+	p := train.NewProvenance(nil, nil)
 	if p.Commit != strings.TrimSpace(string(out)) || p.CommitSource == "" || p.GoVersion != runtime.Version() || p.NVGVersion == "" ||
 		p.Adapter != "" || p.Backend != "" || p.Driver != "" || p.CompressProducts != "cpu-f64" {
 		t.Errorf("provenance %+v", p)

@@ -1,4 +1,4 @@
-package nvgkit
+package train
 
 import (
 	"context"
@@ -8,11 +8,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nvg-project/nvg/nvgkit"
 
 	"github.com/nvg-project/nvg/nvgkit/data"
 )
@@ -47,12 +46,12 @@ type Trainer struct {
 	// Adam holds the optimizer's settings; LR and GainLR are scaled at every step by
 	// LRAt(step)/Config.LR. NewTrainer sets it to DefaultAdam() with LR = GainLR = Config.LR
 	// and Beta2 = 0.99, as in the PyTorch reference.
-	Adam AdamConfig
+	Adam nvgkit.AdamConfig
 	// OnStep, when not nil, is called after every step (from Run's goroutine).
 	OnStep func(StepInfo)
 	// Progress, when not nil, shows the teacher pass and the steps with the loss and ETA
 	// (see NewProgress).
-	Progress Progress
+	Progress nvgkit.Progress
 	// Log, when not nil, receives one line per phase (teacher pass, evaluations, checkpoints);
 	// a Progress with a Clear method (the terminal bar) is cleared before each line.
 	Log io.Writer
@@ -65,13 +64,13 @@ type Trainer struct {
 	// is recorded in every checkpoint (CheckpointMeta.Student) for a resume to reuse.
 	StudentFile *FileDigest
 
-	teacher, student *Net
-	sWork, tWork     *Work
+	teacher, student *nvgkit.Net
+	sWork, tWork     *nvgkit.Work
 	windows          [][]int // Steps·NB windows of T+1 tokens
 	eval             [][]int // EvalWindows held-out windows of T+1 tokens
 	cache            *TopKCache
 	st               CheckpointMeta
-	best             *TrainableSnapshot
+	best             *nvgkit.TrainableSnapshot
 	lastGrads        map[string][]float32
 	interrupted      bool
 	savedPath        string // the last checkpoint written, and after which step
@@ -90,28 +89,28 @@ type Trainer struct {
 // Errors: a bad config, nil or released nets, nets of the wrong kind or of different
 // vocabularies or devices, K > vocab, streams too short for one window of T+1 tokens, and
 // NewWork's errors.
-func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*Trainer, error) {
+func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainConfig) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.Resolved()
-	if err := teacher.usable("NewTrainer"); err != nil {
+	if err := teacher.Usable("NewTrainer"); err != nil {
 		return nil, err
 	}
-	if err := student.requireStudent("NewTrainer"); err != nil {
+	if err := student.RequireStudent("NewTrainer"); err != nil {
 		return nil, err
 	}
-	if teacher.Kind != Teacher {
+	if teacher.Kind != nvgkit.Teacher {
 		return nil, fmt.Errorf("nvgkit.NewTrainer: the teacher net is a %v", teacher.Kind)
 	}
-	if teacher.dev != student.dev {
+	if teacher.Device() != student.Device() {
 		return nil, errors.New("nvgkit.NewTrainer: the teacher and the student are on different devices")
 	}
 	if teacher.Config.VocabSize != student.Config.VocabSize || teacher.Config.HiddenSize != student.Config.HiddenSize {
 		return nil, fmt.Errorf("nvgkit.NewTrainer: teacher (vocab %d, hidden %d) and student (vocab %d, hidden %d) differ",
 			teacher.Config.VocabSize, teacher.Config.HiddenSize, student.Config.VocabSize, student.Config.HiddenSize)
 	}
-	if err := checkK("NewTrainer", cfg.K, teacher.Config.VocabSize); err != nil {
+	if err := nvgkit.CheckK("NewTrainer", cfg.K, teacher.Config.VocabSize); err != nil {
 		return nil, err
 	}
 	sampler, err := data.NewSampler(train, cfg.T, cfg.Seed)
@@ -130,13 +129,13 @@ func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*
 	if err != nil {
 		return nil, fmt.Errorf("nvgkit.NewTrainer: held-out stream: %w", err)
 	}
-	tr := &Trainer{Config: cfg, Adam: DefaultAdam(), teacher: teacher, student: student, windows: windows, eval: eval}
+	tr := &Trainer{Config: cfg, Adam: nvgkit.DefaultAdam(), teacher: teacher, student: student, windows: windows, eval: eval}
 	tr.Adam.LR, tr.Adam.GainLR, tr.Adam.Beta2 = cfg.LR, cfg.LR, 0.99 // the PyTorch reference's betas (0.9, 0.99)
 	tr.st = CheckpointMeta{Version: ckptVersion, Config: cfg, WindowsHash: HashWindows(windows)}
-	if tr.sWork, err = NewWork(student.dev, student, cfg.NB, cfg.T); err != nil {
+	if tr.sWork, err = nvgkit.NewWork(student.Device(), student, cfg.NB, cfg.T); err != nil {
 		return nil, err
 	}
-	if tr.tWork, err = NewWork(teacher.dev, teacher, cfg.NB, cfg.T); err != nil {
+	if tr.tWork, err = nvgkit.NewWork(teacher.Device(), teacher, cfg.NB, cfg.T); err != nil {
 		tr.sWork.Release()
 		return nil, err
 	}
@@ -147,7 +146,7 @@ func NewTrainer(teacher, student *Net, train, heldOut []int, cfg TrainConfig) (*
 // latest valid one is used (LatestCheckpoint: a newer truncated or corrupt one is passed
 // over, and the Trainer's Log says so when Run starts) — and returns ResumeCheckpoint's
 // Trainer. Errors: LatestCheckpoint's or LoadCheckpoint's, and ResumeCheckpoint's.
-func Resume(teacher, student *Net, train, heldOut []int, path string) (*Trainer, error) {
+func Resume(teacher, student *nvgkit.Net, train, heldOut []int, path string) (*Trainer, error) {
 	var notes []string
 	var ck *Checkpoint
 	var err error
@@ -177,7 +176,7 @@ func Resume(teacher, student *Net, train, heldOut []int, path string) (*Trainer,
 // values) unless Config.TopKFile holds it. The student is checked against ck
 // (Checkpoint.CheckStudent) before anything else. Errors: CheckStudent's, NewTrainer's,
 // windows that differ from the checkpoint's (another corpus or tokenizer), Restore's.
-func ResumeCheckpoint(teacher, student *Net, train, heldOut []int, ck *Checkpoint, path string) (*Trainer, error) {
+func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Checkpoint, path string) (*Trainer, error) {
 	if err := ck.CheckStudent(student); err != nil {
 		return nil, fmt.Errorf("nvgkit.Resume %s: %w", path, err)
 	}
@@ -206,7 +205,7 @@ func ResumeCheckpoint(teacher, student *Net, train, heldOut []int, ck *Checkpoin
 	if err != nil {
 		return fail(fmt.Errorf("nvgkit.Resume %s: %w", path, err))
 	}
-	if err := Restore(student, cur); err != nil {
+	if err := nvgkit.Restore(student, cur); err != nil {
 		return fail(err)
 	}
 	tr.best = cur
@@ -302,7 +301,7 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", ErrInterrupted, err)
 		}
 		ws := tr.windows[i:min(i+c.NB, n)]
-		top, err := TeacherTopK(tr.teacher, tr.tWork, tr.inputs(ws), c.K)
+		top, err := nvgkit.TeacherTopK(tr.teacher, tr.tWork, tr.inputs(ws), c.K)
 		if err != nil {
 			return err
 		}
@@ -312,7 +311,7 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 		if tr.Progress != nil {
 			done := i + len(ws)
 			el := time.Since(start)
-			tr.Progress.Update(done, n, fmt.Sprintf("teacher %.0f tok/s, ETA %s", float64(done*c.T)/el.Seconds(), FormatDuration(ETA(el, done, n))))
+			tr.Progress.Update(done, n, fmt.Sprintf("teacher %.0f tok/s, ETA %s", float64(done*c.T)/el.Seconds(), nvgkit.FormatDuration(nvgkit.ETA(el, done, n))))
 		}
 	}
 	secs := time.Since(start).Seconds()
@@ -320,7 +319,7 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 		tr.Progress.Finish(fmt.Sprintf("teacher pass %d windows in %.1fs", n, secs))
 	}
 	tr.st.TeacherSeconds += secs
-	tr.teacher.dev.FreeScratch() // the teacher's temporaries would only add to the student's peak
+	tr.teacher.Device().FreeScratch() // the teacher's temporaries would only add to the student's peak
 	if c.TopKFile != "" {
 		if err := cache.Save(c.TopKFile); err != nil {
 			return err
@@ -333,13 +332,13 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 
 // Evaluate returns the held-out mean next-token loss (nats) and perplexity of net (the
 // teacher or the student of this Trainer) on EvalWindows.
-func (tr *Trainer) Evaluate(net *Net) (loss, ppl float64, err error) {
+func (tr *Trainer) Evaluate(net *nvgkit.Net) (loss, ppl float64, err error) {
 	var sum float64
 	var count int
 	if net == tr.teacher {
-		sum, count, err = NLL(net, tr.tWork, tr.eval, nil)
+		sum, count, err = nvgkit.NLL(net, tr.tWork, tr.eval, nil)
 	} else {
-		sum, count, err = StudentNLL(net, tr.sWork, tr.eval, nil)
+		sum, count, err = nvgkit.StudentNLL(net, tr.sWork, tr.eval, nil)
 	}
 	if err != nil {
 		return 0, 0, err
@@ -357,7 +356,7 @@ func (tr *Trainer) evalStudent(s int) (float64, error) {
 	}
 	tr.st.Evals = append(tr.st.Evals, EvalPoint{Step: s, Loss: loss, Perplexity: ppl})
 	if tr.best == nil || ppl < tr.st.BestPPL || math.IsNaN(tr.st.BestPPL) && !math.IsNaN(ppl) {
-		if tr.best, err = Snapshot(tr.student); err != nil {
+		if tr.best, err = nvgkit.Snapshot(tr.student); err != nil {
 			return 0, err
 		}
 		tr.st.BestStep, tr.st.BestPPL = s, ppl
@@ -369,60 +368,10 @@ func (tr *Trainer) evalStudent(s int) (float64, error) {
 	return ppl, nil
 }
 
-// StudentNLL is NLL for a Student net: the summed next-token negative log-likelihood
-// (natural log) over windows of work.T+1 tokens (inputs w[:T], targets w[1:]) and the number
-// of predicted tokens. It runs LossOnly against a one-hot "teacher" (K = 1, the target with
-// probability 1), whose KL(p_T ‖ p_S) is exactly −log p_S(target); per-token values are f32
-// from the GPU, summed in float64. Windows go work.NB at a time; progress, when not nil, is
-// called after each group. Errors: no windows, a window whose length is not work.T+1, and
-// LossOnly's errors (naming the first window of the group). A non-finite sum is returned
-// as it is; FirstNonFinite(net, work, windows) names the layer where it starts.
-func StudentNLL(net *Net, work *Work, windows [][]int, progress func(done, total int)) (sum float64, count int, err error) {
-	defer func() { err = memRemedy(err) }()
-	if work == nil {
-		return 0, 0, errors.New("nvgkit.StudentNLL: nil work")
-	}
-	if len(windows) == 0 {
-		return 0, 0, errors.New("nvgkit.StudentNLL: no windows")
-	}
-	T := work.T
-	for i, w := range windows {
-		if len(w) != T+1 {
-			return 0, 0, fmt.Errorf("nvgkit.StudentNLL: window %d has %d tokens, want t+1 = %d", i, len(w), T+1)
-		}
-	}
-	for g0 := 0; g0 < len(windows); g0 += work.NB {
-		group := windows[g0:min(g0+work.NB, len(windows))]
-		ids := make([][]int, len(group))
-		top := &TopK{NB: len(group), T: T, K: 1, IDs: make([]int32, 0, len(group)*T), Probs: make([]float32, len(group)*T)}
-		for b, w := range group {
-			ids[b] = w[:T]
-			for _, id := range w[1:] {
-				top.IDs = append(top.IDs, int32(id))
-			}
-		}
-		for i := range top.Probs {
-			top.Probs[i] = 1
-		}
-		_, kl, err := LossOnly(net, work, ids, top)
-		if err != nil {
-			return 0, 0, fmt.Errorf("nvgkit.StudentNLL: windows %d…: %w", g0, err)
-		}
-		for _, v := range kl {
-			sum += float64(v)
-		}
-		count += len(kl)
-		if progress != nil {
-			progress(g0+len(group), len(windows))
-		}
-	}
-	return sum, count, nil
-}
-
 // Checkpoint writes the run's state to path atomically (Checkpoint.Save): the metadata, the
 // student's Snapshot (trainables and Adam state) and the best snapshot.
 func (tr *Trainer) Checkpoint(path string) error {
-	snap, err := Snapshot(tr.student)
+	snap, err := nvgkit.Snapshot(tr.student)
 	if err != nil {
 		return err
 	}
@@ -551,9 +500,9 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 			}
 		}
 		el := time.Since(loopStart)
-		info.Elapsed, info.ETA = el, ETA(el, s-first, c.Steps-first)
+		info.Elapsed, info.ETA = el, nvgkit.ETA(el, s-first, c.Steps-first)
 		if tr.Progress != nil {
-			status := fmt.Sprintf("loss %.4f lr %.2e ETA %s", info.Loss, info.LR, FormatDuration(info.ETA))
+			status := fmt.Sprintf("loss %.4f lr %.2e ETA %s", info.Loss, info.LR, nvgkit.FormatDuration(info.ETA))
 			if info.EvalPPL > 0 {
 				status += fmt.Sprintf(" ppl %.2f", info.EvalPPL)
 			}
@@ -564,10 +513,10 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 		}
 	}
 	if tr.Progress != nil {
-		tr.Progress.Finish(fmt.Sprintf("%d steps in %s", c.Steps, FormatDuration(time.Since(start))))
+		tr.Progress.Finish(fmt.Sprintf("%d steps in %s", c.Steps, nvgkit.FormatDuration(time.Since(start))))
 	}
 	if !c.KeepFinal && tr.best != nil && tr.st.BestStep != tr.st.Step {
-		if err := Restore(tr.student, tr.best); err != nil {
+		if err := nvgkit.Restore(tr.student, tr.best); err != nil {
 			return nil, err
 		}
 		tr.logf("restored the best snapshot (step %d, perplexity %.3f)", tr.st.BestStep, tr.st.BestPPL)
@@ -582,7 +531,7 @@ func (tr *Trainer) wallNow() float64 { return tr.wallBase + time.Since(tr.wallSt
 func (tr *Trainer) step(s int) (StepInfo, error) {
 	c := tr.Config
 	info := StepInfo{Step: s, Steps: c.Steps, LR: c.LRAt(s), GradNorm: math.NaN()}
-	if err := ZeroGrads(tr.student); err != nil {
+	if err := nvgkit.ZeroGrads(tr.student); err != nil {
 		return info, err
 	}
 	i0 := (s - 1) * c.NB % c.Windows
@@ -590,7 +539,7 @@ func (tr *Trainer) step(s int) (StepInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	stats, err := Step(tr.student, tr.sWork, tr.inputs(tr.windows[i0:i0+c.NB]), top)
+	stats, err := nvgkit.Step(tr.student, tr.sWork, tr.inputs(tr.windows[i0:i0+c.NB]), top)
 	if err != nil {
 		return info, err
 	}
@@ -598,15 +547,15 @@ func (tr *Trainer) step(s int) (StepInfo, error) {
 	ok := stats.Finite && finite(stats.Loss)
 	if ok {
 		if s == c.Steps {
-			if tr.lastGrads, err = Grads(tr.student); err != nil {
+			if tr.lastGrads, err = nvgkit.Grads(tr.student); err != nil {
 				return info, err
 			}
 		}
 		var gn float64
 		if c.ClipNorm > 0 {
-			gn, err = ClipGrads(tr.student, c.ClipNorm)
+			gn, err = nvgkit.ClipGrads(tr.student, c.ClipNorm)
 		} else {
-			gn, err = GradNorm(tr.student)
+			gn, err = nvgkit.GradNorm(tr.student)
 		}
 		if err != nil {
 			return info, err
@@ -619,11 +568,11 @@ func (tr *Trainer) step(s int) (StepInfo, error) {
 		ac.LR = info.LR
 		ac.GainLR = tr.Adam.GainLR * info.LR / c.LR
 		tr.st.AdamStep++
-		if err := Adam(tr.student, ac, tr.st.AdamStep); err != nil {
+		if err := nvgkit.Adam(tr.student, ac, tr.st.AdamStep); err != nil {
 			return info, err
 		}
 	} else {
-		if err := ZeroGrads(tr.student); err != nil {
+		if err := nvgkit.ZeroGrads(tr.student); err != nil {
 			return info, err
 		}
 		tr.st.Skipped++
@@ -672,100 +621,32 @@ func (tr *Trainer) LayerGradNorms() (layers []int, kinds []string, norms [][]flo
 	if tr.lastGrads == nil {
 		return nil, nil, nil, errors.New("nvgkit: no gradients recorded (they are kept from the run's last step)")
 	}
-	return LayerNorms(tr.lastGrads, tr.student.Config.NumHiddenLayers)
-}
-
-var layerName = regexp.MustCompile(`^model\.layers\.(\d+)\.(.+)$`)
-var blrName = regexp.MustCompile(`\.([A-Za-z0-9_]+)\.weight\.p\d+\.[hlg]$`)
-var gainName = regexp.MustCompile(`\.?([A-Za-z0-9_]+)\.weight$`)
-
-// LayerNorms groups vectors named like Grads' or Params' keys by decoder layer and kind (see
-// Trainer.LayerGradNorms) and returns their L2 norms (squares summed in float64 in name
-// order, so equal inputs give equal bits), for nLayers layers. Names outside
-// "model.layers.N." are left out. Errors: a layer index ≥ nLayers, no names matched.
-func LayerNorms(vecs map[string][]float32, nLayers int) (layers []int, kinds []string, norms [][]float64, err error) {
-	sums := map[string][]float64{}
-	names := make([]string, 0, len(vecs))
-	for name := range vecs {
-		names = append(names, name)
-	}
-	sort.Strings(names) // the float64 sums in one order: the same bits on every call
-	for _, name := range names {
-		v := vecs[name]
-		m := layerName.FindStringSubmatch(name)
-		if m == nil {
-			continue
-		}
-		l, _ := strconv.Atoi(m[1])
-		if l >= nLayers {
-			return nil, nil, nil, fmt.Errorf("nvgkit.LayerNorms: %s: layer %d of %d", name, l, nLayers)
-		}
-		var kind string
-		if b := blrName.FindStringSubmatch(name); b != nil {
-			kind = b[1]
-		} else if g := gainName.FindStringSubmatch(m[2]); g != nil {
-			kind = g[1]
-		} else {
-			kind = m[2]
-		}
-		if sums[kind] == nil {
-			sums[kind] = make([]float64, nLayers)
-			for i := range sums[kind] {
-				sums[kind][i] = math.NaN()
-			}
-		}
-		acc := sums[kind][l]
-		if math.IsNaN(acc) {
-			acc = 0
-		}
-		for _, x := range v {
-			acc += float64(x) * float64(x)
-		}
-		sums[kind][l] = acc
-	}
-	if len(sums) == 0 {
-		return nil, nil, nil, errors.New("nvgkit.LayerNorms: no per-layer vectors")
-	}
-	for k := range sums {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	for _, k := range kinds {
-		row := sums[k]
-		for i := range row {
-			row[i] = math.Sqrt(row[i]) // NaN stays NaN
-		}
-		norms = append(norms, row)
-	}
-	for i := range nLayers {
-		layers = append(layers, i)
-	}
-	return layers, kinds, norms, nil
+	return nvgkit.LayerNorms(tr.lastGrads, tr.student.Config.NumHiddenLayers)
 }
 
 // addSnapshotTensors stores a snapshot's values and Adam moments in ts under
 // prefix+"param/"+name, prefix+"m/"+name and prefix+"v/"+name.
-func addSnapshotTensors(ts map[string][]float32, s *TrainableSnapshot, prefix string) {
-	for _, n := range s.names {
-		ts[prefix+"param/"+n] = s.param[n]
-		ts[prefix+"m/"+n] = s.m[n]
-		ts[prefix+"v/"+n] = s.v[n]
+func addSnapshotTensors(ts map[string][]float32, s *nvgkit.TrainableSnapshot, prefix string) {
+	for _, n := range s.Names() {
+		ts[prefix+"param/"+n] = s.Param(n)
+		ts[prefix+"m/"+n] = s.M(n)
+		ts[prefix+"v/"+n] = s.V(n)
 	}
 }
 
 // snapshotFromTensors rebuilds a snapshot of net's trainables from ts (see
 // addSnapshotTensors); Restore checks the lengths. Errors: a trainable missing from ts.
-func snapshotFromTensors(net *Net, ts map[string][]float32, prefix string) (*TrainableSnapshot, error) {
-	s := &TrainableSnapshot{param: map[string][]float32{}, m: map[string][]float32{}, v: map[string][]float32{}}
+func snapshotFromTensors(net *nvgkit.Net, ts map[string][]float32, prefix string) (*nvgkit.TrainableSnapshot, error) {
+	s := nvgkit.NewTrainableSnapshot()
 	for _, n := range net.Trainables() {
 		p, m, v := ts[prefix+"param/"+n], ts[prefix+"m/"+n], ts[prefix+"v/"+n]
 		if p == nil || m == nil || v == nil {
 			return nil, fmt.Errorf("checkpoint has no %s%s (a checkpoint of another student?)", prefix, n)
 		}
-		s.param[n], s.m[n], s.v[n] = p, m, v
-		s.names = append(s.names, n)
+		if err := s.Set(n, p, m, v); err != nil {
+			return nil, err
+		}
 	}
-	sort.Strings(s.names)
 	return s, nil
 }
 

@@ -1,8 +1,9 @@
-package nvgkit
+package train
 
 import (
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/nvgkit"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,7 +17,7 @@ import (
 
 // batch returns the inputs and the cached teacher top-k of step s's windows (as
 // Trainer.step).
-func (s *labState) batch(step int) ([][]int, *TopK, error) {
+func (s *labState) batch(step int) ([][]int, *nvgkit.TopK, error) {
 	c := s.tr.Config
 	i0 := (step - 1) * c.NB % c.Windows
 	top, err := s.tr.cache.Get(i0, c.NB)
@@ -48,7 +49,7 @@ func (s *labState) forwardBackward() (session.StepStats, error) {
 	if !p.fb {
 		p.t0 = time.Now()
 	}
-	stats, err := Step(s.sNet, s.tr.sWork, ids, top)
+	stats, err := nvgkit.Step(s.sNet, s.tr.sWork, ids, top)
 	if err != nil {
 		// The gradients may hold part of the pass: the step cannot be ended with them.
 		p.fb, p.finite, p.loss, p.haveNorm = true, false, math.NaN(), false
@@ -76,9 +77,9 @@ func (s *labState) clip(maxNorm float64) (float64, error) {
 	var gn float64
 	var err error
 	if maxNorm > 0 {
-		gn, err = ClipGrads(s.sNet, maxNorm)
+		gn, err = nvgkit.ClipGrads(s.sNet, maxNorm)
 	} else {
-		gn, err = GradNorm(s.sNet)
+		gn, err = nvgkit.GradNorm(s.sNet)
 	}
 	if err != nil {
 		return gn, err
@@ -113,7 +114,7 @@ func (s *labState) adamStep() (session.StepStats, error) {
 		gn := p.norm
 		if !p.haveNorm {
 			var err error
-			if gn, err = GradNorm(s.sNet); err != nil {
+			if gn, err = nvgkit.GradNorm(s.sNet); err != nil {
 				return out, fmt.Errorf("nvgkit.Lab.AdamStep: step %d: %w", step, err)
 			}
 		}
@@ -125,12 +126,12 @@ func (s *labState) adamStep() (session.StepStats, error) {
 		ac := tr.Adam
 		ac.LR = lr
 		ac.GainLR = tr.Adam.GainLR * lr / c.LR
-		if err := Adam(s.sNet, ac, tr.st.AdamStep+1); err != nil {
+		if err := nvgkit.Adam(s.sNet, ac, tr.st.AdamStep+1); err != nil {
 			return out, fmt.Errorf("nvgkit.Lab.AdamStep: step %d: %w", step, err)
 		}
 		tr.st.AdamStep++
 	} else {
-		if err := ZeroGrads(s.sNet); err != nil {
+		if err := nvgkit.ZeroGrads(s.sNet); err != nil {
 			return out, fmt.Errorf("nvgkit.Lab.AdamStep: step %d: %w", step, err)
 		}
 		tr.st.Skipped++
@@ -154,7 +155,7 @@ func (l *Lab) ZeroGrads() error {
 		return err
 	}
 	s.pending.haveNorm = false
-	return ZeroGrads(s.sNet)
+	return nvgkit.ZeroGrads(s.sNet)
 }
 
 // Step runs n full steps as Trainer does (see session.Lab.Step).
@@ -186,7 +187,7 @@ func (l *Lab) Step(n int, opts ...session.Option) ([]session.StepStats, error) {
 		if ctx.Err() != nil {
 			return done, interrupted(ctx, fmt.Sprintf("after step %d (%d of %d done)", s.tr.st.Step, i, n))
 		}
-		if err := ZeroGrads(s.sNet); err != nil {
+		if err := nvgkit.ZeroGrads(s.sNet); err != nil {
 			return done, err
 		}
 		s.pending.haveNorm = false
@@ -246,12 +247,13 @@ func (l *Lab) Names() ([]string, error) {
 	return append([]string(nil), s.names...), nil
 }
 
-// trainable returns the named trained vector, or an error listing the nearest names.
-func (s *labState) trainable(op, name string) (*trainable, error) {
-	if t := s.sNet.st.byName[name]; t != nil {
-		return t, nil
+// trainable checks that the named trained vector exists, or returns an error listing the
+// nearest names.
+func (s *labState) trainable(op, name string) error {
+	if s.sNet.HasTrainable(name) {
+		return nil
 	}
-	return nil, fmt.Errorf("nvgkit.Lab.%s: no trained vector %q (nearest: %s; Names lists all %d)", op, name, strings.Join(nearNames(name, s.names, 4), ", "), len(s.names))
+	return fmt.Errorf("nvgkit.Lab.%s: no trained vector %q (nearest: %s; Names lists all %d)", op, name, strings.Join(nearNames(name, s.names, 4), ", "), len(s.names))
 }
 
 // Param returns a copy of the named trained vector.
@@ -270,15 +272,10 @@ func (l *Lab) readVec(op, name string, grad bool) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := s.trainable(op, name)
-	if err != nil {
+	if err := s.trainable(op, name); err != nil {
 		return nil, err
 	}
-	b := t.param
-	if grad {
-		b = t.grad
-	}
-	v, err := s.sNet.dev.ReadFloat32(b)
+	v, err := s.sNet.ReadTrainable(name, grad)
 	if err != nil {
 		return nil, fmt.Errorf("nvgkit.Lab.%s %s: %w", op, name, err)
 	}
@@ -297,11 +294,14 @@ func (l *Lab) writeVec(op, name string, v []float32, grad bool) error {
 	if err != nil {
 		return err
 	}
-	t, err := s.trainable(op, name)
-	if err != nil {
+	if err := s.trainable(op, name); err != nil {
 		return err
 	}
-	if n := t.param.Len(); len(v) != n {
+	n, err := s.sNet.TrainableLen(name)
+	if err != nil {
+		return fmt.Errorf("nvgkit.Lab.%s %s: %w", op, name, err)
+	}
+	if len(v) != n {
 		return fmt.Errorf("nvgkit.Lab.%s %s: %d values, want %d", op, name, len(v), n)
 	}
 	for i, x := range v {
@@ -309,25 +309,19 @@ func (l *Lab) writeVec(op, name string, v []float32, grad bool) error {
 			return fmt.Errorf("nvgkit.Lab.%s %s: value %d is %v (want finite values)", op, name, i, x)
 		}
 	}
-	dev := s.sNet.dev
-	if t.live != nil {
-		mask, err := dev.ReadUint32(t.live)
-		if err != nil {
-			return fmt.Errorf("nvgkit.Lab.%s %s: %w", op, name, err)
-		}
-		for i, m := range mask {
-			if m == 0 && v[i] != 0 {
-				return fmt.Errorf("nvgkit.Lab.%s %s: value %d is %v but rank %d is masked padding (it must stay 0)", op, name, i, v[i], i)
-			}
+	mask, err := s.sNet.TrainableMask(name) // nil: no masked rank padding
+	if err != nil {
+		return fmt.Errorf("nvgkit.Lab.%s %s: %w", op, name, err)
+	}
+	for i, m := range mask {
+		if m == 0 && v[i] != 0 {
+			return fmt.Errorf("nvgkit.Lab.%s %s: value %d is %v but rank %d is masked padding (it must stay 0)", op, name, i, v[i], i)
 		}
 	}
-	b := t.param
 	if grad {
-		b = t.grad
-		s.sNet.st.ssValid = false // the cached Σ g² is stale
-		s.pending.haveNorm = false
+		s.pending.haveNorm = false // WriteTrainable drops the net's cached Σ g²
 	}
-	if err := dev.WriteFloat32(b, v); err != nil {
+	if err := s.sNet.WriteTrainable(name, v, grad); err != nil {
 		return fmt.Errorf("nvgkit.Lab.%s %s: %w", op, name, err)
 	}
 	return nil
@@ -339,11 +333,11 @@ func (l *Lab) GradNorms() (session.GradNorms, error) {
 	if err != nil {
 		return session.GradNorms{}, err
 	}
-	g, err := Grads(s.sNet)
+	g, err := nvgkit.Grads(s.sNet)
 	if err != nil {
 		return session.GradNorms{}, err
 	}
-	layers, kinds, norms, err := LayerNorms(g, s.sNet.Config.NumHiddenLayers)
+	layers, kinds, norms, err := nvgkit.LayerNorms(g, s.sNet.Config.NumHiddenLayers)
 	if err != nil {
 		return session.GradNorms{}, err
 	}
@@ -373,7 +367,7 @@ func (l *Lab) Snapshot(tag string) error {
 	if tag == "" {
 		return errors.New("nvgkit.Lab.Snapshot: empty tag")
 	}
-	snap, err := Snapshot(s.sNet)
+	snap, err := nvgkit.Snapshot(s.sNet)
 	if err != nil {
 		return err
 	}
@@ -395,7 +389,7 @@ func (l *Lab) Restore(tag string) error {
 	if sn == nil {
 		return fmt.Errorf("nvgkit.Lab.Restore: no snapshot %q (there are: %s)", tag, strings.Join(quoted(s.snapTags()), ", "))
 	}
-	if err := Restore(s.sNet, sn.snap); err != nil {
+	if err := nvgkit.Restore(s.sNet, sn.snap); err != nil {
 		return err
 	}
 	s.tr.st = copyMeta(sn.meta)
@@ -453,7 +447,7 @@ func (l *Lab) Export(path string) error {
 	if path == "" {
 		return errors.New("nvgkit.Lab.Export: empty path")
 	}
-	m, err := Export(s.sNet, s.student)
+	m, err := nvgkit.Export(s.sNet, s.student)
 	if err != nil {
 		return err
 	}

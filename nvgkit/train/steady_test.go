@@ -1,4 +1,4 @@
-package nvgkit_test
+package train_test
 
 import (
 	"bytes"
@@ -11,9 +11,11 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
+	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 var streams struct {
@@ -23,7 +25,7 @@ var streams struct {
 }
 
 // tokenStreams returns trainFixture's token streams without its compression.
-func tokenStreams(t *testing.T) (train, heldOut []int) {
+func tokenStreams(t *testing.T) (trainIDs, heldOut []int) {
 	t.Helper()
 	streams.once.Do(func() {
 		tok, err := tokenizer.FromJSON(tinyteacher.TokenizerJSON())
@@ -63,11 +65,11 @@ func TestSteadyStateMemory(t *testing.T) {
 		}
 		steps = n
 	}
-	d, teacher, student := robustNets(t)
-	train, heldOut := tokenStreams(t)
+	d, teacher, student := kittest.RobustNets(t)
+	trainIDs, heldOut := tokenStreams(t)
 	const warm = 20
-	cfg := nvgkit.TrainConfig{Steps: steps, NB: 1, Windows: 8, T: 4, K: 4, LR: 0.01, Warmup: 0, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 9, ClipNorm: 1, MinLRFrac: 0.1}
-	tr, err := nvgkit.NewTrainer(teacher, student, train, heldOut, cfg)
+	cfg := train.TrainConfig{Steps: steps, NB: 1, Windows: 8, T: 4, K: 4, LR: 0.01, Warmup: 0, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 9, ClipNorm: 1, MinLRFrac: 0.1}
+	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +89,7 @@ func TestSteadyStateMemory(t *testing.T) {
 		runtime.ReadMemStats(&ms)
 		return ms.HeapAlloc
 	}
-	tr.OnStep = func(i nvgkit.StepInfo) {
+	tr.OnStep = func(i train.StepInfo) {
 		if i.Step%20 == 0 {
 			if _, err := ml.Sample(i.Step); err != nil && sampleErr == nil {
 				sampleErr = err

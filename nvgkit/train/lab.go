@@ -1,10 +1,11 @@
-package nvgkit
+package train
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"github.com/nvg-project/nvg/compress"
+	"github.com/nvg-project/nvg/nvgkit"
 	"math"
 	"os"
 	"path/filepath"
@@ -53,7 +54,7 @@ type labState struct {
 	setup                 session.Setup
 	info                  session.Info
 	teacherModel, student *cmf.Model
-	tNet, sNet            *Net
+	tNet, sNet            *nvgkit.Net
 	tok                   *tokenizer.Tokenizer
 	tr                    *Trainer
 	names                 []string
@@ -73,7 +74,7 @@ type labState struct {
 
 // labSnapshot is Lab.Snapshot's state.
 type labSnapshot struct {
-	snap  *TrainableSnapshot
+	snap  *nvgkit.TrainableSnapshot
 	meta  CheckpointMeta
 	hist  []session.StepStats
 	evals []session.EvalResult
@@ -433,10 +434,10 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 		l.ownDev = true
 	}
 	st.info.Device = l.dev.Info().String()
-	if st.sNet, err = LoadNet(l.dev, st.student, Student); err != nil {
+	if st.sNet, err = nvgkit.LoadNet(l.dev, st.student, nvgkit.Student); err != nil {
 		return nil, err
 	}
-	if st.tNet, err = LoadNet(l.dev, st.teacherModel, Teacher); err != nil {
+	if st.tNet, err = nvgkit.LoadNet(l.dev, st.teacherModel, nvgkit.Teacher); err != nil {
 		return nil, err
 	}
 	report("load", 2, 2)
@@ -488,7 +489,7 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 	st.info.TrainWindows, st.info.EvalWindows = len(tr.windows), len(tr.eval)
 	report("eval", 0, 2)
 	n := len(tr.eval)
-	tsum, count, err := NLL(st.tNet, tr.tWork, tr.eval, nil)
+	tsum, count, err := nvgkit.NLL(st.tNet, tr.tWork, tr.eval, nil)
 	if err != nil {
 		return nil, fmt.Errorf("nvgkit.Lab.Setup: teacher evaluation: %w", err)
 	}
@@ -525,7 +526,7 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 }
 
 // c2 returns a net's layer count, hidden size and vocabulary size.
-func c2(n *Net) (int, int, int) {
+func c2(n *nvgkit.Net) (int, int, int) {
 	return n.Config.NumHiddenLayers, n.Config.HiddenSize, n.Config.VocabSize
 }
 

@@ -1,4 +1,4 @@
-package nvgkit
+package train
 
 import (
 	"crypto/sha256"
@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/nvgkit"
 	"hash/crc32"
 	"io"
 	"math"
@@ -375,8 +376,8 @@ func (c *Checkpoint) Extend(steps int) error {
 // under "best/" when it has a best snapshot) with the net's lengths, before anything is
 // restored: a checkpoint of another student (other paths, ranks or architecture) is refused
 // with an error naming the first trainable that differs.
-func (c *Checkpoint) CheckStudent(net *Net) error {
-	if err := net.requireStudent("Checkpoint.CheckStudent"); err != nil {
+func (c *Checkpoint) CheckStudent(net *nvgkit.Net) error {
+	if err := net.RequireStudent("Checkpoint.CheckStudent"); err != nil {
 		return err
 	}
 	prefixes := []string{"state/"}
@@ -385,15 +386,19 @@ func (c *Checkpoint) CheckStudent(net *Net) error {
 	}
 	want := 0
 	for _, prefix := range prefixes {
-		for _, t := range net.st.trainables {
+		for _, tn := range net.Trainables() {
+			n, err := net.TrainableLen(tn)
+			if err != nil {
+				return err
+			}
 			for _, kind := range []string{"param/", "m/", "v/"} {
-				name := prefix + kind + t.name
+				name := prefix + kind + tn
 				v, ok := c.Tensors[name]
 				if !ok {
 					return fmt.Errorf("nvgkit: checkpoint has no %s (a checkpoint of another student?)", name)
 				}
-				if len(v) != t.param.Len() {
-					return fmt.Errorf("nvgkit: checkpoint's %s has %d values, the student's %d (a checkpoint of another student?)", name, len(v), t.param.Len())
+				if len(v) != n {
+					return fmt.Errorf("nvgkit: checkpoint's %s has %d values, the student's %d (a checkpoint of another student?)", name, len(v), n)
 				}
 				want++
 			}

@@ -1,9 +1,10 @@
-package nvgkit
+package train
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/nvgkit"
 	"math"
 	"sort"
 	"sync"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit/session"
 )
 
@@ -46,14 +46,14 @@ func (s *labState) eval(n int, progress func(done, total int)) (session.EvalResu
 	ws := tr.eval[:n]
 	tsum, ok := s.teacherNLL[n]
 	if !ok {
-		sum, _, err := NLL(s.tNet, tr.tWork, ws, nil)
+		sum, _, err := nvgkit.NLL(s.tNet, tr.tWork, ws, nil)
 		if err != nil {
 			return session.EvalResult{}, fmt.Errorf("nvgkit.Lab.Eval: teacher: %w", err)
 		}
 		tsum = sum
 		s.teacherNLL[n] = sum
 	}
-	sum, count, err := StudentNLL(s.sNet, tr.sWork, ws, progress)
+	sum, count, err := nvgkit.StudentNLL(s.sNet, tr.sWork, ws, progress)
 	if err != nil {
 		return session.EvalResult{}, fmt.Errorf("nvgkit.Lab.Eval: student: %w", err)
 	}
@@ -99,7 +99,7 @@ func (s *labState) hidden(op string, kind session.NetKind, ids []int) ([][]float
 		net, work = s.sNet, s.tr.sWork
 	}
 	if len(ids) != work.T {
-		w, err := NewWork(net.dev, net, 1, len(ids))
+		w, err := nvgkit.NewWork(net.Device(), net, 1, len(ids))
 		if err != nil {
 			return nil, fmt.Errorf("nvgkit.Lab.%s: %w", op, err)
 		}
@@ -107,56 +107,17 @@ func (s *labState) hidden(op string, kind session.NetKind, ids []int) ([][]float
 		work = w
 	}
 	if kind == session.Teacher {
-		tr, err := Forward(net, work, [][]int{ids}, ForwardOptions{})
+		tr, err := nvgkit.Forward(net, work, [][]int{ids}, nvgkit.ForwardOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("nvgkit.Lab.%s: %w", op, err)
 		}
 		return tr.Hidden, nil
 	}
-	h, err := net.studentHidden(op, work, ids)
+	h, err := nvgkit.StudentHidden(net, work, ids)
 	if err != nil {
 		return nil, fmt.Errorf("nvgkit.Lab.%s: %w", op, err)
 	}
 	return h, nil
-}
-
-// studentHidden runs a Student's forward over one window (as FirstNonFinite does) and reads
-// back the hidden state after the embedding and every layer but the last, and after the
-// final norm: the layout of Trace.Hidden.
-func (n *Net) studentHidden(op string, work *Work, ids []int) ([][]float32, error) {
-	if err := work.check(op, n); err != nil {
-		return nil, err
-	}
-	flat, nb, err := n.windows(op, work, [][]int{ids}, 0, 0)
-	if err != nil {
-		return nil, err
-	}
-	c := n.Config
-	s := work.st
-	real := nb * work.T * c.HiddenSize
-	if err := n.studentForward(work, flat); err != nil {
-		return nil, err
-	}
-	L := len(n.layers)
-	out := make([][]float32, 0, L+1)
-	for l := range L {
-		x, err := n.dev.ReadFloat32(s.ckpt[l])
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, x[:real:real])
-	}
-	err = n.dev.Run(func(r *gpu.Recorder) error {
-		return gpu.RMSNorm(r, s.ckpt[L], n.finalNorm, s.hN, work.NB*work.T, c.HiddenSize, c.RMSNormEps, true)
-	})
-	if err != nil {
-		return nil, err
-	}
-	x, err := n.dev.ReadFloat32(s.hN)
-	if err != nil {
-		return nil, err
-	}
-	return append(out, x[:real:real]), nil
 }
 
 func checkKind(op string, k session.NetKind) error {
@@ -224,7 +185,7 @@ func (s *labState) logitsAt(op string, kind session.NetKind, w session.Window, p
 	}
 	H := net.Config.HiddenSize
 	last := h[len(h)-1]
-	if logits, err = net.logits(last[pos*H:(pos+1)*H], 1); err != nil {
+	if logits, err = net.Logits(last[pos*H:(pos+1)*H], 1); err != nil {
 		return nil, nil, nil, fmt.Errorf("nvgkit.Lab.%s: %w", op, err)
 	}
 	return logits, ids, all, nil
@@ -247,7 +208,7 @@ func (l *Lab) TopK(kind session.NetKind, w session.Window, pos, k int) (session.
 	if err != nil {
 		return session.TopKResult{}, err
 	}
-	if err := checkK("Lab.TopK", k, s.sNet.Config.VocabSize); err != nil {
+	if err := nvgkit.CheckK("Lab.TopK", k, s.sNet.Config.VocabSize); err != nil {
 		return session.TopKResult{}, err
 	}
 	lg, ids, all, err := s.logitsAt(op, kind, w, pos)
@@ -320,10 +281,10 @@ func (l *Lab) Detokenize(ids []int) (string, error) {
 // spec with its names. The checker may change the net's values and gradients freely: the Lab
 // restores them after it.
 type GradCheckInput struct {
-	Student *Net
+	Student *nvgkit.Net
 	Model   *cmf.Model
 	IDs     [][]int
-	Top     *TopK
+	Top     *nvgkit.TopK
 	Spec    session.GradCheckSpec
 	// Step is the Lab's step counter (GradCheckResult.Step).
 	Step int
@@ -419,12 +380,15 @@ func (l *Lab) GradCheck(spec session.GradCheckSpec, opts ...session.Option) (_ s
 	}
 	r.Names = append([]string(nil), r.Names...)
 	for _, n := range r.Names {
-		t, err := s.trainable(op, n)
-		if err != nil {
+		if err := s.trainable(op, n); err != nil {
 			return session.GradCheckResult{}, err
 		}
-		if r.Coords > t.param.Len() {
-			return session.GradCheckResult{}, fmt.Errorf("nvgkit.Lab.GradCheck: Coords = %d but %s has %d values", r.Coords, n, t.param.Len())
+		size, err := s.sNet.TrainableLen(n)
+		if err != nil {
+			return session.GradCheckResult{}, fmt.Errorf("nvgkit.Lab.GradCheck: %w", err)
+		}
+		if r.Coords > size {
+			return session.GradCheckResult{}, fmt.Errorf("nvgkit.Lab.GradCheck: Coords = %d but %s has %d values", r.Coords, n, size)
 		}
 	}
 	gradChecker.Lock()
@@ -440,18 +404,18 @@ func (l *Lab) GradCheck(spec session.GradCheckSpec, opts ...session.Option) (_ s
 	ids, top := truncateBatch(ids, full, r.Windows, r.T)
 
 	// The live state, put back after the check.
-	saved, err := Snapshot(s.sNet)
+	saved, err := nvgkit.Snapshot(s.sNet)
 	if err != nil {
 		return session.GradCheckResult{}, err
 	}
-	grads, err := Grads(s.sNet)
+	grads, err := nvgkit.Grads(s.sNet)
 	if err != nil {
 		return session.GradCheckResult{}, err
 	}
 	defer func() {
-		rerr := Restore(s.sNet, saved)
+		rerr := nvgkit.Restore(s.sNet, saved)
 		if rerr == nil {
-			rerr = s.sNet.writeGrads(grads)
+			rerr = nvgkit.SetGrads(s.sNet, grads)
 		}
 		if rerr != nil {
 			err = errors.Join(err, fmt.Errorf("nvgkit.Lab.GradCheck: restoring the state: %w", rerr))
@@ -481,10 +445,10 @@ func (l *Lab) GradCheck(spec session.GradCheckSpec, opts ...session.Option) (_ s
 // truncateBatch keeps the first w windows of ids and their first t tokens, with the rows of
 // top for those positions (the teacher is causal: its top-k at a position depends only on
 // the tokens up to it).
-func truncateBatch(ids [][]int, top *TopK, w, t int) ([][]int, *TopK) {
+func truncateBatch(ids [][]int, top *nvgkit.TopK, w, t int) ([][]int, *nvgkit.TopK) {
 	out := make([][]int, w)
 	K := top.K
-	tt := &TopK{NB: w, T: t, K: K}
+	tt := &nvgkit.TopK{NB: w, T: t, K: K}
 	for b := range w {
 		out[b] = append([]int(nil), ids[b][:t]...)
 		for tau := range t {
@@ -500,15 +464,4 @@ func truncateBatch(ids [][]int, top *TopK, w, t int) ([][]int, *TopK) {
 		}
 	}
 	return out, tt
-}
-
-// writeGrads writes every trainable's gradient from g (Grads' layout).
-func (n *Net) writeGrads(g map[string][]float32) error {
-	n.st.ssValid = false
-	for _, t := range n.st.trainables {
-		if err := n.dev.WriteFloat32(t.grad, g[t.name]); err != nil {
-			return fmt.Errorf("%s: %w", t.name, err)
-		}
-	}
-	return nil
 }

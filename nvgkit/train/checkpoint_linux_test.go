@@ -1,6 +1,6 @@
 //go:build linux
 
-package nvgkit
+package train
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package nvgkit
+package train
 
 import (
 	"bufio"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/nvgkit"
 	"io"
 	"math"
 	"os"
@@ -208,12 +209,12 @@ func TrainingSeries(recs []MetricsRecord) (steps []int, loss []float64, evalStep
 // step, held-out perplexity per evaluation and the teacher's as a reference line), such as
 // ReadMetrics returns for a finished, crashed or running run. Errors: PlotTraining's (no
 // step and no evaluation record).
-func PlotMetrics(recs []MetricsRecord) (*Figure, error) {
+func PlotMetrics(recs []MetricsRecord) (*nvgkit.Figure, error) {
 	steps, loss, es, ep, tppl := TrainingSeries(recs)
 	if tppl > 0 {
-		return PlotTraining(steps, loss, es, ep, tppl)
+		return nvgkit.PlotTraining(steps, loss, es, ep, tppl)
 	}
-	return PlotTraining(steps, loss, es, ep)
+	return nvgkit.PlotTraining(steps, loss, es, ep)
 }
 
 // metricsSink is one destination of a Trainer's metrics records.

@@ -1,4 +1,4 @@
-package nvgkit
+package train
 
 import (
 	"encoding/json"
@@ -367,3 +367,5 @@ func LoadReport(path string) (*Report, error) {
 	}
 	return &r, nil
 }
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

@@ -1,4 +1,4 @@
-package nvgkit_test
+package train_test
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func fakeTopK(nb, t, k int, base int32) *nvgkit.TopK {
@@ -25,11 +26,11 @@ func fakeTopK(nb, t, k int, base int32) *nvgkit.TopK {
 
 func TestTopKCacheRoundTrip(t *testing.T) {
 	windows := [][]int{{1, 2, 3}, {4, 5, 6}, {7, 8, 9}}
-	hash := nvgkit.HashWindows(windows)
-	if hash == nvgkit.HashWindows([][]int{{1, 2, 3}, {4, 5, 6}, {7, 8, 10}}) {
+	hash := train.HashWindows(windows)
+	if hash == train.HashWindows([][]int{{1, 2, 3}, {4, 5, 6}, {7, 8, 10}}) {
 		t.Fatal("different windows, same hash")
 	}
-	c, err := nvgkit.NewTopKCache(3, 3, 2, hash)
+	c, err := train.NewTopKCache(3, 3, 2, hash)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestTopKCacheRoundTrip(t *testing.T) {
 	if want := int64(80 + 4*3*3*(3*2+1)); st.Size() != want || c.FileSize() != want {
 		t.Errorf("file size %d, FileSize %d, want %d", st.Size(), c.FileSize(), want)
 	}
-	back, err := nvgkit.LoadTopKCache(p)
+	back, err := train.LoadTopKCache(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func TestTopKCacheRoundTrip(t *testing.T) {
 	} {
 		q := filepath.Join(t.TempDir(), name)
 		os.WriteFile(q, tc.data, 0o644)
-		if _, err := nvgkit.LoadTopKCache(q); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), q) {
+		if _, err := train.LoadTopKCache(q); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), q) {
 			t.Errorf("%s: error %v, want one naming the file and %q", name, err, tc.want)
 		}
 	}

@@ -1,4 +1,4 @@
-package nvgkit_test
+package train_test
 
 import (
 	"encoding/json"
@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func TestLRSchedule(t *testing.T) {
-	c := nvgkit.TrainConfig{Steps: 100, LR: 1e-3, Warmup: 10, MinLRFrac: 0.1}
+	c := train.TrainConfig{Steps: 100, LR: 1e-3, Warmup: 10, MinLRFrac: 0.1}
 	cos := func(s int) float64 { return 0.1 + 0.9*0.5*(1+math.Cos(math.Pi*float64(s)/100)) }
 	for _, tc := range []struct {
 		s    int
@@ -34,7 +35,7 @@ func TestLRSchedule(t *testing.T) {
 		t.Errorf("LRAt(10) = %g, want 0.977975e-3", got)
 	}
 	// No warm-up, no floor: the plain cosine, 0 at the end.
-	c = nvgkit.TrainConfig{Steps: 4, LR: 2, Warmup: -1, MinLRFrac: -1}
+	c = train.TrainConfig{Steps: 4, LR: 2, Warmup: -1, MinLRFrac: -1}
 	for s, want := range map[int]float64{1: 1 + math.Sqrt(0.5), 2: 1, 4: 0} {
 		if got := c.LRAt(s); math.Abs(got-want) > 1e-12 {
 			t.Errorf("no warm-up: LRAt(%d) = %g, want %g", s, got, want)
@@ -45,8 +46,8 @@ func TestLRSchedule(t *testing.T) {
 // DefaultTrainConfig is nvg distill's table of defaults (README, DESIGN §6), and 0 is no
 // default: a zero config names the first field to set.
 func TestTrainConfigDefaults(t *testing.T) {
-	c := nvgkit.DefaultTrainConfig()
-	want := nvgkit.TrainConfig{Steps: 24, NB: 4, T: 64, Windows: 0, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1,
+	c := train.DefaultTrainConfig()
+	want := train.TrainConfig{Steps: 24, NB: 4, T: 64, Windows: 0, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1,
 		EvalEvery: 8, EvalWindows: 8, Seed: 1, CheckpointEvery: 0, Keep: 2}
 	if c != want {
 		t.Errorf("defaults: %+v, want %+v", c, want)
@@ -54,7 +55,7 @@ func TestTrainConfigDefaults(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Error(err)
 	}
-	if err := (nvgkit.TrainConfig{}).Validate(); err == nil || !strings.Contains(err.Error(), "Steps = 0") || !strings.Contains(err.Error(), "DefaultTrainConfig") {
+	if err := (train.TrainConfig{}).Validate(); err == nil || !strings.Contains(err.Error(), "Steps = 0") || !strings.Contains(err.Error(), "DefaultTrainConfig") {
 		t.Errorf("zero config: %v, want an error naming Steps and DefaultTrainConfig", err)
 	}
 	// Off is 0: a config with no warm-up, no clipping, no periodic evaluation and a decay to
@@ -67,23 +68,23 @@ func TestTrainConfigDefaults(t *testing.T) {
 	if got, want := off.LRAt(1), 0.05*0.5*(1+math.Cos(math.Pi/24)); math.Abs(got-want) > 1e-15 {
 		t.Errorf("no warm-up: LRAt(1) = %g, want %g", got, want)
 	}
-	for _, f := range []func(*nvgkit.TrainConfig){
-		func(c *nvgkit.TrainConfig) { c.Steps = -1 }, func(c *nvgkit.TrainConfig) { c.K = 65 }, func(c *nvgkit.TrainConfig) { c.K = 0 },
-		func(c *nvgkit.TrainConfig) { c.Windows = 6 }, func(c *nvgkit.TrainConfig) { c.Windows = -4 }, func(c *nvgkit.TrainConfig) { c.LR = -1 },
-		func(c *nvgkit.TrainConfig) { c.T = -3 }, func(c *nvgkit.TrainConfig) { c.LR = math.Inf(1) }, func(c *nvgkit.TrainConfig) { c.EvalWindows = 0 },
-		func(c *nvgkit.TrainConfig) { c.MinLRFrac = 2 }, func(c *nvgkit.TrainConfig) { c.ClipNorm = math.NaN() },
+	for _, f := range []func(*train.TrainConfig){
+		func(c *train.TrainConfig) { c.Steps = -1 }, func(c *train.TrainConfig) { c.K = 65 }, func(c *train.TrainConfig) { c.K = 0 },
+		func(c *train.TrainConfig) { c.Windows = 6 }, func(c *train.TrainConfig) { c.Windows = -4 }, func(c *train.TrainConfig) { c.LR = -1 },
+		func(c *train.TrainConfig) { c.T = -3 }, func(c *train.TrainConfig) { c.LR = math.Inf(1) }, func(c *train.TrainConfig) { c.EvalWindows = 0 },
+		func(c *train.TrainConfig) { c.MinLRFrac = 2 }, func(c *train.TrainConfig) { c.ClipNorm = math.NaN() },
 	} {
-		bad := nvgkit.DefaultTrainConfig()
+		bad := train.DefaultTrainConfig()
 		f(&bad)
 		if err := bad.Validate(); err == nil {
 			t.Errorf("%+v: no error", bad)
 		}
 	}
 	// The error is a *TrainConfigError naming the field, its value and its range.
-	bad := nvgkit.DefaultTrainConfig()
+	bad := train.DefaultTrainConfig()
 	bad.Windows = 6
 	err := bad.Validate()
-	var ce *nvgkit.TrainConfigError
+	var ce *train.TrainConfigError
 	if !errors.As(err, &ce) || ce.Field != "Windows" || ce.Value != 6 ||
 		err.Error() != "nvgkit: TrainConfig.Windows = 6, want 0 (Steps·NB) or a positive multiple of NB = 4" {
 		t.Errorf("Windows 6: %#v", err)
@@ -91,8 +92,8 @@ func TestTrainConfigDefaults(t *testing.T) {
 }
 
 func TestReportJSON(t *testing.T) {
-	r := &nvgkit.Report{TeacherPPL: 8, CompressedPPL: 2000, DistilledPPL: 80, Loss: nvgkit.Losses{3, math.NaN(), 2.5}, Steps: 3, Skipped: 1}
-	r.GapClosed = nvgkit.GapFraction(r.TeacherPPL, r.CompressedPPL, r.DistilledPPL)
+	r := &train.Report{TeacherPPL: 8, CompressedPPL: 2000, DistilledPPL: 80, Loss: train.Losses{3, math.NaN(), 2.5}, Steps: 3, Skipped: 1}
+	r.GapClosed = train.GapFraction(r.TeacherPPL, r.CompressedPPL, r.DistilledPPL)
 	// log(2000/80)/log(2000/8) = log 25 / log 250 = 0.582975…
 	if math.Abs(r.GapClosed-math.Log(25)/math.Log(250)) > 1e-12 || math.Abs(r.GapClosed-0.582975) > 1e-6 {
 		t.Errorf("GapClosed = %g", r.GapClosed)
@@ -101,7 +102,7 @@ func TestReportJSON(t *testing.T) {
 	if err := r.Save(p); err != nil {
 		t.Fatal(err)
 	}
-	back, err := nvgkit.LoadReport(p)
+	back, err := train.LoadReport(p)
 	if err != nil {
 		t.Fatal(err)
 	}

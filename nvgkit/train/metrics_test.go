@@ -1,4 +1,4 @@
-package nvgkit_test
+package train_test
 
 import (
 	"bytes"
@@ -10,7 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/internal/kittest"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 // sameFloat is bit equality, NaN equal to NaN.
@@ -19,14 +20,14 @@ func sameFloat(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN
 // checkMetrics checks that recs hold one step record per step 1…len(losses) with the
 // Trainer's own losses and the schedule's learning rate, and one eval record per evaluation
 // with its values, in order.
-func checkMetrics(t *testing.T, recs []nvgkit.MetricsRecord, cfg nvgkit.TrainConfig, losses []float64, evals []nvgkit.EvalPoint) {
+func checkMetrics(t *testing.T, recs []train.MetricsRecord, cfg train.TrainConfig, losses []float64, evals []train.EvalPoint) {
 	t.Helper()
-	var steps, es []nvgkit.MetricsRecord
+	var steps, es []train.MetricsRecord
 	for _, r := range recs {
 		switch r.Kind {
-		case nvgkit.MetricsStep:
+		case train.MetricsStep:
 			steps = append(steps, r)
-		case nvgkit.MetricsEval:
+		case train.MetricsEval:
 			es = append(es, r)
 		default:
 			t.Errorf("record kind %q", r.Kind)
@@ -61,11 +62,11 @@ func checkMetrics(t *testing.T, recs []nvgkit.MetricsRecord, cfg nvgkit.TrainCon
 
 // metricsTrainer returns a 4-step Trainer on the tiny model writing into a new OutDir,
 // clipping at clip.
-func metricsTrainer(t *testing.T, clip float64) (nvgkit.TrainConfig, *nvgkit.Trainer) {
-	d, teacher, sm, train, heldOut := trainFixture(t)
-	cfg := nvgkit.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 1, MinLRFrac: 0.1, ClipNorm: clip, EvalEvery: 2,
+func metricsTrainer(t *testing.T, clip float64) (train.TrainConfig, *train.Trainer) {
+	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
+	cfg := train.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 1, MinLRFrac: 0.1, ClipNorm: clip, EvalEvery: 2,
 		EvalWindows: 2, Seed: 3, OutDir: t.TempDir()}
-	tr, err := nvgkit.NewTrainer(teacher, loadStudent(t, d, sm), train, heldOut, cfg)
+	tr, err := train.NewTrainer(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +83,8 @@ func TestTrainerMetrics(t *testing.T) {
 	if _, err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(cfg.OutDir, nvgkit.MetricsFile)
-	recs, partial, err := nvgkit.ReadMetrics(path)
+	path := filepath.Join(cfg.OutDir, train.MetricsFile)
+	recs, partial, err := train.ReadMetrics(path)
 	if err != nil || partial != 0 {
 		t.Fatalf("ReadMetrics: %v (partial %d)", err, partial)
 	}
@@ -93,14 +94,14 @@ func TestTrainerMetrics(t *testing.T) {
 	}
 	clipped := 0
 	for _, r := range recs {
-		if r.Kind == nvgkit.MetricsStep && r.GradNorm > cfg.ClipNorm {
+		if r.Kind == train.MetricsStep && r.GradNorm > cfg.ClipNorm {
 			clipped++
 		}
 	}
 	if clipped == 0 {
 		t.Errorf("no step was clipped at %g: the test does not check grad_norm_clipped", cfg.ClipNorm)
 	}
-	fig, err := nvgkit.PlotMetrics(recs)
+	fig, err := train.PlotMetrics(recs)
 	if err != nil || fig == nil {
 		t.Errorf("PlotMetrics: %v", err)
 	}
@@ -110,20 +111,20 @@ func TestTrainerMetrics(t *testing.T) {
 // the next checkpoint, mid-line) is resumed: the log is cut back to the checkpoint's step
 // and the resumed steps are appended, each step once.
 func TestTrainerMetricsResume(t *testing.T) {
-	d, teacher, sm, train, heldOut := trainFixture(t)
+	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	cfg, tr := metricsTrainer(t, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	tr.OnStep = func(i nvgkit.StepInfo) {
+	tr.OnStep = func(i train.StepInfo) {
 		if i.Step == 2 {
 			cancel()
 		}
 	}
-	if _, err := tr.Run(ctx); !errors.Is(err, nvgkit.ErrInterrupted) {
+	if _, err := tr.Run(ctx); !errors.Is(err, train.ErrInterrupted) {
 		t.Fatalf("interrupted run: %v", err)
 	}
 	tr.Close()
-	path := filepath.Join(cfg.OutDir, nvgkit.MetricsFile)
+	path := filepath.Join(cfg.OutDir, train.MetricsFile)
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -132,12 +133,12 @@ func TestTrainerMetricsResume(t *testing.T) {
 	f.WriteString(`{"kind":"step","step":3,"loss":9,"lr":0.01,"grad_norm":1,"grad_norm_clipped":1,"tokens_per_second":1,"skipped":false,"wall_seconds":1,"time":"2026-01-01T00:00:00Z"}` + "\n")
 	f.WriteString(`{"kind":"step","step":4,"lo`)
 	f.Close()
-	recs, partial, err := nvgkit.ReadMetrics(path)
+	recs, partial, err := train.ReadMetrics(path)
 	if err != nil || partial != len(`{"kind":"step","step":4,"lo`) || len(recs) != 5 {
 		t.Fatalf("crashed log: %d records, partial %d, %v", len(recs), partial, err)
 	}
 
-	tr, err = nvgkit.Resume(teacher, loadStudent(t, d, sm), train, heldOut, cfg.OutDir)
+	tr, err = train.Resume(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, cfg.OutDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestTrainerMetricsResume(t *testing.T) {
 	if _, err := tr.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	recs, partial, err = nvgkit.ReadMetrics(path)
+	recs, partial, err = train.ReadMetrics(path)
 	if err != nil || partial != 0 {
 		t.Fatalf("ReadMetrics: %v (partial %d)", err, partial)
 	}
@@ -165,7 +166,7 @@ func TestReadMetricsTruncated(t *testing.T) {
 		}
 		return p
 	}
-	recs, partial, err := nvgkit.ReadMetrics(write("crash.jsonl", good+`{"kind":"step","st`))
+	recs, partial, err := train.ReadMetrics(write("crash.jsonl", good+`{"kind":"step","st`))
 	if err != nil || partial != len(`{"kind":"step","st`) || len(recs) != 2 {
 		t.Fatalf("truncated log: %+v, partial %d, %v", recs, partial, err)
 	}
@@ -176,17 +177,17 @@ func TestReadMetricsTruncated(t *testing.T) {
 	if e.Kind != "eval" || e.Loss != 1.5 || e.Perplexity != 4.4816890703380645 || e.BestStep != 1 || e.TeacherPerplexity != 2 || e.Time.Second() != 1 {
 		t.Errorf("eval record %+v", e)
 	}
-	steps, loss, es, ep, tppl := nvgkit.TrainingSeries(recs)
+	steps, loss, es, ep, tppl := train.TrainingSeries(recs)
 	if len(steps) != 1 || !math.IsNaN(loss[0]) || len(es) != 1 || ep[0] != 4.4816890703380645 || tppl != 2 {
 		t.Errorf("TrainingSeries: %v %v %v %v %v", steps, loss, es, ep, tppl)
 	}
 	for _, bad := range []string{good[:40] + "\n" + good, `{"kind":"oops","step":1}` + "\n", "{\"kind\":\"step\",\"step\":-2}\n"} {
 		p := write("bad.jsonl", bad)
-		if _, _, err := nvgkit.ReadMetrics(p); err == nil || !strings.Contains(err.Error(), p+": line 1") {
+		if _, _, err := train.ReadMetrics(p); err == nil || !strings.Contains(err.Error(), p+": line 1") {
 			t.Errorf("%q: error %v, want one naming %s line 1", bad, err, p)
 		}
 	}
-	if _, _, err := nvgkit.ReadMetrics(filepath.Join(dir, "missing.jsonl")); !errors.Is(err, os.ErrNotExist) {
+	if _, _, err := train.ReadMetrics(filepath.Join(dir, "missing.jsonl")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
 	}
 }
