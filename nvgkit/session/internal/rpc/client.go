@@ -8,6 +8,7 @@ import (
 	"net"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,10 +41,11 @@ type Client struct {
 	ServerPid int // the server's process id (SO_PEERCRED at connect time)
 	ServerUID int // the server's user id
 
-	callMu sync.Mutex // one call at a time
-	wmu    sync.Mutex
-	enc    *gob.Encoder
-	nextID uint64
+	callMu  sync.Mutex // one call at a time
+	wmu     sync.Mutex
+	enc     *gob.Encoder
+	nextID  uint64
+	current atomic.Uint64 // the id of the call waiting for its reply (0: none)
 
 	replies chan reply
 	readErr error // set before replies is closed
@@ -135,6 +137,8 @@ func (c *Client) Call(ctx context.Context, method string, args []any, opts []byt
 	if err := c.send(request{ID: id, Kind: kindCall, Method: method, NArgs: len(args), Args: b, Opts: opts}); err != nil {
 		return fmt.Errorf("%w: %v", ErrConnLost, err)
 	}
+	c.current.Store(id)
+	defer c.current.Store(0)
 	done := ctx.Done()
 	for {
 		r, cancelled, err := c.next(id, done)
@@ -166,7 +170,7 @@ func (c *Client) result(method string, r reply, results []any) error {
 		if ie == nil {
 			ie = context.Canceled
 		}
-		return fmt.Errorf("%s: %w (%s)", method, ie, r.Err)
+		return &remoteError{msg: r.Err, sentinel: ie}
 	case r.Code == codeBadRequest:
 		return fmt.Errorf("%s: %w: %s", method, ErrBadRequest, trimBad(r.Err))
 	case r.Code >= codeSentinel && r.Code-codeSentinel < len(c.cfg.Sentinels):
@@ -208,6 +212,20 @@ type remoteError struct {
 
 func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.sentinel }
+
+// Interrupt asks the server to stop the call this client is waiting for at its next step
+// boundary (that call then returns the interrupted error); with no call waiting it does
+// nothing. It may be called from any goroutine.
+func (c *Client) Interrupt() error {
+	id := c.current.Load()
+	if id == 0 {
+		return nil
+	}
+	if err := c.send(request{ID: id, Kind: kindInterrupt}); err != nil {
+		return fmt.Errorf("%w: %v", ErrConnLost, err)
+	}
+	return nil
+}
 
 // Status asks the server for its status; the server answers it at once, even while a call
 // (of another client) runs.

@@ -39,6 +39,10 @@ type Service struct {
 	// interrupted error (DialConfig.Interrupted).
 	Interrupted error
 
+	// Refuse lists methods of Iface that are not served, each with the reason given to a
+	// client that asks for it (a bad request).
+	Refuse map[string]string
+
 	// After, when set, runs on the worker after each call (successful or not) with the
 	// method, its arguments and its error; it returns the status note (Status.Note).
 	After func(method string, args []reflect.Value, err error) string
@@ -70,6 +74,8 @@ type Config struct {
 	AllowUID int
 	// Idle ends Serve when no call has run for this long (0: never).
 	Idle time.Duration
+	// Note is the status note before the first call (Status.Note).
+	Note string
 	// Log receives one line per refused connection, panic and lifecycle event.
 	Log *log.Logger
 }
@@ -120,7 +126,7 @@ func NewServer(svc Service, cfg Config) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	now := time.Now()
-	s.status = Status{Pid: os.Getpid(), Started: now, LastActive: now, Idle: cfg.Idle}
+	s.status = Status{Pid: os.Getpid(), Started: now, LastActive: now, Idle: cfg.Idle, Note: cfg.Note}
 	return s, nil
 }
 
@@ -261,6 +267,9 @@ func (s *Server) after(method string, args []reflect.Value, err error) (note str
 // invoke validates and runs one call; code says how err came about.
 func (s *Server) invoke(j *job) (results, args []reflect.Value, err error, code int) {
 	m, ok := s.methods[j.req.Method]
+	if why, refused := s.svc.Refuse[j.req.Method]; refused {
+		return nil, nil, fmt.Errorf("bad request: %s is not served: %s", j.req.Method, why), codeBadRequest
+	}
 	if !ok {
 		return nil, nil, fmt.Errorf("bad request: no method %q", j.req.Method), codeBadRequest
 	}

@@ -1,0 +1,17 @@
+package server
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nvg-project/nvg/nvgkit/session"
+)
+
+// newTestLab returns the lab a test server serves: "fake" (no GPU).
+func newTestLab(kind string) (session.Lab, error) {
+	switch kind {
+	case "fake":
+		return &fakeLab{stepTime: 20 * time.Millisecond}, nil
+	}
+	return nil, fmt.Errorf("unknown test lab %q", kind)
+}
