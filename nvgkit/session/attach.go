@@ -28,6 +28,7 @@ const DefaultIdle = 3 * time.Hour
 type AttachOption func(*attachConfig)
 
 type attachConfig struct {
+	bin          string
 	idle         time.Duration
 	noStart      bool
 	startTimeout time.Duration
@@ -36,6 +37,10 @@ type attachConfig struct {
 // IdleTimeout sets the idle timeout of a server that Attach or Start starts (0: never; by
 // default DefaultIdle). A running server keeps its own.
 func IdleTimeout(d time.Duration) AttachOption { return func(c *attachConfig) { c.idle = d } }
+
+// Binary makes Attach and Start run the server from the nvg binary at path (instead of
+// $NVG_BIN, nvg on PATH, or one built from source). nvg's own commands pass themselves.
+func Binary(path string) AttachOption { return func(c *attachConfig) { c.bin = path } }
 
 // NoStart makes Attach fail instead of starting a server when none runs.
 func NoStart() AttachOption { return func(c *attachConfig) { c.noStart = true } }
@@ -90,7 +95,7 @@ func Attach(name string, opts ...AttachOption) (*Client, error) {
 	if _, err := os.Stat(f.Pid); err == nil {
 		fmt.Fprintf(os.Stderr, "session %q: the previous server died (its log: %s); starting a new one\n", name, f.Log)
 	}
-	exited, err := spawn(f, cfg.idle)
+	exited, err := spawn(f, cfg.bin, cfg.idle)
 	if err != nil {
 		return nil, err
 	}
@@ -160,10 +165,12 @@ func waitAttach(f sdir.Files, timeout time.Duration, exited <-chan error) (*Clie
 // spawn starts `nvg session serve NAME --idle D` detached (its own session, stdin
 // /dev/null, stdout and stderr appended to the log) and returns a channel that receives
 // its exit status if it exits while this process runs.
-func spawn(f sdir.Files, idle time.Duration) (<-chan error, error) {
-	bin, err := nvgBinary(f.Dir)
-	if err != nil {
-		return nil, err
+func spawn(f sdir.Files, bin string, idle time.Duration) (<-chan error, error) {
+	if bin == "" {
+		var err error
+		if bin, err = nvgBinary(f.Dir); err != nil {
+			return nil, err
+		}
 	}
 	logf, err := os.OpenFile(f.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/gob"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -347,13 +348,17 @@ func (c *Client) Step(n int, opts ...Option) ([]StepStats, error) {
 	return c.hookedSteps(n, o)
 }
 
-// hookedSteps is Step with a PreOptimizer hook, run from the client.
+// hookedSteps is Step with a PreOptimizer hook, run from the client: per step ZeroGrads,
+// ForwardBackward, the hook and ClipGrads (both only when the loss is finite, as nvgkit's
+// Step), AdamStep, and Eval(0) after every EvalEvery-th step. Unlike an in-process Step
+// with EvalEvery, the server's History does not carry the evaluation's perplexity on the
+// step's entry (it is in History.Evals and in the returned StepStats).
 func (c *Client) hookedSteps(n int, o Options) ([]StepStats, error) {
 	if n < 1 {
-		return nil, fmt.Errorf("session: Step(%d): n must be ≥ 1", n)
+		return nil, fmt.Errorf("session: Step: n = %d, want ≥ 1", n)
 	}
 	if o.EvalEvery < 0 {
-		return nil, fmt.Errorf("session: EvalEvery(%d): want ≥ 1", o.EvalEvery)
+		return nil, fmt.Errorf("session: Step: EvalEvery = %d, want ≥ 0", o.EvalEvery)
 	}
 	info, err := c.Info()
 	if err != nil {
@@ -361,6 +366,16 @@ func (c *Client) hookedSteps(n int, o Options) ([]StepStats, error) {
 	}
 	if !info.Ready {
 		return nil, errors.New("session: Step: the Lab is not set up (call Setup first)")
+	}
+	lastPPL := 0.0
+	if o.OnProgress != nil {
+		h, err := c.History()
+		if err != nil {
+			return nil, err
+		}
+		if len(h.Evals) > 0 {
+			lastPPL = h.Evals[len(h.Evals)-1].StudentPPL
+		}
 	}
 	stop := make(chan struct{})
 	c.mu.Lock()
@@ -387,10 +402,9 @@ func (c *Client) hookedSteps(n int, o Options) ([]StepStats, error) {
 	}
 	start := time.Now()
 	var done []StepStats
-	lastPPL := 0.0
 	for i := 0; i < n; i++ {
 		if interrupted() {
-			return done, fmt.Errorf("session: Step: %w after %d of %d steps", ErrInterrupted, i, n)
+			return done, fmt.Errorf("session: Step: %w after step %d (%d of %d done)", ErrInterrupted, info.Step+i, i, n)
 		}
 		t0 := time.Now()
 		if err := c.ZeroGrads(); err != nil {
@@ -400,15 +414,18 @@ func (c *Client) hookedSteps(n int, o Options) ([]StepStats, error) {
 		if err != nil {
 			return done, err
 		}
-		c.inHook = true
-		herr := o.PreOptimizer(c, fb)
-		c.inHook = false
-		if herr != nil {
-			return done, fmt.Errorf("session: step %d: PreOptimizer hook: %w", fb.Step, herr)
-		}
-		if info.Setup.Train.ClipNorm > 0 {
-			if _, err := c.ClipGrads(info.Setup.Train.ClipNorm); err != nil {
-				return done, err
+		finite := !math.IsNaN(fb.Loss) && !math.IsInf(fb.Loss, 0)
+		if finite {
+			c.inHook = true
+			herr := o.PreOptimizer(c, fb)
+			c.inHook = false
+			if herr != nil {
+				return done, fmt.Errorf("session: Step: step %d: pre-optimizer hook: %w", fb.Step, herr)
+			}
+			if clip := info.Setup.Train.ClipNorm; clip > 0 {
+				if _, err := c.ClipGrads(clip); err != nil {
+					return done, err
+				}
 			}
 		}
 		st, err := c.AdamStep()
@@ -418,7 +435,7 @@ func (c *Client) hookedSteps(n int, o Options) ([]StepStats, error) {
 		if o.EvalEvery > 0 && (i+1)%o.EvalEvery == 0 {
 			ev, err := c.Eval(0)
 			if err != nil {
-				return done, err
+				return done, fmt.Errorf("session: Step: evaluation after step %d: %w", st.Step, err)
 			}
 			st.EvalPPL, lastPPL = ev.StudentPPL, ev.StudentPPL
 		}
@@ -536,9 +553,13 @@ func absPath(p string) (string, error) {
 }
 
 // Eval runs Lab.Eval in the session.
-func (c *Client) Eval(windows int) (EvalResult, error) {
+func (c *Client) Eval(windows int, opts ...Option) (EvalResult, error) {
+	o := Apply(opts...)
+	if o.PreOptimizer != nil {
+		return EvalResult{}, errors.New("session: Eval takes no PreOptimizer option")
+	}
 	var r EvalResult
-	err := c.call("Eval", nil, []any{windows}, &r)
+	err := c.call("Eval", &o, []any{windows}, &r)
 	return r, err
 }
 

@@ -92,6 +92,25 @@ func (c *Client) send(req request) error {
 	return c.enc.Encode(req)
 }
 
+// sendFailed is the error of a request that could not be written: the server's refusal
+// when it sent one before closing the connection (the peer check), else ErrConnLost.
+func (c *Client) sendFailed(err error) error {
+	timeout := time.After(time.Second)
+	for {
+		select {
+		case r, ok := <-c.replies:
+			if !ok {
+				return fmt.Errorf("%w: %v", ErrConnLost, err)
+			}
+			if r.Code == codeRefused {
+				return fmt.Errorf("%w: %s", ErrRefused, r.Err)
+			}
+		case <-timeout:
+			return fmt.Errorf("%w: %v", ErrConnLost, err)
+		}
+	}
+}
+
 // next waits for the reply of id (replies of other ids, e.g. late progress of an earlier
 // call, are dropped). A refusal (ID 0, codeRefused) is returned whatever the id.
 func (c *Client) next(id uint64, cancel <-chan struct{}) (reply, bool, error) {
@@ -135,7 +154,7 @@ func (c *Client) Call(ctx context.Context, method string, args []any, opts []byt
 	c.nextID++
 	id := c.nextID
 	if err := c.send(request{ID: id, Kind: kindCall, Method: method, NArgs: len(args), Args: b, Opts: opts}); err != nil {
-		return fmt.Errorf("%w: %v", ErrConnLost, err)
+		return c.sendFailed(err)
 	}
 	c.current.Store(id)
 	defer c.current.Store(0)
@@ -241,7 +260,7 @@ func (c *Client) control(kind int) (Status, error) {
 	c.nextID++
 	id := c.nextID
 	if err := c.send(request{ID: id, Kind: kind}); err != nil {
-		return Status{}, fmt.Errorf("%w: %v", ErrConnLost, err)
+		return Status{}, c.sendFailed(err)
 	}
 	r, _, err := c.next(id, nil)
 	if err != nil {
