@@ -213,6 +213,7 @@ func sessionBench(c *command, args []string) error {
 		setup.Train.NB, setup.Train.T, setup.Train.K, info.TrainWindows, info.Device)
 
 	cold := make([]float64, *reps)
+	setupMS, teacherMS := make([]float64, *reps), make([]float64, *reps)
 	for i := range cold {
 		t0 := time.Now()
 		if err := benchCell(func() (session.Lab, error) {
@@ -220,10 +221,12 @@ func sessionBench(c *command, args []string) error {
 			if err != nil {
 				return nil, err
 			}
-			if _, err := lab.Setup(setup); err != nil {
+			info, err := lab.Setup(setup)
+			if err != nil {
 				lab.Close()
 				return nil, err
 			}
+			setupMS[i], teacherMS[i] = 1000*info.SetupSeconds, 1000*info.TeacherSeconds
 			return lab, nil
 		}, grad); err != nil {
 			return fmt.Errorf("cold cell: %w", err)
@@ -239,6 +242,7 @@ func sessionBench(c *command, args []string) error {
 		warm[i] = msSince(t0)
 	}
 	fmt.Printf("cold cell, in-process (new Lab: open device, load, compress, teacher pass; Step(1), Grad): %s\n", msLine(cold))
+	fmt.Printf("  of which Setup: median %.0f ms (its teacher pass %.0f ms)\n", median(setupMS), median(teacherMS))
 	fmt.Printf("warm cell (Attach to the resident session; Step(1), Grad): %s\n", msLine(warm))
 
 	if err := benchBuild(name, grad, len(warm)); err != nil {
