@@ -241,9 +241,25 @@ func sessionBench(c *command, args []string) error {
 		}
 		warm[i] = msSince(t0)
 	}
+	// The transport's share of a warm cell: the same cell without the step.
+	overhead := make([]float64, len(warm))
+	for i := range overhead {
+		t0 := time.Now()
+		cl, err := session.Attach(name, session.NoStart())
+		if err != nil {
+			return err
+		}
+		_, err = cl.Grad(grad)
+		cl.Close()
+		if err != nil {
+			return err
+		}
+		overhead[i] = msSince(t0)
+	}
 	fmt.Printf("cold cell, in-process (new Lab: open device, load, compress, teacher pass; Step(1), Grad): %s\n", msLine(cold))
 	fmt.Printf("  of which Setup: median %.0f ms (its teacher pass %.0f ms)\n", median(setupMS), median(teacherMS))
 	fmt.Printf("warm cell (Attach to the resident session; Step(1), Grad): %s\n", msLine(warm))
+	fmt.Printf("  of which the transport (the same cell without its Step: Attach, Grad): %s\n", msLine(overhead))
 
 	if err := benchBuild(name, grad, len(warm)); err != nil {
 		fmt.Printf("cell compile: not measured: %v\n", err)
