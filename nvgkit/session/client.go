@@ -6,7 +6,6 @@ import (
 	"encoding/gob"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -349,7 +348,7 @@ func (c *Client) Step(n int, opts ...Option) ([]StepStats, error) {
 }
 
 // hookedSteps is Step with a PreOptimizer hook, run from the client: per step ZeroGrads,
-// ForwardBackward, the hook and ClipGrads (both only when the loss is finite, as nvgkit's
+// ForwardBackward, the hook and ClipGrads (both only when StepStats.Finite, as nvgkit's
 // Step), AdamStep, and Eval(0) after every EvalEvery-th step. Unlike an in-process Step
 // with EvalEvery, the server's History does not carry the evaluation's perplexity on the
 // step's entry (it is in History.Evals and in the returned StepStats).
@@ -414,8 +413,7 @@ func (c *Client) hookedSteps(n int, o Options) ([]StepStats, error) {
 		if err != nil {
 			return done, err
 		}
-		finite := !math.IsNaN(fb.Loss) && !math.IsInf(fb.Loss, 0)
-		if finite {
+		if fb.Finite {
 			c.inHook = true
 			herr := o.PreOptimizer(c, fb)
 			c.inHook = false
