@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/nvg-project/nvg/nvgkit/train"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/session"
 	"github.com/nvg-project/nvg/nvgkit/session/server"
 )
@@ -217,7 +217,7 @@ func sessionBench(c *command, args []string) error {
 	for i := range cold {
 		t0 := time.Now()
 		if err := benchCell(func() (session.Lab, error) {
-			lab, err := nvgkit.NewLab()
+			lab, err := train.NewLab()
 			if err != nil {
 				return nil, err
 			}
@@ -322,7 +322,7 @@ import (
 )
 
 func main() {
-	lab, err := nvgkit.NewLab()
+	lab, err := train.NewLab()
 	fmt.Println("EDIT", lab != nil, err)
 }
 `

@@ -2,7 +2,7 @@
 // — load a teacher once, run its top-k pass once, then step, look at and change the
 // student a few calls at a time — and the plain value types its methods take and return.
 //
-// Two implementations exist: nvgkit.NewLab runs a Lab in-process on the GPU (the CLI, Go
+// Two implementations exist: train.NewLab runs a Lab in-process on the GPU (the CLI, Go
 // programs, tests), and this package's Client talks to a resident session server that owns
 // one (notebook cells, which GoNB runs as a new process each). Both give bit-identical
 // results. This package imports nothing that links the GPU engine (no gpu, nvgkit, host or
@@ -40,11 +40,11 @@ import (
 // method except Setup, Info, Interrupt and Close fails with an error saying so while the Lab
 // is not set up.
 //
-// Training follows nvg distill (nvgkit.Trainer) exactly: step s (1-based) uses the training
+// Training follows nvg distill (train.Trainer) exactly: step s (1-based) uses the training
 // windows i0 … i0+NB−1 with i0 = (s−1)·NB mod Windows, the teacher's cached top-k for them,
 // the learning rate TrainConfig.LRAt(s) of the schedule and Adam with betas 0.9/0.99. With
 // the same Setup, Step(k) returns the same losses, bit for bit, as the first k steps of
-// `nvg distill` / nvgkit.Trainer (the Lab does not evaluate between steps unless asked, and
+// `nvg distill` / train.Trainer (the Lab does not evaluate between steps unless asked, and
 // never restores a "best" snapshot by itself).
 type Lab interface {
 	// Setup opens the device if needed, loads the teacher (Setup.Teacher; "" is the embedded
@@ -75,7 +75,7 @@ type Lab interface {
 	// wrapping ErrInterrupted. It may be called from another goroutine (a signal handler)
 	// while a call runs; with no call running it does nothing (it is not remembered).
 	Interrupt() error
-	// Close releases the GPU state of an in-process Lab (nvgkit.Lab) and closes the
+	// Close releases the GPU state of an in-process Lab (train.Lab) and closes the
 	// connection of a Client (the session keeps running; `nvg session stop NAME` ends it).
 	// Later calls fail.
 	Close() error
@@ -96,7 +96,7 @@ type Lab interface {
 	// the gradients' norm are finite it applies Adam at the schedule's learning rate
 	// LRAt(step) (the Adam step counter, which counts only applied updates, advances);
 	// otherwise it makes no update, clears the gradients and counts the step as skipped (as
-	// nvgkit.Trainer does). Either way the step counter advances by one and the step is
+	// train.Trainer does). Either way the step counter advances by one and the step is
 	// appended to the history. The returned StepStats has the step's loss (the last
 	// ForwardBackward's since the previous AdamStep; NaN when there was none), its gradient
 	// norm (the one ClipGrads returned since; else computed now), LR and Skipped. Gradients
@@ -104,7 +104,7 @@ type Lab interface {
 	AdamStep() (StepStats, error)
 	// ZeroGrads sets every gradient to zero.
 	ZeroGrads() error
-	// Step runs n ≥ 1 full training steps as nvgkit.Trainer does: per step ZeroGrads,
+	// Step runs n ≥ 1 full training steps as train.Trainer does: per step ZeroGrads,
 	// ForwardBackward, the PreOptimizer hook (when given; not in a step whose loss is not
 	// finite, which is skipped), ClipGrads(Setup.Train.ClipNorm) (or the plain norm when
 	// ClipNorm is 0) and AdamStep. It returns one StepStats per step
@@ -244,7 +244,7 @@ type Setup struct {
 	// directories expanded as nvg distill --train-files does); both nil is the embedded
 	// default corpus (the Go standard library, model card split). They go together.
 	TrainFiles, EvalFiles []string
-	// Train is the schedule (nvgkit.TrainConfig's fields of the same names).
+	// Train is the schedule (train.TrainConfig's fields of the same names).
 	Train Train
 	// Resume, when not "", is a checkpoint file or directory written by Lab.Checkpoint: the
 	// state is restored from it after the teacher pass (its settings must match these).
@@ -253,8 +253,8 @@ type Setup struct {
 	Replace bool
 }
 
-// Train is the schedule of a Lab: the fields of nvgkit.TrainConfig that shape the steps, with
-// the same names, meanings and defaults (DefaultSetup().Train equals nvgkit.DefaultTrainConfig's
+// Train is the schedule of a Lab: the fields of train.TrainConfig that shape the steps, with
+// the same names, meanings and defaults (DefaultSetup().Train equals train.DefaultTrainConfig's
 // fields; a test checks it). Steps sets the number of distinct training windows (Windows 0:
 // Steps·NB) and the span of the learning-rate schedule (ScheduleSteps 0: Steps); a Lab may
 // step past Steps: the windows are cycled and the learning rate stays at the floor.
@@ -292,7 +292,7 @@ func DefaultSetup() Setup {
 }
 
 // Validate reports the first field of s that is out of range, naming it (the same ranges as
-// nvgkit.TrainConfig.Validate and nvg distill's flags). Files are checked by Setup.
+// train.TrainConfig.Validate and nvg distill's flags). Files are checked by Setup.
 func (s Setup) Validate() error {
 	t := s.Train
 	switch {

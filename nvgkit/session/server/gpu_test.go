@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"github.com/nvg-project/nvg/nvgkit/train"
 	"math"
 	"reflect"
 	"strings"
@@ -23,7 +24,7 @@ func gpuSetup() session.Setup {
 // inProcessLab is an nvgkit Lab on the tests' shared device.
 func inProcessLab(t *testing.T) session.Lab {
 	t.Helper()
-	lab, err := nvgkit.NewLab(nvgkit.LabDevice(gputest.Open(t)))
+	lab, err := train.NewLab(train.LabDevice(gputest.Open(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func labSequence(t *testing.T, lab session.Lab) []string {
 	return out
 }
 
-// TestInProcessVsSessionBitIdentical: the same calls through nvgkit.NewLab in this process
+// TestInProcessVsSessionBitIdentical: the same calls through train.NewLab in this process
 // and through a session server (another process, its own device) give bit-identical
 // results: losses, norms, gradients, parameters, evaluations, hidden states.
 func TestInProcessVsSessionBitIdentical(t *testing.T) {
