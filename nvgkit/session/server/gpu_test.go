@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu/gputest"
-	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/session"
 )
 
