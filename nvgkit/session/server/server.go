@@ -68,7 +68,7 @@ func Serve(name string, lab session.Lab, cfg Config) error {
 		allow = *cfg.AllowUID
 	}
 	svc := service(lab, f, logger)
-	srv, err := rpc.NewServer(svc, rpc.Config{AllowUID: allow, Idle: cfg.Idle, Log: logger, Note: note(lab)})
+	srv, err := rpc.NewServer(svc, rpc.Config{AllowUID: allow, Idle: cfg.Idle, Socket: f.Sock, Log: logger, Note: note(lab)})
 	if err != nil {
 		return err
 	}

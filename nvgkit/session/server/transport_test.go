@@ -305,7 +305,7 @@ func TestLifecycle(t *testing.T) {
 	pids := make(chan int, 2)
 	for range 2 {
 		go func() {
-			cl, err := session.Attach("life2")
+			cl, err := session.Attach("life2", session.IdleTimeout(10*time.Minute))
 			if err != nil {
 				t.Error(err)
 				pids <- 0

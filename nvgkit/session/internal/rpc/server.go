@@ -74,11 +74,19 @@ type Config struct {
 	AllowUID int
 	// Idle ends Serve when no call has run for this long (0: never).
 	Idle time.Duration
+	// Socket, when set, is the path of the listener's Unix socket: Serve ends when the file
+	// there is removed or replaced (its session directory was deleted, another server took
+	// the name), because no client can reach the server any more and it would only hold the
+	// GPU. Checked every 10 s (or the idle check's period when shorter).
+	Socket string
 	// Note is the status note before the first call (Status.Note).
 	Note string
 	// Log receives one line per refused connection, panic and lifecycle event.
 	Log *log.Logger
 }
+
+// orphanCheck is how often Serve checks Config.Socket (tests lower it).
+var orphanCheck = 10 * time.Second
 
 // Server serves one Service on a listener.
 type Server struct {
@@ -143,6 +151,13 @@ func (s *Server) Stop() {
 // running call has finished. It returns nil when stopped or idle, and the listener's error
 // otherwise.
 func (s *Server) Serve(l net.Listener) error {
+	var sock os.FileInfo
+	if s.cfg.Socket != "" {
+		var err error
+		if sock, err = os.Stat(s.cfg.Socket); err != nil {
+			return fmt.Errorf("rpc: the socket %s: %w", s.cfg.Socket, err)
+		}
+	}
 	workerDone := make(chan struct{})
 	go s.worker(workerDone)
 	acceptErr := make(chan error, 1)
@@ -157,8 +172,12 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 	}()
 	var tick <-chan time.Time
-	if s.cfg.Idle > 0 {
-		t := time.NewTicker(min(s.cfg.Idle/4+time.Millisecond, time.Minute))
+	if s.cfg.Idle > 0 || sock != nil {
+		period := orphanCheck
+		if s.cfg.Idle > 0 {
+			period = min(s.cfg.Idle/4+time.Millisecond, period)
+		}
+		t := time.NewTicker(period)
 		defer t.Stop()
 		tick = t.C
 	}
@@ -171,6 +190,15 @@ loop:
 		case err = <-acceptErr:
 			break loop
 		case <-tick:
+			if sock != nil {
+				if fi, err := os.Stat(s.cfg.Socket); err != nil || !os.SameFile(fi, sock) {
+					s.cfg.Log.Printf("the socket %s was removed or replaced: no client can reach this server; exiting", s.cfg.Socket)
+					break loop
+				}
+			}
+			if s.cfg.Idle <= 0 {
+				continue
+			}
 			s.mu.Lock()
 			idle := s.status.Busy == "" && time.Since(s.status.LastActive) >= s.cfg.Idle
 			s.mu.Unlock()

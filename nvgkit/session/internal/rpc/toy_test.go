@@ -415,4 +415,43 @@ func TestStopAndIdle(t *testing.T) {
 	}
 }
 
+// TestOrphanExits checks that a server without an idle timeout exits once its socket file
+// is removed (its session directory deleted): nothing could reach it, and it would hold the
+// GPU forever.
+func TestOrphanExits(t *testing.T) {
+	defer func(d time.Duration) { orphanCheck = d }(orphanCheck)
+	orphanCheck = 20 * time.Millisecond
+	path := filepath.Join(t.TempDir(), "orphan.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	s, err := NewServer(Service{Impl: &toyImpl{}, Iface: reflect.TypeOf((*toy)(nil)).Elem()}, Config{AllowUID: os.Getuid(), Socket: path, Log: newLogger(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned while its socket exists: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("orphaned Serve: %v", err)
+		}
+		if !strings.Contains(logs.String(), "was removed or replaced") {
+			t.Errorf("log %q does not say why the server exited", logs.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a server whose socket was removed did not exit")
+	}
+}
+
 func newLogger(w *bytes.Buffer) *log.Logger { return log.New(w, "", 0) }
