@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/ui"
 )
 
 // sameFloat is bit equality, NaN equal to NaN.
@@ -100,9 +101,10 @@ func TestTrainerMetrics(t *testing.T) {
 	if clipped == 0 {
 		t.Errorf("no step was clipped at %g: the test does not check grad_norm_clipped", cfg.ClipNorm)
 	}
-	fig, err := nvgkit.PlotMetrics(recs)
+	steps, loss, es, ep, tppl := nvgkit.TrainingSeries(recs)
+	fig, err := ui.PlotTraining(ui.TrainingCurves{Steps: steps, Loss: loss, EvalSteps: es, EvalPPL: ep, TeacherPPL: tppl})
 	if err != nil || fig == nil {
-		t.Errorf("PlotMetrics: %v", err)
+		t.Errorf("PlotTraining of the metrics log: %v", err)
 	}
 }
 

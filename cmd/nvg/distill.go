@@ -21,6 +21,7 @@ import (
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
+	"github.com/nvg-project/nvg/nvgkit/ui"
 )
 
 func init() {
@@ -697,20 +698,21 @@ func writeDistillPlots(out string, tr *nvgkit.Trainer, student *nvgkit.Net, repo
 	if err != nil {
 		return err
 	}
-	fig, err := nvgkit.PlotMetrics(recs)
+	steps, loss, es, ep, tppl := nvgkit.TrainingSeries(recs)
+	fig, err := ui.PlotTraining(ui.TrainingCurves{Steps: steps, Loss: loss, EvalSteps: es, EvalPPL: ep, TeacherPPL: tppl})
 	if err != nil {
 		return err
 	}
-	if err := nvgkit.SavePlot(filepath.Join(out, "training.png"), fig, 900, 700); err != nil {
+	if err := ui.SavePlot(filepath.Join(out, "training.png"), fig, 900, 700); err != nil {
 		return err
 	}
 	if layers, kinds, norms, err := tr.LayerGradNorms(); err == nil {
-		p, err := nvgkit.PlotLayerGradNorms(layers, kinds, norms)
+		p, err := ui.PlotLayerGradNorms(layers, kinds, norms)
 		if err != nil {
 			return err
 		}
 		p.Title.Text = "Gradient L2 norm per layer (last step)"
-		if err := nvgkit.SavePlot(filepath.Join(out, "grad_norms.png"), p, 1000, 600); err != nil {
+		if err := ui.SavePlot(filepath.Join(out, "grad_norms.png"), p, 1000, 600); err != nil {
 			return err
 		}
 	}
@@ -730,17 +732,21 @@ func writeDistillPlots(out string, tr *nvgkit.Trainer, student *nvgkit.Net, repo
 		}
 	}
 	if len(vals) > 0 {
-		p, err := nvgkit.PlotHistogram("BLR metric scales after distillation, log10 |h|, |ℓ|, |g|", vals, 80)
+		p, err := ui.PlotHistogram("BLR metric scales after distillation, log10 |h|, |ℓ|, |g|", vals, 80)
 		if err != nil {
 			return err
 		}
-		if err := nvgkit.SavePlot(filepath.Join(out, "metric_hist.png"), p, 900, 600); err != nil {
+		if err := ui.SavePlot(filepath.Join(out, "metric_hist.png"), p, 900, 600); err != nil {
 			return err
 		}
 	}
-	p, err := nvgkit.PlotReconstruction(reports)
+	pts := make([]ui.TensorPoint, len(reports))
+	for i, r := range reports {
+		pts[i] = ui.TensorPoint{Name: r.Name, Kind: r.Kind, BitsPerWeight: r.BitsPerWeight, RelErr: r.RelErr}
+	}
+	p, err := ui.PlotReconstruction(pts)
 	if err != nil {
 		return err
 	}
-	return nvgkit.SavePlot(filepath.Join(out, "reconstruction.png"), p, 900, 600)
+	return ui.SavePlot(filepath.Join(out, "reconstruction.png"), p, 900, 600)
 }
