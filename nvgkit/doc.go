@@ -3,7 +3,8 @@
 // activation buffers once (Work), run the teacher pass (TeacherTopK), step the student
 // (Step: forward, KL against the teacher's top-k, backward), inspect gradients (Grads,
 // GradNorm), update it (ClipGrads, Adam), snapshot, export, evaluate (NLL, StudentNLL; for a
-// non-finite result, FirstNonFinite names the layer), train (Trainer) and plot (Plot*).
+// non-finite result, FirstNonFinite names the layer) and train (Trainer); plots and notebook
+// display are in nvgkit/ui.
 // Compress turns a teacher into a BLR student.
 //
 // A typical teacher pass:
