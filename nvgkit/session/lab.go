@@ -1,0 +1,747 @@
+// Package session is the light half of nvg's step-level API (issue 14): the Lab interface
+// — load a teacher once, run its top-k pass once, then step, look at and change the
+// student a few calls at a time — and the plain value types its methods take and return.
+//
+// Two implementations exist: nvgkit.NewLab runs a Lab in-process on the GPU (the CLI, Go
+// programs, tests), and this package's Client talks to a resident session server that owns
+// one (notebook cells, which GoNB runs as a new process each). Both give bit-identical
+// results. This package imports nothing that links the GPU engine (no gpu, nvgkit, host or
+// wgsl package, no cgo), so a notebook cell that only talks to a session compiles and starts
+// fast; a test asserts it with `go list -deps`.
+//
+// Every value a Lab method returns is plain data — numbers, strings, slices, maps and
+// structs of them, no pointers to GPU state — so it can travel over encoding/gob.
+//
+// Names. The student's trained vectors (Lab.Names) are named as in nvgkit and the
+// checkpoints: every RMSNorm gain by its Hugging Face tensor name ("model.layers.0.
+// input_layernorm.weight", … "model.norm.weight"; the stored w, applied as 1 + w by the
+// zero-centred norms), every BLR metric scale by arch.MetricName,
+// "<tensor>.p<path>.<h|l|g>" ("model.layers.3.self_attn.q_proj.weight.p0.h", [m], [r] or
+// [n] float32 values). Unknown names are refused with an error listing the nearest names.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Lab is the step-level API of one teacher–student pair on one GPU: the state it holds —
+// the teacher and student nets, their work buffers, the training and held-out windows, the
+// teacher's top-k for every training window (computed once by Setup and kept), the Adam
+// moments, the step counter, the loss history and named snapshots — survives between calls.
+//
+// Calls are served one at a time. Every method validates its arguments before it touches any
+// state and a call that fails leaves the state as it was, unless its documentation says
+// otherwise (Step keeps the steps it finished before the failure or interruption). Every
+// method except Setup, Info, Interrupt and Close fails with an error saying so while the Lab
+// is not set up.
+//
+// Training follows nvg distill (nvgkit.Trainer) exactly: step s (1-based) uses the training
+// windows i0 … i0+NB−1 with i0 = (s−1)·NB mod Windows, the teacher's cached top-k for them,
+// the learning rate TrainConfig.LRAt(s) of the schedule and Adam with betas 0.9/0.99. With
+// the same Setup, Step(k) returns the same losses, bit for bit, as the first k steps of
+// `nvg distill` / nvgkit.Trainer (the Lab does not evaluate between steps unless asked, and
+// never restores a "best" snapshot by itself).
+type Lab interface {
+	// Setup opens the device if needed, loads the teacher (Setup.Teacher; "" is the embedded
+	// tiny teacher), compresses it (Setup.BitsPerWeight, Paths, Seed) or loads the student
+	// Setup.Student, tokenizes the corpus (Setup.TrainFiles / EvalFiles; nil is the embedded
+	// default corpus of nvg distill, the Go standard library with the model card's split),
+	// draws the training and held-out windows, runs the teacher pass once over every
+	// training window and keeps its top-k, evaluates the teacher and the untrained student on
+	// the held-out windows, and creates the Adam state (step 0). With Setup.Resume it then
+	// restores a checkpoint written by Checkpoint.
+	//
+	// Calling Setup again with an equal Setup returns the same Info and changes nothing (a
+	// notebook re-runs its first cell). A different Setup is an error unless s.Replace is
+	// set; then the old state is released first. Progress (phases "load", "compress",
+	// "corpus", "teacher", "eval") goes to the OnProgress option; WithContext or Interrupt
+	// stop it between phases and teacher batches with ErrInterrupted, leaving the Lab as it
+	// was before the call.
+	//
+	// Errors: Setup.Validate's; a missing model, tokenizer or corpus file; a student of
+	// another architecture; GPU errors (out of memory names the sizes).
+	Setup(s Setup, opts ...Option) (Info, error)
+	// Info returns the sizes, names and state of a set-up Lab (Info.Ready false and the rest
+	// zero before Setup).
+	Info() (Info, error)
+	// Interrupt asks the call in progress (Setup, Step, Eval, GradCheck) to stop at its next
+	// boundary (a step, a teacher batch, an eval batch); that call then returns an error
+	// wrapping ErrInterrupted. It may be called from another goroutine (a signal handler)
+	// while a call runs; with no call running it does nothing (it is not remembered).
+	Interrupt() error
+	// Close releases the GPU state of an in-process Lab (nvgkit.Lab) and closes the
+	// connection of a Client (the session keeps running; `nvg session stop NAME` ends it).
+	// Later calls fail.
+	Close() error
+
+	// ForwardBackward runs the student's forward and backward on the batch of the next step
+	// (step Info.Step+1: its NB training windows and their cached teacher top-k) and
+	// accumulates the gradients into the gradient buffers, as nvgkit.Step does (call
+	// ZeroGrads first for the gradient of this batch alone). StepStats.Step is the step the
+	// batch belongs to; Loss the batch's mean KL(teacher top-k ‖ student) per token in nats;
+	// GradNorm is NaN (not computed). The step counter does not move: a second call
+	// accumulates the same batch again.
+	ForwardBackward() (StepStats, error)
+	// ClipGrads computes the global L2 norm of the gradients and, when it is above maxNorm,
+	// scales every gradient by maxNorm/norm (f32). It returns the norm before clipping (NaN or
+	// +Inf are returned as they are, nothing scaled). Errors: maxNorm not finite and > 0.
+	ClipGrads(maxNorm float64) (norm float64, err error)
+	// AdamStep ends the current step (Info.Step+1): when the last ForwardBackward's loss and
+	// the gradients' norm are finite it applies Adam at the schedule's learning rate
+	// LRAt(step) (the Adam step counter, which counts only applied updates, advances);
+	// otherwise it makes no update, clears the gradients and counts the step as skipped (as
+	// nvgkit.Trainer does). Either way the step counter advances by one and the step is
+	// appended to the history. The returned StepStats has the step's loss (the last
+	// ForwardBackward's since the previous AdamStep; NaN when there was none), its gradient
+	// norm (the one ClipGrads returned since; else computed now), LR and Skipped. Gradients
+	// are not cleared after an update (ZeroGrads; Step does it at the start of each step).
+	AdamStep() (StepStats, error)
+	// ZeroGrads sets every gradient to zero.
+	ZeroGrads() error
+	// Step runs n ≥ 1 full training steps as nvgkit.Trainer does: per step ZeroGrads,
+	// ForwardBackward, the PreOptimizer hook (when given), ClipGrads(TrainConfig.ClipNorm)
+	// (or the plain norm when ClipNorm is 0) and AdamStep. It returns one StepStats per step
+	// done. Progress (phase "step", Done/Total of this call) goes to OnProgress after every
+	// step; with EvalEvery(m) the student is evaluated after every m-th step of the call and
+	// StepStats.EvalPPL set. Interrupt or the context stop it between steps: it returns the
+	// steps done and an error wrapping ErrInterrupted; the state is that after the last step
+	// done. Any other failure also returns the steps done before it (their updates stay); the
+	// failing step made no update. After Step the gradient buffers hold the last step's
+	// gradients, clipped. A hook must not call Setup, Step, Restore or Close (an error).
+	Step(n int, opts ...Option) ([]StepStats, error)
+	// History returns every step done since Setup (or restored from a checkpoint or
+	// snapshot) and every evaluation made, in order.
+	History() (History, error)
+
+	// Names returns the names of the student's trained vectors in load order (see the
+	// package documentation).
+	Names() ([]string, error)
+	// Param returns a copy of the named trained vector's current values (f32, its length
+	// is the vector's: [m], [r] or [n] for a metric scale, [hidden] or [head_dim] for a gain).
+	Param(name string) ([]float32, error)
+	// SetParam writes v into the named trained vector. Errors: an unknown name, a length
+	// other than the vector's (want/got), a value that is not finite. Adam's moments and
+	// the gradients are left as they are.
+	SetParam(name string, v []float32) error
+	// Grad returns a copy of the named vector's gradient buffer (what the steps since the
+	// last ZeroGrads accumulated, after any clipping or SetGrad).
+	Grad(name string) ([]float32, error)
+	// SetGrad writes v into the named vector's gradient buffer (as Param/SetParam), e.g. from
+	// a PreOptimizer hook before Adam. Errors as SetParam.
+	SetGrad(name string, v []float32) error
+	// GradNorms returns the L2 norms of the gradient buffers now (before clipping when read
+	// from a PreOptimizer hook, clipped after Step) per decoder layer and kind, and the
+	// global norm.
+	GradNorms() (GradNorms, error)
+
+	// Snapshot stores the student's trained values, Adam moments, step counters and history
+	// on the host under tag (replacing an older snapshot of that tag). Errors: an empty tag.
+	Snapshot(tag string) error
+	// Restore returns the Lab to the state Snapshot(tag) stored: trained values, Adam
+	// moments, step counter (so the next step replays the same windows at the same learning
+	// rate) and history. Gradients are left as they are. Errors: an unknown tag (listing the
+	// tags there are).
+	Restore(tag string) error
+	// Snapshots returns the tags of the stored snapshots, sorted.
+	Snapshots() ([]string, error)
+	// Checkpoint writes the state (trained values, Adam moments, step counters, history and
+	// the settings) atomically to dir/checkpoint-NNNNNN.safetensors (NNNNNN: the step) and
+	// returns the file's path; Setup with Resume set to the file or the directory restores it.
+	// dir is created when missing.
+	Checkpoint(dir string) (path string, err error)
+	// Export writes the student as it is now to path as a .cmf file (its metric scales
+	// rounded to f16, as nvg distill's student.cmf), atomically.
+	Export(path string) error
+
+	// Eval returns the held-out mean next-token loss and perplexity of the student (and the
+	// teacher's, computed once per window count and kept) on the first `windows` held-out
+	// windows (0: all Setup.EvalWindows). The result is appended to the history. Progress
+	// phase "eval". Errors: windows < 0 or more than there are.
+	Eval(windows int) (EvalResult, error)
+	// HiddenStates returns the hidden states of one window in the teacher or the student:
+	// layer index 0 is the embedding, l = 1 … L−1 the output of decoder layer l−1 (the
+	// residual stream), L (Info.Layers) the last layer's output after the final norm (the
+	// head's input), as nvgkit.Trace. layers nil means all L+1. Errors: an unknown net, a bad
+	// window (see Window), a layer index outside 0…L.
+	HiddenStates(net NetKind, w Window, layers []int) (HiddenStates, error)
+	// Logits returns the full next-token logits [vocab] (f32) of the teacher or the student at
+	// position pos (0-based, < the window's length) of window w.
+	Logits(net NetKind, w Window, pos int) ([]float32, error)
+	// TopK returns the k most probable next tokens (1 ≤ k ≤ 64) of the teacher or the student
+	// at position pos of window w, with their probabilities under the full softmax, and the
+	// probability of the window's actual next token when it has one.
+	TopK(net NetKind, w Window, pos, k int) (TopKResult, error)
+	// Tokenize returns the token ids of text under the Lab's tokenizer (for Window.Tokens).
+	Tokenize(text string) ([]int, error)
+	// Detokenize returns the text of ids. Errors: an id outside the vocabulary.
+	Detokenize(ids []int) (string, error)
+
+	// GradCheck checks the GPU's analytic gradient on the live state: for chosen coordinates
+	// of chosen trained vectors, the GPU gradient of a batch (nvgkit.Step) against the float64
+	// host reference (host.Net.StudentLossGrad of the same student with the live values),
+	// the host's central finite difference (host StudentLoss) and the GPU's (nvgkit.LossOnly),
+	// with their relative errors against notebook 02's tolerances. The Lab's state —
+	// trained values, gradients, Adam moments, counters — is the same after the call as
+	// before. Errors: GradCheckSpec.Validate's, an unknown name; the host reference missing
+	// (nvgkit's Lab needs the nvgkit/gradcheck package linked in; the session server has it).
+	GradCheck(spec GradCheckSpec, opts ...Option) (GradCheckResult, error)
+}
+
+// NetKind selects the teacher or the student net in the inspection calls.
+type NetKind int
+
+const (
+	// Teacher is the dense teacher net.
+	Teacher NetKind = iota
+	// Student is the compressed student being trained.
+	Student
+)
+
+// String is "teacher" or "student".
+func (k NetKind) String() string {
+	switch k {
+	case Teacher:
+		return "teacher"
+	case Student:
+		return "student"
+	}
+	return fmt.Sprintf("NetKind(%d)", int(k))
+}
+
+// Valid reports whether k is Teacher or Student.
+func (k NetKind) Valid() bool { return k == Teacher || k == Student }
+
+// Setup describes what a Lab loads and how it trains. Start from DefaultSetup (the
+// defaults of nvg distill); every number holds exactly its value (0 is not a default,
+// except where a field says so).
+type Setup struct {
+	// Teacher is the teacher model: an HF checkpoint directory, a .cmf file or a sharded CMF
+	// directory; "" is the embedded tiny teacher (qwen35-tiny-go).
+	Teacher string
+	// Tokenizer is a tokenizer.json file (or a directory holding one); "" finds it beside
+	// the teacher, or uses the embedded tiny teacher's for the embedded teacher.
+	Tokenizer string
+	// Student is a compressed student .cmf to train; "" compresses the teacher with
+	// BitsPerWeight, Paths and Seed (float64 products on the CPU, as nvg distill).
+	Student string
+	// BitsPerWeight is the compression target, in (0, 32] (nvg distill --bpw).
+	BitsPerWeight float64
+	// Paths is the BLR path mode: "auto", "1" or "2" (nvg distill --paths).
+	Paths string
+	// TrainFiles and EvalFiles are the training and held-out corpus files (globs and
+	// directories expanded as nvg distill --train-files does); both nil is the embedded
+	// default corpus (the Go standard library, model card split). They go together.
+	TrainFiles, EvalFiles []string
+	// Train is the schedule (nvgkit.TrainConfig's fields of the same names).
+	Train Train
+	// Resume, when not "", is a checkpoint file or directory written by Lab.Checkpoint: the
+	// state is restored from it after the teacher pass (its settings must match these).
+	Resume string
+	// Replace lets Setup replace a Lab that was set up with another Setup.
+	Replace bool
+}
+
+// Train is the schedule of a Lab: the fields of nvgkit.TrainConfig that shape the steps, with
+// the same names, meanings and defaults (DefaultSetup().Train equals nvgkit.DefaultTrainConfig's
+// fields; a test checks it). Steps sets the number of distinct training windows (Windows 0:
+// Steps·NB) and the span of the learning-rate schedule (ScheduleSteps 0: Steps); a Lab may
+// step past Steps: the windows are cycled and the learning rate stays at the floor.
+type Train struct {
+	// Steps is the planned number of steps (≥ 1).
+	Steps int
+	// NB windows of T tokens per step (each ≥ 1).
+	NB, T int
+	// Windows is the number of distinct training windows, 0 or a positive multiple of NB.
+	Windows int
+	// K is the number of teacher top-k entries per token (1…64, ≤ vocabulary).
+	K int
+	// LR is the peak learning rate (finite, > 0); Warmup the linear warm-up steps (0: none);
+	// MinLRFrac the cosine floor as a fraction of LR (≤ 1).
+	LR        float64
+	Warmup    int
+	MinLRFrac float64
+	// ClipNorm is the global gradient norm Step clips to (finite; 0: no clipping).
+	ClipNorm float64
+	// EvalWindows is the number of held-out windows of T+1 tokens (≥ 1).
+	EvalWindows int
+	// Seed draws the windows and seeds the compression.
+	Seed uint64
+	// ScheduleSteps is the number of steps the learning-rate schedule spans (0: Steps).
+	ScheduleSteps int
+}
+
+// DefaultSetup returns the defaults of nvg distill: the embedded tiny teacher compressed to
+// 1 bit per weight (paths auto, seed 1), the embedded corpus, 24 steps of 4 windows × 64
+// tokens, top-32, lr 0.05 with 3 warm-up steps and cosine decay to 10 %, gradients clipped
+// to norm 1, 8 held-out windows.
+func DefaultSetup() Setup {
+	return Setup{BitsPerWeight: 1, Paths: "auto",
+		Train: Train{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalWindows: 8, Seed: 1}}
+}
+
+// Validate reports the first field of s that is out of range, naming it (the same ranges as
+// nvgkit.TrainConfig.Validate and nvg distill's flags). Files are checked by Setup.
+func (s Setup) Validate() error {
+	t := s.Train
+	switch {
+	case s.Student == "" && !(s.BitsPerWeight > 0 && s.BitsPerWeight <= 32):
+		return fmt.Errorf("session: Setup.BitsPerWeight = %g, want a value in (0, 32]", s.BitsPerWeight)
+	case s.Student == "" && s.Paths != "auto" && s.Paths != "1" && s.Paths != "2":
+		return fmt.Errorf("session: Setup.Paths = %q, want \"auto\", \"1\" or \"2\"", s.Paths)
+	case (s.TrainFiles == nil) != (s.EvalFiles == nil):
+		return errors.New("session: Setup.TrainFiles and Setup.EvalFiles go together (both nil: the embedded corpus)")
+	case t.Steps < 1:
+		return fmt.Errorf("session: Setup.Train.Steps = %d, want ≥ 1 (start from DefaultSetup())", t.Steps)
+	case t.NB < 1:
+		return fmt.Errorf("session: Setup.Train.NB = %d, want ≥ 1", t.NB)
+	case t.T < 1:
+		return fmt.Errorf("session: Setup.Train.T = %d, want ≥ 1", t.T)
+	case t.Windows < 0 || t.Windows%t.NB != 0:
+		return fmt.Errorf("session: Setup.Train.Windows = %d, want 0 (Steps·NB) or a positive multiple of NB = %d", t.Windows, t.NB)
+	case t.K < 1 || t.K > 64:
+		return fmt.Errorf("session: Setup.Train.K = %d, want 1…64", t.K)
+	case !(t.LR > 0) || math.IsInf(t.LR, 0):
+		return fmt.Errorf("session: Setup.Train.LR = %g, want a finite value > 0", t.LR)
+	case t.Warmup < 0:
+		return fmt.Errorf("session: Setup.Train.Warmup = %d, want ≥ 0", t.Warmup)
+	case t.MinLRFrac > 1 || math.IsNaN(t.MinLRFrac):
+		return fmt.Errorf("session: Setup.Train.MinLRFrac = %g, want ≤ 1", t.MinLRFrac)
+	case !(t.ClipNorm >= 0) || math.IsInf(t.ClipNorm, 0):
+		return fmt.Errorf("session: Setup.Train.ClipNorm = %g, want a finite value ≥ 0 (0: no clipping)", t.ClipNorm)
+	case t.EvalWindows < 1:
+		return fmt.Errorf("session: Setup.Train.EvalWindows = %d, want ≥ 1", t.EvalWindows)
+	case t.ScheduleSteps < 0:
+		return fmt.Errorf("session: Setup.Train.ScheduleSteps = %d, want ≥ 0 (0: Steps)", t.ScheduleSteps)
+	}
+	return nil
+}
+
+// Equal reports whether s and o describe the same Lab (every field but Replace equal), the
+// test Setup uses to make a repeated call a no-op.
+func (s Setup) Equal(o Setup) bool {
+	s.Replace, o.Replace = false, false
+	return s.Teacher == o.Teacher && s.Tokenizer == o.Tokenizer && s.Student == o.Student &&
+		s.BitsPerWeight == o.BitsPerWeight && s.Paths == o.Paths && equalStrings(s.TrainFiles, o.TrainFiles) &&
+		equalStrings(s.EvalFiles, o.EvalFiles) && s.Train == o.Train && s.Resume == o.Resume
+}
+
+func equalStrings(a, b []string) bool {
+	if (a == nil) != (b == nil) || len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Info describes a set-up Lab.
+type Info struct {
+	// Ready is false before Setup (every other field is then zero).
+	Ready bool
+	// Setup is the Setup the Lab was made with.
+	Setup Setup
+	// Device describes the GPU adapter.
+	Device string
+	// Teacher and Student name the models ("embedded qwen35-tiny-go" for the default; the
+	// student's file, or "compressed from the teacher").
+	Teacher, Student string
+	// Layers, Hidden and Vocab are the architecture's sizes; LayerTypes the kind of every
+	// decoder layer ("linear_attention" or "full_attention").
+	Layers, Hidden, Vocab int
+	LayerTypes            []string
+	// Trainables is the number of trained vectors, TrainedValues the number of values in
+	// them (f32 each).
+	Trainables, TrainedValues int
+	// BitsPerWeight is the student's overall storage cost of its compressed linears (0 when
+	// unknown: a student loaded from a file without a report).
+	BitsPerWeight float64
+	// Compression has one row per compressed tensor when Setup compressed the teacher.
+	Compression []TensorReport
+	// TrainWindows and EvalWindows are the numbers of windows of T+1 tokens drawn;
+	// TrainTokens and EvalTokens the lengths of the token streams they were drawn from.
+	TrainWindows, EvalWindows int
+	TrainTokens, EvalTokens   int
+	// TeacherPPL and CompressedPPL are the held-out perplexities of the teacher and of the
+	// student before training (on all EvalWindows windows).
+	TeacherPPL, CompressedPPL float64
+	// Step is the number of steps done (the next ForwardBackward uses step Step+1's batch);
+	// AdamStep the number of Adam updates applied; Skipped the steps skipped (non-finite).
+	Step, AdamStep, Skipped int
+	// TeacherSeconds is the teacher pass's wall time, SetupSeconds Setup's.
+	TeacherSeconds, SetupSeconds float64
+	// Snapshots are the stored snapshot tags, sorted.
+	Snapshots []string
+}
+
+// TensorReport is one compressed tensor of the student (cmf.TensorReport's fields).
+type TensorReport struct {
+	// Name is the tensor, Kind its projection (q_proj, …, down_proj).
+	Name, Kind string
+	// Shape is [m, n] (output, input features); Rank and Paths its BLR form.
+	Shape       []int
+	Rank, Paths int
+	// BitsPerWeight is its storage cost; RelErr ‖W − Ŵ‖_F / ‖W‖_F.
+	BitsPerWeight, RelErr float64
+}
+
+// StepStats describes one training step (or one ForwardBackward).
+type StepStats struct {
+	// Step is the 1-based step the batch belongs to.
+	Step int
+	// Loss is the batch's mean KL(teacher top-k ‖ student) per token (nats); NaN when no
+	// ForwardBackward ran in the step.
+	Loss float64
+	// GradNorm is the global gradient L2 norm before clipping; NaN when not computed
+	// (ForwardBackward) or when the step was skipped before the norm was known.
+	GradNorm float64
+	// LR is the learning rate of the step (the schedule's LRAt(Step)); 0 from
+	// ForwardBackward.
+	LR float64
+	// Skipped is true when the loss or the gradient norm was not finite: no update was made.
+	Skipped bool
+	// Tokens is the number of predicted tokens in the batch (NB·T).
+	Tokens int
+	// EvalPPL is the held-out perplexity when the step ended with an evaluation (Step's
+	// EvalEvery option), else 0.
+	EvalPPL float64
+	// Seconds is the step's wall time.
+	Seconds float64
+}
+
+// History is what a Lab did since Setup: every step and every evaluation, in order.
+type History struct {
+	// Steps has one entry per step done (a Restore of an earlier snapshot cuts it back).
+	Steps []StepStats
+	// Evals has every evaluation made (Setup's of the untrained student first, at step 0).
+	Evals []EvalResult
+	// TeacherPPL is the teacher's held-out perplexity (all EvalWindows windows).
+	TeacherPPL float64
+}
+
+// Losses returns the per-step losses of h (NaN for steps without a loss).
+func (h History) Losses() []float64 {
+	out := make([]float64, len(h.Steps))
+	for i, s := range h.Steps {
+		out[i] = s.Loss
+	}
+	return out
+}
+
+// EvalResult is one held-out evaluation.
+type EvalResult struct {
+	// Step is the number of steps done when it was made.
+	Step int
+	// Windows of T+1 tokens were evaluated, Tokens = Windows·T predicted tokens.
+	Windows, Tokens int
+	// StudentLoss is the student's mean next-token loss (nats), StudentPPL = exp(StudentLoss).
+	StudentLoss, StudentPPL float64
+	// TeacherLoss and TeacherPPL are the teacher's on the same windows.
+	TeacherLoss, TeacherPPL float64
+}
+
+// GradNorms is a per-layer table of gradient L2 norms (nvgkit.LayerNorms): Norms[kind][layer]
+// for the layers 0…L−1 and the kinds sorted (a BLR projection's metric — h, ℓ, g of all its
+// paths — under its projection name, such as "q_proj"; a norm gain under its module name,
+// such as "input_layernorm"), NaN where the layer has no such kind. The final norm's gain is
+// only in Total.
+type GradNorms struct {
+	// Step is the number of steps done when the norms were taken.
+	Step int
+	// Layers are 0…L−1; Kinds sorted; Norms [len(Kinds)][len(Layers)].
+	Layers []int
+	Kinds  []string
+	Norms  [][]float64
+	// Total is the global L2 norm over every gradient (the final norm's included), in float64.
+	Total float64
+}
+
+// Window picks the tokens an inspection call runs on. With Tokens nil it is a window the Lab
+// drew: the held-out window Index (0 ≤ Index < Info.EvalWindows), or with Train the training
+// window Index (< Info.TrainWindows); its first T tokens are the input and its last token
+// the target of the last position. With Tokens set (1 … T ids in the vocabulary, e.g. from
+// Tokenize) those are the input and Index and Train are ignored.
+type Window struct {
+	Train  bool
+	Index  int
+	Tokens []int
+}
+
+// HiddenStates are the hidden states of one window in one net.
+type HiddenStates struct {
+	// Net is the net they come from.
+	Net NetKind
+	// T is the number of tokens, H the hidden size; Tokens the input ids [T].
+	T, H   int
+	Tokens []int
+	// Layers are the layer indices asked for (0: embedding … L: after the final norm) and
+	// States[i] the hidden state of Layers[i], [T·H] f32 row-major (token-major).
+	Layers []int
+	States [][]float32
+}
+
+// TopKResult is the most probable next tokens at one position of a window.
+type TopKResult struct {
+	// Net is the net, Pos the 0-based position, Token the input id there.
+	Net   NetKind
+	Pos   int
+	Token int
+	// IDs are the k most probable next ids (most probable first, ties by the lower id),
+	// Probs their probabilities under the full-vocabulary softmax (float64 from the f32
+	// logits), Pieces their decoded text.
+	IDs    []int
+	Probs  []float64
+	Pieces []string
+	// Next is the window's actual next token (−1 when the window has none: the last position
+	// of Window.Tokens), NextProb its probability and NextRank its 0-based rank (−1: none).
+	Next     int
+	NextProb float64
+	NextRank int
+}
+
+// Progress is a report of a long call in progress (Setup, Step, Eval, GradCheck), passed to
+// the OnProgress callback in the caller's process.
+type Progress struct {
+	// Phase names the work: "load", "compress", "corpus", "teacher", "eval", "step",
+	// "gradcheck".
+	Phase string
+	// Done of Total units of the phase are finished (tensors, windows, steps, coordinates).
+	Done, Total int
+	// Step is the number of steps done; Loss the last step's loss (NaN before one);
+	// EvalPPL the last held-out perplexity (0 before one).
+	Step    int
+	Loss    float64
+	EvalPPL float64
+	// Elapsed is the phase's wall time so far.
+	Elapsed time.Duration
+}
+
+// ErrInterrupted is wrapped by the error of a call that Interrupt or its context stopped at a
+// boundary; the Lab's state is consistent (that after the last finished step).
+var ErrInterrupted = errors.New("session: interrupted")
+
+// Options are the options of one call (Option sets them). Implementations read them; a
+// Client runs the callbacks in the caller's process.
+type Options struct {
+	// Context, when not nil, stops the call at its next boundary when cancelled.
+	Context context.Context
+	// OnProgress, when not nil, is called with the call's progress.
+	OnProgress func(Progress)
+	// PreOptimizer, when not nil, runs in every step of Step between ForwardBackward and
+	// clipping.
+	PreOptimizer PreOptimizerHook
+	// EvalEvery > 0 evaluates the student after every EvalEvery-th step of a Step call.
+	EvalEvery int
+}
+
+// Option sets an option of a Lab call.
+type Option func(*Options)
+
+// StepOption is an Option given to Step (the name the design uses).
+type StepOption = Option
+
+// Apply returns the Options that opts set.
+func Apply(opts ...Option) Options {
+	var o Options
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o
+}
+
+// OnProgress makes the call report its progress to f (in the caller's process, a few times
+// a second at most for a remote Lab).
+func OnProgress(f func(Progress)) Option { return func(o *Options) { o.OnProgress = f } }
+
+// WithContext makes the call stop at its next boundary when ctx is cancelled (ErrInterrupted).
+func WithContext(ctx context.Context) Option { return func(o *Options) { o.Context = ctx } }
+
+// PreOptimizer runs hook in every step of Step after the step's gradients are computed and
+// before they are clipped and Adam updates the student (HF's on_pre_optimizer_step).
+func PreOptimizer(hook PreOptimizerHook) Option { return func(o *Options) { o.PreOptimizer = hook } }
+
+// EvalEvery evaluates the student on all held-out windows after every n-th step of the call
+// (n ≥ 1; StepStats.EvalPPL).
+func EvalEvery(n int) Option { return func(o *Options) { o.EvalEvery = n } }
+
+// PreOptimizerHook looks at or changes the gradients of a step before the optimizer: lab is
+// the Lab being stepped (Grad, SetGrad, GradNorms, Param, … may be called; Setup, Step,
+// Restore and Close may not), st the step's ForwardBackward result (Step, Loss). A non-nil
+// error stops Step before the step's update; Step returns it wrapped.
+type PreOptimizerHook func(lab Lab, st StepStats) error
+
+// GradCheckSpec chooses what GradCheck checks. Its zero value is notebook 02's check.
+type GradCheckSpec struct {
+	// Names are the trained vectors checked; nil is notebook 02's ten: h, ℓ, g of BLR
+	// projections and two gains in the first GatedDeltaNet layer and in the first attention
+	// layer (those of them the student has).
+	Names []string
+	// Coords is the number of coordinates per vector, those of largest |GPU gradient| first
+	// (0: 1).
+	Coords int
+	// Windows and T are the batch: the first Windows windows of the next step's batch, their
+	// first T tokens, with the cached teacher top-k of those positions (0: 2 and 16, as
+	// notebook 02; at most NB and T of the Setup).
+	Windows, T int
+	// StepGPU is the GPU finite difference's step, relative to the value for a metric scale
+	// and absolute for a gain (0: 0.03: the f32 loss is rounded to ~1e-7, so the step must be
+	// large); StepHost the host's (float64; 0: 1e-3).
+	StepGPU, StepHost float64
+	// TolGPUHost, TolFDHost and TolFDGPU are the relative-error tolerances of GPU vs host
+	// analytic, host FD vs host analytic and GPU FD vs GPU analytic (0: 1e-4, 1e-5, 1e-2,
+	// notebook 02's).
+	TolGPUHost, TolFDHost, TolFDGPU float64
+}
+
+// Resolved returns s with its zero fields replaced by the defaults they stand for (Names
+// stays nil: the implementation picks them).
+func (s GradCheckSpec) Resolved() GradCheckSpec {
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if s.Coords == 0 {
+		s.Coords = 1
+	}
+	if s.Windows == 0 {
+		s.Windows = 2
+	}
+	if s.T == 0 {
+		s.T = 16
+	}
+	def(&s.StepGPU, 0.03)
+	def(&s.StepHost, 1e-3)
+	def(&s.TolGPUHost, 1e-4)
+	def(&s.TolFDHost, 1e-5)
+	def(&s.TolFDGPU, 1e-2)
+	return s
+}
+
+// Validate reports the first field of s (resolved) out of range: Coords, Windows or T < 0;
+// a step or tolerance not finite and > 0; a repeated name.
+func (s GradCheckSpec) Validate() error {
+	r := s.Resolved()
+	switch {
+	case s.Coords < 0:
+		return fmt.Errorf("session: GradCheckSpec.Coords = %d, want ≥ 0 (0: 1)", s.Coords)
+	case s.Windows < 0:
+		return fmt.Errorf("session: GradCheckSpec.Windows = %d, want ≥ 0 (0: 2)", s.Windows)
+	case s.T < 0:
+		return fmt.Errorf("session: GradCheckSpec.T = %d, want ≥ 0 (0: 16)", s.T)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"StepGPU", r.StepGPU}, {"StepHost", r.StepHost}, {"TolGPUHost", r.TolGPUHost}, {"TolFDHost", r.TolFDHost}, {"TolFDGPU", r.TolFDGPU}} {
+		if !(f.v > 0) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("session: GradCheckSpec.%s = %g, want a finite value > 0 (0: the default)", f.name, f.v)
+		}
+	}
+	seen := map[string]bool{}
+	for _, n := range s.Names {
+		if seen[n] {
+			return fmt.Errorf("session: GradCheckSpec.Names holds %q twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// GradCheckRow is one checked coordinate: element Index of trained vector Name.
+type GradCheckRow struct {
+	Name  string
+	Index int
+	// Value is the coordinate's value (f32 on the GPU).
+	Value float64
+	// GPU is the analytic gradient on the GPU (f32), Host the float64 host reference's,
+	// FDHost the host's central finite difference, FDGPU the GPU's (the denominators are the
+	// steps actually taken after rounding).
+	GPU, Host, FDHost, FDGPU float64
+	// ErrGPUHost = |GPU − Host|/|Host|, ErrFDHost = |FDHost − Host|/|Host|, ErrFDGPU =
+	// |FDGPU − GPU|/|GPU|.
+	ErrGPUHost, ErrFDHost, ErrFDGPU float64
+}
+
+// Label names the coordinate for a table or a plot: "L0 in_proj_qkv p0.h[17]" for a metric
+// scale, "L3 self_attn.q_norm[5]" for a gain, "norm[5]" for the final norm.
+func (r GradCheckRow) Label() string {
+	f := strings.Split(r.Name, ".")
+	switch {
+	case len(f) == 8 && f[0] == "model" && f[1] == "layers":
+		return fmt.Sprintf("L%s %s %s.%s[%d]", f[2], f[4], f[6], f[7], r.Index)
+	case len(f) >= 5 && f[0] == "model" && f[1] == "layers":
+		return fmt.Sprintf("L%s %s[%d]", f[2], strings.Join(f[3:len(f)-1], "."), r.Index)
+	case len(f) >= 2:
+		return fmt.Sprintf("%s[%d]", strings.Join(f[1:len(f)-1], "."), r.Index)
+	}
+	return fmt.Sprintf("%s[%d]", r.Name, r.Index)
+}
+
+// GradCheckResult is GradCheck's table.
+type GradCheckResult struct {
+	// Step is the number of steps done (the live state checked); Windows, T and K the batch.
+	Step, Windows, T, K int
+	// LossGPU and LossHost are the batch's loss on the GPU (f32 per token, mean in float64)
+	// and on the host (float64).
+	LossGPU, LossHost float64
+	// Rows has one row per coordinate, in the order of the names.
+	Rows []GradCheckRow
+	// Spec is the resolved spec (Names filled in).
+	Spec GradCheckSpec
+	// Worst are the largest ErrGPUHost, ErrFDHost and ErrFDGPU over the rows.
+	Worst [3]float64
+	// Seconds is the call's wall time.
+	Seconds float64
+}
+
+// Failures lists the rows whose relative errors exceed the spec's tolerances (or are NaN),
+// one line each; none when every gradient agrees.
+func (r GradCheckResult) Failures() []string {
+	var bad []string
+	tols := [3]float64{r.Spec.TolGPUHost, r.Spec.TolFDHost, r.Spec.TolFDGPU}
+	cols := [3]string{"GPU vs host", "host FD", "GPU FD"}
+	for _, row := range r.Rows {
+		for k, e := range [3]float64{row.ErrGPUHost, row.ErrFDHost, row.ErrFDGPU} {
+			if !(e <= tols[k]) {
+				bad = append(bad, fmt.Sprintf("%s: %s relative error %.3g > %g", row.Label(), cols[k], e, tols[k]))
+			}
+		}
+	}
+	return bad
+}
+
+// OK reports whether every row is within the tolerances.
+func (r GradCheckResult) OK() bool { return len(r.Failures()) == 0 }
+
+// Table formats r as notebook 02's table: one line per coordinate with the four gradients
+// and the three relative errors, then the worst errors against their tolerances.
+func (r GradCheckResult) Table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-34s %13s %13s %13s %13s │ %9s %9s %9s\n", "coordinate", "analytic GPU", "analytic host", "FD host", "FD GPU", "GPU/host", "FD host", "FD GPU")
+	for _, row := range r.Rows {
+		fmt.Fprintf(&b, "%-34s %+13.6e %+13.6e %+13.6e %+13.6e │ %9.2e %9.2e %9.2e\n", row.Label(), row.GPU, row.Host, row.FDHost, row.FDGPU,
+			row.ErrGPUHost, row.ErrFDHost, row.ErrFDGPU)
+	}
+	fmt.Fprintf(&b, "\nworst: GPU vs host %.2e (tolerance %g), host FD %.2e (%g), GPU FD %.2e (%g)\n",
+		r.Worst[0], r.Spec.TolGPUHost, r.Worst[1], r.Spec.TolFDHost, r.Worst[2], r.Spec.TolFDGPU)
+	return b.String()
+}
+
+// RelErr is |a − b| / |b| (+Inf when b = 0 and a ≠ 0, 0 when both are 0), the relative error
+// of GradCheckRow.
+func RelErr(a, b float64) float64 {
+	if a == b {
+		return 0
+	}
+	return math.Abs(a-b) / math.Abs(b)
+}
