@@ -20,6 +20,7 @@ import (
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
+	"github.com/nvg-project/nvg/nvgkit/session"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 	"github.com/nvg-project/nvg/nvgkit/ui"
 )
@@ -740,9 +741,9 @@ func writeDistillPlots(out string, tr *nvgkit.Trainer, student *nvgkit.Net, repo
 			return err
 		}
 	}
-	pts := make([]ui.TensorPoint, len(reports))
+	pts := make([]session.TensorReport, len(reports))
 	for i, r := range reports {
-		pts[i] = ui.TensorPoint{Name: r.Name, Kind: r.Kind, BitsPerWeight: r.BitsPerWeight, RelErr: r.RelErr}
+		pts[i] = session.TensorReport{Name: r.Name, Kind: r.Kind, BitsPerWeight: r.BitsPerWeight, RelErr: r.RelErr}
 	}
 	p, err := ui.PlotReconstruction(pts)
 	if err != nil {

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"image/color"
 	"math"
-	"sort"
 	"strconv"
 
+	"github.com/nvg-project/nvg/nvgkit/session"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -532,16 +532,6 @@ func PlotTopK(tokens []string, teacherP, studentP []float64) (*Chart, error) {
 // GatedDeltaNet, MLP).
 var plotKindOrder = []string{"q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj", "gate_proj", "up_proj", "down_proj"}
 
-// TensorPoint is one compressed tensor of a compression report (cmf.TensorReport's
-// fields that PlotReconstruction draws): its checkpoint name, its kind (q_proj, …,
-// down_proj; "" is drawn as "other"), its storage cost in bits per weight and its relative
-// reconstruction error ‖W − Ŵ‖_F/‖W‖_F.
-type TensorPoint struct {
-	Name, Kind    string
-	BitsPerWeight float64
-	RelErr        float64
-}
-
 // PlotReconstruction draws, for every compressed tensor of a compression report, its
 // relative reconstruction error (Y) against its bits per weight (X), one point per
 // tensor, coloured and shaped by Kind ("" as "other"), kinds in a legend (a Chart: right
@@ -549,7 +539,7 @@ type TensorPoint struct {
 //
 // Errors: no reports, a BitsPerWeight that is not finite and positive or a RelErr that is
 // not finite and ≥ 0 (naming the tensor).
-func PlotReconstruction(reports []TensorPoint) (*Chart, error) {
+func PlotReconstruction(reports []session.TensorReport) (*Chart, error) {
 	if len(reports) == 0 {
 		return nil, errors.New("PlotReconstruction: no tensor reports")
 	}
@@ -567,25 +557,11 @@ func PlotReconstruction(reports []TensorPoint) (*Chart, error) {
 		}
 		byKind[k] = append(byKind[k], plotter.XY{X: r.BitsPerWeight, Y: r.RelErr})
 	}
-	rank := map[string]int{}
-	for i, k := range plotKindOrder {
-		rank[k] = i
-	}
 	kinds := make([]string, 0, len(byKind))
 	for k := range byKind {
 		kinds = append(kinds, k)
 	}
-	sort.Slice(kinds, func(i, j int) bool {
-		ri, oki := rank[kinds[i]]
-		rj, okj := rank[kinds[j]]
-		switch {
-		case oki && okj:
-			return ri < rj
-		case oki != okj:
-			return oki
-		}
-		return kinds[i] < kinds[j]
-	})
+	sortKinds(kinds)
 	p := newPlot("BLR reconstruction error per tensor", "bits per weight", "relative error ‖W − Ŵ‖ / ‖W‖")
 	for i, k := range kinds {
 		s, err := plotter.NewScatter(byKind[k])

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/janpfeifer/gonb/gonbui"
+	"github.com/nvg-project/nvg/nvgkit/session"
 	"gonum.org/v1/plot"
 )
 
@@ -190,11 +191,11 @@ func TestPlotTopK(t *testing.T) {
 }
 
 func TestPlotReconstruction(t *testing.T) {
-	var reps []TensorPoint
+	var reps []session.TensorReport
 	kinds := []string{"q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj", "gate_proj", "up_proj", "down_proj"}
 	for l := 0; l < 4; l++ {
 		for i, k := range kinds {
-			reps = append(reps, TensorPoint{Name: "model.layers." + string(rune('0'+l)) + "." + k + ".weight", Kind: k,
+			reps = append(reps, session.TensorReport{Name: "model.layers." + string(rune('0'+l)) + "." + k + ".weight", Kind: k,
 				BitsPerWeight: 0.9 + 0.02*float64(i) + 0.01*float64(l), RelErr: 0.5 + 0.03*float64(i) - 0.02*float64(l)})
 		}
 	}
@@ -203,7 +204,7 @@ func TestPlotReconstruction(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkPNG(t, "reconstruction", p, 800, 500)
-	bad := append([]TensorPoint(nil), reps...)
+	bad := append([]session.TensorReport(nil), reps...)
 	bad[3].RelErr = math.NaN()
 	_, err = PlotReconstruction(bad)
 	wantErr(t, "NaN", err, "tensor "+reps[3].Name+": relative error NaN")
@@ -360,7 +361,7 @@ func TestPlotReadability(t *testing.T) {
 		t.Errorf("histogram axis top %g for a tallest bar of 4", p.Y.Max)
 	}
 	// Reconstruction: headroom over the highest error.
-	reps := []TensorPoint{{Name: "a.q_proj.weight", Kind: "q_proj", BitsPerWeight: 1.08, RelErr: 0.7}, {Name: "b.q_proj.weight", Kind: "q_proj", BitsPerWeight: 1.12, RelErr: 0.5}}
+	reps := []session.TensorReport{{Name: "a.q_proj.weight", Kind: "q_proj", BitsPerWeight: 1.08, RelErr: 0.7}, {Name: "b.q_proj.weight", Kind: "q_proj", BitsPerWeight: 1.12, RelErr: 0.5}}
 	rc, err := PlotReconstruction(reps)
 	if err != nil {
 		t.Fatal(err)

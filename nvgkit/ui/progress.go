@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/janpfeifer/gonb/gonbui"
+	"github.com/nvg-project/nvg/nvgkit/session"
 )
 
 // ProgressHTML is the HTML that the notebook progress bar shows: the title, a <progress>
@@ -57,21 +58,6 @@ func (p *NotebookProgress) Finish(status string) {
 	gonbui.Sync()
 }
 
-// LiveUpdate is one report of a long call's advance, in plain values (the fields of
-// session.Progress, in the same order, so a session callback can pass
-// ui.LiveUpdate(p)): the phase ("teacher", "train", "eval", …), done of total units of it,
-// the optimizer step reached, the training loss of that step (nats/token; 0 or NaN: none
-// in this report), the held-out perplexity of an evaluation at that step (0: none) and the
-// time since the call began.
-type LiveUpdate struct {
-	Phase       string
-	Done, Total int
-	Step        int
-	Loss        float64
-	EvalPPL     float64
-	Elapsed     time.Duration
-}
-
 // Live is a notebook cell's live view of a long call (a teacher pass, Step(n), a training
 // run): one HTML block, updated in place through gonbui.UpdateHTML, holding a progress line
 // (phase, done/total, step, latest loss and perplexity, elapsed time) and, once there is a
@@ -87,7 +73,7 @@ type Live struct {
 	w, h     int
 	every    time.Duration
 	curves   TrainingCurves
-	last     LiveUpdate
+	last     session.Progress
 	lastDraw time.Time
 	chart    string // the last chart's <img> element
 	show     func(id, html string)
@@ -107,11 +93,15 @@ func NewLive(title string, w, h int, teacherPPL float64) *Live {
 	return l
 }
 
+// OnProgress returns the option that makes a Lab call (Setup, Step, Eval, GradCheck) report
+// its progress to l: lab.Step(20, live.OnProgress()).
+func (l *Live) OnProgress() session.Option { return session.OnProgress(l.Update) }
+
 // Update records u: its loss as the training loss of step u.Step when it is finite and
 // nonzero and that step has none yet, its EvalPPL as an evaluation at u.Step when it is a
 // perplexity (≥ 1) and differs from the last one recorded at that step; then redraws the
 // progress line (and the chart, at most once a second).
-func (l *Live) Update(u LiveUpdate) {
+func (l *Live) Update(u session.Progress) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c := &l.curves
@@ -170,7 +160,7 @@ func (l *Live) render(final bool, status string) {
 // liveLine is the progress line of a Live view (HTML-escaped): while running the title, a
 // <progress> element, the phase's done/total, step, loss, perplexity and elapsed time;
 // when final the title and status.
-func liveLine(title string, u LiveUpdate, final bool, status string) string {
+func liveLine(title string, u session.Progress, final bool, status string) string {
 	if final {
 		return fmt.Sprintf(`<div style="font-family:monospace"><b>%s</b> %s</div>`, html.EscapeString(title), html.EscapeString(status))
 	}
