@@ -238,6 +238,14 @@ func Must[T any](v T, err error) T {
 	return v
 }
 
+// Must2 is Must for calls that return two values and an error.
+func Must2[A, B any](a A, b B, err error) (A, B) {
+	if err != nil {
+		panic(err)
+	}
+	return a, b
+}
+
 // Check panics with err when it is not nil: Must for calls that return only an error.
 func Check(err error) {
 	if err != nil {
