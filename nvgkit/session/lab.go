@@ -58,7 +58,8 @@ type Lab interface {
 	//
 	// Calling Setup again with an equal Setup returns the same Info and changes nothing (a
 	// notebook re-runs its first cell). A different Setup is an error unless s.Replace is
-	// set; then the old state is released first. Progress (phases "load", "compress",
+	// set; then the old state is released once the new one is complete (a Setup that fails
+	// leaves the old one). Progress (phases "load", "compress",
 	// "corpus", "teacher", "eval") goes to the OnProgress option; WithContext or Interrupt
 	// stop it between phases and teacher batches with ErrInterrupted, leaving the Lab as it
 	// was before the call.
@@ -69,8 +70,8 @@ type Lab interface {
 	// Info returns the sizes, names and state of a set-up Lab (Info.Ready false and the rest
 	// zero before Setup).
 	Info() (Info, error)
-	// Interrupt asks the call in progress (Setup, Step, Eval, GradCheck) to stop at its next
-	// boundary (a step, a teacher batch, an eval batch); that call then returns an error
+	// Interrupt asks the call in progress (Setup, Step, GradCheck) to stop at its next
+	// boundary (a phase, a teacher batch, a step, a coordinate); that call then returns an error
 	// wrapping ErrInterrupted. It may be called from another goroutine (a signal handler)
 	// while a call runs; with no call running it does nothing (it is not remembered).
 	Interrupt() error
@@ -161,8 +162,9 @@ type Lab interface {
 	// Eval returns the held-out mean next-token loss and perplexity of the student (and the
 	// teacher's, computed once per window count and kept) on the first `windows` held-out
 	// windows (0: all Setup.EvalWindows). The result is appended to the history. Progress
-	// phase "eval". Errors: windows < 0 or more than there are.
-	Eval(windows int) (EvalResult, error)
+	// (phase "eval", after each batch of NB windows) goes to OnProgress. Errors: windows < 0
+	// or more than there are.
+	Eval(windows int, opts ...Option) (EvalResult, error)
 	// HiddenStates returns the hidden states of one window in the teacher or the student:
 	// layer index 0 is the embedding, l = 1 … L−1 the output of decoder layer l−1 (the
 	// residual stream), L (Info.Layers) the last layer's output after the final norm (the

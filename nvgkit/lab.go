@@ -1,0 +1,604 @@
+package nvgkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/cmf/tinyteacher"
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/nvgkit/data"
+	"github.com/nvg-project/nvg/nvgkit/session"
+	"github.com/nvg-project/nvg/nvgkit/tokenizer"
+)
+
+// Lab is the in-process implementation of session.Lab (see there for every method's
+// contract): one teacher–student pair on one GPU device, stepped a primitive at a time with
+// the same arithmetic as Trainer (the same windows, teacher top-k, schedule, clipping and
+// Adam; Lab.Step(k) gives Trainer's first k losses bit for bit). Its state is a Trainer
+// (windows, works, the teacher's top-k cache, the checkpoint metadata) that the Lab drives
+// step by step instead of Trainer.Run.
+//
+// A Lab is driven by one goroutine at a time, like a Net (the session server runs every
+// request on one worker goroutine); only Interrupt may be called from another goroutine
+// while a call runs.
+type Lab struct {
+	dev    *gpu.Device
+	ownDev bool // opened by Setup, closed by Close
+	log    func(format string, a ...any)
+	cache  string // the token cache directory ("": no cache)
+	closed bool
+
+	st *labState // nil before Setup
+
+	// The call in progress: its cancel func (Interrupt calls it) and whether a PreOptimizer
+	// hook is running (the calls a hook may not make check it).
+	cancelMu sync.Mutex
+	cancel   context.CancelFunc
+	inHook   atomic.Bool
+}
+
+// labState is what Setup builds.
+type labState struct {
+	setup                 session.Setup
+	info                  session.Info
+	teacherModel, student *cmf.Model
+	tNet, sNet            *Net
+	tok                   *tokenizer.Tokenizer
+	tr                    *Trainer
+	names                 []string
+	hist                  []session.StepStats
+	evals                 []session.EvalResult
+	teacherNLL            map[int]float64 // the teacher's summed NLL on the first n eval windows
+	snaps                 map[string]*labSnapshot
+	// pending is the step being assembled by the primitives since the last AdamStep.
+	pending struct {
+		fb, finite bool    // a ForwardBackward ran; its loss and Step's Finite were finite
+		loss       float64 // its loss
+		haveNorm   bool    // norm is the gradients' norm before clipping (ClipGrads since fb)
+		norm       float64
+		t0         time.Time
+	}
+}
+
+// labSnapshot is Lab.Snapshot's state.
+type labSnapshot struct {
+	snap  *TrainableSnapshot
+	meta  CheckpointMeta
+	hist  []session.StepStats
+	evals []session.EvalResult
+}
+
+var _ session.Lab = (*Lab)(nil)
+
+// LabOption configures NewLab.
+type LabOption func(*Lab)
+
+// LabDevice makes the Lab use dev (Setup opens the default device otherwise); Close leaves a
+// device given here open.
+func LabDevice(dev *gpu.Device) LabOption { return func(l *Lab) { l.dev = dev } }
+
+// LabLog sends one line per phase (as Trainer.Log) to logf.
+func LabLog(logf func(format string, a ...any)) LabOption { return func(l *Lab) { l.log = logf } }
+
+// LabTokenCache sets the directory of the corpus token cache (data.Corpus.Tokens); "" turns
+// the cache off. The default is nvg's: $NVG_CACHE/tokens, else the user cache directory's
+// nvg/tokens.
+func LabTokenCache(dir string) LabOption { return func(l *Lab) { l.cache = dir } }
+
+// TokenCacheDir is the token cache directory nvg's commands use: $NVG_CACHE/tokens when
+// NVG_CACHE is set, else nvg/tokens in the user cache directory ("" when there is none).
+func TokenCacheDir() string {
+	if d := os.Getenv("NVG_CACHE"); d != "" {
+		return filepath.Join(d, "tokens")
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "nvg", "tokens")
+	}
+	return ""
+}
+
+// NewLab returns a Lab that is not set up yet (Setup loads everything). It opens nothing: the
+// device is opened by the first Setup unless LabDevice gives one.
+func NewLab(opts ...LabOption) (*Lab, error) {
+	l := &Lab{cache: TokenCacheDir()}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("nvgkit.NewLab: nil option")
+		}
+		o(l)
+	}
+	return l, nil
+}
+
+func (l *Lab) logf(format string, a ...any) {
+	if l.log != nil {
+		l.log(format, a...)
+	}
+}
+
+// begin starts a long call: it returns the call's context (cancelled by Interrupt or by
+// the Context option) and the function that ends the call.
+func (l *Lab) begin(o session.Options) (context.Context, func()) {
+	parent := o.Context
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithCancel(parent)
+	l.cancelMu.Lock()
+	l.cancel = cancel
+	l.cancelMu.Unlock()
+	return ctx, func() {
+		l.cancelMu.Lock()
+		l.cancel = nil
+		l.cancelMu.Unlock()
+		cancel()
+	}
+}
+
+// interrupted returns the error of a call stopped by ctx, wrapping session.ErrInterrupted and
+// ErrInterrupted.
+func interrupted(ctx context.Context, where string) error {
+	return fmt.Errorf("%w %s: %w", session.ErrInterrupted, where, errors.Join(ErrInterrupted, context.Cause(ctx)))
+}
+
+// Interrupt stops the call in progress at its next boundary (see session.Lab.Interrupt).
+func (l *Lab) Interrupt() error {
+	l.cancelMu.Lock()
+	defer l.cancelMu.Unlock()
+	if l.cancel != nil {
+		l.cancel()
+	}
+	return nil
+}
+
+// ready returns the state, or an error naming op when the Lab is closed or not set up.
+func (l *Lab) ready(op string) (*labState, error) {
+	if l.closed {
+		return nil, fmt.Errorf("nvgkit.Lab.%s: the lab is closed", op)
+	}
+	if l.st == nil {
+		return nil, fmt.Errorf("nvgkit.Lab.%s: the lab is not set up (call Setup first)", op)
+	}
+	return l.st, nil
+}
+
+// notInHook refuses op from a PreOptimizer hook.
+func (l *Lab) notInHook(op string) error {
+	if l.inHook.Load() {
+		return fmt.Errorf("nvgkit.Lab.%s cannot be called from a PreOptimizer hook", op)
+	}
+	return nil
+}
+
+// Close releases the nets, works and models, and the device when Setup opened it.
+func (l *Lab) Close() error {
+	if err := l.notInHook("Close"); err != nil {
+		return err
+	}
+	if l.closed {
+		return nil
+	}
+	l.release()
+	l.closed = true
+	if l.ownDev && l.dev != nil {
+		err := l.dev.Close()
+		l.dev = nil
+		return err
+	}
+	return nil
+}
+
+// release frees the state Setup built.
+func (l *Lab) release() {
+	if s := l.st; s != nil {
+		s.release()
+		l.st = nil
+	}
+}
+
+func (s *labState) release() {
+	if s.tr != nil {
+		s.tr.Close()
+	}
+	if s.sNet != nil {
+		s.sNet.Release()
+	}
+	if s.tNet != nil {
+		s.tNet.Release()
+	}
+	if s.student != nil {
+		s.student.Close()
+	}
+	if s.teacherModel != nil {
+		s.teacherModel.Close()
+	}
+}
+
+// Info returns the Lab's description (Ready false before Setup).
+func (l *Lab) Info() (session.Info, error) {
+	if l.closed {
+		return session.Info{}, errors.New("nvgkit.Lab.Info: the lab is closed")
+	}
+	if l.st == nil {
+		return session.Info{}, nil
+	}
+	return l.st.currentInfo(), nil
+}
+
+func (s *labState) currentInfo() session.Info {
+	in := s.info
+	m := s.tr.st
+	in.Step, in.AdamStep, in.Skipped = m.Step, m.AdamStep, m.Skipped
+	in.Snapshots = s.snapTags()
+	in.LayerTypes = append([]string(nil), in.LayerTypes...)
+	in.Compression = append([]session.TensorReport(nil), in.Compression...)
+	return in
+}
+
+func (s *labState) snapTags() []string {
+	tags := make([]string, 0, len(s.snaps))
+	for t := range s.snaps {
+		tags = append(tags, t)
+	}
+	sort.Strings(tags)
+	return tags
+}
+
+// trainConfig is the TrainConfig of a Setup: DefaultTrainConfig with the Setup's schedule,
+// no output directory, evaluations and checkpoints only when asked.
+func trainConfig(s session.Setup) TrainConfig {
+	t := s.Train
+	c := DefaultTrainConfig()
+	c.Steps, c.NB, c.T, c.Windows, c.K = t.Steps, t.NB, t.T, t.Windows, t.K
+	c.LR, c.Warmup, c.MinLRFrac, c.ClipNorm = t.LR, t.Warmup, t.MinLRFrac, t.ClipNorm
+	c.EvalWindows, c.Seed, c.ScheduleSteps = t.EvalWindows, t.Seed, t.ScheduleSteps
+	c.EvalEvery, c.KeepFinal = 0, true
+	return c
+}
+
+// EmbeddedTeacherName names the embedded tiny teacher in reports (as nvg's commands do).
+const EmbeddedTeacherName = "embedded qwen35-tiny-go"
+
+// Setup loads, compresses, prepares the windows, runs the teacher pass and evaluates (see
+// session.Lab.Setup).
+func (l *Lab) Setup(s session.Setup, opts ...session.Option) (session.Info, error) {
+	if l.closed {
+		return session.Info{}, errors.New("nvgkit.Lab.Setup: the lab is closed")
+	}
+	if err := l.notInHook("Setup"); err != nil {
+		return session.Info{}, err
+	}
+	if err := s.Validate(); err != nil {
+		return session.Info{}, err
+	}
+	if err := trainConfig(s).Validate(); err != nil {
+		return session.Info{}, err
+	}
+	if l.st != nil {
+		if l.st.setup.Equal(s) {
+			return l.st.currentInfo(), nil
+		}
+		if !s.Replace {
+			return session.Info{}, fmt.Errorf("nvgkit.Lab.Setup: the lab is set up with another Setup (%s); set Setup.Replace to replace it", setupDiff(l.st.setup, s))
+		}
+	}
+	o := session.Apply(opts...)
+	ctx, end := l.begin(o)
+	defer end()
+	start := time.Now()
+	st, err := l.build(ctx, s, o, start)
+	if err != nil {
+		return session.Info{}, err
+	}
+	l.release()
+	l.st = st
+	st.info.SetupSeconds = time.Since(start).Seconds()
+	return st.currentInfo(), nil
+}
+
+// setupDiff names the first field where a and b differ.
+func setupDiff(a, b session.Setup) string {
+	switch {
+	case a.Teacher != b.Teacher:
+		return fmt.Sprintf("Teacher %q ≠ %q", a.Teacher, b.Teacher)
+	case a.Student != b.Student:
+		return fmt.Sprintf("Student %q ≠ %q", a.Student, b.Student)
+	case a.Train != b.Train:
+		return fmt.Sprintf("Train %+v ≠ %+v", a.Train, b.Train)
+	}
+	return "compression, tokenizer, corpus or resume settings differ"
+}
+
+// build makes the state of s. The Lab is not changed: with Replace, the old state is
+// released only once the new one is complete, so a failing Setup leaves the Lab as it was.
+func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, start time.Time) (_ *labState, err error) {
+	st := &labState{setup: s, teacherNLL: map[int]float64{}, snaps: map[string]*labSnapshot{}}
+	defer func() {
+		if err != nil {
+			st.release()
+		}
+	}()
+	report := func(phase string, done, total int) {
+		if o.OnProgress != nil {
+			o.OnProgress(session.Progress{Phase: phase, Done: done, Total: total, Loss: math.NaN(), Elapsed: time.Since(start)})
+		}
+	}
+	check := func(where string) error {
+		if ctx.Err() != nil {
+			return interrupted(ctx, where)
+		}
+		return nil
+	}
+	cfg := trainConfig(s)
+
+	// Models and tokenizer.
+	report("load", 0, 2)
+	if st.teacherModel, err = openLabModel("teacher", s.Teacher); err != nil {
+		return nil, err
+	}
+	raw, err := labTokenizerJSON(s.Tokenizer, s.Teacher)
+	if err != nil {
+		return nil, err
+	}
+	if st.tok, err = tokenizer.FromJSON(raw); err != nil {
+		return nil, fmt.Errorf("nvgkit.Lab.Setup: tokenizer: %w", err)
+	}
+	if st.tok.VocabSize() > st.teacherModel.Config.VocabSize {
+		return nil, fmt.Errorf("nvgkit.Lab.Setup: the tokenizer has %d tokens but the teacher's vocab_size is %d", st.tok.VocabSize(), st.teacherModel.Config.VocabSize)
+	}
+	st.info.Teacher = s.Teacher
+	if s.Teacher == "" {
+		st.info.Teacher = EmbeddedTeacherName
+	}
+	if err := check("before compression"); err != nil {
+		return nil, err
+	}
+	if s.Student != "" {
+		if st.student, err = openLabModel("student", s.Student); err != nil {
+			return nil, err
+		}
+		st.info.Student = s.Student
+	} else {
+		pm, err := cmf.ParsePathMode(s.Paths)
+		if err != nil {
+			return nil, fmt.Errorf("nvgkit.Lab.Setup: %w", err)
+		}
+		var reports []cmf.TensorReport
+		st.student, reports, err = CompressProgress(st.teacherModel, cmf.CompressOptions{BitsPerWeight: s.BitsPerWeight, Paths: pm, Seed: s.Train.Seed},
+			func(done, total int, name string) { report("compress", done, total) })
+		if err != nil {
+			return nil, fmt.Errorf("nvgkit.Lab.Setup: compress: %w", err)
+		}
+		st.info.Student = fmt.Sprintf("compressed from the teacher (%g bits/weight, paths %s, seed %d)", s.BitsPerWeight, pm, s.Train.Seed)
+		st.info.BitsPerWeight = cmf.OverallBitsPerWeight(reports)
+		for _, r := range reports {
+			st.info.Compression = append(st.info.Compression, session.TensorReport{Name: r.Name, Kind: r.Kind, Shape: append([]int(nil), r.Shape...),
+				Rank: r.Rank, Paths: r.Paths, BitsPerWeight: r.BitsPerWeight, RelErr: r.RelErr})
+		}
+	}
+	if err := check("after compression"); err != nil {
+		return nil, err
+	}
+
+	// Corpus.
+	report("corpus", 0, 2)
+	var corpus *data.Corpus
+	if s.TrainFiles != nil {
+		tf, err := data.ExpandSources(s.TrainFiles)
+		if err != nil {
+			return nil, fmt.Errorf("nvgkit.Lab.Setup: TrainFiles: %w", err)
+		}
+		ef, err := data.ExpandSources(s.EvalFiles)
+		if err != nil {
+			return nil, fmt.Errorf("nvgkit.Lab.Setup: EvalFiles: %w", err)
+		}
+		corpus, err = data.FilesCorpus(tf, ef)
+		if err != nil {
+			return nil, fmt.Errorf("nvgkit.Lab.Setup: %w", err)
+		}
+	} else if corpus, err = data.StdlibCorpus(); err != nil {
+		return nil, fmt.Errorf("nvgkit.Lab.Setup: %w", err)
+	}
+	train, err := corpus.Tokens(st.tok, data.Train, l.cache)
+	if err != nil {
+		return nil, fmt.Errorf("nvgkit.Lab.Setup: training corpus: %w", err)
+	}
+	report("corpus", 1, 2)
+	heldOut, err := corpus.Tokens(st.tok, data.HeldOut, l.cache)
+	if err != nil {
+		return nil, fmt.Errorf("nvgkit.Lab.Setup: held-out corpus: %w", err)
+	}
+	report("corpus", 2, 2)
+	st.info.TrainTokens, st.info.EvalTokens = len(train), len(heldOut)
+	if err := check("after the corpus"); err != nil {
+		return nil, err
+	}
+
+	// Device and nets.
+	if l.dev == nil {
+		if l.dev, err = gpu.Open(); err != nil {
+			return nil, fmt.Errorf("nvgkit.Lab.Setup: %w", err)
+		}
+		l.ownDev = true
+	}
+	st.info.Device = l.dev.Info().String()
+	if st.sNet, err = LoadNet(l.dev, st.student, Student); err != nil {
+		return nil, err
+	}
+	if st.tNet, err = LoadNet(l.dev, st.teacherModel, Teacher); err != nil {
+		return nil, err
+	}
+	report("load", 2, 2)
+	var ck *Checkpoint
+	ckPath := s.Resume
+	if s.Resume != "" {
+		if dir, serr := statDir(s.Resume); serr == nil && dir {
+			ck, ckPath, err = LatestCheckpoint(s.Resume, func(e error) { l.logf("warning: %v; using an earlier checkpoint", e) })
+		} else {
+			ck, err = LoadCheckpoint(s.Resume)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("nvgkit.Lab.Setup: Resume: %w", err)
+		}
+		if got := ck.Meta.Config; !sameSchedule(got, cfg) {
+			return nil, fmt.Errorf("nvgkit.Lab.Setup: Resume %s: the checkpoint's schedule %+v differs from this Setup's %+v", ckPath, got, cfg.Resolved())
+		}
+		ck.Meta.Config.OutDir, ck.Meta.Config.TopKFile = "", ""
+		st.tr, err = ResumeCheckpoint(st.tNet, st.sNet, train, heldOut, ck, ckPath)
+	} else {
+		st.tr, err = NewTrainer(st.tNet, st.sNet, train, heldOut, cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	tr := st.tr
+	tr.TeacherID = st.info.Teacher
+	if l.log != nil {
+		tr.Log = logWriter(l.log)
+	}
+	tr.Progress = &labProgress{phase: "teacher", report: o.OnProgress, start: time.Now()}
+	t0 := time.Now()
+	if err := tr.Prepare(ctx); err != nil {
+		if errors.Is(err, ErrInterrupted) {
+			return nil, interrupted(ctx, "during the teacher pass")
+		}
+		return nil, err
+	}
+	tr.Progress = nil
+	st.info.TeacherSeconds = time.Since(t0).Seconds()
+
+	// Evaluations of the teacher and the untrained student (as Trainer.Run starts).
+	c := tr.Config
+	st.info.Ready, st.info.Setup = true, s
+	st.info.Layers, st.info.Hidden, st.info.Vocab = c2(st.sNet)
+	st.info.LayerTypes = append([]string(nil), st.sNet.Config.LayerTypes...)
+	st.names = st.sNet.Trainables()
+	st.info.Trainables, st.info.TrainedValues = len(st.names), st.sNet.TrainableCount()
+	st.info.TrainWindows, st.info.EvalWindows = len(tr.windows), len(tr.eval)
+	report("eval", 0, 2)
+	n := len(tr.eval)
+	tsum, count, err := NLL(st.tNet, tr.tWork, tr.eval, nil)
+	if err != nil {
+		return nil, fmt.Errorf("nvgkit.Lab.Setup: teacher evaluation: %w", err)
+	}
+	st.teacherNLL[n] = tsum
+	tl := tsum / float64(count)
+	report("eval", 1, 2)
+	if len(tr.st.Evals) == 0 {
+		tr.st.TeacherPPL = math.Exp(tl) // as Trainer.Evaluate
+		ev, err := st.eval(n, nil)
+		if err != nil {
+			return nil, fmt.Errorf("nvgkit.Lab.Setup: student evaluation: %w", err)
+		}
+		tr.st.Evals = append(tr.st.Evals, EvalPoint{Step: 0, Loss: ev.StudentLoss, Perplexity: ev.StudentPPL})
+		tr.st.BestStep, tr.st.BestPPL = 0, ev.StudentPPL
+	} else { // resumed: the history of the checkpoint
+		for _, e := range tr.st.Evals {
+			st.evals = append(st.evals, session.EvalResult{Step: e.Step, Windows: n, Tokens: count,
+				StudentLoss: e.Loss, StudentPPL: e.Perplexity, TeacherLoss: tl, TeacherPPL: math.Exp(tl)})
+		}
+	}
+	report("eval", 2, 2)
+	st.info.TeacherPPL = tr.st.TeacherPPL
+	st.info.CompressedPPL = tr.st.Evals[0].Perplexity
+	for i := range tr.st.Loss { // a resumed run's steps
+		s := i + 1
+		gn := math.NaN()
+		if i < len(tr.st.GradNorm) {
+			gn = tr.st.GradNorm[i]
+		}
+		st.hist = append(st.hist, session.StepStats{Step: s, Loss: tr.st.Loss[i], GradNorm: gn, LR: c.LRAt(s),
+			Skipped: !finite(tr.st.Loss[i]) || !finite(gn), Tokens: c.NB * c.T})
+	}
+	return st, nil
+}
+
+// c2 returns a net's layer count, hidden size and vocabulary size.
+func c2(n *Net) (int, int, int) {
+	return n.Config.NumHiddenLayers, n.Config.HiddenSize, n.Config.VocabSize
+}
+
+// sameSchedule reports whether a checkpoint's configuration a trains like b: every field but
+// where the outputs go and how many are kept.
+func sameSchedule(a, b TrainConfig) bool {
+	a, b = a.Resolved(), b.Resolved()
+	a.OutDir, a.TopKFile, a.Keep, a.EvalEvery, a.CheckpointEvery, a.KeepFinal = "", "", 0, 0, 0, false
+	b.OutDir, b.TopKFile, b.Keep, b.EvalEvery, b.CheckpointEvery, b.KeepFinal = "", "", 0, 0, 0, false
+	return a == b
+}
+
+// openLabModel opens a model file or directory ("" for the teacher: the embedded tiny
+// teacher).
+func openLabModel(what, path string) (*cmf.Model, error) {
+	if path == "" {
+		return tinyteacher.Open()
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("nvgkit.Lab.Setup: %s %s: %w", what, path, err)
+	}
+	m, err := cmf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("nvgkit.Lab.Setup: %s: %w", what, err)
+	}
+	return m, nil
+}
+
+// labTokenizerJSON finds the tokenizer: the explicit file (or a directory holding
+// tokenizer.json), else the embedded tiny teacher's for the embedded teacher, else the one
+// beside the teacher.
+func labTokenizerJSON(explicit, teacher string) ([]byte, error) {
+	p := explicit
+	if p == "" {
+		if teacher == "" {
+			return tinyteacher.TokenizerJSON(), nil
+		}
+		p = teacher
+		if dir, err := statDir(teacher); err != nil || !dir {
+			p = filepath.Dir(teacher)
+		}
+	}
+	if dir, err := statDir(p); err == nil && dir {
+		p = filepath.Join(p, "tokenizer.json")
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		if explicit == "" {
+			return nil, fmt.Errorf("nvgkit.Lab.Setup: no tokenizer beside the teacher %s (%v): set Setup.Tokenizer", teacher, err)
+		}
+		return nil, fmt.Errorf("nvgkit.Lab.Setup: tokenizer: %w", err)
+	}
+	return b, nil
+}
+
+// logWriter adapts a printf-style logger to the io.Writer Trainer.Log takes.
+type logWriter func(format string, a ...any)
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w("%s", strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// labProgress adapts the Trainer's Progress (the teacher pass) to session.Progress.
+type labProgress struct {
+	phase  string
+	report func(session.Progress)
+	start  time.Time
+}
+
+func (p *labProgress) Update(done, total int, status string) {
+	if p.report != nil {
+		p.report(session.Progress{Phase: p.phase, Done: done, Total: total, Loss: math.NaN(), Elapsed: time.Since(p.start)})
+	}
+}
+
+func (p *labProgress) Finish(string) {}

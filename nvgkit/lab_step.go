@@ -1,0 +1,498 @@
+package nvgkit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/nvgkit/session"
+)
+
+// batch returns the inputs and the cached teacher top-k of step s's windows (as
+// Trainer.step).
+func (s *labState) batch(step int) ([][]int, *TopK, error) {
+	c := s.tr.Config
+	i0 := (step - 1) * c.NB % c.Windows
+	top, err := s.tr.cache.Get(i0, c.NB)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.tr.inputs(s.tr.windows[i0 : i0+c.NB]), top, nil
+}
+
+// ForwardBackward accumulates the gradients of the next step's batch (see
+// session.Lab.ForwardBackward).
+func (l *Lab) ForwardBackward() (session.StepStats, error) {
+	s, err := l.ready("ForwardBackward")
+	if err != nil {
+		return session.StepStats{}, err
+	}
+	return s.forwardBackward()
+}
+
+func (s *labState) forwardBackward() (session.StepStats, error) {
+	step := s.tr.st.Step + 1
+	c := s.tr.Config
+	out := session.StepStats{Step: step, Loss: math.NaN(), GradNorm: math.NaN(), Tokens: c.NB * c.T}
+	ids, top, err := s.batch(step)
+	if err != nil {
+		return out, err
+	}
+	p := &s.pending
+	if !p.fb {
+		p.t0 = time.Now()
+	}
+	stats, err := Step(s.sNet, s.tr.sWork, ids, top)
+	if err != nil {
+		// The gradients may hold part of the pass: the step cannot be ended with them.
+		p.fb, p.finite, p.loss, p.haveNorm = true, false, math.NaN(), false
+		return out, fmt.Errorf("nvgkit.Lab.ForwardBackward: step %d: %w", step, err)
+	}
+	p.fb, p.finite, p.loss, p.haveNorm = true, stats.Finite && finite(stats.Loss), stats.Loss, false
+	out.Loss = stats.Loss
+	return out, nil
+}
+
+// ClipGrads clips the gradients to the global norm maxNorm (see session.Lab.ClipGrads).
+func (l *Lab) ClipGrads(maxNorm float64) (float64, error) {
+	if !(maxNorm > 0) || math.IsInf(maxNorm, 0) {
+		return 0, fmt.Errorf("nvgkit.Lab.ClipGrads: maxNorm = %g must be finite and > 0", maxNorm)
+	}
+	s, err := l.ready("ClipGrads")
+	if err != nil {
+		return 0, err
+	}
+	return s.clip(maxNorm)
+}
+
+// clip clips to maxNorm (> 0) or, with maxNorm 0, only computes the norm (Trainer.step).
+func (s *labState) clip(maxNorm float64) (float64, error) {
+	var gn float64
+	var err error
+	if maxNorm > 0 {
+		gn, err = ClipGrads(s.sNet, maxNorm)
+	} else {
+		gn, err = GradNorm(s.sNet)
+	}
+	if err != nil {
+		return gn, err
+	}
+	s.pending.norm, s.pending.haveNorm = gn, true
+	return gn, nil
+}
+
+// AdamStep ends the step: Adam at the schedule's learning rate, or a skip (see
+// session.Lab.AdamStep).
+func (l *Lab) AdamStep() (session.StepStats, error) {
+	s, err := l.ready("AdamStep")
+	if err != nil {
+		return session.StepStats{}, err
+	}
+	return s.adamStep()
+}
+
+// adamStep is Trainer.step's second half: the same tests, the same Adam configuration.
+func (s *labState) adamStep() (session.StepStats, error) {
+	tr, c, p := s.tr, s.tr.Config, &s.pending
+	step := tr.st.Step + 1
+	lr := c.LRAt(step)
+	out := session.StepStats{Step: step, Loss: math.NaN(), GradNorm: math.NaN(), LR: lr, Tokens: c.NB * c.T}
+	if !p.fb {
+		p.t0, p.finite = time.Now(), true
+	} else {
+		out.Loss = p.loss
+	}
+	ok := p.finite
+	if ok {
+		gn := p.norm
+		if !p.haveNorm {
+			var err error
+			if gn, err = GradNorm(s.sNet); err != nil {
+				return out, fmt.Errorf("nvgkit.Lab.AdamStep: step %d: %w", step, err)
+			}
+		}
+		out.GradNorm = gn
+		ok = finite(gn)
+	}
+	if ok {
+		ac := tr.Adam
+		ac.LR = lr
+		ac.GainLR = tr.Adam.GainLR * lr / c.LR
+		if err := Adam(s.sNet, ac, tr.st.AdamStep+1); err != nil {
+			return out, fmt.Errorf("nvgkit.Lab.AdamStep: step %d: %w", step, err)
+		}
+		tr.st.AdamStep++
+	} else {
+		if err := ZeroGrads(s.sNet); err != nil {
+			return out, fmt.Errorf("nvgkit.Lab.AdamStep: step %d: %w", step, err)
+		}
+		tr.st.Skipped++
+		out.Skipped = true
+		tr.logf("step %d skipped: loss %g, gradient norm %g (not finite)", step, out.Loss, out.GradNorm)
+	}
+	tr.st.Step = step
+	tr.st.WindowsDrawn = step * c.NB
+	tr.st.Loss = append(tr.st.Loss, out.Loss)
+	tr.st.GradNorm = append(tr.st.GradNorm, out.GradNorm)
+	out.Seconds = time.Since(p.t0).Seconds()
+	s.hist = append(s.hist, out)
+	s.pending.fb, s.pending.haveNorm = false, false
+	return out, nil
+}
+
+// ZeroGrads clears every gradient.
+func (l *Lab) ZeroGrads() error {
+	s, err := l.ready("ZeroGrads")
+	if err != nil {
+		return err
+	}
+	s.pending.haveNorm = false
+	return ZeroGrads(s.sNet)
+}
+
+// Step runs n full steps as Trainer does (see session.Lab.Step).
+func (l *Lab) Step(n int, opts ...session.Option) ([]session.StepStats, error) {
+	s, err := l.ready("Step")
+	if err != nil {
+		return nil, err
+	}
+	if err := l.notInHook("Step"); err != nil {
+		return nil, err
+	}
+	if n < 1 {
+		return nil, fmt.Errorf("nvgkit.Lab.Step: n = %d, want ≥ 1", n)
+	}
+	o := session.Apply(opts...)
+	if o.EvalEvery < 0 {
+		return nil, fmt.Errorf("nvgkit.Lab.Step: EvalEvery = %d, want ≥ 0", o.EvalEvery)
+	}
+	ctx, end := l.begin(o)
+	defer end()
+	c := s.tr.Config
+	start := time.Now()
+	var done []session.StepStats
+	lastPPL := 0.0
+	if len(s.evals) > 0 {
+		lastPPL = s.evals[len(s.evals)-1].StudentPPL
+	}
+	for i := range n {
+		if ctx.Err() != nil {
+			return done, interrupted(ctx, fmt.Sprintf("after step %d (%d of %d done)", s.tr.st.Step, i, n))
+		}
+		if err := ZeroGrads(s.sNet); err != nil {
+			return done, err
+		}
+		s.pending.haveNorm = false
+		fb, err := s.forwardBackward()
+		if err != nil {
+			return done, err
+		}
+		if o.PreOptimizer != nil && s.pending.finite {
+			l.inHook.Store(true)
+			err := o.PreOptimizer(l, fb)
+			l.inHook.Store(false)
+			if err != nil {
+				return done, fmt.Errorf("nvgkit.Lab.Step: step %d: pre-optimizer hook: %w", fb.Step, err)
+			}
+		}
+		if s.pending.finite {
+			if _, err := s.clip(max(c.ClipNorm, 0)); err != nil {
+				return done, fmt.Errorf("nvgkit.Lab.Step: step %d: %w", fb.Step, err)
+			}
+		}
+		st, err := s.adamStep()
+		if err != nil {
+			return done, err
+		}
+		if o.EvalEvery > 0 && (i+1)%o.EvalEvery == 0 {
+			ev, err := s.eval(len(s.tr.eval), nil)
+			if err != nil {
+				return done, fmt.Errorf("nvgkit.Lab.Step: evaluation after step %d: %w", st.Step, err)
+			}
+			st.EvalPPL, lastPPL = ev.StudentPPL, ev.StudentPPL
+			s.hist[len(s.hist)-1].EvalPPL = ev.StudentPPL
+		}
+		done = append(done, st)
+		if o.OnProgress != nil {
+			o.OnProgress(session.Progress{Phase: "step", Done: i + 1, Total: n, Step: st.Step, Loss: st.Loss, EvalPPL: lastPPL, Elapsed: time.Since(start)})
+		}
+	}
+	return done, nil
+}
+
+// History returns the steps and evaluations so far.
+func (l *Lab) History() (session.History, error) {
+	s, err := l.ready("History")
+	if err != nil {
+		return session.History{}, err
+	}
+	return session.History{Steps: append([]session.StepStats(nil), s.hist...), Evals: append([]session.EvalResult(nil), s.evals...),
+		TeacherPPL: s.tr.st.TeacherPPL}, nil
+}
+
+// Names returns the trained vectors' names in load order.
+func (l *Lab) Names() ([]string, error) {
+	s, err := l.ready("Names")
+	if err != nil {
+		return nil, err
+	}
+	return append([]string(nil), s.names...), nil
+}
+
+// trainable returns the named trained vector, or an error listing the nearest names.
+func (s *labState) trainable(op, name string) (*trainable, error) {
+	if t := s.sNet.st.byName[name]; t != nil {
+		return t, nil
+	}
+	return nil, fmt.Errorf("nvgkit.Lab.%s: no trained vector %q (nearest: %s; Names lists all %d)", op, name, strings.Join(nearNames(name, s.names, 4), ", "), len(s.names))
+}
+
+// Param returns a copy of the named trained vector.
+func (l *Lab) Param(name string) ([]float32, error) {
+	return l.readVec("Param", name, false)
+}
+
+// Grad returns a copy of the named vector's gradient.
+func (l *Lab) Grad(name string) ([]float32, error) {
+	return l.readVec("Grad", name, true)
+}
+
+// readVec reads the named vector's values, or its gradient when grad.
+func (l *Lab) readVec(op, name string, grad bool) ([]float32, error) {
+	s, err := l.ready(op)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.trainable(op, name)
+	if err != nil {
+		return nil, err
+	}
+	b := t.param
+	if grad {
+		b = t.grad
+	}
+	v, err := s.sNet.dev.ReadFloat32(b)
+	if err != nil {
+		return nil, fmt.Errorf("nvgkit.Lab.%s %s: %w", op, name, err)
+	}
+	return v, nil
+}
+
+// SetParam writes the named trained vector.
+func (l *Lab) SetParam(name string, v []float32) error { return l.writeVec("SetParam", name, v, false) }
+
+// SetGrad writes the named vector's gradient.
+func (l *Lab) SetGrad(name string, v []float32) error { return l.writeVec("SetGrad", name, v, true) }
+
+// writeVec checks v (length, finite values, zeros in masked rank padding) before it writes.
+func (l *Lab) writeVec(op, name string, v []float32, grad bool) error {
+	s, err := l.ready(op)
+	if err != nil {
+		return err
+	}
+	t, err := s.trainable(op, name)
+	if err != nil {
+		return err
+	}
+	if n := t.param.Len(); len(v) != n {
+		return fmt.Errorf("nvgkit.Lab.%s %s: %d values, want %d", op, name, len(v), n)
+	}
+	for i, x := range v {
+		if f := float64(x); math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Errorf("nvgkit.Lab.%s %s: value %d is %v (want finite values)", op, name, i, x)
+		}
+	}
+	dev := s.sNet.dev
+	if t.live != nil {
+		mask, err := dev.ReadUint32(t.live)
+		if err != nil {
+			return fmt.Errorf("nvgkit.Lab.%s %s: %w", op, name, err)
+		}
+		for i, m := range mask {
+			if m == 0 && v[i] != 0 {
+				return fmt.Errorf("nvgkit.Lab.%s %s: value %d is %v but rank %d is masked padding (it must stay 0)", op, name, i, v[i], i)
+			}
+		}
+	}
+	b := t.param
+	if grad {
+		b = t.grad
+		s.sNet.st.ssValid = false // the cached Σ g² is stale
+		s.pending.haveNorm = false
+	}
+	if err := dev.WriteFloat32(b, v); err != nil {
+		return fmt.Errorf("nvgkit.Lab.%s %s: %w", op, name, err)
+	}
+	return nil
+}
+
+// GradNorms returns the per-layer gradient norms of the gradient buffers now.
+func (l *Lab) GradNorms() (session.GradNorms, error) {
+	s, err := l.ready("GradNorms")
+	if err != nil {
+		return session.GradNorms{}, err
+	}
+	g, err := Grads(s.sNet)
+	if err != nil {
+		return session.GradNorms{}, err
+	}
+	layers, kinds, norms, err := LayerNorms(g, s.sNet.Config.NumHiddenLayers)
+	if err != nil {
+		return session.GradNorms{}, err
+	}
+	var ss float64
+	for _, name := range s.names {
+		for _, x := range g[name] {
+			ss += float64(x) * float64(x)
+		}
+	}
+	return session.GradNorms{Step: s.tr.st.Step, Layers: layers, Kinds: kinds, Norms: norms, Total: math.Sqrt(ss)}, nil
+}
+
+// copyMeta is a deep copy of the slices of m that steps append to.
+func copyMeta(m CheckpointMeta) CheckpointMeta {
+	m.Loss = append([]float64(nil), m.Loss...)
+	m.GradNorm = append([]float64(nil), m.GradNorm...)
+	m.Evals = append([]EvalPoint(nil), m.Evals...)
+	return m
+}
+
+// Snapshot stores the state under tag.
+func (l *Lab) Snapshot(tag string) error {
+	s, err := l.ready("Snapshot")
+	if err != nil {
+		return err
+	}
+	if tag == "" {
+		return errors.New("nvgkit.Lab.Snapshot: empty tag")
+	}
+	snap, err := Snapshot(s.sNet)
+	if err != nil {
+		return err
+	}
+	s.snaps[tag] = &labSnapshot{snap: snap, meta: copyMeta(s.tr.st), hist: append([]session.StepStats(nil), s.hist...),
+		evals: append([]session.EvalResult(nil), s.evals...)}
+	return nil
+}
+
+// Restore returns to the state of Snapshot(tag).
+func (l *Lab) Restore(tag string) error {
+	s, err := l.ready("Restore")
+	if err != nil {
+		return err
+	}
+	if err := l.notInHook("Restore"); err != nil {
+		return err
+	}
+	sn := s.snaps[tag]
+	if sn == nil {
+		return fmt.Errorf("nvgkit.Lab.Restore: no snapshot %q (there are: %s)", tag, strings.Join(quoted(s.snapTags()), ", "))
+	}
+	if err := Restore(s.sNet, sn.snap); err != nil {
+		return err
+	}
+	s.tr.st = copyMeta(sn.meta)
+	s.hist = append([]session.StepStats(nil), sn.hist...)
+	s.evals = append([]session.EvalResult(nil), sn.evals...)
+	s.pending.fb, s.pending.haveNorm = false, false
+	return nil
+}
+
+func quoted(v []string) []string {
+	if len(v) == 0 {
+		return []string{"none"}
+	}
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = fmt.Sprintf("%q", x)
+	}
+	return out
+}
+
+// Snapshots returns the snapshot tags, sorted.
+func (l *Lab) Snapshots() ([]string, error) {
+	s, err := l.ready("Snapshots")
+	if err != nil {
+		return nil, err
+	}
+	return s.snapTags(), nil
+}
+
+// Checkpoint writes the state to dir/CheckpointName(step) and returns the path.
+func (l *Lab) Checkpoint(dir string) (string, error) {
+	s, err := l.ready("Checkpoint")
+	if err != nil {
+		return "", err
+	}
+	if dir == "" {
+		return "", errors.New("nvgkit.Lab.Checkpoint: empty directory")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("nvgkit.Lab.Checkpoint: %w", err)
+	}
+	path := dir + string(os.PathSeparator) + CheckpointName(s.tr.st.Step)
+	if err := s.tr.Checkpoint(path); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// Export writes the student as it is now to path (.cmf, metric scales rounded to f16).
+func (l *Lab) Export(path string) error {
+	s, err := l.ready("Export")
+	if err != nil {
+		return err
+	}
+	if path == "" {
+		return errors.New("nvgkit.Lab.Export: empty path")
+	}
+	m, err := Export(s.sNet, s.student)
+	if err != nil {
+		return err
+	}
+	return cmf.WriteCMF(path, m)
+}
+
+// nearNames returns the n names of all closest to name (edit distance, then order).
+func nearNames(name string, all []string, n int) []string {
+	type cand struct {
+		s string
+		d int
+	}
+	cs := make([]cand, len(all))
+	for i, a := range all {
+		cs[i] = cand{a, editDistance(name, a)}
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].d < cs[j].d })
+	var out []string
+	for _, c := range cs[:min(n, len(cs))] {
+		out = append(out, c.s)
+	}
+	return out
+}
+
+// editDistance is the Levenshtein distance between a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
