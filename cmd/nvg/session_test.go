@@ -1,0 +1,137 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/nvgkit/session"
+)
+
+// TestMain lets the test binary be nvg itself when NVG_TEST_AS_NVG=1: the session commands
+// spawn their own executable as the server (`nvg session serve NAME`), which in a test is
+// this binary.
+func TestMain(m *testing.M) {
+	if os.Getenv("NVG_TEST_AS_NVG") == "1" {
+		os.Exit(run(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// sessionEnv gives the test its own session directory and makes spawned servers nvg.
+func sessionEnv(t *testing.T) {
+	t.Helper()
+	base, err := os.MkdirTemp("", "nvg-cli-session-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	t.Setenv("XDG_RUNTIME_DIR", base)
+	t.Setenv("NVG_TEST_AS_NVG", "1")
+	t.Setenv("NVG_CACHE", t.TempDir())
+}
+
+// TestSessionCommands: start, ls, stop and the idle timeout from the shell, and the usage
+// errors of the session command.
+func TestSessionCommands(t *testing.T) {
+	sessionEnv(t)
+	out, errOut, code := capture(t, []string{"session", "start", "s1", "--idle", "10m"})
+	if code != 0 || !regexp.MustCompile(`^session s1: running, pid \d+, log /.*/nvg/s1\.log\n$`).MatchString(out) {
+		t.Fatalf("session start: exit %d, %q %q", code, out, errOut)
+	}
+	defer session.Stop("s1", time.Minute)
+	out2, _, code := capture(t, []string{"session", "start", "s1"})
+	if code != 0 || out2 != out {
+		t.Errorf("second session start: exit %d, %q; want the same server %q", code, out2, out)
+	}
+	out, _, code = capture(t, []string{"session", "ls"})
+	if code != 0 || !regexp.MustCompile(`(?m)^NAME +PID +STATE +LAB +IDLE +CALLS +LOG\ns1 +\d+ +alive +not set up +\d+s of 10m0s +\d+ +/.*s1\.log$`).MatchString(out) {
+		t.Errorf("session ls:\n%s", out)
+	}
+	out, _, code = capture(t, []string{"session", "stop", "s1"})
+	if code != 0 || out != "session s1: stopped\n" {
+		t.Errorf("session stop: exit %d, %q", code, out)
+	}
+	out, _, code = capture(t, []string{"session", "ls"})
+	if code != 0 || !strings.HasPrefix(out, "no sessions (in ") {
+		t.Errorf("session ls after stop: exit %d, %q", code, out)
+	}
+
+	// The idle timeout ends a server by itself.
+	if _, errOut, code := capture(t, []string{"session", "start", "--idle", "300ms", "s2"}); code != 0 {
+		t.Fatalf("session start --idle 300ms: exit %d, %s", code, errOut)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		l, err := session.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(l) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an idle session still runs after a minute: %+v", l)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"session"}, 2, "want a subcommand"},
+		{[]string{"session", "frob"}, 2, `unknown subcommand "frob"`},
+		{[]string{"session", "start"}, 2, "want one session NAME, got 0"},
+		{[]string{"session", "stop", "a", "b"}, 2, "want one session NAME, got 2"},
+		{[]string{"session", "start", "--idle", "-1s", "x"}, 2, "--idle -1s: want ≥ 0"},
+		{[]string{"session", "start", "../x"}, 1, `bad session name "../x"`},
+		{[]string{"session", "stop", "nosuch"}, 1, `session "nosuch" is not running`},
+		{[]string{"session", "bench", "--reps", "0"}, 2, "--reps 0: want ≥ 1"},
+	} {
+		_, stderr, code := capture(t, tc.args)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("nvg %v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+	}
+}
+
+// TestSessionBench runs `nvg session bench --reps 1` on the GPU (lavapipe in CI) and checks
+// its output: the absolute times of the cold and warm cells and of the cell's compile, and
+// a last line `cell latency ratio: X` with X a positive number (its value is not asserted:
+// no timed assertions).
+func TestSessionBench(t *testing.T) {
+	gputest.Open(t) // fail (not skip) under NVG_REQUIRE_GPU=1 when there is no adapter
+	sessionEnv(t)
+	out, errOut, code := capture(t, []string{"session", "bench", "--reps", "1"})
+	t.Logf("nvg session bench:\n%s", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	ms := `median \d+\.\d ms of \d+ runs \((\d+\.\d(, )?)+ ms\)`
+	for _, re := range []string{
+		`(?m)^nvg session bench: the embedded tiny teacher, DefaultSetup \(NB 4, T 64, K 32, \d+ training windows\), on .+$`,
+		`(?m)^cold cell, in-process \(new Lab: open device, load, compress, teacher pass; Step\(1\), Grad\): ` + ms + `$`,
+		`(?m)^warm cell \(Attach to the resident session; Step\(1\), Grad\): ` + ms + `$`,
+		`(?m)^cell compile \(go build of the cell program, imports only nvgkit/session\): \d+ ms first, \d+ ms after an edit$`,
+		`(?m)^warm cell as its own process \(the built cell program, exec to exit\): ` + ms + `$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("no line matching %s", re)
+		}
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	last := lines[len(lines)-1]
+	x, err := strconv.ParseFloat(strings.TrimPrefix(last, "cell latency ratio: "), 64)
+	if !strings.HasPrefix(last, "cell latency ratio: ") || err != nil || !(x > 0) {
+		t.Errorf("last line %q: want `cell latency ratio: X` with X > 0", last)
+	}
+	if l, err := session.List(); err != nil || len(l) != 0 {
+		t.Errorf("sessions left after the bench: %+v, %v", l, err)
+	}
+}

@@ -1,0 +1,393 @@
+package session
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nvg-project/nvg/nvgkit/session/internal/rpc"
+	"github.com/nvg-project/nvg/nvgkit/session/internal/sdir"
+)
+
+// DefaultIdle is the idle timeout of a session server: it exits (freeing the GPU) when no
+// call has run for this long.
+const DefaultIdle = 3 * time.Hour
+
+// AttachOption configures Attach and Start.
+type AttachOption func(*attachConfig)
+
+type attachConfig struct {
+	bin          string
+	idle         time.Duration
+	noStart      bool
+	startTimeout time.Duration
+}
+
+// IdleTimeout sets the idle timeout of a server that Attach or Start starts (0: never; by
+// default DefaultIdle). A running server keeps its own.
+func IdleTimeout(d time.Duration) AttachOption { return func(c *attachConfig) { c.idle = d } }
+
+// Binary makes Attach and Start run the server from the nvg binary at path (instead of
+// $NVG_BIN, nvg on PATH, or one built from source). nvg's own commands pass themselves.
+func Binary(path string) AttachOption { return func(c *attachConfig) { c.bin = path } }
+
+// NoStart makes Attach fail instead of starting a server when none runs.
+func NoStart() AttachOption { return func(c *attachConfig) { c.noStart = true } }
+
+// StartTimeout bounds how long Attach and Start wait for a server they started to answer
+// (default 2 minutes: the first start may build nvg).
+func StartTimeout(d time.Duration) AttachOption { return func(c *attachConfig) { c.startTimeout = d } }
+
+func attachOptions(opts []AttachOption) attachConfig {
+	c := attachConfig{idle: DefaultIdle, startTimeout: 2 * time.Minute}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
+
+// Dir returns the per-user session directory ($XDG_RUNTIME_DIR/nvg, else /tmp/nvg-UID),
+// creating it with mode 0700. It is refused (an error saying why and what to do) when it
+// exists with another owner, with permissions for group or others, or as a symlink.
+func Dir() (string, error) { return sdir.Dir() }
+
+// Attach connects to the running session called name, starting its server when none runs
+// (unless NoStart): the nvg binary $NVG_BIN, else `nvg` on PATH, else one built with `go
+// build` from this module's source into the session directory (once per source version) runs
+// `nvg session serve NAME` detached, logging to NAME.log in the session directory. Names are
+// 1 to 64 letters, digits, '.', '_' or '-'.
+//
+// A new server holds no state: call Setup (a notebook's first cell does; on a server that is
+// already set up with an equal Setup it is a no-op). When the previous server of the name
+// died, Attach says so on stderr, with its log file.
+func Attach(name string, opts ...AttachOption) (*Client, error) {
+	cfg := attachOptions(opts)
+	f, err := files(name)
+	if err != nil {
+		return nil, err
+	}
+	if c, err := attachRunning(f); err == nil {
+		return c, nil
+	}
+	if sdir.Held(f) { // a server is starting: wait for its socket
+		return waitAttach(f, cfg.startTimeout, nil)
+	}
+	if cfg.noStart {
+		msg := fmt.Sprintf("session %q is not running (start it with `nvg session start %s`, or Attach without NoStart)", name, name)
+		if _, err := os.Stat(f.Pid); err == nil {
+			msg += fmt.Sprintf("; its last server died: see %s", f.Log)
+		}
+		return nil, errors.New(msg)
+	}
+	if _, err := os.Stat(f.Pid); err == nil {
+		fmt.Fprintf(os.Stderr, "session %q: the previous server died (its log: %s); starting a new one\n", name, f.Log)
+	}
+	exited, err := spawn(f, cfg.bin, cfg.idle)
+	if err != nil {
+		return nil, err
+	}
+	return waitAttach(f, cfg.startTimeout, exited)
+}
+
+// Start starts the server of session name unless one runs, and waits until it answers.
+func Start(name string, opts ...AttachOption) error {
+	c, err := Attach(name, opts...)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+func files(name string) (sdir.Files, error) {
+	if err := sdir.CheckName(name); err != nil {
+		return sdir.Files{}, fmt.Errorf("session: %w", err)
+	}
+	dir, err := sdir.Dir()
+	if err != nil {
+		return sdir.Files{}, fmt.Errorf("session: %w", err)
+	}
+	return sdir.For(dir, name), nil
+}
+
+func attachRunning(f sdir.Files) (*Client, error) {
+	rc, err := dial(f)
+	if err != nil {
+		return nil, err
+	}
+	// A refusal comes on the first exchange: ask for the status now.
+	if _, err := rc.Status(); err != nil {
+		rc.Close()
+		return nil, fmt.Errorf("session %q: %w", f.Name, err)
+	}
+	return &Client{files: f, rc: rc, pid: rc.ServerPid}, nil
+}
+
+// waitAttach dials until the server answers, the process it started exits (exited), or
+// the timeout passes.
+func waitAttach(f sdir.Files, timeout time.Duration, exited <-chan error) (*Client, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := attachRunning(f)
+		if err == nil {
+			return c, nil
+		}
+		if errors.Is(err, rpc.ErrRefused) {
+			return nil, err
+		}
+		select {
+		case werr := <-exited:
+			// It may have lost the race to another server of the name: attach to that one.
+			if c, err := attachRunning(f); err == nil {
+				return c, nil
+			}
+			return nil, fmt.Errorf("session %q: the server exited at start (%v); its log %s ends:\n%s", f.Name, werr, f.Log, logTail(f.Log, 10))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("session %q: the server did not answer within %s (last error: %v); see its log %s", f.Name, timeout, err, f.Log)
+		}
+	}
+}
+
+// spawn starts `nvg session serve NAME --idle D` detached (its own session, stdin
+// /dev/null, stdout and stderr appended to the log) and returns a channel that receives
+// its exit status if it exits while this process runs.
+func spawn(f sdir.Files, bin string, idle time.Duration) (<-chan error, error) {
+	if bin == "" {
+		var err error
+		if bin, err = nvgBinary(f.Dir); err != nil {
+			return nil, err
+		}
+	}
+	logf, err := os.OpenFile(f.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("session %q: log file: %w", f.Name, err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "session", "serve", f.Name, "--idle", idle.String())
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("session %q: start %s: %w", f.Name, bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	return exited, nil
+}
+
+// nvgBinary finds the nvg binary that serves sessions: $NVG_BIN, else nvg on PATH, else
+// one built from this module's source into dir (nvg-<source hash>), built once.
+func nvgBinary(dir string) (string, error) {
+	if b := os.Getenv("NVG_BIN"); b != "" {
+		return b, nil
+	}
+	if b, err := exec.LookPath("nvg"); err == nil {
+		return b, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", fmt.Errorf("session: no nvg binary to start the server: NVG_BIN is not set, nvg is not on PATH, and %v", err)
+	}
+	hash, err := sourceHash(root)
+	if err != nil {
+		return "", fmt.Errorf("session: hash the source at %s: %w", root, err)
+	}
+	bin := filepath.Join(dir, "nvg-"+hash)
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	// One build at a time (another cell may be building the same binary).
+	lk, err := os.OpenFile(filepath.Join(dir, "build.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer lk.Close()
+	if err := syscall.Flock(int(lk.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
+	fmt.Fprintf(os.Stderr, "session: building nvg from %s (once per source version; set NVG_BIN to skip)\n", root)
+	cmd := exec.Command("go", "build", "-o", tmp, "./cmd/nvg")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("session: go build ./cmd/nvg in %s: %v\n%s", root, err, out)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return bin, nil
+}
+
+// moduleRoot finds the source of this module: the directory two levels above this file
+// when the binary was built from a checkout (GoNB cells are), else `go list -m`.
+func moduleRoot() (string, error) {
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		root := filepath.Dir(filepath.Dir(filepath.Dir(file)))
+		if b, err := os.ReadFile(filepath.Join(root, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/nvg-project/nvg\n") {
+			return root, nil
+		}
+	}
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/nvg-project/nvg").Output()
+	if err != nil || len(strings.TrimSpace(string(out))) == 0 {
+		return "", errors.New("the nvg module's source was not found (build nvg and put it on PATH or in NVG_BIN)")
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// sourceHash hashes what `go build ./cmd/nvg` reads: go.mod, go.sum and every file under
+// the module's package directories (embedded models and shaders included), skipping .git,
+// notebooks and docs. It returns 16 hex digits.
+func sourceHash(root string) (string, error) {
+	h := sha256.New()
+	var paths []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			if n := d.Name(); rel != "." && (strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || n == "notebooks" || n == "docs" || n == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.Type().IsRegular() && !strings.HasSuffix(p, "_test.go") {
+			paths = append(paths, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(paths)
+	for _, rel := range paths {
+		fd, err := os.Open(filepath.Join(root, rel))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00", rel)
+		_, err = io.Copy(h, fd)
+		fd.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	fmt.Fprintf(h, "%s/%s", runtime.Version(), runtime.GOARCH)
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// ServerStatus is one session as `nvg session ls` shows it.
+type ServerStatus struct {
+	// Name is the session's name; Pid its server's process id (0 when unknown).
+	Name string
+	Pid  int
+	// Alive is true when the server runs; false when it died (a pid file nobody holds).
+	Alive bool
+	// Busy is the method running now ("" when idle); Calls the calls served.
+	Busy  string
+	Calls int
+	// Started is when the server started, IdleFor how long since its last call, Idle its
+	// idle timeout (0: none).
+	Started time.Time
+	IdleFor time.Duration
+	Idle    time.Duration
+	// Note is the server's summary of its state ("step 12 of 24" or "not set up").
+	Note string
+	// Log is its log file.
+	Log string
+	// Err says why a live server could not be asked (not empty: the other fields but Name,
+	// Pid, Alive and Log are zero).
+	Err string
+}
+
+// List returns the sessions of the session directory, sorted by name: the running ones
+// (asked for their status) and the dead ones (a server that did not exit cleanly).
+func List() ([]ServerStatus, error) {
+	dir, err := sdir.Dir()
+	if err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	names, err := sdir.Names(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []ServerStatus
+	for _, n := range names {
+		f := sdir.For(dir, n)
+		pid, _ := sdir.ReadPid(f)
+		st := ServerStatus{Name: n, Pid: pid, Alive: sdir.Held(f), Log: f.Log}
+		if st.Alive {
+			rc, err := dial(f)
+			if err == nil {
+				var s rpc.Status
+				s, err = rc.Status()
+				rc.Close()
+				if err == nil {
+					st.Pid, st.Busy, st.Calls, st.Started, st.IdleFor, st.Idle, st.Note = s.Pid, s.Busy, s.Calls, s.Started, time.Since(s.LastActive), s.Idle, s.Note
+				}
+			}
+			if err != nil {
+				st.Err = err.Error()
+			}
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// Stop asks the server of session name to exit (a call running stops at its next step
+// boundary) and waits until it has (its GPU memory is freed with its process). A dead
+// session's leftover files are removed (its log is kept). Stopping a session that does not
+// exist is an error.
+func Stop(name string, timeout time.Duration) error {
+	f, err := files(name)
+	if err != nil {
+		return err
+	}
+	if !sdir.Held(f) {
+		_, perr := os.Stat(f.Pid)
+		_, serr := os.Stat(f.Sock)
+		if perr != nil && serr != nil {
+			return fmt.Errorf("session %q is not running", name)
+		}
+		os.Remove(f.Sock)
+		os.Remove(f.Pid)
+		return nil
+	}
+	rc, err := dial(f)
+	if err != nil {
+		return fmt.Errorf("session %q: cannot reach its server: %w (its log: %s)", name, err, f.Log)
+	}
+	_, err = rc.Stop()
+	rc.Close()
+	if err != nil {
+		return fmt.Errorf("session %q: stop: %w", name, err)
+	}
+	deadline := time.Now().Add(timeout)
+	for sdir.Held(f) {
+		if time.Now().After(deadline) {
+			pid, _ := sdir.ReadPid(f)
+			return fmt.Errorf("session %q: the server (pid %d) did not exit within %s (a long call may be finishing its step; see %s)", name, pid, timeout, f.Log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
