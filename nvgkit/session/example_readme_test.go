@@ -38,7 +38,7 @@ func Example_notebook() {
 	fmt.Printf("gradient norm %.3g before clipping\n", norm)
 
 	// Cell 3: train on with a live loss curve, then plot what the session recorded.
-	live = ui.NewLive("train", 0, 0, info.TeacherPPL)
+	live = ui.NewLive("train", 0, 0, 0).From(ui.Must(lab.History())) // the curve so far, then live
 	ui.Must(lab.Step(10, session.EvalEvery(5), live.OnProgress()))
 	live.Finish("10 steps")
 	ui.Show(ui.Must(ui.PlotHistory(ui.Must(lab.History()))), 800, 560)

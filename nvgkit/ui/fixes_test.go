@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvg-project/nvg/nvgkit/session"
 	"gonum.org/v1/plot"
@@ -190,8 +191,8 @@ func TestLive(t *testing.T) {
 	l.every = 0
 	l.Update(session.Progress{Phase: "eval", Done: 1, Total: 1, Step: 0, EvalPPL: 400})
 	for s := 1; s <= 5; s++ {
-		for range 2 { // a polling client reports each step twice
-			l.Update(session.Progress{Phase: "train", Done: s, Total: 5, Step: s, Loss: 3 / float64(s)})
+		for range 2 { // a polling client reports each step twice, carrying the last perplexity
+			l.Update(session.Progress{Phase: "train", Done: s, Total: 5, Step: s, Loss: 3 / float64(s), EvalPPL: 400})
 		}
 	}
 	l.Update(session.Progress{Phase: "eval", Done: 1, Total: 1, Step: 5, EvalPPL: 90})
@@ -209,6 +210,20 @@ func TestLive(t *testing.T) {
 	}
 	if last := sent[len(sent)-1]; !strings.Contains(last, "<b>train</b> 5 steps") || !strings.Contains(last, "data:image/png;base64,") {
 		t.Errorf("final update: %.300s", last)
+	}
+}
+
+// TestLiveFrom: a Live view started from a Lab's history shows the steps and evaluations made
+// before, and the evaluation that the first report carries over is not recorded twice.
+func TestLiveFrom(t *testing.T) {
+	h := session.History{Steps: []session.StepStats{{Step: 1, Loss: 2}}, Evals: []session.EvalResult{{Step: 0, StudentPPL: 900}, {Step: 1, StudentPPL: 500}}, TeacherPPL: 17}
+	l := NewLive("x", 100, 100, 0).From(h)
+	l.show, l.every = func(string, string) {}, time.Hour
+	l.Update(session.Progress{Phase: "step", Done: 1, Total: 2, Step: 2, Loss: 1.5, EvalPPL: 500})
+	l.Update(session.Progress{Phase: "step", Done: 2, Total: 2, Step: 3, Loss: 1.2, EvalPPL: 300})
+	c := l.Curves()
+	if fmt.Sprint(c.Steps, c.Loss, c.EvalSteps, c.EvalPPL, c.TeacherPPL) != "[1 2 3] [2 1.5 1.2] [0 1 3] [900 500 300] 17" {
+		t.Errorf("curves %v %v %v %v %v", c.Steps, c.Loss, c.EvalSteps, c.EvalPPL, c.TeacherPPL)
 	}
 }
 

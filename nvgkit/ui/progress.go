@@ -97,10 +97,25 @@ func NewLive(title string, w, h int, teacherPPL float64) *Live {
 // its progress to l: lab.Step(20, live.OnProgress()).
 func (l *Live) OnProgress() session.Option { return session.OnProgress(l.Update) }
 
+// From starts l's curves with what a Lab did before the call l will follow (its History:
+// steps, evaluations, the teacher's perplexity), so the chart shows the run so far and the
+// evaluation a report carries over is not drawn again. It returns l.
+func (l *Live) From(h session.History) *Live {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	teacher := l.curves.TeacherPPL
+	l.curves = HistoryCurves(h)
+	if l.curves.TeacherPPL == 0 {
+		l.curves.TeacherPPL = teacher
+	}
+	return l
+}
+
 // Update records u: its loss as the training loss of step u.Step when it is finite and
 // nonzero and that step has none yet, its EvalPPL as an evaluation at u.Step when it is a
-// perplexity (≥ 1) and differs from the last one recorded at that step; then redraws the
-// progress line (and the chart, at most once a second).
+// perplexity (≥ 1) other than the last one recorded (reports carry the last evaluation's
+// perplexity until the next); then redraws the progress line (and the chart, at most once
+// a second).
 func (l *Live) Update(u session.Progress) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -109,8 +124,9 @@ func (l *Live) Update(u session.Progress) {
 		c.Steps, c.Loss = append(c.Steps, u.Step), append(c.Loss, u.Loss)
 	}
 	if finite(u.EvalPPL) && u.EvalPPL >= 1 {
-		n := len(c.EvalSteps)
-		if n == 0 || c.EvalSteps[n-1] != u.Step || c.EvalPPL[n-1] != u.EvalPPL {
+		// A report carries the last perplexity until the next evaluation: a new value is a new
+		// evaluation, the same value again is not.
+		if n := len(c.EvalPPL); n == 0 || c.EvalPPL[n-1] != u.EvalPPL {
 			c.EvalSteps, c.EvalPPL = append(c.EvalSteps, u.Step), append(c.EvalPPL, u.EvalPPL)
 		}
 	}
