@@ -148,7 +148,7 @@ func (l *Lab) begin(o session.Options) (context.Context, func()) {
 // interrupted returns the error of a call stopped by ctx, wrapping session.ErrInterrupted and
 // ErrInterrupted.
 func interrupted(ctx context.Context, where string) error {
-	return fmt.Errorf("%w %s: %w", session.ErrInterrupted, where, errors.Join(ErrInterrupted, context.Cause(ctx)))
+	return fmt.Errorf("%w %s (%w: %w)", session.ErrInterrupted, where, ErrInterrupted, context.Cause(ctx))
 }
 
 // Interrupt stops the call in progress at its next boundary (see session.Lab.Interrupt).

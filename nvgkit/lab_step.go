@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -54,7 +55,7 @@ func (s *labState) forwardBackward() (session.StepStats, error) {
 		return out, fmt.Errorf("nvgkit.Lab.ForwardBackward: step %d: %w", step, err)
 	}
 	p.fb, p.finite, p.loss, p.haveNorm = true, stats.Finite && finite(stats.Loss), stats.Loss, false
-	out.Loss = stats.Loss
+	out.Loss, out.Finite = stats.Loss, p.finite
 	return out, nil
 }
 
@@ -119,6 +120,7 @@ func (s *labState) adamStep() (session.StepStats, error) {
 		out.GradNorm = gn
 		ok = finite(gn)
 	}
+	out.Finite = ok
 	if ok {
 		ac := tr.Adam
 		ac.LR = lr
@@ -435,7 +437,7 @@ func (l *Lab) Checkpoint(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("nvgkit.Lab.Checkpoint: %w", err)
 	}
-	path := dir + string(os.PathSeparator) + CheckpointName(s.tr.st.Step)
+	path := filepath.Join(dir, CheckpointName(s.tr.st.Step))
 	if err := s.tr.Checkpoint(path); err != nil {
 		return "", err
 	}

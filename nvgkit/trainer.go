@@ -680,11 +680,18 @@ var blrName = regexp.MustCompile(`\.([A-Za-z0-9_]+)\.weight\.p\d+\.[hlg]$`)
 var gainName = regexp.MustCompile(`\.?([A-Za-z0-9_]+)\.weight$`)
 
 // LayerNorms groups vectors named like Grads' or Params' keys by decoder layer and kind (see
-// Trainer.LayerGradNorms) and returns their L2 norms, for nLayers layers. Names outside
+// Trainer.LayerGradNorms) and returns their L2 norms (squares summed in float64 in name
+// order, so equal inputs give equal bits), for nLayers layers. Names outside
 // "model.layers.N." are left out. Errors: a layer index ≥ nLayers, no names matched.
 func LayerNorms(vecs map[string][]float32, nLayers int) (layers []int, kinds []string, norms [][]float64, err error) {
 	sums := map[string][]float64{}
-	for name, v := range vecs {
+	names := make([]string, 0, len(vecs))
+	for name := range vecs {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the float64 sums in one order: the same bits on every call
+	for _, name := range names {
+		v := vecs[name]
 		m := layerName.FindStringSubmatch(name)
 		if m == nil {
 			continue

@@ -476,14 +476,14 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 		return err
 	}
 	t0 := time.Now()
-	train, err := corpus.Tokens(tok, data.Train, tokenCacheDir())
+	train, err := corpus.Tokens(tok, data.Train, nvgkit.TokenCacheDir())
 	if err != nil {
 		return err
 	}
 	if err := phase("corpus"); err != nil {
 		return err
 	}
-	heldOut, err := corpus.Tokens(tok, data.HeldOut, tokenCacheDir())
+	heldOut, err := corpus.Tokens(tok, data.HeldOut, nvgkit.TokenCacheDir())
 	if err != nil {
 		return err
 	}

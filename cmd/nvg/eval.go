@@ -6,7 +6,6 @@ import (
 	"github.com/nvg-project/nvg/arch"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -91,7 +90,7 @@ func (f evalFlags) heldOutWindows(modelPath string, cfg arch.Config) ([][]int, s
 	if err != nil {
 		return nil, "", err
 	}
-	stream, err := corpus.Tokens(tok, data.HeldOut, tokenCacheDir())
+	stream, err := corpus.Tokens(tok, data.HeldOut, nvgkit.TokenCacheDir())
 	if err != nil {
 		return nil, "", err
 	}
@@ -104,17 +103,6 @@ func (f evalFlags) heldOutWindows(modelPath string, cfg arch.Config) ([][]int, s
 			n, what, len(w), *f.t, len(w))
 	}
 	return w, what, nil
-}
-
-// tokenCacheDir is where token streams are cached ($NVG_CACHE, else the user cache dir).
-func tokenCacheDir() string {
-	if d := os.Getenv("NVG_CACHE"); d != "" {
-		return filepath.Join(d, "tokens")
-	}
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "nvg", "tokens")
-	}
-	return ""
 }
 
 func runEval(args []string) error {

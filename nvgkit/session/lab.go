@@ -105,8 +105,9 @@ type Lab interface {
 	// ZeroGrads sets every gradient to zero.
 	ZeroGrads() error
 	// Step runs n ≥ 1 full training steps as nvgkit.Trainer does: per step ZeroGrads,
-	// ForwardBackward, the PreOptimizer hook (when given), ClipGrads(TrainConfig.ClipNorm)
-	// (or the plain norm when ClipNorm is 0) and AdamStep. It returns one StepStats per step
+	// ForwardBackward, the PreOptimizer hook (when given; not in a step whose loss is not
+	// finite, which is skipped), ClipGrads(Setup.Train.ClipNorm) (or the plain norm when
+	// ClipNorm is 0) and AdamStep. It returns one StepStats per step
 	// done. Progress (phase "step", Done/Total of this call) goes to OnProgress after every
 	// step; with EvalEvery(m) the student is evaluated after every m-th step of the call and
 	// StepStats.EvalPPL set. Interrupt or the context stop it between steps: it returns the
@@ -114,6 +115,10 @@ type Lab interface {
 	// done. Any other failure also returns the steps done before it (their updates stay); the
 	// failing step made no update. After Step the gradient buffers hold the last step's
 	// gradients, clipped. A hook must not call Setup, Step, Restore or Close (an error).
+	//
+	// Step equals, bit for bit, the loop a remote client runs to call a hook in its own
+	// process: per step ZeroGrads; st := ForwardBackward(); when st.Finite, the hook and
+	// then, when Setup.Train.ClipNorm > 0, ClipGrads(ClipNorm); AdamStep.
 	Step(n int, opts ...Option) ([]StepStats, error)
 	// History returns every step done since Setup (or restored from a checkpoint or
 	// snapshot) and every evaluation made, in order.
@@ -409,6 +414,9 @@ type StepStats struct {
 	LR float64
 	// Skipped is true when the loss or the gradient norm was not finite: no update was made.
 	Skipped bool
+	// Finite is true when the loss and every gradient are finite (ForwardBackward: the step
+	// can be applied; AdamStep and Step: the step was applied, !Skipped).
+	Finite bool
 	// Tokens is the number of predicted tokens in the batch (NB·T).
 	Tokens int
 	// EvalPPL is the held-out perplexity when the step ended with an evaluation (Step's
