@@ -683,8 +683,9 @@ func (tidyTicks) Ticks(lo, hi float64) []plot.Tick {
 	return tidyTickLabels(ticks)
 }
 
-// logTicks marks a log axis: labelled ticks at 1, 2 and 5 × 10^k (at every integer
-// multiple of 10^k when the range holds fewer than three of those), unlabelled ones at
+// logTicks marks a log axis: labelled ticks at 1, 2 and 5 × 10^k (only at 10^k when the
+// axis spans more than 2.5 decades; at every integer multiple of 10^k when the range holds
+// fewer than three labelled ticks), unlabelled ones at
 // the other multiples, labels without needless decimals. A decade that the range enters
 // but that holds none of those labels (70…90 on an axis from 70 to 3000) gets its lowest
 // tick labelled, unless that label would crowd its neighbour (closer than 4 % of the
@@ -707,9 +708,10 @@ func (logTicks) Ticks(lo, hi float64) []plot.Tick {
 		}
 	}
 	decade := func(v float64) float64 { return math.Floor(math.Log10(v) + 1e-9) }
+	sparse := math.Log10(hi/lo) > 2.5 // more than 2.5 decades: 1, 2, 5 labels would crowd
 	major := func(v float64) bool {
 		m := math.Round(v / math.Pow(10, decade(v)))
-		return m == 1 || m == 2 || m == 5
+		return m == 1 || !sparse && (m == 2 || m == 5)
 	}
 	if len(cand) < 2 {
 		return tidyTicks{}.Ticks(lo, hi)

@@ -50,6 +50,9 @@ func TestLogTicksLabelLastDecade(t *testing.T) {
 		if !(ax.Min <= last) {
 			t.Errorf("ppl %v: axis starts at %g above the last point", ppl, ax.Min)
 		}
+		if len(labels) > 9 {
+			t.Errorf("ppl %v: %d labels on the perplexity axis %v: crowded", ppl, len(labels), labels)
+		}
 	}
 }
 
