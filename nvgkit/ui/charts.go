@@ -51,8 +51,9 @@ func newPlot(title, xLabel, yLabel string) *plot.Plot {
 // legend of tensor kinds stays a narrow column.
 const legendFontSize = 10 * vg.Inch / 72
 
-// legendGap is the blank space between the data's right end and a Chart's legend.
-const legendGap = 4 * vg.Inch / 72
+// legendGap is the blank space between the data's right end and a Chart's legend (room
+// for a point's glyph too).
+const legendGap = 6 * vg.Inch / 72
 
 // Chart is a plot whose legend stands right of its data in the top-right corner: at every
 // Draw, X.Max is widened (for that drawing only) just enough that the legend, at the width
@@ -75,18 +76,25 @@ func (c *Chart) Draw(dc draw.Canvas) {
 }
 
 // legendMaxX returns the X.Max at which DataMaxX lands legendGap left of the legend when the
-// chart is drawn on dc. The legend takes at most half of the data area.
+// chart is drawn on dc. The legend takes at most half of the data area. The data area
+// depends a little on X.Max (gonum pads it for glyphs at its edges), so the solution is
+// refined a few times.
 func (c *Chart) legendMaxX(dc draw.Canvas) float64 {
-	if c.Legend.Rectangle(dc).Size().X == 0 || !(c.DataMaxX > c.X.Min) {
+	lw := c.Legend.Rectangle(dc).Size().X
+	if lw == 0 || !(c.DataMaxX > c.X.Min) {
 		return c.X.Max
 	}
 	saved := c.X.Max
-	c.X.Max = c.DataMaxX
-	d := c.DataCanvas(dc)
-	c.X.Max = saved
-	left := dc.Max.X - c.Legend.Rectangle(dc).Size().X - legendGap // the legend spans from here to dc's right edge
-	frac := math.Max(float64((left-d.Min.X)/(d.Max.X-d.Min.X)), 0.5)
-	return c.X.Min + (c.DataMaxX-c.X.Min)/frac
+	defer func() { c.X.Max = saved }()
+	left := dc.Max.X - lw - legendGap // the legend spans from here to dc's right edge
+	m := c.DataMaxX
+	for range 4 {
+		c.X.Max = m
+		d := c.DataCanvas(dc)
+		frac := math.Max(float64((left-d.Min.X)/(d.Max.X-d.Min.X)), 0.5)
+		m = c.X.Min + (c.DataMaxX-c.X.Min)/frac
+	}
+	return m
 }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
