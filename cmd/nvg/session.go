@@ -213,6 +213,7 @@ func sessionBench(c *command, args []string) error {
 		setup.Train.NB, setup.Train.T, setup.Train.K, info.TrainWindows, info.Device)
 
 	cold := make([]float64, *reps)
+	setupMS, teacherMS := make([]float64, *reps), make([]float64, *reps)
 	for i := range cold {
 		t0 := time.Now()
 		if err := benchCell(func() (session.Lab, error) {
@@ -220,10 +221,12 @@ func sessionBench(c *command, args []string) error {
 			if err != nil {
 				return nil, err
 			}
-			if _, err := lab.Setup(setup); err != nil {
+			info, err := lab.Setup(setup)
+			if err != nil {
 				lab.Close()
 				return nil, err
 			}
+			setupMS[i], teacherMS[i] = 1000*info.SetupSeconds, 1000*info.TeacherSeconds
 			return lab, nil
 		}, grad); err != nil {
 			return fmt.Errorf("cold cell: %w", err)
@@ -238,8 +241,25 @@ func sessionBench(c *command, args []string) error {
 		}
 		warm[i] = msSince(t0)
 	}
+	// The transport's share of a warm cell: the same cell without the step.
+	overhead := make([]float64, len(warm))
+	for i := range overhead {
+		t0 := time.Now()
+		cl, err := session.Attach(name, session.NoStart())
+		if err != nil {
+			return err
+		}
+		_, err = cl.Grad(grad)
+		cl.Close()
+		if err != nil {
+			return err
+		}
+		overhead[i] = msSince(t0)
+	}
 	fmt.Printf("cold cell, in-process (new Lab: open device, load, compress, teacher pass; Step(1), Grad): %s\n", msLine(cold))
+	fmt.Printf("  of which Setup: median %.0f ms (its teacher pass %.0f ms)\n", median(setupMS), median(teacherMS))
 	fmt.Printf("warm cell (Attach to the resident session; Step(1), Grad): %s\n", msLine(warm))
+	fmt.Printf("  of which the transport (the same cell without its Step: Attach, Grad): %s\n", msLine(overhead))
 
 	if err := benchBuild(name, grad, len(warm)); err != nil {
 		fmt.Printf("cell compile: not measured: %v\n", err)
@@ -292,6 +312,21 @@ func main() {
 }
 `
 
+// heavyCellProgram is a cell that imports nvgkit (as notebooks did before sessions).
+const heavyCellProgram = `package main
+
+import (
+	"fmt"
+
+	"github.com/nvg-project/nvg/nvgkit"
+)
+
+func main() {
+	lab, err := nvgkit.NewLab()
+	fmt.Println("EDIT", lab != nil, err)
+}
+`
+
 // benchBuild times `go build` of the cell program in a module that replaces nvg by this
 // checkout (first build, then after an edit, as GoNB rebuilds a changed cell), and runs the
 // built cell as its own process against session name.
@@ -316,8 +351,8 @@ func benchBuild(name, grad string, runs int) error {
 	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
 		return err
 	}
-	build := func(edit string) (float64, error) {
-		src := strings.Replace(cellProgram, "EDIT", edit, 1)
+	build := func(program, edit string) (float64, error) {
+		src := strings.Replace(program, "EDIT", edit, 1)
 		if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
 			return 0, err
 		}
@@ -330,15 +365,27 @@ func benchBuild(name, grad string, runs int) error {
 		}
 		return msSince(t0), nil
 	}
-	first, err := build("gradient values:")
+	first, err := build(cellProgram, "gradient values:")
 	if err != nil {
 		return err
 	}
-	again, err := build("gradient length:")
+	again, err := build(cellProgram, "gradient length:")
 	if err != nil {
 		return err
 	}
 	fmt.Printf("cell compile (go build of the cell program, imports only nvgkit/session): %.0f ms first, %.0f ms after an edit\n", first, again)
+	// The same cell written against nvgkit links the GPU engine (wgpu-native) each time.
+	if _, err := build(heavyCellProgram, "lab:"); err != nil {
+		return err
+	}
+	heavy, err := build(heavyCellProgram, "the lab:")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("cell compile of a cell importing nvgkit instead (links the GPU engine): %.0f ms after an edit\n", heavy)
+	if _, err := build(cellProgram, "gradient length:"); err != nil { // the light cell again, to run it
+		return err
+	}
 	proc := make([]float64, runs)
 	for i := range proc {
 		t0 := time.Now()

@@ -149,11 +149,14 @@ func waitAttach(f sdir.Files, timeout time.Duration, exited <-chan error) (*Clie
 		}
 		select {
 		case werr := <-exited:
-			// It may have lost the race to another server of the name: attach to that one.
-			if c, err := attachRunning(f); err == nil {
-				return c, nil
+			exited = nil
+			// It may have lost the race to another server of the name: wait for that one.
+			if !sdir.Held(f) {
+				if c, err := attachRunning(f); err == nil {
+					return c, nil
+				}
+				return nil, fmt.Errorf("session %q: the server exited at start (%v); its log %s ends:\n%s", f.Name, werr, f.Log, logTail(f.Log, 10))
 			}
-			return nil, fmt.Errorf("session %q: the server exited at start (%v); its log %s ends:\n%s", f.Name, werr, f.Log, logTail(f.Log, 10))
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -376,18 +379,20 @@ func Stop(name string, timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("session %q: cannot reach its server: %w (its log: %s)", name, err, f.Log)
 	}
+	pid := rc.ServerPid
 	_, err = rc.Stop()
 	rc.Close()
 	if err != nil {
 		return fmt.Errorf("session %q: stop: %w", name, err)
 	}
 	deadline := time.Now().Add(timeout)
-	for sdir.Held(f) {
+	for {
+		if p, _ := sdir.ReadPid(f); p != pid || !sdir.Held(f) {
+			return nil // it exited (a server started since is another one)
+		}
 		if time.Now().After(deadline) {
-			pid, _ := sdir.ReadPid(f)
 			return fmt.Errorf("session %q: the server (pid %d) did not exit within %s (a long call may be finishing its step; see %s)", name, pid, timeout, f.Log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil
 }

@@ -221,7 +221,10 @@ func attach(t *testing.T, name string) *session.Client {
 	}
 	t.Cleanup(func() {
 		c.Close()
-		session.Stop(name, time.Minute)
+		if err := session.Stop(name, time.Minute); err != nil && !strings.Contains(err.Error(), "is not running") {
+			b, _ := os.ReadFile(c.LogFile())
+			t.Errorf("stop %s: %v; its log:\n%s", name, err, b)
+		}
 	})
 	return c
 }

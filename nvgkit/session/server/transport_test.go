@@ -301,6 +301,23 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || info.Step != 3 || !reflect.DeepEqual(a, wa) {
 		t.Errorf("state after the refused requests: step %d, a %v, %v; want 3, %v", info.Step, a, err, wa)
 	}
+	// Two cells attaching at once to a session that does not run yet start one server.
+	pids := make(chan int, 2)
+	for range 2 {
+		go func() {
+			cl, err := session.Attach("life2")
+			if err != nil {
+				t.Error(err)
+				pids <- 0
+				return
+			}
+			pids <- cl.Pid()
+			cl.Close()
+		}()
+	}
+	if p1, p2 := <-pids, <-pids; p1 != p2 || p1 == 0 {
+		t.Errorf("two concurrent Attach: server pids %d and %d, want one server", p1, p2)
+	}
 	// Two sessions are two processes.
 	c2 := attach(t, "life2")
 	if c2.Pid() == c.Pid() {

@@ -126,13 +126,15 @@ func Acquire(f Files) (*Lock, error) {
 		}
 		if err := syscall.Flock(int(fd.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 			fd.Close()
-			if errors.Is(err, syscall.EWOULDBLOCK) && try < 5 {
-				time.Sleep(20 * time.Millisecond) // Held's brief shared lock, or a server exiting
-				continue
-			}
 			if errors.Is(err, syscall.EWOULDBLOCK) {
+				// The holder is a server (its pid is in the file and alive: it runs) or
+				// Held's brief probe of a dead session's file (retry a little).
 				pid, _ := ReadPid(f)
-				return nil, fmt.Errorf("%w: session %q (pid %d)", ErrRunning, f.Name, pid)
+				if pid > 0 && syscall.Kill(pid, 0) == nil || try >= 5 {
+					return nil, fmt.Errorf("%w: session %q (pid %d)", ErrRunning, f.Name, pid)
+				}
+				time.Sleep(20 * time.Millisecond)
+				continue
 			}
 			return nil, fmt.Errorf("lock %s: %w", f.Pid, err)
 		}
