@@ -53,7 +53,7 @@ const legendFontSize = 10 * vg.Inch / 72
 
 // legendGap is the blank space between the data's right end and a Chart's legend (room
 // for a point's glyph too).
-const legendGap = 6 * vg.Inch / 72
+const legendGap = 10 * vg.Inch / 72
 
 // Chart is a plot whose legend stands right of its data in the top-right corner: at every
 // Draw, X.Max is widened (for that drawing only) just enough that the legend, at the width

@@ -168,8 +168,8 @@ func TestLegendWidth(t *testing.T) {
 		for _, w := range []int{600, 900, 1400} {
 			left, right, width := chartLayout(t, c, w, 400)
 			frac := float64((width - left) / width)
-			if left-right < vg.Points(5) { // a point's glyph (radius 2.5 pt) and some air
-				t.Errorf("%s at %d px: data end at %.1f pt, less than 5 pt left of the legend's left edge %.1f pt", name, w, right, left)
+			if left-right < vg.Points(8) { // a point's glyph (radius 2.5 pt) and some air
+				t.Errorf("%s at %d px: data end at %.1f pt, less than 8 pt left of the legend's left edge %.1f pt", name, w, right, left)
 			}
 			if lim := 0.2 + 0.1*float64(900-min(w, 900))/300; frac > lim {
 				t.Errorf("%s at %d px: legend takes %.0f %% of the width, want ≤ %.0f %%", name, w, 100*frac, 100*lim)
