@@ -3,9 +3,10 @@
 // activation buffers once (Work), run the teacher pass (TeacherTopK), step the student
 // (Step: forward, KL against the teacher's top-k, backward), inspect gradients (Grads,
 // GradNorm), update it (ClipGrads, Adam), snapshot, export, evaluate (NLL, StudentNLL; for a
-// non-finite result, FirstNonFinite names the layer) and plot (Plot*). Compress turns a
-// teacher into a BLR student. The training loop built on these (Trainer, its configuration,
-// checkpoints, reports, the in-process Lab) is package nvgkit/train, which imports nvgkit.
+// non-finite result, FirstNonFinite names the layer). The training loop built on these
+// (Trainer, its configuration, checkpoints, reports, the in-process Lab) is package
+// nvgkit/train, which imports nvgkit; plots and notebook display are nvgkit/ui; resident
+// sessions for notebooks are nvgkit/session. The compressor is package compress.
 //
 // A typical teacher pass:
 //

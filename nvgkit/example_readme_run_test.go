@@ -44,7 +44,8 @@ func captureStdout(t *testing.T, f func()) string {
 	return string(b)
 }
 
-// TestReadmeSnippetIsExample: the Go block of README.md's "## In a notebook" section is
+// TestReadmeSnippetIsExample: the Go block of README.md's "## The step-level API in a Go
+// program" section is
 // the body of Example_distillStep (whitespace-normalised), so the README's code compiles,
 // runs and prints what TestExampleDistillStep checks.
 func TestReadmeSnippetIsExample(t *testing.T) {
@@ -53,9 +54,9 @@ func TestReadmeSnippetIsExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	sec := string(readme)
-	i := strings.Index(sec, "\n## In a notebook\n")
+	i := strings.Index(sec, "\n## The step-level API in a Go program\n")
 	if i < 0 {
-		t.Fatal(`README.md has no "## In a notebook" section`)
+		t.Fatal(`README.md has no "## The step-level API in a Go program" section`)
 	}
 	sec = sec[i+1:]
 	if j := strings.Index(sec[1:], "\n## "); j >= 0 {
@@ -63,7 +64,7 @@ func TestReadmeSnippetIsExample(t *testing.T) {
 	}
 	m := regexp.MustCompile("(?s)```go\n(.*?)```").FindStringSubmatch(sec)
 	if m == nil {
-		t.Fatal(`README.md's "In a notebook" section has no go code block`)
+		t.Fatal(`README.md's "The step-level API in a Go program" section has no go code block`)
 	}
 	src, err := os.ReadFile("example_readme_test.go")
 	if err != nil {

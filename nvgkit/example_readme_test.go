@@ -12,7 +12,8 @@ import (
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 )
 
-// Example_distillStep is the step-level loop of README.md's "In a notebook" section, whose
+// Example_distillStep is the step-level loop of README.md's "The step-level API in a Go
+// program" section, whose
 // code block is this function's body (TestReadmeSnippetIsExample keeps them equal): the
 // embedded tiny teacher compressed to 1 bit per weight, its top-k on two windows of the
 // model card's text, and five student steps on them. It needs a WebGPU adapter (lavapipe

@@ -12,9 +12,6 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/gpu"
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
 )
 
 // MemLogHeader is the first line of a memory log (the CSV columns MemLogger writes).
@@ -127,56 +124,4 @@ func ReadMemLog(path string) ([]MemSample, error) {
 		return nil, fmt.Errorf("%s: no samples", path)
 	}
 	return out, nil
-}
-
-// PlotMemLog draws a memory log as a three-panel Figure over the step axis: GPU bytes
-// (current and peak, MiB), the Go heap (live MiB and, on a second line, thousands of
-// objects) and the throughput (tokens/s; the first sample, which has none, is left out).
-// Flat lines are what a healthy long run shows.
-func PlotMemLog(samples []MemSample) (*Figure, error) {
-	if len(samples) == 0 {
-		return nil, errors.New("nvgkit.PlotMemLog: no samples")
-	}
-	const mib = 1 << 20
-	xy := func(f func(MemSample) (float64, bool)) plotter.XYs {
-		var pts plotter.XYs
-		for _, s := range samples {
-			if v, ok := f(s); ok {
-				pts = append(pts, plotter.XY{X: float64(s.Step), Y: v})
-			}
-		}
-		return pts
-	}
-	gpuP := newPlot("GPU memory of nvg's buffers", "step", "MiB")
-	heapP := newPlot("Go heap", "step", "MiB live / thousand objects")
-	speedP := newPlot("Throughput", "step", "tokens/s")
-	series := []struct {
-		p    *plot.Plot
-		name string
-		pts  plotter.XYs
-	}{
-		{gpuP, "current", xy(func(s MemSample) (float64, bool) { return float64(s.GPUCurrent) / mib, true })},
-		{gpuP, "peak", xy(func(s MemSample) (float64, bool) { return float64(s.GPUPeak) / mib, true })},
-		{heapP, "heap MiB", xy(func(s MemSample) (float64, bool) { return float64(s.HeapAlloc) / mib, true })},
-		{heapP, "objects / 1000", xy(func(s MemSample) (float64, bool) { return float64(s.HeapObjs) / 1000, true })},
-		{speedP, "tokens/s", xy(func(s MemSample) (float64, bool) { return s.TokensPerSec, s.TokensPerSec > 0 })},
-	}
-	for i, s := range series {
-		if len(s.pts) == 0 {
-			continue
-		}
-		l, err := plotter.NewLine(s.pts)
-		if err != nil {
-			return nil, err
-		}
-		l.Color = plotColor(i)
-		l.Width = vg.Points(1.5)
-		s.p.Add(l)
-		s.p.Legend.Add(s.name, l)
-	}
-	for _, p := range []*plot.Plot{gpuP, heapP, speedP} {
-		p.Y.Min = 0
-		p.Legend.Top = true
-	}
-	return &Figure{Panels: []*plot.Plot{gpuP, heapP, speedP}}, nil
 }

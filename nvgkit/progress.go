@@ -2,13 +2,10 @@ package nvgkit
 
 import (
 	"fmt"
-	"html"
 	"io"
 	"os"
-	"sync"
 	"time"
 
-	"github.com/janpfeifer/gonb/gonbui"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -21,17 +18,12 @@ type Progress interface {
 	Finish(status string)
 }
 
-// NewProgress returns the progress display that fits where the program runs: in a GoNB
-// notebook (gonbui.IsNotebook) an HTML <progress> bar updated in place through
-// gonbui.UpdateHTML (at most 4 times a second, plus the first and last update); on a
-// terminal a bar (schollz/progressbar, redrawn in place with '\r') written to w with the
-// title as its description; to anything else (a log file, a pipe, a buffer) plain
-// newline-terminated lines "title done/total status", at most one every 30 seconds plus the
-// first and the last. w may be nil outside a notebook: then nothing is shown.
+// NewProgress returns the progress display that fits where w leads: on a terminal a bar
+// (schollz/progressbar, redrawn in place with '\r') written to w with the title as its
+// description; to anything else (a log file, a pipe, a buffer) plain newline-terminated
+// lines "title done/total status", at most one every 30 seconds plus the first and the
+// last. A nil w shows nothing. In a notebook use ui.NewNotebookProgress or ui.NewLive.
 func NewProgress(w io.Writer, title string) Progress {
-	if gonbui.IsNotebook {
-		return &htmlProgress{id: gonbui.UniqueId(), title: title}
-	}
 	if w == nil {
 		return nopProgress{}
 	}
@@ -79,38 +71,6 @@ type nopProgress struct{}
 
 func (nopProgress) Update(int, int, string) {}
 func (nopProgress) Finish(string)           {}
-
-// htmlProgress is a <progress> element in the notebook's output, updated in place.
-type htmlProgress struct {
-	mu    sync.Mutex
-	id    string
-	title string
-	last  time.Time
-}
-
-// ProgressHTML is the HTML that the notebook progress bar shows: the title, a <progress>
-// element at done/total and the status, all HTML-escaped.
-func ProgressHTML(title string, done, total int, status string) string {
-	return fmt.Sprintf(`<div style="font-family:monospace"><b>%s</b> <progress value="%d" max="%d" style="width:40%%"></progress> %d/%d %s</div>`,
-		html.EscapeString(title), done, max(total, 1), done, total, html.EscapeString(status))
-}
-
-func (p *htmlProgress) Update(done, total int, status string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if done > 0 && done < total && time.Since(p.last) < 250*time.Millisecond {
-		return
-	}
-	p.last = time.Now()
-	gonbui.UpdateHTML(p.id, ProgressHTML(p.title, done, total, status))
-}
-
-func (p *htmlProgress) Finish(status string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	gonbui.UpdateHTML(p.id, fmt.Sprintf(`<div style="font-family:monospace"><b>%s</b> %s</div>`, html.EscapeString(p.title), html.EscapeString(status)))
-	gonbui.Sync()
-}
 
 // termProgress is a progressbar on a terminal (created at the first Update, when the total
 // is known).

@@ -22,8 +22,10 @@ import (
 	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
+	"github.com/nvg-project/nvg/nvgkit/session"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/nvgkit/ui"
 )
 
 func init() {
@@ -677,20 +679,21 @@ func writeDistillPlots(out string, tr *train.Trainer, student *nvgkit.Net, repor
 	if err != nil {
 		return err
 	}
-	fig, err := train.PlotMetrics(recs)
+	steps, loss, es, ep, tppl := train.TrainingSeries(recs)
+	fig, err := ui.PlotTraining(ui.TrainingCurves{Steps: steps, Loss: loss, EvalSteps: es, EvalPPL: ep, TeacherPPL: tppl})
 	if err != nil {
 		return err
 	}
-	if err := nvgkit.SavePlot(filepath.Join(out, "training.png"), fig, 900, 700); err != nil {
+	if err := ui.SavePlot(filepath.Join(out, "training.png"), fig, 900, 700); err != nil {
 		return err
 	}
 	if layers, kinds, norms, err := tr.LayerGradNorms(); err == nil {
-		p, err := nvgkit.PlotLayerGradNorms(layers, kinds, norms)
+		p, err := ui.PlotLayerGradNorms(layers, kinds, norms)
 		if err != nil {
 			return err
 		}
 		p.Title.Text = "Gradient L2 norm per layer (last step)"
-		if err := nvgkit.SavePlot(filepath.Join(out, "grad_norms.png"), p, 1000, 600); err != nil {
+		if err := ui.SavePlot(filepath.Join(out, "grad_norms.png"), p, 1000, 600); err != nil {
 			return err
 		}
 	}
@@ -710,17 +713,21 @@ func writeDistillPlots(out string, tr *train.Trainer, student *nvgkit.Net, repor
 		}
 	}
 	if len(vals) > 0 {
-		p, err := nvgkit.PlotHistogram("BLR metric scales after distillation, log10 |h|, |ℓ|, |g|", vals, 80)
+		p, err := ui.PlotHistogram("BLR metric scales after distillation, log10 |h|, |ℓ|, |g|", vals, 80)
 		if err != nil {
 			return err
 		}
-		if err := nvgkit.SavePlot(filepath.Join(out, "metric_hist.png"), p, 900, 600); err != nil {
+		if err := ui.SavePlot(filepath.Join(out, "metric_hist.png"), p, 900, 600); err != nil {
 			return err
 		}
 	}
-	p, err := nvgkit.PlotReconstruction(reports)
+	pts := make([]session.TensorReport, len(reports))
+	for i, r := range reports {
+		pts[i] = session.TensorReport{Name: r.Name, Kind: r.Kind, BitsPerWeight: r.BitsPerWeight, RelErr: r.RelErr}
+	}
+	p, err := ui.PlotReconstruction(pts)
 	if err != nil {
 		return err
 	}
-	return nvgkit.SavePlot(filepath.Join(out, "reconstruction.png"), p, 900, 600)
+	return ui.SavePlot(filepath.Join(out, "reconstruction.png"), p, 900, 600)
 }

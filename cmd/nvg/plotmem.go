@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/ui"
 )
 
 func init() {
@@ -28,11 +29,15 @@ func runPlotMem(args []string) error {
 	if err != nil {
 		return err
 	}
-	fig, err := nvgkit.PlotMemLog(samples)
+	rows := make([]ui.MemSample, len(samples))
+	for i, s := range samples {
+		rows[i] = ui.MemSample(s)
+	}
+	fig, err := ui.PlotMemLog(rows)
 	if err != nil {
 		return err
 	}
-	if err := nvgkit.SavePlot(fs.Arg(1), fig, 1000, 1000); err != nil {
+	if err := ui.SavePlot(fs.Arg(1), fig, 1000, 1000); err != nil {
 		return err
 	}
 	first, last := samples[0], samples[len(samples)-1]

@@ -115,7 +115,7 @@ func NewLab(opts ...LabOption) (*Lab, error) {
 	l := &Lab{cache: TokenCacheDir()}
 	for _, o := range opts {
 		if o == nil {
-			return nil, errors.New("nvgkit.NewLab: nil option")
+			return nil, errors.New("train.NewLab: nil option")
 		}
 		o(l)
 	}
@@ -166,10 +166,10 @@ func (l *Lab) Interrupt() error {
 // ready returns the state, or an error naming op when the Lab is closed or not set up.
 func (l *Lab) ready(op string) (*labState, error) {
 	if l.closed {
-		return nil, fmt.Errorf("nvgkit.Lab.%s: the lab is closed", op)
+		return nil, fmt.Errorf("train.Lab.%s: the lab is closed", op)
 	}
 	if l.st == nil {
-		return nil, fmt.Errorf("nvgkit.Lab.%s: the lab is not set up (call Setup first)", op)
+		return nil, fmt.Errorf("train.Lab.%s: the lab is not set up (call Setup first)", op)
 	}
 	return l.st, nil
 }
@@ -177,7 +177,7 @@ func (l *Lab) ready(op string) (*labState, error) {
 // notInHook refuses op from a PreOptimizer hook.
 func (l *Lab) notInHook(op string) error {
 	if l.inHook.Load() {
-		return fmt.Errorf("nvgkit.Lab.%s cannot be called from a PreOptimizer hook", op)
+		return fmt.Errorf("train.Lab.%s cannot be called from a PreOptimizer hook", op)
 	}
 	return nil
 }
@@ -229,7 +229,7 @@ func (s *labState) release() {
 // Info returns the Lab's description (Ready false before Setup).
 func (l *Lab) Info() (session.Info, error) {
 	if l.closed {
-		return session.Info{}, errors.New("nvgkit.Lab.Info: the lab is closed")
+		return session.Info{}, errors.New("train.Lab.Info: the lab is closed")
 	}
 	if l.st == nil {
 		return session.Info{}, nil
@@ -275,7 +275,7 @@ const EmbeddedTeacherName = "embedded qwen35-tiny-go"
 // session.Lab.Setup).
 func (l *Lab) Setup(s session.Setup, opts ...session.Option) (session.Info, error) {
 	if l.closed {
-		return session.Info{}, errors.New("nvgkit.Lab.Setup: the lab is closed")
+		return session.Info{}, errors.New("train.Lab.Setup: the lab is closed")
 	}
 	if err := l.notInHook("Setup"); err != nil {
 		return session.Info{}, err
@@ -291,7 +291,7 @@ func (l *Lab) Setup(s session.Setup, opts ...session.Option) (session.Info, erro
 			return l.st.currentInfo(), nil
 		}
 		if !s.Replace {
-			return session.Info{}, fmt.Errorf("nvgkit.Lab.Setup: the lab is set up with another Setup (%s); set Setup.Replace to replace it", setupDiff(l.st.setup, s))
+			return session.Info{}, fmt.Errorf("train.Lab.Setup: the lab is set up with another Setup (%s); set Setup.Replace to replace it", setupDiff(l.st.setup, s))
 		}
 	}
 	o := session.Apply(opts...)
@@ -353,10 +353,10 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 		return nil, err
 	}
 	if st.tok, err = tokenizer.FromJSON(raw); err != nil {
-		return nil, fmt.Errorf("nvgkit.Lab.Setup: tokenizer: %w", err)
+		return nil, fmt.Errorf("train.Lab.Setup: tokenizer: %w", err)
 	}
 	if st.tok.VocabSize() > st.teacherModel.Config.VocabSize {
-		return nil, fmt.Errorf("nvgkit.Lab.Setup: the tokenizer has %d tokens but the teacher's vocab_size is %d", st.tok.VocabSize(), st.teacherModel.Config.VocabSize)
+		return nil, fmt.Errorf("train.Lab.Setup: the tokenizer has %d tokens but the teacher's vocab_size is %d", st.tok.VocabSize(), st.teacherModel.Config.VocabSize)
 	}
 	st.info.Teacher = s.Teacher
 	if s.Teacher == "" {
@@ -373,13 +373,13 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 	} else {
 		pm, err := compress.ParsePathMode(s.Paths)
 		if err != nil {
-			return nil, fmt.Errorf("nvgkit.Lab.Setup: %w", err)
+			return nil, fmt.Errorf("train.Lab.Setup: %w", err)
 		}
 		var reports []compress.TensorReport
 		st.student, reports, err = compress.Model(st.teacherModel, compress.Options{BitsPerWeight: s.BitsPerWeight, Paths: pm, Seed: s.Train.Seed},
 			func(done, total int, name string) { report("compress", done, total) })
 		if err != nil {
-			return nil, fmt.Errorf("nvgkit.Lab.Setup: compress: %w", err)
+			return nil, fmt.Errorf("train.Lab.Setup: compress: %w", err)
 		}
 		st.info.Student = fmt.Sprintf("compressed from the teacher (%g bits/weight, paths %s, seed %d)", s.BitsPerWeight, pm, s.Train.Seed)
 		st.info.BitsPerWeight = compress.OverallBitsPerWeight(reports)
@@ -398,27 +398,27 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 	if s.TrainFiles != nil {
 		tf, err := data.ExpandSources(s.TrainFiles)
 		if err != nil {
-			return nil, fmt.Errorf("nvgkit.Lab.Setup: TrainFiles: %w", err)
+			return nil, fmt.Errorf("train.Lab.Setup: TrainFiles: %w", err)
 		}
 		ef, err := data.ExpandSources(s.EvalFiles)
 		if err != nil {
-			return nil, fmt.Errorf("nvgkit.Lab.Setup: EvalFiles: %w", err)
+			return nil, fmt.Errorf("train.Lab.Setup: EvalFiles: %w", err)
 		}
 		corpus, err = data.FilesCorpus(tf, ef)
 		if err != nil {
-			return nil, fmt.Errorf("nvgkit.Lab.Setup: %w", err)
+			return nil, fmt.Errorf("train.Lab.Setup: %w", err)
 		}
 	} else if corpus, err = data.StdlibCorpus(); err != nil {
-		return nil, fmt.Errorf("nvgkit.Lab.Setup: %w", err)
+		return nil, fmt.Errorf("train.Lab.Setup: %w", err)
 	}
 	train, err := corpus.Tokens(st.tok, data.Train, l.cache)
 	if err != nil {
-		return nil, fmt.Errorf("nvgkit.Lab.Setup: training corpus: %w", err)
+		return nil, fmt.Errorf("train.Lab.Setup: training corpus: %w", err)
 	}
 	report("corpus", 1, 2)
 	heldOut, err := corpus.Tokens(st.tok, data.HeldOut, l.cache)
 	if err != nil {
-		return nil, fmt.Errorf("nvgkit.Lab.Setup: held-out corpus: %w", err)
+		return nil, fmt.Errorf("train.Lab.Setup: held-out corpus: %w", err)
 	}
 	report("corpus", 2, 2)
 	st.info.TrainTokens, st.info.EvalTokens = len(train), len(heldOut)
@@ -429,7 +429,7 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 	// Device and nets.
 	if l.dev == nil {
 		if l.dev, err = gpu.Open(); err != nil {
-			return nil, fmt.Errorf("nvgkit.Lab.Setup: %w", err)
+			return nil, fmt.Errorf("train.Lab.Setup: %w", err)
 		}
 		l.ownDev = true
 	}
@@ -450,10 +450,10 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 			ck, err = LoadCheckpoint(s.Resume)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("nvgkit.Lab.Setup: Resume: %w", err)
+			return nil, fmt.Errorf("train.Lab.Setup: Resume: %w", err)
 		}
 		if got := ck.Meta.Config; !sameSchedule(got, cfg) {
-			return nil, fmt.Errorf("nvgkit.Lab.Setup: Resume %s: the checkpoint's schedule %+v differs from this Setup's %+v", ckPath, got, cfg.Resolved())
+			return nil, fmt.Errorf("train.Lab.Setup: Resume %s: the checkpoint's schedule %+v differs from this Setup's %+v", ckPath, got, cfg.Resolved())
 		}
 		ck.Meta.Config.OutDir, ck.Meta.Config.TopKFile = "", ""
 		st.tr, err = ResumeCheckpoint(st.tNet, st.sNet, train, heldOut, ck, ckPath)
@@ -491,7 +491,7 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 	n := len(tr.eval)
 	tsum, count, err := nvgkit.NLL(st.tNet, tr.tWork, tr.eval, nil)
 	if err != nil {
-		return nil, fmt.Errorf("nvgkit.Lab.Setup: teacher evaluation: %w", err)
+		return nil, fmt.Errorf("train.Lab.Setup: teacher evaluation: %w", err)
 	}
 	st.teacherNLL[n] = tsum
 	tl := tsum / float64(count)
@@ -500,7 +500,7 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 		tr.st.TeacherPPL = math.Exp(tl) // as Trainer.Evaluate
 		ev, err := st.eval(n, nil)
 		if err != nil {
-			return nil, fmt.Errorf("nvgkit.Lab.Setup: student evaluation: %w", err)
+			return nil, fmt.Errorf("train.Lab.Setup: student evaluation: %w", err)
 		}
 		tr.st.Evals = append(tr.st.Evals, EvalPoint{Step: 0, Loss: ev.StudentLoss, Perplexity: ev.StudentPPL})
 		tr.st.BestStep, tr.st.BestPPL = 0, ev.StudentPPL
@@ -546,11 +546,11 @@ func openLabModel(what, path string) (*cmf.Model, error) {
 		return tinyteacher.Open()
 	}
 	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("nvgkit.Lab.Setup: %s %s: %w", what, path, err)
+		return nil, fmt.Errorf("train.Lab.Setup: %s %s: %w", what, path, err)
 	}
 	m, err := cmf.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("nvgkit.Lab.Setup: %s: %w", what, err)
+		return nil, fmt.Errorf("train.Lab.Setup: %s: %w", what, err)
 	}
 	return m, nil
 }
@@ -575,9 +575,9 @@ func labTokenizerJSON(explicit, teacher string) ([]byte, error) {
 	b, err := os.ReadFile(p)
 	if err != nil {
 		if explicit == "" {
-			return nil, fmt.Errorf("nvgkit.Lab.Setup: no tokenizer beside the teacher %s (%v): set Setup.Tokenizer", teacher, err)
+			return nil, fmt.Errorf("train.Lab.Setup: no tokenizer beside the teacher %s (%v): set Setup.Tokenizer", teacher, err)
 		}
-		return nil, fmt.Errorf("nvgkit.Lab.Setup: tokenizer: %w", err)
+		return nil, fmt.Errorf("train.Lab.Setup: tokenizer: %w", err)
 	}
 	return b, nil
 }

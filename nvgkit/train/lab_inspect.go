@@ -24,7 +24,7 @@ func (l *Lab) Eval(windows int, opts ...session.Option) (session.EvalResult, err
 	}
 	n := len(s.tr.eval)
 	if windows < 0 || windows > n {
-		return session.EvalResult{}, fmt.Errorf("nvgkit.Lab.Eval: windows = %d, want 0 (all) … %d", windows, n)
+		return session.EvalResult{}, fmt.Errorf("train.Lab.Eval: windows = %d, want 0 (all) … %d", windows, n)
 	}
 	if windows == 0 {
 		windows = n
@@ -48,14 +48,14 @@ func (s *labState) eval(n int, progress func(done, total int)) (session.EvalResu
 	if !ok {
 		sum, _, err := nvgkit.NLL(s.tNet, tr.tWork, ws, nil)
 		if err != nil {
-			return session.EvalResult{}, fmt.Errorf("nvgkit.Lab.Eval: teacher: %w", err)
+			return session.EvalResult{}, fmt.Errorf("train.Lab.Eval: teacher: %w", err)
 		}
 		tsum = sum
 		s.teacherNLL[n] = sum
 	}
 	sum, count, err := nvgkit.StudentNLL(s.sNet, tr.sWork, ws, progress)
 	if err != nil {
-		return session.EvalResult{}, fmt.Errorf("nvgkit.Lab.Eval: student: %w", err)
+		return session.EvalResult{}, fmt.Errorf("train.Lab.Eval: student: %w", err)
 	}
 	r := session.EvalResult{Step: tr.st.Step, Windows: n, Tokens: count, StudentLoss: sum / float64(count), TeacherLoss: tsum / float64(count)}
 	r.StudentPPL, r.TeacherPPL = math.Exp(r.StudentLoss), math.Exp(r.TeacherLoss)
@@ -70,11 +70,11 @@ func (s *labState) window(op string, w session.Window) (ids, all []int, err erro
 	V := s.sNet.Config.VocabSize
 	if w.Tokens != nil {
 		if len(w.Tokens) < 1 || len(w.Tokens) > T {
-			return nil, nil, fmt.Errorf("nvgkit.Lab.%s: Window.Tokens has %d ids, want 1 … T = %d", op, len(w.Tokens), T)
+			return nil, nil, fmt.Errorf("train.Lab.%s: Window.Tokens has %d ids, want 1 … T = %d", op, len(w.Tokens), T)
 		}
 		for i, id := range w.Tokens {
 			if id < 0 || id >= V {
-				return nil, nil, fmt.Errorf("nvgkit.Lab.%s: Window.Tokens[%d] = %d is outside the vocabulary [0, %d)", op, i, id, V)
+				return nil, nil, fmt.Errorf("train.Lab.%s: Window.Tokens[%d] = %d is outside the vocabulary [0, %d)", op, i, id, V)
 			}
 		}
 		return append([]int(nil), w.Tokens...), append([]int(nil), w.Tokens...), nil
@@ -84,7 +84,7 @@ func (s *labState) window(op string, w session.Window) (ids, all []int, err erro
 		list, what = s.tr.windows, "training"
 	}
 	if w.Index < 0 || w.Index >= len(list) {
-		return nil, nil, fmt.Errorf("nvgkit.Lab.%s: Window.Index = %d, want 0 … %d (%d %s windows)", op, w.Index, len(list)-1, len(list), what)
+		return nil, nil, fmt.Errorf("train.Lab.%s: Window.Index = %d, want 0 … %d (%d %s windows)", op, w.Index, len(list)-1, len(list), what)
 	}
 	win := list[w.Index]
 	return append([]int(nil), win[:T]...), append([]int(nil), win...), nil
@@ -101,7 +101,7 @@ func (s *labState) hidden(op string, kind session.NetKind, ids []int) ([][]float
 	if len(ids) != work.T {
 		w, err := nvgkit.NewWork(net.Device(), net, 1, len(ids))
 		if err != nil {
-			return nil, fmt.Errorf("nvgkit.Lab.%s: %w", op, err)
+			return nil, fmt.Errorf("train.Lab.%s: %w", op, err)
 		}
 		defer w.Release()
 		work = w
@@ -109,20 +109,20 @@ func (s *labState) hidden(op string, kind session.NetKind, ids []int) ([][]float
 	if kind == session.Teacher {
 		tr, err := nvgkit.Forward(net, work, [][]int{ids}, nvgkit.ForwardOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("nvgkit.Lab.%s: %w", op, err)
+			return nil, fmt.Errorf("train.Lab.%s: %w", op, err)
 		}
 		return tr.Hidden, nil
 	}
 	h, err := nvgkit.StudentHidden(net, work, ids)
 	if err != nil {
-		return nil, fmt.Errorf("nvgkit.Lab.%s: %w", op, err)
+		return nil, fmt.Errorf("train.Lab.%s: %w", op, err)
 	}
 	return h, nil
 }
 
 func checkKind(op string, k session.NetKind) error {
 	if !k.Valid() {
-		return fmt.Errorf("nvgkit.Lab.%s: net = %v, want session.Teacher or session.Student", op, k)
+		return fmt.Errorf("train.Lab.%s: net = %v, want session.Teacher or session.Student", op, k)
 	}
 	return nil
 }
@@ -149,7 +149,7 @@ func (l *Lab) HiddenStates(kind session.NetKind, w session.Window, layers []int)
 	}
 	for _, li := range layers {
 		if li < 0 || li > L {
-			return session.HiddenStates{}, fmt.Errorf("nvgkit.Lab.%s: layer %d, want 0 (the embedding) … %d (after the final norm)", op, li, L)
+			return session.HiddenStates{}, fmt.Errorf("train.Lab.%s: layer %d, want 0 (the embedding) … %d (after the final norm)", op, li, L)
 		}
 	}
 	h, err := s.hidden(op, kind, ids)
@@ -173,7 +173,7 @@ func (s *labState) logitsAt(op string, kind session.NetKind, w session.Window, p
 		return nil, nil, nil, err
 	}
 	if pos < 0 || pos >= len(ids) {
-		return nil, nil, nil, fmt.Errorf("nvgkit.Lab.%s: pos = %d, want 0 … %d (the window's %d tokens)", op, pos, len(ids)-1, len(ids))
+		return nil, nil, nil, fmt.Errorf("train.Lab.%s: pos = %d, want 0 … %d (the window's %d tokens)", op, pos, len(ids)-1, len(ids))
 	}
 	h, err := s.hidden(op, kind, ids)
 	if err != nil {
@@ -186,7 +186,7 @@ func (s *labState) logitsAt(op string, kind session.NetKind, w session.Window, p
 	H := net.Config.HiddenSize
 	last := h[len(h)-1]
 	if logits, err = net.Logits(last[pos*H:(pos+1)*H], 1); err != nil {
-		return nil, nil, nil, fmt.Errorf("nvgkit.Lab.%s: %w", op, err)
+		return nil, nil, nil, fmt.Errorf("train.Lab.%s: %w", op, err)
 	}
 	return logits, ids, all, nil
 }
@@ -370,13 +370,13 @@ func (l *Lab) GradCheck(spec session.GradCheckSpec, opts ...session.Option) (_ s
 	r := spec.Resolved()
 	c := s.tr.Config
 	if r.Windows > c.NB || r.T > c.T {
-		return session.GradCheckResult{}, fmt.Errorf("nvgkit.Lab.GradCheck: Windows = %d, T = %d; the batch has NB = %d windows of T = %d tokens", r.Windows, r.T, c.NB, c.T)
+		return session.GradCheckResult{}, fmt.Errorf("train.Lab.GradCheck: Windows = %d, T = %d; the batch has NB = %d windows of T = %d tokens", r.Windows, r.T, c.NB, c.T)
 	}
 	if r.Names == nil {
 		r.Names = DefaultGradCheckNames(s.sNet.Config, s.names)
 	}
 	if len(r.Names) == 0 {
-		return session.GradCheckResult{}, errors.New("nvgkit.Lab.GradCheck: no names to check")
+		return session.GradCheckResult{}, errors.New("train.Lab.GradCheck: no names to check")
 	}
 	r.Names = append([]string(nil), r.Names...)
 	for _, n := range r.Names {
@@ -385,17 +385,17 @@ func (l *Lab) GradCheck(spec session.GradCheckSpec, opts ...session.Option) (_ s
 		}
 		size, err := s.sNet.TrainableLen(n)
 		if err != nil {
-			return session.GradCheckResult{}, fmt.Errorf("nvgkit.Lab.GradCheck: %w", err)
+			return session.GradCheckResult{}, fmt.Errorf("train.Lab.GradCheck: %w", err)
 		}
 		if r.Coords > size {
-			return session.GradCheckResult{}, fmt.Errorf("nvgkit.Lab.GradCheck: Coords = %d but %s has %d values", r.Coords, n, size)
+			return session.GradCheckResult{}, fmt.Errorf("train.Lab.GradCheck: Coords = %d but %s has %d values", r.Coords, n, size)
 		}
 	}
 	gradChecker.Lock()
 	check := gradChecker.f
 	gradChecker.Unlock()
 	if check == nil {
-		return session.GradCheckResult{}, errors.New("nvgkit.Lab.GradCheck: no host reference linked in: import _ \"github.com/nvg-project/nvg/nvgkit/gradcheck\" (the session server does)")
+		return session.GradCheckResult{}, errors.New("train.Lab.GradCheck: no host reference linked in: import _ \"github.com/nvg-project/nvg/nvgkit/gradcheck\" (the session server does)")
 	}
 	ids, full, err := s.batch(s.tr.st.Step + 1)
 	if err != nil {
@@ -418,7 +418,7 @@ func (l *Lab) GradCheck(spec session.GradCheckSpec, opts ...session.Option) (_ s
 			rerr = nvgkit.SetGrads(s.sNet, grads)
 		}
 		if rerr != nil {
-			err = errors.Join(err, fmt.Errorf("nvgkit.Lab.GradCheck: restoring the state: %w", rerr))
+			err = errors.Join(err, fmt.Errorf("train.Lab.GradCheck: restoring the state: %w", rerr))
 		}
 	}()
 	o := session.Apply(opts...)

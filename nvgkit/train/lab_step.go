@@ -53,7 +53,7 @@ func (s *labState) forwardBackward() (session.StepStats, error) {
 	if err != nil {
 		// The gradients may hold part of the pass: the step cannot be ended with them.
 		p.fb, p.finite, p.loss, p.haveNorm = true, false, math.NaN(), false
-		return out, fmt.Errorf("nvgkit.Lab.ForwardBackward: step %d: %w", step, err)
+		return out, fmt.Errorf("train.Lab.ForwardBackward: step %d: %w", step, err)
 	}
 	p.fb, p.finite, p.loss, p.haveNorm = true, stats.Finite && finite(stats.Loss), stats.Loss, false
 	out.Loss, out.Finite = stats.Loss, p.finite
@@ -63,7 +63,7 @@ func (s *labState) forwardBackward() (session.StepStats, error) {
 // ClipGrads clips the gradients to the global norm maxNorm (see session.Lab.ClipGrads).
 func (l *Lab) ClipGrads(maxNorm float64) (float64, error) {
 	if !(maxNorm > 0) || math.IsInf(maxNorm, 0) {
-		return 0, fmt.Errorf("nvgkit.Lab.ClipGrads: maxNorm = %g must be finite and > 0", maxNorm)
+		return 0, fmt.Errorf("train.Lab.ClipGrads: maxNorm = %g must be finite and > 0", maxNorm)
 	}
 	s, err := l.ready("ClipGrads")
 	if err != nil {
@@ -115,7 +115,7 @@ func (s *labState) adamStep() (session.StepStats, error) {
 		if !p.haveNorm {
 			var err error
 			if gn, err = nvgkit.GradNorm(s.sNet); err != nil {
-				return out, fmt.Errorf("nvgkit.Lab.AdamStep: step %d: %w", step, err)
+				return out, fmt.Errorf("train.Lab.AdamStep: step %d: %w", step, err)
 			}
 		}
 		out.GradNorm = gn
@@ -127,12 +127,12 @@ func (s *labState) adamStep() (session.StepStats, error) {
 		ac.LR = lr
 		ac.GainLR = tr.Adam.GainLR * lr / c.LR
 		if err := nvgkit.Adam(s.sNet, ac, tr.st.AdamStep+1); err != nil {
-			return out, fmt.Errorf("nvgkit.Lab.AdamStep: step %d: %w", step, err)
+			return out, fmt.Errorf("train.Lab.AdamStep: step %d: %w", step, err)
 		}
 		tr.st.AdamStep++
 	} else {
 		if err := nvgkit.ZeroGrads(s.sNet); err != nil {
-			return out, fmt.Errorf("nvgkit.Lab.AdamStep: step %d: %w", step, err)
+			return out, fmt.Errorf("train.Lab.AdamStep: step %d: %w", step, err)
 		}
 		tr.st.Skipped++
 		out.Skipped = true
@@ -168,11 +168,11 @@ func (l *Lab) Step(n int, opts ...session.Option) ([]session.StepStats, error) {
 		return nil, err
 	}
 	if n < 1 {
-		return nil, fmt.Errorf("nvgkit.Lab.Step: n = %d, want ≥ 1", n)
+		return nil, fmt.Errorf("train.Lab.Step: n = %d, want ≥ 1", n)
 	}
 	o := session.Apply(opts...)
 	if o.EvalEvery < 0 {
-		return nil, fmt.Errorf("nvgkit.Lab.Step: EvalEvery = %d, want ≥ 0", o.EvalEvery)
+		return nil, fmt.Errorf("train.Lab.Step: EvalEvery = %d, want ≥ 0", o.EvalEvery)
 	}
 	ctx, end := l.begin(o)
 	defer end()
@@ -200,12 +200,12 @@ func (l *Lab) Step(n int, opts ...session.Option) ([]session.StepStats, error) {
 			err := o.PreOptimizer(l, fb)
 			l.inHook.Store(false)
 			if err != nil {
-				return done, fmt.Errorf("nvgkit.Lab.Step: step %d: pre-optimizer hook: %w", fb.Step, err)
+				return done, fmt.Errorf("train.Lab.Step: step %d: pre-optimizer hook: %w", fb.Step, err)
 			}
 		}
 		if s.pending.finite {
 			if _, err := s.clip(max(c.ClipNorm, 0)); err != nil {
-				return done, fmt.Errorf("nvgkit.Lab.Step: step %d: %w", fb.Step, err)
+				return done, fmt.Errorf("train.Lab.Step: step %d: %w", fb.Step, err)
 			}
 		}
 		st, err := s.adamStep()
@@ -215,7 +215,7 @@ func (l *Lab) Step(n int, opts ...session.Option) ([]session.StepStats, error) {
 		if o.EvalEvery > 0 && (i+1)%o.EvalEvery == 0 {
 			ev, err := s.eval(len(s.tr.eval), nil)
 			if err != nil {
-				return done, fmt.Errorf("nvgkit.Lab.Step: evaluation after step %d: %w", st.Step, err)
+				return done, fmt.Errorf("train.Lab.Step: evaluation after step %d: %w", st.Step, err)
 			}
 			st.EvalPPL, lastPPL = ev.StudentPPL, ev.StudentPPL
 			s.hist[len(s.hist)-1].EvalPPL = ev.StudentPPL
@@ -253,7 +253,7 @@ func (s *labState) trainable(op, name string) error {
 	if s.sNet.HasTrainable(name) {
 		return nil
 	}
-	return fmt.Errorf("nvgkit.Lab.%s: no trained vector %q (nearest: %s; Names lists all %d)", op, name, strings.Join(nearNames(name, s.names, 4), ", "), len(s.names))
+	return fmt.Errorf("train.Lab.%s: no trained vector %q (nearest: %s; Names lists all %d)", op, name, strings.Join(nearNames(name, s.names, 4), ", "), len(s.names))
 }
 
 // Param returns a copy of the named trained vector.
@@ -277,7 +277,7 @@ func (l *Lab) readVec(op, name string, grad bool) ([]float32, error) {
 	}
 	v, err := s.sNet.ReadTrainable(name, grad)
 	if err != nil {
-		return nil, fmt.Errorf("nvgkit.Lab.%s %s: %w", op, name, err)
+		return nil, fmt.Errorf("train.Lab.%s %s: %w", op, name, err)
 	}
 	return v, nil
 }
@@ -299,30 +299,30 @@ func (l *Lab) writeVec(op, name string, v []float32, grad bool) error {
 	}
 	n, err := s.sNet.TrainableLen(name)
 	if err != nil {
-		return fmt.Errorf("nvgkit.Lab.%s %s: %w", op, name, err)
+		return fmt.Errorf("train.Lab.%s %s: %w", op, name, err)
 	}
 	if len(v) != n {
-		return fmt.Errorf("nvgkit.Lab.%s %s: %d values, want %d", op, name, len(v), n)
+		return fmt.Errorf("train.Lab.%s %s: %d values, want %d", op, name, len(v), n)
 	}
 	for i, x := range v {
 		if f := float64(x); math.IsNaN(f) || math.IsInf(f, 0) {
-			return fmt.Errorf("nvgkit.Lab.%s %s: value %d is %v (want finite values)", op, name, i, x)
+			return fmt.Errorf("train.Lab.%s %s: value %d is %v (want finite values)", op, name, i, x)
 		}
 	}
 	mask, err := s.sNet.TrainableMask(name) // nil: no masked rank padding
 	if err != nil {
-		return fmt.Errorf("nvgkit.Lab.%s %s: %w", op, name, err)
+		return fmt.Errorf("train.Lab.%s %s: %w", op, name, err)
 	}
 	for i, m := range mask {
 		if m == 0 && v[i] != 0 {
-			return fmt.Errorf("nvgkit.Lab.%s %s: value %d is %v but rank %d is masked padding (it must stay 0)", op, name, i, v[i], i)
+			return fmt.Errorf("train.Lab.%s %s: value %d is %v but rank %d is masked padding (it must stay 0)", op, name, i, v[i], i)
 		}
 	}
 	if grad {
 		s.pending.haveNorm = false // WriteTrainable drops the net's cached Σ g²
 	}
 	if err := s.sNet.WriteTrainable(name, v, grad); err != nil {
-		return fmt.Errorf("nvgkit.Lab.%s %s: %w", op, name, err)
+		return fmt.Errorf("train.Lab.%s %s: %w", op, name, err)
 	}
 	return nil
 }
@@ -365,7 +365,7 @@ func (l *Lab) Snapshot(tag string) error {
 		return err
 	}
 	if tag == "" {
-		return errors.New("nvgkit.Lab.Snapshot: empty tag")
+		return errors.New("train.Lab.Snapshot: empty tag")
 	}
 	snap, err := nvgkit.Snapshot(s.sNet)
 	if err != nil {
@@ -387,7 +387,7 @@ func (l *Lab) Restore(tag string) error {
 	}
 	sn := s.snaps[tag]
 	if sn == nil {
-		return fmt.Errorf("nvgkit.Lab.Restore: no snapshot %q (there are: %s)", tag, strings.Join(quoted(s.snapTags()), ", "))
+		return fmt.Errorf("train.Lab.Restore: no snapshot %q (there are: %s)", tag, strings.Join(quoted(s.snapTags()), ", "))
 	}
 	if err := nvgkit.Restore(s.sNet, sn.snap); err != nil {
 		return err
@@ -426,10 +426,10 @@ func (l *Lab) Checkpoint(dir string) (string, error) {
 		return "", err
 	}
 	if dir == "" {
-		return "", errors.New("nvgkit.Lab.Checkpoint: empty directory")
+		return "", errors.New("train.Lab.Checkpoint: empty directory")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("nvgkit.Lab.Checkpoint: %w", err)
+		return "", fmt.Errorf("train.Lab.Checkpoint: %w", err)
 	}
 	path := filepath.Join(dir, CheckpointName(s.tr.st.Step))
 	if err := s.tr.Checkpoint(path); err != nil {
@@ -445,7 +445,7 @@ func (l *Lab) Export(path string) error {
 		return err
 	}
 	if path == "" {
-		return errors.New("nvgkit.Lab.Export: empty path")
+		return errors.New("train.Lab.Export: empty path")
 	}
 	m, err := nvgkit.Export(s.sNet, s.student)
 	if err != nil {

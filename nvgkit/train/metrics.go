@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nvg-project/nvg/nvgkit"
 	"io"
 	"math"
 	"os"
@@ -184,7 +183,8 @@ func parseMetrics(b []byte) ([]MetricsRecord, int, error) {
 	return recs, 0, nil
 }
 
-// TrainingSeries returns the series PlotTraining draws from metrics records: the step
+// TrainingSeries returns the series ui.PlotTraining draws (the fields of ui.TrainingCurves)
+// from metrics records, such as ReadMetrics returns for a finished, crashed or running run: the step
 // records' steps and losses, the eval records' steps and perplexities (non-finite ones —
 // a diverged student — left out) and the teacher's perplexity (0 when no eval record has
 // it).
@@ -203,18 +203,6 @@ func TrainingSeries(recs []MetricsRecord) (steps []int, loss []float64, evalStep
 		}
 	}
 	return
-}
-
-// PlotMetrics draws PlotTraining from metrics records (TrainingSeries: training loss per
-// step, held-out perplexity per evaluation and the teacher's as a reference line), such as
-// ReadMetrics returns for a finished, crashed or running run. Errors: PlotTraining's (no
-// step and no evaluation record).
-func PlotMetrics(recs []MetricsRecord) (*nvgkit.Figure, error) {
-	steps, loss, es, ep, tppl := TrainingSeries(recs)
-	if tppl > 0 {
-		return nvgkit.PlotTraining(steps, loss, es, ep, tppl)
-	}
-	return nvgkit.PlotTraining(steps, loss, es, ep)
 }
 
 // metricsSink is one destination of a Trainer's metrics records.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/nvgkit/ui"
 )
 
 // sameFloat is bit equality, NaN equal to NaN.
@@ -101,9 +102,10 @@ func TestTrainerMetrics(t *testing.T) {
 	if clipped == 0 {
 		t.Errorf("no step was clipped at %g: the test does not check grad_norm_clipped", cfg.ClipNorm)
 	}
-	fig, err := train.PlotMetrics(recs)
+	steps, loss, es, ep, tppl := train.TrainingSeries(recs)
+	fig, err := ui.PlotTraining(ui.TrainingCurves{Steps: steps, Loss: loss, EvalSteps: es, EvalPPL: ep, TeacherPPL: tppl})
 	if err != nil || fig == nil {
-		t.Errorf("PlotMetrics: %v", err)
+		t.Errorf("PlotTraining of the metrics log: %v", err)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/nvgkit/ui"
 )
 
 var streams struct {
@@ -140,11 +141,15 @@ func TestSteadyStateMemory(t *testing.T) {
 			t.Errorf("sample %+v: no throughput", s)
 		}
 	}
-	fig, err := nvgkit.PlotMemLog(samples)
+	rows := make([]ui.MemSample, len(samples))
+	for i, s := range samples {
+		rows[i] = ui.MemSample(s)
+	}
+	fig, err := ui.PlotMemLog(rows)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nvgkit.SavePlot(filepath.Join(t.TempDir(), "mem.png"), fig, 900, 900); err != nil {
+	if err := ui.SavePlot(filepath.Join(t.TempDir(), "mem.png"), fig, 900, 900); err != nil {
 		t.Fatal(err)
 	}
 }

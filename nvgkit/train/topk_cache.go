@@ -86,10 +86,10 @@ func TopKKey(windows [32]byte, cfg arch.Config, teacherID string) [32]byte {
 // token, named by hash. Errors: n, t or k < 1, or more than 2³¹ entries.
 func NewTopKCache(n, t, k int, hash [32]byte) (*TopKCache, error) {
 	if n < 1 || t < 1 || k < 1 || k > 64 {
-		return nil, fmt.Errorf("nvgkit.NewTopKCache: n=%d t=%d k=%d, want n, t ≥ 1 and 1 ≤ k ≤ 64", n, t, k)
+		return nil, fmt.Errorf("train.NewTopKCache: n=%d t=%d k=%d, want n, t ≥ 1 and 1 ≤ k ≤ 64", n, t, k)
 	}
 	if float64(n)*float64(t)*float64(k) > math.MaxInt32 {
-		return nil, fmt.Errorf("nvgkit.NewTopKCache: %d·%d·%d entries is too many (at most 2³¹)", n, t, k)
+		return nil, fmt.Errorf("train.NewTopKCache: %d·%d·%d entries is too many (at most 2³¹)", n, t, k)
 	}
 	rows := n * t
 	return &TopKCache{N: n, T: t, K: k, Windows: hash,

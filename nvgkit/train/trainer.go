@@ -101,13 +101,13 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 		return nil, err
 	}
 	if teacher.Kind != nvgkit.Teacher {
-		return nil, fmt.Errorf("nvgkit.NewTrainer: the teacher net is a %v", teacher.Kind)
+		return nil, fmt.Errorf("train.NewTrainer: the teacher net is a %v", teacher.Kind)
 	}
 	if teacher.Device() != student.Device() {
-		return nil, errors.New("nvgkit.NewTrainer: the teacher and the student are on different devices")
+		return nil, errors.New("train.NewTrainer: the teacher and the student are on different devices")
 	}
 	if teacher.Config.VocabSize != student.Config.VocabSize || teacher.Config.HiddenSize != student.Config.HiddenSize {
-		return nil, fmt.Errorf("nvgkit.NewTrainer: teacher (vocab %d, hidden %d) and student (vocab %d, hidden %d) differ",
+		return nil, fmt.Errorf("train.NewTrainer: teacher (vocab %d, hidden %d) and student (vocab %d, hidden %d) differ",
 			teacher.Config.VocabSize, teacher.Config.HiddenSize, student.Config.VocabSize, student.Config.HiddenSize)
 	}
 	if err := nvgkit.CheckK("NewTrainer", cfg.K, teacher.Config.VocabSize); err != nil {
@@ -115,7 +115,7 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 	}
 	sampler, err := data.NewSampler(train, cfg.T, cfg.Seed)
 	if err != nil {
-		return nil, fmt.Errorf("nvgkit.NewTrainer: training stream: %w", err)
+		return nil, fmt.Errorf("train.NewTrainer: training stream: %w", err)
 	}
 	windows := make([][]int, 0, cfg.Windows)
 	for range cfg.Windows / cfg.NB {
@@ -127,7 +127,7 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 	}
 	eval, err := data.EvalWindows(heldOut, cfg.EvalWindows, cfg.T, cfg.Seed)
 	if err != nil {
-		return nil, fmt.Errorf("nvgkit.NewTrainer: held-out stream: %w", err)
+		return nil, fmt.Errorf("train.NewTrainer: held-out stream: %w", err)
 	}
 	tr := &Trainer{Config: cfg, Adam: nvgkit.DefaultAdam(), teacher: teacher, student: student, windows: windows, eval: eval}
 	tr.Adam.LR, tr.Adam.GainLR, tr.Adam.Beta2 = cfg.LR, cfg.LR, 0.99 // the PyTorch reference's betas (0.9, 0.99)
@@ -178,7 +178,7 @@ func Resume(teacher, student *nvgkit.Net, train, heldOut []int, path string) (*T
 // windows that differ from the checkpoint's (another corpus or tokenizer), Restore's.
 func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Checkpoint, path string) (*Trainer, error) {
 	if err := ck.CheckStudent(student); err != nil {
-		return nil, fmt.Errorf("nvgkit.Resume %s: %w", path, err)
+		return nil, fmt.Errorf("train.Resume %s: %w", path, err)
 	}
 	cfg := ck.Meta.Config
 	if cfg.OutDir != "" {
@@ -199,11 +199,11 @@ func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Ch
 		return nil, err
 	}
 	if tr.st.WindowsHash != ck.Meta.WindowsHash {
-		return fail(fmt.Errorf("nvgkit.Resume %s: the training windows differ from the checkpoint's (another corpus, tokenizer or seed)", path))
+		return fail(fmt.Errorf("train.Resume %s: the training windows differ from the checkpoint's (another corpus, tokenizer or seed)", path))
 	}
 	cur, err := snapshotFromTensors(student, ck.Tensors, "state/")
 	if err != nil {
-		return fail(fmt.Errorf("nvgkit.Resume %s: %w", path, err))
+		return fail(fmt.Errorf("train.Resume %s: %w", path, err))
 	}
 	if err := nvgkit.Restore(student, cur); err != nil {
 		return fail(err)
@@ -211,7 +211,7 @@ func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Ch
 	tr.best = cur
 	if hasPrefix(ck.Tensors, "best/") {
 		if tr.best, err = snapshotFromTensors(student, ck.Tensors, "best/"); err != nil {
-			return fail(fmt.Errorf("nvgkit.Resume %s: %w", path, err))
+			return fail(fmt.Errorf("train.Resume %s: %w", path, err))
 		}
 	}
 	tr.st = ck.Meta

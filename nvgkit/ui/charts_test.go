@@ -1,4 +1,4 @@
-package nvgkit
+package ui
 
 import (
 	"bytes"
@@ -14,9 +14,8 @@ import (
 	"testing"
 
 	"github.com/janpfeifer/gonb/gonbui"
+	"github.com/nvg-project/nvg/nvgkit/session"
 	"gonum.org/v1/plot"
-
-	"github.com/nvg-project/nvg/compress"
 )
 
 // plotOut is where the rendered test PNGs go when NVG_PLOT_DIR is set (to look at them);
@@ -81,7 +80,7 @@ func TestPlotTraining(t *testing.T) {
 	kl[50] = math.NaN() // a skipped step
 	evalSteps := []int{0, 50, 100, 150, 199}
 	ppl := []float64{40, 22, 15.5, 13, 12.2}
-	f, err := PlotTraining(steps, kl, evalSteps, ppl)
+	f, err := PlotTraining(TrainingCurves{Steps: steps, Loss: kl, EvalSteps: evalSteps, EvalPPL: ppl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,23 +89,23 @@ func TestPlotTraining(t *testing.T) {
 	}
 	checkPNG(t, "training", f, 800, 600)
 	// Only evaluations so far, or only training: still renders.
-	if f, err := PlotTraining(nil, nil, []int{10}, []float64{30}); err != nil {
+	if f, err := PlotTraining(TrainingCurves{EvalSteps: []int{10}, EvalPPL: []float64{30}}); err != nil {
 		t.Fatal(err)
 	} else {
 		checkPNG(t, "training-eval-only", f, 400, 300)
 	}
-	if f, err := PlotTraining([]int{1, 2}, []float64{1, 0.5}, nil, nil); err != nil {
+	if f, err := PlotTraining(TrainingCurves{Steps: []int{1, 2}, Loss: []float64{1, 0.5}}); err != nil {
 		t.Fatal(err)
 	} else {
 		checkPNG(t, "training-train-only", f, 400, 300)
 	}
-	_, err = PlotTraining(steps, kl[:3], evalSteps, ppl)
-	wantErr(t, "short trainKL", err, "200 steps but 3 trainKL")
-	_, err = PlotTraining(steps, kl, evalSteps, ppl[:2])
+	_, err = PlotTraining(TrainingCurves{Steps: steps, Loss: kl[:3], EvalSteps: evalSteps, EvalPPL: ppl})
+	wantErr(t, "short loss", err, "200 steps but 3 loss values")
+	_, err = PlotTraining(TrainingCurves{Steps: steps, Loss: kl, EvalSteps: evalSteps, EvalPPL: ppl[:2]})
 	wantErr(t, "short evalPPL", err, "5 evalSteps but 2 evalPPL")
-	_, err = PlotTraining(nil, nil, nil, nil)
+	_, err = PlotTraining(TrainingCurves{})
 	wantErr(t, "empty", err, "no training and no evaluation")
-	_, err = PlotTraining(nil, nil, []int{1}, []float64{0.5})
+	_, err = PlotTraining(TrainingCurves{EvalSteps: []int{1}, EvalPPL: []float64{0.5}})
 	wantErr(t, "ppl < 1", err, "evalPPL[0] = 0.5 is not a perplexity")
 }
 
@@ -192,12 +191,12 @@ func TestPlotTopK(t *testing.T) {
 }
 
 func TestPlotReconstruction(t *testing.T) {
-	var reps []compress.TensorReport
+	var reps []session.TensorReport
 	kinds := []string{"q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj", "gate_proj", "up_proj", "down_proj"}
 	for l := 0; l < 4; l++ {
 		for i, k := range kinds {
-			reps = append(reps, compress.TensorReport{Name: "model.layers." + string(rune('0'+l)) + "." + k + ".weight", Kind: k,
-				Shape: []int{256, 256}, BitsPerWeight: 0.9 + 0.02*float64(i) + 0.01*float64(l), RelErr: 0.5 + 0.03*float64(i) - 0.02*float64(l)})
+			reps = append(reps, session.TensorReport{Name: "model.layers." + string(rune('0'+l)) + "." + k + ".weight", Kind: k,
+				BitsPerWeight: 0.9 + 0.02*float64(i) + 0.01*float64(l), RelErr: 0.5 + 0.03*float64(i) - 0.02*float64(l)})
 		}
 	}
 	p, err := PlotReconstruction(reps)
@@ -205,7 +204,7 @@ func TestPlotReconstruction(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkPNG(t, "reconstruction", p, 800, 500)
-	bad := append([]compress.TensorReport(nil), reps...)
+	bad := append([]session.TensorReport(nil), reps...)
 	bad[3].RelErr = math.NaN()
 	_, err = PlotReconstruction(bad)
 	wantErr(t, "NaN", err, "tensor "+reps[3].Name+": relative error NaN")
@@ -271,17 +270,17 @@ func TestPlotReadability(t *testing.T) {
 		}
 		return string(b)
 	}
-	// A short run: window 1, so only the raw line, never "moving average (1 steps)".
+	// A short run: a moving average over 3 steps (MovingAverageWindow), never "(1 steps)".
 	steps := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
 	kl := []float64{5, 4.5, 4, 3.6, 3.3, 3, 2.8, 2.6, 2.5, 2.4}
-	f, err := PlotTraining(steps, kl, []int{0, 5, 9}, []float64{2345, 600, 160}, 95)
+	f, err := PlotTraining(TrainingCurves{Steps: steps, Loss: kl, EvalSteps: []int{0, 5, 9}, EvalPPL: []float64{2345, 600, 160}, TeacherPPL: 95})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := svgText(f)
-	if strings.Contains(s, "moving average") || !strings.Contains(s, "train KL") || !strings.Contains(s, "teacher (95)") {
+	if !strings.Contains(s, "moving average (3 steps)") || !strings.Contains(s, "train KL per step") || !strings.Contains(s, "teacher (95)") {
 		t.Errorf("short-run legend: moving average %v, train KL %v, teacher %v",
-			strings.Contains(s, "moving average"), strings.Contains(s, "train KL"), strings.Contains(s, "teacher (95)"))
+			strings.Contains(s, "moving average (3 steps)"), strings.Contains(s, "train KL"), strings.Contains(s, "teacher (95)"))
 	}
 	top, bot := f.Panels[0], f.Panels[1]
 	if _, ok := bot.Y.Scale.(plot.LogScale); !ok {
@@ -311,15 +310,13 @@ func TestPlotReadability(t *testing.T) {
 	for i := range 400 {
 		ls, lk = append(ls, i), append(lk, 1/float64(i+1))
 	}
-	if f, err := PlotTraining(ls, lk, nil, nil); err != nil {
+	if f, err := PlotTraining(TrainingCurves{Steps: ls, Loss: lk}); err != nil {
 		t.Fatal(err)
 	} else if s := svgText(f); !strings.Contains(s, "moving average (20 steps)") {
 		t.Error("long run: no moving average over 20 steps in the legend")
 	}
-	_, err = PlotTraining(steps, kl, nil, nil, 0.5)
-	wantErr(t, "teacher < 1", err, "teacherPPL = 0.5 is not a perplexity")
-	_, err = PlotTraining(steps, kl, nil, nil, 10, 20)
-	wantErr(t, "two teachers", err, "2 teacherPPL values")
+	_, err = PlotTraining(TrainingCurves{Steps: steps, Loss: kl, TeacherPPL: 0.5})
+	wantErr(t, "teacher < 1", err, "TeacherPPL = 0.5 is not a perplexity")
 
 	// Tick labels: distinct after rounding, no needless decimals.
 	for _, r := range [][2]float64{{1.05, 1.15}, {0.9, 1.2}, {0, 199}, {1.0831, 1.0879}, {-3, 3}} {
@@ -364,12 +361,12 @@ func TestPlotReadability(t *testing.T) {
 		t.Errorf("histogram axis top %g for a tallest bar of 4", p.Y.Max)
 	}
 	// Reconstruction: headroom over the highest error.
-	reps := []compress.TensorReport{{Name: "a.q_proj.weight", Kind: "q_proj", BitsPerWeight: 1.08, RelErr: 0.7}, {Name: "b.q_proj.weight", Kind: "q_proj", BitsPerWeight: 1.12, RelErr: 0.5}}
-	p, err = PlotReconstruction(reps)
+	reps := []session.TensorReport{{Name: "a.q_proj.weight", Kind: "q_proj", BitsPerWeight: 1.08, RelErr: 0.7}, {Name: "b.q_proj.weight", Kind: "q_proj", BitsPerWeight: 1.12, RelErr: 0.5}}
+	rc, err := PlotReconstruction(reps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !(p.Y.Max > 0.7) {
-		t.Errorf("reconstruction axis top %g for an error of 0.7", p.Y.Max)
+	if !(rc.Y.Max > 0.7) {
+		t.Errorf("reconstruction axis top %g for an error of 0.7", rc.Y.Max)
 	}
 }

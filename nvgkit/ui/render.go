@@ -1,4 +1,4 @@
-package nvgkit
+package ui
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"image/color"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/janpfeifer/gonb/gonbui"
 	"github.com/nvg-project/nvg/internal/atomicfile"
@@ -30,10 +31,10 @@ const (
 
 // ErrNotNotebook is returned by DisplayPNG and DisplaySVG when the program was not started
 // by a GoNB kernel (gonbui.IsNotebook is false); nothing is displayed then.
-var ErrNotNotebook = errors.New("nvgkit: not running in a GoNB notebook (gonbui.IsNotebook is false): nothing displayed")
+var ErrNotNotebook = errors.New("ui: not running in a GoNB notebook (gonbui.IsNotebook is false): nothing displayed")
 
-// Drawable is anything that draws itself on a gonum/plot canvas: a *plot.Plot or a
-// *Figure. The render, save and display helpers take one.
+// Drawable is anything that draws itself on a gonum/plot canvas: a *plot.Plot, a *Chart or
+// a *Figure. The render, save and display helpers take one.
 type Drawable interface {
 	Draw(c draw.Canvas)
 }
@@ -62,16 +63,19 @@ func (f *Figure) Draw(c draw.Canvas) {
 
 func checkPlotSize(d Drawable, w, h int) error {
 	if d == nil {
-		return errors.New("nvgkit: nil plot")
+		return errors.New("ui: nil plot")
 	}
 	if p, ok := d.(*plot.Plot); ok && p == nil {
-		return errors.New("nvgkit: nil plot")
+		return errors.New("ui: nil plot")
+	}
+	if c, ok := d.(*Chart); ok && (c == nil || c.Plot == nil) {
+		return errors.New("ui: nil plot")
 	}
 	if f, ok := d.(*Figure); ok && (f == nil || len(f.Panels) == 0) {
-		return errors.New("nvgkit: figure has no panels")
+		return errors.New("ui: figure has no panels")
 	}
 	if w < minPlotPixels || h < minPlotPixels || w > maxPlotPixels || h > maxPlotPixels {
-		return fmt.Errorf("nvgkit: plot size %d×%d pixels is outside [%d, %d] per side", w, h, minPlotPixels, maxPlotPixels)
+		return fmt.Errorf("ui: plot size %d×%d pixels is outside [%d, %d] per side", w, h, minPlotPixels, maxPlotPixels)
 	}
 	return nil
 }
@@ -84,7 +88,7 @@ func pixels(n int) vg.Length { return vg.Length(n) * vg.Inch / PlotDPI }
 func drawSafely(d Drawable, c draw.Canvas) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("nvgkit: drawing the plot failed: %v", r)
+			err = fmt.Errorf("ui: drawing the plot failed: %v", r)
 		}
 	}()
 	d.Draw(draw.Crop(c, plotMargin, -plotMargin, plotMargin, -plotMargin))
@@ -108,7 +112,7 @@ func RenderPNG(d Drawable, w, h int) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	if _, err := (vgimg.PngCanvas{Canvas: c}).WriteTo(&buf); err != nil {
-		return nil, fmt.Errorf("nvgkit: encoding PNG: %w", err)
+		return nil, fmt.Errorf("ui: encoding PNG: %w", err)
 	}
 	return buf.Bytes(), nil
 }
@@ -126,7 +130,7 @@ func RenderSVG(d Drawable, w, h int) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	if _, err := c.WriteTo(&buf); err != nil {
-		return nil, fmt.Errorf("nvgkit: encoding SVG: %w", err)
+		return nil, fmt.Errorf("ui: encoding SVG: %w", err)
 	}
 	return buf.Bytes(), nil
 }
@@ -145,7 +149,7 @@ func SavePlot(path string, d Drawable, w, h int) error {
 	case ".svg":
 		data, err = RenderSVG(d, w, h)
 	default:
-		return fmt.Errorf("nvgkit: save plot %s: extension %q, want .png or .svg", path, ext)
+		return fmt.Errorf("ui: save plot %s: extension %q, want .png or .svg", path, ext)
 	}
 	if err != nil {
 		return fmt.Errorf("save plot %s: %w", path, err)
@@ -168,8 +172,50 @@ func DisplayPNG(d Drawable, w, h int) error {
 		return err
 	}
 	gonbui.DisplayPng(data)
-	gonbui.Sync() // flush: an image sent just before a cell's program exits can be lost otherwise
+	return syncNotebook()
+}
+
+// syncNotebook waits until the kernel has taken what the cell sent (gonbui.Sync) and a
+// little longer: an image sent just before a cell's program exits was once lost without the
+// pause. It returns the notebook connection's error.
+func syncNotebook() error {
+	gonbui.Sync()
+	time.Sleep(300 * time.Millisecond)
 	return gonbui.Error()
+}
+
+// Show displays d as a w×h-pixel PNG in the notebook cell's output (DisplayPNG) and panics
+// on an error: the notebook form of DisplayPNG, where a cell should stop at a failure
+// rather than go on with missing output. Outside a notebook it does nothing.
+func Show(d Drawable, w, h int) {
+	if err := DisplayPNG(d, w, h); err != nil && !errors.Is(err, ErrNotNotebook) {
+		panic(err)
+	}
+}
+
+// Must returns v, or panics with err when it is not nil: for notebook cells, where a failed
+// call should stop the cell with its message (GoNB shows a panic's value), as
+// template.Must does for templates. Library code returns errors instead.
+func Must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// Must2 is Must for calls that return two values and an error.
+func Must2[A, B any](a A, b B, err error) (A, B) {
+	if err != nil {
+		panic(err)
+	}
+	return a, b
+}
+
+// Check panics with err when it is not nil: Must for calls that return only an error.
+func Check(err error) {
+	if err != nil {
+		panic(err)
+	}
 }
 
 // DisplaySVG renders d as SVG at w×h pixels and shows it inline in the GoNB notebook
@@ -184,6 +230,5 @@ func DisplaySVG(d Drawable, w, h int) error {
 		return err
 	}
 	gonbui.DisplaySvg(string(data))
-	gonbui.Sync()
-	return gonbui.Error()
+	return syncNotebook()
 }

@@ -1,14 +1,13 @@
-package nvgkit
+package ui
 
 import (
 	"errors"
 	"fmt"
 	"image/color"
 	"math"
-	"sort"
 	"strconv"
 
-	"github.com/nvg-project/nvg/compress"
+	"github.com/nvg-project/nvg/nvgkit/session"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -43,29 +42,143 @@ func newPlot(title, xLabel, yLabel string) *plot.Plot {
 	g.Vertical.Color = color.Gray{Y: 225}
 	g.Horizontal.Color = color.Gray{Y: 225}
 	p.Add(g)
+	p.Legend.TextStyle.Font.Size = legendFontSize
+	p.Legend.ThumbnailWidth = vg.Points(14)
 	return p
+}
+
+// legendFontSize is the size of legend text: smaller than the axis labels (12 pt), so a
+// legend of tensor kinds stays a narrow column.
+const legendFontSize = 10 * vg.Inch / 72
+
+// legendGap is the blank space between the data's right end and a Chart's legend (room
+// for a point's glyph too).
+const legendGap = 10 * vg.Inch / 72
+
+// Chart is a plot whose legend stands right of its data in the top-right corner: at every
+// Draw, X.Max is widened (for that drawing only) just enough that the legend, at the width
+// its text takes on that canvas, clears DataMaxX, the right end of the data in X units. So
+// the legend never covers a bar or a point and takes no more width than its text, whatever
+// the size of the image. A larger X.Max set by the caller is kept. The embedded *plot.Plot
+// can be changed (title, labels) as any gonum plot.
+type Chart struct {
+	*plot.Plot
+	// DataMaxX is the right end of the data, in X units.
+	DataMaxX float64
+}
+
+// Draw implements Drawable.
+func (c *Chart) Draw(dc draw.Canvas) {
+	saved := c.X.Max
+	defer func() { c.X.Max = saved }()
+	c.X.Max = math.Max(saved, c.legendMaxX(dc))
+	c.Plot.Draw(dc)
+}
+
+// legendMaxX returns the X.Max at which DataMaxX lands legendGap left of the legend when the
+// chart is drawn on dc. The legend takes at most half of the data area. The data area
+// depends a little on X.Max (gonum pads it for glyphs at its edges), so the solution is
+// refined a few times.
+func (c *Chart) legendMaxX(dc draw.Canvas) float64 {
+	lw := c.Legend.Rectangle(dc).Size().X
+	if lw == 0 || !(c.DataMaxX > c.X.Min) {
+		return c.X.Max
+	}
+	saved := c.X.Max
+	defer func() { c.X.Max = saved }()
+	left := dc.Max.X - lw - legendGap // the legend spans from here to dc's right edge
+	m := c.DataMaxX
+	for range 4 {
+		c.X.Max = m
+		d := c.DataCanvas(dc)
+		frac := math.Max(float64((left-d.Min.X)/(d.Max.X-d.Min.X)), 0.5)
+		m = c.X.Min + (c.DataMaxX-c.X.Min)/frac
+	}
+	return m
 }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
-// PlotTraining draws the course of a distillation run as a two-panel Figure sharing the
-// step axis: on top the training loss trainKL[i] (mean KL(teacher top-k ‖ student) per
-// token, nats) at optimizer step steps[i], with its moving average over max(1, n/20)
-// steps (n finite values; with a window of 1 only the per-step line, named "train KL");
-// below the held-out perplexity evalPPL[j] at step evalSteps[j] (lines with points) on a
-// logarithmic axis, so that a fall from thousands to tens stays readable. Non-finite
-// trainKL values (skipped steps) are left out of both lines. Either series may be empty
-// (an empty panel shows its axes only), not both. The optional teacherPPL (at most one
-// value) draws the teacher's held-out perplexity as a dashed reference line in the lower
-// panel. Both panels leave headroom above the data, and tick labels carry no needless
-// decimals.
+// TrainingCurves is the plain data of a distillation run that PlotTraining draws: the
+// training loss Loss[i] (mean KL(teacher top-k ‖ student) per token, nats; NaN or ±Inf for
+// a skipped step) at optimizer step Steps[i], the held-out perplexity EvalPPL[j] at step
+// EvalSteps[j], and the teacher's held-out perplexity TeacherPPL (0: not known, no
+// reference line). train.TrainingSeries returns these fields from a metrics log.
+type TrainingCurves struct {
+	Steps      []int
+	Loss       []float64
+	EvalSteps  []int
+	EvalPPL    []float64
+	TeacherPPL float64
+}
+
+// MovingAverageWindow is the window PlotTraining averages the training loss over, for n
+// finite loss values: n/20 steps, at least 3 and at most n (0 when n < 4: too short a run to
+// smooth, only the per-step line is drawn).
+func MovingAverageWindow(n int) int {
+	if n < 4 {
+		return 0
+	}
+	return min(n, max(3, n/20))
+}
+
+// MovingAverage returns the trailing mean of ys over win values: out[i] is the mean of
+// ys[max(0, i−win+1) … i] (fewer values at the start). win < 1 is taken as 1.
+func MovingAverage(ys []float64, win int) []float64 {
+	win = max(win, 1)
+	out := make([]float64, len(ys))
+	var sum float64
+	for i, y := range ys {
+		sum += y
+		if i >= win {
+			sum -= ys[i-win]
+		}
+		out[i] = sum / float64(min(i+1, win))
+	}
+	return out
+}
+
+// trainingLines returns the training loss points PlotTraining draws (non-finite losses left
+// out), their moving average (nil when the run is too short) and its window.
+func trainingLines(steps []int, loss []float64) (raw, avg plotter.XYs, win int) {
+	var ys []float64
+	for i, v := range loss {
+		if finite(v) {
+			raw = append(raw, plotter.XY{X: float64(steps[i]), Y: v})
+			ys = append(ys, v)
+		}
+	}
+	win = MovingAverageWindow(len(raw))
+	if win == 0 {
+		return raw, nil, 0
+	}
+	m := MovingAverage(ys, win)
+	avg = make(plotter.XYs, len(raw))
+	for i := range raw {
+		avg[i] = plotter.XY{X: raw[i].X, Y: m[i]}
+	}
+	return raw, avg, win
+}
+
+// PlotTraining draws the course of a distillation run (TrainingCurves) as a two-panel
+// Figure sharing the step axis: on top the training loss per step (a light line) with its
+// moving average (MovingAverageWindow, MovingAverage: a dark line, named in the legend with
+// its window; a run of fewer than 4 steps draws the per-step line alone, named "train
+// KL"); below the held-out perplexity per evaluation (lines with points) on a logarithmic
+// axis, so that a fall from thousands to tens stays readable, and the teacher's perplexity
+// as a dashed reference line when TeacherPPL is set. Non-finite losses (skipped steps) are
+// left out. Either series may be empty (an empty panel shows its axes only), not both. Both
+// panels leave headroom above the data for the legends, the log axis starts at a tick that
+// it labels (so the decade of the lowest point, usually the last, has a label), and tick
+// labels carry no needless decimals.
 //
-// Errors: len(steps) ≠ len(trainKL), len(evalSteps) ≠ len(evalPPL), both series empty,
-// an evalPPL value that is not finite and ≥ 1 (a perplexity), naming the index; more
-// than one teacherPPL, or one that is not a perplexity.
-func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []float64, teacherPPL ...float64) (*Figure, error) {
+// Errors: len(Steps) ≠ len(Loss), len(EvalSteps) ≠ len(EvalPPL), both series empty, an
+// EvalPPL value that is not finite and ≥ 1 (a perplexity), naming the index; a TeacherPPL
+// that is neither 0 nor a perplexity.
+func PlotTraining(c TrainingCurves) (*Figure, error) {
+	steps, trainKL, evalSteps, evalPPL := c.Steps, c.Loss, c.EvalSteps, c.EvalPPL
 	if len(steps) != len(trainKL) {
-		return nil, fmt.Errorf("PlotTraining: %d steps but %d trainKL values", len(steps), len(trainKL))
+		return nil, fmt.Errorf("PlotTraining: %d steps but %d loss values", len(steps), len(trainKL))
 	}
 	if len(evalSteps) != len(evalPPL) {
 		return nil, fmt.Errorf("PlotTraining: %d evalSteps but %d evalPPL values", len(evalSteps), len(evalPPL))
@@ -78,28 +191,17 @@ func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []flo
 			return nil, fmt.Errorf("PlotTraining: evalPPL[%d] = %g is not a perplexity (finite, ≥ 1)", j, v)
 		}
 	}
-	if len(teacherPPL) > 1 {
-		return nil, fmt.Errorf("PlotTraining: %d teacherPPL values, want at most one", len(teacherPPL))
-	}
-	for _, v := range teacherPPL {
-		if !(finite(v) && v >= 1) {
-			return nil, fmt.Errorf("PlotTraining: teacherPPL = %g is not a perplexity (finite, ≥ 1)", v)
-		}
+	if t := c.TeacherPPL; t != 0 && !(finite(t) && t >= 1) {
+		return nil, fmt.Errorf("PlotTraining: TeacherPPL = %g is not a perplexity (finite, ≥ 1) nor 0 (none)", t)
 	}
 	top := newPlot("Training loss", "", "KL (nats/token)")
-	var kl plotter.XYs
-	for i, v := range trainKL {
-		if finite(v) {
-			kl = append(kl, plotter.XY{X: float64(steps[i]), Y: v})
-		}
-	}
+	kl, avg, win := trainingLines(steps, trainKL)
 	if len(kl) > 0 {
-		win := max(1, len(kl)/20)
 		l, err := plotter.NewLine(kl)
 		if err != nil {
 			return nil, fmt.Errorf("PlotTraining: %w", err)
 		}
-		if win == 1 { // too short a run to smooth: the per-step line alone, in full colour
+		if avg == nil { // too short a run to smooth: the per-step line alone, in full colour
 			l.Color, l.Width = plotColor(0), vg.Points(2)
 			top.Add(l)
 			top.Legend.Add("train KL", l)
@@ -108,15 +210,6 @@ func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []flo
 			l.Width = vg.Points(1)
 			top.Add(l)
 			top.Legend.Add("train KL per step", l)
-			avg := make(plotter.XYs, len(kl))
-			var sum float64
-			for i := range kl {
-				sum += kl[i].Y
-				if i >= win {
-					sum -= kl[i-win].Y
-				}
-				avg[i] = plotter.XY{X: kl[i].X, Y: sum / float64(min(i+1, win))}
-			}
 			la, err := plotter.NewLine(avg)
 			if err != nil {
 				return nil, fmt.Errorf("PlotTraining: %w", err)
@@ -136,7 +229,7 @@ func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []flo
 			span = math.Max(math.Abs(yhi), 1) * 0.1
 		}
 		// Headroom above (for the legend and the first, highest points) and a little below.
-		top.Y.Min, top.Y.Max = ylo-0.04*span, yhi+0.18*span
+		top.Y.Min, top.Y.Max = ylo-0.04*span, yhi+0.22*span
 		if ylo >= 0 {
 			top.Y.Min = math.Max(0, top.Y.Min)
 		}
@@ -175,8 +268,7 @@ func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []flo
 	if lo == hi {
 		lo, hi = lo-1, hi+1
 	}
-	if len(teacherPPL) == 1 {
-		t := teacherPPL[0]
+	if t := c.TeacherPPL; t != 0 {
 		l, err := plotter.NewLine(plotter.XYs{{X: lo, Y: t}, {X: hi, Y: t}})
 		if err != nil {
 			return nil, fmt.Errorf("PlotTraining: %w", err)
@@ -189,12 +281,14 @@ func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []flo
 		plo, phi = math.Min(plo, t), math.Max(phi, t)
 	}
 	if finite(plo) {
-		// Headroom in log space: about a third of a decade above for the legend, a little below.
+		// Headroom in log space: a third of the decades shown above the data for the legend
+		// (half for two entries), a little below, down to a multiple of a power of ten, which
+		// logTicks labels when its decade has no other label.
 		dec := math.Max(math.Log10(phi/plo), 0.3)
-		bottom.Y.Min = math.Max(plo/math.Pow(10, 0.06*dec), 0.5)
-		room := 0.3 // a third of the decades shown above the data, for the legend
-		if len(teacherPPL) == 1 && len(evalPPL) > 0 {
-			room = 0.5 // a legend of two entries
+		bottom.Y.Min = math.Max(logFloor(plo/math.Pow(10, 0.06*dec)), 0.5)
+		room := 0.3
+		if c.TeacherPPL != 0 && len(evalPPL) > 0 {
+			room = 0.5
 		}
 		bottom.Y.Max = phi * math.Pow(10, room*dec)
 	} else {
@@ -205,6 +299,13 @@ func PlotTraining(steps []int, trainKL []float64, evalSteps []int, evalPPL []flo
 		p.X.Tick.Marker = tidyTicks{}
 	}
 	return &Figure{Panels: []*plot.Plot{top, bottom}}, nil
+}
+
+// logFloor rounds v > 0 down to the largest m·10^k ≤ v with m an integer 1…9.
+func logFloor(v float64) float64 {
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	m := math.Floor(v/p + 1e-9)
+	return math.Max(m, 1) * p
 }
 
 // groupedBars is a plotter of bars in groups: group g is centred at x = g, series s of
@@ -289,7 +390,7 @@ func nominalX(p *plot.Plot, labels []string) {
 //
 // Errors: no layers or no kinds, len(norms) ≠ len(kinds), len(norms[k]) ≠ len(layers)
 // (naming k), a negative or infinite norm (naming k and i).
-func PlotLayerGradNorms(layers []int, kinds []string, norms [][]float64) (*plot.Plot, error) {
+func PlotLayerGradNorms(layers []int, kinds []string, norms [][]float64) (*Chart, error) {
 	if len(layers) == 0 || len(kinds) == 0 {
 		return nil, fmt.Errorf("PlotLayerGradNorms: %d layers and %d kinds, want at least one of each", len(layers), len(kinds))
 	}
@@ -319,19 +420,9 @@ func PlotLayerGradNorms(layers []int, kinds []string, norms [][]float64) (*plot.
 	}
 	nominalX(p, labels)
 	p.Legend.Top = true
-	// Empty room right of the last group for the legend, so it never covers a bar.
 	n := float64(len(layers))
-	p.X.Min, p.X.Max = -0.5, n-0.5+legendRoom(len(kinds))*n
-	return p, nil
-}
-
-// legendRoom is the fraction of the data's X range added on the right so that a legend of
-// n entries in the top-right corner sits beside the data rather than over it.
-func legendRoom(n int) float64 {
-	if n <= 2 {
-		return 0.12
-	}
-	return 0.28
+	p.X.Min, p.X.Max = -0.5, n-0.5
+	return &Chart{Plot: p, DataMaxX: n - 0.5}, nil
 }
 
 // PlotHistogram draws a histogram of values (for example the BLR metric scales of a
@@ -400,7 +491,7 @@ func plotTokenLabel(tok string) string {
 //
 // Errors: no tokens, len(teacherP) or len(studentP) ≠ len(tokens), a probability that is
 // NaN or outside [0, 1] (naming the series and index).
-func PlotTopK(tokens []string, teacherP, studentP []float64) (*plot.Plot, error) {
+func PlotTopK(tokens []string, teacherP, studentP []float64) (*Chart, error) {
 	if len(tokens) == 0 {
 		return nil, errors.New("PlotTopK: no tokens")
 	}
@@ -436,27 +527,27 @@ func PlotTopK(tokens []string, teacherP, studentP []float64) (*plot.Plot, error)
 	p.Legend.Add("student", swatch{plotColor(1)})
 	p.Legend.Top = true
 	n := float64(len(tokens))
-	p.X.Min, p.X.Max = -0.5, n-0.5+legendRoom(2)*n
+	p.X.Min, p.X.Max = -0.5, n-0.5
 	labels := make([]string, len(tokens))
 	for i, t := range tokens {
 		labels[i] = plotTokenLabel(t)
 	}
 	nominalX(p, labels)
-	return p, nil
+	return &Chart{Plot: p, DataMaxX: n - 0.5}, nil
 }
 
 // plotKindOrder is the order of the compressed kinds in legends (DESIGN.md §3: attention,
 // GatedDeltaNet, MLP).
 var plotKindOrder = []string{"q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj", "gate_proj", "up_proj", "down_proj"}
 
-// PlotReconstruction draws, for every compressed tensor of a compress.Model report, its
-// relative reconstruction error ‖W − Ŵ‖_F/‖W‖_F (Y) against its bits per weight (X), one
-// point per tensor, coloured and shaped by kind (Kind, or compress.Kind of Name when
-// empty, else "other"), kinds in a legend in the order attention, GatedDeltaNet, MLP.
+// PlotReconstruction draws, for every compressed tensor of a compression report, its
+// relative reconstruction error (Y) against its bits per weight (X), one point per
+// tensor, coloured and shaped by Kind ("" as "other"), kinds in a legend (a Chart: right
+// of the points) in the order attention, GatedDeltaNet, MLP.
 //
 // Errors: no reports, a BitsPerWeight that is not finite and positive or a RelErr that is
 // not finite and ≥ 0 (naming the tensor).
-func PlotReconstruction(reports []compress.TensorReport) (*plot.Plot, error) {
+func PlotReconstruction(reports []session.TensorReport) (*Chart, error) {
 	if len(reports) == 0 {
 		return nil, errors.New("PlotReconstruction: no tensor reports")
 	}
@@ -470,32 +561,15 @@ func PlotReconstruction(reports []compress.TensorReport) (*plot.Plot, error) {
 		}
 		k := r.Kind
 		if k == "" {
-			k = compress.Kind(r.Name)
-		}
-		if k == "" {
 			k = "other"
 		}
 		byKind[k] = append(byKind[k], plotter.XY{X: r.BitsPerWeight, Y: r.RelErr})
-	}
-	rank := map[string]int{}
-	for i, k := range plotKindOrder {
-		rank[k] = i
 	}
 	kinds := make([]string, 0, len(byKind))
 	for k := range byKind {
 		kinds = append(kinds, k)
 	}
-	sort.Slice(kinds, func(i, j int) bool {
-		ri, oki := rank[kinds[i]]
-		rj, okj := rank[kinds[j]]
-		switch {
-		case oki && okj:
-			return ri < rj
-		case oki != okj:
-			return oki
-		}
-		return kinds[i] < kinds[j]
-	})
+	sortKinds(kinds)
 	p := newPlot("BLR reconstruction error per tensor", "bits per weight", "relative error ‖W − Ŵ‖ / ‖W‖")
 	for i, k := range kinds {
 		s, err := plotter.NewScatter(byKind[k])
@@ -525,8 +599,8 @@ func PlotReconstruction(reports []compress.TensorReport) (*plot.Plot, error) {
 	span := math.Max(hi-lo, 0.05*math.Max(hi, 1e-3)) // all at one budget: show ±5 %
 	mid := (lo + hi) / 2
 	lo, hi = math.Min(lo, mid-span/2), math.Max(hi, mid+span/2)
-	p.X.Min, p.X.Max = lo-0.04*span, hi+(0.04+legendRoom(len(kinds))*1.6)*span
-	return p, nil
+	p.X.Min, p.X.Max = lo-0.04*span, hi+0.04*span
+	return &Chart{Plot: p, DataMaxX: p.X.Max}, nil
 }
 
 // tickLabel formats a tick value with exactly prec decimals.
@@ -617,9 +691,14 @@ func (tidyTicks) Ticks(lo, hi float64) []plot.Tick {
 	return tidyTickLabels(ticks)
 }
 
-// logTicks marks a log axis: labelled ticks at 1, 2 and 5 × 10^k (at every integer
-// multiple of 10^k when the range holds fewer than three of those), unlabelled ones at
-// the other multiples, labels without needless decimals.
+// logTicks marks a log axis: labelled ticks at 1, 2 and 5 × 10^k (only at 10^k when the
+// axis spans more than 2.5 decades; at every integer multiple of 10^k when the range holds
+// fewer than three labelled ticks), unlabelled ones at
+// the other multiples, labels without needless decimals. A decade that the range enters
+// but that holds none of those labels (70…90 on an axis from 70 to 3000) gets its lowest
+// tick labelled, unless that label would crowd its neighbour (closer than 4 % of the
+// axis's decades): the lowest points of a falling perplexity curve, which sit there, are
+// never left without a label in their decade.
 type logTicks struct{}
 
 // Ticks implements plot.Ticker.
@@ -636,9 +715,11 @@ func (logTicks) Ticks(lo, hi float64) []plot.Tick {
 			}
 		}
 	}
+	decade := func(v float64) float64 { return math.Floor(math.Log10(v) + 1e-9) }
+	sparse := math.Log10(hi/lo) > 2.5 // more than 2.5 decades: 1, 2, 5 labels would crowd
 	major := func(v float64) bool {
-		m := math.Round(v / math.Pow(10, math.Floor(math.Log10(v)+1e-9)))
-		return m == 1 || m == 2 || m == 5
+		m := math.Round(v / math.Pow(10, decade(v)))
+		return m == 1 || !sparse && (m == 2 || m == 5)
 	}
 	if len(cand) < 2 {
 		return tidyTicks{}.Ticks(lo, hi)
@@ -650,9 +731,27 @@ func (logTicks) Ticks(lo, hi float64) []plot.Tick {
 		}
 	}
 	ticks := make([]plot.Tick, len(cand))
+	labelled := map[float64]bool{}
 	for i, v := range cand {
 		ticks[i].Value = v
 		if n < 3 || major(v) {
+			ticks[i].Label = "x"
+			labelled[decade(v)] = true
+		}
+	}
+	minSep := 0.04 * math.Log10(hi/lo)
+	for i, v := range cand {
+		if labelled[decade(v)] {
+			continue
+		}
+		labelled[decade(v)] = true // the lowest tick of the decade, or none
+		crowded := false
+		for _, t := range ticks {
+			if t.Label != "" && math.Abs(math.Log10(t.Value/v)) < minSep {
+				crowded = true
+			}
+		}
+		if !crowded {
 			ticks[i].Label = "x"
 		}
 	}
