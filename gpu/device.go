@@ -377,6 +377,8 @@ func IsNoAdapter(err error) bool { return errors.Is(err, ErrNoAdapter) }
 // temp dir) when it has none, as on CI machines and in containers: Mesa's Vulkan drivers
 // print "XDG_RUNTIME_DIR is invalid" on stderr for every instance otherwise. Nothing is
 // written there by nvg; a failure to create the directory leaves the environment as it was.
+// The session directory (nvgkit/session/internal/sdir.MesaRuntimeDir) ignores this path, so
+// keep the two in step.
 func quietMesaRuntimeDir() {
 	if os.Getenv("XDG_RUNTIME_DIR") != "" {
 		return

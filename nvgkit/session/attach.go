@@ -79,14 +79,15 @@ func Attach(name string, opts ...AttachOption) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c, err := attachRunning(f); err == nil {
+	c, dialErr := attachRunning(f)
+	if dialErr == nil {
 		return c, nil
 	}
 	if sdir.Held(f) { // a server is starting: wait for its socket
 		return waitAttach(f, cfg.startTimeout, nil)
 	}
 	if cfg.noStart {
-		msg := fmt.Sprintf("session %q is not running (start it with `nvg session start %s`, or Attach without NoStart)", name, name)
+		msg := fmt.Sprintf("session %q is not running (start it with `nvg session start %s`, or Attach without NoStart; connecting said: %v)", name, name, dialErr)
 		if _, err := os.Stat(f.Pid); err == nil {
 			msg += fmt.Sprintf("; its last server died: see %s", f.Log)
 		}
@@ -182,6 +183,7 @@ func spawn(f sdir.Files, bin string, idle time.Duration) (<-chan error, error) {
 	defer logf.Close()
 	cmd := exec.Command(bin, "session", "serve", f.Name, "--idle", idle.String())
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), sdir.EnvDir+"="+f.Dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("session %q: start %s: %w", f.Name, bin, err)

@@ -2,8 +2,9 @@
 // it: NAME.sock (the server's Unix socket, 0600), NAME.pid (the server's pid, flock'd by the
 // server while it runs, so two servers of one name cannot run and a pid file nobody holds
 // marks a dead server), NAME.log (the server's output), NAME.ckpt (the last checkpoint
-// directory a session wrote). The directory is $XDG_RUNTIME_DIR/nvg when XDG_RUNTIME_DIR is
-// set, else /tmp/nvg-UID; it is created 0700 and refused when it exists with another owner,
+// directory a session wrote). The directory is $NVG_SESSION_DIR when set (Attach sets it for
+// the servers it starts), else $XDG_RUNTIME_DIR/nvg when XDG_RUNTIME_DIR is set (and is not
+// the stand-in package gpu sets, see MesaRuntimeDir), else /tmp/nvg-UID; it is created 0700 and refused when it exists with another owner,
 // looser permissions, or as anything but a plain directory (a symlink is refused).
 package sdir
 
@@ -20,10 +21,28 @@ import (
 	"time"
 )
 
+// EnvDir is the environment variable that names the session directory outright; Attach
+// sets it for the servers it starts, so a server finds the directory its client uses.
+const EnvDir = "NVG_SESSION_DIR"
+
+// MesaRuntimeDir is the XDG_RUNTIME_DIR that package gpu gives a process that has none when
+// it opens a device (Mesa's Vulkan drivers warn without one): os.TempDir()/nvg-runtime-UID.
+// Dir ignores it, so opening a GPU does not move the session directory of a process (the
+// bench, a Go program with a Lab and a Client) from /tmp/nvg-UID. Keep the two in step.
+func MesaRuntimeDir() string {
+	return filepath.Join(os.TempDir(), "nvg-runtime-"+strconv.Itoa(os.Getuid()))
+}
+
 // Dir returns the session directory, creating it (0700) when missing, and checks it: a
 // directory (not a symlink) owned by this user with no permission bits for group or others.
 func Dir() (string, error) {
+	if d := os.Getenv(EnvDir); d != "" {
+		return d, Ensure(d)
+	}
 	base := os.Getenv("XDG_RUNTIME_DIR")
+	if base == MesaRuntimeDir() {
+		base = ""
+	}
 	var dir string
 	if base != "" {
 		dir = filepath.Join(base, "nvg")
