@@ -312,13 +312,14 @@ func main() {
 }
 `
 
-// heavyCellProgram is a cell that imports nvgkit (as notebooks did before sessions).
+// heavyCellProgram is a cell that runs the Lab in-process (nvgkit/train, which links the GPU
+// engine through nvgkit), as notebooks did before sessions.
 const heavyCellProgram = `package main
 
 import (
 	"fmt"
 
-	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func main() {
@@ -382,7 +383,7 @@ func benchBuild(name, grad string, runs int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("cell compile of a cell importing nvgkit instead (links the GPU engine): %.0f ms after an edit\n", heavy)
+	fmt.Printf("cell compile of a cell importing nvgkit/train instead (links the GPU engine): %.0f ms after an edit\n", heavy)
 	if _, err := build(cellProgram, "gradient length:"); err != nil { // the light cell again, to run it
 		return err
 	}
