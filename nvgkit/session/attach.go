@@ -238,7 +238,20 @@ func nvgBinary(dir string) (string, error) {
 		os.Remove(tmp)
 		return "", err
 	}
+	removeOldBinaries(dir, bin)
 	return bin, nil
+}
+
+// removeOldBinaries deletes the nvg-<hash> binaries of other source versions in dir (under
+// the build lock; a server still running from one keeps its open executable), so the
+// session directory holds one ~40 MB binary, not one per edit of the source.
+func removeOldBinaries(dir, keep string) {
+	old, _ := filepath.Glob(filepath.Join(dir, "nvg-*"))
+	for _, f := range old {
+		if f != keep && !strings.HasSuffix(f, ".tmp") {
+			os.Remove(f)
+		}
+	}
 }
 
 // moduleRoot finds the source of this module: the directory two levels above this file

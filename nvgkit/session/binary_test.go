@@ -22,6 +22,10 @@ func TestNvgBinaryBuiltOnce(t *testing.T) {
 		t.Fatalf("nvg is on PATH (%s): this test needs a PATH without it", p)
 	}
 	dir := t.TempDir()
+	stale := filepath.Join(dir, "nvg-0123456789abcdef") // a binary of an older source version
+	if err := os.WriteFile(stale, []byte("old"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	bin, err := nvgBinary(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +40,9 @@ func TestNvgBinaryBuiltOnce(t *testing.T) {
 	}
 	if bin != filepath.Join(dir, "nvg-"+hash) || len(hash) != 16 {
 		t.Errorf("binary %s, want %s/nvg-<16 hex digits of the source hash %s>", bin, dir, hash)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the older version's binary %s is still there after a build (%v)", stale, err)
 	}
 	fi, err := os.Stat(bin)
 	if err != nil || fi.Mode()&0o100 == 0 {
