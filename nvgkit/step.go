@@ -1,6 +1,7 @@
 package nvgkit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"github.com/nvg-project/nvg/arch"
@@ -523,6 +524,12 @@ func EmbedGrads(work *Work) ([]float32, error) {
 // LossOnly's errors (naming the first window of the group). A non-finite sum is returned
 // as it is; FirstNonFinite(net, work, windows) names the layer where it starts.
 func StudentNLL(net *Net, work *Work, windows [][]int, progress func(done, total int)) (sum float64, count int, err error) {
+	return StudentNLLContext(context.Background(), net, work, windows, progress)
+}
+
+// StudentNLLContext is StudentNLL stopped by ctx: before each group of work.NB windows it
+// returns, when ctx is done, an error wrapping context.Cause(ctx).
+func StudentNLLContext(ctx context.Context, net *Net, work *Work, windows [][]int, progress func(done, total int)) (sum float64, count int, err error) {
 	defer func() { err = memRemedy(err) }()
 	if work == nil {
 		return 0, 0, errors.New("nvgkit.StudentNLL: nil work")
@@ -537,6 +544,9 @@ func StudentNLL(net *Net, work *Work, windows [][]int, progress func(done, total
 		}
 	}
 	for g0 := 0; g0 < len(windows); g0 += work.NB {
+		if ctx.Err() != nil {
+			return 0, 0, fmt.Errorf("nvgkit.StudentNLL: stopped after %d of %d windows: %w", g0, len(windows), context.Cause(ctx))
+		}
 		group := windows[g0:min(g0+work.NB, len(windows))]
 		ids := make([][]int, len(group))
 		top := &TopK{NB: len(group), T: T, K: 1, IDs: make([]int32, 0, len(group)*T), Probs: make([]float32, len(group)*T)}

@@ -1,6 +1,7 @@
 package nvgkit
 
 import (
+	"context"
 	"fmt"
 	"math"
 
@@ -299,6 +300,12 @@ func (n *Net) logits(h []float32, rows int) ([]float32, error) {
 // A NaN or infinite hidden state gives a NaN or infinite sum, not an error:
 // FirstNonFinite(net, work, windows) then names the layer where it starts (`nvg eval` does).
 func NLL(net *Net, work *Work, windows [][]int, progress func(done, total int)) (sum float64, count int, err error) {
+	return NLLContext(context.Background(), net, work, windows, progress)
+}
+
+// NLLContext is NLL stopped by ctx: before each group of work.NB windows it returns, when
+// ctx is done, an error wrapping context.Cause(ctx) (the sum so far is dropped).
+func NLLContext(ctx context.Context, net *Net, work *Work, windows [][]int, progress func(done, total int)) (sum float64, count int, err error) {
 	defer func() { err = memRemedy(err) }()
 	const op = "NLL"
 	if err := work.check(op, net); err != nil {
@@ -319,6 +326,9 @@ func NLL(net *Net, work *Work, windows [][]int, progress func(done, total int)) 
 	c := net.Config
 	rows := work.NB * work.T
 	for g0 := 0; g0 < len(windows); g0 += work.NB {
+		if ctx.Err() != nil {
+			return 0, 0, fmt.Errorf("nvgkit.%s: stopped after %d of %d windows: %w", op, g0, len(windows), context.Cause(ctx))
+		}
 		group := windows[g0:min(g0+work.NB, len(windows))]
 		flat, nb, _ := net.checkWindows(op, work, group, 1, g0)
 		targets := make([]int, 0, rows)

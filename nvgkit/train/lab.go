@@ -489,8 +489,11 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 	st.info.TrainWindows, st.info.EvalWindows = len(tr.windows), len(tr.eval)
 	report("eval", 0, 2)
 	n := len(tr.eval)
-	tsum, count, err := nvgkit.NLL(st.tNet, tr.tWork, tr.eval, nil)
+	tsum, count, err := nvgkit.NLLContext(ctx, st.tNet, tr.tWork, tr.eval, nil)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, interrupted(ctx, "during the teacher's evaluation")
+		}
 		return nil, fmt.Errorf("train.Lab.Setup: teacher evaluation: %w", err)
 	}
 	st.teacherNLL[n] = tsum
@@ -498,8 +501,11 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 	report("eval", 1, 2)
 	if len(tr.st.Evals) == 0 {
 		tr.st.TeacherPPL = math.Exp(tl) // as Trainer.Evaluate
-		ev, err := st.eval(n, nil)
+		ev, err := st.eval(ctx, n, nil)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, interrupted(ctx, "during the student's evaluation")
+			}
 			return nil, fmt.Errorf("train.Lab.Setup: student evaluation: %w", err)
 		}
 		tr.st.Evals = append(tr.st.Evals, EvalPoint{Step: 0, Loss: ev.StudentLoss, Perplexity: ev.StudentPPL})

@@ -30,6 +30,8 @@ func (l *Lab) Eval(windows int, opts ...session.Option) (session.EvalResult, err
 		windows = n
 	}
 	o := session.Apply(opts...)
+	ctx, end := l.begin(o)
+	defer end()
 	start := time.Now()
 	var progress func(done, total int)
 	if o.OnProgress != nil {
@@ -37,23 +39,28 @@ func (l *Lab) Eval(windows int, opts ...session.Option) (session.EvalResult, err
 			o.OnProgress(session.Progress{Phase: "eval", Done: done, Total: total, Step: s.tr.st.Step, Loss: math.NaN(), Elapsed: time.Since(start)})
 		}
 	}
-	return s.eval(windows, progress)
+	r, err := s.eval(ctx, windows, progress)
+	if err != nil && ctx.Err() != nil {
+		return r, interrupted(ctx, "during the evaluation")
+	}
+	return r, err
 }
 
-// eval evaluates on the first n held-out windows and appends the result to the history.
-func (s *labState) eval(n int, progress func(done, total int)) (session.EvalResult, error) {
+// eval evaluates on the first n held-out windows and appends the result to the history;
+// ctx stops it between batches (nothing is appended then).
+func (s *labState) eval(ctx context.Context, n int, progress func(done, total int)) (session.EvalResult, error) {
 	tr := s.tr
 	ws := tr.eval[:n]
 	tsum, ok := s.teacherNLL[n]
 	if !ok {
-		sum, _, err := nvgkit.NLL(s.tNet, tr.tWork, ws, nil)
+		sum, _, err := nvgkit.NLLContext(ctx, s.tNet, tr.tWork, ws, nil)
 		if err != nil {
 			return session.EvalResult{}, fmt.Errorf("train.Lab.Eval: teacher: %w", err)
 		}
 		tsum = sum
 		s.teacherNLL[n] = sum
 	}
-	sum, count, err := nvgkit.StudentNLL(s.sNet, tr.sWork, ws, progress)
+	sum, count, err := nvgkit.StudentNLLContext(ctx, s.sNet, tr.sWork, ws, progress)
 	if err != nil {
 		return session.EvalResult{}, fmt.Errorf("train.Lab.Eval: student: %w", err)
 	}

@@ -213,7 +213,10 @@ func (l *Lab) Step(n int, opts ...session.Option) ([]session.StepStats, error) {
 			return done, err
 		}
 		if o.EvalEvery > 0 && (i+1)%o.EvalEvery == 0 {
-			ev, err := s.eval(len(s.tr.eval), nil)
+			ev, err := s.eval(ctx, len(s.tr.eval), nil)
+			if err != nil && ctx.Err() != nil { // the step is done; its evaluation stopped
+				return append(done, st), interrupted(ctx, fmt.Sprintf("during the evaluation after step %d", st.Step))
+			}
 			if err != nil {
 				return done, fmt.Errorf("train.Lab.Step: evaluation after step %d: %w", st.Step, err)
 			}

@@ -552,6 +552,18 @@ func TestLabInterrupt(t *testing.T) {
 	if _, err := lab.Step(1); err != nil { // an interrupt is not remembered
 		t.Errorf("Step after an interrupted one: %v", err)
 	}
+	// An evaluation stops too (a large EvalWindows could run for minutes: a fresh-user test
+	// found Setup's and Eval's evaluations deaf to interrupts), and records nothing.
+	before, err := lab.History()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lab.Eval(0, session.WithContext(ctx)); !errors.Is(err, session.ErrInterrupted) {
+		t.Errorf("Eval with a cancelled context: %v, want ErrInterrupted", err)
+	}
+	if after, err := lab.History(); err != nil || len(after.Evals) != len(before.Evals) {
+		t.Errorf("an interrupted Eval changed the history: %d evaluations, then %d (%v)", len(before.Evals), len(after.Evals), err)
+	}
 	// EvalEvery evaluates after every n-th step of the call: the same perplexity as Eval now.
 	got, err := lab.Step(2, session.EvalEvery(2))
 	if err != nil {
