@@ -43,7 +43,7 @@ type Client struct {
 	mu     sync.Mutex
 	rc     *rpc.Client
 	pid    int   // the server's pid at Attach
-	dead   error // set once the server is known to be gone
+	dead   error // why the server is known to be gone (nil while it runs); each call reports it under its own name
 	closed bool
 
 	inHook bool // a PreOptimizer hook of Step runs (Setup, Step, Restore, Close refused)
@@ -87,19 +87,19 @@ func (c *Client) conn(method string) (*rpc.Client, error) {
 	case c.closed:
 		return nil, fmt.Errorf("session %q: %s on a closed client (Attach again)", c.files.Name, method)
 	case c.dead != nil:
-		return nil, c.dead
+		return nil, c.diedError(method, c.dead)
 	case c.rc != nil:
 		return c.rc, nil
 	}
 	rc, err := dial(c.files)
 	if err == nil && rc.ServerPid != c.pid {
 		rc.Close()
-		c.dead = c.diedError(method, fmt.Errorf("a new server (pid %d) has taken its place", rc.ServerPid))
-		return nil, c.dead
+		c.dead = fmt.Errorf("a new server (pid %d) has taken its place", rc.ServerPid)
+		return nil, c.diedError(method, c.dead)
 	}
 	if err != nil {
-		c.dead = c.diedError(method, err)
-		return nil, c.dead
+		c.dead = err
+		return nil, c.diedError(method, err)
 	}
 	c.rc = rc
 	return rc, nil
@@ -117,8 +117,8 @@ func (c *Client) lost(method string, cause error) error {
 	if pid, _ := sdir.ReadPid(c.files); pid == c.pid && sdir.Held(c.files) {
 		return fmt.Errorf("session %q: %s: the connection to the server (pid %d) was lost (%v); the server still runs: the call finished or stopped at a step boundary (see its log %s)", c.files.Name, method, c.pid, cause, c.files.Log)
 	}
-	c.dead = c.diedError(method, cause)
-	return c.dead
+	c.dead = cause
+	return c.diedError(method, cause)
 }
 
 // diedError says that the server died, names its log and last checkpoint, and quotes the

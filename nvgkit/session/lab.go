@@ -13,9 +13,9 @@
 // structs of them, no pointers to GPU state — so it can travel over encoding/gob.
 //
 // Names. The student's trained vectors (Lab.Names) are named as in nvgkit and the
-// checkpoints: every RMSNorm gain by its Hugging Face tensor name ("model.layers.0.
-// input_layernorm.weight", … "model.norm.weight"; the stored w, applied as 1 + w by the
-// zero-centred norms), every BLR metric scale by arch.MetricName,
+// checkpoints: every RMSNorm gain by its Hugging Face tensor name
+// ("model.layers.0.input_layernorm.weight", … "model.norm.weight"; the stored w, applied as
+// 1 + w by the zero-centred norms), every BLR metric scale by arch.MetricName,
 // "<tensor>.p<path>.<h|l|g>" ("model.layers.3.self_attn.q_proj.weight.p0.h", [m], [r] or
 // [n] float32 values). Unknown names are refused with an error listing the nearest names.
 package session
@@ -600,7 +600,7 @@ type GradCheckSpec struct {
 	Coords int
 	// Windows and T are the batch: the first Windows windows of the next step's batch, their
 	// first T tokens, with the cached teacher top-k of those positions (0: 2 and 16, as
-	// notebook 02; at most NB and T of the Setup).
+	// notebook 02, capped at the Setup's NB and T; a value given must be at most those).
 	Windows, T int
 	// StepGPU is the GPU finite difference's step, relative to the value for a metric scale
 	// and absolute for a gain (0: 0.03: the f32 loss is rounded to ~1e-7, so the step must be

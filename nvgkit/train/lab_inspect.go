@@ -376,6 +376,12 @@ func (l *Lab) GradCheck(spec session.GradCheckSpec, opts ...session.Option) (_ s
 	}
 	r := spec.Resolved()
 	c := s.tr.Config
+	if spec.Windows == 0 { // the default, within the Setup's batch
+		r.Windows = min(r.Windows, c.NB)
+	}
+	if spec.T == 0 {
+		r.T = min(r.T, c.T)
+	}
 	if r.Windows > c.NB || r.T > c.T {
 		return session.GradCheckResult{}, fmt.Errorf("train.Lab.GradCheck: Windows = %d, T = %d; the batch has NB = %d windows of T = %d tokens", r.Windows, r.T, c.NB, c.T)
 	}

@@ -169,8 +169,10 @@ func (c TrainConfig) Validate() error {
 //
 //	LR · min(1, s/Warmup) · (f + (1−f)·½·(1 + cos(π·min(s, S)/S))),   f = max(0, MinLRFrac),
 //
-// as in the PyTorch reference (Warmup ≤ 0: no warm-up factor). At s = S it is f·LR, and it
-// stays there for the steps after S.
+// as in the PyTorch reference (Warmup ≤ 0: no warm-up factor). At s = S ≥ Warmup it is
+// f·LR, and it stays there for the steps after S. With Warmup > S the two factors overlap:
+// the last steps of the schedule run below f·LR (S/Warmup·f·LR at s = S) and the steps
+// after S at f·LR.
 func (c TrainConfig) LRAt(s int) float64 {
 	w := 1.0
 	if c.Warmup > 0 && s < c.Warmup {

@@ -261,6 +261,10 @@ func TestDeadServer(t *testing.T) {
 			t.Errorf("call %d after the server died: %v, want ErrServerDied naming %s", i, err, f.Log)
 		}
 	}
+	// A later call of another method is reported under its own name (it said "Info").
+	if _, err := c.Step(1); !errors.Is(err, session.ErrServerDied) || !strings.Contains(err.Error(), ": Step: ") {
+		t.Errorf("Step after the server died: %v, want ErrServerDied under Step's name", err)
+	}
 	ls, err := session.List()
 	if err != nil || len(ls) != 1 || ls[0].Alive || ls[0].Name != "dead" {
 		t.Errorf("List after the death: %+v, %v", ls, err)
