@@ -22,7 +22,6 @@ import (
 	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
-	"github.com/nvg-project/nvg/nvgkit/session"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 	"github.com/nvg-project/nvg/nvgkit/train"
 	"github.com/nvg-project/nvg/nvgkit/ui"
@@ -721,11 +720,7 @@ func writeDistillPlots(out string, tr *train.Trainer, student *nvgkit.Net, repor
 			return err
 		}
 	}
-	pts := make([]session.TensorReport, len(reports))
-	for i, r := range reports {
-		pts[i] = session.TensorReport{Name: r.Name, Kind: r.Kind, BitsPerWeight: r.BitsPerWeight, RelErr: r.RelErr}
-	}
-	p, err := ui.PlotReconstruction(pts)
+	p, err := ui.PlotReconstruction(train.SessionReports(reports))
 	if err != nil {
 		return err
 	}

@@ -383,10 +383,7 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 		}
 		st.info.Student = fmt.Sprintf("compressed from the teacher (%g bits/weight, paths %s, seed %d)", s.BitsPerWeight, pm, s.Train.Seed)
 		st.info.BitsPerWeight = compress.OverallBitsPerWeight(reports)
-		for _, r := range reports {
-			st.info.Compression = append(st.info.Compression, session.TensorReport{Name: r.Name, Kind: r.Kind, Shape: append([]int(nil), r.Shape...),
-				Rank: r.Rank, Paths: r.Paths, BitsPerWeight: r.BitsPerWeight, RelErr: r.RelErr})
-		}
+		st.info.Compression = SessionReports(reports)
 	}
 	if err := check("after compression"); err != nil {
 		return nil, err
@@ -610,3 +607,14 @@ func (p *labProgress) Update(done, total int, status string) {
 }
 
 func (p *labProgress) Finish(string) {}
+
+// SessionReports converts the compressor's per-tensor reports to the session's plain form
+// (what Info.Compression holds and ui.PlotReconstruction draws).
+func SessionReports(reports []compress.TensorReport) []session.TensorReport {
+	out := make([]session.TensorReport, len(reports))
+	for i, r := range reports {
+		out[i] = session.TensorReport{Name: r.Name, Kind: r.Kind, Shape: append([]int(nil), r.Shape...),
+			Rank: r.Rank, Paths: r.Paths, BitsPerWeight: r.BitsPerWeight, RelErr: r.RelErr}
+	}
+	return out
+}

@@ -122,26 +122,11 @@ func (s *labState) adamStep() (session.StepStats, error) {
 		ok = finite(gn)
 	}
 	out.Finite = ok
-	if ok {
-		ac := tr.Adam
-		ac.LR = lr
-		ac.GainLR = tr.Adam.GainLR * lr / c.LR
-		if err := nvgkit.Adam(s.sNet, ac, tr.st.AdamStep+1); err != nil {
-			return out, fmt.Errorf("train.Lab.AdamStep: step %d: %w", step, err)
-		}
-		tr.st.AdamStep++
-	} else {
-		if err := nvgkit.ZeroGrads(s.sNet); err != nil {
-			return out, fmt.Errorf("train.Lab.AdamStep: step %d: %w", step, err)
-		}
-		tr.st.Skipped++
-		out.Skipped = true
-		tr.logf("step %d skipped: loss %g, gradient norm %g (not finite)", step, out.Loss, out.GradNorm)
+	skipped, err := tr.finishStep(step, lr, out.Loss, out.GradNorm, ok)
+	if err != nil {
+		return out, fmt.Errorf("train.Lab.AdamStep: step %d: %w", step, err)
 	}
-	tr.st.Step = step
-	tr.st.WindowsDrawn = step * c.NB
-	tr.st.Loss = append(tr.st.Loss, out.Loss)
-	tr.st.GradNorm = append(tr.st.GradNorm, out.GradNorm)
+	out.Skipped = skipped
 	out.Seconds = time.Since(p.t0).Seconds()
 	s.hist = append(s.hist, out)
 	s.pending.fb, s.pending.haveNorm = false, false

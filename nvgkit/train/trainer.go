@@ -563,26 +563,9 @@ func (tr *Trainer) step(s int) (StepInfo, error) {
 		info.GradNorm = gn
 		ok = finite(gn)
 	}
-	if ok {
-		ac := tr.Adam
-		ac.LR = info.LR
-		ac.GainLR = tr.Adam.GainLR * info.LR / c.LR
-		tr.st.AdamStep++
-		if err := nvgkit.Adam(tr.student, ac, tr.st.AdamStep); err != nil {
-			return info, err
-		}
-	} else {
-		if err := nvgkit.ZeroGrads(tr.student); err != nil {
-			return info, err
-		}
-		tr.st.Skipped++
-		info.Skipped = true
-		tr.logf("step %d skipped: loss %g, gradient norm %g (not finite)", s, info.Loss, info.GradNorm)
+	if info.Skipped, err = tr.finishStep(s, info.LR, info.Loss, info.GradNorm, ok); err != nil {
+		return info, err
 	}
-	tr.st.Step = s
-	tr.st.WindowsDrawn = s * c.NB
-	tr.st.Loss = append(tr.st.Loss, info.Loss)
-	tr.st.GradNorm = append(tr.st.GradNorm, info.GradNorm)
 	info.SkippedTotal = tr.st.Skipped
 	info.Tokens = s * c.NB * c.T
 	return info, nil
@@ -672,4 +655,32 @@ func statDir(path string) (bool, error) {
 func statFile(path string) (bool, error) {
 	_, err := os.Stat(path)
 	return err == nil, err
+}
+
+// finishStep ends optimizer step s (the gradients are in place and, when ok, clipped): when
+// ok it applies Adam at learning rate lr (the gain's scaled as Config.Adam's), else it clears
+// the gradients and counts the step as skipped; then it records the step's loss and gradient
+// norm. Trainer.step and Lab.AdamStep both end a step here, so they cannot drift apart.
+func (tr *Trainer) finishStep(s int, lr, loss, gradNorm float64, ok bool) (skipped bool, err error) {
+	c := tr.Config
+	if ok {
+		ac := tr.Adam
+		ac.LR = lr
+		ac.GainLR = tr.Adam.GainLR * lr / c.LR
+		if err := nvgkit.Adam(tr.student, ac, tr.st.AdamStep+1); err != nil {
+			return false, err
+		}
+		tr.st.AdamStep++
+	} else {
+		if err := nvgkit.ZeroGrads(tr.student); err != nil {
+			return false, err
+		}
+		tr.st.Skipped++
+		tr.logf("step %d skipped: loss %g, gradient norm %g (not finite)", s, loss, gradNorm)
+	}
+	tr.st.Step = s
+	tr.st.WindowsDrawn = s * c.NB
+	tr.st.Loss = append(tr.st.Loss, loss)
+	tr.st.GradNorm = append(tr.st.GradNorm, gradNorm)
+	return !ok, nil
 }
