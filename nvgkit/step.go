@@ -352,7 +352,7 @@ func (n *Net) recordHead(r *gpu.Recorder, w *Work) error {
 	if err := gpu.Zero(r, s.dh); err != nil {
 		return err
 	}
-	return gpu.KLLossBackward(r, s.hN, n.head, s.ids, s.pT, gpu.LogitsDims{Rows: rows, Hidden: c.HiddenSize, Vocab: c.VocabSize, K: s.topK}, 1/float64(rows), gpu.KLOptions{}, s.dh, s.kl, s.loss)
+	return gpu.KLLossBackward(r, s.hN, n.head, s.ids, s.pT, gpu.LogitsDims{Rows: rows, Hidden: c.HiddenSize, Vocab: c.VocabSize, K: s.topK}, w.klScale(), gpu.KLOptions{}, s.dh, s.kl, s.loss)
 }
 
 // prepare validates a Student call and uploads its top-k; it returns the flattened ids and

@@ -34,6 +34,7 @@ type Work struct {
 	topK            int
 	released        bool
 	st              *stWork // a Student's buffers (NewWork for a Student net), else nil
+	lossScale       float64 // the KL gradient's scale (SetLossScale); 0: 1/(NB·T)
 }
 
 // wspec is one work buffer: where it goes, its label and its width (elements per row).

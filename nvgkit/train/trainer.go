@@ -79,17 +79,21 @@ type Trainer struct {
 	wallBase         float64        // WallSeconds when Run started, and when
 	wallStart        time.Time
 	notes            []string // Resume's warnings, logged when Run starts
+	comm             Comm     // the data-parallel ranks (WithComm; SingleProcess)
+	micro            int      // micro-batches per rank (WithMicroBatches; 1)
 }
 
 // NewTrainer checks cfg (Validate; start from DefaultTrainConfig), draws the run's training windows from train
 // (a token stream, data.Sampler with cfg.Seed) and the held-out windows from heldOut
 // (data.EvalWindows), and allocates the works. teacher must be a Teacher and student a
-// Student net of the same architecture and device.
+// Student net of the same architecture and device. opts (WithComm, WithMicroBatches) make
+// it one rank of a data-parallel run or split its steps into micro-batches; the works then
+// hold NB/(ranks·micro-batches) windows.
 //
-// Errors: a bad config, nil or released nets, nets of the wrong kind or of different
+// Errors: a bad config, an NB that the options cannot split evenly, nil or released nets, nets of the wrong kind or of different
 // vocabularies or devices, K > vocab, streams too short for one window of T+1 tokens, and
 // NewWork's errors.
-func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainConfig) (*Trainer, error) {
+func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainConfig, opts ...Option) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -132,10 +136,14 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 	tr := &Trainer{Config: cfg, Adam: nvgkit.DefaultAdam(), teacher: teacher, student: student, windows: windows, eval: eval}
 	tr.Adam.LR, tr.Adam.GainLR, tr.Adam.Beta2 = cfg.LR, cfg.LR, 0.99 // the PyTorch reference's betas (0.9, 0.99)
 	tr.st = CheckpointMeta{Version: ckptVersion, Config: cfg, WindowsHash: HashWindows(windows)}
-	if tr.sWork, err = nvgkit.NewWork(student.Device(), student, cfg.NB, cfg.T); err != nil {
+	nbp, err := tr.applyOptions(opts)
+	if err != nil {
 		return nil, err
 	}
-	if tr.tWork, err = nvgkit.NewWork(teacher.Device(), teacher, cfg.NB, cfg.T); err != nil {
+	if tr.sWork, err = nvgkit.NewWork(student.Device(), student, nbp, cfg.T); err != nil {
+		return nil, err
+	}
+	if tr.tWork, err = nvgkit.NewWork(teacher.Device(), teacher, nbp, cfg.T); err != nil {
 		tr.sWork.Release()
 		return nil, err
 	}
@@ -146,7 +154,7 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 // latest valid one is used (LatestCheckpoint: a newer truncated or corrupt one is passed
 // over, and the Trainer's Log says so when Run starts) — and returns ResumeCheckpoint's
 // Trainer. Errors: LatestCheckpoint's or LoadCheckpoint's, and ResumeCheckpoint's.
-func Resume(teacher, student *nvgkit.Net, train, heldOut []int, path string) (*Trainer, error) {
+func Resume(teacher, student *nvgkit.Net, train, heldOut []int, path string, opts ...Option) (*Trainer, error) {
 	var notes []string
 	var ck *Checkpoint
 	var err error
@@ -158,7 +166,7 @@ func Resume(teacher, student *nvgkit.Net, train, heldOut []int, path string) (*T
 	if err != nil {
 		return nil, err
 	}
-	tr, err := ResumeCheckpoint(teacher, student, train, heldOut, ck, path)
+	tr, err := ResumeCheckpoint(teacher, student, train, heldOut, ck, path, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +184,7 @@ func Resume(teacher, student *nvgkit.Net, train, heldOut []int, path string) (*T
 // values) unless Config.TopKFile holds it. The student is checked against ck
 // (Checkpoint.CheckStudent) before anything else. Errors: CheckStudent's, NewTrainer's,
 // windows that differ from the checkpoint's (another corpus or tokenizer), Restore's.
-func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Checkpoint, path string) (*Trainer, error) {
+func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Checkpoint, path string, opts ...Option) (*Trainer, error) {
 	if err := ck.CheckStudent(student); err != nil {
 		return nil, fmt.Errorf("train.Resume %s: %w", path, err)
 	}
@@ -190,7 +198,7 @@ func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Ch
 		}
 		cfg.OutDir = dir
 	}
-	tr, err := NewTrainer(teacher, student, train, heldOut, cfg)
+	tr, err := NewTrainer(teacher, student, train, heldOut, cfg, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +280,8 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 	c := tr.Config
 	start := time.Now()
 	n := len(tr.windows)
-	key := TopKKey(tr.st.WindowsHash, tr.teacher.Config, tr.TeacherID)
+	key := tr.topKKey(TopKKey(tr.st.WindowsHash, tr.teacher.Config, tr.TeacherID))
+	c.TopKFile = tr.topKFile()
 	if c.TopKFile != "" {
 		if ok, _ := statFile(c.TopKFile); ok {
 			cache, err := LoadTopKCache(c.TopKFile)
@@ -293,14 +302,17 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 		return err
 	}
 	tr.logf("teacher pass: top-%d of %d windows × %d tokens", c.K, n, c.T)
-	for i := 0; i < n; i += c.NB {
+	for i := 0; i < n; i += tr.tWork.NB {
+		if !tr.ownsWindow(i) {
+			continue // another rank's share
+		}
 		if err := ctx.Err(); err != nil {
 			if tr.Progress != nil {
 				tr.Progress.Finish("interrupted")
 			}
 			return fmt.Errorf("%w: %w", ErrInterrupted, err)
 		}
-		ws := tr.windows[i:min(i+c.NB, n)]
+		ws := tr.windows[i:min(i+tr.tWork.NB, n)]
 		top, err := nvgkit.TeacherTopK(tr.teacher, tr.tWork, tr.inputs(ws), c.K)
 		if err != nil {
 			return err
@@ -393,7 +405,7 @@ func (tr *Trainer) Checkpoint(path string) error {
 
 // checkpointPath is where Run writes the checkpoint after the current step ("": nowhere).
 func (tr *Trainer) checkpointPath() string {
-	if tr.Config.OutDir == "" {
+	if tr.Config.OutDir == "" || !tr.root() {
 		return ""
 	}
 	return filepath.Join(tr.Config.OutDir, CheckpointName(tr.st.Step))
@@ -441,9 +453,12 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 	start := time.Now()
 	wall0 := tr.st.WallSeconds
 	tr.wallBase, tr.wallStart = wall0, start
-	mf, err := tr.openMetricsFile()
-	if err != nil {
-		return nil, err
+	var mf *os.File
+	if tr.root() {
+		var err error
+		if mf, err = tr.openMetricsFile(); err != nil {
+			return nil, err
+		}
 	}
 	if mf != nil {
 		tr.metrics = append([]*metricsSink{{w: mf, name: mf.Name()}}, tr.metrics...)
@@ -452,7 +467,7 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 			tr.metrics = tr.metrics[1:]
 		}()
 	}
-	if len(tr.st.Evals) == 0 {
+	if len(tr.st.Evals) == 0 && tr.root() {
 		_, tppl, err := tr.Evaluate(tr.teacher)
 		if err != nil {
 			return nil, fmt.Errorf("nvgkit: teacher evaluation: %w", err)
@@ -466,7 +481,7 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 	first := tr.st.Step
 	loopStart := time.Now()
 	for tr.st.Step < c.Steps {
-		if err := ctx.Err(); err != nil {
+		if err := tr.agreeStop(ctx); err != nil {
 			tr.interrupted = true
 			tr.st.WallSeconds = wall0 + time.Since(start).Seconds()
 			// (Not again when the step's own checkpoint was just written.)
@@ -488,7 +503,7 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 		}
 		tr.emitMetrics(tr.stepRecord(info, time.Since(t0), tr.wallNow()))
 		s := info.Step
-		if (c.EvalEvery > 0 && s%c.EvalEvery == 0) || s == c.Steps {
+		if ((c.EvalEvery > 0 && s%c.EvalEvery == 0) || s == c.Steps) && tr.root() {
 			if info.EvalPPL, err = tr.evalStudent(s); err != nil {
 				return nil, fmt.Errorf("nvgkit: evaluation after step %d: %w", s, err)
 			}
@@ -521,6 +536,9 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 		}
 		tr.logf("restored the best snapshot (step %d, perplexity %.3f)", tr.st.BestStep, tr.st.BestPPL)
 	}
+	if err := tr.comm.Barrier(); err != nil { // rank 0's last evaluation and checkpoint are done
+		return nil, err
+	}
 	return tr.Report(), nil
 }
 
@@ -531,15 +549,13 @@ func (tr *Trainer) wallNow() float64 { return tr.wallBase + time.Since(tr.wallSt
 func (tr *Trainer) step(s int) (StepInfo, error) {
 	c := tr.Config
 	info := StepInfo{Step: s, Steps: c.Steps, LR: c.LRAt(s), GradNorm: math.NaN()}
-	if err := nvgkit.ZeroGrads(tr.student); err != nil {
-		return info, err
+	var stats nvgkit.StepStats
+	var err error
+	if tr.parts() > 1 {
+		stats, err = tr.stepParts(s) // data parallel or micro-batched (parallel.go)
+	} else {
+		stats, err = tr.stepWhole(s)
 	}
-	i0 := (s - 1) * c.NB % c.Windows
-	top, err := tr.cache.Get(i0, c.NB)
-	if err != nil {
-		return info, err
-	}
-	stats, err := nvgkit.Step(tr.student, tr.sWork, tr.inputs(tr.windows[i0:i0+c.NB]), top)
 	if err != nil {
 		return info, err
 	}
@@ -569,6 +585,20 @@ func (tr *Trainer) step(s int) (StepInfo, error) {
 	info.SkippedTotal = tr.st.Skipped
 	info.Tokens = s * c.NB * c.T
 	return info, nil
+}
+
+// stepWhole runs step s's forward and backward as one Step over its NB windows.
+func (tr *Trainer) stepWhole(s int) (nvgkit.StepStats, error) {
+	c := tr.Config
+	if err := nvgkit.ZeroGrads(tr.student); err != nil {
+		return nvgkit.StepStats{}, err
+	}
+	i0 := (s - 1) * c.NB % c.Windows
+	top, err := tr.cache.Get(i0, c.NB)
+	if err != nil {
+		return nvgkit.StepStats{}, err
+	}
+	return nvgkit.Step(tr.student, tr.sWork, tr.inputs(tr.windows[i0:i0+c.NB]), top)
 }
 
 // Report returns the run's report so far (DistilledPPL: the evaluation of the weights the
