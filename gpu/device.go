@@ -158,10 +158,12 @@ var ErrNoAdapter = errors.New("gpu: no WebGPU adapter (install a Vulkan driver, 
 // index in the enumeration (Vulkan/Metal/DX12 adapters, as Info.Index reports) or by a
 // case-insensitive substring of its name, vendor or description; an unmatched value is an
 // error listing the adapters. Otherwise the first discrete GPU wins, then integrated, then
-// virtual, then CPU; on a CPU-only machine (Mesa lavapipe) Open prints a one-line notice on
-// stderr. The device is created with the adapter's own limits (so bindings up to
-// maxStorageBufferBindingSize work) and with shader-f16, subgroups and timestamp queries
-// when the adapter has them; Info().Missing lists those it lacks. NVG_GPU_MEMORY, when set,
+// virtual, then CPU — and when NVG_LOCAL_RANK is set (a rank of a data-parallel run), local
+// rank r takes the (r mod n)-th of the n adapters of that type; on a CPU-only machine
+// (Mesa lavapipe) Open prints a one-line notice on stderr. The device is created with the
+// adapter's own limits (so bindings up to maxStorageBufferBindingSize work) and with
+// shader-f16, subgroups and timestamp queries when the adapter has them; Info().Missing
+// lists those it lacks. NVG_GPU_MEMORY, when set,
 // is the memory budget (Device.SetMemoryBudget).
 //
 // Errors: ErrNoAdapter (wrapped) when no adapter exists, or the reason device creation failed.
@@ -212,6 +214,7 @@ func Open() (*Device, error) {
 				pick = i
 			}
 		}
+		pick = rankAdapter(infos, pick) // NVG_LOCAL_RANK: one GPU per rank (adapter_rank.go)
 	}
 	for i, a := range adapters {
 		if i != pick {

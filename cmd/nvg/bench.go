@@ -18,6 +18,7 @@ import (
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func init() {
@@ -74,6 +75,12 @@ type benchResult struct {
 	Loss          float64     `json:"loss"`
 	GradNorm      float64     `json:"grad_norm"`
 	Error         string      `json:"error,omitempty"`
+
+	// Ranks and StudentTokSAll: a data-parallel run's number of ranks (each running NB × T
+	// tokens per step, the gradients summed over ranks in every timed step) and the student
+	// step's tokens/s summed over the ranks (omitted for one process).
+	Ranks          int     `json:"ranks,omitempty"`
+	StudentTokSAll float64 `json:"student_tok_s_all_ranks,omitempty"`
 }
 
 // benchReport is the JSON nvg bench writes.
@@ -105,6 +112,7 @@ type benchOpts struct {
 	memoryGiB        float64
 	deadline         time.Time // zero: none (--deadline)
 	stdout, progress io.Writer
+	comm             train.Comm // data-parallel ranks under mpirun (nil: one process)
 }
 
 func runBench(args []string) error {
@@ -171,6 +179,20 @@ func runBench(args []string) error {
 	if *deadline > 0 {
 		o.deadline = time.Now().Add(*deadline)
 	}
+	mr, err := startMPI()
+	if err != nil {
+		return err
+	}
+	defer mr.finish()
+	if R := mr.comm.Size(); R > 1 {
+		if *deadline > 0 {
+			return usagef("--deadline cannot be used with %d ranks (each rank would stop at another step)", R)
+		}
+		o.comm = mr.comm
+		if mr.comm.Rank() != 0 { // rank 0 prints and writes the JSON
+			o.stdout, o.progress, o.jsonPath = io.Discard, io.Discard, ""
+		}
+	}
 	dev, err := openDevice()
 	if err != nil {
 		return err
@@ -200,6 +222,9 @@ func runBench(args []string) error {
 			res = benchResult{Geom: name, NB: o.nb, T: o.t, K: o.k, Tokens: o.nb * o.t, Error: "skipped: the --deadline passed"}
 		} else {
 			res = benchGeometry(dev, name, o)
+		}
+		if err := benchSumRanks(&res, o); err != nil {
+			return err
 		}
 		if res.Error != "" {
 			failed++
@@ -477,6 +502,11 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 			return err
 		}
 		res.Loss = st.Loss
+		if o.comm != nil { // data parallel: the gradient exchange is part of the step
+			if err := train.SumGrads(net, o.comm); err != nil {
+				return err
+			}
+		}
 		gn, err := nvgkit.ClipGrads(net, o.clip)
 		if err != nil {
 			return err
@@ -539,6 +569,25 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 	if math.IsNaN(res.Loss) || math.IsInf(res.Loss, 0) {
 		return errors.New("the student's loss is not finite")
 	}
+	return nil
+}
+
+// benchSumRanks, in a data-parallel bench (o.comm set), sums the student step's tokens/s
+// over the ranks into res and prints it (rank 0's stdout); a rank whose geometry failed adds 0.
+func benchSumRanks(res *benchResult, o benchOpts) error {
+	if o.comm == nil {
+		return nil
+	}
+	v := []float64{0}
+	if res.Student != nil && res.Error == "" {
+		v[0] = res.Student.TokS
+	}
+	if err := o.comm.SumFloat64(v); err != nil {
+		return err
+	}
+	res.Ranks, res.StudentTokSAll = o.comm.Size(), v[0]
+	fmt.Fprintf(o.stdout, "%s data parallel: %d ranks × %d tokens per step: student %.0f tokens/s summed over the ranks\n\n",
+		res.Geom, res.Ranks, res.Tokens, res.StudentTokSAll)
 	return nil
 }
 

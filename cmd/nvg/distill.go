@@ -86,6 +86,12 @@ func runDistill(args []string) error {
 		return err
 	}
 	opts, out := cli.opts, s.Config.OutDir
+	mr, err := startMPI()
+	if err != nil {
+		return err
+	}
+	defer mr.finish()
+	opts.comm = mr.comm
 	if opts.memEvery < 1 {
 		return usagef("--mem-log-every must be ≥ 1, got %d", opts.memEvery)
 	}
@@ -198,7 +204,11 @@ func runDistill(args []string) error {
 		}
 		if out == "" {
 			out = filepath.Join("out", "distill-"+time.Now().UTC().Format("20060102-150405"))
+			if out, err = bcastString(mr.comm, out); err != nil { // rank 0's clock names the run
+				return err
+			}
 		}
+		out = rankDir(out, mr.comm.Rank())
 		if st, err := os.Stat(out); err == nil && !st.IsDir() {
 			return usagef("-o %s is a file; the output is a directory", out)
 		}
@@ -272,9 +282,10 @@ func writeDistillSettings(out string, s distillSettings) error {
 // distillOptions are how a run is carried out, not what it computes: they may differ
 // between a run and its --resume.
 type distillOptions struct {
-	streamTeacher bool   // LoadNet(…, StreamLayers()) for the teacher
-	memLog        string // CSV file of nvgkit.MemLogger samples ("" = none)
-	memEvery      int    // steps between samples
+	streamTeacher bool       // LoadNet(…, StreamLayers()) for the teacher
+	memLog        string     // CSV file of nvgkit.MemLogger samples ("" = none)
+	memEvery      int        // steps between samples
+	comm          train.Comm // the data-parallel ranks (startMPI; SingleProcess alone)
 }
 
 // openMemLog opens (appending) the memory log of a run of tokensPerStep tokens a step on
@@ -581,9 +592,9 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 		return err
 	}
 	if resumed {
-		tr, err = train.ResumeCheckpoint(teacher, student, trainIDs, heldOut, res.ck, res.path)
+		tr, err = train.ResumeCheckpoint(teacher, student, trainIDs, heldOut, res.ck, res.path, train.WithComm(opts.comm))
 	} else {
-		tr, err = train.NewTrainer(teacher, student, trainIDs, heldOut, s.Config)
+		tr, err = train.NewTrainer(teacher, student, trainIDs, heldOut, s.Config, train.WithComm(opts.comm))
 	}
 	if err != nil {
 		return err
@@ -592,8 +603,10 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 	tr.BitsPerWeight = bpwGot
 	tr.StudentFile = studentFile
 	tr.TeacherID = modelName(s.Teacher)
-	tr.Log = os.Stderr
-	tr.Progress = nvgkit.NewProgress(os.Stderr, "distill")
+	if tr.Rank() == 0 { // the other ranks of a data-parallel run train silently
+		tr.Log = os.Stderr
+		tr.Progress = nvgkit.NewProgress(os.Stderr, "distill")
+	}
 	cfg := tr.Config
 	fmt.Fprintf(os.Stderr, "distilling: %d steps × %d windows × %d tokens, top-%d, lr %g, held-out %d windows × %d tokens\n",
 		cfg.Steps, cfg.NB, cfg.T, cfg.K, cfg.LR, cfg.EvalWindows, cfg.T)
@@ -636,6 +649,9 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 	}
 	if err != nil {
 		return err
+	}
+	if tr.Rank() != 0 {
+		return nil // rank 0 exports
 	}
 
 	// Outputs: the student, the report, the plots.

@@ -168,6 +168,10 @@ func run(args []string) int {
 		fmt.Println(versionString())
 		return 0
 	}
+	if msg := checkMPILaunch(); msg != "" {
+		fmt.Fprintln(os.Stderr, msg)
+		return 2
+	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "nvg: unknown command %q (commands: %s)\n", args[0], strings.Join(sortedNames(), ", "))

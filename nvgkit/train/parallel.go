@@ -2,7 +2,6 @@ package train
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 
 	"github.com/nvg-project/nvg/nvgkit"
@@ -104,21 +103,14 @@ func (tr *Trainer) ownsWindow(i int) bool {
 	return (i%nb)/(nb/tr.comm.Size()) == tr.comm.Rank()
 }
 
-// topKFile and topKKey are Config.TopKFile and the cache key for this rank: with several
-// ranks each rank holds its own shares only, so the file and key name the rank and the
-// number of ranks (a file of another split is refused and recomputed elsewhere).
+// topKFile is Config.TopKFile, or "" with several ranks: a rank holds the top-k of its own
+// shares only, which TopKCache.Save refuses as incomplete (TODO: a cache of shares), so a
+// data-parallel run computes the teacher's top-k at every start.
 func (tr *Trainer) topKFile() string {
-	if R := tr.comm.Size(); R > 1 && tr.Config.TopKFile != "" {
-		return fmt.Sprintf("%s.rank%dof%d", tr.Config.TopKFile, tr.comm.Rank(), R)
+	if tr.comm.Size() > 1 {
+		return ""
 	}
 	return tr.Config.TopKFile
-}
-
-func (tr *Trainer) topKKey(key [32]byte) [32]byte {
-	if R := tr.comm.Size(); R > 1 {
-		return sha256.Sum256(fmt.Appendf(key[:], "rank %d of %d", tr.comm.Rank(), R))
-	}
-	return key
 }
 
 // agreeStop returns ctx's error on every rank when any rank's ctx is done (one tiny sum
@@ -157,9 +149,7 @@ func (tr *Trainer) stepParts(s int) (nvgkit.StepStats, error) {
 		return nvgkit.StepStats{}, err
 	}
 	defer nvgkit.SetLossScale(tr.sWork, 0)
-	names := tr.student.Trainables()
 	var sum []float32
-	off := make([]int, len(names)+1)
 	klSum := []float64{0}
 	i0 := (s-1)*c.NB%c.Windows + tr.comm.Rank()*c.NB/tr.comm.Size()
 	for j := range tr.micro {
@@ -180,21 +170,15 @@ func (tr *Trainer) stepParts(s int) (nvgkit.StepStats, error) {
 			part += float64(v)
 		}
 		klSum[0] += part
-		g, err := nvgkit.Grads(tr.student)
+		g, err := flatGrads(tr.student)
 		if err != nil {
 			return nvgkit.StepStats{}, err
 		}
 		if sum == nil {
-			for k, n := range names {
-				off[k+1] = off[k] + len(g[n])
-			}
-			sum = make([]float32, off[len(names)])
+			sum = make([]float32, len(g))
 		}
-		for k, n := range names {
-			dst := sum[off[k]:off[k+1]]
-			for i, v := range g[n] {
-				dst[i] += v
-			}
+		for i, v := range g {
+			sum[i] += v
 		}
 	}
 	if err := tr.comm.SumFloat32(sum); err != nil {
@@ -203,13 +187,59 @@ func (tr *Trainer) stepParts(s int) (nvgkit.StepStats, error) {
 	if err := tr.comm.SumFloat64(klSum); err != nil {
 		return nvgkit.StepStats{}, fmt.Errorf("summing the loss over ranks: %w", err)
 	}
-	g := make(map[string][]float32, len(names))
-	for k, n := range names {
-		g[n] = sum[off[k]:off[k+1]]
-	}
-	if err := nvgkit.SetGrads(tr.student, g); err != nil {
+	if err := setFlatGrads(tr.student, sum); err != nil {
 		return nvgkit.StepStats{}, err
 	}
 	loss := klSum[0] / float64(c.NB*c.T)
 	return nvgkit.StepStats{Loss: loss, Finite: finite(loss), Tokens: c.NB * c.T}, nil
+}
+
+// SumGrads replaces the student net's gradients by their sum over c's ranks (read to the
+// host, Comm.SumFloat32 in rank order, written back): the exchange of a data-parallel step
+// after each rank's Step (nvg bench's data-parallel mode). Errors: Grads', the Comm's and
+// SetGrads'.
+func SumGrads(net *nvgkit.Net, c Comm) error {
+	g, err := flatGrads(net)
+	if err != nil {
+		return err
+	}
+	if err := c.SumFloat32(g); err != nil {
+		return fmt.Errorf("summing the gradients over ranks: %w", err)
+	}
+	return setFlatGrads(net, g)
+}
+
+// flatGrads returns the net's gradients (Grads) concatenated in Trainables order.
+func flatGrads(net *nvgkit.Net) ([]float32, error) {
+	g, err := nvgkit.Grads(net)
+	if err != nil {
+		return nil, err
+	}
+	var flat []float32
+	for _, n := range net.Trainables() {
+		flat = append(flat, g[n]...)
+	}
+	return flat, nil
+}
+
+// setFlatGrads writes flat (flatGrads' layout) into the net's gradients. Errors: a length
+// that is not the nets' (SetGrads names the trainable) and SetGrads'.
+func setFlatGrads(net *nvgkit.Net, flat []float32) error {
+	g := map[string][]float32{}
+	off := 0
+	for _, n := range net.Trainables() {
+		l, err := net.TrainableLen(n)
+		if err != nil {
+			return err
+		}
+		if off+l > len(flat) {
+			return fmt.Errorf("train: %d gradient values for the net's trainables (more needed at %s)", len(flat), n)
+		}
+		g[n] = flat[off : off+l]
+		off += l
+	}
+	if off != len(flat) {
+		return fmt.Errorf("train: %d gradient values for the net's %d", len(flat), off)
+	}
+	return nvgkit.SetGrads(net, g)
 }

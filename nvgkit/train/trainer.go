@@ -280,7 +280,7 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 	c := tr.Config
 	start := time.Now()
 	n := len(tr.windows)
-	key := tr.topKKey(TopKKey(tr.st.WindowsHash, tr.teacher.Config, tr.TeacherID))
+	key := TopKKey(tr.st.WindowsHash, tr.teacher.Config, tr.TeacherID)
 	c.TopKFile = tr.topKFile()
 	if c.TopKFile != "" {
 		if ok, _ := statFile(c.TopKFile); ok {
