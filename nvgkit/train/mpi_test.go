@@ -32,9 +32,21 @@ func mpiRun(t *testing.T, opts ...train.Option) ([]float64, []float32) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
+	var hooked []int
+	tr.OnGradients = func(c train.Comm, s int) error {
+		hooked = append(hooked, s*10+c.Size())
+		return nil
+	}
 	rep, err := tr.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
+	}
+	size := 1
+	if mpi.Size() > 1 {
+		size = mpi.Size()
+	}
+	if len(hooked) != 2 || hooked[0] != 10+size || hooked[1] != 20+size {
+		t.Errorf("OnGradients calls (step·10 + ranks) %v, want [%d %d]", hooked, 10+size, 20+size)
 	}
 	p, err := nvgkit.Params(student)
 	if err != nil {
@@ -52,6 +64,7 @@ func mpiRun(t *testing.T, opts ...train.Option) ([]float64, []float32) {
 // for bit, as one process running each step as 2 micro-batches (WithMicroBatches(2)), and
 // its losses are within 1e-4 (relative) of one process stepping the whole batch at once
 // (which differs only in the f32 order of the gradient sums: DESIGN.md "Data parallelism").
+// Every rank's OnGradients hook runs once per step with the run's Comm.
 func TestMPIExactness(t *testing.T) {
 	if out := os.Getenv("NVG_MPI_TEST_OUT"); out != "" { // a rank under mpirun
 		if err := mpi.Init(); err != nil {

@@ -49,6 +49,12 @@ type Trainer struct {
 	Adam nvgkit.AdamConfig
 	// OnStep, when not nil, is called after every step (from Run's goroutine).
 	OnStep func(StepInfo)
+	// OnGradients, when not nil, is called on every rank after step s's gradients are
+	// complete (summed over the ranks of a data-parallel run) and before clipping and Adam,
+	// with the run's Comm: the point where state derived from the gradients (sign-training
+	// scores) is kept consistent across ranks (DESIGN.md "Data parallelism"). An error stops
+	// the run.
+	OnGradients func(c Comm, s int) error
 	// Progress, when not nil, shows the teacher pass and the steps with the loss and ETA
 	// (see NewProgress).
 	Progress nvgkit.Progress
@@ -555,6 +561,9 @@ func (tr *Trainer) step(s int) (StepInfo, error) {
 		stats, err = tr.stepParts(s) // data parallel or micro-batched (parallel.go)
 	} else {
 		stats, err = tr.stepWhole(s)
+	}
+	if err == nil && tr.OnGradients != nil {
+		err = tr.OnGradients(tr.comm, s)
 	}
 	if err != nil {
 		return info, err
