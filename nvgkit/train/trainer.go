@@ -132,7 +132,11 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 	tr := &Trainer{Config: cfg, Adam: nvgkit.DefaultAdam(), teacher: teacher, student: student, windows: windows, eval: eval}
 	tr.Adam.LR, tr.Adam.GainLR, tr.Adam.Beta2 = cfg.LR, cfg.LR, 0.99 // the PyTorch reference's betas (0.9, 0.99)
 	tr.st = CheckpointMeta{Version: ckptVersion, Config: cfg, WindowsHash: HashWindows(windows)}
-	if tr.sWork, err = nvgkit.NewWork(student.Device(), student, cfg.NB, cfg.T); err != nil {
+	var keep []nvgkit.WorkOption
+	if cfg.KeepActivations {
+		keep = append(keep, nvgkit.KeepActivations())
+	}
+	if tr.sWork, err = nvgkit.NewWork(student.Device(), student, cfg.NB, cfg.T, keep...); err != nil {
 		return nil, err
 	}
 	if tr.tWork, err = nvgkit.NewWork(teacher.Device(), teacher, cfg.NB, cfg.T); err != nil {
