@@ -244,12 +244,13 @@ func Open() (*Device, error) {
 	tsEnc := want(wgpu.NativeFeatureTimestampQueryInsideEncoders, "timestamp-query-inside-encoders")
 	info.Timestamps = ts && tsEnc
 
-	// DESIGN §7: the native extras of Adapter.GetLimits are garbage; reset them to the
-	// values wgpu-native uses by default (no push constants; binding arrays unused).
+	// DESIGN §7: the native extras of Adapter.GetLimits were garbage on wgpu-native 27; reset
+	// them to the values wgpu-native uses by default (no immediates, the successor of push
+	// constants: kernel parameters are uniform buffers; binding arrays unused).
 	// The true maxNonSamplerBindings is unknown, so try wgpu's default first and fall back
 	// to smaller values (nvg's bind groups have fewer than 16 bindings).
 	lim := ad.GetLimits()
-	lim.MaxPushConstantSize = 0
+	lim.MaxImmediateSize = 0
 	var dev *wgpu.Device
 	var err error
 	for _, nsb := range []uint32{1_000_000, 65_535, 256} {

@@ -27,15 +27,15 @@ const maxQueries = 4096
 
 // TickPeriod is the duration of one GPU timestamp tick. WebGPU specifies timestamps in
 // nanoseconds, but wgpu (native) resolves the backend's raw ticks unless the instance flag
-// AUTOMATIC_TIMESTAMP_NORMALIZATION is set (off by default; gfx-rs/wgpu#7343), which
-// wgpu-native v27.0.2.0's WGPUInstanceFlag does not offer (Default, Debug, Validation,
-// DiscardHalLabels only: wgpu.h in the binding), and native users are meant to multiply by
-// the queue's timestamp period, which v27's C API has no call for (wgpuQueueGetTimestampPeriod
-// came later, gfx-rs/wgpu-native#534) and the Go binding v1.0.0 does not expose either. So
-// the ticks are Vulkan's and the period is VkPhysicalDeviceLimits.timestampPeriod: 1 ns on
-// lavapipe and on the H200 (measured), but not on every GPU (Intel's are 52 or 83 ns).
-// TestTickPeriodWallClock checks it against the host clock on the adapter the tests run on;
-// reading it on other adapters needs a Vulkan call of our own or a newer wgpu-native.
+// AUTOMATIC_TIMESTAMP_NORMALIZATION is set (off by default; gfx-rs/wgpu#7343). wgpu-native 29
+// (binding v1.34.1) has that flag (WGPUInstanceFlag_AutomaticTimestampNormalization) and
+// wgpuQueueGetTimestampPeriod, but the Go binding exposes neither (its InstanceDescriptor has
+// no flags field, its Queue no period call), and nvg creates its instance without a
+// descriptor (DESIGN §7). So the ticks are Vulkan's and the period is
+// VkPhysicalDeviceLimits.timestampPeriod: 1 ns on lavapipe and on the H200 (measured), but not
+// on every GPU (Intel's are 52 or 83 ns). TestTickPeriodWallClock checks it against the host
+// clock on the adapter the tests run on; reading it on other adapters needs a cgo call to
+// wgpuQueueGetTimestampPeriod (declared in wgpu-native 29's wgpu.h) or a binding that wraps it.
 const TickPeriod = time.Nanosecond
 
 // KernelTime is one row of the profile: a kernel name, how many dispatches ran, their
@@ -200,7 +200,8 @@ func (p *profiler) begin(d *Device, n int) (*timestampRun, error) {
 }
 
 // handleOf returns the C handle inside a binding object. The binding keeps it unexported
-// as the first field ("ref") of CommandEncoder and QuerySet (webgpu v1.0.0, pinned).
+// as the first field ("ref") of CommandEncoder and QuerySet (webgpu v1.0.0 and v1.34.1; the
+// binding is pinned in go.mod, so check this layout, gen_types.go, before each upgrade).
 func handleOf[T any](p *T) unsafe.Pointer {
 	return *(*unsafe.Pointer)(unsafe.Pointer(p))
 }

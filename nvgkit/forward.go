@@ -25,8 +25,13 @@ type acts struct {
 	vc, z, core, normed *gpu.Buffer // [rows, Hv·dv]
 	a, b, g, beta       *gpu.Buffer // [rows, Hv]
 	// t1, while recordLayer runs with keep, holds every BLR projection's t1 = (x⊙g)·Vᵀ per
-	// path in recorder temporaries (freed at the layer's submit) for its BLRBackward.
+	// path in recorder temporaries (freed at the layer's submit) for its BLRBackward. In a
+	// work's kept activations (KeepActivations) it holds work buffers instead, allocated by
+	// NewWork for every BLR projection of the layer and written by the forward.
 	t1 map[*gpu.BLRLayer][]*gpu.Buffer
+	// keptT1 marks t1 as the kept activations' own buffers: apply writes them and never
+	// adds recorder temporaries.
+	keptT1 bool
 }
 
 // apply records y = x·Wᵀ for l, keeping t1 while s.t1 is set (recordLayer with keep).
@@ -34,19 +39,22 @@ func (s *acts) apply(r *gpu.Recorder, l linear, x, y *gpu.Buffer, rows int) erro
 	if l.blr == nil || s.t1 == nil {
 		return l.apply(r, x, y, rows)
 	}
-	t1 := make([]*gpu.Buffer, len(l.blr.Paths))
-	for p := range t1 {
-		b, err := r.Temp("student t1", gpu.F32, rows, l.blr.Rank)
-		if err != nil {
-			return err
+	t1, ok := s.t1[l.blr]
+	if !ok {
+		if s.keptT1 {
+			return fmt.Errorf("the kept activations have no t1 for %s (the net's projections changed after NewWork)", l.name)
 		}
-		t1[p] = b
+		t1 = make([]*gpu.Buffer, len(l.blr.Paths))
+		for p := range t1 {
+			b, err := r.Temp("student t1", gpu.F32, rows, l.blr.Rank)
+			if err != nil {
+				return err
+			}
+			t1[p] = b
+		}
+		s.t1[l.blr] = t1
 	}
-	if err := gpu.BLRForward(r, l.blr, x, y, t1, rows); err != nil {
-		return err
-	}
-	s.t1[l.blr] = t1
-	return nil
+	return gpu.BLRForward(r, l.blr, x, y, t1, rows)
 }
 
 // back records l's backward (linear.backward), reusing the t1 kept by apply when there is one.

@@ -31,6 +31,10 @@ type stWork struct {
 	dVc, dNormed, dCore, dZ *gpu.Buffer // [rows, Hv·dv]
 	dG, dBeta, dA, dB       *gpu.Buffer // [rows, Hv]
 
+	// kept is every layer's activations from the forward when the work keeps them
+	// (KeepActivations; nil otherwise): the backward reads kept[l] instead of recomputing.
+	kept []acts
+
 	ids, pT *gpu.Buffer // U32 / F32 [rows, k], allocated per k
 	topK    int
 	// embed is the buffer holding d loss / d input embeddings after the last Step (nil before).
@@ -326,7 +330,11 @@ func (n *Net) studentForward(w *Work, flat []int) error {
 				return err
 			}
 		}
-		if err := n.recordLayer(r, L, &s.acts, s.ckpt[i], s.ckpt[i+1], w.NB, w.T, false); err != nil {
+		a := &s.acts
+		if s.kept != nil {
+			a = &s.kept[i]
+		}
+		if err := n.recordLayer(r, L, a, s.ckpt[i], s.ckpt[i+1], w.NB, w.T, false); err != nil {
 			r.Discard()
 			return fmt.Errorf("layer %d: %w", i, err)
 		}
@@ -425,7 +433,8 @@ func meanF64(v []float32) float64 {
 //  2. the final norm and the loss mean_t KL(p_T,topk ‖ p_S) with its gradient d loss/d h
 //     by gpu.KLLossBackward over vocabulary slices (the nb·t × vocab logits never exist);
 //  3. layer by layer in reverse, one submit per layer: the layer's forward recomputed from
-//     its checkpoint, then its backward (host.Net.LayerBackward's chain, f32 on the GPU),
+//     its checkpoint (or, in a work made with KeepActivations, the forward's kept
+//     activations, bit-identical), then its backward (host.Net.LayerBackward's chain, f32 on the GPU),
 //     ACCUMULATING (+=) into the gradient buffers of every BLR path's h, ℓ, g and of every
 //     RMSNorm gain (ZeroGrads clears them; nothing else does);
 //  4. the sum of squares of every gradient buffer, read back with the per-token KL.
@@ -450,7 +459,8 @@ func Step(net *Net, work *Work, ids [][]int, top *TopK) (_ StepStats, err error)
 	net.st.ssValid = false // the gradients change from here on, even if the step fails
 	s := work.st
 	s.embed = nil
-	defer func() { s.t1 = nil }() // the recompute's kept t1 die with each layer's submit
+	own := s.acts
+	defer func() { s.acts = own }() // the recompute's kept t1 die with each layer's submit
 	if err := net.studentForward(work, flat); err != nil {
 		return StepStats{}, fmt.Errorf("nvgkit.%s: %w", op, err)
 	}
@@ -469,7 +479,9 @@ func Step(net *Net, work *Work, ids [][]int, top *TopK) (_ StepStats, err error)
 	for l := len(net.layers) - 1; l >= 0; l-- {
 		L := net.layers[l]
 		r := net.dev.Begin()
-		if err := net.recordLayer(r, L, &s.acts, s.ckpt[l], nil, work.NB, work.T, true); err != nil {
+		if s.kept != nil {
+			s.acts = s.kept[l]
+		} else if err := net.recordLayer(r, L, &s.acts, s.ckpt[l], nil, work.NB, work.T, true); err != nil {
 			r.Discard()
 			return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d recompute: %w", op, l, err)
 		}
@@ -478,7 +490,7 @@ func Step(net *Net, work *Work, ids [][]int, top *TopK) (_ StepStats, err error)
 			return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d backward: %w", op, l, err)
 		}
 		err = r.Submit()
-		s.t1 = nil
+		s.acts = own
 		if err != nil {
 			return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d: %w", op, l, err)
 		}

@@ -56,6 +56,12 @@ func workSpecs(sp ...wspec) []wspec {
 // attention ones only when c has attention layers, the GatedDeltaNet ones only when it has
 // such layers, and xn1, resid and xn2 only for a student (a teacher aliases them).
 func actSpecs(c arch.Config, a *acts, student bool) []wspec {
+	return layerActSpecs(c, a, student, hasKind(c, true), hasKind(c, false))
+}
+
+// layerActSpecs is actSpecs with the mixer kinds given: the attention buffers when attn, the
+// GatedDeltaNet ones when delta.
+func layerActSpecs(c arch.Config, a *acts, student, attn, delta bool) []wspec {
 	H, I := c.HiddenSize, c.IntermediateSize
 	var sp []wspec
 	if student {
@@ -63,7 +69,7 @@ func actSpecs(c arch.Config, a *acts, student bool) []wspec {
 	}
 	sp = append(sp, workSpecs(wspec{&a.mix, "mix (mixer/MLP output)", H},
 		wspec{&a.gate, "gate (mlp gate_proj)", I}, wspec{&a.up, "up (mlp up_proj)", I}, wspec{&a.act, "act (SwiGLU)", I})...)
-	if hasKind(c, true) {
+	if attn {
 		g := attnDims(c)
 		sp = append(sp, workSpecs(
 			wspec{&a.qg, "qg (q_proj)", 2 * g.Q}, wspec{&a.q, "q (attention query)", g.Q}, wspec{&a.agate, "agate (attention gate)", g.Q},
@@ -71,7 +77,7 @@ func actSpecs(c arch.Config, a *acts, student bool) []wspec {
 			wspec{&a.k, "k (attention key)", g.KV}, wspec{&a.v, "v (attention value)", g.KV}, wspec{&a.kr, "kr (key after norm+RoPE)", g.KV},
 			wspec{&a.alse, "alse (attention logsumexp)", g.nh})...)
 	}
-	if hasKind(c, false) {
+	if delta {
 		g := deltaDims(c)
 		sp = append(sp, workSpecs(
 			wspec{&a.mixed, "mixed (in_proj_qkv)", g.C}, wspec{&a.conv, "conv (conv1d)", g.C},
@@ -140,7 +146,9 @@ func TeacherWorkBytes(c arch.Config, nb, t int) uint64 {
 // nb·t ≤ 131072 tokens per pass. Errors: a nil device or net, a net on another device, nb or
 // t < 1, nb·t·width beyond 2³¹ elements, a buffer over the binding limit (named, with its
 // bytes and the limit), or an allocation failure (nothing stays allocated then).
-func NewWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
+//
+// Options: KeepActivations (a Student's work only).
+func NewWork(dev *gpu.Device, net *Net, nb, t int, opts ...WorkOption) (*Work, error) {
 	if dev == nil {
 		return nil, errors.New("nvgkit.NewWork: nil device")
 	}
@@ -153,12 +161,26 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
 	if nb < 1 || t < 1 {
 		return nil, fmt.Errorf("nvgkit.NewWork: nb = %d windows and t = %d tokens must be ≥ 1", nb, t)
 	}
+	var o workOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.keep && net.Kind != Student {
+		return nil, errors.New("nvgkit.NewWork: KeepActivations is for a Student's work (a teacher pass keeps nothing for a backward)")
+	}
 	c := net.Config
 	w := &Work{NB: nb, T: t, dev: dev, cfg: c}
 	var specs []wspec
 	if net.Kind == Student {
 		w.st = &stWork{}
 		specs = studentSpecs(c, w.st)
+		if o.keep {
+			kept, err := keptSpecs(net, w.st)
+			if err != nil {
+				return nil, err
+			}
+			specs = append(specs, kept...)
+		}
 	} else {
 		specs = teacherSpecs(c, w)
 	}
@@ -170,6 +192,71 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int) (*Work, error) {
 		w.acts.resid, w.acts.xn1, w.acts.xn2 = w.x, w.xn, w.xn
 	}
 	return w, nil
+}
+
+// WorkOption is an option of NewWork.
+type WorkOption func(*workOptions)
+
+type workOptions struct{ keep bool }
+
+// KeepActivations makes a Student's work keep every layer's activations from Step's forward
+// for the backward, instead of keeping only each layer's input and recomputing the layer's
+// forward from it in the backward (DESIGN.md §6): a step does one layer forward fewer per
+// layer (about a quarter of its GPU work) for KeptActivationBytes(net, nb, t) more GPU
+// memory. Every value — loss, gradients, the kept t1 — is bit-identical to the recomputing
+// step's: the recompute runs the same kernels on the same inputs. NewWork refuses it for a
+// Teacher net, and for a Student whose layers are not all loaded on the GPU.
+func KeepActivations() WorkOption { return func(o *workOptions) { o.keep = true } }
+
+// KeptActivationBytes is the GPU bytes KeepActivations adds to a Student's work of nb
+// windows of t tokens (rows = nb·t): for every layer, its activations (the widths of one
+// layer's acts in StudentWorkBytes' formula: 4·H + 3·I, plus 7·Q + 3·KV + nh for an
+// attention layer or 2·C + 4·QK + 4·VV + 4·Hv for a GatedDeltaNet layer) and, for every BLR
+// projection of the layer, one t1 [rows, rank] per path, all F32: 4·rows·Σ widths. 0 for a
+// Teacher net.
+func KeptActivationBytes(net *Net, nb, t int) uint64 {
+	if net == nil || net.Kind != Student {
+		return 0
+	}
+	var s stWork
+	sp, err := keptSpecs(net, &s)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, x := range sp {
+		n += 4 * uint64(nb*t) * uint64(x.width)
+	}
+	return n
+}
+
+// keptSpecs lists the buffers of a Student work's kept activations (KeepActivations), one
+// acts per layer of its own mixer kind, and points each layer's t1 map at its buffers.
+func keptSpecs(net *Net, s *stWork) ([]wspec, error) {
+	c := net.Config
+	s.kept = make([]acts, len(net.layers))
+	var sp []wspec
+	for l, L := range net.layers {
+		a := &s.kept[l]
+		full := c.IsFullAttention(l)
+		prefix := fmt.Sprintf("work.kept[%d].", l)
+		for _, x := range layerActSpecs(c, a, true, full, !full) {
+			x.label = prefix + strings.TrimPrefix(x.label, "work.")
+			sp = append(sp, x)
+		}
+		a.t1, a.keptT1 = map[*gpu.BLRLayer][]*gpu.Buffer{}, true
+		for _, b := range L.blrs {
+			if b == nil {
+				return nil, fmt.Errorf("nvgkit.NewWork: KeepActivations needs every layer of the student on the GPU; layer %d is not", l)
+			}
+			t1 := make([]*gpu.Buffer, len(b.Paths))
+			for p := range t1 {
+				sp = append(sp, wspec{&t1[p], fmt.Sprintf("%st1[%d] (a BLR projection's (x⊙g)·Vᵀ, path %d)", prefix, len(a.t1), p), b.Rank})
+			}
+			a.t1[b] = t1
+		}
+	}
+	return sp, nil
 }
 
 // alloc checks every buffer of specs against the device, then allocates them (into w.st.bufs

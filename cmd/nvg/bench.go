@@ -58,23 +58,26 @@ type benchPhase struct {
 
 // benchResult is one geometry.
 type benchResult struct {
-	Geom          string      `json:"geom"`
-	NB            int         `json:"nb"`
-	T             int         `json:"t"`
-	K             int         `json:"k"`
-	Tokens        int         `json:"tokens"`
-	TeacherMode   string      `json:"teacher_mode"`
-	Params        int64       `json:"params"`
-	BLRWeights    int64       `json:"blr_weights"`
-	BLRBits       int64       `json:"blr_bits"`
-	SignBits      int64       `json:"sign_bits"`
-	BitsPerWeight float64     `json:"bits_per_weight"`
-	Trainables    int64       `json:"trainables"`
-	Teacher       *benchPhase `json:"teacher,omitempty"`
-	Student       *benchPhase `json:"student,omitempty"`
-	Loss          float64     `json:"loss"`
-	GradNorm      float64     `json:"grad_norm"`
-	Error         string      `json:"error,omitempty"`
+	Geom        string `json:"geom"`
+	NB          int    `json:"nb"`
+	T           int    `json:"t"`
+	K           int    `json:"k"`
+	Tokens      int    `json:"tokens"`
+	TeacherMode string `json:"teacher_mode"`
+	// KeepActivations: the student step kept every layer's activations (nvg bench
+	// --keep-activations) instead of recomputing them in the backward.
+	KeepActivations bool        `json:"keep_activations,omitempty"`
+	Params          int64       `json:"params"`
+	BLRWeights      int64       `json:"blr_weights"`
+	BLRBits         int64       `json:"blr_bits"`
+	SignBits        int64       `json:"sign_bits"`
+	BitsPerWeight   float64     `json:"bits_per_weight"`
+	Trainables      int64       `json:"trainables"`
+	Teacher         *benchPhase `json:"teacher,omitempty"`
+	Student         *benchPhase `json:"student,omitempty"`
+	Loss            float64     `json:"loss"`
+	GradNorm        float64     `json:"grad_norm"`
+	Error           string      `json:"error,omitempty"`
 
 	// Ranks and StudentTokSAll: a data-parallel run's number of ranks (each running NB × T
 	// tokens per step, the gradients summed over ranks in every timed step) and the student
@@ -109,6 +112,7 @@ type benchOpts struct {
 	profile          bool
 	seed             uint64
 	clip             float64
+	keep             bool // the student step keeps activations (nvgkit.KeepActivations)
 	memoryGiB        float64
 	deadline         time.Time // zero: none (--deadline)
 	stdout, progress io.Writer
@@ -132,6 +136,7 @@ func runBench(args []string) error {
 	profile := fs.Bool("profile", true, "profile one teacher pass and one student step per geometry (needs timestamp queries)")
 	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and token ids")
 	clip := fs.Float64("clip", 1, "gradient-norm clipping threshold of the student step")
+	keep := fs.Bool("keep-activations", false, "the student step keeps every layer's activations instead of recomputing them in the backward (faster, more memory; nvg distill --keep-activations)")
 	memGiB := fs.Float64("memory-gib", 0, "GPU memory in GiB for the dry check before each geometry (0: not checked)")
 	deadline := fs.Duration("deadline", 0, "finish within this wall time (e.g. 9m): beyond one warm-up and one timed run per phase, runs and profiles that would not fit are dropped (marked truncated), and geometries not started in time are skipped (0: no limit)")
 	report := fs.String("report", "", "render a report from this nvg bench JSON instead of measuring")
@@ -165,7 +170,7 @@ func runBench(args []string) error {
 		return usagef("--peer, --cpu, --notes and --format go with --report")
 	}
 	o := benchOpts{nb: *nb, t: *t, k: *k, steps: *steps, reps: *reps, warmup: *warmup, teacher: *teacher, jsonPath: *jsonPath,
-		peakTF: *peakTF, peakGB: *peakGB, profile: *profile, seed: *seed, clip: *clip, memoryGiB: *memGiB,
+		peakTF: *peakTF, peakGB: *peakGB, profile: *profile, seed: *seed, clip: *clip, keep: *keep, memoryGiB: *memGiB,
 		stdout: os.Stdout, progress: os.Stderr}
 	if *models != "" {
 		o.models = strings.Split(*models, ",")
@@ -344,6 +349,7 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 	}
 	streamed := o.teacher == "streamed" || o.teacher == "auto" && (name == "9B" || name == "27B")
 	res.TeacherMode = map[bool]string{false: "resident", true: "streamed"}[streamed]
+	res.KeepActivations = o.keep
 	tp, err := nvgkit.SyntheticMemory(cfg, nvgkit.Teacher, o.nb, o.t, o.k, streamed)
 	if err != nil {
 		return err
@@ -485,7 +491,11 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 	defer net.Release()
 	ph.BuildS = time.Since(t0).Seconds()
 	ph.WeightBytes = net.WeightBytes()
-	work, err := nvgkit.NewWork(dev, net, o.nb, o.t)
+	var wopts []nvgkit.WorkOption
+	if o.keep {
+		wopts = append(wopts, nvgkit.KeepActivations())
+	}
+	work, err := nvgkit.NewWork(dev, net, o.nb, o.t, wopts...)
 	if err != nil {
 		return fmt.Errorf("student: %w", err)
 	}

@@ -20,7 +20,7 @@ func init() {
 	register(&command{
 		name:    "session",
 		summary: "manage resident GPU sessions (a server process holding a Lab that notebook cells attach to)",
-		usage: "start NAME [--idle 3h] | ls | stop NAME [--timeout 1m] | bench [--reps 3]\n\n" +
+		usage: "start NAME [--idle 3h] | ls | stop NAME [--timeout 1m] | bench [--reps 3] [--keep-activations]\n\n" +
 			"  start  starts the server of session NAME (detached; log in the session directory) unless it runs\n" +
 			"  ls     lists the sessions: name, pid, alive/dead, state, idle time, log\n" +
 			"  stop   asks the server of NAME to exit (a running call stops at a step boundary) and waits\n" +
@@ -176,6 +176,7 @@ func sessionServe(c *command, args []string) error {
 func sessionBench(c *command, args []string) error {
 	fs := newFlags(c)
 	reps := fs.Int("reps", 3, "runs of the cold cell (the warm cell runs max(reps, 5) times)")
+	keep := fs.Bool("keep-activations", false, "both cells' sessions keep the student's activations for the backward (Setup.Train.KeepActivations)")
 	if err := parseFlags(c, fs, args); err != nil {
 		return err
 	}
@@ -190,6 +191,7 @@ func sessionBench(c *command, args []string) error {
 		return err
 	}
 	setup := session.DefaultSetup()
+	setup.Train.KeepActivations = *keep
 
 	// The warm session, set up once (not timed).
 	name := fmt.Sprintf("bench-%d", os.Getpid())
@@ -209,8 +211,8 @@ func sessionBench(c *command, args []string) error {
 		return err
 	}
 	grad := names[0]
-	fmt.Printf("nvg session bench: the embedded tiny teacher, DefaultSetup (NB %d, T %d, K %d, %d training windows), on %s\n",
-		setup.Train.NB, setup.Train.T, setup.Train.K, info.TrainWindows, info.Device)
+	fmt.Printf("nvg session bench: the embedded tiny teacher, DefaultSetup (NB %d, T %d, K %d, %d training windows, KeepActivations %v), on %s\n",
+		setup.Train.NB, setup.Train.T, setup.Train.K, info.TrainWindows, setup.Train.KeepActivations, info.Device)
 
 	cold := make([]float64, *reps)
 	setupMS, teacherMS := make([]float64, *reps), make([]float64, *reps)

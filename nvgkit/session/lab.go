@@ -280,6 +280,10 @@ type Train struct {
 	Seed uint64
 	// ScheduleSteps is the number of steps the learning-rate schedule spans (0: Steps).
 	ScheduleSteps int
+	// KeepActivations keeps every layer's activations for the backward instead of
+	// recomputing them: faster steps, more GPU memory, bit-identical results
+	// (train.TrainConfig.KeepActivations).
+	KeepActivations bool
 }
 
 // DefaultSetup returns the defaults of nvg distill: the embedded tiny teacher compressed to

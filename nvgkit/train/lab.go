@@ -263,7 +263,7 @@ func trainConfig(s session.Setup) TrainConfig {
 	c := DefaultTrainConfig()
 	c.Steps, c.NB, c.T, c.Windows, c.K = t.Steps, t.NB, t.T, t.Windows, t.K
 	c.LR, c.Warmup, c.MinLRFrac, c.ClipNorm = t.LR, t.Warmup, t.MinLRFrac, t.ClipNorm
-	c.EvalWindows, c.Seed, c.ScheduleSteps = t.EvalWindows, t.Seed, t.ScheduleSteps
+	c.EvalWindows, c.Seed, c.ScheduleSteps, c.KeepActivations = t.EvalWindows, t.Seed, t.ScheduleSteps, t.KeepActivations
 	c.EvalEvery, c.KeepFinal = 0, true
 	return c
 }
@@ -534,11 +534,11 @@ func c2(n *nvgkit.Net) (int, int, int) {
 }
 
 // sameSchedule reports whether a checkpoint's configuration a trains like b: every field but
-// where the outputs go and how many are kept.
+// where the outputs go, how many are kept and whether activations are kept (bit-identical).
 func sameSchedule(a, b TrainConfig) bool {
 	a, b = a.Resolved(), b.Resolved()
-	a.OutDir, a.TopKFile, a.Keep, a.EvalEvery, a.CheckpointEvery, a.KeepFinal = "", "", 0, 0, 0, false
-	b.OutDir, b.TopKFile, b.Keep, b.EvalEvery, b.CheckpointEvery, b.KeepFinal = "", "", 0, 0, 0, false
+	a.OutDir, a.TopKFile, a.Keep, a.EvalEvery, a.CheckpointEvery, a.KeepFinal, a.KeepActivations = "", "", 0, 0, 0, false, false
+	b.OutDir, b.TopKFile, b.Keep, b.EvalEvery, b.CheckpointEvery, b.KeepFinal, b.KeepActivations = "", "", 0, 0, 0, false, false
 	return a == b
 }
 

@@ -79,6 +79,11 @@ type TrainConfig struct {
 	// default the snapshot with the lowest held-out perplexity is restored (Report.Exported
 	// says which).
 	KeepFinal bool `json:"keep_final,omitempty"`
+	// KeepActivations keeps every layer's activations from the student's forward for its
+	// backward instead of recomputing each layer (nvgkit.KeepActivations): faster steps for
+	// nvgkit.KeptActivationBytes more GPU memory, bit-identical results (so a run may be
+	// resumed with or without it). Off by default: the recomputing step needs the least memory.
+	KeepActivations bool `json:"keep_activations,omitempty"`
 }
 
 // DefaultTrainConfig returns the defaults of a distillation run, the same as nvg distill's

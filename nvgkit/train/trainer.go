@@ -146,7 +146,11 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 	if err != nil {
 		return nil, err
 	}
-	if tr.sWork, err = nvgkit.NewWork(student.Device(), student, nbp, cfg.T); err != nil {
+	var keep []nvgkit.WorkOption
+	if cfg.KeepActivations {
+		keep = append(keep, nvgkit.KeepActivations())
+	}
+	if tr.sWork, err = nvgkit.NewWork(student.Device(), student, nbp, cfg.T, keep...); err != nil {
 		return nil, err
 	}
 	if tr.tWork, err = nvgkit.NewWork(teacher.Device(), teacher, nbp, cfg.T); err != nil {

@@ -1,0 +1,98 @@
+package nvgkit_test
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/nvg-project/nvg/internal/kittest"
+	"github.com/nvg-project/nvg/nvgkit"
+)
+
+// TestKeepActivations checks that a Student work with KeepActivations gives a step that is
+// bit-identical to the recomputing step on the BLR student (a GatedDeltaNet and an attention
+// layer): the same loss, per-token KL, d loss/d embeddings and every gradient, bit for bit,
+// over two steps (the second also checks the kept buffers are rewritten, not stale); that the
+// work grows by exactly KeptActivationBytes; and that a teacher's work refuses the option.
+func TestKeepActivations(t *testing.T) {
+	d, c := blrStudent(t)
+	kw, err := nvgkit.NewWork(d, c.net, blrNB, blrT, nvgkit.KeepActivations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kw.Release()
+	extra := nvgkit.KeptActivationBytes(c.net, blrNB, blrT)
+	if got := kw.Bytes() - c.work.Bytes(); got != extra || extra == 0 {
+		t.Errorf("kept work holds %d bytes more than the recomputing one, KeptActivationBytes says %d", got, extra)
+	}
+	type result struct {
+		st    nvgkit.StepStats
+		emb   []float32
+		grads map[string][]float32
+	}
+	step := func(w *nvgkit.Work, ids [][]int) result {
+		t.Helper()
+		if err := nvgkit.ZeroGrads(c.net); err != nil {
+			t.Fatal(err)
+		}
+		st, err := nvgkit.Step(c.net, w, ids, c.top)
+		if err != nil {
+			t.Fatal(err)
+		}
+		emb, err := nvgkit.EmbedGrads(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := nvgkit.Grads(c.net)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return result{st, emb, g}
+	}
+	same := func(what string, a, b []float32) {
+		t.Helper()
+		if len(a) != len(b) {
+			t.Fatalf("%s: %d values kept, %d recomputed", what, len(a), len(b))
+		}
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Errorf("%s[%d]: kept %g, recomputed %g (not bit-identical)", what, i, a[i], b[i])
+				return
+			}
+		}
+	}
+	// The second round runs other token ids through the same work: stale kept activations
+	// from the first round would show.
+	other := make([][]int, len(c.ids))
+	for i, w := range c.ids {
+		other[i] = append([]int(nil), w...)
+		for j := range other[i] {
+			other[i][j] = (other[i][j] + 17*j + 3) % c.net.Config.VocabSize
+		}
+	}
+	for round, ids := range [][][]int{c.ids, other} {
+		want := step(c.work, ids)
+		got := step(kw, ids)
+		if math.Float64bits(got.st.Loss) != math.Float64bits(want.st.Loss) {
+			t.Errorf("round %d: loss kept %.17g, recomputed %.17g", round, got.st.Loss, want.st.Loss)
+		}
+		same("kl per token", got.st.KLPerToken, want.st.KLPerToken)
+		same("embeds", got.emb, want.emb)
+		blrGrads := 0
+		for name, g := range want.grads {
+			same(name, got.grads[name], g)
+			if strings.HasSuffix(name, ".l") {
+				blrGrads++
+			}
+		}
+		if len(got.grads) != len(want.grads) || blrGrads == 0 {
+			t.Errorf("round %d: %d gradients kept, %d recomputed (%d BLR ℓ)", round, len(got.grads), len(want.grads), blrGrads)
+		}
+		t.Logf("round %d: loss %.6f, %d gradients bit-identical", round, got.st.Loss, len(want.grads))
+	}
+
+	_, _, tn := kittest.TinyTeacher(t)
+	if _, err := nvgkit.NewWork(d, tn, 1, 4, nvgkit.KeepActivations()); err == nil || !strings.Contains(err.Error(), "Student") {
+		t.Errorf("teacher work with KeepActivations: err = %v, want a refusal naming Student", err)
+	}
+}
