@@ -15,17 +15,20 @@ import (
 // scores ≥ Tau, at most ceil(MaxFlipFrac·count) of them (gpu.SignFlip). Seed selects the
 // stochastic rounding.
 type SignConfig struct {
-	Alpha       float32 // score units per unit of normalised pressure, > 0
-	Beta        float32 // score decay per backward, in [0, 1]
-	Tau         int     // least score that flips, 1..127
-	MaxFlipFrac float64 // most flips per step, as a fraction of the matrix's signs, in [0, 1]
-	Seed        uint32
+	Alpha       float32 `json:"alpha"`         // score units per unit of normalised pressure, > 0
+	Beta        float32 `json:"beta"`          // score decay per backward, in [0, 1]
+	Tau         int     `json:"tau"`           // least score that flips, 1..127
+	MaxFlipFrac float64 `json:"max_flip_frac"` // most flips per step, as a fraction of the matrix's signs, in [0, 1]
+	Seed        uint32  `json:"seed"`
 }
 
-// DefaultSigns returns the default sign-learning knobs: Alpha 8, Beta 0.95, Tau 64,
-// MaxFlipFrac 1e-3, Seed 1 (a sign flips after ~8 consistent backwards of one RMS of pressure).
+// DefaultSigns returns the default sign-learning knobs: Alpha 2, Beta 0.95, Tau 64,
+// MaxFlipFrac 1e-3, Seed 1. A steady pressure of p RMS settles at a score of 2p/(1−0.95) =
+// 40p, so signs under a consistent pressure above 1.6 RMS flip, and the scores rarely
+// saturate at 127 (SignFlip takes whole score values: a top bin larger than the budget
+// blocks every flip of the matrix that step). Untuned: bench/signs-h200.sh tunes them.
 func DefaultSigns() SignConfig {
-	return SignConfig{Alpha: 8, Beta: 0.95, Tau: 64, MaxFlipFrac: 1e-3, Seed: 1}
+	return SignConfig{Alpha: 2, Beta: 0.95, Tau: 64, MaxFlipFrac: 1e-3, Seed: 1}
 }
 
 // Validate reports the first knob outside its range, naming it.

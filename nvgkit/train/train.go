@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/internal/atomicfile"
+	"github.com/nvg-project/nvg/nvgkit"
 )
 
 // TrainConfig sets up a distillation run (DESIGN.md §6 "Defaults" lists every field, its nvg
@@ -79,6 +80,14 @@ type TrainConfig struct {
 	// default the snapshot with the lowest held-out perplexity is restored (Report.Exported
 	// says which).
 	KeepFinal bool `json:"keep_final,omitempty"`
+	// TrainSigns, when true, also trains the BLR factors' signs (nvgkit.EnableSigns with
+	// Signs; DESIGN.md "Sign learning"): scores accumulate in every backward and
+	// nvgkit.SignStep flips after each Adam step; checkpoints carry the sign bits and scores.
+	// It implies KeepFinal (the best snapshot holds the metric only, not the signs).
+	TrainSigns bool `json:"train_signs,omitempty"`
+	// Signs holds the sign-learning knobs, validated when TrainSigns; the zero value means
+	// nvgkit.DefaultSigns (SignKnobs).
+	Signs nvgkit.SignConfig `json:"signs,omitzero"`
 }
 
 // DefaultTrainConfig returns the defaults of a distillation run, the same as nvg distill's
@@ -160,6 +169,11 @@ func (c TrainConfig) Validate() error {
 	case c.ScheduleSteps < 0:
 		return bad("ScheduleSteps", c.ScheduleSteps, "≥ 0 (0: the schedule spans Steps)")
 	}
+	if c.TrainSigns {
+		if err := c.SignKnobs().Validate(); err != nil {
+			return bad("Signs", c.Signs, err.Error())
+		}
+	}
 	return nil
 }
 
@@ -208,6 +222,8 @@ type StepInfo struct {
 	Elapsed, ETA time.Duration
 	// EvalPPL is the held-out perplexity when this step ended with an evaluation, else 0.
 	EvalPPL float64
+	// SignFlips is the signs flipped by the step per decoder layer (TrainSigns), else nil.
+	SignFlips []int
 }
 
 // EvalPoint is one held-out evaluation: after Step optimizer steps (0: before training),
