@@ -239,9 +239,14 @@ func SignFlipBudget(count int, frac float64) int {
 	return int(math.Min(math.Ceil(frac*float64(count)), float64(count)))
 }
 
+// SignFlipBucket is the number of signs per index bucket of SignFlip's tie-break for a matrix
+// of count signs: ceil(count/4096).
+func SignFlipBucket(count int) int { return (count + 4095) / 4096 }
+
 // SignFlip records the flip of s: the signs with the highest scores ≥ Tau flip, taken by
-// whole score values from 127 down while the total stays ≤ Budget (so equal scores flip
-// together or not at all: deterministic, no tie-break); each flipped sign's bit is XORed in
+// whole score values from 127 down while the total stays ≤ Budget; of the first score value
+// that does not fit whole, whole index buckets (SignFlipBucket signs each, in index order)
+// are taken while they fit (deterministic: histograms, no ordering); each flipped sign's bit is XORed in
 // s.Bits (an exact bit update) and its score reset to 0. Padded signs never flip.
 // counts[index] (U32) is set to the number of flips. Host reference: host.SignFlip.
 // Errors: s invalid, Tau outside 1..127, Budget < 0, index outside counts.
@@ -262,18 +267,23 @@ func SignFlip(r *Recorder, s SignMatrix, counts *Buffer, index int, c SignFlipCo
 	if err := distinct(op, map[string]*Buffer{"counts": counts, "Bits": s.Bits, "Scores": s.Scores}); err != nil {
 		return err
 	}
+	count := s.Rows * s.Cols
+	bsize := SignFlipBucket(count)
 	hist, err := r.Temp(op+" hist", U32, 128)
 	if err != nil {
 		return err
 	}
-	res, err := r.Temp(op+" cut", U32, 1)
+	bhist, err := r.Temp(op+" buckets", U32, (count+bsize-1)/bsize)
 	if err != nil {
 		return err
 	}
-	count := s.Rows * s.Cols
-	uni := []uint32{uint32(count), uint32(s.Cols), uint32(c.Tau), uint32(c.Budget), uint32(index)}
+	res, err := r.Temp(op+" cut", U32, 5)
+	if err != nil {
+		return err
+	}
+	uni := []uint32{uint32(count), uint32(s.Cols), uint32(c.Tau), uint32(c.Budget), uint32(index), uint32(bsize)}
 	spec := func(stage string, access ...Access) KernelSpec {
-		return KernelSpec{Name: op + "." + stage, File: "sign_flip.wgsl", Bindings: access, Uniforms: 5,
+		return KernelSpec{Name: op + "." + stage, File: "sign_flip.wgsl", Bindings: access, Uniforms: 6,
 			Params: signParams{Stage: stage, Mask: s.Live != nil, MaskCols: s.RankCols, WG: signWG}}
 	}
 	mark := len(r.ops)
@@ -281,27 +291,36 @@ func SignFlip(r *Recorder, s SignMatrix, counts *Buffer, index int, c SignFlipCo
 		r.ops = r.ops[:mark]
 		return err
 	}
-	hb, ha := []Binding{Whole(s.Scores), Whole(hist)}, []Access{Read, ReadWrite}
-	if s.Live != nil {
-		hb, ha = append(hb, Whole(s.Live)), append(ha, Read)
+	withMask := func(b []Binding, a []Access) ([]Binding, []Access) {
+		if s.Live != nil {
+			return append(b, Whole(s.Live)), append(a, Read)
+		}
+		return b, a
 	}
-	if err := r.dispatch1D(spec("hist", ha...), ((count+3)/4+signWG-1)/signWG, uni, hb...); err != nil {
+	one := func(stage string, h *Buffer) error {
+		k, err := r.d.Kernel(spec(stage, Read, ReadWrite, ReadWrite))
+		if err != nil {
+			return err
+		}
+		return r.Dispatch(k, [3]int{1, 1, 1}, uni, Whole(h), Whole(res), Whole(counts))
+	}
+	scoreWGs := ((count+3)/4 + signWG - 1) / signWG
+	hb, ha := withMask([]Binding{Whole(s.Scores), Whole(hist)}, []Access{Read, ReadWrite})
+	if err := r.dispatch1D(spec("hist", ha...), scoreWGs, uni, hb...); err != nil {
 		return fail(err)
 	}
-	kc, err := r.d.Kernel(spec("cut", Read, ReadWrite, ReadWrite))
-	if err != nil {
+	if err := one("cut", hist); err != nil {
 		return fail(err)
 	}
-	if err := r.Dispatch(kc, [3]int{1, 1, 1}, uni, Whole(hist), Whole(res), Whole(counts)); err != nil {
+	bb, ba := withMask([]Binding{Whole(s.Scores), Whole(bhist), Whole(res)}, []Access{Read, ReadWrite, Read})
+	if err := r.dispatch1D(spec("bhist", ba...), scoreWGs, uni, bb...); err != nil {
 		return fail(err)
 	}
-	binds := []Binding{Whole(res), Whole(s.Bits), Whole(s.Scores)}
-	access := []Access{Read, ReadWrite, ReadWrite}
-	if s.Live != nil {
-		binds = append(binds, Whole(s.Live))
-		access = append(access, Read)
+	if err := one("bcut", bhist); err != nil {
+		return fail(err)
 	}
-	if err := r.dispatch1D(spec("apply", access...), ((count+31)/32+signWG-1)/signWG, uni, binds...); err != nil {
+	ab, aa := withMask([]Binding{Whole(res), Whole(s.Bits), Whole(s.Scores)}, []Access{Read, ReadWrite, ReadWrite})
+	if err := r.dispatch1D(spec("apply", aa...), ((count+31)/32+signWG-1)/signWG, uni, ab...); err != nil {
 		return fail(err)
 	}
 	return nil

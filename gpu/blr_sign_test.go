@@ -244,11 +244,23 @@ func TestSignFlip(t *testing.T) {
 	defer counts.Release()
 	for _, c := range []struct {
 		rows, cols, live, tau, budget int
-		rankCols                      bool
-	}{{13, 24, 19, 10, 40, true}, {24, 9, 21, 1, 0, false}, {40, 8, 5, 100, 1000, true}, {16, 40, 16, 60, 17, false}} {
+		rankCols, saturated           bool
+	}{{13, 24, 19, 10, 40, true, false}, {24, 9, 21, 1, 0, false, false}, {40, 8, 5, 100, 1000, true, false},
+		{16, 40, 16, 60, 17, false, false},
+		// Every live score at 127, far more than the budget: the index buckets (2 signs each
+		// at 8,000 signs) still flip part of the bin, within the budget.
+		{80, 100, 70, 64, 11, false, true}} {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
 			sc := newSignCase(t, d, rng, c.rows, c.cols, c.live, c.rankCols)
 			defer sc.release()
+			if c.saturated {
+				for e := range sc.scores {
+					if host.SignLive(e, c.cols, c.rankCols, c.live) {
+						sc.scores[e] = 127
+					}
+				}
+				must(0, d.WriteUint32(sc.m.Scores, scoresWords(sc.scores))).T(t)
+			}
 			must(0, d.Run(func(r *gpu.Recorder) error {
 				return gpu.SignFlip(r, sc.m, counts, 1, gpu.SignFlipConfig{Tau: c.tau, Budget: c.budget})
 			})).T(t)
@@ -276,6 +288,9 @@ func TestSignFlip(t *testing.T) {
 			if flipped != n {
 				t.Errorf("%d bits changed, %d flips reported", flipped, n)
 			}
+			if c.saturated && n == 0 {
+				t.Errorf("a saturated bin larger than the budget flipped nothing")
+			}
 			t.Logf("%d flips", n)
 		})
 	}
@@ -288,6 +303,8 @@ func TestSignErrors(t *testing.T) {
 	defer sc.release()
 	g := must(d.NewBuffer("g", gpu.F32, 63)).T(t)
 	defer g.Release()
+	g64 := must(d.NewBuffer("g64", gpu.F32, 64)).T(t)
+	defer g64.Release()
 	counts := must(d.NewBuffer("counts", gpu.U32, 1)).T(t)
 	defer counts.Release()
 	bad := sc.m
@@ -296,7 +313,7 @@ func TestSignErrors(t *testing.T) {
 	defer r.Discard()
 	for name, err := range map[string]error{
 		"g size":   gpu.SignScoreUpdate(r, sc.m, g, gpu.SignScoreConfig{Alpha: 1, Beta: 0.5}),
-		"beta":     gpu.SignScoreUpdate(r, sc.m, g, gpu.SignScoreConfig{Alpha: 1, Beta: 2}),
+		"beta":     gpu.SignScoreUpdate(r, sc.m, g64, gpu.SignScoreConfig{Alpha: 1, Beta: 2}),
 		"shape":    gpu.SignFlip(r, bad, counts, 0, gpu.SignFlipConfig{Tau: 1, Budget: 1}),
 		"tau":      gpu.SignFlip(r, sc.m, counts, 0, gpu.SignFlipConfig{Tau: 0, Budget: 1}),
 		"budget":   gpu.SignFlip(r, sc.m, counts, 0, gpu.SignFlipConfig{Tau: 1, Budget: -1}),

@@ -125,8 +125,10 @@ func SignScoreUpdate(bits []byte, scores []int8, g []float32, cols int, rankCols
 }
 
 // SignFlip is the reference of gpu.SignFlip: the live signs whose scores are ≥ the cutoff
-// (the lowest score value v ≥ tau such that the signs scoring ≥ v number ≤ budget) have
-// their bit flipped and their score reset to 0; it returns the number of flips.
+// (the lowest score value v ≥ tau such that the signs scoring ≥ v number ≤ budget) flip;
+// of the next score value ≥ tau present (the boundary), the signs in the first index buckets
+// of ceil(len/4096) signs whose counts fit the budget left flip too. Flipped signs have
+// their bit XORed and their score reset to 0; it returns the number of flips.
 func SignFlip(bits []byte, scores []int8, cols int, rankCols bool, live, tau, budget int) int {
 	var hist [128]int
 	for e, s := range scores {
@@ -134,16 +136,36 @@ func SignFlip(bits []byte, scores []int8, cols int, rankCols bool, live, tau, bu
 			hist[s]++
 		}
 	}
-	cut, total := 128, 0
+	cut, total, boundary := 128, 0, 0
 	for b := 127; b >= tau; b-- {
+		if hist[b] == 0 {
+			continue
+		}
 		if total+hist[b] > budget {
+			boundary = b
 			break
 		}
 		total += hist[b]
 		cut = b
 	}
+	bsize := (len(scores) + 4095) / 4096
+	bcut := 0
+	if boundary != 0 {
+		buckets := make([]int, (len(scores)+bsize-1)/bsize)
+		for e, s := range scores {
+			if int(s) == boundary && SignLive(e, cols, rankCols, live) {
+				buckets[e/bsize]++
+			}
+		}
+		left := budget - total
+		for bcut < len(buckets) && buckets[bcut] <= left {
+			left -= buckets[bcut]
+			total += buckets[bcut]
+			bcut++
+		}
+	}
 	for e, s := range scores {
-		if int(s) >= cut && SignLive(e, cols, rankCols, live) {
+		if (int(s) >= cut || (boundary != 0 && int(s) == boundary && e/bsize < bcut)) && SignLive(e, cols, rankCols, live) {
 			bits[e>>3] ^= 1 << (e & 7)
 			scores[e] = 0
 		}

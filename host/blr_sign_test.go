@@ -116,14 +116,15 @@ func TestSignFlipHost(t *testing.T) {
 	}
 	bits := []byte{0x0f, 0xf0}
 	n := SignFlip(bits, scores, 8, true, 6, 2, 4)
-	// live scores ≥ 2: 9 (e0, e9) → 2, 5 (e2, e3, e8) → 5 > 4 stops: flips e0, e9.
-	if n != 2 {
-		t.Fatalf("flips = %d, want 2", n)
+	// live scores ≥ 2: 9 (e0, e9) fit whole; 5 (e2, e3, e8) does not: of its index buckets (1
+	// sign each at this size) e2 and e3 fit the 2 left, e8 does not. Padded e6, e7 never flip.
+	if n != 4 {
+		t.Fatalf("flips = %d, want 4", n)
 	}
-	if bits[0] != 0x0e || bits[1] != 0xf2 {
-		t.Errorf("bits = %#x %#x, want 0xe 0xf2", bits[0], bits[1])
+	if bits[0] != 0x02 || bits[1] != 0xf2 {
+		t.Errorf("bits = %#x %#x, want 0x2 0xf2", bits[0], bits[1])
 	}
-	if scores[0] != 0 || scores[9] != 0 || scores[6] != 100 || scores[2] != 5 {
+	if scores[0] != 0 || scores[9] != 0 || scores[2] != 0 || scores[3] != 0 || scores[8] != 5 || scores[6] != 100 {
 		t.Errorf("scores after flip %v", scores)
 	}
 }

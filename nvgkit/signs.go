@@ -24,9 +24,8 @@ type SignConfig struct {
 
 // DefaultSigns returns the default sign-learning knobs: Alpha 2, Beta 0.95, Tau 64,
 // MaxFlipFrac 1e-3, Seed 1. A steady pressure of p RMS settles at a score of 2p/(1−0.95) =
-// 40p, so signs under a consistent pressure above 1.6 RMS flip, and the scores rarely
-// saturate at 127 (SignFlip takes whole score values: a top bin larger than the budget
-// blocks every flip of the matrix that step). Untuned: bench/signs-h200.sh tunes them.
+// 40p, so signs under a consistent pressure above 1.6 RMS flip and the scores rarely
+// saturate at 127. Untuned: bench/signs-h200.sh tunes them.
 func DefaultSigns() SignConfig {
 	return SignConfig{Alpha: 2, Beta: 0.95, Tau: 64, MaxFlipFrac: 1e-3, Seed: 1}
 }
