@@ -181,7 +181,8 @@ type SignScoreConfig struct {
 //	score_e ← clamp(floor(β·score_e + α·g_e·b/σ + u_e), −127, 127),
 //
 // u_e = host.SignUniform(Seed, Step, Matrix, e) ∈ [0, 1); padded signs (s.Live) keep score 0.
-// A positive score is pressure to flip (descent wants the other sign). Host reference:
+// A non-finite σ or term adds no pressure (only the decay applies). A positive score is
+// pressure to flip (descent wants the other sign). Host reference:
 // host.SignScoreUpdate. Errors: s invalid, g of the wrong size, Alpha or Beta not finite or
 // Beta outside [0, 1].
 func SignScoreUpdate(r *Recorder, s SignMatrix, g *Buffer, c SignScoreConfig) error {

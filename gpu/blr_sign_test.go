@@ -179,7 +179,7 @@ func (c *signCase) read(t *testing.T, d *gpu.Device) ([]byte, []int8) {
 }
 
 // TestSignScoreUpdate compares SignScoreUpdate with host.SignScoreUpdate (U-like and V-like
-// layouts, padded ranks, sizes not multiples of 4 or 32 signs): every score within 1 of the
+// layouts, padded ranks, sizes not multiples of 4 or 32 signs, a non-finite gradient): every score within 1 of the
 // reference (an f32 rounding at the stochastic-rounding boundary), at most 1 % off, padded
 // scores exactly 0, and two runs from the same state byte-identical (resume is bit-exact).
 func TestSignScoreUpdate(t *testing.T) {
@@ -187,8 +187,8 @@ func TestSignScoreUpdate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(71, 72))
 	for _, c := range []struct {
 		rows, cols, live int
-		rankCols         bool
-	}{{13, 24, 19, true}, {24, 9, 21, false}, {5, 8, 8, true}} {
+		rankCols, inf    bool // inf: one gradient is +Inf (only the decay applies)
+	}{{13, 24, 19, true, false}, {24, 9, 21, false, false}, {5, 8, 8, true, false}, {8, 8, 8, true, true}} {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
 			count := c.rows * c.cols
 			g := make([]float32, count)
@@ -196,6 +196,9 @@ func TestSignScoreUpdate(t *testing.T) {
 				if host.SignLive(e, c.cols, c.rankCols, c.live) {
 					g[e] = float32(rng.NormFloat64())
 				}
+			}
+			if c.inf {
+				g[3] = float32(math.Inf(1))
 			}
 			cfg := gpu.SignScoreConfig{Alpha: 20, Beta: 0.9, Seed: 7, Step: 3, Matrix: 5}
 			var states [2][]uint32

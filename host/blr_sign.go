@@ -105,7 +105,7 @@ func SignScoreUpdate(bits []byte, scores []int8, g []float32, cols int, rankCols
 	}
 	sigma := float32(math.Sqrt(float64(ss / float32(len(g)))))
 	var scale float32
-	if sigma > 0 {
+	if sigma > 0 && sigma <= 3e38 {
 		scale = alpha / sigma
 	}
 	for e := range scores {
@@ -118,6 +118,9 @@ func SignScoreUpdate(bits []byte, scores []int8, g []float32, cols int, rankCols
 			b = 1
 		}
 		push := (g[e] * b) * scale
+		if !(math.Abs(float64(push)) <= 1e30) {
+			push = 0
+		}
 		v := beta*float32(scores[e]) + push
 		q := math.Floor(float64(v + SignUniform(seed, step, matrix, uint32(e))))
 		scores[e] = int8(math.Max(-127, math.Min(127, q)))

@@ -54,7 +54,7 @@ fn sign_uniform(seed: u32, step: u32, matrix: u32, e: u32) -> f32 {
     let beta = bitcast<f32>(p.beta);
     let sigma = sqrt(ss[0] / f32(p.count));
     var scale = 0.0;
-    if (sigma > 0.0) {
+    if (sigma > 0.0 && sigma <= 3.0e38) {
         scale = alpha / sigma;
     }
     let w = scores[i];
@@ -69,7 +69,10 @@ fn sign_uniform(seed: u32, step: u32, matrix: u32, e: u32) -> f32 {
         }
         let s = f32(sign_score(w, lane));
         let b = select(-1.0, 1.0, ((bits[e >> 5u] >> (e & 31u)) & 1u) == 1u);
-        let push = (g[e] * b) * scale;
+        var push = (g[e] * b) * scale;
+        if (!(abs(push) <= 1e30)) {
+            push = 0.0; // a non-finite gradient (a step the Trainer skips) adds no pressure
+        }
         let v = beta * s + push;
         let u = sign_uniform(p.seed, p.step, p.matrix, e);
         let q = clamp(floor(v + u), -127.0, 127.0);
