@@ -7,6 +7,10 @@ import (
 
 const signWG = 64
 
+// signGradNaive forces BLRSignGrad's simple kernel instead of the tiled one (both in
+// blr_sign_grad.wgsl; tests: SetSignGradNaive).
+var signGradNaive bool
+
 // SignMatrix is one sign factor of a BLR path for the sign-learning kernels (DESIGN.md
 // "Sign learning"): Bits U32 [ceil(Rows·Cols/32)] (U or V of a BLRLayerPath), Scores U32
 // [ceil(Rows·Cols/4)] holding one int8 score per sign (element e is byte e & 3 of word
@@ -63,9 +67,9 @@ func (s SignMatrix) check(op string) error {
 }
 
 type signParams struct {
-	Stage          string
-	Mask, MaskCols bool
-	WG             int
+	Stage                 string
+	Tiled, Mask, MaskCols bool
+	WG                    int
 }
 
 // BLRSignGrad records the straight-through gradients of the loss with respect to the
@@ -143,8 +147,17 @@ func BLRSignGrad(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy *Buffer, 
 			binds = append(binds, Whole(l.Live))
 			access = append(access, Read)
 		}
-		return r.dispatch1D(KernelSpec{Name: op, File: "blr_sign_grad.wgsl", Params: pr, Bindings: access, Uniforms: 3},
-			(na*nb+signWG-1)/signWG, []uint32{uint32(rows), uint32(na), uint32(nb)}, binds...)
+		uni := []uint32{uint32(rows), uint32(na), uint32(nb)}
+		if signGradNaive || (nb+15)/16 > 65535 || (na+15)/16 > 65535 {
+			return r.dispatch1D(KernelSpec{Name: op, File: "blr_sign_grad.wgsl", Params: pr, Bindings: access, Uniforms: 3},
+				(na*nb+signWG-1)/signWG, uni, binds...)
+		}
+		pr.Tiled = true
+		k, err := r.d.Kernel(KernelSpec{Name: op + ".tiled", File: "blr_sign_grad.wgsl", Params: pr, Bindings: access, Uniforms: 3})
+		if err != nil {
+			return err
+		}
+		return r.Dispatch(k, [3]int{(nb + 15) / 16, (na + 15) / 16, 1}, uni, binds...)
 	}
 	for p, q := range l.Paths {
 		tb := t1s

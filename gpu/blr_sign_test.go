@@ -13,7 +13,8 @@ import (
 )
 
 // TestBLRSignGrad compares BLRSignGrad with host.BLRSignGrad on awkward sizes (odd m and
-// rows, rank not a multiple of 32, padded rank, 1 and 2 paths, t1 kept and recomputed).
+// rows, rank not a multiple of 32, padded rank, 1 and 2 paths, t1 kept and recomputed), and
+// its tiled kernel with the simple twin bit for bit.
 // Tolerance as TestBLRBackward's: (n+m+r+rows+10)·u·A + u·|want| with A the same gradient
 // of magnitudes; padded ranks must be exactly 0.
 func TestBLRSignGrad(t *testing.T) {
@@ -57,7 +58,25 @@ func TestBLRSignGrad(t *testing.T) {
 				gu[p] = keep(must(d.NewBuffer("gu", gpu.F32, c.m*c.r)).T(t))
 				gv[p] = keep(must(d.NewBuffer("gv", gpu.F32, c.r*c.n)).T(t))
 			}
+			// The simple twin first: the tiled kernel must match it bit for bit (same fma order).
+			restore := gpu.SetSignGradNaive(true)
 			must(0, d.Run(func(r *gpu.Recorder) error { return gpu.BLRSignGrad(r, l, x, t1, dy, gu, gv, c.rows) })).T(t)
+			restore()
+			var naive [][]float32
+			for p := range gu {
+				naive = append(naive, must(d.ReadFloat32(gu[p])).T(t), must(d.ReadFloat32(gv[p])).T(t))
+			}
+			must(0, d.Run(func(r *gpu.Recorder) error { return gpu.BLRSignGrad(r, l, x, t1, dy, gu, gv, c.rows) })).T(t)
+			for p := range gu {
+				for k, b := range []*gpu.Buffer{gu[p], gv[p]} {
+					got := must(d.ReadFloat32(b)).T(t)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(naive[2*p+k][i]) {
+							t.Fatalf("path %d %s[%d]: tiled %g, simple %g", p, []string{"G_U", "G_V"}[k], i, got[i], naive[2*p+k][i])
+						}
+					}
+				}
+			}
 			wu, wv, err := host.BLRSignGrad(w, xd, c.rows, dyd)
 			if err != nil {
 				t.Fatal(err)
