@@ -35,3 +35,11 @@ func SetGDRCSlice(cs int) (restore func()) {
 	gdrcCS = cs
 	return func() { gdrcCS = old }
 }
+
+// SetSignGradNaive forces BLRSignGrad's simple kernel (on) or its tiled one (off) and returns
+// a function restoring the old choice.
+func SetSignGradNaive(on bool) (restore func()) {
+	old := signGradNaive
+	signGradNaive = on
+	return func() { signGradNaive = old }
+}

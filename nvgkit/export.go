@@ -110,6 +110,9 @@ func Export(net *Net, model *cmf.Model) (*cmf.Model, error) {
 		for p := range w.Paths {
 			w.Paths[p].H, w.Paths[p].G, w.Paths[p].L = sc[p].H, sc[p].G, sc[p].L
 		}
+		if err := l.readSigns(net.dev, w); err != nil { // the signs as trained (SignStep, WriteSigns)
+			return nil, fmt.Errorf("nvgkit.%s: %s: %w", op, l.name, err)
+		}
 		payload, err := cmf.EncodeBLR(w)
 		if err != nil {
 			return nil, fmt.Errorf("nvgkit.%s: tensor %s: %w", op, l.name, err)

@@ -135,6 +135,10 @@ type linear struct {
 	grads   []gpu.BLRGrad
 	name    string // the HF tensor name
 	out, in int
+	// signs is the BLR projection's sign-learning state (signs.go; shared by the copies of
+	// the linear), layer its decoder layer and liveRank its live ranks.
+	signs           *blrSigns
+	layer, liveRank int
 }
 
 // apply records y = x·Wᵀ on rows rows.
@@ -149,7 +153,10 @@ func (l *linear) apply(r *gpu.Recorder, x, y *gpu.Buffer, rows int) error {
 // metric's gradients into l.grads.
 func (l *linear) backward(r *gpu.Recorder, x, dy, dx *gpu.Buffer, rows int) error {
 	if l.blr != nil {
-		return gpu.BLRBackward(r, l.blr, x, nil, dy, dx, l.grads, rows)
+		if err := gpu.BLRBackward(r, l.blr, x, nil, dy, dx, l.grads, rows); err != nil {
+			return err
+		}
+		return l.signs.record(r, l.blr, x, nil, dy, rows)
 	}
 	return gpu.LinearT(r, dy, l.w.buf, dx, rows, l.in, l.out)
 }
@@ -332,7 +339,7 @@ func (n *Net) load(m *cmf.Model) error {
 	c := n.Config
 	student := n.Kind == Student
 	if student {
-		n.st = &studentState{byName: map[string]*trainable{}, byParam: map[*gpu.Buffer]*trainable{}}
+		n.st = &studentState{byName: map[string]*trainable{}, byParam: map[*gpu.Buffer]*trainable{}, signs: &signNet{}}
 	}
 	if err := n.loadShared(m); err != nil {
 		return err

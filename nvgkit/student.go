@@ -34,6 +34,8 @@ type studentState struct {
 	// ZeroGrads, the gradient norm, clipping and Adam take a few dispatches, not a few per
 	// trainable; the trainables' buffers are views into them.
 	arenas []*gpu.AdamArena
+	// signs is the sign-learning state (signs.go), allocated with the state, on after EnableSigns.
+	signs *signNet
 	// ss is Σ g² over the gradients when ssValid (gradSumSquares); whatever changes the
 	// gradients clears ssValid.
 	ss      float64
@@ -162,7 +164,7 @@ func (n *Net) studentLinear(b *builder, L *layer, t arch.Tensor) linear {
 	}
 	n.st.blrLayers = append(n.st.blrLayers, bl)
 	L.blrs = append(L.blrs, bl)
-	l := &linear{blr: bl, name: name, out: out, in: in}
+	l := &linear{blr: bl, name: name, out: out, in: in, signs: &blrSigns{net: n.st.signs}, layer: L.index, liveRank: liveRank(w)}
 	for p, q := range bl.Paths {
 		var g gpu.BLRGrad
 		for _, s := range []struct {

@@ -180,7 +180,7 @@ func NewSyntheticNet(dev *gpu.Device, cfg arch.Config, kind NetKind, opts ...Loa
 	}
 	n := &Net{Kind: kind, Config: cfg, dev: dev, streamed: lc.streamed}
 	if kind == Student {
-		n.st = &studentState{byName: map[string]*trainable{}, byParam: map[*gpu.Buffer]*trainable{}}
+		n.st = &studentState{byName: map[string]*trainable{}, byParam: map[*gpu.Buffer]*trainable{}, signs: &signNet{}}
 	}
 	s := &synth{n: n, seed: lc.seed, planes: map[planeKey]*param{}}
 	if err := s.build(lc.progress); err != nil {
@@ -357,7 +357,7 @@ func (s *synth) studentLinear(label string, role, out, in int) (linear, error) {
 			}
 		}
 	}
-	l := &linear{blr: bl, name: label, out: out, in: in}
+	l := &linear{blr: bl, name: label, out: out, in: in, signs: &blrSigns{net: s.n.st.signs}, layer: s.L.index, liveRank: rank}
 	for p, q := range bl.Paths {
 		var g gpu.BLRGrad
 		for _, x := range []struct {

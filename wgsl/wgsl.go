@@ -67,9 +67,10 @@ var funcs = template.FuncMap{
 // reductions (row entry, tree sum and max, sum of squares, streamed log-sum-exp step) of
 // the norms, the logits kernels, Adam and the gradient norm, and the elementwise kernels'
 // entry point, element count and overflow-free sigmoid, and the causal convolution's
-// parameters and pre-activation (forward and backward). Their define names are global:
-// each library prefixes its own (gemm_, gdrc_, red_, ew_, cc_).
-var libraries = []string{"gemm_tile.wgsl", "gated_delta_rule_chunk_lib.wgsl", "reduce.wgsl", "elementwise.wgsl", "causal_conv1d_lib.wgsl"}
+// parameters and pre-activation (forward and backward), and the sign-learning kernels'
+// score and padding helpers. Their define names are global: each library prefixes its
+// own (gemm_, gdrc_, red_, ew_, cc_, sign_).
+var libraries = []string{"gemm_tile.wgsl", "gated_delta_rule_chunk_lib.wgsl", "reduce.wgsl", "elementwise.wgsl", "causal_conv1d_lib.wgsl", "sign_lib.wgsl"}
 
 var (
 	mu     sync.Mutex

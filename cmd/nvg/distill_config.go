@@ -25,6 +25,7 @@ type distillCLI struct {
 	config string
 	resume string
 	opts   distillOptions
+	signs  signFlags
 }
 
 // fileList is a flag.Value of comma-separated corpus sources (expanded by expandCorpus).
@@ -85,6 +86,7 @@ func distillFlags(c *command, s *distillSettings, o *distillCLI) *flag.FlagSet {
 	fs.StringVar(&o.resume, "resume", "", "continue the interrupted run in this output directory (other flags are taken from it; with --steps N more than planned, a finished or unfinished run is extended: the learning-rate schedule keeps its shape and the steps after the planned ones run at its floor, 10 % of --lr, cycling through the same training windows again)")
 	fs.StringVar(&tc.TopKFile, "topk-file", tc.TopKFile, "keep the teacher's top-k in this file (default: teacher-topk.bin in the output directory; reused when it matches, as by --resume)")
 	fs.BoolVar(&o.opts.streamTeacher, "stream-teacher", false, "keep the teacher's layers in host memory and upload them one at a time (a teacher larger than GPU memory; same results, slower)")
+	signFlagSet(fs, tc, &o.signs)
 	fs.StringVar(&o.opts.memLog, "mem-log", "", "append a CSV sample of GPU bytes, Go heap, goroutines and tokens/s to this file every --mem-log-every steps (plot it with nvg plot-mem)")
 	fs.IntVar(&o.opts.memEvery, "mem-log-every", 100, "steps between --mem-log samples")
 	return fs
@@ -116,6 +118,7 @@ func parseDistillFlags(c *command, args []string) (s distillSettings, o distillC
 		return s, o, nil, usagef("unexpected argument %q (the teacher is --teacher MODEL)", fs.Arg(0))
 	}
 	s.Config.Seed = s.Seed
+	o.signs.apply(&s.Config)
 	return s, o, set, nil
 }
 

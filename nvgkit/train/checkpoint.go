@@ -373,7 +373,8 @@ func (c *Checkpoint) Extend(steps int) error {
 }
 
 // CheckStudent checks that c holds every trainable of net, a Student, under "state/" (and
-// under "best/" when it has a best snapshot) with the net's lengths, before anything is
+// under "best/" when it has a best snapshot) with the net's lengths (besides the sign state
+// of a TrainSigns run, "state/signs/…" and "state/score/…", which Resume checks), before anything is
 // restored: a checkpoint of another student (other paths, ranks or architecture) is refused
 // with an error naming the first trainable that differs.
 func (c *Checkpoint) CheckStudent(net *nvgkit.Net) error {
@@ -404,6 +405,7 @@ func (c *Checkpoint) CheckStudent(net *nvgkit.Net) error {
 			}
 		}
 	}
+	want += signTensorCount(c, net) // the sign state of a TrainSigns run, checked by Resume
 	if len(c.Tensors) != want {
 		return fmt.Errorf("nvgkit: checkpoint holds %d tensors, the student %d (a checkpoint of another student?)", len(c.Tensors), want)
 	}

@@ -126,6 +126,9 @@ func (s *labState) adamStep() (session.StepStats, error) {
 	if err != nil {
 		return out, fmt.Errorf("train.Lab.AdamStep: step %d: %w", step, err)
 	}
+	if _, err := tr.signStep(step, ok); err != nil { // a TrainSigns setup flips as Trainer.step does
+		return out, fmt.Errorf("train.Lab.AdamStep: step %d: %w", step, err)
+	}
 	out.Skipped = skipped
 	out.Seconds = time.Since(p.t0).Seconds()
 	s.hist = append(s.hist, out)

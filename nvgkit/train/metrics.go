@@ -60,6 +60,8 @@ type MetricsRecord struct {
 	// Step records.
 	LR, GradNorm, GradNormClipped, TokensPerSecond float64
 	Skipped                                        bool
+	// SignFlips: the signs flipped per decoder layer (step records of a TrainSigns run).
+	SignFlips []int
 	// Eval records.
 	Perplexity, BestPerplexity, TeacherPerplexity float64
 	BestStep                                      int
@@ -77,6 +79,7 @@ type metricsStepJSON struct {
 	GradNormClipped *float64  `json:"grad_norm_clipped"`
 	TokensPerSecond *float64  `json:"tokens_per_second"`
 	Skipped         bool      `json:"skipped"`
+	SignFlips       []int     `json:"sign_flips,omitempty"`
 	WallSeconds     *float64  `json:"wall_seconds"`
 	Time            time.Time `json:"time"`
 }
@@ -110,7 +113,7 @@ func (r MetricsRecord) MarshalJSON() ([]byte, error) {
 	case MetricsStep:
 		return json.Marshal(metricsStepJSON{Kind: r.Kind, Step: r.Step, Loss: f(r.Loss), LR: f(r.LR), GradNorm: f(r.GradNorm),
 			GradNormClipped: f(r.GradNormClipped), TokensPerSecond: f(r.TokensPerSecond), Skipped: r.Skipped,
-			WallSeconds: f(r.WallSeconds), Time: r.Time})
+			SignFlips: r.SignFlips, WallSeconds: f(r.WallSeconds), Time: r.Time})
 	case MetricsEval:
 		return json.Marshal(metricsEvalJSON{Kind: r.Kind, Step: r.Step, Loss: f(r.Loss), Perplexity: f(r.Perplexity),
 			BestPerplexity: f(r.BestPerplexity), BestStep: r.BestStep, TeacherPerplexity: f(r.TeacherPerplexity),
@@ -315,5 +318,5 @@ func (tr *Trainer) stepRecord(info StepInfo, d time.Duration, wall float64) Metr
 		tps = float64(tr.Config.NB*tr.Config.T) / d.Seconds()
 	}
 	return MetricsRecord{Kind: MetricsStep, Step: info.Step, Loss: info.Loss, LR: info.LR, GradNorm: info.GradNorm,
-		GradNormClipped: clipped, TokensPerSecond: tps, Skipped: info.Skipped, WallSeconds: wall}
+		GradNormClipped: clipped, TokensPerSecond: tps, Skipped: info.Skipped, SignFlips: info.SignFlips, WallSeconds: wall}
 }

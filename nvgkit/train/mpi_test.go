@@ -3,8 +3,10 @@
 package train_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -131,4 +133,80 @@ func TestMPIExactness(t *testing.T) {
 		}
 	}
 	t.Logf("losses: 2 ranks = micro-batched %v; whole batch %v", refLoss, wholeLoss)
+}
+
+// TestMPISignsAgree runs a sign-training run (TrainSigns, 2 steps, flips on) under
+// mpirun -np 2 and checks that both ranks end with the same sign bits, byte for byte, and
+// that signs did flip: rank 0's scores decide the flips and its bits are broadcast
+// (Trainer.shareSigns), so the ranks cannot drift apart.
+func TestMPISignsAgree(t *testing.T) {
+	if out := os.Getenv("NVG_MPI_SIGNS_OUT"); out != "" { // a rank under mpirun
+		if err := mpi.Init(); err != nil {
+			t.Fatal(err)
+		}
+		defer mpi.Finalize()
+		d, teacher, sm, trainIDs, heldOut := trainFixture(t)
+		student := kittest.LoadStudent(t, d, sm)
+		cfg := mpiCfg()
+		cfg.TrainSigns = true
+		cfg.Signs = nvgkit.DefaultSigns()
+		cfg.Signs.Tau, cfg.Signs.MaxFlipFrac = 1, 0.01 // flip from the first step
+		tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg, train.WithComm(mpi.World{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tr.Close()
+		flips := 0
+		tr.OnStep = func(i train.StepInfo) {
+			for _, f := range i.SignFlips {
+				flips += f
+			}
+		}
+		if _, err := tr.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var b []byte
+		b = binary.LittleEndian.AppendUint64(b, uint64(flips))
+		for _, name := range student.SignNames() {
+			bits, err := student.ReadSigns(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = append(b, bits...)
+		}
+		if err := os.WriteFile(fmt.Sprintf("%s.%d", out, mpi.Rank()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Fatal("mpirun not found (apt-get install openmpi-bin libopenmpi-dev)")
+	}
+	out := filepath.Join(t.TempDir(), "signs")
+	cmd := exec.Command(mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2",
+		"-x", "NVG_MPI_SIGNS_OUT="+out, os.Args[0], "-test.run", "^TestMPISignsAgree$", "-test.count", "1", "-test.v")
+	cmd.Env = append(os.Environ(), "OMPI_MCA_rmaps_base_oversubscribe=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mpirun: %v\n%s", err, b)
+	}
+	r0, err0 := os.ReadFile(out + ".0")
+	r1, err1 := os.ReadFile(out + ".1")
+	if err0 != nil || err1 != nil {
+		t.Fatal(err0, err1)
+	}
+	flips := binary.LittleEndian.Uint64(r0)
+	if flips == 0 || len(r0) < 9 {
+		t.Fatalf("rank 0 flipped %d signs (%d bytes written): the test needs flips", flips, len(r0))
+	}
+	if !bytes.Equal(r0[8:], r1[8:]) {
+		n := 0
+		for i := 8; i < min(len(r0), len(r1)); i++ {
+			if r0[i] != r1[i] {
+				n++
+			}
+		}
+		t.Errorf("the ranks' sign bits differ in %d of %d bytes after %d flips on rank 0", n, len(r0)-8, flips)
+	}
+	t.Logf("%d flips on rank 0; %d bytes of sign bits identical on both ranks", flips, len(r0)-8)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/internal/atomicfile"
+	"github.com/nvg-project/nvg/nvgkit"
 )
 
 // TrainConfig sets up a distillation run (DESIGN.md §6 "Defaults" lists every field, its nvg
@@ -84,6 +85,14 @@ type TrainConfig struct {
 	// nvgkit.KeptActivationBytes more GPU memory, bit-identical results (so a run may be
 	// resumed with or without it). Off by default: the recomputing step needs the least memory.
 	KeepActivations bool `json:"keep_activations,omitempty"`
+	// TrainSigns, when true, also trains the BLR factors' signs (nvgkit.EnableSigns with
+	// Signs; DESIGN.md "Sign learning"): scores accumulate in every backward and
+	// nvgkit.SignStep flips after each Adam step; checkpoints carry the sign bits and scores.
+	// It implies KeepFinal (the best snapshot holds the metric only, not the signs).
+	TrainSigns bool `json:"train_signs,omitempty"`
+	// Signs holds the sign-learning knobs, validated when TrainSigns; the zero value means
+	// nvgkit.DefaultSigns (SignKnobs).
+	Signs nvgkit.SignConfig `json:"signs,omitzero"`
 }
 
 // DefaultTrainConfig returns the defaults of a distillation run, the same as nvg distill's
@@ -165,6 +174,11 @@ func (c TrainConfig) Validate() error {
 	case c.ScheduleSteps < 0:
 		return bad("ScheduleSteps", c.ScheduleSteps, "≥ 0 (0: the schedule spans Steps)")
 	}
+	if c.TrainSigns {
+		if err := c.SignKnobs().Validate(); err != nil {
+			return bad("Signs", c.Signs, err.Error())
+		}
+	}
 	return nil
 }
 
@@ -213,6 +227,8 @@ type StepInfo struct {
 	Elapsed, ETA time.Duration
 	// EvalPPL is the held-out perplexity when this step ended with an evaluation, else 0.
 	EvalPPL float64
+	// SignFlips is the signs flipped by the step per decoder layer (TrainSigns), else nil.
+	SignFlips []int
 }
 
 // EvalPoint is one held-out evaluation: after Step optimizer steps (0: before training),

@@ -157,6 +157,10 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 		tr.sWork.Release()
 		return nil, err
 	}
+	if err := tr.initSigns(); err != nil {
+		tr.Close()
+		return nil, err
+	}
 	return tr, nil
 }
 
@@ -235,6 +239,9 @@ func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Ch
 	tr.st = ck.Meta
 	tr.st.Config = cfg
 	tr.StudentFile = ck.Meta.Student
+	if err := tr.restoreSigns(ck.Tensors); err != nil {
+		return fail(fmt.Errorf("train.Resume %s: %w", path, err))
+	}
 	return tr, nil
 }
 
@@ -401,6 +408,9 @@ func (tr *Trainer) Checkpoint(path string) error {
 	ck.Meta.BitsPerWeight = tr.BitsPerWeight
 	ck.Meta.Student = tr.StudentFile
 	addSnapshotTensors(ck.Tensors, snap, "state/")
+	if err := tr.addSignTensors(ck.Tensors); err != nil {
+		return err
+	}
 	if tr.best != nil && tr.st.BestStep != tr.st.Step {
 		addSnapshotTensors(ck.Tensors, tr.best, "best/")
 	}
@@ -593,6 +603,9 @@ func (tr *Trainer) step(s int) (StepInfo, error) {
 		ok = finite(gn)
 	}
 	if info.Skipped, err = tr.finishStep(s, info.LR, info.Loss, info.GradNorm, ok); err != nil {
+		return info, err
+	}
+	if info.SignFlips, err = tr.signStep(s, ok); err != nil {
 		return info, err
 	}
 	info.SkippedTotal = tr.st.Skipped

@@ -1,0 +1,341 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+)
+
+const signWG = 64
+
+// signGradNaive forces BLRSignGrad's simple kernel instead of the tiled one (both in
+// blr_sign_grad.wgsl; tests: SetSignGradNaive).
+var signGradNaive bool
+
+// SignMatrix is one sign factor of a BLR path for the sign-learning kernels (DESIGN.md
+// "Sign learning"): Bits U32 [ceil(Rows·Cols/32)] (U or V of a BLRLayerPath), Scores U32
+// [ceil(Rows·Cols/4)] holding one int8 score per sign (element e is byte e & 3 of word
+// e >> 2), and the layer's rank-padding mask Live (nil: none). RankCols is true for U
+// ([m, r]: the rank is the column index) and false for V ([r, n]: the row index).
+type SignMatrix struct {
+	Bits, Scores *Buffer
+	Live         *Buffer
+	Rows, Cols   int
+	RankCols     bool
+}
+
+// SignMatrices returns the U and V sign matrices of path p of l with the given score
+// buffers (NewSignScores). Errors: p out of range.
+func (l *BLRLayer) SignMatrices(p int, su, sv *Buffer) (u, v SignMatrix, err error) {
+	if p < 0 || p >= len(l.Paths) {
+		return u, v, fmt.Errorf("gpu: SignMatrices: path %d of %d", p, len(l.Paths))
+	}
+	q := l.Paths[p]
+	return SignMatrix{Bits: q.U, Scores: su, Live: l.Live, Rows: l.M, Cols: l.Rank, RankCols: true},
+		SignMatrix{Bits: q.V, Scores: sv, Live: l.Live, Rows: l.Rank, Cols: l.N}, nil
+}
+
+// NewSignScores allocates the zeroed int8 scores of a rows×cols sign matrix: U32
+// [ceil(rows·cols/4)]. Errors: non-positive sizes, those of NewBuffer.
+func NewSignScores(d *Device, label string, rows, cols int) (*Buffer, error) {
+	if rows < 1 || cols < 1 || rows*cols > maxU32Elems {
+		return nil, fmt.Errorf("gpu: NewSignScores: %s: %d×%d signs", label, rows, cols)
+	}
+	return d.NewBuffer(label, U32, (rows*cols+3)/4)
+}
+
+func (s SignMatrix) check(op string) error {
+	if s.Rows < 1 || s.Cols < 1 || s.Rows*s.Cols > maxU32Elems {
+		return fmt.Errorf("gpu: %s: %d×%d signs", op, s.Rows, s.Cols)
+	}
+	count := s.Rows * s.Cols
+	if err := need(op, "Bits", s.Bits, (count+31)/32, U32); err != nil {
+		return err
+	}
+	if err := need(op, "Scores", s.Scores, (count+3)/4, U32); err != nil {
+		return err
+	}
+	if s.Live != nil {
+		rk := s.Rows
+		if s.RankCols {
+			rk = s.Cols
+		}
+		if err := need(op, "Live", s.Live, rk, U32); err != nil {
+			return err
+		}
+	}
+	return distinct(op, map[string]*Buffer{"Bits": s.Bits, "Scores": s.Scores})
+}
+
+type signParams struct {
+	Stage                 string
+	Tiled, Mask, MaskCols bool
+	WG                    int
+}
+
+// BLRSignGrad records the straight-through gradients of the loss with respect to the
+// signs of every path of l (U and V treated as real), given the forward input x F32
+// [rows, l.N] and dy F32 [rows, l.M]:
+//
+//	t1 = (x⊙g)·Vᵀ;  G_U = (dy⊙h)ᵀ·(t1⊙ℓ) [m, r];  dt2 = (dy⊙h)·U;  G_V = (dt2⊙ℓ)ᵀ·(x⊙g) [r, n].
+//
+// gu[p] F32 [m·r] and gv[p] F32 [r·n] (row-major, the bit order of U and V) are
+// overwritten; padded ranks (l.Live) get exactly 0. t1 as in BLRBackward (nil: recomputed).
+// Two sign-bit GEMMs (one with t1) and two row-reducing GEMMs per path, f32, deterministic.
+// Host reference: host.BLRSignGrad. Errors: those of BLRBackward's checks, gu or gv of the
+// wrong count or size.
+func BLRSignGrad(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy *Buffer, gu, gv []*Buffer, rows int) error {
+	const op = "BLRSignGrad"
+	if err := checkBLRLayer(op, l); err != nil {
+		return err
+	}
+	if err := positive(op, "rows", rows); err != nil {
+		return err
+	}
+	m, n, rk := l.M, l.N, l.Rank
+	if rows*n > maxU32Elems || rows*m > maxU32Elems || rows*rk > maxU32Elems || m*rk > maxU32Elems || rk*n > maxU32Elems {
+		return fmt.Errorf("gpu: %s: rows = %d exceeds the 2³¹ index range", op, rows)
+	}
+	if err := need(op, "x", x, rows*n, F32); err != nil {
+		return err
+	}
+	if err := need(op, "dy", dy, rows*m, F32); err != nil {
+		return err
+	}
+	if err := checkT1(op, l, t1, rows); err != nil {
+		return err
+	}
+	if len(gu) != len(l.Paths) || len(gv) != len(l.Paths) {
+		return fmt.Errorf("gpu: %s: %d gu and %d gv for %d paths", op, len(gu), len(gv), len(l.Paths))
+	}
+	all := map[string]*Buffer{"x": x, "dy": dy}
+	for p := range l.Paths {
+		if err := need(op, fmt.Sprintf("gu[%d]", p), gu[p], m*rk, F32); err != nil {
+			return err
+		}
+		if err := need(op, fmt.Sprintf("gv[%d]", p), gv[p], rk*n, F32); err != nil {
+			return err
+		}
+		all[fmt.Sprintf("gu[%d]", p)] = gu[p]
+		all[fmt.Sprintf("gv[%d]", p)] = gv[p]
+	}
+	for p := range t1 {
+		all[fmt.Sprintf("t1[%d]", p)] = t1[p]
+	}
+	if err := distinct(op, all); err != nil {
+		return err
+	}
+	mark := len(r.ops)
+	fail := func(err error) error {
+		r.ops = r.ops[:mark]
+		return err
+	}
+	dt2, err := r.Temp(op+" dt2", F32, rows, rk)
+	if err != nil {
+		return err
+	}
+	var t1s *Buffer
+	if t1 == nil {
+		if t1s, err = r.Temp(op+" t1", F32, rows, rk); err != nil {
+			return err
+		}
+	}
+	grad := func(a, b, sa, sb, out *Buffer, na, nb int, maskCols bool) error {
+		pr := signParams{Mask: l.Live != nil, MaskCols: maskCols, WG: signWG}
+		binds := []Binding{Whole(a), Whole(b), Whole(sa), Whole(sb), Whole(out)}
+		access := []Access{Read, Read, Read, Read, ReadWrite}
+		if l.Live != nil {
+			binds = append(binds, Whole(l.Live))
+			access = append(access, Read)
+		}
+		uni := []uint32{uint32(rows), uint32(na), uint32(nb)}
+		if signGradNaive || (nb+15)/16 > 65535 || (na+15)/16 > 65535 {
+			return r.dispatch1D(KernelSpec{Name: op, File: "blr_sign_grad.wgsl", Params: pr, Bindings: access, Uniforms: 3},
+				(na*nb+signWG-1)/signWG, uni, binds...)
+		}
+		pr.Tiled = true
+		k, err := r.d.Kernel(KernelSpec{Name: op + ".tiled", File: "blr_sign_grad.wgsl", Params: pr, Bindings: access, Uniforms: 3})
+		if err != nil {
+			return err
+		}
+		return r.Dispatch(k, [3]int{(nb + 15) / 16, (na + 15) / 16, 1}, uni, binds...)
+	}
+	for p, q := range l.Paths {
+		tb := t1s
+		if t1 != nil {
+			tb = t1[p]
+		} else if err := blrGEMM(r, op+".t1", false, x, q.V, q.G, nil, tb, rows, n, rk, true, false); err != nil {
+			return fail(err)
+		}
+		if err := grad(dy, tb, q.H, q.L, gu[p], m, rk, true); err != nil {
+			return fail(err)
+		}
+		if err := blrGEMM(r, op+".dt2", false, dy, q.U, q.H, nil, dt2, rows, m, rk, false, false); err != nil {
+			return fail(err)
+		}
+		if err := grad(dt2, x, q.L, q.G, gv[p], rk, n, false); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}
+
+// SignScoreConfig holds SignScoreUpdate's knobs: the new score is
+// clamp(round_stochastic(Beta·s + Alpha·(G·b)/σ), ±127) with σ the RMS of G over the
+// matrix that step; Seed, Step and Matrix (an index unique per sign matrix) select the
+// rounding offsets, so a resumed run draws the same ones.
+type SignScoreConfig struct {
+	Alpha, Beta        float32
+	Seed, Step, Matrix uint32
+}
+
+// SignScoreUpdate records the score update of s from its sign gradient g F32
+// [s.Rows·s.Cols] (BLRSignGrad): per sign e with sign b = ±1, σ = sqrt(Σ g²/count) and
+//
+//	score_e ← clamp(floor(β·score_e + α·g_e·b/σ + u_e), −127, 127),
+//
+// u_e = host.SignUniform(Seed, Step, Matrix, e) ∈ [0, 1); padded signs (s.Live) keep score 0.
+// A non-finite σ or term adds no pressure (only the decay applies). A positive score is
+// pressure to flip (descent wants the other sign). Host reference:
+// host.SignScoreUpdate. Errors: s invalid, g of the wrong size, Alpha or Beta not finite or
+// Beta outside [0, 1].
+func SignScoreUpdate(r *Recorder, s SignMatrix, g *Buffer, c SignScoreConfig) error {
+	const op = "SignScoreUpdate"
+	if err := s.check(op); err != nil {
+		return err
+	}
+	count := s.Rows * s.Cols
+	if err := need(op, "g", g, count, F32); err != nil {
+		return err
+	}
+	if math.IsNaN(float64(c.Alpha)) || math.IsInf(float64(c.Alpha), 0) || !(c.Beta >= 0 && c.Beta <= 1) {
+		return fmt.Errorf("gpu: %s: alpha = %g, beta = %g: want a finite alpha and beta in [0, 1]", op, c.Alpha, c.Beta)
+	}
+	if err := distinct(op, map[string]*Buffer{"g": g, "Bits": s.Bits, "Scores": s.Scores}); err != nil {
+		return err
+	}
+	ss, err := r.Temp(op+" ss", F32, 1)
+	if err != nil {
+		return err
+	}
+	mark := len(r.ops)
+	if err := GradSumSquares(r, g, ss); err != nil {
+		return err
+	}
+	pr := signParams{Mask: s.Live != nil, MaskCols: s.RankCols, WG: signWG}
+	binds := []Binding{Whole(g), Whole(s.Bits), Whole(ss), Whole(s.Scores)}
+	access := []Access{Read, Read, Read, ReadWrite}
+	if s.Live != nil {
+		binds = append(binds, Whole(s.Live))
+		access = append(access, Read)
+	}
+	words := (count + 3) / 4
+	uni := []uint32{uint32(count), uint32(s.Cols), c.Seed, c.Step, c.Matrix, math.Float32bits(c.Alpha), math.Float32bits(c.Beta)}
+	if err := r.dispatch1D(KernelSpec{Name: op, File: "sign_score_update.wgsl", Params: pr, Bindings: access, Uniforms: 7},
+		(words+signWG-1)/signWG, uni, binds...); err != nil {
+		r.ops = r.ops[:mark]
+		return err
+	}
+	return nil
+}
+
+// SignFlipConfig holds SignFlip's knobs: Tau (1..127) the least score that may flip and
+// Budget the most signs of the matrix that flip in one call.
+type SignFlipConfig struct {
+	Tau, Budget int
+}
+
+// SignFlipBudget is the flip budget of a matrix of count signs at frac (the most flips per
+// step as a fraction of its signs): ceil(frac·count), 0 when frac ≤ 0.
+func SignFlipBudget(count int, frac float64) int {
+	if !(frac > 0) {
+		return 0
+	}
+	return int(math.Min(math.Ceil(frac*float64(count)), float64(count)))
+}
+
+// SignFlipBucket is the number of signs per index bucket of SignFlip's tie-break for a matrix
+// of count signs: ceil(count/4096).
+func SignFlipBucket(count int) int { return (count + 4095) / 4096 }
+
+// SignFlip records the flip of s: the signs with the highest scores ≥ Tau flip, taken by
+// whole score values from 127 down while the total stays ≤ Budget; of the first score value
+// that does not fit whole, whole index buckets (SignFlipBucket signs each, in index order)
+// are taken while they fit (deterministic: histograms, no ordering); each flipped sign's bit is XORed in
+// s.Bits (an exact bit update) and its score reset to 0. Padded signs never flip.
+// counts[index] (U32) is set to the number of flips. Host reference: host.SignFlip.
+// Errors: s invalid, Tau outside 1..127, Budget < 0, index outside counts.
+func SignFlip(r *Recorder, s SignMatrix, counts *Buffer, index int, c SignFlipConfig) error {
+	const op = "SignFlip"
+	if err := s.check(op); err != nil {
+		return err
+	}
+	if c.Tau < 1 || c.Tau > 127 || c.Budget < 0 || c.Budget > maxU32Elems {
+		return fmt.Errorf("gpu: %s: tau = %d, budget = %d: want tau in 1..127 and budget ≥ 0", op, c.Tau, c.Budget)
+	}
+	if err := need(op, "counts", counts, -1, U32); err != nil {
+		return err
+	}
+	if index < 0 || index >= counts.numel {
+		return fmt.Errorf("gpu: %s: index %d outside counts of %d", op, index, counts.numel)
+	}
+	if err := distinct(op, map[string]*Buffer{"counts": counts, "Bits": s.Bits, "Scores": s.Scores}); err != nil {
+		return err
+	}
+	count := s.Rows * s.Cols
+	bsize := SignFlipBucket(count)
+	hist, err := r.Temp(op+" hist", U32, 128)
+	if err != nil {
+		return err
+	}
+	bhist, err := r.Temp(op+" buckets", U32, (count+bsize-1)/bsize)
+	if err != nil {
+		return err
+	}
+	res, err := r.Temp(op+" cut", U32, 5)
+	if err != nil {
+		return err
+	}
+	uni := []uint32{uint32(count), uint32(s.Cols), uint32(c.Tau), uint32(c.Budget), uint32(index), uint32(bsize)}
+	spec := func(stage string, access ...Access) KernelSpec {
+		return KernelSpec{Name: op + "." + stage, File: "sign_flip.wgsl", Bindings: access, Uniforms: 6,
+			Params: signParams{Stage: stage, Mask: s.Live != nil, MaskCols: s.RankCols, WG: signWG}}
+	}
+	mark := len(r.ops)
+	fail := func(err error) error {
+		r.ops = r.ops[:mark]
+		return err
+	}
+	withMask := func(b []Binding, a []Access) ([]Binding, []Access) {
+		if s.Live != nil {
+			return append(b, Whole(s.Live)), append(a, Read)
+		}
+		return b, a
+	}
+	one := func(stage string, h *Buffer) error {
+		k, err := r.d.Kernel(spec(stage, Read, ReadWrite, ReadWrite))
+		if err != nil {
+			return err
+		}
+		return r.Dispatch(k, [3]int{1, 1, 1}, uni, Whole(h), Whole(res), Whole(counts))
+	}
+	scoreWGs := ((count+3)/4 + signWG - 1) / signWG
+	hb, ha := withMask([]Binding{Whole(s.Scores), Whole(hist)}, []Access{Read, ReadWrite})
+	if err := r.dispatch1D(spec("hist", ha...), scoreWGs, uni, hb...); err != nil {
+		return fail(err)
+	}
+	if err := one("cut", hist); err != nil {
+		return fail(err)
+	}
+	bb, ba := withMask([]Binding{Whole(s.Scores), Whole(bhist), Whole(res)}, []Access{Read, ReadWrite, Read})
+	if err := r.dispatch1D(spec("bhist", ba...), scoreWGs, uni, bb...); err != nil {
+		return fail(err)
+	}
+	if err := one("bcut", bhist); err != nil {
+		return fail(err)
+	}
+	ab, aa := withMask([]Binding{Whole(res), Whole(s.Bits), Whole(s.Scores)}, []Access{Read, ReadWrite, ReadWrite})
+	if err := r.dispatch1D(spec("apply", aa...), ((count+31)/32+signWG-1)/signWG, uni, ab...); err != nil {
+		return fail(err)
+	}
+	return nil
+}
