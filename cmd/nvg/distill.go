@@ -689,8 +689,8 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 	return nil
 }
 
-// writeDistillPlots writes training.png, grad_norms.png, metric_hist.png and
-// reconstruction.png into out.
+// writeDistillPlots writes training.png, grad_norms.png, metric_hist.png,
+// reconstruction.png and, for a --train-signs run, sign_flips.png into out.
 // The training curves are drawn from the run's metrics.jsonl (all sessions of a resumed run).
 func writeDistillPlots(out string, tr *train.Trainer, student *nvgkit.Net, reports []compress.TensorReport) error {
 	recs, _, err := train.ReadMetrics(filepath.Join(out, train.MetricsFile))
@@ -704,6 +704,20 @@ func writeDistillPlots(out string, tr *train.Trainer, student *nvgkit.Net, repor
 	}
 	if err := ui.SavePlot(filepath.Join(out, "training.png"), fig, 900, 700); err != nil {
 		return err
+	}
+	if fs, flips := train.SignFlipSeries(recs); len(fs) > 0 {
+		names := make([]string, len(flips))
+		for l := range flips {
+			names[l] = fmt.Sprintf("layer %d", l)
+			flips[l] = ui.MovingAverage(flips[l], ui.MovingAverageWindow(len(fs)))
+		}
+		p, err := ui.PlotLines("Signs flipped per layer per step (moving average)", "step", "signs flipped", fs, names, flips)
+		if err != nil {
+			return err
+		}
+		if err := ui.SavePlot(filepath.Join(out, "sign_flips.png"), p, 1000, 600); err != nil {
+			return err
+		}
 	}
 	if layers, kinds, norms, err := tr.LayerGradNorms(); err == nil {
 		p, err := ui.PlotLayerGradNorms(layers, kinds, norms)

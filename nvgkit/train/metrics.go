@@ -137,7 +137,7 @@ func (r *MetricsRecord) UnmarshalJSON(b []byte) error {
 	switch j.Kind {
 	case MetricsStep:
 		out.LR, out.GradNorm, out.GradNormClipped = orNaN(j.LR), orNaN(j.GradNorm), orNaN(j.GradNormClipped)
-		out.TokensPerSecond, out.Skipped = orNaN(j.TokensPerSecond), j.Skipped
+		out.TokensPerSecond, out.Skipped, out.SignFlips = orNaN(j.TokensPerSecond), j.Skipped, j.SignFlips
 	case MetricsEval:
 		out.Perplexity, out.BestPerplexity, out.BestStep = orNaN(j.Perplexity), orNaN(j.BestPerplexity), j.BestStep
 		out.TeacherPerplexity = orNaN(j.TeacherPerplexity)
@@ -206,6 +206,37 @@ func TrainingSeries(recs []MetricsRecord) (steps []int, loss []float64, evalStep
 		}
 	}
 	return
+}
+
+// SignFlipSeries returns the signs flipped per decoder layer over the steps of a TrainSigns
+// run's metrics records: steps [n] (the step records that carry sign_flips) and flips[l][i],
+// layer l's flips at steps[i] (0 where a record has fewer layers). Both are empty when no step
+// record carries flips (a metric-only run).
+func SignFlipSeries(recs []MetricsRecord) (steps []float64, flips [][]float64) {
+	layers := 0
+	for _, r := range recs {
+		if r.Kind == MetricsStep && r.SignFlips != nil {
+			layers = max(layers, len(r.SignFlips))
+		}
+	}
+	if layers == 0 {
+		return nil, nil
+	}
+	flips = make([][]float64, layers)
+	for _, r := range recs {
+		if r.Kind != MetricsStep || r.SignFlips == nil {
+			continue
+		}
+		steps = append(steps, float64(r.Step))
+		for l := range flips {
+			v := 0.0
+			if l < len(r.SignFlips) {
+				v = float64(r.SignFlips[l])
+			}
+			flips[l] = append(flips[l], v)
+		}
+	}
+	return steps, flips
 }
 
 // metricsSink is one destination of a Trainer's metrics records.

@@ -3,7 +3,9 @@ package train_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -191,5 +193,42 @@ func TestReadMetricsTruncated(t *testing.T) {
 	}
 	if _, _, err := train.ReadMetrics(filepath.Join(dir, "missing.jsonl")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestMetricsSignFlips: a step record's sign_flips survive the JSON round trip (a metric-only
+// record writes none), and SignFlipSeries turns step records into per-layer series, with 0
+// for layers a record lacks and nothing for a metric-only run.
+func TestMetricsSignFlips(t *testing.T) {
+	recs := []train.MetricsRecord{
+		{Kind: train.MetricsStep, Step: 1, SignFlips: []int{3, 0, 7}},
+		{Kind: train.MetricsEval, Step: 1, Perplexity: 9},
+		{Kind: train.MetricsStep, Step: 2, SignFlips: []int{1, 2}},
+		{Kind: train.MetricsStep, Step: 3},
+	}
+	var back []train.MetricsRecord
+	for _, r := range recs {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "sign_flips") != (r.SignFlips != nil) {
+			t.Errorf("record %s: sign_flips written when it should not be, or missing", b)
+		}
+		var got train.MetricsRecord
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got.SignFlips) != fmt.Sprint(r.SignFlips) {
+			t.Errorf("step %d: sign flips %v after the round trip, want %v", r.Step, got.SignFlips, r.SignFlips)
+		}
+		back = append(back, got)
+	}
+	steps, flips := train.SignFlipSeries(back)
+	if fmt.Sprint(steps) != "[1 2]" || fmt.Sprint(flips) != "[[3 1] [0 2] [7 0]]" {
+		t.Errorf("SignFlipSeries: steps %v, flips %v; want [1 2], [[3 1] [0 2] [7 0]]", steps, flips)
+	}
+	if s, f := train.SignFlipSeries(back[3:]); s != nil || f != nil {
+		t.Errorf("metric-only records: %v, %v, want nothing", s, f)
 	}
 }
