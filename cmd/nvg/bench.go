@@ -66,18 +66,21 @@ type benchResult struct {
 	TeacherMode string `json:"teacher_mode"`
 	// KeepActivations: the student step kept every layer's activations (nvg bench
 	// --keep-activations) instead of recomputing them in the backward.
-	KeepActivations bool        `json:"keep_activations,omitempty"`
-	Params          int64       `json:"params"`
-	BLRWeights      int64       `json:"blr_weights"`
-	BLRBits         int64       `json:"blr_bits"`
-	SignBits        int64       `json:"sign_bits"`
-	BitsPerWeight   float64     `json:"bits_per_weight"`
-	Trainables      int64       `json:"trainables"`
-	Teacher         *benchPhase `json:"teacher,omitempty"`
-	Student         *benchPhase `json:"student,omitempty"`
-	Loss            float64     `json:"loss"`
-	GradNorm        float64     `json:"grad_norm"`
-	Error           string      `json:"error,omitempty"`
+	KeepActivations bool `json:"keep_activations,omitempty"`
+	// TrainSigns: the student step also trained the signs (nvg bench --train-signs: sign
+	// scores in the backward, nvgkit.SignStep after Adam, nvgkit.DefaultSigns).
+	TrainSigns    bool        `json:"train_signs,omitempty"`
+	Params        int64       `json:"params"`
+	BLRWeights    int64       `json:"blr_weights"`
+	BLRBits       int64       `json:"blr_bits"`
+	SignBits      int64       `json:"sign_bits"`
+	BitsPerWeight float64     `json:"bits_per_weight"`
+	Trainables    int64       `json:"trainables"`
+	Teacher       *benchPhase `json:"teacher,omitempty"`
+	Student       *benchPhase `json:"student,omitempty"`
+	Loss          float64     `json:"loss"`
+	GradNorm      float64     `json:"grad_norm"`
+	Error         string      `json:"error,omitempty"`
 
 	// Ranks and StudentTokSAll: a data-parallel run's number of ranks (each running NB × T
 	// tokens per step, the gradients summed over ranks in every timed step) and the student
@@ -113,6 +116,7 @@ type benchOpts struct {
 	seed             uint64
 	clip             float64
 	keep             bool // the student step keeps activations (nvgkit.KeepActivations)
+	signs            bool // the student step trains the signs (nvgkit.EnableSigns, SignStep)
 	memoryGiB        float64
 	deadline         time.Time // zero: none (--deadline)
 	stdout, progress io.Writer
@@ -136,6 +140,7 @@ func runBench(args []string) error {
 	profile := fs.Bool("profile", true, "profile one teacher pass and one student step per geometry (needs timestamp queries)")
 	seed := fs.Uint64("seed", 1, "seed of the synthetic weights and token ids")
 	clip := fs.Float64("clip", 1, "gradient-norm clipping threshold of the student step")
+	signs := fs.Bool("train-signs", false, "the student step also trains the BLR signs (int8 scores in the backward, flips after Adam; nvg distill --train-signs with its default knobs)")
 	keep := fs.Bool("keep-activations", false, "the student step keeps every layer's activations instead of recomputing them in the backward (faster, more memory; nvg distill --keep-activations)")
 	memGiB := fs.Float64("memory-gib", 0, "GPU memory in GiB for the dry check before each geometry (0: not checked)")
 	deadline := fs.Duration("deadline", 0, "finish within this wall time (e.g. 9m): beyond one warm-up and one timed run per phase, runs and profiles that would not fit are dropped (marked truncated), and geometries not started in time are skipped (0: no limit)")
@@ -170,7 +175,7 @@ func runBench(args []string) error {
 		return usagef("--peer, --cpu, --notes and --format go with --report")
 	}
 	o := benchOpts{nb: *nb, t: *t, k: *k, steps: *steps, reps: *reps, warmup: *warmup, teacher: *teacher, jsonPath: *jsonPath,
-		peakTF: *peakTF, peakGB: *peakGB, profile: *profile, seed: *seed, clip: *clip, keep: *keep, memoryGiB: *memGiB,
+		peakTF: *peakTF, peakGB: *peakGB, profile: *profile, seed: *seed, clip: *clip, keep: *keep, signs: *signs, memoryGiB: *memGiB,
 		stdout: os.Stdout, progress: os.Stderr}
 	if *models != "" {
 		o.models = strings.Split(*models, ",")
@@ -349,7 +354,7 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 	}
 	streamed := o.teacher == "streamed" || o.teacher == "auto" && (name == "9B" || name == "27B")
 	res.TeacherMode = map[bool]string{false: "resident", true: "streamed"}[streamed]
-	res.KeepActivations = o.keep
+	res.KeepActivations, res.TrainSigns = o.keep, o.signs
 	tp, err := nvgkit.SyntheticMemory(cfg, nvgkit.Teacher, o.nb, o.t, o.k, streamed)
 	if err != nil {
 		return err
@@ -500,6 +505,11 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 		return fmt.Errorf("student: %w", err)
 	}
 	defer work.Release()
+	if o.signs {
+		if err := nvgkit.EnableSigns(net, nvgkit.DefaultSigns()); err != nil {
+			return fmt.Errorf("student: %w", err)
+		}
+	}
 	adam := nvgkit.DefaultAdam()
 	adam.LR, adam.GainLR = 1e-4, 1e-4
 	nstep := 0
@@ -525,6 +535,11 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 		nstep++
 		if err := nvgkit.Adam(net, adam, nstep); err != nil {
 			return err
+		}
+		if o.signs {
+			if err := nvgkit.SignStep(net, nstep); err != nil {
+				return err
+			}
 		}
 		return dev.Sync()
 	}
