@@ -114,9 +114,10 @@ func TestBLRBackward(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	const u = 1.0 / (1 << 24)
 	auto := []gemmTestVariant{{}}
+	lanes := []gemmTestVariant{lanesVariant}
 	// m = n = r = 128 takes the fast path of every GEMM (TransB and not) under every tile.
-	fast := []gemmTestVariant{{64, 64, 16, false}, {128, 128, 32, false}, {128, 64, 32, false},
-		{64, 128, 32, false}}
+	fast := []gemmTestVariant{{bm: 64, bn: 64, bk: 16, general: false}, {bm: 128, bn: 128, bk: 32, general: false}, {bm: 128, bn: 64, bk: 32, general: false},
+		{bm: 64, bn: 128, bk: 32, general: false}}
 	for _, c := range []struct {
 		rows, m, n, r, paths, live int
 		keepT1                     bool
@@ -128,9 +129,28 @@ func TestBLRBackward(t *testing.T) {
 		{300, 20, 24, 8, 2, 5, false, auto}, // 2 row chunks in the column reductions
 		{37, 128, 128, 128, 2, 120, true, fast},
 		{21, 128, 128, 128, 1, 128, false, fast[:1]},
+		// m % 4 == 0: every stage (dt2's K is m) takes the lane-blocked kernel.
+		{37, 68, 56, 24, 2, 20, true, lanes},
+		{5, 132, 200, 72, 1, 66, false, lanes},
+		{9, 20, 24, 8, 2, 5, false, lanes},
 	} {
 		for _, v := range c.variants {
 			t.Run(fmt.Sprintf("%+v/%s", c, v), func(t *testing.T) {
+				if v.lanes {
+					skipNoLanes(t, d)
+					lanes0 := gpu.GEMMLanesDispatches()
+					defer func() {
+						// Per path: BLRForward's t1 and y when t1 is kept, else
+						// BLRBackward's t1; c, dt2 and dxg.
+						want := 4 * c.paths
+						if c.keepT1 {
+							want += c.paths
+						}
+						if got := gpu.GEMMLanesDispatches() - lanes0; got != want {
+							t.Errorf("%d lane-blocked GEMMs recorded, want %d", got, want)
+						}
+					}()
+				}
 				defer v.force()()
 				testBLRBackward(t, d, rng, c.rows, c.m, c.n, c.r, c.paths, c.live, c.keepT1)
 			})

@@ -254,6 +254,19 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c *Buffer, m, 
 		}
 		return r.Dispatch(kn, g, uni, binds...)
 	}
+	if lp, ok := r.d.gemmLanes(m, n, k, false, Whole(a), Whole(sa)); ok && (transB || n%8 == 0) {
+		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward_lanes.wgsl",
+			Params:   blrLanesParams{TransB: transB, ScaleC: sc != nil, Accum: accum, lanesParams: lp},
+			Bindings: access, Uniforms: 3})
+		if err != nil {
+			return err
+		}
+		if err := r.dispatchLanes(kn, lp, m, n, uni, binds...); err != nil {
+			return err
+		}
+		r.Cost(blrGEMMCost(m, k, n, accum))
+		return nil
+	}
 	bm, bn, bk := r.d.gemmTileFor(m, n, k)
 	pr := blrGemmParams{TransB: transB, ScaleC: sc != nil, Accum: accum, BM: bm, BN: bn, BK: bk}
 	if gemmFast(n, k, bn, bk, binds...) {
@@ -272,14 +285,24 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c *Buffer, m, 
 	if err := r.Dispatch(kn, [3]int{gx, gy, 1}, uni, binds...); err != nil {
 		return err
 	}
-	// Arithmetic 2·m·k·n; traffic: A and C in f32 (C read too when accumulating), signs at
-	// one bit each.
+	r.Cost(blrGEMMCost(m, k, n, accum))
+	return nil
+}
+
+// blrGEMMCost is a BLR GEMM stage's arithmetic, 2·m·k·n, and least traffic: A and C in f32
+// (C read too when accumulating), the signs at one bit each.
+func blrGEMMCost(m, k, n int, accum bool) (flops, bytes float64) {
 	cbytes := 4 * float64(m) * float64(n)
 	if accum {
 		cbytes *= 2
 	}
-	r.Cost(2*float64(m)*float64(k)*float64(n), 4*float64(m)*float64(k)+float64(k)*float64(n)/8+cbytes)
-	return nil
+	return 2 * float64(m) * float64(k) * float64(n), 4*float64(m)*float64(k) + float64(k)*float64(n)/8 + cbytes
+}
+
+// blrLanesParams are blr_forward_lanes.wgsl's template parameters.
+type blrLanesParams struct {
+	TransB, ScaleC, Accum bool
+	lanesParams
 }
 
 // checkT1 validates the optional per-path t1 buffers (F32 [rows, r] each).

@@ -125,7 +125,7 @@ type blrForwardImpl struct {
 // TestBLRForward runs the parity suite on BLRForward under every GEMM variant of
 // gemmTestVariants and on its naive twin BLRForwardNaive.
 func TestBLRForward(t *testing.T) {
-	impls := []blrForwardImpl{{"naive", gpu.BLRForwardNaive, nil}}
+	impls := []blrForwardImpl{{"naive", gpu.BLRForwardNaive, nil}, {"lanes", gpu.BLRForward, &lanesVariant}}
 	for i := range gemmTestVariants {
 		v := &gemmTestVariants[i]
 		impls = append(impls, blrForwardImpl{v.String(), gpu.BLRForward, v})
@@ -141,11 +141,15 @@ func TestBLRForward(t *testing.T) {
 func testBLRForward(t *testing.T, impl blrForwardImpl) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(21, 22))
+	if impl.variant != nil && impl.variant.lanes {
+		skipNoLanes(t, d) // every case has K = n or r, multiples of 8: the kernel applies
+	}
 	if impl.variant != nil {
 		defer impl.variant.force()()
 	}
+	lanes0 := gpu.GEMMLanesDispatches()
 	for _, c := range blrForwardCases {
-		if impl.variant != nil && impl.variant.general == c.fast {
+		if impl.variant != nil && !impl.variant.lanes && impl.variant.general == c.fast {
 			continue
 		}
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
@@ -186,6 +190,15 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 			}
 			checkBound(t, "t1", must(d.ReadFloat32(t1[p])).T(t), wt1, bt1)
 		})
+	}
+	if impl.variant != nil && impl.variant.lanes {
+		want := 0
+		for _, c := range blrForwardCases {
+			want += 2 * c.paths
+		}
+		if got := gpu.GEMMLanesDispatches() - lanes0; got != want {
+			t.Errorf("%d lane-blocked GEMMs recorded, want %d (t1 and y per path and case)", got, want)
+		}
 	}
 }
 

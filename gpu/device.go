@@ -89,6 +89,10 @@ type Info struct {
 	// MaxBufferSize and MaxStorageBindingSize are the device limits in bytes: the largest
 	// buffer, and the largest range of a buffer one storage binding may cover.
 	MaxBufferSize, MaxStorageBindingSize uint64
+	// SubgroupSize is the subgroup size of a CPU adapter with subgroups, probed at Open, where
+	// a workgroup of that many invocations is one subgroup (the lane-blocked GEMMs of
+	// gemm_lanes.go use it); 0 on GPUs and where the probe disagrees.
+	SubgroupSize int
 	// MaxWorkgroupStorage is the workgroup memory per workgroup in bytes;
 	// MaxInvocations the invocations per workgroup; MaxGroupsPerDim the workgroups per
 	// dispatch dimension.
@@ -297,6 +301,14 @@ func Open() (*Device, error) {
 			return nil, fmt.Errorf("NVG_GPU_MEMORY: %w", err)
 		}
 		d.budget = b
+	}
+	if info.CPU && info.Subgroups {
+		s, err := d.probeSubgroup()
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("gpu: subgroup probe on %s: %w", ai.Device, err)
+		}
+		d.info.SubgroupSize = s
 	}
 	return d, nil
 }

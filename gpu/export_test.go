@@ -43,3 +43,14 @@ func SetSignGradNaive(on bool) (restore func()) {
 	signGradNaive = on
 	return func() { signGradNaive = old }
 }
+
+// SetGEMMLanes forces the lane-blocked GEMM kernels (gemm_lanes.go) wherever they apply,
+// also on GPUs, and returns a function restoring the automatic choice (CPU adapters only).
+func SetGEMMLanes(on bool) (restore func()) {
+	old := gemmLanesForce
+	gemmLanesForce = on
+	return func() { gemmLanesForce = old }
+}
+
+// GEMMLanesDispatches is the number of lane-blocked GEMMs recorded so far in this process.
+func GEMMLanesDispatches() int { return gemmLanesDispatches }

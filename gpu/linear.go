@@ -84,6 +84,12 @@ func gemmFast(n, k, bn, bk int, binds ...Binding) bool {
 	return true
 }
 
+// linearLanesParams are linear_lanes.wgsl's template parameters.
+type linearLanesParams struct {
+	TransB, BF16 bool
+	lanesParams
+}
+
 type gemmNaiveParams struct {
 	TransB, BF16 bool
 	WG           int
@@ -107,6 +113,19 @@ func gemm(r *Recorder, op string, naive bool, a, b, c Binding, bf16 bool, m, k, 
 			return fmt.Errorf("gpu: %s: %w", op, err)
 		}
 		return r.Dispatch(kn, g, []uint32{uint32(m), uint32(n), uint32(k)}, a, b, c)
+	}
+	if lp, ok := r.d.gemmLanes(m, n, k, bf16 && !transB, a, b, c); ok {
+		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "linear_lanes.wgsl",
+			Params:   linearLanesParams{TransB: transB, BF16: bf16, lanesParams: lp},
+			Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3})
+		if err != nil {
+			return err
+		}
+		if err := r.dispatchLanes(kn, lp, m, n, []uint32{uint32(m), uint32(n), uint32(k)}, a, b, c); err != nil {
+			return err
+		}
+		r.Cost(gemmCost(m, k, n, bf16))
+		return nil
 	}
 	bm, bn, bk := r.d.gemmTileFor(m, n, k)
 	pr := gemmParams{TransB: transB, BF16: bf16, BM: bm, BN: bn, BK: bk}

@@ -67,9 +67,13 @@ func checkBound(t *testing.T, what string, got []float32, want, bound []float64)
 type gemmTestVariant struct {
 	bm, bn, bk int
 	general    bool
+	lanes      bool // the lane-blocked kernel (gemm_lanes.go) instead of a tile
 }
 
 func (v gemmTestVariant) String() string {
+	if v.lanes {
+		return "lanes"
+	}
 	path := "fast"
 	if v.general {
 		path = "general"
@@ -78,15 +82,32 @@ func (v gemmTestVariant) String() string {
 }
 
 // force applies the variant and returns the function restoring the automatic choice.
-func (v gemmTestVariant) force() func() { return gpu.SetGEMMVariant(v.bm, v.bn, v.bk, v.general) }
+func (v gemmTestVariant) force() func() {
+	if v.lanes {
+		return gpu.SetGEMMLanes(true)
+	}
+	return gpu.SetGEMMVariant(v.bm, v.bn, v.bk, v.general)
+}
+
+// lanesVariant is the lane-blocked GEMM as a forced variant.
+var lanesVariant = gemmTestVariant{lanes: true}
+
+// skipNoLanes skips t where the lane-blocked GEMM cannot run (no probed subgroup size: GPU
+// adapters, where it is never chosen).
+func skipNoLanes(t *testing.T, d *gpu.Device) {
+	t.Helper()
+	if d.Info().SubgroupSize == 0 {
+		t.Skipf("the lane-blocked GEMM needs a probed subgroup size (CPU adapters); %s has none", d.Info().Name)
+	}
+}
 
 // gemmTestVariants: every tile the automatic choice can make (and 128×128×16), each with
 // the general and the fast path.
 var gemmTestVariants = []gemmTestVariant{
-	{64, 64, 16, true}, {64, 64, 32, true}, {128, 128, 16, true},
-	{128, 128, 32, true}, {128, 64, 32, true}, {64, 128, 32, true},
-	{64, 64, 16, false}, {64, 64, 32, false}, {128, 128, 16, false},
-	{128, 128, 32, false}, {128, 64, 32, false}, {64, 128, 32, false},
+	{bm: 64, bn: 64, bk: 16, general: true}, {bm: 64, bn: 64, bk: 32, general: true}, {bm: 128, bn: 128, bk: 16, general: true},
+	{bm: 128, bn: 128, bk: 32, general: true}, {bm: 128, bn: 64, bk: 32, general: true}, {bm: 64, bn: 128, bk: 32, general: true},
+	{bm: 64, bn: 64, bk: 16, general: false}, {bm: 64, bn: 64, bk: 32, general: false}, {bm: 128, bn: 128, bk: 16, general: false},
+	{bm: 128, bn: 128, bk: 32, general: false}, {bm: 128, bn: 64, bk: 32, general: false}, {bm: 64, bn: 128, bk: 32, general: false},
 }
 
 // linearImpl is one implementation of the Linear family under the parity suite
@@ -110,6 +131,11 @@ var (
 	linearFastSizes    = [][3]int{{67, 128, 128}, {131, 64, 192}, {3, 256, 128}}
 )
 
+// linearLanesSizes are sizes where the lane-blocked kernel applies to both products (in and
+// out multiples of 4): odd rows, outputs narrower than one workgroup's columns (C = 2, 4)
+// and wider (C = 8, a partial last block), a single row, rows not a multiple of S·R.
+var linearLanesSizes = [][3]int{{67, 132, 76}, {1, 4, 4}, {130, 36, 260}, {5, 300, 12}, {9, 24, 136}}
+
 // linearImpls are the implementations of the Linear family: Linear and LinearT under every
 // variant of gemmTestVariants (the general-path variants on linearGeneralSizes, the
 // fast-path ones on linearFastSizes), and the naive twin LinearNaive (both B layouts) on
@@ -123,6 +149,7 @@ func linearImpls() []linearImpl {
 		}
 		impls = append(impls, linearImpl{v.String(), v.force, gpu.Linear, gpu.LinearT, sizes})
 	}
+	impls = append(impls, linearImpl{"lanes", lanesVariant.force, gpu.Linear, gpu.LinearT, linearLanesSizes})
 	return append(impls, linearImpl{"naive", nil,
 		func(r *gpu.Recorder, x, w, y *gpu.Buffer, rows, in, out int) error {
 			return gpu.LinearNaive(r, x, w, y, rows, in, out, true)
@@ -146,8 +173,19 @@ func TestLinearFamily(t *testing.T) {
 func testLinearFamily(t *testing.T, impl linearImpl) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(9, 10))
+	if impl.name == "lanes" {
+		skipNoLanes(t, d)
+	}
 	if impl.force != nil {
 		defer impl.force()()
+	}
+	lanes0 := gpu.GEMMLanesDispatches()
+	if impl.name == "lanes" {
+		defer func() {
+			if got, want := gpu.GEMMLanesDispatches()-lanes0, 2*len(impl.sizes); got != want {
+				t.Errorf("%d lane-blocked GEMMs recorded, want %d (one per product and size)", got, want)
+			}
+		}()
 	}
 	for _, sz := range impl.sizes {
 		rows, in, out := sz[0], sz[1], sz[2]

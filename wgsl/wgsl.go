@@ -70,7 +70,7 @@ var funcs = template.FuncMap{
 // parameters and pre-activation (forward and backward), and the sign-learning kernels'
 // score and padding helpers. Their define names are global: each library prefixes its
 // own (gemm_, gdrc_, red_, ew_, cc_, sign_).
-var libraries = []string{"gemm_tile.wgsl", "gated_delta_rule_chunk_lib.wgsl", "reduce.wgsl", "elementwise.wgsl", "causal_conv1d_lib.wgsl", "sign_lib.wgsl"}
+var libraries = []string{"gemm_tile.wgsl", "gated_delta_rule_chunk_lib.wgsl", "reduce.wgsl", "elementwise.wgsl", "causal_conv1d_lib.wgsl", "sign_lib.wgsl", "gemm_lanes.wgsl"}
 
 var (
 	mu     sync.Mutex

@@ -1,0 +1,96 @@
+package gpu
+
+import "fmt"
+
+// The lane-blocked GEMM (wgsl/gemm_lanes.wgsl, linear_lanes.wgsl, blr_forward_lanes.wgsl) is
+// the GEMM of CPU adapters: one subgroup per workgroup, each operand element loaded once per
+// workgroup and shared between the lanes by subgroupBroadcast. It computes every output as
+// one fma chain in K order, like the tiled kernels and their naive twins, so it is
+// bit-identical to them (TestLinearFamily, TestBLRForward, …) and nothing downstream changes
+// with the adapter's choice. Measured on lavapipe (Mesa 22.3, 2 AMD EPYC cores, AVX2),
+// Linear 256×768×256 with f16 W: tiled 64×64×16 0.86 GFLOP/s, lanes S 8 × R 4 × C 8
+// 9.7 GFLOP/s (DESIGN §9, "CPU adapters").
+
+// lanesProbeWG is the workgroup of the subgroup probe (a multiple of every plausible S).
+const lanesProbeWG = 64
+
+// probeSubgroup returns the subgroup size S of a CPU adapter when a workgroup of S
+// invocations is exactly one subgroup whose lane ids are the local invocation indices (the
+// lane-blocked kernels' assumption), else 0. It runs one small kernel.
+func (d *Device) probeSubgroup() (int, error) {
+	out, err := d.NewBuffer("subgroup probe", U32, 2*lanesProbeWG)
+	if err != nil {
+		return 0, err
+	}
+	defer out.Release()
+	err = d.Run(func(r *Recorder) error {
+		return r.dispatch1D(KernelSpec{Name: "SubgroupSize", File: "subgroup_size.wgsl",
+			Params: struct{ WG int }{lanesProbeWG}, Bindings: []Access{ReadWrite}}, 1, nil, Whole(out))
+	})
+	if err != nil {
+		return 0, err
+	}
+	v, err := d.ReadUint32(out)
+	if err != nil {
+		return 0, err
+	}
+	s := int(v[0])
+	if s < 4 || s > lanesProbeWG || lanesProbeWG%s != 0 {
+		return 0, nil
+	}
+	for i := range lanesProbeWG {
+		if int(v[i]) != s || int(v[lanesProbeWG+i]) != i%s {
+			return 0, nil
+		}
+	}
+	return s, nil
+}
+
+// gemmLanesForce: tests and benchmarks force the lane-blocked kernel where it applies
+// (else the automatic choice: on CPU adapters only).
+var gemmLanesForce bool
+
+// gemmLanesDispatches counts the lane-blocked GEMMs recorded (tests check a forced variant ran).
+var gemmLanesDispatches int
+
+// lanesParams are the lane-blocked kernels' block: S lanes, R row blocks (S·R rows per
+// workgroup), C columns per lane (S·C columns per workgroup).
+type lanesParams struct{ S, R, C int }
+
+// gemmLanes picks the lane-blocked block for an m×n output of depth k, or ok false where the
+// kernel does not apply: an adapter without a probed subgroup size, a tiled variant forced
+// (gemmForce), the automatic choice on a GPU, k not a multiple of 4, a binding not on a
+// 16-byte boundary, or (evenN) an odd n. R and C shrink for small outputs so that few lanes
+// idle: R = min(4, ceil(m/S)), C the least of 2, 4, 8 with S·C ≥ n (8 for larger n).
+func (d *Device) gemmLanes(m, n, k int, evenN bool, binds ...Binding) (lanesParams, bool) {
+	s := d.info.SubgroupSize
+	if s == 0 || gemmForce != (gemmVariant{}) || !(gemmLanesForce || d.info.CPU) || k%4 != 0 || (evenN && n%2 != 0) {
+		return lanesParams{}, false
+	}
+	for _, b := range binds {
+		if b.Offset%16 != 0 {
+			return lanesParams{}, false
+		}
+	}
+	p := lanesParams{S: s, R: min(4, (m+s-1)/s), C: 8}
+	for _, c := range []int{2, 4} {
+		if s*c >= n {
+			p.C = c
+			break
+		}
+	}
+	return p, true
+}
+
+// dispatchLanes records a lane-blocked kernel over the m×n output.
+func (r *Recorder) dispatchLanes(kn *Kernel, p lanesParams, m, n int, uniforms []uint32, binds ...Binding) error {
+	gx, gy := (n+p.S*p.C-1)/(p.S*p.C), (m+p.S*p.R-1)/(p.S*p.R)
+	if gx > 65535 || gy > 65535 {
+		return fmt.Errorf("gpu: %s: %d×%d output needs a %d×%d grid (max 65535 per dimension)", kn.spec.Name, m, n, gx, gy)
+	}
+	if err := r.Dispatch(kn, [3]int{gx, gy, 1}, uniforms, binds...); err != nil {
+		return err
+	}
+	gemmLanesDispatches++
+	return nil
+}

@@ -1,0 +1,40 @@
+// The lane-blocked form of blr_forward.wgsl for CPU adapters (the body is gemm_lanes.wgsl's,
+// see there): C[M, N] (+)= (A ⊙ sa)·B (⊙ sc) with B a ±1 sign matrix of packed bits, [N, K]
+// when TransB (t1, y, c), else [K, N] (dt2, dxg) — the operands of blr_forward.wgsl.
+// Bit-identical to the tiled kernel and to blr_forward_naive.wgsl: A ⊙ sa is one f32
+// product per element, each output one fma chain in K order, then ⊙ sc, then + C.
+// Requires K % 4 == 0 and 16-byte aligned A and sa bindings; when not TransB, N % 8 == 0 (a
+// lane's C ≤ 8 columns of one k are C bits of one word). Template parameters: TransB,
+// ScaleC, Accum (bools), S, R, C.
+
+@group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> bits: array<u32>;
+@group(0) @binding(2) var<storage, read> sa: array<vec4<f32>>;
+{{- if .ScaleC}}
+@group(0) @binding(3) var<storage, read> sc: array<f32>;
+@group(0) @binding(4) var<storage, read_write> c: array<f32>;
+{{- else}}
+@group(0) @binding(3) var<storage, read_write> c: array<f32>;
+{{- end}}
+
+{{if .ScaleC}}{{template "gemm_params" (dict "B" 5)}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
+
+// signs maps bit 0 of each lane to ±1.0 (1 ↦ +1, 0 ↦ −1).
+fn signs(v: vec4<u32>) -> vec4<f32> {
+    return bitcast<vec4<f32>>(vec4<u32>(0xBF800000u) ^ ((v & vec4<u32>(1u)) << vec4<u32>(31u)));
+}
+
+{{template "lanes_main" .}}
+{{- define "lanes_setup"}}
+{{- if .TransB}}{{range $j := seq .C}} let bc{{$j}} = min(nl + {{$j}}u, p.n - 1u) * p.k;{{end}}
+{{- else}} let nc = min(nl, p.n - {{.C}}u);
+{{- end}}
+{{- end}}
+{{- define "lanes_bload"}}
+{{- if .TransB}}{{range $j := seq .C}} let e{{$j}} = bc{{$j}} + 4u * k4; let b{{$j}} = signs(vec4<u32>((bits[e{{$j}} >> 5u] >> (e{{$j}} & 31u))) >> vec4<u32>(0u, 1u, 2u, 3u));{{end}}
+{{- else}}{{range $kk := seq 4}} let e{{$kk}} = (4u * k4 + {{$kk}}u) * p.n + nc; let w{{$kk}} = bits[e{{$kk}} >> 5u] >> (e{{$kk}} & 31u);{{end}} let wv = vec4<u32>(w0, w1, w2, w3);{{range $j := seq .C}} let b{{$j}} = signs(wv >> vec4<u32>({{$j}}u));{{end}}
+{{- end}}
+{{- end}}
+{{- define "lanes_aprep"}} let s4 = sa[k4];{{end}}
+{{- define "lanes_aload"}}a[ar{{.a}} + k4] * s4{{end}}
+{{- define "lanes_store"}}{{if .P.ScaleC}}let v = {{.v}} * sc[{{.n}}];{{else}}let v = {{.v}};{{end}}{{if .P.Accum}} c[{{.gm}} * p.n + {{.n}}] = c[{{.gm}} * p.n + {{.n}}] + v;{{else}} c[{{.gm}} * p.n + {{.n}}] = v;{{end}}{{end}}
