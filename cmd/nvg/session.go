@@ -20,7 +20,7 @@ func init() {
 	register(&command{
 		name:    "session",
 		summary: "manage resident GPU sessions (a server process holding a Lab that notebook cells attach to)",
-		usage: "start NAME [--idle 3h] | ls | stop NAME [--timeout 1m] | bench [--reps 3] [--keep-activations]\n\n" +
+		usage: "start NAME [--idle 3h] | ls | stop NAME [--timeout 1m] | bench [--reps 3] [--warm 5] [--nb 4 --t 64 --steps 24] [--keep-activations]\n\n" +
 			"  start  starts the server of session NAME (detached; log in the session directory) unless it runs\n" +
 			"  ls     lists the sessions: name, pid, alive/dead, state, idle time, log\n" +
 			"  stop   asks the server of NAME to exit (a running call stops at a step boundary) and waits\n" +
@@ -175,22 +175,36 @@ func sessionServe(c *command, args []string) error {
 // cold over warm.
 func sessionBench(c *command, args []string) error {
 	fs := newFlags(c)
-	reps := fs.Int("reps", 3, "runs of the cold cell (the warm cell runs max(reps, 5) times)")
+	setup := session.DefaultSetup()
+	reps := fs.Int("reps", 3, "runs of the cold cell")
+	warmRuns := fs.Int("warm", 5, "runs of the warm cell (and of the transport-only and built cells)")
 	keep := fs.Bool("keep-activations", false, "both cells' sessions keep the student's activations for the backward (Setup.Train.KeepActivations)")
+	nb := fs.Int("nb", setup.Train.NB, "windows per step of both cells' Setup (Setup.Train.NB; the default is DefaultSetup's)")
+	t := fs.Int("t", setup.Train.T, "tokens per window of both cells' Setup (Setup.Train.T)")
+	steps := fs.Int("steps", setup.Train.Steps, "planned steps of both cells' Setup (Setup.Train.Steps: the teacher pass covers steps·nb windows)")
 	if err := parseFlags(c, fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return usagef("session bench takes no arguments")
 	}
-	if *reps < 1 {
-		return usagef("--reps %d: want ≥ 1", *reps)
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"reps", *reps}, {"warm", *warmRuns}, {"nb", *nb}, {"t", *t}, {"steps", *steps}} {
+		if f.v < 1 {
+			return usagef("--%s %d: want ≥ 1", f.name, f.v)
+		}
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	setup := session.DefaultSetup()
+	what := "DefaultSetup"
+	if *nb != setup.Train.NB || *t != setup.Train.T || *steps != setup.Train.Steps {
+		what = "DefaultSetup resized"
+	}
+	setup.Train.NB, setup.Train.T, setup.Train.Steps = *nb, *t, *steps
 	setup.Train.KeepActivations = *keep
 
 	// The warm session, set up once (not timed).
@@ -211,8 +225,8 @@ func sessionBench(c *command, args []string) error {
 		return err
 	}
 	grad := names[0]
-	fmt.Printf("nvg session bench: the embedded tiny teacher, DefaultSetup (NB %d, T %d, K %d, %d training windows, KeepActivations %v), on %s\n",
-		setup.Train.NB, setup.Train.T, setup.Train.K, info.TrainWindows, setup.Train.KeepActivations, info.Device)
+	fmt.Printf("nvg session bench: the embedded tiny teacher, %s (NB %d, T %d, K %d, %d training windows, KeepActivations %v), on %s\n",
+		what, setup.Train.NB, setup.Train.T, setup.Train.K, info.TrainWindows, setup.Train.KeepActivations, info.Device)
 
 	cold := make([]float64, *reps)
 	setupMS, teacherMS := make([]float64, *reps), make([]float64, *reps)
@@ -235,7 +249,7 @@ func sessionBench(c *command, args []string) error {
 		}
 		cold[i] = msSince(t0)
 	}
-	warm := make([]float64, max(*reps, 5))
+	warm := make([]float64, *warmRuns)
 	for i := range warm {
 		t0 := time.Now()
 		if err := benchCell(func() (session.Lab, error) { return session.Attach(name, session.NoStart()) }, grad); err != nil {

@@ -93,6 +93,7 @@ func TestSessionCommands(t *testing.T) {
 		{[]string{"session", "start", "../x"}, 1, `bad session name "../x"`},
 		{[]string{"session", "stop", "nosuch"}, 1, `session "nosuch" is not running`},
 		{[]string{"session", "bench", "--reps", "0"}, 2, "--reps 0: want ≥ 1"},
+		{[]string{"session", "bench", "--t", "0"}, 2, "--t 0: want ≥ 1"},
 	} {
 		_, stderr, code := capture(t, tc.args)
 		if code != tc.code || !strings.Contains(stderr, tc.want) {
@@ -101,21 +102,22 @@ func TestSessionCommands(t *testing.T) {
 	}
 }
 
-// TestSessionBench runs `nvg session bench --reps 1` on the GPU (lavapipe in CI) and checks
-// its output: the absolute times of the cold and warm cells and of the cell's compile, and
-// a last line `cell latency ratio: X` with X a positive number (its value is not asserted:
-// no timed assertions).
+// TestSessionBench runs `nvg session bench` on the GPU (lavapipe in CI), resized so that it
+// takes seconds (2 steps of 1 window × 16 tokens, one run of each cell), and checks its
+// output: the absolute times of the cold and warm cells and of the cell's compile, and a last
+// line `cell latency ratio: X` with X a positive number (its value is not asserted: no timed
+// assertions; the README's figure comes from the full-size default run).
 func TestSessionBench(t *testing.T) {
 	gputest.Open(t) // fail (not skip) under NVG_REQUIRE_GPU=1 when there is no adapter
 	sessionEnv(t)
-	out, errOut, code := capture(t, []string{"session", "bench", "--reps", "1"})
+	out, errOut, code := capture(t, []string{"session", "bench", "--reps", "1", "--warm", "1", "--nb", "1", "--t", "16", "--steps", "2"})
 	t.Logf("nvg session bench:\n%s", out)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	ms := `median \d+\.\d ms of \d+ runs \((\d+\.\d(, )?)+ ms\)`
 	for _, re := range []string{
-		`(?m)^nvg session bench: the embedded tiny teacher, DefaultSetup \(NB 4, T 64, K 32, \d+ training windows\), on .+$`,
+		`(?m)^nvg session bench: the embedded tiny teacher, DefaultSetup resized \(NB 1, T 16, K 32, 2 training windows, KeepActivations false\), on .+$`,
 		`(?m)^cold cell, in-process \(new Lab: open device, load, compress, teacher pass; Step\(1\), Grad\): ` + ms + `$`,
 		`(?m)^warm cell \(Attach to the resident session; Step\(1\), Grad\): ` + ms + `$`,
 		`(?m)^cell compile \(go build of the cell program, imports only nvgkit/session\): \d+ ms first, \d+ ms after an edit$`,
