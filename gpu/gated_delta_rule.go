@@ -33,30 +33,11 @@ const (
 // mismatches, aliasing among the buffers, or any Dispatch error.
 func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaRuleDims) error {
 	const op = "GatedDeltaRule"
-	if err := dims.check(r, op); err != nil {
-		return err
-	}
-	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
-	if dk%4 != 0 || dk > 256 {
-		return fmt.Errorf("gpu: %s: dk = %d must be a multiple of 4 and ≤ 256", op, dk)
-	}
-	rows := nb * t
-	if rows*hv*dv > maxU32Elems || rows*hk*dk > maxU32Elems || nb*hv*dk*dv > maxU32Elems {
-		return fmt.Errorf("gpu: %s: sizes nb=%d t=%d hk=%d hv=%d dk=%d dv=%d exceed 2³¹ elements", op, nb, t, hk, hv, dk, dv)
-	}
-	bufs, err := gdrForwardBuffers(op, dims, q, k, v, g, beta, o, state)
+	access, binds, err := tokenForwardBindings(r, op, dims, q, k, v, g, beta, o, state)
 	if err != nil {
 		return err
 	}
-	if err := distinct(op, bufs); err != nil {
-		return err
-	}
-	access := []Access{Read, Read, Read, Read, Read, ReadWrite}
-	binds := []Binding{Whole(q), Whole(k), Whole(v), Whole(g), Whole(beta), Whole(o)}
-	if state != nil {
-		access = append(access, ReadWrite)
-		binds = append(binds, Whole(state))
-	}
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
 	// np invocations share a column (each holding dk/np of its rows): more invocations and
 	// shorter dependent chains per step, at the price of a second barrier per step.
 	np := gatedDeltaRuleRowSlices
@@ -81,6 +62,37 @@ func GatedDeltaRule(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaR
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
 	return r.Dispatch(kern, grid, []uint32{uint32(nb), uint32(t), uint32(hk), uint32(hv)}, binds...)
+}
+
+// tokenForwardBindings validates a token-by-token forward's arguments (GatedDeltaRule,
+// GatedDeltaRuleLanes: sizes, dk a multiple of 4 and ≤ 256, the 2³¹ index range, buffers)
+// and returns its bindings and their access: q, k, v, g, beta, o, then state when not nil.
+func tokenForwardBindings(r *Recorder, op string, dims DeltaRuleDims, q, k, v, g, beta, o, state *Buffer) ([]Access, []Binding, error) {
+	if err := dims.check(r, op); err != nil {
+		return nil, nil, err
+	}
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
+	if dk%4 != 0 || dk > 256 {
+		return nil, nil, fmt.Errorf("gpu: %s: dk = %d must be a multiple of 4 and ≤ 256", op, dk)
+	}
+	rows := nb * t
+	if rows*hv*dv > maxU32Elems || rows*hk*dk > maxU32Elems || nb*hv*dk*dv > maxU32Elems {
+		return nil, nil, fmt.Errorf("gpu: %s: sizes nb=%d t=%d hk=%d hv=%d dk=%d dv=%d exceed 2³¹ elements", op, nb, t, hk, hv, dk, dv)
+	}
+	bufs, err := gdrForwardBuffers(op, dims, q, k, v, g, beta, o, state)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := distinct(op, bufs); err != nil {
+		return nil, nil, err
+	}
+	access := []Access{Read, Read, Read, Read, Read, ReadWrite}
+	binds := []Binding{Whole(q), Whole(k), Whole(v), Whole(g), Whole(beta), Whole(o)}
+	if state != nil {
+		access = append(access, ReadWrite)
+		binds = append(binds, Whole(state))
+	}
+	return access, binds, nil
 }
 
 // gdrForwardBuffers checks the forward's buffers against dims (all F32: q, k

@@ -72,10 +72,14 @@ func GatedDeltaRuleChunkedBackwardFits(d *Device, dims DeltaRuleDims) bool {
 }
 
 // GatedDeltaRuleAuto records the gated delta rule (host.GatedDeltaRule) with
-// GatedDeltaRuleChunked where GatedDeltaRuleChunkedFits says so for r's device, else with
-// GatedDeltaRule; the arguments and outputs are theirs, and both compute the same o and
-// state within f32 rounding (gpu tests). Errors: those of the launcher taken.
+// GatedDeltaRuleLanes on CPU adapters (GatedDeltaRuleLanesFits: 15–35× the other forms on
+// lavapipe), else with GatedDeltaRuleChunked where GatedDeltaRuleChunkedFits says so for r's
+// device, else with GatedDeltaRule; the arguments and outputs are theirs, and all compute the
+// same o and state within f32 rounding (gpu tests). Errors: those of the launcher taken.
 func GatedDeltaRuleAuto(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaRuleDims) error {
+	if r != nil && GatedDeltaRuleLanesFits(r.Device(), dims) {
+		return GatedDeltaRuleLanes(r, q, k, v, g, beta, o, state, dims)
+	}
 	if r != nil && GatedDeltaRuleChunkedFits(r.Device(), dims) {
 		return GatedDeltaRuleChunked(r, q, k, v, g, beta, o, state, dims)
 	}
@@ -83,11 +87,15 @@ func GatedDeltaRuleAuto(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims De
 }
 
 // GatedDeltaRuleBackwardAuto records the backward of the gated delta rule with
+// GatedDeltaRuleBackwardLanes on CPU adapters (GatedDeltaRuleBackwardLanesFits), else with
 // GatedDeltaRuleChunkedBackward where GatedDeltaRuleChunkedBackwardFits says so for r's
-// device, else with GatedDeltaRuleBackward; the arguments and outputs are theirs, and both
+// device, else with GatedDeltaRuleBackward; the arguments and outputs are theirs, and all
 // compute the same gradients within f32 rounding (gpu tests). Errors: those of the launcher
 // taken.
 func GatedDeltaRuleBackwardAuto(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
+	if r != nil && GatedDeltaRuleBackwardLanesFits(r.Device(), dims) {
+		return GatedDeltaRuleBackwardLanes(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
+	}
 	if r != nil && GatedDeltaRuleChunkedBackwardFits(r.Device(), dims) {
 		return GatedDeltaRuleChunkedBackward(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
 	}

@@ -78,6 +78,13 @@ func TestGatedDeltaRuleBackward(t *testing.T) {
 	testDeltaRuleBackward(t, deltaRuleBackwardImpl{gpu.GatedDeltaRuleBackward, deltaRuleBackwardTokenTol, false, false, false})
 }
 
+// TestGatedDeltaRuleBackwardLanes: the lane-blocked backward of CPU adapters under the
+// backward parity suite, with the token-by-token kernel's tolerance.
+func TestGatedDeltaRuleBackwardLanes(t *testing.T) {
+	skipNoLanes(t, gputest.Open(t))
+	testDeltaRuleBackward(t, deltaRuleBackwardImpl{gpu.GatedDeltaRuleBackwardLanes, deltaRuleBackwardTokenTol, false, false, false})
+}
+
 // TestGatedDeltaRuleBackwardAuto: the launcher nvgkit calls (chunked where it fits, so
 // token-by-token for dk or dv not multiples of 4) under the backward parity suite.
 func TestGatedDeltaRuleBackwardAuto(t *testing.T) {
@@ -184,21 +191,31 @@ func testDeltaRuleBackward(t *testing.T, impl deltaRuleBackwardImpl) {
 // included), dk = dv = 128; with NVG_BENCH_BIG=1 also a model-sized batch (nb = 2 windows of
 // t = 4096, hk = 16, hv = 32: the checkpoint scratch, ~(64 + 64)·64 KiB per head, must fit
 // one storage binding). Reports tokens/s of the whole call (submit and readback included)
-// and gpu-µs, the main kernel's GPU time from the timestamp profiler.
+// and gpu-µs, the main kernel's GPU time from the timestamp profiler. "lanes" is
+// GatedDeltaRuleBackwardLanes (CPU adapters only; gpu-µs-all sums its two kernels).
 func BenchmarkGatedDeltaRuleBackward(b *testing.B) {
 	for _, sz := range []struct {
 		nb, t, hk, hv int
 		big           bool
 	}{{1, 512, 1, 2, false}, {2, 4096, 16, 32, true}} {
-		b.Run(fmt.Sprintf("nb=%d,t=%d,hk=%d,hv=%d", sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
-			if sz.big && os.Getenv("NVG_BENCH_BIG") != "1" {
-				b.Skip("model-sized run: set NVG_BENCH_BIG=1")
+		for _, lanes := range []bool{false, true} {
+			name, bw, kernel := "token", gpu.GatedDeltaRuleBackward, "GatedDeltaRuleBackward"
+			if lanes {
+				name, bw, kernel = "lanes", gpu.GatedDeltaRuleBackwardLanes, ""
 			}
-			benchDeltaRuleBackward(b, gpu.GatedDeltaRuleBackward, gpu.DeltaRuleDims{NB: sz.nb, T: sz.t, HK: sz.hk, HV: sz.hv, DK: 128, DV: 128},
-				func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, wait *gpu.Buffer) {
-					benchKernel(b, d, "GatedDeltaRuleBackward", rows, rec, wait)
-				})
-		})
+			b.Run(fmt.Sprintf("%s,nb=%d,t=%d,hk=%d,hv=%d", name, sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
+				if sz.big && os.Getenv("NVG_BENCH_BIG") != "1" {
+					b.Skip("model-sized run: set NVG_BENCH_BIG=1")
+				}
+				if lanes && gputest.Open(b).Info().SubgroupSize == 0 {
+					b.Skip("the lane-blocked form runs on CPU adapters")
+				}
+				benchDeltaRuleBackward(b, bw, gpu.DeltaRuleDims{NB: sz.nb, T: sz.t, HK: sz.hk, HV: sz.hv, DK: 128, DV: 128},
+					func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, wait *gpu.Buffer) {
+						benchKernel(b, d, kernel, rows, rec, wait)
+					})
+			})
+		}
 	}
 }
 

@@ -85,7 +85,24 @@ func infDecayTol(t, dk, dv int) float64 {
 // negative (infDecayCases) against the host's float64 recurrence and the token-by-token
 // GPU kernel, which multiply the state by exp(g) = 0 there: outputs and final states
 // finite and within infDecayTol of both.
+// The lane-blocked form of CPU adapters (GatedDeltaRuleLanes) runs the same checks where it
+// runs.
 func TestGatedDeltaRuleChunkedInfDecay(t *testing.T) {
+	for _, impl := range []struct {
+		name  string
+		run   func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error
+		lanes bool
+	}{{"chunked", gpu.GatedDeltaRuleChunked, false}, {"lanes", gpu.GatedDeltaRuleLanes, true}} {
+		t.Run(impl.name, func(t *testing.T) {
+			if impl.lanes {
+				skipNoLanes(t, gputest.Open(t))
+			}
+			testInfDecayForward(t, impl.name, impl.run)
+		})
+	}
+}
+
+func testInfDecayForward(t *testing.T, name string, run func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error) {
 	eachInfDecayCase(t, 171, func(t *testing.T, d *gpu.Device, tc infDecayRun) {
 		nb, tt, hk, hv, dk, dv := tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv
 		dims := gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}
@@ -94,7 +111,7 @@ func TestGatedDeltaRuleChunkedInfDecay(t *testing.T) {
 		o, oRef := bs.nw("o", rows, hv, dv), bs.nw("o token", rows, hv, dv)
 		st, stRef := bs.nw("state", nb, hv, dk, dv), bs.nw("state token", nb, hv, dk, dv)
 		if err := d.Run(func(r *gpu.Recorder) error {
-			if err := gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, o, st, dims); err != nil {
+			if err := run(r, q, k, v, g, beta, o, st, dims); err != nil {
 				return err
 			}
 			return gpu.GatedDeltaRule(r, q, k, v, g, beta, oRef, stRef, dims)
@@ -112,8 +129,8 @@ func TestGatedDeltaRuleChunkedInfDecay(t *testing.T) {
 			want     []float64
 		}{{"o", o, oRef, wo}, {"state", st, stRef, ws}} {
 			got := must(d.ReadFloat32(c.got)).T(t)
-			checkClose(t, "chunked "+c.name+" vs host", got, c.want, tol*maxAbs(c.want), 0)
-			checkClose(t, "chunked "+c.name+" vs token-by-token GPU", got, f64(must(d.ReadFloat32(c.ref)).T(t)), tol*maxAbs(c.want), 0)
+			checkClose(t, name+" "+c.name+" vs host", got, c.want, tol*maxAbs(c.want), 0)
+			checkClose(t, name+" "+c.name+" vs token-by-token GPU", got, f64(must(d.ReadFloat32(c.ref)).T(t)), tol*maxAbs(c.want), 0)
 		}
 	})
 }
@@ -124,7 +141,24 @@ func TestGatedDeltaRuleChunkedInfDecay(t *testing.T) {
 // dk's). Both references give dg = Σ Ŝ⊙dŜ = 0 where g = −∞ (Ŝ = e^g·S = 0), and so must
 // the chunked form, exactly: a residue there would be multiplied by exp(A_log) in the
 // gates' backward.
+// The lane-blocked backward of CPU adapters (GatedDeltaRuleBackwardLanes) runs the same
+// checks where it runs.
 func TestGatedDeltaRuleChunkedBackwardInfDecay(t *testing.T) {
+	for _, impl := range []struct {
+		name  string
+		run   func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error
+		lanes bool
+	}{{"chunked", gpu.GatedDeltaRuleChunkedBackward, false}, {"lanes", gpu.GatedDeltaRuleBackwardLanes, true}} {
+		t.Run(impl.name, func(t *testing.T) {
+			if impl.lanes {
+				skipNoLanes(t, gputest.Open(t))
+			}
+			testInfDecayBackward(t, impl.name, impl.run)
+		})
+	}
+}
+
+func testInfDecayBackward(t *testing.T, name string, bwRun func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error) {
 	eachInfDecayCase(t, 173, func(t *testing.T, d *gpu.Device, tc infDecayRun) {
 		nb, tt, hk, hv, dk, dv := tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv
 		dims := gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}
@@ -146,24 +180,24 @@ func TestGatedDeltaRuleChunkedBackwardInfDecay(t *testing.T) {
 			return out
 		}
 		ref := run(gpu.GatedDeltaRuleBackward)
-		got := run(gpu.GatedDeltaRuleChunkedBackward)
+		got := run(bwRun)
 		wq, wk, wv, wg, wb, err := host.GatedDeltaRuleBackward(in[0], in[1], in[2], in[3], in[4], dod, nb, tt, hk, hv, dk, dv)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tol := infDecayTol(tt, dk, dv)
 		for i, w := range [][]float64{wq, wk, wv, wg, wb} {
-			name := []string{"dq", "dk", "dv", "dg", "dbeta"}[i]
+			what := []string{"dq", "dk", "dv", "dg", "dbeta"}[i]
 			m := maxAbs(w)
-			if name == "dg" {
+			if what == "dg" {
 				m = math.Max(m, math.Max(maxAbs(wq), maxAbs(wk)))
 			}
-			checkClose(t, name+" vs host", got[i], w, tol*m, 0)
-			checkClose(t, name+" vs token-by-token GPU", got[i], f64(ref[i]), tol*m, 0)
+			checkClose(t, name+" "+what+" vs host", got[i], w, tol*m, 0)
+			checkClose(t, name+" "+what+" vs token-by-token GPU", got[i], f64(ref[i]), tol*m, 0)
 		}
 		for e, x := range in[3] {
 			if math.Exp(x) == 0 && (got[3][e] != 0 || ref[3][e] != 0 || wg[e] != 0) {
-				t.Fatalf("dg at row-head %d (g = %g): chunked %g, token-by-token %g, host %g; want 0", e, x, got[3][e], ref[3][e], wg[e])
+				t.Fatalf("dg at row-head %d (g = %g): %s %g, token-by-token %g, host %g; want 0", e, x, name, got[3][e], ref[3][e], wg[e])
 			}
 		}
 	})

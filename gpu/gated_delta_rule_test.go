@@ -105,6 +105,13 @@ func TestGatedDeltaRule(t *testing.T) {
 	testDeltaRule(t, deltaRuleImpl{gpu.GatedDeltaRule, []int{0}, deltaRuleTokenTol, false})
 }
 
+// TestGatedDeltaRuleLanes: the lane-blocked form of CPU adapters under the forward parity
+// suite, also against the token-by-token GPU kernel.
+func TestGatedDeltaRuleLanes(t *testing.T) {
+	skipNoLanes(t, gputest.Open(t))
+	testDeltaRule(t, deltaRuleImpl{gpu.GatedDeltaRuleLanes, []int{0}, deltaRuleTokenTol, true})
+}
+
 // TestGatedDeltaRuleAuto: the launcher nvgkit calls (chunked where it fits) under the
 // forward parity suite.
 func TestGatedDeltaRuleAuto(t *testing.T) {
@@ -186,25 +193,31 @@ func testDeltaRule(t *testing.T, impl deltaRuleImpl) {
 // the model's batch of BenchmarkGatedDeltaRuleChunked (nb = 8 windows of t = 512, hk = 16,
 // hv = 32), with NVG_BENCH_BIG=1 a model-sized batch (nb = 8 windows of t = 4096). Reports
 // tokens/s of the whole call (submit and readback included) and gpu-µs, the kernel's GPU
-// time from the timestamp profiler.
+// time from the timestamp profiler; "lanes" is GatedDeltaRuleLanes (CPU adapters only).
 func BenchmarkGatedDeltaRule(b *testing.B) {
 	for _, sz := range []struct {
 		nb, t, hk, hv int
 		env           string
 	}{{1, 512, 1, 2, ""}, {8, 512, 16, 32, "NVG_BENCH_LARGE"}, {8, 4096, 16, 32, "NVG_BENCH_BIG"}} {
-		b.Run(fmt.Sprintf("nb=%d,t=%d,hk=%d,hv=%d", sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
-			if sz.env != "" && os.Getenv(sz.env) != "1" {
-				b.Skip("model-sized run: set " + sz.env + "=1")
+		for _, lanes := range []bool{false, true} {
+			name, run, kernel := "token", gpu.GatedDeltaRule, "GatedDeltaRule"
+			if lanes {
+				name, run, kernel = "lanes", gpu.GatedDeltaRuleLanes, "GatedDeltaRuleLanes"
 			}
-			benchGatedDeltaRule(b, sz.nb, sz.t, sz.hk, sz.hv, 128, 128)
-		})
+			b.Run(fmt.Sprintf("%s,nb=%d,t=%d,hk=%d,hv=%d", name, sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
+				if sz.env != "" && os.Getenv(sz.env) != "1" {
+					b.Skip("model-sized run: set " + sz.env + "=1")
+				}
+				if lanes && gputest.Open(b).Info().SubgroupSize == 0 {
+					b.Skip("the lane-blocked form runs on CPU adapters")
+				}
+				dims := gpu.DeltaRuleDims{NB: sz.nb, T: sz.t, HK: sz.hk, HV: sz.hv, DK: 128, DV: 128}
+				benchDeltaRule(b, run, dims, func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, st *gpu.Buffer) {
+					benchKernel(b, d, kernel, rows, rec, st)
+				})
+			})
+		}
 	}
-}
-
-func benchGatedDeltaRule(b *testing.B, nb, tt, hk, hv, dk, dv int) {
-	benchDeltaRule(b, gpu.GatedDeltaRule, gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}, func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, st *gpu.Buffer) {
-		benchKernel(b, d, "GatedDeltaRule", rows, rec, st)
-	})
 }
 
 // benchDeltaRule uploads deltaInputs of dims (final state written) and hands a call of run

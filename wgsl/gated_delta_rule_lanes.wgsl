@@ -1,0 +1,343 @@
+// The gated delta rule in the lane-blocked form of CPU adapters (gemm_lanes.wgsl says why):
+// GatedDeltaRuleLanes (the forward, token by token as gated_delta_rule.wgsl) and
+// GatedDeltaRuleBackwardLanes (Backward: the backward; Reduce: its partial sums' reduction).
+// Per window b and value head j (key head kh = j / (hv/hk)), from S = 0,
+//   S ← e^{g_t}·S;   u = β_t (v_t − Sᵀk_t);   S ← S + k_t ⊗ u;   o_t = Sᵀq_t.
+// One workgroup = one subgroup of S lanes per (window, value head, slice of S·C value
+// columns); lane l owns columns cl + cc, cl = slice·S·C + l·C, cc < C, each as D4 = DK/4
+// named vec4 registers of its rows. No workgroup memory, no barrier: per token each lane
+// loads KL = ⌈D4/S⌉ vec4s of k_t (and q_t), groups l + S·i, and every lane reads every group
+// through subgroupBroadcast. Each column's Sᵀk and Sᵀq is one vec4 fma chain over the D4
+// groups in order, summed (x + y) + (z + w). A lane whose column cl + cc is past DV computes
+// the last column's values again (same inputs, same bits) and stores no output.
+// Layouts (row-major f32): q, k [nb·t, hk, DK]; v, o, do, dv [nb·t, hv, DV]; g, beta
+// [nb·t, hv]; state [nb, hv, DK, DV] (the forward's final state, WantState).
+// Template parameters: S, C, DK (multiple of 4), DV, D4, KL, NSLICE (⌈DV/(S·C)⌉);
+// forward: WantState; Backward: CL; Reduce: WG.
+{{- if .Reduce}}
+
+// Reduction: the per-slice (and, for dq and dk, per value head) partial gradients of the
+// backward summed in a fixed order (slice, then head):
+//   out[r, a] = Σ_{s < NS} Σ_{m < G} part[off + ((s·R + r)·G + m)·W + a].
+// dq, dk: R = rows·hk, G = hv/hk, W = DK; dβ, dg: R = rows·hv, G = 1, W = 1. One invocation
+// per output element (linear index (wid.x + wid.y·nwg.x)·WG + lid).
+
+@group(0) @binding(0) var<storage, read> part: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+
+struct Params {
+    n: u32,  // R·W
+    w: u32,  // W
+    g: u32,  // G
+    ns: u32, // NS
+    off: u32,
+};
+@group(0) @binding(2) var<uniform> p: Params;
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let e = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
+    if (e >= p.n) {
+        return;
+    }
+    let a = e % p.w;
+    let r = e / p.w;
+    var s = 0.0;
+    for (var sl = 0u; sl < p.ns; sl++) {
+        let base = p.off + ((sl * (p.n / p.w) + r) * p.g) * p.w + a;
+        for (var m = 0u; m < p.g; m++) {
+            s += part[base + m * p.w];
+        }
+    }
+    out[e] = s;
+}
+{{- else if .Backward}}
+
+// Backward. Everything a lane stores in the scratch is its own columns', so the lanes never
+// wait for each other:
+//  1. a forward sweep over the window writes the state before each chunk of CL tokens (chunk
+//     ci ≥ 1: the state after token ci·CL − 1);
+//  2. chunk by chunk in reverse: from its checkpoint (zero for chunk 0) the chunk's forward
+//     is recomputed, storing per token the decayed state S̃_t = e^{g_t}·S_{t−1} and
+//     w_t = v_t − S̃_tᵀk_t (so S_t = S̃_t + k_t ⊗ β_t w_t is re-formed exactly, as the
+//     forward's fma), then its tokens are stepped back (dS is the gradient of S_t):
+//       dS += q_t ⊗ do_t;   dq_t = S_t·do_t;   du = dSᵀk_t;   dv_t = β_t du;
+//       dβ_t = Σ_c du_c w_c;   dk_t = dS·(β_t w) − S̃_t·(β_t du);
+//       dS̃ = dS − k_t ⊗ β_t du;   dg_t = Σ dS̃ ⊙ S̃_t;   dS ← e^{g_t}·dS̃.
+//     The column sums (dq, dk, dβ, dg) are added over the subgroup's lanes (subgroupAdd) and
+//     written per slice to part; the Reduce entry sums them over slices and value heads.
+// Scratch per (window, value head), in vec4s: ckpt [NCK][DV][D4], states [CL][DV][D4], then
+// w [CL][DV] packed 4 per slot. part: dq and dk [NSLICE][nb·t][hv][D4] vec4s; part1: dβ and
+// dg [NSLICE][nb·t][hv].
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(3) var<storage, read> g: array<f32>;
+@group(0) @binding(4) var<storage, read> beta: array<f32>;
+@group(0) @binding(5) var<storage, read> dout: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dval: array<f32>;
+@group(0) @binding(7) var<storage, read_write> scr: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read_write> part: array<vec4<f32>>;
+@group(0) @binding(9) var<storage, read_write> part1: array<f32>;
+
+struct Params {
+    nb: u32,
+    t: u32,
+    hk: u32,
+    hv: u32,
+    nck: u32, // ⌈t / CL⌉
+};
+@group(0) @binding(10) var<uniform> p: Params;
+
+const CL: u32 = {{.CL}}u;
+{{template "gdrl_head" .}}
+    let rows = p.nb * p.t;
+    let sh = (p.nck + CL) * DV * D4 + (CL * DV + 3u) / 4u;
+    let ckb = bj * sh;
+    let stb = ckb + p.nck * DV * D4;
+    let wb = stb + CL * DV * D4;
+{{- range $cc := seq .C}}
+    let live{{$cc}} = cl + {{$cc}}u < DV;
+{{- range $m := seq $.D4}}
+    var ds{{$cc}}_{{$m}} = vec4<f32>(0.0);
+{{- end}}
+{{- end}}
+
+    // 1. The forward sweep: the state before every chunk ci ≥ 1.
+    for (var tau = 0u; tau < p.t; tau++) {
+        if (tau > 0u && tau % CL == 0u) {
+            let ci = tau / CL;
+{{- range $cc := seq .C}}
+{{- range $m := seq $.D4}}
+            scr[ckb + (ci * DV + c{{$cc}}) * D4 + {{$m}}u] = s{{$cc}}_{{$m}};
+{{- end}}
+{{- end}}
+        }
+        let row = b * p.t + tau;
+        let gi = row * p.hv + j;
+        {{template "gdrl_kq" (dict "P" $ "Q" false)}}
+        {{template "gdrl_step" (dict "P" $ "Store" false "Out" false)}}
+    }
+
+    // 2. Chunk by chunk in reverse.
+    for (var cr = 0u; cr < p.nck; cr++) {
+        let ci = p.nck - 1u - cr;
+        let t0 = ci * CL;
+        let t1 = min(t0 + CL, p.t);
+{{- range $cc := seq .C}}
+{{- range $m := seq $.D4}}
+        s{{$cc}}_{{$m}} = select(vec4<f32>(0.0), scr[ckb + (ci * DV + c{{$cc}}) * D4 + {{$m}}u], ci > 0u);
+{{- end}}
+{{- end}}
+        for (var tau = t0; tau < t1; tau++) {
+            let row = b * p.t + tau;
+            let gi = row * p.hv + j;
+            let ti = tau - t0;
+            {{template "gdrl_kq" (dict "P" $ "Q" false)}}
+            {{template "gdrl_step" (dict "P" $ "Store" true "Out" false)}}
+        }
+        for (var tr = 0u; tr < t1 - t0; tr++) {
+            let tau = t1 - 1u - tr;
+            let ti = tau - t0;
+            let row = b * p.t + tau;
+            let gi = row * p.hv + j;
+            {{template "gdrl_kq" (dict "P" $ "Q" true)}}
+{{- range $m := seq .D4}}
+            var dq{{$m}} = vec4<f32>(0.0);
+            var dk{{$m}} = vec4<f32>(0.0);
+{{- end}}
+            var dbs = 0.0;
+            var dgv = vec4<f32>(0.0);
+{{- range $cc := seq .C}}
+            {
+                let w = scr[wb + (ti * DV + c{{$cc}}) / 4u][(ti * DV + c{{$cc}}) % 4u];
+                let u = bt * w;
+                let dov = select(0.0, dout[gi * DV + c{{$cc}}], live{{$cc}});
+                var du4 = vec4<f32>(0.0);
+{{- range $m := seq $.D4}}
+                let st{{$m}} = scr[stb + (ti * DV + c{{$cc}}) * D4 + {{$m}}u];
+                let sn{{$m}} = fma(k{{$m}}, vec4<f32>(u), st{{$m}});
+                ds{{$cc}}_{{$m}} = fma(q{{$m}}, vec4<f32>(dov), ds{{$cc}}_{{$m}});
+                dq{{$m}} = fma(sn{{$m}}, vec4<f32>(dov), dq{{$m}});
+                du4 = fma(ds{{$cc}}_{{$m}}, k{{$m}}, du4);
+{{- end}}
+                let du = (du4.x + du4.y) + (du4.z + du4.w);
+                if (live{{$cc}}) {
+                    dval[gi * DV + c{{$cc}}] = bt * du;
+                }
+                dbs += du * w;
+                let dsk = -bt * du;
+{{- range $m := seq $.D4}}
+                dk{{$m}} = fma(ds{{$cc}}_{{$m}}, vec4<f32>(u), dk{{$m}});
+                dk{{$m}} = fma(st{{$m}}, vec4<f32>(dsk), dk{{$m}});
+                ds{{$cc}}_{{$m}} = fma(k{{$m}}, vec4<f32>(dsk), ds{{$cc}}_{{$m}});
+                dgv = fma(ds{{$cc}}_{{$m}}, st{{$m}}, dgv);
+                ds{{$cc}}_{{$m}} = ds{{$cc}}_{{$m}} * decay;
+{{- end}}
+            }
+{{- end}}
+            // The slice's column sums, added over the lanes; lane l writes vec4 groups l + S·i.
+            let pb = (slice * rows + row) * p.hv + j;
+{{- range $m := seq .D4}}
+            let sq{{$m}} = subgroupAdd(dq{{$m}});
+            let sk{{$m}} = subgroupAdd(dk{{$m}});
+{{- end}}
+{{- range $i := seq .KL}}
+            if (ok{{$i}}) {
+                var oq = sq{{mul $i $.S}};
+                var ok4 = sk{{mul $i $.S}};
+{{- range $l := seq $.S}}{{$m := add (mul $i $.S) $l}}{{if and (gt $l 0) (lt $m $.D4)}}
+                if (sl == {{$l}}u) {
+                    oq = sq{{$m}};
+                    ok4 = sk{{$m}};
+                }
+{{- end}}{{end}}
+                part[pb * D4 + gm{{$i}}] = oq;
+                part[(({{$.NSLICE}}u * rows + slice * rows + row) * p.hv + j) * D4 + gm{{$i}}] = ok4;
+            }
+{{- end}}
+            let db = subgroupAdd(dbs);
+            let dgs = subgroupAdd((dgv.x + dgv.y) + (dgv.z + dgv.w));
+            if (sl == 0u) {
+                part1[pb] = db;
+                part1[{{.NSLICE}}u * rows * p.hv + pb] = dgs;
+            }
+        }
+    }
+}
+{{- else}}
+
+// Forward.
+
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(3) var<storage, read> g: array<f32>;
+@group(0) @binding(4) var<storage, read> beta: array<f32>;
+@group(0) @binding(5) var<storage, read_write> o: array<f32>;
+{{- if .WantState}}
+@group(0) @binding(6) var<storage, read_write> state: array<f32>;
+{{- end}}
+
+struct Params {
+    nb: u32,
+    t: u32,
+    hk: u32,
+    hv: u32,
+};
+@group(0) @binding({{if .WantState}}7{{else}}6{{end}}) var<uniform> p: Params;
+{{template "gdrl_head" .}}
+    for (var tau = 0u; tau < p.t; tau++) {
+        let row = b * p.t + tau;
+        let gi = row * p.hv + j;
+        {{template "gdrl_kq" (dict "P" $ "Q" true)}}
+        {{template "gdrl_step" (dict "P" $ "Store" false "Out" true)}}
+    }
+{{- if .WantState}}
+    let sbase = (b * p.hv + j) * {{.DK}}u * DV;
+{{- range $cc := seq .C}}
+    if (cl + {{$cc}}u < DV) {
+{{- range $m := seq $.D4}}
+        state[sbase + {{mul 4 $m}}u * DV + c{{$cc}}] = s{{$cc}}_{{$m}}.x;
+        state[sbase + {{add (mul 4 $m) 1}}u * DV + c{{$cc}}] = s{{$cc}}_{{$m}}.y;
+        state[sbase + {{add (mul 4 $m) 2}}u * DV + c{{$cc}}] = s{{$cc}}_{{$m}}.z;
+        state[sbase + {{add (mul 4 $m) 3}}u * DV + c{{$cc}}] = s{{$cc}}_{{$m}}.w;
+{{- end}}
+    }
+{{- end}}
+{{- end}}
+}
+{{- end}}
+{{- /* gdrl_head: the constants, the entry point and its first statements, shared by the
+forward and the backward: the workgroup's (window b, value head j, key head kh, slice), the
+lane's columns c{cc} (clamped to DV − 1) and state registers s{cc}_{m} = 0, and the k/q
+groups gm{i} this lane loads (ok{i}: inside D4; gc{i}: clamped). */}}
+{{- define "gdrl_head"}}
+const D4: u32 = {{.D4}}u;
+const DV: u32 = {{.DV}}u;
+
+@compute @workgroup_size({{.S}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) sl: u32) {
+    let wg = wid.x + wid.y * nwg.x;
+    // wg is uniform across the subgroup, so the subgroup operations stay in uniform control flow.
+    if (wg >= p.nb * p.hv * {{.NSLICE}}u) {
+        return;
+    }
+    let slice = wg % {{.NSLICE}}u;
+    let bj = wg / {{.NSLICE}}u;
+    let j = bj % p.hv;
+    let b = bj / p.hv;
+    let kh = j / (p.hv / p.hk);
+    let cl = slice * {{mul .S .C}}u + sl * {{.C}}u;
+{{- range $cc := seq .C}}
+    let c{{$cc}} = min(cl + {{$cc}}u, DV - 1u);
+{{- range $m := seq $.D4}}
+    var s{{$cc}}_{{$m}} = vec4<f32>(0.0);
+{{- end}}
+{{- end}}
+{{- range $i := seq .KL}}
+    let gm{{$i}} = sl + {{mul $.S $i}}u;
+    let ok{{$i}} = gm{{$i}} < D4;
+    let gc{{$i}} = min(gm{{$i}}, D4 - 1u);
+{{- end}}
+{{- end}}
+{{- /* gdrl_kq: token row's gates (decay, bt) and k_t (with Q, q_t too) as broadcast vec4
+groups k{m} (q{m}); row and gi in scope. */}}
+{{- define "gdrl_kq"}}
+{{- $P := .P}}
+            let src = (row * p.hk + kh) * D4;
+{{- range $i := seq $P.KL}}
+            let kl{{$i}} = select(vec4<f32>(0.0), k[src + gc{{$i}}], ok{{$i}});
+{{- if $.Q}}
+            let ql{{$i}} = select(vec4<f32>(0.0), q[src + gc{{$i}}], ok{{$i}});
+{{- end}}
+{{- end}}
+{{- range $m := seq $P.D4}}
+            let k{{$m}} = subgroupBroadcast(kl{{div $m $P.S}}, {{mod $m $P.S}}u);
+{{- if $.Q}}
+            let q{{$m}} = subgroupBroadcast(ql{{div $m $P.S}}, {{mod $m $P.S}}u);
+{{- end}}
+{{- end}}
+            let decay = exp(g[gi]);
+            let bt = beta[gi];
+{{- end}}
+{{- /* gdrl_step: one forward token of the lane's columns after gdrl_kq: S̃ = e^g·S,
+w = v − S̃ᵀk, S = S̃ + k ⊗ β·w; with Store, S̃ and w go to the chunk's scratch at token ti;
+with Out, o_t = Sᵀq is written. */}}
+{{- define "gdrl_step"}}
+{{- $P := .P}}
+{{- range $cc := seq $P.C}}
+            {
+                var a = vec4<f32>(0.0);
+{{- range $m := seq $P.D4}}
+                s{{$cc}}_{{$m}} = s{{$cc}}_{{$m}} * decay;
+                a = fma(s{{$cc}}_{{$m}}, k{{$m}}, a);
+{{- if $.Store}}
+                scr[stb + (ti * DV + c{{$cc}}) * D4 + {{$m}}u] = s{{$cc}}_{{$m}};
+{{- end}}
+{{- end}}
+                let w = v[gi * DV + c{{$cc}}] - ((a.x + a.y) + (a.z + a.w));
+{{- if $.Store}}
+                scr[wb + (ti * DV + c{{$cc}}) / 4u][(ti * DV + c{{$cc}}) % 4u] = w;
+{{- end}}
+                let u = bt * w;
+{{- if $.Out}}
+                var ov = vec4<f32>(0.0);
+{{- end}}
+{{- range $m := seq $P.D4}}
+                s{{$cc}}_{{$m}} = fma(k{{$m}}, vec4<f32>(u), s{{$cc}}_{{$m}});
+{{- if $.Out}}
+                ov = fma(s{{$cc}}_{{$m}}, q{{$m}}, ov);
+{{- end}}
+{{- end}}
+{{- if $.Out}}
+                if (cl + {{$cc}}u < DV) {
+                    o[gi * DV + c{{$cc}}] = (ov.x + ov.y) + (ov.z + ov.w);
+                }
+{{- end}}
+            }
+{{- end}}
+{{- end}}
