@@ -32,13 +32,45 @@ import (
 // (shorter than a tile); head_dim 64 with nh = nkv = 2 (no group sum: pass 1 writes dk and
 // dv directly), t 9, taking out and lse from gpu.Attention as the student step does (both
 // backwards then see those values, so the bound above still applies).
+//
+// One line per implementation: the tiled kernels (AttentionBackward, with Attention's
+// forward) and the lane-blocked form of CPU adapters (AttentionBackwardLanes with
+// AttentionLanes, where they run: head_dim a multiple of 4, so not 37; it adds nh 4 over
+// nkv 1 with t 17 over 8-row blocks).
 func TestAttentionBackward(t *testing.T) {
+	for _, impl := range attentionBackwardImpls {
+		t.Run(impl.name, func(t *testing.T) {
+			if impl.lanes {
+				skipNoLanes(t, gputest.Open(t))
+			}
+			testAttentionBackward(t, impl)
+		})
+	}
+}
+
+// attentionBackwardImpl is an implementation of the attention backward with its forward.
+type attentionBackwardImpl struct {
+	name     string
+	forward  func(r *gpu.Recorder, q, k, v, out, lse *gpu.Buffer, dims gpu.AttentionDims) error
+	backward func(r *gpu.Recorder, q, k, v, out, lse, dout, dq, dk, dv *gpu.Buffer, dims gpu.AttentionDims) error
+	lanes    bool // runs on devices with a probed subgroup size only, head_dim a multiple of 4
+}
+
+var attentionBackwardImpls = []attentionBackwardImpl{
+	{"tiled", gpu.Attention, gpu.AttentionBackward, false},
+	{"lanes", gpu.AttentionLanes, gpu.AttentionBackwardLanes, true},
+}
+
+func testAttentionBackward(t *testing.T, impl attentionBackwardImpl) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(67, 68))
 	for _, tc := range []struct {
 		nb, t, nh, nkv, hd int
 		gpuFwd             bool
-	}{{2, 23, 4, 2, 64, false}, {1, 19, 4, 2, 256, false}, {3, 5, 3, 1, 37, false}, {2, 9, 2, 2, 64, true}} {
+	}{{2, 23, 4, 2, 64, false}, {1, 19, 4, 2, 256, false}, {3, 5, 3, 1, 37, false}, {2, 9, 2, 2, 64, true}, {2, 17, 4, 1, 12, true}} {
+		if impl.lanes && tc.hd%4 != 0 {
+			continue
+		}
 		t.Run(fmt.Sprintf("nb=%d t=%d nh=%d nkv=%d hd=%d gpuForward=%v", tc.nb, tc.t, tc.nh, tc.nkv, tc.hd, tc.gpuFwd), func(t *testing.T) {
 			nb, tt, nh, nkv, hd := tc.nb, tc.t, tc.nh, tc.nkv, tc.hd
 			rows := nb * tt
@@ -76,7 +108,7 @@ func TestAttentionBackward(t *testing.T) {
 			}
 			if tc.gpuFwd {
 				if err := d.Run(func(r *gpu.Recorder) error {
-					return gpu.Attention(r, q, k, v, o, lse, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
+					return impl.forward(r, q, k, v, o, lse, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
 				}); err != nil {
 					t.Fatal(err)
 				}
@@ -88,7 +120,7 @@ func TestAttentionBackward(t *testing.T) {
 				}
 			}
 			if err := d.Run(func(r *gpu.Recorder) error {
-				return gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
+				return impl.backward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -160,6 +192,17 @@ func attentionBackwardBound(q, k, v, out, lse, dout []float64, nb, t, nh, nkv, h
 }
 
 func TestAttentionBackwardErrors(t *testing.T) {
+	for _, impl := range attentionBackwardImpls {
+		t.Run(impl.name, func(t *testing.T) {
+			if impl.lanes {
+				skipNoLanes(t, gputest.Open(t))
+			}
+			testAttentionBackwardErrors(t, impl.backward)
+		})
+	}
+}
+
+func testAttentionBackwardErrors(t *testing.T, backward func(r *gpu.Recorder, q, k, v, out, lse, dout, dq, dk, dv *gpu.Buffer, dims gpu.AttentionDims) error) {
 	d := gputest.Open(t)
 	nb, tt, nh, nkv, hd := 1, 3, 2, 1, 8
 	rows := nb * tt
@@ -175,15 +218,15 @@ func TestAttentionBackwardErrors(t *testing.T) {
 	r := d.Begin()
 	defer r.Discard()
 	for name, err := range map[string]error{
-		"t":          gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt + 1, NH: nh, NKV: nkv, HeadDim: hd}),
-		"nh % nkv":   gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: 3, HeadDim: hd}),
-		"nb 0":       gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: 0, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
-		"headDim":    gpu.AttentionBackward(r, big, big, big, big, lse, big, big, big, big, gpu.AttentionDims{NB: 1, T: 1, NH: 1, NKV: 1, HeadDim: 512}),
-		"dq is q":    gpu.AttentionBackward(r, q, k, v, o, lse, g, q, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
-		"dk is dv":   gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dv, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
-		"lse is dq":  gpu.AttentionBackward(r, q, k, v, o, dq, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
-		"dk swapped": gpu.AttentionBackward(r, q, k, v, o, lse, g, dk, dq, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
-		"nil dout":   gpu.AttentionBackward(r, q, k, v, o, lse, nil, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
+		"t":          backward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt + 1, NH: nh, NKV: nkv, HeadDim: hd}),
+		"nh % nkv":   backward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: 3, HeadDim: hd}),
+		"nb 0":       backward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: 0, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
+		"headDim":    backward(r, big, big, big, big, lse, big, big, big, big, gpu.AttentionDims{NB: 1, T: 1, NH: 1, NKV: 1, HeadDim: 512}),
+		"dq is q":    backward(r, q, k, v, o, lse, g, q, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
+		"dk is dv":   backward(r, q, k, v, o, lse, g, dq, dv, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
+		"lse is dq":  backward(r, q, k, v, o, dq, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
+		"dk swapped": backward(r, q, k, v, o, lse, g, dk, dq, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
+		"nil dout":   backward(r, q, k, v, o, lse, nil, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
 	} {
 		if err == nil {
 			t.Errorf("%s: no error", name)

@@ -23,10 +23,32 @@ import (
 // 256-row query block idle); head_dim 256 (8 dim slices per row, 8-key blocks) with nh 4,
 // nkv 2, t = 19 and with t = 70 (two 64-row query blocks, 9 key blocks); head_dim 37 (not a
 // multiple of 4: zero-padded dims) with t = 1 and 3 windows.
+//
+// One line per implementation: the tiled kernel (Attention) and the lane-blocked form of CPU
+// adapters (AttentionLanes, where it runs: head_dim a multiple of 4, so not 37; it adds a
+// geometry of odd t over several 8-row blocks).
 func TestAttention(t *testing.T) {
+	for _, impl := range []struct {
+		name  string
+		run   func(r *gpu.Recorder, q, k, v, out, lse *gpu.Buffer, dims gpu.AttentionDims) error
+		lanes bool
+	}{{"tiled", gpu.Attention, false}, {"lanes", gpu.AttentionLanes, true}} {
+		t.Run(impl.name, func(t *testing.T) {
+			if impl.lanes {
+				skipNoLanes(t, gputest.Open(t))
+			}
+			testAttention(t, impl.run, impl.lanes)
+		})
+	}
+}
+
+func testAttention(t *testing.T, run func(r *gpu.Recorder, q, k, v, out, lse *gpu.Buffer, dims gpu.AttentionDims) error, lanes bool) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(27, 28))
-	for _, tc := range []struct{ nb, t, nh, nkv, hd int }{{2, 37, 3, 1, 64}, {1, 19, 4, 2, 256}, {1, 70, 2, 1, 256}, {3, 1, 2, 2, 37}} {
+	for _, tc := range []struct{ nb, t, nh, nkv, hd int }{{2, 37, 3, 1, 64}, {1, 19, 4, 2, 256}, {1, 70, 2, 1, 256}, {3, 1, 2, 2, 37}, {2, 21, 4, 2, 12}} {
+		if lanes && tc.hd%4 != 0 {
+			continue
+		}
 		rows := tc.nb * tc.t
 		qf, qd := randF32(rng, rows*tc.nh*tc.hd, 1)
 		kf, kd := randF32(rng, rows*tc.nkv*tc.hd, 1)
@@ -42,7 +64,7 @@ func TestAttention(t *testing.T) {
 		o := must(d.NewBuffer("out", gpu.F32, rows, tc.nh, tc.hd)).T(t)
 		lse := must(d.NewBuffer("lse", gpu.F32, rows, tc.nh)).T(t)
 		if err := d.Run(func(r *gpu.Recorder) error {
-			return gpu.Attention(r, q, k, v, o, lse, gpu.AttentionDims{NB: tc.nb, T: tc.t, NH: tc.nh, NKV: tc.nkv, HeadDim: tc.hd})
+			return run(r, q, k, v, o, lse, gpu.AttentionDims{NB: tc.nb, T: tc.t, NH: tc.nh, NKV: tc.nkv, HeadDim: tc.hd})
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -54,13 +76,13 @@ func TestAttention(t *testing.T) {
 		checkClose(t, "Attention out", must(d.ReadFloat32(o)).T(t), wo, tol, 0)
 		checkClose(t, "Attention lse", must(d.ReadFloat32(lse)).T(t), wl, tol, tol)
 		r := d.Begin()
-		if err := gpu.Attention(r, q, k, v, o, lse, gpu.AttentionDims{NB: tc.nb, T: tc.t + 1, NH: tc.nh, NKV: tc.nkv, HeadDim: tc.hd}); err == nil {
+		if err := run(r, q, k, v, o, lse, gpu.AttentionDims{NB: tc.nb, T: tc.t + 1, NH: tc.nh, NKV: tc.nkv, HeadDim: tc.hd}); err == nil {
 			t.Error("wrong t accepted")
 		}
-		if err := gpu.Attention(r, q, k, v, q, lse, gpu.AttentionDims{NB: tc.nb, T: tc.t, NH: tc.nh, NKV: tc.nkv, HeadDim: tc.hd}); err == nil {
+		if err := run(r, q, k, v, q, lse, gpu.AttentionDims{NB: tc.nb, T: tc.t, NH: tc.nh, NKV: tc.nkv, HeadDim: tc.hd}); err == nil {
 			t.Error("out aliasing q accepted")
 		}
-		if err := gpu.Attention(r, q, k, v, o, lse, gpu.AttentionDims{NB: tc.nb, T: tc.t, NH: tc.nh + 1, NKV: tc.nkv, HeadDim: tc.hd}); err == nil {
+		if err := run(r, q, k, v, o, lse, gpu.AttentionDims{NB: tc.nb, T: tc.t, NH: tc.nh + 1, NKV: tc.nkv, HeadDim: tc.hd}); err == nil {
 			t.Error("wrong nh accepted")
 		}
 		if r.Len() != 0 {
@@ -74,7 +96,7 @@ func TestAttention(t *testing.T) {
 	r := d.Begin()
 	x := must(d.NewBuffer("x", gpu.F32, 512)).T(t)
 	defer x.Release()
-	if err := gpu.Attention(r, x, x, x, x, x, gpu.AttentionDims{NB: 1, T: 1, NH: 1, NKV: 1, HeadDim: 512}); err == nil {
+	if err := run(r, x, x, x, x, x, gpu.AttentionDims{NB: 1, T: 1, NH: 1, NKV: 1, HeadDim: 512}); err == nil {
 		t.Error("headDim 512 accepted")
 	}
 	r.Discard()

@@ -145,7 +145,7 @@ func (n *Net) recordAttention(r *gpu.Recorder, a *attnWeights, s *acts, nb, t in
 		func() error { return s.apply(r, a.v, s.xn1, s.v, rows) },
 		func() error { return gpu.QKNormRoPE(r, s.q, a.qNorm.buf, s.qr, qd) },
 		func() error { return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, kd) },
-		func() error { return gpu.Attention(r, s.qr, s.kr, s.v, s.o, s.alse, ad) },
+		func() error { return gpu.AttentionAuto(r, s.qr, s.kr, s.v, s.o, s.alse, ad) },
 		func() error { return gpu.AttentionGate(r, s.o, s.agate, s.gated) },
 		func() error { return s.apply(r, a.o, s.gated, s.mix, rows) },
 	})

@@ -167,7 +167,7 @@ func (n *Net) recordAttentionBackward(r *gpu.Recorder, a *attnWeights, s *stWork
 		func() error { return s.back(r, a.o, s.gated, s.dResid, s.dGated, rows) },
 		func() error { return gpu.AttentionGateBackward(r, s.o, s.agate, s.dGated, s.dO, s.dAgate) },
 		func() error {
-			return gpu.AttentionBackward(r, s.qr, s.kr, s.v, s.o, s.alse, s.dO, s.dQR, s.dKR, s.dV, ad)
+			return gpu.AttentionBackwardAuto(r, s.qr, s.kr, s.v, s.o, s.alse, s.dO, s.dQR, s.dKR, s.dV, ad)
 		},
 		func() error {
 			return gpu.QKNormRoPEBackward(r, s.q, a.qNorm.buf, s.dQR, s.dQ, n.gainGrad(a.qNorm.buf), qd)
