@@ -54,3 +54,12 @@ func SetGEMMLanes(on bool) (restore func()) {
 
 // GEMMLanesDispatches is the number of lane-blocked GEMMs recorded so far in this process.
 func GEMMLanesDispatches() int { return gemmLanesDispatches }
+
+// SetLogitsTopKLanes forces LogitsTopK's merge form: 1 the lane-blocked one (where the device
+// has a probed subgroup size), −1 the workgroup one, 0 automatic; it returns a function
+// restoring the old choice.
+func SetLogitsTopKLanes(v int) (restore func()) {
+	old := topkLanesForce
+	topkLanesForce = v
+	return func() { topkLanesForce = old }
+}

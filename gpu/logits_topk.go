@@ -16,6 +16,19 @@ const (
 	logitsScratchMax = 64 << 20
 )
 
+// logitsTopKParams are logits_topk.wgsl's template parameters: the workgroup form (WG,
+// Pool) or the lane-blocked form of CPU adapters (Lanes, S: one subgroup per row, lane-local
+// top-K lists in registers; same results but the last bits of the log-sum-exp), both for K.
+type logitsTopKParams struct {
+	WG, K, Pool, S int
+	Lanes          bool
+}
+
+// topkLanesForce forces LogitsTopK's merge form in tests: 1 the lane-blocked one (where the
+// device has a probed subgroup size), −1 the workgroup one, 0 the automatic choice (lanes on
+// CPU adapters).
+var topkLanesForce int
+
 // LogitsTopK records the LM head over the vocabulary without materialising the logits:
 // (sizes: dims) for each of rows rows of h (F32 [rows, hidden]) and the head/embedding matrix E (F16 or
 // F32 [vocab, hidden]), logits = h·Eᵀ are computed one vocabulary slice at a time (a
@@ -26,6 +39,8 @@ const (
 //   - logp F32 [rows, k]: their log-probabilities logit − lse.
 //
 // dims.SliceRows is the vocabulary slice (LogitsDims). 1 ≤ k ≤ min(MaxTopK, vocab).
+// The merge runs one workgroup per row (a workgroup reduction per selected entry), or on CPU
+// adapters one subgroup per row with lane-local top-k lists (logits_topk.wgsl).
 // Errors: sizes or dtypes that disagree, k out of range, a bad sliceRows, or rows so many
 // that no 128-row slice of scratch fits a binding (split the rows).
 func LogitsTopK(r *Recorder, h, e *Buffer, dims LogitsDims, lse, ids, logp *Buffer) error {
@@ -69,11 +84,12 @@ func LogitsTopK(r *Recorder, h, e *Buffer, dims LogitsDims, lse, ids, logp *Buff
 	if ((vocab+sliceRows-1)/sliceRows)*2 > 1<<16 {
 		return fmt.Errorf("gpu: %s: %d slices of %d rows: use larger slices", op, (vocab+sliceRows-1)/sliceRows, sliceRows)
 	}
+	mp := logitsTopKParams{WG: logitsTopKWG, K: k, Pool: logitsTopKPool}
+	if s := d.info.SubgroupSize; s > 0 && topkLanesForce >= 0 && (d.info.CPU || topkLanesForce > 0) {
+		mp = logitsTopKParams{K: k, Lanes: true, S: s}
+	}
 	merge, err := d.Kernel(KernelSpec{
-		Name: op + ".merge", File: "logits_topk.wgsl",
-		Params: struct {
-			WG, K, Pool int
-		}{logitsTopKWG, k, logitsTopKPool},
+		Name: op + ".merge", File: "logits_topk.wgsl", Params: mp,
 		Bindings: []Access{Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 5,
 	})
 	if err != nil {

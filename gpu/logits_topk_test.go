@@ -47,8 +47,31 @@ func runLogitsTopK(t *testing.T, d *gpu.Device, hf []float32, eb []uint16, rows,
 //   - ids: the GPU's rank-j id must have a host logit within 2·max b_v of the host's
 //     rank-j logit (near-ties may swap); ids distinct;
 //   - logp: b_v + the lse tolerance.
+//
+// One line per merge form: the workgroup form and the lane-blocked one of CPU adapters.
 func TestLogitsTopK(t *testing.T) {
+	eachTopKForm(t, testLogitsTopK)
+}
+
+// eachTopKForm runs body once per LogitsTopK merge form, the lane-blocked one only where the
+// device has a probed subgroup size.
+func eachTopKForm(t *testing.T, body func(t *testing.T, d *gpu.Device)) {
 	d := gputest.Open(t)
+	for _, f := range []struct {
+		name  string
+		force int
+	}{{"workgroup", -1}, {"lanes", 1}} {
+		t.Run(f.name, func(t *testing.T) {
+			if f.force > 0 {
+				skipNoLanes(t, d)
+			}
+			defer gpu.SetLogitsTopKLanes(f.force)()
+			body(t, d)
+		})
+	}
+}
+
+func testLogitsTopK(t *testing.T, d *gpu.Device) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	for _, c := range []struct{ rows, hidden, vocab, k, slice int }{
 		{3, 45, 1000, 64, 256}, // 4 slices, last one partial, odd hidden
@@ -122,11 +145,12 @@ func TestLogitsTopK(t *testing.T) {
 // equal (same f16 row, same h, same arithmetic); ids must come out exactly as host.TopK
 // orders them — descending, ties by lower id — across slice boundaries.
 func TestLogitsTopKTies(t *testing.T) {
-	d := gputest.Open(t)
-	rng := rand.New(rand.NewPCG(15, 16))
-	for _, slice := range []int{128, 1536} { // filtered pool; unfiltered first slice
-		t.Run(fmt.Sprint(slice), func(t *testing.T) { testTies(t, d, rng, slice) })
-	}
+	eachTopKForm(t, func(t *testing.T, d *gpu.Device) {
+		rng := rand.New(rand.NewPCG(15, 16))
+		for _, slice := range []int{128, 1536} { // filtered pool; unfiltered first slice
+			t.Run(fmt.Sprint(slice), func(t *testing.T) { testTies(t, d, rng, slice) })
+		}
+	})
 }
 
 func testTies(t *testing.T, d *gpu.Device, rng *rand.Rand, slice int) {

@@ -13,7 +13,7 @@
 // (order: larger logit first, then lower id) among the slice and the old list, so no
 // element needs marking; the rounds scan only the slice's elements above the old k-th logit
 // when they fit the workgroup pool. Template parameters: WG (power of two ≥ K), K (1..64),
-// Pool (pool capacity).
+// Pool (pool capacity); Lanes selects the lane-blocked form below.
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read_write> state: array<f32>;
@@ -32,16 +32,6 @@ struct Params {
 
 const NONE = 0xffffffffu;
 
-var<workgroup> red_v: array<f32, {{.WG}}>;
-var<workgroup> red_i: array<u32, {{.WG}}>;
-var<workgroup> cand_v: array<f32, {{.K}}>;
-var<workgroup> cand_i: array<u32, {{.K}}>;
-// The slice's elements that can still enter the list (logit above the old k-th), compacted
-// so that the K rounds scan only them; used when they fit (else the rounds scan the slice).
-var<workgroup> pool_v: array<f32, {{.Pool}}>;
-var<workgroup> pool_i: array<u32, {{.Pool}}>;
-var<workgroup> pool_n: atomic<u32>;
-
 fn neg_inf() -> f32 {
     return bitcast<f32>(0xff800000u);
 }
@@ -56,6 +46,113 @@ fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
     }
     return v > bv || (v == bv && i < bi);
 }
+
+// The lane-blocked form of CPU adapters (gemm_lanes.wgsl says why; Lanes, S): one subgroup of
+// S lanes per row, no workgroup memory, no barrier. The slice's max and Σ exp are lane-local
+// over the strided columns c = lane + S·i, then added over the lanes (subgroupMax,
+// subgroupAdd). Each lane keeps its own top-K of its columns (and of old-list entries
+// lane, lane + S, …, so that the union of the lane lists holds the row's top-K) sorted in
+// named registers, inserting an element that ranks before its K-th by one pass of
+// compare-and-swap; then K rounds take the best head over the lanes (subgroupMax of the
+// logit, subgroupMin of the id among the lanes at that logit) and the winning lane drops its
+// head. The same order as the workgroup form: larger logit first, ties by lower id.
+// Template parameters: S, K.
+{{- if .Lanes}}
+
+@compute @workgroup_size({{.S}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) sl: u32) {
+    let row = wid.x + wid.y * nwg.x;
+    // row is uniform across the subgroup, so the subgroup operations stay in uniform control flow.
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.cols;
+    // 1. The slice's maximum, the new running maximum, and Σ exp(x − mnew).
+    var mx = neg_inf();
+    for (var c = sl; c < p.cols; c += {{.S}}u) {
+        mx = max(mx, logits[base + c]);
+    }
+    let mslice = subgroupMax(mx);
+    var mold = neg_inf();
+    var sold = 0.0;
+    if (p.first == 0u) {
+        mold = state[2u * row];
+        sold = state[2u * row + 1u];
+    }
+    let mnew = max(mold, mslice);
+    var sl_sum = 0.0;
+    for (var c = sl; c < p.cols; c += {{.S}}u) {
+        sl_sum += exp(logits[base + c] - mnew);
+    }
+    var snew = subgroupAdd(sl_sum);
+    if (sold > 0.0) {
+        snew += sold * exp(mold - mnew);
+    }
+
+    // 2. The lane's top-K: the old list's entries lane, lane + S, …, then its columns.
+{{- range $j := seq .K}}
+    var lv{{$j}} = neg_inf();
+    var li{{$j}} = NONE;
+{{- end}}
+    var tau = neg_inf();
+    if (p.first == 0u) {
+        // Old ids are all below v0 (slices run in order), so a slice element equal to the old
+        // k-th logit ranks after it: only logits strictly above it can enter.
+        tau = vals[row * {{.K}}u + {{.K}}u - 1u];
+        for (var j = sl; j < {{.K}}u; j += {{.S}}u) {
+            var cv = vals[row * {{.K}}u + j];
+            var ci = ids[row * {{.K}}u + j];
+            {{- template "lk_insert" .}}
+        }
+    }
+    for (var c = sl; c < p.cols; c += {{.S}}u) {
+        var cv = logits[base + c];
+        var ci = p.v0 + c;
+        if (cv > tau && better(cv, ci, lv{{add .K -1}}, li{{add .K -1}})) {
+            {{- template "lk_insert" .}}
+        }
+    }
+
+    // 3. K rounds: the best head over the lanes; its lane drops it.
+    var shift = 0.0;
+    if (p.last == 1u) {
+        shift = mnew + log(snew);
+    }
+    for (var r = 0u; r < {{.K}}u; r++) {
+        let bv = subgroupMax(select(lv0, neg_inf(), li0 == NONE));
+        let bi = subgroupMin(select(NONE, li0, li0 != NONE && lv0 == bv));
+        if (li0 == bi && bi != NONE) {
+{{- range $j := seq (add .K -1)}}
+            lv{{$j}} = lv{{add $j 1}};
+            li{{$j}} = li{{add $j 1}};
+{{- end}}
+            lv{{add .K -1}} = neg_inf();
+            li{{add .K -1}} = NONE;
+        }
+        if (sl == 0u) {
+            ids[row * {{.K}}u + r] = bi;
+            vals[row * {{.K}}u + r] = bv - shift;
+        }
+    }
+    if (sl == 0u) {
+        state[2u * row] = mnew;
+        state[2u * row + 1u] = snew;
+        if (p.last == 1u) {
+            lse[row] = shift;
+        }
+    }
+}
+{{- else}}
+var<workgroup> red_v: array<f32, {{.WG}}>;
+var<workgroup> red_i: array<u32, {{.WG}}>;
+var<workgroup> cand_v: array<f32, {{.K}}>;
+var<workgroup> cand_i: array<u32, {{.K}}>;
+// The slice's elements that can still enter the list (logit above the old k-th), compacted
+// so that the K rounds scan only them; used when they fit (else the rounds scan the slice).
+var<workgroup> pool_v: array<f32, {{.Pool}}>;
+var<workgroup> pool_i: array<u32, {{.Pool}}>;
+var<workgroup> pool_n: atomic<u32>;
 
 {{template "red_main" (dict "WG" .WG "R" "row" "Count" "p.rows")}}
     let base = row * p.cols;
@@ -176,3 +273,19 @@ fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
         vals[row * {{.K}}u + lid] = myv - shift;
     }
 }
+{{- end}}
+{{- /* lk_insert: the lane-blocked form's insertion of (cv, ci) into the lane's sorted list
+lv0..lv{K−1}, li0..li{K−1} (one compare-and-swap pass; the last entry drops out). */}}
+{{define "lk_insert"}}
+{{- range $j := seq .K}}
+            {
+                let sw = better(cv, ci, lv{{$j}}, li{{$j}});
+                let tv = lv{{$j}};
+                let ti = li{{$j}};
+                lv{{$j}} = select(lv{{$j}}, cv, sw);
+                li{{$j}} = select(li{{$j}}, ci, sw);
+                cv = select(cv, tv, sw);
+                ci = select(ci, ti, sw);
+            }
+{{- end}}
+{{- end}}
