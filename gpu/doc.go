@@ -58,6 +58,17 @@
 // shader-f16; a validation error inside Submit or buffer mapping aborts the process, which
 // is why every check happens in Go first.
 //
+// # CPU adapters
+//
+// On Mesa lavapipe every storage or workgroup-memory access is a loop over the SIMD lanes and
+// a barrier a coroutine switch (DESIGN.md §7, "CPU adapters"), so the hot ops have a
+// lane-blocked form (wgsl/*_lanes.wgsl): one subgroup per workgroup, no workgroup memory, each
+// operand element loaded once into one lane and shared by subgroupBroadcast. Open probes the
+// subgroup size on CPU adapters (Info.SubgroupSize, 0 on GPUs); the choice is gpu's: the GEMM
+// launchers take linear_lanes.wgsl / blr_forward_lanes.wgsl (bit-identical to the tiled
+// kernels), GatedDeltaRuleAuto / …BackwardAuto, AttentionAuto / AttentionBackwardAuto and
+// LogitsTopK's merge their lane forms. Each form is one more line of its op's parity suite.
+//
 // # Profiling
 //
 // Device.SetProfiling(true) makes Submit run one compute pass per dispatch with timestamps
@@ -85,7 +96,9 @@
 //	gpu/profile.go                 the timestamp profiler (SetProfiling, Profile)
 //	gpu/<op>.go, <op>_backward.go  one launcher per op (its dims struct beside it), named as the
 //	                               WGSL file and the host reference
-//	gpu/gated_delta_rule_auto.go   DeltaRuleDims and the chunked/token-by-token choice
+//	gpu/gated_delta_rule_auto.go   DeltaRuleDims and the lanes/chunked/token-by-token choice
+//	gpu/gemm_lanes.go              the lane-blocked GEMMs' choice and the subgroup probe
+//	gpu/*_lanes.go                 the other lane-blocked launchers (delta rule, attention)
 //	gpu/kl_loss_backward.go        LogitsDims (also LogitsTopK's) and KLOptions
 //	gpu/<op>_test.go               parity tests and benchmarks; gputest/ opens the test device
 //	wgsl/<op>.wgsl                 one shader per op family (text/template, wgsl.Render)
@@ -93,6 +106,7 @@
 //	                               max, sum of squares, streamed log-sum-exp step)
 //	wgsl/elementwise.wgsl          library: 1-D entry point and index, Params{n}, sigmoid (ew_)
 //	wgsl/gemm_tile.wgsl            library: the tiled GEMM body, GEMM Params and B index (gemm_)
+//	wgsl/gemm_lanes.wgsl           library: the lane-blocked GEMM body of CPU adapters (lanes_)
 //	wgsl/gated_delta_rule_chunk_lib.wgsl  library: the chunked delta rule's sub-steps (gdrc_)
 //	wgsl/causal_conv1d_lib.wgsl    library: the causal conv's Params and pre-activation (cc_)
 package gpu

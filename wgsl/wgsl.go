@@ -68,8 +68,9 @@ var funcs = template.FuncMap{
 // the norms, the logits kernels, Adam and the gradient norm, and the elementwise kernels'
 // entry point, element count and overflow-free sigmoid, and the causal convolution's
 // parameters and pre-activation (forward and backward), and the sign-learning kernels'
-// score and padding helpers. Their define names are global: each library prefixes its
-// own (gemm_, gdrc_, red_, ew_, cc_, sign_).
+// score and padding helpers, and the lane-blocked GEMM body of CPU adapters that
+// linear_lanes.wgsl and blr_forward_lanes.wgsl instantiate. Their define names are global:
+// each library prefixes its own (gemm_, gdrc_, red_, ew_, cc_, sign_, lanes_).
 var libraries = []string{"gemm_tile.wgsl", "gated_delta_rule_chunk_lib.wgsl", "reduce.wgsl", "elementwise.wgsl", "causal_conv1d_lib.wgsl", "sign_lib.wgsl", "gemm_lanes.wgsl"}
 
 var (
