@@ -65,8 +65,15 @@ func TestBenchTiny(t *testing.T) {
 		}
 	}
 	if rep.CPU || d.Info().Timestamps {
-		has(r.Teacher.Profile, "Linear", "LogitsTopK.logits", "LogitsTopK.merge", "Attention", "GatedDeltaRuleChunked", "Embedding") // nb·hv ≤ 64: the chunked forward (nvgkit/delta_rule.go)
-		has(r.Student.Profile, "BLRForward.y", "KLLossBackward.logits", "AttentionBackward.dkv", "GatedDeltaRuleChunkedBackward", "MultiTensorAdam.update")
+		// The attention and delta-rule kernels gpu picks: the lane-blocked forms on CPU
+		// adapters (a probed subgroup size), else the tiled attention and, at nb·hv ≤ 64, the
+		// chunked delta rule.
+		attn, gdr, attnBack, gdrBack := "Attention", "GatedDeltaRuleChunked", "AttentionBackward.dkv", "GatedDeltaRuleChunkedBackward"
+		if d.Info().SubgroupSize > 0 {
+			attn, gdr, attnBack, gdrBack = "AttentionLanes", "GatedDeltaRuleLanes", "AttentionBackwardLanes.dkv", "GatedDeltaRuleBackwardLanes"
+		}
+		has(r.Teacher.Profile, "Linear", "LogitsTopK.logits", "LogitsTopK.merge", attn, gdr, "Embedding")
+		has(r.Student.Profile, "BLRForward.y", "KLLossBackward.logits", attnBack, gdrBack, "MultiTensorAdam.update")
 	}
 }
 
