@@ -94,7 +94,8 @@ type Lab interface {
 	// ZeroGrads first for the gradient of this batch alone). StepStats.Step is the step the
 	// batch belongs to; Loss the batch's mean KL(teacher top-k ‖ student) per token in nats;
 	// GradNorm is NaN (not computed). The step counter does not move: a second call
-	// accumulates the same batch again.
+	// accumulates the same batch again. When the Setup trains signs, the backward also
+	// updates the sign scores (as every step's does) and adds to the captured sign gradients.
 	ForwardBackward() (StepStats, error)
 	// ClipGrads computes the global L2 norm of the gradients and, when it is above maxNorm,
 	// scales every gradient by maxNorm/norm (f32). It returns the norm before clipping (NaN or

@@ -41,15 +41,18 @@ func PlotHistory(h session.History) (*Figure, error) { return PlotTraining(Histo
 
 // PlotSignFlips draws the signs flipped per decoder layer per step of a sign-training run,
 // one line per layer ("layer l"): flips[l][i] at step steps[i], as session.History's and
-// train's SignFlipSeries return them, smoothed by a trailing moving average of
-// MovingAverageWindow(len(steps)) steps (none for fewer than 4 steps; the title says which).
-// nvg distill --train-signs saves it as sign_flips.png. Errors: no steps or no layers, a
-// layer whose length is not len(steps).
+// train's SignFlipSeries return them. From 60 steps on the lines are smoothed by a trailing
+// moving average of MovingAverageWindow(len(steps)) = len(steps)/20 steps (the title says
+// so); a shorter run's counts are drawn as they are. nvg distill --train-signs saves it as
+// sign_flips.png. Errors: no steps or no layers, a layer whose length is not len(steps).
 func PlotSignFlips(steps []float64, flips [][]float64) (*Chart, error) {
 	if len(steps) == 0 || len(flips) == 0 {
 		return nil, fmt.Errorf("PlotSignFlips: %d steps and %d layers, want ≥ 1 of each (no step carries sign flips: the run does not train signs?)", len(steps), len(flips))
 	}
-	win := MovingAverageWindow(len(steps))
+	win := 0
+	if len(steps) >= 60 {
+		win = MovingAverageWindow(len(steps))
+	}
 	title := "Signs flipped per layer per step"
 	if win > 1 {
 		title += fmt.Sprintf(" (moving average of %d steps)", win)

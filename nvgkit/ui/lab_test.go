@@ -147,17 +147,24 @@ func TestPlotSignFlips(t *testing.T) {
 		}
 	}
 	checkPNG(t, "signflips", c, 700, 400)
-	// 40 steps alternating 0 and 30 flips: the 3-step moving average peaks at 20, not 30.
-	var long session.History
-	for s := 1; s <= 40; s++ {
-		long.Steps = append(long.Steps, session.StepStats{Step: s, SignFlips: []int{30 * ((s + 1) % 2)}})
-	}
-	c, err = PlotHistorySignFlips(long)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(c.Title.Text, "moving average of 3 steps") || c.Y.Max != 20 {
-		t.Errorf("long history: title %q, y max %g; want a 3-step moving average peaking at 20", c.Title.Text, c.Y.Max)
+	// Steps alternating 0 and 30 flips: 59 steps are drawn as they are (peak 30); 80 steps are
+	// smoothed over 80/20 = 4 steps (peak 15: the first two steps' mean, then every 4 steps').
+	for _, c := range []struct {
+		n     int
+		title string
+		peak  float64
+	}{{59, "Signs flipped per layer per step", 30}, {80, "Signs flipped per layer per step (moving average of 4 steps)", 15}} {
+		var long session.History
+		for s := 1; s <= c.n; s++ {
+			long.Steps = append(long.Steps, session.StepStats{Step: s, SignFlips: []int{30 * ((s + 1) % 2)}})
+		}
+		p, err := PlotHistorySignFlips(long)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Title.Text != c.title || p.Y.Max != c.peak {
+			t.Errorf("%d steps: title %q, y max %g; want %q, %g", c.n, p.Title.Text, p.Y.Max, c.title, c.peak)
+		}
 	}
 	_, err = PlotHistorySignFlips(session.History{Steps: []session.StepStats{{Step: 1}}})
 	wantErr(t, "no flips", err, "TrainSigns")
