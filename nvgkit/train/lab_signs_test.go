@@ -428,8 +428,17 @@ func TestLabSignFlipRule(t *testing.T) {
 func TestLabSignValidation(t *testing.T) {
 	lab := signLab(t)
 	name, sh := paddedSign(t, lab)
-	if _, err := lab.Step(1); err != nil {
+	st, err := lab.Step(1)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The flips a caller gets are its own: changing them does not change the history.
+	want := slices.Clone(st[0].SignFlips)
+	st[0].SignFlips[0] = -1
+	h, _ := lab.History()
+	h.Steps[0].SignFlips[1] = -1
+	if h, _ := lab.History(); !slices.Equal(h.Steps[0].SignFlips, want) {
+		t.Errorf("History's flips %v after the caller changed its copies, want %v", h.Steps[0].SignFlips, want)
 	}
 	bitsBefore, _ := lab.Signs(name)
 	scoresBefore, _ := lab.SignScores(name)
@@ -515,7 +524,7 @@ func TestLabSignValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.CaptureSignGrad(name, false)
-	st, err := plain.Step(1)
+	st, err = plain.Step(1)
 	if err != nil {
 		t.Fatal(err)
 	}

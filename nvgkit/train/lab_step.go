@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -136,7 +137,9 @@ func (s *labState) adamStep() (session.StepStats, error) {
 	out.SignFlips = flips
 	out.Skipped = skipped
 	out.Seconds = time.Since(p.t0).Seconds()
-	s.hist = append(s.hist, out)
+	rec := out
+	rec.SignFlips = slices.Clone(flips) // the history's own: the caller may change out's
+	s.hist = append(s.hist, rec)
 	s.pending.fb, s.pending.haveNorm = false, false
 	return out, nil
 }
