@@ -52,6 +52,7 @@ func (c SignConfig) Validate() error {
 type signNet struct {
 	cfg     SignConfig
 	on      bool   // scores accumulate in the backward
+	paused  bool   // PauseSigns: the backward records no sign work at all
 	step    uint32 // the step the next score updates belong to
 	counts  *gpu.Buffer
 	layerOf []int // decoder layer of each count slot (one per sign matrix)
@@ -71,7 +72,7 @@ type blrSigns struct {
 // record adds the sign part of l's backward: BLRSignGrad into temporaries (or the capture
 // buffers), then each matrix's score update. A no-op when neither is on.
 func (s *blrSigns) record(r *gpu.Recorder, l *gpu.BLRLayer, x *gpu.Buffer, t1 []*gpu.Buffer, dy *gpu.Buffer, rows int) error {
-	if s == nil || s.net == nil || (!s.net.on && !s.captureOn) {
+	if s == nil || s.net == nil || s.net.paused || (!s.net.on && !s.captureOn) {
 		return nil
 	}
 	gu := make([]*gpu.Buffer, len(l.Paths))
@@ -496,8 +497,9 @@ func (n *Net) WriteSignScores(name string, scores []int8) error {
 
 // CaptureSignGrad starts (on) or stops (off, freeing the buffers) accumulating the named
 // matrix's straight-through sign gradient over the following backwards (Step), f32
-// [rows·cols] on the GPU for that one matrix only; ReadSignGrad reads it. Works with sign
-// learning off too. Errors: unknown name, an allocation failure.
+// [rows·cols] on the GPU for that one matrix's projection only (the U and V of all its
+// paths: the capture is per projection); ReadSignGrad reads it, ZeroSignGrads clears it.
+// Works with sign learning off too. Errors: unknown name, an allocation failure.
 func (n *Net) CaptureSignGrad(name string, on bool) error {
 	const op = "CaptureSignGrad"
 	m, err := n.signByName(op, name)
@@ -533,7 +535,7 @@ func (n *Net) CaptureSignGrad(name string, on bool) error {
 }
 
 // ReadSignGrad returns the named matrix's sign gradient accumulated since CaptureSignGrad
-// (or the last reset), rows·cols row-major (the gradient of the loss with respect to each
+// (or the last reset or ZeroSignGrads), rows·cols row-major (the gradient of the loss with respect to each
 // sign as a real value; positive G·b is pressure to flip), and zeroes it when reset.
 // Errors: not captured, no backward since, a GPU error.
 func (n *Net) ReadSignGrad(name string, reset bool) ([]float32, error) {
@@ -588,6 +590,58 @@ func (l *linear) readSigns(d *gpu.Device, w *cmf.BLRWeight) error {
 		w.Paths[p].U, w.Paths[p].V = wordBytes(u, len(w.Paths[p].U)), wordBytes(v, len(w.Paths[p].V))
 	}
 	return nil
+}
+
+// PauseSigns pauses (paused true) or resumes the sign work of the backward: while paused,
+// Step neither updates the sign scores nor adds to the captured sign gradients, so a side
+// computation on the live net (a gradient check) leaves the sign state as it was. It does
+// not change EnableSigns' or CaptureSignGrad's settings, and SignStep still flips. Errors:
+// not a Student.
+func PauseSigns(net *Net, paused bool) error {
+	if err := net.requireStudent("PauseSigns"); err != nil {
+		return err
+	}
+	net.st.signs.paused = paused
+	return nil
+}
+
+// ZeroSignGrads sets every captured sign gradient (CaptureSignGrad) to zero, in one submit
+// (nothing when none is captured), as ZeroGrads does the metric's gradients: a captured
+// gradient then holds what the following backwards add. Errors: not a Student, a GPU error.
+func ZeroSignGrads(net *Net) error {
+	if err := net.requireStudent("ZeroSignGrads"); err != nil {
+		return err
+	}
+	var bufs []*gpu.Buffer
+	for _, l := range net.st.blrs {
+		bufs = append(append(bufs, l.signs.capU...), l.signs.capV...)
+	}
+	if len(bufs) == 0 {
+		return nil
+	}
+	if err := net.dev.Run(func(r *gpu.Recorder) error {
+		for _, b := range bufs {
+			if err := gpu.Zero(r, b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("nvgkit.ZeroSignGrads: %w", err)
+	}
+	return nil
+}
+
+// releaseCaptures frees the capture buffers of every projection (Net.Release).
+func (s *studentState) releaseCaptures() {
+	for _, l := range s.blrs {
+		if c := l.signs; c != nil {
+			for _, b := range append(c.capU, c.capV...) {
+				b.Release()
+			}
+			c.capU, c.capV, c.captureOn, c.captureValid = nil, nil, false, false
+		}
+	}
 }
 
 // DisableSigns turns the score updates off again (Step records what it did before

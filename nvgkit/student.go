@@ -46,6 +46,7 @@ func (s *studentState) release() {
 	if s == nil {
 		return
 	}
+	s.releaseCaptures()
 	for _, b := range s.owned {
 		b.Release()
 	}

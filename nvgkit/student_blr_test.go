@@ -419,42 +419,13 @@ func TestStudentExportRoundTrip(t *testing.T) {
 func TestStudentRankPadding(t *testing.T) {
 	d, c := blrStudent(t)
 	const name = "model.layers.0.mlp.up_proj.weight"
-	w, err := cmf.BLRFromTensor(c.student.Tensors[name])
+	w, err := cmf.BLRFromTensor(c.student.Tensors[name]) // the unpadded weight
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := w.Rank
-	seed := uint32(12345)
-	rnd := func() byte { seed = seed*1664525 + 1013904223; return byte(seed >> 24) }
-	for p := range w.Paths {
-		q := &w.Paths[p]
-		q.L = append(q.L, make([]float32, 8)...)
-		var u []byte
-		for row := 0; row < w.M; row++ {
-			u = append(u, q.U[row*r/8:(row+1)*r/8]...)
-			u = append(u, rnd())
-		}
-		q.U = u
-		for i := 0; i < 8*w.N/8; i++ {
-			q.V = append(q.V, rnd())
-		}
-	}
-	w.Rank = r + 8
-	payload, err := cmf.EncodeBLR(w)
+	pm, err := kittest.PadRank(c.student, name, 8)
 	if err != nil {
-		t.Fatal(err)
-	}
-	pm := cmf.NewModel(c.student.Config)
-	for _, tn := range c.student.Tensors {
-		if err := pm.Set(tn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	nt, err := cmf.NewTensor(name, cmf.BLR, []int{w.M, w.N}, payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pm.Set(nt); err != nil {
 		t.Fatal(err)
 	}
 	net, err := nvgkit.LoadNet(d, pm, nvgkit.Student)

@@ -706,12 +706,7 @@ func writeDistillPlots(out string, tr *train.Trainer, student *nvgkit.Net, repor
 		return err
 	}
 	if fs, flips := train.SignFlipSeries(recs); len(fs) > 0 {
-		names := make([]string, len(flips))
-		for l := range flips {
-			names[l] = fmt.Sprintf("layer %d", l)
-			flips[l] = ui.MovingAverage(flips[l], ui.MovingAverageWindow(len(fs)))
-		}
-		p, err := ui.PlotLines("Signs flipped per layer per step (moving average)", "step", "signs flipped", fs, names, flips)
+		p, err := ui.PlotSignFlips(fs, flips)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@
 package kittest
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 
@@ -71,4 +72,60 @@ func RobustNets(t testing.TB) (*gpu.Device, *nvgkit.Net, *nvgkit.Net) {
 		t.Fatal(err)
 	}
 	return d, teacher, LoadStudent(t, d, sm)
+}
+
+// PadRank returns a copy of m whose BLR tensor name carries extra more ranks of padding, as
+// a compressor that rounds ranks up leaves them: ℓ = 0 on every path (so the weight is the
+// same) and sign bits from a fixed generator in the new columns of U and rows of V. The
+// other tensors are m's. Errors: name is not a BLR tensor of m, extra is not a positive
+// multiple of 8.
+func PadRank(m *cmf.Model, name string, extra int) (*cmf.Model, error) {
+	if extra < 8 || extra%8 != 0 {
+		return nil, fmt.Errorf("kittest.PadRank: extra = %d, want a positive multiple of 8", extra)
+	}
+	t, ok := m.Tensors[name]
+	if !ok {
+		return nil, fmt.Errorf("kittest.PadRank: no tensor %q", name)
+	}
+	w, err := cmf.BLRFromTensor(t)
+	if err != nil {
+		return nil, fmt.Errorf("kittest.PadRank: %w", err)
+	}
+	r := w.Rank
+	seed := uint32(12345)
+	rnd := func() byte { seed = seed*1664525 + 1013904223; return byte(seed >> 24) }
+	for p := range w.Paths {
+		q := &w.Paths[p]
+		q.L = append(q.L, make([]float32, extra)...)
+		var u []byte
+		for row := range w.M {
+			u = append(u, q.U[row*r/8:(row+1)*r/8]...)
+			for range extra / 8 {
+				u = append(u, rnd())
+			}
+		}
+		q.U = u
+		for range extra * w.N / 8 {
+			q.V = append(q.V, rnd())
+		}
+	}
+	w.Rank = r + extra
+	payload, err := cmf.EncodeBLR(w)
+	if err != nil {
+		return nil, fmt.Errorf("kittest.PadRank: %w", err)
+	}
+	pm := cmf.NewModel(m.Config)
+	for _, tn := range m.Tensors {
+		if err := pm.Set(tn); err != nil {
+			return nil, err
+		}
+	}
+	nt, err := cmf.NewTensor(name, cmf.BLR, []int{w.M, w.N}, payload)
+	if err != nil {
+		return nil, err
+	}
+	if err := pm.Set(nt); err != nil {
+		return nil, err
+	}
+	return pm, nil
 }

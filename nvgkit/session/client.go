@@ -499,6 +499,63 @@ func (c *Client) GradNorms() (GradNorms, error) {
 	return g, err
 }
 
+// SignNames runs Lab.SignNames in the session.
+func (c *Client) SignNames() ([]string, error) {
+	var names []string
+	err := c.call("SignNames", nil, nil, &names)
+	return names, err
+}
+
+// SignShape runs Lab.SignShape in the session.
+func (c *Client) SignShape(name string) (SignShape, error) {
+	var s SignShape
+	err := c.call("SignShape", nil, []any{name}, &s)
+	return s, err
+}
+
+// Signs runs Lab.Signs in the session.
+func (c *Client) Signs(name string) ([]byte, error) {
+	var b []byte
+	err := c.call("Signs", nil, []any{name}, &b)
+	return b, err
+}
+
+// SetSigns runs Lab.SetSigns in the session.
+func (c *Client) SetSigns(name string, bits []byte) error {
+	return c.call("SetSigns", nil, []any{name, bits})
+}
+
+// SignScores runs Lab.SignScores in the session.
+func (c *Client) SignScores(name string) ([]int8, error) {
+	var v []int8
+	err := c.call("SignScores", nil, []any{name}, &v)
+	return v, err
+}
+
+// SetSignScores runs Lab.SetSignScores in the session.
+func (c *Client) SetSignScores(name string, scores []int8) error {
+	return c.call("SetSignScores", nil, []any{name, scores})
+}
+
+// CaptureSignGrad runs Lab.CaptureSignGrad in the session.
+func (c *Client) CaptureSignGrad(name string, on bool) error {
+	return c.call("CaptureSignGrad", nil, []any{name, on})
+}
+
+// SignGrad runs Lab.SignGrad in the session.
+func (c *Client) SignGrad(name string) ([]float32, error) {
+	var v []float32
+	err := c.call("SignGrad", nil, []any{name}, &v)
+	return v, err
+}
+
+// ApplySignFlips runs Lab.ApplySignFlips in the session.
+func (c *Client) ApplySignFlips(name string, mask []byte) (int, error) {
+	var n int
+	err := c.call("ApplySignFlips", nil, []any{name, mask}, &n)
+	return n, err
+}
+
 // Snapshot runs Lab.Snapshot in the session.
 func (c *Client) Snapshot(tag string) error { return c.call("Snapshot", nil, []any{tag}) }
 

@@ -18,6 +18,14 @@
 // 1 + w by the zero-centred norms), every BLR metric scale by arch.MetricName,
 // "<tensor>.p<path>.<h|l|g>" ("model.layers.3.self_attn.q_proj.weight.p0.h", [m], [r] or
 // [n] float32 values). Unknown names are refused with an error listing the nearest names.
+//
+// Signs. The ±1 factors of the BLR projections are named "<tensor>.p<path>.U" ([m, r]) and
+// "<tensor>.p<path>.V" ([r, n]) (Lab.SignNames). With Setup.Train.TrainSigns the Lab trains
+// them as nvg distill --train-signs does (an int8 flip score per sign, flips after each Adam
+// step, StepStats.SignFlips per layer); the step-level calls read and write the packed bits
+// (Signs, SetSigns), the scores (SignScores, SetSignScores) and a captured straight-through
+// gradient (CaptureSignGrad, SignGrad), and apply a notebook's own flip rule
+// (ApplySignFlips with SignShape.FlipMask).
 package session
 
 import (
@@ -86,7 +94,8 @@ type Lab interface {
 	// ZeroGrads first for the gradient of this batch alone). StepStats.Step is the step the
 	// batch belongs to; Loss the batch's mean KL(teacher top-k ‖ student) per token in nats;
 	// GradNorm is NaN (not computed). The step counter does not move: a second call
-	// accumulates the same batch again.
+	// accumulates the same batch again. When the Setup trains signs, the backward also
+	// updates the sign scores (as every step's does) and adds to the captured sign gradients.
 	ForwardBackward() (StepStats, error)
 	// ClipGrads computes the global L2 norm of the gradients and, when it is above maxNorm,
 	// scales every gradient by maxNorm/norm (f32). It returns the norm before clipping (NaN or
@@ -94,15 +103,18 @@ type Lab interface {
 	ClipGrads(maxNorm float64) (norm float64, err error)
 	// AdamStep ends the current step (Info.Step+1): when the last ForwardBackward's loss and
 	// the gradients' norm are finite it applies Adam at the schedule's learning rate
-	// LRAt(step) (the Adam step counter, which counts only applied updates, advances);
-	// otherwise it makes no update, clears the gradients and counts the step as skipped (as
-	// train.Trainer does). Either way the step counter advances by one and the step is
-	// appended to the history. The returned StepStats has the step's loss (the last
-	// ForwardBackward's since the previous AdamStep; NaN when there was none), its gradient
-	// norm (the one ClipGrads returned since; else computed now), LR and Skipped. Gradients
-	// are not cleared after an update (ZeroGrads; Step does it at the start of each step).
+	// LRAt(step) (the Adam step counter, which counts only applied updates, advances) and,
+	// when the Setup trains signs, flips the signs whose scores reached Signs.Tau
+	// (StepStats.SignFlips); otherwise it makes no update, clears the gradients and counts the
+	// step as skipped (as train.Trainer does). Either way the step counter advances by one
+	// and the step is appended to the history. The returned StepStats has the step's loss
+	// (the last ForwardBackward's since the previous AdamStep; NaN when there was none), its
+	// gradient norm (the one ClipGrads returned since; else computed now), LR, Skipped and
+	// SignFlips. Gradients are not cleared after an update (ZeroGrads; Step does it at the
+	// start of each step).
 	AdamStep() (StepStats, error)
-	// ZeroGrads sets every gradient to zero.
+	// ZeroGrads sets every gradient to zero, the captured sign gradients (CaptureSignGrad)
+	// included.
 	ZeroGrads() error
 	// Step runs n ≥ 1 full training steps as train.Trainer does: per step ZeroGrads,
 	// ForwardBackward, the PreOptimizer hook (when given; not in a step whose loss is not
@@ -145,18 +157,85 @@ type Lab interface {
 	// global norm.
 	GradNorms() (GradNorms, error)
 
+	// The sign matrices (DESIGN.md §6 "Sign learning"). Every BLR projection's path p holds
+	// two ±1 factors: U [m, r] (output features × rank) and V [r, n] (rank × input features).
+	// Ranks ≥ SignShape.Live are padding: their bits never change, their scores and gradients
+	// are 0. Element e = row·Cols + col of a matrix is, in every call below, bit e%8 (least
+	// significant first) of byte e/8 of its packed bits, where 1 means +1 and 0 means −1 (the
+	// .cmf payload's layout; SignValue reads one), and index e of its scores and gradient.
+	// Errors name the bad argument; an unknown name lists the nearest names.
+
+	// SignNames returns the names of the student's sign matrices in load order: per BLR
+	// projection, per path p, "<tensor>.p<p>.U" then "<tensor>.p<p>.V"
+	// ("model.layers.0.mlp.down_proj.weight.p0.U", as nvgkit and the checkpoints name them).
+	// They exist whether or not the Setup trains signs.
+	SignNames() ([]string, error)
+	// SignShape returns the named sign matrix's shape: Rows × Cols signs, its live ranks and
+	// its decoder layer. Errors: an unknown name.
+	SignShape(name string) (SignShape, error)
+	// Signs returns a copy of the named matrix's packed sign bits, SignShape.Bytes() =
+	// Rows·Cols/8 bytes in the layout above. Errors: an unknown name.
+	Signs(name string) ([]byte, error)
+	// SetSigns overwrites the named matrix's sign bits with bits (Signs' layout). The bits of
+	// padded ranks must equal the current ones. Scores, gradients and Adam moments are left
+	// as they are (ApplySignFlips also resets the flipped signs' scores). Errors: sign
+	// training off (Setup.Train.TrainSigns: only then do snapshots and checkpoints carry the
+	// signs), an unknown name, len(bits) ≠ Bytes(), a changed padded bit (its element, row and
+	// column).
+	SetSigns(name string, bits []byte) error
+	// SignScores returns a copy of the named matrix's int8 flip scores, Rows·Cols values
+	// (element e as above) in −127…127: positive is accumulated pressure to flip; a score ≥
+	// Setup.Train.Signs.Tau flips at the next applied AdamStep (within the per-matrix budget)
+	// and is reset to 0; padded ranks hold 0. Errors: sign training off, an unknown name.
+	SignScores(name string) ([]int8, error)
+	// SetSignScores overwrites the named matrix's scores (SignScores' layout). Errors: sign
+	// training off, an unknown name, len(scores) ≠ Elements(), a score of −128, a non-zero
+	// score on a padded rank (each named by its element).
+	SetSignScores(name string, scores []int8) error
+	// CaptureSignGrad starts (on) or stops (off) keeping the named matrix's sign gradient for
+	// SignGrad. While it is on, every backward (ForwardBackward, Step, the steps' primitives)
+	// also computes the straight-through gradients of the matrix's projection (all its paths'
+	// U and V: 4 bytes per sign of GPU memory, one extra sign-gradient pass per backward when
+	// the Setup does not train signs) and adds them into a buffer that ZeroGrads clears, as it
+	// clears the other gradients. Off frees it (once no matrix of the projection is
+	// captured); calling it with the state a matrix already has does nothing. Captures work
+	// with sign training on or off, are not part of snapshots or checkpoints, and end with a
+	// Setup that replaces the Lab. GradCheck leaves them (and the scores) as they were.
+	// Errors: an unknown name.
+	CaptureSignGrad(name string, on bool) error
+	// SignGrad returns the named matrix's captured sign gradient: Rows·Cols f32 values
+	// (element e as above), G_e = ∂L/∂s_e, the gradient of the step's loss L (the mean KL per
+	// token whose gradient Grad holds) with respect to sign e taken as a real value, at the
+	// signs the backwards ran with — what the backwards since the later of the last ZeroGrads
+	// and the capture's start added (after Step(n): the last step's, computed before that
+	// step's flips). Padded ranks hold exactly 0. G_e·s_e > 0 means gradient descent wants
+	// sign e flipped: that is the pressure the scores accumulate (normalised by RMS(G) over
+	// the matrix). Errors: an unknown name, the matrix not captured (CaptureSignGrad), no
+	// backward since its capture began.
+	SignGrad(name string) ([]float32, error)
+	// ApplySignFlips flips the named matrix's signs where mask (Signs' layout, Bytes() bytes)
+	// has a 1 bit — an exact XOR of the packed bits — and resets those signs' scores to 0, as
+	// the flip rule does; it returns the number of signs flipped (the mask's 1 bits). A
+	// notebook's own flip rule builds the mask (SignShape.FlipMask). Hand flips are not
+	// counted in StepStats.SignFlips. Errors: sign training off, an unknown name, len(mask) ≠
+	// Bytes(), a 1 bit on a padded rank (its element).
+	ApplySignFlips(name string, mask []byte) (flipped int, err error)
+
 	// Snapshot stores the student's trained values, Adam moments, step counters and history
-	// on the host under tag (replacing an older snapshot of that tag). Errors: an empty tag.
+	// — and, when the Setup trains signs, every sign matrix's bits and scores (1 + 1/8 bytes
+	// per sign) — on the host under tag (replacing an older snapshot of that tag). Errors: an
+	// empty tag.
 	Snapshot(tag string) error
-	// Restore returns the Lab to the state Snapshot(tag) stored: trained values, Adam
-	// moments, step counter (so the next step replays the same windows at the same learning
-	// rate) and history. Gradients are left as they are. Errors: an unknown tag (listing the
-	// tags there are).
+	// Restore returns the Lab to the state Snapshot(tag) stored: trained values (sign bits and
+	// scores included when the Setup trains signs), Adam moments, step counter (so the next
+	// step replays the same windows at the same learning rate, bit for bit) and history.
+	// Gradients and captured sign gradients are left as they are. Errors: an unknown tag
+	// (listing the tags there are).
 	Restore(tag string) error
 	// Snapshots returns the tags of the stored snapshots, sorted.
 	Snapshots() ([]string, error)
-	// Checkpoint writes the state (trained values, Adam moments, step counters, history and
-	// the settings) atomically to dir/checkpoint-NNNNNN.safetensors (NNNNNN: the step) and
+	// Checkpoint writes the state (trained values — with TrainSigns the sign bits and scores
+	// too —, Adam moments, step counters, history and the settings) atomically to dir/checkpoint-NNNNNN.safetensors (NNNNNN: the step) and
 	// returns the file's path; Setup with Resume set to the file or the directory restores it.
 	// dir is created when missing.
 	Checkpoint(dir string) (path string, err error)
@@ -193,8 +272,8 @@ type Lab interface {
 	// host reference (host.Net.StudentLossGrad of the same student with the live values),
 	// the host's central finite difference (host StudentLoss) and the GPU's (nvgkit.LossOnly),
 	// with their relative errors against notebook 02's tolerances. The Lab's state —
-	// trained values, gradients, Adam moments, counters — is the same after the call as
-	// before. Errors: GradCheckSpec.Validate's, an unknown name; the host reference missing
+	// trained values, gradients, Adam moments, counters, sign scores and captured sign
+	// gradients — is the same after the call as before. Errors: GradCheckSpec.Validate's, an unknown name; the host reference missing
 	// (nvgkit's Lab needs the nvgkit/gradcheck package linked in; the session server has it).
 	GradCheck(spec GradCheckSpec, opts ...Option) (GradCheckResult, error)
 }
@@ -284,12 +363,80 @@ type Train struct {
 	// recomputing them: faster steps, more GPU memory, bit-identical results
 	// (train.TrainConfig.KeepActivations).
 	KeepActivations bool
+	// TrainSigns, when true, also trains the BLR factors' signs (train.TrainConfig.TrainSigns,
+	// nvg distill --train-signs; DESIGN.md §6 "Sign learning"): every backward adds to each
+	// sign's int8 score, and every applied AdamStep then flips, per sign matrix, the signs of
+	// the highest scores ≥ Signs.Tau (at most Signs.MaxFlipFrac of its live signs), counted
+	// per layer in StepStats.SignFlips. Snapshots and checkpoints then carry the sign bits and
+	// scores, and SetSigns, ApplySignFlips, SignScores and SetSignScores may be called. Off in
+	// DefaultSetup (the metric alone is trained).
+	TrainSigns bool
+	// Signs holds the sign-learning knobs (train.TrainConfig.Signs); its zero value means
+	// DefaultSigns(). Validate checks them whether or not TrainSigns is set.
+	Signs SignConfig
+}
+
+// SignConfig holds the sign-learning knobs of a Setup (nvgkit.SignConfig's fields, names and
+// units; DESIGN.md §6 "Sign learning"): every backward sets each sign's score to
+// clamp(floor(Beta·score + Alpha·(G·b)/RMS(G) + u), ±127), u ∈ [0, 1) a hash of Seed, the
+// step, the matrix and the sign (stochastic rounding), and after each applied Adam step
+// every sign matrix flips its signs of the highest scores ≥ Tau, at most
+// ceil(MaxFlipFrac · its live signs) of them, resetting their scores to 0. Its zero value
+// stands for DefaultSigns(); a non-zero value is used as it is (start from DefaultSigns()
+// to change one knob).
+type SignConfig struct {
+	// Alpha is the score units per unit of normalised pressure (G·b)/RMS(G), finite and > 0.
+	Alpha float32
+	// Beta is the score's decay per backward, in [0, 1].
+	Beta float32
+	// Tau is the least score that flips, 1…127.
+	Tau int
+	// MaxFlipFrac is the most flips of one matrix per step, as a fraction of its live signs,
+	// in [0, 1].
+	MaxFlipFrac float64
+	// Seed selects the stochastic rounding (any value).
+	Seed uint32
+}
+
+// DefaultSigns returns the sign-learning knobs of nvg distill (nvgkit.DefaultSigns; a test
+// keeps them equal): Alpha 4, Beta 0.95, Tau 48, MaxFlipFrac 0.001, Seed 1. A steady pressure
+// of p RMS settles at a score of 4p/(1 − 0.95) = 80p, so signs under a steady pressure above
+// 0.6 RMS flip.
+func DefaultSigns() SignConfig {
+	return SignConfig{Alpha: 4, Beta: 0.95, Tau: 48, MaxFlipFrac: 1e-3, Seed: 1}
+}
+
+// Resolved returns c, or DefaultSigns() when c is the zero value.
+func (c SignConfig) Resolved() SignConfig {
+	if c == (SignConfig{}) {
+		return DefaultSigns()
+	}
+	return c
+}
+
+// Validate reports the first knob of c (resolved) outside its range, naming it as a field of
+// Setup.Train.Signs.
+func (c SignConfig) Validate() error {
+	r := c.Resolved()
+	const hint = " (the zero SignConfig means DefaultSigns(); start from DefaultSigns() to change one knob)"
+	switch {
+	case !(r.Alpha > 0) || math.IsInf(float64(r.Alpha), 0):
+		return fmt.Errorf("session: Setup.Train.Signs.Alpha = %g, want a finite value > 0%s", r.Alpha, hint)
+	case !(r.Beta >= 0 && r.Beta <= 1):
+		return fmt.Errorf("session: Setup.Train.Signs.Beta = %g, want a value in [0, 1]%s", r.Beta, hint)
+	case r.Tau < 1 || r.Tau > 127:
+		return fmt.Errorf("session: Setup.Train.Signs.Tau = %d, want 1…127%s", r.Tau, hint)
+	case !(r.MaxFlipFrac >= 0 && r.MaxFlipFrac <= 1):
+		return fmt.Errorf("session: Setup.Train.Signs.MaxFlipFrac = %g, want a value in [0, 1]%s", r.MaxFlipFrac, hint)
+	}
+	return nil
 }
 
 // DefaultSetup returns the defaults of nvg distill: the embedded tiny teacher compressed to
 // 1 bit per weight (paths auto, seed 1), the embedded corpus, 24 steps of 4 windows × 64
 // tokens, top-32, lr 0.05 with 3 warm-up steps and cosine decay to 10 %, gradients clipped
-// to norm 1, 8 held-out windows.
+// to norm 1, 8 held-out windows, the metric alone trained (TrainSigns false, Signs zero:
+// DefaultSigns when turned on).
 func DefaultSetup() Setup {
 	return Setup{BitsPerWeight: 1, Paths: "auto",
 		Train: Train{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalWindows: 8, Seed: 1}}
@@ -329,7 +476,7 @@ func (s Setup) Validate() error {
 	case t.ScheduleSteps < 0:
 		return fmt.Errorf("session: Setup.Train.ScheduleSteps = %d, want ≥ 0 (0: Steps)", t.ScheduleSteps)
 	}
-	return nil
+	return t.Signs.Validate()
 }
 
 // Equal reports whether s and o describe the same Lab (every field but Replace equal), the
@@ -426,6 +573,11 @@ type StepStats struct {
 	// EvalPPL is the held-out perplexity when the step ended with an evaluation (Step's
 	// EvalEvery option), else 0.
 	EvalPPL float64
+	// SignFlips is, when the Setup trains signs, the number of signs the step's flip rule
+	// flipped in each decoder layer (index = layer, len = Info.Layers; zeros for a skipped
+	// step, which flips nothing); nil otherwise, from ForwardBackward, and for steps restored
+	// from a checkpoint (it keeps no flip counts). Hand flips (ApplySignFlips) are not counted.
+	SignFlips []int
 	// Seconds is the step's wall time.
 	Seconds float64
 }
@@ -447,6 +599,37 @@ func (h History) Losses() []float64 {
 		out[i] = s.Loss
 	}
 	return out
+}
+
+// SignFlipSeries returns the signs flipped per decoder layer over the steps of h that carry
+// StepStats.SignFlips: steps [n] (their Step numbers) and flips[l][i], layer l's flips at
+// steps[i] (0 where a step has fewer layers). Both are nil when no step carries flips (a
+// Setup without TrainSigns). ui.PlotSignFlips draws them.
+func (h History) SignFlipSeries() (steps []float64, flips [][]float64) {
+	layers := 0
+	for _, s := range h.Steps {
+		if s.SignFlips != nil {
+			layers = max(layers, len(s.SignFlips))
+		}
+	}
+	if layers == 0 {
+		return nil, nil
+	}
+	flips = make([][]float64, layers)
+	for _, s := range h.Steps {
+		if s.SignFlips == nil {
+			continue
+		}
+		steps = append(steps, float64(s.Step))
+		for l := range flips {
+			v := 0.0
+			if l < len(s.SignFlips) {
+				v = float64(s.SignFlips[l])
+			}
+			flips[l] = append(flips[l], v)
+		}
+	}
+	return steps, flips
 }
 
 // EvalResult is one held-out evaluation.
@@ -475,6 +658,79 @@ type GradNorms struct {
 	Norms  [][]float64
 	// Total is the global L2 norm over every gradient (the final norm's included), in float64.
 	Total float64
+}
+
+// SignShape is the shape of one sign matrix (Lab.SignShape).
+type SignShape struct {
+	// Name is the matrix's name ("<tensor>.p<path>.U" or ".V").
+	Name string
+	// Rows × Cols signs: U of a path is [m, r] (output features × rank), V is [r, n] (rank ×
+	// input features); the rank r and n are multiples of 8.
+	Rows, Cols int
+	// Live is the number of live ranks: the columns col ≥ Live of U and the rows row ≥ Live
+	// of V are rank padding (never flipped, scores and gradients 0).
+	Live int
+	// Layer is the decoder layer the matrix belongs to.
+	Layer int
+}
+
+// IsV reports whether the matrix is a path's right factor V (its rows are ranks).
+func (s SignShape) IsV() bool { return strings.HasSuffix(s.Name, ".V") }
+
+// Elements returns Rows·Cols, the number of signs (and of scores and gradient values).
+func (s SignShape) Elements() int { return s.Rows * s.Cols }
+
+// Bytes returns Rows·Cols/8, the length of the packed bits (Signs, SetSigns and
+// ApplySignFlips' mask).
+func (s SignShape) Bytes() int { return s.Rows * s.Cols / 8 }
+
+// IsLive reports whether element e (row-major, 0 ≤ e < Elements()) belongs to a live rank;
+// false for padding and for e out of range.
+func (s SignShape) IsLive(e int) bool {
+	if e < 0 || e >= s.Elements() {
+		return false
+	}
+	if s.IsV() {
+		return e/s.Cols < s.Live
+	}
+	return e%s.Cols < s.Live
+}
+
+// LiveCount returns the number of live signs (Rows·Live for U, Live·Cols for V): the count
+// the flip budget MaxFlipFrac is a fraction of.
+func (s SignShape) LiveCount() int {
+	if s.IsV() {
+		return s.Live * s.Cols
+	}
+	return s.Rows * s.Live
+}
+
+// FlipMask returns the packed mask (Bytes() bytes, the layout of Lab.Signs) with a 1 bit at
+// each of the elements elems, for ApplySignFlips. Errors: an element out of range, on a
+// padded rank, or given twice.
+func (s SignShape) FlipMask(elems []int) ([]byte, error) {
+	mask := make([]byte, s.Bytes())
+	for _, e := range elems {
+		switch {
+		case e < 0 || e >= s.Elements():
+			return nil, fmt.Errorf("session: FlipMask %s: element %d outside 0…%d", s.Name, e, s.Elements()-1)
+		case !s.IsLive(e):
+			return nil, fmt.Errorf("session: FlipMask %s: element %d (row %d, column %d) is rank padding (live ranks: %d)", s.Name, e, e/s.Cols, e%s.Cols, s.Live)
+		case mask[e>>3]>>(e&7)&1 != 0:
+			return nil, fmt.Errorf("session: FlipMask %s: element %d given twice", s.Name, e)
+		}
+		mask[e>>3] |= 1 << (e & 7)
+	}
+	return mask, nil
+}
+
+// SignValue returns sign e of packed bits (Lab.Signs' layout): +1 where bit e%8 of byte
+// e/8 is 1, −1 where it is 0. It panics when e is outside the bits, as an index does.
+func SignValue(bits []byte, e int) float32 {
+	if bits[e>>3]>>(e&7)&1 != 0 {
+		return 1
+	}
+	return -1
 }
 
 // Window picks the tokens an inspection call runs on. With Tokens nil it is a window the Lab

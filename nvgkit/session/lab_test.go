@@ -27,6 +27,20 @@ func TestLabSetupValidate(t *testing.T) {
 		{func(s *session.Setup) { s.Train.LR = math.Inf(1) }, "LR = +Inf"},
 		{func(s *session.Setup) { s.Train.ClipNorm = -1 }, "ClipNorm = -1"},
 		{func(s *session.Setup) { s.Train.EvalWindows = 0 }, "EvalWindows = 0"},
+		// The sign knobs are checked with or without TrainSigns; a partly set SignConfig is
+		// used as it is (its zero Alpha is not a default).
+		{func(s *session.Setup) { s.Train.Signs = session.SignConfig{Tau: 40} }, "Signs.Alpha = 0, want a finite value > 0 (the zero SignConfig means DefaultSigns()"},
+		{func(s *session.Setup) {
+			s.Train.TrainSigns, s.Train.Signs = true, session.DefaultSigns()
+			s.Train.Signs.Alpha = float32(math.Inf(1))
+		}, "Signs.Alpha = +Inf"},
+		{func(s *session.Setup) { s.Train.Signs = session.DefaultSigns(); s.Train.Signs.Beta = 1.5 }, "Signs.Beta = 1.5, want a value in [0, 1]"},
+		{func(s *session.Setup) { s.Train.Signs = session.DefaultSigns(); s.Train.Signs.Tau = 128 }, "Signs.Tau = 128, want 1…127"},
+		{func(s *session.Setup) { s.Train.Signs = session.DefaultSigns(); s.Train.Signs.Tau = 0 }, "Signs.Tau = 0"},
+		{func(s *session.Setup) {
+			s.Train.Signs = session.DefaultSigns()
+			s.Train.Signs.MaxFlipFrac = math.NaN()
+		}, "Signs.MaxFlipFrac = NaN"},
 	} {
 		s := session.DefaultSetup()
 		c.change(&s)
@@ -34,6 +48,22 @@ func TestLabSetupValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Validate = %v, want an error containing %q", err, c.want)
 		}
+	}
+	// Sign training with the default knobs (the zero SignConfig) or with chosen ones.
+	s0 := session.DefaultSetup()
+	s0.Train.TrainSigns = true
+	if err := s0.Validate(); err != nil {
+		t.Errorf("Validate with TrainSigns and the zero SignConfig: %v", err)
+	}
+	s0.Train.Signs = session.SignConfig{Alpha: 2, Beta: 0, Tau: 127, MaxFlipFrac: 1}
+	if err := s0.Validate(); err != nil {
+		t.Errorf("Validate with knobs at the ends of their ranges: %v", err)
+	}
+	if r := (session.SignConfig{}).Resolved(); r != session.DefaultSigns() || s0.Train.Signs.Resolved() != s0.Train.Signs {
+		t.Errorf("Resolved: %+v", r)
+	}
+	if d := session.DefaultSetup().Train; d.TrainSigns || d.Signs != (session.SignConfig{}) {
+		t.Errorf("DefaultSetup trains signs: %+v", d)
 	}
 	// A student file needs no compression settings.
 	s := session.DefaultSetup()
@@ -57,6 +87,72 @@ func TestLabSetupEqual(t *testing.T) {
 	b.Train.Seed = 2
 	if a.Equal(b) {
 		t.Error("Setups with other seeds are Equal")
+	}
+	b = session.DefaultSetup()
+	b.Train.TrainSigns = true
+	if a.Equal(b) {
+		t.Error("Setups with and without TrainSigns are Equal")
+	}
+	c := b
+	c.Train.Signs.Tau = 40
+	if b.Equal(c) {
+		t.Error("Setups with other sign knobs are Equal")
+	}
+}
+
+// The sign-matrix helpers, against hand-worked layouts: U [4, 8] with 5 live ranks (columns
+// 5…7 padding), V [8, 16] with 5 live ranks (rows 5…7 padding); element e is bit e%8 of
+// byte e/8.
+func TestSignShapeHelpers(t *testing.T) {
+	u := session.SignShape{Name: "model.layers.2.mlp.up_proj.weight.p1.U", Rows: 4, Cols: 8, Live: 5, Layer: 2}
+	v := session.SignShape{Name: "model.layers.2.mlp.up_proj.weight.p1.V", Rows: 8, Cols: 16, Live: 5, Layer: 2}
+	if u.IsV() || !v.IsV() || u.Elements() != 32 || u.Bytes() != 4 || v.Bytes() != 16 || u.LiveCount() != 20 || v.LiveCount() != 80 {
+		t.Fatalf("sizes: U %d elements %d bytes %d live; V %d bytes %d live", u.Elements(), u.Bytes(), u.LiveCount(), v.Bytes(), v.LiveCount())
+	}
+	for _, c := range []struct {
+		s    session.SignShape
+		e    int
+		live bool
+	}{{u, 4, true}, {u, 5, false}, {u, 8 + 4, true}, {u, 31, false}, {u, 32, false}, {u, -1, false},
+		{v, 4*16 + 15, true}, {v, 5 * 16, false}, {v, 127, false}} {
+		if got := c.s.IsLive(c.e); got != c.live {
+			t.Errorf("%s IsLive(%d) = %v", c.s.Name[len(c.s.Name)-1:], c.e, got)
+		}
+	}
+	m, err := u.FlipMask([]int{0, 9, 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []byte{0b00000001, 0b00000010, 0b00010000, 0}; !bytes.Equal(m, want) {
+		t.Errorf("FlipMask = %08b, want %08b", m, want)
+	}
+	for _, c := range []struct {
+		elems []int
+		want  string
+	}{{[]int{32}, "element 32 outside 0…31"}, {[]int{13}, "element 13 (row 1, column 5) is rank padding (live ranks: 5)"}, {[]int{3, 3}, "element 3 given twice"}} {
+		if _, err := u.FlipMask(c.elems); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("FlipMask(%v) = %v, want %q", c.elems, err, c.want)
+		}
+	}
+	bits := []byte{0b10000001, 0}
+	for e, want := range map[int]float32{0: 1, 1: -1, 7: 1, 8: -1} {
+		if got := session.SignValue(bits, e); got != want {
+			t.Errorf("SignValue(%08b, %d) = %v, want %v", bits, e, got, want)
+		}
+	}
+}
+
+// History.SignFlipSeries: the steps that carry flips, one series per layer, 0 where a step
+// has fewer layers; nil for a history without flips.
+func TestHistorySignFlipSeries(t *testing.T) {
+	h := session.History{Steps: []session.StepStats{{Step: 1}, {Step: 2, SignFlips: []int{3, 0, 7}}, {Step: 4, SignFlips: []int{1, 2}}}}
+	steps, flips := h.SignFlipSeries()
+	if len(steps) != 2 || steps[0] != 2 || steps[1] != 4 || len(flips) != 3 ||
+		flips[0][0] != 3 || flips[0][1] != 1 || flips[1][1] != 2 || flips[2][0] != 7 || flips[2][1] != 0 {
+		t.Errorf("SignFlipSeries = %v, %v; want [2 4], [[3 1] [0 2] [7 0]]", steps, flips)
+	}
+	if s, f := (session.History{Steps: []session.StepStats{{Step: 1}}}).SignFlipSeries(); s != nil || f != nil {
+		t.Errorf("SignFlipSeries without flips = %v, %v", s, f)
 	}
 }
 
@@ -124,7 +220,9 @@ func TestLabValuesGob(t *testing.T) {
 		session.EvalResult{Windows: 2}, session.GradNorms{Kinds: []string{"q_proj"}, Norms: [][]float64{{1}}},
 		session.HiddenStates{States: [][]float32{{1}}}, session.TopKResult{IDs: []int{1}},
 		session.GradCheckSpec{Names: []string{"a"}}, session.GradCheckResult{Rows: []session.GradCheckRow{{Name: "a"}}},
-		session.Progress{Phase: "step"}, session.Window{Tokens: []int{1, 2}}}
+		session.Progress{Phase: "step"}, session.Window{Tokens: []int{1, 2}},
+		session.StepStats{Step: 2, SignFlips: []int{0, 3}}, session.SignShape{Name: "x.p0.U", Rows: 8, Cols: 8, Live: 5},
+		[]int8{-127, 0, 127}}
 	for _, v := range vals {
 		var b bytes.Buffer
 		if err := gob.NewEncoder(&b).Encode(v); err != nil {

@@ -62,6 +62,10 @@ type labState struct {
 	evals                 []session.EvalResult
 	teacherNLL            map[int]float64 // the teacher's summed NLL on the first n eval windows
 	snaps                 map[string]*labSnapshot
+	// The sign matrices (lab_signs.go): names in load order, shapes, and the captured ones.
+	signNames []string
+	signs     map[string]labSign
+	captured  map[string]bool
 	// pending is the step being assembled by the primitives since the last AdamStep.
 	pending struct {
 		fb, finite bool    // a ForwardBackward ran; its loss and Step's Finite were finite
@@ -75,6 +79,7 @@ type labState struct {
 // labSnapshot is Lab.Snapshot's state.
 type labSnapshot struct {
 	snap  *nvgkit.TrainableSnapshot
+	signs *signState // the sign bits and scores (TrainSigns), else nil
 	meta  CheckpointMeta
 	hist  []session.StepStats
 	evals []session.EvalResult
@@ -264,6 +269,7 @@ func trainConfig(s session.Setup) TrainConfig {
 	c.Steps, c.NB, c.T, c.Windows, c.K = t.Steps, t.NB, t.T, t.Windows, t.K
 	c.LR, c.Warmup, c.MinLRFrac, c.ClipNorm = t.LR, t.Warmup, t.MinLRFrac, t.ClipNorm
 	c.EvalWindows, c.Seed, c.ScheduleSteps, c.KeepActivations = t.EvalWindows, t.Seed, t.ScheduleSteps, t.KeepActivations
+	c.TrainSigns, c.Signs = t.TrainSigns, nvgkit.SignConfig(t.Signs) // the same fields in the same order
 	c.EvalEvery, c.KeepFinal = 0, true
 	return c
 }
@@ -435,6 +441,9 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 		return nil, err
 	}
 	if st.tNet, err = nvgkit.LoadNet(l.dev, st.teacherModel, nvgkit.Teacher); err != nil {
+		return nil, err
+	}
+	if err := st.initSigns(); err != nil {
 		return nil, err
 	}
 	report("load", 2, 2)

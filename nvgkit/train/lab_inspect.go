@@ -425,11 +425,16 @@ func (l *Lab) GradCheck(spec session.GradCheckSpec, opts ...session.Option) (_ s
 	if err != nil {
 		return session.GradCheckResult{}, err
 	}
+	resume, err := s.pauseSigns() // the check's backwards leave the sign scores and captures alone
+	if err != nil {
+		return session.GradCheckResult{}, err
+	}
 	defer func() {
 		rerr := nvgkit.Restore(s.sNet, saved)
 		if rerr == nil {
 			rerr = nvgkit.SetGrads(s.sNet, grads)
 		}
+		rerr = errors.Join(rerr, resume())
 		if rerr != nil {
 			err = errors.Join(err, fmt.Errorf("train.Lab.GradCheck: restoring the state: %w", rerr))
 		}

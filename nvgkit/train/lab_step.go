@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -126,24 +127,42 @@ func (s *labState) adamStep() (session.StepStats, error) {
 	if err != nil {
 		return out, fmt.Errorf("train.Lab.AdamStep: step %d: %w", step, err)
 	}
-	if _, err := tr.signStep(step, ok); err != nil { // a TrainSigns setup flips as Trainer.step does
+	flips, err := tr.signStep(step, ok) // a TrainSigns setup flips as Trainer.step does
+	if err != nil {
 		return out, fmt.Errorf("train.Lab.AdamStep: step %d: %w", step, err)
 	}
+	if c.TrainSigns && flips == nil { // a skipped step flips nothing
+		flips = make([]int, s.sNet.Config.NumHiddenLayers)
+	}
+	out.SignFlips = flips
 	out.Skipped = skipped
 	out.Seconds = time.Since(p.t0).Seconds()
-	s.hist = append(s.hist, out)
+	rec := out
+	rec.SignFlips = slices.Clone(flips) // the history's own: the caller may change out's
+	s.hist = append(s.hist, rec)
 	s.pending.fb, s.pending.haveNorm = false, false
 	return out, nil
 }
 
-// ZeroGrads clears every gradient.
+// ZeroGrads clears every gradient, the captured sign gradients included.
 func (l *Lab) ZeroGrads() error {
 	s, err := l.ready("ZeroGrads")
 	if err != nil {
 		return err
 	}
+	return s.zeroGrads()
+}
+
+// zeroGrads clears the gradients and the captured sign gradients (CaptureSignGrad).
+func (s *labState) zeroGrads() error {
 	s.pending.haveNorm = false
-	return nvgkit.ZeroGrads(s.sNet)
+	if err := nvgkit.ZeroGrads(s.sNet); err != nil {
+		return err
+	}
+	if len(s.captured) > 0 {
+		return nvgkit.ZeroSignGrads(s.sNet)
+	}
+	return nil
 }
 
 // Step runs n full steps as Trainer does (see session.Lab.Step).
@@ -175,10 +194,9 @@ func (l *Lab) Step(n int, opts ...session.Option) ([]session.StepStats, error) {
 		if ctx.Err() != nil {
 			return done, interrupted(ctx, fmt.Sprintf("after step %d (%d of %d done)", s.tr.st.Step, i, n))
 		}
-		if err := nvgkit.ZeroGrads(s.sNet); err != nil {
+		if err := s.zeroGrads(); err != nil {
 			return done, err
 		}
-		s.pending.haveNorm = false
 		fb, err := s.forwardBackward()
 		if err != nil {
 			return done, err
@@ -225,8 +243,11 @@ func (l *Lab) History() (session.History, error) {
 	if err != nil {
 		return session.History{}, err
 	}
-	return session.History{Steps: append([]session.StepStats(nil), s.hist...), Evals: append([]session.EvalResult(nil), s.evals...),
-		TeacherPPL: s.tr.st.TeacherPPL}, nil
+	steps := append([]session.StepStats(nil), s.hist...)
+	for i := range steps {
+		steps[i].SignFlips = append([]int(nil), steps[i].SignFlips...)
+	}
+	return session.History{Steps: steps, Evals: append([]session.EvalResult(nil), s.evals...), TeacherPPL: s.tr.st.TeacherPPL}, nil
 }
 
 // Names returns the trained vectors' names in load order.
@@ -362,7 +383,11 @@ func (l *Lab) Snapshot(tag string) error {
 	if err != nil {
 		return err
 	}
-	s.snaps[tag] = &labSnapshot{snap: snap, meta: copyMeta(s.tr.st), hist: append([]session.StepStats(nil), s.hist...),
+	signs, err := s.readSignState()
+	if err != nil {
+		return fmt.Errorf("train.Lab.Snapshot: %w", err)
+	}
+	s.snaps[tag] = &labSnapshot{snap: snap, signs: signs, meta: copyMeta(s.tr.st), hist: append([]session.StepStats(nil), s.hist...),
 		evals: append([]session.EvalResult(nil), s.evals...)}
 	return nil
 }
@@ -382,6 +407,9 @@ func (l *Lab) Restore(tag string) error {
 	}
 	if err := nvgkit.Restore(s.sNet, sn.snap); err != nil {
 		return err
+	}
+	if err := s.writeSignState(sn.signs, sn.meta.Step); err != nil {
+		return fmt.Errorf("train.Lab.Restore: %w", err)
 	}
 	s.tr.st = copyMeta(sn.meta)
 	s.hist = append([]session.StepStats(nil), sn.hist...)

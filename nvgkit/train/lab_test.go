@@ -27,12 +27,16 @@ var labFx struct {
 	info   session.Info
 	phases map[string]int // Setup's progress reports by phase
 	err    error
+	// signLab is the tests' Lab of signSetup (lab_signs_test.go), set up once.
+	signLab *train.Lab
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if labFx.lab != nil {
-		labFx.lab.Close()
+	for _, l := range []*train.Lab{labFx.lab, labFx.signLab} {
+		if l != nil {
+			l.Close()
+		}
 	}
 	if labFx.dir != "" {
 		os.RemoveAll(labFx.dir)
@@ -653,12 +657,27 @@ func TestLabCheckpointResume(t *testing.T) {
 	}
 }
 
-// DefaultSetup's schedule is DefaultTrainConfig's (one table of defaults).
+// DefaultSetup's schedule is DefaultTrainConfig's (one table of defaults), sign training
+// included (off, the zero knobs standing for DefaultSigns), and session's DefaultSigns is
+// nvgkit's.
 func TestLabDefaultSetupIsDistills(t *testing.T) {
 	s, c := session.DefaultSetup().Train, train.DefaultTrainConfig()
 	if s.Steps != c.Steps || s.NB != c.NB || s.T != c.T || s.Windows != c.Windows || s.K != c.K || s.LR != c.LR || s.Warmup != c.Warmup ||
-		s.MinLRFrac != c.MinLRFrac || s.ClipNorm != c.ClipNorm || s.EvalWindows != c.EvalWindows || s.Seed != c.Seed || s.ScheduleSteps != c.ScheduleSteps {
+		s.MinLRFrac != c.MinLRFrac || s.ClipNorm != c.ClipNorm || s.EvalWindows != c.EvalWindows || s.Seed != c.Seed || s.ScheduleSteps != c.ScheduleSteps ||
+		s.KeepActivations != c.KeepActivations || s.TrainSigns != c.TrainSigns || nvgkit.SignConfig(s.Signs) != c.Signs {
 		t.Errorf("DefaultSetup().Train = %+v, DefaultTrainConfig() = %+v", s, c)
+	}
+	if d, n := session.DefaultSigns(), nvgkit.DefaultSigns(); nvgkit.SignConfig(d) != n {
+		t.Errorf("session.DefaultSigns() = %+v, nvgkit.DefaultSigns() = %+v", d, n)
+	}
+	// The knobs' ranges agree: a value session.Setup.Validate refuses, nvgkit refuses too.
+	for _, k := range []session.SignConfig{{Alpha: -1, Beta: 0.9, Tau: 8}, {Alpha: 1, Beta: 1.01, Tau: 8}, {Alpha: 1, Beta: 0.9, Tau: 128},
+		{Alpha: 1, Beta: 0.9, Tau: 8, MaxFlipFrac: 2}} {
+		st := session.DefaultSetup()
+		st.Train.Signs = k
+		if st.Validate() == nil || nvgkit.SignConfig(k).Validate() == nil {
+			t.Errorf("knobs %+v: session %v, nvgkit %v; want both to refuse them", k, st.Validate(), nvgkit.SignConfig(k).Validate())
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/internal/atomicfile"
+	"github.com/nvg-project/nvg/nvgkit/session"
 )
 
 // MetricsFile is the name of the per-step log a Trainer writes in TrainConfig.OutDir (JSON
@@ -211,32 +212,16 @@ func TrainingSeries(recs []MetricsRecord) (steps []int, loss []float64, evalStep
 // SignFlipSeries returns the signs flipped per decoder layer over the steps of a TrainSigns
 // run's metrics records: steps [n] (the step records that carry sign_flips) and flips[l][i],
 // layer l's flips at steps[i] (0 where a record has fewer layers). Both are empty when no step
-// record carries flips (a metric-only run).
+// record carries flips (a metric-only run). It is session.History.SignFlipSeries of the step
+// records, so a run's log and a Lab's history give the same series (ui.PlotSignFlips).
 func SignFlipSeries(recs []MetricsRecord) (steps []float64, flips [][]float64) {
-	layers := 0
+	var h session.History
 	for _, r := range recs {
-		if r.Kind == MetricsStep && r.SignFlips != nil {
-			layers = max(layers, len(r.SignFlips))
+		if r.Kind == MetricsStep {
+			h.Steps = append(h.Steps, session.StepStats{Step: r.Step, SignFlips: r.SignFlips})
 		}
 	}
-	if layers == 0 {
-		return nil, nil
-	}
-	flips = make([][]float64, layers)
-	for _, r := range recs {
-		if r.Kind != MetricsStep || r.SignFlips == nil {
-			continue
-		}
-		steps = append(steps, float64(r.Step))
-		for l := range flips {
-			v := 0.0
-			if l < len(r.SignFlips) {
-				v = float64(r.SignFlips[l])
-			}
-			flips[l] = append(flips[l], v)
-		}
-	}
-	return steps, flips
+	return h.SignFlipSeries()
 }
 
 // metricsSink is one destination of a Trainer's metrics records.

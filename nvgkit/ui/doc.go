@@ -7,7 +7,9 @@
 //
 // Charts: PlotTraining (loss with its moving average, held-out perplexity on a log axis,
 // the teacher's as a dashed line), PlotLayerGradNorms, PlotHistogram, PlotTopK,
-// PlotReconstruction, PlotMemLog; a Chart keeps its legend beside the data. Output:
+// PlotReconstruction, PlotMemLog, PlotSignFlips (signs flipped per layer per step, from a
+// run's metrics or a session's History: PlotHistorySignFlips); a Chart keeps its legend
+// beside the data. Output:
 // RenderPNG, RenderSVG, SavePlot (atomic), DisplayPNG/DisplaySVG and Show in a notebook.
 // Progress: NotebookProgress (a bar, an nvgkit.Progress) and Live (a progress line and a
 // training curve redrawn while a call runs, fed LiveUpdate values, e.g. from a session's

@@ -39,6 +39,45 @@ func HistoryCurves(h session.History) TrainingCurves {
 // PlotTraining's (a history with no step and no evaluation).
 func PlotHistory(h session.History) (*Figure, error) { return PlotTraining(HistoryCurves(h)) }
 
+// PlotSignFlips draws the signs flipped per decoder layer per step of a sign-training run,
+// one line per layer ("layer l"): flips[l][i] at step steps[i], as session.History's and
+// train's SignFlipSeries return them. From 60 steps on the lines are smoothed by a trailing
+// moving average of MovingAverageWindow(len(steps)) = len(steps)/20 steps (the title says
+// so); a shorter run's counts are drawn as they are. nvg distill --train-signs saves it as
+// sign_flips.png. Errors: no steps or no layers, a layer whose length is not len(steps).
+func PlotSignFlips(steps []float64, flips [][]float64) (*Chart, error) {
+	if len(steps) == 0 || len(flips) == 0 {
+		return nil, fmt.Errorf("PlotSignFlips: %d steps and %d layers, want ≥ 1 of each (no step carries sign flips: the run does not train signs?)", len(steps), len(flips))
+	}
+	win := 0
+	if len(steps) >= 60 {
+		win = MovingAverageWindow(len(steps))
+	}
+	title := "Signs flipped per layer per step"
+	if win > 1 {
+		title += fmt.Sprintf(" (moving average of %d steps)", win)
+	}
+	names := make([]string, len(flips))
+	ys := make([][]float64, len(flips))
+	for l, f := range flips {
+		if len(f) != len(steps) {
+			return nil, fmt.Errorf("PlotSignFlips: layer %d has %d values for %d steps", l, len(f), len(steps))
+		}
+		names[l], ys[l] = fmt.Sprintf("layer %d", l), MovingAverage(f, win)
+	}
+	return PlotLines(title, "step", "signs flipped", steps, names, ys)
+}
+
+// PlotHistorySignFlips is PlotSignFlips of a Lab's history (History.SignFlipSeries: the
+// steps of a Setup with Train.TrainSigns). Errors: no step carries sign flips.
+func PlotHistorySignFlips(h session.History) (*Chart, error) {
+	steps, flips := h.SignFlipSeries()
+	if len(steps) == 0 {
+		return nil, fmt.Errorf("PlotHistorySignFlips: none of the history's %d steps carries sign flips (Setup.Train.TrainSigns is off?)", len(h.Steps))
+	}
+	return PlotSignFlips(steps, flips)
+}
+
 // isGainKind reports whether a GradNorms kind is an RMSNorm gain (input_layernorm, q_norm,
 // norm, …) rather than a BLR projection's metric.
 func isGainKind(kind string) bool { return strings.HasSuffix(kind, "norm") }

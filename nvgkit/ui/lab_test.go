@@ -124,3 +124,50 @@ func TestCompressionTable(t *testing.T) {
 		t.Errorf("table:\n%s", tab)
 	}
 }
+
+// PlotHistorySignFlips draws a Lab's flips per layer: one line per layer, the steps that
+// carry flips only, raw for a short history and smoothed (the title says so) for a long
+// one; a history without flips is an error naming TrainSigns.
+func TestPlotSignFlips(t *testing.T) {
+	h := session.History{Steps: []session.StepStats{{Step: 1}, {Step: 2, SignFlips: []int{4, 0, 9}}, {Step: 3, SignFlips: []int{6, 1, 0}}}}
+	c, err := PlotHistorySignFlips(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Title.Text != "Signs flipped per layer per step" || c.Y.Max != 9 || c.X.Min != 2 || c.X.Max != 3 {
+		t.Errorf("short history: title %q, x %g…%g, y max %g; want no smoothing, steps 2…3, y max 9", c.Title.Text, c.X.Min, c.X.Max, c.Y.Max)
+	}
+	svg, err := RenderSVG(c, 700, 400)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"layer 0", "layer 1", "layer 2", "signs flipped"} {
+		if !strings.Contains(string(svg), want) {
+			t.Errorf("sign flip plot lacks %q", want)
+		}
+	}
+	checkPNG(t, "signflips", c, 700, 400)
+	// Steps alternating 0 and 30 flips: 59 steps are drawn as they are (peak 30); 80 steps are
+	// smoothed over 80/20 = 4 steps (peak 15: the first two steps' mean, then every 4 steps').
+	for _, c := range []struct {
+		n     int
+		title string
+		peak  float64
+	}{{59, "Signs flipped per layer per step", 30}, {80, "Signs flipped per layer per step (moving average of 4 steps)", 15}} {
+		var long session.History
+		for s := 1; s <= c.n; s++ {
+			long.Steps = append(long.Steps, session.StepStats{Step: s, SignFlips: []int{30 * ((s + 1) % 2)}})
+		}
+		p, err := PlotHistorySignFlips(long)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Title.Text != c.title || p.Y.Max != c.peak {
+			t.Errorf("%d steps: title %q, y max %g; want %q, %g", c.n, p.Title.Text, p.Y.Max, c.title, c.peak)
+		}
+	}
+	_, err = PlotHistorySignFlips(session.History{Steps: []session.StepStats{{Step: 1}}})
+	wantErr(t, "no flips", err, "TrainSigns")
+	_, err = PlotSignFlips([]float64{1, 2}, [][]float64{{1}})
+	wantErr(t, "ragged", err, "layer 0 has 1 values for 2 steps")
+}

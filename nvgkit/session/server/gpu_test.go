@@ -5,6 +5,8 @@ import (
 	"github.com/nvg-project/nvg/nvgkit/train"
 	"math"
 	"reflect"
+	"regexp"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,19 +68,38 @@ func clearSeconds(v reflect.Value) {
 	}
 }
 
+// recorder returns the function a sequence records a call's result with: what and the
+// result as text (wall times cleared), or a fatal error when err is not nil.
+func recorder(t *testing.T, out *[]string) func(what string, v any, err error) {
+	return func(what string, v any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		*out = append(*out, what+": "+untimed(v))
+	}
+}
+
+// sameResults fails t where the in-process and the session's results differ.
+func sameResults(t *testing.T, local, remote []string) {
+	t.Helper()
+	if len(local) != len(remote) {
+		t.Fatalf("%d results in-process, %d through the session", len(local), len(remote))
+	}
+	for i := range local {
+		if local[i] != remote[i] {
+			t.Errorf("result %d differs:\nin-process: %.600s\nsession:    %.600s", i, local[i], remote[i])
+		}
+	}
+}
+
 // labSequence is the cell sequence of the bit-identity test; it returns every result as
 // text (floats printed exactly: Go prints the shortest decimal that reads back to the same
 // bits) with the wall times cleared.
 func labSequence(t *testing.T, lab session.Lab) []string {
 	t.Helper()
 	var out []string
-	add := func(what string, v any, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		out = append(out, what+": "+untimed(v))
-	}
+	add := recorder(t, &out)
 	info, err := lab.Setup(gpuSetup())
 	info.Device = "" // the two may name the device differently (it is the same adapter)
 	add("Setup", info, err)
@@ -129,16 +150,126 @@ func TestInProcessVsSessionBitIdentical(t *testing.T) {
 	local := labSequence(t, inProcessLab(t))
 	useSessionDir(t, "gpu")
 	remote := labSequence(t, attach(t, "bits"))
-	if len(local) != len(remote) {
-		t.Fatalf("%d results in-process, %d through the session", len(local), len(remote))
-	}
-	for i := range local {
-		if local[i] != remote[i] {
-			t.Errorf("result %d differs:\nin-process: %.600s\nsession:    %.600s", i, local[i], remote[i])
-		}
-	}
+	sameResults(t, local, remote)
 	if !strings.Contains(local[1], "Loss:") || strings.Contains(local[1], "Loss:NaN") {
 		t.Errorf("Step(3) gave no losses: %s", local[1])
+	}
+}
+
+// signSetup is gpuSetup training the signs, with knobs that flip signs within a few steps at
+// this size.
+func signSetup() session.Setup {
+	s := gpuSetup()
+	s.Train.TrainSigns = true
+	s.Train.Signs = session.SignConfig{Alpha: 8, Beta: 0.9, Tau: 16, MaxFlipFrac: 0.01, Seed: 5}
+	return s
+}
+
+// topPressure returns the k live elements of sh with the largest G·b (ties by index), the
+// flip rule a notebook might write.
+func topPressure(sh session.SignShape, g []float32, bits []byte, k int) []int {
+	var live []int
+	for e := range sh.Elements() {
+		if sh.IsLive(e) {
+			live = append(live, e)
+		}
+	}
+	p := func(e int) float32 { return g[e] * session.SignValue(bits, e) }
+	sort.SliceStable(live, func(i, j int) bool { return p(live[i]) > p(live[j]) })
+	return live[:k]
+}
+
+// signSequence is the cell sequence of the sign bit-identity test: steps of a TrainSigns
+// Setup with one matrix's sign gradient captured, its gradient, scores and bits, a hand flip
+// rule (the 10 largest G·b), SetSigns back, a step whose PreOptimizer hook (run by the client
+// in a session) flips by the step's own gradient, the history's flips per layer, and bad
+// calls' errors. Every result is returned as text, wall times cleared.
+func signSequence(t *testing.T, lab session.Lab) []string {
+	t.Helper()
+	var out []string
+	add := recorder(t, &out)
+	bad := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s: no error", what)
+		}
+		out = append(out, what+": error "+err.Error())
+	}
+	info, err := lab.Setup(signSetup())
+	info.Device = ""
+	add("Setup", info, err)
+	names, err := lab.SignNames()
+	add("SignNames", names, err)
+	name := names[2] // path 1's U of the first projection when it has two paths, else path 0's of the second
+	sh, err := lab.SignShape(name)
+	add("SignShape", sh, err)
+	add("CaptureSignGrad", nil, lab.CaptureSignGrad(name, true))
+	sts, err := lab.Step(2)
+	add("Step(2)", sts, err)
+	g, err := lab.SignGrad(name)
+	add("SignGrad", g, err)
+	sc, err := lab.SignScores(name)
+	add("SignScores", sc, err)
+	before, err := lab.Signs(name)
+	add("Signs", before, err)
+	mask, err := sh.FlipMask(topPressure(sh, g, before, 10))
+	add("FlipMask", mask, err)
+	n, err := lab.ApplySignFlips(name, mask)
+	add("ApplySignFlips", n, err)
+	b, err := lab.Signs(name)
+	add("Signs after the flips", b, err)
+	sc, err = lab.SignScores(name)
+	add("SignScores after the flips", sc, err)
+	add("SetSigns", nil, lab.SetSigns(name, before))
+	b, err = lab.Signs(name)
+	add("Signs after SetSigns", b, err)
+	hook := func(l session.Lab, st session.StepStats) error {
+		g, err := l.SignGrad(name)
+		if err != nil {
+			return err
+		}
+		bits, err := l.Signs(name)
+		if err != nil {
+			return err
+		}
+		m, err := sh.FlipMask(topPressure(sh, g, bits, 3))
+		if err != nil {
+			return err
+		}
+		_, err = l.ApplySignFlips(name, m)
+		return err
+	}
+	sts, err = lab.Step(1, session.PreOptimizer(hook))
+	add("Step(1, a flipping PreOptimizer)", sts, err)
+	g, err = lab.SignGrad(name)
+	add("SignGrad after the hooked step", g, err)
+	h, err := lab.History()
+	add("History", h, err)
+	bad("SignShape of an unknown name", func() error { _, err := lab.SignShape(name + "x"); return err }())
+	bad("SetSigns of nil", lab.SetSigns(name, nil))
+	bad("SetSignScores of a wrong length", lab.SetSignScores(name, sc[1:]))
+	bad("ApplySignFlips of a short mask", func() error { _, err := lab.ApplySignFlips(name, mask[1:]); return err }())
+	bad("SignGrad not captured", func() error { _, err := lab.SignGrad(names[0]); return err }())
+	return out
+}
+
+// TestInProcessVsSessionSignsBitIdentical: sign training through train.NewLab in this
+// process and through a session server gives bit-identical results (losses, flips per layer,
+// sign gradients, scores, bits, hand flips, the history, the errors); signs did flip, in the
+// steps and by hand.
+func TestInProcessVsSessionSignsBitIdentical(t *testing.T) {
+	local := signSequence(t, inProcessLab(t))
+	useSessionDir(t, "gpu")
+	remote := signSequence(t, attach(t, "signbits"))
+	sameResults(t, local, remote)
+	flipped := regexp.MustCompile(`SignFlips:\[[0-9 ]*[1-9]`) // a list of flips per layer, not all 0
+	for _, r := range local {
+		if strings.HasPrefix(r, "ApplySignFlips: ") && r != "ApplySignFlips: 10" {
+			t.Errorf("hand flips: %s, want 10", r)
+		}
+		if (strings.HasPrefix(r, "Step(2): ") || strings.HasPrefix(r, "History: ")) && !flipped.MatchString(r) {
+			t.Errorf("no sign flipped: %.600s", r)
+		}
 	}
 }
 
