@@ -3,9 +3,11 @@ package gpu
 import "fmt"
 
 // BLRGrad holds the accumulated gradients of one BLR path's metric: H F32 [m], L (ℓ) F32
-// [r] and G F32 [n].
+// [r] and G F32 [n]. DT2, when not nil, receives the path's dt2 = (dy⊙h)·U F32 [rows, r] of
+// the backward (overwritten), so BLRSignGrad can reuse it; nil: a temporary.
 type BLRGrad struct {
 	H, L, G *Buffer
+	DT2     *Buffer
 }
 
 // BLRBackward records the backward of BLRForward for the layer l applied to x F32
@@ -73,6 +75,12 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy, dx *Buff
 		if err := need(op, fmt.Sprintf("grads[%d].G", p), g.G, n, F32); err != nil {
 			return err
 		}
+		if g.DT2 != nil {
+			if err := need(op, fmt.Sprintf("grads[%d].DT2", p), g.DT2, rows*rk, F32); err != nil {
+				return err
+			}
+			all[fmt.Sprintf("path %d dt2", p)] = g.DT2
+		}
 		for name, b := range map[string]*Buffer{"h": q.H, "g": q.G, "ℓ": q.L, "U": q.U, "V": q.V,
 			"dh": g.H, "dℓ": g.L, "dg": g.G} {
 			all[fmt.Sprintf("path %d %s", p, name)] = b
@@ -111,6 +119,10 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy, dx *Buff
 			tb = t1[p]
 		} else if err := blrGEMM(r, op+".t1", false, x, q.V, q.G, nil, tb, rows, n, rk, true, false); err != nil {
 			return fail(err)
+		}
+		dt2 := dt2
+		if g.DT2 != nil {
+			dt2 = g.DT2
 		}
 		if err := blrGEMM(r, op+".c", false, tb, q.U, q.L, nil, c, rows, rk, m, true, false); err != nil {
 			return fail(err)

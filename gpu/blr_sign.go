@@ -7,9 +7,13 @@ import (
 
 const signWG = 64
 
-// signGradNaive forces BLRSignGrad's simple kernel instead of the tiled one (both in
-// blr_sign_grad.wgsl; tests: SetSignGradNaive).
-var signGradNaive bool
+// signGradNaive forces BLRSignGrad's simple kernel instead of the blocked one (both in
+// blr_sign_grad.wgsl; tests: SetSignGradNaive); signGradSplit, when > 0, forces the blocked
+// kernel's number of row ranges (tests: SetSignGradSplit).
+var (
+	signGradNaive bool
+	signGradSplit int
+)
 
 // SignMatrix is one sign factor of a BLR path for the sign-learning kernels (DESIGN.md
 // "Sign learning"): Bits U32 [ceil(Rows·Cols/32)] (U or V of a BLRLayerPath), Scores U32
@@ -67,9 +71,114 @@ func (s SignMatrix) check(op string) error {
 }
 
 type signParams struct {
-	Stage                 string
-	Tiled, Mask, MaskCols bool
-	WG                    int
+	Stage          string
+	Mask, MaskCols bool
+	WG             int
+}
+
+// signGradParams are blr_sign_grad.wgsl's template parameters.
+type signGradParams struct {
+	Form                  string // "simple", "blocked" or "reduce"
+	Mask, MaskCols, Split bool
+	WG, TM, TN4           int
+}
+
+// signGradPartMax bounds the blocked kernel's partial sums (ranges × NA × NB f32, a recorder
+// temporary) when it splits the rows.
+const signGradPartMax = 64 << 20
+
+// signGradPlan chooses the blocked kernel's block (BM = 16·tm rows of out, BN = 64·tn4
+// columns) and how many row ranges of rs rows (a multiple of 16) it splits the reduction
+// into: enough workgroups to fill a GPU (about 2 per SM of a large one, 264) when out alone
+// has too few blocks, each range at least 64 rows, the partial sums at most signGradPartMax
+// bytes; one range on CPU adapters (no gain there).
+func (d *Device) signGradPlan(rows, na, nb int) (tm, tn4, splits, rs int) {
+	tm, tn4 = 4, 1
+	if na >= 128 {
+		tm = 8
+	}
+	if nb >= 128 {
+		tn4 = 2
+	}
+	blocks := ((na + 16*tm - 1) / (16 * tm)) * ((nb + 64*tn4 - 1) / (64 * tn4))
+	chunks := (rows + 15) / 16
+	splits = 1
+	if !d.info.CPU {
+		splits = max(1, min((264+blocks-1)/blocks, (chunks+3)/4, signGradPartMax/(4*na*nb)))
+	}
+	if signGradSplit > 0 {
+		splits = min(signGradSplit, chunks)
+	}
+	rs = 16 * ((chunks + splits - 1) / splits)
+	return tm, tn4, (rows + rs - 1) / rs, rs
+}
+
+// signGradCost is the blocked kernel's arithmetic (2·rows·na·nb) and least global traffic
+// (a and b read once, out or the splits' partial sums written once), for the profiler.
+func signGradCost(rows, na, nb, splits int) (flops, bytes float64) {
+	return 2 * float64(rows) * float64(na) * float64(nb), 4 * (float64(rows)*float64(na+nb) + float64(splits)*float64(na)*float64(nb))
+}
+
+// signGrad records out = sa ⊙ (aᵀ·b) ⊙ sb of blr_sign_grad.wgsl (masked by live when not nil):
+// the blocked kernel, split over row ranges plus a reduce pass when that fills the GPU
+// better, or the simple twin (signGradNaive).
+func signGrad(r *Recorder, op string, a, b, sa, sb, out, live *Buffer, rows, na, nb int, maskCols bool) error {
+	mask := live != nil
+	final := []Binding{Whole(sa), Whole(sb), Whole(out)}
+	finalAccess := []Access{Read, Read, ReadWrite}
+	if mask {
+		final = append(final, Whole(live))
+		finalAccess = append(finalAccess, Read)
+	}
+	in := []Binding{Whole(a), Whole(b)}
+	uni := []uint32{uint32(rows), uint32(na), uint32(nb), 0}
+	if signGradNaive {
+		pr := signGradParams{Form: "simple", Mask: mask, MaskCols: maskCols, WG: signWG}
+		return r.dispatch1D(KernelSpec{Name: op, File: "blr_sign_grad.wgsl", Params: pr,
+			Bindings: append([]Access{Read, Read}, finalAccess...), Uniforms: 4},
+			(na*nb+signWG-1)/signWG, uni, append(in, final...)...)
+	}
+	tm, tn4, splits, rs := r.d.signGradPlan(rows, na, nb)
+	gx, gy := (nb+64*tn4-1)/(64*tn4), (na+16*tm-1)/(16*tm)
+	if gx > 65535 || gy > 65535 {
+		return fmt.Errorf("gpu: %s: a %d×%d sign gradient needs a %d×%d grid (max 65535 per dimension)", op, na, nb, gx, gy)
+	}
+	uni[3] = uint32(rs)
+	pr := signGradParams{Form: "blocked", Mask: mask, MaskCols: maskCols, TM: tm, TN4: tn4, Split: splits > 1}
+	if splits == 1 {
+		k, err := r.d.Kernel(KernelSpec{Name: op + ".blocked", File: "blr_sign_grad.wgsl", Params: pr,
+			Bindings: append([]Access{Read, Read}, finalAccess...), Uniforms: 4})
+		if err != nil {
+			return err
+		}
+		if err := r.Dispatch(k, [3]int{gx, gy, 1}, uni, append(in, final...)...); err != nil {
+			return err
+		}
+		r.Cost(signGradCost(rows, na, nb, 1))
+		return nil
+	}
+	mark := len(r.ops)
+	part, err := r.Temp(op+" partial sums", F32, splits, na*nb)
+	if err != nil {
+		return err
+	}
+	k, err := r.d.Kernel(KernelSpec{Name: op + ".blocked", File: "blr_sign_grad.wgsl", Params: pr,
+		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 4})
+	if err != nil {
+		return err
+	}
+	if err := r.Dispatch(k, [3]int{gx, gy, splits}, uni, append(in, Whole(part))...); err != nil {
+		return err
+	}
+	r.Cost(signGradCost(rows, na, nb, splits))
+	red := signGradParams{Form: "reduce", Mask: mask, MaskCols: maskCols, WG: signWG}
+	if err := r.dispatch1D(KernelSpec{Name: op + ".reduce", File: "blr_sign_grad.wgsl", Params: red,
+		Bindings: append([]Access{Read}, finalAccess...), Uniforms: 4},
+		(na*nb+signWG-1)/signWG, []uint32{uint32(splits), uint32(na), uint32(nb), 0}, append([]Binding{Whole(part)}, final...)...); err != nil {
+		r.ops = r.ops[:mark]
+		return err
+	}
+	return nil
 }
 
 // BLRSignGrad records the straight-through gradients of the loss with respect to the
@@ -79,11 +188,13 @@ type signParams struct {
 //	t1 = (x⊙g)·Vᵀ;  G_U = (dy⊙h)ᵀ·(t1⊙ℓ) [m, r];  dt2 = (dy⊙h)·U;  G_V = (dt2⊙ℓ)ᵀ·(x⊙g) [r, n].
 //
 // gu[p] F32 [m·r] and gv[p] F32 [r·n] (row-major, the bit order of U and V) are
-// overwritten; padded ranks (l.Live) get exactly 0. t1 as in BLRBackward (nil: recomputed).
-// Two sign-bit GEMMs (one with t1) and two row-reducing GEMMs per path, f32, deterministic.
-// Host reference: host.BLRSignGrad. Errors: those of BLRBackward's checks, gu or gv of the
-// wrong count or size.
-func BLRSignGrad(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy *Buffer, gu, gv []*Buffer, rows int) error {
+// overwritten; padded ranks (l.Live) get exactly 0. t1 as in BLRBackward and dt2 as
+// BLRBackward left it in BLRGrad.DT2 (one F32 [rows, r] per path; each nil: recomputed, the
+// same values bit for bit). Up to two sign-bit GEMMs (none with t1 and dt2 given) and two
+// row-reducing GEMMs per path (blocked, split over row ranges when that fills the GPU
+// better), f32, deterministic. Host reference: host.BLRSignGrad. Errors: those of
+// BLRBackward's checks, gu, gv or dt2 of the wrong count or size.
+func BLRSignGrad(r *Recorder, l *BLRLayer, x *Buffer, t1, dt2 []*Buffer, dy *Buffer, gu, gv []*Buffer, rows int) error {
 	const op = "BLRSignGrad"
 	if err := checkBLRLayer(op, l); err != nil {
 		return err
@@ -121,6 +232,17 @@ func BLRSignGrad(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy *Buffer, 
 	for p := range t1 {
 		all[fmt.Sprintf("t1[%d]", p)] = t1[p]
 	}
+	if dt2 != nil {
+		if len(dt2) != len(l.Paths) {
+			return fmt.Errorf("gpu: %s: %d dt2 for %d paths", op, len(dt2), len(l.Paths))
+		}
+		for p := range dt2 {
+			if err := need(op, fmt.Sprintf("dt2[%d]", p), dt2[p], rows*rk, F32); err != nil {
+				return err
+			}
+			all[fmt.Sprintf("dt2[%d]", p)] = dt2[p]
+		}
+	}
 	if err := distinct(op, all); err != nil {
 		return err
 	}
@@ -129,35 +251,22 @@ func BLRSignGrad(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy *Buffer, 
 		r.ops = r.ops[:mark]
 		return err
 	}
-	dt2, err := r.Temp(op+" dt2", F32, rows, rk)
-	if err != nil {
-		return err
+	var dt2s *Buffer
+	if dt2 == nil {
+		var err error
+		if dt2s, err = r.Temp(op+" dt2", F32, rows, rk); err != nil {
+			return err
+		}
 	}
 	var t1s *Buffer
 	if t1 == nil {
+		var err error
 		if t1s, err = r.Temp(op+" t1", F32, rows, rk); err != nil {
 			return err
 		}
 	}
 	grad := func(a, b, sa, sb, out *Buffer, na, nb int, maskCols bool) error {
-		pr := signParams{Mask: l.Live != nil, MaskCols: maskCols, WG: signWG}
-		binds := []Binding{Whole(a), Whole(b), Whole(sa), Whole(sb), Whole(out)}
-		access := []Access{Read, Read, Read, Read, ReadWrite}
-		if l.Live != nil {
-			binds = append(binds, Whole(l.Live))
-			access = append(access, Read)
-		}
-		uni := []uint32{uint32(rows), uint32(na), uint32(nb)}
-		if signGradNaive || (nb+15)/16 > 65535 || (na+15)/16 > 65535 {
-			return r.dispatch1D(KernelSpec{Name: op, File: "blr_sign_grad.wgsl", Params: pr, Bindings: access, Uniforms: 3},
-				(na*nb+signWG-1)/signWG, uni, binds...)
-		}
-		pr.Tiled = true
-		k, err := r.d.Kernel(KernelSpec{Name: op + ".tiled", File: "blr_sign_grad.wgsl", Params: pr, Bindings: access, Uniforms: 3})
-		if err != nil {
-			return err
-		}
-		return r.Dispatch(k, [3]int{(nb + 15) / 16, (na + 15) / 16, 1}, uni, binds...)
+		return signGrad(r, op, a, b, sa, sb, out, l.Live, rows, na, nb, maskCols)
 	}
 	for p, q := range l.Paths {
 		tb := t1s
@@ -169,10 +278,13 @@ func BLRSignGrad(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy *Buffer, 
 		if err := grad(dy, tb, q.H, q.L, gu[p], m, rk, true); err != nil {
 			return fail(err)
 		}
-		if err := blrGEMM(r, op+".dt2", false, dy, q.U, q.H, nil, dt2, rows, m, rk, false, false); err != nil {
+		db := dt2s
+		if dt2 != nil {
+			db = dt2[p]
+		} else if err := blrGEMM(r, op+".dt2", false, dy, q.U, q.H, nil, db, rows, m, rk, false, false); err != nil {
 			return fail(err)
 		}
-		if err := grad(dt2, x, q.L, q.G, gv[p], rk, n, false); err != nil {
+		if err := grad(db, x, q.L, q.G, gv[p], rk, n, false); err != nil {
 			return fail(err)
 		}
 	}

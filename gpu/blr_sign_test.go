@@ -13,103 +13,136 @@ import (
 )
 
 // TestBLRSignGrad compares BLRSignGrad with host.BLRSignGrad on awkward sizes (odd m and
-// rows, rank not a multiple of 32, padded rank, 1 and 2 paths, t1 kept and recomputed), and
-// its tiled kernel with the simple twin bit for bit.
+// rows, rank not a multiple of 32, padded rank, 1 and 2 paths, t1 kept and recomputed, blocks
+// of out cut by the matrix edge), one line per implementation: the simple twin, the blocked
+// kernel over all rows (bit for bit the simple twin's values: the same fma chain) and the
+// blocked kernel split into row ranges plus the reduce pass (within the bound).
 // Tolerance as TestBLRBackward's: (n+m+r+rows+10)·u·A + u·|want| with A the same gradient
 // of magnitudes; padded ranks must be exactly 0.
 func TestBLRSignGrad(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(61, 62))
-	const u = 1.0 / (1 << 24)
-	for _, c := range []struct {
-		rows, m, n, r, paths, live int
-		keepT1                     bool
-	}{
+	for _, c := range []signGradCase{
 		{5, 13, 24, 16, 2, 11, false},
 		{3, 7, 8, 8, 1, 8, true},
 		{33, 9, 40, 24, 2, 20, true},
+		{150, 131, 136, 72, 2, 65, false},
+		{77, 140, 24, 40, 1, 40, true},
 	} {
-		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
-			w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
-			l := uploadBLR(t, d, w, c.live)
-			defer l.Release()
-			xf, xd := randF32(rng, c.rows*c.n, 1)
-			dyf, dyd := randF32(rng, c.rows*c.m, 1)
-			var bufs []*gpu.Buffer
-			defer func() {
-				for _, b := range bufs {
-					b.Release()
+		for _, impl := range []struct {
+			name   string
+			splits int
+		}{{"blocked", 1}, {"split", 3}} {
+			t.Run(fmt.Sprintf("%s/%+v", impl.name, c), func(t *testing.T) {
+				defer gpu.SetSignGradSplit(impl.splits)()
+				testBLRSignGrad(t, d, rng, c, impl.splits == 1)
+			})
+		}
+	}
+}
+
+// signGradCase is one size of TestBLRSignGrad: rows of x and dy, the layer's m, n, rank r,
+// paths, live (unpadded) rank, and whether t1 comes from the forward or is recomputed.
+type signGradCase struct {
+	rows, m, n, r, paths, live int
+	keepT1                     bool
+}
+
+func testBLRSignGrad(t *testing.T, d *gpu.Device, rng *rand.Rand, c signGradCase, bitIdentical bool) {
+	const u = 1.0 / (1 << 24)
+	w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
+	l := uploadBLR(t, d, w, c.live)
+	defer l.Release()
+	xf, xd := randF32(rng, c.rows*c.n, 1)
+	dyf, dyd := randF32(rng, c.rows*c.m, 1)
+	var bufs []*gpu.Buffer
+	defer func() {
+		for _, b := range bufs {
+			b.Release()
+		}
+	}()
+	keep := func(b *gpu.Buffer) *gpu.Buffer { bufs = append(bufs, b); return b }
+	x := keep(must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t))
+	dy := keep(must(d.UploadFloat32("dy", dyf, c.rows, c.m)).T(t))
+	// keepT1: t1 from the forward and dt2 from BLRBackward (BLRGrad.DT2), as the student step
+	// passes them; else both recomputed.
+	var t1, dt2 []*gpu.Buffer
+	if c.keepT1 {
+		y := keep(must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t))
+		grads := make([]gpu.BLRGrad, c.paths)
+		for p := range c.paths {
+			t1 = append(t1, keep(must(d.NewBuffer("t1", gpu.F32, c.rows, c.r)).T(t)))
+			dt2 = append(dt2, keep(must(d.NewBuffer("dt2", gpu.F32, c.rows, c.r)).T(t)))
+			grads[p] = gpu.BLRGrad{H: keep(must(d.NewBuffer("dh", gpu.F32, c.m)).T(t)),
+				L: keep(must(d.NewBuffer("dl", gpu.F32, c.r)).T(t)), G: keep(must(d.NewBuffer("dg", gpu.F32, c.n)).T(t)), DT2: dt2[p]}
+		}
+		must(0, d.Run(func(r *gpu.Recorder) error {
+			if err := gpu.BLRForward(r, l, x, y, t1, c.rows); err != nil {
+				return err
+			}
+			return gpu.BLRBackward(r, l, x, t1, dy, nil, grads, c.rows)
+		})).T(t)
+	}
+	gu := make([]*gpu.Buffer, c.paths)
+	gv := make([]*gpu.Buffer, c.paths)
+	for p := range gu {
+		gu[p] = keep(must(d.NewBuffer("gu", gpu.F32, c.m*c.r)).T(t))
+		gv[p] = keep(must(d.NewBuffer("gv", gpu.F32, c.r*c.n)).T(t))
+	}
+	// The simple twin first, dt2 recomputed: the blocked kernel over all rows must match it
+	// bit for bit (same fma order, the same dt2).
+	restore := gpu.SetSignGradNaive(true)
+	must(0, d.Run(func(r *gpu.Recorder) error { return gpu.BLRSignGrad(r, l, x, t1, nil, dy, gu, gv, c.rows) })).T(t)
+	restore()
+	var naive [][]float32
+	for p := range gu {
+		naive = append(naive, must(d.ReadFloat32(gu[p])).T(t), must(d.ReadFloat32(gv[p])).T(t))
+	}
+	must(0, d.Run(func(r *gpu.Recorder) error { return gpu.BLRSignGrad(r, l, x, t1, dt2, dy, gu, gv, c.rows) })).T(t)
+	for p := range gu {
+		if !bitIdentical {
+			break
+		}
+		for k, b := range []*gpu.Buffer{gu[p], gv[p]} {
+			got := must(d.ReadFloat32(b)).T(t)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(naive[2*p+k][i]) {
+					t.Fatalf("path %d %s[%d]: blocked %g, simple %g", p, []string{"G_U", "G_V"}[k], i, got[i], naive[2*p+k][i])
 				}
-			}()
-			keep := func(b *gpu.Buffer) *gpu.Buffer { bufs = append(bufs, b); return b }
-			x := keep(must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t))
-			dy := keep(must(d.UploadFloat32("dy", dyf, c.rows, c.m)).T(t))
-			var t1 []*gpu.Buffer
-			if c.keepT1 {
-				y := keep(must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t))
-				for range c.paths {
-					t1 = append(t1, keep(must(d.NewBuffer("t1", gpu.F32, c.rows, c.r)).T(t)))
-				}
-				must(0, d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, t1, c.rows) })).T(t)
 			}
-			gu := make([]*gpu.Buffer, c.paths)
-			gv := make([]*gpu.Buffer, c.paths)
-			for p := range gu {
-				gu[p] = keep(must(d.NewBuffer("gu", gpu.F32, c.m*c.r)).T(t))
-				gv[p] = keep(must(d.NewBuffer("gv", gpu.F32, c.r*c.n)).T(t))
+		}
+	}
+	wu, wv, err := host.BLRSignGrad(w, xd, c.rows, dyd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	au, av, err := host.BLRSignGrad(absBLR(w), absSlice(xd), c.rows, absSlice(dyd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gam := float64(c.n+c.m+c.r+c.rows+10) * u
+	bound := func(want, abs []float64) []float64 {
+		b := make([]float64, len(want))
+		for i := range b {
+			b[i] = gam*abs[i] + u*math.Abs(want[i])
+		}
+		return b
+	}
+	for p := range gu {
+		got := must(d.ReadFloat32(gu[p])).T(t)
+		checkBound(t, fmt.Sprintf("path %d G_U", p), got, wu[p], bound(wu[p], au[p]))
+		for i, v := range got {
+			if i%c.r >= c.live && v != 0 {
+				t.Fatalf("path %d: padded G_U[%d] = %g", p, i, v)
 			}
-			// The simple twin first: the tiled kernel must match it bit for bit (same fma order).
-			restore := gpu.SetSignGradNaive(true)
-			must(0, d.Run(func(r *gpu.Recorder) error { return gpu.BLRSignGrad(r, l, x, t1, dy, gu, gv, c.rows) })).T(t)
-			restore()
-			var naive [][]float32
-			for p := range gu {
-				naive = append(naive, must(d.ReadFloat32(gu[p])).T(t), must(d.ReadFloat32(gv[p])).T(t))
+		}
+		got = must(d.ReadFloat32(gv[p])).T(t)
+		checkBound(t, fmt.Sprintf("path %d G_V", p), got, wv[p], bound(wv[p], av[p]))
+		for i, v := range got {
+			if i/c.n >= c.live && v != 0 {
+				t.Fatalf("path %d: padded G_V[%d] = %g", p, i, v)
 			}
-			must(0, d.Run(func(r *gpu.Recorder) error { return gpu.BLRSignGrad(r, l, x, t1, dy, gu, gv, c.rows) })).T(t)
-			for p := range gu {
-				for k, b := range []*gpu.Buffer{gu[p], gv[p]} {
-					got := must(d.ReadFloat32(b)).T(t)
-					for i := range got {
-						if math.Float32bits(got[i]) != math.Float32bits(naive[2*p+k][i]) {
-							t.Fatalf("path %d %s[%d]: tiled %g, simple %g", p, []string{"G_U", "G_V"}[k], i, got[i], naive[2*p+k][i])
-						}
-					}
-				}
-			}
-			wu, wv, err := host.BLRSignGrad(w, xd, c.rows, dyd)
-			if err != nil {
-				t.Fatal(err)
-			}
-			au, av, err := host.BLRSignGrad(absBLR(w), absSlice(xd), c.rows, absSlice(dyd))
-			if err != nil {
-				t.Fatal(err)
-			}
-			gam := float64(c.n+c.m+c.r+c.rows+10) * u
-			bound := func(want, abs []float64) []float64 {
-				b := make([]float64, len(want))
-				for i := range b {
-					b[i] = gam*abs[i] + u*math.Abs(want[i])
-				}
-				return b
-			}
-			for p := range gu {
-				got := must(d.ReadFloat32(gu[p])).T(t)
-				checkBound(t, fmt.Sprintf("path %d G_U", p), got, wu[p], bound(wu[p], au[p]))
-				for i, v := range got {
-					if i%c.r >= c.live && v != 0 {
-						t.Fatalf("path %d: padded G_U[%d] = %g", p, i, v)
-					}
-				}
-				got = must(d.ReadFloat32(gv[p])).T(t)
-				checkBound(t, fmt.Sprintf("path %d G_V", p), got, wv[p], bound(wv[p], av[p]))
-				for i, v := range got {
-					if i/c.n >= c.live && v != 0 {
-						t.Fatalf("path %d: padded G_V[%d] = %g", p, i, v)
-					}
-				}
-			}
-		})
+		}
 	}
 }
 

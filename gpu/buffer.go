@@ -120,6 +120,7 @@ func (b *Buffer) releaseLocked() {
 	if b.buf != nil {
 		b.buf.Release()
 		b.buf = nil
+		b.dev.freedAhead += b.size
 	}
 	b.dev.mem.CurrentBytes -= b.size
 	b.dev.mem.Buffers--

@@ -38,6 +38,7 @@ type Device struct {
 	scratch      map[uint64][]*Buffer // Recorder temporaries kept for reuse, by byte size
 	scratchB     uint64               // their bytes
 	scratchLimit uint64               // SetScratchLimit
+	freedAhead   uint64               // bytes released since the last wait for the GPU (freedAheadLimit)
 	kernels      map[kernelKey]*Kernel
 	staging      map[uint64][]*wgpu.Buffer // readback buffers kept for reuse, by size
 	stagingB     uint64                    // their bytes
@@ -383,6 +384,7 @@ func (d *Device) Sync() error {
 		return err
 	}
 	d.poll(true)
+	d.freedAhead = 0
 	return nil
 }
 

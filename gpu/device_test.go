@@ -71,6 +71,41 @@ func TestBuffersAndMemStats(t *testing.T) {
 // Temp of the same byte size is that buffer again, cleared before the submit that uses it
 // (Σ t² of the stale random contents must read 0); FreeScratch gives its memory back, and
 // an allocation beyond the memory budget frees kept scratch before failing.
+// TestFreedAheadWait checks that a submit waits for the GPU once the bytes of buffers
+// released since the last wait pass the limit (freedAheadLimit), and only then: released
+// temporaries of work still running hold memory until it completes.
+func TestFreedAheadWait(t *testing.T) {
+	d := gputest.Open(t)
+	defer gpu.SetFreedAheadLimit(10000)()
+	defer d.SetScratchLimit(gpu.DefaultScratchLimit)
+	d.SetScratchLimit(0) // every temp is released at its submit
+	must(0, d.Sync()).T(t)
+	if got := d.FreedAhead(); got != 0 {
+		t.Fatalf("after Sync %d bytes released ahead, want 0", got)
+	}
+	step := func(n int) {
+		t.Helper()
+		r := d.Begin()
+		tb := must(r.Temp("t", gpu.F32, n)).T(t)
+		must(0, gpu.FillRandomUniform(r, tb, 7, 0, 1, 2)).T(t)
+		must(0, r.Submit()).T(t)
+	}
+	step(1000) // 4,000 bytes: below the limit, no wait
+	if got := d.FreedAhead(); got != 4000 {
+		t.Errorf("after one 4,000-byte temp %d bytes released ahead, want 4000", got)
+	}
+	step(1000) // 8,000
+	step(1000) // 12,000 > 10,000: the submit waits and starts counting again
+	if got := d.FreedAhead(); got != 0 {
+		t.Errorf("past the limit %d bytes released ahead, want 0 (waited)", got)
+	}
+	b := must(d.NewBuffer("b", gpu.F32, 10)).T(t)
+	b.Release()
+	if got := d.FreedAhead(); got != 40 {
+		t.Errorf("a released buffer counts %d bytes ahead, want 40", got)
+	}
+}
+
 func TestScratchReuse(t *testing.T) {
 	d := gputest.Open(t)
 	d.FreeScratch()

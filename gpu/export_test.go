@@ -36,12 +36,20 @@ func SetGDRCSlice(cs int) (restore func()) {
 	return func() { gdrcCS = old }
 }
 
-// SetSignGradNaive forces BLRSignGrad's simple kernel (on) or its tiled one (off) and returns
-// a function restoring the old choice.
+// SetSignGradNaive forces BLRSignGrad's simple kernel (on) or its blocked one (off) and
+// returns a function restoring the old choice.
 func SetSignGradNaive(on bool) (restore func()) {
 	old := signGradNaive
 	signGradNaive = on
 	return func() { signGradNaive = old }
+}
+
+// SetSignGradSplit forces the number of row ranges of BLRSignGrad's blocked kernel (at most
+// one per 16 rows; 0: the automatic choice) and returns a function restoring the old one.
+func SetSignGradSplit(splits int) (restore func()) {
+	old := signGradSplit
+	signGradSplit = splits
+	return func() { signGradSplit = old }
 }
 
 // SetGEMMLanes forces the lane-blocked GEMM kernels (gemm_lanes.go) wherever they apply,
@@ -62,4 +70,19 @@ func SetLogitsTopKLanes(v int) (restore func()) {
 	old := topkLanesForce
 	topkLanesForce = v
 	return func() { topkLanesForce = old }
+}
+
+// SetFreedAheadLimit sets the bytes of released buffers after which a submit waits for the
+// GPU (freedAheadLimit) and returns a function restoring the old limit.
+func SetFreedAheadLimit(bytes uint64) (restore func()) {
+	old := freedAheadLimit
+	freedAheadLimit = bytes
+	return func() { freedAheadLimit = old }
+}
+
+// FreedAhead returns the bytes released since the device last waited for the GPU.
+func (d *Device) FreedAhead() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.freedAhead
 }

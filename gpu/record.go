@@ -234,6 +234,15 @@ func (d *Device) checkBinding(k *Kernel, i int, b *Binding) error {
 // so they never make a run fail that would fit without them.
 const scratchMaxBuffer = 64 << 20
 
+// freedAheadLimit bounds the memory of buffers released while the work using them may still
+// run: wgpu gives such a buffer's memory back only once that work completes, and the host
+// records and submits layer after layer without waiting, so the released temporaries of
+// every layer ahead of the GPU would hold memory nvg no longer counts (a 27B student step
+// with sign training ran the H200 out of memory at 42 GiB counted). After a submit that
+// brings the bytes released since the last wait above it, the host waits for the GPU.
+// Tests: SetFreedAheadLimit.
+var freedAheadLimit uint64 = 8 << 30
+
 // DefaultScratchLimit is how many bytes of scratch buffers a device keeps for reuse unless
 // SetScratchLimit says otherwise: 1 GiB.
 const DefaultScratchLimit = 1 << 30
@@ -386,6 +395,10 @@ func (r *Recorder) releaseTemps() {
 		d.scratchB += b.size
 	}
 	r.temps, r.clears = nil, nil
+	if d.freedAhead > freedAheadLimit && !d.closed {
+		d.poll(true)
+		d.freedAhead = 0
+	}
 }
 
 // Submit encodes every recorded dispatch into one command buffer and submits it (without

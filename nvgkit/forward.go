@@ -59,13 +59,7 @@ func (s *acts) apply(r *gpu.Recorder, l linear, x, y *gpu.Buffer, rows int) erro
 
 // back records l's backward (linear.backward), reusing the t1 kept by apply when there is one.
 func (s *acts) back(r *gpu.Recorder, l linear, x, dy, dx *gpu.Buffer, rows int) error {
-	if l.blr != nil {
-		if err := gpu.BLRBackward(r, l.blr, x, s.t1[l.blr], dy, dx, l.grads, rows); err != nil {
-			return err
-		}
-		return l.signs.record(r, l.blr, x, s.t1[l.blr], dy, rows) // a no-op unless EnableSigns
-	}
-	return l.backward(r, x, dy, dx, rows)
+	return l.backward(r, x, s.t1[l.blr], dy, dx, rows)
 }
 
 // recordLayer records decoder layer L (DESIGN.md §3) on x [rows, H], the one layer recipe of

@@ -150,15 +150,29 @@ func (l *linear) apply(r *gpu.Recorder, x, y *gpu.Buffer, rows int) error {
 }
 
 // backward records dx = dy·W (overwritten) for y = x·Wᵀ and, for a BLR linear, adds the
-// metric's gradients into l.grads.
-func (l *linear) backward(r *gpu.Recorder, x, dy, dx *gpu.Buffer, rows int) error {
-	if l.blr != nil {
-		if err := gpu.BLRBackward(r, l.blr, x, nil, dy, dx, l.grads, rows); err != nil {
-			return err
-		}
-		return l.signs.record(r, l.blr, x, nil, dy, rows)
+// metric's gradients into l.grads (t1: the forward's kept t1 per path, or nil to recompute
+// it) and records the sign part when sign learning or a capture is on (its dt2 reused from
+// the metric's backward).
+func (l *linear) backward(r *gpu.Recorder, x *gpu.Buffer, t1 []*gpu.Buffer, dy, dx *gpu.Buffer, rows int) error {
+	if l.blr == nil {
+		return gpu.LinearT(r, dy, l.w.buf, dx, rows, l.in, l.out)
 	}
-	return gpu.LinearT(r, dy, l.w.buf, dx, rows, l.in, l.out)
+	grads, dt2 := l.grads, []*gpu.Buffer(nil)
+	if l.signs.active() {
+		grads = append([]gpu.BLRGrad(nil), l.grads...)
+		dt2 = make([]*gpu.Buffer, len(grads))
+		for p := range grads {
+			b, err := r.Temp("student dt2", gpu.F32, rows, l.blr.Rank)
+			if err != nil {
+				return err
+			}
+			grads[p].DT2, dt2[p] = b, b
+		}
+	}
+	if err := gpu.BLRBackward(r, l.blr, x, t1, dy, dx, grads, rows); err != nil {
+		return err
+	}
+	return l.signs.record(r, l.blr, x, t1, dt2, dy, rows)
 }
 
 // layer holds the weights of one decoder layer, one field per checkpoint tensor

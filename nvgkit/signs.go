@@ -69,10 +69,17 @@ type blrSigns struct {
 	captureValid bool
 }
 
+// active reports whether l's backward records the sign part (sign training or a capture on,
+// not paused).
+func (s *blrSigns) active() bool {
+	return s != nil && s.net != nil && !s.net.paused && (s.net.on || s.captureOn)
+}
+
 // record adds the sign part of l's backward: BLRSignGrad into temporaries (or the capture
-// buffers), then each matrix's score update. A no-op when neither is on.
-func (s *blrSigns) record(r *gpu.Recorder, l *gpu.BLRLayer, x *gpu.Buffer, t1 []*gpu.Buffer, dy *gpu.Buffer, rows int) error {
-	if s == nil || s.net == nil || s.net.paused || (!s.net.on && !s.captureOn) {
+// buffers), then each matrix's score update. t1 and dt2: the backward's, per path (nil:
+// recomputed). A no-op unless active.
+func (s *blrSigns) record(r *gpu.Recorder, l *gpu.BLRLayer, x *gpu.Buffer, t1, dt2 []*gpu.Buffer, dy *gpu.Buffer, rows int) error {
+	if !s.active() {
 		return nil
 	}
 	gu := make([]*gpu.Buffer, len(l.Paths))
@@ -86,7 +93,7 @@ func (s *blrSigns) record(r *gpu.Recorder, l *gpu.BLRLayer, x *gpu.Buffer, t1 []
 			return err
 		}
 	}
-	if err := gpu.BLRSignGrad(r, l, x, t1, dy, gu, gv, rows); err != nil {
+	if err := gpu.BLRSignGrad(r, l, x, t1, dt2, dy, gu, gv, rows); err != nil {
 		return err
 	}
 	if s.captureOn {
