@@ -159,7 +159,6 @@ func TestBLRBackward(t *testing.T) {
 }
 
 func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r, paths, live int, keepT1 bool) {
-	const u = 1.0 / (1 << 24)
 	c := struct{ rows, m, n, r, paths, live int }{rows, m, n, r, paths, live}
 	{
 		{
@@ -218,14 +217,7 @@ func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r,
 			if err != nil {
 				t.Fatal(err)
 			}
-			gam := float64(c.n+c.m+c.r+c.rows+10) * u
-			bound := func(want, abs []float64) []float64 {
-				b := make([]float64, len(want))
-				for i := range b {
-					b[i] = gam*abs[i] + u*math.Abs(want[i])
-				}
-				return b
-			}
+			bound := func(want, abs []float64) []float64 { return blrBound(c.n+c.m+c.r+c.rows, want, abs) }
 			checkBound(t, "dx", must(d.ReadFloat32(dx)).T(t), wdx, bound(wdx, adx))
 			for p := range grads {
 				for i, f := range []struct {
@@ -324,4 +316,17 @@ func BenchmarkBLRBackward(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchGFLOPs(b, d, float64(paths)*2*rows*rk*float64(2*m+n), func(r *gpu.Recorder) error { return gpu.BLRBackward(r, l, x, t1, dy, dx, grads, rows) })
+}
+
+// blrBound is the error bound of a BLR gradient summed over about terms products in f32, as
+// the BLR tests use it: (terms+10)·u·A + u·|want| per element, with A the same gradient of
+// the magnitudes (abs) and u = 2⁻²⁴.
+func blrBound(terms int, want, abs []float64) []float64 {
+	const u = 1.0 / (1 << 24)
+	gam := float64(terms+10) * u
+	b := make([]float64, len(want))
+	for i := range b {
+		b[i] = gam*abs[i] + u*math.Abs(want[i])
+	}
+	return b
 }

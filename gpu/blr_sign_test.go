@@ -49,7 +49,6 @@ type signGradCase struct {
 }
 
 func testBLRSignGrad(t *testing.T, d *gpu.Device, rng *rand.Rand, c signGradCase, bitIdentical bool) {
-	const u = 1.0 / (1 << 24)
 	w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
 	l := uploadBLR(t, d, w, c.live)
 	defer l.Release()
@@ -120,14 +119,7 @@ func testBLRSignGrad(t *testing.T, d *gpu.Device, rng *rand.Rand, c signGradCase
 	if err != nil {
 		t.Fatal(err)
 	}
-	gam := float64(c.n+c.m+c.r+c.rows+10) * u
-	bound := func(want, abs []float64) []float64 {
-		b := make([]float64, len(want))
-		for i := range b {
-			b[i] = gam*abs[i] + u*math.Abs(want[i])
-		}
-		return b
-	}
+	bound := func(want, abs []float64) []float64 { return blrBound(c.n+c.m+c.r+c.rows, want, abs) }
 	for p := range gu {
 		got := must(d.ReadFloat32(gu[p])).T(t)
 		checkBound(t, fmt.Sprintf("path %d G_U", p), got, wu[p], bound(wu[p], au[p]))
