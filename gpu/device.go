@@ -42,6 +42,7 @@ type Device struct {
 	kernels      map[kernelKey]*Kernel
 	staging      map[uint64][]*wgpu.Buffer // readback buffers kept for reuse, by size
 	stagingB     uint64                    // their bytes
+	stagers      map[*Stager]struct{}      // NewStager's, released by Close
 	profiler     profiler
 }
 
@@ -347,6 +348,9 @@ func (d *Device) Close() error {
 		}
 	}
 	d.staging, d.stagingB = nil, 0
+	for s := range d.stagers {
+		s.releaseLocked()
+	}
 	d.profiler.release()
 	d.queue.Release()
 	d.dev.Release()

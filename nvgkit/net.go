@@ -80,6 +80,7 @@ type Net struct {
 	released  bool
 	// onGPU counts the layers uploaded now; maxOnGPU the most at once since LoadNet.
 	onGPU, maxOnGPU int
+	stager          *gpu.Stager   // a streamed net's uploads (uploadStreamed)
 	st              *studentState // Student only
 	warnings        []string      // Warnings
 }
@@ -214,21 +215,68 @@ func (l *layer) bytes() uint64 {
 }
 
 // upload puts every parameter of layer l on the GPU (a no-op when already there); on error
-// the parameters uploaded so far are released.
+// the parameters uploaded so far are released. A streamed net uploads through its stager
+// (uploadStreamed); a resident one once, at load, through Queue.WriteBuffer.
 func (n *Net) upload(l *layer) error {
 	if l.uploaded {
 		return nil
 	}
-	for _, p := range l.params {
-		if err := p.upload(n.dev); err != nil {
+	if n.streamed {
+		if err := n.uploadStreamed(l); err != nil {
 			n.releaseLayer(l)
 			return memRemedy(fmt.Errorf("nvgkit: upload layer %d: %w", l.index, err))
+		}
+	} else {
+		for _, p := range l.params {
+			if err := p.upload(n.dev); err != nil {
+				n.releaseLayer(l)
+				return memRemedy(fmt.Errorf("nvgkit: upload layer %d: %w", l.index, err))
+			}
 		}
 	}
 	l.uploaded = true
 	n.onGPU++
 	n.maxOnGPU = max(n.maxOnGPU, n.onGPU)
 	return nil
+}
+
+// uploadStreamed allocates layer l's buffers and fills them through the net's two-slot
+// stager (created on first use, each slot the size of the largest layer), so the host's copy
+// of layer l overlaps the GPU's work on the layer before it (gpu.Stager says why
+// Queue.WriteBuffer could not).
+func (n *Net) uploadStreamed(l *layer) error {
+	if n.stager == nil {
+		var most uint64
+		for _, L := range n.layers {
+			var b uint64
+			for _, p := range L.params {
+				b += p.bytes()
+			}
+			most = max(most, b)
+		}
+		s, err := n.dev.NewStager(most, 2)
+		if err != nil {
+			return err
+		}
+		n.stager = s
+	}
+	items := make([]gpu.StagerUpload, 0, len(l.params))
+	for _, p := range l.params {
+		if p.buf != nil {
+			continue
+		}
+		dtype := gpu.F32
+		if p.half {
+			dtype = gpu.F16
+		}
+		buf, err := n.dev.NewBuffer(p.label, dtype, p.shape...)
+		if err != nil {
+			return err
+		}
+		p.buf = buf
+		items = append(items, gpu.StagerUpload{Dst: buf, F32: p.f32, F16: p.f16})
+	}
+	return n.stager.Upload(items)
 }
 
 // releaseLayer frees layer l's GPU buffers (work already submitted keeps them alive until
@@ -493,6 +541,7 @@ func (n *Net) Release() {
 			p.f16, p.f32 = nil, nil
 		}
 	}
+	n.stager.Release()
 	n.st.release()
 }
 
