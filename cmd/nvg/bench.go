@@ -17,6 +17,7 @@ import (
 
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/internal/atomicfile"
+	"github.com/nvg-project/nvg/internal/version"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
@@ -98,6 +99,7 @@ type benchReport struct {
 	Date       string        `json:"date"`
 	Command    string        `json:"command"`
 	GoVersion  string        `json:"go_version"`
+	Build      string        `json:"build"` // version.Info.String(): the commit measured
 	PeakTFLOPs float64       `json:"peak_tflops"`
 	PeakGBps   float64       `json:"peak_gbps"`
 	Results    []benchResult `json:"results"`
@@ -224,7 +226,7 @@ func runBench(args []string) error {
 	}
 	rep := benchReport{Device: dev.Info().Name, Driver: dev.Info().Description, Backend: dev.Info().Backend, CPU: dev.Info().CPU,
 		Date: time.Now().UTC().Format(time.RFC3339), Command: "nvg bench " + strings.Join(args, " "), GoVersion: runtime.Version(),
-		PeakTFLOPs: o.peakTF, PeakGBps: o.peakGB}
+		Build: version.Get().String(), PeakTFLOPs: o.peakTF, PeakGBps: o.peakGB}
 	failed := 0
 	for _, name := range o.models {
 		var res benchResult

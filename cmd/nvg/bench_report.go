@@ -120,6 +120,9 @@ func readBenchJSONs(paths string) (*benchReport, error) {
 			continue
 		}
 		rep.Command += "; " + r.Command
+		if r.Build != rep.Build {
+			rep.Build += "; " + r.Build
+		}
 	next:
 		for _, x := range r.Results {
 			for i := range rep.Results {
@@ -359,7 +362,11 @@ func renderMarkdown(w io.Writer, rep *benchReport, peer *peerRun, cpu *benchRepo
 		fmt.Fprintln(w)
 		return renderCPU(w, cpu)
 	}
-	fmt.Fprintf(w, "- Date: %s\n- GPU: %s (%s), driver: %s\n- nvg: `%s` (%s)\n", rep.Date, rep.Device, rep.Backend, rep.Driver, rep.Command, rep.GoVersion)
+	build := rep.Build
+	if build == "" { // a JSON from before builds were recorded
+		build = rep.GoVersion
+	}
+	fmt.Fprintf(w, "- Date: %s\n- GPU: %s (%s), driver: %s\n- nvg: `%s` (%s)\n", rep.Date, rep.Device, rep.Backend, rep.Driver, rep.Command, build)
 	torch := ""
 	for _, g := range peer.order {
 		if v := peer.results[g].Torch; v != "" {
