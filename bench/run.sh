@@ -19,6 +19,9 @@
 #   NOTES      hand-written markdown put after the throughput table (default docs/bench/targets.md:
 #              the targets, and for each one missed the profile that explains it; keep it in
 #              step with the run it describes)
+#   BEFORE     an earlier run's nvg bench JSON, comma-separated files merged like this run's
+#              (default none): the report then compares against it (throughput, student peak,
+#              and each kernel's time before and after), e.g. BEFORE=docs/bench/h200-0.8B-4B.json
 # Flags: --no-peer skips the peer; --peer-only reruns only the peer and the report.
 # The peer is run after nvg (one GPU, one process at a time). If the peer cannot run (no
 # torch, no file), nvg's figures are still reported and the report says the peer was not run.
@@ -32,7 +35,7 @@ for a in "$@"; do
 	case "$a" in
 	--no-peer) run_peer=0 ;;
 	--peer-only) nvg_run=0 ;;
-	-h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
 	-*) echo "bench/run.sh: unknown flag $a" >&2; exit 2 ;;
 	*) geoms="$a" ;;
 	esac
@@ -91,13 +94,15 @@ cpu=()
 [ -f "$CPU_JSON" ] && cpu=(--cpu "$CPU_JSON")
 NOTES="${NOTES:-docs/bench/targets.md}"
 [ -f "$NOTES" ] && cpu+=(--notes "$NOTES")
+before=()
+[ -n "${BEFORE:-}" ] && before=(--before "$BEFORE")
 # Every run in OUT, in the order they were made (this one last, so it wins for a geometry).
 reports=$(ls -tr "$OUT"/nvg-*.json | paste -sd, -)
 peers=$(ls -tr "$OUT"/peer-*.txt | paste -sd, -)
 echo
 echo "nvg / peer (tokens/s: above 1 nvg is faster; peak GiB: above 1 nvg needs more):"
-"${NVG[@]}" bench --report "$reports" --peer "$peers" --format text | tee "$OUT/ratios.txt"
-"${NVG[@]}" bench --report "$reports" --peer "$peers" "${cpu[@]}" >"$OUT/BENCHMARKS.md" || exit 1
+"${NVG[@]}" bench --report "$reports" "${before[@]}" --peer "$peers" --format text | tee "$OUT/ratios.txt"
+"${NVG[@]}" bench --report "$reports" "${before[@]}" --peer "$peers" "${cpu[@]}" >"$OUT/BENCHMARKS.md" || exit 1
 if [ "$DOC" != "-" ]; then
 	cp "$OUT/BENCHMARKS.md" "$DOC" && echo "bench/run.sh: wrote $DOC" >&2
 fi

@@ -27,7 +27,7 @@ func init() {
 		name:    "bench",
 		summary: "benchmark the teacher pass and the student step on synthetic Qwen3.5 geometries (or render a report)",
 		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--json FILE]\n" +
-			"       nvg bench --report NVG.json [--peer PEER.txt] [--cpu CPU.json] [--format md|text]",
+			"       nvg bench --report NVG.json [--before OLD.json] [--peer PEER.txt] [--cpu CPU.json] [--format md|text]",
 		run: runBench,
 	})
 }
@@ -148,6 +148,7 @@ func runBench(args []string) error {
 	deadline := fs.Duration("deadline", 0, "finish within this wall time (e.g. 9m): beyond one warm-up and one timed run per phase, runs and profiles that would not fit are dropped (marked truncated), and geometries not started in time are skipped (0: no limit)")
 	report := fs.String("report", "", "render a report from this nvg bench JSON instead of measuring")
 	peer := fs.String("peer", "", "with --report: the PyTorch peer's output (its RESULT lines)")
+	before := fs.String("before", "", "with --report: an earlier run's nvg bench JSON (comma-separated files merged as --report's) to compare against: throughput, student peak and per-kernel times before and after")
 	cpu := fs.String("cpu", "", "render the CPU section from an nvg bench JSON measured on a CPU adapter (lavapipe); alone, a report with the GPU figures pending")
 	format := fs.String("format", "md", "with --report: md (docs/BENCHMARKS.md) or text (the ratio table)")
 	notes := fs.String("notes", "", "with --report: a markdown file inserted after the throughput table (the targets and what explains each miss)")
@@ -159,6 +160,9 @@ func runBench(args []string) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *before != "" && *report == "" {
+		return usagef("--before goes with --report")
+	}
 	if *report != "" || *cpu != "" {
 		for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "json", "deadline"} {
 			if set[n] {
@@ -171,7 +175,7 @@ func runBench(args []string) error {
 		if *report == "" && (*format != "md" || *peer != "" || *notes != "") {
 			return usagef("--format text and --peer need --report")
 		}
-		return renderBenchReport(os.Stdout, *report, *peer, *cpu, *notes, *format)
+		return renderBenchReport(os.Stdout, *report, *before, *peer, *cpu, *notes, *format)
 	}
 	if *peer != "" || *cpu != "" || *notes != "" || set["format"] {
 		return usagef("--peer, --cpu, --notes and --format go with --report")

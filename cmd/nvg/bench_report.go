@@ -175,11 +175,11 @@ func readPeers(paths string) (*peerRun, error) {
 }
 
 // renderBenchReport writes docs/BENCHMARKS.md (format md) or the ratio table (text) from nvg
-// bench JSON files, the peer's outputs (optional) and a CPU-adapter nvg bench JSON
-// (optional); reportPath and peerPath may list several files, comma-separated (runs of
-// different geometries, merged).
-func renderBenchReport(w io.Writer, reportPath, peerPath, cpuPath, notesPath, format string) error {
-	var rep *benchReport
+// bench JSON files, an earlier run's (optional: beforePath, compared against), the peer's
+// outputs (optional) and a CPU-adapter nvg bench JSON (optional); reportPath, beforePath and
+// peerPath may list several files, comma-separated (runs of different geometries, merged).
+func renderBenchReport(w io.Writer, reportPath, beforePath, peerPath, cpuPath, notesPath, format string) error {
+	var rep, before *benchReport
 	var err error
 	if reportPath != "" {
 		if rep, err = readBenchJSONs(reportPath); err != nil {
@@ -187,6 +187,14 @@ func renderBenchReport(w io.Writer, reportPath, peerPath, cpuPath, notesPath, fo
 		}
 	} else if format != "md" {
 		return fmt.Errorf("the %s format needs an nvg bench JSON", format)
+	}
+	if beforePath != "" {
+		if rep == nil {
+			return fmt.Errorf("--before needs --report")
+		}
+		if before, err = readBenchJSONs(beforePath); err != nil {
+			return fmt.Errorf("--before: %w", err)
+		}
 	}
 	peer := &peerRun{results: map[string]peerResult{}, failed: map[string]string{}, note: "no peer output given"}
 	if peerPath != "" {
@@ -201,7 +209,7 @@ func renderBenchReport(w io.Writer, reportPath, peerPath, cpuPath, notesPath, fo
 		}
 	}
 	if format == "text" {
-		return renderRatios(w, rep, peer)
+		return renderRatios(w, rep, before, peer)
 	}
 	var notes []byte
 	if notesPath != "" {
@@ -209,7 +217,7 @@ func renderBenchReport(w io.Writer, reportPath, peerPath, cpuPath, notesPath, fo
 			return fmt.Errorf("--notes: %w", err)
 		}
 	}
-	return renderMarkdown(w, rep, peer, cpu, notes)
+	return renderMarkdown(w, rep, before, peer, cpu, notes)
 }
 
 func phaseOf(r benchResult) (t, s benchPhase) {
@@ -222,8 +230,9 @@ func phaseOf(r benchResult) (t, s benchPhase) {
 	return
 }
 
-// renderRatios writes the nvg/peer ratios per geometry as plain text.
-func renderRatios(w io.Writer, rep *benchReport, peer *peerRun) error {
+// renderRatios writes the nvg/peer ratios per geometry as plain text, then, with before (an
+// earlier run; nil for none), this run's throughput and student peak against it.
+func renderRatios(w io.Writer, rep, before *benchReport, peer *peerRun) error {
 	if peer.note != "" {
 		fmt.Fprintf(w, "%s: nvg figures only\n", notRun(peer.note))
 	}
@@ -245,7 +254,93 @@ func renderRatios(w io.Writer, rep *benchReport, peer *peerRun) error {
 		}
 	}
 	fmt.Fprintln(w, "ratios are nvg/peer: above 1 nvg is faster (tokens/s) or uses more memory (peak GiB)")
+	if before == nil {
+		return nil
+	}
+	fmt.Fprintf(w, "\nagainst the earlier run (%s, %s, %s):\n", before.Date, buildOf(before), before.Command)
+	fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s\n", "geom",
+		"teacher was", "now", "speedup", "student was", "now", "speedup", "speak was", "now")
+	for _, pair := range commonResults(rep, before) {
+		t, s := phaseOf(pair[0])
+		bt, bs := phaseOf(pair[1])
+		fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s\n", pair[0].Geom,
+			num(bt.TokS, "%.0f"), num(t.TokS, "%.0f"), speedup(t.TokS, bt.TokS),
+			num(bs.TokS, "%.0f"), num(s.TokS, "%.0f"), speedup(s.TokS, bs.TokS),
+			num(bs.PeakGiB, "%.2f"), num(s.PeakGiB, "%.2f"))
+	}
+	fmt.Fprintln(w, "speed-ups are now/earlier: above 1 this run is faster")
 	return nil
+}
+
+// speedup formats a/b with two decimals and "×", "—" when either is missing.
+func speedup(a, b float64) string {
+	if s := ratio(a, b); s != "—" {
+		return s + "×"
+	}
+	return "—"
+}
+
+// buildOf names the build a report measured: its Build, else (a JSON from before builds
+// were recorded) its Go version.
+func buildOf(rep *benchReport) string {
+	if rep.Build != "" {
+		return rep.Build
+	}
+	return rep.GoVersion
+}
+
+// commonResults pairs each result of rep with the earlier run's result of the same
+// geometry, in rep's order; geometries missing from either are left out.
+func commonResults(rep, before *benchReport) [][2]benchResult {
+	var pairs [][2]benchResult
+	for _, r := range rep.Results {
+		for _, b := range before.Results {
+			if b.Geom == r.Geom {
+				pairs = append(pairs, [2]benchResult{r, b})
+				break
+			}
+		}
+	}
+	return pairs
+}
+
+// profiledPhase returns the teacher pass (student false) or the student step of geometry
+// geom in rep when it has a profile, nil otherwise (also for a nil rep).
+func profiledPhase(rep *benchReport, geom string, student bool) *benchPhase {
+	if rep == nil {
+		return nil
+	}
+	for _, r := range rep.Results {
+		if r.Geom != geom {
+			continue
+		}
+		p := r.Teacher
+		if student {
+			p = r.Student
+		}
+		if p != nil && len(p.Profile) > 0 {
+			return p
+		}
+		return nil
+	}
+	return nil
+}
+
+// profileOf is p's profile, nil for a nil p.
+func profileOf(p *benchPhase) []benchKernel {
+	if p == nil {
+		return nil
+	}
+	return p.Profile
+}
+
+// beforeMS is the heading's mention of the earlier run's profiled time ("; 1229.0 before"),
+// empty without an earlier profile.
+func beforeMS(p *benchPhase) string {
+	if p == nil {
+		return ""
+	}
+	return fmt.Sprintf("; %.1f before", p.ProfileMS)
 }
 
 // notRun phrases the reason the peer did not run as "peer not run: …".
@@ -264,21 +359,53 @@ func firstLine(s string) string {
 }
 
 // kernelTable writes the top n rows of a profile as a markdown table; without ceilings
-// (peakTF = 0: a CPU adapter) it gives GFLOP/s and GB/s only.
-func kernelTable(w io.Writer, rows []benchKernel, n int, peakTF, peakGB float64) {
-	header, rates := "| kernel | calls | total ms | share | TFLOP/s | % of peak | GB/s | % of peak |", 4 // rates: the columns after share
+// (peakTF = 0: a CPU adapter) it gives GFLOP/s and GB/s only. With before (the same phase's
+// profile in an earlier run; empty for none) two columns follow total ms: the kernel's total
+// ms in the earlier run and the speed-up before/after, "—" for a kernel the earlier run lacks
+// (and for the "… N more" row unless the earlier run has every kernel it covers), and a line
+// after the table names the earlier run's kernels this run lacks.
+func kernelTable(w io.Writer, rows, before []benchKernel, n int, peakTF, peakGB float64) {
+	rateHead, rates := " TFLOP/s | % of peak | GB/s | % of peak |", 4 // rates: the columns after share
 	if peakTF == 0 {
-		header, rates = "| kernel | calls | total ms | share | GFLOP/s | GB/s |", 2
+		rateHead, rates = " GFLOP/s | GB/s |", 2
 	}
-	fmt.Fprintln(w, header)
-	fmt.Fprintln(w, "|---|---:|---:|---:|"+strings.Repeat("---:|", rates))
+	cmpHead, cmps := "", 0 // the earlier run's columns
+	var was map[string]float64
+	if len(before) > 0 {
+		cmpHead, cmps = " before ms | speed-up |", 2
+		was = map[string]float64{}
+		for _, k := range before {
+			was[k.Name] += k.TotalMS
+		}
+	}
+	// compare gives the earlier run's cells for then ms there and now ms in this run (empty
+	// without an earlier profile); ok false: the earlier run lacks a kernel they cover.
+	compare := func(then, now float64, ok bool) string {
+		if was == nil {
+			return ""
+		}
+		if !ok {
+			return " — | — |"
+		}
+		return fmt.Sprintf(" %.2f | %s |", then, speedup(then, now))
+	}
+	fmt.Fprintln(w, "| kernel | calls | total ms |"+cmpHead+" share |"+rateHead)
+	fmt.Fprintln(w, "|---|---:|---:|"+strings.Repeat("---:|", cmps+1+rates))
 	for i, k := range rows {
 		if i == n {
-			var rest float64
+			var rest, restMS, restWas float64
+			all := true
 			for _, x := range rows[n:] {
 				rest += x.Share
+				restMS += x.TotalMS
+				v, ok := was[x.Name]
+				restWas, all = restWas+v, all && ok
 			}
-			fmt.Fprintf(w, "| … %d more | | | %.1f %% |%s\n", len(rows)-n, rest, strings.Repeat(" |", rates))
+			total := ""
+			if was != nil {
+				total = fmt.Sprintf(" %.2f", restMS)
+			}
+			fmt.Fprintf(w, "| … %d more | |%s |%s %.1f %% |%s\n", len(rows)-n, total, compare(restWas, restMS, all), rest, strings.Repeat(" |", rates))
 			break
 		}
 		var cells []string
@@ -293,7 +420,23 @@ func kernelTable(w io.Writer, rows []benchKernel, n int, peakTF, peakGB float64)
 				cells[2], cells[3] = fmt.Sprintf("%.0f", k.GBps), fmt.Sprintf("%.1f", 100*k.GBps/peakGB)
 			}
 		}
-		fmt.Fprintf(w, "| `%s` | %d | %.2f | %.1f %% | %s |\n", k.Name, k.Calls, k.TotalMS, k.Share, strings.Join(cells, " | "))
+		v, ok := was[k.Name]
+		fmt.Fprintf(w, "| `%s` | %d | %.2f |%s %.1f %% | %s |\n", k.Name, k.Calls, k.TotalMS, compare(v, k.TotalMS, ok), k.Share, strings.Join(cells, " | "))
+	}
+	// The earlier run's kernels this run lacks (renamed or gone), so that the totals add up.
+	var gone []string
+	seen := map[string]bool{}
+	for _, k := range rows {
+		seen[k.Name] = true
+	}
+	for _, k := range before {
+		if !seen[k.Name] {
+			seen[k.Name] = true
+			gone = append(gone, fmt.Sprintf("`%s` %.2f ms", k.Name, was[k.Name]))
+		}
+	}
+	if len(gone) > 0 {
+		fmt.Fprintf(w, "\nOnly in the earlier run: %s.\n", strings.Join(gone, ", "))
 	}
 	fmt.Fprintln(w)
 }
@@ -325,6 +468,33 @@ func resultsTable(w io.Writer, rep *benchReport, peer *peerRun) {
 	fmt.Fprintln(w)
 }
 
+// beforeTable writes this run's throughput and student peak memory against the earlier
+// run's, for the geometries in both, and names the earlier run.
+func beforeTable(w io.Writer, rep, before *benchReport) {
+	fmt.Fprintln(w, "### Against the earlier run")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Earlier run: %s, `%s` (%s). Figures are earlier → now; speed-ups are now/earlier (above 1, this run is faster).\n\n",
+		before.Date, before.Command, buildOf(before))
+	pairs := commonResults(rep, before)
+	if len(pairs) == 0 {
+		fmt.Fprintln(w, "No geometry of this run is in the earlier one.")
+		fmt.Fprintln(w)
+		return
+	}
+	fmt.Fprintln(w, "| geometry | teacher pass tok/s | speed-up | student step tok/s | speed-up | student peak GiB |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+	for _, pair := range pairs {
+		t, s := phaseOf(pair[0])
+		bt, bs := phaseOf(pair[1])
+		fmt.Fprintf(w, "| %s | %s → %s | %s | %s → %s | %s | %s → %s |\n", pair[0].Geom,
+			num(bt.TokS, "%.0f"), num(t.TokS, "%.0f"), speedup(t.TokS, bt.TokS),
+			num(bs.TokS, "%.0f"), num(s.TokS, "%.0f"), speedup(s.TokS, bs.TokS),
+			num(bs.PeakGiB, "%.2f"), num(s.PeakGiB, "%.2f"))
+	}
+	fmt.Fprintln(w)
+}
+
+// modelTable writes the model counts and the failure, if any, of each geometry.
 func modelTable(w io.Writer, rep *benchReport) {
 	fmt.Fprintln(w, "| geometry | nb × t | parameters | BLR weights | bits/weight | trained values | student weights GiB | loss | failure |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---|")
@@ -342,8 +512,10 @@ func modelTable(w io.Writer, rep *benchReport) {
 }
 
 // renderMarkdown writes docs/BENCHMARKS.md; notes (hand-written markdown, e.g. the targets
-// and what explains each miss) go after the throughput table when not empty.
-func renderMarkdown(w io.Writer, rep *benchReport, peer *peerRun, cpu *benchReport, notes []byte) error {
+// and what explains each miss) go after the throughput table when not empty; before (an
+// earlier run, nil for none) adds a table against it after the throughput table and its
+// figures to the per-kernel tables.
+func renderMarkdown(w io.Writer, rep, before *benchReport, peer *peerRun, cpu *benchReport, notes []byte) error {
 	fmt.Fprintln(w, "# nvg benchmarks")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Generated by `bench/run.sh` with `nvg bench --report` from the runs' JSON and the PyTorch peer's")
@@ -362,11 +534,7 @@ func renderMarkdown(w io.Writer, rep *benchReport, peer *peerRun, cpu *benchRepo
 		fmt.Fprintln(w)
 		return renderCPU(w, cpu)
 	}
-	build := rep.Build
-	if build == "" { // a JSON from before builds were recorded
-		build = rep.GoVersion
-	}
-	fmt.Fprintf(w, "- Date: %s\n- GPU: %s (%s), driver: %s\n- nvg: `%s` (%s)\n", rep.Date, rep.Device, rep.Backend, rep.Driver, rep.Command, build)
+	fmt.Fprintf(w, "- Date: %s\n- GPU: %s (%s), driver: %s\n- nvg: `%s` (%s)\n", rep.Date, rep.Device, rep.Backend, rep.Driver, rep.Command, buildOf(rep))
 	torch := ""
 	for _, g := range peer.order {
 		if v := peer.results[g].Torch; v != "" {
@@ -393,6 +561,9 @@ func renderMarkdown(w io.Writer, rep *benchReport, peer *peerRun, cpu *benchRepo
 		}
 		fmt.Fprintln(w)
 	}
+	if before != nil {
+		beforeTable(w, rep, before)
+	}
 	if len(notes) > 0 {
 		w.Write(bytes.TrimSpace(notes))
 		fmt.Fprintln(w)
@@ -413,8 +584,9 @@ func renderMarkdown(w io.Writer, rep *benchReport, peer *peerRun, cpu *benchRepo
 		if r.Student == nil || len(r.Student.Profile) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "### %s student step (%.1f ms of GPU time)\n\n", r.Geom, r.Student.ProfileMS)
-		kernelTable(w, r.Student.Profile, 15, rep.PeakTFLOPs, rep.PeakGBps)
+		bp := profiledPhase(before, r.Geom, true)
+		fmt.Fprintf(w, "### %s student step (%.1f ms of GPU time%s)\n\n", r.Geom, r.Student.ProfileMS, beforeMS(bp))
+		kernelTable(w, r.Student.Profile, profileOf(bp), 15, rep.PeakTFLOPs, rep.PeakGBps)
 	}
 	fmt.Fprintln(w, "## Where the teacher pass's GPU time goes")
 	fmt.Fprintln(w)
@@ -422,8 +594,9 @@ func renderMarkdown(w io.Writer, rep *benchReport, peer *peerRun, cpu *benchRepo
 		if r.Teacher == nil || len(r.Teacher.Profile) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "### %s teacher pass, %s (%.1f ms of GPU time)\n\n", r.Geom, r.TeacherMode, r.Teacher.ProfileMS)
-		kernelTable(w, r.Teacher.Profile, 10, rep.PeakTFLOPs, rep.PeakGBps)
+		bp := profiledPhase(before, r.Geom, false)
+		fmt.Fprintf(w, "### %s teacher pass, %s (%.1f ms of GPU time%s)\n\n", r.Geom, r.TeacherMode, r.Teacher.ProfileMS, beforeMS(bp))
+		kernelTable(w, r.Teacher.Profile, profileOf(bp), 10, rep.PeakTFLOPs, rep.PeakGBps)
 	}
 	return renderCPU(w, cpu)
 }
@@ -443,7 +616,7 @@ func renderCPU(w io.Writer, cpu *benchReport) error {
 	for _, r := range cpu.Results {
 		if r.Student != nil && len(r.Student.Profile) > 0 {
 			fmt.Fprintf(w, "### %s student step on the CPU (%.1f ms)\n\n", r.Geom, r.Student.ProfileMS)
-			kernelTable(w, r.Student.Profile, 10, 0, 0)
+			kernelTable(w, r.Student.Profile, nil, 10, 0, 0)
 		}
 	}
 	return nil
