@@ -9,8 +9,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -121,8 +123,36 @@ type benchOpts struct {
 	signs            bool // the student step trains the signs (nvgkit.EnableSigns, SignStep)
 	memoryGiB        float64
 	deadline         time.Time // zero: none (--deadline)
+	cpuProfile       string    // --cpuprofile: the host's CPU profile of the timed student steps
 	stdout, progress io.Writer
 	comm             train.Comm // data-parallel ranks under mpirun (nil: one process)
+}
+
+// startCPUProfile starts the Go CPU profile of geometry geom's timed student steps when
+// --cpuprofile is set (the file name gets "-geom" before its extension) and returns the
+// function that stops it and closes the file (a no-op without --cpuprofile).
+func (o *benchOpts) startCPUProfile(geom string) (stop func() error, err error) {
+	if o.cpuProfile == "" {
+		return func() error { return nil }, nil
+	}
+	ext := filepath.Ext(o.cpuProfile)
+	name := strings.TrimSuffix(o.cpuProfile, ext) + "-" + geom + ext
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		fmt.Fprintf(o.progress, "nvg bench: %s: CPU profile of the timed student steps in %s\n", geom, name)
+		return nil
+	}, nil
 }
 
 func runBench(args []string) error {
@@ -145,6 +175,7 @@ func runBench(args []string) error {
 	signs := fs.Bool("train-signs", false, "the student step also trains the BLR signs (int8 scores in the backward, flips after Adam; nvg distill --train-signs with its default knobs)")
 	keep := fs.Bool("keep-activations", false, "the student step keeps every layer's activations instead of recomputing them in the backward (faster, more memory; nvg distill --keep-activations)")
 	memGiB := fs.Float64("memory-gib", 0, "GPU memory in GiB for the dry check before each geometry (0: not checked)")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the host during the timed student steps to FILE, one file per geometry (cpu.prof → cpu-0.8B.prof; read with go tool pprof)")
 	deadline := fs.Duration("deadline", 0, "finish within this wall time (e.g. 9m): beyond one warm-up and one timed run per phase, runs and profiles that would not fit are dropped (marked truncated), and geometries not started in time are skipped (0: no limit)")
 	report := fs.String("report", "", "render a report from this nvg bench JSON instead of measuring")
 	peer := fs.String("peer", "", "with --report: the PyTorch peer's output (its RESULT lines)")
@@ -164,7 +195,7 @@ func runBench(args []string) error {
 		return usagef("--before goes with --report")
 	}
 	if *report != "" || *cpu != "" {
-		for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "json", "deadline"} {
+		for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "json", "deadline", "cpuprofile"} {
 			if set[n] {
 				return usagef("--%s measures; it cannot be combined with --report", n)
 			}
@@ -182,7 +213,7 @@ func runBench(args []string) error {
 	}
 	o := benchOpts{nb: *nb, t: *t, k: *k, steps: *steps, reps: *reps, warmup: *warmup, teacher: *teacher, jsonPath: *jsonPath,
 		peakTF: *peakTF, peakGB: *peakGB, profile: *profile, seed: *seed, clip: *clip, keep: *keep, signs: *signs, memoryGiB: *memGiB,
-		stdout: os.Stdout, progress: os.Stderr}
+		cpuProfile: *cpuProfile, stdout: os.Stdout, progress: os.Stderr}
 	if *models != "" {
 		o.models = strings.Split(*models, ",")
 	}
@@ -565,6 +596,10 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 		}
 		last = time.Since(t0).Seconds()
 	}
+	stopCPU, err := o.startCPUProfile(res.Geom)
+	if err != nil {
+		return err
+	}
 	for i := 0; i < o.steps; i++ {
 		if i > 0 && !o.fits(dur(1.2*last)) {
 			ph.Truncated = true
@@ -572,10 +607,14 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 		}
 		t0 := time.Now()
 		if err := step(); err != nil {
+			stopCPU()
 			return fmt.Errorf("student step: %w", err)
 		}
 		last = time.Since(t0).Seconds()
 		ph.Seconds = append(ph.Seconds, last)
+	}
+	if err := stopCPU(); err != nil {
+		return err
 	}
 	ph.MedianS = median(ph.Seconds)
 	ph.TokS = float64(res.Tokens) / ph.MedianS

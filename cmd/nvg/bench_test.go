@@ -18,13 +18,22 @@ import (
 func TestBenchTiny(t *testing.T) {
 	d := gputest.Open(t) // skips (or fails with NVG_REQUIRE_GPU=1) without an adapter
 	_ = d
-	path := filepath.Join(t.TempDir(), "bench.json")
-	if code := run([]string{"bench", "--model", "tiny", "--nb", "2", "--t", "64", "--steps", "1", "--reps", "1", "--warmup", "0", "--json", path}); code != 0 {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "bench.json")
+	if code := run([]string{"bench", "--model", "tiny", "--nb", "2", "--t", "64", "--steps", "1", "--reps", "1", "--warmup", "0", "--json", path,
+		"--cpuprofile", filepath.Join(dir, "cpu.prof")}); code != 0 {
 		t.Fatalf("nvg bench: exit %d", code)
 	}
 	rep := readJSON[benchReport](t, path)
 	if rep.Device == "" || rep.Date == "" || !strings.Contains(rep.Command, "--model tiny") || len(rep.Results) != 1 {
 		t.Fatalf("report header %+v", rep)
+	}
+	if !strings.HasPrefix(rep.Build, "nvg ") || !strings.Contains(rep.Build, rep.GoVersion) {
+		t.Errorf("build %q: want version.Info's string with the Go version %s", rep.Build, rep.GoVersion)
+	}
+	// --cpuprofile: a gzip-compressed pprof protobuf named after the geometry.
+	if prof, err := os.ReadFile(filepath.Join(dir, "cpu-tiny.prof")); err != nil || len(prof) < 20 || prof[0] != 0x1f || prof[1] != 0x8b {
+		t.Errorf("CPU profile cpu-tiny.prof: %d bytes, err %v; want a gzip-compressed profile", len(prof), err)
 	}
 	r := rep.Results[0]
 	if r.Error != "" {
