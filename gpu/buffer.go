@@ -438,8 +438,7 @@ func (d *Device) readBytes(b *Buffer, dtype DType) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpu: readback %q: %w", b.label, err)
 	}
-	d.queue.Submit(cmd)
-	cmd.Release()
+	d.submitCmdLocked(cmd)
 	out, err := d.mapRead(staging, b.size, b.label)
 	runtime.KeepAlive(root.buf)
 	reuse = err == nil // unmapped again: ready for the next readback of this size

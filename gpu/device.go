@@ -39,6 +39,8 @@ type Device struct {
 	scratchB     uint64               // their bytes
 	scratchLimit uint64               // SetScratchLimit
 	freedAhead   uint64               // bytes released since the last wait for the GPU (freedAheadLimit)
+	freedMark    freedMark            // freedAhead after the last recorder's submit (boundFreedAheadLocked)
+	lastSub      wgpu.SubmissionIndex // the latest queue submission (submitCmdLocked)
 	kernels      map[kernelKey]*Kernel
 	staging      map[uint64][]*wgpu.Buffer // readback buffers kept for reuse, by size
 	stagingB     uint64                    // their bytes
@@ -388,7 +390,7 @@ func (d *Device) Sync() error {
 		return err
 	}
 	d.poll(true)
-	d.freedAhead = 0
+	d.freedAhead, d.freedMark = 0, freedMark{}
 	return nil
 }
 

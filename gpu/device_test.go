@@ -73,7 +73,8 @@ func TestBuffersAndMemStats(t *testing.T) {
 // an allocation beyond the memory budget frees kept scratch before failing.
 // TestFreedAheadWait checks that a submit waits for the GPU once the bytes of buffers
 // released since the last wait pass the limit (freedAheadLimit), and only then: released
-// temporaries of work still running hold memory until it completes.
+// temporaries of work still running hold memory until it completes. The wait is for the
+// submission before the latest, so the latest submit's temporaries stay counted.
 func TestFreedAheadWait(t *testing.T) {
 	d := gputest.Open(t)
 	defer gpu.SetFreedAheadLimit(10000)()
@@ -95,14 +96,23 @@ func TestFreedAheadWait(t *testing.T) {
 		t.Errorf("after one 4,000-byte temp %d bytes released ahead, want 4000", got)
 	}
 	step(1000) // 8,000
-	step(1000) // 12,000 > 10,000: the submit waits and starts counting again
-	if got := d.FreedAhead(); got != 0 {
-		t.Errorf("past the limit %d bytes released ahead, want 0 (waited)", got)
+	step(1000) // 12,000 > 10,000: waits for the second submit; the third's 4,000 still count
+	if got := d.FreedAhead(); got != 4000 {
+		t.Errorf("past the limit %d bytes released ahead, want 4000 (waited for all but the last submit)", got)
 	}
 	b := must(d.NewBuffer("b", gpu.F32, 10)).T(t)
 	b.Release()
-	if got := d.FreedAhead(); got != 40 {
-		t.Errorf("a released buffer counts %d bytes ahead, want 40", got)
+	if got := d.FreedAhead(); got != 4040 {
+		t.Errorf("a released buffer counts %d bytes ahead, want 4040", got)
+	}
+	step(1000) // 8,040: below the limit
+	step(1000) // 12,040: waits for the submit marked at 8,040
+	if got := d.FreedAhead(); got != 4000 {
+		t.Errorf("second wait: %d bytes released ahead, want 4000", got)
+	}
+	must(0, d.Sync()).T(t)
+	if got := d.FreedAhead(); got != 0 {
+		t.Errorf("after Sync %d bytes released ahead, want 0", got)
 	}
 }
 

@@ -92,8 +92,7 @@ func (d *Device) Pack(label string, bufs []*Buffer) (arena *Buffer, offsets []ui
 		arena.releaseLocked()
 		return nil, nil, fmt.Errorf("gpu: Pack %q: %w", label, err)
 	}
-	d.queue.Submit(cmd)
-	cmd.Release()
+	d.submitCmdLocked(cmd)
 	// The originals may go now: wgpu keeps what submitted work uses alive until it is done.
 	for i, b := range bufs {
 		b.buf.Release()

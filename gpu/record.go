@@ -238,8 +238,11 @@ const scratchMaxBuffer = 64 << 20
 // run: wgpu gives such a buffer's memory back only once that work completes, and the host
 // records and submits layer after layer without waiting, so the released temporaries of
 // every layer ahead of the GPU would hold memory nvg no longer counts (a 27B student step
-// with sign training ran the H200 out of memory at 42 GiB counted). After a submit that
-// brings the bytes released since the last wait above it, the host waits for the GPU.
+// with sign training ran the H200 out of memory at 42 GiB counted). After a recorder's
+// submit that brings the bytes released since the last wait above it, the host waits for
+// the submission before that one (boundFreedAheadLocked), so the GPU still has the latest
+// submit queued: waiting for all work left it idle while the host recorded the next layer
+// (about 3 times per 0.8B step, each wait followed by fresh allocations).
 // Tests: SetFreedAheadLimit.
 var freedAheadLimit uint64 = 8 << 30
 
@@ -395,10 +398,42 @@ func (r *Recorder) releaseTemps() {
 		d.scratchB += b.size
 	}
 	r.temps, r.clears = nil, nil
-	if d.freedAhead > freedAheadLimit && !d.closed {
-		d.poll(true)
-		d.freedAhead = 0
+	d.boundFreedAheadLocked()
+}
+
+// freedMark is the bytes released ahead (Device.freedAhead) right after submission sub: every
+// buffer they count was used, if at all, by sub or an earlier submission.
+type freedMark struct {
+	sub   wgpu.SubmissionIndex
+	freed uint64
+}
+
+// submitCmdLocked submits cmd, releases it and returns (and records) its submission index.
+func (d *Device) submitCmdLocked(cmd *wgpu.CommandBuffer) wgpu.SubmissionIndex {
+	d.lastSub = d.queue.Submit(cmd)
+	cmd.Release()
+	return d.lastSub
+}
+
+// boundFreedAheadLocked runs after a recorder's submit and the release of its temporaries:
+// past freedAheadLimit it waits for the submission marked after the previous recorder's
+// submit (all it counted is free then) and keeps counting what was released since; then it
+// marks the latest submission.
+func (d *Device) boundFreedAheadLocked() {
+	if d.closed {
+		return
 	}
+	if d.freedAhead > freedAheadLimit {
+		if m := d.freedMark; m.sub != 0 && m.freed <= d.freedAhead {
+			idx := uint64(m.sub)
+			d.dev.Poll(true, &idx)
+			d.freedAhead -= m.freed
+		} else {
+			d.poll(true)
+			d.freedAhead = 0
+		}
+	}
+	d.freedMark = freedMark{sub: d.lastSub, freed: d.freedAhead}
 }
 
 // Submit encodes every recorded dispatch into one command buffer and submits it (without
@@ -566,8 +601,7 @@ func (d *Device) submitLocked(ops []dispatch, clears []*Buffer, profile bool) er
 	if err != nil {
 		return fmt.Errorf("gpu: submit: finish: %w", err)
 	}
-	d.queue.Submit(cmd)
-	cmd.Release()
+	d.submitCmdLocked(cmd)
 	for _, op := range ops {
 		for _, b := range op.binds {
 			root, _ := b.Buf.root()

@@ -165,8 +165,7 @@ func (s *Stager) Upload(items []StagerUpload) error {
 	if err != nil {
 		return fmt.Errorf("gpu: stager: finish: %w", err)
 	}
-	slot.sub = d.queue.Submit(cmd)
-	cmd.Release()
+	slot.sub = d.submitCmdLocked(cmd)
 	slot.pending = true
 	s.next = (s.next + 1) % len(s.slots)
 	runtime.KeepAlive(items)
