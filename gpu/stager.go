@@ -59,7 +59,8 @@ func (u StagerUpload) data() ([]byte, error) {
 }
 
 // NewStager allocates slots staging buffers of slotBytes each (rounded up to a multiple of 4)
-// in host-visible memory; they do not count in MemStats (GPU memory). One Upload moves at most
+// in host-visible memory (which a driver may take from device memory on a GPU whose memory
+// the host can map whole); they do not count in MemStats. One Upload moves at most
 // slotBytes. Two slots let the host fill one while the GPU copies out of the other.
 // Errors: slots < 1, slotBytes 0 or above the device's maxBufferSize, allocation failure.
 func (d *Device) NewStager(slotBytes uint64, slots int) (*Stager, error) {
