@@ -17,7 +17,7 @@ import (
 // buffer for every write, so each streamed layer paid the driver's allocation and first-touch
 // page faults of hundreds of MiB of host memory on the host thread, and the GPU waited for
 // it. A Stager's slots are allocated once; each Upload waits only for the copy that last read
-// its slot (Slots−1 uploads ago), copies the data in with several goroutines and submits the
+// its slot (as many uploads ago as there are slots), copies the data in with several goroutines and submits the
 // copies in a command buffer of their own, so the host's copy overlaps the GPU's work on what
 // was submitted before.
 //

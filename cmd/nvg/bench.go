@@ -128,6 +128,22 @@ type benchOpts struct {
 	comm             train.Comm // data-parallel ranks under mpirun (nil: one process)
 }
 
+// checkWritableFile reports why a file named path (or, for --cpuprofile, path with a suffix)
+// could not be created: path names a directory, or its directory is missing or not writable
+// (checked by creating and removing a temporary file there), so a run fails before it measures.
+func checkWritableFile(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory; give a file name such as %s", path, filepath.Join(path, "cpu.prof"))
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".nvg-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write in the directory of %s: %w", path, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
 // startCPUProfile starts the Go CPU profile of geometry geom's timed student steps when
 // --cpuprofile is set (the file name gets "-geom" before its extension) and returns the
 // function that stops it and closes the file (a no-op without --cpuprofile).
@@ -236,8 +252,8 @@ func runBench(args []string) error {
 			return usagef("--deadline cannot be used with %d ranks (each rank would stop at another step)", R)
 		}
 		o.comm = mr.comm
-		if mr.comm.Rank() != 0 { // rank 0 prints and writes the JSON
-			o.stdout, o.progress, o.jsonPath = io.Discard, io.Discard, ""
+		if mr.comm.Rank() != 0 { // rank 0 prints and writes the JSON and the CPU profile
+			o.stdout, o.progress, o.jsonPath, o.cpuProfile = io.Discard, io.Discard, "", ""
 		}
 	}
 	dev, err := openDevice()
@@ -296,11 +312,21 @@ func (o *benchOpts) validate() error {
 	for _, g := range nvgkit.SyntheticGeometries {
 		known[g] = true
 	}
+	seen := map[string]bool{}
 	for i, m := range o.models {
 		m = strings.TrimSpace(m)
 		o.models[i] = m
 		if !known[m] {
 			return usagef("--model: unknown geometry %q (known: %s)", m, strings.Join(nvgkit.SyntheticGeometries, ", "))
+		}
+		if seen[m] {
+			return usagef("--model: geometry %q given twice", m)
+		}
+		seen[m] = true
+	}
+	if o.cpuProfile != "" {
+		if err := checkWritableFile(o.cpuProfile); err != nil {
+			return usagef("--cpuprofile: %v", err)
 		}
 	}
 	if o.nb < 1 || o.t < 1 {

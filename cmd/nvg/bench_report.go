@@ -260,13 +260,17 @@ func renderRatios(w io.Writer, rep, before *benchReport, peer *peerRun) error {
 	fmt.Fprintf(w, "\nagainst the earlier run (%s, %s, %s):\n", before.Date, buildOf(before), before.Command)
 	fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s\n", "geom",
 		"teacher was", "now", "speedup", "student was", "now", "speedup", "speak was", "now")
-	for _, pair := range commonResults(rep, before) {
+	pairs, skipped := commonResults(rep, before)
+	for _, pair := range pairs {
 		t, s := phaseOf(pair[0])
 		bt, bs := phaseOf(pair[1])
 		fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s\n", pair[0].Geom,
 			num(bt.TokS, "%.0f"), num(t.TokS, "%.0f"), speedup(t.TokS, bt.TokS),
 			num(bs.TokS, "%.0f"), num(s.TokS, "%.0f"), speedup(s.TokS, bs.TokS),
 			num(bs.PeakGiB, "%.2f"), num(s.PeakGiB, "%.2f"))
+	}
+	for _, sk := range skipped {
+		fmt.Fprintf(w, "not compared, measured with other settings: %s\n", sk)
 	}
 	fmt.Fprintln(w, "speed-ups are now/earlier: above 1 this run is faster")
 	return nil
@@ -290,29 +294,64 @@ func buildOf(rep *benchReport) string {
 }
 
 // commonResults pairs each result of rep with the earlier run's result of the same
-// geometry, in rep's order; geometries missing from either are left out.
-func commonResults(rep, before *benchReport) [][2]benchResult {
-	var pairs [][2]benchResult
+// geometry, in rep's order, when both measured the same work (incomparable says how they
+// differ otherwise: those go to skipped, one line each); geometries missing from either are
+// left out.
+func commonResults(rep, before *benchReport) (pairs [][2]benchResult, skipped []string) {
 	for _, r := range rep.Results {
 		for _, b := range before.Results {
-			if b.Geom == r.Geom {
-				pairs = append(pairs, [2]benchResult{r, b})
-				break
+			if b.Geom != r.Geom {
+				continue
 			}
+			if why := incomparable(r, b); why != "" {
+				skipped = append(skipped, fmt.Sprintf("%s (%s)", r.Geom, why))
+			} else {
+				pairs = append(pairs, [2]benchResult{r, b})
+			}
+			break
 		}
 	}
-	return pairs
+	return pairs, skipped
 }
 
-// profiledPhase returns the teacher pass (student false) or the student step of geometry
-// geom in rep when it has a profile, nil otherwise (also for a nil rep).
-func profiledPhase(rep *benchReport, geom string, student bool) *benchPhase {
-	if rep == nil {
+// incomparable says how results now and was of one geometry measured different work (nb × t,
+// top-k, teacher mode, kept activations, sign training, ranks), "" when they did not.
+func incomparable(now, was benchResult) string {
+	var d []string
+	if now.NB != was.NB || now.T != was.T {
+		d = append(d, fmt.Sprintf("nb × t %d × %d now, %d × %d before", now.NB, now.T, was.NB, was.T))
+	}
+	if now.K != was.K {
+		d = append(d, fmt.Sprintf("k %d now, %d before", now.K, was.K))
+	}
+	if now.TeacherMode != was.TeacherMode {
+		d = append(d, fmt.Sprintf("teacher %s now, %s before", now.TeacherMode, was.TeacherMode))
+	}
+	if now.KeepActivations != was.KeepActivations {
+		d = append(d, fmt.Sprintf("kept activations %v now, %v before", now.KeepActivations, was.KeepActivations))
+	}
+	if now.TrainSigns != was.TrainSigns {
+		d = append(d, fmt.Sprintf("sign training %v now, %v before", now.TrainSigns, was.TrainSigns))
+	}
+	if max(now.Ranks, 1) != max(was.Ranks, 1) {
+		d = append(d, fmt.Sprintf("%d ranks now, %d before", max(now.Ranks, 1), max(was.Ranks, 1)))
+	}
+	return strings.Join(d, "; ")
+}
+
+// profiledPhase returns the earlier run's teacher pass (student false) or student step that
+// compares with now (same geometry, incomparable empty) when it has a profile, nil otherwise
+// (also for a nil before).
+func profiledPhase(before *benchReport, now benchResult, student bool) *benchPhase {
+	if before == nil {
 		return nil
 	}
-	for _, r := range rep.Results {
-		if r.Geom != geom {
+	for _, r := range before.Results {
+		if r.Geom != now.Geom {
 			continue
+		}
+		if incomparable(now, r) != "" {
+			return nil
 		}
 		p := r.Teacher
 		if student {
@@ -473,22 +512,26 @@ func resultsTable(w io.Writer, rep *benchReport, peer *peerRun) {
 func beforeTable(w io.Writer, rep, before *benchReport) {
 	fmt.Fprintln(w, "### Against the earlier run")
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Earlier run: %s, `%s` (%s). Figures are earlier → now; speed-ups are now/earlier (above 1, this run is faster).\n\n",
-		before.Date, before.Command, buildOf(before))
-	pairs := commonResults(rep, before)
+	fmt.Fprintf(w, "Earlier run: %s on %s, `%s` (%s). Figures are earlier → now; speed-ups are now/earlier (above 1, this run is faster).\n\n",
+		before.Date, before.Device, before.Command, buildOf(before))
+	pairs, skipped := commonResults(rep, before)
+	if len(skipped) > 0 {
+		fmt.Fprintf(w, "Not compared, measured with other settings: %s.\n\n", strings.Join(skipped, ", "))
+	}
 	if len(pairs) == 0 {
-		fmt.Fprintln(w, "No geometry of this run is in the earlier one.")
+		fmt.Fprintln(w, "No geometry of this run is in the earlier one with the same settings.")
 		fmt.Fprintln(w)
 		return
 	}
-	fmt.Fprintln(w, "| geometry | teacher pass tok/s | speed-up | student step tok/s | speed-up | student peak GiB |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| geometry | teacher pass tok/s | speed-up | student step tok/s | speed-up | teacher peak GiB | student peak GiB |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, pair := range pairs {
 		t, s := phaseOf(pair[0])
 		bt, bs := phaseOf(pair[1])
-		fmt.Fprintf(w, "| %s | %s → %s | %s | %s → %s | %s | %s → %s |\n", pair[0].Geom,
+		fmt.Fprintf(w, "| %s | %s → %s | %s | %s → %s | %s | %s → %s | %s → %s |\n", pair[0].Geom,
 			num(bt.TokS, "%.0f"), num(t.TokS, "%.0f"), speedup(t.TokS, bt.TokS),
 			num(bs.TokS, "%.0f"), num(s.TokS, "%.0f"), speedup(s.TokS, bs.TokS),
+			num(bt.PeakGiB, "%.2f"), num(t.PeakGiB, "%.2f"),
 			num(bs.PeakGiB, "%.2f"), num(s.PeakGiB, "%.2f"))
 	}
 	fmt.Fprintln(w)
@@ -584,7 +627,7 @@ func renderMarkdown(w io.Writer, rep, before *benchReport, peer *peerRun, cpu *b
 		if r.Student == nil || len(r.Student.Profile) == 0 {
 			continue
 		}
-		bp := profiledPhase(before, r.Geom, true)
+		bp := profiledPhase(before, r, true)
 		fmt.Fprintf(w, "### %s student step (%.1f ms of GPU time%s)\n\n", r.Geom, r.Student.ProfileMS, beforeMS(bp))
 		kernelTable(w, r.Student.Profile, profileOf(bp), 15, rep.PeakTFLOPs, rep.PeakGBps)
 	}
@@ -594,7 +637,7 @@ func renderMarkdown(w io.Writer, rep, before *benchReport, peer *peerRun, cpu *b
 		if r.Teacher == nil || len(r.Teacher.Profile) == 0 {
 			continue
 		}
-		bp := profiledPhase(before, r.Geom, false)
+		bp := profiledPhase(before, r, false)
 		fmt.Fprintf(w, "### %s teacher pass, %s (%.1f ms of GPU time%s)\n\n", r.Geom, r.TeacherMode, r.Teacher.ProfileMS, beforeMS(bp))
 		kernelTable(w, r.Teacher.Profile, profileOf(bp), 10, rep.PeakTFLOPs, rep.PeakGBps)
 	}

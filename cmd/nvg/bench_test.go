@@ -103,6 +103,9 @@ func TestBenchFlags(t *testing.T) {
 		{"bench", "--report", filepath.Join(dir, "x.json"), "--format", "html"},
 		{"bench", "--peer", filepath.Join(dir, "p.txt")},
 		{"bench", "--cpu", filepath.Join(dir, "c.json"), "--format", "text"},
+		{"bench", "--model", "tiny,tiny"},
+		{"bench", "--cpuprofile", dir},                                       // a directory
+		{"bench", "--cpuprofile", filepath.Join(dir, "missing", "cpu.prof")}, // no such directory
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("nvg %v: exit %d, want 2", args, code)
@@ -268,11 +271,11 @@ func TestBenchReportBefore(t *testing.T) {
 	ws, ns := was.Results[0].Student, now.Results[0].Student
 	wt, nt := was.Results[0].Teacher, now.Results[0].Teacher
 	// The throughput table: earlier → now, speed-up now/earlier.
-	row := fmt.Sprintf("| 0.8B | %.0f → %.0f | %.2f× | %.0f → %.0f | %.2f× | %.2f → %.2f |",
-		wt.TokS, nt.TokS, nt.TokS/wt.TokS, ws.TokS, ns.TokS, ns.TokS/ws.TokS, ws.PeakGiB, ns.PeakGiB)
+	row := fmt.Sprintf("| 0.8B | %.0f → %.0f | %.2f× | %.0f → %.0f | %.2f× | %.2f → %.2f | %.2f → %.2f |",
+		wt.TokS, nt.TokS, nt.TokS/wt.TokS, ws.TokS, ns.TokS, ns.TokS/ws.TokS, wt.PeakGiB, nt.PeakGiB, ws.PeakGiB, ns.PeakGiB)
 	for _, want := range []string{
 		"### Against the earlier run", row,
-		"Earlier run: " + was.Date + ", `" + was.Command + "` (" + was.GoVersion + ")",
+		"Earlier run: " + was.Date + " on " + was.Device + ", `" + was.Command + "` (" + was.GoVersion + ")",
 		fmt.Sprintf("### 0.8B student step (%.1f ms of GPU time; %.1f before)", ns.ProfileMS, ws.ProfileMS),
 		fmt.Sprintf("### 0.8B teacher pass, resident (%.1f ms of GPU time; %.1f before)", nt.ProfileMS, wt.ProfileMS),
 		"| kernel | calls | total ms | before ms | speed-up | share | TFLOP/s | % of peak | GB/s | % of peak |",
@@ -343,9 +346,9 @@ func TestBenchReportBefore(t *testing.T) {
 	}
 	out = md.String()
 	for _, want := range []string{
-		"Earlier run: 2026-11-01T09:00:00Z, `nvg bench --model 0.8B,27B --json nvg.json` (abc1234)",
-		"| 0.8B | 20000 → 20000 | 1.00× | 4000 → 5000 | 1.25× | 10.00 → 10.00 |",
-		"| 27B | — → — | — | — → — | — | — → — |",
+		"Earlier run: 2026-11-01T09:00:00Z on NVIDIA H200, `nvg bench --model 0.8B,27B --json nvg.json` (abc1234)",
+		"| 0.8B | 20000 → 20000 | 1.00× | 4000 → 5000 | 1.25× | 3.00 → 3.00 | 10.00 → 10.00 |",
+		"| 27B | — → — | — | — → — | — | — → — | — → — |",
 		"### 0.8B student step (700.0 ms of GPU time; 700.0 before)",
 		"| `BLRForward.y` | 184 | 350.00 | 420.00 | 1.20× | 50.0 % | 6.70 | 10.0 | 480 | 10.0 |",
 		"| `GatedDeltaRuleBackward` | 18 | 350.00 | — | — | 50.0 % | - | - | - | - |",
@@ -384,8 +387,21 @@ func TestBenchReportBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	i, j := strings.Index(md.String(), "### Against the earlier run"), strings.Index(md.String(), "## Models")
-	if i < 0 || j < i || !strings.Contains(md.String()[i:j], "No geometry of this run is in the earlier one.") || md.String()[:i]+md.String()[j:] != plain {
+	if i < 0 || j < i || !strings.Contains(md.String()[i:j], "No geometry of this run is in the earlier one with the same settings.") || md.String()[:i]+md.String()[j:] != plain {
 		t.Errorf("report against a run without common geometries, less its section, differs from the plain report:\n%s", md.String())
+	}
+	// An earlier run of the same geometries with another nb × t and teacher mode measured other
+	// work: it is named as not compared, and the kernel tables get no before columns.
+	resized := filepath.Join(dir, "resized.json")
+	os.WriteFile(resized, []byte(strings.NewReplacer(`"nb": 8, "t": 512`, `"nb": 4, "t": 256`, `"teacher_mode": "resident"`, `"teacher_mode": "streamed"`).Replace(oldFixture)), 0o644)
+	md.Reset()
+	if err := renderBenchReport(&md, js, resized, "", "", "", "md"); err != nil {
+		t.Fatal(err)
+	}
+	i, j = strings.Index(md.String(), "### Against the earlier run"), strings.Index(md.String(), "## Models")
+	if i < 0 || j < i || md.String()[:i]+md.String()[j:] != plain ||
+		!strings.Contains(md.String()[i:j], "Not compared, measured with other settings: 0.8B (nb × t 8 × 512 now, 4 × 256 before; teacher resident now, streamed before), 27B (nb × t 8 × 512 now, 4 × 256 before).") {
+		t.Errorf("report against a resized run:\n%s", md.String()[max(i, 0):max(j, 0)])
 	}
 
 	// Errors: --before without --report is a usage error; an unreadable file is named.

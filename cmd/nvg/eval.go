@@ -126,6 +126,9 @@ func runEval(args []string) error {
 	if *batch < 0 {
 		return usagef("--batch must be ≥ 0, got %d", *batch)
 	}
+	if *onHost && *stream {
+		return usagef("--stream is for the GPU path; --host computes on the host")
+	}
 	path := fs.Arg(0)
 	m, err := openModel(path)
 	if err != nil {

@@ -184,6 +184,7 @@ func TestCorpusSources(t *testing.T) {
 		{[]string{"eval", "--files", filepath.Join(dir, "*.nothing")}, 2, `--files: pattern "` + filepath.Join(dir, "*.nothing") + `" matches no file`},
 		{[]string{"eval", "--files", filepath.Join(dir, "missing.txt")}, 2, "--files: " + filepath.Join(dir, "missing.txt") + ": no such file or directory"},
 		{[]string{"eval", "--files", filepath.Join(dir, "bad.jsonl"), "--host"}, 1, filepath.Join(dir, "bad.jsonl") + `:2: want a JSON object with a "text" string`},
+		{[]string{"eval", "--host", "--stream"}, 2, "--stream is for the GPU path"},
 		{[]string{"distill", "--train-files", filepath.Join(dir, "corpus", "*.md"), "--eval-files", filepath.Join(dir, "bad.jsonl")}, 2, "--train-files: pattern"},
 		{[]string{"distill", "--train-files", filepath.Join(dir, "corpus"), "--eval-files", filepath.Join(dir, "none")}, 2, "--eval-files: " + filepath.Join(dir, "none") + ": no such file"},
 	} {
