@@ -185,6 +185,9 @@ func renderBenchReport(w io.Writer, reportPath, beforePath, peerPath, cpuPath, n
 		if rep, err = readBenchJSONs(reportPath); err != nil {
 			return err
 		}
+		if rep.CPU {
+			return fmt.Errorf("--report %s: measured on a CPU adapter (%s), not a GPU: render it with --cpu", reportPath, rep.Device)
+		}
 	} else if format != "md" {
 		return fmt.Errorf("the %s format needs an nvg bench JSON", format)
 	}

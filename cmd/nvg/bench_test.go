@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -117,6 +118,12 @@ func TestBenchFlags(t *testing.T) {
 	}
 	if code := run([]string{"bench", "--report", filepath.Join(dir, "missing.json")}); code != 1 {
 		t.Errorf("missing report: exit %d, want 1", code)
+	}
+	// A CPU-adapter run is the report's CPU section (--cpu), not its GPU figures.
+	cpuJSON := filepath.Join(dir, "cpu.json")
+	os.WriteFile(cpuJSON, []byte(strings.Replace(benchFixture, `"backend": "vulkan",`, `"backend": "vulkan", "cpu_adapter": true,`, 1)), 0o644)
+	if err := renderBenchReport(io.Discard, cpuJSON, "", "", "", "", "md"); err == nil || !strings.Contains(err.Error(), "render it with --cpu") {
+		t.Errorf("--report of a CPU-adapter run: err = %v", err)
 	}
 }
 
