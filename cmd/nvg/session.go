@@ -61,6 +61,9 @@ func oneName(fs interface {
 	if fs.NArg() != 1 {
 		return "", usagef("session %s: want one session NAME, got %d arguments", what, fs.NArg())
 	}
+	if err := session.CheckName(fs.Arg(0)); err != nil {
+		return "", usagef("session %s: %v", what, err)
+	}
 	return fs.Arg(0), nil
 }
 

@@ -112,6 +112,11 @@ func Start(name string, opts ...AttachOption) error {
 	return c.Close()
 }
 
+// CheckName reports why name cannot name a session (nil when it can): a name is 1 to 64
+// letters, digits, '.', '_' or '-', starting with a letter or digit, because it becomes a file
+// name in the session directory. Attach, Start and Stop check it too.
+func CheckName(name string) error { return sdir.CheckName(name) }
+
 func files(name string) (sdir.Files, error) {
 	if err := sdir.CheckName(name); err != nil {
 		return sdir.Files{}, fmt.Errorf("session: %w", err)
@@ -322,12 +327,13 @@ type ServerStatus struct {
 	// Busy is the method running now ("" when idle); Calls the calls served.
 	Busy  string
 	Calls int
-	// Started is when the server started, IdleFor how long since its last call, Idle its
-	// idle timeout (0: none).
+	// Started is when the server started, IdleFor how long since its last call ended (0
+	// while a call runs), Idle its idle timeout (0: none).
 	Started time.Time
 	IdleFor time.Duration
 	Idle    time.Duration
-	// Note is the server's summary of its state ("step 12 of 24" or "not set up").
+	// Note is the server's summary of its state ("step 12 of 24", "step 30 (past the 24
+	// planned)" or "not set up").
 	Note string
 	// Log is its log file.
 	Log string
@@ -360,6 +366,9 @@ func List() ([]ServerStatus, error) {
 				rc.Close()
 				if err == nil {
 					st.Pid, st.Busy, st.Calls, st.Started, st.IdleFor, st.Idle, st.Note = s.Pid, s.Busy, s.Calls, s.Started, time.Since(s.LastActive), s.Idle, s.Note
+					if s.Busy != "" { // a call runs: not idle (LastActive is when the last call ended)
+						st.IdleFor = 0
+					}
 				}
 			}
 			if err != nil {

@@ -245,7 +245,8 @@ type Lab interface {
 
 	// Eval returns the held-out mean next-token loss and perplexity of the student (and the
 	// teacher's, computed once per window count and kept) on the first `windows` held-out
-	// windows (0: all Setup.EvalWindows). The result is appended to the history. Progress
+	// windows (0: all Setup.EvalWindows). The result is appended to the history; one on all
+	// windows that directly follows a step is also that step's EvalPPL there. Progress
 	// (phase "eval", after each batch of NB windows) goes to OnProgress. Errors: windows < 0
 	// or more than there are.
 	Eval(windows int, opts ...Option) (EvalResult, error)

@@ -43,7 +43,20 @@ func (l *Lab) Eval(windows int, opts ...session.Option) (session.EvalResult, err
 	if err != nil && ctx.Err() != nil {
 		return r, interrupted(ctx, "during the evaluation")
 	}
+	if err == nil && windows == n {
+		s.noteStepEval(r)
+	}
 	return r, err
+}
+
+// noteStepEval records an evaluation on all held-out windows as the EvalPPL of the history's
+// last step when it directly follows that step (no evaluation of it yet), as Step with
+// EvalEvery does; so a session client, which steps and evaluates in separate calls, leaves
+// the same history as the in-process Lab.
+func (s *labState) noteStepEval(r session.EvalResult) {
+	if k := len(s.hist) - 1; k >= 0 && s.hist[k].Step == s.tr.st.Step && s.hist[k].EvalPPL == 0 {
+		s.hist[k].EvalPPL = r.StudentPPL
+	}
 }
 
 // eval evaluates on the first n held-out windows and appends the result to the history;

@@ -227,7 +227,7 @@ func (l *Lab) Step(n int, opts ...session.Option) ([]session.StepStats, error) {
 				return done, fmt.Errorf("train.Lab.Step: evaluation after step %d: %w", st.Step, err)
 			}
 			st.EvalPPL, lastPPL = ev.StudentPPL, ev.StudentPPL
-			s.hist[len(s.hist)-1].EvalPPL = ev.StudentPPL
+			s.noteStepEval(ev)
 		}
 		done = append(done, st)
 		if o.OnProgress != nil {

@@ -239,8 +239,10 @@ func signSequence(t *testing.T, lab session.Lab) []string {
 		_, err = l.ApplySignFlips(name, m)
 		return err
 	}
-	sts, err = lab.Step(1, session.PreOptimizer(hook))
-	add("Step(1, a flipping PreOptimizer)", sts, err)
+	// With EvalEvery too: the client steps and evaluates in separate calls, and the history's
+	// step entry must carry the perplexity as the in-process Step records it.
+	sts, err = lab.Step(1, session.PreOptimizer(hook), session.EvalEvery(1))
+	add("Step(1, a flipping PreOptimizer, EvalEvery(1))", sts, err)
 	g, err = lab.SignGrad(name)
 	add("SignGrad after the hooked step", g, err)
 	h, err := lab.History()

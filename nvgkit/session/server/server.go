@@ -163,6 +163,9 @@ func note(lab session.Lab) string {
 	case !info.Ready:
 		return "not set up"
 	}
+	if info.Step > info.Setup.Train.Steps {
+		return fmt.Sprintf("step %d (past the %d planned)", info.Step, info.Setup.Train.Steps)
+	}
 	return fmt.Sprintf("step %d of %d", info.Step, info.Setup.Train.Steps)
 }
 

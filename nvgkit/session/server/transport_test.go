@@ -331,6 +331,13 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || len(ls) != 2 || !ls[0].Alive || ls[0].Name != "life" || ls[0].Note != "step 3 of 4" || ls[1].Note != "not set up" {
 		t.Fatalf("List = %+v, %v", ls, err)
 	}
+	// Past the plan the note says so (a session may step on after Setup's Steps).
+	if _, err := c.Step(2); err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := session.List(); err != nil || len(ls) != 2 || ls[0].Note != "step 5 (past the 4 planned)" || ls[0].IdleFor < 0 {
+		t.Fatalf("List after stepping past the plan = %+v, %v", ls, err)
+	}
 	if err := session.Stop("life", time.Minute); err != nil {
 		t.Fatal(err)
 	}
