@@ -11,15 +11,15 @@ import (
 
 // Stager uploads host data through a ring of persistent, mapped staging buffers (MapWrite,
 // host memory), for weights streamed to the GPU pass after pass (a teacher larger than GPU
-// memory, DESIGN §7 "Streamed teacher").
+// memory; DESIGN §9 "Streamed weights and released memory").
 //
 // Why not Queue.WriteBuffer (Device.UploadF16): wgpu allocates, maps and frees a new staging
 // buffer for every write, so each streamed layer paid the driver's allocation and first-touch
 // page faults of hundreds of MiB of host memory on the host thread, and the GPU waited for
 // it. A Stager's slots are allocated once; each Upload waits only for the copy that last read
-// its slot (as many uploads ago as there are slots), copies the data in with several goroutines and submits the
-// copies in a command buffer of their own, so the host's copy overlaps the GPU's work on what
-// was submitted before.
+// its slot (as many uploads ago as there are slots), copies the data in with several
+// goroutines and submits the copies in a command buffer of their own, so the host's copy
+// overlaps the GPU's work on what was submitted before.
 //
 // Ordering is the queue's: work submitted after Upload sees the data; work submitted before it
 // that still reads a destination buffer is not affected only if the destinations are new or
@@ -33,10 +33,9 @@ type Stager struct {
 }
 
 type stagerSlot struct {
-	buf     *wgpu.Buffer
-	mapped  bool                 // mapped for writing (at creation, or after the last copy out of it)
-	pending bool                 // a submitted copy reads it
-	sub     wgpu.SubmissionIndex // that copy's submission
+	buf    *wgpu.Buffer
+	mapped bool                 // mapped for writing (at creation, or after the last copy out of it)
+	sub    wgpu.SubmissionIndex // the submission of the last copy out of it (while not mapped)
 }
 
 // StagerUpload is one destination of Stager.Upload: the whole of Dst is written from F32 (an
@@ -64,8 +63,8 @@ func (u StagerUpload) data() ([]byte, error) {
 // slotBytes. Two slots let the host fill one while the GPU copies out of the other.
 // Errors: slots < 1, slotBytes 0 or above the device's maxBufferSize, allocation failure.
 func (d *Device) NewStager(slotBytes uint64, slots int) (*Stager, error) {
-	if err := d.checkOpen(); err != nil {
-		return nil, err
+	if d == nil {
+		return nil, errNilDevice
 	}
 	if slots < 1 {
 		return nil, fmt.Errorf("gpu: stager: %d slots, need at least 1", slots)
@@ -76,6 +75,9 @@ func (d *Device) NewStager(slotBytes uint64, slots int) (*Stager, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.checkOpen(); err != nil {
+		return nil, err
+	}
 	s := &Stager{d: d, size: size}
 	for i := 0; i < slots; i++ {
 		b, err := d.dev.TryCreateBuffer(&wgpu.BufferDescriptor{
@@ -167,7 +169,6 @@ func (s *Stager) Upload(items []StagerUpload) error {
 		return fmt.Errorf("gpu: stager: finish: %w", err)
 	}
 	slot.sub = d.submitCmdLocked(cmd)
-	slot.pending = true
 	s.next = (s.next + 1) % len(s.slots)
 	runtime.KeepAlive(items)
 	return nil
@@ -195,7 +196,7 @@ func (s *Stager) mapLocked(slot *stagerSlot) error {
 	if status != wgpu.MapAsyncStatusSuccess {
 		return fmt.Errorf("gpu: stager: map failed: %v", status)
 	}
-	slot.mapped, slot.pending = true, false
+	slot.mapped = true
 	return nil
 }
 

@@ -241,26 +241,29 @@ func (n *Net) upload(l *layer) error {
 }
 
 // uploadStreamed allocates layer l's buffers and fills them through the net's two-slot
-// stager (created on first use, each slot the size of the largest layer), so the host's copy
-// of layer l overlaps the GPU's work on the layer before it (gpu.Stager says why
-// Queue.WriteBuffer could not).
+// stager (created on first use, each slot the size of the largest layer, at most
+// maxStagerSlot unless one parameter is larger), so the host's copy of layer l overlaps the
+// GPU's work on the layer before it (gpu.Stager says why Queue.WriteBuffer could not). A
+// layer larger than a slot goes in several uploads.
 func (n *Net) uploadStreamed(l *layer) error {
 	if n.stager == nil {
-		var most uint64
+		var most, param uint64
 		for _, L := range n.layers {
 			var b uint64
 			for _, p := range L.params {
 				b += p.bytes()
+				param = max(param, p.bytes())
 			}
 			most = max(most, b)
 		}
-		s, err := n.dev.NewStager(most, 2)
+		s, err := n.dev.NewStager(max(min(most, maxStagerSlot), param), 2)
 		if err != nil {
 			return err
 		}
 		n.stager = s
 	}
-	items := make([]gpu.StagerUpload, 0, len(l.params))
+	var items []gpu.StagerUpload
+	var batch uint64
 	for _, p := range l.params {
 		if p.buf != nil {
 			continue
@@ -274,10 +277,21 @@ func (n *Net) uploadStreamed(l *layer) error {
 			return err
 		}
 		p.buf = buf
+		if batch+p.bytes() > n.stager.SlotBytes() {
+			if err := n.stager.Upload(items); err != nil {
+				return err
+			}
+			items, batch = nil, 0
+		}
 		items = append(items, gpu.StagerUpload{Dst: buf, F32: p.f32, F16: p.f16})
+		batch += p.bytes()
 	}
 	return n.stager.Upload(items)
 }
+
+// maxStagerSlot bounds a streamed net's staging slots (host memory, two of them): 1 GiB
+// holds a whole 27B layer (≈ 0.7 GiB). Tests: SetMaxStagerSlot.
+var maxStagerSlot uint64 = 1 << 30
 
 // releaseLayer frees layer l's GPU buffers (work already submitted keeps them alive until
 // it completes).

@@ -2,6 +2,7 @@ package nvgkit_test
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -236,6 +237,13 @@ func TestStreamedMatchesResident(t *testing.T) {
 			runs[[2]int{layers, s}] = run{top, lb, peak}
 			t.Logf("%d layers, streamed=%v: peak %d bytes above baseline", layers, streamed, peak)
 		}
+	}
+	// Staging slots of one parameter each: every layer goes up in several uploads.
+	restore := nvgkit.SetMaxStagerSlot(1)
+	top, _, _ := passPeak(t, d, m, ids, k, true)
+	restore()
+	if res := runs[[2]int{nl, 0}].top; !slices.Equal(top.IDs, res.IDs) || sameBits(top.LogProbs, res.LogProbs) >= 0 || sameBits(top.LSE, res.LSE) >= 0 {
+		t.Errorf("streamed through one-parameter staging slots: top-k differs from the resident pass")
 	}
 	for _, layers := range []int{nl / 2, nl} {
 		res, str := runs[[2]int{layers, 0}], runs[[2]int{layers, 1}]
