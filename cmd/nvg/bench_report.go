@@ -510,8 +510,8 @@ func resultsTable(w io.Writer, rep *benchReport, peer *peerRun) {
 	fmt.Fprintln(w)
 }
 
-// beforeTable writes this run's throughput and peak memory (teacher and student) against the earlier
-// run's, for the geometries in both, and names the earlier run.
+// beforeTable writes this run's throughput and peak memory (teacher and student) against
+// the earlier run's, for the geometries both measured alike, and names the earlier run.
 func beforeTable(w io.Writer, rep, before *benchReport) {
 	fmt.Fprintln(w, "### Against the earlier run")
 	fmt.Fprintln(w)
