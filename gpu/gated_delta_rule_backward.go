@@ -13,10 +13,32 @@ const gatedDeltaRuleBackwardWG = 256
 const gatedDeltaRuleBackwardCols = 32
 
 // gdrbParams are gated_delta_rule_backward.wgsl's template parameters: the main entry
-// (DK, DV, TR, TC), the checkpoint sweep (Ckpt: DK, DV, COLS) or the GVA sum (Reduce: WG).
+// (DK, DV, TR, TC) or the checkpoint sweep (Ckpt: DK, DV, COLS).
 type gdrbParams struct {
-	DK, DV, TR, TC, COLS, WG int
-	Ckpt, Reduce             bool
+	DK, DV, TR, TC, COLS int
+	Ckpt                 bool
+}
+
+// gdrSumParams are gated_delta_rule_sum.wgsl's template parameters.
+type gdrSumParams struct{ WG int }
+
+// gdrSum records the backward's fixed-order partial-gradient sum (gated_delta_rule_sum.wgsl)
+// as the kernel name: out[r, a] = Σ_{s < ns} Σ_{m < g} part[off + ((s·R + r)·g + m)·w + a]
+// for the n = R·w elements of out (f32). The token and chunked forms add the value heads of a
+// key head (g = hv/hk, ns = 1), the lane form also its column slices.
+func gdrSum(r *Recorder, name string, part, out *Buffer, n, w, g, ns, off int) error {
+	k, err := r.d.Kernel(KernelSpec{
+		Name: name, File: "gated_delta_rule_sum.wgsl", Params: gdrSumParams{WG: gatedDeltaRuleBackwardWG},
+		Bindings: []Access{Read, ReadWrite}, Uniforms: 5,
+	})
+	if err != nil {
+		return err
+	}
+	grid, err := Grid1D((n + gatedDeltaRuleBackwardWG - 1) / gatedDeltaRuleBackwardWG)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", name, err)
+	}
+	return r.Dispatch(k, grid, []uint32{uint32(n), uint32(w), uint32(g), uint32(ns), uint32(off)}, Whole(part), Whole(out))
 }
 
 // GatedDeltaRuleChunk is the number of tokens between the state checkpoints that
@@ -148,21 +170,6 @@ func GatedDeltaRuleBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, d
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
-	var red *Kernel
-	var redGrid [3]int
-	if group > 1 {
-		red, err = r.d.Kernel(KernelSpec{
-			Name: op + ".gva", File: "gated_delta_rule_backward.wgsl",
-			Params:   gdrbParams{WG: gatedDeltaRuleBackwardWG, Reduce: true},
-			Bindings: []Access{Read, ReadWrite}, Uniforms: 3,
-		})
-		if err != nil {
-			return err
-		}
-		if redGrid, err = Grid1D((rows*hk*dk + gatedDeltaRuleBackwardWG - 1) / gatedDeltaRuleBackwardWG); err != nil {
-			return fmt.Errorf("gpu: %s: %w", op, err)
-		}
-	}
 	scr, err := r.Temp(op+" checkpoints", F32, stateN)
 	if err != nil {
 		return err
@@ -188,9 +195,8 @@ func GatedDeltaRuleBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, d
 		return err
 	}
 	if group > 1 {
-		uni := []uint32{uint32(rows * hk * dk), uint32(dk), uint32(group)}
 		for _, p := range [][2]*Buffer{{dqOut, dq}, {dkOut, dkey}} {
-			if err := r.Dispatch(red, redGrid, uni, Whole(p[0]), Whole(p[1])); err != nil {
+			if err := gdrSum(r, op+".gva", p[0], p[1], rows*hk*dk, dk, group, 1, 0); err != nil {
 				r.ops = r.ops[:mark]
 				return err
 			}

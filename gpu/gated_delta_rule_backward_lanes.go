@@ -9,8 +9,7 @@ const gatedDeltaRuleLanesChunk = 16
 // gdrbLanesParams are gated_delta_rule_backward_lanes.wgsl's template parameters.
 type gdrbLanesParams struct {
 	S, C, DK, DV, D4, KL, NSLICE, CL int
-	Backward, Reduce                 bool
-	WG                               int
+	Backward                         bool
 }
 
 // gdrbLanesSizes returns the f32 sizes of GatedDeltaRuleBackwardLanes's scratch (checkpoints,
@@ -93,14 +92,6 @@ func GatedDeltaRuleBackwardLanes(r *Recorder, q, k, v, g, beta, do, dq, dkey, dv
 	if err != nil {
 		return err
 	}
-	red, err := r.d.Kernel(KernelSpec{
-		Name: op + ".sum", File: "gated_delta_rule_lanes.wgsl",
-		Params:   gdrbLanesParams{Reduce: true, WG: gatedDeltaRuleBackwardWG},
-		Bindings: []Access{Read, ReadWrite}, Uniforms: 5,
-	})
-	if err != nil {
-		return err
-	}
 	grid, err := Grid1D(nb * hv * nslice)
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
@@ -132,11 +123,7 @@ func GatedDeltaRuleBackwardLanes(r *Recorder, q, k, v, g, beta, do, dq, dkey, dv
 		{pt1, dbeta, 0, rows * hv, 1, 1},
 		{pt1, dg, part1 / 2, rows * hv, 1, 1},
 	} {
-		rg, err := Grid1D((sum.n + gatedDeltaRuleBackwardWG - 1) / gatedDeltaRuleBackwardWG)
-		if err == nil {
-			err = r.Dispatch(red, rg, []uint32{uint32(sum.n), uint32(sum.w), uint32(sum.grp), uint32(nslice), uint32(sum.off)}, Whole(sum.part), Whole(sum.out))
-		}
-		if err != nil {
+		if err := gdrSum(r, op+".sum", sum.part, sum.out, sum.n, sum.w, sum.grp, nslice, sum.off); err != nil {
 			r.ops = r.ops[:mark]
 			return fmt.Errorf("gpu: %s: %w", op, err)
 		}

@@ -129,22 +129,7 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 		kerns[s.name] = kr
 	}
 	group := hv / hk
-	var red *Kernel
-	var redGrid [3]int
 	var err error
-	if group > 1 {
-		red, err = r.d.Kernel(KernelSpec{
-			Name: op + ".gva", File: "gated_delta_rule_backward.wgsl",
-			Params:   gdrbParams{WG: gatedDeltaRuleBackwardWG, Reduce: true},
-			Bindings: []Access{Read, ReadWrite}, Uniforms: 3,
-		})
-		if err != nil {
-			return err
-		}
-		if redGrid, err = Grid1D((rows*hk*dk + gatedDeltaRuleBackwardWG - 1) / gatedDeltaRuleBackwardWG); err != nil {
-			return fmt.Errorf("gpu: %s: %w", op, err)
-		}
-	}
 	gridS, err := Grid1D(nb * hv * ((dv + cs - 1) / cs))
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
@@ -219,9 +204,8 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 		r.Cost(s.flops, s.bytes)
 	}
 	if group > 1 {
-		uni := []uint32{uint32(rows * hk * dk), uint32(dk), uint32(group)}
 		for _, p := range [][2]*Buffer{{dqv, dq}, {dkv, dkey}} {
-			if err := r.Dispatch(red, redGrid, uni, Whole(p[0]), Whole(p[1])); err != nil {
+			if err := gdrSum(r, op+".gva", p[0], p[1], rows*hk*dk, dk, group, 1, 0); err != nil {
 				return fail(err)
 			}
 			r.Cost(float64(rows*hv*dk), 4*float64(rows*(hv+hk)*dk))

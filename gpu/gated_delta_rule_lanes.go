@@ -39,8 +39,8 @@ func GatedDeltaRuleLanes(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims D
 		Name: op, File: "gated_delta_rule_lanes.wgsl",
 		Params: struct {
 			S, C, DK, DV, D4, KL, NSLICE int
-			WantState, Backward, Reduce  bool
-		}{s, c, dk, dv, d4, (d4 + s - 1) / s, nslice, state != nil, false, false},
+			WantState, Backward          bool
+		}{s, c, dk, dv, d4, (d4 + s - 1) / s, nslice, state != nil, false},
 		Bindings: access, Uniforms: 4,
 	})
 	if err != nil {

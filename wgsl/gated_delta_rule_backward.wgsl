@@ -1,37 +1,4 @@
-{{- if .Reduce}}
-// GatedDeltaRuleBackward, GVA reduction: the value heads sharing a key head add their
-// dq (or dk) contributions, in head order (deterministic):
-//   out[row, kh, a] = Σ_{m < group} part[row, kh·group + m, a].
-// part: f32 [rows, hk·group, dk]; out: f32 [rows, hk, dk]. One invocation per output
-// element (linear index (wid.x + wid.y·nwg.x)·WG + lid). Template parameters: WG.
-
-@group(0) @binding(0) var<storage, read> part: array<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
-
-struct Params {
-    n: u32,     // rows·hk·dk
-    dk: u32,
-    group: u32, // hv / hk
-};
-@group(0) @binding(2) var<uniform> p: Params;
-
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let e = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (e >= p.n) {
-        return;
-    }
-    let a = e % p.dk;
-    let rk = e / p.dk; // row·hk + kh
-    let src = rk * p.group * p.dk + a;
-    var s = 0.0;
-    for (var m = 0u; m < p.group; m++) {
-        s += part[src + m * p.dk];
-    }
-    out[e] = s;
-}
-{{- else if .Ckpt}}
+{{- if .Ckpt}}
 // GatedDeltaRuleBackward, checkpoint sweep: the forward recurrence (as gated_delta_rule.wgsl)
 // from S = 0 at each window start, writing the state before each chunk of C tokens,
 // S_{ci·C−1}, to the checkpoints of the scratch (layout as the main entry below:

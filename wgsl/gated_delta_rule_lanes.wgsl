@@ -1,6 +1,6 @@
 // The gated delta rule in the lane-blocked form of CPU adapters (gemm_lanes.wgsl says why):
 // GatedDeltaRuleLanes (the forward, token by token as gated_delta_rule.wgsl) and
-// GatedDeltaRuleBackwardLanes (Backward: the backward; Reduce: its partial sums' reduction).
+// GatedDeltaRuleBackwardLanes (Backward; its partial sums go through gated_delta_rule_sum.wgsl).
 // Per window b and value head j (key head kh = j / (hv/hk)), from S = 0,
 //   S ← e^{g_t}·S;   u = β_t (v_t − Sᵀk_t);   S ← S + k_t ⊗ u;   o_t = Sᵀq_t.
 // One workgroup = one subgroup of S lanes per (window, value head, slice of S·C value
@@ -13,46 +13,8 @@
 // Layouts (row-major f32): q, k [nb·t, hk, DK]; v, o, do, dv [nb·t, hv, DV]; g, beta
 // [nb·t, hv]; state [nb, hv, DK, DV] (the forward's final state, WantState).
 // Template parameters: S, C, DK (multiple of 4), DV, D4, KL, NSLICE (⌈DV/(S·C)⌉);
-// forward: WantState; Backward: CL; Reduce: WG.
-{{- if .Reduce}}
-
-// Reduction: the per-slice (and, for dq and dk, per value head) partial gradients of the
-// backward summed in a fixed order (slice, then head):
-//   out[r, a] = Σ_{s < NS} Σ_{m < G} part[off + ((s·R + r)·G + m)·W + a].
-// dq, dk: R = rows·hk, G = hv/hk, W = DK; dβ, dg: R = rows·hv, G = 1, W = 1. One invocation
-// per output element (linear index (wid.x + wid.y·nwg.x)·WG + lid).
-
-@group(0) @binding(0) var<storage, read> part: array<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;
-
-struct Params {
-    n: u32,  // R·W
-    w: u32,  // W
-    g: u32,  // G
-    ns: u32, // NS
-    off: u32,
-};
-@group(0) @binding(2) var<uniform> p: Params;
-
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let e = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (e >= p.n) {
-        return;
-    }
-    let a = e % p.w;
-    let r = e / p.w;
-    var s = 0.0;
-    for (var sl = 0u; sl < p.ns; sl++) {
-        let base = p.off + ((sl * (p.n / p.w) + r) * p.g) * p.w + a;
-        for (var m = 0u; m < p.g; m++) {
-            s += part[base + m * p.w];
-        }
-    }
-    out[e] = s;
-}
-{{- else if .Backward}}
+// forward: WantState; Backward: CL.
+{{- if .Backward}}
 
 // Backward. Everything a lane stores in the scratch is its own columns', so the lanes never
 // wait for each other:
@@ -66,7 +28,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 //       dβ_t = Σ_c du_c w_c;   dk_t = dS·(β_t w) − S̃_t·(β_t du);
 //       dS̃ = dS − k_t ⊗ β_t du;   dg_t = Σ dS̃ ⊙ S̃_t;   dS ← e^{g_t}·dS̃.
 //     The column sums (dq, dk, dβ, dg) are added over the subgroup's lanes (subgroupAdd) and
-//     written per slice to part; the Reduce entry sums them over slices and value heads.
+//     written per slice to part; gated_delta_rule_sum.wgsl sums them over slices and value heads.
 // Scratch per (window, value head), in vec4s: ckpt [NCK][DV][D4], states [CL][DV][D4], then
 // w [CL][DV] packed 4 per slot. part: dq and dk [NSLICE][nb·t][hv][D4] vec4s; part1: dβ and
 // dg [NSLICE][nb·t][hv].
