@@ -195,7 +195,7 @@ func runBench(args []string) error {
 	deadline := fs.Duration("deadline", 0, "finish within this wall time (e.g. 9m): beyond one warm-up and one timed run per phase, runs and profiles that would not fit are dropped (marked truncated), and geometries not started in time are skipped (0: no limit)")
 	report := fs.String("report", "", "render a report from this nvg bench JSON instead of measuring")
 	peer := fs.String("peer", "", "with --report: the PyTorch peer's output (its RESULT lines)")
-	before := fs.String("before", "", "with --report: an earlier run's nvg bench JSON (comma-separated files merged as --report's) to compare against: throughput, student peak and per-kernel times before and after")
+	before := fs.String("before", "", "with --report: an earlier run's nvg bench JSON (comma-separated files merged as --report's) to compare against (runs of the same nb × t, k and modes): throughput, peak memory and per-kernel times before and after")
 	cpu := fs.String("cpu", "", "render the CPU section from an nvg bench JSON measured on a CPU adapter (lavapipe); alone, a report with the GPU figures pending")
 	format := fs.String("format", "md", "with --report: md (docs/BENCHMARKS.md) or text (the ratio table)")
 	notes := fs.String("notes", "", "with --report: a markdown file inserted after the throughput table (the targets and what explains each miss)")
