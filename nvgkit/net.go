@@ -221,18 +221,19 @@ func (n *Net) upload(l *layer) error {
 	if l.uploaded {
 		return nil
 	}
+	var err error
 	if n.streamed {
-		if err := n.uploadStreamed(l); err != nil {
-			n.releaseLayer(l)
-			return memRemedy(fmt.Errorf("nvgkit: upload layer %d: %w", l.index, err))
-		}
+		err = n.uploadStreamed(l)
 	} else {
 		for _, p := range l.params {
-			if err := p.upload(n.dev); err != nil {
-				n.releaseLayer(l)
-				return memRemedy(fmt.Errorf("nvgkit: upload layer %d: %w", l.index, err))
+			if err = p.upload(n.dev); err != nil {
+				break
 			}
 		}
+	}
+	if err != nil {
+		n.releaseLayer(l)
+		return memRemedy(fmt.Errorf("nvgkit: upload layer %d: %w", l.index, err))
 	}
 	l.uploaded = true
 	n.onGPU++
@@ -247,14 +248,12 @@ func (n *Net) upload(l *layer) error {
 // layer larger than a slot goes in several uploads.
 func (n *Net) uploadStreamed(l *layer) error {
 	if n.stager == nil {
-		var most, param uint64
+		var most, param uint64 // the largest layer and parameter (a streamed net has no BLR)
 		for _, L := range n.layers {
-			var b uint64
+			most = max(most, L.bytes())
 			for _, p := range L.params {
-				b += p.bytes()
 				param = max(param, p.bytes())
 			}
-			most = max(most, b)
 		}
 		s, err := n.dev.NewStager(max(min(most, maxStagerSlot), param), 2)
 		if err != nil {

@@ -261,22 +261,31 @@ func renderRatios(w io.Writer, rep, before *benchReport, peer *peerRun) error {
 		return nil
 	}
 	fmt.Fprintf(w, "\nagainst the earlier run (%s, %s, %s):\n", before.Date, buildOf(before), before.Command)
-	fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s\n", "geom",
-		"teacher was", "now", "speedup", "student was", "now", "speedup", "speak was", "now")
+	const row = "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s   %9s %9s\n"
+	fmt.Fprintf(w, row, "geom", "teacher was", "now", "speedup", "student was", "now", "speedup", "tpeak was", "now", "speak was", "now")
 	pairs, skipped := commonResults(rep, before)
 	for _, pair := range pairs {
-		t, s := phaseOf(pair[0])
-		bt, bs := phaseOf(pair[1])
-		fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s\n", pair[0].Geom,
-			num(bt.TokS, "%.0f"), num(t.TokS, "%.0f"), speedup(t.TokS, bt.TokS),
-			num(bs.TokS, "%.0f"), num(s.TokS, "%.0f"), speedup(s.TokS, bs.TokS),
-			num(bs.PeakGiB, "%.2f"), num(s.PeakGiB, "%.2f"))
+		fmt.Fprintf(w, row, beforeCells(pair)...)
 	}
 	for _, sk := range skipped {
 		fmt.Fprintf(w, "not compared, measured with other settings: %s\n", sk)
 	}
 	fmt.Fprintln(w, "speed-ups are now/earlier: above 1 this run is faster")
 	return nil
+}
+
+// beforeCells are the comparison's cells of one geometry (pair: this run's result, the
+// earlier run's), for the text and markdown tables alike: the geometry, then teacher tok/s
+// before, now and the speed-up, the same for the student step, then teacher and student peak
+// GiB before and now.
+func beforeCells(pair [2]benchResult) []any {
+	t, s := phaseOf(pair[0])
+	bt, bs := phaseOf(pair[1])
+	return []any{pair[0].Geom,
+		num(bt.TokS, "%.0f"), num(t.TokS, "%.0f"), speedup(t.TokS, bt.TokS),
+		num(bs.TokS, "%.0f"), num(s.TokS, "%.0f"), speedup(s.TokS, bs.TokS),
+		num(bt.PeakGiB, "%.2f"), num(t.PeakGiB, "%.2f"),
+		num(bs.PeakGiB, "%.2f"), num(s.PeakGiB, "%.2f")}
 }
 
 // speedup formats a/b with two decimals and "×", "—" when either is missing.
@@ -529,13 +538,7 @@ func beforeTable(w io.Writer, rep, before *benchReport) {
 	fmt.Fprintln(w, "| geometry | teacher pass tok/s | speed-up | student step tok/s | speed-up | teacher peak GiB | student peak GiB |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, pair := range pairs {
-		t, s := phaseOf(pair[0])
-		bt, bs := phaseOf(pair[1])
-		fmt.Fprintf(w, "| %s | %s → %s | %s | %s → %s | %s | %s → %s | %s → %s |\n", pair[0].Geom,
-			num(bt.TokS, "%.0f"), num(t.TokS, "%.0f"), speedup(t.TokS, bt.TokS),
-			num(bs.TokS, "%.0f"), num(s.TokS, "%.0f"), speedup(s.TokS, bs.TokS),
-			num(bt.PeakGiB, "%.2f"), num(t.PeakGiB, "%.2f"),
-			num(bs.PeakGiB, "%.2f"), num(s.PeakGiB, "%.2f"))
+		fmt.Fprintf(w, "| %s | %s → %s | %s | %s → %s | %s | %s → %s | %s → %s |\n", beforeCells(pair)...)
 	}
 	fmt.Fprintln(w)
 }

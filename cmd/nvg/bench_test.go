@@ -372,7 +372,7 @@ func TestBenchReportBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(txt.String(), "against the earlier run (2026-11-01T09:00:00Z, abc1234,") ||
-		!strings.Contains(strings.Join(strings.Fields(txt.String()), " "), "0.8B 20000 20000 1.00× 4000 5000 1.25× 10.00 10.00") {
+		!strings.Contains(strings.Join(strings.Fields(txt.String()), " "), "0.8B 20000 20000 1.00× 4000 5000 1.25× 3.00 3.00 10.00 10.00") {
 		t.Errorf("text with --before:\n%s", txt.String())
 	}
 
