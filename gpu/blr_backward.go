@@ -20,12 +20,13 @@ type BLRGrad struct {
 //
 // grads[p] receives path p's gradients, added to what the buffers hold (accumulation over
 // windows and calls); where l.Live is 0, dℓ is set to exactly 0. dx F32 [rows, l.N] is
-// overwritten; nil skips it. t1 holds BLRForward's kept t1 buffers (one F32 [rows, r] per
-// path), or nil to recompute them. Five sign-bit GEMMs per path (four with t1 given) and
-// three column reductions; f32 throughout. Host reference: host.BLRLinearBackward.
+// overwritten; nil skips it. kept holds what BLRForward kept of this x (BLRKept): t1 and c
+// per path, each slice nil to recompute it. Five sign-bit GEMMs per path (t1, c, dt2, dxg;
+// three with both kept) and three column reductions; f32 throughout, the same bits whether
+// t1 and c are kept or recomputed. Host reference: host.BLRLinearBackward.
 // Errors: an invalid layer, rows < 1, buffers of the wrong dtype or length, a grads count
 // other than the number of paths, or aliasing buffers.
-func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy, dx *Buffer, grads []BLRGrad, rows int) error {
+func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buffer, grads []BLRGrad, rows int) error {
 	const op = "BLRBackward"
 	if err := checkBLRLayer(op, l); err != nil {
 		return err
@@ -48,7 +49,7 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy, dx *Buff
 			return err
 		}
 	}
-	if err := checkT1(op, l, t1, rows); err != nil {
+	if err := checkKept(op, l, kept, rows); err != nil {
 		return err
 	}
 	if len(grads) != len(l.Paths) {
@@ -61,8 +62,11 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy, dx *Buff
 	if l.Live != nil {
 		all["Live"] = l.Live
 	}
-	for p := range t1 {
-		all[fmt.Sprintf("t1[%d]", p)] = t1[p]
+	for p := range kept.T1 {
+		all[fmt.Sprintf("t1[%d]", p)] = kept.T1[p]
+	}
+	for p := range kept.C {
+		all[fmt.Sprintf("c[%d]", p)] = kept.C[p]
 	}
 	for p, q := range l.Paths {
 		g := grads[p]
@@ -94,9 +98,12 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy, dx *Buff
 		r.ops = r.ops[:mark]
 		return err
 	}
-	c, err := r.Temp(op+" c", F32, rows, m)
-	if err != nil {
-		return err
+	var cs *Buffer
+	var err error
+	if kept.C == nil {
+		if cs, err = r.Temp(op+" c", F32, rows, m); err != nil {
+			return err
+		}
 	}
 	dt2, err := r.Temp(op+" dt2", F32, rows, rk)
 	if err != nil {
@@ -107,7 +114,7 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy, dx *Buff
 		return err
 	}
 	var t1s *Buffer
-	if t1 == nil {
+	if kept.T1 == nil {
 		if t1s, err = r.Temp(op+" t1", F32, rows, rk); err != nil {
 			return err
 		}
@@ -115,28 +122,31 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, t1 []*Buffer, dy, dx *Buff
 	for p, q := range l.Paths {
 		g := grads[p]
 		tb := t1s
-		if t1 != nil {
-			tb = t1[p]
-		} else if err := blrGEMM(r, op+".t1", false, x, q.V, q.G, nil, tb, rows, n, rk, true, false); err != nil {
+		if kept.T1 != nil {
+			tb = kept.T1[p]
+		} else if err := blrGEMM(r, op+".t1", false, x, q.V, q.G, nil, tb, nil, rows, n, rk, true, false); err != nil {
 			return fail(err)
 		}
 		dt2 := dt2
 		if g.DT2 != nil {
 			dt2 = g.DT2
 		}
-		if err := blrGEMM(r, op+".c", false, tb, q.U, q.L, nil, c, rows, rk, m, true, false); err != nil {
+		c := cs
+		if kept.C != nil {
+			c = kept.C[p]
+		} else if err := blrGEMM(r, op+".c", false, tb, q.U, q.L, nil, c, nil, rows, rk, m, true, false); err != nil {
 			return fail(err)
 		}
 		if err := gradColDot(r, op+".dh", dy, c, nil, nil, nil, g.H, nil, rows, m, false); err != nil {
 			return fail(err)
 		}
-		if err := blrGEMM(r, op+".dt2", false, dy, q.U, q.H, nil, dt2, rows, m, rk, false, false); err != nil {
+		if err := blrGEMM(r, op+".dt2", false, dy, q.U, q.H, nil, dt2, nil, rows, m, rk, false, false); err != nil {
 			return fail(err)
 		}
 		if err := gradColDot(r, op+".dl", dt2, tb, nil, l.Live, nil, g.L, nil, rows, rk, false); err != nil {
 			return fail(err)
 		}
-		if err := blrGEMM(r, op+".dxg", false, dt2, q.V, q.L, nil, dxg, rows, rk, n, false, false); err != nil {
+		if err := blrGEMM(r, op+".dxg", false, dt2, q.V, q.L, nil, dxg, nil, rows, rk, n, false, false); err != nil {
 			return fail(err)
 		}
 		var s *Buffer

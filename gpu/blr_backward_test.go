@@ -103,7 +103,7 @@ func TestBLRLinearBackwardFD(t *testing.T) {
 }
 
 // TestBLRBackward compares BLRBackward with host.BLRLinearBackward on awkward sizes, 1 and
-// 2 paths, with t1 kept by BLRForward and recomputed, gradients accumulated onto non-zero
+// 2 paths, with t1 and c kept by BLRForward and recomputed, gradients accumulated onto non-zero
 // buffers, and rank padding (padded dℓ must be exactly 0). Tolerance: every result is a
 // chain of f32 fma sums whose lengths add up to at most n + m + r + rows, each step adding
 // a relative u = 2⁻²⁴ of the magnitudes of its terms, so |err| ≤ (n+m+r+rows+10)·u·A where
@@ -140,12 +140,9 @@ func TestBLRBackward(t *testing.T) {
 					skipNoLanes(t, d)
 					lanes0 := gpu.GEMMLanesDispatches()
 					defer func() {
-						// Per path: BLRForward's t1 and y when t1 is kept, else
-						// BLRBackward's t1; c, dt2 and dxg.
+						// Per path: BLRForward's t1 and y when t1 and c are kept,
+						// else BLRBackward's t1 and c; dt2 and dxg.
 						want := 4 * c.paths
-						if c.keepT1 {
-							want += c.paths
-						}
 						if got := gpu.GEMMLanesDispatches() - lanes0; got != want {
 							t.Errorf("%d lane-blocked GEMMs recorded, want %d", got, want)
 						}
@@ -177,13 +174,14 @@ func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r,
 			x := keep(must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t))
 			dy := keep(must(d.UploadFloat32("dy", dyf, c.rows, c.m)).T(t))
 			dx := keep(must(d.NewBuffer("dx", gpu.F32, c.rows, c.n)).T(t))
-			var t1 []*gpu.Buffer
+			var kept gpu.BLRKept
 			if keepT1 {
 				y := keep(must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t))
 				for range c.paths {
-					t1 = append(t1, keep(must(d.NewBuffer("t1", gpu.F32, c.rows, c.r)).T(t)))
+					kept.T1 = append(kept.T1, keep(must(d.NewBuffer("t1", gpu.F32, c.rows, c.r)).T(t)))
+					kept.C = append(kept.C, keep(must(d.NewBuffer("c", gpu.F32, c.rows, c.m)).T(t)))
 				}
-				if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, t1, c.rows) }); err != nil {
+				if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, kept, c.rows) }); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -205,7 +203,7 @@ func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r,
 				}
 			}
 			if err := d.Run(func(r *gpu.Recorder) error {
-				return gpu.BLRBackward(r, l, x, t1, dy, dx, grads, c.rows)
+				return gpu.BLRBackward(r, l, x, kept, dy, dx, grads, c.rows)
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -245,6 +243,79 @@ func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r,
 	}
 }
 
+// TestBLRBackwardKeptBitIdentical: BLRBackward gives the same bits whether BLRForward's t1
+// and c are kept (each alone, both) or recomputed, under the automatic GEMM, the
+// lane-blocked one and two tiles: the kept values are the same fma chains the backward runs.
+func TestBLRBackwardKeptBitIdentical(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(43, 44))
+	for _, v := range []gemmTestVariant{{}, lanesVariant, {bm: 64, bn: 64, bk: 16, general: true}, {bm: 128, bn: 128, bk: 32, general: false}} {
+		for _, c := range []struct{ rows, m, n, r, paths, live int }{{37, 68, 56, 24, 2, 20}, {5, 128, 128, 128, 1, 128}} {
+			t.Run(fmt.Sprintf("%s/%+v", v, c), func(t *testing.T) {
+				if v.lanes {
+					skipNoLanes(t, d)
+				}
+				defer v.force()()
+				w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
+				l := uploadBLR(t, d, w, c.live)
+				defer l.Release()
+				xf, _ := randF32(rng, c.rows*c.n, 1)
+				dyf, _ := randF32(rng, c.rows*c.m, 1)
+				var bufs []*gpu.Buffer
+				defer func() {
+					for _, b := range bufs {
+						b.Release()
+					}
+				}()
+				buf := func(label string, n ...int) *gpu.Buffer {
+					b := must(d.NewBuffer(label, gpu.F32, n...)).T(t)
+					bufs = append(bufs, b)
+					return b
+				}
+				x := must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t)
+				dy := must(d.UploadFloat32("dy", dyf, c.rows, c.m)).T(t)
+				bufs = append(bufs, x, dy)
+				y := buf("y", c.rows, c.m)
+				var all gpu.BLRKept
+				for range c.paths {
+					all.T1 = append(all.T1, buf("t1", c.rows, c.r))
+					all.C = append(all.C, buf("c", c.rows, c.m))
+				}
+				if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, all, c.rows) }); err != nil {
+					t.Fatal(err)
+				}
+				var ref [][]float32
+				for _, kept := range []struct {
+					name string
+					k    gpu.BLRKept
+				}{{"none", gpu.BLRKept{}}, {"t1", gpu.BLRKept{T1: all.T1}}, {"c", gpu.BLRKept{C: all.C}}, {"t1 and c", all}} {
+					dx := buf("dx", c.rows, c.n)
+					grads := make([]gpu.BLRGrad, c.paths)
+					for p := range grads {
+						grads[p] = gpu.BLRGrad{H: buf("dh", c.m), L: buf("dl", c.r), G: buf("dg", c.n)}
+					}
+					if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRBackward(r, l, x, kept.k, dy, dx, grads, c.rows) }); err != nil {
+						t.Fatal(err)
+					}
+					got := [][]float32{must(d.ReadFloat32(dx)).T(t)}
+					for _, g := range grads {
+						for _, b := range []*gpu.Buffer{g.H, g.L, g.G} {
+							got = append(got, must(d.ReadFloat32(b)).T(t))
+						}
+					}
+					if ref == nil {
+						ref = got
+						continue
+					}
+					for i := range got {
+						sameBits(t, fmt.Sprintf("kept %s: output %d", kept.name, i), ref[i], got[i])
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestBLRBackwardErrors: mistakes are errors, nothing is recorded.
 func TestBLRBackwardErrors(t *testing.T) {
 	d := gputest.Open(t)
@@ -265,11 +336,11 @@ func TestBLRBackwardErrors(t *testing.T) {
 	r := d.Begin()
 	defer r.Discard()
 	for name, err := range map[string]error{
-		"grads count": gpu.BLRBackward(r, l, x, nil, dy, dx, nil, 3),
-		"dx is x":     gpu.BLRBackward(r, l, x, nil, dy, x, good, 3),
-		"dℓ size":     gpu.BLRBackward(r, l, x, nil, dy, dx, []gpu.BLRGrad{{H: gh, L: gh, G: gg}}, 3),
-		"dg is h":     gpu.BLRBackward(r, l, x, nil, dy, dx, []gpu.BLRGrad{{H: gh, L: gl, G: l.Paths[0].G}}, 3),
-		"rows":        gpu.BLRBackward(r, l, x, nil, dy, dx, good, 0),
+		"grads count": gpu.BLRBackward(r, l, x, gpu.BLRKept{}, dy, dx, nil, 3),
+		"dx is x":     gpu.BLRBackward(r, l, x, gpu.BLRKept{}, dy, x, good, 3),
+		"dℓ size":     gpu.BLRBackward(r, l, x, gpu.BLRKept{}, dy, dx, []gpu.BLRGrad{{H: gh, L: gh, G: gg}}, 3),
+		"dg is h":     gpu.BLRBackward(r, l, x, gpu.BLRKept{}, dy, dx, []gpu.BLRGrad{{H: gh, L: gl, G: l.Paths[0].G}}, 3),
+		"rows":        gpu.BLRBackward(r, l, x, gpu.BLRKept{}, dy, dx, good, 0),
 	} {
 		if err == nil {
 			t.Errorf("%s: no error", name)
@@ -312,10 +383,10 @@ func BenchmarkBLRBackward(b *testing.B) {
 		grads[p] = gpu.BLRGrad{H: keep(must(d.NewBuffer("dh", gpu.F32, m)).T(b)),
 			L: keep(must(d.NewBuffer("dl", gpu.F32, rk)).T(b)), G: keep(must(d.NewBuffer("dg", gpu.F32, n)).T(b))}
 	}
-	if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, t1, rows) }); err != nil {
+	if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, gpu.BLRKept{T1: t1}, rows) }); err != nil {
 		b.Fatal(err)
 	}
-	benchGFLOPs(b, d, float64(paths)*2*rows*rk*float64(2*m+n), func(r *gpu.Recorder) error { return gpu.BLRBackward(r, l, x, t1, dy, dx, grads, rows) })
+	benchGFLOPs(b, d, float64(paths)*2*rows*rk*float64(2*m+n), func(r *gpu.Recorder) error { return gpu.BLRBackward(r, l, x, gpu.BLRKept{T1: t1}, dy, dx, grads, rows) })
 }
 
 // blrBound is the error bound of a BLR gradient summed over about terms products in f32, as

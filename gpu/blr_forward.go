@@ -220,18 +220,22 @@ func checkBLRLayer(op string, l *BLRLayer) error {
 const blrNaiveWG = 64
 
 type blrGemmParams struct {
-	TransB, ScaleC, Accum, Fast bool
-	BM, BN, BK, N, K            int
+	TransB, ScaleC, Accum, Raw, Fast bool
+	BM, BN, BK, N, K                 int
 }
 
 type blrGemmNaiveParams struct {
-	TransB, ScaleC, Accum bool
-	WG                    int
+	TransB, ScaleC, Accum, Raw bool
+	WG                         int
 }
 
 // blrGEMM records C[m, n] (+)= (A ⊙ sa)·B (⊙ sc) with B a packed sign matrix ([n, k] when
-// transB, else [k, n]); sc may be nil. Buffers are checked by the caller.
-func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c *Buffer, m, k, n int, transB, accum bool) error {
+// transB, else [k, n]); sc may be nil. raw, when not nil (sc too), receives the sums before
+// ⊙ sc, F32 [m, n]. Buffers are checked by the caller.
+func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c, raw *Buffer, m, k, n int, transB, accum bool) error {
+	if raw != nil && sc == nil {
+		return fmt.Errorf("gpu: %s: a raw output needs the column scales", op)
+	}
 	binds := []Binding{Whole(a), Whole(bits), Whole(sa)}
 	access := []Access{Read, Read, Read}
 	if sc != nil {
@@ -240,10 +244,14 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c *Buffer, m, 
 	}
 	binds = append(binds, Whole(c))
 	access = append(access, ReadWrite)
+	if raw != nil {
+		binds = append(binds, Whole(raw))
+		access = append(access, ReadWrite)
+	}
 	uni := []uint32{uint32(m), uint32(n), uint32(k)}
 	if naive {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward_naive.wgsl",
-			Params:   blrGemmNaiveParams{TransB: transB, ScaleC: sc != nil, Accum: accum, WG: blrNaiveWG},
+			Params:   blrGemmNaiveParams{TransB: transB, ScaleC: sc != nil, Accum: accum, Raw: raw != nil, WG: blrNaiveWG},
 			Bindings: access, Uniforms: 3})
 		if err != nil {
 			return err
@@ -256,7 +264,7 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c *Buffer, m, 
 	}
 	if lp, ok := r.d.gemmLanes(m, n, k, false, Whole(a), Whole(sa)); ok && (transB || n%8 == 0) {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward_lanes.wgsl",
-			Params:   blrLanesParams{TransB: transB, ScaleC: sc != nil, Accum: accum, lanesParams: lp},
+			Params:   blrLanesParams{TransB: transB, ScaleC: sc != nil, Accum: accum, Raw: raw != nil, lanesParams: lp},
 			Bindings: access, Uniforms: 3})
 		if err != nil {
 			return err
@@ -264,11 +272,11 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c *Buffer, m, 
 		if err := r.dispatchLanes(kn, lp, m, n, uni, binds...); err != nil {
 			return err
 		}
-		r.Cost(blrGEMMCost(m, k, n, accum))
+		r.Cost(blrGEMMCost(m, k, n, accum, raw != nil))
 		return nil
 	}
 	bm, bn, bk := r.d.gemmTileFor(m, n, k)
-	pr := blrGemmParams{TransB: transB, ScaleC: sc != nil, Accum: accum, BM: bm, BN: bn, BK: bk}
+	pr := blrGemmParams{TransB: transB, ScaleC: sc != nil, Accum: accum, Raw: raw != nil, BM: bm, BN: bn, BK: bk}
 	if gemmFast(n, k, bn, bk, binds...) {
 		pr.Fast, pr.N, pr.K = true, n, k
 	}
@@ -285,36 +293,63 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c *Buffer, m, 
 	if err := r.Dispatch(kn, [3]int{gx, gy, 1}, uni, binds...); err != nil {
 		return err
 	}
-	r.Cost(blrGEMMCost(m, k, n, accum))
+	r.Cost(blrGEMMCost(m, k, n, accum, raw != nil))
 	return nil
 }
 
 // blrGEMMCost is a BLR GEMM stage's arithmetic, 2·m·k·n, and least traffic: A and C in f32
-// (C read too when accumulating), the signs at one bit each.
-func blrGEMMCost(m, k, n int, accum bool) (flops, bytes float64) {
+// (C read too when accumulating, written twice with a raw output), the signs at one bit each.
+func blrGEMMCost(m, k, n int, accum, raw bool) (flops, bytes float64) {
 	cbytes := 4 * float64(m) * float64(n)
 	if accum {
-		cbytes *= 2
+		cbytes += 4 * float64(m) * float64(n)
+	}
+	if raw {
+		cbytes += 4 * float64(m) * float64(n)
 	}
 	return 2 * float64(m) * float64(k) * float64(n), 4*float64(m)*float64(k) + float64(k)*float64(n)/8 + cbytes
 }
 
 // blrLanesParams are blr_forward_lanes.wgsl's template parameters.
 type blrLanesParams struct {
-	TransB, ScaleC, Accum bool
+	TransB, ScaleC, Accum, Raw bool
 	lanesParams
+}
+
+// BLRKept is what BLRForward can keep for BLRBackward, one F32 buffer per path in each slice
+// (a nil slice: not kept). Keeping both saves the backward two of its five sign-bit GEMMs per
+// path for 4·rows·(r + m) bytes per path.
+type BLRKept struct {
+	// T1 [rows, r] receives t1_p = (x⊙g_p)·V_pᵀ.
+	T1 []*Buffer
+	// C [rows, m] receives c_p = (t1_p⊙ℓ_p)·U_pᵀ, path p's term of y before ⊙ h_p (the
+	// backward's dh_p = Σ_rows dy ⊙ c_p).
+	C []*Buffer
 }
 
 // checkT1 validates the optional per-path t1 buffers (F32 [rows, r] each).
 func checkT1(op string, l *BLRLayer, t1 []*Buffer, rows int) error {
-	if t1 == nil {
+	return checkPerPath(op, "t1", l, t1, rows*l.Rank)
+}
+
+// checkKept validates kept's optional per-path buffers: T1 F32 [rows, r], C F32 [rows, m].
+func checkKept(op string, l *BLRLayer, kept BLRKept, rows int) error {
+	if err := checkT1(op, l, kept.T1, rows); err != nil {
+		return err
+	}
+	return checkPerPath(op, "c", l, kept.C, rows*l.M)
+}
+
+// checkPerPath validates bufs, nil or one F32 buffer of n elements per path of l.
+func checkPerPath(op, name string, l *BLRLayer, bufs []*Buffer, n int) error {
+	if bufs == nil {
 		return nil
 	}
-	if len(t1) != len(l.Paths) {
-		return fmt.Errorf("gpu: %s: %d t1 buffers for %d paths", op, len(t1), len(l.Paths))
+	if len(bufs) != len(l.Paths) {
+		return fmt.Errorf("gpu: %s: %d %s buffers for %d paths", op, len(bufs), name, len(l.Paths))
 	}
-	for p, b := range t1 {
-		if err := need(op, fmt.Sprintf("t1[%d]", p), b, rows*l.Rank, F32); err != nil {
+	for p, b := range bufs {
+		if err := need(op, fmt.Sprintf("%s[%d]", name, p), b, n, F32); err != nil {
 			return err
 		}
 	}
@@ -324,24 +359,24 @@ func checkT1(op string, l *BLRLayer, t1 []*Buffer, rows int) error {
 // BLRForward records y = Σ_p h_p ⊙ (U_p·(ℓ_p ⊙ (V_p·(g_p ⊙ x)))) per row for the BLR layer l
 // (DESIGN.md §4; W ≈ Σ_p diag(h)·U·diag(ℓ)·V·diag(g), i.e. y = x·Ŵᵀ): x F32 [rows, l.N],
 // y F32 [rows, l.M] (overwritten), row-major, all arithmetic in f32. Per path it runs two
-// tiled sign-bit GEMMs (blr_forward.wgsl: the Linear GEMM's tiles and fast-path rule,
-// gemmTileFor and gemmFast; workgroup memory): t1_p = (x ⊙ g_p)·V_pᵀ [rows, r], then
-// y (+)= ((t1_p ⊙ ℓ_p)·U_pᵀ) ⊙ h_p. t1, when not nil, holds one F32 [rows, r] buffer per
-// path that receives t1_p (BLRBackward reuses it); nil keeps t1 in scratch buffers.
+// sign-bit GEMMs (blr_forward.wgsl, tiled as the Linear GEMM, gemmTileFor and gemmFast; on
+// CPU adapters blr_forward_lanes.wgsl): t1_p = (x ⊙ g_p)·V_pᵀ [rows, r], then
+// y (+)= c_p ⊙ h_p with c_p = (t1_p ⊙ ℓ_p)·U_pᵀ. kept.T1 and kept.C, when not nil, receive
+// t1_p and c_p for BLRBackward (BLRKept); a nil kept.T1 keeps t1 in scratch buffers.
 // Host reference: cmf.BLRWeight.Apply. Errors: an invalid layer (checkBLRLayer: sizes,
-// dtypes, buffer lengths), rows < 1, x, y or t1 of the wrong dtype or length, or buffers
-// that alias.
-func BLRForward(r *Recorder, l *BLRLayer, x, y *Buffer, t1 []*Buffer, rows int) error {
-	return blrForward(r, "BLRForward", false, l, x, y, t1, rows)
+// dtypes, buffer lengths), rows < 1, x, y or kept buffers of the wrong dtype or length, or
+// buffers that alias.
+func BLRForward(r *Recorder, l *BLRLayer, x, y *Buffer, kept BLRKept, rows int) error {
+	return blrForward(r, "BLRForward", false, l, x, y, kept, rows)
 }
 
 // BLRForwardNaive is the simple twin of BLRForward (one invocation per output element, no
 // workgroup memory), kept as its test reference. Same arguments, layouts and errors.
-func BLRForwardNaive(r *Recorder, l *BLRLayer, x, y *Buffer, t1 []*Buffer, rows int) error {
-	return blrForward(r, "BLRForwardNaive", true, l, x, y, t1, rows)
+func BLRForwardNaive(r *Recorder, l *BLRLayer, x, y *Buffer, kept BLRKept, rows int) error {
+	return blrForward(r, "BLRForwardNaive", true, l, x, y, kept, rows)
 }
 
-func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, t1 []*Buffer, rows int) error {
+func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, kept BLRKept, rows int) error {
 	if err := checkBLRLayer(op, l); err != nil {
 		return err
 	}
@@ -357,12 +392,15 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, t
 	if err := need(op, "y", y, rows*l.M, F32); err != nil {
 		return err
 	}
-	if err := checkT1(op, l, t1, rows); err != nil {
+	if err := checkKept(op, l, kept, rows); err != nil {
 		return err
 	}
 	all := map[string]*Buffer{"x": x, "y": y}
-	for p := range t1 {
-		all[fmt.Sprintf("t1[%d]", p)] = t1[p]
+	for p := range kept.T1 {
+		all[fmt.Sprintf("t1[%d]", p)] = kept.T1[p]
+	}
+	for p := range kept.C {
+		all[fmt.Sprintf("c[%d]", p)] = kept.C[p]
 	}
 	for p, q := range l.Paths {
 		for name, b := range map[string]*Buffer{"h": q.H, "g": q.G, "ℓ": q.L, "U": q.U, "V": q.V} {
@@ -376,8 +414,8 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, t
 	var scratch *Buffer
 	for p, q := range l.Paths {
 		tb := scratch
-		if t1 != nil {
-			tb = t1[p]
+		if kept.T1 != nil {
+			tb = kept.T1[p]
 		} else if tb == nil {
 			var err error
 			if scratch, err = r.Temp(op+" t1", F32, rows, l.Rank); err != nil {
@@ -385,11 +423,15 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, t
 			}
 			tb = scratch
 		}
-		if err := blrGEMM(r, op+".t1", naive, x, q.V, q.G, nil, tb, rows, l.N, l.Rank, true, false); err != nil {
+		var cb *Buffer
+		if kept.C != nil {
+			cb = kept.C[p]
+		}
+		if err := blrGEMM(r, op+".t1", naive, x, q.V, q.G, nil, tb, nil, rows, l.N, l.Rank, true, false); err != nil {
 			r.ops = r.ops[:mark]
 			return err
 		}
-		if err := blrGEMM(r, op+".y", naive, tb, q.U, q.L, q.H, y, rows, l.Rank, l.M, true, p > 0); err != nil {
+		if err := blrGEMM(r, op+".y", naive, tb, q.U, q.L, q.H, y, cb, rows, l.Rank, l.M, true, p > 0); err != nil {
 			r.ops = r.ops[:mark]
 			return err
 		}

@@ -118,7 +118,7 @@ var blrForwardCases = []struct {
 // takes every case) and so which cases it takes (the variant's path: fast or general).
 type blrForwardImpl struct {
 	name    string
-	run     func(r *gpu.Recorder, l *gpu.BLRLayer, x, y *gpu.Buffer, t1 []*gpu.Buffer, rows int) error
+	run     func(r *gpu.Recorder, l *gpu.BLRLayer, x, y *gpu.Buffer, kept gpu.BLRKept, rows int) error
 	variant *gemmTestVariant
 }
 
@@ -137,7 +137,9 @@ func TestBLRForward(t *testing.T) {
 
 // testBLRForward is BLRForward's parity suite: impl on each of blrForwardCases its variant
 // takes, y compared with cmf.BLRWeight.Apply (f64) within blrForwardBound (the f32 rounding
-// bound), and t1 of the last path, kept, with (x⊙g)·Vᵀ within (n+2)·u·Σ|x g|.
+// bound); t1 and c of the last path, kept, with (x⊙g)·Vᵀ within (n+2)·u·Σ|x g| and
+// (t1⊙ℓ)·Uᵀ within blrForwardBound's per-path term without h; and, with one path, y exactly
+// the f32 product c ⊙ h (c is the sum y was scaled from, not a recomputation).
 func testBLRForward(t *testing.T, impl blrForwardImpl) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(21, 22))
@@ -162,16 +164,20 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 			want, bound := blrForwardBound(w, xd, c.rows)
 			y := must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t)
 			defer y.Release()
-			var t1 []*gpu.Buffer
+			var kept gpu.BLRKept
 			for range c.paths {
 				b := must(d.NewBuffer("t1", gpu.F32, c.rows, c.r)).T(t)
 				defer b.Release()
-				t1 = append(t1, b)
+				kept.T1 = append(kept.T1, b)
+				cb := must(d.NewBuffer("c", gpu.F32, c.rows, c.m)).T(t)
+				defer cb.Release()
+				kept.C = append(kept.C, cb)
 			}
-			if err := d.Run(func(r *gpu.Recorder) error { return impl.run(r, l, x, y, t1, c.rows) }); err != nil {
+			if err := d.Run(func(r *gpu.Recorder) error { return impl.run(r, l, x, y, kept, c.rows) }); err != nil {
 				t.Fatal(err)
 			}
-			checkBound(t, "y", must(d.ReadFloat32(y)).T(t), want, bound)
+			gy := must(d.ReadFloat32(y)).T(t)
+			checkBound(t, "y", gy, want, bound)
 			// t1 of the last path: (x⊙g)·Vᵀ with bound (n+2)·u·Σ|x g|.
 			p := c.paths - 1
 			q := w.Paths[p]
@@ -188,7 +194,39 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 					wt1[i*c.r+k], bt1[i*c.r+k] = s, float64(c.n+2)*a/(1<<24)
 				}
 			}
-			checkBound(t, "t1", must(d.ReadFloat32(t1[p])).T(t), wt1, bt1)
+			checkBound(t, "t1", must(d.ReadFloat32(kept.T1[p])).T(t), wt1, bt1)
+			// c of the last path: (t1⊙ℓ)·Uᵀ, bound (r+2)·u·Σ|t1 ℓ| + (n+2)·u·S·Σ|ℓ| with
+			// S = Σ|x g| = bt1·2²⁴/(n+2).
+			const u = 1.0 / (1 << 24)
+			var sumL float64
+			for _, v := range q.L {
+				sumL += math.Abs(float64(v))
+			}
+			wc := make([]float64, c.rows*c.m)
+			bc := make([]float64, c.rows*c.m)
+			for i := 0; i < c.rows; i++ {
+				var a float64
+				for k := 0; k < c.r; k++ {
+					a += math.Abs(wt1[i*c.r+k] * float64(q.L[k]))
+				}
+				sx := bt1[i*c.r] / (float64(c.n+2) * u)
+				for o := 0; o < c.m; o++ {
+					var z float64
+					for k := 0; k < c.r; k++ {
+						z += signAt(q.U, o*c.r+k) * wt1[i*c.r+k] * float64(q.L[k])
+					}
+					wc[i*c.m+o], bc[i*c.m+o] = z, float64(c.r+2)*u*a+float64(c.n+2)*u*sx*sumL+u*math.Abs(z)
+				}
+			}
+			gc := must(d.ReadFloat32(kept.C[p])).T(t)
+			checkBound(t, "c", gc, wc, bc)
+			if c.paths == 1 {
+				for i, v := range gy {
+					if want := gc[i] * q.H[i%c.m]; v != want {
+						t.Fatalf("y[%d] = %g, want c ⊙ h = %g exactly", i, v, want)
+					}
+				}
+			}
 		})
 	}
 	if impl.variant != nil && impl.variant.lanes {
@@ -216,11 +254,13 @@ func TestBLRForwardErrors(t *testing.T) {
 	r := d.Begin()
 	defer r.Discard()
 	for name, err := range map[string]error{
-		"rows":     gpu.BLRForward(r, l, x, y, nil, 4),
-		"t1 is g":  gpu.BLRForward(r, l, x, y, []*gpu.Buffer{l.Paths[0].G}, 3),
-		"t1 count": gpu.BLRForward(r, l, x, y, []*gpu.Buffer{y, y}, 3),
-		"nil":      gpu.BLRForward(r, nil, x, y, nil, 3),
-		"h as y":   gpu.BLRForward(r, &gpu.BLRLayer{M: 16, N: 24, Rank: 8, Paths: []gpu.BLRLayerPath{{H: y, G: l.Paths[0].G, L: l.Paths[0].L, U: l.Paths[0].U, V: l.Paths[0].V}}}, x, y, nil, 3),
+		"rows":     gpu.BLRForward(r, l, x, y, gpu.BLRKept{}, 4),
+		"t1 is g":  gpu.BLRForward(r, l, x, y, gpu.BLRKept{T1: []*gpu.Buffer{l.Paths[0].G}}, 3),
+		"t1 count": gpu.BLRForward(r, l, x, y, gpu.BLRKept{T1: []*gpu.Buffer{y, y}}, 3),
+		"c is x":   gpu.BLRForward(r, l, x, y, gpu.BLRKept{C: []*gpu.Buffer{x}}, 3),
+		"c is y":   gpu.BLRForward(r, l, x, y, gpu.BLRKept{C: []*gpu.Buffer{y}}, 3),
+		"nil":      gpu.BLRForward(r, nil, x, y, gpu.BLRKept{}, 3),
+		"h as y":   gpu.BLRForward(r, &gpu.BLRLayer{M: 16, N: 24, Rank: 8, Paths: []gpu.BLRLayerPath{{H: y, G: l.Paths[0].G, L: l.Paths[0].L, U: l.Paths[0].U, V: l.Paths[0].V}}}, x, y, gpu.BLRKept{}, 3),
 	} {
 		if err == nil {
 			t.Errorf("%s: no error", name)
@@ -274,5 +314,5 @@ func BenchmarkBLRForward(b *testing.B) {
 			buf.Release()
 		}
 	}()
-	benchGFLOPs(b, d, float64(paths)*2*rows*rk*float64(m+n), func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, t1, rows) })
+	benchGFLOPs(b, d, float64(paths)*2*rows*rk*float64(m+n), func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, gpu.BLRKept{T1: t1}, rows) })
 }

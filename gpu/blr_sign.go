@@ -272,7 +272,7 @@ func BLRSignGrad(r *Recorder, l *BLRLayer, x *Buffer, t1, dt2 []*Buffer, dy *Buf
 		tb := t1s
 		if t1 != nil {
 			tb = t1[p]
-		} else if err := blrGEMM(r, op+".t1", false, x, q.V, q.G, nil, tb, rows, n, rk, true, false); err != nil {
+		} else if err := blrGEMM(r, op+".t1", false, x, q.V, q.G, nil, tb, nil, rows, n, rk, true, false); err != nil {
 			return fail(err)
 		}
 		if err := grad(dy, tb, q.H, q.L, gu[p], m, rk, true); err != nil {
@@ -281,7 +281,7 @@ func BLRSignGrad(r *Recorder, l *BLRLayer, x *Buffer, t1, dt2 []*Buffer, dy *Buf
 		db := dt2s
 		if dt2 != nil {
 			db = dt2[p]
-		} else if err := blrGEMM(r, op+".dt2", false, dy, q.U, q.H, nil, db, rows, m, rk, false, false); err != nil {
+		} else if err := blrGEMM(r, op+".dt2", false, dy, q.U, q.H, nil, db, nil, rows, m, rk, false, false); err != nil {
 			return fail(err)
 		}
 		if err := grad(db, x, q.L, q.G, gv[p], rk, n, false); err != nil {

@@ -76,10 +76,10 @@ func testBLRSignGrad(t *testing.T, d *gpu.Device, rng *rand.Rand, c signGradCase
 				L: keep(must(d.NewBuffer("dl", gpu.F32, c.r)).T(t)), G: keep(must(d.NewBuffer("dg", gpu.F32, c.n)).T(t)), DT2: dt2[p]}
 		}
 		must(0, d.Run(func(r *gpu.Recorder) error {
-			if err := gpu.BLRForward(r, l, x, y, t1, c.rows); err != nil {
+			if err := gpu.BLRForward(r, l, x, y, gpu.BLRKept{T1: t1}, c.rows); err != nil {
 				return err
 			}
-			return gpu.BLRBackward(r, l, x, t1, dy, nil, grads, c.rows)
+			return gpu.BLRBackward(r, l, x, gpu.BLRKept{T1: t1}, dy, nil, grads, c.rows)
 		})).T(t)
 	}
 	gu := make([]*gpu.Buffer, c.paths)

@@ -157,10 +157,10 @@ func BenchmarkGEMM(b *testing.B) {
 		run := func() {
 			err := d.Run(func(r *gpu.Recorder) error {
 				for range reps {
-					if err := gpu.BLRForward(r, l, x, y, t1, rows); err != nil {
+					if err := gpu.BLRForward(r, l, x, y, gpu.BLRKept{T1: t1}, rows); err != nil {
 						return err
 					}
-					if err := gpu.BLRBackward(r, l, x, t1, y, dx, grads, rows); err != nil {
+					if err := gpu.BLRBackward(r, l, x, gpu.BLRKept{T1: t1}, y, dx, grads, rows); err != nil {
 						return err
 					}
 				}

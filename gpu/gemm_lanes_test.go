@@ -49,7 +49,7 @@ func runBoth(t *testing.T, d *gpu.Device, wantLanes int, f func(r *gpu.Recorder)
 // TestGEMMLanesBitIdentical: the lane-blocked GEMMs give the tiled kernels' results bit for
 // bit (both compute each output as one fma chain in K order from the same f32 operands), for
 // every product the models run: Linear, LinearT, MatMul in both layouts, and the BLR stages
-// of BLRForward and BLRBackward (t1, y with ScaleC and Accum, c, dt2, dxg).
+// of BLRForward and BLRBackward (t1, y with ScaleC and Accum and the kept c, c, dt2, dxg).
 func TestGEMMLanesBitIdentical(t *testing.T) {
 	d := gputest.Open(t)
 	skipNoLanes(t, d)
@@ -106,13 +106,14 @@ func TestGEMMLanesBitIdentical(t *testing.T) {
 			y := must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t)
 			dx := must(d.NewBuffer("dx", gpu.F32, c.rows, c.n)).T(t)
 			bufs := []*gpu.Buffer{x, dy, y, dx}
-			var t1 []*gpu.Buffer
+			var kept gpu.BLRKept
 			grads := make([]gpu.BLRGrad, c.paths)
 			for p := range grads {
-				t1 = append(t1, must(d.NewBuffer("t1", gpu.F32, c.rows, c.r)).T(t))
+				kept.T1 = append(kept.T1, must(d.NewBuffer("t1", gpu.F32, c.rows, c.r)).T(t))
+				kept.C = append(kept.C, must(d.NewBuffer("c", gpu.F32, c.rows, c.m)).T(t))
 				grads[p] = gpu.BLRGrad{H: must(d.NewBuffer("dh", gpu.F32, c.m)).T(t),
 					L: must(d.NewBuffer("dl", gpu.F32, c.r)).T(t), G: must(d.NewBuffer("dg", gpu.F32, c.n)).T(t)}
-				bufs = append(bufs, t1[p], grads[p].H, grads[p].L, grads[p].G)
+				bufs = append(bufs, kept.T1[p], kept.C[p], grads[p].H, grads[p].L, grads[p].G)
 			}
 			defer func() {
 				for _, b := range bufs {
@@ -127,10 +128,10 @@ func TestGEMMLanesBitIdentical(t *testing.T) {
 						}
 					}
 				}
-				if err := gpu.BLRForward(r, l, x, y, t1, c.rows); err != nil {
+				if err := gpu.BLRForward(r, l, x, y, kept, c.rows); err != nil {
 					return err
 				}
-				return gpu.BLRBackward(r, l, x, nil, dy, dx, grads, c.rows) // t1 recomputed
+				return gpu.BLRBackward(r, l, x, gpu.BLRKept{}, dy, dx, grads, c.rows) // t1 and c recomputed
 			}, func() [][]float32 {
 				var v [][]float32
 				for _, b := range bufs[2:] {

@@ -71,6 +71,9 @@ type gemmTestVariant struct {
 }
 
 func (v gemmTestVariant) String() string {
+	if v == (gemmTestVariant{}) {
+		return "auto"
+	}
 	if v.lanes {
 		return "lanes"
 	}

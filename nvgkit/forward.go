@@ -24,42 +24,47 @@ type acts struct {
 	qc, kc, qn, kn      *gpu.Buffer // [rows, Hk·dk]: conv q, k blocks; after the L2 norm
 	vc, z, core, normed *gpu.Buffer // [rows, Hv·dv]
 	a, b, g, beta       *gpu.Buffer // [rows, Hv]
-	// t1, while recordLayer runs with keep, holds every BLR projection's t1 = (x⊙g)·Vᵀ per
-	// path in recorder temporaries (freed at the layer's submit) for its BLRBackward. In a
-	// work's kept activations (KeepActivations) it holds work buffers instead, allocated by
-	// NewWork for every BLR projection of the layer and written by the forward.
-	t1 map[*gpu.BLRLayer][]*gpu.Buffer
-	// keptT1 marks t1 as the kept activations' own buffers: apply writes them and never
+	// kept, while recordLayer runs with keep, holds every BLR projection's t1 = (x⊙g)·Vᵀ and
+	// c = (t1⊙ℓ)·Uᵀ per path (gpu.BLRKept) in recorder temporaries (freed at the layer's
+	// submit) for its BLRBackward. In a work's kept activations (KeepActivations) it holds
+	// work buffers instead, allocated by NewWork for every BLR projection of the layer and
+	// written by the forward.
+	kept map[*gpu.BLRLayer]gpu.BLRKept
+	// ownKept marks kept as the kept activations' own buffers: apply writes them and never
 	// adds recorder temporaries.
-	keptT1 bool
+	ownKept bool
 }
 
-// apply records y = x·Wᵀ for l, keeping t1 while s.t1 is set (recordLayer with keep).
+// apply records y = x·Wᵀ for l, keeping t1 and c while s.kept is set (recordLayer with keep).
 func (s *acts) apply(r *gpu.Recorder, l linear, x, y *gpu.Buffer, rows int) error {
-	if l.blr == nil || s.t1 == nil {
+	if l.blr == nil || s.kept == nil {
 		return l.apply(r, x, y, rows)
 	}
-	t1, ok := s.t1[l.blr]
+	k, ok := s.kept[l.blr]
 	if !ok {
-		if s.keptT1 {
-			return fmt.Errorf("the kept activations have no t1 for %s (the net's projections changed after NewWork)", l.name)
+		if s.ownKept {
+			return fmt.Errorf("the kept activations have no t1 and c for %s (the net's projections changed after NewWork)", l.name)
 		}
-		t1 = make([]*gpu.Buffer, len(l.blr.Paths))
-		for p := range t1 {
-			b, err := r.Temp("student t1", gpu.F32, rows, l.blr.Rank)
+		for range l.blr.Paths {
+			t1, err := r.Temp("student t1", gpu.F32, rows, l.blr.Rank)
 			if err != nil {
 				return err
 			}
-			t1[p] = b
+			c, err := r.Temp("student c", gpu.F32, rows, l.blr.M)
+			if err != nil {
+				return err
+			}
+			k.T1, k.C = append(k.T1, t1), append(k.C, c)
 		}
-		s.t1[l.blr] = t1
+		s.kept[l.blr] = k
 	}
-	return gpu.BLRForward(r, l.blr, x, y, t1, rows)
+	return gpu.BLRForward(r, l.blr, x, y, k, rows)
 }
 
-// back records l's backward (linear.backward), reusing the t1 kept by apply when there is one.
+// back records l's backward (linear.backward), reusing the t1 and c kept by apply when there
+// are some.
 func (s *acts) back(r *gpu.Recorder, l linear, x, dy, dx *gpu.Buffer, rows int) error {
-	return l.backward(r, x, s.t1[l.blr], dy, dx, rows)
+	return l.backward(r, x, s.kept[l.blr], dy, dx, rows)
 }
 
 // recordLayer records decoder layer L (DESIGN.md §3) on x [rows, H], the one layer recipe of
@@ -69,14 +74,14 @@ func (s *acts) back(r *gpu.Recorder, l linear, x, dy, dx *gpu.Buffer, rows int) 
 //
 // leaving the activations in s. x is read only, unless it is s.resid (a Teacher's in-place
 // pass: out = x = s.resid too). keep is the backward's recompute: every BLR projection's t1
-// is kept in s.t1 (a fresh map; the caller clears it after the submit) and the recipe stops
+// and c are kept in s.kept (a fresh map; the caller clears it after the submit) and the recipe stops
 // at the SwiGLU, the last activation the backward reads (out is not written; it may be nil).
 func (n *Net) recordLayer(r *gpu.Recorder, L *layer, s *acts, x, out *gpu.Buffer, nb, t int, keep bool) error {
 	c := n.Config
 	rows, H := nb*t, c.HiddenSize
 	eps := c.RMSNormEps
 	if keep {
-		s.t1 = map[*gpu.BLRLayer][]*gpu.Buffer{}
+		s.kept = map[*gpu.BLRLayer]gpu.BLRKept{}
 	}
 	steps := []func() error{
 		func() error { return gpu.RMSNorm(r, x, L.inNorm.buf, s.xn1, rows, H, eps, true) },

@@ -145,16 +145,16 @@ type linear struct {
 // apply records y = x·Wᵀ on rows rows.
 func (l *linear) apply(r *gpu.Recorder, x, y *gpu.Buffer, rows int) error {
 	if l.blr != nil {
-		return gpu.BLRForward(r, l.blr, x, y, nil, rows)
+		return gpu.BLRForward(r, l.blr, x, y, gpu.BLRKept{}, rows)
 	}
 	return gpu.Linear(r, x, l.w.buf, y, rows, l.in, l.out)
 }
 
 // backward records dx = dy·W (overwritten) for y = x·Wᵀ and, for a BLR linear, adds the
-// metric's gradients into l.grads (t1: the forward's kept t1 per path, or nil to recompute
-// it) and records the sign part when sign learning or a capture is on (its dt2 reused from
-// the metric's backward).
-func (l *linear) backward(r *gpu.Recorder, x *gpu.Buffer, t1 []*gpu.Buffer, dy, dx *gpu.Buffer, rows int) error {
+// metric's gradients into l.grads (kept: what the forward kept of t1 and c per path, nil
+// slices to recompute them) and records the sign part when sign learning or a capture is on
+// (its dt2 reused from the metric's backward).
+func (l *linear) backward(r *gpu.Recorder, x *gpu.Buffer, kept gpu.BLRKept, dy, dx *gpu.Buffer, rows int) error {
 	if l.blr == nil {
 		return gpu.LinearT(r, dy, l.w.buf, dx, rows, l.in, l.out)
 	}
@@ -170,10 +170,10 @@ func (l *linear) backward(r *gpu.Recorder, x *gpu.Buffer, t1 []*gpu.Buffer, dy, 
 			grads[p].DT2, dt2[p] = b, b
 		}
 	}
-	if err := gpu.BLRBackward(r, l.blr, x, t1, dy, dx, grads, rows); err != nil {
+	if err := gpu.BLRBackward(r, l.blr, x, kept, dy, dx, grads, rows); err != nil {
 		return err
 	}
-	return l.signs.record(r, l.blr, x, t1, dt2, dy, rows)
+	return l.signs.record(r, l.blr, x, kept.T1, dt2, dy, rows)
 }
 
 // layer holds the weights of one decoder layer, one field per checkpoint tensor

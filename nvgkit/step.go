@@ -460,7 +460,7 @@ func Step(net *Net, work *Work, ids [][]int, top *TopK) (_ StepStats, err error)
 	s := work.st
 	s.embed = nil
 	own := s.acts
-	defer func() { s.acts = own }() // the recompute's kept t1 die with each layer's submit
+	defer func() { s.acts = own }() // the recompute's kept t1 and c die with each layer's submit
 	if err := net.studentForward(work, flat); err != nil {
 		return StepStats{}, fmt.Errorf("nvgkit.%s: %w", op, err)
 	}

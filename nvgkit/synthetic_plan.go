@@ -36,7 +36,7 @@ type SyntheticPlan struct {
 	WorkBytes uint64
 	// TempBytes estimates the largest set of recorder temporaries of one submit: the head's
 	// logits slice (at most 64 MiB) and, for a Student, one layer's BLRBackward scratch and
-	// kept t1 (4·rows·(m + n + 2r) + 4·rows·r·P per projection). GatedDeltaRuleBackward's
+	// kept t1 and c (4·rows·(n + r) + 4·rows·(r + m)·P per projection). GatedDeltaRuleBackward's
 	// scratch is not included.
 	TempBytes uint64
 	// Largest is the largest single buffer (LargestName): it must fit maxBufferSize.
@@ -171,7 +171,7 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 				p.Trainables += P * (m + n + r)
 				lb += uint64(P) * (4*uint64(m+n+r) + 4*uint64((m*r/8+3)/4) + 4*uint64((r*n/8+3)/4))
 				big(fmt.Sprintf("layer %d %s sign bits", i, name), 4*uint64((max(m*r, r*n)/8+3)/4), true)
-				temp += 4*rows*uint64(m+n+2*r) + 4*rows*uint64(r*P)
+				temp += 4*rows*uint64(n+r) + 4*rows*uint64((r+m)*P)
 				continue
 			}
 			if kind == Student {

@@ -20,8 +20,10 @@
 // loads and stores of C and sc, rows beyond M clamped on load and not stored, register
 // prefetch of the next K slice. General path: per-element bounds-checked loads
 // (0 outside the matrix); every tile slot is written before the barrier.
+// Raw (ScaleC only): every output's sum before ⊙ sc is also stored in raw [M, N] (BLRForward
+// keeps c = (t1 ⊙ ℓ)·Uᵀ so that BLRBackward need not recompute it).
 // Grid: (ceil(N/BN), ceil(M/BM)). The simple twin is blr_forward_naive.wgsl.
-// Template parameters: TransB, ScaleC, Accum, Fast (bools); BM, BN (64 or 128),
+// Template parameters: TransB, ScaleC, Accum, Raw, Fast (bools); BM, BN (64 or 128),
 // BK (16 or 32); N, K (the sizes, Fast only, else 0).
 {{- $TM := div .BM 16}}{{$TN := div .BN 16}}{{$TM4 := div $TM 4}}{{$TN4 := div $TN 4}}
 {{- $AM4 := div .BM 4}}{{$BN4 := div .BN 4}}{{$BK4 := div .BK 4}}
@@ -35,11 +37,14 @@
 {{- if .ScaleC}}
 @group(0) @binding(3) var<storage, read> sc: array<{{$f}}>;
 @group(0) @binding(4) var<storage, read_write> c: array<{{$f}}>;
+{{- if .Raw}}
+@group(0) @binding(5) var<storage, read_write> raw: array<{{$f}}>;
+{{- end}}
 {{- else}}
 @group(0) @binding(3) var<storage, read_write> c: array<{{$f}}>;
 {{- end}}
 
-{{if .ScaleC}}{{template "gemm_params" (dict "B" 5)}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
+{{if .ScaleC}}{{if .Raw}}{{template "gemm_params" (dict "B" 6)}}{{else}}{{template "gemm_params" (dict "B" 5)}}{{end}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
 
 {{template "gemm_tiles" .}}
 
@@ -84,6 +89,9 @@ fn loadA(mm: u32, kk: u32) -> f32 {
 {{- if not .Fast}}
 
 fn store1(i: u32, col: u32, v: f32) {
+{{- if .Raw}}
+    raw[i] = v;
+{{- end}}
     let s = v{{if .ScaleC}} * sc[col]{{end}};
 {{- if .Accum}}
     c[i] = c[i] + s;
@@ -114,4 +122,4 @@ fn store4(row: u32, n: u32, v: vec4<f32>) {
 {{- define "gemm_bk"}}let k = kl + (s / {{div .BN 4}}u) * 4u;{{end}}
 {{- define "gemm_bload"}}nibble((row + {{.i}}u) * K + k){{end}}
 {{- define "gemm_bslotload"}}nibble((kl + s / {{div .BN 4}}u) * N + n0 + (s % {{div .BN 4}}u) * 4u){{end}}
-{{- define "gemm_cfast"}}{ let n4 = (n0 >> 2u) + lid.x + {{mul .q 16}}u; let v = acc_{{.i}}_{{.q}}{{if .P.ScaleC}} * sc[n4]{{end}};{{if .P.Accum}} c[gm * N4 + n4] = c[gm * N4 + n4] + v;{{else}} c[gm * N4 + n4] = v;{{end}} }{{end}}
+{{- define "gemm_cfast"}}{ let n4 = (n0 >> 2u) + lid.x + {{mul .q 16}}u;{{if .P.Raw}} raw[gm * N4 + n4] = acc_{{.i}}_{{.q}};{{end}} let v = acc_{{.i}}_{{.q}}{{if .P.ScaleC}} * sc[n4]{{end}};{{if .P.Accum}} c[gm * N4 + n4] = c[gm * N4 + n4] + v;{{else}} c[gm * N4 + n4] = v;{{end}} }{{end}}

@@ -4,8 +4,9 @@
 // Bit-identical to the tiled kernel and to blr_forward_naive.wgsl: A ⊙ sa is one f32
 // product per element, each output one fma chain in K order, then ⊙ sc, then + C.
 // Requires K % 4 == 0 and 16-byte aligned A and sa bindings; when not TransB, N % 8 == 0 (a
-// lane's C ≤ 8 columns of one k are C bits of one word). Template parameters: TransB,
-// ScaleC, Accum (bools), S, R, C.
+// lane's C ≤ 8 columns of one k are C bits of one word). Raw (ScaleC only): each sum before
+// ⊙ sc is also stored in raw [M, N]. Template parameters: TransB, ScaleC, Accum, Raw (bools),
+// S, R, C.
 
 @group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> bits: array<u32>;
@@ -13,11 +14,14 @@
 {{- if .ScaleC}}
 @group(0) @binding(3) var<storage, read> sc: array<f32>;
 @group(0) @binding(4) var<storage, read_write> c: array<f32>;
+{{- if .Raw}}
+@group(0) @binding(5) var<storage, read_write> raw: array<f32>;
+{{- end}}
 {{- else}}
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
 {{- end}}
 
-{{if .ScaleC}}{{template "gemm_params" (dict "B" 5)}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
+{{if .ScaleC}}{{if .Raw}}{{template "gemm_params" (dict "B" 6)}}{{else}}{{template "gemm_params" (dict "B" 5)}}{{end}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
 
 // signs maps bit 0 of each lane to ±1.0 (1 ↦ +1, 0 ↦ −1).
 fn signs(v: vec4<u32>) -> vec4<f32> {
@@ -37,4 +41,4 @@ fn signs(v: vec4<u32>) -> vec4<f32> {
 {{- end}}
 {{- define "lanes_aprep"}} let s4 = sa[k4];{{end}}
 {{- define "lanes_aload"}}a[ar{{.a}} + k4] * s4{{end}}
-{{- define "lanes_store"}}{{if .P.ScaleC}}let v = {{.v}} * sc[{{.n}}];{{else}}let v = {{.v}};{{end}}{{if .P.Accum}} c[{{.gm}} * p.n + {{.n}}] = c[{{.gm}} * p.n + {{.n}}] + v;{{else}} c[{{.gm}} * p.n + {{.n}}] = v;{{end}}{{end}}
+{{- define "lanes_store"}}{{if .P.Raw}}raw[{{.gm}} * p.n + {{.n}}] = {{.v}}; {{end}}{{if .P.ScaleC}}let v = {{.v}} * sc[{{.n}}];{{else}}let v = {{.v}};{{end}}{{if .P.Accum}} c[{{.gm}} * p.n + {{.n}}] = c[{{.gm}} * p.n + {{.n}}] + v;{{else}} c[{{.gm}} * p.n + {{.n}}] = v;{{end}}{{end}}

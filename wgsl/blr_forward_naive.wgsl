@@ -1,7 +1,8 @@
 // The simple twin of blr_forward.wgsl (same operands, bindings and Params, one invocation
 // per element of C, no workgroup memory): C[M, N] (+)= (A ⊙ sa)·B (⊙ sc) with B a packed
 // ±1 bit matrix ([N, K] when TransB, else [K, N]; element e is bit e & 31 of word e >> 5).
-// Template parameters: TransB, ScaleC, Accum (bools), WG.
+// Raw (ScaleC only): also stores each sum before ⊙ sc in raw [M, N].
+// Template parameters: TransB, ScaleC, Accum, Raw (bools), WG.
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
 @group(0) @binding(1) var<storage, read> bits: array<u32>;
@@ -9,11 +10,14 @@
 {{- if .ScaleC}}
 @group(0) @binding(3) var<storage, read> sc: array<f32>;
 @group(0) @binding(4) var<storage, read_write> c: array<f32>;
+{{- if .Raw}}
+@group(0) @binding(5) var<storage, read_write> raw: array<f32>;
+{{- end}}
 {{- else}}
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
 {{- end}}
 
-{{if .ScaleC}}{{template "gemm_params" (dict "B" 5)}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
+{{if .ScaleC}}{{if .Raw}}{{template "gemm_params" (dict "B" 6)}}{{else}}{{template "gemm_params" (dict "B" 5)}}{{end}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
 
 fn loadB(kk: u32, nn: u32) -> f32 {
 {{- template "gemm_belem" (dict "TransB" .TransB)}}
@@ -27,6 +31,9 @@ fn loadB(kk: u32, nn: u32) -> f32 {
     for (var kk = 0u; kk < p.k; kk++) {
         s = fma(a[row * p.k + kk] * sa[kk], loadB(kk, col), s);
     }
+{{- if .Raw}}
+    raw[i] = s;
+{{- end}}
 {{- if .ScaleC}}
     s = s * sc[col];
 {{- end}}

@@ -29,17 +29,18 @@ func TestRenderLibrary(t *testing.T) {
 		t.Error("rendered text still holds template syntax or hook names")
 	}
 	type blr struct {
-		TransB, ScaleC, Accum, Fast bool
-		BM, BN, BK, N, K            int
+		TransB, ScaleC, Accum, Raw, Fast bool
+		BM, BN, BK, N, K                 int
 	}
-	src, err = Render("blr_forward.wgsl", blr{ScaleC: true, Accum: true, Fast: true, BM: 64, BN: 64, BK: 16, N: 256, K: 256})
+	src, err = Render("blr_forward.wgsl", blr{ScaleC: true, Accum: true, Raw: true, Fast: true, BM: 64, BN: 64, BK: 16, N: 256, K: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"var rb0: u32;", "signs(vec4<u32>(rb0) >> vec4<u32>(0u, 1u, 2u, 3u))",
-		"let v = acc_0_0 * sc[n4];", "c[gm * N4 + n4] = c[gm * N4 + n4] + v;"} {
+		"raw[gm * N4 + n4] = acc_0_0;", "let v = acc_0_0 * sc[n4];", "c[gm * N4 + n4] = c[gm * N4 + n4] + v;",
+		"@binding(5) var<storage, read_write> raw", "@binding(6) var<uniform> p"} {
 		if !strings.Contains(src, want) {
-			t.Errorf("blr_forward.wgsl (ScaleC, Accum, fast) lacks %q", want)
+			t.Errorf("blr_forward.wgsl (ScaleC, Accum, Raw, fast) lacks %q", want)
 		}
 	}
 	type gdrc struct {
