@@ -203,7 +203,7 @@ type workOptions struct{ keep bool }
 // for the backward, instead of keeping only each layer's input and recomputing the layer's
 // forward from it in the backward (DESIGN.md §6): a step does one layer forward fewer per
 // layer (about a quarter of its GPU work) for KeptActivationBytes(net, nb, t) more GPU
-// memory. Every value — loss, gradients, the kept t1 and c — is bit-identical to the recomputing
+// memory. Every value — loss, gradients, the kept t1 — is bit-identical to the recomputing
 // step's: the recompute runs the same kernels on the same inputs. NewWork refuses it for a
 // Teacher net, and for a Student whose layers are not all loaded on the GPU.
 func KeepActivations() WorkOption { return func(o *workOptions) { o.keep = true } }
@@ -212,8 +212,8 @@ func KeepActivations() WorkOption { return func(o *workOptions) { o.keep = true 
 // windows of t tokens (rows = nb·t): for every layer, its activations (the widths of one
 // layer's acts in StudentWorkBytes' formula: 4·H + 3·I, plus 7·Q + 3·KV + nh for an
 // attention layer or 2·C + 4·QK + 4·VV + 4·Hv for a GatedDeltaNet layer) and, for every BLR
-// projection of the layer, one t1 [rows, rank] and one c [rows, out] per path (gpu.BLRKept),
-// all F32: 4·rows·Σ widths. 0 for a Teacher net.
+// projection of the layer, one t1 [rows, rank] per path, all F32: 4·rows·Σ widths. 0 for a
+// Teacher net.
 func KeptActivationBytes(net *Net, nb, t int) uint64 {
 	if net == nil || net.Kind != Student {
 		return 0
@@ -249,10 +249,13 @@ func keptSpecs(net *Net, s *stWork) ([]wspec, error) {
 			if b == nil {
 				return nil, fmt.Errorf("nvgkit.NewWork: KeepActivations needs every layer of the student on the GPU; layer %d is not", l)
 			}
-			k := gpu.BLRKept{T1: make([]*gpu.Buffer, len(b.Paths)), C: make([]*gpu.Buffer, len(b.Paths))}
+			// t1 only: c, [rows, out] per path for every projection of every layer, would add
+			// 34 GiB to the 4B step's 53 GiB kept peak on the H200 (8 × 512 tokens) to save one
+			// GEMM of five, so its backward recomputes c (the default step keeps c only for the
+			// layer it recomputes).
+			k := gpu.BLRKept{T1: make([]*gpu.Buffer, len(b.Paths))}
 			for p := range k.T1 {
 				sp = append(sp, wspec{&k.T1[p], fmt.Sprintf("%st1[%d] (a BLR projection's (x⊙g)·Vᵀ, path %d)", prefix, len(a.kept), p), b.Rank})
-				sp = append(sp, wspec{&k.C[p], fmt.Sprintf("%sc[%d] (a BLR projection's (t1⊙ℓ)·Uᵀ, path %d)", prefix, len(a.kept), p), b.M})
 			}
 			a.kept[b] = k
 		}
