@@ -98,24 +98,38 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 		r.ops = r.ops[:mark]
 		return err
 	}
-	var cs *Buffer
+	// Intermediates live only in this call: borrowed, so the calls of one submit share them.
+	var dones []func()
+	defer func() {
+		for _, done := range dones {
+			done()
+		}
+	}()
+	take := func(label string, cols int) (*Buffer, error) {
+		b, done, err := r.Borrow(op+" "+label, F32, rows, cols)
+		if err != nil {
+			return nil, err
+		}
+		dones = append(dones, done)
+		return b, nil
+	}
+	var cs, t1s *Buffer
 	var err error
 	if kept.C == nil {
-		if cs, err = r.Temp(op+" c", F32, rows, m); err != nil {
+		if cs, err = take("c", m); err != nil {
 			return err
 		}
 	}
-	dt2, err := r.Temp(op+" dt2", F32, rows, rk)
+	dt2, err := take("dt2", rk)
 	if err != nil {
 		return err
 	}
-	dxg, err := r.Temp(op+" dxg", F32, rows, n)
+	dxg, err := take("dxg", n)
 	if err != nil {
 		return err
 	}
-	var t1s *Buffer
 	if kept.T1 == nil {
-		if t1s, err = r.Temp(op+" t1", F32, rows, rk); err != nil {
+		if t1s, err = take("t1", rk); err != nil {
 			return err
 		}
 	}

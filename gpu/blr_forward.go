@@ -362,7 +362,8 @@ func checkPerPath(op, name string, l *BLRLayer, bufs []*Buffer, n int) error {
 // sign-bit GEMMs (blr_forward.wgsl, tiled as the Linear GEMM, gemmTileFor and gemmFast; on
 // CPU adapters blr_forward_lanes.wgsl): t1_p = (x ⊙ g_p)·V_pᵀ [rows, r], then
 // y (+)= c_p ⊙ h_p with c_p = (t1_p ⊙ ℓ_p)·U_pᵀ. kept.T1 and kept.C, when not nil, receive
-// t1_p and c_p for BLRBackward (BLRKept); a nil kept.T1 keeps t1 in scratch buffers.
+// t1_p and c_p for BLRBackward (BLRKept); a nil kept.T1 keeps t1 in a borrowed buffer
+// (Recorder.Borrow).
 // Host reference: cmf.BLRWeight.Apply. Errors: an invalid layer (checkBLRLayer: sizes,
 // dtypes, buffer lengths), rows < 1, x, y or kept buffers of the wrong dtype or length, or
 // buffers that alias.
@@ -417,11 +418,13 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 		if kept.T1 != nil {
 			tb = kept.T1[p]
 		} else if tb == nil {
-			var err error
-			if scratch, err = r.Temp(op+" t1", F32, rows, l.Rank); err != nil {
+			// Borrowed: it dies with this call, so the calls of one submit share it.
+			b, done, err := r.Borrow(op+" t1", F32, rows, l.Rank)
+			if err != nil {
 				return err
 			}
-			tb = scratch
+			defer done()
+			scratch, tb = b, b
 		}
 		var cb *Buffer
 		if kept.C != nil {

@@ -445,3 +445,87 @@ func TestNilReceivers(t *testing.T) {
 		t.Error("Submit of a nil device's recorder accepted")
 	}
 }
+
+// TestRecorderBorrow: a borrowed buffer is handed out again only after its taker is done, by a
+// Borrow of the same byte size in the same recording, and a later taker's writes follow the
+// earlier taker's reads (the sums of squares of two fills through one buffer, in one submit,
+// equal those of two submits through fresh temporaries).
+func TestRecorderBorrow(t *testing.T) {
+	d := gputest.Open(t)
+	sums := func(shared bool) [2]float32 {
+		outs := [2]*gpu.Buffer{must(d.NewBuffer("out0", gpu.F32, 1)).T(t), must(d.NewBuffer("out1", gpu.F32, 1)).T(t)}
+		defer outs[0].Release()
+		defer outs[1].Release()
+		var got [2]float32
+		for i := range 2 {
+			r := d.Begin()
+			b, done, err := r.Borrow("b", gpu.F32, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !shared {
+				b = must(r.Temp("t", gpu.F32, 1000)).T(t)
+			}
+			must(0, gpu.Zero(r, outs[i])).T(t)
+			must(0, gpu.FillRandomUniform(r, b, uint32(11+i), 0, -1, 1)).T(t)
+			must(0, gpu.GradSumSquares(r, b, outs[i])).T(t)
+			done()
+			if shared && i == 0 { // the second fill in the same recording, through the same buffer
+				b2, done2, err := r.Borrow("b2", gpu.F32, 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b2 != b {
+					t.Fatalf("Borrow after done: a new buffer, want the one given back")
+				}
+				must(0, gpu.Zero(r, outs[1])).T(t)
+				must(0, gpu.FillRandomUniform(r, b2, 12, 0, -1, 1)).T(t)
+				must(0, gpu.GradSumSquares(r, b2, outs[1])).T(t)
+				done2()
+			}
+			must(0, r.Submit()).T(t)
+			got[i] = must(d.ReadFloat32(outs[i])).T(t)[0]
+			if shared {
+				got[1] = must(d.ReadFloat32(outs[1])).T(t)[0]
+				break
+			}
+		}
+		return got
+	}
+	want, got := sums(false), sums(true)
+	if got != want || want[0] == want[1] {
+		t.Errorf("Σ b² of two fills through one borrowed buffer = %v, through two temporaries %v (want equal, and the fills different)", got, want)
+	}
+
+	r := d.Begin()
+	defer r.Discard()
+	borrow := func(label string, dtype gpu.DType, shape ...int) (*gpu.Buffer, func()) {
+		t.Helper()
+		b, done, err := r.Borrow(label, dtype, shape...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, done
+	}
+	b1, done1 := borrow("b1", gpu.F32, 1000)
+	b2, _ := borrow("b2", gpu.F32, 1000)
+	if b2 == b1 {
+		t.Fatal("Borrow handed out a buffer still in use")
+	}
+	done1()
+	done1() // twice is harmless
+	if b3, _ := borrow("b3", gpu.F32, 250); b3 == b1 {
+		t.Error("Borrow of another size handed out the given-back buffer")
+	}
+	b4, _ := borrow("b4", gpu.U32, 10, 100)
+	if b4 != b1 || b4.Label() != "b4" || b4.DType() != gpu.U32 || b4.Len() != 1000 {
+		t.Errorf("Borrow of the given-back size: %v (same buffer %v), want b1 relabelled \"b4\" u32[10 100]", b4, b4 == b1)
+	}
+	if _, _, err := r.Borrow("bad", gpu.F32, 0); err == nil {
+		t.Error("Borrow of an empty shape: no error")
+	}
+	r.Discard()
+	if _, _, err := r.Borrow("late", gpu.F32, 4); err == nil {
+		t.Error("Borrow on a discarded recorder: no error")
+	}
+}

@@ -39,7 +39,10 @@ type Recorder struct {
 	ops    []dispatch
 	temps  []*Buffer
 	clears []*Buffer // reused temporaries to zero at the start of the submit
-	done   bool
+	// free holds the borrowed buffers their takers are done with, by byte size, for a later
+	// Borrow of this recording.
+	free map[uint64][]*Buffer
+	done bool
 }
 
 type dispatch struct {
@@ -277,6 +280,45 @@ func (r *Recorder) Temp(label string, dtype DType, shape ...int) (*Buffer, error
 	return b, nil
 }
 
+// Borrow returns a buffer of the shape that only the dispatches recorded until done is
+// called may use. Its contents are stale (write it before reading it), and after done a later
+// Borrow of the same byte size in this recording may hand it out again: dispatches run in
+// recording order, and WebGPU orders each dispatch's accesses after the previous one's, so the
+// next taker's writes follow this taker's reads. Like Temp's, the buffer goes back to the
+// device at Submit or Discard. Launchers use it for intermediates that die within the call
+// (BLRBackward's c, dt2, dxg), so that a submit of many such calls holds one set of them,
+// not one per call. done may be called more than once. Errors: those of Temp.
+func (r *Recorder) Borrow(label string, dtype DType, shape ...int) (b *Buffer, done func(), err error) {
+	if err := r.usable(); err != nil {
+		return nil, nil, err
+	}
+	n, err := shapeNumel(label, shape)
+	if err != nil {
+		return nil, nil, err
+	}
+	size := (uint64(n)*uint64(dtype.Size()) + 3) &^ 3
+	if list := r.free[size]; len(list) > 0 && !r.done && (dtype == F32 || dtype == F16 || dtype == U32) {
+		b = list[len(list)-1]
+		r.free[size] = list[:len(list)-1]
+		r.d.mu.Lock()
+		b.label, b.dtype, b.shape, b.numel = label, dtype, append(b.shape[:0], shape...), n
+		r.d.mu.Unlock()
+	} else if b, _, err = r.temp("Borrow", label, dtype, shape); err != nil {
+		return nil, nil, err
+	}
+	given := false
+	return b, func() {
+		if given || r.done {
+			return
+		}
+		given = true
+		if r.free == nil {
+			r.free = map[uint64][]*Buffer{}
+		}
+		r.free[b.size] = append(r.free[b.size], b)
+	}, nil
+}
+
 // TempUint32 is Temp holding data (row-major, len(data) = product of shape).
 func (r *Recorder) TempUint32(label string, data []uint32, shape ...int) (*Buffer, error) {
 	if err := r.usable(); err != nil {
@@ -397,7 +439,7 @@ func (r *Recorder) releaseTemps() {
 		d.scratch[b.size] = append(d.scratch[b.size], b)
 		d.scratchB += b.size
 	}
-	r.temps, r.clears = nil, nil
+	r.temps, r.clears, r.free = nil, nil, nil
 	d.boundFreedAheadLocked()
 }
 

@@ -35,8 +35,9 @@ type SyntheticPlan struct {
 	// WorkBytes is the activation buffers (NewWork) and the top-k buffers (8·rows·k bytes).
 	WorkBytes uint64
 	// TempBytes estimates the largest set of recorder temporaries of one submit: the head's
-	// logits slice (at most 64 MiB) and, for a Student, one layer's BLRBackward scratch and
-	// kept t1 and c (4·rows·(n + r) + 4·rows·(r + m)·P per projection). GatedDeltaRuleBackward's
+	// logits slice (at most 64 MiB) and, for a Student, one layer's kept t1 and c
+	// (4·rows·(r + m)·P per projection) and BLRBackward's borrowed c, dt2, dxg and t1 (one set
+	// per size, shared by the layer's calls). GatedDeltaRuleBackward's
 	// scratch is not included.
 	TempBytes uint64
 	// Largest is the largest single buffer (LargestName): it must fit maxBufferSize.
@@ -157,6 +158,9 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 		p.Trainables += gains
 		lb := uint64(4 * all)
 		var temp uint64
+		// BLRBackward's borrowed intermediates, by byte size: the most of one size a call
+		// holds at once (calls of one submit share them, Recorder.Borrow).
+		borrowed := map[uint64]uint64{}
 		for _, s := range studentProjections(L) {
 			m, n := int64(s.Shape[0]), int64(s.Shape[1])
 			// The projection's name within its layer, e.g. "mlp.gate_proj".
@@ -171,7 +175,15 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 				p.Trainables += P * (m + n + r)
 				lb += uint64(P) * (4*uint64(m+n+r) + 4*uint64((m*r/8+3)/4) + 4*uint64((r*n/8+3)/4))
 				big(fmt.Sprintf("layer %d %s sign bits", i, name), 4*uint64((max(m*r, r*n)/8+3)/4), true)
-				temp += 4*rows*uint64(n+r) + 4*rows*uint64((r+m)*P)
+				temp += 4 * rows * uint64((r+m)*P) // the recompute's kept t1 and c
+				// c, dt2, dxg and t1 (the last two only where the recompute keeps none).
+				held := map[uint64]uint64{}
+				for _, w := range []int64{m, r, n, r} {
+					held[4*rows*uint64(w)]++
+				}
+				for size, k := range held {
+					borrowed[size] = max(borrowed[size], k)
+				}
 				continue
 			}
 			if kind == Student {
@@ -180,6 +192,9 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 			w := f16Bytes(m * n)
 			big(fmt.Sprintf("layer %d %s", i, name), w, true)
 			lb += w
+		}
+		for size, k := range borrowed {
+			temp += size * k
 		}
 		maxTemp = max(maxTemp, temp)
 		layers = append(layers, lb)
