@@ -1,6 +1,9 @@
 package gpu
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // BLRGrad holds the accumulated gradients of one BLR path's metric: H F32 [m], L (ℓ) F32
 // [r] and G F32 [n]. DT2, when not nil, receives the path's dt2 = (dy⊙h)·U F32 [rows, r] of
@@ -21,8 +24,8 @@ type BLRGrad struct {
 // grads[p] receives path p's gradients, added to what the buffers hold (accumulation over
 // windows and calls); where l.Live is 0, dℓ is set to exactly 0. dx F32 [rows, l.N] is
 // overwritten; nil skips it. kept holds what BLRForward kept of this x (BLRKept): t1 and c
-// per path, each slice nil to recompute it. Five sign-bit GEMMs per path (t1, c, dt2, dxg;
-// three with both kept) and three column reductions; f32 throughout, the same bits whether
+// per path, each slice nil to recompute it. Four sign-bit GEMMs per path (t1, c, dt2, dxg;
+// two with both kept) and three column reductions; f32 throughout, the same bits whether
 // t1 and c are kept or recomputed. Host reference: host.BLRLinearBackward.
 // Errors: an invalid layer, rows < 1, buffers of the wrong dtype or length, a grads count
 // other than the number of paths, or aliasing buffers.
@@ -120,9 +123,11 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 			return err
 		}
 	}
-	dt2, err := take("dt2", rk)
-	if err != nil {
-		return err
+	var dt2 *Buffer
+	if slices.ContainsFunc(grads, func(g BLRGrad) bool { return g.DT2 == nil }) {
+		if dt2, err = take("dt2", rk); err != nil {
+			return err
+		}
 	}
 	dxg, err := take("dxg", n)
 	if err != nil {

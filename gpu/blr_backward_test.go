@@ -203,6 +203,9 @@ func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r,
 				}
 			}
 			if err := d.Run(func(r *gpu.Recorder) error {
+				if err := poisonBorrowed(r, c.rows, c.m, c.r, c.n, c.r); err != nil {
+					return err
+				}
 				return gpu.BLRBackward(r, l, x, kept, dy, dx, grads, c.rows)
 			}); err != nil {
 				t.Fatal(err)
@@ -241,6 +244,28 @@ func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r,
 			}
 		}
 	}
+}
+
+// poisonBorrowed fills borrowed buffers of rows × each width with large random values and
+// gives them back, so that the launcher recorded next borrows stale garbage (Recorder.Borrow
+// hands out given-back buffers of the same size first): a kernel that read its intermediates
+// before writing them would fail its comparison with the host.
+func poisonBorrowed(r *gpu.Recorder, rows int, widths ...int) error {
+	var dones []func()
+	for i, w := range widths {
+		b, done, err := r.Borrow("poison", gpu.F32, rows, w)
+		if err != nil {
+			return err
+		}
+		dones = append(dones, done)
+		if err := gpu.FillRandomUniform(r, b, uint32(99+i), 0, -1e4, 1e4); err != nil {
+			return err
+		}
+	}
+	for _, done := range dones {
+		done()
+	}
+	return nil
 }
 
 // TestBLRBackwardKeptBitIdentical: BLRBackward gives the same bits whether BLRForward's t1

@@ -317,7 +317,7 @@ type blrLanesParams struct {
 }
 
 // BLRKept is what BLRForward can keep for BLRBackward, one F32 buffer per path in each slice
-// (a nil slice: not kept). Keeping both saves the backward two of its five sign-bit GEMMs per
+// (a nil slice: not kept). Keeping both saves the backward two of its four sign-bit GEMMs per
 // path for 4·rows·(r + m) bytes per path.
 type BLRKept struct {
 	// T1 [rows, r] receives t1_p = (x⊙g_p)·V_pᵀ.

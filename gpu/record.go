@@ -285,8 +285,9 @@ func (r *Recorder) Temp(label string, dtype DType, shape ...int) (*Buffer, error
 // Borrow of the same byte size in this recording may hand it out again: dispatches run in
 // recording order, and WebGPU orders each dispatch's accesses after the previous one's, so the
 // next taker's writes follow this taker's reads. Like Temp's, the buffer goes back to the
-// device at Submit or Discard. Launchers use it for intermediates that die within the call
-// (BLRBackward's c, dt2, dxg), so that a submit of many such calls holds one set of them,
+// device at Submit or Discard; a buffer whose done is never called is a Temp without the zero
+// fill. Launchers use it for intermediates that die within the call (BLRBackward's c, dt2,
+// dxg and t1, BLRForward's t1), so that a submit of many such calls holds one set of them,
 // not one per call. done may be called more than once. Errors: those of Temp.
 func (r *Recorder) Borrow(label string, dtype DType, shape ...int) (b *Buffer, done func(), err error) {
 	if err := r.usable(); err != nil {

@@ -43,14 +43,16 @@ func (s *acts) apply(r *gpu.Recorder, l linear, x, y *gpu.Buffer, rows int) erro
 	k, ok := s.kept[l.blr]
 	if !ok {
 		if s.ownKept {
-			return fmt.Errorf("the kept activations have no t1 and c for %s (the net's projections changed after NewWork)", l.name)
+			return fmt.Errorf("the kept activations have no t1 for %s (the net's projections changed after NewWork)", l.name)
 		}
+		// Borrowed and never given back: they live to the layer's submit, and the forward
+		// overwrites them, so they need no zero fill.
 		for range l.blr.Paths {
-			t1, err := r.Temp("student t1", gpu.F32, rows, l.blr.Rank)
+			t1, _, err := r.Borrow("student t1", gpu.F32, rows, l.blr.Rank)
 			if err != nil {
 				return err
 			}
-			c, err := r.Temp("student c", gpu.F32, rows, l.blr.M)
+			c, _, err := r.Borrow("student c", gpu.F32, rows, l.blr.M)
 			if err != nil {
 				return err
 			}

@@ -107,8 +107,9 @@ func studentSpecs(c arch.Config, s *stWork) []wspec {
 //	+ 8 (the loss and a reduction scalar)
 //
 // with A, D ∈ {0, 1}. Per step, the recorder also takes temporaries, freed at each submit:
-// for a BLR projection [m, n] at rank r, 4·rows·(m + n + 2r) bytes (BLRBackward's scratch),
-// summed over one layer's projections; GatedDeltaRuleChunked's scratch
+// for a BLR projection [m, n] at rank r with P paths, the recompute's kept t1 and c,
+// 4·rows·(r + m)·P bytes, summed over one layer's projections, and BLRBackward's borrowed
+// intermediates, one set per byte size for the whole layer (SyntheticPlan.TempBytes); GatedDeltaRuleChunked's scratch
 // (gpu.GatedDeltaRuleChunkedScratch) and GatedDeltaRuleChunkedBackward's scratch
 // (gpu.GatedDeltaRuleChunkedBackwardScratch; GatedDeltaRuleBackwardScratch where the
 // chunked kernels do not fit); and the head's logits slice. The net's own bytes are

@@ -36,9 +36,9 @@ type SyntheticPlan struct {
 	WorkBytes uint64
 	// TempBytes estimates the largest set of recorder temporaries of one submit: the head's
 	// logits slice (at most 64 MiB) and, for a Student, one layer's kept t1 and c
-	// (4·rows·(r + m)·P per projection) and BLRBackward's borrowed c, dt2, dxg and t1 (one set
-	// per size, shared by the layer's calls). GatedDeltaRuleBackward's
-	// scratch is not included.
+	// (4·rows·(r + m)·P per projection but down_proj) and BLRBackward's borrowed dt2 and dxg
+	// (and down_proj's c and t1; one set per size, shared by the layer's calls). Sign
+	// learning's dt2 and GatedDeltaRuleBackward's scratch are not included.
 	TempBytes uint64
 	// Largest is the largest single buffer (LargestName): it must fit maxBufferSize.
 	Largest     uint64
@@ -175,10 +175,16 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 				p.Trainables += P * (m + n + r)
 				lb += uint64(P) * (4*uint64(m+n+r) + 4*uint64((m*r/8+3)/4) + 4*uint64((r*n/8+3)/4))
 				big(fmt.Sprintf("layer %d %s sign bits", i, name), 4*uint64((max(m*r, r*n)/8+3)/4), true)
-				temp += 4 * rows * uint64((r+m)*P) // the recompute's kept t1 and c
-				// c, dt2, dxg and t1 (the last two only where the recompute keeps none).
+				// The recompute keeps t1 and c of every projection it runs (all but down_proj,
+				// whose input is the last activation it makes); BLRBackward borrows dt2 and dxg,
+				// and c and t1 where none are kept.
+				widths := []int64{r, n, m, r}
+				if s.Name != L.MLP.DownProj.Name {
+					temp += 4 * rows * uint64((r+m)*P)
+					widths = widths[:2]
+				}
 				held := map[uint64]uint64{}
-				for _, w := range []int64{m, r, n, r} {
+				for _, w := range widths {
 					held[4*rows*uint64(w)]++
 				}
 				for size, k := range held {

@@ -251,7 +251,7 @@ func keptSpecs(net *Net, s *stWork) ([]wspec, error) {
 			}
 			// t1 only: c, [rows, out] per path for every projection of every layer, would add
 			// 34 GiB to the 4B step's 53 GiB kept peak on the H200 (8 × 512 tokens) to save one
-			// GEMM of five, so its backward recomputes c (the default step keeps c only for the
+			// GEMM of four, so its backward recomputes c (the default step keeps c only for the
 			// layer it recomputes).
 			k := gpu.BLRKept{T1: make([]*gpu.Buffer, len(b.Paths))}
 			for p := range k.T1 {
