@@ -173,9 +173,9 @@ func sessionServe(c *command, args []string) error {
 // sessionBench measures issue 14's cell latency: a notebook-like cell (one Step, one Grad)
 // against a resident session of the embedded tiny model, and the same cell cold in-process
 // (a new Lab: open the device, load, compress, teacher pass, then the step), each the
-// median of several runs; and the go build time of such a cell program (it imports only
-// nvgkit/session), which GoNB pays per cell. The last line is `cell latency ratio: X`,
-// cold over warm.
+// median of several runs, the two kinds alternating; and the go build time of such a cell
+// program (it imports only nvgkit/session), which GoNB pays per cell. The last line is
+// `cell latency ratio: X`, cold over warm.
 func sessionBench(c *command, args []string) error {
 	fs := newFlags(c)
 	setup := session.DefaultSetup()
@@ -231,34 +231,37 @@ func sessionBench(c *command, args []string) error {
 	fmt.Printf("nvg session bench: the embedded tiny teacher, %s (NB %d, T %d, K %d, %d training windows, KeepActivations %v), on %s\n",
 		what, setup.Train.NB, setup.Train.T, setup.Train.K, info.TrainWindows, setup.Train.KeepActivations, info.Device)
 
-	cold := make([]float64, *reps)
+	// Cold and warm cells alternate, so that a machine whose speed drifts over the minutes
+	// of the run (a shared VM) moves both medians alike.
+	cold, warm := make([]float64, *reps), make([]float64, *warmRuns)
 	setupMS, teacherMS := make([]float64, *reps), make([]float64, *reps)
-	for i := range cold {
-		t0 := time.Now()
-		if err := benchCell(func() (session.Lab, error) {
-			lab, err := train.NewLab()
-			if err != nil {
-				return nil, err
+	for i := range max(*reps, *warmRuns) {
+		if i < *reps {
+			t0 := time.Now()
+			if err := benchCell(func() (session.Lab, error) {
+				lab, err := train.NewLab()
+				if err != nil {
+					return nil, err
+				}
+				info, err := lab.Setup(setup)
+				if err != nil {
+					lab.Close()
+					return nil, err
+				}
+				setupMS[i], teacherMS[i] = 1000*info.SetupSeconds, 1000*info.TeacherSeconds
+				return lab, nil
+			}, grad); err != nil {
+				return fmt.Errorf("cold cell: %w", err)
 			}
-			info, err := lab.Setup(setup)
-			if err != nil {
-				lab.Close()
-				return nil, err
+			cold[i] = msSince(t0)
+		}
+		if i < *warmRuns {
+			t0 := time.Now()
+			if err := benchCell(func() (session.Lab, error) { return session.Attach(name, session.NoStart()) }, grad); err != nil {
+				return fmt.Errorf("warm cell: %w", err)
 			}
-			setupMS[i], teacherMS[i] = 1000*info.SetupSeconds, 1000*info.TeacherSeconds
-			return lab, nil
-		}, grad); err != nil {
-			return fmt.Errorf("cold cell: %w", err)
+			warm[i] = msSince(t0)
 		}
-		cold[i] = msSince(t0)
-	}
-	warm := make([]float64, *warmRuns)
-	for i := range warm {
-		t0 := time.Now()
-		if err := benchCell(func() (session.Lab, error) { return session.Attach(name, session.NoStart()) }, grad); err != nil {
-			return fmt.Errorf("warm cell: %w", err)
-		}
-		warm[i] = msSince(t0)
 	}
 	// The transport's share of a warm cell: the same cell without the step.
 	overhead := make([]float64, len(warm))
