@@ -44,8 +44,12 @@
 //
 // A launcher that needs scratch memory or uploaded host arguments (Embedding's ids,
 // LogitsTopK's logits slice) takes it from r.Temp / r.TempUint32: the recorder hands it
-// back after Submit, and a later Temp of the same size reuses it (cleared on the GPU). A launcher that records several dispatches truncates its own partial
-// recording on error, so a failed call leaves the recorder as it was. A tensor larger than
+// back after Submit, and a later Temp of the same size reuses it (cleared on the GPU). An
+// intermediate that dies within the call and is written before it is read is borrowed
+// instead (r.Borrow, BLRBackward's c, dt2, dxg): given back when the call returns, the next
+// call of the same size in the recording takes it, so a submit of many calls holds one set.
+// A launcher that records several dispatches truncates its own partial recording on error,
+// so a failed call leaves the recorder as it was. A tensor larger than
 // one storage binding (maxStorageBufferBindingSize) is bound in slices with Binding
 // offsets that are multiples of StorageAlign (Embedding, LogitsTopK do this).
 //
@@ -90,7 +94,7 @@
 // # Where things are
 //
 //	gpu/device.go, buffer.go       Open, Device.Info, limits, buffers, upload/readback, MemStats
-//	gpu/kernel.go, record.go       KernelSpec and the pipeline cache; Recorder, Temp, Dispatch,
+//	gpu/kernel.go, record.go       KernelSpec and the pipeline cache; Recorder, Temp, Borrow, Dispatch,
 //	                               dispatch1D, Grid1D, Cost, Submit
 //	gpu/check.go                   the launchers' shared argument checks (need, positive, distinct)
 //	gpu/profile.go                 the timestamp profiler (SetProfiling, Profile)
