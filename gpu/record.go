@@ -290,15 +290,11 @@ func (r *Recorder) Temp(label string, dtype DType, shape ...int) (*Buffer, error
 // dxg and t1, BLRForward's t1), so that a submit of many such calls holds one set of them,
 // not one per call. done may be called more than once. Errors: those of Temp.
 func (r *Recorder) Borrow(label string, dtype DType, shape ...int) (b *Buffer, done func(), err error) {
-	if err := r.usable(); err != nil {
-		return nil, nil, err
-	}
-	n, err := shapeNumel(label, shape)
+	n, size, err := r.tempSpec("Borrow", label, dtype, shape)
 	if err != nil {
 		return nil, nil, err
 	}
-	size := (uint64(n)*uint64(dtype.Size()) + 3) &^ 3
-	if list := r.free[size]; len(list) > 0 && !r.done && (dtype == F32 || dtype == F16 || dtype == U32) {
+	if list := r.free[size]; len(list) > 0 {
 		b = list[len(list)-1]
 		r.free[size] = list[:len(list)-1]
 		r.d.mu.Lock()
@@ -341,23 +337,31 @@ func (r *Recorder) TempUint32(label string, data []uint32, shape ...int) (*Buffe
 	return b, r.d.writeLocked(b, bytesOf(data))
 }
 
+// tempSpec checks a temporary's request for op (a usable recorder not yet submitted, a known
+// dtype, a valid shape) and returns its element count and byte size (rounded up to 4).
+func (r *Recorder) tempSpec(op, label string, dtype DType, shape []int) (n int, size uint64, err error) {
+	if err := r.usable(); err != nil {
+		return 0, 0, err
+	}
+	if r.done {
+		return 0, 0, fmt.Errorf("gpu: %s on a submitted recorder", op)
+	}
+	if dtype != F32 && dtype != F16 && dtype != U32 {
+		return 0, 0, fmt.Errorf("gpu: buffer %q: unknown dtype %v", label, dtype)
+	}
+	if n, err = shapeNumel(label, shape); err != nil {
+		return 0, 0, err
+	}
+	return n, (uint64(n)*uint64(dtype.Size()) + 3) &^ 3, nil
+}
+
 // temp takes a scratch buffer of the shape's byte size from the device's reuse list
 // (reused = true: its contents are stale) or allocates a zeroed one, and records it.
 func (r *Recorder) temp(op, label string, dtype DType, shape []int) (b *Buffer, reused bool, err error) {
-	if err := r.usable(); err != nil {
-		return nil, false, err
-	}
-	if r.done {
-		return nil, false, fmt.Errorf("gpu: %s on a submitted recorder", op)
-	}
-	if dtype != F32 && dtype != F16 && dtype != U32 {
-		return nil, false, fmt.Errorf("gpu: buffer %q: unknown dtype %v", label, dtype)
-	}
-	n, err := shapeNumel(label, shape)
+	n, size, err := r.tempSpec(op, label, dtype, shape)
 	if err != nil {
 		return nil, false, err
 	}
-	size := (uint64(n)*uint64(dtype.Size()) + 3) &^ 3
 	d := r.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
