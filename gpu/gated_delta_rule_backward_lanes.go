@@ -3,8 +3,9 @@ package gpu
 import "fmt"
 
 // gatedDeltaRuleLanesChunk is the chunk of tokens GatedDeltaRuleBackwardLanes recomputes
-// from a checkpoint at a time (its scratch holds the chunk's states).
-const gatedDeltaRuleLanesChunk = 16
+// from a checkpoint at a time; the kernel unrolls a chunk and keeps its states in private
+// variables (the stack on lavapipe), so the WGSL and its compile time grow with it.
+const gatedDeltaRuleLanesChunk = 4
 
 // gdrbLanesParams are gated_delta_rule_backward_lanes.wgsl's template parameters.
 type gdrbLanesParams struct {
@@ -12,18 +13,16 @@ type gdrbLanesParams struct {
 	Backward                         bool
 }
 
-// gdrbLanesSizes returns the f32 sizes of GatedDeltaRuleBackwardLanes's scratch (checkpoints,
-// the chunk's states and w) and of its partial sums (dq and dk, then dβ and dg), and the
-// number of column slices.
+// gdrbLanesSizes returns the f32 sizes of GatedDeltaRuleBackwardLanes's scratch (the
+// checkpoints) and of its partial sums (dq and dk, then dβ and dg), and the number of column
+// slices.
 func gdrbLanesSizes(d *Device, dims DeltaRuleDims) (scratch, part, part1, nslice int) {
 	s := max(d.info.SubgroupSize, 1)
 	cl := gatedDeltaRuleLanesChunk
 	nck := (dims.T + cl - 1) / cl
-	d4 := dims.DK / 4
 	nslice = (dims.DV + s*gatedDeltaRuleLanesCols - 1) / (s * gatedDeltaRuleLanesCols)
-	sh := (nck+cl)*dims.DV*d4 + (cl*dims.DV+3)/4 // vec4 slots per window and value head
 	rows := dims.NB * dims.T
-	return 4 * dims.NB * dims.HV * sh, 2 * nslice * rows * dims.HV * dims.DK, 2 * nslice * rows * dims.HV, nslice
+	return dims.NB * dims.HV * nck * dims.DK * dims.DV, 2 * nslice * rows * dims.HV * dims.DK, 2 * nslice * rows * dims.HV, nslice
 }
 
 // GatedDeltaRuleBackwardLanesFits reports whether GatedDeltaRuleBackwardLanes runs on d for
@@ -41,12 +40,12 @@ func GatedDeltaRuleBackwardLanesFits(d *Device, dims DeltaRuleDims) bool {
 // GatedDeltaRuleBackward (same arguments, layouts and gradients within f32 rounding), in the
 // lane-blocked form of CPU adapters (wgsl/gated_delta_rule_lanes.wgsl, Backward): one subgroup
 // per (window, value head, slice of 2·S value columns) sweeps the window forward writing a
-// checkpoint every 16 tokens, then goes back chunk by chunk, recomputing the chunk's states
-// from its checkpoint and stepping its tokens back with the state and its gradient in
-// registers; per-slice column sums of dq, dk, dβ and dg are added over the lanes and then
+// checkpoint every 4 tokens, then goes back chunk by chunk, recomputing the chunk's states
+// from its checkpoint into private variables and stepping its tokens back with the state and
+// its gradient in registers; per-slice column sums of dq, dk, dβ and dg are added over the lanes and then
 // over slices and value heads by a second kernel, in a fixed order (deterministic).
 // GatedDeltaRuleBackwardAuto takes it wherever GatedDeltaRuleBackwardLanesFits.
-// Memory: scratch of r.Temp, 4·nb·hv·((⌈t/16⌉ + 16)·dk·dv + 16·dv) bytes, and partial sums
+// Memory: scratch of r.Temp, 4·nb·hv·⌈t/4⌉·dk·dv bytes, and partial sums
 // 8·⌈dv/(2S)⌉·nb·t·hv·(dk + 1) bytes, each within one storage binding.
 // Errors: those of GatedDeltaRuleBackward, a device without a probed subgroup size, dk not a
 // multiple of 4, and scratch beyond one binding.

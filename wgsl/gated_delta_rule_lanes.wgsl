@@ -21,17 +21,21 @@
 //  1. a forward sweep over the window writes the state before each chunk of CL tokens (chunk
 //     ci ≥ 1: the state after token ci·CL − 1);
 //  2. chunk by chunk in reverse: from its checkpoint (zero for chunk 0) the chunk's forward
-//     is recomputed, storing per token the decayed state S̃_t = e^{g_t}·S_{t−1} and
-//     w_t = v_t − S̃_tᵀk_t (so S_t = S̃_t + k_t ⊗ β_t w_t is re-formed exactly, as the
-//     forward's fma), then its tokens are stepped back (dS is the gradient of S_t):
+//     is recomputed, keeping per token i < CL the decayed state S̃_t = e^{g_t}·S_{t−1} and
+//     w_t = v_t − S̃_tᵀk_t in private variables st{i}_…, w{i}_… (so S_t = S̃_t + k_t ⊗ β_t w_t
+//     is re-formed exactly, as the forward's fma), then its tokens are stepped back (dS is
+//     the gradient of S_t):
 //       dS += q_t ⊗ do_t;   dq_t = S_t·do_t;   du = dSᵀk_t;   dv_t = β_t du;
 //       dβ_t = Σ_c du_c w_c;   dk_t = dS·(β_t w) − S̃_t·(β_t du);
 //       dS̃ = dS − k_t ⊗ β_t du;   dg_t = Σ dS̃ ⊙ S̃_t;   dS ← e^{g_t}·dS̃.
 //     The column sums (dq, dk, dβ, dg) are added over the subgroup's lanes (subgroupAdd) and
 //     written per slice to part; gated_delta_rule_sum.wgsl sums them over slices and value heads.
-// Scratch per (window, value head), in vec4s: ckpt [NCK][DV][D4], states [CL][DV][D4], then
-// w [CL][DV] packed 4 per slot. part: dq and dk [NSLICE][nb·t][hv][D4] vec4s; part1: dβ and
-// dg [NSLICE][nb·t][hv].
+// The chunk's tokens are unrolled (CL copies) so that its states stay in private variables:
+// on lavapipe those are the stack (one vector load or store per 8 lanes), where a storage
+// access is a loop over the lanes with a bounds check per component (gemm_lanes.wgsl), and
+// storing every token's state dominated this kernel (~85 % of its memory accesses).
+// Scratch per (window, value head): the checkpoints, vec4s [NCK][DV][D4]. part: dq and dk
+// [NSLICE][nb·t][hv][D4] vec4s; part1: dβ and dg [NSLICE][nb·t][hv].
 
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
@@ -56,16 +60,20 @@ struct Params {
 const CL: u32 = {{.CL}}u;
 {{template "gdrl_head" .}}
     let rows = p.nb * p.t;
-    let sh = (p.nck + CL) * DV * D4 + (CL * DV + 3u) / 4u;
-    let ckb = bj * sh;
-    let stb = ckb + p.nck * DV * D4;
-    let wb = stb + CL * DV * D4;
+    let ckb = bj * p.nck * DV * D4;
 {{- range $cc := seq .C}}
     let live{{$cc}} = cl + {{$cc}}u < DV;
 {{- range $m := seq $.D4}}
     var ds{{$cc}}_{{$m}} = vec4<f32>(0.0);
 {{- end}}
 {{- end}}
+    // The chunk's kept states and w, token i of the chunk.
+{{- range $i := seq .CL}}{{range $cc := seq $.C}}
+    var w{{$i}}_{{$cc}} = 0.0;
+{{- range $m := seq $.D4}}
+    var st{{$i}}_{{$cc}}_{{$m}} = vec4<f32>(0.0);
+{{- end}}
+{{- end}}{{end}}
 
     // 1. The forward sweep: the state before every chunk ci ≥ 1.
     for (var tau = 0u; tau < p.t; tau++) {
@@ -80,93 +88,34 @@ const CL: u32 = {{.CL}}u;
         let row = b * p.t + tau;
         let gi = row * p.hv + j;
         {{template "gdrl_kq" (dict "P" $ "Q" false)}}
-        {{template "gdrl_step" (dict "P" $ "Store" false "Out" false)}}
+        {{template "gdrl_step" (dict "P" $ "Keep" -1 "Out" false)}}
     }
 
     // 2. Chunk by chunk in reverse.
     for (var cr = 0u; cr < p.nck; cr++) {
         let ci = p.nck - 1u - cr;
         let t0 = ci * CL;
-        let t1 = min(t0 + CL, p.t);
 {{- range $cc := seq .C}}
 {{- range $m := seq $.D4}}
         s{{$cc}}_{{$m}} = select(vec4<f32>(0.0), scr[ckb + (ci * DV + c{{$cc}}) * D4 + {{$m}}u], ci > 0u);
 {{- end}}
 {{- end}}
-        for (var tau = t0; tau < t1; tau++) {
-            let row = b * p.t + tau;
+{{- range $i := seq .CL}}
+        if (t0 + {{$i}}u < p.t) {
+            let row = b * p.t + t0 + {{$i}}u;
             let gi = row * p.hv + j;
-            let ti = tau - t0;
             {{template "gdrl_kq" (dict "P" $ "Q" false)}}
-            {{template "gdrl_step" (dict "P" $ "Store" true "Out" false)}}
+            {{template "gdrl_step" (dict "P" $ "Keep" $i "Out" false)}}
         }
-        for (var tr = 0u; tr < t1 - t0; tr++) {
-            let tau = t1 - 1u - tr;
-            let ti = tau - t0;
-            let row = b * p.t + tau;
+{{- end}}
+{{- range $r := seq .CL}}{{$i := sub (sub $.CL 1) $r}}
+        if (t0 + {{$i}}u < p.t) {
+            let row = b * p.t + t0 + {{$i}}u;
             let gi = row * p.hv + j;
             {{template "gdrl_kq" (dict "P" $ "Q" true)}}
-{{- range $m := seq .D4}}
-            var dq{{$m}} = vec4<f32>(0.0);
-            var dk{{$m}} = vec4<f32>(0.0);
-{{- end}}
-            var dbs = 0.0;
-            var dgv = vec4<f32>(0.0);
-{{- range $cc := seq .C}}
-            {
-                let w = scr[wb + (ti * DV + c{{$cc}}) / 4u][(ti * DV + c{{$cc}}) % 4u];
-                let u = bt * w;
-                let dov = select(0.0, dout[gi * DV + c{{$cc}}], live{{$cc}});
-                var du4 = vec4<f32>(0.0);
-{{- range $m := seq $.D4}}
-                let st{{$m}} = scr[stb + (ti * DV + c{{$cc}}) * D4 + {{$m}}u];
-                let sn{{$m}} = fma(k{{$m}}, vec4<f32>(u), st{{$m}});
-                ds{{$cc}}_{{$m}} = fma(q{{$m}}, vec4<f32>(dov), ds{{$cc}}_{{$m}});
-                dq{{$m}} = fma(sn{{$m}}, vec4<f32>(dov), dq{{$m}});
-                du4 = fma(ds{{$cc}}_{{$m}}, k{{$m}}, du4);
-{{- end}}
-                let du = (du4.x + du4.y) + (du4.z + du4.w);
-                if (live{{$cc}}) {
-                    dval[gi * DV + c{{$cc}}] = bt * du;
-                }
-                dbs += du * w;
-                let dsk = -bt * du;
-{{- range $m := seq $.D4}}
-                dk{{$m}} = fma(ds{{$cc}}_{{$m}}, vec4<f32>(u), dk{{$m}});
-                dk{{$m}} = fma(st{{$m}}, vec4<f32>(dsk), dk{{$m}});
-                ds{{$cc}}_{{$m}} = fma(k{{$m}}, vec4<f32>(dsk), ds{{$cc}}_{{$m}});
-                dgv = fma(ds{{$cc}}_{{$m}}, st{{$m}}, dgv);
-                ds{{$cc}}_{{$m}} = ds{{$cc}}_{{$m}} * decay;
-{{- end}}
-            }
-{{- end}}
-            // The slice's column sums, added over the lanes; lane l writes vec4 groups l + S·i.
-            let pb = (slice * rows + row) * p.hv + j;
-{{- range $m := seq .D4}}
-            let sq{{$m}} = subgroupAdd(dq{{$m}});
-            let sk{{$m}} = subgroupAdd(dk{{$m}});
-{{- end}}
-{{- range $i := seq .KL}}
-            if (ok{{$i}}) {
-                var oq = sq{{mul $i $.S}};
-                var ok4 = sk{{mul $i $.S}};
-{{- range $l := seq $.S}}{{$m := add (mul $i $.S) $l}}{{if and (gt $l 0) (lt $m $.D4)}}
-                if (sl == {{$l}}u) {
-                    oq = sq{{$m}};
-                    ok4 = sk{{$m}};
-                }
-{{- end}}{{end}}
-                part[pb * D4 + gm{{$i}}] = oq;
-                part[(({{$.NSLICE}}u * rows + slice * rows + row) * p.hv + j) * D4 + gm{{$i}}] = ok4;
-            }
-{{- end}}
-            let db = subgroupAdd(dbs);
-            let dgs = subgroupAdd((dgv.x + dgv.y) + (dgv.z + dgv.w));
-            if (sl == 0u) {
-                part1[pb] = db;
-                part1[{{.NSLICE}}u * rows * p.hv + pb] = dgs;
-            }
+            {{template "gdrl_back" (dict "P" $ "I" $i)}}
         }
+{{- end}}
     }
 }
 {{- else}}
@@ -195,7 +144,7 @@ struct Params {
         let row = b * p.t + tau;
         let gi = row * p.hv + j;
         {{template "gdrl_kq" (dict "P" $ "Q" true)}}
-        {{template "gdrl_step" (dict "P" $ "Store" false "Out" true)}}
+        {{template "gdrl_step" (dict "P" $ "Keep" -1 "Out" true)}}
     }
 {{- if .WantState}}
     let sbase = (b * p.hv + j) * {{.DK}}u * DV;
@@ -267,7 +216,7 @@ groups k{m} (q{m}); row and gi in scope. */}}
             let bt = beta[gi];
 {{- end}}
 {{- /* gdrl_step: one forward token of the lane's columns after gdrl_kq: S̃ = e^g·S,
-w = v − S̃ᵀk, S = S̃ + k ⊗ β·w; with Store, S̃ and w go to the chunk's scratch at token ti;
+w = v − S̃ᵀk, S = S̃ + k ⊗ β·w; with Keep = i ≥ 0, S̃ and w are kept in st{i}_… and w{i}_…;
 with Out, o_t = Sᵀq is written. */}}
 {{- define "gdrl_step"}}
 {{- $P := .P}}
@@ -277,13 +226,13 @@ with Out, o_t = Sᵀq is written. */}}
 {{- range $m := seq $P.D4}}
                 s{{$cc}}_{{$m}} = s{{$cc}}_{{$m}} * decay;
                 a = fma(s{{$cc}}_{{$m}}, k{{$m}}, a);
-{{- if $.Store}}
-                scr[stb + (ti * DV + c{{$cc}}) * D4 + {{$m}}u] = s{{$cc}}_{{$m}};
+{{- if ge $.Keep 0}}
+                st{{$.Keep}}_{{$cc}}_{{$m}} = s{{$cc}}_{{$m}};
 {{- end}}
 {{- end}}
                 let w = v[gi * DV + c{{$cc}}] - ((a.x + a.y) + (a.z + a.w));
-{{- if $.Store}}
-                scr[wb + (ti * DV + c{{$cc}}) / 4u][(ti * DV + c{{$cc}}) % 4u] = w;
+{{- if ge $.Keep 0}}
+                w{{$.Keep}}_{{$cc}} = w;
 {{- end}}
                 let u = bt * w;
 {{- if $.Out}}
@@ -302,4 +251,70 @@ with Out, o_t = Sᵀq is written. */}}
 {{- end}}
             }
 {{- end}}
+{{- end}}
+{{- /* gdrl_back: one token i of the chunk stepped back (after gdrl_kq with Q; row, gi in
+scope): the gradients of the lane's columns from the kept st{i}, w{i} and the running dS, and
+the slice's column sums of dq, dk, dβ, dg into part and part1. */}}
+{{- define "gdrl_back"}}
+{{- $P := .P}}{{$i := .I}}
+{{- range $m := seq $P.D4}}
+            var dq{{$m}} = vec4<f32>(0.0);
+            var dk{{$m}} = vec4<f32>(0.0);
+{{- end}}
+            var dbs = 0.0;
+            var dgv = vec4<f32>(0.0);
+{{- range $cc := seq $P.C}}
+            {
+                let w = w{{$i}}_{{$cc}};
+                let u = bt * w;
+                let dov = select(0.0, dout[gi * DV + c{{$cc}}], live{{$cc}});
+                var du4 = vec4<f32>(0.0);
+{{- range $m := seq $P.D4}}
+                let st{{$m}} = st{{$i}}_{{$cc}}_{{$m}};
+                let sn{{$m}} = fma(k{{$m}}, vec4<f32>(u), st{{$m}});
+                ds{{$cc}}_{{$m}} = fma(q{{$m}}, vec4<f32>(dov), ds{{$cc}}_{{$m}});
+                dq{{$m}} = fma(sn{{$m}}, vec4<f32>(dov), dq{{$m}});
+                du4 = fma(ds{{$cc}}_{{$m}}, k{{$m}}, du4);
+{{- end}}
+                let du = (du4.x + du4.y) + (du4.z + du4.w);
+                if (live{{$cc}}) {
+                    dval[gi * DV + c{{$cc}}] = bt * du;
+                }
+                dbs += du * w;
+                let dsk = -bt * du;
+{{- range $m := seq $P.D4}}
+                dk{{$m}} = fma(ds{{$cc}}_{{$m}}, vec4<f32>(u), dk{{$m}});
+                dk{{$m}} = fma(st{{$m}}, vec4<f32>(dsk), dk{{$m}});
+                ds{{$cc}}_{{$m}} = fma(k{{$m}}, vec4<f32>(dsk), ds{{$cc}}_{{$m}});
+                dgv = fma(ds{{$cc}}_{{$m}}, st{{$m}}, dgv);
+                ds{{$cc}}_{{$m}} = ds{{$cc}}_{{$m}} * decay;
+{{- end}}
+            }
+{{- end}}
+            // The slice's column sums, added over the lanes; lane l writes vec4 groups l + S·i.
+            let pb = (slice * rows + row) * p.hv + j;
+{{- range $m := seq $P.D4}}
+            let sq{{$m}} = subgroupAdd(dq{{$m}});
+            let sk{{$m}} = subgroupAdd(dk{{$m}});
+{{- end}}
+{{- range $x := seq $P.KL}}
+            if (ok{{$x}}) {
+                var oq = sq{{mul $x $P.S}};
+                var ok4 = sk{{mul $x $P.S}};
+{{- range $l := seq $P.S}}{{$m := add (mul $x $P.S) $l}}{{if and (gt $l 0) (lt $m $P.D4)}}
+                if (sl == {{$l}}u) {
+                    oq = sq{{$m}};
+                    ok4 = sk{{$m}};
+                }
+{{- end}}{{end}}
+                part[pb * D4 + gm{{$x}}] = oq;
+                part[(({{$P.NSLICE}}u * rows + slice * rows + row) * p.hv + j) * D4 + gm{{$x}}] = ok4;
+            }
+{{- end}}
+            let db = subgroupAdd(dbs);
+            let dgs = subgroupAdd((dgv.x + dgv.y) + (dgv.z + dgv.w));
+            if (sl == 0u) {
+                part1[pb] = db;
+                part1[{{$P.NSLICE}}u * rows * p.hv + pb] = dgs;
+            }
 {{- end}}

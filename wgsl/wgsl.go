@@ -42,6 +42,7 @@ var funcs = template.FuncMap{
 		return s
 	},
 	"add": func(a, b int) int { return a + b },
+	"sub": func(a, b int) int { return a - b },
 	"mul": func(a, b int) int { return a * b },
 	"div": func(a, b int) int { return a / b },
 	"mod": func(a, b int) int { return a % b },
