@@ -33,6 +33,8 @@ fn signs(v: vec4<u32>) -> vec4<f32> {
 {{- if .TransB}}{{range $j := seq .C}} let bc{{$j}} = min(nl + {{$j}}u, p.n - 1u) * p.k;{{end}}
 {{- else}} let nc = min(nl, p.n - {{.C}}u);
 {{- end}}
+{{- if .ScaleC}}{{range $j := seq .C}} let sc{{$j}} = sc[min(nl + {{$j}}u, p.n - 1u)];{{end}}
+{{- end}}
 {{- end}}
 {{- define "lanes_bload"}}
 {{- if .TransB}}{{range $j := seq .C}} let e{{$j}} = bc{{$j}} + 4u * k4; let b{{$j}} = signs(vec4<u32>((bits[e{{$j}} >> 5u] >> (e{{$j}} & 31u))) >> vec4<u32>(0u, 1u, 2u, 3u));{{end}}
@@ -41,4 +43,4 @@ fn signs(v: vec4<u32>) -> vec4<f32> {
 {{- end}}
 {{- define "lanes_aprep"}} let s4 = sa[k4];{{end}}
 {{- define "lanes_aload"}}a[ar{{.a}} + k4] * s4{{end}}
-{{- define "lanes_store"}}{{if .P.Raw}}raw[{{.gm}} * p.n + {{.n}}] = {{.v}}; {{end}}{{if .P.ScaleC}}let v = {{.v}} * sc[{{.n}}];{{else}}let v = {{.v}};{{end}}{{if .P.Accum}} c[{{.gm}} * p.n + {{.n}}] = c[{{.gm}} * p.n + {{.n}}] + v;{{else}} c[{{.gm}} * p.n + {{.n}}] = v;{{end}}{{end}}
+{{- define "lanes_store"}}{{if .P.Raw}}raw[{{.gm}} * p.n + {{.n}}] = {{.v}}; {{end}}{{if .P.ScaleC}}let v = {{.v}} * sc{{.j}};{{else}}let v = {{.v}};{{end}}{{if .P.Accum}} c[{{.gm}} * p.n + {{.n}}] = c[{{.gm}} * p.n + {{.n}}] + v;{{else}} c[{{.gm}} * p.n + {{.n}}] = v;{{end}}{{end}}

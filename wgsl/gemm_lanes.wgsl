@@ -16,13 +16,14 @@
 // barrier.
 //
 // Hooks a kernel file defines (each on one line, P the parameters):
-//   lanes_setup  statements before the K loop (column offsets; nl, k4n, m0 in scope);
+//   lanes_setup  statements before the K loop (column offsets, per-column values the store
+//                reads; nl, k4n, m0 in scope);
 //   lanes_bload  statements of the K step k4 defining b0 … b{C−1}: vec4<f32>, column j's
 //                B(4·k4 … 4·k4+3, nl + j);
 //   lanes_aprep  statements of the K step before the row loads (may be empty);
 //   lanes_aload  (dict a, P) the vec4<f32> A(row, 4·k4 … 4·k4+3) of the lane's row a, whose
 //                element offset divided by 4 is ar{a};
-//   lanes_store  (dict v, gm, n, P) the store of value v at row gm, column n.
+//   lanes_store  (dict v, gm, n, j, P) the store of value v at row gm, column n = nl + j.
 // Template parameters: S (lanes: the subgroup size), R (row blocks: rows per workgroup
 // S·R), C (columns per lane: columns per workgroup S·C). K must be a multiple of 4; A rows
 // beyond M and B columns beyond N are clamped on load and not stored. Grid:
@@ -64,7 +65,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) 
         let gm = m0 + {{add (mul $a $.S) $i}}u;
         if (gm < p.m) {
 {{- range $j := seq $.C}}
-            if (nl + {{$j}}u < p.n) { {{template "lanes_store" (dict "v" (printf "acc_%d_%d_%d" $a $i $j) "gm" "gm" "n" (printf "nl + %du" $j) "P" $)}} }
+            if (nl + {{$j}}u < p.n) { {{template "lanes_store" (dict "v" (printf "acc_%d_%d_%d" $a $i $j) "gm" "gm" "n" (printf "nl + %du" $j) "j" $j "P" $)}} }
 {{- end}}
         }
     }
