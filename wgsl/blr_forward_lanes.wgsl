@@ -34,13 +34,13 @@ fn signs(v: vec4<u32>) -> vec4<f32> {
 {{- else}} let nc = min(nl, p.n - {{.C}}u);
 {{- end}}
 {{- if .ScaleC}}{{range $j := seq .C}} let sc{{$j}} = sc[min(nl + {{$j}}u, p.n - 1u)];{{end}}
-{{- end}}
+{{- end}} var sl4 = vec4<f32>(0.0);
 {{- end}}
 {{- define "lanes_bload"}}
 {{- if .TransB}}{{range $j := seq .C}} let e{{$j}} = bc{{$j}} + 4u * k4; let b{{$j}} = signs(vec4<u32>((bits[e{{$j}} >> 5u] >> (e{{$j}} & 31u))) >> vec4<u32>(0u, 1u, 2u, 3u));{{end}}
 {{- else}}{{range $kk := seq 4}} let e{{$kk}} = (4u * k4 + {{$kk}}u) * p.n + nc; let w{{$kk}} = bits[e{{$kk}} >> 5u] >> (e{{$kk}} & 31u);{{end}} let wv = vec4<u32>(w0, w1, w2, w3);{{range $j := seq .C}} let b{{$j}} = signs(wv >> vec4<u32>({{$j}}u));{{end}}
 {{- end}}
 {{- end}}
-{{- define "lanes_aprep"}} let s4 = sa[k4];{{end}}
+{{- define "lanes_aprep"}} if (k4 % {{.S}}u == 0u) { sl4 = sa[min(k4 + sl, k4n - 1u)]; } let s4 = subgroupShuffle(sl4, k4 % {{.S}}u);{{end}}
 {{- define "lanes_aload"}}a[ar{{.a}} + k4] * s4{{end}}
 {{- define "lanes_store"}}{{if .P.Raw}}raw[{{.gm}} * p.n + {{.n}}] = {{.v}}; {{end}}{{if .P.ScaleC}}let v = {{.v}} * sc{{.j}};{{else}}let v = {{.v}};{{end}}{{if .P.Accum}} c[{{.gm}} * p.n + {{.n}}] = c[{{.gm}} * p.n + {{.n}}] + v;{{else}} c[{{.gm}} * p.n + {{.n}}] = v;{{end}}{{end}}
