@@ -264,7 +264,7 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c, raw *Buffer
 	}
 	if lp, ok := r.d.gemmLanes(m, n, k, false, Whole(a), Whole(sa)); ok && (transB || n%8 == 0) {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward_lanes.wgsl",
-			Params:   blrLanesParams{TransB: transB, ScaleC: sc != nil, Accum: accum, Raw: raw != nil, lanesParams: lp},
+			Params:   blrLanesParams{TransB: transB, ScaleC: sc != nil, Accum: accum, Raw: raw != nil, Words: transB && k%32 == 0, lanesParams: lp},
 			Bindings: access, Uniforms: 3})
 		if err != nil {
 			return err
@@ -312,7 +312,7 @@ func blrGEMMCost(m, k, n int, accum, raw bool) (flops, bytes float64) {
 
 // blrLanesParams are blr_forward_lanes.wgsl's template parameters.
 type blrLanesParams struct {
-	TransB, ScaleC, Accum, Raw bool
+	TransB, ScaleC, Accum, Raw, Words bool
 	lanesParams
 }
 
