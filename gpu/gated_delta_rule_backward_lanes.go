@@ -7,7 +7,7 @@ import "fmt"
 // variables (the stack on lavapipe), so the WGSL and its compile time grow with it.
 const gatedDeltaRuleLanesChunk = 4
 
-// gdrbLanesParams are gated_delta_rule_backward_lanes.wgsl's template parameters.
+// gdrbLanesParams are gated_delta_rule_lanes.wgsl's template parameters (Backward).
 type gdrbLanesParams struct {
 	S, C, DK, DV, D4, KL, NSLICE, CL int
 	Backward                         bool
@@ -40,15 +40,15 @@ func GatedDeltaRuleBackwardLanesFits(d *Device, dims DeltaRuleDims) bool {
 // GatedDeltaRuleBackward (same arguments, layouts and gradients within f32 rounding), in the
 // lane-blocked form of CPU adapters (wgsl/gated_delta_rule_lanes.wgsl, Backward): one subgroup
 // per (window, value head, slice of 2·S value columns) sweeps the window forward writing a
-// checkpoint every 4 tokens, then goes back chunk by chunk, recomputing the chunk's states
+// checkpoint every gatedDeltaRuleLanesChunk (4) tokens, then goes back chunk by chunk, recomputing the chunk's states
 // from its checkpoint into private variables and stepping its tokens back with the state and
 // its gradient in registers; per-slice column sums of dq, dk, dβ and dg are added over the lanes and then
 // over slices and value heads by a second kernel, in a fixed order (deterministic).
 // GatedDeltaRuleBackwardAuto takes it wherever GatedDeltaRuleBackwardLanesFits.
-// Memory: scratch of r.Temp, 4·nb·hv·⌈t/4⌉·dk·dv bytes, and partial sums
-// 8·⌈dv/(2S)⌉·nb·t·hv·(dk + 1) bytes, each within one storage binding.
+// Memory: scratch of r.Temp, 4·nb·hv·⌈t/CL⌉·dk·dv bytes (CL = gatedDeltaRuleLanesChunk), and
+// partial sums 8·⌈dv/(2S)⌉·nb·t·hv·(dk + 1) bytes, each within one storage binding.
 // Errors: those of GatedDeltaRuleBackward, a device without a probed subgroup size, dk not a
-// multiple of 4, and scratch beyond one binding.
+// multiple of 4 or above 256, and scratch or partial sums beyond one binding.
 func GatedDeltaRuleBackwardLanes(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
 	const op = "GatedDeltaRuleBackwardLanes"
 	if err := dims.check(r, op); err != nil {

@@ -31,7 +31,7 @@
 //     The column sums (dq, dk, dβ, dg) are added over the subgroup's lanes (subgroupAdd) and
 //     written per slice to part; gated_delta_rule_sum.wgsl sums them over slices and value heads.
 // The chunk's tokens are unrolled (CL copies) so that its states stay in private variables:
-// on lavapipe those are the stack (one vector load or store per 8 lanes), where a storage
+// on lavapipe those are the stack (one vector load or store per S lanes), where a storage
 // access is a loop over the lanes with a bounds check per component (gemm_lanes.wgsl), and
 // storing every token's state dominated this kernel (~85 % of its memory accesses).
 // Scratch per (window, value head): the checkpoints, vec4s [NCK][DV][D4]. part: dq and dk

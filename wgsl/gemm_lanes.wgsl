@@ -21,6 +21,8 @@
 //   lanes_bload  statements of the K step k4 defining b0 … b{C−1}: vec4<f32>, column j's
 //                B(4·k4 … 4·k4+3, nl + j);
 //   lanes_aprep  statements of the K step before the row loads (may be empty);
+//   (lanes_bload and lanes_aprep may keep state across K steps in variables lanes_setup
+//   declares: k4 runs 0, 1, …, k4n − 1 in order);
 //   lanes_aload  (dict a, P) the vec4<f32> A(row, 4·k4 … 4·k4+3) of the lane's row a, whose
 //                element offset divided by 4 is ar{a};
 //   lanes_store  (dict v, gm, n, j, P) the store of value v at row gm, column n = nl + j.

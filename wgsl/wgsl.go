@@ -31,7 +31,7 @@ import (
 var FS embed.FS
 
 // funcs are the helpers templates may call: seq n → 0, 1, …, n−1 (for unrolled loops with
-// literal indices), add, mul, div, mod (ints), and dict k1 v1 k2 v2 … → a map (to pass loop
+// literal indices), add, sub, mul, div, mod (ints), and dict k1 v1 k2 v2 … → a map (to pass loop
 // variables and the parameters to a {{template}} hook).
 var funcs = template.FuncMap{
 	"seq": func(n int) []int {
