@@ -286,20 +286,9 @@ func TestBLRBackwardKeptBitIdentical(t *testing.T) {
 				defer l.Release()
 				xf, _ := randF32(rng, c.rows*c.n, 1)
 				dyf, _ := randF32(rng, c.rows*c.m, 1)
-				var bufs []*gpu.Buffer
-				defer func() {
-					for _, b := range bufs {
-						b.Release()
-					}
-				}()
-				buf := func(label string, n ...int) *gpu.Buffer {
-					b := must(d.NewBuffer(label, gpu.F32, n...)).T(t)
-					bufs = append(bufs, b)
-					return b
-				}
-				x := must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t)
-				dy := must(d.UploadFloat32("dy", dyf, c.rows, c.m)).T(t)
-				bufs = append(bufs, x, dy)
+				tb := newBufs(t, d)
+				buf := tb.nw
+				x, dy := tb.up("x", xf, c.rows, c.n), tb.up("dy", dyf, c.rows, c.m)
 				y := buf("y", c.rows, c.m)
 				var all gpu.BLRKept
 				for range c.paths {
