@@ -11,10 +11,10 @@ const klWG = 128
 // enough for 8 windows × 512 tokens × a 248,320-token vocabulary in f32.
 const DefaultLogitsStore = 4 << 30
 
-// DefaultLogitsStoreCPU is KLLossBackward's logits store on a CPU adapter, where the
-// buffers are host memory: 512 MiB, the logits of up to ~540 rows of a 248,320-token
-// vocabulary (the embedded tiny model's 4 windows of 64 tokens take 8 MiB). Keeping them saves one
-// of the head's three vocabulary GEMMs, ~3 % of a lavapipe step of that model.
+// DefaultLogitsStoreCPU is KLLossBackward's logits store on a CPU adapter, where the buffers
+// are host memory: 512 MiB, the logits of up to ~540 rows of a 248,320-token vocabulary (the
+// embedded tiny model's 4 windows of 64 tokens take 8 MiB). Keeping them saves one of the
+// head's three vocabulary GEMMs, ~3 % of a lavapipe step of that model.
 const DefaultLogitsStoreCPU = 512 << 20
 
 // LogitsDims are the sizes of an LM head over the vocabulary (LogitsTopK, KLLossBackward):

@@ -7,8 +7,10 @@
 // lane's C ≤ 8 columns of one k are C bits of one word). Raw (ScaleC only): each sum before
 // ⊙ sc is also stored in raw [M, N]. Words (TransB and K % 32 == 0: every column's bits start
 // a word): a lane loads each column's u32 of 32 signs once per 8 k steps instead of a
-// nibble's word every step (on lavapipe each load is a loop over the lanes). Template
-// parameters: TransB, ScaleC, Accum, Raw, Words (bools), S, R, C.
+// nibble's word every step (on lavapipe each load is a loop over the lanes). For the same
+// reason sa reaches the lanes by subgroupShuffle (lane l loads sa[k4 + l] every S k steps) and
+// each lane loads its columns' sc once. Template parameters: TransB, ScaleC, Accum, Raw, Words
+// (bools), S, R, C.
 
 @group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> bits: array<u32>;
