@@ -27,8 +27,8 @@ type acts struct {
 	// kept, while recordLayer runs with keep, holds every BLR projection's t1 = (x⊙g)·Vᵀ and
 	// c = (t1⊙ℓ)·Uᵀ per path (gpu.BLRKept) in recorder temporaries (freed at the layer's
 	// submit) for its BLRBackward. In a work's kept activations (KeepActivations) it holds
-	// work buffers for t1 only (keptSpecs says why), allocated by NewWork for every BLR
-	// projection of the layer and written by the forward.
+	// work buffers for t1, and for c with KeepBLROutputs (keptSpecs says why), allocated by
+	// NewWork for every BLR projection of the layer and written by the forward.
 	kept map[*gpu.BLRLayer]gpu.BLRKept
 	// ownKept marks kept as the kept activations' own buffers: apply writes them and never
 	// adds recorder temporaries.

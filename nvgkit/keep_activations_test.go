@@ -9,22 +9,46 @@ import (
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
-// TestKeepActivations checks that a Student work with KeepActivations gives a step that is
-// bit-identical to the recomputing step on the BLR student (a GatedDeltaNet and an attention
-// layer): the same loss, per-token KL, d loss/d embeddings and every gradient, bit for bit,
-// over two steps (the second also checks the kept buffers are rewritten, not stale); that the
-// work grows by exactly KeptActivationBytes; and that a teacher's work refuses the option.
+// TestKeepActivations checks that a Student work with KeepActivations, and with
+// KeepBLROutputs as well, gives a step that is bit-identical to the recomputing step on the
+// BLR student (a GatedDeltaNet and an attention layer): the same loss, per-token KL, d loss/d
+// embeddings and every gradient, bit for bit, over two steps (the second also checks the kept
+// buffers are rewritten, not stale); that the work grows by exactly KeptActivationBytes (plus
+// KeptBLROutputBytes); that a teacher's work refuses the option; and that KeepBLROutputs
+// alone is refused.
 func TestKeepActivations(t *testing.T) {
 	d, c := blrStudent(t)
-	kw, err := nvgkit.NewWork(d, c.net, blrNB, blrT, nvgkit.KeepActivations())
+	t.Run("t1", func(t *testing.T) {
+		testKeepActivations(t, c, nvgkit.KeptActivationBytes(c.net, blrNB, blrT), nvgkit.KeepActivations())
+	})
+	t.Run("t1+c", func(t *testing.T) {
+		extra := nvgkit.KeptActivationBytes(c.net, blrNB, blrT) + nvgkit.KeptBLROutputBytes(c.net, blrNB, blrT)
+		testKeepActivations(t, c, extra, nvgkit.KeepActivations(), nvgkit.KeepBLROutputs())
+	})
+	if nvgkit.KeptBLROutputBytes(c.net, blrNB, blrT) == 0 {
+		t.Error("KeptBLROutputBytes = 0 for a BLR student")
+	}
+
+	_, _, tn := kittest.TinyTeacher(t)
+	if _, err := nvgkit.NewWork(d, tn, 1, 4, nvgkit.KeepActivations()); err == nil || !strings.Contains(err.Error(), "Student") {
+		t.Errorf("teacher work with KeepActivations: err = %v, want a refusal naming Student", err)
+	}
+	if _, err := nvgkit.NewWork(d, c.net, 1, 4, nvgkit.KeepBLROutputs()); err == nil || !strings.Contains(err.Error(), "needs KeepActivations") {
+		t.Errorf("KeepBLROutputs without KeepActivations: err = %v, want a refusal", err)
+	}
+	if n := nvgkit.KeptBLROutputBytes(tn, 1, 4); n != 0 {
+		t.Errorf("KeptBLROutputBytes(teacher) = %d, want 0", n)
+	}
+}
+
+// testKeepActivations compares steps through a work made with opts, which must hold extra
+// bytes more than c's recomputing work, with steps through c's work.
+func testKeepActivations(t *testing.T, c *blrCase, extra uint64, opts ...nvgkit.WorkOption) {
+	kw, err := nvgkit.NewWork(c.net.Device(), c.net, blrNB, blrT, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer kw.Release()
-	extra := nvgkit.KeptActivationBytes(c.net, blrNB, blrT)
-	if got := kw.Bytes() - c.work.Bytes(); got != extra || extra == 0 {
-		t.Errorf("kept work holds %d bytes more than the recomputing one, KeptActivationBytes says %d", got, extra)
-	}
 	type result struct {
 		st    nvgkit.StepStats
 		emb   []float32
@@ -90,9 +114,8 @@ func TestKeepActivations(t *testing.T) {
 		}
 		t.Logf("round %d: loss %.6f, %d gradients bit-identical", round, got.st.Loss, len(want.grads))
 	}
-
-	_, _, tn := kittest.TinyTeacher(t)
-	if _, err := nvgkit.NewWork(d, tn, 1, 4, nvgkit.KeepActivations()); err == nil || !strings.Contains(err.Error(), "Student") {
-		t.Errorf("teacher work with KeepActivations: err = %v, want a refusal naming Student", err)
+	// After the steps, so both works hold their top-k buffers.
+	if got := kw.Bytes() - c.work.Bytes(); got != extra || extra == 0 {
+		t.Errorf("kept work holds %d bytes more than the recomputing one, want %d", got, extra)
 	}
 }

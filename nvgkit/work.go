@@ -147,7 +147,7 @@ func TeacherWorkBytes(c arch.Config, nb, t int) uint64 {
 // t < 1, nb·t·width beyond 2³¹ elements, a buffer over the binding limit (named, with its
 // bytes and the limit), or an allocation failure (nothing stays allocated then).
 //
-// Options: KeepActivations (a Student's work only).
+// Options: KeepActivations and KeepBLROutputs (a Student's work only).
 func NewWork(dev *gpu.Device, net *Net, nb, t int, opts ...WorkOption) (*Work, error) {
 	if dev == nil {
 		return nil, errors.New("nvgkit.NewWork: nil device")
@@ -168,6 +168,9 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int, opts ...WorkOption) (*Work, e
 	if o.keep && net.Kind != Student {
 		return nil, errors.New("nvgkit.NewWork: KeepActivations is for a Student's work (a teacher pass keeps nothing for a backward)")
 	}
+	if o.keepC && !o.keep {
+		return nil, errors.New("nvgkit.NewWork: KeepBLROutputs needs KeepActivations (the c of a recomputed layer is kept by the recompute already)")
+	}
 	c := net.Config
 	w := &Work{NB: nb, T: t, dev: dev, cfg: c}
 	var specs []wspec
@@ -175,7 +178,7 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int, opts ...WorkOption) (*Work, e
 		w.st = &stWork{}
 		specs = studentSpecs(c, w.st)
 		if o.keep {
-			kept, err := keptSpecs(net, w.st)
+			kept, err := keptSpecs(net, w.st, o.keepC)
 			if err != nil {
 				return nil, err
 			}
@@ -197,7 +200,7 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int, opts ...WorkOption) (*Work, e
 // WorkOption is an option of NewWork.
 type WorkOption func(*workOptions)
 
-type workOptions struct{ keep bool }
+type workOptions struct{ keep, keepC bool }
 
 // KeepActivations makes a Student's work keep every layer's activations from Step's forward
 // for the backward, instead of keeping only each layer's input and recomputing the layer's
@@ -208,6 +211,16 @@ type workOptions struct{ keep bool }
 // Teacher net, and for a Student whose layers are not all loaded on the GPU.
 func KeepActivations() WorkOption { return func(o *workOptions) { o.keep = true } }
 
+// KeepBLROutputs, with KeepActivations, also keeps every BLR projection's per-path output
+// before ⊙h, c_p = (t1_p⊙ℓ_p)·U_pᵀ [nb·t, out_features] f32 (gpu.BLRKept.C; the forward's y
+// GEMM stores it beside y), so the backward skips its c GEMM too, one of its four sign-bit
+// GEMMs per path, for KeptBLROutputBytes(net, nb, t) more GPU memory. Bit-identical, as
+// KeepActivations is. It is what train.TrainConfig.ActivationBudget keeps when everything
+// fits; KeepActivations alone leaves it out because c is as large as the projections'
+// outputs (34 GiB more at 4B, 8 × 512 tokens, on the H200). NewWork refuses it without
+// KeepActivations.
+func KeepBLROutputs() WorkOption { return func(o *workOptions) { o.keepC = true } }
+
 // KeptActivationBytes is the GPU bytes KeepActivations adds to a Student's work of nb
 // windows of t tokens (rows = nb·t): for every layer, its activations (the widths of one
 // layer's acts in StudentWorkBytes' formula: 4·H + 3·I, plus 7·Q + 3·KV + nh for an
@@ -215,11 +228,23 @@ func KeepActivations() WorkOption { return func(o *workOptions) { o.keep = true 
 // projection of the layer, one t1 [rows, rank] per path, all F32: 4·rows·Σ widths. 0 for a
 // Teacher net.
 func KeptActivationBytes(net *Net, nb, t int) uint64 {
+	return keptBytes(net, nb, t, false)
+}
+
+// KeptBLROutputBytes is the GPU bytes KeepBLROutputs adds to a Student's kept activations
+// of nb windows of t tokens: for every BLR projection, one c [nb·t, out_features] f32 per
+// path. 0 for a Teacher net.
+func KeptBLROutputBytes(net *Net, nb, t int) uint64 {
+	return keptBytes(net, nb, t, true) - keptBytes(net, nb, t, false)
+}
+
+// keptBytes sums keptSpecs' buffers for nb·t rows (with the c buffers when keepC).
+func keptBytes(net *Net, nb, t int, keepC bool) uint64 {
 	if net == nil || net.Kind != Student {
 		return 0
 	}
 	var s stWork
-	sp, err := keptSpecs(net, &s)
+	sp, err := keptSpecs(net, &s, keepC)
 	if err != nil {
 		return 0
 	}
@@ -231,8 +256,9 @@ func KeptActivationBytes(net *Net, nb, t int) uint64 {
 }
 
 // keptSpecs lists the buffers of a Student work's kept activations (KeepActivations), one
-// acts per layer of its own mixer kind, and points each layer's kept map at its buffers.
-func keptSpecs(net *Net, s *stWork) ([]wspec, error) {
+// acts per layer of its own mixer kind, and points each layer's kept map at its buffers:
+// every BLR projection's t1 per path, and its c per path when keepC (KeepBLROutputs).
+func keptSpecs(net *Net, s *stWork, keepC bool) ([]wspec, error) {
 	c := net.Config
 	s.kept = make([]acts, len(net.layers))
 	var sp []wspec
@@ -249,13 +275,19 @@ func keptSpecs(net *Net, s *stWork) ([]wspec, error) {
 			if b == nil {
 				return nil, fmt.Errorf("nvgkit.NewWork: KeepActivations needs every layer of the student on the GPU; layer %d is not", l)
 			}
-			// t1 only: c, [rows, out] per path for every projection of every layer, would add
-			// 34 GiB to the 4B step's 53 GiB kept peak on the H200 (8 × 512 tokens) to save one
-			// GEMM of four, so its backward recomputes c (the default step keeps c only for the
-			// layer it recomputes).
+			// c only with keepC: [rows, out] per path for every projection of every layer, it
+			// would add 34 GiB to the 4B step's 53 GiB kept peak on the H200 (8 × 512 tokens) to
+			// save one GEMM of four (the recomputing step keeps c only for the layer it
+			// recomputes).
 			k := gpu.BLRKept{T1: make([]*gpu.Buffer, len(b.Paths))}
+			if keepC {
+				k.C = make([]*gpu.Buffer, len(b.Paths))
+			}
 			for p := range k.T1 {
 				sp = append(sp, wspec{&k.T1[p], fmt.Sprintf("%st1[%d] (a BLR projection's (x⊙g)·Vᵀ, path %d)", prefix, len(a.kept), p), b.Rank})
+				if keepC {
+					sp = append(sp, wspec{&k.C[p], fmt.Sprintf("%sc[%d] (a BLR projection's (t1⊙ℓ)·Uᵀ, path %d)", prefix, len(a.kept), p), b.M})
+				}
 			}
 			a.kept[b] = k
 		}

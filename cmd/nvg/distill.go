@@ -31,7 +31,7 @@ func init() {
 	register(&command{
 		name:    "distill",
 		summary: "compress a teacher to ~1 bit/weight and distil the student against it (default: the embedded tiny teacher on the Go standard library)",
-		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep N] [--keep-final] [--keep-activations] [--config RUN.json] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--steps N] [--keep N] [--mem-log …] [--stream-teacher] [--keep-activations]",
+		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep N] [--keep-final] [--keep-activations] [--activation-budget-mib 1024] [--config RUN.json] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--steps N] [--keep N] [--mem-log …] [--stream-teacher] [--keep-activations] [--activation-budget-mib N]",
 		run:     runDistill,
 	})
 }
@@ -106,12 +106,13 @@ func runDistill(args []string) error {
 
 	var res *resumePoint
 	if cli.resume != "" {
-		flagSteps, flagKeep, flagKeepActs := s.Config.Steps, s.Config.Keep, s.Config.KeepActivations // what the flags said, before distill.json replaces s
+		// What the flags said, before distill.json replaces s.
+		flagSteps, flagKeep, flagKeepActs, flagBudget := s.Config.Steps, s.Config.Keep, s.Config.KeepActivations, s.Config.ActivationBudget
 		for name := range set {
 			if name == "config" {
 				return usagef("--resume takes the run's settings from %s; --config cannot be given with it", filepath.Join(cli.resume, distillSettingsFile))
 			}
-			if name != "resume" && name != "o" && name != "out" && name != "mem-log" && name != "mem-log-every" && name != "stream-teacher" && name != "steps" && name != "keep" && name != "keep-activations" {
+			if name != "resume" && name != "o" && name != "out" && name != "mem-log" && name != "mem-log-every" && name != "stream-teacher" && name != "steps" && name != "keep" && name != "keep-activations" && name != "activation-budget-mib" {
 				return usagef("--resume takes the run's settings from %s; --%s cannot be changed", filepath.Join(cli.resume, distillSettingsFile), name)
 			}
 		}
@@ -143,6 +144,9 @@ func runDistill(args []string) error {
 		}
 		if set["keep-activations"] {
 			cfg.KeepActivations, s.Config.KeepActivations = flagKeepActs, flagKeepActs
+		}
+		if set["activation-budget-mib"] {
+			cfg.ActivationBudget, s.Config.ActivationBudget = flagBudget, flagBudget
 		}
 		if set["steps"] {
 			if err := res.ck.Extend(flagSteps); err != nil {

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/nvg-project/nvg/nvgkit/train"
@@ -53,6 +55,25 @@ func (f fileList) Set(v string) error {
 	return nil
 }
 
+// mibFlag is a flag.Value of a byte count given in whole MiB (≥ 0).
+type mibFlag struct{ p *int64 }
+
+func (f mibFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strconv.FormatInt(*f.p>>20, 10)
+}
+
+func (f mibFlag) Set(v string) error {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > 1<<43 {
+		return fmt.Errorf("want a whole number of MiB ≥ 0, got %q", v)
+	}
+	*f.p = n << 20
+	return nil
+}
+
 // distillFlags returns nvg distill's flag set bound to s (the settings of a run) and o. Each
 // flag's default is s's value when it is called: the defaults, or a --config file's values,
 // which the flags given on the command line then override.
@@ -81,6 +102,7 @@ func distillFlags(c *command, s *distillSettings, o *distillCLI) *flag.FlagSet {
 	fs.IntVar(&tc.Keep, "keep", tc.Keep, "checkpoints kept in the output directory, the latest steps' (a corrupt latest one falls back to the one before; 0: all)")
 	fs.BoolVar(&tc.KeepFinal, "keep-final", tc.KeepFinal, "export the final weights instead of the best held-out snapshot")
 	fs.BoolVar(&tc.KeepActivations, "keep-activations", tc.KeepActivations, "keep every layer's activations for the backward instead of recomputing them (faster steps, more GPU memory, identical results)")
+	fs.Var(mibFlag{&tc.ActivationBudget}, "activation-budget-mib", "GPU `MiB` the step may spend on kept activations without --keep-activations: they are kept when they fit (0: only with --keep-activations)")
 	fs.StringVar(&tc.OutDir, "o", tc.OutDir, "output directory (default out/distill-<UTC time>)")
 	fs.StringVar(&tc.OutDir, "out", tc.OutDir, "same as -o")
 	fs.StringVar(&o.resume, "resume", "", "continue the interrupted run in this output directory (other flags are taken from it; with --steps N more than planned, a finished or unfinished run is extended: the learning-rate schedule keeps its shape and the steps after the planned ones run at its floor, 10 % of --lr, cycling through the same training windows again)")

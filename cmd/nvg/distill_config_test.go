@@ -16,7 +16,7 @@ func TestDistillDefaultsAreTheLibrarys(t *testing.T) {
 	if err != nil || len(set) != 0 {
 		t.Fatal(err, set)
 	}
-	want := train.TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2}
+	want := train.TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2, ActivationBudget: 1 << 30}
 	if s.Config != want || s.Config != train.DefaultTrainConfig() || s.BPW != 1 || s.Paths != "auto" || s.Seed != 1 || s.Teacher != "" || s.TrainFiles != nil {
 		t.Errorf("defaults %+v, want config %+v", s, want)
 	}
@@ -91,6 +91,23 @@ func TestDistillConfigErrors(t *testing.T) {
 	} {
 		if _, stderr, code := capture(t, args); code != 2 || !strings.Contains(stderr, "MinLRFrac") && !strings.Contains(stderr, "--config cannot") {
 			t.Errorf("nvg %v: exit %d, %q; want 2", args, code, stderr)
+		}
+	}
+}
+
+// --activation-budget-mib sets TrainConfig.ActivationBudget in MiB and refuses what is not a
+// whole number of MiB ≥ 0, naming the flag.
+func TestDistillActivationBudgetFlag(t *testing.T) {
+	for arg, want := range map[string]int64{"0": 0, "64": 64 << 20, "2048": 2 << 30} {
+		s, _, set, err := parseDistillFlags(commands["distill"], []string{"--activation-budget-mib", arg})
+		if err != nil || !set["activation-budget-mib"] || s.Config.ActivationBudget != want {
+			t.Errorf("--activation-budget-mib %s: budget %d, set %v, err %v; want %d", arg, s.Config.ActivationBudget, set, err, want)
+		}
+	}
+	for _, arg := range []string{"-1", "1.5", "lots"} {
+		_, _, _, err := parseDistillFlags(commands["distill"], []string{"--activation-budget-mib", arg})
+		if err == nil || !strings.Contains(err.Error(), "activation-budget-mib") {
+			t.Errorf("--activation-budget-mib %s: err %v, want an error naming the flag", arg, err)
 		}
 	}
 }

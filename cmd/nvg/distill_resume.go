@@ -59,7 +59,7 @@ func loadResumePoint(out string, s distillSettings) (*resumePoint, error) {
 	fmt.Fprintf(os.Stderr, "resuming from %s (step %d of %d)\n", path, ck.Meta.Step, ck.Meta.Config.Steps)
 	norm := func(c train.TrainConfig) train.TrainConfig {
 		c = c.Resolved()
-		c.OutDir, c.TopKFile, c.Steps, c.ScheduleSteps, c.Keep, c.KeepActivations = "", "", 0, 0, 0, false
+		c.OutDir, c.TopKFile, c.Steps, c.ScheduleSteps, c.Keep, c.KeepActivations, c.ActivationBudget = "", "", 0, 0, 0, false, 0
 		return c
 	}
 	if a, b := norm(ck.Meta.Config), norm(s.Config); !reflect.DeepEqual(a, b) {

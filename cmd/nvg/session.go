@@ -228,8 +228,8 @@ func sessionBench(c *command, args []string) error {
 		return err
 	}
 	grad := names[0]
-	fmt.Printf("nvg session bench: the embedded tiny teacher, %s (NB %d, T %d, K %d, %d training windows, KeepActivations %v), on %s\n",
-		what, setup.Train.NB, setup.Train.T, setup.Train.K, info.TrainWindows, setup.Train.KeepActivations, info.Device)
+	fmt.Printf("nvg session bench: the embedded tiny teacher, %s (NB %d, T %d, K %d, %d training windows, KeepActivations %v), on %s\n%s\n",
+		what, setup.Train.NB, setup.Train.T, setup.Train.K, info.TrainWindows, setup.Train.KeepActivations, info.Device, info.Activations)
 
 	// Cold and warm cells alternate, so that a machine whose speed drifts over the minutes
 	// of the run (a shared VM) moves both medians alike.

@@ -364,6 +364,10 @@ type Train struct {
 	// recomputing them: faster steps, more GPU memory, bit-identical results
 	// (train.TrainConfig.KeepActivations).
 	KeepActivations bool
+	// ActivationBudget is the GPU bytes the step may spend on kept activations unasked: all of
+	// them when they fit, else without the BLR outputs c when those fit, else none
+	// (train.TrainConfig.ActivationBudget). DefaultSetup: 1 GiB; 0: only KeepActivations.
+	ActivationBudget int64
 	// TrainSigns, when true, also trains the BLR factors' signs (train.TrainConfig.TrainSigns,
 	// nvg distill --train-signs; DESIGN.md §6 "Sign learning"): every backward adds to each
 	// sign's int8 score, and every applied AdamStep then flips, per sign matrix, the signs of
@@ -436,11 +440,11 @@ func (c SignConfig) Validate() error {
 // DefaultSetup returns the defaults of nvg distill: the embedded tiny teacher compressed to
 // 1 bit per weight (paths auto, seed 1), the embedded corpus, 24 steps of 4 windows × 64
 // tokens, top-32, lr 0.05 with 3 warm-up steps and cosine decay to 10 %, gradients clipped
-// to norm 1, 8 held-out windows, the metric alone trained (TrainSigns false, Signs zero:
-// DefaultSigns when turned on).
+// to norm 1, 8 held-out windows, activations kept when they fit 1 GiB, the metric alone
+// trained (TrainSigns false, Signs zero: DefaultSigns when turned on).
 func DefaultSetup() Setup {
 	return Setup{BitsPerWeight: 1, Paths: "auto",
-		Train: Train{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalWindows: 8, Seed: 1}}
+		Train: Train{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalWindows: 8, Seed: 1, ActivationBudget: 1 << 30}}
 }
 
 // Validate reports the first field of s that is out of range, naming it (the same ranges as
@@ -476,6 +480,8 @@ func (s Setup) Validate() error {
 		return fmt.Errorf("session: Setup.Train.EvalWindows = %d, want ≥ 1", t.EvalWindows)
 	case t.ScheduleSteps < 0:
 		return fmt.Errorf("session: Setup.Train.ScheduleSteps = %d, want ≥ 0 (0: Steps)", t.ScheduleSteps)
+	case t.ActivationBudget < 0:
+		return fmt.Errorf("session: Setup.Train.ActivationBudget = %d, want ≥ 0 bytes (0: keep only with KeepActivations)", t.ActivationBudget)
 	}
 	return t.Signs.Validate()
 }
@@ -536,6 +542,9 @@ type Info struct {
 	Step, AdamStep, Skipped int
 	// TeacherSeconds is the teacher pass's wall time, SetupSeconds Setup's.
 	TeacherSeconds, SetupSeconds float64
+	// Activations says what the student's step keeps for its backward and its GPU bytes
+	// (Train.KeepActivations and ActivationBudget; train.Trainer.Activations).
+	Activations string
 	// Snapshots are the stored snapshot tags, sorted.
 	Snapshots []string
 }

@@ -269,6 +269,7 @@ func trainConfig(s session.Setup) TrainConfig {
 	c.Steps, c.NB, c.T, c.Windows, c.K = t.Steps, t.NB, t.T, t.Windows, t.K
 	c.LR, c.Warmup, c.MinLRFrac, c.ClipNorm = t.LR, t.Warmup, t.MinLRFrac, t.ClipNorm
 	c.EvalWindows, c.Seed, c.ScheduleSteps, c.KeepActivations = t.EvalWindows, t.Seed, t.ScheduleSteps, t.KeepActivations
+	c.ActivationBudget = t.ActivationBudget
 	c.TrainSigns, c.Signs = t.TrainSigns, nvgkit.SignConfig(t.Signs) // the same fields in the same order
 	c.EvalEvery, c.KeepFinal = 0, true
 	return c
@@ -484,6 +485,7 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 	}
 	tr.Progress = nil
 	st.info.TeacherSeconds = time.Since(t0).Seconds()
+	st.info.Activations = tr.Activations()
 
 	// Evaluations of the teacher and the untrained student (as Trainer.Run starts).
 	c := tr.Config
@@ -543,11 +545,11 @@ func c2(n *nvgkit.Net) (int, int, int) {
 }
 
 // sameSchedule reports whether a checkpoint's configuration a trains like b: every field but
-// where the outputs go, how many are kept and whether activations are kept (bit-identical).
+// where the outputs go, how many are kept and which activations are kept (bit-identical).
 func sameSchedule(a, b TrainConfig) bool {
 	a, b = a.Resolved(), b.Resolved()
-	a.OutDir, a.TopKFile, a.Keep, a.EvalEvery, a.CheckpointEvery, a.KeepFinal, a.KeepActivations = "", "", 0, 0, 0, false, false
-	b.OutDir, b.TopKFile, b.Keep, b.EvalEvery, b.CheckpointEvery, b.KeepFinal, b.KeepActivations = "", "", 0, 0, 0, false, false
+	a.OutDir, a.TopKFile, a.Keep, a.EvalEvery, a.CheckpointEvery, a.KeepFinal, a.KeepActivations, a.ActivationBudget = "", "", 0, 0, 0, false, false, 0
+	b.OutDir, b.TopKFile, b.Keep, b.EvalEvery, b.CheckpointEvery, b.KeepFinal, b.KeepActivations, b.ActivationBudget = "", "", 0, 0, 0, false, false, 0
 	return a == b
 }
 

@@ -664,7 +664,7 @@ func TestLabDefaultSetupIsDistills(t *testing.T) {
 	s, c := session.DefaultSetup().Train, train.DefaultTrainConfig()
 	if s.Steps != c.Steps || s.NB != c.NB || s.T != c.T || s.Windows != c.Windows || s.K != c.K || s.LR != c.LR || s.Warmup != c.Warmup ||
 		s.MinLRFrac != c.MinLRFrac || s.ClipNorm != c.ClipNorm || s.EvalWindows != c.EvalWindows || s.Seed != c.Seed || s.ScheduleSteps != c.ScheduleSteps ||
-		s.KeepActivations != c.KeepActivations || s.TrainSigns != c.TrainSigns || nvgkit.SignConfig(s.Signs) != c.Signs {
+		s.KeepActivations != c.KeepActivations || s.ActivationBudget != c.ActivationBudget || s.TrainSigns != c.TrainSigns || nvgkit.SignConfig(s.Signs) != c.Signs {
 		t.Errorf("DefaultSetup().Train = %+v, DefaultTrainConfig() = %+v", s, c)
 	}
 	if d, n := session.DefaultSigns(), nvgkit.DefaultSigns(); nvgkit.SignConfig(d) != n {

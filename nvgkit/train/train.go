@@ -85,6 +85,18 @@ type TrainConfig struct {
 	// nvgkit.KeptActivationBytes more GPU memory, bit-identical results (so a run may be
 	// resumed with or without it). Off by default: the recomputing step needs the least memory.
 	KeepActivations bool `json:"keep_activations,omitempty"`
+	// ActivationBudget is the GPU memory, in bytes, the student's step may spend on kept
+	// activations without being asked (KeepActivations): when the student's
+	// nvgkit.KeptActivationBytes + nvgkit.KeptBLROutputBytes for NB windows of T tokens fit in
+	// it, the step keeps all of them (nvgkit.KeepActivations and KeepBLROutputs: no recompute
+	// and no c GEMM in the backward); else, when KeptActivationBytes alone fits, it keeps
+	// those; else it recomputes (unless KeepActivations). Like HF models, which keep every
+	// activation unless gradient checkpointing is asked for, a small model gets the fastest
+	// step, and a large one the least memory. Bit-identical either way. DefaultTrainConfig:
+	// 1 GiB, which the embedded tiny model's default step fits (95.5 MiB with c) and a 0.8B
+	// step as nvg bench runs it on the H200 does not (≈ 16 GiB without c). 0: only
+	// KeepActivations keeps.
+	ActivationBudget int64 `json:"activation_budget,omitempty"`
 	// TrainSigns, when true, also trains the BLR factors' signs (nvgkit.EnableSigns with
 	// Signs; DESIGN.md "Sign learning"): scores accumulate in every backward and
 	// nvgkit.SignStep flips after each Adam step; checkpoints carry the sign bits and scores.
@@ -99,14 +111,17 @@ type TrainConfig struct {
 // flags (the one table of defaults): 24 steps of 4 windows × 64 tokens, new windows every
 // step, top-32 KL, lr 0.05 with 3 warm-up steps and cosine decay to 10 %, gradient norm
 // clipped to 1, held-out evaluation of 8 windows every 8 steps, seed 1, checkpoints with
-// every evaluation (the 2 latest kept), no OutDir. They are sized so that the whole nvg distill run on the
+// every evaluation (the 2 latest kept), activations kept when they fit 1 GiB, no OutDir. They are sized so that the whole nvg distill run on the
 // embedded tiny teacher (8 layers, hidden 256, vocab 8192) finishes within 15 minutes on 2
 // CPU cores through lavapipe; a large run wants more steps and tokens and a lower LR (the
 // README's H200 run: 400 steps × 16 × 512 tokens, lr 0.005, 50 warm-up steps).
 func DefaultTrainConfig() TrainConfig {
 	return TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1,
-		EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2}
+		EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2, ActivationBudget: DefaultActivationBudget}
 }
+
+// DefaultActivationBudget is DefaultTrainConfig's ActivationBudget: 1 GiB.
+const DefaultActivationBudget = 1 << 30
 
 // Resolved returns c with the fields whose 0 stands for another field's value filled in, as
 // Trainer.Config holds them: Windows 0 ↦ Steps·NB, CheckpointEvery 0 ↦ EvalEvery (or −1 when
@@ -173,6 +188,8 @@ func (c TrainConfig) Validate() error {
 		return bad("Keep", c.Keep, "≥ 0 (0 keeps every checkpoint)")
 	case c.ScheduleSteps < 0:
 		return bad("ScheduleSteps", c.ScheduleSteps, "≥ 0 (0: the schedule spans Steps)")
+	case c.ActivationBudget < 0:
+		return bad("ActivationBudget", c.ActivationBudget, "≥ 0 bytes (0: keep only with KeepActivations)")
 	}
 	if c.TrainSigns {
 		if err := c.SignKnobs().Validate(); err != nil {

@@ -48,7 +48,7 @@ func TestLRSchedule(t *testing.T) {
 func TestTrainConfigDefaults(t *testing.T) {
 	c := train.DefaultTrainConfig()
 	want := train.TrainConfig{Steps: 24, NB: 4, T: 64, Windows: 0, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1,
-		EvalEvery: 8, EvalWindows: 8, Seed: 1, CheckpointEvery: 0, Keep: 2}
+		EvalEvery: 8, EvalWindows: 8, Seed: 1, CheckpointEvery: 0, Keep: 2, ActivationBudget: 1 << 30}
 	if c != want {
 		t.Errorf("defaults: %+v, want %+v", c, want)
 	}

@@ -84,7 +84,8 @@ type Trainer struct {
 	metrics          []*metricsSink // metrics.jsonl during Run (first), then AddMetricsWriter's
 	wallBase         float64        // WallSeconds when Run started, and when
 	wallStart        time.Time
-	notes            []string // Resume's warnings, logged when Run starts
+	notes            []string // Resume's warnings and the activations line, logged when Run starts
+	activations      string   // what the student's step keeps for its backward (Activations)
 	comm             Comm     // the data-parallel ranks (WithComm; SingleProcess)
 	micro            int      // micro-batches per rank (WithMicroBatches; 1)
 }
@@ -146,10 +147,8 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 	if err != nil {
 		return nil, err
 	}
-	var keep []nvgkit.WorkOption
-	if cfg.KeepActivations {
-		keep = append(keep, nvgkit.KeepActivations())
-	}
+	keep, note := activationOptions(cfg, student, nbp)
+	tr.notes, tr.activations = append(tr.notes, note), note
 	if tr.sWork, err = nvgkit.NewWork(student.Device(), student, nbp, cfg.T, keep...); err != nil {
 		return nil, err
 	}
@@ -184,7 +183,7 @@ func Resume(teacher, student *nvgkit.Net, train, heldOut []int, path string, opt
 	if err != nil {
 		return nil, err
 	}
-	tr.notes = notes
+	tr.notes = append(notes, tr.notes...)
 	return tr, nil
 }
 
@@ -253,6 +252,12 @@ func (tr *Trainer) Close() {
 
 // Step returns the number of optimizer steps done.
 func (tr *Trainer) Step() int { return tr.st.Step }
+
+// Activations says what the student's step keeps for its backward, and its GPU bytes, as
+// KeepActivations and ActivationBudget decided (the line Run logs first), e.g.
+// "activations: kept for the backward with every BLR path's c (75.6 MiB, within the
+// budget of 1024.0 MiB)".
+func (tr *Trainer) Activations() string { return tr.activations }
 
 // Windows returns the run's training windows (Config.Windows windows of T+1 tokens; step s
 // uses windows i0 … i0+NB−1 with i0 = (s−1)·NB mod Config.Windows). Do not modify.
@@ -740,3 +745,34 @@ func (tr *Trainer) finishStep(s int, lr, loss, gradNorm float64, ok bool) (skipp
 	tr.st.GradNorm = append(tr.st.GradNorm, gradNorm)
 	return !ok, nil
 }
+
+// activationOptions returns the student work's options for cfg (KeepActivations and
+// ActivationBudget; TrainConfig.ActivationBudget says the rule) for nb windows per pass, and
+// a line saying what is kept, for the log.
+func activationOptions(cfg TrainConfig, student *nvgkit.Net, nb int) ([]nvgkit.WorkOption, string) {
+	acts := nvgkit.KeptActivationBytes(student, nb, cfg.T)
+	c := nvgkit.KeptBLROutputBytes(student, nb, cfg.T)
+	budget := uint64(max(cfg.ActivationBudget, 0))
+	if acts == 0 { // a layer not on the GPU: NewWork refuses KeepActivations, naming it
+		if cfg.KeepActivations {
+			return []nvgkit.WorkOption{nvgkit.KeepActivations()}, "activations: kept (KeepActivations)"
+		}
+		return nil, "activations: recomputed per layer in the backward (the student is not all on the GPU)"
+	}
+	switch {
+	case acts+c <= budget:
+		return []nvgkit.WorkOption{nvgkit.KeepActivations(), nvgkit.KeepBLROutputs()},
+			fmt.Sprintf("activations: kept for the backward with every BLR path's c (%s, within the budget of %s)", mib(acts+c), mib(budget))
+	case cfg.KeepActivations || acts <= budget:
+		why := "KeepActivations"
+		if !cfg.KeepActivations {
+			why = "within the budget of " + mib(budget)
+		}
+		return []nvgkit.WorkOption{nvgkit.KeepActivations()},
+			fmt.Sprintf("activations: kept for the backward (%s, %s; with c %s)", mib(acts), why, mib(acts+c))
+	}
+	return nil, fmt.Sprintf("activations: recomputed per layer in the backward (keeping them would take %s, above the budget of %s)", mib(acts), mib(budget))
+}
+
+// mib formats bytes in MiB.
+func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -485,3 +485,64 @@ func TestTrainerExtendExact(t *testing.T) {
 		t.Errorf("top-k file of another teacher: %v", err)
 	}
 }
+
+// ActivationBudget decides what the student's step keeps (TrainConfig.ActivationBudget's
+// rule, said by Trainer.Activations), and every choice trains bit-identically: two steps
+// with all activations and the BLR outputs c kept, with t1 only, and recomputed give the
+// same losses and held-out perplexity, bit for bit.
+func TestTrainerActivationBudget(t *testing.T) {
+	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
+	base := train.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 0, EvalWindows: 2, Seed: 3, ClipNorm: 1, MinLRFrac: 0.1}
+	student := kittest.LoadStudent(t, d, sm)
+	acts := nvgkit.KeptActivationBytes(student, base.NB, base.T)
+	c := nvgkit.KeptBLROutputBytes(student, base.NB, base.T)
+	if acts == 0 || c == 0 {
+		t.Fatalf("KeptActivationBytes %d, KeptBLROutputBytes %d: want both > 0", acts, c)
+	}
+	var want *train.Report
+	for _, tc := range []struct {
+		name   string
+		budget int64
+		keep   bool
+		says   string
+	}{
+		{"recompute", 0, false, "recomputed"},
+		{"budget fits all", int64(acts + c), false, "with every BLR path's c"},
+		{"budget fits t1", int64(acts + c - 1), false, "within the budget"},
+		{"budget too small", int64(acts - 1), false, "recomputed"},
+		{"KeepActivations", 0, true, "KeepActivations"},
+		{"KeepActivations, budget fits all", 1 << 30, true, "with every BLR path's c"},
+	} {
+		cfg := base
+		cfg.ActivationBudget, cfg.KeepActivations = tc.budget, tc.keep
+		tr, err := train.NewTrainer(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !strings.Contains(tr.Activations(), tc.says) {
+			t.Errorf("%s: Activations() = %q, want it to contain %q", tc.name, tr.Activations(), tc.says)
+		}
+		rep, err := tr.Run(context.Background())
+		tr.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if want == nil {
+			want = rep
+			continue
+		}
+		for i := range want.Loss {
+			if math.Float64bits(rep.Loss[i]) != math.Float64bits(want.Loss[i]) {
+				t.Errorf("%s: step %d loss %.17g, recomputing run %.17g", tc.name, i+1, rep.Loss[i], want.Loss[i])
+			}
+		}
+		if math.Float64bits(rep.DistilledPPL) != math.Float64bits(want.DistilledPPL) {
+			t.Errorf("%s: perplexity %.17g, recomputing run %.17g", tc.name, rep.DistilledPPL, want.DistilledPPL)
+		}
+	}
+	bad := base
+	bad.ActivationBudget = -1
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "ActivationBudget") {
+		t.Errorf("ActivationBudget −1: Validate = %v, want an error naming it", err)
+	}
+}
