@@ -7,6 +7,19 @@ import "fmt"
 // variables (the stack on lavapipe), so the WGSL and its compile time grow with it.
 const gatedDeltaRuleLanesChunk = 4
 
+// gdrbLanesCols is the number of value columns each lane of GatedDeltaRuleBackwardLanes owns
+// for key head dim dk: 8 up to dk = 128 (Qwen3.5's), else 2. More columns per lane mean
+// fewer slices, so fewer subgroupAdds of the column sums per token (a third of the kernel's
+// time at 2): at the tiny model's dk = dv = 128, t = 64 the kernel takes 0.58× the time of 2
+// columns (0.70× at 4), and its pipeline ~1.5 s longer to compile on lavapipe. Above dk = 128
+// the private state (8 columns × dk/4 vec4s, five copies) would grow the compile further.
+func gdrbLanesCols(dk int) int {
+	if dk <= 128 {
+		return 8
+	}
+	return 2
+}
+
 // gdrbLanesParams are gated_delta_rule_lanes.wgsl's template parameters (Backward).
 type gdrbLanesParams struct {
 	S, C, DK, DV, D4, KL, NSLICE, CL int
@@ -20,7 +33,8 @@ func gdrbLanesSizes(d *Device, dims DeltaRuleDims) (scratch, part, part1, nslice
 	s := max(d.info.SubgroupSize, 1)
 	cl := gatedDeltaRuleLanesChunk
 	nck := (dims.T + cl - 1) / cl
-	nslice = (dims.DV + s*gatedDeltaRuleLanesCols - 1) / (s * gatedDeltaRuleLanesCols)
+	cc := gdrbLanesCols(dims.DK)
+	nslice = (dims.DV + s*cc - 1) / (s * cc)
 	rows := dims.NB * dims.T
 	return dims.NB * dims.HV * nck * dims.DK * dims.DV, 2 * nslice * rows * dims.HV * dims.DK, 2 * nslice * rows * dims.HV, nslice
 }
@@ -38,15 +52,16 @@ func GatedDeltaRuleBackwardLanesFits(d *Device, dims DeltaRuleDims) bool {
 
 // GatedDeltaRuleBackwardLanes records the backward of the gated delta rule, as
 // GatedDeltaRuleBackward (same arguments, layouts and gradients within f32 rounding), in the
-// lane-blocked form of CPU adapters (wgsl/gated_delta_rule_lanes.wgsl, Backward): one subgroup
-// per (window, value head, slice of 2·S value columns) sweeps the window forward writing a
-// checkpoint every gatedDeltaRuleLanesChunk (4) tokens, then goes back chunk by chunk, recomputing the chunk's states
-// from its checkpoint into private variables and stepping its tokens back with the state and
-// its gradient in registers; per-slice column sums of dq, dk, dβ and dg are added over the lanes and then
+// lane-blocked form of CPU adapters (wgsl/gated_delta_rule_lanes.wgsl, Backward): one
+// subgroup per (window, value head, slice of CC·S value columns, CC = gdrbLanesCols(dk))
+// sweeps the window forward writing a checkpoint every gatedDeltaRuleLanesChunk (4) tokens,
+// then goes back chunk by chunk, recomputing the chunk's states from its checkpoint into
+// private variables and stepping its tokens back with the state and its gradient in
+// registers; per-slice column sums of dq, dk, dβ and dg are added over the lanes and then
 // over slices and value heads by a second kernel, in a fixed order (deterministic).
 // GatedDeltaRuleBackwardAuto takes it wherever GatedDeltaRuleBackwardLanesFits.
 // Memory: scratch of r.Temp, 4·nb·hv·⌈t/CL⌉·dk·dv bytes (CL = gatedDeltaRuleLanesChunk), and
-// partial sums 8·⌈dv/(2S)⌉·nb·t·hv·(dk + 1) bytes, each within one storage binding.
+// partial sums 8·⌈dv/(CC·S)⌉·nb·t·hv·(dk + 1) bytes, each within one storage binding.
 // Errors: those of GatedDeltaRuleBackward, a device without a probed subgroup size, dk not a
 // multiple of 4 or above 256, and scratch or partial sums beyond one binding.
 func GatedDeltaRuleBackwardLanes(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
@@ -84,7 +99,7 @@ func GatedDeltaRuleBackwardLanes(r *Recorder, q, k, v, g, beta, do, dq, dkey, dv
 	d4 := dk / 4
 	kern, err := r.d.Kernel(KernelSpec{
 		Name: op, File: "gated_delta_rule_lanes.wgsl",
-		Params:   gdrbLanesParams{S: s, C: gatedDeltaRuleLanesCols, DK: dk, DV: dv, D4: d4, KL: (d4 + s - 1) / s, NSLICE: nslice, CL: cl, Backward: true},
+		Params:   gdrbLanesParams{S: s, C: gdrbLanesCols(dk), DK: dk, DV: dv, D4: d4, KL: (d4 + s - 1) / s, NSLICE: nslice, CL: cl, Backward: true},
 		Bindings: []Access{Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite},
 		Uniforms: 5,
 	})

@@ -18,7 +18,7 @@ import (
 // of t = 70), an awkward geometry (dk = 12 and dv = 37 not multiples of the 16×16 tiles,
 // hv = 3·hk with two key heads, t = 5), t = 1, and the chunked forward's awkward
 // geometries (t = 37, 100, 130 and 70 with short last chunks, hv/hk = 1 and 2, several
-// windows, dk = dv = 16 and 32, strongly negative g).
+// windows, dk = dv = 16 and 32, strongly negative g, dv = 70 past one lanes slice).
 var deltaRuleBackwardCases = []struct {
 	dims   gpu.DeltaRuleDims
 	gscale float64
@@ -32,6 +32,9 @@ var deltaRuleBackwardCases = []struct {
 	{gpu.DeltaRuleDims{NB: 1, T: 130, HK: 1, HV: 1, DK: 16, DV: 16}, 40},
 	{gpu.DeltaRuleDims{NB: 1, T: 70, HK: 1, HV: 2, DK: 128, DV: 128}, 1},
 	{gpu.DeltaRuleDims{NB: 1, T: 1, HK: 1, HV: 1, DK: 8, DV: 4}, 1},
+	// dv = 70 past one slice of the lanes form (8 columns × 8 lanes), the second slice 6
+	// columns live.
+	{gpu.DeltaRuleDims{NB: 1, T: 9, HK: 1, HV: 2, DK: 8, DV: 70}, 1},
 }
 
 // deltaRuleBackwardImpl is one implementation of the gated delta rule backward under the
