@@ -60,6 +60,15 @@ func SetGEMMLanes(on bool) (restore func()) {
 	return func() { gemmLanesForce = old }
 }
 
+// SetRowLanes chooses the form of the one-workgroup-per-row kernels on CPU adapters (their
+// lanes form when on, the default; the workgroup form when off) and returns a function
+// restoring the old choice.
+func SetRowLanes(on bool) (restore func()) {
+	old := rowLanesOff
+	rowLanesOff = !on
+	return func() { rowLanesOff = old }
+}
+
 // GEMMLanesDispatches is the number of lane-blocked GEMMs recorded so far in this process.
 func GEMMLanesDispatches() int { return gemmLanesDispatches }
 

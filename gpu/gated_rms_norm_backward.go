@@ -46,7 +46,7 @@ func GatedRMSNormBackward(r *Recorder, x, z, w, dy, dx, dz, dw *Buffer, rows, hv
 		return err
 	}
 	k, err := r.d.Kernel(KernelSpec{
-		Name: op, File: "gated_rms_norm_backward.wgsl", Params: struct{ WG int }{gatedRMSNormWG},
+		Name: op, File: "gated_rms_norm_backward.wgsl", Params: r.d.rowForm(gatedRMSNormWG),
 		Bindings: []Access{Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 3,
 	})
 	if err != nil {

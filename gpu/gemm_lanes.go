@@ -50,6 +50,10 @@ func (d *Device) probeSubgroup() (int, error) {
 // (else the automatic choice: on CPU adapters only).
 var gemmLanesForce bool
 
+// rowLanesOff, set by tests (SetRowLanes), makes the one-workgroup-per-row kernels take
+// their workgroup form on CPU adapters too, so the two forms can be compared.
+var rowLanesOff bool
+
 // gemmLanesDispatches counts the lane-blocked GEMMs recorded (tests check a forced variant ran).
 var gemmLanesDispatches int
 
@@ -93,4 +97,23 @@ func (r *Recorder) dispatchLanes(kn *Kernel, p lanesParams, m, n int, uniforms [
 	}
 	gemmLanesDispatches++
 	return nil
+}
+
+// rowForm is the form of a one-workgroup-per-row kernel (reduce.wgsl's red_row_open), part
+// of its template parameters: the workgroup form of WG threads (Lanes false, Q 1), or on CPU
+// adapters the lanes form (one subgroup of S lanes per row, each doing Q = WG/S threads'
+// work; the same bits).
+type rowForm struct {
+	WG, S, Q int
+	Lanes    bool
+}
+
+// rowForm returns the form a one-workgroup-per-row kernel of wg threads takes here: lanes on
+// CPU adapters with a probed subgroup size dividing wg (unless a test turned it off).
+func (d *Device) rowForm(wg int) rowForm {
+	s := d.info.SubgroupSize
+	if s == 0 || !d.info.CPU || wg%s != 0 || rowLanesOff {
+		return rowForm{WG: wg, S: max(s, 1), Q: 1}
+	}
+	return rowForm{WG: wg, S: s, Q: wg / s, Lanes: true}
 }

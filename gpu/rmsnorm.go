@@ -38,9 +38,9 @@ func RMSNorm(r *Recorder, x, w, y *Buffer, rows, n int, eps float64, zeroCentred
 	if err := r.dispatch1D(KernelSpec{
 		Name: op, File: "rmsnorm.wgsl",
 		Params: struct {
-			WG          int
+			rowForm
 			ZeroCentred bool
-		}{rmsNormWG, zeroCentred},
+		}{r.d.rowForm(rmsNormWG), zeroCentred},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
 	}, rows, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(eps))}, Whole(x), Whole(w), Whole(y)); err != nil {
 		return err

@@ -41,9 +41,9 @@ func RMSNormBackward(r *Recorder, x, w, dy, dx, dw *Buffer, rows, n int, eps flo
 	k, err := r.d.Kernel(KernelSpec{
 		Name: op, File: "rmsnorm_backward.wgsl",
 		Params: struct {
-			WG          int
+			rowForm
 			ZeroCentred bool
-		}{rmsNormWG, zeroCentred},
+		}{r.d.rowForm(rmsNormWG), zeroCentred},
 		Bindings: []Access{Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 3,
 	})
 	if err != nil {

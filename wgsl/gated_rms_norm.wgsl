@@ -2,8 +2,9 @@
 // Qwen3NextRMSNormGated), per value head over dv with a plain gain:
 //   y = w ⊙ x · rsqrt(mean(x²) + eps) ⊙ silu(z)
 // x, z, y: f32 [rows, hv, dv] row-major, i.e. groups = rows·hv groups of n = dv values;
-// w: f32 [dv]. One workgroup of WG threads per group, tree reduction, f32 throughout.
-// Template parameters: WG (power of two).
+// w: f32 [dv]. One workgroup of WG threads per group, tree reduction, f32 throughout, or its
+// lanes form (reduce.wgsl: one subgroup per group, the same bits).
+// Template parameters: WG (power of two), Lanes, S, Q.
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> z: array<f32>;
@@ -19,11 +20,11 @@ struct Params {
 
 var<workgroup> partial: array<f32, {{.WG}}>;
 
-{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.groups")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.groups")}}
     let base = r * p.n;
-{{- template "red_sum_squares" (dict "WG" .WG "X" "x" "Base" "base" "N" "p.n")}}
-    let inv = inverseSqrt(partial[0] / f32(p.n) + p.eps);
-    for (var c = lid; c < p.n; c += {{.WG}}u) {
+{{- template "red_sum_squares" (dict "P" . "X" "x" "Base" "base" "N" "p.n" "Out" "ss")}}
+    let inv = inverseSqrt(ss / f32(p.n) + p.eps);
+    for (var c = lane0; c < p.n; c += RSTEP) {
         let zz = z[base + c];
         // silu(z) = z·sigmoid(z), sigmoid without overflow.
 {{- template "ew_sigmoid" (dict "X" "zz" "S" "sg")}}

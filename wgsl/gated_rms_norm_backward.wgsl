@@ -7,7 +7,8 @@
 // and inv[group]. x, z, dy, dx, dz, dn: f32 [groups, n] row-major; w: f32 [n];
 // inv: f32 [groups]. One workgroup of WG threads per group (linear index wid.x + wid.y·nwg.x);
 // both sums reduced by a fixed tree in workgroup memory (every slot written before the
-// barrier). Template parameters: WG (power of two).
+// barrier), or its lanes form (reduce.wgsl: one subgroup per group, the same bits). Template
+// parameters: WG (power of two), Lanes, S, Q.
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> z: array<f32>;
@@ -35,19 +36,21 @@ fn sig(v: f32) -> vec2<f32> {
     return select(vec2<f32>(b, a), vec2<f32>(a, b), v >= 0.0);
 }
 
-{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.groups")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.groups")}}
     let base = r * p.n;
-    var s = vec2<f32>(0.0);
-    for (var c = lid; c < p.n; c += {{.WG}}u) {
+{{- range $q := seq .Q}}
+    var s{{$q}} = vec2<f32>(0.0);
+    for (var c = {{template "red_l" (dict "P" $ "Q" $q)}}; c < p.n; c += {{$.WG}}u) {
         let xv = x[base + c];
         let zv = z[base + c];
         let dn = dy[base + c] * (zv * sig(zv).x);
-        s += vec2<f32>(xv * xv, w[c] * dn * xv);
+        s{{$q}} += vec2<f32>(xv * xv, w[c] * dn * xv);
     }
-{{- template "red_sum" (dict "WG" .WG "Buf" "partial" "Val" "s")}}
-    let inv = inverseSqrt(partial[0].x / f32(p.n) + p.eps);
-    let k = inv * inv * inv * partial[0].y / f32(p.n);
-    for (var c = lid; c < p.n; c += {{.WG}}u) {
+{{- end}}
+{{- template "red_row_sum" (dict "P" . "Buf" "partial" "U" "s" "Out" "tot")}}
+    let inv = inverseSqrt(tot.x / f32(p.n) + p.eps);
+    let k = inv * inv * inv * tot.y / f32(p.n);
+    for (var c = lane0; c < p.n; c += RSTEP) {
         let i = base + c;
         let xv = x[i];
         let zv = z[i];
@@ -58,7 +61,7 @@ fn sig(v: f32) -> vec2<f32> {
         dx[i] = inv * w[c] * dn - k * xv;
         dz[i] = d * w[c] * (xv * inv) * (sg.x * (1.0 + zv * sg.y));
     }
-    if (lid == 0u) {
+    if (lane_first) {
         inv_out[r] = inv;
     }
 }

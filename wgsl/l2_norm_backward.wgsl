@@ -5,7 +5,8 @@
 // unlike the ε-free form (dy − y(y·dy))/‖x‖.
 // x, dy, dx: f32 [rows, n] row-major. One workgroup of WG threads per row (linear index
 // wid.x + wid.y·nwg.x); Σx² and x·dy reduced by a fixed tree in workgroup memory (every slot
-// written before the barrier). Template parameters: WG (power of two).
+// written before the barrier), or its lanes form (reduce.wgsl: one subgroup per row, the
+// same bits). Template parameters: WG (power of two), Lanes, S, Q.
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> dy: array<f32>;
@@ -20,18 +21,20 @@ struct Params {
 
 var<workgroup> partial: array<vec2<f32>, {{.WG}}>;
 
-{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.rows")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows")}}
     let base = r * p.n;
-    var s = vec2<f32>(0.0);
-    for (var c = lid; c < p.n; c += {{.WG}}u) {
+{{- range $q := seq .Q}}
+    var s{{$q}} = vec2<f32>(0.0);
+    for (var c = {{template "red_l" (dict "P" $ "Q" $q)}}; c < p.n; c += {{$.WG}}u) {
         let v = x[base + c];
-        s += vec2<f32>(v * v, v * dy[base + c]);
+        s{{$q}} += vec2<f32>(v * v, v * dy[base + c]);
     }
-{{- template "red_sum" (dict "WG" .WG "Buf" "partial" "Val" "s")}}
-    let f = inverseSqrt(partial[0].x + 1e-6);
+{{- end}}
+{{- template "red_row_sum" (dict "P" . "Buf" "partial" "U" "s" "Out" "tot")}}
+    let f = inverseSqrt(tot.x + 1e-6);
     let fs = p.scale * f;
-    let k = fs * f * (f * partial[0].y); // scale·f³·(x·dy), f³ ≤ 1e9: no overflow
-    for (var c = lid; c < p.n; c += {{.WG}}u) {
+    let k = fs * f * (f * tot.y); // scale·f³·(x·dy), f³ ≤ 1e9: no overflow
+    for (var c = lane0; c < p.n; c += RSTEP) {
         dx[base + c] = fs * dy[base + c] - k * x[base + c];
     }
 }

@@ -8,7 +8,8 @@
 // x, y: f32 [rows, heads, HD] row-major; w: f32 [HD]; tab: f32 [2, t, R/2], the cosines then
 // the sines of p·f_i, computed on the host in float64 (exact arguments for any p, where an
 // f32 p·f_i and a GPU cos of a large argument would lose ~1e-4).
-// One workgroup of WG threads per (row, head). Template parameters: WG (power of two).
+// One workgroup of WG threads per (row, head), or its lanes form (reduce.wgsl: one subgroup
+// per group, the same bits). Template parameters: WG (power of two), Lanes, S, Q.
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
@@ -27,13 +28,13 @@ struct Params {
 
 var<workgroup> partial: array<f32, {{.WG}}>;
 
-{{template "red_main" (dict "WG" .WG "R" "gi" "Count" "p.groups")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "gi" "Count" "p.groups")}}
     let base = gi * p.hd;
-{{- template "red_sum_squares" (dict "WG" .WG "X" "x" "Base" "base" "N" "p.hd")}}
-    let inv = inverseSqrt(partial[0] / f32(p.hd) + p.eps);
+{{- template "red_sum_squares" (dict "P" . "X" "x" "Base" "base" "N" "p.hd" "Out" "ss")}}
+    let inv = inverseSqrt(ss / f32(p.hd) + p.eps);
     let pos = (gi / p.heads) % p.t;
     let rot = 2u * p.half;
-    for (var c = lid; c < p.hd; c += {{.WG}}u) {
+    for (var c = lane0; c < p.hd; c += RSTEP) {
         let nc = x[base + c] * inv * (1.0 + w[c]);
         if (c >= rot) {
             y[base + c] = nc;

@@ -10,8 +10,9 @@
 // x, dy, dx, dn: f32 [rows, heads, HD] row-major; w: f32 [HD]; tab: f32 [2, t, R/2] (the
 // forward's cos/sin table); inv: f32 [rows·heads]. p = row mod t.
 // One workgroup of WG threads per (row, head) (linear index wid.x + wid.y·nwg.x); both sums
-// reduced in workgroup memory (every slot written before the barrier).
-// Template parameters: WG (power of two).
+// reduced in workgroup memory (every slot written before the barrier), or its lanes form
+// (reduce.wgsl: one subgroup per group, the same bits). Template parameters: WG (power of
+// two), Lanes, S, Q.
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
@@ -48,24 +49,27 @@ fn backRot(base: u32, c: u32, pos: u32) -> f32 {
     return select(g * cs - gp * sn, g * cs + gp * sn, first);
 }
 
-{{template "red_main" (dict "WG" .WG "R" "gi" "Count" "p.groups")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "gi" "Count" "p.groups")}}
     let base = gi * p.hd;
     let pos = (gi / p.heads) % p.t;
-    var s = vec2<f32>(0.0);
-    for (var c = lid; c < p.hd; c += {{.WG}}u) {
+{{- range $q := seq .Q}}
+    var s{{$q}} = vec2<f32>(0.0);
+    for (var c = {{template "red_l" (dict "P" $ "Q" $q)}}; c < p.hd; c += {{$.WG}}u) {
         let v = x[base + c];
         let g = backRot(base, c, pos);
         dn[base + c] = g;
-        s += vec2<f32>(v * v, (1.0 + w[c]) * g * v);
+        s{{$q}} += vec2<f32>(v * v, (1.0 + w[c]) * g * v);
     }
-{{- template "red_sum" (dict "WG" .WG "Buf" "partial" "Val" "s")}}
-    let inv = inverseSqrt(partial[0].x / f32(p.hd) + p.eps);
-    let k = inv * inv * inv * partial[0].y / f32(p.hd);
-    // Each invocation reads back only the dn values it wrote itself.
-    for (var c = lid; c < p.hd; c += {{.WG}}u) {
+{{- end}}
+{{- template "red_row_sum" (dict "P" . "Buf" "partial" "U" "s" "Out" "tot")}}
+    let inv = inverseSqrt(tot.x / f32(p.hd) + p.eps);
+    let k = inv * inv * inv * tot.y / f32(p.hd);
+    // Each invocation reads back only the dn values it wrote itself (in the lanes form too:
+    // element c was written by thread c mod WG, one of lane c mod S's).
+    for (var c = lane0; c < p.hd; c += RSTEP) {
         dx[base + c] = inv * (1.0 + w[c]) * dn[base + c] - k * x[base + c];
     }
-    if (lid == 0u) {
+    if (lane_first) {
         inv_out[gi] = inv;
     }
 }

@@ -55,16 +55,19 @@ invocation's value). */ -}}
     }
 {{- end}}
 
-{{- /* red_sum_squares: Σ_c X[Base + c]² for c < N, left in partial[0] (the kernel declares
-var<workgroup> partial: array<f32, WG>): the sum of squares of one row of a norm. Keys: WG,
-X (a storage array), Base, N (expressions). */ -}}
+{{- /* red_sum_squares: Σ_c X[Base + c]² for c < N, declared as Out in every invocation, in
+either form (the workgroup form reduces in partial, the kernel's var<workgroup> partial:
+array<f32, WG>): the sum of squares of one row of a norm. Keys: P (Lanes, WG, S, Q), X (a
+storage array), Base, N (expressions), Out. */ -}}
 {{define "red_sum_squares"}}
-    var s = 0.0;
-    for (var c = lid; c < {{.N}}; c += {{.WG}}u) {
-        let v = {{.X}}[{{.Base}} + c];
-        s += v * v;
+{{- range $q := seq .P.Q}}
+    var ss{{$q}} = 0.0;
+    for (var c = {{template "red_l" (dict "P" $.P "Q" $q)}}; c < {{$.N}}; c += {{$.P.WG}}u) {
+        let v = {{$.X}}[{{$.Base}} + c];
+        ss{{$q}} += v * v;
     }
-{{- template "red_sum" (dict "WG" .WG "Buf" "partial" "Val" "s")}}
+{{- end}}
+{{- template "red_row_sum" (dict "P" .P "Buf" "partial" "U" "ss" "Out" .Out)}}
 {{- end}}
 
 {{- /* red_slice_lse: one step of the streamed log-sum-exp of a row over vocabulary slices:
@@ -92,4 +95,74 @@ p.cols, p.first, row, base and neg_inf(). Keys: WG, Buf (a workgroup array<f32, 
         s += exp(logits[base + c] - mnew);
     }
 {{- template "red_sum" (dict "WG" .WG "Buf" .Buf "Val" "s")}}
+{{- end}}
+
+{{- /* The lanes form of the one-workgroup-per-row kernels (CPU adapters; gemm_lanes.wgsl
+says why): a workgroup is one subgroup of S lanes, and lane sl does the work of the
+workgroup form's threads sl + S·q (q < Q = WG/S) — the same strided partial sums, then
+red_lanes_sum's copy of red_sum's tree — so the results are the same bits, without the
+barriers (on lavapipe each barrier swaps every SIMD group of the workgroup in and out). A
+kernel written for both forms takes the keys Lanes, WG, S and Q (1 in the workgroup form)
+and uses the defines below: red_row_open, red_l for the first element of partial sum q,
+red_row_sum (or red_sum_squares), and lane0 / RSTEP / lane_first for its elementwise
+loops. */ -}}
+
+{{- /* red_row_open: the entry point in either form and the row index R with its early exit.
+Declares lane0 (lid, or sl: the first element of the invocation in an elementwise loop over
+the row, whose stride is the constant RSTEP: WG, or S) and lane_first (true in one
+invocation).
+Keys: Lanes, WG, S, R, Count. */ -}}
+{{define "red_row_open"}}
+{{- if .Lanes}}
+{{- template "red_lanes_main" (dict "S" .S "R" .R "Count" .Count)}}
+    let lane0 = sl;
+    const RSTEP = {{.S}}u;
+{{- else}}
+{{- template "red_main" (dict "WG" .WG "R" .R "Count" .Count)}}
+    let lane0 = lid;
+    const RSTEP = {{.WG}}u;
+{{- end}}
+    let lane_first = lane0 == 0u;
+{{- end}}
+
+{{- /* red_l: the first element of the invocation's partial sum q (its thread index in the
+workgroup form): lid, or sl + S·q. Keys: P (Lanes, S), Q (q). */ -}}
+{{define "red_l"}}{{if .P.Lanes}}sl + {{mul .Q .P.S}}u{{else}}lid{{end}}{{end}}
+
+{{- /* red_row_sum: the tree sum of the partial sums U0 … U{Q−1} (red_sum over Buf, or
+red_lanes_sum), declaring Out (the row's sum, in every invocation). Keys: P (Lanes, WG, S),
+Buf (the workgroup array of the workgroup form), U, Out. */ -}}
+{{define "red_row_sum"}}
+{{- if .P.Lanes}}
+{{- template "red_lanes_sum" (dict "WG" .P.WG "S" .P.S "U" .U "Out" .Out)}}
+{{- else}}
+{{- template "red_sum" (dict "WG" .P.WG "Buf" .Buf "Val" (printf "%s0" .U))}}
+    let {{.Out}} = {{.Buf}}[0];
+{{- end}}
+{{- end}}
+
+{{- /* red_lanes_main: the entry point of the lanes form, lane sl, with red_row's row index R
+and early exit. Keys: S, R, Count. */ -}}
+{{define "red_lanes_main"}}
+@compute @workgroup_size({{.S}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) sl: u32) {
+{{- template "red_row" (dict "R" .R "Count" .Count)}}
+{{- end}}
+
+{{- /* red_lanes_sum: red_sum's tree over WG slots in the lanes form, bit for bit: lane sl
+holds slots sl + S·q in the variables U0 … U{WG/S − 1} (declared by the kernel); the levels
+h ≥ S add within each lane, the levels h < S across the lanes (subgroupShuffle), each add the
+same pair as red_sum's. Declares Out (the sum, in every lane). Keys: WG, S, U (the variable
+prefix), Out. */ -}}
+{{define "red_lanes_sum"}}
+{{- $U := .U}}
+{{- range $h := halves (div .WG .S)}}{{range $q := seq $h}}
+    {{$U}}{{$q}} = {{$U}}{{$q}} + {{$U}}{{add $q $h}};
+{{- end}}{{end}}
+    var {{.Out}}_t = {{$U}}0;
+{{- range $h := halves .S}}
+    {{$.Out}}_t = {{$.Out}}_t + subgroupShuffle({{$.Out}}_t, min(sl + {{$h}}u, {{sub $.S 1}}u));
+{{- end}}
+    let {{.Out}} = subgroupBroadcast({{.Out}}_t, 0u);
 {{- end}}

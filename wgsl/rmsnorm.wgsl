@@ -1,7 +1,8 @@
 // RMSNorm: y[r, :] = x[r, :] · rsqrt(mean(x[r, :]²) + eps) · gain, per row of n values,
 // f32 throughout. gain = 1 + w (ZeroCentred, Qwen3.5's RMSNorm) or w (plain).
-// x, y: f32 [rows, n] row-major; w: f32 [n]. One workgroup of WG threads per row.
-// Template parameters: WG (power of two), ZeroCentred (bool).
+// x, y: f32 [rows, n] row-major; w: f32 [n]. One workgroup of WG threads per row, or its
+// lanes form (reduce.wgsl: one subgroup per row, the same bits).
+// Template parameters: WG (power of two), ZeroCentred (bool), Lanes, S, Q.
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
@@ -16,11 +17,11 @@ struct Params {
 
 var<workgroup> partial: array<f32, {{.WG}}>;
 
-{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.rows")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows")}}
     let base = r * p.n;
-{{- template "red_sum_squares" (dict "WG" .WG "X" "x" "Base" "base" "N" "p.n")}}
-    let inv = inverseSqrt(partial[0] / f32(p.n) + p.eps);
-    for (var c = lid; c < p.n; c += {{.WG}}u) {
+{{- template "red_sum_squares" (dict "P" . "X" "x" "Base" "base" "N" "p.n" "Out" "ss")}}
+    let inv = inverseSqrt(ss / f32(p.n) + p.eps);
+    for (var c = lane0; c < p.n; c += RSTEP) {
 {{- if .ZeroCentred}}
         y[base + c] = x[base + c] * inv * (1.0 + w[c]);
 {{- else}}

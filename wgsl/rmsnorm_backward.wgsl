@@ -3,9 +3,10 @@
 //   dx_i = inv·γ_i·dy_i − inv³·x_i·(1/n)·Σ_j γ_j·dy_j·x_j      (host.RMSNormBackward)
 // and inv[row] for the gain gradient (dw_i += Σ_rows dy_i·x_i·inv, grad_col_dot.wgsl).
 // x, dy, dx: f32 [rows, n] row-major; w: f32 [n]; inv: f32 [rows]. One workgroup of WG
-// threads per row (linear index wid.x + wid.y·nwg.x); both sums reduced in workgroup memory
-// (every slot written before the barrier). Template parameters: WG (power of two),
-// ZeroCentred (bool).
+// threads per row (linear index wid.x + wid.y·nwg.x), both sums reduced in workgroup memory
+// (every slot written before the barrier), or its lanes form (reduce.wgsl: one subgroup per
+// row, the same bits). Template parameters: WG (power of two), ZeroCentred (bool), Lanes,
+// S, Q.
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
@@ -30,20 +31,22 @@ fn gain(c: u32) -> f32 {
 {{- end}}
 }
 
-{{template "red_main" (dict "WG" .WG "R" "r" "Count" "p.rows")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows")}}
     let base = r * p.n;
-    var s = vec2<f32>(0.0);
-    for (var c = lid; c < p.n; c += {{.WG}}u) {
+{{- range $q := seq .Q}}
+    var s{{$q}} = vec2<f32>(0.0);
+    for (var c = {{template "red_l" (dict "P" $ "Q" $q)}}; c < p.n; c += {{$.WG}}u) {
         let v = x[base + c];
-        s += vec2<f32>(v * v, gain(c) * dy[base + c] * v);
+        s{{$q}} += vec2<f32>(v * v, gain(c) * dy[base + c] * v);
     }
-{{- template "red_sum" (dict "WG" .WG "Buf" "partial" "Val" "s")}}
-    let inv = inverseSqrt(partial[0].x / f32(p.n) + p.eps);
-    let k = inv * inv * inv * partial[0].y / f32(p.n);
-    for (var c = lid; c < p.n; c += {{.WG}}u) {
+{{- end}}
+{{- template "red_row_sum" (dict "P" . "Buf" "partial" "U" "s" "Out" "tot")}}
+    let inv = inverseSqrt(tot.x / f32(p.n) + p.eps);
+    let k = inv * inv * inv * tot.y / f32(p.n);
+    for (var c = lane0; c < p.n; c += RSTEP) {
         dx[base + c] = inv * gain(c) * dy[base + c] - k * x[base + c];
     }
-    if (lid == 0u) {
+    if (lane_first) {
         inv_out[r] = inv;
     }
 }

@@ -31,13 +31,21 @@ import (
 var FS embed.FS
 
 // funcs are the helpers templates may call: seq n → 0, 1, …, n−1 (for unrolled loops with
-// literal indices), add, sub, mul, div, mod (ints), and dict k1 v1 k2 v2 … → a map (to pass loop
-// variables and the parameters to a {{template}} hook).
+// literal indices), halves n → n/2, n/4, …, 1 (the levels of a tree over n slots), add, sub,
+// mul, div, mod (ints), and dict k1 v1 k2 v2 … → a map (to pass loop variables and the
+// parameters to a {{template}} hook).
 var funcs = template.FuncMap{
 	"seq": func(n int) []int {
 		s := make([]int, n)
 		for i := range s {
 			s[i] = i
+		}
+		return s
+	},
+	"halves": func(n int) []int {
+		var s []int
+		for h := n / 2; h > 0; h /= 2 {
+			s = append(s, h)
 		}
 		return s
 	},
