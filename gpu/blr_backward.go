@@ -116,11 +116,20 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 		dones = append(dones, done)
 		return b, nil
 	}
-	var cs, t1s *Buffer
+	// On CPU adapters the two paths' column reductions run as one pass each (gradColDot2:
+	// dh loads dy once, dg loads x once and writes dx once; the same bits), so both paths'
+	// c and dxg are live at once.
+	paired := len(l.Paths) == 2 && r.d.info.CPU && !colDotPairOff
+	var cs [2]*Buffer
+	var t1s *Buffer
 	var err error
 	if kept.C == nil {
-		if cs, err = take("c", m); err != nil {
-			return err
+		for p := range len(l.Paths) {
+			if p == 0 || paired {
+				if cs[p], err = take(fmt.Sprintf("c%d", p), m); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	var dt2 *Buffer
@@ -129,15 +138,20 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 			return err
 		}
 	}
-	dxg, err := take("dxg", n)
-	if err != nil {
-		return err
+	var dxgs [2]*Buffer
+	for p := range len(l.Paths) {
+		if p == 0 || paired {
+			if dxgs[p], err = take(fmt.Sprintf("dxg%d", p), n); err != nil {
+				return err
+			}
+		}
 	}
 	if kept.T1 == nil {
 		if t1s, err = take("t1", rk); err != nil {
 			return err
 		}
 	}
+	var c, dxg [2]*Buffer // path p's
 	for p, q := range l.Paths {
 		g := grads[p]
 		tb := t1s
@@ -150,14 +164,19 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 		if g.DT2 != nil {
 			dt2 = g.DT2
 		}
-		c := cs
+		c[p], dxg[p] = cs[0], dxgs[0]
+		if paired {
+			c[p], dxg[p] = cs[p], dxgs[p]
+		}
 		if kept.C != nil {
-			c = kept.C[p]
-		} else if err := blrGEMM(r, op+".c", false, tb, q.U, q.L, nil, c, nil, rows, rk, m, true, false); err != nil {
+			c[p] = kept.C[p]
+		} else if err := blrGEMM(r, op+".c", false, tb, q.U, q.L, nil, c[p], nil, rows, rk, m, true, false); err != nil {
 			return fail(err)
 		}
-		if err := gradColDot(r, op+".dh", dy, c, nil, nil, nil, g.H, nil, rows, m, false); err != nil {
-			return fail(err)
+		if !paired {
+			if err := gradColDot(r, op+".dh", dy, c[p], nil, nil, nil, g.H, nil, rows, m, false); err != nil {
+				return fail(err)
+			}
 		}
 		if err := blrGEMM(r, op+".dt2", false, dy, q.U, q.H, nil, dt2, nil, rows, m, rk, false, false); err != nil {
 			return fail(err)
@@ -165,14 +184,29 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 		if err := gradColDot(r, op+".dl", dt2, tb, nil, l.Live, nil, g.L, nil, rows, rk, false); err != nil {
 			return fail(err)
 		}
-		if err := blrGEMM(r, op+".dxg", false, dt2, q.V, q.L, nil, dxg, nil, rows, rk, n, false, false); err != nil {
+		if err := blrGEMM(r, op+".dxg", false, dt2, q.V, q.L, nil, dxg[p], nil, rows, rk, n, false, false); err != nil {
 			return fail(err)
+		}
+		if paired {
+			continue
 		}
 		var s *Buffer
 		if dx != nil {
 			s = q.G
 		}
-		if err := gradColDot(r, op+".dg", dxg, x, nil, nil, s, g.G, dx, rows, n, p > 0); err != nil {
+		if err := gradColDot(r, op+".dg", dxg[p], x, nil, nil, s, g.G, dx, rows, n, p > 0); err != nil {
+			return fail(err)
+		}
+	}
+	if paired {
+		if err := gradColDot2(r, op+".dh", true, dy, c[0], c[1], nil, nil, grads[0].H, grads[1].H, nil, rows, m); err != nil {
+			return fail(err)
+		}
+		var s0, s1 *Buffer
+		if dx != nil {
+			s0, s1 = l.Paths[0].G, l.Paths[1].G
+		}
+		if err := gradColDot2(r, op+".dg", false, dxg[0], x, dxg[1], s0, s1, grads[0].G, grads[1].G, dx, rows, n); err != nil {
 			return fail(err)
 		}
 	}

@@ -330,6 +330,74 @@ func TestBLRBackwardKeptBitIdentical(t *testing.T) {
 	}
 }
 
+// TestBLRBackwardColDotPairsBitIdentical: on CPU adapters a two-path layer's dh and dg (and
+// dx) come from one column-reduction pass over both paths (gradColDot2); they are the bits of
+// one pass per path, onto non-zero gradients, with and without dx, with t1 and c kept or
+// recomputed, and over two row chunks (300 rows).
+func TestBLRBackwardColDotPairsBitIdentical(t *testing.T) {
+	d := gputest.Open(t)
+	skipNoLanes(t, d)
+	rng := rand.New(rand.NewPCG(45, 46))
+	for _, c := range []struct{ rows, m, n, r, live int }{{37, 68, 56, 24, 20}, {300, 64, 72, 16, 16}} {
+		for _, keep := range []bool{false, true} {
+			for _, withDX := range []bool{true, false} {
+				t.Run(fmt.Sprintf("%+v/kept=%v/dx=%v", c, keep, withDX), func(t *testing.T) {
+					w := randBLR(rng, c.m, c.n, c.r, 2, c.live)
+					l := uploadBLR(t, d, w, c.live)
+					defer l.Release()
+					xf, _ := randF32(rng, c.rows*c.n, 1)
+					dyf, _ := randF32(rng, c.rows*c.m, 1)
+					g0 := make([][]float32, 6)
+					for i, k := range []int{c.m, c.r, c.n, c.m, c.r, c.n} {
+						g0[i], _ = randF32(rng, k, 1)
+					}
+					tb := newBufs(t, d)
+					x, dy := tb.up("x", xf, c.rows, c.n), tb.up("dy", dyf, c.rows, c.m)
+					var kept gpu.BLRKept
+					if keep {
+						for range 2 {
+							kept.T1 = append(kept.T1, tb.nw("t1", c.rows, c.r))
+							kept.C = append(kept.C, tb.nw("c", c.rows, c.m))
+						}
+						y := tb.nw("y", c.rows, c.m)
+						if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, kept, c.rows) }); err != nil {
+							t.Fatal(err)
+						}
+					}
+					var got [2][][]float32
+					for i, pairs := range []bool{false, true} {
+						var dx *gpu.Buffer
+						if withDX {
+							dx = tb.nw("dx", c.rows, c.n)
+						}
+						grads := make([]gpu.BLRGrad, 2)
+						for p := range grads {
+							grads[p] = gpu.BLRGrad{H: tb.up("dh", g0[3*p], c.m), L: tb.up("dl", g0[3*p+1], c.r), G: tb.up("dg", g0[3*p+2], c.n)}
+						}
+						restore := gpu.SetColDotPairs(pairs)
+						err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRBackward(r, l, x, kept, dy, dx, grads, c.rows) })
+						restore()
+						if err != nil {
+							t.Fatal(err)
+						}
+						if withDX {
+							got[i] = append(got[i], must(d.ReadFloat32(dx)).T(t))
+						}
+						for _, g := range grads {
+							for _, b := range []*gpu.Buffer{g.H, g.L, g.G} {
+								got[i] = append(got[i], must(d.ReadFloat32(b)).T(t))
+							}
+						}
+					}
+					for i := range got[0] {
+						sameBits(t, fmt.Sprintf("output %d", i), got[0][i], got[1][i])
+					}
+				})
+			}
+		}
+	}
+}
+
 // TestBLRBackwardErrors: mistakes are errors, nothing is recorded.
 func TestBLRBackwardErrors(t *testing.T) {
 	d := gputest.Open(t)

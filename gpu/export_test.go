@@ -69,6 +69,15 @@ func SetRowLanes(on bool) (restore func()) {
 	return func() { rowLanesOff = old }
 }
 
+// SetColDotPairs chooses how BLRBackward runs a two-path layer's column reductions on CPU
+// adapters: both paths in one pass each (on, the default) or one pass per path (off); it
+// returns a function restoring the old choice.
+func SetColDotPairs(on bool) (restore func()) {
+	old := colDotPairOff
+	colDotPairOff = !on
+	return func() { colDotPairOff = old }
+}
+
 // GEMMLanesDispatches is the number of lane-blocked GEMMs recorded so far in this process.
 func GEMMLanesDispatches() int { return gemmLanesDispatches }
 

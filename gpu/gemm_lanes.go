@@ -54,6 +54,10 @@ var gemmLanesForce bool
 // their workgroup form on CPU adapters too, so the two forms can be compared.
 var rowLanesOff bool
 
+// colDotPairOff, set by tests (SetColDotPairs), makes BLRBackward run each path's column
+// reductions on their own on CPU adapters too (gradColDot2's twin).
+var colDotPairOff bool
+
 // gemmLanesDispatches counts the lane-blocked GEMMs recorded (tests check a forced variant ran).
 var gemmLanesDispatches int
 

@@ -12,8 +12,16 @@
 // partial[wid.y, j] (f32 [chunks, N], binding Out) and stage "reduce" (one thread per
 // column) adds the chunks in order into out; without, the single chunk updates out
 // directly. Deterministic either way. Grid: (ceil(N/64), chunks) for "dot", ceil(N/64)
-// for "reduce". Template parameters: Stage, Chunk, Partial, SideAccum (bools) and the
-// binding index of each buffer (−1 when absent): RS, Mask, S, Out, SO, Uni (the uniform).
+// for "reduce".
+//
+// Two paths at once (C2 ≥ 0, CPU adapters' BLRBackward): out2[j] += Σ_rows a·c2 (SharedA:
+// the paths share a, dh = Σ dy ⊙ c_p) or c2·b (the paths share b, dg = Σ dxg_p ⊙ x), each
+// element of the shared operand loaded once, and the side output is both paths' at once,
+// so = a·s + c2·s2 (dx = Σ_p dxg_p ⊙ g_p); every column's sums take the same order as two
+// single calls (the second with SideAccum), so the bits are theirs (TestGradColDot2).
+// Template parameters: Stage, Chunk, Partial, SideAccum, SharedA (bools) and the binding
+// index of each buffer (−1 when absent): RS, Mask, S, Out, SO, C2, S2, Out2, Uni (the
+// uniform).
 
 struct Params {
     rows: u32,
@@ -38,9 +46,19 @@ struct Params {
 {{- if ge .SO 0}}
 @group(0) @binding({{.SO}}) var<storage, read_write> so: array<f32>;
 {{- end}}
+{{- if ge .C2 0}}
+@group(0) @binding({{.C2}}) var<storage, read> c2: array<f32>;
+@group(0) @binding({{.Out2}}) var<storage, read_write> out2: array<f32>;
+{{- if ge .S2 0}}
+@group(0) @binding({{.S2}}) var<storage, read> s2: array<f32>;
+{{- end}}
+{{- end}}
 @group(0) @binding({{.Uni}}) var<uniform> p: Params;
 
 var<workgroup> red: array<f32, 256>;
+{{- if ge .C2 0}}
+var<workgroup> red2: array<f32, 256>;
+{{- end}}
 
 @compute @workgroup_size(64, 4)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -48,13 +66,33 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let r0 = wid.y * {{.Chunk}}u;
     let r1 = min(p.rows, r0 + {{.Chunk}}u);
     var acc = 0.0;
+{{- if ge .C2 0}}
+    var acc2 = 0.0;
+{{- end}}
     if (j < p.n) {
 {{- if ge .S 0}}
         let sj = s[j];
 {{- end}}
+{{- if ge .S2 0}}
+        let s2j = s2[j];
+{{- end}}
         for (var row = r0 + lid.y; row < r1; row += 4u) {
             let e = row * p.n + j;
             let av = a[e];
+{{- if ge .C2 0}}
+            let bv = b[e];
+            let cv = c2[e];
+            acc = fma(av, bv, acc);
+{{- if .SharedA}}
+            acc2 = fma(av, cv, acc2);
+{{- else}}
+            acc2 = fma(cv, bv, acc2);
+{{- end}}
+{{- if ge .SO 0}}
+            let t0 = av * sj;
+            so[e] = t0 + cv * s2j;
+{{- end}}
+{{- else}}
 {{- if ge .RS 0}}
             acc = fma(av * b[e], rs[row], acc);
 {{- else}}
@@ -67,12 +105,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             so[e] = av * sj;
 {{- end}}
 {{- end}}
+{{- end}}
         }
     }
     red[lid.y * 64u + lid.x] = acc;
+{{- if ge .C2 0}}
+    red2[lid.y * 64u + lid.x] = acc2;
+{{- end}}
     workgroupBarrier();
     if (lid.y == 0u && j < p.n) {
         let t = (red[lid.x] + red[64u + lid.x]) + (red[128u + lid.x] + red[192u + lid.x]);
+{{- if ge .C2 0}}
+        let t2 = (red2[lid.x] + red2[64u + lid.x]) + (red2[128u + lid.x] + red2[192u + lid.x]);
+{{- if .Partial}}
+        out2[wid.y * p.n + j] = t2;
+{{- else}}
+        out2[j] = out2[j] + t2;
+{{- end}}
+{{- end}}
 {{- if .Partial}}
         out[wid.y * p.n + j] = t;
 {{- else if ge .Mask 0}}
