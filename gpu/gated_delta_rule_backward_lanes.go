@@ -7,19 +7,6 @@ import "fmt"
 // variables (the stack on lavapipe), so the WGSL and its compile time grow with it.
 const gatedDeltaRuleLanesChunk = 4
 
-// gdrbLanesCols is the number of value columns each lane of GatedDeltaRuleBackwardLanes owns
-// for key head dim dk: 8 up to dk = 128 (Qwen3.5's), else 2. More columns per lane mean
-// fewer slices, so fewer subgroupAdds of the column sums per token (a third of the kernel's
-// time at 2): at the tiny model's dk = dv = 128, t = 64 the kernel takes 0.58× the time of 2
-// columns (0.70× at 4), and its pipeline ~1.5 s longer to compile on lavapipe. Above dk = 128
-// the private state (8 columns × dk/4 vec4s, five copies) would grow the compile further.
-func gdrbLanesCols(dk int) int {
-	if dk <= 128 {
-		return 8
-	}
-	return 2
-}
-
 // gdrbLanesParams are gated_delta_rule_lanes.wgsl's template parameters (Backward).
 type gdrbLanesParams struct {
 	S, C, DK, DV, D4, KL, NSLICE, CL int
@@ -33,7 +20,7 @@ func gdrbLanesSizes(d *Device, dims DeltaRuleDims) (scratch, part, part1, nslice
 	s := max(d.info.SubgroupSize, 1)
 	cl := gatedDeltaRuleLanesChunk
 	nck := (dims.T + cl - 1) / cl
-	cc := gdrbLanesCols(dims.DK)
+	cc := gdrLanesCols(dims.DK)
 	nslice = (dims.DV + s*cc - 1) / (s * cc)
 	rows := dims.NB * dims.T
 	return dims.NB * dims.HV * nck * dims.DK * dims.DV, 2 * nslice * rows * dims.HV * dims.DK, 2 * nslice * rows * dims.HV, nslice
@@ -53,7 +40,7 @@ func GatedDeltaRuleBackwardLanesFits(d *Device, dims DeltaRuleDims) bool {
 // GatedDeltaRuleBackwardLanes records the backward of the gated delta rule, as
 // GatedDeltaRuleBackward (same arguments, layouts and gradients within f32 rounding), in the
 // lane-blocked form of CPU adapters (wgsl/gated_delta_rule_lanes.wgsl, Backward): one
-// subgroup per (window, value head, slice of CC·S value columns, CC = gdrbLanesCols(dk))
+// subgroup per (window, value head, slice of CC·S value columns, CC = gdrLanesCols(dk))
 // sweeps the window forward writing a checkpoint every gatedDeltaRuleLanesChunk (4) tokens,
 // then goes back chunk by chunk, recomputing the chunk's states from its checkpoint into
 // private variables and stepping its tokens back with the state and its gradient in
@@ -99,7 +86,7 @@ func GatedDeltaRuleBackwardLanes(r *Recorder, q, k, v, g, beta, do, dq, dkey, dv
 	d4 := dk / 4
 	kern, err := r.d.Kernel(KernelSpec{
 		Name: op, File: "gated_delta_rule_lanes.wgsl",
-		Params:   gdrbLanesParams{S: s, C: gdrbLanesCols(dk), DK: dk, DV: dv, D4: d4, KL: (d4 + s - 1) / s, NSLICE: nslice, CL: cl, Backward: true},
+		Params:   gdrbLanesParams{S: s, C: gdrLanesCols(dk), DK: dk, DV: dv, D4: d4, KL: (d4 + s - 1) / s, NSLICE: nslice, CL: cl, Backward: true},
 		Bindings: []Access{Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite},
 		Uniforms: 5,
 	})
