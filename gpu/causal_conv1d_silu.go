@@ -53,9 +53,24 @@ func CausalConv1dSiLU(r *Recorder, x, w, y *Buffer, nb, t, channels, K int) erro
 	if err := distinct(op, map[string]*Buffer{"x": x, "w": w, "y": y}); err != nil {
 		return err
 	}
+	rb, inv := r.d.causalConvRuns(nb, t, channels)
 	return r.dispatch1D(KernelSpec{
 		Name: op, File: "causal_conv1d_silu.wgsl",
-		Params:   struct{ WG, K int }{causalConvWG, K},
+		Params:   struct{ WG, K, RB int }{causalConvWG, K, rb},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
-	}, (n+causalConvWG-1)/causalConvWG, []uint32{uint32(n), uint32(channels), uint32(t)}, Whole(x), Whole(w), Whole(y))
+	}, (inv+causalConvWG-1)/causalConvWG, []uint32{uint32(n), uint32(channels), uint32(t)}, Whole(x), Whole(w), Whole(y))
+}
+
+// causalConvRunTokens is the run length RB of the run form of the causal convolution
+// kernels (causal_conv1d_lib.wgsl): tokens of one channel per invocation.
+const causalConvRunTokens = 16
+
+// causalConvRuns returns the run length RB the causal convolution kernels take here (0: the
+// per-element form of GPUs; causalConvRunTokens on CPU adapters, where every load is a loop
+// over the lanes) and their invocation count.
+func (d *Device) causalConvRuns(nb, t, channels int) (rb, invocations int) {
+	if !d.info.CPU || causalConvRunsOff {
+		return 0, nb * t * channels
+	}
+	return causalConvRunTokens, nb * ((t + causalConvRunTokens - 1) / causalConvRunTokens) * channels
 }

@@ -39,22 +39,24 @@ func CausalConv1dSiLUBackward(r *Recorder, x, w, dy, dx *Buffer, nb, t, channels
 	type params struct {
 		WG, K      int
 		Transposed bool
+		RB         int
 	}
+	rb, inv := r.d.causalConvRuns(nb, t, channels)
 	k1, err := r.d.Kernel(KernelSpec{
-		Name: op, File: "causal_conv1d_silu_backward.wgsl", Params: params{causalConvWG, K, false},
+		Name: op, File: "causal_conv1d_silu_backward.wgsl", Params: params{causalConvWG, K, false, rb},
 		Bindings: []Access{Read, Read, Read, ReadWrite}, Uniforms: 3,
 	})
 	if err != nil {
 		return err
 	}
 	k2, err := r.d.Kernel(KernelSpec{
-		Name: op + ".dx", File: "causal_conv1d_silu_backward.wgsl", Params: params{causalConvWG, K, true},
+		Name: op + ".dx", File: "causal_conv1d_silu_backward.wgsl", Params: params{causalConvWG, K, true, rb},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
 	})
 	if err != nil {
 		return err
 	}
-	g, err := Grid1D((n + causalConvWG - 1) / causalConvWG)
+	g, err := Grid1D((inv + causalConvWG - 1) / causalConvWG)
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}

@@ -78,6 +78,15 @@ func SetColDotPairs(on bool) (restore func()) {
 	return func() { colDotPairOff = old }
 }
 
+// SetCausalConvRuns chooses the form of the causal convolution kernels on CPU adapters: the
+// run form (on, the default) or the per-element one (off); it returns a function restoring
+// the old choice.
+func SetCausalConvRuns(on bool) (restore func()) {
+	old := causalConvRunsOff
+	causalConvRunsOff = !on
+	return func() { causalConvRunsOff = old }
+}
+
 // GEMMLanesDispatches is the number of lane-blocked GEMMs recorded so far in this process.
 func GEMMLanesDispatches() int { return gemmLanesDispatches }
 

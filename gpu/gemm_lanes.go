@@ -58,6 +58,10 @@ var rowLanesOff bool
 // reductions on their own on CPU adapters too (gradColDot2's twin).
 var colDotPairOff bool
 
+// causalConvRunsOff, set by tests (SetCausalConvRuns), makes the causal convolution kernels
+// take their per-element form on CPU adapters too.
+var causalConvRunsOff bool
+
 // gemmLanesDispatches counts the lane-blocked GEMMs recorded (tests check a forced variant ran).
 var gemmLanesDispatches int
 

@@ -151,3 +151,39 @@ func qkDims(rows, heads, n int) gpu.QKNormRoPEDims {
 	n += n % 2
 	return gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: n, Eps: 1e-6, Rot: max(2, n/2&^1), Theta: 1e4, T: rows}
 }
+
+// TestCausalConvRunsBitIdentical: the run form of CausalConv1dSiLU and its backward (CPU
+// adapters: RB tokens of one channel per invocation, taps by a sliding register window)
+// gives the per-element form's bits, on windows shorter than, equal to and longer than a run
+// (t = 5, 16, 37), with 2 and 4 taps.
+func TestCausalConvRunsBitIdentical(t *testing.T) {
+	d := gputest.Open(t)
+	if !d.Info().CPU {
+		t.Skipf("the run form is for CPU adapters; %s is not one", d.Info().Name)
+	}
+	for _, c := range []struct{ nb, t, ch, k int }{{2, 5, 7, 4}, {3, 16, 33, 4}, {2, 37, 20, 4}, {1, 37, 9, 2}} {
+		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
+			var got [2][][]float32
+			for i, runs := range []bool{false, true} {
+				rng := rand.New(rand.NewPCG(uint64(c.t), uint64(c.ch)))
+				n := c.nb * c.t * c.ch
+				x, w, dy := upload(t, d, rng, 2, n), upload(t, d, rng, 1, c.ch*c.k), upload(t, d, rng, 1, n)
+				y, dx := upload(t, d, rng, 1, n), upload(t, d, rng, 1, n)
+				restore := gpu.SetCausalConvRuns(runs)
+				err := d.Run(func(r *gpu.Recorder) error {
+					if err := gpu.CausalConv1dSiLU(r, x, w, y, c.nb, c.t, c.ch, c.k); err != nil {
+						return err
+					}
+					return gpu.CausalConv1dSiLUBackward(r, x, w, dy, dx, c.nb, c.t, c.ch, c.k)
+				})
+				restore()
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[i] = readAll(t, d, y, dx)
+			}
+			sameBits(t, "y", got[0][0], got[1][0])
+			sameBits(t, "dx", got[0][1], got[1][1])
+		})
+	}
+}

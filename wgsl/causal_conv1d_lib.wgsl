@@ -35,3 +35,54 @@ Keys: K (the taps). */ -}}
         }
     }
 {{- end}}
+
+{{- /* The run form (CPU adapters, RB > 0): one invocation per channel and run of RB tokens of
+one window, taps by a sliding register window, so each element of x (or ds) is loaded once
+and w once per run, where the per-element form loads K of each per element (on lavapipe
+every load is a loop over the lanes). Every sum takes the per-element form's taps in its
+order and skips the same ones, so the bits are the same (TestCausalConvRunsBitIdentical). */ -}}
+
+{{- /* cc_run_open: ew_index, the invocation's channel ch, window row base, tokens tau0 …
+tau1 − 1 and taps w0 … w{K−1}; returns past the runs. Keys: WG, K, RB. */ -}}
+{{define "cc_run_open"}}
+{{- template "ew_index" (dict "WG" .WG)}}
+    let nrun = (p.t + {{.RB}}u - 1u) / {{.RB}}u;
+    if (i >= (p.n / p.t) * nrun) {
+        return;
+    }
+    let ch = i % p.c;
+    let run = i / p.c;
+    let base = (run / nrun) * p.t;
+    let tau0 = (run % nrun) * {{.RB}}u;
+    let tau1 = min(tau0 + {{.RB}}u, p.t);
+{{- range $k := seq .K}}
+    let w{{$k}} = w[ch * {{$.K}}u + {{$k}}u];
+{{- end}}
+{{- end}}
+
+{{- /* cc_run_preact: cc_run_open and the loop over the run's tokens tau with cc_preact's
+pre-activation s of element ei = (base + tau)·C + ch, from registers h{j} = x at tau − j;
+the kernel writes the loop's body and closes it with cc_run_shift. Keys: WG, K, RB. */ -}}
+{{define "cc_run_preact"}}
+{{- template "cc_run_open" .}}
+{{- range $j := seq .K}}{{if gt $j 0}}
+    var h{{$j}} = select(0.0, x[(base + max(tau0, {{$j}}u) - {{$j}}u) * p.c + ch], tau0 >= {{$j}}u);
+{{- end}}{{end}}
+    for (var tau = tau0; tau < tau1; tau++) {
+        let ei = (base + tau) * p.c + ch;
+        let h0 = x[ei];
+        var s = 0.0;
+{{- range $k := seq .K}}{{$back := sub (sub $.K 1) $k}}
+        if ({{$back}}u <= tau) {
+            s += w{{$k}} * h{{$back}};
+        }
+{{- end}}
+{{- end}}
+
+{{- /* cc_run_shift: the end of cc_run_preact's loop body: h{j} ← h{j−1}. Keys: K. */ -}}
+{{define "cc_run_shift"}}
+{{- range $r := seq (sub .K 1)}}{{$j := sub (sub $.K 1) $r}}
+        h{{$j}} = h{{sub $j 1}};
+{{- end}}
+    }
+{{- end}}
