@@ -4,8 +4,8 @@
 // Bit-identical to the tiled kernel and to blr_forward_naive.wgsl: A ⊙ sa is one f32
 // product per element, each output one fma chain in K order, then ⊙ sc, then + C.
 // Requires K % 4 == 0 and 16-byte aligned A and sa bindings; when not TransB, N % 8 == 0 (a
-// lane's C ≤ 8 columns of one k are C bits of one word). Raw (ScaleC only): each sum before
-// ⊙ sc is also stored in raw [M, N]. Words (TransB and K % 32 == 0: every column's bits start
+// lane's C columns of one k are C bits of one word; C = 16 needs N % 16 == 0: blrLanes).
+// Raw (ScaleC only): each sum before ⊙ sc is also stored in raw [M, N]. Words (TransB and K % 32 == 0: every column's bits start
 // a word): a lane loads each column's u32 of 32 signs once per 8 k steps instead of a
 // nibble's word every step (on lavapipe each load is a loop over the lanes). For the same
 // reason sa reaches the lanes by subgroupShuffle (lane l loads sa[k4 + l] every S k steps) and
