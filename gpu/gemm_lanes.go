@@ -73,8 +73,8 @@ type lanesParams struct{ S, R, C int }
 // kernel does not apply: an adapter without a probed subgroup size, a tiled variant forced
 // (gemmForce), the automatic choice on a GPU, k not a multiple of 4, a binding not on a
 // 16-byte boundary, or (evenN) an odd n. R and C shrink for small outputs so that few lanes
-// idle: R = min(4, ceil(m/S)), C the least of 2, 4, 8 with S·C ≥ n (8 for larger n, 16 for
-// n ≥ 4096 and a multiple of 16).
+// idle: R = min(4, ceil(m/S)), C the least of 2, 4, 8 with S·C ≥ n (8 for larger n; 16 for
+// a multiple of 16 when n ≥ 4096, or k ≥ 4096 and n ≥ 16·S).
 func (d *Device) gemmLanes(m, n, k int, evenN bool, binds ...Binding) (lanesParams, bool) {
 	s := d.info.SubgroupSize
 	if s == 0 || gemmForce != (gemmVariant{}) || !(gemmLanesForce || d.info.CPU) || k%4 != 0 || (evenN && n%2 != 0) {
@@ -92,10 +92,11 @@ func (d *Device) gemmLanes(m, n, k int, evenN bool, binds ...Binding) (lanesPara
 			break
 		}
 	}
-	if n >= 4096 && n%16 == 0 {
-		// The head's vocabulary-wide logits: A (the rows' hidden states) is reloaded and
-		// broadcast for every column block, so 16 columns per lane halve that cost (tiny step:
-		// 73 → 62 ms) for one larger pipeline (~0.3 s more compile on lavapipe).
+	if (n >= 4096 || k >= 4096 && n >= s*16) && n%16 == 0 {
+		// The head's vocabulary-wide GEMMs: A is reloaded and broadcast for every column
+		// block, and 16 columns per lane halve that cost — the logits (n = vocab) and dh
+		// (k = vocab) of the tiny step 73 → 62 and 73 → 61 ms — for larger pipelines (~0.3 s
+		// more compile each on lavapipe).
 		p.C = 16
 	}
 	return p, true
