@@ -104,8 +104,8 @@ func (d *Device) gemmLanes(m, n, k int, evenN bool, binds ...Binding) (lanesPara
 
 // blrLanes is gemmLanes for the BLR GEMM stages, whose B is sign bits: cheap to load, so for
 // n > 8·S (and n % 16 == 0, which keeps a lane's columns within one word of bits) the block
-// is 16 columns by 2 row blocks instead of 8 by 4 — the same 4·R·S·C accumulators (so the
-// same compile time), but every loaded and broadcast A value feeds twice the columns. Per tiny
+// is 16 columns by 2 row blocks instead of 8 by 4 — the same R·S·C accumulators per lane (so
+// the same compile time), but every loaded and broadcast A value feeds twice the columns. Per tiny
 // step on lavapipe: dt2 131 → 110 ms, dxg 78 → 68, t1 93 → 87. (The Linear GEMMs of the
 // teacher and the head load f16 weights: there the halved row blocks cost more than they
 // save, 75 → 90 ms for the head's logits.) Every output is the same fma chain whatever the

@@ -116,7 +116,11 @@ func gemm(r *Recorder, op string, naive bool, a, b, c Binding, bf16 bool, m, k, 
 		if err != nil {
 			return fmt.Errorf("gpu: %s: %w", op, err)
 		}
-		return r.Dispatch(kn, g, []uint32{uint32(m), uint32(n), uint32(k)}, a, b, c)
+		if err := r.Dispatch(kn, g, []uint32{uint32(m), uint32(n), uint32(k)}, a, b, c); err != nil {
+			return err
+		}
+		r.Cost(gemmCost(m, k, n, bf16))
+		return nil
 	}
 	if lp, ok := r.d.gemmLanes(m, n, k, bf16 && !transB, a, b, c); ok {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "linear_lanes.wgsl",

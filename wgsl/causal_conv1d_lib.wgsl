@@ -2,7 +2,8 @@
 causal_conv1d_lib.wgsl: the pieces CausalConv1dSiLU and its backward share (defines only,
 parsed with every shader; names prefixed cc_): x and the per-element tensors are f32
 [nb·t, C] row-major (token-major), w is f32 [C, 1, K] flattened to [C·K], one invocation per
-element i (ew_main).
+element i (ew_main) — or, in the run form of CPU adapters (cc_run_*, below), per channel and
+run of RB tokens.
 */ -}}
 
 {{- /* cc_params: the uniform Params { n = nb·t·C, c = C, t } at binding B, read as p. */ -}}

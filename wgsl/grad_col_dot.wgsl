@@ -18,7 +18,8 @@
 // the paths share a, dh = Σ dy ⊙ c_p) or c2·b (the paths share b, dg = Σ dxg_p ⊙ x), each
 // element of the shared operand loaded once, and the side output is both paths' at once,
 // so = a·s + c2·s2 (dx = Σ_p dxg_p ⊙ g_p); every column's sums take the same order as two
-// single calls (the second with SideAccum), so the bits are theirs (TestGradColDot2).
+// single calls (the second with SideAccum), so the bits are theirs
+// (TestBLRBackwardColDotPairsBitIdentical).
 // Template parameters: Stage, Chunk, Partial, SideAccum, SharedA (bools) and the binding
 // index of each buffer (−1 when absent): RS, Mask, S, Out, SO, C2, S2, Out2, Uni (the
 // uniform).

@@ -8,7 +8,8 @@ The order of the float operations is fixed by the text: a strided partial sum pe
 invocation (c = lid, lid + WG, …), then a tree over the WG slots, h = WG/2, WG/4, …, 1,
 each level behind a barrier, so a result is deterministic and the same in every kernel that
 instantiates the define. Every slot is written before the first barrier (workgroup memory
-is not zero-initialised on wgpu-native 27).
+is not zero-initialised on wgpu-native 27). The lanes form (red_lanes_*, red_row_*, below)
+adds the same pairs without workgroup memory or barriers.
 */ -}}
 
 {{- /* red_row: the linear workgroup index R = wid.x + wid.y·nwg.x of a 1-D grid spread over

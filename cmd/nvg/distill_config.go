@@ -67,7 +67,7 @@ func (f mibFlag) String() string {
 
 func (f mibFlag) Set(v string) error {
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 || n > 1<<43 {
+	if err != nil || n < 0 || n >= 1<<43 {
 		return fmt.Errorf("want a whole number of MiB ≥ 0, got %q", v)
 	}
 	*f.p = n << 20

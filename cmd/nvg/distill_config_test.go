@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,10 +105,27 @@ func TestDistillActivationBudgetFlag(t *testing.T) {
 			t.Errorf("--activation-budget-mib %s: budget %d, set %v, err %v; want %d", arg, s.Config.ActivationBudget, set, err, want)
 		}
 	}
-	for _, arg := range []string{"-1", "1.5", "lots"} {
+	for _, arg := range []string{"-1", "1.5", "lots", "8796093022208"} { // the last: 2⁴³ MiB = 2⁶³ bytes
 		_, _, _, err := parseDistillFlags(commands["distill"], []string{"--activation-budget-mib", arg})
 		if err == nil || !strings.Contains(err.Error(), "activation-budget-mib") {
 			t.Errorf("--activation-budget-mib %s: err %v, want an error naming the flag", arg, err)
 		}
+	}
+}
+
+// A budget of 0 survives a settings file (a run's distill.json read back with --config): the
+// field is written even when 0, so the 1 GiB default does not come back.
+func TestDistillActivationBudgetZeroRoundTrip(t *testing.T) {
+	s, _, _, err := parseDistillFlags(commands["distill"], []string{"--activation-budget-mib", "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, _, _, err := parseDistillFlags(commands["distill"], []string{"--config", writeConfig(t, string(b))})
+	if err != nil || s2.Config.ActivationBudget != 0 {
+		t.Errorf("budget 0 through --config: %d, %v (file %s)", s2.Config.ActivationBudget, err, b)
 	}
 }

@@ -463,6 +463,9 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 			return nil, fmt.Errorf("train.Lab.Setup: Resume %s: the checkpoint's schedule %+v differs from this Setup's %+v", ckPath, got, cfg.Resolved())
 		}
 		ck.Meta.Config.OutDir, ck.Meta.Config.TopKFile = "", ""
+		// Which activations are kept is this Setup's choice, not the checkpoint's (the same
+		// bits either way).
+		ck.Meta.Config.KeepActivations, ck.Meta.Config.ActivationBudget = cfg.KeepActivations, cfg.ActivationBudget
 		st.tr, err = ResumeCheckpoint(st.tNet, st.sNet, train, heldOut, ck, ckPath)
 	} else {
 		st.tr, err = NewTrainer(st.tNet, st.sNet, train, heldOut, cfg)

@@ -582,7 +582,9 @@ func TestLabInterrupt(t *testing.T) {
 	}
 }
 
-// A checkpoint restores in a new Lab: the same step, values and next loss.
+// A checkpoint restores in a new Lab: the same step, values and next loss; the resuming
+// Setup, not the checkpoint, decides which activations are kept (the other choice from the
+// checkpoint's, with the same next loss).
 func TestLabCheckpointResume(t *testing.T) {
 	lab, _ := sharedLab(t)
 	if _, err := lab.Step(2); err != nil {
@@ -603,6 +605,15 @@ func TestLabCheckpointResume(t *testing.T) {
 	}
 	s := labFx.setup
 	s.Resume = dir
+	orig, err := lab.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Train.KeepActivations, s.Train.ActivationBudget = false, 0
+	wantActs := "recomputed"
+	if strings.Contains(orig.Activations, "recomputed") {
+		s.Train.ActivationBudget, wantActs = 1<<30, "with every BLR path's c"
+	}
 	l2 := newLab(t)
 	in, err := l2.Setup(s)
 	if err != nil {
@@ -610,6 +621,9 @@ func TestLabCheckpointResume(t *testing.T) {
 	}
 	if in.Step != 2 || in.AdamStep != 2 {
 		t.Errorf("resumed Info: step %d, Adam step %d", in.Step, in.AdamStep)
+	}
+	if !strings.Contains(in.Activations, wantActs) {
+		t.Errorf("resumed with ActivationBudget %d: Activations %q, want %q (the checkpoint's run: %q)", s.Train.ActivationBudget, in.Activations, wantActs, orig.Activations)
 	}
 	sameVecs(t, "resumed values", params(t, l2), want)
 	got, err := l2.Step(1)

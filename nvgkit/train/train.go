@@ -87,7 +87,8 @@ type TrainConfig struct {
 	KeepActivations bool `json:"keep_activations,omitempty"`
 	// ActivationBudget is the GPU memory, in bytes, the student's step may spend on kept
 	// activations without being asked (KeepActivations): when the student's
-	// nvgkit.KeptActivationBytes + nvgkit.KeptBLROutputBytes for NB windows of T tokens fit in
+	// nvgkit.KeptActivationBytes + nvgkit.KeptBLROutputBytes for one pass's windows of T
+	// tokens (NB, or NB / (ranks · micro-batches) with WithComm and WithMicroBatches) fit in
 	// it, the step keeps all of them (nvgkit.KeepActivations and KeepBLROutputs: no recompute
 	// and no c GEMM in the backward); else, when KeptActivationBytes alone fits, it keeps
 	// those; else it recomputes (unless KeepActivations). Like HF models, which keep every
@@ -96,7 +97,7 @@ type TrainConfig struct {
 	// 1 GiB, which the embedded tiny model's default step fits (95.5 MiB with c) and a 0.8B
 	// step as nvg bench runs it on the H200 does not (≈ 16 GiB without c). 0: only
 	// KeepActivations keeps.
-	ActivationBudget int64 `json:"activation_budget,omitempty"`
+	ActivationBudget int64 `json:"activation_budget"`
 	// TrainSigns, when true, also trains the BLR factors' signs (nvgkit.EnableSigns with
 	// Signs; DESIGN.md "Sign learning"): scores accumulate in every backward and
 	// nvgkit.SignStep flips after each Adam step; checkpoints carry the sign bits and scores.

@@ -255,7 +255,7 @@ func (tr *Trainer) Step() int { return tr.st.Step }
 
 // Activations says what the student's step keeps for its backward, and its GPU bytes, as
 // KeepActivations and ActivationBudget decided (the line Run logs first), e.g.
-// "activations: kept for the backward with every BLR path's c (75.6 MiB, within the
+// "activations: kept for the backward with every BLR path's c (95.5 MiB, within the
 // budget of 1024.0 MiB)".
 func (tr *Trainer) Activations() string { return tr.activations }
 
