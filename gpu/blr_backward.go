@@ -164,10 +164,11 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 		if g.DT2 != nil {
 			dt2 = g.DT2
 		}
-		c[p], dxg[p] = cs[0], dxgs[0]
+		own := 0 // the scratch slot: path p's own when paired, else the one both share
 		if paired {
-			c[p], dxg[p] = cs[p], dxgs[p]
+			own = p
 		}
+		c[p], dxg[p] = cs[own], dxgs[own]
 		if kept.C != nil {
 			c[p] = kept.C[p]
 		} else if err := blrGEMM(r, op+".c", false, tb, q.U, q.L, nil, c[p], nil, rows, rk, m, true, false); err != nil {

@@ -26,7 +26,9 @@ struct Params {
 };
 @group(0) @binding(8) var<uniform> p: Params;
 
-var<workgroup> partial: array<vec2<f32>, {{.WG}}>;
+{{- if not .Lanes}}
+var<workgroup> partial: array<vec2<f32>, {{.WG}}>; // the workgroup form's tree
+{{- end}}
 
 // sig returns (σ(v), 1 − σ(v)) without overflow: exp of a non-positive argument only.
 fn sig(v: f32) -> vec2<f32> {

@@ -32,7 +32,9 @@ struct Params {
 };
 @group(0) @binding(7) var<uniform> p: Params;
 
-var<workgroup> partial: array<vec2<f32>, {{.WG}}>;
+{{- if not .Lanes}}
+var<workgroup> partial: array<vec2<f32>, {{.WG}}>; // the workgroup form's tree
+{{- end}}
 
 // backRot returns dn at dim c of the (row, head) starting at base, at window position pos.
 fn backRot(base: u32, c: u32, pos: u32) -> f32 {

@@ -108,14 +108,18 @@ and uses the defines below: red_row_open, red_l for the first element of partial
 red_row_sum (or red_sum_squares), and lane0 / RSTEP / lane_first for its elementwise
 loops. */ -}}
 
-{{- /* red_row_open: the entry point in either form and the row index R with its early exit.
+{{- /* red_row_open: the entry point in either form (the lanes form's: one subgroup, lane sl)
+and the row index R with its early exit.
 Declares lane0 (lid, or sl: the first element of the invocation in an elementwise loop over
 the row, whose stride is the constant RSTEP: WG, or S) and lane_first (true in one
 invocation).
 Keys: Lanes, WG, S, R, Count. */ -}}
 {{define "red_row_open"}}
 {{- if .Lanes}}
-{{- template "red_lanes_main" (dict "S" .S "R" .R "Count" .Count)}}
+@compute @workgroup_size({{.S}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) sl: u32) {
+{{- template "red_row" (dict "R" .R "Count" .Count)}}
     let lane0 = sl;
     const RSTEP = {{.S}}u;
 {{- else}}
@@ -140,15 +144,6 @@ Buf (the workgroup array of the workgroup form), U, Out. */ -}}
 {{- template "red_sum" (dict "WG" .P.WG "Buf" .Buf "Val" (printf "%s0" .U))}}
     let {{.Out}} = {{.Buf}}[0];
 {{- end}}
-{{- end}}
-
-{{- /* red_lanes_main: the entry point of the lanes form, lane sl, with red_row's row index R
-and early exit. Keys: S, R, Count. */ -}}
-{{define "red_lanes_main"}}
-@compute @workgroup_size({{.S}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(subgroup_invocation_id) sl: u32) {
-{{- template "red_row" (dict "R" .R "Count" .Count)}}
 {{- end}}
 
 {{- /* red_lanes_sum: red_sum's tree over WG slots in the lanes form, bit for bit: lane sl

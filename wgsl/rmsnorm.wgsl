@@ -15,7 +15,9 @@ struct Params {
 };
 @group(0) @binding(3) var<uniform> p: Params;
 
-var<workgroup> partial: array<f32, {{.WG}}>;
+{{- if not .Lanes}}
+var<workgroup> partial: array<f32, {{.WG}}>; // the workgroup form's tree
+{{- end}}
 
 {{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows")}}
     let base = r * p.n;

@@ -21,7 +21,9 @@ struct Params {
 };
 @group(0) @binding(5) var<uniform> p: Params;
 
-var<workgroup> partial: array<vec2<f32>, {{.WG}}>;
+{{- if not .Lanes}}
+var<workgroup> partial: array<vec2<f32>, {{.WG}}>; // the workgroup form's tree
+{{- end}}
 
 fn gain(c: u32) -> f32 {
 {{- if .ZeroCentred}}
