@@ -269,10 +269,14 @@ func (d *Device) allocLocked(label string, dtype DType, shape []int) (*Buffer, e
 		return nil, fmt.Errorf("gpu: buffer %q %s%v needs %d bytes, but %d of the %d-byte memory budget (NVG_GPU_MEMORY) are in use: %w",
 			label, dtype, shape, size, d.mem.CurrentBytes, d.budget, ErrOutOfMemory)
 	}
+	usage := wgpu.BufferUsageStorage | wgpu.BufferUsageCopySrc | wgpu.BufferUsageCopyDst
+	if d.UniformViews() {
+		usage |= wgpu.BufferUsageUniform
+	}
 	wb, err := d.dev.TryCreateBuffer(&wgpu.BufferDescriptor{
 		Label: label,
 		Size:  size,
-		Usage: wgpu.BufferUsageStorage | wgpu.BufferUsageCopySrc | wgpu.BufferUsageCopyDst,
+		Usage: usage,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gpu: allocate buffer %q (%d bytes, %d in use): %w: %w", label, size, d.mem.CurrentBytes, ErrOutOfMemory, err)
@@ -286,6 +290,11 @@ func (d *Device) allocLocked(label string, dtype DType, shape []int) (*Buffer, e
 	}
 	return b, nil
 }
+
+// UniformViews reports whether d's buffers can also be bound as Uniform ranges: on CPU
+// adapters (whose uniform loads are the cheap ones, see Uniform), not on GPUs, where the
+// uniform usage would buy nothing.
+func (d *Device) UniformViews() bool { return d != nil && d.info.CPU }
 
 func (d *Device) upload(label string, dtype DType, shape []int, n int, data []byte) (*Buffer, error) {
 	if d == nil {

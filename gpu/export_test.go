@@ -113,3 +113,33 @@ func (d *Device) FreedAhead() uint64 {
 	defer d.mu.Unlock()
 	return d.freedAhead
 }
+
+// SetColDotWindows chooses the form of the column reductions (gradColDot, gradColDot2) on
+// CPU adapters: the window form (on, the default) or stage "dot" (off); it returns a
+// function restoring the old choice.
+func SetColDotWindows(on bool) (restore func()) {
+	old := colDotWindowsOff
+	colDotWindowsOff = !on
+	return func() { colDotWindowsOff = old }
+}
+
+// GradColDot is gradColDot, for tests.
+func GradColDot(r *Recorder, a, b, rs, mask, s, out, so *Buffer, rows, n int, sideAccum bool) error {
+	return gradColDot(r, "GradColDot", a, b, rs, mask, s, out, so, rows, n, sideAccum)
+}
+
+// GradColDot2 is gradColDot2, for tests.
+func GradColDot2(r *Recorder, sharedA bool, a, b, c2, s0, s1, out0, out1, so *Buffer, rows, n int) error {
+	return gradColDot2(r, "GradColDot2", sharedA, a, b, c2, s0, s1, out0, out1, so, rows, n)
+}
+
+// ColDotWindows reports how many rows per window and windows per dispatch colDot's window
+// form takes for rows × n (a pair when two), and whether it applies on d.
+func ColDotWindows(d *Device, rows, n int, two bool) (w, nw int, ok bool) {
+	x := colDotArgs{}
+	if two {
+		x.c2 = &Buffer{}
+	}
+	p, ok := d.colDotWindows(rows, n, x)
+	return p.W, p.NW, ok
+}

@@ -9,7 +9,7 @@ import (
 	"github.com/oliverbestmann/webgpu/wgpu"
 )
 
-// Access says how a kernel uses one of its storage bindings.
+// Access says how a kernel uses one of its buffer bindings.
 type Access int
 
 const (
@@ -17,6 +17,13 @@ const (
 	Read Access = iota
 	// ReadWrite is a read-write storage binding (var<storage, read_write>).
 	ReadWrite
+	// Uniform is a uniform binding (var<uniform>) of a buffer range: read-only, at most
+	// maxUniformBufferBindingSize bytes (64 KiB on lavapipe), at an offset that is a multiple
+	// of minUniformBufferOffsetAlignment. Only CPU adapters give buffers the uniform usage
+	// (Device.UniformViews), for the loads there: lavapipe loads a storage element with a
+	// loop over the lanes (about 20 cycles per lane) and a uniform one with a gather
+	// (about 5). Not the kernel-parameter uniform (KernelSpec.Uniforms).
+	Uniform
 )
 
 // KernelSpec describes a compute kernel: which template file to render with which
@@ -32,7 +39,7 @@ type KernelSpec struct {
 	// File and Entry they are the pipeline cache key (compared with ==, or formatted with
 	// %#v when the type is not comparable), so they must hold only values, no pointers.
 	Params any
-	// Bindings lists the storage bindings 0..len-1 in the shader's order.
+	// Bindings lists the buffer bindings 0..len-1 in the shader's order.
 	Bindings []Access
 	// Uniforms is the number of u32 runtime parameters the shader reads from a uniform
 	// struct at binding len(Bindings); 0 means the shader has no uniform binding.

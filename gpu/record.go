@@ -174,7 +174,7 @@ func (r *Recorder) Dispatch(k *Kernel, groups [3]int, uniforms []uint32, binds .
 		ri, _ := bs[i].Buf.root()
 		for j := range bs {
 			rj, _ := bs[j].Buf.root()
-			if i != j && ri == rj && k.spec.Bindings[i] == ReadWrite && k.spec.Bindings[j] == Read {
+			if i != j && ri == rj && k.spec.Bindings[i] == ReadWrite && k.spec.Bindings[j] != ReadWrite {
 				if bs[i].Buf == bs[j].Buf {
 					return fmt.Errorf("gpu: %s: buffer %q bound read-write (binding %d) and read-only (binding %d) in one dispatch",
 						k.spec.Name, bs[i].Buf.label, i, j)
@@ -218,6 +218,20 @@ func (d *Device) checkBinding(k *Kernel, i int, b *Binding) error {
 	if b.Size%4 != 0 || b.Offset+b.Size > buf.size {
 		return fmt.Errorf("gpu: %s: binding %d (%q): range [%d, +%d) outside its %d bytes or not a multiple of 4",
 			k.spec.Name, i, buf.label, b.Offset, b.Size, buf.size)
+	}
+	if k.spec.Bindings[i] == Uniform {
+		root, off := buf.root()
+		ualign := uint64(d.limits.MinUniformBufferOffsetAlignment)
+		switch {
+		case !d.UniformViews():
+			return fmt.Errorf("gpu: %s: binding %d (%q): uniform views of buffers need a CPU adapter", k.spec.Name, i, buf.label)
+		case ualign == 0 || (off+b.Offset)%ualign != 0:
+			return fmt.Errorf("gpu: %s: binding %d (%q): uniform view at byte %d of %q, not a multiple of minUniformBufferOffsetAlignment %d",
+				k.spec.Name, i, buf.label, off+b.Offset, root.label, ualign)
+		case b.Size > uint64(d.limits.MaxUniformBufferBindingSize):
+			return fmt.Errorf("gpu: %s: binding %d (%q): uniform view of %d bytes exceeds maxUniformBufferBindingSize %d",
+				k.spec.Name, i, buf.label, b.Size, d.limits.MaxUniformBufferBindingSize)
+		}
 	}
 	if b.Size > d.info.MaxStorageBindingSize {
 		return fmt.Errorf("gpu: %s: binding %d (%q): %d bytes exceed maxStorageBufferBindingSize %d; bind it in slices",

@@ -22,7 +22,7 @@
 // (TestBLRBackwardColDotPairsBitIdentical).
 // Template parameters: Stage, Chunk, Partial, SideAccum, SharedA (bools) and the binding
 // index of each buffer (−1 when absent): RS, Mask, S, Out, SO, C2, S2, Out2, Uni (the
-// uniform).
+// uniform); stage "windows" (CPU adapters, below) also NW, K, NV4, W, Last and Two.
 
 struct Params {
     rows: u32,
@@ -132,6 +132,125 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         out[j] = out[j] + t;
 {{- end}}
     }
+}
+{{- else if eq .Stage "windows"}}
+
+// Stage "windows" (CPU adapters, gpu.colDotWindows): the rows in windows, NW per dispatch;
+// window w's rows of a, b (and c2) are uniform views a{w}, b{w} (c2{w}) of NV4 vec4s, its
+// first element base{w}; thread j owns columns 4j … 4j+3, sums each window's rows in order,
+// adds the windows' sums in order and that to out (and out2), masked as in stage "dot".
+// Successive dispatches add their windows in row order. The side output and row scale are
+// those of stage "dot". Grid: ceil(N/32).
+struct WParams {
+    n4: u32,
+{{- range $w := seq .NW}}
+    base{{$w}}: u32,
+    row{{$w}}: u32,
+{{- end}}
+};
+{{- range $w := seq .NW}}
+@group(0) @binding({{mul $w $.K}}) var<uniform> a{{$w}}: array<vec4<f32>, {{$.NV4}}>;
+@group(0) @binding({{add (mul $w $.K) 1}}) var<uniform> b{{$w}}: array<vec4<f32>, {{$.NV4}}>;
+{{- if $.Two}}
+@group(0) @binding({{add (mul $w $.K) 2}}) var<uniform> c2{{$w}}: array<vec4<f32>, {{$.NV4}}>;
+{{- end}}
+{{- end}}
+{{- if ge .RS 0}}
+@group(0) @binding({{.RS}}) var<storage, read> rs: array<f32>;
+{{- end}}
+{{- if ge .S 0}}
+@group(0) @binding({{.S}}) var<storage, read> s: array<vec4<f32>>;
+{{- end}}
+{{- if ge .S2 0}}
+@group(0) @binding({{.S2}}) var<storage, read> s2: array<vec4<f32>>;
+{{- end}}
+{{- if ge .Mask 0}}
+@group(0) @binding({{.Mask}}) var<storage, read> mask: array<vec4<u32>>;
+{{- end}}
+@group(0) @binding({{.Out}}) var<storage, read_write> out: array<vec4<f32>>;
+{{- if .Two}}
+@group(0) @binding({{.Out2}}) var<storage, read_write> out2: array<vec4<f32>>;
+{{- end}}
+{{- if ge .SO 0}}
+@group(0) @binding({{.SO}}) var<storage, read_write> so: array<vec4<f32>>;
+{{- end}}
+@group(0) @binding({{.Uni}}) var<uniform> p: WParams;
+
+@compute @workgroup_size(8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let j = gid.x;
+    if (j >= p.n4) {
+        return;
+    }
+{{- if ge .S 0}}
+    let sj = s[j];
+{{- end}}
+{{- if ge .S2 0}}
+    let s2j = s2[j];
+{{- end}}
+    var tot = vec4<f32>(0.0);
+{{- if .Two}}
+    var tot2 = vec4<f32>(0.0);
+{{- end}}
+{{- range $w := seq .NW}}
+    {
+        var acc = vec4<f32>(0.0);
+{{- if $.Two}}
+        var acc2 = vec4<f32>(0.0);
+{{- end}}
+        for (var t = 0u; t < {{if eq (add $w 1) $.NW}}{{$.Last}}{{else}}{{$.W}}{{end}}u; t++) {
+            let e = p.base{{$w}} + t * p.n4 + j;
+            let av = a{{$w}}[e];
+{{- if $.Two}}
+            let bv = b{{$w}}[e];
+            let cv = c2{{$w}}[e];
+            acc = fma(av, bv, acc);
+{{- if $.SharedA}}
+            acc2 = fma(av, cv, acc2);
+{{- else}}
+            acc2 = fma(cv, bv, acc2);
+{{- end}}
+{{- if ge $.SO 0}}
+            let t0 = av * sj;
+            so[(p.row{{$w}} + t) * p.n4 + j] = t0 + cv * s2j;
+{{- end}}
+{{- else}}
+{{- if ge $.RS 0}}
+            acc = fma(av * b{{$w}}[e], vec4<f32>(rs[p.row{{$w}} + t]), acc);
+{{- else}}
+            acc = fma(av, b{{$w}}[e], acc);
+{{- end}}
+{{- if ge $.SO 0}}
+            let o = (p.row{{$w}} + t) * p.n4 + j;
+{{- if $.SideAccum}}
+            so[o] = so[o] + av * sj;
+{{- else}}
+            so[o] = av * sj;
+{{- end}}
+{{- end}}
+{{- end}}
+        }
+{{- if eq $w 0}}
+        tot = acc;
+{{- if $.Two}}
+        tot2 = acc2;
+{{- end}}
+{{- else}}
+        tot += acc;
+{{- if $.Two}}
+        tot2 += acc2;
+{{- end}}
+{{- end}}
+    }
+{{- end}}
+{{- if ge .Mask 0}}
+    out[j] = select(vec4<f32>(0.0), out[j] + tot, mask[j] != vec4<u32>(0u));
+{{- else}}
+    out[j] = out[j] + tot;
+{{- end}}
+{{- if .Two}}
+    out2[j] = out2[j] + tot2;
+{{- end}}
 }
 {{- else}}
 

@@ -1,0 +1,162 @@
+package gpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+)
+
+// colDotCase is one call of the column reductions: rows × n operands, and which optional
+// parts it has.
+type colDotCase struct {
+	rows, n   int
+	rowScale  bool // rs
+	mask      bool
+	side      bool // so = a ⊙ s (pairs: a0 ⊙ s0 + a1 ⊙ s1)
+	sideAccum bool
+	pair      bool // gradColDot2
+	sharedA   bool
+}
+
+// TestGradColDot checks both forms of the column reductions (on CPU adapters the window form
+// over uniform views and stage "dot"; on GPUs "dot" twice) against the float64 host sums, on
+// shapes that take one window, several windows per dispatch, a partial last dispatch, a last
+// view not on a 32-byte boundary of the rows, and an n that is not a multiple of 4 (stage
+// "dot" only). Each output starts nonzero: the kernels add to it.
+func TestGradColDot(t *testing.T) {
+	d := gputest.Open(t)
+	shapes := [][2]int{{1, 4}, {5, 12}, {37, 128}, {512, 128}, {256, 768}, {301, 1004}, {7, 10}}
+	var cases []colDotCase
+	for _, s := range shapes {
+		rows, n := s[0], s[1]
+		cases = append(cases,
+			colDotCase{rows: rows, n: n},
+			colDotCase{rows: rows, n: n, rowScale: true},
+			colDotCase{rows: rows, n: n, mask: true},
+			colDotCase{rows: rows, n: n, side: true},
+			colDotCase{rows: rows, n: n, side: true, sideAccum: true},
+			colDotCase{rows: rows, n: n, pair: true, sharedA: true},
+			colDotCase{rows: rows, n: n, pair: true, side: true},
+		)
+	}
+	for _, windows := range []bool{true, false} {
+		restore := gpu.SetColDotWindows(windows)
+		for _, c := range cases {
+			name := fmt.Sprintf("windows=%v/%d×%d/rs=%v,mask=%v,side=%v,accum=%v,pair=%v,sharedA=%v",
+				windows, c.rows, c.n, c.rowScale, c.mask, c.side, c.sideAccum, c.pair, c.sharedA)
+			t.Run(name, func(t *testing.T) { checkGradColDot(t, d, c) })
+		}
+		restore()
+	}
+	if w, nw, ok := gpu.ColDotWindows(d, 256, 768, true); d.Info().CPU && (!ok || w != 21 || nw != 4) {
+		t.Errorf("window plan of a 256 × 768 pair on a CPU adapter: %d rows × %d per dispatch (ok %v), want 21 × 4", w, nw, ok)
+	}
+}
+
+func checkGradColDot(t *testing.T, d *gpu.Device, c colDotCase) {
+	rng := rand.New(rand.NewPCG(uint64(c.rows), uint64(c.n)))
+	rows, n := c.rows, c.n
+	af, ad := randF32(rng, rows*n, 1)
+	bf, bd := randF32(rng, rows*n, 1)
+	cf, cd := randF32(rng, rows*n, 1)
+	rsf, rsd := randF32(rng, rows, 2)
+	sf, sd := randF32(rng, n, 1)
+	s2f, s2d := randF32(rng, n, 1)
+	o0f, o0d := randF32(rng, n, 1)
+	o1f, o1d := randF32(rng, n, 1)
+	sof, sod := randF32(rng, rows*n, 1)
+	maskv := make([]uint32, n)
+	for j := range maskv {
+		if j%3 != 1 {
+			maskv[j] = 1
+		}
+	}
+	up := func(label string, v []float32) *gpu.Buffer { return must(d.UploadFloat32(label, v, len(v))).T(t) }
+	a, b := up("a", af), up("b", bf)
+	out0, out1 := up("out0", o0f), up("out1", o1f)
+	var c2, rs, s, s2, so, mask *gpu.Buffer
+	if c.pair {
+		c2 = up("c2", cf)
+	}
+	if c.rowScale {
+		rs = up("rs", rsf)
+	}
+	if c.side {
+		s, so = up("s", sf), up("so", sof)
+		if c.pair {
+			s2 = up("s2", s2f)
+		}
+	}
+	if c.mask {
+		mask = must(d.UploadUint32("mask", maskv, n)).T(t)
+	}
+	err := d.Run(func(r *gpu.Recorder) error {
+		if c.pair {
+			return gpu.GradColDot2(r, c.sharedA, a, b, c2, s, s2, out0, out1, so, rows, n)
+		}
+		return gpu.GradColDot(r, a, b, rs, mask, s, out0, so, rows, n, c.sideAccum)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The host sums, and Σ|terms| per column for the tolerance.
+	want0, want1 := append([]float64(nil), o0d...), append([]float64(nil), o1d...)
+	mag0, mag1 := make([]float64, n), make([]float64, n)
+	wantSO := append([]float64(nil), sod...)
+	for row := 0; row < rows; row++ {
+		for j := 0; j < n; j++ {
+			e := row*n + j
+			var t0, t1 float64
+			switch {
+			case c.pair && c.sharedA:
+				t0, t1 = ad[e]*bd[e], ad[e]*cd[e]
+			case c.pair:
+				t0, t1 = ad[e]*bd[e], cd[e]*bd[e]
+			default:
+				t0 = ad[e] * bd[e]
+				if c.rowScale {
+					t0 *= rsd[row]
+				}
+			}
+			want0[j] += t0
+			want1[j] += t1
+			mag0[j] += math.Abs(t0)
+			mag1[j] += math.Abs(t1)
+			switch {
+			case c.side && c.pair:
+				wantSO[e] = ad[e]*sd[j] + cd[e]*s2d[j]
+			case c.side && c.sideAccum:
+				wantSO[e] += ad[e] * sd[j]
+			case c.side:
+				wantSO[e] = ad[e] * sd[j]
+			}
+		}
+	}
+	if c.mask {
+		for j := range want0 {
+			if maskv[j] == 0 {
+				want0[j] = 0
+			}
+		}
+	}
+	check := func(what string, buf *gpu.Buffer, want, mag []float64) {
+		got := must(d.ReadFloat32(buf)).T(t)
+		for j := range got {
+			tol := 1e-6 * (mag[j] + math.Abs(want[j]) + 1)
+			if e := math.Abs(float64(got[j]) - want[j]); !(e <= tol) {
+				t.Fatalf("%s[%d] = %g, want %g (|err| %.3g > %.3g)", what, j, got[j], want[j], e, tol)
+			}
+		}
+	}
+	check("out0", out0, want0, mag0)
+	if c.pair {
+		check("out1", out1, want1, mag1)
+	}
+	if c.side {
+		checkClose(t, "so", must(d.ReadFloat32(so)).T(t), wantSO, 1e-6, 1e-6)
+	}
+}
