@@ -163,6 +163,15 @@ var colDotWindowsOff bool
 // windows per dispatch.
 type colDotWindowPlan struct{ W, V, NW int }
 
+// view returns where window i of a rows × n operand is bound: the byte offset of its view (a
+// multiple of ualign, the view within the operand's 4·rows·n bytes) and the vec4 index of the
+// window's first element within the view.
+func (w colDotWindowPlan) view(i, rows, n int, ualign uint64) (off, base uint64) {
+	start, l := uint64(4*i*w.W*n), uint64(4*rows*n)
+	off = min(start, l-uint64(w.V)) &^ (ualign - 1)
+	return off, (start - off) / 16
+}
+
 // colDotWindows plans colDot's window form (stage "windows" of grad_col_dot.wgsl), or ok
 // false where it does not apply: not a CPU adapter (Device.UniformViews), n not a multiple of
 // 4, a row of more than 16,376 columns, an operand not at an offset the uniform views allow,
@@ -211,8 +220,8 @@ func (d *Device) colDotWindows(rows, n int, x colDotArgs) (colDotWindowPlan, boo
 		return colDotWindowPlan{W: rows, V: l, NW: 1}, true
 	}
 	// The last window's view ends at byte l, so l − V must be on the alignment: V is maxV
-	// less l's remainder.
-	v := maxV - (l-maxV)%ualign
+	// less what brings l − maxV up to the next multiple of it.
+	v := maxV - (ualign-(l-maxV)%ualign)%ualign
 	w := (v - ualign) / (4 * n)
 	if w < 1 {
 		return colDotWindowPlan{}, false
@@ -228,7 +237,6 @@ func colDotWin(r *Recorder, op string, x colDotArgs, w colDotWindowPlan, rows, n
 		return fmt.Errorf("gpu: %s: %d columns exceed the grid", op, n)
 	}
 	ualign := uint64(r.d.limits.MinUniformBufferOffsetAlignment)
-	l := uint64(4 * rows * n)
 	mark := len(r.ops)
 	for first := 0; first < nwin; first += w.NW {
 		nw := min(w.NW, nwin-first)
@@ -240,15 +248,14 @@ func colDotWin(r *Recorder, op string, x colDotArgs, w colDotWindowPlan, rows, n
 		var bl bindList
 		uni := []uint32{uint32(n / 4)}
 		for i := first; i < first+nw; i++ {
-			r0 := uint64(i * w.W)
-			off := min(4*r0*uint64(n), l-uint64(w.V)) &^ (ualign - 1)
+			off, base := w.view(i, rows, n, ualign)
 			for _, b := range []*Buffer{x.a, x.b, x.c2} {
 				if b != nil {
 					bl.binds = append(bl.binds, Binding{Buf: b, Offset: off, Size: uint64(w.V)})
 					bl.access = append(bl.access, Uniform)
 				}
 			}
-			uni = append(uni, uint32((4*r0*uint64(n)-off)/16), uint32(r0))
+			uni = append(uni, uint32(base), uint32(i*w.W))
 		}
 		idx := bl.add
 		pr.RS = idx(x.rs, Read)
