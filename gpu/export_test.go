@@ -132,14 +132,3 @@ func GradColDot(r *Recorder, a, b, rs, mask, s, out, so *Buffer, rows, n int, si
 func GradColDot2(r *Recorder, sharedA bool, a, b, c2, s0, s1, out0, out1, so *Buffer, rows, n int) error {
 	return gradColDot2(r, "GradColDot2", sharedA, a, b, c2, s0, s1, out0, out1, so, rows, n)
 }
-
-// ColDotWindows reports how many rows per window and windows per dispatch colDot's window
-// form takes for rows × n (a pair when two), and whether it applies on d.
-func ColDotWindows(d *Device, rows, n int, two bool) (w, nw int, ok bool) {
-	x := colDotArgs{}
-	if two {
-		x.c2 = &Buffer{}
-	}
-	p, ok := d.colDotWindows(rows, n, x)
-	return p.W, p.NW, ok
-}

@@ -15,15 +15,15 @@ type gradColDotParams struct {
 	SharedA                   bool
 	RS, Mask, S, Out, SO, Uni int
 	C2, S2, Out2              int
-	// Stage "windows": NW windows per dispatch, each K uniform views (a, b and, with Two,
-	// c2) of NV4 vec4s; W rows per window but Last in the dispatch's last. The row counts
+	// Stage "windows": NW windows per dispatch, each 2 uniform views (a, b) or, with Two,
+	// 3 (and c2) of NV4 vec4s; W rows per window but Last in the dispatch's last. The row counts
 	// are constants, not kernel parameters: lavapipe 22.3 specializes a shader on the
 	// parameters its loops compare with ("uniform inlining"), and with the parameters in
 	// a uniform block after others, its pipeline creation wrote out of bounds (valgrind:
 	// an invalid write in libvulkan_lvp under vkCreateComputePipelines; a crash every few
 	// runs of TestGradColDot).
-	NW, K, NV4, W, Last int
-	Two                 bool
+	NW, NV4, W, Last int
+	Two              bool
 }
 
 // gradColDot records out[j] += Σ_rows a[row, j]·b[row, j]·rs[row] (rs nil: 1) for j < n,
@@ -207,14 +207,6 @@ func (d *Device) colDotWindows(rows, n int, x colDotArgs) (colDotWindowPlan, boo
 			return colDotWindowPlan{}, false
 		}
 	}
-	for _, b := range []*Buffer{x.s, x.s2, x.so, x.mask, x.out, x.out2} {
-		if b == nil {
-			continue
-		}
-		if _, off := b.root(); off%16 != 0 {
-			return colDotWindowPlan{}, false
-		}
-	}
 	l := 4 * rows * n
 	if l <= maxV {
 		return colDotWindowPlan{W: rows, V: l, NW: 1}, true
@@ -241,10 +233,7 @@ func colDotWin(r *Recorder, op string, x colDotArgs, w colDotWindowPlan, rows, n
 	for first := 0; first < nwin; first += w.NW {
 		nw := min(w.NW, nwin-first)
 		pr := gradColDotParams{Stage: "windows", SideAccum: x.sideAccum && x.so != nil, SharedA: x.sharedA,
-			NW: nw, K: 2, NV4: w.V / 16, W: w.W, Last: min(w.W, rows-(first+nw-1)*w.W), Two: x.c2 != nil, C2: -1}
-		if pr.Two {
-			pr.K = 3
-		}
+			NW: nw, NV4: w.V / 16, W: w.W, Last: min(w.W, rows-(first+nw-1)*w.W), Two: x.c2 != nil, C2: -1}
 		var bl bindList
 		uni := []uint32{uint32(n / 4)}
 		for i := first; i < first+nw; i++ {

@@ -11,9 +11,19 @@ import (
 // aligned, lies within the operand's bytes, is at most one binding, and holds its rows; the
 // windows cover the rows in order.
 func TestColDotWindowPlan(t *testing.T) {
+	lavapipe := &Device{info: Info{CPU: true}, limits: wgpu.Limits{
+		MinUniformBufferOffsetAlignment: 32, MaxUniformBufferBindingSize: 65536, MaxUniformBuffersPerShaderStage: 15}}
+	// The tiny step's largest pair, [256, 768]: 21 rows of 3 KiB per 64 KiB view, 4 windows
+	// (12 views) per dispatch.
+	if w, ok := lavapipe.colDotWindows(256, 768, colDotArgs{c2: &Buffer{}}); !ok || w.W != 21 || w.NW != 4 || w.V != 65536 {
+		t.Errorf("lavapipe's plan of a 256 × 768 pair: %+v (ok %v), want 21 rows, 4 windows, 65536-byte views", w, ok)
+	}
+	if _, ok := (&Device{limits: lavapipe.limits}).colDotWindows(256, 768, colDotArgs{}); ok {
+		t.Error("a GPU got a window plan")
+	}
 	for _, ualign := range []uint32{32, 64, 256} {
-		d := &Device{info: Info{CPU: true}, limits: wgpu.Limits{
-			MinUniformBufferOffsetAlignment: ualign, MaxUniformBufferBindingSize: 65536, MaxUniformBuffersPerShaderStage: 15}}
+		d := &Device{info: Info{CPU: true}, limits: lavapipe.limits}
+		d.limits.MinUniformBufferOffsetAlignment = ualign
 		for _, rows := range []int{1, 5, 37, 256, 301, 512, 1000} {
 			for _, n := range []int{4, 12, 128, 768, 1004, 4096, 16000} {
 				for _, two := range []bool{false, true} {

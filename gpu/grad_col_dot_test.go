@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -51,9 +52,6 @@ func TestGradColDot(t *testing.T) {
 			t.Run(name, func(t *testing.T) { checkGradColDot(t, d, c) })
 		}
 		restore()
-	}
-	if w, nw, ok := gpu.ColDotWindows(d, 256, 768, true); d.Info().CPU && (!ok || w != 21 || nw != 4) {
-		t.Errorf("window plan of a 256 × 768 pair on a CPU adapter: %d rows × %d per dispatch (ok %v), want 21 × 4", w, nw, ok)
 	}
 }
 
@@ -158,5 +156,49 @@ func checkGradColDot(t *testing.T, d *gpu.Device, c colDotCase) {
 	}
 	if c.side {
 		checkClose(t, "so", must(d.ReadFloat32(so)).T(t), wantSO, 1e-6, 1e-6)
+	}
+}
+
+// TestUniformViewChecks: a gpu.Uniform binding is refused in Go, before anything is
+// submitted, at an offset off the uniform alignment, beyond one uniform binding, beside a
+// read-write binding of the same buffer, and on a device whose buffers lack the uniform usage
+// (GPUs: Device.UniformViews).
+func TestUniformViewChecks(t *testing.T) {
+	d := gputest.Open(t)
+	const n = 128 // 512 bytes a row
+	a := must(d.NewBuffer("a", gpu.F32, 256, n)).T(t)
+	defer a.Release()
+	out := must(d.NewBuffer("out", gpu.F32, n)).T(t)
+	defer out.Release()
+	// grad_col_dot.wgsl's stage "windows" with one window of 64 rows of a and b.
+	params := struct {
+		Stage                                   string
+		NW, NV4, W, Last                        int
+		Two, SharedA, SideAccum                 bool
+		RS, S, S2, Mask, Out, Out2, SO, C2, Uni int
+	}{Stage: "windows", NW: 1, NV4: 64 * n / 4, W: 64, Last: 64, RS: -1, S: -1, S2: -1, Mask: -1, Out: 2, Out2: -1, SO: -1, C2: -1, Uni: 3}
+	k := must(d.Kernel(gpu.KernelSpec{Name: "UniformViewChecks", File: "grad_col_dot.wgsl", Params: params,
+		Bindings: []gpu.Access{gpu.Uniform, gpu.Uniform, gpu.ReadWrite}, Uniforms: 3})).T(t)
+	view := func(off, size uint64) gpu.Binding { return gpu.Binding{Buf: a, Offset: off, Size: size} }
+	type check struct {
+		name  string
+		binds []gpu.Binding
+		want  string
+	}
+	checks := []check{
+		{"misaligned", []gpu.Binding{view(16, 256*n), view(0, 256*n), gpu.Whole(out)}, "not a multiple of"},
+		{"too large", []gpu.Binding{view(0, 65536+4*n), view(0, 256*n), gpu.Whole(out)}, "maxUniformBufferBindingSize"},
+		{"beside read-write", []gpu.Binding{view(0, 256*n), view(0, 256*n), gpu.Whole(a)}, "read-write"},
+	}
+	if !d.UniformViews() {
+		checks = []check{{"no uniform usage", []gpu.Binding{view(0, 256*n), view(0, 256*n), gpu.Whole(out)}, "need a CPU adapter"}}
+	}
+	for _, c := range checks {
+		r := d.Begin()
+		err := r.Dispatch(k, [3]int{4, 1, 1}, []uint32{n / 4, 0, 0}, c.binds...)
+		r.Discard()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Dispatch error %v, want one naming %q", c.name, err, c.want)
+		}
 	}
 }

@@ -22,7 +22,7 @@
 // (TestBLRBackwardColDotPairsBitIdentical).
 // Template parameters: Stage, Chunk, Partial, SideAccum, SharedA (bools) and the binding
 // index of each buffer (−1 when absent): RS, Mask, S, Out, SO, C2, S2, Out2, Uni (the
-// uniform); stage "windows" (CPU adapters, below) also NW, K, NV4, W, Last and Two.
+// uniform); stage "windows" (CPU adapters, below) also NW, NV4, W, Last and Two.
 
 struct Params {
     rows: u32,
@@ -148,11 +148,12 @@ struct WParams {
     row{{$w}}: u32,
 {{- end}}
 };
+{{- $k := 2}}{{if .Two}}{{$k = 3}}{{end}}
 {{- range $w := seq .NW}}
-@group(0) @binding({{mul $w $.K}}) var<uniform> a{{$w}}: array<vec4<f32>, {{$.NV4}}>;
-@group(0) @binding({{add (mul $w $.K) 1}}) var<uniform> b{{$w}}: array<vec4<f32>, {{$.NV4}}>;
+@group(0) @binding({{mul $w $k}}) var<uniform> a{{$w}}: array<vec4<f32>, {{$.NV4}}>;
+@group(0) @binding({{add (mul $w $k) 1}}) var<uniform> b{{$w}}: array<vec4<f32>, {{$.NV4}}>;
 {{- if $.Two}}
-@group(0) @binding({{add (mul $w $.K) 2}}) var<uniform> c2{{$w}}: array<vec4<f32>, {{$.NV4}}>;
+@group(0) @binding({{add (mul $w $k) 2}}) var<uniform> c2{{$w}}: array<vec4<f32>, {{$.NV4}}>;
 {{- end}}
 {{- end}}
 {{- if ge .RS 0}}
