@@ -262,9 +262,9 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c, raw *Buffer
 		}
 		return r.Dispatch(kn, g, uni, binds...)
 	}
-	if lp, ok := r.d.blrLanes(m, n, k, Whole(a), Whole(sa)); ok && (transB || n%8 == 0) {
+	if lp, ok := r.d.blrLanes(m, n, k, Whole(a), Whole(sa)); ok && (transB && k%8 == 0 || !transB && n%8 == 0) {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward_lanes.wgsl",
-			Params:   blrLanesParams{TransB: transB, ScaleC: sc != nil, Accum: accum, Raw: raw != nil, Words: transB && k%32 == 0, lanesParams: lp},
+			Params:   blrLanesParams{TransB: transB, ScaleC: sc != nil, Accum: accum, Raw: raw != nil, Chunk: blrChunk(transB, k), lanesParams: lp},
 			Bindings: access, Uniforms: 3})
 		if err != nil {
 			return err
@@ -310,9 +310,28 @@ func blrGEMMCost(m, k, n int, accum, raw bool) (flops, bytes float64) {
 	return 2 * float64(m) * float64(k) * float64(n), 4*float64(m)*float64(k) + float64(k)*float64(n)/8 + cbytes
 }
 
+// blrChunk is blr_forward_lanes.wgsl's Chunk for a lane-blocked BLR GEMM of depth k: with B
+// [n, k] (transB) column c's signs start at bit c·k, so where k is a multiple of 4·q
+// (q = 8, 4, 2; k % 8 == 0 is required) a lane loads each column's u32 once per q k steps,
+// 4·q signs at a time, instead of once per k step (0: B [k, n]). On lavapipe a load is a loop over the lanes;
+// the BLR ranks of the tiny model (24, 48, 72, 80) are not multiples of 32, and
+// chunks of 8 or 16 signs cut their y GEMMs (K = rank) by 13–29 % (DESIGN §7).
+func blrChunk(transB bool, k int) int {
+	switch {
+	case !transB:
+		return 0
+	case k%32 == 0:
+		return 8
+	case k%16 == 0:
+		return 4
+	}
+	return 2
+}
+
 // blrLanesParams are blr_forward_lanes.wgsl's template parameters.
 type blrLanesParams struct {
-	TransB, ScaleC, Accum, Raw, Words bool
+	TransB, ScaleC, Accum, Raw bool
+	Chunk                      int
 	lanesParams
 }
 

@@ -96,7 +96,10 @@ func TestGEMMLanesBitIdentical(t *testing.T) {
 	}
 	// 300 rows of 768: several windows per column reduction of the backward on CPU adapters
 	// (gpu.TestGradColDot), the "dot" stage's two chunks on GPUs.
-	for _, c := range []struct{ rows, m, n, r, paths, live int }{{37, 68, 56, 24, 2, 20}, {64, 256, 256, 96, 2, 90}, {5, 12, 8, 8, 1, 8}, {300, 768, 768, 96, 2, 90}} {
+	// The ranks cover every chunk of the transposed sign loads (blrChunk: y's k = r): 96 → 32
+	// signs per load, 48 → 16, 24 and 8 → 8.
+	for _, c := range []struct{ rows, m, n, r, paths, live int }{{37, 68, 56, 24, 2, 20}, {64, 256, 256, 96, 2, 90}, {5, 12, 8, 8, 1, 8}, {300, 768, 768, 96, 2, 90},
+		{70, 136, 256, 48, 2, 40}} {
 		t.Run(fmt.Sprintf("BLR/%+v", c), func(t *testing.T) {
 			w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
 			l := uploadBLR(t, d, w, c.live)

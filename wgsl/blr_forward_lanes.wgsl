@@ -3,14 +3,15 @@
 // when TransB (t1, y, c), else [K, N] (dt2, dxg) — the operands of blr_forward.wgsl.
 // Bit-identical to the tiled kernel and to blr_forward_naive.wgsl: A ⊙ sa is one f32
 // product per element, each output one fma chain in K order, then ⊙ sc, then + C.
-// Requires K % 4 == 0 and 16-byte aligned A and sa bindings; when not TransB, N % 8 == 0 (a
+// Requires K % 4 == 0 (TransB: K % 8 == 0) and 16-byte aligned A and sa bindings; when not TransB, N % 8 == 0 (a
 // lane's C columns of one k are C bits of one word; C = 16 needs N % 16 == 0: blrLanes).
-// Raw (ScaleC only): each sum before ⊙ sc is also stored in raw [M, N]. Words (TransB and K % 32 == 0: every column's bits start
-// a word): a lane loads each column's u32 of 32 signs once per 8 k steps instead of a
-// nibble's word every step (on lavapipe each load is a loop over the lanes). For the same
-// reason sa reaches the lanes by subgroupShuffle (lane l loads sa[k4 + l] every S k steps) and
-// each lane loads its columns' sc once. Template parameters: TransB, ScaleC, Accum, Raw, Words
-// (bools), S, R, C.
+// Raw (ScaleC only): each sum before ⊙ sc is also stored in raw [M, N]. Chunk = q (TransB,
+// which requires K % 8 == 0; gpu.blrChunk: the largest q of 8, 4, 2 with K % 4q == 0, so every
+// column's bits start on a 4q-bit boundary and q k steps' signs never straddle a word): a
+// lane loads each column's u32 once per q k steps, 4q signs at a time, instead of a word per
+// step (on lavapipe each load is a loop over the lanes). For the same reason sa reaches the lanes by subgroupShuffle (lane l loads
+// sa[k4 + l] every S k steps) and each lane loads its columns' sc once. Template parameters:
+// TransB, ScaleC, Accum, Raw (bools), Chunk (TransB: 2, 4 or 8; else 0), S, R, C.
 
 @group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> bits: array<u32>;
@@ -39,12 +40,11 @@ fn signs(v: vec4<u32>) -> vec4<f32> {
 {{- end}}
 {{- if .ScaleC}}{{range $j := seq .C}} let sc{{$j}} = sc[min(nl + {{$j}}u, p.n - 1u)];{{end}}
 {{- end}} var sl4 = vec4<f32>(0.0);
-{{- if .Words}}{{range $j := seq .C}} var w{{$j}} = 0u;{{end}}
+{{- if .Chunk}}{{range $j := seq .C}} var w{{$j}} = 0u;{{end}}
 {{- end}}
 {{- end}}
 {{- define "lanes_bload"}}
-{{- if .Words}} if (k4 % 8u == 0u) { {{- range $j := seq .C}} w{{$j}} = bits[(bc{{$j}} >> 5u) + (k4 >> 3u)];{{end}} }{{range $j := seq .C}} let b{{$j}} = signs(vec4<u32>(w{{$j}} >> (4u * (k4 & 7u))) >> vec4<u32>(0u, 1u, 2u, 3u));{{end}}
-{{- else if .TransB}}{{range $j := seq .C}} let e{{$j}} = bc{{$j}} + 4u * k4; let b{{$j}} = signs(vec4<u32>((bits[e{{$j}} >> 5u] >> (e{{$j}} & 31u))) >> vec4<u32>(0u, 1u, 2u, 3u));{{end}}
+{{- if .Chunk}} if (k4 % {{.Chunk}}u == 0u) { {{- range $j := seq .C}} let e{{$j}} = bc{{$j}} + 4u * k4; w{{$j}} = bits[e{{$j}} >> 5u] >> (e{{$j}} & 31u);{{end}} }{{range $j := seq .C}} let b{{$j}} = signs(vec4<u32>(w{{$j}} >> (4u * (k4 % {{$.Chunk}}u))) >> vec4<u32>(0u, 1u, 2u, 3u));{{end}}
 {{- else}}{{range $kk := seq 4}} let e{{$kk}} = (4u * k4 + {{$kk}}u) * p.n + nc; let w{{$kk}} = bits[e{{$kk}} >> 5u] >> (e{{$kk}} & 31u);{{end}} let wv = vec4<u32>(w0, w1, w2, w3);{{range $j := seq .C}} let b{{$j}} = signs(wv >> vec4<u32>({{$j}}u));{{end}}
 {{- end}}
 {{- end}}
