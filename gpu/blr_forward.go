@@ -262,7 +262,7 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c, raw *Buffer
 		}
 		return r.Dispatch(kn, g, uni, binds...)
 	}
-	if lp, ok := r.d.blrLanes(m, n, k, Whole(a), Whole(sa)); ok && (transB && k%8 == 0 || !transB && n%8 == 0) {
+	if lp, ok := r.d.blrLanes(m, n, k, transB, Whole(a), Whole(sa)); ok && (transB && k%8 == 0 || !transB && n%8 == 0) {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward_lanes.wgsl",
 			Params:   blrLanesParams{TransB: transB, ScaleC: sc != nil, Accum: accum, Raw: raw != nil, Chunk: blrChunk(transB, k), lanesParams: lp},
 			Bindings: access, Uniforms: 3})

@@ -4,7 +4,7 @@
 // Bit-identical to the tiled kernel and to blr_forward_naive.wgsl: A ⊙ sa is one f32
 // product per element, each output one fma chain in K order, then ⊙ sc, then + C.
 // Requires K % 4 == 0 (TransB: K % 8 == 0) and 16-byte aligned A and sa bindings; when not TransB, N % 8 == 0 (a
-// lane's C columns of one k are C bits of one word; C = 16 needs N % 16 == 0: blrLanes).
+// lane's C columns of one k are C bits of one word; C = 16 or 32 needs N % C == 0: blrLanes).
 // Raw (ScaleC only): each sum before ⊙ sc is also stored in raw [M, N]. Chunk = q (TransB,
 // which requires K % 8 == 0; gpu.blrChunk: the largest q of 8, 4, 2 with K % 4q == 0, so every
 // column's bits start on a 4q-bit boundary and q k steps' signs never straddle a word): a
