@@ -124,6 +124,7 @@ func TestSessionBench(t *testing.T) {
 		`(?m)^cell compile \(go build of the cell program, imports only nvgkit/session\): \d+ ms first, \d+ ms after an edit$`,
 		`(?m)^  of which the transport \(the same cell without its Step: Attach, Grad\): ` + ms + `$`,
 		`(?m)^  of which Setup: median \d+ ms \(its teacher pass \d+ ms\)$`,
+		`(?m)^  the session's first such cell, which compiles the step's kernels: \d+\.\d ms \(not in the median\)$`,
 		`(?m)^cell compile of a cell importing nvgkit/train instead \(links the GPU engine\): \d+ ms after an edit$`,
 		`(?m)^warm cell as its own process \(the built cell program, exec to exit\): ` + ms + `$`,
 	} {
