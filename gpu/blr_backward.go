@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"fmt"
-	"slices"
 )
 
 // BLRGrad holds the accumulated gradients of one BLR path's metric: H F32 [m], L (ℓ) F32
@@ -119,7 +118,7 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 	// On CPU adapters the two paths' column reductions run as one pass each (gradColDot2:
 	// dh loads dy once, dg loads x once and writes dx once; the same bits), so both paths'
 	// c and dxg are live at once.
-	paired := len(l.Paths) == 2 && r.d.info.CPU && !colDotPairOff
+	paired := len(l.Paths) == 2 && r.d.info.CPU && !pathPairsOff
 	var cs [2]*Buffer
 	var t1s *Buffer
 	var err error
@@ -132,10 +131,27 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 			}
 		}
 	}
-	var dt2 *Buffer
-	if slices.ContainsFunc(grads, func(g BLRGrad) bool { return g.DT2 == nil }) {
-		if dt2, err = take("dt2", rk); err != nil {
-			return err
+	// dt2 per path: the caller's (BLRGrad.DT2) or borrowed, one buffer for the paths
+	// without, two where both paths' dt2 run as one pass (blrGEMMPair, CPU adapters).
+	var dt2s [2]*Buffer
+	twoDT2 := paired
+	var shared *Buffer
+	for p, g := range grads {
+		if g.DT2 != nil {
+			dt2s[p] = g.DT2
+			continue
+		}
+		if shared == nil || twoDT2 {
+			if shared, err = take(fmt.Sprintf("dt2 %d", p), rk); err != nil {
+				return err
+			}
+		}
+		dt2s[p] = shared
+	}
+	pairedDT2 := false
+	if twoDT2 {
+		if pairedDT2, err = blrGEMMPair(r, op+".dt2", dy, [2]*Buffer{l.Paths[0].U, l.Paths[1].U}, [2]*Buffer{l.Paths[0].H, l.Paths[1].H}, dt2s, rows, m, rk, false); err != nil {
+			return fail(err)
 		}
 	}
 	var dxgs [2]*Buffer
@@ -160,10 +176,7 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 		} else if err := blrGEMM(r, op+".t1", false, x, q.V, q.G, nil, tb, nil, rows, n, rk, true, false); err != nil {
 			return fail(err)
 		}
-		dt2 := dt2
-		if g.DT2 != nil {
-			dt2 = g.DT2
-		}
+		dt2 := dt2s[p]
 		own := 0 // the scratch slot: path p's own when paired, else the one both share
 		if paired {
 			own = p
@@ -179,8 +192,10 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 				return fail(err)
 			}
 		}
-		if err := blrGEMM(r, op+".dt2", false, dy, q.U, q.H, nil, dt2, nil, rows, m, rk, false, false); err != nil {
-			return fail(err)
+		if !pairedDT2 {
+			if err := blrGEMM(r, op+".dt2", false, dy, q.U, q.H, nil, dt2, nil, rows, m, rk, false, false); err != nil {
+				return fail(err)
+			}
 		}
 		if err := gradColDot(r, op+".dl", dt2, tb, nil, l.Live, nil, g.L, nil, rows, rk, false); err != nil {
 			return fail(err)

@@ -330,11 +330,12 @@ func TestBLRBackwardKeptBitIdentical(t *testing.T) {
 	}
 }
 
-// TestBLRBackwardColDotPairsBitIdentical: on CPU adapters a two-path layer's dh and dg (and
-// dx) come from one column-reduction pass over both paths (gradColDot2); they are the bits of
-// one pass per path, onto non-zero gradients, with and without dx, with t1 and c kept or
-// recomputed, and over two row chunks (300 rows).
-func TestBLRBackwardColDotPairsBitIdentical(t *testing.T) {
+// TestBLRPathPairsBitIdentical: on CPU adapters a two-path layer's t1 and dt2 GEMMs each run
+// as one pass over both paths (blrGEMMPair: ranks 24 and 16 take it), and its dh and dg (and
+// dx) come from one column-reduction pass (gradColDot2); the forward's y and kept t1 and c, and
+// the backward's gradients are the bits of one pass per path, onto non-zero gradients, with
+// and without dx, with t1 and c kept or recomputed, and over two row chunks (300 rows).
+func TestBLRPathPairsBitIdentical(t *testing.T) {
 	d := gputest.Open(t)
 	skipNoLanes(t, d)
 	rng := rand.New(rand.NewPCG(45, 46))
@@ -353,18 +354,28 @@ func TestBLRBackwardColDotPairsBitIdentical(t *testing.T) {
 					}
 					tb := newBufs(t, d)
 					x, dy := tb.up("x", xf, c.rows, c.n), tb.up("dy", dyf, c.rows, c.m)
+					var got [2][][]float32
 					var kept gpu.BLRKept
 					if keep {
-						for range 2 {
-							kept.T1 = append(kept.T1, tb.nw("t1", c.rows, c.r))
-							kept.C = append(kept.C, tb.nw("c", c.rows, c.m))
-						}
-						y := tb.nw("y", c.rows, c.m)
-						if err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, kept, c.rows) }); err != nil {
-							t.Fatal(err)
+						// The forward both ways; the backward below uses the paired one's t1 and c.
+						for i, pairs := range []bool{false, true} {
+							kept = gpu.BLRKept{}
+							for range 2 {
+								kept.T1 = append(kept.T1, tb.nw("t1", c.rows, c.r))
+								kept.C = append(kept.C, tb.nw("c", c.rows, c.m))
+							}
+							y := tb.nw("y", c.rows, c.m)
+							restore := gpu.SetPathPairs(pairs)
+							err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, kept, c.rows) })
+							restore()
+							if err != nil {
+								t.Fatal(err)
+							}
+							for _, b := range []*gpu.Buffer{y, kept.T1[0], kept.T1[1], kept.C[0], kept.C[1]} {
+								got[i] = append(got[i], must(d.ReadFloat32(b)).T(t))
+							}
 						}
 					}
-					var got [2][][]float32
 					for i, pairs := range []bool{false, true} {
 						var dx *gpu.Buffer
 						if withDX {
@@ -374,7 +385,7 @@ func TestBLRBackwardColDotPairsBitIdentical(t *testing.T) {
 						for p := range grads {
 							grads[p] = gpu.BLRGrad{H: tb.up("dh", g0[3*p], c.m), L: tb.up("dl", g0[3*p+1], c.r), G: tb.up("dg", g0[3*p+2], c.n)}
 						}
-						restore := gpu.SetColDotPairs(pairs)
+						restore := gpu.SetPathPairs(pairs)
 						err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRBackward(r, l, x, kept, dy, dx, grads, c.rows) })
 						restore()
 						if err != nil {

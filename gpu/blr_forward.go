@@ -297,6 +297,44 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c, raw *Buffer
 	return nil
 }
 
+// blrGEMMPair records blrGEMM for the two paths of a BLR layer that share A — t1 (A = x, B =
+// V_q [n, k]) or dt2 (A = dy, B = U_q [k, n]) — in one lane-blocked pass that loads each
+// element of A once: c_q = (A ⊙ sa_q)·B_q for q = 0, 1, the same products and fma chains as
+// two blrGEMM calls, so the same bits. It returns false (nothing recorded) where the pass
+// does not apply: not a CPU adapter's lanes form, pathPairsOff, or shapes blrGEMM would not run
+// in lanes, or a block the pair would not speed up. Buffers are checked by the caller.
+//
+// Why: on lavapipe A's loads are 35–40 % of t1 and dt2 at k = 256 (DESIGN §7 "Sign chunks").
+func blrGEMMPair(r *Recorder, op string, a *Buffer, bits, sa, c [2]*Buffer, m, k, n int, transB bool) (bool, error) {
+	if pathPairsOff || !r.d.info.CPU {
+		return false, nil
+	}
+	lp, ok := r.d.blrLanes(m, n, k, transB, Whole(a), Whole(sa[0]), Whole(sa[1]))
+	if !ok || !(transB && k%8 == 0 || !transB && n%8 == 0) || lp.C > 8 || lp.R < 2 {
+		// Where the single GEMM already takes 16 columns per lane (n > 8·S), a pair's 32
+		// columns by 1 row block was slower: t1 at k = 768, n = 80 +8–10 %.
+		return false, nil
+	}
+	// Each path keeps the single GEMM's C columns per lane; half the row blocks keep the
+	// accumulators per lane (R·S·C) as they were.
+	lp.Pair, lp.C, lp.R = true, 2*lp.C, lp.R/2
+	kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward_lanes.wgsl",
+		Params:   blrLanesParams{TransB: transB, Chunk: blrChunk(transB, k), lanesParams: lp},
+		Bindings: []Access{Read, Read, Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 3})
+	if err != nil {
+		return false, err
+	}
+	if err := r.dispatchLanes(kn, lp, m, n, []uint32{uint32(m), uint32(n), uint32(k)},
+		Whole(a), Whole(bits[0]), Whole(bits[1]), Whole(sa[0]), Whole(sa[1]), Whole(c[0]), Whole(c[1])); err != nil {
+		return false, err
+	}
+	gemmLanesDispatches++ // two GEMMs in one dispatch
+	for range 2 {
+		r.Cost(blrGEMMCost(m, k, n, false, false))
+	}
+	return true, nil
+}
+
 // blrGEMMCost is a BLR GEMM stage's arithmetic, 2·m·k·n, and least traffic: A and C in f32
 // (C read too when accumulating, written twice with a raw output), the signs at one bit each.
 func blrGEMMCost(m, k, n int, accum, raw bool) (flops, bytes float64) {
@@ -431,27 +469,46 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 		return err
 	}
 	mark := len(r.ops)
-	var scratch *Buffer
-	for p, q := range l.Paths {
-		tb := scratch
-		if kept.T1 != nil {
-			tb = kept.T1[p]
-		} else if tb == nil {
-			// Borrowed: it dies with this call, so the calls of one submit share it.
-			b, done, err := r.Borrow(op+" t1", F32, rows, l.Rank)
+	// t1 per path: kept, or borrowed (it dies with this call, so the calls of one submit
+	// share it): one buffer for all paths, two where both paths' t1 run as one pass
+	// (CPU adapters, blrGEMMPair).
+	var tbs [2]*Buffer
+	twoT1 := len(l.Paths) == 2 && !naive && r.d.info.CPU && !pathPairsOff
+	for p := range l.Paths {
+		switch {
+		case kept.T1 != nil:
+			tbs[p] = kept.T1[p]
+		case p == 0 || twoT1:
+			b, done, err := r.Borrow(fmt.Sprintf("%s t1 %d", op, p), F32, rows, l.Rank)
 			if err != nil {
 				return err
 			}
 			defer done()
-			scratch, tb = b, b
+			tbs[p] = b
+		default:
+			tbs[p] = tbs[0]
 		}
+	}
+	pairedT1 := false
+	if twoT1 {
+		var err error
+		pairedT1, err = blrGEMMPair(r, op+".t1", x, [2]*Buffer{l.Paths[0].V, l.Paths[1].V}, [2]*Buffer{l.Paths[0].G, l.Paths[1].G}, tbs, rows, l.N, l.Rank, true)
+		if err != nil {
+			r.ops = r.ops[:mark]
+			return err
+		}
+	}
+	for p, q := range l.Paths {
+		tb := tbs[p]
 		var cb *Buffer
 		if kept.C != nil {
 			cb = kept.C[p]
 		}
-		if err := blrGEMM(r, op+".t1", naive, x, q.V, q.G, nil, tb, nil, rows, l.N, l.Rank, true, false); err != nil {
-			r.ops = r.ops[:mark]
-			return err
+		if !pairedT1 {
+			if err := blrGEMM(r, op+".t1", naive, x, q.V, q.G, nil, tb, nil, rows, l.N, l.Rank, true, false); err != nil {
+				r.ops = r.ops[:mark]
+				return err
+			}
 		}
 		if err := blrGEMM(r, op+".y", naive, tb, q.U, q.L, q.H, y, cb, rows, l.Rank, l.M, true, p > 0); err != nil {
 			r.ops = r.ops[:mark]

@@ -69,13 +69,13 @@ func SetRowLanes(on bool) (restore func()) {
 	return func() { rowLanesOff = old }
 }
 
-// SetColDotPairs chooses how BLRBackward runs a two-path layer's column reductions on CPU
-// adapters: both paths in one pass each (on, the default) or one pass per path (off); it
-// returns a function restoring the old choice.
-func SetColDotPairs(on bool) (restore func()) {
-	old := colDotPairOff
-	colDotPairOff = !on
-	return func() { colDotPairOff = old }
+// SetPathPairs chooses how BLRForward and BLRBackward run a two-path layer on CPU adapters:
+// both paths' t1 and dt2 GEMMs and column reductions in one pass each (on, the default) or
+// one pass per path (off); it returns a function restoring the old choice.
+func SetPathPairs(on bool) (restore func()) {
+	old := pathPairsOff
+	pathPairsOff = !on
+	return func() { pathPairsOff = old }
 }
 
 // SetCausalConvRuns chooses the form of the causal convolution kernels on CPU adapters: the

@@ -54,9 +54,10 @@ var gemmLanesForce bool
 // their workgroup form on CPU adapters too, so the two forms can be compared.
 var rowLanesOff bool
 
-// colDotPairOff, set by tests (SetColDotPairs), makes BLRBackward run each path's column
-// reductions on their own on CPU adapters too (gradColDot2's twin).
-var colDotPairOff bool
+// pathPairsOff, set by tests (SetPathPairs), makes BLRForward and BLRBackward run each path's
+// t1 and dt2 GEMMs (blrGEMMPair) and column reductions (gradColDot2's twin) on their own on
+// CPU adapters too.
+var pathPairsOff bool
 
 // causalConvRunsOff, set by tests (SetCausalConvRuns), makes the causal convolution kernels
 // take their per-element form on CPU adapters too.
@@ -66,8 +67,12 @@ var causalConvRunsOff bool
 var gemmLanesDispatches int
 
 // lanesParams are the lane-blocked kernels' block: S lanes, R row blocks (S·R rows per
-// workgroup), C columns per lane (S·C columns per workgroup).
-type lanesParams struct{ S, R, C int }
+// workgroup), C columns per lane (S·C columns per workgroup); with Pair, two outputs that
+// share A (blrGEMMPair), C/2 columns of each per lane.
+type lanesParams struct {
+	S, R, C int
+	Pair    bool
+}
 
 // gemmLanes picks the lane-blocked block for an m×n output of depth k, or ok false where the
 // kernel does not apply: an adapter without a probed subgroup size, a tiled variant forced
@@ -128,7 +133,11 @@ func (d *Device) blrLanes(m, n, k int, transB bool, binds ...Binding) (lanesPara
 
 // dispatchLanes records a lane-blocked kernel over the m×n output.
 func (r *Recorder) dispatchLanes(kn *Kernel, p lanesParams, m, n int, uniforms []uint32, binds ...Binding) error {
-	gx, gy := (n+p.S*p.C-1)/(p.S*p.C), (m+p.S*p.R-1)/(p.S*p.R)
+	cols := p.S * p.C // output columns per workgroup
+	if p.Pair {
+		cols /= 2
+	}
+	gx, gy := (n+cols-1)/cols, (m+p.S*p.R-1)/(p.S*p.R)
 	if gx > 65535 || gy > 65535 {
 		return fmt.Errorf("gpu: %s: %d×%d output needs a %d×%d grid (max 65535 per dimension)", kn.spec.Name, m, n, gx, gy)
 	}

@@ -36,4 +36,5 @@
 {{- end}}
 {{- define "lanes_aprep"}}{{end}}
 {{- define "lanes_aload"}}a[ar{{.a}} + k4]{{end}}
+{{- define "lanes_ascale"}}{{.v}}{{end}}
 {{- define "lanes_store"}}c[{{.gm}} * p.n + {{.n}}] = {{.v}};{{end}}
