@@ -217,7 +217,20 @@ func sessionBench(c *command, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer session.Stop(name, time.Minute)
+	defer func() {
+		// The bench's own session: once it has exited, its log goes too (a failed stop keeps it).
+		var log string
+		if l, err := session.List(); err == nil {
+			for _, s := range l {
+				if s.Name == name {
+					log = s.Log
+				}
+			}
+		}
+		if session.Stop(name, time.Minute) == nil && log != "" {
+			os.Remove(log)
+		}
+	}()
 	info, err := cl.Setup(setup)
 	if err != nil {
 		cl.Close()
@@ -229,8 +242,8 @@ func sessionBench(c *command, args []string) error {
 		return err
 	}
 	grad := names[0]
-	fmt.Printf("nvg session bench: the embedded tiny teacher, %s (NB %d, T %d, K %d, %d training windows, KeepActivations %v), on %s\n%s\n",
-		what, setup.Train.NB, setup.Train.T, setup.Train.K, info.TrainWindows, setup.Train.KeepActivations, info.Device, info.Activations)
+	fmt.Printf("nvg session bench: the embedded tiny teacher, %s (NB %d, T %d, K %d, %d training windows, KeepActivations %v, ActivationBudget %d MiB), on %s\n%s\n",
+		what, setup.Train.NB, setup.Train.T, setup.Train.K, info.TrainWindows, setup.Train.KeepActivations, setup.Train.ActivationBudget>>20, info.Device, info.Activations)
 
 	// The session's first step compiles the step's kernels (the driver's JIT): a notebook pays
 	// it once, in the first cell that steps. It is timed apart; the warm cells after it are

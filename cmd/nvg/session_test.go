@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -118,7 +119,7 @@ func TestSessionBench(t *testing.T) {
 	}
 	ms := `median \d+\.\d ms of \d+ runs \((\d+\.\d(, )?)+ ms\)`
 	for _, re := range []string{
-		`(?m)^nvg session bench: the embedded tiny teacher, DefaultSetup resized \(NB 1, T 16, K 32, 2 training windows, KeepActivations false\), on .+$`,
+		`(?m)^nvg session bench: the embedded tiny teacher, DefaultSetup resized \(NB 1, T 16, K 32, 2 training windows, KeepActivations false, ActivationBudget 1024 MiB\), on .+$`,
 		`(?m)^cold cell, in-process \(new Lab: open device, load, compress, teacher pass; Step\(1\), Grad\): ` + ms + `$`,
 		`(?m)^warm cell \(Attach to the resident session; Step\(1\), Grad\): ` + ms + `$`,
 		`(?m)^cell compile \(go build of the cell program, imports only nvgkit/session\): \d+ ms first, \d+ ms after an edit$`,
@@ -140,5 +141,9 @@ func TestSessionBench(t *testing.T) {
 	}
 	if l, err := session.List(); err != nil || len(l) != 0 {
 		t.Errorf("sessions left after the bench: %+v, %v", l, err)
+	}
+	// Nor its log: the bench removes its own session's log once the server has exited.
+	if logs, _ := filepath.Glob(filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "nvg", "bench-*.log")); len(logs) != 0 {
+		t.Errorf("bench logs left: %v", logs)
 	}
 }
