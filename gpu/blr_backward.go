@@ -134,14 +134,13 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 	// dt2 per path: the caller's (BLRGrad.DT2) or borrowed, one buffer for the paths
 	// without, two where both paths' dt2 run as one pass (blrGEMMPair, CPU adapters).
 	var dt2s [2]*Buffer
-	twoDT2 := paired
 	var shared *Buffer
 	for p, g := range grads {
 		if g.DT2 != nil {
 			dt2s[p] = g.DT2
 			continue
 		}
-		if shared == nil || twoDT2 {
+		if shared == nil || paired {
 			if shared, err = take(fmt.Sprintf("dt2 %d", p), rk); err != nil {
 				return err
 			}
@@ -149,7 +148,7 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 		dt2s[p] = shared
 	}
 	pairedDT2 := false
-	if twoDT2 {
+	if paired {
 		if pairedDT2, err = blrGEMMPair(r, op+".dt2", dy, [2]*Buffer{l.Paths[0].U, l.Paths[1].U}, [2]*Buffer{l.Paths[0].H, l.Paths[1].H}, dt2s, rows, m, rk, false); err != nil {
 			return fail(err)
 		}

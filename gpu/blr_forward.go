@@ -262,7 +262,7 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c, raw *Buffer
 		}
 		return r.Dispatch(kn, g, uni, binds...)
 	}
-	if lp, ok := r.d.blrLanes(m, n, k, transB, Whole(a), Whole(sa)); ok && (transB && k%8 == 0 || !transB && n%8 == 0) {
+	if lp, ok := r.d.blrLanes(m, n, k, transB, Whole(a), Whole(sa)); ok {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward_lanes.wgsl",
 			Params:   blrLanesParams{TransB: transB, ScaleC: sc != nil, Accum: accum, Raw: raw != nil, Chunk: blrChunk(transB, k), lanesParams: lp},
 			Bindings: access, Uniforms: 3})
@@ -310,7 +310,7 @@ func blrGEMMPair(r *Recorder, op string, a *Buffer, bits, sa, c [2]*Buffer, m, k
 		return false, nil
 	}
 	lp, ok := r.d.blrLanes(m, n, k, transB, Whole(a), Whole(sa[0]), Whole(sa[1]))
-	if !ok || !(transB && k%8 == 0 || !transB && n%8 == 0) || lp.C > 8 || lp.R < 2 {
+	if !ok || lp.C > 8 || lp.R < 2 {
 		// Where the single GEMM already takes 16 columns per lane (n > 8·S), a pair's 32
 		// columns by 1 row block was slower: t1 at k = 768, n = 80 +8–10 %.
 		return false, nil

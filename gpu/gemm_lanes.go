@@ -74,6 +74,15 @@ type lanesParams struct {
 	Pair    bool
 }
 
+// H is the number of columns a lane owns of each output: C, or C/2 in a pair (the templates
+// read it as .H).
+func (p lanesParams) H() int {
+	if p.Pair {
+		return p.C / 2
+	}
+	return p.C
+}
+
 // gemmLanes picks the lane-blocked block for an m×n output of depth k, or ok false where the
 // kernel does not apply: an adapter without a probed subgroup size, a tiled variant forced
 // (gemmForce), the automatic choice on a GPU, k not a multiple of 4, a binding not on a
@@ -120,8 +129,12 @@ func (d *Device) gemmLanes(m, n, k int, evenN bool, binds ...Binding) (lanesPara
 // lane's columns of one k are then one whole word of signs. Measured on the tiny student's
 // dxg shapes (k = rank 48–80, n = 256–768; interleaved, medians of 12): 5–17 % faster than
 // 16 by 2 in all nine; for transB (y) it was 8–16 % slower, so those keep 16 by 2.
+//
+// ok is also false where blr_forward_lanes.wgsl cannot load the signs: k % 8 ≠ 0 for B [n, k]
+// (transB; blrChunk), n % 8 ≠ 0 for B [k, n].
 func (d *Device) blrLanes(m, n, k int, transB bool, binds ...Binding) (lanesParams, bool) {
 	p, ok := d.gemmLanes(m, n, k, false, binds...)
+	ok = ok && (transB && k%8 == 0 || !transB && n%8 == 0)
 	switch {
 	case ok && !transB && n >= p.S*32 && n%32 == 0:
 		p.C, p.R = 32, 1
@@ -133,10 +146,7 @@ func (d *Device) blrLanes(m, n, k int, transB bool, binds ...Binding) (lanesPara
 
 // dispatchLanes records a lane-blocked kernel over the m×n output.
 func (r *Recorder) dispatchLanes(kn *Kernel, p lanesParams, m, n int, uniforms []uint32, binds ...Binding) error {
-	cols := p.S * p.C // output columns per workgroup
-	if p.Pair {
-		cols /= 2
-	}
+	cols := p.S * p.H() // output columns per workgroup
 	gx, gy := (n+cols-1)/cols, (m+p.S*p.R-1)/(p.S*p.R)
 	if gx > 65535 || gy > 65535 {
 		return fmt.Errorf("gpu: %s: %d×%d output needs a %d×%d grid (max 65535 per dimension)", kn.spec.Name, m, n, gx, gy)

@@ -31,9 +31,9 @@
 //   lanes_store  (dict v, gm, n, j, q, P) the store of value v at row gm, column n of output
 //                q (0 but in a pair), accumulator column j.
 // Template parameters: S (lanes: the subgroup size), R (row blocks: rows per workgroup
-// S·R), C (columns per lane: columns per workgroup S·C), Pair (below). K must be a multiple
-// of 4; A rows beyond M and B columns beyond N are clamped on load and not stored. Grid:
-// (ceil(N/(S·C)), ceil(M/(S·R))).
+// S·R), C (columns per lane: columns per workgroup S·C), Pair (below) and H (C, or C/2 in a
+// pair: gpu.lanesParams.H). K must be a multiple of 4; A rows beyond M and B columns beyond N
+// are clamped on load and not stored. Grid: (ceil(N/(S·C)), ceil(M/(S·R))).
 //
 // Pair: two GEMMs that share A, C_q = (A ⊙ s_q)·B_q for q = 0, 1 (a BLR layer's two paths),
 // each element of A loaded once for both. A lane owns H = C/2 columns nl + j of each output:
@@ -42,7 +42,7 @@
 // A value v for output q (lanes_aload gives the unscaled value in a pair); lanes_store gets
 // q and the column.
 {{define "lanes_main"}}
-{{- $H := .C}}{{if .Pair}}{{$H = div .C 2}}{{end}}
+{{- $H := .H}}
 @compute @workgroup_size({{.S}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_invocation_id) sl: u32) {
     let m0 = wid.y * {{mul .S .R}}u;
