@@ -366,7 +366,8 @@ func TestDequantizedView(t *testing.T) {
 }
 
 // TestQuantCodesRefuseNaN: an FP8 NaN code is refused by QuantCodes, Float64 and the view,
-// naming the tensor and element.
+// naming the tensor and element; so is a scale that is not finite by QuantScales, Float64
+// and the view.
 func TestQuantCodesRefuseNaN(t *testing.T) {
 	scale, _ := NewTensor("w_scale_inv", F32, []int{1, 1}, f32Bytes([]float32{0.5}))
 	w, err := NewQuantTensor("w", QuantFP8, []int{2, 3}, []byte{0x38, 0, 0, 0, 0xFF, 0}, [2]int{128, 128}, scale)
@@ -378,6 +379,19 @@ func TestQuantCodesRefuseNaN(t *testing.T) {
 	_, e3 := w.Dequantized().Bytes()
 	for _, err := range []error{e1, e2, e3} {
 		if err == nil || !strings.Contains(err.Error(), "tensor w: element [1, 1] holds the FP8 NaN code 0xff") {
+			t.Errorf("error %v", err)
+		}
+	}
+	inf, _ := NewTensor("w_scale_inv", F32, []int{1, 2}, f32Bytes([]float32{0.5, float32(math.Inf(1))}))
+	w, err = NewQuantTensor("w", QuantFP8, []int{2, 3}, make([]byte, 6), [2]int{128, 2}, inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, e1 = w.QuantScales()
+	_, e2 = w.Float64()
+	_, e3 = w.Dequantized().Bytes()
+	for _, err := range []error{e1, e2, e3} {
+		if err == nil || !strings.Contains(err.Error(), "tensor w_scale_inv: scale [0, 1] is +Inf (not finite)") {
 			t.Errorf("error %v", err)
 		}
 	}

@@ -262,3 +262,50 @@ func TestLinearQuantErrors(t *testing.T) {
 		t.Errorf("UploadQuantCodes: %v", err)
 	}
 }
+
+// TestLinearQuantFixture runs LinearQuant on real quantized weights, loaded the way a
+// teacher net does (cmf.Tensor.QuantCodes and QuantScales, UploadQuantCodes): the FP8
+// fixture's down_proj [256, 768] and in_proj_a [2, 256] (a ragged 2-row block), and the
+// same down_proj quantized to q8 with its f16 scales, against host.LinearQuant of the same
+// tensors within the suite's bound.
+func TestLinearQuantFixture(t *testing.T) {
+	d := gputest.Open(t)
+	m := must(cmf.Open("../testdata/fixtures/tiny-fp8")).T(t)
+	defer m.Close()
+	down := m.Tensors["model.layers.0.mlp.down_proj.weight"]
+	q8 := must(cmf.QuantizeQ8(down.Dequantized())).T(t)
+	rng := rand.New(rand.NewPCG(38, 2))
+	for _, tt := range []*cmf.Tensor{down, m.Tensors["model.layers.0.linear_attn.in_proj_a.weight"], q8} {
+		t.Run(tt.Name+"-"+string(tt.Quant.Scheme), func(t *testing.T) {
+			out, in := tt.Shape[0], tt.Shape[1]
+			hw := must(host.QuantWeightOf(tt)).T(t)
+			codes := must(tt.QuantCodes()).T(t)
+			scales := must(tt.QuantScales()).T(t)
+			w := gpu.QuantWeight{Codes: must(d.UploadQuantCodes("codes", codes, out, in)).T(t), Format: gpu.QuantFP8, Out: out, In: in, Block: tt.Quant.Block}
+			ss := tt.Quant.Scale.Shape
+			if tt.Quant.Scheme == cmf.QuantQ8 {
+				w.Format = gpu.QuantQ8
+				bits := make([]uint16, len(scales))
+				for i, s := range scales {
+					bits[i] = float16.Fromfloat32(s).Bits() // exact: the scales are f16
+				}
+				w.Scales = must(d.UploadF16("scales", bits, ss...)).T(t)
+			} else {
+				w.Scales = must(d.UploadFloat32("scales", scales, ss...)).T(t)
+			}
+			defer w.Release()
+			rows := 37
+			xf, xd := randF32(rng, rows*in, 1)
+			x := must(d.UploadFloat32("x", xf, rows, in)).T(t)
+			defer x.Release()
+			want := must(host.LinearQuant(xd, rows, hw)).T(t)
+			W := must(host.Dequantize(hw)).T(t)
+			_, abs := refGEMM(xd, rows, in, W, out, true)
+			for i := range abs {
+				abs[i] *= float64(in+2) * 0x1p-24
+			}
+			got := quantInputs{x: x, w: w}.run(t, d, gpu.LinearQuant, rows)
+			checkBound(t, "y", got, want, abs)
+		})
+	}
+}
