@@ -156,7 +156,8 @@ func linearQuant(r *Recorder, op string, naive bool, x *Buffer, w QuantWeight, y
 	pr := linearQuantParams{FP8: w.Format == QuantFP8, ScaleF16: w.Scales.DType() == F16, BR: w.Block[0], BC: w.Block[1]}
 	binds := []Binding{Whole(x), Whole(w.Codes), Whole(w.Scales), Whole(y)}
 	uniforms := []uint32{uint32(m), uint32(n), uint32(k)}
-	spec := KernelSpec{Name: op, File: "linear_quant.wgsl", Bindings: []Access{Read, Read, Read, ReadWrite}, Uniforms: 3}
+	// The profile's row: the op and the format (LinearQuant.fp8, LinearQuant.q8).
+	spec := KernelSpec{Name: op + "." + w.Format.String(), File: "linear_quant.wgsl", Bindings: []Access{Read, Read, Read, ReadWrite}, Uniforms: 3}
 	vec4 := w.Block[1]%4 == 0 // a 4-input step never straddles a scale
 	var err error
 	switch lp, lanes := r.d.gemmLanes(m, n, k, false, binds[0], binds[3]); {
