@@ -18,18 +18,23 @@ const (
 	CMFVersion     = "1"           // value of __metadata__["cmf"]
 	MetaCMF        = "cmf"         // format version key
 	MetaArch       = "arch"        // architecture config JSON (arch.Config.JSON)
-	MetaCMFTensors = "cmf.tensors" // JSON {name: {"dtype": "blr", "shape": [m, n]}}
+	MetaCMFTensors = "cmf.tensors" // JSON {name: {"dtype": "blr", "shape": [m, n]}, …}
 )
 
-// cmfTensorMeta is one entry of the "cmf.tensors" metadata.
+// cmfTensorMeta is one entry of the "cmf.tensors" metadata: a BLR tensor's dtype "blr" and
+// logical shape, or a quantized tensor's scheme ("fp8", "q8"), shape, block and the name of
+// its scale tensor (quant.go).
 type cmfTensorMeta struct {
 	DType string  `json:"dtype"`
 	Shape []int64 `json:"shape"`
+	Block []int64 `json:"block,omitempty"`
+	Scale string  `json:"scale,omitempty"`
 }
 
 // applyCMFMetadata checks a CMF file's __metadata__ (version, arch, cmf.tensors) against
 // its tensors, turns the U8 entries that cmf.tensors describes into BLR tensors of their
-// logical shape, and returns the architecture.
+// logical shape, marks the quantized ones (applyQuantMeta; attachScales then gives them
+// their scales), and returns the architecture.
 func applyCMFMetadata(file string, meta map[string]string, ts []*Tensor) (arch.Config, error) {
 	v, ok := meta[MetaCMF]
 	if !ok {
@@ -63,8 +68,19 @@ func applyCMFMetadata(file string, meta map[string]string, ts []*Tensor) (arch.C
 		if err := json.Unmarshal(raw[k], &e); err != nil {
 			return arch.Config{}, fmt.Errorf("%s: tensor %s: bad %s entry: %w", file, k, MetaCMFTensors, err)
 		}
+		switch QuantScheme(e.DType) {
+		case QuantFP8, QuantQ8:
+			t, ok := byName[k]
+			if !ok {
+				return arch.Config{}, fmt.Errorf("%s: tensor %s: listed in %s but not in the file", file, k, MetaCMFTensors)
+			}
+			if err := applyQuantMeta(file, t, e); err != nil {
+				return arch.Config{}, err
+			}
+			continue
+		}
 		if DType(e.DType) != BLR {
-			return arch.Config{}, fmt.Errorf("%s: tensor %s: %s dtype %q, want %q", file, k, MetaCMFTensors, e.DType, BLR)
+			return arch.Config{}, fmt.Errorf("%s: tensor %s: %s dtype %q, want %q, %q or %q", file, k, MetaCMFTensors, e.DType, BLR, QuantFP8, QuantQ8)
 		}
 		if len(e.Shape) != 2 || e.Shape[0] <= 0 || e.Shape[1] <= 0 || e.Shape[0] > maxDim || e.Shape[1] > maxDim {
 			return arch.Config{}, fmt.Errorf("%s: tensor %s: %s shape %v, want [m, n] of positive sizes", file, k, MetaCMFTensors, e.Shape)
@@ -89,7 +105,9 @@ func applyCMFMetadata(file string, meta map[string]string, ts []*Tensor) (arch.C
 // padding between tensors: safetensors readers reject gaps), after a header padded with
 // spaces so that the data section starts 8-byte aligned; every tensor is therefore aligned
 // when the payloads before it are multiples of 8 bytes (true for BLR when m, n and the rank
-// are multiples of 8, as in every Qwen3.5 shape). m must pass
+// are multiples of 8, as in every Qwen3.5 shape). A quantized tensor (Tensor.Quant) is stored
+// as its plain F8_E4M3 or I8 [out, in] codes, followed by its scales (a plain entry named
+// ScaleName), and cmf.tensors gives its scheme, block and scale name. m must pass
 // Model.Validate. Tensor data are streamed (file-backed tensors are copied, not loaded).
 // The write is atomic: a temporary file in the same directory is written, fsynced and
 // renamed over path, then the directory is fsynced; on error the previous file at path is
@@ -102,7 +120,7 @@ func WriteCMF(path string, m *Model) error {
 	for _, n := range m.Names() {
 		ts = append(ts, m.Tensors[n])
 	}
-	return writeCMFFile(path, m.Config, ts)
+	return writeCMFFile(path, m.Config, withScales(ts))
 }
 
 // cmfHeader builds the padded JSON header for ts (in order) and returns it with the data size.
@@ -112,6 +130,9 @@ func cmfHeader(cfg arch.Config, ts []*Tensor) ([]byte, int64, error) {
 	var off int64
 	for _, t := range ts {
 		e := headerEntry{DType: string(t.DType), DataOffsets: []int64{off, off + t.size}}
+		if t.Quant != nil {
+			blr[t.Name] = quantMeta(t)
+		}
 		if t.DType == BLR {
 			if len(t.Shape) != 2 || t.size == 0 {
 				return nil, 0, fmt.Errorf("tensor %s: blr needs a logical shape [m, n] and a payload, got %v and %d bytes", t.Name, t.Shape, t.size)
@@ -192,7 +213,7 @@ func ShardName(i, n int) string { return fmt.Sprintf("model-%05d-of-%05d.cmf", i
 // WriteCMFSharded writes m into directory dir (created if missing) as CMF shards
 // model-0000i-of-0000N.cmf, each a complete CMF file (same arch, its own cmf.tensors) of at
 // most maxShardBytes of tensor data (a larger tensor gets a shard of its own), filled in
-// sorted name order, plus model.cmf.index.json {"metadata": {"total_size", "cmf", "arch"},
+// sorted name order (a quantized tensor's scales in its shard, right after it), plus model.cmf.index.json {"metadata": {"total_size", "cmf", "arch"},
 // "weight_map": {tensor: shard}}. Each file is written atomically (see WriteCMF), the
 // index last, then shards of an earlier write that the new index does not name are
 // removed; the set of files as a whole is not replaced atomically. m must pass
@@ -211,7 +232,7 @@ func WriteCMFSharded(dir string, m *Model, maxShardBytes int64) error {
 	for _, n := range m.Names() {
 		ts = append(ts, m.Tensors[n])
 	}
-	shards, total := shardBySize(ts, func(t *Tensor) int64 { return t.size }, maxShardBytes)
+	shards, total := shardBySize(ts, (*Tensor).QuantBytes, maxShardBytes)
 	if len(shards) > 99999 {
 		return fmt.Errorf("write %s: %d shards exceed the 5-digit shard numbering; raise maxShardBytes", dir, len(shards))
 	}
@@ -220,6 +241,7 @@ func WriteCMFSharded(dir string, m *Model, maxShardBytes int64) error {
 	for i, ts := range shards {
 		name := ShardName(i+1, len(shards))
 		keep[name] = true
+		ts = withScales(ts)
 		if err := writeCMFFile(filepath.Join(dir, name), m.Config, ts); err != nil {
 			return err
 		}

@@ -10,18 +10,22 @@ import (
 // DType is the element type of a tensor as stored in a file.
 type DType string
 
-// The element types nvg reads and writes. F32, F16, BF16, F64, I64 and U8 are plain
-// safetensors dtypes; BLR is nvg's binary low-rank payload (DESIGN.md §4), stored in the
-// safetensors file as a U8 entry of shape [nbytes] and described in the CMF metadata.
+// The element types nvg reads and writes. F32, F16, BF16, F64, I64, I32, U8, F8E4M3 and I8
+// are plain safetensors dtypes; BLR is nvg's binary low-rank payload (DESIGN.md §4), stored
+// in the safetensors file as a U8 entry of shape [nbytes] and described in the CMF metadata.
+// F8E4M3 (float8_e4m3fn codes) and I8 (int8 codes) hold the weights of 8-bit quantized
+// tensors, whose scales come with them (Tensor.Quant, quant.go).
 const (
-	F32  DType = "F32"
-	F16  DType = "F16"
-	BF16 DType = "BF16"
-	F64  DType = "F64"
-	I64  DType = "I64"
-	I32  DType = "I32"
-	U8   DType = "U8"
-	BLR  DType = "blr"
+	F32    DType = "F32"
+	F16    DType = "F16"
+	BF16   DType = "BF16"
+	F64    DType = "F64"
+	I64    DType = "I64"
+	I32    DType = "I32"
+	U8     DType = "U8"
+	F8E4M3 DType = "F8_E4M3"
+	I8     DType = "I8"
+	BLR    DType = "blr"
 )
 
 // Size returns the bytes per element of a plain dtype, or 0 for BLR and unknown dtypes.
@@ -33,7 +37,7 @@ func (d DType) Size() int {
 		return 4
 	case F16, BF16:
 		return 2
-	case U8:
+	case U8, F8E4M3, I8:
 		return 1
 	}
 	return 0
@@ -44,10 +48,11 @@ func (d DType) Float() bool { return d == F32 || d == F16 || d == BF16 || d == F
 
 // DecodeFloat64 converts little-endian raw elements of dtype d to float64.
 // It supports F64, F32, F16, BF16, I64 and I32, and returns an error for any other dtype
+// (F8E4M3 and I8 codes mean nothing without their scales: Tensor.Float64 dequantizes them)
 // or when len(raw) is not a multiple of the element size.
 func DecodeFloat64(d DType, raw []byte) ([]float64, error) {
 	sz := d.Size()
-	if sz == 0 || d == U8 {
+	if sz == 0 || d == U8 || d == F8E4M3 || d == I8 {
 		return nil, fmt.Errorf("cannot convert dtype %s to float64", d)
 	}
 	if len(raw)%sz != 0 {

@@ -104,8 +104,9 @@ func ExportHF(dir string, m *Model, tokenizerJSON []byte) error {
 // Errors: m fails Model.Validate; tokenizerJSON empty or not a JSON object; a bad option
 // (negative sizes, TokenizerConfigJSON not a JSON object, BaseConfigJSON unparsable or
 // of another architecture); dir holds a CMF model (model.cmf or model.cmf.index.json,
-// which would make the directory ambiguous to Open); a tensor that cannot be read or
-// decoded (named); any I/O error (naming the file).
+// which would make the directory ambiguous to Open); a quantized tensor (export
+// Model.Dequantized instead); a tensor that cannot be read or decoded (named); any I/O error
+// (naming the file).
 func ExportHFWith(dir string, m *Model, tokenizerJSON []byte, opt ExportHFOptions) error {
 	fail := func(err error) error { return fmt.Errorf("export %s: %w", dir, err) }
 	if m == nil {
@@ -146,6 +147,9 @@ func ExportHFWith(dir string, m *Model, tokenizerJSON []byte, opt ExportHFOption
 	ents := make([]hfEntry, 0, len(m.Tensors))
 	for _, n := range m.Names() {
 		t := m.Tensors[n]
+		if t.Quant != nil {
+			return fail(fmt.Errorf("tensor %s is %s-quantized: export the model's dense view (Model.Dequantized)", n, t.Quant.Scheme))
+		}
 		e := hfEntry{t: t, dtype: t.DType, shape: t.Shape}
 		if t.DType == BLR {
 			e.dtype = BF16

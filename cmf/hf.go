@@ -32,7 +32,11 @@ const (
 //
 //   - an HF checkpoint directory: config.json (flat or with a nested text_config) and either
 //     model.safetensors or model.safetensors.index.json with its shards. Tensor names are
-//     mapped to HF text names (see HFTextName); a tied head drops lm_head.weight;
+//     mapped to HF text names (see HFTextName); a tied head drops lm_head.weight. A
+//     block-wise FP8 checkpoint (quantization_config {"quant_method": "fp8",
+//     "weight_block_size": [br, bc]}) gives its F8_E4M3 weights their weight_scale_inv
+//     tensors (Tensor.Quant, QuantFP8), found in any shard; any other quantization is refused
+//     naming its method;
 //   - a .cmf file (DESIGN.md §4), or a directory holding model.cmf;
 //   - a sharded CMF: its model.cmf.index.json or the directory holding it;
 //   - an HF index file model.safetensors.index.json (its directory is opened).
@@ -378,7 +382,7 @@ func openHF(fsys files, dir string, useIndex bool) (_ *Model, err error) {
 	origin := map[string]string{}
 	for _, t := range raw {
 		name, keep := HFTextName(t.Name)
-		if !keep || (name == "lm_head.weight" && cfg.TieWordEmbeddings) {
+		if !keep || ((name == "lm_head.weight" || name == ScaleName(QuantFP8, "lm_head.weight")) && cfg.TieWordEmbeddings) {
 			continue
 		}
 		if prev, dup := origin[name]; dup {
@@ -387,6 +391,9 @@ func openHF(fsys files, dir string, useIndex bool) (_ *Model, err error) {
 		origin[name] = t.Name
 		t.Name = name
 		m.Tensors[name] = t
+	}
+	if err := attachHFFP8(cfgPath, cfgBytes, m.Tensors); err != nil {
+		return nil, err
 	}
 	m.closers = opened
 	return m, nil
@@ -485,6 +492,9 @@ func openShardedCMF(fsys files, indexPath string) (_ *Model, err error) {
 	} else {
 		return nil, fmt.Errorf("%s: metadata has no \"arch\" string", indexPath)
 	}
+	if ts, err = attachScales(indexPath, ts); err != nil {
+		return nil, err
+	}
 	m := &Model{Config: *cfg, Tensors: map[string]*Tensor{}, closers: opened}
 	for _, t := range ts {
 		m.Tensors[t.Name] = t
@@ -505,6 +515,9 @@ func openCMFFile(fsys files, name string) (_ *Model, err error) {
 	}
 	cfg, err := applyCMFMetadata(name, meta, ts)
 	if err != nil {
+		return nil, err
+	}
+	if ts, err = attachScales(name, ts); err != nil {
 		return nil, err
 	}
 	m := &Model{Config: cfg, Tensors: map[string]*Tensor{}, closers: opened}

@@ -99,12 +99,18 @@ func checkShape(t *Tensor, want []int) error {
 	}
 	switch t.DType {
 	case F32, F16, BF16, F64:
-	case BLR:
+	case BLR, F8E4M3, I8:
 		if len(want) != 2 {
-			return fmt.Errorf("tensor %s: dtype blr is only for 2-D weight matrices, this one has shape %v", t.Name, want)
+			return fmt.Errorf("tensor %s: dtype %s is only for 2-D weight matrices, this one has shape %v", t.Name, t.DType, want)
+		}
+		if t.DType != BLR && t.Quant == nil {
+			return fmt.Errorf("tensor %s: dtype %s without scales: not a quantized weight nvg reads", t.Name, t.DType)
+		}
+		if t.Quant != nil {
+			return checkQuantAt(t, "tensor "+t.Name)
 		}
 	default:
-		return fmt.Errorf("tensor %s: dtype %s, want a float dtype (F32, F16, BF16, F64) or blr", t.Name, t.DType)
+		return fmt.Errorf("tensor %s: dtype %s, want a float dtype (F32, F16, BF16, F64), blr or a quantized weight (F8_E4M3, I8 with scales)", t.Name, t.DType)
 	}
 	return nil
 }
@@ -175,7 +181,8 @@ type ParamCounts struct {
 	Norms         int64 // every RMSNorm gain: input/post-attention/final, q_norm, k_norm, linear_attn.norm
 	Head          int64 // lm_head.weight (untied only)
 	Other         int64 // tensors outside the architecture
-	// Bytes is the stored size per dtype.
+	// Bytes is the stored size per dtype; a quantized tensor's scales count under its own
+	// dtype (F8_E4M3, I8). Model.Quantization gives the quantized tensors' details.
 	Bytes map[DType]int64
 }
 
@@ -201,7 +208,7 @@ func (m *Model) ParamCounts() ParamCounts {
 	kind := p.byName(m.Config.Layout())
 	for name, t := range m.Tensors {
 		n, _ := numElements(t.Shape)
-		p.Bytes[t.DType] += t.NumBytes()
+		p.Bytes[t.DType] += t.QuantBytes()
 		if c, ok := kind[name]; ok {
 			*c += n
 		} else {

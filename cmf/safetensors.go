@@ -28,6 +28,11 @@ type Tensor struct {
 	off  int64       // absolute byte offset in src
 	size int64       // bytes
 	file string      // path of the backing file, for errors
+
+	// Quant, when not nil, makes the tensor an 8-bit quantized weight [out, in] (dtype
+	// F8E4M3 or I8) and holds its scales (quant.go). Readers attach it; NewQuantTensor and
+	// the quantizers make such tensors.
+	Quant *Quant
 }
 
 // NewTensor returns an in-memory tensor holding data (not copied). For plain dtypes
@@ -124,9 +129,13 @@ func (t *Tensor) WriteTo(w io.Writer) (int64, error) {
 	return n, nil
 }
 
-// Float64 returns the elements converted to float64, row-major in Shape order. It fails,
-// naming the tensor, for BLR and U8 (see DecodeFloat64).
+// Float64 returns the elements converted to float64, row-major in Shape order; a quantized
+// tensor's are its dequantized values (code × scale, exact in float64: DequantizeFloat64).
+// It fails, naming the tensor, for BLR and U8 (see DecodeFloat64).
 func (t *Tensor) Float64() ([]float64, error) {
+	if t.Quant != nil {
+		return t.dequantizeFloat64()
+	}
 	b, err := t.Bytes()
 	if err != nil {
 		return nil, err
@@ -207,7 +216,7 @@ const maxDim = 1 << 40
 // reference implementation makes them: the u64 little-endian header length is within the
 // file and MaxHeaderBytes; the header is one JSON object without duplicate keys; the
 // optional "__metadata__" is a map of strings; every other key is a non-empty tensor name
-// whose entry has a known dtype (F64, F32, F16, BF16, I64, I32, U8), a shape of
+// whose entry has a known dtype (F64, F32, F16, BF16, I64, I32, U8, F8_E4M3, I8), a shape of
 // non-negative dims and data_offsets [begin, end] relative to the data section with
 // end−begin == prod(shape)·dtype size; the entries, sorted by offset, tile the data section
 // exactly (no overlap, no gap, nothing after the last). Errors name the file and, where

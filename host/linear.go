@@ -55,7 +55,8 @@ func (d *Dense) In() int { return d.in }
 func (d *Dense) Out() int { return d.out }
 
 // linearFromTensor converts a 2-D weight tensor [out, in] into a Linear: F32/F16/BF16/F64
-// become a Dense in float64; BLR becomes a BLRLinear (NewBLRLinear).
+// become a Dense in float64; a quantized weight (FP8, q8) a Dense of its float64
+// dequantization (Dequantize); BLR becomes a BLRLinear (NewBLRLinear).
 // Errors name the tensor.
 func linearFromTensor(t *cmf.Tensor) (Linear, error) {
 	if len(t.Shape) != 2 || t.Shape[0] <= 0 || t.Shape[1] <= 0 {
@@ -64,8 +65,8 @@ func linearFromTensor(t *cmf.Tensor) (Linear, error) {
 	switch {
 	case t.DType == cmf.BLR:
 		return NewBLRLinear(t)
-	case t.DType.Float():
-		w, err := t.Float64()
+	case t.DType.Float() || t.Quant != nil:
+		w, err := denseWeight(t)
 		if err != nil {
 			return nil, err
 		}
@@ -81,4 +82,16 @@ func linearFromTensor(t *cmf.Tensor) (Linear, error) {
 		return d, nil
 	}
 	return nil, fmt.Errorf("tensor %s: dtype %s cannot be a linear weight", t.Name, t.DType)
+}
+
+// denseWeight returns the float64 values of a dense or quantized weight tensor.
+func denseWeight(t *cmf.Tensor) ([]float64, error) {
+	if t.Quant == nil {
+		return t.Float64()
+	}
+	q, err := QuantWeightOf(t)
+	if err != nil {
+		return nil, err
+	}
+	return Dequantize(q)
 }

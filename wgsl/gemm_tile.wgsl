@@ -51,6 +51,34 @@ Keys: TransB, BF16. */ -}}
 {{- end}}
 {{- end}}
 
+{{- /* gemm_loada: the general path's loadA(mm, kk) of an f32 A [m, k] in the storage array a,
+0 outside it (linear.wgsl, linear_quant.wgsl). */ -}}
+{{define "gemm_loada"}}fn loadA(mm: u32, kk: u32) -> f32 {
+    if (mm >= p.m || kk >= p.k) {
+        return 0.0;
+    }
+    return a[mm * p.k + kk];
+}
+{{- end}}
+{{- /* gemm_store4: the general path's store4(row, n, v) of 4 consecutive outputs n..n+3 of C
+(row = the row's offset gm·p.n) into the f32 storage array c, dropping columns past p.n
+(linear.wgsl, linear_quant.wgsl). */ -}}
+{{define "gemm_store4"}}fn store4(row: u32, n: u32, v: vec4<f32>) {
+    if (n + 3u < p.n) {
+        c[row + n] = v.x;
+        c[row + n + 1u] = v.y;
+        c[row + n + 2u] = v.z;
+        c[row + n + 3u] = v.w;
+    } else {
+        for (var j = 0u; j < 4u; j++) {
+            if (n + j < p.n) {
+                c[row + n + j] = v[j];
+            }
+        }
+    }
+}
+{{- end}}
+
 {{- /* gemm_tiles: the tile constants BM, BN, BK, the workgroup tiles ta [BK][BM/4] and
 tb [BK][BN/4] of vec4<f32>, and on the fast path the compiled-in sizes N, K, N4 = N/4,
 K4 = K/4. Takes the kernel's parameters (BM, BN, BK, Fast, N, K). */ -}}

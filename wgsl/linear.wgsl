@@ -68,32 +68,14 @@ fn loadB(kk: u32, nn: u32) -> f32 {
 {{- template "gemm_bvalue" (dict "TransB" .TransB "BF16" .BF16)}}
 }
 
-fn loadA(mm: u32, kk: u32) -> f32 {
-    if (mm >= p.m || kk >= p.k) {
-        return 0.0;
-    }
-    return a[mm * p.k + kk];
-}
+{{template "gemm_loada"}}
 {{- end}}
 
 // The kernel body: the tiled GEMM of gemm_tile.wgsl, with this file's f16 or f32 B hooks below.
 {{template "gemm_main" .}}
 {{- if not .Fast}}
 
-fn store4(row: u32, n: u32, v: vec4<f32>) {
-    if (n + 3u < p.n) {
-        c[row + n] = v.x;
-        c[row + n + 1u] = v.y;
-        c[row + n + 2u] = v.z;
-        c[row + n + 3u] = v.w;
-    } else {
-        for (var j = 0u; j < 4u; j++) {
-            if (n + j < p.n) {
-                c[row + n + j] = v[j];
-            }
-        }
-    }
-}
+{{template "gemm_store4"}}
 {{- end}}
 {{- define "gemm_breg"}}{{if .BF16}}vec2<u32>{{else}}vec4<f32>{{end}}{{end}}
 {{- define "gemm_btrans"}}{{range $i := seq 4}} let v{{$i}} = {{if $.P.BF16}}cvt(rb{{$.t}}_{{$i}}){{else}}rb{{$.t}}_{{$i}}{{end}};{{end}}{{end}}

@@ -1,0 +1,197 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// QuantFormat is the code format of an 8-bit weight on the GPU.
+type QuantFormat int
+
+const (
+	// QuantFP8 codes are float8_e4m3fn (HF's block-wise FP8; cmf.QuantFP8). The NaN codes
+	// 0x7F and 0xFF must not be uploaded (cmf.Tensor.QuantCodes refuses them): the kernels
+	// would read them as ±480.
+	QuantFP8 QuantFormat = iota + 1
+	// QuantQ8 codes are int8 (cmf.QuantQ8).
+	QuantQ8
+)
+
+// String is "fp8" or "q8", the schemes' names in cmf.
+func (f QuantFormat) String() string {
+	switch f {
+	case QuantFP8:
+		return "fp8"
+	case QuantQ8:
+		return "q8"
+	}
+	return fmt.Sprintf("QuantFormat(%d)", int(f))
+}
+
+// QuantWeight is an 8-bit quantized weight W [Out, In] on the GPU, the layout of cmf's
+// quantized tensors: Codes, a U32 buffer of ceil(Out·In/4) words holding one byte code per
+// weight in W's row-major order (byte e = i·In + j in bits 8·(e%4)… of word e/4:
+// UploadQuantCodes), and Scales, F32 or F16 [ceil(Out/Block[0]), ceil(In/Block[1])]
+// row-major, W[i, j] = value(code) · Scales[i/Block[0], j/Block[1]] (FP8's weight_scale_inv
+// per 128×128 block, q8's scale per row and 128 inputs).
+type QuantWeight struct {
+	Codes, Scales *Buffer
+	Format        QuantFormat
+	Out, In       int
+	Block         [2]int // [rows, columns] of weights per scale
+}
+
+// Bytes is the GPU memory of the weight: its codes and scales.
+func (w QuantWeight) Bytes() uint64 {
+	var n uint64
+	for _, b := range []*Buffer{w.Codes, w.Scales} {
+		if b != nil {
+			n += b.Bytes()
+		}
+	}
+	return n
+}
+
+// Release frees the codes and scales buffers.
+func (w QuantWeight) Release() {
+	for _, b := range []*Buffer{w.Codes, w.Scales} {
+		if b != nil {
+			b.Release()
+		}
+	}
+}
+
+// UploadQuantCodes uploads the out·in byte codes of a quantized weight (row-major, as
+// cmf.Tensor.QuantCodes gives them) as a U32 buffer of ceil(out·in/4) words, four codes per
+// word, little-endian, the last word zero-padded. Errors: len(codes) ≠ out·in, non-positive
+// sizes, the allocation's.
+func (d *Device) UploadQuantCodes(label string, codes []byte, out, in int) (*Buffer, error) {
+	if out <= 0 || in <= 0 || len(codes) != out*in {
+		return nil, fmt.Errorf("gpu: UploadQuantCodes %s: %d codes for [%d, %d]", label, len(codes), out, in)
+	}
+	words := make([]uint32, (len(codes)+3)/4)
+	for i := range words {
+		var b [4]byte
+		copy(b[:], codes[4*i:])
+		words[i] = binary.LittleEndian.Uint32(b[:])
+	}
+	return d.UploadUint32(label, words, len(words))
+}
+
+// check validates w for the op: format, sizes, the codes' and scales' dtypes and lengths.
+func (w QuantWeight) check(op string) error {
+	if w.Format != QuantFP8 && w.Format != QuantQ8 {
+		return fmt.Errorf("gpu: %s: unknown weight format %v", op, w.Format)
+	}
+	if err := positive(op, "out, in, block rows, block columns", w.Out, w.In, w.Block[0], w.Block[1]); err != nil {
+		return err
+	}
+	if w.Out*w.In > maxU32Elems {
+		return fmt.Errorf("gpu: %s: weight [%d, %d] exceeds the 2³¹ index range", op, w.Out, w.In)
+	}
+	if err := need(op, "codes", w.Codes, (w.Out*w.In+3)/4, U32); err != nil {
+		return err
+	}
+	sr, sc := (w.Out+w.Block[0]-1)/w.Block[0], (w.In+w.Block[1]-1)/w.Block[1]
+	return need(op, "scales", w.Scales, sr*sc, F32, F16)
+}
+
+// linearQuantParams are linear_quant.wgsl's template parameters (the fields of the form in
+// use; the others zero).
+type linearQuantParams struct {
+	Form          string // "naive", "tiled" or "lanes"
+	FP8, ScaleF16 bool
+	BR, BC        int
+	WG            int // naive
+	TransB, Fast  bool
+	BM, BN, BK    int
+	N, K          int
+	lanesParams
+}
+
+// LinearQuant records y = x·Wᵀ with W an 8-bit quantized weight, dequantized inside the
+// GEMM's tile loads (no dense copy of W): x F32 [rows, w.In], y F32 [rows, w.Out],
+// row-major; each weight is value(code) · scale rounded to f32 once (exact for q8), each
+// output one fused multiply-add chain in K order. Forms (linear_quant.wgsl), all
+// bit-identical: on GPUs the tiled GEMM of Linear (gemm_tile.wgsl's body: the tile by
+// gemmTileFor, the fast path with vector loads — one u32 of 4 codes and one scale per row
+// and 4 inputs — where out and in are multiples of the tile and w.Block[1] of 4); on CPU
+// adapters the lane-blocked form (in and w.Block[1] multiples of 4). Errors: non-positive
+// sizes, an unknown format, buffers whose dtype or length disagree with the sizes (codes U32
+// ceil(out·in/4) words, scales F32 or F16 ceil(out/Block[0])·ceil(in/Block[1])), y aliasing
+// an input.
+func LinearQuant(r *Recorder, x *Buffer, w QuantWeight, y *Buffer, rows int) error {
+	return linearQuant(r, "LinearQuant", false, x, w, y, rows)
+}
+
+// LinearQuantNaive is the simple twin of LinearQuant (one invocation per output, no
+// workgroup memory), its test reference. Same arguments, result and errors.
+func LinearQuantNaive(r *Recorder, x *Buffer, w QuantWeight, y *Buffer, rows int) error {
+	return linearQuant(r, "LinearQuantNaive", true, x, w, y, rows)
+}
+
+func linearQuant(r *Recorder, op string, naive bool, x *Buffer, w QuantWeight, y *Buffer, rows int) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
+	if err := w.check(op); err != nil {
+		return err
+	}
+	m, k, n := rows, w.In, w.Out
+	if err := positive(op, "rows", rows); err != nil {
+		return err
+	}
+	if m*k > maxU32Elems || m*n > maxU32Elems {
+		return fmt.Errorf("gpu: %s: sizes %d, %d, %d exceed the 2³¹ index range", op, m, k, n)
+	}
+	if err := need(op, "input", x, m*k, F32); err != nil {
+		return err
+	}
+	if err := need(op, "output", y, m*n, F32); err != nil {
+		return err
+	}
+	if err := distinct(op, map[string]*Buffer{"input": x, "codes": w.Codes, "scales": w.Scales, "output": y}); err != nil {
+		return err
+	}
+	pr := linearQuantParams{FP8: w.Format == QuantFP8, ScaleF16: w.Scales.DType() == F16, BR: w.Block[0], BC: w.Block[1]}
+	binds := []Binding{Whole(x), Whole(w.Codes), Whole(w.Scales), Whole(y)}
+	uniforms := []uint32{uint32(m), uint32(n), uint32(k)}
+	// The profile's row: the op and the format (LinearQuant.fp8, LinearQuant.q8).
+	spec := KernelSpec{Name: op + "." + w.Format.String(), File: "linear_quant.wgsl", Bindings: []Access{Read, Read, Read, ReadWrite}, Uniforms: 3}
+	vec4 := w.Block[1]%4 == 0 // a 4-input step never straddles a scale
+	var err error
+	switch lp, lanes := r.d.gemmLanes(m, n, k, false, binds[0], binds[3]); {
+	case naive:
+		pr.Form, pr.WG = "naive", gemmNaiveWG
+		spec.Params = pr
+		err = r.dispatch1D(spec, (m*n+gemmNaiveWG-1)/gemmNaiveWG, uniforms, binds...)
+	case lanes && vec4:
+		pr.Form, pr.TransB, pr.lanesParams = "lanes", true, lp
+		spec.Params = pr
+		var kn *Kernel
+		if kn, err = r.d.Kernel(spec); err == nil {
+			err = r.dispatchLanes(kn, lp, m, n, uniforms, binds...)
+		}
+	default:
+		bm, bn, bk := r.d.gemmTileFor(m, n, k)
+		pr.Form, pr.TransB, pr.BM, pr.BN, pr.BK = "tiled", true, bm, bn, bk
+		if vec4 && gemmFast(n, k, bn, bk, binds...) {
+			pr.Fast, pr.N, pr.K = true, n, k
+		}
+		spec.Params = pr
+		gx, gy := (n+bn-1)/bn, (m+bm-1)/bm
+		if gx > 65535 || gy > 65535 {
+			return fmt.Errorf("gpu: %s: %d×%d output needs a %d×%d grid (max 65535 per dimension)", op, m, n, gx, gy)
+		}
+		var kn *Kernel
+		if kn, err = r.d.Kernel(spec); err == nil {
+			err = r.Dispatch(kn, [3]int{gx, gy, 1}, uniforms, binds...)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	// The least traffic: x and y in f32, one byte per weight, the scales.
+	r.Cost(2*float64(m)*float64(k)*float64(n), 4*float64(m)*float64(k)+float64(n)*float64(k)+float64(w.Scales.Bytes())+4*float64(m)*float64(n))
+	return nil
+}

@@ -1,0 +1,311 @@
+package gpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/host"
+	"github.com/x448/float16"
+)
+
+// quantCase is one shape of the LinearQuant suite: y [rows, out] = x [rows, in]·Wᵀ with W in
+// format, scales per block of block[0] rows × block[1] inputs, stored f16 when scaleF16.
+type quantCase struct {
+	rows, in, out int
+	format        gpu.QuantFormat
+	block         [2]int
+	scaleF16      bool
+}
+
+func (c quantCase) String() string {
+	s := "f32"
+	if c.scaleF16 {
+		s = "f16"
+	}
+	return fmt.Sprintf("%s-%dx%dx%d-block%dx%d-%s", c.format, c.rows, c.in, c.out, c.block[0], c.block[1], s)
+}
+
+var (
+	fp8Block = [2]int{128, 128}
+	q8Block  = [2]int{1, cmf.QuantQ8Group}
+	// quantGeneralCases: dimensions that are not multiples of the block or of any tile
+	// (ragged last blocks in both directions), odd K (codes of a row start mid-word), a
+	// single row, small blocks whose columns are (3×8) and are not (2×5) a multiple of 4.
+	quantGeneralCases = []quantCase{
+		{67, 300, 131, gpu.QuantFP8, fp8Block, false},
+		{5, 37, 9, gpu.QuantQ8, q8Block, true},
+		{130, 129, 65, gpu.QuantFP8, fp8Block, true},
+		{1, 260, 12, gpu.QuantQ8, q8Block, true},
+		{130, 36, 70, gpu.QuantFP8, [2]int{3, 8}, false},
+		{9, 23, 11, gpu.QuantFP8, [2]int{2, 5}, true},
+	}
+	// quantFastCases take the tiled kernels' fast path for some tiles (out a multiple of 64
+	// or 128, in of 32), with ragged blocks (192 rows of 128-row FP8 blocks, 160 inputs of
+	// 128-wide blocks and groups) and rows that are not.
+	quantFastCases = []quantCase{
+		{67, 160, 192, gpu.QuantFP8, fp8Block, false},
+		{3, 256, 128, gpu.QuantQ8, q8Block, true},
+		{131, 160, 256, gpu.QuantFP8, fp8Block, true},
+		{20, 160, 128, gpu.QuantQ8, q8Block, true},
+	}
+)
+
+// lanes reports whether the lane-blocked form applies to c (gpu.LinearQuant).
+func (c quantCase) lanes() bool { return c.in%4 == 0 && c.block[1]%4 == 0 }
+
+// quantInputs are one case's operands on the host and the GPU, and the float64 reference.
+type quantInputs struct {
+	x       *gpu.Buffer
+	w       gpu.QuantWeight
+	want    []float64 // host.LinearQuant
+	bound   []float64 // (K+2)·u·Σ|x||W| per output
+	release func()
+}
+
+// newQuantInputs draws x uniform in [−1, 1), codes uniform over all non-NaN codes (FP8:
+// magnitudes 2⁻⁹ … 448; q8: −127 … 127) and positive scales of random exponent (f16-exact
+// when scaleF16), uploads them and computes the reference and its bound: each weight is
+// rounded to f32 once when dequantized (exact for q8) and each output is K fused
+// multiply-adds, so |err| ≤ (K+1)·u·Σ|x||W| + u·Σ|x||W| with u = 2⁻²⁴.
+func newQuantInputs(t *testing.T, d *gpu.Device, rng *rand.Rand, c quantCase) quantInputs {
+	t.Helper()
+	xf, xd := randF32(rng, c.rows*c.in, 1)
+	codes := make([]byte, c.out*c.in)
+	for i := range codes {
+		for {
+			codes[i] = byte(rng.IntN(256))
+			if c.format == gpu.QuantFP8 && codes[i]&0x7F != 0x7F || c.format == gpu.QuantQ8 && codes[i] != 0x80 {
+				break
+			}
+		}
+	}
+	sr, sc := (c.out+c.block[0]-1)/c.block[0], (c.in+c.block[1]-1)/c.block[1]
+	scales := make([]float64, sr*sc)
+	sf32 := make([]float32, len(scales))
+	sf16 := make([]uint16, len(scales))
+	for i := range scales {
+		v := math.Ldexp(0.5+rng.Float64(), rng.IntN(12)-10)
+		sf32[i] = float32(v)
+		h := float16.Fromfloat32(float32(v))
+		sf16[i] = h.Bits()
+		if c.scaleF16 {
+			scales[i] = float64(h.Float32())
+		} else {
+			scales[i] = float64(sf32[i])
+		}
+	}
+	scheme := cmf.QuantFP8
+	if c.format == gpu.QuantQ8 {
+		scheme = cmf.QuantQ8
+	}
+	hw := host.QuantWeight{Scheme: scheme, Codes: codes, Scales: scales, Out: c.out, In: c.in, Block: c.block}
+	want, err := host.LinearQuant(xd, c.rows, hw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	W, _ := host.Dequantize(hw)
+	_, abs := refGEMM(xd, c.rows, c.in, W, c.out, true)
+	bound := make([]float64, len(abs))
+	for i, a := range abs {
+		bound[i] = float64(c.in+2) * 0x1p-24 * a
+	}
+	x := must(d.UploadFloat32("x", xf, c.rows, c.in)).T(t)
+	cb := must(d.UploadQuantCodes("codes", codes, c.out, c.in)).T(t)
+	var sb *gpu.Buffer
+	if c.scaleF16 {
+		sb = must(d.UploadF16("scales", sf16, sr, sc)).T(t)
+	} else {
+		sb = must(d.UploadFloat32("scales", sf32, sr, sc)).T(t)
+	}
+	w := gpu.QuantWeight{Codes: cb, Scales: sb, Format: c.format, Out: c.out, In: c.in, Block: c.block}
+	return quantInputs{x: x, w: w, want: want, bound: bound, release: func() { x.Release(); w.Release() }}
+}
+
+// run records impl on the case's inputs and returns y.
+func (in quantInputs) run(t *testing.T, d *gpu.Device, impl func(r *gpu.Recorder, x *gpu.Buffer, w gpu.QuantWeight, y *gpu.Buffer, rows int) error, rows int) []float32 {
+	t.Helper()
+	y := must(d.NewBuffer("y", gpu.F32, rows, in.w.Out)).T(t)
+	defer y.Release()
+	if err := d.Run(func(r *gpu.Recorder) error { return impl(r, in.x, in.w, y, rows) }); err != nil {
+		t.Fatal(err)
+	}
+	return must(d.ReadFloat32(y)).T(t)
+}
+
+// linearQuantImpl is one implementation of LinearQuant under the parity suite: its launcher,
+// the setting it runs under (force, nil for none) and its cases.
+type linearQuantImpl struct {
+	name  string
+	force func() func()
+	run   func(r *gpu.Recorder, x *gpu.Buffer, w gpu.QuantWeight, y *gpu.Buffer, rows int) error
+	cases []quantCase
+}
+
+// linearQuantImpls: the naive twin on every case; the tiled kernel forced to 64×64×16 and
+// 128×128×32 on the general path (general cases) and to every tile on the fast path (fast
+// cases); the lane-blocked form on the cases it applies to.
+func linearQuantImpls() []linearQuantImpl {
+	all := append(append([]quantCase{}, quantGeneralCases...), quantFastCases...)
+	impls := []linearQuantImpl{{"naive", nil, gpu.LinearQuantNaive, all}}
+	for _, v := range []gemmTestVariant{{bm: 64, bn: 64, bk: 16, general: true}, {bm: 128, bn: 128, bk: 32, general: true},
+		{bm: 64, bn: 64, bk: 16}, {bm: 128, bn: 128, bk: 32}, {bm: 64, bn: 128, bk: 32}, {bm: 128, bn: 64, bk: 32}} {
+		cases := quantFastCases
+		if v.general {
+			cases = quantGeneralCases
+		}
+		impls = append(impls, linearQuantImpl{v.String(), v.force, gpu.LinearQuant, cases})
+	}
+	var lanes []quantCase
+	for _, c := range all {
+		if c.lanes() {
+			lanes = append(lanes, c)
+		}
+	}
+	return append(impls, linearQuantImpl{"lanes", lanesVariant.force, gpu.LinearQuant, lanes})
+}
+
+// TestLinearQuant runs the parity suite on every implementation of linearQuantImpls.
+func TestLinearQuant(t *testing.T) {
+	for _, impl := range linearQuantImpls() {
+		t.Run(impl.name, func(t *testing.T) { testLinearQuant(t, impl) })
+	}
+}
+
+// testLinearQuant is LinearQuant's parity suite: impl on each of its cases against the
+// float64 host reference (host.LinearQuant on host.Dequantize's weights) within the bound
+// (K+2)·u·Σ|x||W| per output (newQuantInputs says why).
+func testLinearQuant(t *testing.T, impl linearQuantImpl) {
+	d := gputest.Open(t)
+	if impl.name == "lanes" {
+		skipNoLanes(t, d)
+		lanes0 := gpu.GEMMLanesDispatches()
+		defer func() {
+			if got := gpu.GEMMLanesDispatches() - lanes0; got != len(impl.cases) {
+				t.Errorf("%d lane-blocked GEMMs recorded, want %d (one per case)", got, len(impl.cases))
+			}
+		}()
+	}
+	if impl.force != nil {
+		defer impl.force()()
+	}
+	rng := rand.New(rand.NewPCG(35, 8))
+	for _, c := range impl.cases {
+		t.Run(c.String(), func(t *testing.T) {
+			in := newQuantInputs(t, d, rng, c)
+			defer in.release()
+			got := in.run(t, d, impl.run, c.rows)
+			checkBound(t, "y", got, in.want, in.bound)
+		})
+	}
+}
+
+// TestLinearQuantBitIdentical: the forms LinearQuant takes on this device (tiled or lanes,
+// automatic choice) give the naive twin's bits: the same dequantized weights and one fma
+// chain in K order per output.
+func TestLinearQuantBitIdentical(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(36, 9))
+	for _, c := range []quantCase{quantGeneralCases[0], quantGeneralCases[4], quantFastCases[0], quantFastCases[3]} {
+		t.Run(c.String(), func(t *testing.T) {
+			in := newQuantInputs(t, d, rng, c)
+			defer in.release()
+			a := in.run(t, d, gpu.LinearQuantNaive, c.rows)
+			b := in.run(t, d, gpu.LinearQuant, c.rows)
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Fatalf("y[%d]: LinearQuant %g, naive %g", i, b[i], a[i])
+				}
+			}
+		})
+	}
+}
+
+// TestLinearQuantErrors: bad arguments are refused in Go, naming the op and the argument.
+func TestLinearQuantErrors(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(37, 1))
+	in := newQuantInputs(t, d, rng, quantCase{4, 20, 10, gpu.QuantQ8, q8Block, true})
+	defer in.release()
+	y := must(d.NewBuffer("y", gpu.F32, 4, 10)).T(t)
+	defer y.Release()
+	bad16 := must(d.NewBuffer("bad", gpu.F16, 3)).T(t)
+	defer bad16.Release()
+	for _, c := range []struct {
+		edit func(w *gpu.QuantWeight)
+		x, y *gpu.Buffer
+		rows int
+		want string
+	}{
+		{func(w *gpu.QuantWeight) { w.Format = 0 }, in.x, y, 4, "unknown weight format"},
+		{func(w *gpu.QuantWeight) { w.In = 21 }, in.x, y, 4, "codes"},
+		{func(w *gpu.QuantWeight) { w.Block = [2]int{1, 8} }, in.x, y, 4, "scales"},
+		{func(w *gpu.QuantWeight) { w.Scales = bad16 }, in.x, y, 4, "scales"},
+		{func(w *gpu.QuantWeight) { w.Block = [2]int{0, 128} }, in.x, y, 4, "must be positive"},
+		{func(w *gpu.QuantWeight) {}, in.x, y, 3, "input"},
+		{func(w *gpu.QuantWeight) {}, in.x, in.x, 4, "output"},
+		{func(w *gpu.QuantWeight) { w.Codes = y }, in.x, y, 4, "codes"},
+	} {
+		w := in.w
+		c.edit(&w)
+		err := d.Run(func(r *gpu.Recorder) error { return gpu.LinearQuant(r, c.x, w, c.y, c.rows) })
+		if err == nil || !strings.Contains(err.Error(), "LinearQuant") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("error %v, want LinearQuant and %q", err, c.want)
+		}
+	}
+	if _, err := d.UploadQuantCodes("c", make([]byte, 5), 2, 3); err == nil || !strings.Contains(err.Error(), "5 codes for [2, 3]") {
+		t.Errorf("UploadQuantCodes: %v", err)
+	}
+}
+
+// TestLinearQuantFixture runs LinearQuant on real quantized weights, loaded the way a
+// teacher net does (cmf.Tensor.QuantCodes and QuantScales, UploadQuantCodes): the FP8
+// fixture's down_proj [256, 768] and in_proj_a [2, 256] (a ragged 2-row block), and the
+// same down_proj quantized to q8 with its f16 scales, against host.LinearQuant of the same
+// tensors within the suite's bound.
+func TestLinearQuantFixture(t *testing.T) {
+	d := gputest.Open(t)
+	m := must(cmf.Open("../testdata/fixtures/tiny-fp8")).T(t)
+	defer m.Close()
+	down := m.Tensors["model.layers.0.mlp.down_proj.weight"]
+	q8 := must(cmf.QuantizeQ8(down.Dequantized())).T(t)
+	rng := rand.New(rand.NewPCG(38, 2))
+	for _, tt := range []*cmf.Tensor{down, m.Tensors["model.layers.0.linear_attn.in_proj_a.weight"], q8} {
+		t.Run(tt.Name+"-"+string(tt.Quant.Scheme), func(t *testing.T) {
+			out, in := tt.Shape[0], tt.Shape[1]
+			hw := must(host.QuantWeightOf(tt)).T(t)
+			codes := must(tt.QuantCodes()).T(t)
+			scales := must(tt.QuantScales()).T(t)
+			w := gpu.QuantWeight{Codes: must(d.UploadQuantCodes("codes", codes, out, in)).T(t), Format: gpu.QuantFP8, Out: out, In: in, Block: tt.Quant.Block}
+			ss := tt.Quant.Scale.Shape
+			if tt.Quant.Scheme == cmf.QuantQ8 {
+				w.Format = gpu.QuantQ8
+				bits := make([]uint16, len(scales))
+				for i, s := range scales {
+					bits[i] = float16.Fromfloat32(s).Bits() // exact: the scales are f16
+				}
+				w.Scales = must(d.UploadF16("scales", bits, ss...)).T(t)
+			} else {
+				w.Scales = must(d.UploadFloat32("scales", scales, ss...)).T(t)
+			}
+			defer w.Release()
+			rows := 37
+			xf, xd := randF32(rng, rows*in, 1)
+			x := must(d.UploadFloat32("x", xf, rows, in)).T(t)
+			defer x.Release()
+			want := must(host.LinearQuant(xd, rows, hw)).T(t)
+			W := must(host.Dequantize(hw)).T(t)
+			_, abs := refGEMM(xd, rows, in, W, out, true)
+			for i := range abs {
+				abs[i] *= float64(in+2) * 0x1p-24
+			}
+			got := quantInputs{x: x, w: w}.run(t, d, gpu.LinearQuant, rows)
+			checkBound(t, "y", got, want, abs)
+		})
+	}
+}
