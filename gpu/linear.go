@@ -122,6 +122,11 @@ func gemm(r *Recorder, op string, naive bool, a, b, c Binding, bf16 bool, m, k, 
 		r.Cost(gemmCost(m, k, n, bf16))
 		return nil
 	}
+	// The one seam of the implementation choice: tensor cores (coopmat.go) when they are on
+	// and the shapes fit, else the WGSL kernels below.
+	if ok, err := coopGEMM(r, op, a, b, c, bf16, m, k, n, transB); ok || err != nil {
+		return err
+	}
 	if lp, ok := r.d.gemmLanes(m, n, k, bf16 && !transB, a, b, c); ok {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "linear_lanes.wgsl",
 			Params:   linearLanesParams{TransB: transB, BF16: bf16, lanesParams: lp},

@@ -1,0 +1,311 @@
+package gpu
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+// Calls through the function pointers dlsym returns for gpu/vklayer/nvg_layer.c's C API.
+typedef void (*nvg_arm_fn)(int);
+typedef int (*nvg_register_fn)(const char *, const uint32_t *, size_t);
+typedef unsigned (*nvg_swaps_fn)(const char *);
+typedef size_t (*nvg_state_fn)(char *, size_t);
+static void nvg_call_arm(void *f, int on) { ((nvg_arm_fn)f)(on); }
+static int nvg_call_register(void *f, const char *name, const uint32_t *w, size_t n) { return ((nvg_register_fn)f)(name, w, n); }
+static unsigned nvg_call_swaps(void *f, const char *name) { return ((nvg_swaps_fn)f)(name); }
+static size_t nvg_call_state(void *f, char *buf, size_t cap) { return ((nvg_state_fn)f)(buf, cap); }
+*/
+import "C"
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// The Vulkan layer (gpu/vklayer/nvg_layer.c; DESIGN.md §7 "Tensor cores through a Vulkan
+// layer") is built from source on first use with the C compiler cgo uses, cached under the
+// user cache directory by the source's hash, and put in front of the driver for nvg's own
+// process through VK_ADD_LAYER_PATH and VK_INSTANCE_LAYERS before the first wgpu instance.
+// nvg then dlopens the same library to arm it, register replacement SPIR-V and read its state.
+
+//go:embed vklayer/nvg_layer.c
+var layerSource []byte
+
+// layerName is the layer's name in its manifest and in VK_INSTANCE_LAYERS.
+const layerName = "VK_LAYER_NVG_tensor_cores"
+
+// vkLayer is the loaded layer library: the symbols of its C API.
+type vkLayer struct {
+	path                          string
+	arm, register, swaps, stateFn unsafe.Pointer
+}
+
+var (
+	layerOnce sync.Once
+	layerLib  *vkLayer
+	layerErr  error
+	// layerDeviceMu serialises device creation with the read of the layer's state, whose
+	// "last_device" is the decision of the latest vkCreateDevice in the process.
+	layerDeviceMu sync.Mutex
+)
+
+// tensorCoresEnv is NVG_TENSOR_CORES: "off" (or 0, false, no) keeps the layer out of the
+// process; "on" (or 1, true, yes) forces the cooperative-matrix kernels on CPU adapters too
+// (the CI's Mesa 26 step); unset or "auto": GPUs only.
+func tensorCoresEnv() string {
+	switch strings.ToLower(strings.TrimSpace(os.Getenv("NVG_TENSOR_CORES"))) {
+	case "off", "0", "false", "no":
+		return "off"
+	case "on", "1", "true", "yes":
+		return "on"
+	}
+	return "auto"
+}
+
+// loadLayer builds (or finds in the cache), dlopens and arms the layer and sets the Vulkan
+// loader's environment, once per process. The error says in one line why tensor cores are
+// off (opted out, no compiler, build failure, dlopen failure).
+func loadLayer() (*vkLayer, error) {
+	layerOnce.Do(func() {
+		if tensorCoresEnv() == "off" {
+			layerErr = errors.New("NVG_TENSOR_CORES=off")
+			return
+		}
+		if runtime.GOOS != "linux" {
+			layerErr = fmt.Errorf("the Vulkan layer is built for Linux only (this is %s)", runtime.GOOS)
+			return
+		}
+		dir, err := buildLayer()
+		if err != nil {
+			layerErr = err
+			return
+		}
+		lib, err := openLayer(filepath.Join(dir, layerLibName))
+		if err != nil {
+			layerErr = err
+			return
+		}
+		C.nvg_call_arm(lib.arm, 1)
+		prependEnv("VK_ADD_LAYER_PATH", dir)
+		appendEnv("VK_INSTANCE_LAYERS", layerName)
+		layerLib = lib
+	})
+	return layerLib, layerErr
+}
+
+// prependEnv puts v before the list in the environment variable k (':'-separated), keeping
+// the user's entries; appendEnv puts it after them. Neither adds v twice.
+func prependEnv(k, v string) { setListEnv(k, v, true) }
+func appendEnv(k, v string)  { setListEnv(k, v, false) }
+
+func setListEnv(k, v string, front bool) {
+	old := os.Getenv(k)
+	for _, e := range strings.Split(old, ":") {
+		if e == v {
+			return
+		}
+	}
+	switch {
+	case old == "":
+		os.Setenv(k, v)
+	case front:
+		os.Setenv(k, v+":"+old)
+	default:
+		os.Setenv(k, old+":"+v)
+	}
+}
+
+const (
+	layerLibName      = "libnvg_vklayer.so"
+	layerManifestName = "nvg_vklayer.json"
+)
+
+// layerCacheDir is the cache directory of this source's build:
+// os.UserCacheDir()/nvg/vklayer-<hash> (else the temp dir's nvg-cache-<uid>).
+func layerCacheDir() string {
+	h := sha256.Sum256(append(append([]byte(nil), layerSource...), runtime.GOARCH...))
+	base, err := os.UserCacheDir()
+	if err != nil || base == "" {
+		base = filepath.Join(os.TempDir(), fmt.Sprintf("nvg-cache-%d", os.Getuid()))
+	}
+	return filepath.Join(base, "nvg", "vklayer-"+hex.EncodeToString(h[:8]))
+}
+
+// cCompiler returns the C compiler command: $CC (split into words, as cgo does), else cc,
+// else gcc on PATH.
+func cCompiler() ([]string, error) {
+	if cc := strings.Fields(os.Getenv("CC")); len(cc) > 0 {
+		return cc, nil
+	}
+	for _, c := range []string{"cc", "gcc"} {
+		if p, err := exec.LookPath(c); err == nil {
+			return []string{p}, nil
+		}
+	}
+	return nil, errors.New("no C compiler to build the Vulkan layer ($CC unset, no cc or gcc on PATH)")
+}
+
+// buildLayer returns the directory holding the compiled layer and its manifest, compiling
+// it there first when the cache has no complete copy. Several processes may build at once:
+// each compiles into its own temporary directory beside the final one and renames it into
+// place; a loser of the race removes its copy and uses the winner's.
+func buildLayer() (string, error) {
+	dir := layerCacheDir()
+	if layerComplete(dir) {
+		return dir, nil
+	}
+	cc, err := cCompiler()
+	if err != nil {
+		return "", err
+	}
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", fmt.Errorf("Vulkan layer cache: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, ".vklayer-build-*")
+	if err != nil {
+		return "", fmt.Errorf("Vulkan layer cache: %w", err)
+	}
+	defer os.RemoveAll(tmp) // a no-op after the rename
+	src := filepath.Join(tmp, "nvg_layer.c")
+	if err := os.WriteFile(src, layerSource, 0o644); err != nil {
+		return "", fmt.Errorf("Vulkan layer cache: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	args := append(append([]string(nil), cc[1:]...), "-shared", "-fPIC", "-O2", "-fvisibility=hidden",
+		"-o", filepath.Join(tmp, layerLibName), src, "-lpthread")
+	out, err := exec.CommandContext(ctx, cc[0], args...).CombinedOutput()
+	if err != nil {
+		msg := strings.TrimSpace(string(out))
+		if i := strings.IndexByte(msg, '\n'); i >= 0 {
+			msg = msg[:i] + " …"
+		}
+		return "", fmt.Errorf("building the Vulkan layer with %s failed: %v: %s", cc[0], err, msg)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, layerManifestName), layerManifest(filepath.Join(dir, layerLibName)), 0o644); err != nil {
+		return "", fmt.Errorf("Vulkan layer cache: %w", err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if layerComplete(dir) { // another process won the race
+			return dir, nil
+		}
+		return "", fmt.Errorf("Vulkan layer cache: %w", err)
+	}
+	return dir, nil
+}
+
+// layerComplete reports whether dir holds both the library and the manifest (a directory
+// appears whole, by rename, so both or neither).
+func layerComplete(dir string) bool {
+	for _, f := range []string{layerLibName, layerManifestName} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// layerManifest is the layer's JSON manifest (the Vulkan loader's layer manifest format
+// 1.1.2) for the library at lib (absolute).
+func layerManifest(lib string) []byte {
+	m := map[string]any{
+		"file_format_version": "1.1.2",
+		"layer": map[string]any{
+			"name":                   layerName,
+			"type":                   "GLOBAL",
+			"library_path":           lib,
+			"api_version":            "1.3.0",
+			"implementation_version": "1",
+			"description":            "nvg: cooperative-matrix (tensor core) kernels under wgpu",
+		},
+	}
+	b, _ := json.MarshalIndent(m, "", "  ")
+	return append(b, '\n')
+}
+
+// openLayer dlopens the layer library and resolves its C API.
+func openLayer(path string) (*vkLayer, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	h := C.dlopen(cpath, C.RTLD_NOW|C.RTLD_LOCAL)
+	if h == nil {
+		return nil, fmt.Errorf("dlopen %s: %s", path, C.GoString(C.dlerror()))
+	}
+	lib := &vkLayer{path: path}
+	for _, s := range []struct {
+		name string
+		dst  *unsafe.Pointer
+	}{{"nvg_layer_arm", &lib.arm}, {"nvg_layer_register", &lib.register}, {"nvg_layer_swaps", &lib.swaps}, {"nvg_layer_state", &lib.stateFn}} {
+		cs := C.CString(s.name)
+		*s.dst = C.dlsym(h, cs)
+		C.free(unsafe.Pointer(cs))
+		if *s.dst == nil {
+			return nil, fmt.Errorf("the Vulkan layer %s lacks %s", path, s.name)
+		}
+	}
+	return lib, nil
+}
+
+// registerSPIRV makes the layer create shader modules whose entry point is name from words.
+func (l *vkLayer) registerSPIRV(name string, words []uint32) error {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	if C.nvg_call_register(l.register, cs, (*C.uint32_t)(unsafe.Pointer(&words[0])), C.size_t(len(words))) != 0 {
+		return fmt.Errorf("the Vulkan layer refused the replacement %q", name)
+	}
+	return nil
+}
+
+// swapCount is how many shader modules the layer created from name's registered words.
+func (l *vkLayer) swapCount(name string) int {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	return int(C.nvg_call_swaps(l.swaps, cs))
+}
+
+// layerState is the layer's JSON state (nvg_layer_state in gpu/vklayer/nvg_layer.c).
+type layerState struct {
+	Armed      bool              `json:"armed"`
+	Instances  int               `json:"instances"`
+	Devices    int               `json:"devices"`
+	Swaps      int               `json:"swaps"`
+	Misses     int               `json:"misses"`
+	LastDevice *layerDeviceState `json:"last_device"`
+}
+
+type layerDeviceState struct {
+	Enabled      bool       `json:"enabled"`
+	Reason       string     `json:"reason"`
+	Device       string     `json:"device"`
+	API          string     `json:"api"`
+	SubgroupSize int        `json:"subgroup_size"`
+	Extension    bool       `json:"extension"`
+	Shapes       []CoopType `json:"shapes"`
+}
+
+// state reads the layer's state.
+func (l *vkLayer) state() (layerState, error) {
+	var st layerState
+	n := C.nvg_call_state(l.stateFn, nil, 0)
+	buf := make([]byte, int(n)+1)
+	C.nvg_call_state(l.stateFn, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
+	if err := json.Unmarshal(buf[:n], &st); err != nil {
+		return st, fmt.Errorf("the Vulkan layer's state %q: %w", buf[:n], err)
+	}
+	return st, nil
+}
