@@ -249,6 +249,12 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c, raw *Buffer
 		access = append(access, ReadWrite)
 	}
 	uni := []uint32{uint32(m), uint32(n), uint32(k)}
+	// The seam of the implementation choice, as in gemm: tensor cores first.
+	if !naive {
+		if ok, err := coopBLRGEMM(r, op, a, bits, sa, sc, c, raw, m, k, n, transB, accum); ok || err != nil {
+			return err
+		}
+	}
 	if naive {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward_naive.wgsl",
 			Params:   blrGemmNaiveParams{TransB: transB, ScaleC: sc != nil, Accum: accum, Raw: raw != nil, WG: blrNaiveWG},
@@ -261,10 +267,6 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c, raw *Buffer
 			return fmt.Errorf("gpu: %s: %w", op, err)
 		}
 		return r.Dispatch(kn, g, uni, binds...)
-	}
-	// The seam of the implementation choice, as in gemm: tensor cores first.
-	if ok, err := coopBLRGEMM(r, op, a, bits, sa, sc, c, raw, m, k, n, transB, accum); ok || err != nil {
-		return err
 	}
 	if lp, ok := r.d.blrLanes(m, n, k, transB, Whole(a), Whole(sa)); ok {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward_lanes.wgsl",

@@ -83,6 +83,9 @@ func (d *Device) TensorCores() TensorCores {
 // coopForce is SetTensorCores' choice: 0 automatic, 1 on, −1 off.
 var coopForce atomic.Int32
 
+// coopDispatches counts the cooperative-matrix GEMMs recorded (tests check a forced path ran).
+var coopDispatches atomic.Int64
+
 // SetTensorCores forces the cooperative-matrix kernels on (where the device has them
 // available, TensorCores().Available, also on CPU adapters and under a forced WGSL GEMM
 // variant) or off (the WGSL kernels everywhere), for every device of the process, and
@@ -403,16 +406,18 @@ func coopGEMM(r *Recorder, op string, a, b, c Binding, bf16 bool, m, k, n int, t
 		return true, err
 	}
 	r.Cost(gemmCost(m, k, n, bf16))
+	coopDispatches.Add(1)
 	return true, nil
 }
 
 // coopBLRGEMM is the cooperative-matrix form of blrGEMM: C[m, n] (+)= (A ⊙ sa)·B (⊙ sc) with
-// B packed sign bits ([n, k] when transB, else [k, n]; k, n multiples of 8 as every BLR
-// stage has), raw receiving the sums before ⊙ sc. It returns false, recording nothing,
-// where tensor cores are off or the sizes are past the limits.
+// B packed sign bits ([n, k] when transB, else [k, n]), raw receiving the sums before ⊙ sc.
+// It returns false, recording nothing, where tensor cores are off, B's rows do not hold
+// whole bytes (k % 8 ≠ 0 for transB, n % 8 ≠ 0 otherwise: never for a BLR layer, whose n
+// and rank are multiples of 8), or the sizes are past the limits.
 func coopBLRGEMM(r *Recorder, op string, a, bits, sa, sc, c, raw *Buffer, m, k, n int, transB, accum bool) (bool, error) {
 	d := r.d
-	if !d.coopUse() || k%8 != 0 || n%8 != 0 {
+	if !d.coopUse() || (transB && k%8 != 0) || (!transB && n%8 != 0) {
 		return false, nil
 	}
 	v := coopBLR
@@ -451,6 +456,7 @@ func coopBLRGEMM(r *Recorder, op string, a, bits, sa, sc, c, raw *Buffer, m, k, 
 		return true, err
 	}
 	r.Cost(blrGEMMCost(m, k, n, accum, raw != nil))
+	coopDispatches.Add(1)
 	return true, nil
 }
 
