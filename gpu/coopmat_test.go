@@ -13,7 +13,7 @@ import (
 // TestTensorCoresStatus: the status is consistent, and on a Mesa lavapipe older than 26 (Debian
 // bookworm's 22.3, what CI runs the suite on) the Vulkan layer loaded and reported the
 // fallback: "off: … lacks VK_KHR_cooperative_matrix". Where tensor cores are available, the
-// self-test at Open ran.
+// self-test at Open ran; NVG_EXPECT_TENSOR_CORES=1 (.ci/coopmat) requires them.
 func TestTensorCoresStatus(t *testing.T) {
 	d := gputest.Open(t)
 	tc := d.TensorCores()
@@ -26,6 +26,9 @@ func TestTensorCoresStatus(t *testing.T) {
 		}
 	case tc.Reason == "" || !strings.HasPrefix(tc.String(), "off: "):
 		t.Errorf("off without a reason: %+v", tc)
+	}
+	if os.Getenv("NVG_EXPECT_TENSOR_CORES") == "1" && !tc.Available { // .ci/coopmat (Mesa 26)
+		t.Errorf("NVG_EXPECT_TENSOR_CORES=1 but %s has none: %s", info.Name, tc.Reason)
 	}
 	if tc.Available && (tc.SelfTest == "" || tc.Shape.M == 0 || tc.SubgroupSize == 0) {
 		t.Errorf("available without a self-test, shape or subgroup size: %+v", tc)
