@@ -367,13 +367,16 @@ func coopPack(r *Recorder, op string, a Binding, sa *Buffer, m, k, mp, kp int) (
 func roundUp(x, q int) int { return (x + q - 1) / q * q }
 
 // coopPlan is the tile, padded sizes and grid of one cooperative-matrix GEMM, or ok false
-// where it does not fit the limits (the WGSL kernel takes it).
+// where it does not fit the limits or the tile does not suit the device (the WGSL kernel
+// takes it). The packed A (borrowed for the call) adds mp·kp·2 bytes, half of A's f32 bytes
+// plus the padding.
 func (d *Device) coopPlan(m, k, n int) (t coopTile, mp, kp int, grid [3]int, ok bool) {
 	t = d.coopTileFor(m, n)
 	mp, kp = roundUp(m, t.BM), roundUp(k, t.BK)
 	grid = [3]int{(n + t.BN - 1) / t.BN, mp / t.BM, 1}
 	lim := d.Info().MaxStorageBindingSize
-	ok = grid[0] <= 65535 && grid[1] <= 65535 && uint64(mp)*uint64(kp)*2 <= lim && mp*kp/2 <= maxU32Elems
+	ok = grid[0] <= 65535 && grid[1] <= 65535 && uint64(mp)*uint64(kp)*2 <= lim && mp*kp/2 <= maxU32Elems &&
+		t.check(d.tc.Shape, d.tc.SubgroupSize, d.info) == nil
 	return
 }
 
