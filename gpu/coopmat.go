@@ -61,6 +61,9 @@ type TensorCores struct {
 	Shapes []CoopType
 	// SelfTest summarises the self-test at Open (the worst error relative to its bound).
 	SelfTest string
+	// Features says where the layer turned vulkanMemoryModel and cooperativeMatrix on at
+	// vkCreateDevice (in wgpu's feature structs or in ones it prepended), for diagnosis.
+	Features string
 }
 
 // String is "on (16×16×16 f16→f32, subgroup 32)" or "off: reason".
@@ -507,6 +510,9 @@ func (d *Device) initTensorCores(lay *vkLayer, layErr error, st layerState, stEr
 	}
 	ld := st.LastDevice
 	tc.Shapes, tc.SubgroupSize = ld.Shapes, ld.SubgroupSize
+	if ld.MemoryModelIn != "" {
+		tc.Features = fmt.Sprintf("vulkanMemoryModel in %s, cooperativeMatrix in %s", ld.MemoryModelIn, ld.CoopmatFeatureIn)
+	}
 	if !ld.Enabled {
 		tc.Reason = ld.Reason
 		return

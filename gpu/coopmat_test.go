@@ -18,7 +18,7 @@ func TestTensorCoresStatus(t *testing.T) {
 	d := gputest.Open(t)
 	tc := d.TensorCores()
 	info := d.Info()
-	t.Logf("%s: tensor cores %s; shapes %v; self-test: %s", info.Name, tc, tc.Shapes, tc.SelfTest)
+	t.Logf("%s: tensor cores %s; shapes %v; self-test: %s; %s", info.Name, tc, tc.Shapes, tc.SelfTest, tc.Features)
 	switch {
 	case tc.On:
 		if !tc.Available || tc.Reason != "" || !strings.HasPrefix(tc.String(), "on (") {

@@ -296,6 +296,9 @@ type layerDeviceState struct {
 	SubgroupSize int        `json:"subgroup_size"`
 	Extension    bool       `json:"extension"`
 	Shapes       []CoopType `json:"shapes"`
+	// Where the layer set vulkanMemoryModel and cooperativeMatrix (wgpu's structs or its own).
+	MemoryModelIn    string `json:"memory_model_in"`
+	CoopmatFeatureIn string `json:"coopmat_feature_in"`
 }
 
 // state reads the layer's state.

@@ -591,6 +591,9 @@ static VkResult nvg_CreateDevice(VkPhysicalDevice pd, const VkDeviceCreateInfo *
             (VkPhysicalDeviceVulkanMemoryModelFeatures *)find_in_chain(ci->pNext, VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES);
         VkBool32 old_cm = 0, old_mm = 0;
         const void *head = ci->pNext;
+        const char *where = v12 ? "VkPhysicalDeviceVulkan12Features" : wmm ? "wgpu's VkPhysicalDeviceVulkanMemoryModelFeatures" : "a prepended VkPhysicalDeviceVulkanMemoryModelFeatures";
+        appendf(st, sizeof st, ",\"memory_model_in\":\"%s\",\"coopmat_feature_in\":\"%s\"", where,
+                wcm ? "wgpu's VkPhysicalDeviceCooperativeMatrixFeaturesKHR" : "a prepended VkPhysicalDeviceCooperativeMatrixFeaturesKHR");
         if (wcm) {
             old_cm = wcm->cooperativeMatrix;
             wcm->cooperativeMatrix = 1;
@@ -870,7 +873,8 @@ NVG_EXPORT unsigned nvg_layer_swaps(const char *name) {
  * devices it saw and of modules it swapped (and of nvgcm_ modules without a registration),
  * and "last_device": the last vkCreateDevice's decision ({"enabled", "reason", "device",
  * "api", "subgroup_size", "extension", "shapes": [{m, n, k, a, b, c, result, saturating,
- * scope}]}), or null before any device. */
+ * scope}], and where the features were set: "memory_model_in", "coopmat_feature_in"}), or
+ * null before any device. */
 NVG_EXPORT size_t nvg_layer_state(char *buf, size_t cap) {
     char tmp[sizeof last_state + 256];
     pthread_mutex_lock(&mu);
