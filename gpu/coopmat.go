@@ -501,8 +501,8 @@ func (d *Device) initTensorCores(lay *vkLayer, layErr error, st layerState, stEr
 		tc.Reason = stErr.Error()
 		return
 	case st.Instances == 0:
-		tc.Reason = fmt.Sprintf("the Vulkan loader did not load the layer %s (VK_ADD_LAYER_PATH=%s, VK_INSTANCE_LAYERS=%s)",
-			layerName, os.Getenv("VK_ADD_LAYER_PATH"), os.Getenv("VK_INSTANCE_LAYERS"))
+		tc.Reason = fmt.Sprintf("the Vulkan loader did not load the layer %s (VK_ADD_LAYER_PATH=%s, VK_LAYER_PATH=%s, VK_INSTANCE_LAYERS=%s)",
+			layerName, os.Getenv("VK_ADD_LAYER_PATH"), os.Getenv("VK_LAYER_PATH"), os.Getenv("VK_INSTANCE_LAYERS"))
 		return
 	case st.LastDevice == nil:
 		tc.Reason = "the Vulkan layer saw no vkCreateDevice"

@@ -54,8 +54,8 @@ func TestChildTensorCores(t *testing.T) {
 
 // TestTensorCoresFallbacks opens the device in child processes under the failures the
 // status must name in one line, with the device still usable: the opt-out
-// (NVG_TENSOR_CORES=off: no layer at all) and no C compiler to build the layer (an empty
-// cache and CC pointing at nothing).
+// (NVG_TENSOR_CORES=off: no layer at all), a loader that does not load the layer, and no C
+// compiler to build the layer (an empty cache and CC pointing at nothing).
 func TestTensorCoresFallbacks(t *testing.T) {
 	if os.Getenv("GPUTEST_CHILD") == "1" {
 		return
@@ -75,6 +75,12 @@ func TestTensorCoresFallbacks(t *testing.T) {
 	out := run("NVG_TENSOR_CORES=off")
 	if !strings.Contains(out, "TC: off: NVG_TENSOR_CORES=off") || strings.Contains(out, "VK_LAYER_NVG") {
 		t.Errorf("NVG_TENSOR_CORES=off: want \"off: NVG_TENSOR_CORES=off\" and no layer in VK_INSTANCE_LAYERS, got\n%s", out)
+	}
+	// The loader told to skip the layer (VK_LOADER_LAYERS_DISABLE, loader ≥ 1.3.234): nvg
+	// retries with VK_LAYER_PATH, then reports it.
+	out = run("VK_LOADER_LAYERS_DISABLE=VK_LAYER_NVG_tensor_cores")
+	if !strings.Contains(out, "TC: off: the Vulkan loader did not load the layer VK_LAYER_NVG_tensor_cores") {
+		t.Errorf("layer disabled in the loader: want \"off: the Vulkan loader did not load the layer…\", got\n%s", out)
 	}
 	out = run("CC=/nonexistent/cc", "XDG_CACHE_HOME="+t.TempDir())
 	if !strings.Contains(out, "TC: off: building the Vulkan layer with /nonexistent/cc failed") {

@@ -186,7 +186,7 @@ func Open() (*Device, error) {
 	// No InstanceDescriptor: the binding mallocs WGPUInstanceExtras without zeroing the
 	// fields it does not set, so a second instance with a descriptor can crash inside
 	// wgpuCreateInstance. Filter the backends at enumeration instead.
-	inst := wgpu.CreateInstance(nil)
+	inst := newInstance(lay)
 	adapters := inst.EnumerateAdapters(&wgpu.InstanceEnumerateAdapterOptons{Backends: instanceBackendPrimary})
 	if len(adapters) == 0 {
 		inst.Release()

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/oliverbestmann/webgpu/wgpu"
 )
 
 // The Vulkan layer (gpu/vklayer/nvg_layer.c; DESIGN.md §7 "Tensor cores through a Vulkan
@@ -234,4 +236,33 @@ type layerDeviceState struct {
 	// Where the layer set vulkanMemoryModel and cooperativeMatrix (wgpu's structs or its own).
 	MemoryModelIn    string `json:"memory_model_in"`
 	CoopmatFeatureIn string `json:"coopmat_feature_in"`
+}
+
+// newInstance creates the wgpu instance (without a descriptor: DESIGN §7). When the layer is
+// loaded in nvg but the Vulkan loader did not put it into the instance — a loader older than
+// VK_ADD_LAYER_PATH (1.3.2xx; Debian bookworm's 1.3.239 has it) — it adds the layer's folder to
+// VK_LAYER_PATH as well and creates the instance again (VK_LAYER_PATH replaces the loader's
+// default search for explicit layers, hence only then).
+func newInstance(lay *vkLayer) *wgpu.Instance {
+	var before int
+	if lay != nil {
+		st, _ := lay.state()
+		before = st.Instances
+	}
+	inst := wgpu.CreateInstance(nil)
+	if lay == nil {
+		return inst
+	}
+	if st, err := lay.state(); err != nil || st.Instances > before {
+		return inst
+	}
+	dir := filepath.Dir(lay.path)
+	for _, e := range strings.Split(os.Getenv("VK_LAYER_PATH"), ":") {
+		if e == dir {
+			return inst
+		}
+	}
+	inst.Release()
+	prependEnv("VK_LAYER_PATH", dir)
+	return wgpu.CreateInstance(nil)
 }

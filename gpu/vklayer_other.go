@@ -6,7 +6,7 @@ import "errors"
 
 // vkLayer is the Vulkan layer's library; nvg builds and loads it on Linux only (loadLayer
 // turns tensor cores off elsewhere), so on other systems it is never made.
-type vkLayer struct{}
+type vkLayer struct{ path string }
 
 var errNoLayer = errors.New("nvg's Vulkan layer is built for Linux only")
 
