@@ -15,9 +15,10 @@ import (
 )
 
 // Tensor cores (cooperative matrices) through the Vulkan layer: DESIGN.md §7 "Tensor cores
-// through a Vulkan layer". The GEMM launchers ask coopGEMM / coopBLRGEMM first — the one seam
-// where the implementation is chosen; a future wgpu-native with WGSL cooperative matrices
-// replaces the layer here — and fall back to the WGSL kernels when these decline.
+// through a Vulkan layer". The GEMM launchers ask coopGEMM / coopBLRGEMM / coopSignGrad first
+// — the seam where the implementation is chosen; a future wgpu-native with WGSL cooperative
+// matrices replaces the layer in coopKernel — and fall back to the WGSL kernels when these
+// decline.
 
 //go:generate bash coopmat/generate.sh
 
@@ -217,6 +218,7 @@ type coopVariant struct {
 
 var (
 	coopDense       = coopVariant{"coopmat_gemm.spv", false, false, false}
+	coopDenseScale  = coopVariant{"coopmat_gemm_scale.spv", false, true, false}
 	coopBLR         = coopVariant{"coopmat_blr.spv", true, false, false}
 	coopBLRScale    = coopVariant{"coopmat_blr_scale.spv", true, true, false}
 	coopBLRScaleRaw = coopVariant{"coopmat_blr_scale_raw.spv", true, true, true}
@@ -462,6 +464,150 @@ func coopBLRGEMM(r *Recorder, op string, a, bits, sa, sc, c, raw *Buffer, m, k, 
 		return true, err
 	}
 	r.Cost(blrGEMMCost(m, k, n, accum, raw != nil))
+	coopDispatches.Add(1)
+	return true, nil
+}
+
+// coopPackColsParams are wgsl/coopmat_pack_cols.wgsl's template parameters.
+type coopPackColsParams struct {
+	Stage  string
+	Mask   bool
+	WG, RC int
+}
+
+// coopPackCols records CoopmatPackCols (wgsl/coopmat_pack_cols.wgsl) for x F32 [rows, n]:
+// the per-column scales into scale [np] (2^−e_c·s[c], 0 where live masks c or past n) and x's
+// f16 copy, transposed into [np][kp] (transpose, the GEMM's A) or as is [rows][n] (its B).
+// Its buffers are borrowed; done gives them back.
+func coopPackCols(r *Recorder, op string, x, s, live *Buffer, rows, n, np, kp int, transpose bool) (out16, scale *Buffer, done func(), err error) {
+	const wg, rc = 64, 256
+	var dones []func()
+	done = func() {
+		for _, f := range dones {
+			f()
+		}
+	}
+	borrow := func(label string, t DType, shape ...int) *Buffer {
+		if err != nil {
+			return nil
+		}
+		var b *Buffer
+		var f func()
+		if b, f, err = r.Borrow(op+" "+label, t, shape...); err == nil {
+			dones = append(dones, f)
+		}
+		return b
+	}
+	mult := borrow("mult", F32, np)
+	scale = borrow("scale", F32, np)
+	if transpose {
+		out16 = borrow("a16", U32, np*kp/2)
+	} else {
+		out16 = borrow("b16", U32, rows*n/2)
+	}
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	maxbits, err := r.Temp(op+" column max", U32, n) // zeroed
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	uni := []uint32{uint32(rows), uint32(n), uint32(kp), uint32(np)}
+	spec := func(stage string, access ...Access) KernelSpec {
+		return KernelSpec{Name: op + ".pack", File: "coopmat_pack_cols.wgsl",
+			Params:   coopPackColsParams{Stage: stage, Mask: stage == "scale" && live != nil, WG: wg, RC: rc},
+			Bindings: access, Uniforms: 4}
+	}
+	dispatch := func(sp KernelSpec, grid [3]int, binds ...Binding) error {
+		kn, err := r.d.Kernel(sp)
+		if err != nil {
+			return err
+		}
+		return r.Dispatch(kn, grid, uni, binds...)
+	}
+	if err = dispatch(spec("colmax", Read, ReadWrite), [3]int{(n + wg - 1) / wg, (rows + rc - 1) / rc, 1}, Whole(x), Whole(maxbits)); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	scaleBinds := []Binding{Whole(maxbits), Whole(s)}
+	scaleAccess := []Access{Read, Read}
+	if live != nil {
+		scaleBinds = append(scaleBinds, Whole(live))
+		scaleAccess = append(scaleAccess, Read)
+	}
+	scaleBinds = append(scaleBinds, Whole(mult), Whole(scale))
+	scaleAccess = append(scaleAccess, ReadWrite, ReadWrite)
+	g, err := Grid1D((np + wg - 1) / wg)
+	if err == nil {
+		err = dispatch(spec("scale", scaleAccess...), g, scaleBinds...)
+	}
+	if err == nil && transpose {
+		err = dispatch(spec("t", Read, Read, ReadWrite), [3]int{np / 32, kp / 32, 1}, Whole(x), Whole(mult), Whole(out16))
+	} else if err == nil {
+		if g, err = Grid1D((rows*n/2 + wg - 1) / wg); err == nil {
+			err = dispatch(spec("plain", Read, Read, ReadWrite), g, Whole(x), Whole(mult), Whole(out16))
+		}
+	}
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return out16, scale, done, nil
+}
+
+// coopSignGrad is the cooperative-matrix form of signGrad (BLRSignGrad's row-reducing GEMM):
+// out[i, j] = sa[i]·sb[j]·Σ_row a[row, i]·b[row, j] (exactly 0 where live masks the rank
+// index: j when maskCols, else i), a F32 [rows, na], b F32 [rows, nb]. Both operands are f32,
+// so each goes to f16 with a power-of-two scale per column (coopPackCols; a transposed, so
+// the GEMM's A rows are its columns), and the dense kernel with column scales computes
+// diag(sa·2^−e)·(A16·B16)·diag(sb·2^−e'). It returns false, recording nothing, where tensor
+// cores are off, nb % 8 ≠ 0, or the sizes pass the limits.
+func coopSignGrad(r *Recorder, op string, a, b, sa, sb, out, live *Buffer, rows, na, nb int, maskCols bool) (bool, error) {
+	d := r.d
+	if !d.coopUse() || nb%8 != 0 {
+		return false, nil
+	}
+	t, _, _, grid, ok := d.coopPlan(na, rows, nb)
+	if !ok {
+		return false, nil
+	}
+	// The transposing pack works in 32×32 tiles: mp and kp are multiples of 32 and of BM,
+	// BK (powers of two, so of the larger).
+	mp, kp := roundUp(na, max(t.BM, 32)), roundUp(rows, max(t.BK, 32))
+	grid[1] = mp / t.BM
+	if mp/32 > 65535 || kp/32 > 65535 || grid[1] > 65535 || uint64(mp)*uint64(kp)*2 > d.Info().MaxStorageBindingSize {
+		return false, nil
+	}
+	kn, err := d.coopKernel(op, coopDenseScale, t, false, false)
+	if err != nil {
+		return false, nil
+	}
+	mark := len(r.ops)
+	fail := func(err error) (bool, error) {
+		r.ops = r.ops[:mark]
+		return true, err
+	}
+	liveA, liveB := live, (*Buffer)(nil)
+	if maskCols {
+		liveA, liveB = nil, live
+	}
+	a16, rs, doneA, err := coopPackCols(r, op+".a", a, sa, liveA, rows, na, mp, kp, true)
+	if err != nil {
+		return fail(err)
+	}
+	defer doneA()
+	b16, cs, doneB, err := coopPackCols(r, op+".b", b, sb, liveB, rows, nb, nb, kp, false)
+	if err != nil {
+		return fail(err)
+	}
+	defer doneB()
+	if err := r.Dispatch(kn, grid, []uint32{uint32(na), uint32(nb), uint32(rows), uint32(kp)},
+		Whole(a16), Whole(rs), Whole(b16), Whole(cs), Whole(out)); err != nil {
+		return fail(err)
+	}
+	r.Cost(signGradCost(rows, na, nb, 1))
 	coopDispatches.Add(1)
 	return true, nil
 }

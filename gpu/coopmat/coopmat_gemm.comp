@@ -12,12 +12,14 @@
 // f16 ±1 while staging. Rows of B past N or K read as 0.
 //
 // Variants (glslang -D, one .spv each; gpu/coopmat/generate.sh): SIGNS, SCALE (sc bound:
-// C's column scales), RAW (raw bound: the sums before ⊙ sc, as blr_forward.wgsl's Raw).
+// C's column scales; with a dense B, the sign-gradient GEMM's column scales), RAW (raw bound:
+// the sums before ⊙ sc, as blr_forward.wgsl's Raw).
 // Specialisation (SpecId, patched by Go in the SPIR-V): the subgroup size, the cooperative
 // matrix shape LM×LN×LK, the block BM×BN×BK, WM×WN subgroups per workgroup (each owns a
 // (BM/WM)×(BN/WN) block of CM×CN accumulators), TRANS_B and ACCUM; and the workgroup size
-// SG·WM·WN (OpExecutionMode LocalSize). Go checks BM % (WM·LM) = BN % (WN·LN) = BK % LK = 0, LM, LN, LK multiples of 8,
-// and that NT divides the staging loads (BM·BK/8 and BN·BK/8 16-byte vectors).
+// SG·WM·WN (OpExecutionMode LocalSize). Go checks BM % (WM·LM) = BN % (WN·LN) = BK % LK = 0,
+// LM, LN, LK multiples of 8, and that NT divides the staging loads (BM·BK/8 and BN·BK/8
+// 16-byte vectors).
 //
 // Staging: per BK slice every thread loads 16-byte vectors of A and B into registers (the
 // next slice's loads are issued before the current slice is multiplied), stores them into

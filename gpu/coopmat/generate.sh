@@ -33,6 +33,7 @@ esac
 # name flags — one SPIR-V per set of bindings (gpu/coopmat.go coopVariant).
 variants=(
   "coopmat_gemm.spv:"
+  "coopmat_gemm_scale.spv:-DSCALE"
   "coopmat_blr.spv:-DSIGNS"
   "coopmat_blr_scale.spv:-DSIGNS -DSCALE"
   "coopmat_blr_scale_raw.spv:-DSIGNS -DSCALE -DRAW"
