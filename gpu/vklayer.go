@@ -112,9 +112,10 @@ const (
 )
 
 // layerCacheDir is the cache directory of this source's build:
-// os.UserCacheDir()/nvg/vklayer-<hash> (else the temp dir's nvg-cache-<uid>).
+// os.UserCacheDir()/nvg/vklayer-<hash of the source, the manifest and GOARCH> (else the temp
+// dir's nvg-cache-<uid>).
 func layerCacheDir() string {
-	h := sha256.Sum256(append(append([]byte(nil), layerSource...), runtime.GOARCH...))
+	h := sha256.Sum256(append(append(append([]byte(nil), layerSource...), layerManifest()...), runtime.GOARCH...))
 	base, err := os.UserCacheDir()
 	if err != nil || base == "" {
 		base = filepath.Join(os.TempDir(), fmt.Sprintf("nvg-cache-%d", os.Getuid()))
@@ -174,7 +175,7 @@ func buildLayer() (string, error) {
 		}
 		return "", fmt.Errorf("building the Vulkan layer with %s failed: %v: %s", cc[0], err, msg)
 	}
-	if err := os.WriteFile(filepath.Join(tmp, layerManifestName), layerManifest(filepath.Join(dir, layerLibName)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, layerManifestName), layerManifest(), 0o644); err != nil {
 		return "", fmt.Errorf("Vulkan layer cache: %w", err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
@@ -198,8 +199,12 @@ func layerComplete(dir string) bool {
 }
 
 // layerManifest is the layer's JSON manifest (the Vulkan loader's layer manifest format
-// 1.1.2) for the library at lib (absolute).
-func layerManifest(lib string) []byte {
+// 1.1.2). The library path is relative to the manifest's folder, so a built cache folder can
+// be moved (or carried to a machine without a C compiler, found there through
+// XDG_CACHE_HOME); nvg dlopens the same file by its absolute path, which glibc recognises as
+// the object the loader opened.
+func layerManifest() []byte {
+	lib := "./" + layerLibName
 	m := map[string]any{
 		"file_format_version": "1.1.2",
 		"layer": map[string]any{
