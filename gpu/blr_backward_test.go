@@ -113,7 +113,7 @@ func TestBLRBackward(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(41, 42))
 	const u = 1.0 / (1 << 24)
-	auto := []gemmTestVariant{{}}
+	auto := []gemmTestVariant{{}, coopmatVariant}
 	lanes := []gemmTestVariant{lanesVariant}
 	// m = n = r = 128 takes the fast path of every GEMM (TransB and not) under every tile.
 	fast := []gemmTestVariant{{bm: 64, bn: 64, bk: 16, general: false}, {bm: 128, bn: 128, bk: 32, general: false}, {bm: 128, bn: 64, bk: 32, general: false},
@@ -136,6 +136,20 @@ func TestBLRBackward(t *testing.T) {
 	} {
 		for _, v := range c.variants {
 			t.Run(fmt.Sprintf("%+v/%s", c, v), func(t *testing.T) {
+				extra := 0.0
+				if v.coop {
+					// Four GEMMs round their A to f16 (t1's x⊙g, c's t1⊙ℓ, dt2's dy⊙h, dxg's
+					// dt2⊙ℓ), each ≤ 2⁻¹¹ of the magnitudes the bound's A sums: 2⁻⁸ covers
+					// them with the f32 terms doubled (coopRel).
+					skipNoCoopmat(t, d)
+					extra = 1.0 / (1 << 8)
+					coop0 := gpu.CoopDispatches()
+					defer func() {
+						if got, want := gpu.CoopDispatches()-coop0, 4*c.paths; got != want {
+							t.Errorf("%d cooperative-matrix GEMMs recorded, want %d", got, want)
+						}
+					}()
+				}
 				if v.lanes {
 					skipNoLanes(t, d)
 					lanes0 := gpu.GEMMLanesDispatches()
@@ -149,13 +163,15 @@ func TestBLRBackward(t *testing.T) {
 					}()
 				}
 				defer v.force()()
-				testBLRBackward(t, d, rng, c.rows, c.m, c.n, c.r, c.paths, c.live, c.keepT1)
+				testBLRBackward(t, d, rng, c.rows, c.m, c.n, c.r, c.paths, c.live, c.keepT1, extra)
 			})
 		}
 	}
 }
 
-func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r, paths, live int, keepT1 bool) {
+// testBLRBackward checks one case; extra is added to the f32 bound's relative factor (the
+// cooperative-matrix path's f16 rounding of the GEMMs' A operands).
+func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r, paths, live int, keepT1 bool, extra float64) {
 	c := struct{ rows, m, n, r, paths, live int }{rows, m, n, r, paths, live}
 	{
 		{
@@ -218,7 +234,16 @@ func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r,
 			if err != nil {
 				t.Fatal(err)
 			}
-			bound := func(want, abs []float64) []float64 { return blrBound(c.n+c.m+c.r+c.rows, want, abs) }
+			bound := func(want, abs []float64) []float64 {
+				b := blrBound(2*(c.n+c.m+c.r+c.rows), want, abs)
+				if extra == 0 {
+					b = blrBound(c.n+c.m+c.r+c.rows, want, abs)
+				}
+				for i := range b {
+					b[i] += extra * abs[i]
+				}
+				return b
+			}
 			checkBound(t, "dx", must(d.ReadFloat32(dx)).T(t), wdx, bound(wdx, adx))
 			for p := range grads {
 				for i, f := range []struct {

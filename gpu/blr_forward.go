@@ -249,6 +249,12 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c, raw *Buffer
 		access = append(access, ReadWrite)
 	}
 	uni := []uint32{uint32(m), uint32(n), uint32(k)}
+	// The seam of the implementation choice, as in gemm: tensor cores first.
+	if !naive {
+		if ok, err := coopBLRGEMM(r, op, a, bits, sa, sc, c, raw, m, k, n, transB, accum); ok || err != nil {
+			return err
+		}
+	}
 	if naive {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "blr_forward_naive.wgsl",
 			Params:   blrGemmNaiveParams{TransB: transB, ScaleC: sc != nil, Accum: accum, Raw: raw != nil, WG: blrNaiveWG},
@@ -306,7 +312,7 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c, raw *Buffer
 //
 // Why: on lavapipe A's loads are 35–40 % of t1 and dt2 at k = 256 (DESIGN §7 "Sign chunks").
 func blrGEMMPair(r *Recorder, op string, a *Buffer, bits, sa, c [2]*Buffer, m, k, n int, transB bool) (bool, error) {
-	if pathPairsOff || !r.d.info.CPU {
+	if pathPairsOff || !r.d.info.CPU || r.d.coopUse() {
 		return false, nil
 	}
 	lp, ok := r.d.blrLanes(m, n, k, transB, Whole(a), Whole(sa[0]), Whole(sa[1]))

@@ -63,7 +63,10 @@ func signAt(bits []byte, e int) float64 {
 // |ẑ_o − z_o| ≤ (r+1)·u·Σ_k|t1_k ℓ_k| + (n+1)·u·S·Σ_k|ℓ_k|; ·h_o rounds once more and the
 // second path's += once: bound = Σ_p |h_o|·[(r+2)·u·Σ|t1 ℓ| + (n+2)·u·S·Σ|ℓ|] + 2u·|y|
 // (first order in u; one extra u per term covers the second-order remainder).
-func blrForwardBound(w *cmf.BLRWeight, x []float64, rows int) (y, bound []float64) {
+//
+// rel(k) is the bound of one GEMM stage of depth k relative to Σ|terms| ((k+2)·u above; a
+// cooperative-matrix stage's f16 rounding of its A adds ~2⁻¹¹: coopRel).
+func blrForwardBound(w *cmf.BLRWeight, x []float64, rows int, rel func(k int) float64) (y, bound []float64) {
 	const u = 1.0 / (1 << 24)
 	m, n, r := w.M, w.N, w.Rank
 	y = w.Apply(x, rows)
@@ -89,7 +92,7 @@ func blrForwardBound(w *cmf.BLRWeight, x []float64, rows int) (y, bound []float6
 				for k := 0; k < r; k++ {
 					a += math.Abs(t1[k] * float64(q.L[k]))
 				}
-				bound[i*m+o] += math.Abs(float64(q.H[o])) * (float64(r+2)*u*a + float64(n+2)*u*s*sumL)
+				bound[i*m+o] += math.Abs(float64(q.H[o])) * (rel(r)*a + rel(n)*s*sumL)
 			}
 		}
 	}
@@ -125,7 +128,8 @@ type blrForwardImpl struct {
 // TestBLRForward runs the parity suite on BLRForward under every GEMM variant of
 // gemmTestVariants and on its naive twin BLRForwardNaive.
 func TestBLRForward(t *testing.T) {
-	impls := []blrForwardImpl{{"naive", gpu.BLRForwardNaive, nil}, {"lanes", gpu.BLRForward, &lanesVariant}}
+	impls := []blrForwardImpl{{"naive", gpu.BLRForwardNaive, nil}, {"lanes", gpu.BLRForward, &lanesVariant},
+		{"coopmat", gpu.BLRForward, &coopmatVariant}}
 	for i := range gemmTestVariants {
 		v := &gemmTestVariants[i]
 		impls = append(impls, blrForwardImpl{v.String(), gpu.BLRForward, v})
@@ -146,12 +150,17 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 	if impl.variant != nil && impl.variant.lanes {
 		skipNoLanes(t, d) // every case has K = n or r, multiples of 8: the kernel applies
 	}
+	rel := func(k int) float64 { return float64(k+2) / (1 << 24) }
+	if impl.variant != nil && impl.variant.coop {
+		skipNoCoopmat(t, d)
+		rel = coopRel
+	}
 	if impl.variant != nil {
 		defer impl.variant.force()()
 	}
-	lanes0 := gpu.GEMMLanesDispatches()
+	lanes0, coop0 := gpu.GEMMLanesDispatches(), gpu.CoopDispatches()
 	for _, c := range blrForwardCases {
-		if impl.variant != nil && !impl.variant.lanes && impl.variant.general == c.fast {
+		if impl.variant != nil && !impl.variant.lanes && !impl.variant.coop && impl.variant.general == c.fast {
 			continue
 		}
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
@@ -161,7 +170,7 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 			xf, xd := randF32(rng, c.rows*c.n, 1)
 			x := must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t)
 			defer x.Release()
-			want, bound := blrForwardBound(w, xd, c.rows)
+			want, bound := blrForwardBound(w, xd, c.rows, rel)
 			y := must(d.NewBuffer("y", gpu.F32, c.rows, c.m)).T(t)
 			defer y.Release()
 			var kept gpu.BLRKept
@@ -178,11 +187,12 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 			}
 			gy := must(d.ReadFloat32(y)).T(t)
 			checkBound(t, "y", gy, want, bound)
-			// t1 of the last path: (x⊙g)·Vᵀ with bound (n+2)·u·Σ|x g|.
+			// t1 of the last path: (x⊙g)·Vᵀ with bound rel(n)·Σ|x g|.
 			p := c.paths - 1
 			q := w.Paths[p]
 			wt1 := make([]float64, c.rows*c.r)
 			bt1 := make([]float64, c.rows*c.r)
+			sx := make([]float64, c.rows) // S = Σ|x g| per row
 			for i := 0; i < c.rows; i++ {
 				for k := 0; k < c.r; k++ {
 					var s, a float64
@@ -191,12 +201,11 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 						s += signAt(q.V, k*c.n+j) * v
 						a += math.Abs(v)
 					}
-					wt1[i*c.r+k], bt1[i*c.r+k] = s, float64(c.n+2)*a/(1<<24)
+					wt1[i*c.r+k], bt1[i*c.r+k], sx[i] = s, rel(c.n)*a, a
 				}
 			}
 			checkBound(t, "t1", must(d.ReadFloat32(kept.T1[p])).T(t), wt1, bt1)
-			// c of the last path: (t1⊙ℓ)·Uᵀ, bound (r+2)·u·Σ|t1 ℓ| + (n+2)·u·S·Σ|ℓ| with
-			// S = Σ|x g| = bt1·2²⁴/(n+2).
+			// c of the last path: (t1⊙ℓ)·Uᵀ, bound rel(r)·Σ|t1 ℓ| + rel(n)·S·Σ|ℓ| + u·|c|.
 			const u = 1.0 / (1 << 24)
 			var sumL float64
 			for _, v := range q.L {
@@ -209,13 +218,12 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 				for k := 0; k < c.r; k++ {
 					a += math.Abs(wt1[i*c.r+k] * float64(q.L[k]))
 				}
-				sx := bt1[i*c.r] / (float64(c.n+2) * u)
 				for o := 0; o < c.m; o++ {
 					var z float64
 					for k := 0; k < c.r; k++ {
 						z += signAt(q.U, o*c.r+k) * wt1[i*c.r+k] * float64(q.L[k])
 					}
-					wc[i*c.m+o], bc[i*c.m+o] = z, float64(c.r+2)*u*a+float64(c.n+2)*u*sx*sumL+u*math.Abs(z)
+					wc[i*c.m+o], bc[i*c.m+o] = z, rel(c.r)*a+rel(c.n)*sx[i]*sumL+u*math.Abs(z)
 				}
 			}
 			gc := must(d.ReadFloat32(kept.C[p])).T(t)
@@ -229,13 +237,17 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 			}
 		})
 	}
-	if impl.variant != nil && impl.variant.lanes {
+	if impl.variant != nil && (impl.variant.lanes || impl.variant.coop) {
 		want := 0
 		for _, c := range blrForwardCases {
 			want += 2 * c.paths
 		}
-		if got := gpu.GEMMLanesDispatches() - lanes0; got != want {
-			t.Errorf("%d lane-blocked GEMMs recorded, want %d (t1 and y per path and case)", got, want)
+		got := gpu.GEMMLanesDispatches() - lanes0
+		if impl.variant.coop {
+			got = gpu.CoopDispatches() - coop0
+		}
+		if got != want {
+			t.Errorf("%d %s GEMMs recorded, want %d (t1 and y per path and case)", got, impl.name, want)
 		}
 	}
 }

@@ -132,6 +132,12 @@ func signGrad(r *Recorder, op string, a, b, sa, sb, out, live *Buffer, rows, na,
 	}
 	in := []Binding{Whole(a), Whole(b)}
 	uni := []uint32{uint32(rows), uint32(na), uint32(nb), 0}
+	if !signGradNaive {
+		// Tensor cores first (coopmat.go), as gemm and blrGEMM.
+		if ok, err := coopSignGrad(r, op, a, b, sa, sb, out, live, rows, na, nb, maskCols); ok || err != nil {
+			return err
+		}
+	}
 	if signGradNaive {
 		pr := signGradParams{Form: "simple", Mask: mask, MaskCols: maskCols, WG: signWG}
 		return r.dispatch1D(KernelSpec{Name: op, File: "blr_sign_grad.wgsl", Params: pr,

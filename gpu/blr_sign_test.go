@@ -32,10 +32,26 @@ func TestBLRSignGrad(t *testing.T) {
 		for _, impl := range []struct {
 			name   string
 			splits int
-		}{{"blocked", 1}, {"split", 3}} {
+		}{{"blocked", 1}, {"split", 3}, {"coopmat", 0}} {
 			t.Run(fmt.Sprintf("%s/%+v", impl.name, c), func(t *testing.T) {
+				if impl.name == "coopmat" {
+					// Tensor cores for every GEMM of the case (t1, dt2 and the sign gradients):
+					// t1 or dt2 rounds once to f16 as an A operand, then both operands of
+					// the sign gradient round once more: ≤ 3·2⁻¹¹ of the bound's magnitudes,
+					// covered by 2⁻⁸ with the f32 terms doubled (as TestBLRBackward).
+					skipNoCoopmat(t, d)
+					defer gpu.SetTensorCores(true)()
+					coop0 := gpu.CoopDispatches()
+					defer func() {
+						if gpu.CoopDispatches()-coop0 < 2*c.paths {
+							t.Errorf("%d cooperative-matrix GEMMs recorded, want at least %d (G_U, G_V per path)", gpu.CoopDispatches()-coop0, 2*c.paths)
+						}
+					}()
+					testBLRSignGrad(t, d, rng, c, false, 1.0/(1<<8))
+					return
+				}
 				defer gpu.SetSignGradSplit(impl.splits)()
-				testBLRSignGrad(t, d, rng, c, impl.splits == 1)
+				testBLRSignGrad(t, d, rng, c, impl.splits == 1, 0)
 			})
 		}
 	}
@@ -48,7 +64,10 @@ type signGradCase struct {
 	keepT1                     bool
 }
 
-func testBLRSignGrad(t *testing.T, d *gpu.Device, rng *rand.Rand, c signGradCase, bitIdentical bool) {
+// testBLRSignGrad checks one case; extra is added to the f32 bound's relative factor (the
+// cooperative-matrix path's f16 roundings), and bitIdentical asks the blocked kernel to match
+// the simple twin bit for bit.
+func testBLRSignGrad(t *testing.T, d *gpu.Device, rng *rand.Rand, c signGradCase, bitIdentical bool, extra float64) {
 	w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
 	l := uploadBLR(t, d, w, c.live)
 	defer l.Release()
@@ -119,7 +138,16 @@ func testBLRSignGrad(t *testing.T, d *gpu.Device, rng *rand.Rand, c signGradCase
 	if err != nil {
 		t.Fatal(err)
 	}
-	bound := func(want, abs []float64) []float64 { return blrBound(c.n+c.m+c.r+c.rows, want, abs) }
+	bound := func(want, abs []float64) []float64 {
+		if extra == 0 {
+			return blrBound(c.n+c.m+c.r+c.rows, want, abs)
+		}
+		b := blrBound(2*(c.n+c.m+c.r+c.rows), want, abs)
+		for i := range b {
+			b[i] += extra * abs[i]
+		}
+		return b
+	}
 	for p := range gu {
 		got := must(d.ReadFloat32(gu[p])).T(t)
 		checkBound(t, fmt.Sprintf("path %d G_U", p), got, wu[p], bound(wu[p], au[p]))

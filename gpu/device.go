@@ -46,6 +46,10 @@ type Device struct {
 	stagingB     uint64                    // their bytes
 	stagers      map[*Stager]struct{}      // NewStager's, released by Close
 	profiler     profiler
+
+	tc          TensorCores     // cooperative matrices (coopmat.go): status
+	layer       *vkLayer        // the Vulkan layer, nil when not loaded
+	coopChecked map[string]bool // "op/entry" of cooperative-matrix pipelines whose swap was checked
 }
 
 // SetMaxStorageBindingSize lowers the storage-binding limit nvg plans and checks with
@@ -177,10 +181,12 @@ var ErrNoAdapter = errors.New("gpu: no WebGPU adapter (install a Vulkan driver, 
 // Errors: ErrNoAdapter (wrapped) when no adapter exists, or the reason device creation failed.
 func Open() (*Device, error) {
 	quietMesaRuntimeDir()
+	// Tensor cores: the Vulkan layer must be in the loader's environment before the instance.
+	lay, layErr := loadLayer()
 	// No InstanceDescriptor: the binding mallocs WGPUInstanceExtras without zeroing the
 	// fields it does not set, so a second instance with a descriptor can crash inside
 	// wgpuCreateInstance. Filter the backends at enumeration instead.
-	inst := wgpu.CreateInstance(nil)
+	inst := newInstance(lay)
 	adapters := inst.EnumerateAdapters(&wgpu.InstanceEnumerateAdapterOptons{Backends: instanceBackendPrimary})
 	if len(adapters) == 0 {
 		inst.Release()
@@ -261,6 +267,9 @@ func Open() (*Device, error) {
 	lim.MaxImmediateSize = 0
 	var dev *wgpu.Device
 	var err error
+	var layState layerState
+	var layStateErr error
+	layerDeviceMu.Lock() // the layer's state describes the latest vkCreateDevice
 	for _, nsb := range []uint32{1_000_000, 65_535, 256} {
 		lim.MaxNonSamplerBindings = nsb
 		dev, err = ad.RequestDevice(&wgpu.DeviceDescriptor{
@@ -273,6 +282,10 @@ func Open() (*Device, error) {
 			break
 		}
 	}
+	if err == nil && lay != nil {
+		layState, layStateErr = lay.state()
+	}
+	layerDeviceMu.Unlock()
 	if err != nil {
 		ad.Release()
 		inst.Release()
@@ -313,6 +326,10 @@ func Open() (*Device, error) {
 			return nil, fmt.Errorf("gpu: subgroup probe on %s: %w", ai.Device, err)
 		}
 		d.info.SubgroupSize = s
+	}
+	d.initTensorCores(lay, layErr, layState, layStateErr)
+	if !d.tc.On && !info.CPU && tensorCoresEnv() != "off" {
+		fmt.Fprintf(os.Stderr, "nvg/gpu: tensor cores off: %s\n", d.tc.Reason)
 	}
 	return d, nil
 }

@@ -73,6 +73,17 @@
 // kernels), GatedDeltaRuleAuto / …BackwardAuto, AttentionAuto / AttentionBackwardAuto and
 // LogitsTopK's merge their lane forms. Each form is one more line of its op's parity suite.
 //
+// # Tensor cores
+//
+// Open puts nvg's Vulkan layer (vklayer/nvg_layer.c, built and cached on first use) in front
+// of the driver; where the device has VK_KHR_cooperative_matrix the layer enables it and swaps
+// the SPIR-V of nvg's placeholder kernels for cooperative-matrix GEMMs (coopmat/). The f16-weight
+// GEMMs and the BLR sign GEMMs then run on them: gemm and blrGEMM ask coopGEMM / coopBLRGEMM
+// first (the one seam), which decline where tensor cores are off or a shape does not fit.
+// Device.TensorCores says "on (…)" or "off: reason"; NVG_TENSOR_CORES=off opts out, =on forces
+// them on CPU adapters; SetTensorCores forces either path (DESIGN.md §7, "Tensor cores through
+// a Vulkan layer").
+//
 // # Profiling
 //
 // Device.SetProfiling(true) makes Submit run one compute pass per dispatch with timestamps
@@ -102,6 +113,13 @@
 //	                               WGSL file and the host reference
 //	gpu/gated_delta_rule_auto.go   DeltaRuleDims and the lanes/chunked/token-by-token choice
 //	gpu/gemm_lanes.go              the lane-blocked GEMMs' choice and the subgroup probe
+//	gpu/coopmat.go                 tensor cores: TensorCores, SetTensorCores, the seam of the
+//	                               GEMMs (coopGEMM, coopBLRGEMM), tiles, the self-test at Open
+//	gpu/vklayer.go, vklayer/       the Vulkan layer (nvg_layer.c): build, cache, environment,
+//	                               dlopen and its C API
+//	gpu/spirv.go                   the SPIR-V patcher (entry point, SpecIds, LocalSize)
+//	gpu/coopmat/                   coopmat_gemm.comp (GLSL), its committed .spv variants,
+//	                               generate.sh (go generate ./gpu) and spv.sum
 //	gpu/*_lanes.go                 the other lane-blocked launchers (delta rule, attention)
 //	gpu/kl_loss_backward.go        LogitsDims (also LogitsTopK's) and KLOptions
 //	gpu/<op>_test.go               parity tests and benchmarks; gputest/ opens the test device
@@ -111,6 +129,8 @@
 //	wgsl/elementwise.wgsl          library: 1-D entry point and index, Params{n}, sigmoid (ew_)
 //	wgsl/gemm_tile.wgsl            library: the tiled GEMM body, GEMM Params and B index (gemm_)
 //	wgsl/gemm_lanes.wgsl           library: the lane-blocked GEMM body of CPU adapters (lanes_)
+//	wgsl/coopmat.wgsl              the placeholder the layer swaps for a cooperative-matrix kernel
+//	wgsl/coopmat_pack.wgsl         CoopmatPack: A to f16 with a power-of-two scale per row
 //	wgsl/gated_delta_rule_chunk_lib.wgsl  library: the chunked delta rule's sub-steps (gdrc_)
 //	wgsl/causal_conv1d_lib.wgsl    library: the causal conv's Params and pre-activation (cc_)
 package gpu

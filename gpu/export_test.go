@@ -132,3 +132,25 @@ func GradColDot(r *Recorder, a, b, rs, mask, s, out, so *Buffer, rows, n int, si
 func GradColDot2(r *Recorder, sharedA bool, a, b, c2, s0, s1, out0, out1, so *Buffer, rows, n int) error {
 	return gradColDot2(r, "GradColDot2", sharedA, a, b, c2, s0, s1, out0, out1, so, rows, n)
 }
+
+// SetCoopmatTile forces the cooperative-matrix GEMMs' tile ("BMxBNxBK/WMxWN", as
+// NVG_COOPMAT_TILE; "" restores the automatic choice), checked against d's shape and limits,
+// and returns a function restoring the old tile.
+func SetCoopmatTile(d *Device, s string) (restore func(), err error) {
+	old := coopTileForce
+	var t coopTile
+	if s != "" {
+		if t, err = parseCoopTile(s); err != nil {
+			return nil, err
+		}
+		tc := d.TensorCores()
+		if err = t.check(tc.Shape, tc.SubgroupSize, d.Info()); err != nil {
+			return nil, err
+		}
+	}
+	coopTileForce = t
+	return func() { coopTileForce = old }, nil
+}
+
+// CoopDispatches counts the cooperative-matrix GEMMs recorded (tests check a forced path ran).
+func CoopDispatches() int { return int(coopDispatches.Load()) }

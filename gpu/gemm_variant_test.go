@@ -6,12 +6,34 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
 )
 
 // applyGEMMVariant forces the GEMM variant named v ("auto", "general", or "BMxBNxBK"
-// optionally followed by "-general") and returns the function restoring the automatic
-// choice.
+// optionally followed by "-general"; "wgsl": tensor cores off; "coopmat", or
+// "coopmat:BMxBNxBK/WMxWN" with a cooperative-matrix tile, tensor cores on) and returns the
+// function restoring the automatic choice. A coopmat variant on a device without tensor
+// cores skips t.
 func applyGEMMVariant(t testing.TB, v string) func() {
+	switch {
+	case v == "wgsl":
+		return gpu.SetTensorCores(false)
+	case strings.HasPrefix(v, "coopmat"):
+		d := gputest.Open(t)
+		if tc := d.TensorCores(); !tc.Available {
+			t.Skipf("variant %s: no tensor cores on %s: %s", v, d.Info().Name, tc.Reason)
+		}
+		restore := gpu.SetTensorCores(true)
+		if tile, ok := strings.CutPrefix(v, "coopmat:"); ok {
+			r2, err := gpu.SetCoopmatTile(d, tile)
+			if err != nil {
+				restore()
+				t.Fatalf("variant %q: %v", v, err)
+			}
+			return func() { r2(); restore() }
+		}
+		return restore
+	}
 	general := strings.HasSuffix(v, "general")
 	var bm, bn, bk int
 	if v != "auto" && v != "general" {

@@ -23,18 +23,47 @@ import (
 //     the loss: the mean of those plus (rows+8)·u·mean|KL|;
 //   - dlogits_v: scale·(p_S·(b_v + δlse + (8 + 4|x − lse|)·u) + q_v·(k+3)·u) + u·|dl_v|;
 //   - dh_j: Σ_v |δdl_v|·|E_vj| + (cols + slices + 2)·u·Σ_v|dl_v E_vj| + u·|dh_j|.
+//
+// The "coopmat" line runs the vocabulary GEMMs (logits, dh) on the cooperative-matrix
+// kernels (hidden a multiple of 8, E in f16): each logit's H-term bound becomes coopRel(H)
+// (h rounds to f16), and dh's sum over the vocabulary adds 2⁻¹⁰·Σ|dl E| (dlogits round to f16).
 func TestKLLossBackward(t *testing.T) {
+	t.Run("wgsl", func(t *testing.T) {
+		testKLLossBackward(t, false, []klCase{
+			{5, 33, 1000, 7, 256, false},
+			{3, 16, 77, 1, 0, false},
+			{9, 40, 300, 32, 128, true}, // E in f32 (the same f16-exact values)
+		})
+	})
+	t.Run("coopmat", func(t *testing.T) {
+		testKLLossBackward(t, true, []klCase{{5, 40, 1000, 7, 256, false}, {3, 16, 77, 1, 0, false}})
+	})
+}
+
+// klCase is one geometry of TestKLLossBackward: rows, hidden_size, vocabulary, top-k, the
+// slice rows (0: automatic), and E in f32 instead of f16.
+type klCase struct {
+	rows, hidden, vocab, k, slice int
+	f32E                          bool
+}
+
+func testKLLossBackward(t *testing.T, coop bool, cases []klCase) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(71, 72))
 	const u = 1.0 / (1 << 24)
-	for _, c := range []struct {
-		rows, hidden, vocab, k, slice int
-		f32E                          bool
-	}{
-		{5, 33, 1000, 7, 256, false},
-		{3, 16, 77, 1, 0, false},
-		{9, 40, 300, 32, 128, true}, // E in f32 (the same f16-exact values)
-	} {
+	rel := func(k int) float64 { return float64(k+1) * u }
+	if coop {
+		skipNoCoopmat(t, d)
+		defer gpu.SetTensorCores(true)()
+		rel = coopRel
+		coop0 := gpu.CoopDispatches()
+		defer func() {
+			if gpu.CoopDispatches() == coop0 {
+				t.Error("no cooperative-matrix GEMM recorded")
+			}
+		}()
+	}
+	for _, c := range cases {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
 			rows, hidden, vocab, k := c.rows, c.hidden, c.vocab, c.k
 			hf, hd := randF32(rng, rows*hidden, 1)
@@ -120,7 +149,7 @@ func TestKLLossBackward(t *testing.T) {
 				mn, mx, B := row[0], row[0], 0.0
 				for v, x := range row {
 					mn, mx = math.Min(mn, x), math.Max(mx, x)
-					B = math.Max(B, float64(hidden+1)*u*abs[r*vocab+v])
+					B = math.Max(B, rel(hidden)*abs[r*vocab+v])
 				}
 				var s float64
 				for _, x := range row {
@@ -144,7 +173,7 @@ func TestKLLossBackward(t *testing.T) {
 				}
 				for v, x := range row {
 					ps := math.Exp(x - lse)
-					bDL[r*vocab+v] = scale*(ps*(float64(hidden+1)*u*abs[r*vocab+v]+dlse+(8+4*math.Abs(x-lse))*u)+q[v]*float64(k+3)*u) +
+					bDL[r*vocab+v] = scale*(ps*(rel(hidden)*abs[r*vocab+v]+dlse+(8+4*math.Abs(x-lse))*u)+q[v]*float64(k+3)*u) +
 						u*math.Abs(dl[r*vocab+v])
 				}
 				meanAbsKL += math.Abs(wantKL[r]) / float64(rows)
@@ -163,6 +192,9 @@ func TestKLLossBackward(t *testing.T) {
 					}
 					wantDH[r*hidden+j] = dh0[r*hidden+j] + s
 					bDH[r*hidden+j] = ea + (float64(slice)+nsl+2)*u*a + u*math.Abs(wantDH[r*hidden+j])
+					if coop {
+						bDH[r*hidden+j] += (rel(slice) - float64(slice+1)*u) * a
+					}
 				}
 			}
 			checkBound(t, "kl", must(d.ReadFloat32(kl)).T(t), wantKL, bKL)

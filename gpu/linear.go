@@ -105,6 +105,13 @@ func gemm(r *Recorder, op string, naive bool, a, b, c Binding, bf16 bool, m, k, 
 	// loads are vec4s along k) and the tiled one spends its time on the tile loads and stores
 	// (the GatedDeltaNet a and b projections' input gradients, k = value heads
 	// at 256 × 256 on lavapipe: 2.7 → 1.3 ms).
+	// The one seam of the implementation choice: tensor cores (coopmat.go) when they are on
+	// and the shapes fit, else the WGSL kernels below.
+	if !naive {
+		if ok, err := coopGEMM(r, op, a, b, c, bf16, m, k, n, transB); ok || err != nil {
+			return err
+		}
+	}
 	if naive || (r.d.info.CPU && k < 4 && gemmForce == (gemmVariant{})) {
 		kn, err := r.d.Kernel(KernelSpec{Name: op, File: "linear_naive.wgsl",
 			Params:   gemmNaiveParams{TransB: transB, BF16: bf16, WG: gemmNaiveWG},

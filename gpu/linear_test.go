@@ -68,6 +68,7 @@ type gemmTestVariant struct {
 	bm, bn, bk int
 	general    bool
 	lanes      bool // the lane-blocked kernel (gemm_lanes.go) instead of a tile
+	coop       bool // the cooperative-matrix kernels (coopmat.go, tensor cores)
 }
 
 func (v gemmTestVariant) String() string {
@@ -76,6 +77,9 @@ func (v gemmTestVariant) String() string {
 	}
 	if v.lanes {
 		return "lanes"
+	}
+	if v.coop {
+		return "coopmat"
 	}
 	path := "fast"
 	if v.general {
@@ -88,6 +92,9 @@ func (v gemmTestVariant) String() string {
 func (v gemmTestVariant) force() func() {
 	if v.lanes {
 		return gpu.SetGEMMLanes(true)
+	}
+	if v.coop {
+		return gpu.SetTensorCores(true)
 	}
 	return gpu.SetGEMMVariant(v.bm, v.bn, v.bk, v.general)
 }
@@ -122,7 +129,34 @@ type linearImpl struct {
 	linear  func(r *gpu.Recorder, x, w, y *gpu.Buffer, rows, in, out int) error
 	linearT func(r *gpu.Recorder, dy, w, dx *gpu.Buffer, rows, in, out int) error
 	sizes   [][3]int
+	// rel is the error bound per element relative to Σ|a||b| for a product of depth k; nil:
+	// f32 arithmetic on exact operands, (k+1)·u.
+	rel func(k int) float64
 }
+
+// coopRel is the error bound of a cooperative-matrix GEMM relative to Σ|a||b| at depth k:
+// A rounds to f16 once (≤ 2⁻¹¹ relative, with its per-row power-of-two scale; taken as 2⁻¹⁰
+// to allow a conversion that is not round-to-nearest), B is exact (f16 weights, ±1 signs),
+// products are exact in f32 and the f32 accumulation in any order adds ≤ (k+1)·u, doubled
+// for an accumulator that truncates (DESIGN.md §7, "Tensor cores through a Vulkan layer").
+func coopRel(k int) float64 { return 1.0/(1<<10) + 2*float64(k+1)/(1<<24) }
+
+// coopmatVariant is the cooperative-matrix path as a forced variant.
+var coopmatVariant = gemmTestVariant{coop: true}
+
+// skipNoCoopmat skips t, loudly, where the device has no tensor cores (TensorCores().Reason
+// says why: bookworm's lavapipe lacks VK_KHR_cooperative_matrix); .ci/coopmat runs these
+// tests on Mesa 26 lavapipe and fails if they skip there.
+func skipNoCoopmat(t *testing.T, d *gpu.Device) {
+	t.Helper()
+	if tc := d.TensorCores(); !tc.Available {
+		t.Skipf("no tensor cores on %s (cooperative-matrix path not tested): %s", d.Info().Name, tc.Reason)
+	}
+}
+
+// linearCoopSizes: in a multiple of 8 (the cooperative-matrix path's 16-byte B rows), rows
+// and out awkward: partial row and column blocks, one row, K not a multiple of BK.
+var linearCoopSizes = [][3]int{{67, 40, 131}, {1, 8, 5}, {130, 136, 65}, {5, 296, 3}, {33, 64, 200}}
 
 // linearGeneralSizes are awkward sizes (rows, in, out): not multiples of the 64×64×16 tile,
 // odd K for f16 rows starting at odd half-words, a single row, and a K shorter than one tile
@@ -150,9 +184,10 @@ func linearImpls() []linearImpl {
 		if !v.general {
 			sizes = linearFastSizes
 		}
-		impls = append(impls, linearImpl{v.String(), v.force, gpu.Linear, gpu.LinearT, sizes})
+		impls = append(impls, linearImpl{v.String(), v.force, gpu.Linear, gpu.LinearT, sizes, nil})
 	}
-	impls = append(impls, linearImpl{"lanes", lanesVariant.force, gpu.Linear, gpu.LinearT, linearLanesSizes})
+	impls = append(impls, linearImpl{"lanes", lanesVariant.force, gpu.Linear, gpu.LinearT, linearLanesSizes, nil})
+	impls = append(impls, linearImpl{"coopmat", coopmatVariant.force, gpu.Linear, gpu.LinearT, linearCoopSizes, coopRel})
 	return append(impls, linearImpl{"naive", nil,
 		func(r *gpu.Recorder, x, w, y *gpu.Buffer, rows, in, out int) error {
 			return gpu.LinearNaive(r, x, w, y, rows, in, out, true)
@@ -160,7 +195,7 @@ func linearImpls() []linearImpl {
 		func(r *gpu.Recorder, dy, w, dx *gpu.Buffer, rows, in, out int) error {
 			return gpu.LinearNaive(r, dy, w, dx, rows, out, in, false)
 		},
-		append(append([][3]int{}, linearGeneralSizes...), linearFastSizes...)})
+		append(append([][3]int{}, linearGeneralSizes...), linearFastSizes...), nil})
 }
 
 // TestLinearFamily runs the parity suite on every implementation of linearImpls.
@@ -176,19 +211,30 @@ func TestLinearFamily(t *testing.T) {
 func testLinearFamily(t *testing.T, impl linearImpl) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(9, 10))
-	if impl.name == "lanes" {
+	switch impl.name {
+	case "lanes":
 		skipNoLanes(t, d)
+	case "coopmat":
+		skipNoCoopmat(t, d)
 	}
 	if impl.force != nil {
 		defer impl.force()()
 	}
-	lanes0 := gpu.GEMMLanesDispatches()
-	if impl.name == "lanes" {
+	lanes0, coop0 := gpu.GEMMLanesDispatches(), gpu.CoopDispatches()
+	if impl.name == "lanes" || impl.name == "coopmat" {
 		defer func() {
-			if got, want := gpu.GEMMLanesDispatches()-lanes0, 2*len(impl.sizes); got != want {
-				t.Errorf("%d lane-blocked GEMMs recorded, want %d (one per product and size)", got, want)
+			got := gpu.GEMMLanesDispatches() - lanes0
+			if impl.name == "coopmat" {
+				got = gpu.CoopDispatches() - coop0
+			}
+			if want := 2 * len(impl.sizes); got != want {
+				t.Errorf("%d %s GEMMs recorded, want %d (one per product and size)", got, impl.name, want)
 			}
 		}()
+	}
+	rel := impl.rel
+	if rel == nil {
+		rel = func(k int) float64 { return float64(k+1) / (1 << 24) }
 	}
 	for _, sz := range impl.sizes {
 		rows, in, out := sz[0], sz[1], sz[2]
@@ -215,17 +261,16 @@ func testLinearFamily(t *testing.T, impl linearImpl) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			u := 1.0 / (1 << 24)
 			want := must(host.LinearOp(xd, rows, in, wd, out)).T(t)
 			_, abs := refGEMM(xd, rows, in, wd, out, true)
 			bound := make([]float64, len(abs))
 			for i := range abs {
-				bound[i] = float64(in+1)*u*abs[i] + 1e-30
+				bound[i] = rel(in)*abs[i] + 1e-30
 			}
 			checkBound(t, "y vs host.LinearOp", must(d.ReadFloat32(y)).T(t), want, bound)
 			wantT, absT := refGEMM(dyd, rows, out, wd, in, false)
 			for i := range absT {
-				absT[i] = float64(out+1)*u*absT[i] + 1e-30
+				absT[i] = rel(out)*absT[i] + 1e-30
 			}
 			checkBound(t, "dx = dy·W", must(d.ReadFloat32(dx)).T(t), wantT, absT)
 		})

@@ -1,0 +1,817 @@
+package gpu
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/x448/float16"
+)
+
+// Tensor cores (cooperative matrices) through the Vulkan layer: DESIGN.md §7 "Tensor cores
+// through a Vulkan layer". The GEMM launchers ask coopGEMM / coopBLRGEMM / coopSignGrad first
+// — the seam where the implementation is chosen; a future wgpu-native with WGSL cooperative
+// matrices replaces the layer in coopKernel — and fall back to the WGSL kernels when these
+// decline.
+
+//go:generate bash coopmat/generate.sh
+
+//go:embed coopmat/*.spv coopmat/spv.sum coopmat/coopmat_gemm.comp
+var coopFS embed.FS
+
+// CoopType is one cooperative-matrix type a device reports
+// (VkCooperativeMatrixPropertiesKHR): an M×K A times a K×N B plus an M×N C, with the
+// component types ("f16", "f32", "bf16", "s8", …) and the scope ("subgroup", …).
+type CoopType struct {
+	M          int    `json:"m"`
+	N          int    `json:"n"`
+	K          int    `json:"k"`
+	A          string `json:"a"`
+	B          string `json:"b"`
+	C          string `json:"c"`
+	Result     string `json:"result"`
+	Saturating bool   `json:"saturating"`
+	Scope      string `json:"scope"`
+}
+
+func (c CoopType) String() string {
+	return fmt.Sprintf("%d×%d×%d %s→%s", c.M, c.N, c.K, c.A, c.Result)
+}
+
+// TensorCores says whether a Device runs its GEMMs on cooperative matrices and why not.
+type TensorCores struct {
+	// On: the f16-weight GEMMs (Linear, LinearT, LinearRows, the KL head's and LogitsTopK's
+	// vocabulary GEMMs) and every BLR sign GEMM use the cooperative-matrix kernels.
+	On bool
+	// Available: the device can run them (the layer enabled VK_KHR_cooperative_matrix, a
+	// usable shape exists, the self-test at Open agreed with the WGSL twins). On CPU adapters
+	// they are available but not on unless NVG_TENSOR_CORES=on (or SetTensorCores).
+	Available bool
+	// Reason is why they are off (or, when Available but off, why not chosen); "" when On.
+	Reason string
+	// Shape is the chosen f16×f16→f32 subgroup shape; SubgroupSize the device's.
+	Shape        CoopType
+	SubgroupSize int
+	// Shapes are all the types the device reports (nil without the extension).
+	Shapes []CoopType
+	// SelfTest summarises the self-test at Open (the worst error relative to its bound).
+	SelfTest string
+	// Features says where the layer turned vulkanMemoryModel and cooperativeMatrix on at
+	// vkCreateDevice (in wgpu's feature structs or in ones it prepended), for diagnosis.
+	Features string
+}
+
+// String is "on (16×16×16 f16→f32, subgroup 32)" or "off: reason".
+func (t TensorCores) String() string {
+	if t.On {
+		return fmt.Sprintf("on (%s, subgroup %d)", t.Shape, t.SubgroupSize)
+	}
+	return "off: " + t.Reason
+}
+
+// TensorCores returns the device's tensor-core status.
+func (d *Device) TensorCores() TensorCores {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t := d.tc
+	t.Shapes = append([]CoopType(nil), d.tc.Shapes...)
+	return t
+}
+
+// coopForce is SetTensorCores' choice: 0 automatic, 1 on, −1 off.
+var coopForce atomic.Int32
+
+// coopDispatches counts the cooperative-matrix GEMMs recorded (tests check a forced path ran).
+var coopDispatches atomic.Int64
+
+// SetTensorCores forces the cooperative-matrix kernels on (where the device has them
+// available, TensorCores().Available, also on CPU adapters and under a forced WGSL GEMM
+// variant) or off (the WGSL kernels everywhere), for every device of the process, and
+// returns a function restoring the previous choice. For tests and benchmarks (the two
+// paths' parity suites, GradCheck on each path).
+func SetTensorCores(on bool) (restore func()) {
+	v := int32(-1)
+	if on {
+		v = 1
+	}
+	old := coopForce.Swap(v)
+	return func() { coopForce.Store(old) }
+}
+
+// coopUse reports whether the GEMMs take the cooperative-matrix kernels now.
+func (d *Device) coopUse() bool {
+	d.mu.Lock()
+	tc := d.tc
+	d.mu.Unlock()
+	if !tc.Available {
+		return false
+	}
+	switch coopForce.Load() {
+	case 1:
+		return true
+	case -1:
+		return false
+	}
+	// A test or benchmark forcing a WGSL variant gets it.
+	return tc.On && gemmForce == (gemmVariant{}) && !gemmLanesForce
+}
+
+// coopOff turns tensor cores off on d with reason, printing it once on stderr.
+func (d *Device) coopOff(reason string) {
+	d.mu.Lock()
+	was := d.tc.Available
+	d.tc.On, d.tc.Available, d.tc.Reason = false, false, reason
+	d.mu.Unlock()
+	if was {
+		fmt.Fprintf(os.Stderr, "nvg/gpu: tensor cores off: %s\n", reason)
+	}
+}
+
+// coopTile is a cooperative-matrix GEMM's block: BM×BN outputs per workgroup over BK slices,
+// WM×WN subgroups each owning (BM/WM)×(BN/WN) outputs.
+type coopTile struct{ BM, BN, BK, WM, WN int }
+
+func (t coopTile) String() string {
+	return fmt.Sprintf("%dx%dx%d/%dx%d", t.BM, t.BN, t.BK, t.WM, t.WN)
+}
+
+// parseCoopTile parses "BMxBNxBK/WMxWN" (NVG_COOPMAT_TILE).
+func parseCoopTile(s string) (coopTile, error) {
+	var t coopTile
+	blk, sgs, ok := strings.Cut(s, "/")
+	a := strings.Split(blk, "x")
+	b := strings.Split(sgs, "x")
+	if !ok || len(a) != 3 || len(b) != 2 {
+		return t, fmt.Errorf("NVG_COOPMAT_TILE=%q: want BMxBNxBK/WMxWN, e.g. 128x128x32/2x4", s)
+	}
+	var v [5]int
+	for i, f := range append(a, b...) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return t, fmt.Errorf("NVG_COOPMAT_TILE=%q: %q is not a positive integer", s, f)
+		}
+		v[i] = n
+	}
+	return coopTile{v[0], v[1], v[2], v[3], v[4]}, nil
+}
+
+// check validates t for the shape s and subgroup size sg on d: the kernel's divisibility
+// rules (coopmat_gemm.comp's header), the workgroup size and the workgroup memory.
+func (t coopTile) check(s CoopType, sg int, info Info) error {
+	nt := sg * t.WM * t.WN
+	switch {
+	case t.BM%(t.WM*s.M) != 0 || t.BN%(t.WN*s.N) != 0 || t.BK%s.K != 0 || t.BK%8 != 0:
+		return fmt.Errorf("tile %s does not divide into %s subgroup tiles", t, s)
+	case (t.BM*t.BK/8)%nt != 0 || (t.BN*t.BK/8)%nt != 0:
+		return fmt.Errorf("tile %s: %d threads do not divide its 16-byte loads", t, nt)
+	case info.MaxInvocations > 0 && nt > int(info.MaxInvocations):
+		return fmt.Errorf("tile %s: %d threads exceed the device's %d", t, nt, info.MaxInvocations)
+	}
+	shared := t.BM*(t.BK+8)*2 + (t.BN*t.BK+8*(t.BN+t.BK))*2 + t.WM*t.WN*s.M*s.N*4
+	if info.MaxWorkgroupStorage > 0 && shared > int(info.MaxWorkgroupStorage) {
+		return fmt.Errorf("tile %s: %d bytes of workgroup memory exceed the device's %d", t, shared, info.MaxWorkgroupStorage)
+	}
+	return nil
+}
+
+// coopTileForce is NVG_COOPMAT_TILE, parsed at Open (zero: automatic).
+var coopTileForce coopTile
+
+// coopTileFor picks the block of an m×n output. CPU adapters (the tests of the Mesa 26
+// step): 4×4 shapes by 2 shapes deep, 2×2 subgroups. GPUs, as gemmTileFor: 128×128
+// (2×4 subgroups of 64×32, 8 accumulators each at 16×16) when that makes ≥ gemmMinGroups
+// workgroups, else 64×128 (2×4) or 128×64 (4×2) with ≥ gemmSmallGroups, else 64×64 (2×2);
+// BK 32 (two 16-deep products per staged slice).
+func (d *Device) coopTileFor(m, n int) coopTile {
+	if coopTileForce != (coopTile{}) {
+		return coopTileForce
+	}
+	s := d.tc.Shape
+	if d.info.CPU {
+		return coopTile{4 * s.M, 4 * s.N, 2 * s.K, 2, 2}
+	}
+	groups := func(bm, bn int) int { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn) }
+	for _, t := range []struct {
+		c   coopTile
+		min int
+	}{{coopTile{128, 128, 32, 2, 4}, gemmMinGroups}, {coopTile{64, 128, 32, 2, 4}, gemmSmallGroups},
+		{coopTile{128, 64, 32, 4, 2}, gemmSmallGroups}} {
+		if groups(t.c.BM, t.c.BN) >= t.min && t.c.check(s, d.tc.SubgroupSize, d.info) == nil {
+			return t.c
+		}
+	}
+	return coopTile{64, 64, 32, 2, 2}
+}
+
+// coopVariant is one committed SPIR-V of coopmat_gemm.comp (generate.sh's variants): its
+// bindings after b are sc (Scale) and raw (Raw); Signs: b is sign bits, else f16.
+type coopVariant struct {
+	File              string
+	Signs, Scale, Raw bool
+}
+
+var (
+	coopDense       = coopVariant{"coopmat_gemm.spv", false, false, false}
+	coopDenseScale  = coopVariant{"coopmat_gemm_scale.spv", false, true, false}
+	coopBLR         = coopVariant{"coopmat_blr.spv", true, false, false}
+	coopBLRScale    = coopVariant{"coopmat_blr_scale.spv", true, true, false}
+	coopBLRScaleRaw = coopVariant{"coopmat_blr_scale_raw.spv", true, true, true}
+)
+
+// coopmat_gemm.comp's SpecIds.
+const (
+	specSG = iota
+	specLM
+	specLN
+	specLK
+	specBM
+	specBN
+	specBK
+	specWM
+	specWN
+	specTransB
+	specAccum
+)
+
+// coopPlaceholderParams are wgsl/coopmat.wgsl's template parameters.
+type coopPlaceholderParams struct {
+	Entry      string
+	WG, PB     int
+	Scale, Raw bool
+}
+
+// coopKernel returns the pipeline of variant v specialised for tile t, B's layout and the
+// accumulate mode: a WGSL placeholder whose module the layer swaps for the specialised
+// SPIR-V. A new pipeline is checked to have been swapped. Errors: the SPIR-V could not be
+// specialised, the pipeline failed, or the layer did not swap it (each switches tensor
+// cores off on d with the reason; the caller falls back to WGSL).
+func (d *Device) coopKernel(op string, v coopVariant, t coopTile, transB, accum bool) (*Kernel, error) {
+	s, sg := d.tc.Shape, d.tc.SubgroupSize
+	b2i := func(b bool) int {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	entry := fmt.Sprintf("nvgcm_%s_%dx%dx%d_%dx%d_%dx%dx%d_s%d_t%d_a%d", strings.TrimSuffix(v.File, ".spv"),
+		t.BM, t.BN, t.BK, t.WM, t.WN, s.M, s.N, s.K, sg, b2i(transB), b2i(accum))
+	nb := 4
+	if v.Scale {
+		nb++
+	}
+	if v.Raw {
+		nb++
+	}
+	access := []Access{Read, Read, Read}
+	if v.Scale {
+		access = append(access, Read)
+	}
+	access = append(access, ReadWrite)
+	if v.Raw {
+		access = append(access, ReadWrite)
+	}
+	spec := KernelSpec{Name: op, File: "coopmat.wgsl", Entry: entry,
+		Params:   coopPlaceholderParams{Entry: entry, WG: sg * t.WM * t.WN, PB: nb, Scale: v.Scale, Raw: v.Raw},
+		Bindings: access, Uniforms: 4}
+	key := op + "/" + entry
+	d.mu.Lock()
+	checked := d.coopChecked[key]
+	lay := d.layer
+	d.mu.Unlock()
+	if checked {
+		return d.Kernel(spec)
+	}
+	fail := func(err error) (*Kernel, error) {
+		err = fmt.Errorf("%s: cooperative-matrix kernel %s: %w", op, entry, err)
+		d.coopOff(err.Error())
+		return nil, err
+	}
+	if lay == nil {
+		return fail(errors.New("no Vulkan layer"))
+	}
+	raw, err := coopFS.ReadFile("coopmat/" + v.File)
+	if err != nil {
+		return fail(err)
+	}
+	words, err := spirvWords(raw)
+	if err != nil {
+		return fail(err)
+	}
+	words, err = spirvSpecialize(words, spirvSpec{Entry: entry, LocalSize: [3]uint32{uint32(sg * t.WM * t.WN), 1, 1},
+		Values: map[uint32]uint32{specSG: uint32(sg), specLM: uint32(s.M), specLN: uint32(s.N), specLK: uint32(s.K),
+			specBM: uint32(t.BM), specBN: uint32(t.BN), specBK: uint32(t.BK), specWM: uint32(t.WM), specWN: uint32(t.WN),
+			specTransB: uint32(b2i(transB)), specAccum: uint32(b2i(accum))}})
+	if err != nil {
+		return fail(err)
+	}
+	if err := lay.registerSPIRV(entry, words); err != nil {
+		return fail(err)
+	}
+	before := lay.swapCount(entry)
+	k, err := d.Kernel(spec)
+	if err != nil {
+		return fail(err)
+	}
+	if lay.swapCount(entry) <= before {
+		d.mu.Lock()
+		delete(d.kernels, kernelKey{spec.Name, spec.File, spec.Entry, spec.Params})
+		d.mu.Unlock()
+		k.release()
+		return fail(errors.New("the Vulkan layer did not swap the placeholder's shader module"))
+	}
+	d.mu.Lock()
+	d.coopChecked[key] = true
+	d.mu.Unlock()
+	return k, nil
+}
+
+// coopPackWG is CoopmatPack's workgroup.
+const coopPackWG = 64
+
+// coopPack records CoopmatPack (wgsl/coopmat_pack.wgsl): A [m, k] (⊙ sa) to f16 rows with
+// a power-of-two scale each, zero-padded to [mp, kp], into borrowed buffers that done gives
+// back.
+func coopPack(r *Recorder, op string, a Binding, sa *Buffer, m, k, mp, kp int) (a16, rs *Buffer, done func(), err error) {
+	a16, d1, err := r.Borrow(op+" a16", U32, mp, kp/2)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rs, d2, err := r.Borrow(op+" rs", F32, mp)
+	if err != nil {
+		d1()
+		return nil, nil, nil, err
+	}
+	done = func() { d1(); d2() }
+	binds := []Binding{a}
+	access := []Access{Read}
+	if sa != nil {
+		binds = append(binds, Whole(sa))
+		access = append(access, Read)
+	}
+	binds = append(binds, Whole(a16), Whole(rs))
+	access = append(access, ReadWrite, ReadWrite)
+	err = r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl",
+		Params: struct {
+			WG    int
+			Scale bool
+		}{coopPackWG, sa != nil},
+		Bindings: access, Uniforms: 4}, mp, []uint32{uint32(m), uint32(k), uint32(kp), uint32(mp)}, binds...)
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return a16, rs, done, nil
+}
+
+func roundUp(x, q int) int { return (x + q - 1) / q * q }
+
+// coopPlan is the tile, padded sizes and grid of one cooperative-matrix GEMM, or ok false
+// where it does not fit the limits or the tile does not suit the device (the WGSL kernel
+// takes it). The packed A (borrowed for the call) adds mp·kp·2 bytes, half of A's f32 bytes
+// plus the padding.
+func (d *Device) coopPlan(m, k, n int) (t coopTile, mp, kp int, grid [3]int, ok bool) {
+	t = d.coopTileFor(m, n)
+	mp, kp = roundUp(m, t.BM), roundUp(k, t.BK)
+	grid = [3]int{(n + t.BN - 1) / t.BN, mp / t.BM, 1}
+	lim := d.Info().MaxStorageBindingSize
+	ok = grid[0] <= 65535 && grid[1] <= 65535 && uint64(mp)*uint64(kp)*2 <= lim && mp*kp/2 <= maxU32Elems &&
+		t.check(d.tc.Shape, d.tc.SubgroupSize, d.info) == nil
+	return
+}
+
+// coopGEMM is the cooperative-matrix form of gemm for an f16 B (bf16): C[m, n] = A·B with B
+// [n, k] (transB) or [k, n]. It returns false, recording nothing, where it does not apply:
+// tensor cores off, an f32 B (MatMul keeps f32 products), B's rows not whole 16-byte
+// vectors (k % 8 ≠ 0 for transB, n % 8 ≠ 0 otherwise) or B's binding off a 16-byte
+// boundary, or sizes past the limits.
+func coopGEMM(r *Recorder, op string, a, b, c Binding, bf16 bool, m, k, n int, transB bool) (bool, error) {
+	d := r.d
+	if !bf16 || !d.coopUse() || (transB && k%8 != 0) || (!transB && n%8 != 0) || b.Offset%16 != 0 {
+		return false, nil
+	}
+	t, mp, kp, grid, ok := d.coopPlan(m, k, n)
+	if !ok {
+		return false, nil
+	}
+	kn, err := d.coopKernel(op, coopDense, t, transB, false)
+	if err != nil {
+		return false, nil // coopKernel switched tensor cores off with the reason
+	}
+	mark := len(r.ops)
+	a16, rs, done, err := coopPack(r, op, a, nil, m, k, mp, kp)
+	if err != nil {
+		return true, err
+	}
+	defer done()
+	if err := r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp)}, Whole(a16), Whole(rs), b, c); err != nil {
+		r.ops = r.ops[:mark]
+		return true, err
+	}
+	r.Cost(gemmCost(m, k, n, bf16))
+	coopDispatches.Add(1)
+	return true, nil
+}
+
+// coopBLRGEMM is the cooperative-matrix form of blrGEMM: C[m, n] (+)= (A ⊙ sa)·B (⊙ sc) with
+// B packed sign bits ([n, k] when transB, else [k, n]), raw receiving the sums before ⊙ sc.
+// It returns false, recording nothing, where tensor cores are off, B's rows do not hold
+// whole bytes (k % 8 ≠ 0 for transB, n % 8 ≠ 0 otherwise: never for a BLR layer, whose n
+// and rank are multiples of 8), or the sizes are past the limits.
+func coopBLRGEMM(r *Recorder, op string, a, bits, sa, sc, c, raw *Buffer, m, k, n int, transB, accum bool) (bool, error) {
+	d := r.d
+	if !d.coopUse() || (transB && k%8 != 0) || (!transB && n%8 != 0) {
+		return false, nil
+	}
+	v := coopBLR
+	switch {
+	case sc != nil && raw != nil:
+		v = coopBLRScaleRaw
+	case sc != nil:
+		v = coopBLRScale
+	case raw != nil:
+		return false, nil
+	}
+	t, mp, kp, grid, ok := d.coopPlan(m, k, n)
+	if !ok {
+		return false, nil
+	}
+	kn, err := d.coopKernel(op, v, t, transB, accum)
+	if err != nil {
+		return false, nil
+	}
+	mark := len(r.ops)
+	a16, rs, done, err := coopPack(r, op, Whole(a), sa, m, k, mp, kp)
+	if err != nil {
+		return true, err
+	}
+	defer done()
+	binds := []Binding{Whole(a16), Whole(rs), Whole(bits)}
+	if sc != nil {
+		binds = append(binds, Whole(sc))
+	}
+	binds = append(binds, Whole(c))
+	if raw != nil {
+		binds = append(binds, Whole(raw))
+	}
+	if err := r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp)}, binds...); err != nil {
+		r.ops = r.ops[:mark]
+		return true, err
+	}
+	r.Cost(blrGEMMCost(m, k, n, accum, raw != nil))
+	coopDispatches.Add(1)
+	return true, nil
+}
+
+// coopPackColsParams are wgsl/coopmat_pack_cols.wgsl's template parameters.
+type coopPackColsParams struct {
+	Stage  string
+	Mask   bool
+	WG, RC int
+}
+
+// coopPackCols records CoopmatPackCols (wgsl/coopmat_pack_cols.wgsl) for x F32 [rows, n]:
+// the per-column scales into scale [np] (2^−e_c·s[c], 0 where live masks c or past n) and x's
+// f16 copy, transposed into [np][kp] (transpose, the GEMM's A) or as is [rows][n] (its B).
+// Its buffers are borrowed; done gives them back.
+func coopPackCols(r *Recorder, op string, x, s, live *Buffer, rows, n, np, kp int, transpose bool) (out16, scale *Buffer, done func(), err error) {
+	const wg, rc = 64, 256
+	var dones []func()
+	done = func() {
+		for _, f := range dones {
+			f()
+		}
+	}
+	borrow := func(label string, t DType, shape ...int) *Buffer {
+		if err != nil {
+			return nil
+		}
+		var b *Buffer
+		var f func()
+		if b, f, err = r.Borrow(op+" "+label, t, shape...); err == nil {
+			dones = append(dones, f)
+		}
+		return b
+	}
+	mult := borrow("mult", F32, np)
+	scale = borrow("scale", F32, np)
+	if transpose {
+		out16 = borrow("a16", U32, np*kp/2)
+	} else {
+		out16 = borrow("b16", U32, rows*n/2)
+	}
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	maxbits, err := r.Temp(op+" column max", U32, n) // zeroed
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	uni := []uint32{uint32(rows), uint32(n), uint32(kp), uint32(np)}
+	spec := func(stage string, access ...Access) KernelSpec {
+		return KernelSpec{Name: op + ".pack", File: "coopmat_pack_cols.wgsl",
+			Params:   coopPackColsParams{Stage: stage, Mask: stage == "scale" && live != nil, WG: wg, RC: rc},
+			Bindings: access, Uniforms: 4}
+	}
+	dispatch := func(sp KernelSpec, grid [3]int, binds ...Binding) error {
+		kn, err := r.d.Kernel(sp)
+		if err != nil {
+			return err
+		}
+		return r.Dispatch(kn, grid, uni, binds...)
+	}
+	if err = dispatch(spec("colmax", Read, ReadWrite), [3]int{(n + wg - 1) / wg, (rows + rc - 1) / rc, 1}, Whole(x), Whole(maxbits)); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	scaleBinds := []Binding{Whole(maxbits), Whole(s)}
+	scaleAccess := []Access{Read, Read}
+	if live != nil {
+		scaleBinds = append(scaleBinds, Whole(live))
+		scaleAccess = append(scaleAccess, Read)
+	}
+	scaleBinds = append(scaleBinds, Whole(mult), Whole(scale))
+	scaleAccess = append(scaleAccess, ReadWrite, ReadWrite)
+	g, err := Grid1D((np + wg - 1) / wg)
+	if err == nil {
+		err = dispatch(spec("scale", scaleAccess...), g, scaleBinds...)
+	}
+	if err == nil && transpose {
+		err = dispatch(spec("t", Read, Read, ReadWrite), [3]int{np / 32, kp / 32, 1}, Whole(x), Whole(mult), Whole(out16))
+	} else if err == nil {
+		if g, err = Grid1D((rows*n/2 + wg - 1) / wg); err == nil {
+			err = dispatch(spec("plain", Read, Read, ReadWrite), g, Whole(x), Whole(mult), Whole(out16))
+		}
+	}
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return out16, scale, done, nil
+}
+
+// coopSignGrad is the cooperative-matrix form of signGrad (BLRSignGrad's row-reducing GEMM):
+// out[i, j] = sa[i]·sb[j]·Σ_row a[row, i]·b[row, j] (exactly 0 where live masks the rank
+// index: j when maskCols, else i), a F32 [rows, na], b F32 [rows, nb]. Both operands are f32,
+// so each goes to f16 with a power-of-two scale per column (coopPackCols; a transposed, so
+// the GEMM's A rows are its columns), and the dense kernel with column scales computes
+// diag(sa·2^−e)·(A16·B16)·diag(sb·2^−e'). It returns false, recording nothing, where tensor
+// cores are off, nb % 8 ≠ 0, or the sizes pass the limits.
+func coopSignGrad(r *Recorder, op string, a, b, sa, sb, out, live *Buffer, rows, na, nb int, maskCols bool) (bool, error) {
+	d := r.d
+	if !d.coopUse() || nb%8 != 0 {
+		return false, nil
+	}
+	t, _, _, grid, ok := d.coopPlan(na, rows, nb)
+	if !ok {
+		return false, nil
+	}
+	// The transposing pack works in 32×32 tiles: mp and kp are multiples of 32 and of BM,
+	// BK (powers of two, so of the larger).
+	mp, kp := roundUp(na, max(t.BM, 32)), roundUp(rows, max(t.BK, 32))
+	grid[1] = mp / t.BM
+	if mp/32 > 65535 || kp/32 > 65535 || grid[1] > 65535 || uint64(mp)*uint64(kp)*2 > d.Info().MaxStorageBindingSize {
+		return false, nil
+	}
+	kn, err := d.coopKernel(op, coopDenseScale, t, false, false)
+	if err != nil {
+		return false, nil
+	}
+	mark := len(r.ops)
+	fail := func(err error) (bool, error) {
+		r.ops = r.ops[:mark]
+		return true, err
+	}
+	liveA, liveB := live, (*Buffer)(nil)
+	if maskCols {
+		liveA, liveB = nil, live
+	}
+	a16, rs, doneA, err := coopPackCols(r, op+".a", a, sa, liveA, rows, na, mp, kp, true)
+	if err != nil {
+		return fail(err)
+	}
+	defer doneA()
+	b16, cs, doneB, err := coopPackCols(r, op+".b", b, sb, liveB, rows, nb, nb, kp, false)
+	if err != nil {
+		return fail(err)
+	}
+	defer doneB()
+	if err := r.Dispatch(kn, grid, []uint32{uint32(na), uint32(nb), uint32(rows), uint32(kp)},
+		Whole(a16), Whole(rs), Whole(b16), Whole(cs), Whole(out)); err != nil {
+		return fail(err)
+	}
+	r.Cost(signGradCost(rows, na, nb, 1))
+	coopDispatches.Add(1)
+	return true, nil
+}
+
+// pickCoopType returns the shape the kernels use among the device's types: f16 A and B, f32
+// C and result, subgroup scope, M, N, K multiples of 8 (16-byte staging vectors), 16×16×16
+// preferred (NVIDIA), else the smallest (Mesa lavapipe 26: 8×8×8).
+func pickCoopType(types []CoopType) (CoopType, bool) {
+	var best CoopType
+	found := false
+	for _, c := range types {
+		if c.A != "f16" || c.B != "f16" || c.C != "f32" || c.Result != "f32" || c.Scope != "subgroup" || c.Saturating ||
+			c.M%8 != 0 || c.N%8 != 0 || c.K%8 != 0 || c.M > 32 || c.N > 32 || c.K > 32 {
+			continue
+		}
+		if c.M == 16 && c.N == 16 && c.K == 16 {
+			return c, true
+		}
+		if !found || c.M*c.N*c.K < best.M*best.N*best.K {
+			best, found = c, true
+		}
+	}
+	return best, found
+}
+
+// initTensorCores decides d.tc after the device is created: lay and layErr are loadLayer's,
+// st the layer's state right after this device's vkCreateDevice. It runs the self-test.
+func (d *Device) initTensorCores(lay *vkLayer, layErr error, st layerState, stErr error) {
+	d.coopChecked = map[string]bool{}
+	d.layer = lay
+	tc := &d.tc
+	switch {
+	case layErr != nil:
+		tc.Reason = layErr.Error()
+		return
+	case stErr != nil:
+		tc.Reason = stErr.Error()
+		return
+	case st.Instances == 0:
+		tc.Reason = fmt.Sprintf("the Vulkan loader did not load the layer %s (VK_ADD_LAYER_PATH=%s, VK_LAYER_PATH=%s, VK_INSTANCE_LAYERS=%s)",
+			layerName, os.Getenv("VK_ADD_LAYER_PATH"), os.Getenv("VK_LAYER_PATH"), os.Getenv("VK_INSTANCE_LAYERS"))
+		return
+	case st.LastDevice == nil:
+		tc.Reason = "the Vulkan layer saw no vkCreateDevice"
+		return
+	}
+	ld := st.LastDevice
+	tc.Shapes, tc.SubgroupSize = ld.Shapes, ld.SubgroupSize
+	if ld.MemoryModelIn != "" {
+		tc.Features = fmt.Sprintf("vulkanMemoryModel in %s, cooperativeMatrix in %s", ld.MemoryModelIn, ld.CoopmatFeatureIn)
+	}
+	if !ld.Enabled {
+		tc.Reason = ld.Reason
+		return
+	}
+	shape, ok := pickCoopType(ld.Shapes)
+	if !ok {
+		tc.Reason = fmt.Sprintf("%s has no f16×f16→f32 subgroup cooperative matrix of 8, 16 or 32 rows (it lists %v)", ld.Device, ld.Shapes)
+		return
+	}
+	if tc.SubgroupSize < 1 {
+		tc.Reason = fmt.Sprintf("%s reports subgroup size %d", ld.Device, tc.SubgroupSize)
+		return
+	}
+	tc.Shape = shape
+	if v := strings.TrimSpace(os.Getenv("NVG_COOPMAT_TILE")); v != "" {
+		t, err := parseCoopTile(v)
+		if err == nil {
+			err = t.check(shape, tc.SubgroupSize, d.info)
+		}
+		if err != nil {
+			tc.Reason = err.Error()
+			return
+		}
+		coopTileForce = t
+	}
+	tc.Available = true
+	msg, err := d.coopSelfTest()
+	if err != nil {
+		d.coopOff("self-test: " + err.Error())
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.tc.Available { // a kernel failed during the self-test (coopOff said why)
+		return
+	}
+	d.tc.SelfTest = msg
+	if d.info.CPU && tensorCoresEnv() != "on" {
+		d.tc.Reason = fmt.Sprintf("%s is a CPU adapter: its lane-blocked kernels are faster (NVG_TENSOR_CORES=on uses %s)", d.info.Name, shape)
+		return
+	}
+	d.tc.On = true
+}
+
+// coopSelfTest runs one dense and one BLR cooperative-matrix GEMM on awkward sizes (two row
+// blocks and a partial one, k not a multiple of the block) against the WGSL twins
+// (linear_naive.wgsl, blr_forward_naive.wgsl) on the device, with the tolerance of the
+// numerics (DESIGN.md §7): |coop − twin| ≤ (2⁻¹⁰ + 2(k+1)·2⁻²⁴)·Σ|a||b| per element.
+func (d *Device) coopSelfTest() (string, error) {
+	restore := SetTensorCores(true)
+	defer restore()
+	t := d.coopTileFor(1, 1)
+	m, n, k := t.BM+t.BM/2+3, t.BN+t.BN/4+8, 2*t.BK+8
+	rng := rand.New(rand.NewPCG(32, 7))
+	af := make([]float32, m*k)
+	for i := range af {
+		// Rows of very different magnitudes, as gradients have: 1e-8 … 1e3.
+		af[i] = float32((rng.Float64()*2 - 1) * math.Pow(10, float64(i/k%12)-8))
+	}
+	wb := make([]uint16, n*k)
+	wf := make([]float64, n*k)
+	for i := range wb {
+		h := float16.Fromfloat32(float32(rng.Float64()*2 - 1))
+		wb[i], wf[i] = h.Bits(), float64(h.Float32())
+	}
+	bitsW := make([]uint32, (n*k+31)/32)
+	for i := range bitsW {
+		bitsW[i] = rng.Uint32()
+	}
+	sa := make([]float32, k)
+	sc := make([]float32, n)
+	for i := range sa {
+		sa[i] = float32(0.5 + rng.Float64())
+	}
+	for i := range sc {
+		sc[i] = float32(0.5 + rng.Float64())
+	}
+	var bufs []*Buffer
+	defer func() {
+		for _, b := range bufs {
+			b.Release()
+		}
+	}()
+	up := func(b *Buffer, err error) *Buffer {
+		if b != nil {
+			bufs = append(bufs, b)
+		}
+		return b
+	}
+	a := up(d.UploadFloat32("self-test A", af, m, k))
+	w := up(d.UploadF16("self-test W", wb, n, k))
+	bits := up(d.UploadUint32("self-test signs", bitsW, len(bitsW)))
+	sab := up(d.UploadFloat32("self-test sa", sa, k))
+	scb := up(d.UploadFloat32("self-test sc", sc, n))
+	var outs [4]*Buffer
+	for i := range outs {
+		outs[i] = up(d.NewBuffer("self-test C", F32, m, n))
+	}
+	for _, b := range append([]*Buffer{a, w, bits, sab, scb}, outs[:]...) {
+		if b == nil {
+			return "", errors.New("could not allocate its buffers")
+		}
+	}
+	err := d.Run(func(r *Recorder) error {
+		ok, err := coopGEMM(r, "SelfTest.Linear", Whole(a), Whole(w), Whole(outs[0]), true, m, k, n, true)
+		if err != nil || !ok {
+			return errors.Join(err, errors.New("the dense kernel declined"))
+		}
+		if err := gemm(r, "SelfTest.LinearNaive", true, Whole(a), Whole(w), Whole(outs[1]), true, m, k, n, true); err != nil {
+			return err
+		}
+		ok, err = coopBLRGEMM(r, "SelfTest.BLR", a, bits, sab, scb, outs[2], nil, m, k, n, true, false)
+		if err != nil || !ok {
+			return errors.Join(err, errors.New("the BLR kernel declined"))
+		}
+		return blrGEMM(r, "SelfTest.BLRNaive", true, a, bits, sab, scb, outs[3], nil, m, k, n, true, false)
+	})
+	if err != nil {
+		return "", err
+	}
+	var got [4][]float32
+	for i, b := range outs {
+		if got[i], err = d.ReadFloat32(b); err != nil {
+			return "", err
+		}
+	}
+	tol := math.Pow(2, -10) + 2*float64(k+1)*math.Pow(2, -24)
+	worst := [2]float64{}
+	for pass := range 2 {
+		for i := range m {
+			for j := range n {
+				var s float64
+				for l := range k {
+					av := float64(af[i*k+l])
+					if pass == 0 {
+						s += math.Abs(av * wf[j*k+l])
+					} else {
+						s += math.Abs(av * float64(sa[l]) * float64(sc[j]))
+					}
+				}
+				c, w := float64(got[2*pass][i*n+j]), float64(got[2*pass+1][i*n+j])
+				e := math.Abs(c - w)
+				if !(e <= tol*s) {
+					name := [2]string{"Linear", "BLR"}[pass]
+					return "", fmt.Errorf("%s %d×%d×%d (tile %s): C[%d, %d] = %g, the WGSL twin's %g, |err| %.3g > %.3g",
+						name, m, k, n, t, i, j, c, w, e, tol*s)
+				}
+				if s > 0 {
+					worst[pass] = math.Max(worst[pass], e/(tol*s))
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("Linear and BLR %d×%d×%d (tile %s) against the WGSL twins: worst |err|/bound %.2g, %.2g",
+		m, k, n, t, worst[0], worst[1]), nil
+}

@@ -1,0 +1,106 @@
+package gpu_test
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
+)
+
+// TestTensorCoresStatus: the status is consistent, and on a Mesa lavapipe older than 26 (Debian
+// bookworm's 22.3, what CI runs the suite on) the Vulkan layer loaded and reported the
+// fallback: "off: … lacks VK_KHR_cooperative_matrix". Where tensor cores are available, the
+// self-test at Open ran; NVG_EXPECT_TENSOR_CORES=1 (.ci/coopmat) requires them.
+func TestTensorCoresStatus(t *testing.T) {
+	d := gputest.Open(t)
+	tc := d.TensorCores()
+	info := d.Info()
+	t.Logf("%s: tensor cores %s; shapes %v; self-test: %s; %s", info.Name, tc, tc.Shapes, tc.SelfTest, tc.Features)
+	switch {
+	case tc.On:
+		if !tc.Available || tc.Reason != "" || !strings.HasPrefix(tc.String(), "on (") {
+			t.Errorf("on, but Available=%v Reason=%q String=%q", tc.Available, tc.Reason, tc)
+		}
+	case tc.Reason == "" || !strings.HasPrefix(tc.String(), "off: "):
+		t.Errorf("off without a reason: %+v", tc)
+	}
+	if os.Getenv("NVG_EXPECT_TENSOR_CORES") == "1" && !tc.Available { // .ci/coopmat (Mesa 26)
+		t.Errorf("NVG_EXPECT_TENSOR_CORES=1 but %s has none: %s", info.Name, tc.Reason)
+	}
+	if tc.Available && (tc.SelfTest == "" || tc.Shape.M == 0 || tc.SubgroupSize == 0) {
+		t.Errorf("available without a self-test, shape or subgroup size: %+v", tc)
+	}
+	if info.CPU && tc.Available && tc.On != (os.Getenv("NVG_TENSOR_CORES") == "on") {
+		t.Errorf("CPU adapter: On = %v, want it only with NVG_TENSOR_CORES=on", tc.On)
+	}
+	if old := strings.Contains(info.Description, "Mesa 22.") || strings.Contains(info.Description, "Mesa 25."); old &&
+		os.Getenv("NVG_TENSOR_CORES") != "off" && !strings.Contains(tc.Reason, "lacks VK_KHR_cooperative_matrix") {
+		t.Errorf("%s (%s): want the layer's fallback \"lacks VK_KHR_cooperative_matrix\", got %q", info.Name, info.Description, tc)
+	}
+}
+
+// TestChildTensorCores is the body run in a child process by TestTensorCoresFallbacks.
+func TestChildTensorCores(t *testing.T) {
+	if os.Getenv("GPUTEST_CHILD") != "1" {
+		t.Skip("run by TestTensorCoresFallbacks in a child process")
+	}
+	d := gputest.Open(t)
+	t.Logf("TC: %s", d.TensorCores())
+	t.Logf("LAYERS: %s", os.Getenv("VK_INSTANCE_LAYERS"))
+}
+
+// TestTensorCoresFallbacks opens the device in child processes under the failures the
+// status must name in one line, with the device still usable: the opt-out
+// (NVG_TENSOR_CORES=off: no layer at all), a loader that does not load the layer, and no C
+// compiler to build the layer (an empty cache and CC pointing at nothing).
+func TestTensorCoresFallbacks(t *testing.T) {
+	if os.Getenv("GPUTEST_CHILD") == "1" {
+		return
+	}
+	gputest.Open(t) // skips or fails as the other GPU tests do
+	run := func(env ...string) string {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestChildTensorCores$", "-test.v", "-test.count=1")
+		// This process put the layer into the loader's variables; the child starts without.
+		cmd.Env = append(os.Environ(), append([]string{"GPUTEST_CHILD=1", "NVG_REQUIRE_GPU=1",
+			"VK_INSTANCE_LAYERS=", "VK_ADD_LAYER_PATH="}, env...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child with %v: %v\n%s", env, err, out)
+		}
+		return string(out)
+	}
+	out := run("NVG_TENSOR_CORES=off")
+	if !strings.Contains(out, "TC: off: NVG_TENSOR_CORES=off") || strings.Contains(out, "VK_LAYER_NVG") {
+		t.Errorf("NVG_TENSOR_CORES=off: want \"off: NVG_TENSOR_CORES=off\" and no layer in VK_INSTANCE_LAYERS, got\n%s", out)
+	}
+	// The loader told to skip the layer (VK_LOADER_LAYERS_DISABLE, loader ≥ 1.3.234): nvg
+	// retries with VK_LAYER_PATH, then reports it.
+	out = run("VK_LOADER_LAYERS_DISABLE=VK_LAYER_NVG_tensor_cores")
+	if !strings.Contains(out, "TC: off: the Vulkan loader did not load the layer VK_LAYER_NVG_tensor_cores") {
+		t.Errorf("layer disabled in the loader: want \"off: the Vulkan loader did not load the layer…\", got\n%s", out)
+	}
+	out = run("CC=/nonexistent/cc", "XDG_CACHE_HOME="+t.TempDir())
+	if !strings.Contains(out, "TC: off: building the Vulkan layer with /nonexistent/cc failed") {
+		t.Errorf("no compiler: want \"off: building the Vulkan layer with /nonexistent/cc failed…\", got\n%s", out)
+	}
+}
+
+// TestTensorCoresForcedOff: SetTensorCores(false) keeps every GEMM on the WGSL kernels.
+func TestTensorCoresForcedOff(t *testing.T) {
+	d := gputest.Open(t)
+	defer gpu.SetTensorCores(false)()
+	x := must(d.NewBuffer("x", gpu.F32, 16, 64)).T(t)
+	w := must(d.UploadF16("W", make([]uint16, 64*64), 64, 64)).T(t)
+	y := must(d.NewBuffer("y", gpu.F32, 16, 64)).T(t)
+	defer func() { x.Release(); w.Release(); y.Release() }()
+	c0 := gpu.CoopDispatches()
+	if err := d.Run(func(r *gpu.Recorder) error { return gpu.Linear(r, x, w, y, 16, 64, 64) }); err != nil {
+		t.Fatal(err)
+	}
+	if n := gpu.CoopDispatches() - c0; n != 0 {
+		t.Errorf("%d cooperative-matrix GEMMs with tensor cores forced off", n)
+	}
+}

@@ -1,0 +1,264 @@
+package gpu
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// specValues reads back every specialization constant of a module: SpecId → value (bools
+// as 0/1), and the LocalSize execution mode.
+func specValues(t *testing.T, w []uint32) (map[uint32]uint32, [3]uint32) {
+	t.Helper()
+	specOf := map[uint32]uint32{}
+	vals := map[uint32]uint32{}
+	var ls [3]uint32
+	for pass := range 2 {
+		for i := 5; i < len(w); {
+			n := int(w[i] >> 16)
+			op := w[i] & 0xffff
+			switch {
+			case pass == 0 && op == opDecorate && n == 4 && w[i+2] == decorationSpecID:
+				specOf[w[i+1]] = w[i+3]
+			case pass == 1 && op == opSpecConstant:
+				if id, ok := specOf[w[i+2]]; ok {
+					vals[id] = w[i+3]
+				}
+			case pass == 1 && (op == opSpecConstantTrue || op == opSpecConstantFalse):
+				if id, ok := specOf[w[i+2]]; ok {
+					vals[id] = map[uint32]uint32{opSpecConstantTrue: 1, opSpecConstantFalse: 0}[op]
+				}
+			case pass == 1 && op == opExecutionMode && n == 6 && w[i+2] == executionModeLocalSz:
+				copy(ls[:], w[i+3:i+6])
+			}
+			i += n
+		}
+	}
+	return vals, ls
+}
+
+// TestSPIRVSpecialize patches the committed kernel and reads the result back: the entry
+// point renamed (a longer and a shorter name than "main"), every SpecId set (numbers and
+// both bools), LocalSize set, every other instruction unchanged; and the errors.
+func TestSPIRVSpecialize(t *testing.T) {
+	raw, err := coopFS.ReadFile("coopmat/" + coopBLRScaleRaw.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := spirvWords(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, err := spirvEntryName(w); err != nil || name != "main" {
+		t.Fatalf("committed entry point %q, %v; want main", name, err)
+	}
+	orig, _ := specValues(t, w)
+	if len(orig) != specAccum+1 {
+		t.Fatalf("the kernel declares SpecIds %v, want 0…%d", orig, specAccum)
+	}
+	for _, entry := range []string{"nvgcm_a_rather_long_entry_point_name_x", "nvgcm"} {
+		want := map[uint32]uint32{}
+		for id := range orig {
+			want[id] = orig[id] + 3 + id
+		}
+		want[specTransB], want[specAccum] = 1-orig[specTransB], 1-orig[specAccum]
+		got, err := spirvSpecialize(w, spirvSpec{Entry: entry, Values: want, LocalSize: [3]uint32{96, 1, 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name, err := spirvEntryName(got); err != nil || name != entry {
+			t.Errorf("entry point %q, %v; want %q", name, err, entry)
+		}
+		vals, ls := specValues(t, got)
+		for id, v := range want {
+			if vals[id] != v {
+				t.Errorf("SpecId %d = %d, want %d", id, vals[id], v)
+			}
+		}
+		if ls != [3]uint32{96, 1, 1} {
+			t.Errorf("LocalSize %v, want [96 1 1]", ls)
+		}
+		// Apart from the entry point, the same number of words, and the header unchanged.
+		d := len(spirvEncodeString(entry)) - len(spirvEncodeString("main"))
+		if len(got) != len(w)+d || !equalWords(got[:5], w[:5]) {
+			t.Errorf("%d words (want %d), header %x (want %x)", len(got), len(w)+d, got[:5], w[:5])
+		}
+		if back, err := spirvSpecialize(got, spirvSpec{Entry: "main", Values: orig, LocalSize: [3]uint32{64, 1, 1}}); err != nil || !equalWords(back, w) {
+			t.Errorf("specialising back to the committed values does not give the committed module (err %v)", err)
+		}
+	}
+	if _, err := spirvSpecialize(w, spirvSpec{Values: map[uint32]uint32{99: 1}}); err == nil || !strings.Contains(err.Error(), "SpecId 99") {
+		t.Errorf("unknown SpecId: err %v", err)
+	}
+	if _, err := spirvWords(raw[:len(raw)-2]); err == nil {
+		t.Error("a truncated module was accepted")
+	}
+	bad := append([]byte(nil), raw...)
+	bad[0] ^= 1
+	if _, err := spirvWords(bad); err == nil || !strings.Contains(err.Error(), "magic") {
+		t.Errorf("bad magic: err %v", err)
+	}
+	if _, err := spirvSpecialize(append(append([]uint32(nil), w[:5]...), 0), spirvSpec{}); err == nil {
+		t.Error("a zero-length instruction was accepted")
+	}
+}
+
+func equalWords(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestCoopmatSPIRVFresh: every committed .spv is the one gpu/coopmat/generate.sh made from
+// the current coopmat_gemm.comp (spv.sum records the hash of source and flags, and of the
+// SPIR-V). A failure means the GLSL changed without `go generate ./gpu`, or a .spv was
+// edited by hand.
+func TestCoopmatSPIRVFresh(t *testing.T) {
+	src, err := coopFS.ReadFile("coopmat/coopmat_gemm.comp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := coopFS.ReadFile("coopmat/spv.sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(sum))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		f := strings.SplitN(line, " ", 4)
+		if len(f) != 4 {
+			t.Fatalf("spv.sum line %q: want file, source hash, SPIR-V hash, flags", line)
+		}
+		name, srcH, spvH, flags := f[0], f[1], f[2], f[3]
+		h := sha256.Sum256(append(append(append([]byte(nil), src...), 0), flags...))
+		if hex.EncodeToString(h[:]) != srcH {
+			t.Errorf("%s is stale: coopmat_gemm.comp (flags %q) changed since it was generated; run go generate ./gpu", name, flags)
+		}
+		spv, err := coopFS.ReadFile("coopmat/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := sha256.Sum256(spv); hex.EncodeToString(h[:]) != spvH {
+			t.Errorf("%s differs from what generate.sh wrote", name)
+		}
+		seen[name] = true
+	}
+	for _, v := range []coopVariant{coopDense, coopBLR, coopBLRScale, coopBLRScaleRaw} {
+		if !seen[v.File] {
+			t.Errorf("spv.sum has no line for %s", v.File)
+		}
+	}
+}
+
+// TestPickCoopType: 16×16×16 f16→f32 wins (NVIDIA lists it beside others); else the smallest
+// usable shape (lavapipe's 8×8×8); none without an f16→f32 subgroup shape.
+func TestPickCoopType(t *testing.T) {
+	mk := func(m, n, k int, a, c, scope string) CoopType {
+		return CoopType{M: m, N: n, K: k, A: a, B: a, C: c, Result: c, Scope: scope}
+	}
+	nv := []CoopType{mk(16, 8, 16, "f16", "f16", "subgroup"), mk(16, 8, 8, "f16", "f32", "subgroup"),
+		mk(16, 16, 16, "f16", "f32", "subgroup"), mk(16, 8, 32, "s8", "s32", "subgroup")}
+	if c, ok := pickCoopType(nv); !ok || c != nv[2] {
+		t.Errorf("NVIDIA-like list: got %v %v, want %v", c, ok, nv[2])
+	}
+	lvp := []CoopType{mk(8, 8, 8, "f16", "f16", "subgroup"), mk(8, 8, 8, "f16", "f32", "subgroup")}
+	if c, ok := pickCoopType(lvp); !ok || c != lvp[1] {
+		t.Errorf("lavapipe list: got %v %v, want %v", c, ok, lvp[1])
+	}
+	if c, ok := pickCoopType([]CoopType{mk(16, 16, 16, "f16", "f16", "subgroup"), mk(16, 16, 16, "f16", "f32", "workgroup")}); ok {
+		t.Errorf("no usable shape: got %v", c)
+	}
+}
+
+// TestParseCoopTile: NVG_COOPMAT_TILE's syntax and the tile checks.
+func TestParseCoopTile(t *testing.T) {
+	tl, err := parseCoopTile("128x64x32/4x2")
+	if err != nil || tl != (coopTile{128, 64, 32, 4, 2}) {
+		t.Fatalf("got %v, %v", tl, err)
+	}
+	for _, bad := range []string{"128x128x32", "128x128/2x4", "ax1x1/1x1", "0x1x1/1x1"} {
+		if _, err := parseCoopTile(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	s16 := CoopType{M: 16, N: 16, K: 16}
+	info := Info{MaxInvocations: 1024, MaxWorkgroupStorage: 48 << 10}
+	for _, c := range []struct {
+		t  coopTile
+		ok bool
+	}{{coopTile{128, 128, 32, 2, 4}, true}, {coopTile{64, 64, 32, 2, 2}, true}, {coopTile{128, 128, 32, 3, 4}, false},
+		{coopTile{128, 128, 24, 2, 4}, false}, {coopTile{256, 256, 64, 2, 4}, false}} {
+		if err := c.t.check(s16, 32, info); (err == nil) != c.ok {
+			t.Errorf("%v: err %v, want ok=%v", c.t, err, c.ok)
+		}
+	}
+}
+
+// TestVulkanLayerBuildConcurrent builds the layer into an empty cache from several goroutines
+// at once (each compiles into its own temporary directory and renames it into place, as
+// several processes would): all get the same complete directory, whose manifest names the
+// library beside it, and a later call finds it without compiling.
+func TestVulkanLayerBuildConcurrent(t *testing.T) {
+	if _, err := cCompiler(); err != nil {
+		t.Skipf("no C compiler: %v", err)
+	}
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	const n = 3
+	dirs := make([]string, n)
+	errs := make([]error, n)
+	done := make(chan int)
+	for i := range n {
+		go func() { dirs[i], errs[i] = buildLayer(); done <- i }()
+	}
+	for range n {
+		<-done
+	}
+	for i := range n {
+		if errs[i] != nil || dirs[i] != dirs[0] {
+			t.Fatalf("build %d: %q, %v (build 0: %q)", i, dirs[i], errs[i], dirs[0])
+		}
+	}
+	if !layerComplete(dirs[0]) {
+		t.Fatalf("%s is incomplete", dirs[0])
+	}
+	man, err := os.ReadFile(filepath.Join(dirs[0], layerManifestName))
+	if err != nil || !strings.Contains(string(man), `"./`+layerLibName+`"`) || !strings.Contains(string(man), layerName) {
+		t.Errorf("manifest %s (%v)", man, err)
+	}
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(dirs[0]), ".vklayer-build-*"))
+	if len(left) != 0 {
+		t.Errorf("temporary build directories left behind: %v", left)
+	}
+	t.Setenv("CC", "/nonexistent/cc") // a cached build needs no compiler
+	if d, err := buildLayer(); err != nil || d != dirs[0] {
+		t.Errorf("cached build: %q, %v", d, err)
+	}
+}
+
+// TestListEnv: the layer's path goes before the user's VK_ADD_LAYER_PATH entries, its name
+// after the user's VK_INSTANCE_LAYERS, never twice.
+func TestListEnv(t *testing.T) {
+	t.Setenv("NVG_TEST_LIST", "")
+	prependEnv("NVG_TEST_LIST", "/a")
+	prependEnv("NVG_TEST_LIST", "/b")
+	prependEnv("NVG_TEST_LIST", "/a")
+	appendEnv("NVG_TEST_LIST", "L")
+	if got := os.Getenv("NVG_TEST_LIST"); got != "/b:/a:L" {
+		t.Errorf("got %q, want /b:/a:L", got)
+	}
+}

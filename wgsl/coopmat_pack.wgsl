@@ -1,0 +1,61 @@
+// CoopmatPack: the A operand of a cooperative-matrix GEMM (gpu/coopmat.go), f32 → f16 with a
+// power-of-two scale per row. For row i < m, with v_ic = a[i, c]·sa[c] (sa = 1 when Scale is
+// off) and amax_i = max_c |v_ic|, e_i = clamp(15 − frexp(amax_i).exp, −126, 126) puts amax_i·2^e_i
+// in [2¹⁴, 2¹⁵) (f16's largest finite value is 65504 < 2¹⁶, so nothing overflows); then
+//   a16[i, c] = f16(v_ic·2^e_i) for c < k, 0 for k ≤ c < kp;   rs[i] = 2^−e_i
+// (0 scale exponent for an all-zero or non-finite row). Rows m ≤ i < mp are zero with rs 1.
+// The GEMM's epilogue multiplies row i's sums by rs[i], undoing the scale exactly; the only
+// error is f16's rounding of each v_ic, ≤ 2⁻¹¹·|v_ic| above amax_i·2⁻²⁹ (below it the f16
+// subnormal step, 2⁻²⁴·2^−e_i ≤ amax_i·2⁻³⁸). Gradients scaled by 1/(nb·t) (~1e-8) would flush
+// to zero in f16 without the scale.
+// a: f32 [m, k]; sa: f32 [k]; a16: u32 [mp, kp/2] (element 2w in the low half of word w);
+// rs: f32 [mp]. One workgroup of WG threads per row (a 2-D grid past 65535 rows).
+// Template parameters: WG (a power of two), Scale.
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+{{- if .Scale}}
+@group(0) @binding(1) var<storage, read> sa: array<f32>;
+@group(0) @binding(2) var<storage, read_write> a16: array<u32>;
+@group(0) @binding(3) var<storage, read_write> rs: array<f32>;
+{{- else}}
+@group(0) @binding(1) var<storage, read_write> a16: array<u32>;
+@group(0) @binding(2) var<storage, read_write> rs: array<f32>;
+{{- end}}
+
+struct Params {
+    m: u32,
+    k: u32,
+    kp: u32,
+    mp: u32,
+};
+@group(0) @binding({{if .Scale}}4{{else}}3{{end}}) var<uniform> p: Params;
+
+var<workgroup> partial: array<f32, {{.WG}}>;
+
+fn val(i: u32, c: u32) -> f32 {
+    if (i >= p.m || c >= p.k) {
+        return 0.0;
+    }
+    return a[i * p.k + c]{{if .Scale}} * sa[c]{{end}};
+}
+
+{{template "red_main" (dict "WG" .WG "R" "i" "Count" "p.mp")}}
+    var mx = 0.0;
+    for (var c = lid; c < p.k; c += {{.WG}}u) {
+        mx = max(mx, abs(val(i, c)));
+    }
+{{- template "red_max" (dict "WG" .WG "Buf" "partial" "Val" "mx")}}
+    let amax = partial[0];
+    var e = 0;
+    if (amax > 0.0 && amax <= 3.4028234e38) {
+        e = clamp(15 - frexp(amax).exp, -126, 126);
+    }
+    let s = ldexp(1.0, e);
+    if (lid == 0u) {
+        rs[i] = ldexp(1.0, -e);
+    }
+    let words = p.kp / 2u;
+    for (var w = lid; w < words; w += {{.WG}}u) {
+        a16[i * words + w] = pack2x16float(vec2<f32>(val(i, 2u * w) * s, val(i, 2u * w + 1u) * s));
+    }
+}
