@@ -421,10 +421,12 @@ func (s *Server) acceptLoop(l net.Listener, closed chan<- error) {
 		s.mu.Lock()
 		s.stats.acceptErrs++
 		s.stats.lastAcceptErr = err.Error()
+		var v *conn
 		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-			s.evictOne("the server ran out of file descriptors")
+			v = s.evictOne("the server ran out of file descriptors")
 		}
 		s.mu.Unlock()
+		v.closed()
 		s.logStats(false)
 		delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 		select {
@@ -452,7 +454,13 @@ func (s *Server) admit(nc net.Conn) {
 	c := &conn{nc: nc, enc: gob.NewEncoder(nc), done: make(chan struct{}), accepted: now, last: now, inflight: map[uint64]context.CancelFunc{}}
 	s.mu.Lock()
 	limit := s.connLimit()
-	for len(s.conns) >= limit && s.evictOne(fmt.Sprintf("evicted: the server holds %d connections, its limit", limit)) {
+	var victims []*conn
+	for len(s.conns) >= limit {
+		v := s.evictOne(fmt.Sprintf("evicted: the server holds %d connections, its limit", limit))
+		if v == nil {
+			break
+		}
+		victims = append(victims, v)
 	}
 	full := len(s.conns) >= limit
 	if full {
@@ -461,6 +469,9 @@ func (s *Server) admit(nc net.Conn) {
 		s.conns[c] = true
 	}
 	s.mu.Unlock()
+	for _, v := range victims { // their descriptors are free before this one is served
+		v.closed()
+	}
 	if full {
 		go func() {
 			c.send(reply{Code: codeBusy, Err: fmt.Sprintf("the session server (pid %d) has %d connections, each with a call in flight, its limit (Config.MaxConns, at most half its file-descriptor limit): this one is closed; try again when a call ends", os.Getpid(), limit)})
@@ -473,9 +484,10 @@ func (s *Server) admit(nc net.Conn) {
 }
 
 // evictOne closes, with a Bye saying why, the held connection that has sent nothing for the
-// longest time, else the one idle longest without a call in flight. It reports whether one
-// was evicted. The caller holds s.mu.
-func (s *Server) evictOne(why string) bool {
+// longest time, else the one idle longest without a call in flight, and returns it (nil when
+// every connection has a call in flight). The caller holds s.mu; it waits for the
+// connection to close (conn.closed) after releasing it.
+func (s *Server) evictOne(why string) *conn {
 	for {
 		var best *conn
 		var bestSilent bool
@@ -492,12 +504,12 @@ func (s *Server) evictOne(why string) bool {
 			}
 		}
 		if best == nil {
-			return false
+			return nil
 		}
 		delete(s.conns, best)
 		if best.evict(why) {
 			s.stats.evicted++
-			return true
+			return best
 		}
 		// A call came in between: it keeps its connection (dropped from the count only
 		// until it ends: the count errs on the side of fewer descriptors).
@@ -579,6 +591,18 @@ func (c *conn) evict(why string) bool {
 	return true
 }
 
+// closed waits (at most a second: its goodbye has a write deadline) until an evicted
+// connection has closed, so that its descriptor is free. A nil c is closed.
+func (c *conn) closed() {
+	if c == nil {
+		return
+	}
+	select {
+	case <-c.done:
+	case <-time.After(time.Second):
+	}
+}
+
 // callEnded removes call id from the connection's calls; the last one ending starts the
 // idle timer.
 func (c *conn) callEnded(id uint64, idle time.Duration) {
@@ -621,8 +645,9 @@ func (s *Server) drop(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
-	close(c.done)
 	c.nc.Close()
+	close(c.done) // after the close: the descriptor is free when done is
+
 	c.mu.Lock()
 	for _, cancel := range c.inflight {
 		cancel()
