@@ -67,7 +67,8 @@ func Dir() (string, error) { return sdir.Dir() }
 // Dirs returns the session directories List, Attach and Stop look in: Dir first, then the
 // other directories of Dir's list that exist (where a process of this user with another
 // environment, say a notebook kernel without XDG_RUNTIME_DIR, starts its servers). With
-// NVG_SESSION_DIR set, only it.
+// NVG_SESSION_DIR set, or XDG_RUNTIME_DIR set to another directory than /run/user/UID (a
+// test's), only Dir.
 func Dirs() ([]string, error) { return sdir.Dirs() }
 
 // ErrNotAnswering is wrapped by the error of Attach, Stop or a Client's call whose session

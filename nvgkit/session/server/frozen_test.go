@@ -130,25 +130,29 @@ func TestFrozenServer(t *testing.T) {
 }
 
 // TestSessionFromAnotherEnvironment: a session started by a process without
-// XDG_RUNTIME_DIR (a notebook kernel started so) is listed, attached and stopped by one with
-// it (a terminal): they looked in different directories, and `nvg session ls` showed
-// nothing.
+// XDG_RUNTIME_DIR before the user's runtime directory existed (a notebook kernel started so:
+// its servers go to $TMPDIR/nvg-UID) is listed, attached and stopped by a terminal whose
+// XDG_RUNTIME_DIR is /run/user/UID (a stand-in here): they looked in different directories,
+// and `nvg session ls` showed nothing.
 func TestSessionFromAnotherEnvironment(t *testing.T) {
 	base := filepath.Dir(useSessionDir(t, "fake"))
-	if run := fmt.Sprintf("/run/user/%d", os.Getuid()); sdir.Check(run) == nil {
-		t.Skipf("SKIPPED: %s exists, so a process without XDG_RUNTIME_DIR would start its session there, outside this test's directory (sdir.TestSessionsFoundAcrossEnvironments covers that case with a stand-in)", run)
-	}
+	old := sdir.RunUser
+	sdir.RunUser = filepath.Join(base, "run-user")
+	t.Cleanup(func() { sdir.RunUser = old })
 	t.Setenv("XDG_RUNTIME_DIR", "") // the notebook kernel
 	nb := attach(t, "nb")
 	want := filepath.Join(base, fmt.Sprintf("nvg-%d", os.Getuid()))
 	if d := filepath.Dir(nb.LogFile()); d != want {
 		t.Fatalf("the kernel's session is in %s, want %s", d, want)
 	}
-	xdg := filepath.Join(base, "xdg")
-	if err := os.Mkdir(xdg, 0o700); err != nil {
+	run := filepath.Join(sdir.RunUser, fmt.Sprint(os.Getuid()))
+	if err := os.MkdirAll(run, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("XDG_RUNTIME_DIR", xdg) // the terminal
+	t.Setenv("XDG_RUNTIME_DIR", run) // the terminal of a login session
+	if d, err := session.Dir(); err != nil || d != filepath.Join(run, "nvg") {
+		t.Fatalf("the terminal's session directory: %s, %v", d, err)
+	}
 	if ls := listIn(t, want); len(ls) != 1 || ls[0].Name != "nb" || !ls[0].Alive || ls[0].Err != "" {
 		t.Errorf("List from the terminal: %+v, want the kernel's session", ls)
 	}

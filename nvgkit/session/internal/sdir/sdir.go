@@ -11,7 +11,9 @@
 // session: a notebook kernel started without the variable lands where a terminal looks);
 // else $TMPDIR/nvg-UID. Where clients look (Dirs): that directory first, then the others of
 // that list that exist, so `nvg session ls`, Attach and Stop find a session whatever the
-// environment of the process that started it. A directory is created 0700 (only Dir's) and
+// environment of the process that started it — unless NVG_SESSION_DIR or an
+// XDG_RUNTIME_DIR other than /run/user/UID names a directory of its own (a test's, a
+// deliberate choice): then only that one. A directory is created 0700 (only Dir's) and
 // refused when it exists with another owner, looser permissions, or as anything but a plain
 // directory (a symlink is refused); a candidate that is refused is skipped by Dirs.
 package sdir
@@ -41,8 +43,17 @@ func MesaRuntimeDir() string {
 	return filepath.Join(os.TempDir(), "nvg-runtime-"+strconv.Itoa(os.Getuid()))
 }
 
-// runUser is systemd's parent of the per-user runtime directories (tests replace it).
-var runUser = "/run/user"
+// RunUser is systemd's parent of the per-user runtime directories, /run/user (tests point
+// it at a stand-in).
+var RunUser = "/run/user"
+
+// xdgRuntime is $XDG_RUNTIME_DIR, "" when unset or the stand-in package gpu sets.
+func xdgRuntime() string {
+	if x := os.Getenv("XDG_RUNTIME_DIR"); x != MesaRuntimeDir() {
+		return x
+	}
+	return ""
+}
 
 // Dir returns the session directory where a server of this process starts (the package
 // doc gives the order), creating it (0700) when missing, and checks it: a directory (not a
@@ -69,10 +80,10 @@ func candidates() []string {
 		}
 		out = append(out, d)
 	}
-	if base := os.Getenv("XDG_RUNTIME_DIR"); base != "" && base != MesaRuntimeDir() {
-		add(filepath.Join(base, "nvg"))
+	if x := xdgRuntime(); x != "" {
+		add(filepath.Join(x, "nvg"))
 	}
-	if run := filepath.Join(runUser, uid); Check(run) == nil {
+	if run := filepath.Join(RunUser, uid); Check(run) == nil {
 		add(filepath.Join(run, "nvg"))
 	}
 	add(filepath.Join(os.TempDir(), "nvg-"+uid))
@@ -81,14 +92,15 @@ func candidates() []string {
 
 // Dirs returns the session directories a client looks in: Dir's (created if missing), then
 // every other candidate of the package doc that exists and passes Check. With
-// NVG_SESSION_DIR set it is the only one.
+// NVG_SESSION_DIR set, or XDG_RUNTIME_DIR set to another directory than
+// /run/user/UID, Dir's is the only one.
 func Dirs() ([]string, error) {
 	first, err := Dir()
 	if err != nil {
 		return nil, err
 	}
 	out := []string{first}
-	if os.Getenv(EnvDir) != "" {
+	if x := xdgRuntime(); os.Getenv(EnvDir) != "" || x != "" && x != filepath.Join(RunUser, strconv.Itoa(os.Getuid())) {
 		return out, nil
 	}
 	for _, d := range candidates()[1:] {

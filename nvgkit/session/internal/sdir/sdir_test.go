@@ -17,9 +17,9 @@ func isolate(t *testing.T) (tmp, run string) {
 	t.Setenv(EnvDir, "")
 	t.Setenv("XDG_RUNTIME_DIR", "")
 	run = filepath.Join(tmp, "run-user")
-	old := runUser
-	runUser = run
-	t.Cleanup(func() { runUser = old })
+	old := RunUser
+	RunUser = run
+	t.Cleanup(func() { RunUser = old })
 	return tmp, filepath.Join(run, strconv.Itoa(os.Getuid()))
 }
 
@@ -60,7 +60,8 @@ func TestDirIgnoresGPURuntimeDir(t *testing.T) {
 // round. Without the variable a process uses /run/user/UID/nvg when that directory is the
 // user's (what the variable names in a login session); a client looks in its own directory
 // and then in the others; the first running server of the name wins, a dead one's files are
-// found too.
+// found too. An XDG_RUNTIME_DIR of its own (not /run/user/UID: a test's) keeps a process to
+// its directory.
 func TestSessionsFoundAcrossEnvironments(t *testing.T) {
 	tmp, run := isolate(t)
 	tmpDir := filepath.Join(tmp, "nvg-"+strconv.Itoa(os.Getuid()))
@@ -100,14 +101,14 @@ func TestSessionsFoundAcrossEnvironments(t *testing.T) {
 			t.Errorf("terminal: Find(%q) in %q, %v; want %s", name, f.Dir, err, want)
 		}
 	}
-	// A terminal with another XDG_RUNTIME_DIR still finds both.
+	// A process with an XDG_RUNTIME_DIR of its own looks there only.
 	other := filepath.Join(tmp, "other")
 	if err := os.Mkdir(other, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("XDG_RUNTIME_DIR", other)
-	if f, err := Find("nb"); err != nil || f.Dir != runDir {
-		t.Errorf("another XDG_RUNTIME_DIR: Find(nb) in %q, %v; want %s", f.Dir, err, runDir)
+	if ds, err := Dirs(); err != nil || !reflect.DeepEqual(ds, []string{filepath.Join(other, "nvg")}) {
+		t.Errorf("an XDG_RUNTIME_DIR of its own: Dirs = %q, %v; want only its nvg", ds, err)
 	}
 	// A dead server's files (a pid file nobody holds) are found where they are.
 	t.Setenv("XDG_RUNTIME_DIR", "")
