@@ -1,8 +1,11 @@
 package arch
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/nvg-project/nvg/internal/jsondup"
 )
 
 // Layer kinds of Config.LayerTypes, as HF names them.
@@ -74,19 +77,31 @@ const maxLayers = 4096
 // level; partial_rotary_factor defaults to 1 and linear_conv_kernel_dim to 4. layer_types
 // wins over full_attention_interval, but when both are given they must agree; with neither,
 // HF's default interval 4 applies. eos_token_id may be an integer or a list (the first is
-// kept). Errors name the offending field; a required field that is absent or null (the
-// sizes, rms_norm_eps, and the attention or GatedDeltaNet fields the layer kinds need) is
-// reported as "config.json: hidden_size is missing", apart from one that is zero or negative.
+// kept). A key named twice in one object (anywhere in the file) is refused, naming the key
+// and where it is, rather than taking the last value as encoding/json would.
+//
+// Errors name the offending field, and not the file: the caller, which knows the file's
+// path (or that the JSON is a CMF file's arch metadata), puts it in front. A required field
+// that is absent or null (the sizes, rms_norm_eps, and the attention or GatedDeltaNet fields
+// the layer kinds need) is reported as "hidden_size is missing" ("text_config: hidden_size
+// is missing" when nested), apart from one that is zero or negative ("hidden_size must be
+// positive, got 0").
 func ParseConfig(data []byte) (Config, error) {
+	if err := jsondup.Check(data); err != nil {
+		return Config{}, err
+	}
+	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
+		return Config{}, fmt.Errorf("not a JSON object (it starts with %q)", t[:min(len(t), 16)])
+	}
 	var top rawConfig
 	if err := json.Unmarshal(data, &top); err != nil {
-		return Config{}, fmt.Errorf("config.json: %w", err)
+		return Config{}, err
 	}
 	raw := top
 	if len(top.TextConfig) > 0 && string(top.TextConfig) != "null" {
 		raw = rawConfig{}
 		if err := json.Unmarshal(top.TextConfig, &raw); err != nil {
-			return Config{}, fmt.Errorf("config.json: text_config: %w", err)
+			return Config{}, fmt.Errorf("text_config: %w", err)
 		}
 	}
 	c := raw.Config
@@ -95,9 +110,9 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	// Which fields the text config names: an absent (or null) size is "missing", which
 	// Validate's "must be positive, got 0" would misreport.
-	where, obj := "config.json: ", data
+	where, obj := "", data
 	if len(top.TextConfig) > 0 && string(top.TextConfig) != "null" {
-		where, obj = "config.json: text_config: ", top.TextConfig
+		where, obj = "text_config: ", top.TextConfig
 	}
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(obj, &keys); err != nil {
@@ -136,12 +151,12 @@ func ParseConfig(data []byte) (Config, error) {
 		case json.Unmarshal(eos, &list) == nil && len(list) > 0:
 			c.EOSTokenID = list[0]
 		default:
-			return Config{}, fmt.Errorf("config.json: eos_token_id %s is neither an integer nor a non-empty list of integers", eos)
+			return Config{}, fmt.Errorf("eos_token_id %s is neither an integer nor a non-empty list of integers", eos)
 		}
 	}
 	if p := raw.RopeParameters; p != nil {
 		if p.RopeType != "" && p.RopeType != "default" {
-			return Config{}, fmt.Errorf("config.json: rope_parameters.rope_type %q is not supported (only \"default\")", p.RopeType)
+			return Config{}, fmt.Errorf("rope_parameters.rope_type %q is not supported (only \"default\")", p.RopeType)
 		}
 		if p.RopeTheta != 0 {
 			c.RopeTheta = p.RopeTheta
@@ -157,7 +172,7 @@ func ParseConfig(data []byte) (Config, error) {
 		c.LinearConvKernelDim = 4
 	}
 	if c.FullAttentionInterval < 0 {
-		return Config{}, fmt.Errorf("config.json: full_attention_interval must be positive, got %d", c.FullAttentionInterval)
+		return Config{}, fmt.Errorf("full_attention_interval must be positive, got %d", c.FullAttentionInterval)
 	}
 	if len(c.LayerTypes) == 0 {
 		interval := c.FullAttentionInterval
@@ -165,7 +180,7 @@ func ParseConfig(data []byte) (Config, error) {
 			interval = defaultFullAttentionInterval
 		}
 		if c.NumHiddenLayers < 0 || c.NumHiddenLayers > maxLayers {
-			return Config{}, fmt.Errorf("config.json: num_hidden_layers %d is out of range", c.NumHiddenLayers)
+			return Config{}, fmt.Errorf("num_hidden_layers %d is out of range", c.NumHiddenLayers)
 		}
 		c.LayerTypes = make([]string, c.NumHiddenLayers)
 		for i := range c.LayerTypes {
@@ -178,7 +193,7 @@ func ParseConfig(data []byte) (Config, error) {
 		// Both given (as in the released checkpoints): they must agree.
 		for i, t := range c.LayerTypes {
 			if want := (i+1)%c.FullAttentionInterval == 0; (t == FullAttention) != want && (t == FullAttention || t == LinearAttention) {
-				return Config{}, fmt.Errorf("config.json: layer_types[%d] is %q but full_attention_interval %d says otherwise", i, t, c.FullAttentionInterval)
+				return Config{}, fmt.Errorf("layer_types[%d] is %q but full_attention_interval %d says otherwise", i, t, c.FullAttentionInterval)
 			}
 		}
 	}
@@ -197,7 +212,7 @@ func ParseConfig(data []byte) (Config, error) {
 			return Config{}, err
 		}
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(); err != nil {
 		return Config{}, err
 	}
 	return c, nil
@@ -208,6 +223,14 @@ func ParseConfig(data []byte) (Config, error) {
 // multiple of linear_num_key_heads), len(layer_types) == num_hidden_layers with known kinds,
 // the rotary dimension is even and within head_dim. The error names the field.
 func (c Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("%w", err)
+	}
+	return nil
+}
+
+// validate is Validate without the "config: " prefix (ParseConfig's caller names the file).
+func (c Config) validate() error {
 	pos := []struct {
 		name string
 		v    int
@@ -218,11 +241,11 @@ func (c Config) Validate() error {
 	}
 	for _, p := range pos {
 		if p.v <= 0 {
-			return fmt.Errorf("config: %s must be positive, got %d", p.name, p.v)
+			return fmt.Errorf("%s must be positive, got %d", p.name, p.v)
 		}
 	}
 	if len(c.LayerTypes) != c.NumHiddenLayers {
-		return fmt.Errorf("config: layer_types has %d entries but num_hidden_layers is %d", len(c.LayerTypes), c.NumHiddenLayers)
+		return fmt.Errorf("layer_types has %d entries but num_hidden_layers is %d", len(c.LayerTypes), c.NumHiddenLayers)
 	}
 	var nFull, nLin int
 	for i, t := range c.LayerTypes {
@@ -232,7 +255,7 @@ func (c Config) Validate() error {
 		case LinearAttention:
 			nLin++
 		default:
-			return fmt.Errorf("config: layer_types[%d] is %q, want %q or %q", i, t, LinearAttention, FullAttention)
+			return fmt.Errorf("layer_types[%d] is %q, want %q or %q", i, t, LinearAttention, FullAttention)
 		}
 	}
 	if nFull > 0 {
@@ -241,20 +264,20 @@ func (c Config) Validate() error {
 			v    int
 		}{{"num_attention_heads", c.NumAttentionHeads}, {"num_key_value_heads", c.NumKeyValueHeads}, {"head_dim", c.HeadDim}} {
 			if p.v <= 0 {
-				return fmt.Errorf("config: %s must be positive, got %d", p.name, p.v)
+				return fmt.Errorf("%s must be positive, got %d", p.name, p.v)
 			}
 		}
 		if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
-			return fmt.Errorf("config: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumAttentionHeads, c.NumKeyValueHeads)
+			return fmt.Errorf("num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumAttentionHeads, c.NumKeyValueHeads)
 		}
 		if !(c.PartialRotaryFactor > 0 && c.PartialRotaryFactor <= 1) {
-			return fmt.Errorf("config: partial_rotary_factor %g must be in (0, 1]", c.PartialRotaryFactor)
+			return fmt.Errorf("partial_rotary_factor %g must be in (0, 1]", c.PartialRotaryFactor)
 		}
 		if r := c.RotaryDim(); r < 2 || r%2 != 0 {
-			return fmt.Errorf("config: rotary dimension head_dim·partial_rotary_factor = %d must be even and ≥ 2", r)
+			return fmt.Errorf("rotary dimension head_dim·partial_rotary_factor = %d must be even and ≥ 2", r)
 		}
 		if !(c.RopeTheta > 0) {
-			return fmt.Errorf("config: rope_theta must be positive, got %g", c.RopeTheta)
+			return fmt.Errorf("rope_theta must be positive, got %g", c.RopeTheta)
 		}
 	}
 	if nLin > 0 {
@@ -264,20 +287,20 @@ func (c Config) Validate() error {
 		}{{"linear_num_key_heads", c.LinearNumKeyHeads}, {"linear_num_value_heads", c.LinearNumValueHeads},
 			{"linear_key_head_dim", c.LinearKeyHeadDim}, {"linear_value_head_dim", c.LinearValueHeadDim}} {
 			if p.v <= 0 {
-				return fmt.Errorf("config: %s must be positive, got %d", p.name, p.v)
+				return fmt.Errorf("%s must be positive, got %d", p.name, p.v)
 			}
 		}
 		if c.LinearNumValueHeads%c.LinearNumKeyHeads != 0 {
-			return fmt.Errorf("config: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", c.LinearNumValueHeads, c.LinearNumKeyHeads)
+			return fmt.Errorf("linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", c.LinearNumValueHeads, c.LinearNumKeyHeads)
 		}
 	}
 	if !(c.RMSNormEps > 0 && c.RMSNormEps < 1) {
-		return fmt.Errorf("config: rms_norm_eps must be in (0, 1), got %g", c.RMSNormEps)
+		return fmt.Errorf("rms_norm_eps must be in (0, 1), got %g", c.RMSNormEps)
 	}
 	// Real checkpoints have at most a few hundred layers; the bound keeps the per-layer
 	// tables (Config.Shapes, Config.Layout) of a hostile config small.
 	if c.NumHiddenLayers > maxLayers {
-		return fmt.Errorf("config: num_hidden_layers %d is implausibly large (> %d)", c.NumHiddenLayers, maxLayers)
+		return fmt.Errorf("num_hidden_layers %d is implausibly large (> %d)", c.NumHiddenLayers, maxLayers)
 	}
 	const maxDim = 1 << 20
 	for _, p := range []struct {
@@ -288,7 +311,7 @@ func (c Config) Validate() error {
 		{"linear_key_head_dim", c.LinearKeyHeadDim}, {"linear_value_head_dim", c.LinearValueHeadDim},
 		{"linear_num_value_heads", c.LinearNumValueHeads}, {"linear_conv_kernel_dim", c.LinearConvKernelDim}} {
 		if p.v > maxDim {
-			return fmt.Errorf("config: %s %d is implausibly large (> %d)", p.name, p.v, maxDim)
+			return fmt.Errorf("%s %d is implausibly large (> %d)", p.name, p.v, maxDim)
 		}
 	}
 	return nil
@@ -319,14 +342,14 @@ func (c Config) JSON() []byte {
 func checkSupported(topType string, raw rawConfig) error {
 	for _, mt := range []struct{ field, v string }{{"model_type", topType}, {"text_config.model_type", raw.ModelType}} {
 		if mt.v != "" && mt.v != "qwen3_5" && mt.v != "qwen3_5_text" {
-			return fmt.Errorf("config.json: %s %q is not supported (want qwen3_5 or qwen3_5_text)", mt.field, mt.v)
+			return fmt.Errorf("%s %q is not supported (want qwen3_5 or qwen3_5_text)", mt.field, mt.v)
 		}
 	}
 	if raw.HiddenAct != "" && raw.HiddenAct != "silu" {
-		return fmt.Errorf("config.json: hidden_act %q is not supported (want silu: the MLP is SwiGLU)", raw.HiddenAct)
+		return fmt.Errorf("hidden_act %q is not supported (want silu: the MLP is SwiGLU)", raw.HiddenAct)
 	}
 	if raw.NumExperts > 0 {
-		return fmt.Errorf("config.json: num_experts = %d: mixture-of-experts models are not supported", raw.NumExperts)
+		return fmt.Errorf("num_experts = %d: mixture-of-experts models are not supported", raw.NumExperts)
 	}
 	return nil
 }

@@ -154,7 +154,7 @@ func TestParseConfigFieldErrors(t *testing.T) {
 			t.Errorf("%s: got %v", tc.field, err)
 		}
 	}
-	if _, err := ParseConfig([]byte("[1,2]")); err == nil || !strings.Contains(err.Error(), "config.json") {
+	if _, err := ParseConfig([]byte("[1,2]")); err == nil || err.Error() != `not a JSON object (it starts with "[1,2]")` {
 		t.Errorf("non-object config: %v", err)
 	}
 }

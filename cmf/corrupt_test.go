@@ -114,7 +114,7 @@ func TestCorruptTinyTeacher(t *testing.T) {
 		{"truncated data", orig[:len(orig)-1000], []string{"tensor model.", "outside the 17874016-byte data section"}},
 		{"truncated header", orig[:5000], []string{"header length 11656 exceeds the file (5000 bytes)"}},
 		{"truncated to 3 bytes", orig[:3], []string{"too short"}},
-		{"absurd header length", append(binary.LittleEndian.AppendUint64(nil, 1<<62), orig[8:]...), []string{"header length 4611686018427387904 exceeds"}},
+		{"absurd header length", append(binary.LittleEndian.AppendUint64(nil, 1<<62), orig[8:]...), []string{"not a safetensors or .cmf file: its first 8 bytes, read as the little-endian header length a safetensors file starts with, say 4611686018427387904 bytes, beyond the 104857600-byte limit (it starts with the bytes 00 00 00 00 00 00 00 40, or its first 8 bytes are damaged)"}},
 		{"header bit flip in dtype", flipInHeader(t, orig, embed, `"BF16"`, 3, 0x02), []string{"tensor " + embed, `unsupported dtype "BF36"`}},
 		{"header bit flip in shape", flipInHeader(t, orig, embed, `256]`, 0, 0x01), []string{"tensor " + embed, "shape [8192 356]", "needs 5832704 bytes"}},
 		{"header bit flip in structure", flipInHeader(t, orig, embed, `:`, 0, 0x01), []string{"header"}},

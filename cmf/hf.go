@@ -261,6 +261,9 @@ func readSmall(fsys files, name string) ([]byte, error) {
 	return b, nil
 }
 
+// modelForms says what Open reads, for the error of a file that is none of it.
+const modelForms = "nvg opens as a model an HF checkpoint directory (config.json with model.safetensors or model.safetensors.index.json), a .cmf file, or a sharded CMF model (its directory or its .cmf.index.json)"
+
 func openAny(fsys files, name string) (*Model, error) {
 	exists, isDir, err := fsys.stat(name)
 	if err != nil {
@@ -281,6 +284,9 @@ func openAny(fsys files, name string) (*Model, error) {
 			m, err = openHF(fsys, dir, true)
 		default:
 			m, err = openCMFFile(fsys, name)
+			if errors.Is(err, ErrNotSafetensors) { // not a model file at all: say what is
+				err = fmt.Errorf("%w; %s", err, modelForms)
+			}
 		}
 	}
 	if err != nil {

@@ -4,16 +4,25 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sort"
+	"unicode/utf8"
+
+	"github.com/nvg-project/nvg/internal/jsondup"
 )
 
 // MaxHeaderBytes bounds the JSON header of a safetensors/CMF file (100 MiB, as the
 // reference safetensors implementation does); a larger declared length is rejected before
 // anything is allocated.
 const MaxHeaderBytes = 100 << 20
+
+// ErrNotSafetensors is wrapped by ParseSafetensorsHeader's error (and so Open's) for a file
+// whose first 8 bytes cannot be a safetensors header length: they exceed MaxHeaderBytes, as
+// the bytes of any text file (a README, a JSON file) do.
+var ErrNotSafetensors = errors.New("not a safetensors or .cmf file")
 
 // Tensor is one named tensor: its dtype, shape and bytes, either held in memory or read
 // lazily from an open file. For dtype BLR the shape is the logical [m, n] of the weight and
@@ -231,8 +240,12 @@ func ParseSafetensorsHeader(r io.ReaderAt, fileSize int64, name string) (map[str
 		return nil, nil, fmt.Errorf("%s: reading header length: %w", name, err)
 	}
 	hlen := binary.LittleEndian.Uint64(lenb[:])
-	if hlen > MaxHeaderBytes || hlen > uint64(fileSize-8) {
-		return nil, nil, fmt.Errorf("%s: header length %d exceeds the file (%d bytes) or the %d-byte limit", name, hlen, fileSize, MaxHeaderBytes)
+	if hlen > MaxHeaderBytes {
+		return nil, nil, fmt.Errorf("%s: %w: its first 8 bytes, read as the little-endian header length a safetensors file starts with, say %d bytes, beyond the %d-byte limit (%s)",
+			name, ErrNotSafetensors, hlen, MaxHeaderBytes, describeStart(r, fileSize))
+	}
+	if hlen > uint64(fileSize-8) {
+		return nil, nil, fmt.Errorf("%s: header length %d exceeds the file (%d bytes): the file is truncated", name, hlen, fileSize)
 	}
 	if hlen < 2 {
 		return nil, nil, fmt.Errorf("%s: header length %d is too short for a JSON object", name, hlen)
@@ -327,8 +340,15 @@ func ParseSafetensorsHeader(r io.ReaderAt, fileSize int64, name string) (map[str
 }
 
 // decodeObject decodes a JSON object into its keys (in file order) and raw values,
-// rejecting duplicate keys and trailing data.
+// rejecting a key named twice in any object of it (jsondup: a tensor entry's "dtype" given
+// twice too) and trailing data.
 func decodeObject(b []byte) ([]string, map[string]json.RawMessage, error) {
+	if err := jsondup.Check(b); err != nil {
+		var syn *json.SyntaxError
+		if !errors.As(err, &syn) {
+			return nil, nil, err
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	tok, err := dec.Token()
 	if err != nil {
@@ -352,9 +372,6 @@ func decodeObject(b []byte) ([]string, map[string]json.RawMessage, error) {
 		if err := dec.Decode(&v); err != nil {
 			return nil, nil, fmt.Errorf("value of %q: %w", k, err)
 		}
-		if _, dup := vals[k]; dup {
-			return nil, nil, fmt.Errorf("duplicate key %q", k)
-		}
 		vals[k] = v
 		keys = append(keys, k)
 	}
@@ -365,6 +382,33 @@ func decodeObject(b []byte) ([]string, map[string]json.RawMessage, error) {
 		return nil, nil, fmt.Errorf("trailing data after the JSON object")
 	}
 	return keys, vals, nil
+}
+
+// describeStart says what a file that is not a safetensors file starts with: a quote of its
+// first characters when they are text, else its first bytes in hex.
+func describeStart(r io.ReaderAt, size int64) string {
+	raw := make([]byte, min(size, 48))
+	n, _ := r.ReadAt(raw, 0)
+	raw = raw[:n]
+	// A quote ends at a rune boundary, so a cut multi-byte character is not shown as bad text.
+	b := raw
+	for len(b) > len(raw)-utf8.UTFMax && len(b) > 0 && !utf8.Valid(b) {
+		b = b[:len(b)-1]
+	}
+	text := len(b) >= 8 && utf8.Valid(b)
+	for _, c := range string(b) {
+		if c == utf8.RuneError || c < 0x20 && c != '\n' && c != '\r' && c != '\t' {
+			text = false
+		}
+	}
+	if text {
+		more := ""
+		if int64(len(b)) < size {
+			more = "…"
+		}
+		return fmt.Sprintf("it starts with text: %q%s", string(b), more)
+	}
+	return fmt.Sprintf("it starts with the bytes % x, or its first 8 bytes are damaged", raw[:min(len(raw), 8)])
 }
 
 func numElements(shape []int) (int64, error) {

@@ -1,18 +1,16 @@
 package session
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -59,10 +57,24 @@ func attachOptions(opts []AttachOption) attachConfig {
 	return c
 }
 
-// Dir returns the per-user session directory ($XDG_RUNTIME_DIR/nvg, else /tmp/nvg-UID),
-// creating it with mode 0700. It is refused (an error saying why and what to do) when it
-// exists with another owner, with permissions for group or others, or as a symlink.
+// Dir returns the per-user session directory where this process starts servers:
+// $NVG_SESSION_DIR, else $XDG_RUNTIME_DIR/nvg, else /run/user/UID/nvg when that runtime
+// directory is the user's, else $TMPDIR/nvg-UID; it is created with mode 0700. It is refused
+// (an error saying why and what to do) when it exists with another owner, with permissions
+// for group or others, or as a symlink.
 func Dir() (string, error) { return sdir.Dir() }
+
+// Dirs returns the session directories List, Attach and Stop look in: Dir first, then the
+// other directories of Dir's list that exist (where a process of this user with another
+// environment, say a notebook kernel without XDG_RUNTIME_DIR, starts its servers). With
+// NVG_SESSION_DIR set, or XDG_RUNTIME_DIR set to another directory than /run/user/UID (a
+// test's), only Dir.
+func Dirs() ([]string, error) { return sdir.Dirs() }
+
+// ErrNotAnswering is wrapped by the error of Attach, Stop or a Client's call whose session
+// server accepts connections but does not answer in time: its process is stopped (SIGSTOP,
+// Ctrl-Z) or hung. List reports such a server with ServerStatus.Err set.
+var ErrNotAnswering = rpc.ErrNoAnswer
 
 // Attach connects to the running session called name, starting its server when none runs
 // (unless NoStart): the nvg binary $NVG_BIN, else `nvg` on PATH, else one built with `go
@@ -70,9 +82,13 @@ func Dir() (string, error) { return sdir.Dir() }
 // `nvg session serve NAME` detached, logging to NAME.log in the session directory. Names are
 // 1 to 64 letters, digits, '.', '_' or '-'.
 //
+// A session running in another session directory (Dirs) is attached there.
+//
 // A new server holds no state: call Setup (a notebook's first cell does; on a server that is
 // already set up with an equal Setup it is a no-op). When the previous server of the name
-// died, Attach says so on stderr, with its log file.
+// died, Attach says so on stderr, with its log file. A server that runs but does not answer
+// (stopped with SIGSTOP, hung) fails Attach within a few seconds with an error wrapping
+// ErrNotAnswering that says what to do.
 func Attach(name string, opts ...AttachOption) (*Client, error) {
 	cfg := attachOptions(opts)
 	f, err := files(name)
@@ -82,6 +98,9 @@ func Attach(name string, opts ...AttachOption) (*Client, error) {
 	c, dialErr := attachRunning(f)
 	if dialErr == nil {
 		return c, nil
+	}
+	if errors.Is(dialErr, rpc.ErrNoAnswer) {
+		return nil, notAnswering(f, dialErr)
 	}
 	if sdir.Held(f) { // a server is starting: wait for its socket
 		return waitAttach(f, cfg.startTimeout, nil)
@@ -117,15 +136,55 @@ func Start(name string, opts ...AttachOption) error {
 // name in the session directory. Attach, Start and Stop check it too.
 func CheckName(name string) error { return sdir.CheckName(name) }
 
+// files returns the files of session name: where it runs or left files (sdir.Find), else
+// in Dir.
 func files(name string) (sdir.Files, error) {
 	if err := sdir.CheckName(name); err != nil {
 		return sdir.Files{}, fmt.Errorf("session: %w", err)
 	}
-	dir, err := sdir.Dir()
+	f, err := sdir.Find(name)
 	if err != nil {
 		return sdir.Files{}, fmt.Errorf("session: %w", err)
 	}
-	return sdir.For(dir, name), nil
+	return f, nil
+}
+
+// processState describes the state of process pid from /proc/PID/stat: "stopped" (SIGSTOP,
+// Ctrl-Z, a debugger), "gone", or "" (running or unknown).
+func processState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "gone"
+		}
+		return ""
+	}
+	// pid (comm) S …: the state follows the last ')' (comm may hold spaces and parentheses).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return ""
+	}
+	switch b[i+2] {
+	case 'T', 't':
+		return "stopped"
+	case 'Z', 'X':
+		return "gone"
+	}
+	return ""
+}
+
+// hung says, for a message, why the server pid does not answer and what to do.
+func hung(f sdir.Files, pid int) string {
+	if processState(pid) == "stopped" {
+		return fmt.Sprintf("its process is stopped (SIGSTOP or Ctrl-Z): `kill -CONT %d` resumes it; `nvg session stop %s` ends it", pid, f.Name)
+	}
+	return fmt.Sprintf("its process is hung or overloaded (see its log %s); `nvg session stop %s` ends it", f.Log, f.Name)
+}
+
+// notAnswering is Attach's error for a server that holds the session but does not answer.
+func notAnswering(f sdir.Files, _ error) error {
+	pid, _ := sdir.ReadPid(f)
+	return fmt.Errorf("session %q: %w (pid %d, no answer within %s): %s", f.Name, rpc.ErrNoAnswer, pid, rpc.DefaultTimeout, hung(f, pid))
 }
 
 func attachRunning(f sdir.Files) (*Client, error) {
@@ -152,6 +211,9 @@ func waitAttach(f sdir.Files, timeout time.Duration, exited <-chan error) (*Clie
 		}
 		if errors.Is(err, rpc.ErrRefused) {
 			return nil, err
+		}
+		if pid, _ := sdir.ReadPid(f); pid > 0 && processState(pid) == "stopped" {
+			return nil, notAnswering(f, err)
 		}
 		select {
 		case werr := <-exited:
@@ -211,7 +273,7 @@ func nvgBinary(dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("session: no nvg binary to start the server: NVG_BIN is not set, nvg is not on PATH, and %v", err)
 	}
-	hash, err := sourceHash(root)
+	hash, err := cachedSourceHash(root, filepath.Join(dir, "source-hash.json"))
 	if err != nil {
 		return "", fmt.Errorf("session: hash the source at %s: %w", root, err)
 	}
@@ -275,48 +337,6 @@ func moduleRoot() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// sourceHash hashes what `go build ./cmd/nvg` reads: go.mod, go.sum and every file under
-// the module's package directories (embedded models and shaders included), skipping .git,
-// notebooks and docs. It returns 16 hex digits.
-func sourceHash(root string) (string, error) {
-	h := sha256.New()
-	var paths []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if d.IsDir() {
-			if n := d.Name(); rel != "." && (strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || n == "notebooks" || n == "docs" || n == "testdata") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if d.Type().IsRegular() && !strings.HasSuffix(p, "_test.go") {
-			paths = append(paths, rel)
-		}
-		return nil
-	})
-	if err != nil {
-		return "", err
-	}
-	sort.Strings(paths)
-	for _, rel := range paths {
-		fd, err := os.Open(filepath.Join(root, rel))
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "%s\x00", rel)
-		_, err = io.Copy(h, fd)
-		fd.Close()
-		if err != nil {
-			return "", err
-		}
-	}
-	fmt.Fprintf(h, "%s/%s", runtime.Version(), runtime.GOARCH)
-	return hex.EncodeToString(h.Sum(nil))[:16], nil
-}
-
 // ServerStatus is one session as `nvg session ls` shows it.
 type ServerStatus struct {
 	// Name is the session's name; Pid its server's process id (0 when unknown).
@@ -335,56 +355,86 @@ type ServerStatus struct {
 	// Note is the server's summary of its state ("step 12 of 24", "step 30 (past the 24
 	// planned)" or "not set up").
 	Note string
-	// Log is its log file.
+	// Dir is the session directory it was found in (Dirs), Log its log file.
+	Dir string
 	Log string
 	// Err says why a live server could not be asked (not empty: the other fields but Name,
-	// Pid, Alive and Log are zero).
-	Err string
+	// Pid, Alive, Dir and Log are zero). A server that does not answer within a few seconds
+	// (stopped with SIGSTOP, hung) gets "no answer within 3s: …" with what to do, and
+	// NotAnswering.
+	Err          string
+	NotAnswering bool
 }
 
-// List returns the sessions of the session directory, sorted by name: the running ones
-// (asked for their status) and the dead ones (a server that did not exit cleanly).
+// List returns the sessions of the session directories (Dirs), sorted by name (then
+// directory): the running ones, each asked for its status at once (one that does not
+// answer within a few seconds is reported, not waited for), and the dead ones (a server
+// that did not exit cleanly).
 func List() ([]ServerStatus, error) {
-	dir, err := sdir.Dir()
+	dirs, err := sdir.Dirs()
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}
-	names, err := sdir.Names(dir)
-	if err != nil {
-		return nil, err
-	}
 	var out []ServerStatus
-	for _, n := range names {
-		f := sdir.For(dir, n)
-		pid, _ := sdir.ReadPid(f)
-		st := ServerStatus{Name: n, Pid: pid, Alive: sdir.Held(f), Log: f.Log}
-		if st.Alive {
-			rc, err := dial(f)
-			if err == nil {
-				var s rpc.Status
-				s, err = rc.Status()
-				rc.Close()
-				if err == nil {
-					st.Pid, st.Busy, st.Calls, st.Started, st.IdleFor, st.Idle, st.Note = s.Pid, s.Busy, s.Calls, s.Started, time.Since(s.LastActive), s.Idle, s.Note
-					if s.Busy != "" { // a call runs: not idle (LastActive is when the last call ended)
-						st.IdleFor = 0
-					}
-				}
-			}
-			if err != nil {
-				st.Err = err.Error()
-			}
+	for _, dir := range dirs {
+		names, err := sdir.Names(dir)
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, st)
+		for _, n := range names {
+			f := sdir.For(dir, n)
+			pid, _ := sdir.ReadPid(f)
+			out = append(out, ServerStatus{Name: n, Pid: pid, Alive: sdir.Held(f), Dir: dir, Log: f.Log})
+		}
 	}
+	var wg sync.WaitGroup
+	for i := range out {
+		if out[i].Alive {
+			wg.Add(1)
+			go func(st *ServerStatus) {
+				defer wg.Done()
+				askStatus(st)
+			}(&out[i])
+		}
+	}
+	wg.Wait()
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
-// Stop asks the server of session name to exit (a call running stops at its next step
-// boundary) and waits until it has (its GPU memory is freed with its process). A dead
-// session's leftover files are removed (its log is kept). Stopping a session that does not
-// exist is an error.
+// askStatus fills st from its server's status, or says why it could not be asked.
+func askStatus(st *ServerStatus) {
+	f := sdir.For(st.Dir, st.Name)
+	rc, err := dial(f)
+	if err == nil {
+		var s rpc.Status
+		s, err = rc.Status()
+		rc.Close()
+		if err == nil {
+			st.Pid, st.Busy, st.Calls, st.Started, st.IdleFor, st.Idle, st.Note = s.Pid, s.Busy, s.Calls, s.Started, time.Since(s.LastActive), s.Idle, s.Note
+			if s.Busy != "" { // a call runs: not idle (LastActive is when the last call ended)
+				st.IdleFor = 0
+			}
+			return
+		}
+	}
+	if errors.Is(err, rpc.ErrNoAnswer) {
+		st.NotAnswering = true
+		st.Err = fmt.Sprintf("no answer within %s: %s", rpc.DefaultTimeout, hung(f, st.Pid))
+		return
+	}
+	st.Err = err.Error()
+}
+
+// Stop ends the server of session name and waits until it has exited (its GPU memory is
+// freed with its process), for at most timeout: it asks the server to stop (a call running
+// stops at its next step boundary); when the server does not answer that request (stopped,
+// hung) it sends it SIGTERM, which the server handles the same way; when it has not exited
+// by the timeout, the error says so, what state its process is in and what to do (Stop never
+// kills it: its state would be lost). A dead session's leftover files are removed (its log is
+// kept). Stopping a session that does not exist is an error.
 func Stop(name string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	f, err := files(name)
 	if err != nil {
 		return err
@@ -399,23 +449,41 @@ func Stop(name string, timeout time.Duration) error {
 		os.Remove(f.Pid)
 		return nil
 	}
-	rc, err := dial(f)
-	if err != nil {
-		return fmt.Errorf("session %q: cannot reach its server: %w (its log: %s)", name, err, f.Log)
+	pid, _ := sdir.ReadPid(f)
+	asked := "a stop request"
+	cfg := dialConfig()
+	cfg.Timeout = max(min(rpc.DefaultTimeout, timeout/2), time.Millisecond) // leave time for SIGTERM
+	rc, err := rpc.Dial(f.Sock, cfg)
+	if err == nil && rc.ServerUID != os.Getuid() {
+		rc.Close()
+		return fmt.Errorf("session %q: the process listening on %s runs as uid %d, not as you (uid %d): refused", name, f.Sock, rc.ServerUID, os.Getuid())
 	}
-	pid := rc.ServerPid
-	_, err = rc.Stop()
-	rc.Close()
-	if err != nil {
-		return fmt.Errorf("session %q: stop: %w", name, err)
+	if err == nil {
+		pid = rc.ServerPid
+		_, err = rc.Stop()
+		rc.Close()
 	}
-	deadline := time.Now().Add(timeout)
+	if err != nil {
+		if pid <= 0 {
+			return fmt.Errorf("session %q: cannot reach its server (%v) and its pid file %s names no process (its log: %s)", name, err, f.Pid, f.Log)
+		}
+		// SIGTERM: the server stops as on a stop request (it is delivered when a stopped
+		// process resumes).
+		if kerr := syscall.Kill(pid, syscall.SIGTERM); kerr != nil {
+			return fmt.Errorf("session %q: the stop request failed (%v) and SIGTERM to pid %d too: %v (its log: %s)", name, err, pid, kerr, f.Log)
+		}
+		asked = fmt.Sprintf("SIGTERM (the stop request failed: %v)", err)
+	}
 	for {
 		if p, _ := sdir.ReadPid(f); p != pid || !sdir.Held(f) {
 			return nil // it exited (a server started since is another one)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("session %q: the server (pid %d) did not exit within %s (a long call may be finishing its step; see %s)", name, pid, timeout, f.Log)
+			why := fmt.Sprintf("a long call may be finishing its step, or the process is hung (see its log %s); `kill -KILL %d` ends it now, losing its state", f.Log, pid)
+			if processState(pid) == "stopped" {
+				why = fmt.Sprintf("its process is stopped (SIGSTOP or Ctrl-Z): it exits when resumed (`kill -CONT %d`), or `kill -KILL %d` ends it now, losing its state", pid, pid)
+			}
+			return fmt.Errorf("session %q: the server (pid %d) did not exit within %s of %s: %s", name, pid, timeout, asked, why)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

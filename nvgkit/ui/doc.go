@@ -15,4 +15,10 @@
 // training curve redrawn while a call runs, fed LiveUpdate values, e.g. from a session's
 // OnProgress callback). Must and Check are the notebook idiom for stopping a cell at an
 // error.
+//
+// Outside a notebook (GoNB not detected: a cell run with `go run`, a script) Show,
+// NotebookProgress and Live print a text form to standard output instead of nothing: a
+// progress bar redrawn in place on a terminal or throttled lines elsewhere, and plots saved
+// as PNG files in PlotDir ($NVG_PLOT_DIR, else nvg-plots in the temporary directory) with
+// their paths.
 package ui

@@ -190,10 +190,11 @@ func TestLegendWidth(t *testing.T) {
 	_ = plot.New
 }
 
-// TestLive: a Live view collects the loss of each new step once (repeated polls of one step
-// add nothing), the evaluations, and sends HTML with the progress line and, once there are
-// points, the chart as a PNG.
+// TestLive: a Live view in a notebook collects the loss of each new step once (repeated polls
+// of one step add nothing), the evaluations, and sends HTML with the progress line and, once
+// there are points, the chart as a PNG (TestLiveText: the same outside a notebook).
 func TestLive(t *testing.T) {
+	inNotebook(t, true)
 	l := NewLive("train", 300, 200, 12.5)
 	var sent []string
 	l.show = func(_, h string) { sent = append(sent, h) }
@@ -226,6 +227,7 @@ func TestLive(t *testing.T) {
 // before, and the evaluation that the first report carries over is not recorded twice.
 func TestLiveFrom(t *testing.T) {
 	h := session.History{Steps: []session.StepStats{{Step: 1, Loss: 2}}, Evals: []session.EvalResult{{Step: 0, StudentPPL: 900}, {Step: 1, StudentPPL: 500}}, TeacherPPL: 17}
+	inNotebook(t, true)
 	l := NewLive("x", 100, 100, 0).From(h)
 	l.show, l.every = func(string, string) {}, time.Hour
 	l.Update(session.Progress{Phase: "step", Done: 1, Total: 2, Step: 2, Loss: 1.5, EvalPPL: 500})

@@ -22,25 +22,36 @@ func ProgressHTML(title string, done, total int, status string) string {
 // NotebookProgress is a progress bar in a GoNB cell's output: an HTML <progress> element
 // updated in place through gonbui.UpdateHTML, at most 4 times a second plus the first and
 // the last update. It has the methods of nvgkit.Progress (Update, Finish), so it can be a
-// Trainer's Progress. Outside a notebook (gonbui.IsNotebook false) it shows nothing. Safe
-// for concurrent use.
+// Trainer's Progress. Outside a notebook (gonbui.IsNotebook false: a cell run with `go
+// run`) it prints the text form to standard output: a bar redrawn in place on a terminal,
+// else a line "title done/total status" at the first and last update and at most every 2 s
+// between, and "title: status" at Finish. Safe for concurrent use.
 type NotebookProgress struct {
 	mu    sync.Mutex
 	id    string
 	title string
 	last  time.Time
+	text  *textProgress // outside a notebook
 }
 
 // NewNotebookProgress returns a notebook progress bar titled title.
 func NewNotebookProgress(title string) *NotebookProgress {
-	return &NotebookProgress{id: gonbui.UniqueId(), title: title}
+	p := &NotebookProgress{id: gonbui.UniqueId(), title: title}
+	if !notebook() {
+		p.text = newTextProgress(textOut, title)
+	}
+	return p
 }
 
 // Update shows done of total units and a short status line.
 func (p *NotebookProgress) Update(done, total int, status string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !gonbui.IsNotebook || done > 0 && done < total && time.Since(p.last) < 250*time.Millisecond {
+	if p.text != nil {
+		p.text.update("", done, total, status)
+		return
+	}
+	if done > 0 && done < total && time.Since(p.last) < 250*time.Millisecond {
 		return
 	}
 	p.last = time.Now()
@@ -51,11 +62,17 @@ func (p *NotebookProgress) Update(done, total int, status string) {
 func (p *NotebookProgress) Finish(status string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !gonbui.IsNotebook {
+	if p.text != nil {
+		p.text.finish(status)
 		return
 	}
-	gonbui.UpdateHTML(p.id, fmt.Sprintf(`<div style="font-family:monospace"><b>%s</b> %s</div>`, html.EscapeString(p.title), html.EscapeString(status)))
+	gonbui.UpdateHTML(p.id, finalHTML(p.title, status))
 	gonbui.Sync()
+}
+
+// finalHTML is a progress display's last form: the title and the final status.
+func finalHTML(title, status string) string {
+	return fmt.Sprintf(`<div style="font-family:monospace"><b>%s</b> %s</div>`, html.EscapeString(title), html.EscapeString(status))
 }
 
 // Live is a notebook cell's live view of a long call (a teacher pass, Step(n), a training
@@ -64,8 +81,10 @@ func (p *NotebookProgress) Finish(status string) {
 // loss or a perplexity, the PlotTraining chart of what came so far (loss per step with its
 // moving average, held-out perplexity per evaluation, the teacher's as a dashed line when
 // TeacherPPL is set), redrawn at most once a second, plus the last update. Outside a
-// notebook it shows nothing but still collects the curves (Curves). Safe for concurrent
-// use.
+// notebook (a cell run with `go run`) it prints the text form to standard output — the
+// progress line as NotebookProgress prints it, and at Finish the status and the chart saved
+// as a PNG in PlotDir, with its path — and collects the curves (Curves) all the same. Safe
+// for concurrent use.
 type Live struct {
 	mu       sync.Mutex
 	title    string
@@ -77,6 +96,7 @@ type Live struct {
 	lastDraw time.Time
 	chart    string // the last chart's <img> element
 	show     func(id, html string)
+	text     *textProgress // outside a notebook
 }
 
 // NewLive returns a live view titled title whose chart is w×h pixels (0, 0: 720×420).
@@ -87,8 +107,10 @@ func NewLive(title string, w, h int, teacherPPL float64) *Live {
 	}
 	l := &Live{title: title, w: w, h: h, every: time.Second, show: func(string, string) {}}
 	l.curves.TeacherPPL = teacherPPL
-	if gonbui.IsNotebook {
+	if notebook() {
 		l.id, l.show = gonbui.UniqueId(), gonbui.UpdateHTML
+	} else {
+		l.text = newTextProgress(textOut, title)
 	}
 	return l
 }
@@ -131,6 +153,10 @@ func (l *Live) Update(u session.Progress) {
 		}
 	}
 	l.last = u
+	if l.text != nil {
+		l.text.update(u.Phase, u.Done, u.Total, liveStatus(u))
+		return
+	}
 	l.render(false, "")
 }
 
@@ -139,10 +165,19 @@ func (l *Live) Update(u session.Progress) {
 func (l *Live) Finish(status string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.render(true, status)
-	if gonbui.IsNotebook {
-		gonbui.Sync()
+	if l.text != nil {
+		l.text.finish(status)
+		if len(l.curves.Steps) > 0 || len(l.curves.EvalSteps) > 0 {
+			if f, err := PlotTraining(l.curves); err == nil {
+				if _, err := savePlotFile(l.title+": chart", f, l.w, l.h); err != nil {
+					fmt.Fprintf(textOut, "%s: the chart was not saved: %v\n", l.title, err)
+				}
+			}
+		}
+		return
 	}
+	l.render(true, status)
+	gonbui.Sync()
 }
 
 // Curves returns a copy of the curves recorded so far.
@@ -174,12 +209,18 @@ func (l *Live) render(final bool, status string) {
 }
 
 // liveLine is the progress line of a Live view (HTML-escaped): while running the title, a
-// <progress> element, the phase's done/total, step, loss, perplexity and elapsed time;
-// when final the title and status.
+// <progress> element, the phase's done/total and liveStatus; when final the title and
+// status.
 func liveLine(title string, u session.Progress, final bool, status string) string {
 	if final {
-		return fmt.Sprintf(`<div style="font-family:monospace"><b>%s</b> %s</div>`, html.EscapeString(title), html.EscapeString(status))
+		return finalHTML(title, status)
 	}
+	return ProgressHTML(title, u.Done, u.Total, liveStatus(u))
+}
+
+// liveStatus is the status of a progress report: the phase, step, loss, perplexity and
+// elapsed time, separated by " · ".
+func liveStatus(u session.Progress) string {
 	s := u.Phase
 	if u.Step > 0 {
 		s += fmt.Sprintf(" · step %d", u.Step)
@@ -191,5 +232,5 @@ func liveLine(title string, u session.Progress, final bool, status string) strin
 		s += fmt.Sprintf(" · perplexity %.3f", u.EvalPPL)
 	}
 	s += " · " + u.Elapsed.Round(100*time.Millisecond).String()
-	return ProgressHTML(title, u.Done, u.Total, s)
+	return s
 }

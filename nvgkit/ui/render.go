@@ -186,12 +186,22 @@ func syncNotebook() error {
 
 // Show displays d as a w×h-pixel PNG in the notebook cell's output (DisplayPNG) and panics
 // on an error: the notebook form of DisplayPNG, where a cell should stop at a failure
-// rather than go on with missing output. Outside a notebook it does nothing.
+// rather than go on with missing output. Outside a notebook (a cell run with `go run`) it
+// saves the PNG in PlotDir and prints "plot: PATH (W×H)" to standard output instead.
 func Show(d Drawable, w, h int) {
-	if err := DisplayPNG(d, w, h); err != nil && !errors.Is(err, ErrNotNotebook) {
+	var err error
+	if notebook() {
+		err = displayPNG(d, w, h)
+	} else {
+		_, err = savePlotFile("plot", d, w, h)
+	}
+	if err != nil {
 		panic(err)
 	}
 }
+
+// displayPNG is DisplayPNG (tests replace it).
+var displayPNG = DisplayPNG
 
 // Must returns v, or panics with err when it is not nil: for notebook cells, where a failed
 // call should stop the cell with its message (GoNB shows a panic's value), as

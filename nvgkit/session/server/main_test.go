@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,9 @@ import (
 	"github.com/nvg-project/nvg/nvgkit/session"
 	"github.com/nvg-project/nvg/nvgkit/session/internal/rpc"
 )
+
+// systemTemp is the temporary directory before useSessionDir points TMPDIR elsewhere.
+var systemTemp = os.TempDir()
 
 // The test binary plays three parts besides the tests: the session server (`session serve
 // NAME --idle D`, as nvg; Attach finds it through NVG_BIN), and the client processes the
@@ -69,8 +73,8 @@ func testChild(mode string) int {
 		return 0
 	case "dial": // dial a socket directly (a second user's process)
 		c, err := rpc.Dial(os.Getenv("NVG_TEST_SOCK"), rpc.DialConfig{})
-		if err != nil {
-			fmt.Println("dial error:", err)
+		if err != nil { // the peer check refuses at connect time
+			fmt.Printf("dial error: refused=%v err=%v\n", errors.Is(err, rpc.ErrRefused), err)
 			return 0
 		}
 		_, err = c.Status()
@@ -193,6 +197,27 @@ func fakeState(k int) (a, b []float32) {
 	return a, b
 }
 
+// atBoundary checks that session c stopped an abandoned Step(n) begun after step `after` at
+// a step boundary: its step counter k lies strictly between after and after+n, and its
+// parameters are those of k whole steps (fakeState). It returns k.
+func atBoundary(t *testing.T, c *session.Client, what string, after, n int) int {
+	t.Helper()
+	info, err := c.Info() // queued behind the abandoned Step until it stops
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	k := info.Step
+	if k <= after || k >= after+n {
+		t.Fatalf("%s: step %d (before %d), want stopped at a boundary in between", what, k, after)
+	}
+	a, _ := c.Param("a")
+	b, _ := c.Param("b")
+	if wa, wb := fakeState(k); !reflect.DeepEqual(a, wa) || !reflect.DeepEqual(b, wb) {
+		t.Errorf("%s at step %d: params %v %v, want %v %v (a run of %d whole steps)", what, k, a, b, wa, wb, k)
+	}
+	return k
+}
+
 // useSessionDir points the session directory at a fresh temporary one and the session
 // binary at this test binary serving lab kind ("fake" or "gpu").
 func useSessionDir(t *testing.T, kind string) string {
@@ -207,9 +232,27 @@ func useSessionDir(t *testing.T, kind string) string {
 		t.Fatal(err)
 	}
 	t.Setenv("XDG_RUNTIME_DIR", base)
+	t.Setenv("TMPDIR", base) // the fallback session directory too (sdir.Dirs)
 	t.Setenv("NVG_BIN", exe)
 	t.Setenv("NVG_TEST_LAB", kind)
 	return filepath.Join(base, "nvg")
+}
+
+// listIn is session.List restricted to the sessions of dir (List also looks in the user's
+// other session directories, which may hold the developer's own sessions).
+func listIn(t *testing.T, dir string) []session.ServerStatus {
+	t.Helper()
+	ls, err := session.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []session.ServerStatus
+	for _, s := range ls {
+		if s.Dir == dir {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // attach starts (or attaches to) session name and stops it when the test ends.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -171,7 +172,7 @@ func copyExecutable(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := os.MkdirTemp("", "nvg-exe-")
+	d, err := os.MkdirTemp(systemTemp, "nvg-exe-") // not the test's TMPDIR: a 0700 directory
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,20 +212,7 @@ func TestKilledClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		werr := cmd.Wait()
-		info, err := c.Info() // queued behind the abandoned Step until it stops
-		if err != nil {
-			t.Fatalf("after %v of a client: %v", sig, err)
-		}
-		k := info.Step
-		if k <= before.Step || k >= before.Step+100000 {
-			t.Fatalf("after %v: step %d (before %d), want stopped at a boundary in between", sig, k, before.Step)
-		}
-		a, _ := c.Param("a")
-		b, _ := c.Param("b")
-		wa, wb := fakeState(k)
-		if !reflect.DeepEqual(a, wa) || !reflect.DeepEqual(b, wb) {
-			t.Errorf("after %v at step %d: params %v %v, want %v %v (a run of %d whole steps)", sig, k, a, b, wa, wb, k)
-		}
+		atBoundary(t, c, fmt.Sprintf("after %v of a client", sig), before.Step, 100000)
 		if sig == syscall.SIGINT {
 			if werr != nil || !strings.Contains(out.String(), "interrupted=true") {
 				t.Errorf("SIGINT'd client: %v\n%s", werr, out)
@@ -265,9 +253,8 @@ func TestDeadServer(t *testing.T) {
 	if _, err := c.Step(1); !errors.Is(err, session.ErrServerDied) || !strings.Contains(err.Error(), ": Step: ") {
 		t.Errorf("Step after the server died: %v, want ErrServerDied under Step's name", err)
 	}
-	ls, err := session.List()
-	if err != nil || len(ls) != 1 || ls[0].Alive || ls[0].Name != "dead" {
-		t.Errorf("List after the death: %+v, %v", ls, err)
+	if ls := listIn(t, dir); len(ls) != 1 || ls[0].Alive || ls[0].Name != "dead" {
+		t.Errorf("List after the death: %+v", ls)
 	}
 	c2 := attach(t, "dead")
 	if c2.Pid() == c.Pid() {
@@ -327,16 +314,15 @@ func TestLifecycle(t *testing.T) {
 	if c2.Pid() == c.Pid() {
 		t.Error("two sessions share a server")
 	}
-	ls, err := session.List()
-	if err != nil || len(ls) != 2 || !ls[0].Alive || ls[0].Name != "life" || ls[0].Note != "step 3 of 4" || ls[1].Note != "not set up" {
-		t.Fatalf("List = %+v, %v", ls, err)
+	if ls := listIn(t, dir); len(ls) != 2 || !ls[0].Alive || ls[0].Name != "life" || ls[0].Note != "step 3 of 4" || ls[1].Note != "not set up" {
+		t.Fatalf("List = %+v", ls)
 	}
 	// Past the plan the note says so (a session may step on after Setup's Steps).
 	if _, err := c.Step(2); err != nil {
 		t.Fatal(err)
 	}
-	if ls, err := session.List(); err != nil || len(ls) != 2 || ls[0].Note != "step 5 (past the 4 planned)" || ls[0].IdleFor < 0 {
-		t.Fatalf("List after stepping past the plan = %+v, %v", ls, err)
+	if ls := listIn(t, dir); len(ls) != 2 || ls[0].Note != "step 5 (past the 4 planned)" || ls[0].IdleFor < 0 {
+		t.Fatalf("List after stepping past the plan = %+v", ls)
 	}
 	if err := session.Stop("life", time.Minute); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -81,12 +82,41 @@ type Config struct {
 	Socket string
 	// Note is the status note before the first call (Status.Note).
 	Note string
-	// Log receives one line per refused connection, panic and lifecycle event.
+	// Log receives one line per refused connection, panic and lifecycle event, and at most
+	// one summary of closed connections and accept errors every 10 s.
 	Log *log.Logger
+
+	// MaxConns bounds the connections held at once (0: DefaultMaxConns). It is lowered to
+	// half the process's file-descriptor limit (RLIMIT_NOFILE, read at every accept), so
+	// connections never take the descriptors the served value needs (checkpoints, the GPU
+	// driver). At the bound a new connection first evicts the oldest one that has sent
+	// nothing, else the one idle longest without a call in flight; when every connection
+	// has a call in flight it is refused with a frame that says so.
+	MaxConns int
+	// FirstFrame closes a connection whose first request has not come within this time
+	// (0: DefaultFirstFrame).
+	FirstFrame time.Duration
+	// ConnIdle closes a connection that has had no call in flight and sent nothing for this
+	// long (0: DefaultConnIdle); its client dials again at its next call without noticing.
+	ConnIdle time.Duration
+	// Heartbeat is the period of the keep-alive frames a connection gets while one of its
+	// calls is queued or runs (0: DefaultHeartbeat).
+	Heartbeat time.Duration
 }
+
+// Defaults of Config.
+const (
+	DefaultMaxConns   = 128
+	DefaultFirstFrame = 5 * time.Second
+	DefaultConnIdle   = time.Minute
+	DefaultHeartbeat  = time.Second
+)
 
 // orphanCheck is how often Serve checks Config.Socket (tests lower it).
 var orphanCheck = 10 * time.Second
+
+// statsEvery is how often at most the connection summary is logged (tests lower it).
+var statsEvery = 10 * time.Second
 
 // Server serves one Service on a listener.
 type Server struct {
@@ -101,7 +131,15 @@ type Server struct {
 
 	mu     sync.Mutex
 	status Status
-	conns  map[*conn]bool
+	conns  map[*conn]bool // the connections held (an evicted one leaves at once)
+	stats  connStats
+}
+
+// connStats counts what the server did about connections since the last summary line.
+type connStats struct {
+	silent, idle, evicted, busy, acceptErrs int
+	lastAcceptErr                           string
+	logged                                  time.Time
 }
 
 type job struct {
@@ -122,6 +160,18 @@ func NewServer(svc Service, cfg Config) (*Server, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = log.New(io.Discard, "", 0)
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.FirstFrame <= 0 {
+		cfg.FirstFrame = DefaultFirstFrame
+	}
+	if cfg.ConnIdle <= 0 {
+		cfg.ConnIdle = DefaultConnIdle
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
 	}
 	errType := reflect.TypeOf((*error)(nil)).Elem()
 	s := &Server{svc: svc, cfg: cfg, methods: map[string]reflect.Method{}, jobs: make(chan *job), stop: make(chan struct{}), conns: map[*conn]bool{}}
@@ -148,8 +198,10 @@ func (s *Server) Stop() {
 }
 
 // Serve accepts connections on l until Stop or the idle timeout, and returns after the
-// running call has finished. It returns nil when stopped or idle, and the listener's error
-// otherwise.
+// running call has finished. It returns nil when stopped or idle, and net.ErrClosed's error
+// when l was closed by someone else. An accept that fails otherwise (EMFILE or ENFILE: out
+// of file descriptors, ECONNABORTED, …) never ends it: it evicts a connection when out of
+// descriptors, backs off (5 ms doubling to 1 s) and accepts again.
 func (s *Server) Serve(l net.Listener) error {
 	var sock os.FileInfo
 	if s.cfg.Socket != "" {
@@ -161,16 +213,7 @@ func (s *Server) Serve(l net.Listener) error {
 	workerDone := make(chan struct{})
 	go s.worker(workerDone)
 	acceptErr := make(chan error, 1)
-	go func() {
-		for {
-			nc, err := l.Accept()
-			if err != nil {
-				acceptErr <- err
-				return
-			}
-			go s.handle(nc)
-		}
-	}()
+	go s.acceptLoop(l, acceptErr)
 	var tick <-chan time.Time
 	if s.cfg.Idle > 0 || sock != nil {
 		period := orphanCheck
@@ -181,10 +224,14 @@ func (s *Server) Serve(l net.Listener) error {
 		defer t.Stop()
 		tick = t.C
 	}
+	stats := time.NewTicker(statsEvery)
+	defer stats.Stop()
 	var err error
 loop:
 	for {
 		select {
+		case <-stats.C:
+			s.logStats(false)
 		case <-s.stop:
 			break loop
 		case err = <-acceptErr:
@@ -216,6 +263,7 @@ loop:
 		c.nc.Close()
 	}
 	s.mu.Unlock()
+	s.logStats(true)
 	select {
 	case <-s.stop:
 		if err != nil && errors.Is(err, net.ErrClosed) {
@@ -355,11 +403,161 @@ func (s *Server) sentinelCode(err error) int {
 	return codeApp
 }
 
+// acceptLoop accepts connections until l is closed. Other accept errors never end it: out
+// of file descriptors it evicts a connection (admit's order), then it backs off and retries.
+func (s *Server) acceptLoop(l net.Listener, closed chan<- error) {
+	var delay time.Duration
+	for {
+		nc, err := l.Accept()
+		if err == nil {
+			delay = 0
+			s.admit(nc)
+			continue
+		}
+		if errors.Is(err, net.ErrClosed) {
+			closed <- err
+			return
+		}
+		s.mu.Lock()
+		s.stats.acceptErrs++
+		s.stats.lastAcceptErr = err.Error()
+		var v *conn
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			v = s.evictOne("the server ran out of file descriptors")
+		}
+		s.mu.Unlock()
+		v.closed()
+		s.logStats(false)
+		delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+		select {
+		case <-time.After(delay):
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// connLimit is Config.MaxConns, lowered to half the file-descriptor limit.
+func (s *Server) connLimit() int {
+	n := s.cfg.MaxConns
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur/2 < uint64(n) {
+		n = int(rl.Cur / 2)
+	}
+	return max(n, 2)
+}
+
+// admit takes a new connection: at the limit it evicts one (evictOne) or, when every
+// connection has a call in flight, refuses the new one with a frame that says so.
+func (s *Server) admit(nc net.Conn) {
+	now := time.Now()
+	c := &conn{nc: nc, enc: gob.NewEncoder(nc), done: make(chan struct{}), accepted: now, last: now, inflight: map[uint64]context.CancelFunc{}}
+	s.mu.Lock()
+	limit := s.connLimit()
+	var victims []*conn
+	for len(s.conns) >= limit {
+		v := s.evictOne(fmt.Sprintf("evicted: the server holds %d connections, its limit", limit))
+		if v == nil {
+			break
+		}
+		victims = append(victims, v)
+	}
+	full := len(s.conns) >= limit
+	if full {
+		s.stats.busy++
+	} else {
+		s.conns[c] = true
+	}
+	s.mu.Unlock()
+	for _, v := range victims { // their descriptors are free before this one is served
+		v.closed()
+	}
+	if full {
+		go func() {
+			c.send(reply{Code: codeBusy, Err: fmt.Sprintf("the session server (pid %d) has %d connections, each with a call in flight, its limit (Config.MaxConns, at most half its file-descriptor limit): this one is closed; try again when a call ends", os.Getpid(), limit)})
+			nc.Close()
+		}()
+		s.logStats(false)
+		return
+	}
+	go s.handle(c)
+}
+
+// evictOne closes, with a Bye saying why, the held connection that has sent nothing for the
+// longest time, else the one idle longest without a call in flight, and returns it (nil when
+// every connection has a call in flight). The caller holds s.mu; it waits for the
+// connection to close (conn.closed) after releasing it.
+func (s *Server) evictOne(why string) *conn {
+	for {
+		var best *conn
+		var bestSilent bool
+		var bestT time.Time
+		for c := range s.conns {
+			c.mu.Lock()
+			ok, silent, t := c.evicted == "" && len(c.inflight) == 0, c.frames == 0, c.last
+			c.mu.Unlock()
+			if !ok {
+				continue
+			}
+			if best == nil || silent && !bestSilent || silent == bestSilent && t.Before(bestT) {
+				best, bestSilent, bestT = c, silent, t
+			}
+		}
+		if best == nil {
+			return nil
+		}
+		delete(s.conns, best)
+		if best.evict(why) {
+			s.stats.evicted++
+			return best
+		}
+		// A call came in between: it keeps its connection (dropped from the count only
+		// until it ends: the count errs on the side of fewer descriptors).
+	}
+}
+
+// logStats logs, at most every statsEvery (or now when final), what was done about
+// connections since the last line.
+func (s *Server) logStats(final bool) {
+	s.mu.Lock()
+	st := s.stats
+	if st == (connStats{logged: st.logged}) || !final && time.Since(st.logged) < statsEvery {
+		s.mu.Unlock()
+		return
+	}
+	s.stats = connStats{logged: time.Now()}
+	limit := s.connLimit()
+	s.mu.Unlock()
+	var parts []string
+	add := func(n int, what string) {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, what))
+		}
+	}
+	add(st.silent, fmt.Sprintf("closed for sending no request within %s", s.cfg.FirstFrame))
+	add(st.idle, fmt.Sprintf("closed after %s idle", s.cfg.ConnIdle))
+	add(st.evicted, fmt.Sprintf("evicted at the limit of %d connections", limit))
+	add(st.busy, "refused (every connection had a call in flight)")
+	if st.acceptErrs > 0 {
+		parts = append(parts, fmt.Sprintf("accept failed %d times (last: %s; retried with back-off)", st.acceptErrs, st.lastAcceptErr))
+	}
+	s.cfg.Log.Printf("connections: %s", strings.Join(parts, ", "))
+}
+
 // conn is one client connection.
 type conn struct {
-	nc  net.Conn
-	wmu sync.Mutex
-	enc *gob.Encoder
+	nc   net.Conn
+	wmu  sync.Mutex
+	enc  *gob.Encoder
+	done chan struct{} // closed when the connection ends
+
+	mu       sync.Mutex
+	accepted time.Time
+	last     time.Time // when the last request came or the last call ended
+	frames   int       // requests read
+	inflight map[uint64]context.CancelFunc
+	beating  bool   // a keep-alive goroutine runs
+	evicted  string // why the server closes it ("" while it is kept)
 }
 
 func (c *conn) send(r reply) {
@@ -371,12 +569,98 @@ func (c *conn) send(r reply) {
 	}
 }
 
-// handle reads one connection's requests until it closes; when it does, its calls are
-// cancelled (they stop at a step boundary; their replies are dropped).
-func (s *Server) handle(nc net.Conn) {
-	c := &conn{nc: nc, enc: gob.NewEncoder(nc)}
-	defer nc.Close()
-	if uid, pid, err := peerUID(nc); err != nil || uid != s.cfg.AllowUID {
+// readUntil sets the read deadline (a past one once the connection is evicted). The
+// caller holds c.mu.
+func (c *conn) readUntil(t time.Time) {
+	if c.evicted != "" {
+		t = time.Unix(1, 0)
+	}
+	_ = c.nc.SetReadDeadline(t)
+}
+
+// evict marks the connection closed for why and wakes its reader, unless a call is in
+// flight on it.
+func (c *conn) evict(why string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.evicted != "" || len(c.inflight) > 0 {
+		return false
+	}
+	c.evicted = why
+	c.readUntil(time.Time{})
+	return true
+}
+
+// closed waits (at most a second: its goodbye has a write deadline) until an evicted
+// connection has closed, so that its descriptor is free. A nil c is closed.
+func (c *conn) closed() {
+	if c == nil {
+		return
+	}
+	select {
+	case <-c.done:
+	case <-time.After(time.Second):
+	}
+}
+
+// callEnded removes call id from the connection's calls; the last one ending starts the
+// idle timer.
+func (c *conn) callEnded(id uint64, idle time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.inflight[id]; !ok {
+		return
+	}
+	delete(c.inflight, id)
+	c.last = time.Now()
+	if len(c.inflight) == 0 {
+		c.readUntil(c.last.Add(idle))
+	}
+}
+
+// beat sends a keep-alive every period while the connection has a call queued or running.
+func (s *Server) beat(c *conn) {
+	t := time.NewTicker(s.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		if len(c.inflight) == 0 {
+			c.beating = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.send(reply{Beat: true})
+	}
+}
+
+// drop forgets a connection that ended: it closes it and cancels its calls (they stop at a
+// step boundary; their replies are dropped).
+func (s *Server) drop(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	c.nc.Close()
+	close(c.done) // after the close: the descriptor is free when done is
+
+	c.mu.Lock()
+	for _, cancel := range c.inflight {
+		cancel()
+	}
+	c.mu.Unlock()
+}
+
+// handle greets a connection and reads its requests until it closes, stays silent past its
+// deadline (FirstFrame, then ConnIdle while no call is in flight) or is evicted; the last
+// two get a Bye first.
+func (s *Server) handle(c *conn) {
+	defer s.drop(c)
+	if uid, pid, err := peerUID(c.nc); err != nil || uid != s.cfg.AllowUID {
 		msg := fmt.Sprintf("connection refused: the peer's credentials cannot be read (%v)", err)
 		if err == nil {
 			msg = fmt.Sprintf("connection refused: the connecting process (pid %d) runs as uid %d, this session belongs to uid %d", pid, uid, s.cfg.AllowUID)
@@ -385,56 +669,40 @@ func (s *Server) handle(nc net.Conn) {
 		c.send(reply{Err: msg, Code: codeRefused})
 		return
 	}
-	s.mu.Lock()
-	s.conns[c] = true
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-	}()
-	var mu sync.Mutex
-	inflight := map[uint64]context.CancelFunc{}
-	defer func() {
-		mu.Lock()
-		for _, cancel := range inflight {
-			cancel()
-		}
-		mu.Unlock()
-	}()
-	dec := gob.NewDecoder(nc)
+	c.send(reply{Hello: &Hello{Pid: os.Getpid(), Heartbeat: s.cfg.Heartbeat}})
+	c.mu.Lock()
+	c.readUntil(c.accepted.Add(s.cfg.FirstFrame))
+	c.mu.Unlock()
+	dec := gob.NewDecoder(c.nc)
 	for {
 		var req request
 		if err := dec.Decode(&req); err != nil {
-			return // closed, or not our protocol: either way the connection ends
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				s.bye(c)
+			}
+			return // closed, silent, evicted, or not our protocol: the connection ends
+		}
+		c.mu.Lock()
+		c.frames++
+		c.last = time.Now()
+		evicted := c.evicted != ""
+		c.mu.Unlock()
+		if evicted { // not served: the client sends it again on a new connection
+			s.bye(c)
+			return
 		}
 		switch req.Kind {
 		case kindCall:
-			ctx, cancel := context.WithCancel(s.ctx)
-			mu.Lock()
-			inflight[req.ID] = cancel
-			mu.Unlock()
-			id := req.ID
-			j := &job{c: c, req: req, ctx: ctx, cancel: func() {
-				cancel()
-				mu.Lock()
-				delete(inflight, id)
-				mu.Unlock()
-			}}
-			go func() {
-				select {
-				case s.jobs <- j:
-				case <-s.stop:
-					c.send(reply{ID: j.req.ID, Err: "the session server is stopping", Code: codeInterrupted})
-					j.cancel()
-				}
-			}()
+			if !s.queue(c, req) {
+				s.bye(c)
+				return
+			}
 		case kindInterrupt:
-			mu.Lock()
-			if cancel := inflight[req.ID]; cancel != nil {
+			c.mu.Lock()
+			if cancel := c.inflight[req.ID]; cancel != nil {
 				cancel()
 			}
-			mu.Unlock()
+			c.mu.Unlock()
 		case kindStatus:
 			st := s.StatusNow()
 			c.send(reply{ID: req.ID, Status: &st})
@@ -446,7 +714,72 @@ func (s *Server) handle(nc net.Conn) {
 		default:
 			c.send(reply{ID: req.ID, Err: fmt.Sprintf("bad request: unknown frame kind %d", req.Kind), Code: codeBadRequest})
 		}
+		c.mu.Lock()
+		if len(c.inflight) == 0 {
+			c.readUntil(c.last.Add(s.cfg.ConnIdle))
+		}
+		c.mu.Unlock()
 	}
+}
+
+// bye tells the client why its connection closes and counts it.
+func (s *Server) bye(c *conn) {
+	c.mu.Lock()
+	why, silent := c.evicted, c.frames == 0
+	c.mu.Unlock()
+	s.mu.Lock()
+	switch {
+	case why != "":
+	case silent:
+		why = fmt.Sprintf("no request within %s of connecting", s.cfg.FirstFrame)
+		s.stats.silent++
+	default:
+		why = fmt.Sprintf("idle for %s without a call", s.cfg.ConnIdle)
+		s.stats.idle++
+	}
+	s.mu.Unlock()
+	c.send(reply{Bye: why})
+	s.logStats(false)
+}
+
+// queue registers call req of c and hands it to the worker; while it waits and runs, c gets
+// keep-alive frames. It returns false, running nothing, when c was evicted meanwhile.
+func (s *Server) queue(c *conn, req request) bool {
+	ctx, cancel := context.WithCancel(s.ctx)
+	id := req.ID
+	c.mu.Lock()
+	if c.evicted != "" {
+		c.mu.Unlock()
+		cancel()
+		return false
+	}
+	if _, dup := c.inflight[id]; dup {
+		c.mu.Unlock()
+		cancel()
+		c.send(reply{ID: id, Err: fmt.Sprintf("bad request: call %d is already in flight on this connection", id), Code: codeBadRequest})
+		return true
+	}
+	c.inflight[id] = cancel
+	c.readUntil(time.Time{})
+	startBeat := !c.beating
+	c.beating = true
+	c.mu.Unlock()
+	if startBeat {
+		go s.beat(c)
+	}
+	j := &job{c: c, req: req, ctx: ctx, cancel: func() {
+		cancel()
+		c.callEnded(id, s.cfg.ConnIdle)
+	}}
+	go func() {
+		select {
+		case s.jobs <- j:
+		case <-s.stop:
+			c.send(reply{ID: id, Err: "the session server is stopping", Code: codeInterrupted})
+			j.cancel()
+		}
+	}()
+	return true
 }
 
 // peerUID returns the user and process id of the process at the other end of a Unix

@@ -113,10 +113,9 @@ func (t *toyImpl) Fail(msg string) error {
 	return errors.New(msg)
 }
 
-// toyServer starts a server of impl on a socket in a temporary directory.
-func toyServer(t *testing.T, impl *toyImpl, cfg Config) (*Server, string) {
-	t.Helper()
-	svc := Service{
+// toyService is the Service of impl.
+func toyService(impl *toyImpl) Service {
+	return Service{
 		Impl: impl, Iface: reflect.TypeOf((*toy)(nil)).Elem(),
 		Interrupted: errToyInterrupted,
 		Sentinels:   []error{errToySentinel},
@@ -139,7 +138,12 @@ func toyServer(t *testing.T, impl *toyImpl, cfg Config) (*Server, string) {
 			return fmt.Sprintf("n=%d", impl.n)
 		},
 	}
-	s, err := NewServer(svc, cfg)
+}
+
+// toyServer starts a server of impl on a socket in a temporary directory.
+func toyServer(t *testing.T, impl *toyImpl, cfg Config) (*Server, string) {
+	t.Helper()
+	s, err := NewServer(toyService(impl), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,10 +249,10 @@ func TestBadRequests(t *testing.T) {
 	}
 	// Raw garbage arguments (not from Call's encoder).
 	c.nextID++
-	if err := c.send(request{ID: c.nextID, Kind: kindCall, Method: "Add", NArgs: 1, Args: []byte("garbage")}); err != nil {
+	if err := c.w.send(request{ID: c.nextID, Kind: kindCall, Method: "Add", NArgs: 1, Args: []byte("garbage")}); err != nil {
 		t.Fatal(err)
 	}
-	if r, _, err := c.next(c.nextID, nil); err != nil || r.Code != codeBadRequest {
+	if r, err := c.wait(ctx, c.w, c.nextID, "Add", nil, time.Minute); err != nil || r.Code != codeBadRequest {
 		t.Errorf("garbage arguments: %+v, %v; want a bad request", r, err)
 	}
 	if err := c.Call(ctx, "Panic", nil, nil, nil); err == nil || !strings.Contains(err.Error(), "internal error in Panic") {
@@ -357,18 +361,16 @@ func TestOneAtATime(t *testing.T) {
 	_ = s
 }
 
-// TestPeerCheck: a connection from a process of another user id is refused with a message
-// that says why (here the server allows a different uid than ours, the same check a second
-// user's process meets).
+// TestPeerCheck: a connection from a process of another user id is refused at Dial with a
+// message that says why (here the server allows a different uid than ours, the same check a
+// second user's process meets), and runs nothing.
 func TestPeerCheck(t *testing.T) {
 	var buf bytes.Buffer
 	impl := &toyImpl{}
 	_, path := toyServer(t, impl, Config{AllowUID: os.Getuid() + 1, Log: newLogger(&buf)})
-	c := toyDial(t, path)
-	var n int
-	err := c.Call(context.Background(), "Add", []any{1}, nil, nil, &n)
+	_, err := Dial(path, DialConfig{})
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), fmt.Sprintf("runs as uid %d, this session belongs to uid %d", os.Getuid(), os.Getuid()+1)) {
-		t.Errorf("call from a refused uid: %v", err)
+		t.Errorf("Dial from a refused uid: %v", err)
 	}
 	if impl.n != 0 {
 		t.Errorf("a refused call ran")

@@ -4,13 +4,22 @@
 // it is tested with a toy service; package session puts the Lab interface on it.
 //
 // Frames (both directions are one gob stream each):
+//   - reply{Hello}: the server's greeting, its first frame on every connection it keeps (a
+//     refused connection gets a refusal instead: another user's process, or the server's
+//     connection limit). Dial waits for it, so a server that accepts but does not run
+//     (SIGSTOP, a hung process) is found at connect time (ErrNoAnswer).
 //   - request{Kind: kindCall}: method name, its arguments (one gob value each, in order),
 //     method-specific options (opaque bytes); answered by any number of progress replies
-//     (reply.Progress set) and then one final reply (results or an error).
+//     (reply.Progress set) and then one final reply (results or an error). While a call of
+//     a connection is queued or runs, the server sends a keep-alive (reply{Beat}) every
+//     Hello.Heartbeat, so a client tells a long call from a frozen server.
 //   - request{Kind: kindInterrupt, ID}: asks the server to stop call ID at its next step
 //     boundary (the call's context is cancelled); the call answers as usual.
 //   - request{Kind: kindStatus} / {Kind: kindStop}: answered at once by the connection's
 //     reader, never queued behind a running call.
+//   - reply{Bye}: the server closes the connection (it sent nothing for too long, sat idle
+//     without a call, or was evicted at the connection limit); no request the client sent
+//     after its last answered one was run, so the client dials again and resends it.
 //
 // The server executes calls one at a time on one worker goroutine (locked to one OS thread,
 // as GPU drivers prefer), whatever connection they come from. Only standard-library code is
@@ -41,6 +50,7 @@ const (
 	codePanic       // the method panicked; the server recovered and keeps serving
 	codeRefused     // the connection was refused (peer check)
 	codeInterrupted // the call was interrupted (Service.Interrupted / context.Canceled)
+	codeBusy        // the connection was refused: the server is at its connection limit
 	codeSentinel    // first sentinel code
 )
 
@@ -60,6 +70,15 @@ type reply struct {
 	Err      string
 	Code     int
 	Status   *Status
+	Hello    *Hello // the server's greeting (ID 0)
+	Beat     bool   // a keep-alive while a call of the connection is queued or runs (ID 0)
+	Bye      string // the server closes the connection, for this reason (ID 0)
+}
+
+// Hello is the server's greeting, the first frame of a connection.
+type Hello struct {
+	Pid       int           // the server's process id
+	Heartbeat time.Duration // the period of its keep-alive frames while a call waits
 }
 
 // Status is what a server says about itself, answered without waiting for a running call.

@@ -2,10 +2,20 @@
 // it: NAME.sock (the server's Unix socket, 0600), NAME.pid (the server's pid, flock'd by the
 // server while it runs, so two servers of one name cannot run and a pid file nobody holds
 // marks a dead server), NAME.log (the server's output), NAME.ckpt (the last checkpoint
-// directory a session wrote). The directory is $NVG_SESSION_DIR when set (Attach sets it for
-// the servers it starts), else $XDG_RUNTIME_DIR/nvg when XDG_RUNTIME_DIR is set (and is not
-// the stand-in package gpu sets, see MesaRuntimeDir), else /tmp/nvg-UID; it is created 0700 and refused when it exists with another owner,
-// looser permissions, or as anything but a plain directory (a symlink is refused).
+// directory a session wrote).
+//
+// Where a server starts (Dir): $NVG_SESSION_DIR when set (Attach sets it for the servers it
+// starts); else $XDG_RUNTIME_DIR/nvg when XDG_RUNTIME_DIR is set (and is not the stand-in
+// package gpu sets, see MesaRuntimeDir); else /run/user/UID/nvg when /run/user/UID is this
+// user's (systemd's per-user runtime directory, which XDG_RUNTIME_DIR names in a login
+// session: a notebook kernel started without the variable lands where a terminal looks);
+// else $TMPDIR/nvg-UID. Where clients look (Dirs): that directory first, then the others of
+// that list that exist, so `nvg session ls`, Attach and Stop find a session whatever the
+// environment of the process that started it — unless NVG_SESSION_DIR or an
+// XDG_RUNTIME_DIR other than /run/user/UID names a directory of its own (a test's, a
+// deliberate choice): then only that one. A directory is created 0700 (only Dir's) and
+// refused when it exists with another owner, looser permissions, or as anything but a plain
+// directory (a symlink is refused); a candidate that is refused is skipped by Dirs.
 package sdir
 
 import (
@@ -33,23 +43,97 @@ func MesaRuntimeDir() string {
 	return filepath.Join(os.TempDir(), "nvg-runtime-"+strconv.Itoa(os.Getuid()))
 }
 
-// Dir returns the session directory, creating it (0700) when missing, and checks it: a
-// directory (not a symlink) owned by this user with no permission bits for group or others.
+// RunUser is systemd's parent of the per-user runtime directories, /run/user (tests point
+// it at a stand-in).
+var RunUser = "/run/user"
+
+// xdgRuntime is $XDG_RUNTIME_DIR, "" when unset or the stand-in package gpu sets.
+func xdgRuntime() string {
+	if x := os.Getenv("XDG_RUNTIME_DIR"); x != MesaRuntimeDir() {
+		return x
+	}
+	return ""
+}
+
+// Dir returns the session directory where a server of this process starts (the package
+// doc gives the order), creating it (0700) when missing, and checks it: a directory (not a
+// symlink) owned by this user with no permission bits for group or others.
 func Dir() (string, error) {
 	if d := os.Getenv(EnvDir); d != "" {
 		return d, Ensure(d)
 	}
-	base := os.Getenv("XDG_RUNTIME_DIR")
-	if base == MesaRuntimeDir() {
-		base = ""
-	}
-	var dir string
-	if base != "" {
-		dir = filepath.Join(base, "nvg")
-	} else {
-		dir = filepath.Join(os.TempDir(), "nvg-"+strconv.Itoa(os.Getuid()))
-	}
+	dir := candidates()[0]
 	return dir, Ensure(dir)
+}
+
+// candidates lists the session directories of the package doc's order, without
+// NVG_SESSION_DIR: the first is Dir's; the others are where a process of this user with
+// another environment would start its servers.
+func candidates() []string {
+	uid := strconv.Itoa(os.Getuid())
+	var out []string
+	add := func(d string) {
+		for _, o := range out {
+			if o == d {
+				return
+			}
+		}
+		out = append(out, d)
+	}
+	if x := xdgRuntime(); x != "" {
+		add(filepath.Join(x, "nvg"))
+	}
+	if run := filepath.Join(RunUser, uid); Check(run) == nil {
+		add(filepath.Join(run, "nvg"))
+	}
+	add(filepath.Join(os.TempDir(), "nvg-"+uid))
+	return out
+}
+
+// Dirs returns the session directories a client looks in: Dir's (created if missing), then
+// every other candidate of the package doc that exists and passes Check. With
+// NVG_SESSION_DIR set, or XDG_RUNTIME_DIR set to another directory than
+// /run/user/UID, Dir's is the only one.
+func Dirs() ([]string, error) {
+	first, err := Dir()
+	if err != nil {
+		return nil, err
+	}
+	out := []string{first}
+	if x := xdgRuntime(); os.Getenv(EnvDir) != "" || x != "" && x != filepath.Join(RunUser, strconv.Itoa(os.Getuid())) {
+		return out, nil
+	}
+	for _, d := range candidates()[1:] {
+		if d != first && Check(d) == nil {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// Find returns the files of session name: in the first directory of Dirs where its server
+// runs (its pid file is held), else in the first where it left files (a dead server), else
+// in Dir.
+func Find(name string) (Files, error) {
+	dirs, err := Dirs()
+	if err != nil {
+		return Files{}, err
+	}
+	for _, d := range dirs {
+		if f := For(d, name); Held(f) {
+			return f, nil
+		}
+	}
+	for _, d := range dirs {
+		f := For(d, name)
+		if _, err := os.Lstat(f.Pid); err == nil {
+			return f, nil
+		}
+		if _, err := os.Lstat(f.Sock); err == nil {
+			return f, nil
+		}
+	}
+	return For(dirs[0], name), nil
 }
 
 // Ensure creates dir with mode 0700 when it does not exist (its parent must) and checks it
