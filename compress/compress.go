@@ -80,6 +80,17 @@ type Options struct {
 	// rounding, while ranks, paths budgets and bits per weight are the same and the relative
 	// errors agree to well within 1e-3 (the randomised sketch varies them more than that).
 	Products Products
+	// Init is the initial factorisation: InitDualSVID (the zero value) or InitRefine.
+	Init Init
+	// Calibration holds the input statistics of every compressed linear (see Calibration).
+	// InitRefine weights its reconstruction error by them (without them it refines the plain
+	// Frobenius error); with either Init they give each TensorReport its weighted errors.
+	// When set, every compressed tensor must have statistics of its n input features.
+	Calibration *Calibration
+	// RefineIters is the number of alternating rounds of InitRefine (0: DefaultRefineIters,
+	// at most 1000); each costs about two randomised-SVD power iterations of the tensor
+	// (DESIGN.md §5).
+	RefineIters int
 }
 
 func (o Options) normalized() (Options, error) {
@@ -97,6 +108,18 @@ func (o Options) normalized() (Options, error) {
 	}
 	if o.Workers == 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.Init != InitDualSVID && o.Init != InitRefine {
+		return o, fmt.Errorf("compress: init %d: want InitDualSVID (0) or InitRefine (1)", int(o.Init))
+	}
+	if o.RefineIters < 0 || o.RefineIters > maxRefineIters {
+		return o, fmt.Errorf("compress: refine iterations %d outside [0, %d]", o.RefineIters, maxRefineIters)
+	}
+	if o.RefineIters == 0 {
+		o.RefineIters = DefaultRefineIters
+	}
+	if o.Calibration != nil && o.Calibration.inputs == nil {
+		return o, fmt.Errorf("compress: the Calibration was not made by NewCalibration")
 	}
 	return o, nil
 }
@@ -189,19 +212,60 @@ func Matrix(name string, w []float64, m, n int, opt Options) (*cmf.BLRWeight, fl
 	}
 	r1, _ := BLRRank(opt.BitsPerWeight, 1, m, n)
 	r2, ok2 := BLRRank(opt.BitsPerWeight, 2, m, n)
-	return compressMatrixRanks(name, w, m, n, r1, r2, ok2, opt)
+	bw, errs, err := compressMatrixRanks(name, w, m, n, r1, r2, ok2, opt)
+	return bw, errs.rel, err
+}
+
+// matrixErrors are the relative reconstruction errors of one compressed tensor.
+type matrixErrors struct {
+	// rel = ‖W − Ŵ‖_F/‖W‖_F and weighted = ‖(W − Ŵ)·diag(s)‖_F/‖W·diag(s)‖_F of the stored
+	// weight (weighted 0 without calibration).
+	rel, weighted float64
+	// initRel, initWeighted: the same of InitRefine's Dual-SVID start (0 for InitDualSVID).
+	initRel, initWeighted float64
 }
 
 // compressMatrixRanks is Matrix at given ranks: r1 for one path, r2 for two (tried
 // in PathsAuto mode only when ok2, that is when two paths fit the budget). opt is
-// normalised and the shape checked.
-func compressMatrixRanks(name string, w []float64, m, n, r1, r2 int, ok2 bool, opt Options) (*cmf.BLRWeight, float64, error) {
+// normalised and the shape checked. With opt.Calibration the tensor's input weights s come
+// from it (an error when it has none for name); InitRefine then works on W·diag(s) and
+// picks the path count by the weighted error, InitDualSVID on W by the plain one.
+func compressMatrixRanks(name string, w []float64, m, n, r1, r2 int, ok2 bool, opt Options) (*cmf.BLRWeight, matrixErrors, error) {
+	var s []float64
+	if opt.Calibration != nil {
+		var err error
+		if s, err = opt.Calibration.inputWeights(name, n); err != nil {
+			return nil, matrixErrors{}, fmt.Errorf("compress %s: %w", name, err)
+		}
+	}
+	target := w // the matrix Dual-SVID factorises
+	if opt.Init == InitRefine && s != nil {
+		target = make([]float64, m*n)
+		for i := 0; i < m; i++ {
+			for j := 0; j < n; j++ {
+				target[i*n+j] = w[i*n+j] * s[j]
+			}
+		}
+	}
 	rng := rand.New(rand.NewPCG(opt.Seed, nameHash(name)))
-	norm := floats.Norm(w, 2)
+	build := func(r, paths int, svd *TruncatedSVD) (*cmf.BLRWeight, matrixErrors, error) {
+		if opt.Init == InitRefine {
+			return refineMatrix(w, s, target, m, n, r, paths, svd, rng, opt)
+		}
+		bw, errs, _, err := compressPaths(w, s, m, n, r, paths, svd, rng, opt)
+		return bw, errs, err
+	}
+	// better reports whether a has the lower error of the one Init minimises.
+	better := func(a, b matrixErrors) bool {
+		if opt.Init == InitRefine && s != nil {
+			return a.weighted < b.weighted
+		}
+		return a.rel < b.rel
+	}
 	if opt.Paths == Paths2 {
-		bw, e, err := compressPaths(w, m, n, r2, 2, nil, norm, rng, opt)
+		bw, e, err := build(r2, 2, nil)
 		if err != nil {
-			return nil, 0, fmt.Errorf("compress %s: %w", name, err)
+			return nil, matrixErrors{}, fmt.Errorf("compress %s: %w", name, err)
 		}
 		return bw, e, nil
 	}
@@ -209,20 +273,24 @@ func compressMatrixRanks(name string, w []float64, m, n, r1, r2 int, ok2 bool, o
 	if opt.Paths == PathsAuto && ok2 {
 		kSVD = max(r1, r2)
 	}
-	svd, err := randomizedSVDWith(opt.Products, w, m, n, kSVD, opt.SVD, rng)
+	svd, err := randomizedSVDWith(opt.Products, target, m, n, kSVD, opt.SVD, rng)
 	if err != nil {
-		return nil, 0, fmt.Errorf("compress %s: %w", name, err)
+		return nil, matrixErrors{}, fmt.Errorf("compress %s: %w", name, err)
 	}
-	best, bestErr, err := compressPaths(w, m, n, r1, 1, svd, norm, rng, opt)
+	best, bestErr, err := build(r1, 1, svd)
 	if err != nil {
-		return nil, 0, fmt.Errorf("compress %s: %w", name, err)
+		return nil, matrixErrors{}, fmt.Errorf("compress %s: %w", name, err)
 	}
 	if opt.Paths == PathsAuto && ok2 {
-		two, twoErr, err := compressPaths(w, m, n, r2, 2, svd, norm, rng, opt)
+		two, twoErr, err := build(r2, 2, svd)
 		if err != nil {
-			return nil, 0, fmt.Errorf("compress %s: %w", name, err)
+			return nil, matrixErrors{}, fmt.Errorf("compress %s: %w", name, err)
 		}
-		if twoErr < bestErr {
+		// The ranks of each path count fit the budget over all tensors, a mix of both need
+		// not: InitRefine keeps two paths only where they cost no more bytes than one.
+		// (InitDualSVID keeps today's choice, which stays within the budget on the models
+		// measured because it picks two paths almost everywhere.)
+		if better(twoErr, bestErr) && (opt.Init == InitDualSVID || two.PayloadSize() <= best.PayloadSize()) {
 			best, bestErr = two, twoErr
 		}
 	}
@@ -274,46 +342,70 @@ func nameHash(s string) uint64 {
 	return h.Sum64()
 }
 
-// compressPaths builds a BLR weight of the given paths at rank r. The first path comes
-// from svd when it is non-nil (truncated to r) and from a fresh RandomizedSVD otherwise;
-// the second from a RandomizedSVD of the residual (both with opt.SVD and opt.Products).
-// norm is ‖w‖_F.
-func compressPaths(w []float64, m, n, r, paths int, svd *TruncatedSVD, norm float64, rng *rand.Rand, opt Options) (*cmf.BLRWeight, float64, error) {
+// compressPaths builds a BLR weight of the given paths at rank r by Dual-SVID of w. The
+// first path comes from svd when it is non-nil (truncated to r) and from a fresh
+// RandomizedSVD otherwise; the second from a RandomizedSVD of the residual (both with opt.SVD
+// and opt.Products). It returns the stored weight, its errors (rel, and weighted when s is
+// not nil) and the paths before rounding.
+func compressPaths(w, s []float64, m, n, r, paths int, svd *TruncatedSVD, rng *rand.Rand, opt Options) (*cmf.BLRWeight, matrixErrors, []pathF64, error) {
 	bw := &cmf.BLRWeight{M: m, N: n, Rank: r}
 	resid := append([]float64(nil), w...)
 	prod := opt.Products
 	if prod == nil {
 		prod = CPUProducts{}
 	}
-	var what []float64 // Ŵ_p
+	var start []pathF64
 	for p := 0; p < paths; p++ {
 		if p > 0 || svd == nil {
 			var err error
 			if svd, err = randomizedSVDWith(opt.Products, resid, m, n, r, opt.SVD, rng); err != nil {
-				return nil, 0, fmt.Errorf("path %d: %w", p, err)
+				return nil, matrixErrors{}, nil, fmt.Errorf("path %d: %w", p, err)
 			}
 		}
 		path := dualSVID(svd, r)
+		start = append(start, path)
 		q, err := path.toBLRPath()
 		if err != nil {
-			return nil, 0, fmt.Errorf("path %d: %w", p, err)
+			return nil, matrixErrors{}, nil, fmt.Errorf("path %d: %w", p, err)
 		}
 		bw.Paths = append(bw.Paths, q)
 		// resid −= Ŵ_p, from the stored (float16) scales.
 		one := &cmf.BLRWeight{M: m, N: n, Rank: r, Paths: []cmf.BLRPath{q}}
 		left, right := one.PathFactors(0)
-		if what == nil {
-			what = make([]float64, m*n)
+		if err := subtractPaths(resid, m, n, r, [][2][]float64{{left, right}}, prod); err != nil {
+			return nil, matrixErrors{}, nil, fmt.Errorf("path %d: %w", p, err)
 		}
-		if err := prod.Mul(what, left, right, m, r, n); err != nil {
-			return nil, 0, fmt.Errorf("path %d: reconstruction: %w", p, err)
+	}
+	rel, weighted := residualErrors(w, resid, s, m, n)
+	return bw, matrixErrors{rel: rel, weighted: weighted}, start, nil
+}
+
+// residualErrors returns ‖resid‖_F/‖w‖_F and, when s is not nil,
+// ‖resid·diag(s)‖_F/‖w·diag(s)‖_F (else 0), for row-major m×n w and resid = w − Ŵ; a zero
+// denominator gives the numerator.
+func residualErrors(w, resid, s []float64, m, n int) (rel, weighted float64) {
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return math.Sqrt(a)
 		}
-		floats.Sub(resid, what)
+		return math.Sqrt(a / b)
 	}
-	if norm == 0 {
-		return bw, floats.Norm(resid, 2), nil
+	var rr, ww, rs, ws float64
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			e, x := resid[i*n+j], w[i*n+j]
+			rr += e * e
+			ww += x * x
+			if s != nil {
+				rs += e * e * s[j] * s[j]
+				ws += x * x * s[j] * s[j]
+			}
+		}
 	}
-	return bw, floats.Norm(resid, 2) / norm, nil
+	if s == nil {
+		return ratio(rr, ww), 0
+	}
+	return ratio(rr, ww), ratio(rs, ws)
 }
 
 // pathF64 is one Dual-SVID path before rounding: Ŵ = diag(h)·U·diag(l)·V·diag(g), with the
@@ -600,7 +692,7 @@ func compressTensor(t *cmf.Tensor, kind string, r1, r2 int, ok2 bool, opt Option
 	if len(w) != m*n {
 		return TensorReport{}, nil, fmt.Errorf("compress: tensor %s: %d values for shape %v", t.Name, len(w), t.Shape)
 	}
-	bw, relErr, err := compressMatrixRanks(t.Name, w, m, n, r1, r2, ok2, opt)
+	bw, errs, err := compressMatrixRanks(t.Name, w, m, n, r1, r2, ok2, opt)
 	if err != nil {
 		return TensorReport{}, nil, err
 	}
@@ -614,6 +706,7 @@ func compressTensor(t *cmf.Tensor, kind string, r1, r2 int, ok2 bool, opt Option
 	}
 	return TensorReport{
 		Name: t.Name, Kind: kind, Shape: []int{m, n}, Rank: bw.Rank, Paths: len(bw.Paths),
-		BitsPerWeight: 8 * float64(len(payload)) / (float64(m) * float64(n)), RelErr: relErr,
+		BitsPerWeight: 8 * float64(len(payload)) / (float64(m) * float64(n)), RelErr: errs.rel,
+		WeightedRelErr: errs.weighted, InitRelErr: errs.initRel, InitWeightedRelErr: errs.initWeighted,
 	}, bt, nil
 }

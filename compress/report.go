@@ -18,6 +18,17 @@ type TensorReport struct {
 	// RelErr is ‖W − Ŵ‖_F / ‖W‖_F with Ŵ reconstructed from the stored (float16) payload;
 	// 0 when W = 0.
 	RelErr float64 `json:"rel_err"`
+	// WeightedRelErr is ‖(W − Ŵ)·diag(s)‖_F / ‖W·diag(s)‖_F, the input-weighted error with
+	// s_j = √E[x_j²] of the tensor's calibration statistics (Options.Calibration; s_j floored
+	// at 10⁻³·max s): the relative root-mean-square error of the layer's output on inputs
+	// with those second moments and uncorrelated features. 0 (absent) without calibration.
+	WeightedRelErr float64 `json:"weighted_rel_err,omitempty"`
+	// InitRelErr and InitWeightedRelErr are RelErr and WeightedRelErr of InitRefine's
+	// starting point (Dual-SVID of the weighted weight), before the refinement: the error
+	// the refinement started from. 0 (absent) with InitDualSVID; InitWeightedRelErr also
+	// without calibration.
+	InitRelErr         float64 `json:"init_rel_err,omitempty"`
+	InitWeightedRelErr float64 `json:"init_weighted_rel_err,omitempty"`
 }
 
 // OverallBitsPerWeight is the storage cost of all reported tensors together:
