@@ -227,17 +227,16 @@ type matrixErrors struct {
 
 // compressMatrixRanks is Matrix at given ranks: r1 for one path, r2 for two (tried
 // in PathsAuto mode only when ok2, that is when two paths fit the budget). opt is
-// normalised and the shape checked. With opt.Calibration the tensor's input weights s come
-// from it (an error when it has none for name); InitRefine then works on W·diag(s) and
-// picks the path count by the weighted error, InitDualSVID on W by the plain one.
+// normalised and the shape checked. With opt.Calibration the tensor's metric comes from it
+// (an error when it has no statistics for name); InitRefine then starts from W·diag(s) and
+// picks the path count by the weighted error, InitDualSVID works on W and picks by the
+// plain one.
 func compressMatrixRanks(name string, w []float64, m, n, r1, r2 int, ok2 bool, opt Options) (*cmf.BLRWeight, matrixErrors, error) {
-	var s []float64
-	if opt.Calibration != nil {
-		var err error
-		if s, err = opt.Calibration.inputWeights(name, n); err != nil {
-			return nil, matrixErrors{}, fmt.Errorf("compress %s: %w", name, err)
-		}
+	mt, err := metricFor(opt.Calibration, name, n)
+	if err != nil {
+		return nil, matrixErrors{}, fmt.Errorf("compress %s: %w", name, err)
 	}
+	s := mt.s
 	target := w // the matrix Dual-SVID factorises
 	if opt.Init == InitRefine && s != nil {
 		target = make([]float64, m*n)
@@ -250,9 +249,9 @@ func compressMatrixRanks(name string, w []float64, m, n, r1, r2 int, ok2 bool, o
 	rng := rand.New(rand.NewPCG(opt.Seed, nameHash(name)))
 	build := func(r, paths int, svd *TruncatedSVD) (*cmf.BLRWeight, matrixErrors, error) {
 		if opt.Init == InitRefine {
-			return refineMatrix(w, s, target, m, n, r, paths, svd, rng, opt)
+			return refineMatrix(w, mt, target, m, n, r, paths, svd, rng, opt)
 		}
-		bw, errs, _, err := compressPaths(w, s, m, n, r, paths, svd, rng, opt)
+		bw, errs, _, err := compressPaths(w, mt, m, n, r, paths, svd, rng, opt)
 		return bw, errs, err
 	}
 	// better reports whether a has the lower error of the one Init minimises.
@@ -345,9 +344,9 @@ func nameHash(s string) uint64 {
 // compressPaths builds a BLR weight of the given paths at rank r by Dual-SVID of w. The
 // first path comes from svd when it is non-nil (truncated to r) and from a fresh
 // RandomizedSVD otherwise; the second from a RandomizedSVD of the residual (both with opt.SVD
-// and opt.Products). It returns the stored weight, its errors (rel, and weighted when s is
-// not nil) and the paths before rounding.
-func compressPaths(w, s []float64, m, n, r, paths int, svd *TruncatedSVD, rng *rand.Rand, opt Options) (*cmf.BLRWeight, matrixErrors, []pathF64, error) {
+// and opt.Products). It returns the stored weight, its errors (rel, and weighted in the
+// metric mt) and the paths before rounding.
+func compressPaths(w []float64, mt metric, m, n, r, paths int, svd *TruncatedSVD, rng *rand.Rand, opt Options) (*cmf.BLRWeight, matrixErrors, []pathF64, error) {
 	bw := &cmf.BLRWeight{M: m, N: n, Rank: r}
 	resid := append([]float64(nil), w...)
 	prod := opt.Products
@@ -376,36 +375,11 @@ func compressPaths(w, s []float64, m, n, r, paths int, svd *TruncatedSVD, rng *r
 			return nil, matrixErrors{}, nil, fmt.Errorf("path %d: %w", p, err)
 		}
 	}
-	rel, weighted := residualErrors(w, resid, s, m, n)
+	rel, weighted, err := mt.errors(w, resid, m, n, prod)
+	if err != nil {
+		return nil, matrixErrors{}, nil, err
+	}
 	return bw, matrixErrors{rel: rel, weighted: weighted}, start, nil
-}
-
-// residualErrors returns ‖resid‖_F/‖w‖_F and, when s is not nil,
-// ‖resid·diag(s)‖_F/‖w·diag(s)‖_F (else 0), for row-major m×n w and resid = w − Ŵ; a zero
-// denominator gives the numerator.
-func residualErrors(w, resid, s []float64, m, n int) (rel, weighted float64) {
-	ratio := func(a, b float64) float64 {
-		if b == 0 {
-			return math.Sqrt(a)
-		}
-		return math.Sqrt(a / b)
-	}
-	var rr, ww, rs, ws float64
-	for i := 0; i < m; i++ {
-		for j := 0; j < n; j++ {
-			e, x := resid[i*n+j], w[i*n+j]
-			rr += e * e
-			ww += x * x
-			if s != nil {
-				rs += e * e * s[j] * s[j]
-				ws += x * x * s[j] * s[j]
-			}
-		}
-	}
-	if s == nil {
-		return ratio(rr, ww), 0
-	}
-	return ratio(rr, ww), ratio(rs, ws)
 }
 
 // pathF64 is one Dual-SVID path before rounding: Ŵ = diag(h)·U·diag(l)·V·diag(g), with the
@@ -584,8 +558,9 @@ func (p *pathF64) toBLRPath() (cmf.BLRPath, error) {
 // goroutine at a time. Reports come back sorted by name.
 //
 // Errors, naming the tensor: a nil teacher, an invalid config (arch.Config.Validate), a bad
-// option, a BLR tensor that is not a 2-D float matrix (including one already BLR), or any
-// Matrix error.
+// option, a BLR tensor that is not a 2-D float matrix (including one already BLR), with
+// opt.Calibration a BLR tensor without statistics of its input features (all checked before
+// any tensor is compressed), or any Matrix error.
 func Model(m *cmf.Model, opt Options, progress func(done, total int, name string)) (*cmf.Model, []TensorReport, error) {
 	if m == nil {
 		return nil, nil, fmt.Errorf("compress: nil teacher")
@@ -616,6 +591,11 @@ func Model(m *cmf.Model, opt Options, progress func(done, total int, name string
 		}
 		if !t.DType.Float() || len(t.Shape) != 2 {
 			return nil, nil, fmt.Errorf("compress: tensor %s (%s, shape %v) is not a 2-D float weight", name, t.DType, t.Shape)
+		}
+		if opt.Calibration != nil { // before any work, in name order
+			if _, err := opt.Calibration.inputWeights(name, t.Shape[1]); err != nil {
+				return nil, nil, fmt.Errorf("compress %s: %w", name, err)
+			}
 		}
 		jobs = append(jobs, job{t, kind})
 	}

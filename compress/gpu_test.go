@@ -219,7 +219,7 @@ func TestCompressModelOnGPUMatchesCPU(t *testing.T) {
 // byte-identical payloads.
 func TestRefineOnGPUMatchesCPU(t *testing.T) {
 	d := gputest.Open(t)
-	teacher, cal := refineTeacher(t)
+	teacher, cal := refineTeacher(t, 40)
 	opt := Options{BitsPerWeight: 2, Seed: 11, Init: InitRefine, Calibration: cal, RefineIters: 4}
 	_, cpu, err := ModelOn(nil, teacher, opt, nil)
 	if err != nil {

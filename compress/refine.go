@@ -73,8 +73,12 @@ const maxSignSweeps = 4
 // O((m + n)·r) per sweep plus O(r) per flip. Each side's Gram is computed once per round
 // and reused by the other side (its signs folded in by rankScales).
 type refiner struct {
-	m, n  int
-	t     BoundProducts
+	m, n int
+	t    BoundProducts
+	// c, when not nil, is the metric C (n×n, symmetric positive definite) and t is bound to
+	// T·C: f is then tr((T − ΣŴ)·C·(T − ΣŴ)ᵀ), every Gram of the right factors is R·C·Rᵀ, and
+	// the right side runs rightSignsScalesC.
+	c     []float64
 	prod  Products
 	paths []pathF64
 	// ga[p] = (diag(h)·U)ᵀ·(diag(h)·U) and gr[p] = (V·diag(g))·(V·diag(g))ᵀ of path p (r×r),
@@ -174,25 +178,50 @@ func (f *refiner) subOthers(dst []float64, rows, k int, p int, z []float64, x, y
 	return nil
 }
 
+// timesC returns x·C for the row-major rows×n x, through prod; x itself without a metric.
+func (f *refiner) timesC(x []float64, rows int) ([]float64, error) {
+	if f.c == nil {
+		return x, nil
+	}
+	out := make([]float64, rows*f.n)
+	if err := f.prod.Mul(out, x, f.c, rows, f.n, f.n); err != nil {
+		return nil, fmt.Errorf("refine: ·C: %w", err)
+	}
+	return out, nil
+}
+
+// rightGram returns R·C·Rᵀ (R·Rᵀ without a metric, r×r) of the r×n R.
+func (f *refiner) rightGram(R []float64, r int) ([]float64, error) {
+	RC, err := f.timesC(R, r)
+	if err != nil {
+		return nil, err
+	}
+	g := make([]float64, r*r)
+	return g, f.prod.Mul(g, R, transpose(RC, r, f.n), r, f.n, r)
+}
+
 // leftSide refines U, h and ℓ of path p against T minus the other paths.
 func (f *refiner) leftSide(p int) error {
 	P := &f.paths[p]
 	m, n, r := P.m, P.n, P.r
 	R := P.right()
-	Rt := transpose(R, r, n)
-	// Pm = (T − Σ_{q≠p} L_q·R_q)·Rᵀ (m×r).
+	// Pm = (T − Σ_{q≠p} L_q·R_q)·C·Rᵀ (m×r), T·C bound in t.
 	Pm := make([]float64, m*r)
-	if err := f.t.MulW(Pm, Rt, r); err != nil {
+	if err := f.t.MulW(Pm, transpose(R, r, n), r); err != nil {
 		return err
 	}
-	err := f.subOthers(Pm, m, n, p, Rt,
+	RC, err := f.timesC(R, r)
+	if err != nil {
+		return err
+	}
+	err = f.subOthers(Pm, m, n, p, transpose(RC, r, n),
 		func(q *pathF64) []float64 { return q.left(false) },
 		func(q *pathF64) []float64 { return q.right() })
 	if err != nil {
 		return err
 	}
 	if f.gr[p] == nil {
-		if f.gr[p], err = gram(f.prod, R, r, n); err != nil {
+		if f.gr[p], err = f.rightGram(R, r); err != nil {
 			return err
 		}
 	}
@@ -221,14 +250,25 @@ func (f *refiner) rightSide(p int) error {
 	P := &f.paths[p]
 	m, n, r := P.m, P.n, P.r
 	A := P.left(true) // diag(h)·U, m×r
-	// Q0 = (T − Σ_{q≠p} L_q·R_q)ᵀ·A (n×r).
+	// Q0 = C·(T − Σ_{q≠p} L_q·R_q)ᵀ·A (n×r), T·C bound in t.
 	Q0 := make([]float64, n*r)
 	if err := f.t.MulWT(Q0, A, r); err != nil {
 		return err
 	}
+	var cerr error
 	err := f.subOthers(Q0, n, m, p, A,
-		func(q *pathF64) []float64 { return transpose(q.right(), q.r, q.n) },
+		func(q *pathF64) []float64 {
+			RqC, err := f.timesC(q.right(), q.r)
+			if err != nil {
+				cerr = err
+				return make([]float64, q.r*q.n)
+			}
+			return transpose(RqC, q.r, q.n)
+		},
 		func(q *pathF64) []float64 { return transpose(q.left(false), q.m, q.r) })
+	if err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return err
 	}
@@ -240,7 +280,13 @@ func (f *refiner) rightSide(p int) error {
 	Ga := f.ga[p]
 	// V by columns: the rows of Vᵀ.
 	vt := transpose(P.v, r, n)
-	if err := f.signsAndScales(vt, P.g, Q0, Ga, P.l, n, "V", "g", p, func() { copy(P.v, transpose(vt, n, r)) }); err != nil {
+	sync := func() { copy(P.v, transpose(vt, n, r)) }
+	if f.c == nil {
+		err = f.signsAndScales(vt, P.g, Q0, Ga, P.l, n, "V", "g", p, sync)
+	} else {
+		err = f.rightSignsScalesC(vt, P.g, Q0, Ga, P.l, "V", "g", p, sync)
+	}
+	if err != nil {
 		return err
 	}
 	// ℓ: b_c = Σ_j g_j·V_cj·Q0_jc; Gr = (V·diag(g))·(V·diag(g))ᵀ.
@@ -251,7 +297,7 @@ func (f *refiner) rightSide(p int) error {
 			b[c] += R[c*n+j] * Q0[j*r+c]
 		}
 	}
-	if f.gr[p], err = gram(f.prod, R, r, n); err != nil {
+	if f.gr[p], err = f.rightGram(R, r); err != nil {
 		return err
 	}
 	f.rankScales(P, Ga, f.gr[p], b, false)
@@ -267,18 +313,7 @@ func (f *refiner) rightSide(p int) error {
 // into V) before the "signs" trace, and again after the scales fold signs.
 func (f *refiner) signsAndScales(s, sc, prod, gram, l []float64, rows int, signs, scales string, p int, sync ...func()) error {
 	r := len(l)
-	G := make([]float64, r*r)
-	for c := 0; c < r; c++ {
-		for d := 0; d < r; d++ {
-			G[c*r+d] = l[c] * gram[c*r+d] * l[d]
-		}
-	}
-	pm := make([]float64, rows*r)
-	for i := 0; i < rows; i++ {
-		for c := 0; c < r; c++ {
-			pm[i*r+c] = prod[i*r+c] * l[c]
-		}
-	}
+	G, pm := withRankScales(gram, prod, l, rows)
 	z := make([]float64, rows*r) // z_i = G·s_i (G symmetric: s·G)
 	if err := f.prod.Mul(z, s, G, rows, r, r); err != nil {
 		return err
@@ -306,6 +341,135 @@ func (f *refiner) signsAndScales(s, sc, prod, gram, l []float64, rows int, signs
 	for _, fn := range sync {
 		fn()
 	}
+	f.note(scales, p)
+	return nil
+}
+
+// withRankScales returns diag(ℓ)·gram·diag(ℓ) (r×r) and prod·diag(ℓ) (rows×r).
+func withRankScales(gram, prod, l []float64, rows int) (g, p []float64) {
+	r := len(l)
+	g = make([]float64, r*r)
+	for c := 0; c < r; c++ {
+		for d := 0; d < r; d++ {
+			g[c*r+d] = l[c] * gram[c*r+d] * l[d]
+		}
+	}
+	p = make([]float64, rows*r)
+	for i := 0; i < rows; i++ {
+		for c := 0; c < r; c++ {
+			p[i*r+c] = prod[i*r+c] * l[c]
+		}
+	}
+	return g, p
+}
+
+// gramBlock is the number of columns of V whose changes rightSignsScalesC applies to the
+// others at once (as one product).
+const gramBlock = 64
+
+// gramScaleSweeps is the number of Gauss–Seidel sweeps of the g step in the metric C.
+const gramScaleSweeps = 8
+
+// rightSignsScalesC is the V and g steps of the right side in the metric C, where the
+// columns of V no longer separate: with L = diag(h)·U·diag(ℓ), M = LᵀL = diag(ℓ)·ga·diag(ℓ),
+// K = diag(g)·C·diag(g) and B = Lᵀ·T·C (B_j = ℓ ⊙ row j of prod = C·Tᵀ·diag(h)·U), the
+// objective in V is −2·Σ_j g_j·B_jᵀv_j + Σ_jk K_jk·v_jᵀ·M·v_k. Column j at a time (in order,
+// vt holding the columns as rows), with the others fixed, that is the binary quadratic
+// problem −2·v_jᵀ(g_j·B_j − Σ_{k≠j} K_jk·M·v_k) + K_jj·v_jᵀ·M·v_j, lowered by signDescent;
+// E = K·(M·V)ᵀ keeps Σ_k K_jk·M·v_k current (the changes of each block of gramBlock columns
+// applied to the others by one product, through prod, and within the block directly). Then
+// g: the objective −2·gᵀβ + gᵀ·H·g with β_j = g-free B_jᵀv_j and H = C ⊙ (VᵀMV), by
+// gramScaleSweeps Gauss–Seidel sweeps (each an exact minimisation over one g_j, so the
+// objective never rises), negative g_j folded into v_j. Traces and sync as signsAndScales.
+func (f *refiner) rightSignsScalesC(vt, g, prod, ga, l []float64, signs, scales string, p int, sync func()) error {
+	n, r := f.n, len(l)
+	M, B := withRankScales(ga, prod, l, n)
+	K := make([]float64, n*n)
+	for j := 0; j < n; j++ {
+		for k := 0; k < n; k++ {
+			K[j*n+k] = g[j] * f.c[j*n+k] * g[k]
+		}
+	}
+	z := make([]float64, n*r) // z_j = M·v_j
+	if err := f.prod.Mul(z, vt, M, n, r, r); err != nil {
+		return err
+	}
+	e := make([]float64, n*r) // e_j = Σ_k K_jk·z_k
+	if err := f.prod.Mul(e, K, z, n, n, r); err != nil {
+		return err
+	}
+	dz := make([]float64, gramBlock*r) // the block's z_k changes
+	pj := make([]float64, r)
+	kb := make([]float64, n*gramBlock)
+	upd := make([]float64, n*r)
+	for j0 := 0; j0 < n; j0 += gramBlock {
+		j1 := min(j0+gramBlock, n)
+		clear(dz)
+		for j := j0; j < j1; j++ {
+			kjj := K[j*n+j]
+			if !(kjj > 0) {
+				continue
+			}
+			a := math.Sqrt(kjj)
+			zj := z[j*r : (j+1)*r]
+			// p̂ = g_j·B_j − (e_j + Σ_{k<j in block} K_jk·Δz_k − K_jj·z_j), over a.
+			for c := 0; c < r; c++ {
+				pj[c] = g[j]*B[j*r+c] - e[j*r+c] + kjj*zj[c]
+			}
+			for k := j0; k < j; k++ {
+				floats.AddScaled(pj, -K[j*n+k], dz[(k-j0)*r:(k-j0+1)*r])
+			}
+			floats.Scale(1/a, pj)
+			old := dz[(j-j0)*r : (j-j0+1)*r]
+			copy(old, zj)
+			if signDescent(vt[j*r:(j+1)*r], pj, zj, M, a) == 0 {
+				clear(old)
+				continue
+			}
+			for c := range old {
+				old[c] = zj[c] - old[c]
+			}
+		}
+		// e += K[:, j0:j1]·Δz for every column (those of the block included: they are done).
+		b := j1 - j0
+		for i := 0; i < n; i++ {
+			copy(kb[i*b:(i+1)*b], K[i*n+j0:i*n+j1])
+		}
+		if err := f.prod.Mul(upd, kb[:n*b], dz[:b*r], n, b, r); err != nil {
+			return err
+		}
+		floats.Add(e, upd)
+	}
+	sync()
+	f.note(signs, p)
+	// g: H = C ⊙ (z·vtᵀ), β_j = B_j·v_j.
+	H := make([]float64, n*n)
+	if err := f.prod.Mul(H, z, transpose(vt, n, r), n, r, n); err != nil {
+		return err
+	}
+	beta := make([]float64, n)
+	for j := 0; j < n; j++ {
+		beta[j] = floats.Dot(B[j*r:(j+1)*r], vt[j*r:(j+1)*r])
+		for k := 0; k < n; k++ {
+			H[j*n+k] *= f.c[j*n+k]
+		}
+	}
+	for sweep := 0; sweep < gramScaleSweeps; sweep++ {
+		for j := 0; j < n; j++ {
+			hjj := H[j*n+j]
+			if !(hjj > 0) {
+				continue
+			}
+			g[j] = (beta[j] - floats.Dot(H[j*n:(j+1)*n], g) + hjj*g[j]) / hjj
+		}
+	}
+	for j := 0; j < n; j++ {
+		if g[j] < 0 {
+			g[j] = -g[j]
+			floats.Scale(-1, vt[j*r:(j+1)*r])
+		}
+	}
+	sync()
 	f.note(scales, p)
 	return nil
 }
@@ -421,13 +585,13 @@ func (f *refiner) rankScales(P *pathF64, Ga, Gr, b []float64, onU bool) {
 const maxRefineIters = 1000
 
 // refineMatrix builds one InitRefine candidate of the given paths at rank r: the Dual-SVID
-// start of target (w·diag(s), or w when s is nil; the first path from svd when non-nil, as
-// compressPaths), opt.RefineIters rounds of the refiner against target, then g ← g/s, the
-// scales rebalanced and rounded to float16. Errors are those of the stored weight against
-// w; the init errors those of the start (its plain error from its paths unweighted the same
-// way, before rounding).
-func refineMatrix(w, s, target []float64, m, n, r, paths int, svd *TruncatedSVD, rng *rand.Rand, opt Options) (*cmf.BLRWeight, matrixErrors, error) {
-	_, startErrs, start, err := compressPaths(target, nil, m, n, r, paths, svd, rng, opt)
+// start of target (w·diag(s), or w without weights; the first path from svd when non-nil,
+// as compressPaths), opt.RefineIters rounds of the refiner against target, then g ← g/s;
+// where mt has the Gram, opt.RefineIters more rounds against w in the Gram's metric (the
+// output error); last the scales rebalanced and rounded to float16. Errors are those of the
+// stored weight against w in mt, the init errors those of the start (before rounding).
+func refineMatrix(w []float64, mt metric, target []float64, m, n, r, paths int, svd *TruncatedSVD, rng *rand.Rand, opt Options) (*cmf.BLRWeight, matrixErrors, error) {
+	_, _, start, err := compressPaths(target, metric{}, m, n, r, paths, svd, rng, opt)
 	if err != nil {
 		return nil, matrixErrors{}, err
 	}
@@ -436,29 +600,32 @@ func refineMatrix(w, s, target []float64, m, n, r, paths int, svd *TruncatedSVD,
 		prod = CPUProducts{}
 	}
 	var errs matrixErrors
-	if s == nil {
-		errs.initRel = startErrs.rel
-	} else {
-		errs.initWeighted = startErrs.rel
-		if errs.initRel, _, err = pathsErrors(w, nil, start, s, prod); err != nil {
+	if errs.initRel, errs.initWeighted, err = pathsErrors(w, mt, unweighted(start, mt.s), prod); err != nil {
+		return nil, matrixErrors{}, err
+	}
+	ps, err := refineAgainst(target, nil, start, opt.RefineIters, prod)
+	if err != nil {
+		return nil, matrixErrors{}, err
+	}
+	ps = unweighted(ps, mt.s)
+	if mt.gram != nil {
+		c := mt.regularisedGram(n)
+		wc := make([]float64, m*n)
+		if err := prod.Mul(wc, w, c, m, n, n); err != nil {
+			return nil, matrixErrors{}, fmt.Errorf("refine: W·C: %w", err)
+		}
+		if ps, err = refineAgainst(wc, c, ps, opt.RefineIters, prod); err != nil {
 			return nil, matrixErrors{}, err
 		}
 	}
-	bp, err := prod.Bind(target, m, n)
-	if err != nil {
-		return nil, matrixErrors{}, fmt.Errorf("refine: %w", err)
-	}
-	f := &refiner{m: m, n: n, t: bp, prod: prod, paths: start}
-	err = f.run(opt.RefineIters)
-	if cerr := bp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, matrixErrors{}, err
-	}
-	bw, err := storePaths(f.paths, s)
-	if err != nil {
-		return nil, matrixErrors{}, err
+	bw := &cmf.BLRWeight{M: m, N: n, Rank: r}
+	for i := range ps {
+		ps[i].balance()
+		q, err := ps[i].toBLRPath()
+		if err != nil {
+			return nil, matrixErrors{}, fmt.Errorf("path %d: %w", i, err)
+		}
+		bw.Paths = append(bw.Paths, q)
 	}
 	var factors [][2][]float64
 	for p := range bw.Paths {
@@ -469,8 +636,26 @@ func refineMatrix(w, s, target []float64, m, n, r, paths int, svd *TruncatedSVD,
 	if err := subtractPaths(resid, m, n, r, factors, prod); err != nil {
 		return nil, matrixErrors{}, err
 	}
-	errs.rel, errs.weighted = residualErrors(w, resid, s, m, n)
+	if errs.rel, errs.weighted, err = mt.errors(w, resid, m, n, prod); err != nil {
+		return nil, matrixErrors{}, err
+	}
 	return bw, errs, nil
+}
+
+// refineAgainst runs iters rounds of the refiner on the paths with the bound matrix t (the
+// target T, or W·C in the metric c) and returns them.
+func refineAgainst(t, c []float64, paths []pathF64, iters int, prod Products) ([]pathF64, error) {
+	m, n := paths[0].m, paths[0].n
+	bp, err := prod.Bind(t, m, n)
+	if err != nil {
+		return nil, fmt.Errorf("refine: %w", err)
+	}
+	f := &refiner{m: m, n: n, t: bp, c: c, prod: prod, paths: paths}
+	err = f.run(iters)
+	if cerr := bp.Close(); err == nil {
+		err = cerr
+	}
+	return f.paths, err
 }
 
 // unweighted returns a copy of the paths with g_j divided by s_j (the paths of Ŵ when they
@@ -493,27 +678,8 @@ func unweighted(paths []pathF64, s []float64) []pathF64 {
 	return out
 }
 
-// storePaths returns the BLR weight of the unweighted paths (unweighted with s), each with
-// its scales rebalanced to equal RMS and rounded to float16. Errors: a scale beyond the
-// float16 range.
-func storePaths(paths []pathF64, s []float64) (*cmf.BLRWeight, error) {
-	ps := unweighted(paths, s)
-	bw := &cmf.BLRWeight{M: ps[0].m, N: ps[0].n, Rank: ps[0].r}
-	for i := range ps {
-		ps[i].balance()
-		q, err := ps[i].toBLRPath()
-		if err != nil {
-			return nil, fmt.Errorf("path %d: %w", i, err)
-		}
-		bw.Paths = append(bw.Paths, q)
-	}
-	return bw, nil
-}
-
-// pathsErrors returns residualErrors of w against the unrounded paths unweighted with su
-// (see unweighted), the error weighted by s.
-func pathsErrors(w, s []float64, paths []pathF64, su []float64, prod Products) (rel, weighted float64, err error) {
-	ps := unweighted(paths, su)
+// pathsErrors returns mt.errors of w against the unrounded paths.
+func pathsErrors(w []float64, mt metric, ps []pathF64, prod Products) (rel, weighted float64, err error) {
 	m, n, r := ps[0].m, ps[0].n, ps[0].r
 	var factors [][2][]float64
 	for i := range ps {
@@ -523,8 +689,7 @@ func pathsErrors(w, s []float64, paths []pathF64, su []float64, prod Products) (
 	if err := subtractPaths(resid, m, n, r, factors, prod); err != nil {
 		return 0, 0, err
 	}
-	rel, weighted = residualErrors(w, resid, s, m, n)
-	return rel, weighted, nil
+	return mt.errors(w, resid, m, n, prod)
 }
 
 // subtractPaths sets resid −= Σ_p left_p·right_p (left m×r, right r×n, row-major), the

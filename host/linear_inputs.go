@@ -1,25 +1,29 @@
 package host
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
-// LinearInputs runs the model on ids (nb windows of t tokens, as Forward) and calls f once per
-// projection of every decoder layer, in layer order, with the checkpoint name of the
-// projection's weight (arch.Tensor.Name, e.g. "model.layers.3.mlp.down_proj.weight") and the
-// input x [nb·t, in] row-major that the projection multiplies (rows = nb·t, cols = in):
+// LinearInputs runs the model on ids (nb windows of t tokens, as Forward) and calls f, layer
+// by layer, once per distinct input of the decoder layers' projections with the checkpoint
+// names of the weights that multiply it (arch.Tensor.Name, e.g.
+// "model.layers.3.mlp.down_proj.weight") and the input x [nb·t, in] row-major (rows = nb·t,
+// cols = in):
 //
-//   - q_proj, k_proj, v_proj (full attention) and in_proj_qkv, in_proj_z, in_proj_b, in_proj_a
-//     (GatedDeltaNet): the input RMSNorm of the layer (LayerActs.Norm1), one slice shared by all
-//     of them;
+//   - the input RMSNorm (LayerActs.Norm1): q_proj, k_proj, v_proj (full attention) or
+//     in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (GatedDeltaNet);
 //   - o_proj: the gated attention output (AttentionActs.Gated); out_proj: the gated RMSNorm
 //     output (DeltaNetActs.Normed);
-//   - gate_proj, up_proj: the post-attention RMSNorm (LayerActs.Norm2), shared; down_proj: the
-//     SwiGLU (LayerActs.Act).
+//   - the post-attention RMSNorm (LayerActs.Norm2): gate_proj, up_proj;
+//   - down_proj: the SwiGLU (LayerActs.Act).
 //
 // x belongs to the forward and must not be modified or kept after f returns. This is the
 // host reference of what a teacher pass sees of each linear's input (the calibration
 // statistics of compress.Calibration are reductions of it). The head is not reported.
-// Errors: those of Forward on ids, or the first error f returns (wrapped, naming the tensor).
-func (n *Net) LinearInputs(ids [][]int, f func(name string, x []float64, rows, cols int) error) error {
+// Errors: those of Forward on ids, or the first error f returns (wrapped, naming the
+// weights).
+func (n *Net) LinearInputs(ids [][]int, f func(names []string, x []float64, rows, cols int) error) error {
 	flat, t, err := n.checkIDs(ids, "LinearInputs")
 	if err != nil {
 		return err
@@ -39,22 +43,21 @@ func (n *Net) LinearInputs(ids [][]int, f func(name string, x []float64, rows, c
 		}
 		T := layout.Layers[l]
 		type input struct {
-			name string
-			x    []float64
+			names []string
+			x     []float64
 		}
 		var in []input
 		if s := T.SelfAttn; s != nil {
-			in = append(in, input{s.QProj.Name, a.Norm1}, input{s.KProj.Name, a.Norm1}, input{s.VProj.Name, a.Norm1},
-				input{s.OProj.Name, a.Attn.Gated})
+			in = append(in, input{[]string{s.QProj.Name, s.KProj.Name, s.VProj.Name}, a.Norm1}, input{[]string{s.OProj.Name}, a.Attn.Gated})
 		} else {
 			d := T.LinearAttn
-			in = append(in, input{d.InProjQKV.Name, a.Norm1}, input{d.InProjZ.Name, a.Norm1}, input{d.InProjB.Name, a.Norm1},
-				input{d.InProjA.Name, a.Norm1}, input{d.OutProj.Name, a.Delta.Normed})
+			in = append(in, input{[]string{d.InProjQKV.Name, d.InProjZ.Name, d.InProjB.Name, d.InProjA.Name}, a.Norm1},
+				input{[]string{d.OutProj.Name}, a.Delta.Normed})
 		}
-		in = append(in, input{T.MLP.GateProj.Name, a.Norm2}, input{T.MLP.UpProj.Name, a.Norm2}, input{T.MLP.DownProj.Name, a.Act})
+		in = append(in, input{[]string{T.MLP.GateProj.Name, T.MLP.UpProj.Name}, a.Norm2}, input{[]string{T.MLP.DownProj.Name}, a.Act})
 		for _, p := range in {
-			if err := f(p.name, p.x, rows, len(p.x)/rows); err != nil {
-				return fmt.Errorf("host.Net.LinearInputs: %s: %w", p.name, err)
+			if err := f(p.names, p.x, rows, len(p.x)/rows); err != nil {
+				return fmt.Errorf("host.Net.LinearInputs: %s: %w", strings.Join(p.names, ", "), err)
 			}
 		}
 		x = a.Out
