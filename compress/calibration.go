@@ -6,6 +6,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
 )
 
 // Calibration holds what a teacher pass sees of each compressed linear's input x (one row
@@ -62,18 +65,14 @@ func (c *Calibration) Add(x []float64, rows, cols int, names ...string) error {
 	}
 	var gram []float64
 	if cols <= c.gramLimit() {
-		gram = make([]float64, cols*cols)
-		for t := 0; t < rows; t++ {
-			row := x[t*cols : (t+1)*cols]
-			for a, xa := range row {
-				if xa == 0 {
-					continue
-				}
-				g := gram[a*cols : (a+1)*cols]
-				for b, xb := range row {
-					g[b] += xa * xb
-				}
+		gram = make([]float64, cols*cols) // xᵀ·x (Dsyrk fills the upper triangle)
+		X := blas64.General{Rows: rows, Cols: cols, Stride: cols, Data: x}
+		blas64.Syrk(blas.Trans, 1, X, 0, blas64.Symmetric{Uplo: blas.Upper, N: cols, Stride: cols, Data: gram})
+		for a := 0; a < cols; a++ {
+			for b := 0; b < a; b++ {
+				gram[a*cols+b] = gram[b*cols+a]
 			}
+			gram[a*cols+a] = sumSq[a] // the same sum, kept bit-identical to the second moments
 		}
 	}
 	return c.AddMoments(sumSq, gram, rows, names...)

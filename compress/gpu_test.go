@@ -313,7 +313,8 @@ var shapes08B = []struct{ m, n, count int }{
 // BenchmarkCompress08B compresses one synthetic weight (0.02·Gaussian) of each 0.8B shape
 // at 1 bit per weight, paths auto, with the products on the CPU in float64 ("cpu"),
 // in float32 ("cpu32") or on the WebGPU device ("gpu"), by Dual-SVID ("dual-svid") or
-// InitRefine without calibration ("refine": the weighting costs nothing more). Per shape it
+// InitRefine with second moments ("refine") or with the Gram ("refine-gram") of synthetic
+// inputs (the time to gather the statistics is not counted). Per shape it
 // reports seconds per tensor, the part spent in the products (products_s, Bind included)
 // and their GFLOP; the "model" sub-benchmark runs every shape once and reports the
 // whole-model totals (Σ count·time: model_s, model_products_s, model_products_GFLOP) and
@@ -344,15 +345,36 @@ func BenchmarkCompress08B(b *testing.B) {
 		}
 		return w
 	}
+	// calibration is 2n tokens of Gaussian inputs with feature scales in [0.1, 10], keeping
+	// the Gram (gram) or not (fewer tokens than features leave the Gram singular, and the
+	// plain error of the result large: 2.9 at 512×1024 from 256 tokens).
+	calibration := func(b *testing.B, n int, gram bool) *Calibration {
+		rng := rand.New(rand.NewPCG(63, 64))
+		tokens := 2 * n
+		x := make([]float64, tokens*n)
+		for i := range x {
+			x[i] = rng.NormFloat64() * math.Pow(10, 2*float64(i%n)/float64(n)-1)
+		}
+		c := NewCalibration(map[bool]int{false: 0, true: n}[gram])
+		if err := c.Add(x, tokens, n, "bench.weight"); err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
 	const h200 = 27e12 // f32 flop/s
 	for _, k := range kinds {
-		for _, in := range []Init{InitDualSVID, InitRefine} {
-			b.Run(k.name+"/"+in.String(), func(b *testing.B) {
+		for _, variant := range []string{"dual-svid", "refine", "refine-gram"} {
+			b.Run(k.name+"/"+variant, func(b *testing.B) {
 				one := func(b *testing.B, m, n int) (secs, prodSecs, flops, relErr float64) {
 					tp := &timedProducts{p: k.prod(b)}
 					w := weights(m, n)
+					opt := Options{BitsPerWeight: 1, Products: tp}
+					if variant != "dual-svid" {
+						opt.Init = InitRefine
+						opt.Calibration = calibration(b, n, variant == "refine-gram")
+					}
 					start := time.Now()
-					_, relErr, err := Matrix("bench.weight", w, m, n, Options{BitsPerWeight: 1, Products: tp, Init: in})
+					_, relErr, err := Matrix("bench.weight", w, m, n, opt)
 					if err != nil {
 						b.Fatal(err)
 					}

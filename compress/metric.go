@@ -79,9 +79,15 @@ func (mt metric) errors(w, resid []float64, m, n int, prod Products) (rel, weigh
 	return ratio(rr, ww), ratio(rs, ws), nil
 }
 
-// regularisedGram returns the Gram with gramRidge·max_j C_jj added to its diagonal: positive
-// definite, and a feature the calibration never saw active keeps a small weight (as the
-// floor of the diagonal weights gives it).
+// regularisedGram returns the Gram shrunk toward its diagonal and made definite:
+// C + gramShrink·diag(C) + gramRidge·max_j C_jj·I. The objective tr(ΔCΔᵀ) then also charges
+// gramShrink times the diagonal metric ‖Δ·diag(s)‖²: a few thousand calibration tokens
+// estimate C poorly along directions they barely visit, and without the shrinkage Ŵ grows
+// there unchecked (the plain error rises while the calibration's output error falls). On
+// the tiny teacher (8 × 64 held-out tokens) the compressed student's perplexity was 148,
+// 128, 114, 123 and 156 at gramShrink 0, 0.01, 0.1, 0.3 and 1, the calibration's output
+// error about the same up to 0.3. The ridge keeps a feature the calibration never saw
+// active at a small weight, as the floor of the diagonal weights does.
 func (mt metric) regularisedGram(n int) []float64 {
 	c := append([]float64(nil), mt.gram...)
 	var mx float64
@@ -89,10 +95,13 @@ func (mt metric) regularisedGram(n int) []float64 {
 		mx = max(mx, c[j*n+j])
 	}
 	for j := 0; j < n; j++ {
-		c[j*n+j] += gramRidge * mx
+		c[j*n+j] += gramShrink*c[j*n+j] + gramRidge*mx
 	}
 	return c
 }
+
+// gramShrink is the weight of the diagonal added to the Gram (regularisedGram).
+const gramShrink = 0.1
 
 // gramRidge is the ridge of regularisedGram relative to the largest E[x_j²]: weightFloor².
 const gramRidge = weightFloor * weightFloor

@@ -336,9 +336,11 @@ func TestRefineWeighting(t *testing.T) {
 	t.Logf("uniform: %.5f vs plain %.5f; spike: weighted %.5f vs plain refinement %.5f (plain error %.3f)", scaled.rel, plain.rel, spiked.weighted, plainOnSpike, spiked.rel)
 
 	// Every input along one direction d (x = α·d, C = d·dᵀ): the output error is ‖(W − Ŵ)·d‖²,
-	// which one path can make zero (Ŵ·d is any vector through h), up to the ridge that keeps
-	// C definite. The diagonal statistics of the same inputs (d_j², features taken as
-	// uncorrelated) cannot see that, and leave a large output error.
+	// which one path can make zero (Ŵ·d is any vector through h); the refinement minimises it
+	// plus 0.1 times the diagonal metric (regularisedGram's shrinkage), which keeps it a
+	// little above zero (0.014 here), so the bound is 0.05. The diagonal statistics of the
+	// same inputs (d_j², features taken as uncorrelated) cannot see the direction and leave
+	// a large output error.
 	d := make([]float64, n)
 	for j := range d {
 		d[j] = rng.NormFloat64()
@@ -365,8 +367,8 @@ func TestRefineWeighting(t *testing.T) {
 		}
 		return math.Sqrt(metricObjective(resid, rank1, n, nil) / metricObjective(w, rank1, n, nil))
 	}
-	if got := outErr(bwGram); math.Abs(got-withGram.weighted) > 1e-9 || got > 0.02 || outErr(bwDiag) < 0.2 {
-		t.Errorf("rank-1 inputs: output error %.4g (reported %.4g, want ≤ 0.02), with the diagonal statistics %.4g (want ≥ 0.2)", got, withGram.weighted, outErr(bwDiag))
+	if got := outErr(bwGram); math.Abs(got-withGram.weighted) > 1e-9 || got > 0.05 || outErr(bwDiag) < 0.2 {
+		t.Errorf("rank-1 inputs: output error %.4g (reported %.4g, want ≤ 0.05), with the diagonal statistics %.4g (want ≥ 0.2)", got, withGram.weighted, outErr(bwDiag))
 	}
 	t.Logf("rank-1 inputs: output error %.5f with the Gram, %.5f with the diagonal statistics", outErr(bwGram), outErr(bwDiag))
 }
