@@ -491,22 +491,10 @@ func (p *pathF64) balance() {
 
 // dense returns Ŵ of the unrounded path, row-major m×n.
 func (p *pathF64) dense() []float64 {
-	left := make([]float64, p.m*p.r)
-	for i := 0; i < p.m; i++ {
-		for c := 0; c < p.r; c++ {
-			left[i*p.r+c] = p.h[i] * p.u[i*p.r+c] * p.l[c]
-		}
-	}
-	right := make([]float64, p.r*p.n)
-	for c := 0; c < p.r; c++ {
-		for j := 0; j < p.n; j++ {
-			right[c*p.n+j] = p.v[c*p.n+j] * p.g[j]
-		}
-	}
 	out := make([]float64, p.m*p.n)
 	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1,
-		blas64.General{Rows: p.m, Cols: p.r, Stride: p.r, Data: left},
-		blas64.General{Rows: p.r, Cols: p.n, Stride: p.n, Data: right}, 0,
+		blas64.General{Rows: p.m, Cols: p.r, Stride: p.r, Data: p.left(false)},
+		blas64.General{Rows: p.r, Cols: p.n, Stride: p.n, Data: p.right()}, 0,
 		blas64.General{Rows: p.m, Cols: p.n, Stride: p.n, Data: out})
 	return out
 }

@@ -15,9 +15,10 @@ type Init int
 
 // Initial factorisations: InitDualSVID is Dual-SVID alone (LittleBit; Matrix); InitRefine
 // starts from Dual-SVID of the input-weighted weight W·diag(s) and refines the signs and
-// scales of every path by alternating minimisation of ‖(W − Ŵ)·diag(s)‖_F (DESIGN.md §5),
-// with s_j = √E[x_j²] from Options.Calibration (s = 1, the plain Frobenius error, without
-// one).
+// scales of every path by alternating minimisation of ‖(W − Ŵ)·diag(s)‖_F, s_j = √E[x_j²]
+// from Options.Calibration (s = 1, the plain Frobenius error, without one), then, where the
+// calibration kept the input's Gram C = E[x·xᵀ], of the output error tr((W − Ŵ)·C′·(W − Ŵ)ᵀ)
+// with C′ = C shrunk toward its diagonal (DESIGN.md §5; after NanoQuant, arXiv 2602.06694).
 const (
 	InitDualSVID Init = 0
 	InitRefine   Init = 1
@@ -52,24 +53,27 @@ const DefaultRefineIters = 8
 // maxSignSweeps bounds the coordinate-descent sweeps over one row of signs per sub-step.
 const maxSignSweeps = 4
 
-// refiner minimises f = ‖T − Σ_p Ŵ_p‖_F² over the signs and scales of paths, with
-// Ŵ_p = diag(h)·U·diag(ℓ)·V·diag(g) and T bound in t (m×n), by block coordinate descent:
+// refiner minimises f = tr((T − Σ_p Ŵ_p)·C·(T − Σ_p Ŵ_p)ᵀ) (C = I, the squared Frobenius
+// norm, when c is nil) over the signs and scales of paths, with
+// Ŵ_p = diag(h)·U·diag(ℓ)·V·diag(g) and T·C bound in t (m×n), by block coordinate descent:
 // per path, the left side (the signs U, then h, then ℓ, given V and g) and the right side
 // (V, then g, then ℓ, given U and h) against the residual of the other paths. Every sub-step
 // is an exact or descending minimisation of f over its block, so f never increases (up to
 // rounding):
 //
-//   - U (V likewise, by columns): each row u of U solves a binary quadratic problem
-//     min_u −2h·uᵀp + h²·uᵀGu with G = diag(ℓ)·R·Rᵀ·diag(ℓ), p = diag(ℓ)·(T_i·Rᵀ) and
-//     R = V·diag(g), by coordinate descent (a sign flips only when that lowers f);
+//   - U (V likewise, by columns, without a metric): each row u of U solves a binary
+//     quadratic problem min_u −2h·uᵀp + h²·uᵀGu with G = diag(ℓ)·R·C·Rᵀ·diag(ℓ),
+//     p = diag(ℓ)·(T·C·Rᵀ)_i and R = V·diag(g), by coordinate descent (a sign flips only
+//     when that lowers f); with a metric the columns of V couple (rightSignsScalesC);
 //   - h (g likewise): the least-squares scale of each row given its signs, h_i = uᵀp/uᵀGu;
 //   - ℓ: the least-squares solution of the r×r normal equations
-//     ((Uᵀdiag(h²)U) ⊙ (V·diag(g²)·Vᵀ))·ℓ = b (Cholesky), kept only when it lowers f.
+//     ((Uᵀdiag(h²)U) ⊙ (R·C·Rᵀ))·ℓ = b (Cholesky), kept only when it lowers f.
 //
 // Scales stay non-negative: a negative least-squares scale is folded into the signs of its
-// row (h, g) or column (ℓ) of U or V, which leaves Ŵ unchanged. The large products — T·Rᵀ,
-// Tᵀ·diag(h)·U (m·n·r each), the r×r Grams of the factors and the m×r, n×r corrections of
-// the other paths — go through t and prod (Products); the sign descent runs on the CPU in
+// row (h, g) or column (ℓ) of U or V, which leaves Ŵ unchanged. The large products —
+// T·C·Rᵀ, C·Tᵀ·diag(h)·U (m·n·r each), the r×r Grams of the factors, the m×r, n×r
+// corrections of the other paths and the products with C — go through t and prod
+// (Products); the sign descent runs on the CPU in
 // O((m + n)·r) per sweep plus O(r) per flip. Each side's Gram is computed once per round
 // and reused by the other side (its signs folded in by rankScales).
 type refiner struct {
@@ -81,8 +85,8 @@ type refiner struct {
 	c     []float64
 	prod  Products
 	paths []pathF64
-	// ga[p] = (diag(h)·U)ᵀ·(diag(h)·U) and gr[p] = (V·diag(g))·(V·diag(g))ᵀ of path p (r×r),
-	// nil until computed; each is current whenever the other side runs.
+	// ga[p] = (diag(h)·U)ᵀ·(diag(h)·U) and gr[p] = R·C·Rᵀ (R·Rᵀ without c), R = V·diag(g), of
+	// path p (r×r), nil until computed; each is current whenever the other side runs.
 	ga, gr [][]float64
 	// trace, when non-nil, is called after every sub-step with its name: "U", "h", "ℓ"
 	// (left side), "V", "g", "ℓ" (right side), and the path index (tests).
@@ -155,22 +159,31 @@ func gram(prod Products, a []float64, rows, cols int) ([]float64, error) {
 }
 
 // subOthers sets dst −= Σ_{q≠p} X_q·(Y_q·Z) over the other paths q, with X_q = x(q)
-// (rows×r), Y_q = y(q) (r×k) and Z = z (k×r): it turns a product T·Z′ into
-// (T − Σ_{q≠p} Ŵ_q)·Z′ without forming the residual. The left side passes
-// (X, Y) = (L_q, R_q) and Z = Rᵀ, the right side (R_qᵀ, L_qᵀ) and Z = diag(h)·U.
-func (f *refiner) subOthers(dst []float64, rows, k int, p int, z []float64, x, y func(q *pathF64) []float64) error {
+// (rows×r), Y_q = y(q) (r×k) and Z = z (k×r): it turns a product with the bound target into
+// the same product with the residual of the other paths, without forming the residual. The
+// left side passes (X, Y) = (L_q, R_q) and Z = C·Rᵀ, the right side (C·R_qᵀ, L_qᵀ) and
+// Z = diag(h)·U (C = I without a metric).
+func (f *refiner) subOthers(dst []float64, rows, k int, p int, z []float64, x, y func(q *pathF64) ([]float64, error)) error {
 	r := f.paths[p].r
 	for q := range f.paths {
 		if q == p {
 			continue
 		}
 		Q := &f.paths[q]
+		xq, err := x(Q)
+		if err != nil {
+			return err
+		}
+		yq, err := y(Q)
+		if err != nil {
+			return err
+		}
 		yz := make([]float64, r*r) // Y_q·Z
-		if err := f.prod.Mul(yz, y(Q), z, r, k, r); err != nil {
+		if err := f.prod.Mul(yz, yq, z, r, k, r); err != nil {
 			return err
 		}
 		tmp := make([]float64, rows*r)
-		if err := f.prod.Mul(tmp, x(Q), yz, rows, r, r); err != nil {
+		if err := f.prod.Mul(tmp, xq, yz, rows, r, r); err != nil {
 			return err
 		}
 		floats.Sub(dst, tmp)
@@ -215,8 +228,8 @@ func (f *refiner) leftSide(p int) error {
 		return err
 	}
 	err = f.subOthers(Pm, m, n, p, transpose(RC, r, n),
-		func(q *pathF64) []float64 { return q.left(false) },
-		func(q *pathF64) []float64 { return q.right() })
+		func(q *pathF64) ([]float64, error) { return q.left(false), nil },
+		func(q *pathF64) ([]float64, error) { return q.right(), nil })
 	if err != nil {
 		return err
 	}
@@ -255,20 +268,15 @@ func (f *refiner) rightSide(p int) error {
 	if err := f.t.MulWT(Q0, A, r); err != nil {
 		return err
 	}
-	var cerr error
 	err := f.subOthers(Q0, n, m, p, A,
-		func(q *pathF64) []float64 {
+		func(q *pathF64) ([]float64, error) {
 			RqC, err := f.timesC(q.right(), q.r)
 			if err != nil {
-				cerr = err
-				return make([]float64, q.r*q.n)
+				return nil, err
 			}
-			return transpose(RqC, q.r, q.n)
+			return transpose(RqC, q.r, q.n), nil
 		},
-		func(q *pathF64) []float64 { return transpose(q.left(false), q.m, q.r) })
-	if err == nil {
-		err = cerr
-	}
+		func(q *pathF64) ([]float64, error) { return transpose(q.left(false), q.m, q.r), nil })
 	if err != nil {
 		return err
 	}
@@ -289,7 +297,7 @@ func (f *refiner) rightSide(p int) error {
 	if err != nil {
 		return err
 	}
-	// ℓ: b_c = Σ_j g_j·V_cj·Q0_jc; Gr = (V·diag(g))·(V·diag(g))ᵀ.
+	// ℓ: b_c = Σ_j g_j·V_cj·Q0_jc; Gr = R·C·Rᵀ.
 	R := P.right()
 	b := make([]float64, r)
 	for c := 0; c < r; c++ {
