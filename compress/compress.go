@@ -87,9 +87,10 @@ type Options struct {
 	// Frobenius error); with either Init they give each TensorReport its weighted errors.
 	// When set, every compressed tensor must have statistics of its n input features.
 	Calibration *Calibration
-	// RefineIters is the number of alternating rounds of InitRefine (0: DefaultRefineIters,
-	// at most 1000); each costs about two randomised-SVD power iterations of the tensor
-	// (DESIGN.md §5).
+	// RefineIters is the number of alternating rounds of InitRefine in the diagonal metric
+	// and again, for tensors whose calibration has the Gram, in the Gram's (0:
+	// DefaultRefineIters, at most 1000). A diagonal round costs about two randomised-SVD
+	// power iterations of the tensor; a Gram round adds ~6·n²·r flops (DESIGN.md §5).
 	RefineIters int
 }
 

@@ -86,8 +86,10 @@ func (mt metric) errors(w, resid []float64, m, n int, prod Products) (rel, weigh
 // there unchecked (the plain error rises while the calibration's output error falls). On
 // the tiny teacher (8 × 64 held-out tokens) the compressed student's perplexity was 148,
 // 128, 114, 123 and 156 at gramShrink 0, 0.01, 0.1, 0.3 and 1, the calibration's output
-// error about the same up to 0.3. The ridge keeps a feature the calibration never saw
-// active at a small weight, as the floor of the diagonal weights does.
+// error about the same up to 0.3; on 32 × 512 held-out tokens 121 at 0 and 128 at 0.1 (the
+// small evaluation is noisy). The shrinkage matters where tokens are few per feature. The
+// ridge keeps a feature the calibration never saw active at a small weight, as the floor
+// of the diagonal weights does.
 func (mt metric) regularisedGram(n int) []float64 {
 	c := append([]float64(nil), mt.gram...)
 	var mx float64
