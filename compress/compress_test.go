@@ -154,7 +154,8 @@ func TestDualSVIDExactRank1(t *testing.T) {
 		t.Fatalf("f64 Dual-SVID relative error %g, want ≤ 1e-6", e)
 	}
 	opt, _ := Options{Paths: Paths1}.normalized()
-	bw, relErr, err := compressMatrixRanks("rank1", w, m, n, 8, 8, true, opt)
+	bw, errs, err := compressMatrixRanks("rank1", w, m, n, 8, 8, true, opt)
+	relErr := errs.rel
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,14 +179,15 @@ func TestCompressMatrixTwoPathsHelp(t *testing.T) {
 	}
 	opt1, _ := Options{Paths: Paths1}.normalized()
 	opt2, _ := Options{Paths: Paths2}.normalized()
-	one, e1, err := compressMatrixRanks("g", w, m, n, 32, 32, true, opt1)
+	one, errs1, err := compressMatrixRanks("g", w, m, n, 32, 32, true, opt1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, e2, err := compressMatrixRanks("g", w, m, n, 32, 32, true, opt2)
+	two, errs2, err := compressMatrixRanks("g", w, m, n, 32, 32, true, opt2)
 	if err != nil {
 		t.Fatal(err)
 	}
+	e1, e2 := errs1.rel, errs2.rel
 	if len(one.Paths) != 1 || len(two.Paths) != 2 || !(e2 < e1) || !(e1 < 1) {
 		t.Fatalf("paths %d/%d, errors %g (1 path) vs %g (2 paths)", len(one.Paths), len(two.Paths), e1, e2)
 	}

@@ -210,6 +210,46 @@ func TestCompressModelOnGPUMatchesCPU(t *testing.T) {
 	}
 }
 
+// TestRefineOnGPUMatchesCPU runs InitRefine with input weights on a small model with its
+// products on the GPU (float32) and on the CPU (float64): same ranks, paths and bits per
+// weight, weighted errors below the Dual-SVID start's on both, and within 1e-2 of each other
+// (the sign descent is a discrete search: float32 Grams can tip a near-tie flip, after which
+// the two runs follow different but equally good paths — far more than the 1e-3 of
+// Dual-SVID alone, far less than the ~0.1 the refinement gains), and two GPU runs give
+// byte-identical payloads.
+func TestRefineOnGPUMatchesCPU(t *testing.T) {
+	d := gputest.Open(t)
+	teacher, cal := refineTeacher(t, 40)
+	opt := Options{BitsPerWeight: 2, Seed: 11, Init: InitRefine, Calibration: cal, RefineIters: 4}
+	_, cpu, err := ModelOn(nil, teacher, opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, gpu1, err := ModelOn(d, teacher, opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, _, err := ModelOn(d, teacher, opt, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cpu {
+		g := gpu1[i]
+		if g.Name != c.Name || g.Rank != c.Rank || g.Paths != c.Paths || g.BitsPerWeight != c.BitsPerWeight {
+			t.Errorf("gpu %+v, cpu %+v", g, c)
+		}
+		if math.Abs(g.WeightedRelErr-c.WeightedRelErr) > 1e-2 || !(g.WeightedRelErr < g.InitWeightedRelErr) || !(c.WeightedRelErr < c.InitWeightedRelErr) {
+			t.Errorf("%s: weighted error gpu %g (from %g), cpu %g (from %g)", c.Name, g.WeightedRelErr, g.InitWeightedRelErr, c.WeightedRelErr, c.InitWeightedRelErr)
+		}
+		b1, err1 := s1.Tensors[c.Name].Bytes()
+		b2, err2 := s2.Tensors[c.Name].Bytes()
+		if err1 != nil || err2 != nil || len(b1) == 0 || !bytes.Equal(b1, b2) {
+			t.Errorf("%s: two GPU runs differ", c.Name)
+		}
+		t.Logf("%s: rank %d, %d paths, weighted rel.err gpu %.6f cpu %.6f (Dual-SVID start %.6f)", c.Name, c.Rank, c.Paths, g.WeightedRelErr, c.WeightedRelErr, c.InitWeightedRelErr)
+	}
+}
+
 // timedProducts wraps Products and sums the wall time (Bind included: the upload is part
 // of the GPU's cost) and the flops (2·m·n·l per product with W, 2·m·k·n per Mul) of
 // everything it computes.
@@ -271,14 +311,17 @@ var shapes08B = []struct{ m, n, count int }{
 }
 
 // BenchmarkCompress08B compresses one synthetic weight (0.02·Gaussian) of each 0.8B shape
-// at 1 bit per weight, paths auto, with the SVD products on the CPU in float64 ("cpu"),
-// in float32 ("cpu32") or on the WebGPU device ("gpu"). Per shape it reports seconds per
-// tensor, the part spent in the products (products_s, Bind included) and their GFLOP; the
-// "model" sub-benchmark runs every shape once and reports the whole-model totals
-// (Σ count·time: model_s, model_products_s, model_products_GFLOP) and h200_est_s, the
-// whole-model time with the products at 27 TFLOP/s (the tuned f32 GEMM's rate on the H200,
-// DESIGN.md §9) and everything else as measured here. On lavapipe the gpu variant is slow
-// (a few GFLOP/s): run a single shape, -bench 'Compress08B/gpu/3584x1024' -benchtime 1x.
+// at 1 bit per weight, paths auto, with the products on the CPU in float64 ("cpu"),
+// in float32 ("cpu32") or on the WebGPU device ("gpu"), by Dual-SVID ("dual-svid") or
+// InitRefine with second moments ("refine") or with the Gram ("refine-gram") of synthetic
+// inputs (the time to gather the statistics is not counted). Per shape it
+// reports seconds per tensor, the part spent in the products (products_s, Bind included)
+// and their GFLOP; the "model" sub-benchmark runs every shape once and reports the
+// whole-model totals (Σ count·time: model_s, model_products_s, model_products_GFLOP) and
+// h200_est_s, the whole-model time with the products at 27 TFLOP/s (the tuned f32 GEMM's
+// rate on the H200, DESIGN.md §9) and everything else as measured here. On lavapipe the gpu
+// variant is slow (a few GFLOP/s): run a single shape,
+// -bench 'Compress08B/gpu/dual-svid/3584x1024' -benchtime 1x.
 func BenchmarkCompress08B(b *testing.B) {
 	kinds := []struct {
 		name string
@@ -302,49 +345,72 @@ func BenchmarkCompress08B(b *testing.B) {
 		}
 		return w
 	}
+	// calibration is 2n tokens of Gaussian inputs with feature scales in [0.1, 10], keeping
+	// the Gram (gram) or not (fewer tokens than features leave the Gram singular, and the
+	// plain error of the result large: 2.9 at 512×1024 from 256 tokens).
+	calibration := func(b *testing.B, n int, gram bool) *Calibration {
+		rng := rand.New(rand.NewPCG(63, 64))
+		tokens := 2 * n
+		x := make([]float64, tokens*n)
+		for i := range x {
+			x[i] = rng.NormFloat64() * math.Pow(10, 2*float64(i%n)/float64(n)-1)
+		}
+		c := NewCalibration(map[bool]int{false: 0, true: n}[gram])
+		if err := c.Add(x, tokens, n, "bench.weight"); err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
 	const h200 = 27e12 // f32 flop/s
 	for _, k := range kinds {
-		b.Run(k.name, func(b *testing.B) {
-			one := func(b *testing.B, m, n int) (secs, prodSecs, flops, relErr float64) {
-				tp := &timedProducts{p: k.prod(b)}
-				w := weights(m, n)
-				start := time.Now()
-				_, relErr, err := Matrix("bench.weight", w, m, n, Options{BitsPerWeight: 1, Products: tp})
-				if err != nil {
-					b.Fatal(err)
+		for _, variant := range []string{"dual-svid", "refine", "refine-gram"} {
+			b.Run(k.name+"/"+variant, func(b *testing.B) {
+				one := func(b *testing.B, m, n int) (secs, prodSecs, flops, relErr float64) {
+					tp := &timedProducts{p: k.prod(b)}
+					w := weights(m, n)
+					opt := Options{BitsPerWeight: 1, Products: tp}
+					if variant != "dual-svid" {
+						opt.Init = InitRefine
+						opt.Calibration = calibration(b, n, variant == "refine-gram")
+					}
+					start := time.Now()
+					_, relErr, err := Matrix("bench.weight", w, m, n, opt)
+					if err != nil {
+						b.Fatal(err)
+					}
+					return time.Since(start).Seconds(), tp.dur.Seconds(), tp.flops, relErr
 				}
-				return time.Since(start).Seconds(), tp.dur.Seconds(), tp.flops, relErr
-			}
-			for _, s := range shapes08B {
-				b.Run(fmt.Sprintf("%dx%d", s.m, s.n), func(b *testing.B) {
-					var prod, flops, relErr float64
+				for _, s := range shapes08B {
+					b.Run(fmt.Sprintf("%dx%d", s.m, s.n), func(b *testing.B) {
+						var prod, flops, relErr float64
+						for b.Loop() {
+							_, prod, flops, relErr = one(b, s.m, s.n)
+						}
+						b.ReportMetric(prod, "products_s")
+						b.ReportMetric(flops/1e9, "products_GFLOP")
+						b.ReportMetric(relErr, "relerr")
+					})
+				}
+				b.Run("model", func(b *testing.B) {
+					var total, prod, flops, est float64
 					for b.Loop() {
-						_, prod, flops, relErr = one(b, s.m, s.n)
+						total, prod, flops, est = 0, 0, 0, 0
+						for _, s := range shapes08B {
+							secs, p, f, relErr := one(b, s.m, s.n)
+							c := float64(s.count)
+							total += c * secs
+							prod += c * p
+							flops += c * f
+							est += c * (secs - p + f/h200)
+							b.Logf("%s %d×%d ×%d: %.2fs per tensor, products %.2fs (%.1f GFLOP), rel.err %.4f", k.name, s.m, s.n, s.count, secs, p, f/1e9, relErr)
+						}
 					}
-					b.ReportMetric(prod, "products_s")
-					b.ReportMetric(flops/1e9, "products_GFLOP")
-					b.ReportMetric(relErr, "relerr")
+					b.ReportMetric(total, "model_s")
+					b.ReportMetric(prod, "model_products_s")
+					b.ReportMetric(flops/1e9, "model_products_GFLOP")
+					b.ReportMetric(est, "h200_est_s")
 				})
-			}
-			b.Run("model", func(b *testing.B) {
-				var total, prod, flops, est float64
-				for b.Loop() {
-					total, prod, flops, est = 0, 0, 0, 0
-					for _, s := range shapes08B {
-						secs, p, f, relErr := one(b, s.m, s.n)
-						c := float64(s.count)
-						total += c * secs
-						prod += c * p
-						flops += c * f
-						est += c * (secs - p + f/h200)
-						b.Logf("%s %d×%d ×%d: %.2fs per tensor, products %.2fs (%.1f GFLOP), rel.err %.4f", k.name, s.m, s.n, s.count, secs, p, f/1e9, relErr)
-					}
-				}
-				b.ReportMetric(total, "model_s")
-				b.ReportMetric(prod, "model_products_s")
-				b.ReportMetric(flops/1e9, "model_products_GFLOP")
-				b.ReportMetric(est, "h200_est_s")
 			})
-		})
+		}
 	}
 }

@@ -18,6 +18,17 @@ type TensorReport struct {
 	// RelErr is ‖W − Ŵ‖_F / ‖W‖_F with Ŵ reconstructed from the stored (float16) payload;
 	// 0 when W = 0.
 	RelErr float64 `json:"rel_err"`
+	// WeightedRelErr is ‖(W − Ŵ)·diag(s)‖_F / ‖W·diag(s)‖_F, the input-weighted error with
+	// s_j = √E[x_j²] of the tensor's calibration statistics (Options.Calibration; s_j floored
+	// at 10⁻³·max s): the relative root-mean-square error of the layer's output on inputs
+	// with those second moments and uncorrelated features. 0 (absent) without calibration.
+	WeightedRelErr float64 `json:"weighted_rel_err,omitempty"`
+	// InitRelErr and InitWeightedRelErr are RelErr and WeightedRelErr of InitRefine's
+	// starting point (Dual-SVID of the weighted weight), before the refinement: the error
+	// the refinement started from. 0 (absent) with InitDualSVID; InitWeightedRelErr also
+	// without calibration.
+	InitRelErr         float64 `json:"init_rel_err,omitempty"`
+	InitWeightedRelErr float64 `json:"init_weighted_rel_err,omitempty"`
 }
 
 // OverallBitsPerWeight is the storage cost of all reported tensors together:
@@ -45,6 +56,10 @@ type KindSummary struct {
 	// MeanRelErr is the mean over the kind's tensors of ‖W−Ŵ‖_F/‖W‖_F; MaxRelErr the largest.
 	MeanRelErr float64 `json:"mean_rel_err"`
 	MaxRelErr  float64 `json:"max_rel_err"`
+	// MeanWeightedRelErr and MeanInitWeightedRelErr are the means of the tensors'
+	// WeightedRelErr and InitWeightedRelErr (0, absent, when they have none).
+	MeanWeightedRelErr     float64 `json:"mean_weighted_rel_err,omitempty"`
+	MeanInitWeightedRelErr float64 `json:"mean_init_weighted_rel_err,omitempty"`
 }
 
 // SummarizeByKind groups reports by Kind, sorted by kind name.
@@ -62,6 +77,8 @@ func SummarizeByKind(reports []TensorReport) []KindSummary {
 			}
 			s.MeanRelErr += r.RelErr / float64(len(rs))
 			s.MaxRelErr = max(s.MaxRelErr, r.RelErr)
+			s.MeanWeightedRelErr += r.WeightedRelErr / float64(len(rs))
+			s.MeanInitWeightedRelErr += r.InitWeightedRelErr / float64(len(rs))
 		}
 		out = append(out, s)
 	}
@@ -70,21 +87,48 @@ func SummarizeByKind(reports []TensorReport) []KindSummary {
 }
 
 // WriteTable writes a plain-text table of reports to w: one row per tensor (name,
-// shape m×n, rank, paths, bits per weight, relative error), one per kind (SummarizeByKind),
-// and the overall bits per weight (OverallBitsPerWeight). It returns w's first error.
+// shape m×n, rank, paths, bits per weight, relative error; when any report has them, the
+// weighted error "w.err" and the errors of InitRefine's start, "init rel" and "init w"), one
+// per kind (SummarizeByKind, with the mean weighted errors when there are any), and the
+// overall bits per weight (OverallBitsPerWeight). It returns w's first error.
 func WriteTable(w io.Writer, reports []TensorReport) error {
 	var b strings.Builder
 	width := len("tensor")
+	var weighted, init bool
 	for _, r := range reports {
 		width = max(width, len(r.Name))
+		weighted = weighted || r.WeightedRelErr != 0
+		init = init || r.InitRelErr != 0
 	}
-	fmt.Fprintf(&b, "%-*s  %11s  %5s  %5s  %9s  %8s\n", width, "tensor", "shape", "rank", "paths", "bits/w", "rel.err")
+	fmt.Fprintf(&b, "%-*s  %11s  %5s  %5s  %9s  %8s", width, "tensor", "shape", "rank", "paths", "bits/w", "rel.err")
+	if weighted {
+		fmt.Fprintf(&b, "  %8s", "w.err")
+	}
+	if init {
+		fmt.Fprintf(&b, "  %8s  %8s", "init rel", "init w")
+	}
+	b.WriteString("\n")
 	for _, r := range reports {
-		fmt.Fprintf(&b, "%-*s  %11s  %5d  %5d  %9.4f  %8.4f\n", width, r.Name, fmt.Sprintf("%d×%d", r.Shape[0], r.Shape[1]), r.Rank, r.Paths, r.BitsPerWeight, r.RelErr)
+		fmt.Fprintf(&b, "%-*s  %11s  %5d  %5d  %9.4f  %8.4f", width, r.Name, fmt.Sprintf("%d×%d", r.Shape[0], r.Shape[1]), r.Rank, r.Paths, r.BitsPerWeight, r.RelErr)
+		if weighted {
+			fmt.Fprintf(&b, "  %8.4f", r.WeightedRelErr)
+		}
+		if init {
+			fmt.Fprintf(&b, "  %8.4f  %8.4f", r.InitRelErr, r.InitWeightedRelErr)
+		}
+		b.WriteString("\n")
 	}
-	fmt.Fprintf(&b, "\n%-12s  %7s  %8s  %9s  %13s  %8s\n", "kind", "tensors", "2-path", "bits/w", "mean rel.err", "max")
+	fmt.Fprintf(&b, "\n%-12s  %7s  %8s  %9s  %13s  %8s", "kind", "tensors", "2-path", "bits/w", "mean rel.err", "max")
+	if weighted {
+		fmt.Fprintf(&b, "  %11s  %11s", "mean w.err", "init w.err")
+	}
+	b.WriteString("\n")
 	for _, s := range SummarizeByKind(reports) {
-		fmt.Fprintf(&b, "%-12s  %7d  %8d  %9.4f  %13.4f  %8.4f\n", s.Kind, s.Tensors, s.TwoPath, s.BitsPerWeight, s.MeanRelErr, s.MaxRelErr)
+		fmt.Fprintf(&b, "%-12s  %7d  %8d  %9.4f  %13.4f  %8.4f", s.Kind, s.Tensors, s.TwoPath, s.BitsPerWeight, s.MeanRelErr, s.MaxRelErr)
+		if weighted {
+			fmt.Fprintf(&b, "  %11.4f  %11.4f", s.MeanWeightedRelErr, s.MeanInitWeightedRelErr)
+		}
+		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "\noverall: %d tensors, %.4f bits/weight\n", len(reports), OverallBitsPerWeight(reports))
 	_, err := io.WriteString(w, b.String())

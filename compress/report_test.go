@@ -27,7 +27,27 @@ func TestSummarizeByKindByHand(t *testing.T) {
 	if err := WriteTable(&b, reps); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"8×24", "up_proj             2         1     1.7500         0.6000    0.7000", "overall: 3 tensors, 2.0000 bits/weight"} {
+	for _, want := range []string{"8×24", "up_proj             2         1     1.7500         0.6000    0.7000\n", "overall: 3 tensors, 2.0000 bits/weight"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "w.err") || strings.Contains(b.String(), "init") {
+		t.Errorf("weighted or init columns without such errors:\n%s", b.String())
+	}
+	// With weighted and init errors (InitRefine with calibration): their columns, and the
+	// kinds' means (up_proj: (0.4 + 0.6)/2 = 0.5 from (0.8 + 0.9)/2 = 0.85).
+	reps[0].WeightedRelErr, reps[0].InitRelErr, reps[0].InitWeightedRelErr = 0.4, 0.55, 0.8
+	reps[1].WeightedRelErr, reps[1].InitRelErr, reps[1].InitWeightedRelErr = 0.6, 0.75, 0.9
+	if s := SummarizeByKind(reps); math.Abs(s[1].MeanWeightedRelErr-0.5) > 1e-15 || math.Abs(s[1].MeanInitWeightedRelErr-0.85) > 1e-15 || s[0].MeanWeightedRelErr != 0 {
+		t.Fatalf("%+v", s)
+	}
+	b.Reset()
+	if err := WriteTable(&b, reps); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"rel.err     w.err  init rel    init w\n", "    1.0000    0.5000    0.4000    0.5500    0.8000\n",
+		"mean w.err   init w.err\n", "0.7000       0.5000       0.8500\n"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}

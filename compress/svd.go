@@ -63,11 +63,15 @@ func RandomizedSVD(a []float64, m, n, k int, opt SVDOptions, rng *rand.Rand) (*T
 
 // Products computes the large matrix products of the compressor: those with the weight of
 // the randomised SVD (2·m·n·ℓ flops each: the sketch, two per power iteration, and the
-// projection B = Qᵀ·W), through Bind, and two dense ones through Mul: the left singular
+// projection B = Qᵀ·W), through Bind, and dense ones through Mul: the left singular
 // vectors U = Q·U_B (m×ℓ by ℓ×k) and each BLR path's reconstruction (m×r by r×n, subtracted
 // from the weight to form the residual and the reported error). Bind prepares one matrix
-// (a tensor, or the residual of its first BLR path). The rest (QR, the ℓ×n SVD, the
-// Dual-SVID sign and rank-1 steps) stays on the CPU in float64. CPUProducts (gonum,
+// (a tensor, the residual of its first BLR path, or InitRefine's target W·diag(s) or W·C).
+// InitRefine adds, per round, two products with the bound target and, through Mul, the r×r
+// Grams of its factors, the products of the signs with them and, in a Gram's metric, the
+// n×n ones (DESIGN.md §5). The rest (QR, the ℓ×n SVD, the Dual-SVID sign and rank-1 steps,
+// the refinement's sign descent, r×r Cholesky and Gauss–Seidel sweeps) stays on the CPU in
+// float64. CPUProducts (gonum,
 // float64) is the default; GPUProducts runs them on a WebGPU device in float32. An
 // implementation must be safe for concurrent use: Model runs one tensor per worker.
 type Products interface {
