@@ -5,8 +5,8 @@ import (
 
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // BenchmarkStep times one student step (Step: checkpointed forward, KL head, per-layer

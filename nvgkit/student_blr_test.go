@@ -15,9 +15,9 @@ import (
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/host"
-	"github.com/nvg-project/nvg/internal/kittest"
-	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/testkit/kittest"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // blrCase is a BLR student — the tiny teacher's layers 0 (GatedDeltaNet) and 3 (attention),

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/internal/kittest"
-	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/testkit/kittest"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // TestStudentErrors checks that bad input to the student API is refused with an error that

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit/train"
 	"github.com/nvg-project/nvg/nvgkit/ui"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // sameFloat is bit equality, NaN equal to NaN.

@@ -13,10 +13,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/internal/mpi"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // mpiCfg is the exactness test's run: 2 steps of 2 windows × 8 tokens on the tiny model.

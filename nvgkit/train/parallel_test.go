@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // twoRanks is a Comm that claims 2 ranks (NewTrainer's split check needs no collective).

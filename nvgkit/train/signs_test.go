@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // TestTrainerSignsResumeExact: a TrainSigns run of 3 steps and the same run interrupted after

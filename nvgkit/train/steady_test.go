@@ -11,12 +11,12 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 	"github.com/nvg-project/nvg/nvgkit/train"
 	"github.com/nvg-project/nvg/nvgkit/ui"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 var streams struct {

@@ -16,11 +16,11 @@ import (
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 var trainFx struct {
