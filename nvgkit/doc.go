@@ -20,7 +20,7 @@
 //
 //	st, _ := nvgkit.Step(student, sw, windows, top)              // gradients accumulate
 //	nvgkit.ClipGrads(student, 1)
-//	nvgkit.Adam(student, nvgkit.DefaultAdam(), step)
+//	nvgkit.Adam(student, opt, opt.LRAt(step, steps), step)   // opt: an optim.Settings
 //	nvgkit.ZeroGrads(student)
 //
 // Every function validates its arguments in Go before anything is submitted to the GPU (a

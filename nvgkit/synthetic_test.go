@@ -6,6 +6,7 @@ import (
 
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/optim"
 )
 
 // TestSyntheticTiny builds the tiny geometry as a resident and a streamed Teacher and as a
@@ -96,7 +97,7 @@ func TestSyntheticTiny(t *testing.T) {
 	if _, err := nvgkit.ClipGrads(sn, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := nvgkit.Adam(sn, nvgkit.DefaultAdam(), 1); err != nil {
+	if err := nvgkit.Adam(sn, optim.Default(), optim.Default().LR, 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := nvgkit.NewSyntheticNet(d, cfg, nvgkit.Student, nvgkit.StreamLayers()); err == nil {

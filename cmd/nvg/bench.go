@@ -21,6 +21,7 @@ import (
 	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/internal/version"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/optim"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
@@ -573,8 +574,7 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 			return fmt.Errorf("student: %w", err)
 		}
 	}
-	adam := nvgkit.DefaultAdam()
-	adam.LR, adam.GainLR = 1e-4, 1e-4
+	opt := optim.Default()
 	nstep := 0
 	step := func() error {
 		if err := nvgkit.ZeroGrads(net); err != nil {
@@ -596,7 +596,7 @@ func benchGeometryErr(dev *gpu.Device, name string, o benchOpts, res *benchResul
 		}
 		res.GradNorm = gn
 		nstep++
-		if err := nvgkit.Adam(net, adam, nstep); err != nil {
+		if err := nvgkit.Adam(net, opt, 1e-4, nstep); err != nil {
 			return err
 		}
 		if o.signs {

@@ -22,6 +22,7 @@ import (
 	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
+	"github.com/nvg-project/nvg/nvgkit/optim"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 	"github.com/nvg-project/nvg/nvgkit/train"
 	"github.com/nvg-project/nvg/nvgkit/ui"
@@ -123,7 +124,7 @@ func runDistill(args []string) error {
 		if err != nil {
 			return usagef("--resume %s: %v (not an nvg distill output directory?)", cli.resume, err)
 		}
-		s = distillSettings{}
+		s = distillSettings{Config: train.TrainConfig{Settings: optim.Default()}} // a file written before the Adam moments were recorded trained with the defaults
 		if err := json.Unmarshal(b, &s); err != nil {
 			return fmt.Errorf("--resume: %s: %w", distillSettingsFile, err)
 		}

@@ -319,6 +319,7 @@ func LoadCheckpoint(path string) (*Checkpoint, error) {
 		return nil, bad("%s checksum %s, want %q (corrupt)", ckptMetaKey, got, want)
 	}
 	c := &Checkpoint{Tensors: make(map[string][]float32, len(sf.Tensors))}
+	presetOptimizer(&c.Meta.Config)
 	if err := json.Unmarshal([]byte(mj), &c.Meta); err != nil {
 		return nil, bad("%s: %v", ckptMetaKey, err)
 	}

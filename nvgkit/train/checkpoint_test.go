@@ -3,6 +3,7 @@ package train
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/nvg-project/nvg/nvgkit/optim"
 	"math"
 	"os"
 	"path/filepath"
@@ -154,7 +155,7 @@ func TestLatestCheckpoint(t *testing.T) {
 // learning rates of the steps already planned are the same bit for bit and the steps after
 // run at the floor MinLRFrac·LR; fewer steps are refused.
 func TestCheckpointExtend(t *testing.T) {
-	cfg := TrainConfig{Steps: 10, LR: 0.5, Warmup: 2, MinLRFrac: 0.2}.Resolved()
+	cfg := TrainConfig{Steps: 10, Settings: optim.Settings{LR: 0.5, Warmup: 2, MinLRFrac: 0.2}}.Resolved()
 	ck := &Checkpoint{Meta: CheckpointMeta{Config: cfg}}
 	if err := ck.Extend(10); err == nil {
 		t.Error("Extend to the same steps accepted")

@@ -67,8 +67,7 @@ func checkMetrics(t *testing.T, recs []train.MetricsRecord, cfg train.TrainConfi
 // clipping at clip.
 func metricsTrainer(t *testing.T, clip float64) (train.TrainConfig, *train.Trainer) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
-	cfg := train.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 1, MinLRFrac: 0.1, ClipNorm: clip, EvalEvery: 2,
-		EvalWindows: 2, Seed: 3, OutDir: t.TempDir()}
+	cfg := train.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, EvalEvery: 2, EvalWindows: 2, Seed: 3, OutDir: t.TempDir(), Settings: schedule(0.02, 1, 0.1, clip)}
 	tr, err := train.NewTrainer(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -19,9 +19,7 @@ import (
 func TestTrainerSignsResumeExact(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	dir := t.TempDir()
-	cfg := train.TrainConfig{Steps: 3, NB: 1, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalWindows: 1, Seed: 3, ClipNorm: 1,
-		CheckpointEvery: -1, TrainSigns: true,
-		Signs: nvgkit.SignConfig{Alpha: 8, Beta: 0.9, Tau: 16, MaxFlipFrac: 0.01, Seed: 5}}
+	cfg := train.TrainConfig{Steps: 3, NB: 1, T: 8, K: 4, EvalWindows: 1, Seed: 3, CheckpointEvery: -1, TrainSigns: true, Signs: nvgkit.SignConfig{Alpha: 8, Beta: 0.9, Tau: 16, MaxFlipFrac: 0.01, Seed: 5}, Settings: schedule(0.02, 1, 0, 1)}
 	flips := 0
 	run := func(cfg train.TrainConfig, stopAfter int) error {
 		tr, err := train.NewTrainer(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, cfg)

@@ -69,7 +69,7 @@ func TestSteadyStateMemory(t *testing.T) {
 	d, teacher, student := kittest.RobustNets(t)
 	trainIDs, heldOut := tokenStreams(t)
 	const warm = 20
-	cfg := train.TrainConfig{Steps: steps, NB: 1, Windows: 8, T: 4, K: 4, LR: 0.01, Warmup: 0, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 9, ClipNorm: 1, MinLRFrac: 0.1}
+	cfg := train.TrainConfig{Steps: steps, NB: 1, Windows: 8, T: 4, K: 4, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 9, Settings: schedule(0.01, 0, 0.1, 1)}
 	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ var ErrInterrupted = errors.New("nvgkit: training interrupted")
 
 // Trainer distils a Student net against a Teacher net (DESIGN.md §6) with the step
 // primitives: per step ZeroGrads, Step on NB windows against the teacher's cached top-k,
-// ClipGrads, Adam at LRAt(step). The run's training windows — Config.Windows (0:
+// ClipGrads, Adam at LRAt(step) with Config's optimizer settings. The run's training windows — Config.Windows (0:
 // Steps·NB) windows of T+1 tokens drawn by a data.Sampler seeded with Config.Seed, used in
 // order and cycled when fewer than Steps·NB — are drawn once at NewTrainer, and
 // the teacher's top-k for all of them is computed once (Prepare) and held in host memory
@@ -43,10 +43,6 @@ type Trainer struct {
 	// Config is the run's configuration, with Windows and CheckpointEvery resolved (their 0
 	// replaced by the number it stands for). Do not change it after NewTrainer.
 	Config TrainConfig
-	// Adam holds the optimizer's settings; LR and GainLR are scaled at every step by
-	// LRAt(step)/Config.LR. NewTrainer sets it to DefaultAdam() with LR = GainLR = Config.LR
-	// and Beta2 = 0.99, as in the PyTorch reference.
-	Adam nvgkit.AdamConfig
 	// OnStep, when not nil, is called after every step (from Run's goroutine).
 	OnStep func(StepInfo)
 	// OnGradients, when not nil, is called on every rank after step s's gradients are
@@ -140,8 +136,7 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 	if err != nil {
 		return nil, fmt.Errorf("train.NewTrainer: held-out stream: %w", err)
 	}
-	tr := &Trainer{Config: cfg, Adam: nvgkit.DefaultAdam(), teacher: teacher, student: student, windows: windows, eval: eval}
-	tr.Adam.LR, tr.Adam.GainLR, tr.Adam.Beta2 = cfg.LR, cfg.LR, 0.99 // the PyTorch reference's betas (0.9, 0.99)
+	tr := &Trainer{Config: cfg, teacher: teacher, student: student, windows: windows, eval: eval}
 	tr.st = CheckpointMeta{Version: ckptVersion, Config: cfg, WindowsHash: HashWindows(windows)}
 	nbp, err := tr.applyOptions(opts)
 	if err != nil {
@@ -719,16 +714,13 @@ func statFile(path string) (bool, error) {
 }
 
 // finishStep ends optimizer step s (the gradients are in place and, when ok, clipped): when
-// ok it applies Adam at learning rate lr (the gain's scaled as Config.Adam's), else it clears
+// ok it applies Adam at learning rate lr with the run's optimizer settings, else it clears
 // the gradients and counts the step as skipped; then it records the step's loss and gradient
 // norm. Trainer.step and Lab.AdamStep both end a step here, so they cannot drift apart.
 func (tr *Trainer) finishStep(s int, lr, loss, gradNorm float64, ok bool) (skipped bool, err error) {
 	c := tr.Config
 	if ok {
-		ac := tr.Adam
-		ac.LR = lr
-		ac.GainLR = tr.Adam.GainLR * lr / c.LR
-		if err := nvgkit.Adam(tr.student, ac, tr.st.AdamStep+1); err != nil {
+		if err := nvgkit.Adam(tr.student, c.Settings, lr, tr.st.AdamStep+1); err != nil {
 			return false, err
 		}
 		tr.st.AdamStep++

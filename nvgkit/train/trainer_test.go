@@ -63,7 +63,7 @@ func trainFixture(t *testing.T) (*gpu.Device, *nvgkit.Net, *cmf.Model, []int, []
 func TestTrainerShortRun(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	student := kittest.LoadStudent(t, d, sm)
-	cfg := train.TrainConfig{Steps: 6, NB: 4, T: 16, K: 8, LR: 0.01, Warmup: 1, EvalEvery: 3, EvalWindows: 4, Seed: 7, ClipNorm: 1, MinLRFrac: 0.1}
+	cfg := train.TrainConfig{Steps: 6, NB: 4, T: 16, K: 8, EvalEvery: 3, EvalWindows: 4, Seed: 7, Settings: schedule(0.01, 1, 0.1, 1)}
 	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ func TestTrainerResumeExact(t *testing.T) {
 	dir := t.TempDir()
 	topk := filepath.Join(dir, "topk.bin")
 	// 4 steps cycle twice through 4 windows (2 per step).
-	cfg := train.TrainConfig{Steps: 4, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 2, EvalWindows: 2, Seed: 3, TopKFile: topk, ClipNorm: 1, MinLRFrac: 0.1}
+	cfg := train.TrainConfig{Steps: 4, NB: 2, Windows: 4, T: 8, K: 4, EvalEvery: 2, EvalWindows: 2, Seed: 3, TopKFile: topk, Settings: schedule(0.02, 1, 0.1, 1)}
 	run := func(cfg train.TrainConfig, stopAfter int) (*train.Report, error) {
 		tr, err := train.NewTrainer(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, cfg)
 		if err != nil {
@@ -248,7 +248,7 @@ func TestTrainerResumeExact(t *testing.T) {
 func TestTrainerSkipsOneNaNStep(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	student := kittest.LoadStudent(t, d, sm)
-	cfg := train.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 0, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 5, ClipNorm: 1, MinLRFrac: 0.1}
+	cfg := train.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 5, Settings: schedule(0.02, 0, 0.1, 1)}
 	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +358,7 @@ func TestTrainerSkipsNonFinite(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	cfg := train.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 0, EvalEvery: 0, EvalWindows: 1, OutDir: out, ClipNorm: 1, MinLRFrac: 0.1, Seed: 1}
+	cfg := train.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, EvalEvery: 0, EvalWindows: 1, OutDir: out, Seed: 1, Settings: schedule(0.02, 0, 0.1, 1)}
 	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -400,8 +400,8 @@ func TestTrainerSkipsNonFinite(t *testing.T) {
 func TestTrainerExtendExact(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	dir := t.TempDir()
-	base := train.TrainConfig{Steps: 2, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, MinLRFrac: 0.1, Keep: 2, EvalEvery: 1, EvalWindows: 2, Seed: 3,
-		TopKFile: filepath.Join(dir, "topk.bin"), KeepFinal: true} // final weights are compared
+	base := train.TrainConfig{Steps: 2, NB: 2, Windows: 4, T: 8, K: 4, Keep: 2, EvalEvery: 1, EvalWindows: 2, Seed: 3,
+		TopKFile: filepath.Join(dir, "topk.bin"), KeepFinal: true, Settings: schedule(0.02, 1, 0.1, 0)} // final weights are compared
 	planned := base
 	planned.Steps, planned.ScheduleSteps = 4, 2
 	student := kittest.LoadStudent(t, d, sm)
@@ -492,7 +492,7 @@ func TestTrainerExtendExact(t *testing.T) {
 // same losses and held-out perplexity, bit for bit.
 func TestTrainerActivationBudget(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
-	base := train.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 0, EvalWindows: 2, Seed: 3, ClipNorm: 1, MinLRFrac: 0.1}
+	base := train.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, EvalEvery: 0, EvalWindows: 2, Seed: 3, Settings: schedule(0.02, 1, 0.1, 1)}
 	student := kittest.LoadStudent(t, d, sm)
 	acts := nvgkit.KeptActivationBytes(student, base.NB, base.T)
 	c := nvgkit.KeptBLROutputBytes(student, base.NB, base.T)
