@@ -12,7 +12,7 @@ import (
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/internal/atomicfile"
-	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func init() {
@@ -118,7 +118,7 @@ func runCompress(args []string) error {
 		where += " on " + devName
 	}
 	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d, SVD products %s\n", modelName(path), *bpw, pm, *seed, where)
-	bar := nvgkit.NewProgress(os.Stderr, "compress")
+	bar := train.NewProgress(os.Stderr, "compress")
 	start := time.Now()
 	student, reports, err := compress.ModelOn(dev, teacher, opt, func(done, total int, name string) {
 		bar.Update(done, total, name)

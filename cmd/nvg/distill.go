@@ -291,7 +291,7 @@ func writeDistillSettings(out string, s distillSettings) error {
 // between a run and its --resume.
 type distillOptions struct {
 	streamTeacher bool       // LoadNet(…, StreamLayers()) for the teacher
-	memLog        string     // CSV file of nvgkit.MemLogger samples ("" = none)
+	memLog        string     // CSV file of train.MemLogger samples ("" = none)
 	memEvery      int        // steps between samples
 	comm          train.Comm // the data-parallel ranks (startMPI; SingleProcess alone)
 }
@@ -312,15 +312,15 @@ func checkMemLog(path string) error {
 	if st, err := f.Stat(); err == nil && st.IsDir() {
 		return usagef("--mem-log %s is a directory; give a file", path)
 	}
-	head := make([]byte, len(nvgkit.MemLogHeader)+1)
+	head := make([]byte, len(train.MemLogHeader)+1)
 	n, _ := io.ReadFull(f, head)
-	if n > 0 && string(head[:n]) != nvgkit.MemLogHeader+"\n" {
-		return usagef("--mem-log %s exists and is not a memory log (its first line is not %q): give a new file", path, nvgkit.MemLogHeader)
+	if n > 0 && string(head[:n]) != train.MemLogHeader+"\n" {
+		return usagef("--mem-log %s exists and is not a memory log (its first line is not %q): give a new file", path, train.MemLogHeader)
 	}
 	return nil
 }
 
-func openMemLog(path string, dev *gpu.Device, tokensPerStep int) (*os.File, *nvgkit.MemLogger, error) {
+func openMemLog(path string, dev *gpu.Device, tokensPerStep int) (*os.File, *train.MemLogger, error) {
 	if err := checkMemLog(path); err != nil {
 		return nil, nil, err
 	}
@@ -333,7 +333,7 @@ func openMemLog(path string, dev *gpu.Device, tokensPerStep int) (*os.File, *nvg
 		f.Close()
 		return nil, nil, fmt.Errorf("--mem-log: %w", err)
 	}
-	ml, err := nvgkit.NewMemLogger(f, dev, tokensPerStep, st.Size() == 0)
+	ml, err := train.NewMemLogger(f, dev, tokensPerStep, st.Size() == 0)
 	if err != nil {
 		f.Close()
 		return nil, nil, fmt.Errorf("--mem-log %s: %w", path, err)
@@ -503,7 +503,7 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 			return usagef("--%v", err)
 		}
 		fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s\n", modelName(s.Teacher), s.BPW, pm)
-		bar := nvgkit.NewProgress(os.Stderr, "compress")
+		bar := train.NewProgress(os.Stderr, "compress")
 		var barMu sync.Mutex
 		t0 = time.Now()
 		// compress.Model cannot be cancelled: it runs in a goroutine that an interrupt leaves behind
@@ -613,7 +613,7 @@ func distill(s distillSettings, out string, res *resumePoint, opts distillOption
 	tr.TeacherID = modelName(s.Teacher)
 	if tr.Rank() == 0 { // the other ranks of a data-parallel run train silently
 		tr.Log = os.Stderr
-		tr.Progress = nvgkit.NewProgress(os.Stderr, "distill")
+		tr.Progress = train.NewProgress(os.Stderr, "distill")
 	}
 	cfg := tr.Config
 	fmt.Fprintf(os.Stderr, "distilling: %d steps × %d windows × %d tokens, top-%d, lr %g, held-out %d windows × %d tokens\n",

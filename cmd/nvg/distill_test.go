@@ -15,7 +15,6 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu/gputest"
-	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
@@ -91,11 +90,11 @@ func TestDistillSmall(t *testing.T) {
 		t.Fatalf("nvg %v: exit %d", args, code)
 	}
 	// The memory log: a header and one sample before the first step and after each.
-	samples, err := nvgkit.ReadMemLog(out + "-mem.csv")
+	samples, err := train.ReadMemLog(out + "-mem.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if raw, _ := os.ReadFile(out + "-mem.csv"); !strings.HasPrefix(string(raw), nvgkit.MemLogHeader+"\n") || len(samples) != 3 ||
+	if raw, _ := os.ReadFile(out + "-mem.csv"); !strings.HasPrefix(string(raw), train.MemLogHeader+"\n") || len(samples) != 3 ||
 		samples[0].Step != 0 || samples[2].Step != 2 || samples[2].GPUCurrent == 0 || !(samples[2].TokensPerSec > 0) {
 		t.Errorf("memory log %q: %+v", raw, samples)
 	}

@@ -188,7 +188,7 @@ func runEval(args []string) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "evaluating %s on %d windows × %d tokens of the %s (%s)\n", modelName(path), len(windows), *ef.t, what, label)
-	bar := nvgkit.NewProgress(os.Stderr, "eval")
+	bar := train.NewProgress(os.Stderr, "eval")
 	start := time.Now()
 	var tokens int
 	sum, count, err := nll(func(done, total int) {

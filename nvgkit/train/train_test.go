@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/optim"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
@@ -168,14 +167,14 @@ func TestReportJSON(t *testing.T) {
 }
 
 func TestETA(t *testing.T) {
-	if got := nvgkit.ETA(10*time.Second, 2, 10); got != 40*time.Second {
+	if got := train.ETA(10*time.Second, 2, 10); got != 40*time.Second {
 		t.Errorf("ETA = %v", got)
 	}
-	if nvgkit.ETA(time.Second, 0, 10) != 0 || nvgkit.ETA(time.Second, 10, 10) != 0 {
+	if train.ETA(time.Second, 0, 10) != 0 || train.ETA(time.Second, 10, 10) != 0 {
 		t.Error("ETA at the ends")
 	}
 	for d, want := range map[time.Duration]string{7 * time.Second: "7s", 245 * time.Second: "4m05s", 3723 * time.Second: "1h02m03s"} {
-		if got := nvgkit.FormatDuration(d); got != want {
+		if got := train.FormatDuration(d); got != want {
 			t.Errorf("FormatDuration(%v) = %q, want %q", d, got, want)
 		}
 	}

@@ -53,7 +53,7 @@ type Trainer struct {
 	OnGradients func(c Comm, s int) error
 	// Progress, when not nil, shows the teacher pass and the steps with the loss and ETA
 	// (see NewProgress).
-	Progress nvgkit.Progress
+	Progress Progress
 	// Log, when not nil, receives one line per phase (teacher pass, evaluations, checkpoints);
 	// a Progress with a Clear method (the terminal bar) is cleared before each line.
 	Log io.Writer
@@ -340,7 +340,7 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 		if tr.Progress != nil {
 			done := i + len(ws)
 			el := time.Since(start)
-			tr.Progress.Update(done, n, fmt.Sprintf("teacher %.0f tok/s, ETA %s", float64(done*c.T)/el.Seconds(), nvgkit.FormatDuration(nvgkit.ETA(el, done, n))))
+			tr.Progress.Update(done, n, fmt.Sprintf("teacher %.0f tok/s, ETA %s", float64(done*c.T)/el.Seconds(), FormatDuration(ETA(el, done, n))))
 		}
 	}
 	secs := time.Since(start).Seconds()
@@ -535,9 +535,9 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 			}
 		}
 		el := time.Since(loopStart)
-		info.Elapsed, info.ETA = el, nvgkit.ETA(el, s-first, c.Steps-first)
+		info.Elapsed, info.ETA = el, ETA(el, s-first, c.Steps-first)
 		if tr.Progress != nil {
-			status := fmt.Sprintf("loss %.4f lr %.2e ETA %s", info.Loss, info.LR, nvgkit.FormatDuration(info.ETA))
+			status := fmt.Sprintf("loss %.4f lr %.2e ETA %s", info.Loss, info.LR, FormatDuration(info.ETA))
 			if info.EvalPPL > 0 {
 				status += fmt.Sprintf(" ppl %.2f", info.EvalPPL)
 			}
@@ -548,7 +548,7 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 		}
 	}
 	if tr.Progress != nil {
-		tr.Progress.Finish(fmt.Sprintf("%d steps in %s", c.Steps, nvgkit.FormatDuration(time.Since(start))))
+		tr.Progress.Finish(fmt.Sprintf("%d steps in %s", c.Steps, FormatDuration(time.Since(start))))
 	}
 	if !c.KeepFinal && tr.best != nil && tr.st.BestStep != tr.st.Step {
 		if err := nvgkit.Restore(tr.student, tr.best); err != nil {
