@@ -74,6 +74,8 @@ type Lab interface {
 	//
 	// Errors: Setup.Validate's; a missing model, tokenizer or corpus file; a student of
 	// another architecture; GPU errors (out of memory names the sizes).
+	//
+	//lab:nohook
 	Setup(s Setup, opts ...Option) (Info, error)
 	// Info returns the sizes, names and state of a set-up Lab (Info.Ready false and the rest
 	// zero before Setup).
@@ -231,6 +233,8 @@ type Lab interface {
 	// step replays the same windows at the same learning rate, bit for bit) and history.
 	// Gradients and captured sign gradients are left as they are. Errors: an unknown tag
 	// (listing the tags there are).
+	//
+	//lab:nohook
 	Restore(tag string) error
 	// Snapshots returns the tags of the stored snapshots, sorted.
 	Snapshots() ([]string, error)
@@ -238,9 +242,13 @@ type Lab interface {
 	// too —, Adam moments, step counters, history and the settings) atomically to dir/checkpoint-NNNNNN.safetensors (NNNNNN: the step) and
 	// returns the file's path; Setup with Resume set to the file or the directory restores it.
 	// dir is created when missing.
+	//
+	//lab:abspath dir
 	Checkpoint(dir string) (path string, err error)
 	// Export writes the student as it is now to path as a .cmf file (its metric scales
 	// rounded to f16, as nvg distill's student.cmf), atomically.
+	//
+	//lab:abspath path
 	Export(path string) error
 
 	// Eval returns the held-out mean next-token loss and perplexity of the student (and the
@@ -253,7 +261,8 @@ type Lab interface {
 	// HiddenStates returns the hidden states of one window in the teacher or the student:
 	// layer index 0 is the embedding, l = 1 … L−1 the output of decoder layer l−1 (the
 	// residual stream), L (Info.Layers) the last layer's output after the final norm (the
-	// head's input), as nvgkit.Trace. layers nil means all L+1. Errors: an unknown net, a bad
+	// head's input), as nvgkit.Trace. layers nil means all L+1 (an empty non-nil list
+	// travels to a session as nil: all layers). Errors: an unknown net, a bad
 	// window (see Window), a layer index outside 0…L.
 	HiddenStates(net NetKind, w Window, layers []int) (HiddenStates, error)
 	// Logits returns the full next-token logits [vocab] (f32) of the teacher or the student at
