@@ -135,14 +135,14 @@ func TestDistillSmall(t *testing.T) {
 		p.Adapter == "" || p.Backend == "" || p.Driver == "" || p.CompressProducts != "cpu-f64" {
 		t.Errorf("report provenance %+v, want commit %s", p, head)
 	}
-	var settings distillSettings
-	if b, err := os.ReadFile(filepath.Join(out, distillSettingsFile)); err != nil || json.Unmarshal(b, &settings) != nil {
+	var settings train.RunFile
+	if b, err := os.ReadFile(filepath.Join(out, train.RunFileName)); err != nil || json.Unmarshal(b, &settings) != nil {
 		t.Errorf("distill.json: %v", err)
 	} else if p := settings.Provenance; p == nil || *p != *rep.Provenance {
 		t.Errorf("distill.json provenance %+v, report's %+v", p, rep.Provenance)
 	}
 	// distill.json holds the effective settings: the file's, the flags', the defaults.
-	if c := settings.Config; settings.Paths != "1" || settings.BPW != 0.5 || c.Steps != 2 || c.K != 8 || c.EvalWindows != 2 || c.NB != 2 || c.T != 16 ||
+	if c := settings.Train; settings.Paths != "1" || settings.BitsPerWeight != 0.5 || c.Steps != 2 || c.K != 8 || c.EvalWindows != 2 || c.NB != 2 || c.T != 16 ||
 		c.EvalEvery != 1 || c.LR != 0.05 || c.Warmup != 3 || c.ClipNorm != 1 || c.MinLRFrac != 0.1 || c.OutDir != out {
 		t.Errorf("distill.json settings %+v", settings)
 	}
@@ -198,7 +198,7 @@ func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(3 * time.Minute)
-	for !hasCheckpoint(out) && time.Now().Before(deadline) {
+	for !train.HasCheckpoint(out) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err := cmd.Process.Signal(sig); err != nil {

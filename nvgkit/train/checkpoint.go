@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nvg-project/nvg/nvgkit"
 	"hash/crc32"
 	"io"
 	"math"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/internal/atomicfile"
+	"github.com/nvg-project/nvg/nvgkit"
 )
 
 // CheckpointMeta is the JSON part of a training checkpoint: everything Resume needs besides

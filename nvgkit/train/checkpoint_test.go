@@ -3,7 +3,6 @@ package train
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/nvg-project/nvg/nvgkit/optim"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/nvgkit/optim"
 )
 
 func TestCheckpointAtomic(t *testing.T) {

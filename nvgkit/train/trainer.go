@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/nvgkit"
-
 	"github.com/nvg-project/nvg/nvgkit/data"
 )
 
@@ -243,6 +242,21 @@ func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Ch
 func (tr *Trainer) Close() {
 	tr.sWork.Release()
 	tr.tWork.Release()
+}
+
+// Works returns the teacher's and the student's work buffers (NB windows of T tokens each, NB
+// this rank's share of a data-parallel step), for measuring a pass on them (nvg bench).
+func (tr *Trainer) Works() (teacher, student *nvgkit.Work) { return tr.tWork, tr.sWork }
+
+// TrainStep runs the next optimizer step as Run does — the step's batch from the cached
+// teacher top-k, the forward and backward (summed over the ranks), clipping, Adam at LRAt,
+// the sign flips — without evaluations, checkpoints, metrics or progress (nvg bench times
+// it). Prepare must have run. Errors: no top-k yet, and the step's errors.
+func (tr *Trainer) TrainStep() (StepInfo, error) {
+	if tr.cache == nil {
+		return StepInfo{}, errors.New("train.Trainer.TrainStep: the teacher's top-k is not there yet (call Prepare first)")
+	}
+	return tr.step(tr.st.Step + 1)
 }
 
 // Step returns the number of optimizer steps done.
