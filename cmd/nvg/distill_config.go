@@ -171,8 +171,8 @@ func loadDistillConfig(path string, s *train.RunFile) error {
 		var te *json.UnmarshalTypeError
 		var se *json.SyntaxError
 		switch {
-		case errors.As(err, &te):
-			return usagef("--config %s: field %q is a JSON %s, want %s", path, te.Field, te.Value, jsonKind(te.Type.Kind().String()))
+		case errors.As(err, &te): // (the fields of the embedded train.Setup are named "Setup.…")
+			return usagef("--config %s: field %q is a JSON %s, want %s", path, strings.TrimPrefix(te.Field, "Setup."), te.Value, jsonKind(te.Type.Kind().String()))
 		case errors.As(err, &se):
 			return usagef("--config %s: not JSON at byte %d: %v", path, se.Offset, err)
 		case errors.Is(err, io.ErrUnexpectedEOF):
