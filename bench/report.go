@@ -629,28 +629,31 @@ func renderMarkdown(w io.Writer, rep, before *Report, peer *peerRun, cpu *Report
 	fmt.Fprintln(w, "One profiled step per geometry (one compute pass per dispatch with timestamps between them, so the")
 	fmt.Fprintln(w, "total is a little above the unprofiled step). Rates from the costs the kernels declare.")
 	fmt.Fprintln(w)
-	for _, r := range rep.Results {
-		if r.Student == nil || len(r.Student.Profile) == 0 {
-			continue
-		}
-		bp := profiledPhase(before, r, true)
-		fmt.Fprintf(w, "### %s student step (%.1f ms of GPU time%s)\n\n", r.Geom, r.Student.ProfileMS, beforeMS(bp))
-		kernelTable(w, r.Student.Profile, profileOf(bp), 15, rep.PeakTFLOPs, rep.PeakGBps)
-	}
+	profileTables(w, rep, before, true, 15)
 	fmt.Fprintln(w, "## Where the teacher pass's GPU time goes")
 	fmt.Fprintln(w)
-	for _, r := range rep.Results {
-		if r.Teacher == nil || len(r.Teacher.Profile) == 0 {
-			continue
-		}
-		bp := profiledPhase(before, r, false)
-		fmt.Fprintf(w, "### %s teacher pass, %s (%.1f ms of GPU time%s)\n\n", r.Geom, r.TeacherMode, r.Teacher.ProfileMS, beforeMS(bp))
-		kernelTable(w, r.Teacher.Profile, profileOf(bp), 10, rep.PeakTFLOPs, rep.PeakGBps)
-	}
+	profileTables(w, rep, before, false, 10)
 	return renderCPU(w, cpu)
 }
 
 // renderCPU writes the CPU-adapter section.
+// profileTables writes a kernel table (its first rows rows) per geometry of the student step
+// (student) or the teacher pass, against the earlier run's when there is one.
+func profileTables(w io.Writer, rep, before *Report, student bool, rows int) {
+	for _, r := range rep.Results {
+		ph, what := r.Teacher, "teacher pass, "+r.TeacherMode
+		if student {
+			ph, what = r.Student, "student step"
+		}
+		if ph == nil || len(ph.Profile) == 0 {
+			continue
+		}
+		bp := profiledPhase(before, r, student)
+		fmt.Fprintf(w, "### %s %s (%.1f ms of GPU time%s)\n\n", r.Geom, what, ph.ProfileMS, beforeMS(bp))
+		kernelTable(w, ph.Profile, profileOf(bp), rows, rep.PeakTFLOPs, rep.PeakGBps)
+	}
+}
+
 func renderCPU(w io.Writer, cpu *Report) error {
 	fmt.Fprintln(w, "## CPU adapter (Mesa lavapipe), tiny geometry")
 	fmt.Fprintln(w)

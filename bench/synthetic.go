@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
 	"sync"
@@ -88,34 +89,15 @@ const Paths = 2
 // dimensions above 64, as the peer's to_student (in_proj_a/b stay dense f16, frozen).
 func IsBLR(m, n int) bool { return m > 64 && n > 64 }
 
-// Tensor roles: the second half of each tensor's seed (with the layer index).
+// Tensor roles: the second half of each tensor's seed (with the layer index). The gaps are
+// retired roles (the teacher's old query/gate split of q_proj and the q, k, v splits of
+// in_proj_qkv and conv1d, before the one layout), kept so that every other tensor keeps its
+// seed. BLR tensors use roleBLR + 16·role + 8·path + {0: h, 1: g, 2: ℓ, 3: U, 4: V}.
 const (
-	roleInNorm = iota + 1
-	rolePostNorm
-	roleGate
-	roleUp
-	roleDown
-	roleQ // q_proj (whole)
-	_     // (the teacher's old query/gate split; the blank keeps later roles' seeds)
-	roleK
-	roleV
-	roleO
-	roleQNorm
-	roleKNorm
-	roleQKVq // in_proj_qkv (whole)
-	_        // (in_proj_qkv k rows, before the one layout)
-	_        // (in_proj_qkv v rows)
-	roleZ
-	roleA
-	roleB
-	roleOut
-	roleConvQ // conv1d (whole)
-	_         // (conv1d k channels, before the one layout)
-	_         // (conv1d v channels)
-	roleALog
-	roleDtBias
-	roleGNorm
-	roleBLR = 64 // BLR tensors: roleBLR + 16·role + 8·path + {0: h, 1: g, 2: ℓ, 3: U, 4: V}
+	roleInNorm, rolePostNorm, roleGate, roleUp, roleDown, roleQ = 1, 2, 3, 4, 5, 6
+	roleK, roleV, roleO, roleQNorm, roleKNorm, roleQKVq         = 8, 9, 10, 11, 12, 13
+	roleZ, roleA, roleB, roleOut, roleConvQ                     = 16, 17, 18, 19, 20
+	roleALog, roleDtBias, roleGNorm, roleBLR                    = 23, 24, 25, 64
 )
 
 // NewNet builds a net of architecture cfg with random weights made on the GPU by
@@ -187,35 +169,27 @@ func (s *source) BeginLayer(layer int) error {
 		return nil
 	}
 	T := s.cfg.Layer(layer)
-	proj := func(t arch.Tensor, role int) {
+	s.full = T.SelfAttn != nil
+	gains := map[int]arch.Tensor{roleInNorm: T.InputLayernorm, rolePostNorm: T.PostAttentionLayernorm}
+	projs := map[int]arch.Tensor{roleGate: T.MLP.GateProj, roleUp: T.MLP.UpProj, roleDown: T.MLP.DownProj}
+	if a := T.SelfAttn; a != nil {
+		maps.Copy(projs, map[int]arch.Tensor{roleQ: a.QProj, roleK: a.KProj, roleV: a.VProj, roleO: a.OProj})
+		maps.Copy(gains, map[int]arch.Tensor{roleQNorm: a.QNorm, roleKNorm: a.KNorm})
+	} else {
+		d := T.LinearAttn
+		maps.Copy(projs, map[int]arch.Tensor{roleQKVq: d.InProjQKV, roleZ: d.InProjZ, roleB: d.InProjB, roleA: d.InProjA, roleOut: d.OutProj})
+		add(d.Conv1d, roleConvQ, -0.5, 0.5)
+		add(d.ALog, roleALog, -2, 0)
+		add(d.DtBias, roleDtBias, -1, 0)
+		add(d.Norm, roleGNorm, 0.9, 1.1)
+	}
+	for role, t := range gains { // w of the zero-centred (1 + w)
+		add(t, role, -0.1, 0.1)
+	}
+	for role, t := range projs { // unit gain on unit-RMS inputs
 		a := math.Sqrt(3 / float64(t.Shape[1]))
 		add(t, role, -a, a)
 	}
-	add(T.InputLayernorm, roleInNorm, -0.1, 0.1)
-	add(T.PostAttentionLayernorm, rolePostNorm, -0.1, 0.1)
-	proj(T.MLP.GateProj, roleGate)
-	proj(T.MLP.UpProj, roleUp)
-	proj(T.MLP.DownProj, roleDown)
-	s.full = T.SelfAttn != nil
-	if a := T.SelfAttn; a != nil {
-		proj(a.QProj, roleQ)
-		proj(a.KProj, roleK)
-		proj(a.VProj, roleV)
-		proj(a.OProj, roleO)
-		add(a.QNorm, roleQNorm, -0.1, 0.1)
-		add(a.KNorm, roleKNorm, -0.1, 0.1)
-		return nil
-	}
-	d := T.LinearAttn
-	proj(d.InProjQKV, roleQKVq)
-	proj(d.InProjZ, roleZ)
-	proj(d.InProjB, roleB)
-	proj(d.InProjA, roleA)
-	proj(d.OutProj, roleOut)
-	add(d.Conv1d, roleConvQ, -0.5, 0.5)
-	add(d.ALog, roleALog, -2, 0)
-	add(d.DtBias, roleDtBias, -1, 0)
-	add(d.Norm, roleGNorm, 0.9, 1.1)
 	return nil
 }
 

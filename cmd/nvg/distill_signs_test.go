@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
@@ -44,10 +43,8 @@ func TestDistillSignFlags(t *testing.T) {
 func TestDistillTrainSigns(t *testing.T) {
 	gputest.Open(t)
 	t.Setenv("NVG_CACHE", t.TempDir())
-	src := filepath.Join(runtime.GOROOT(), "src")
-	out := filepath.Join(t.TempDir(), "run")
-	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
-		"--steps", "2", "--nb", "2", "--t", "16", "--k", "8", "--eval-windows", "1", "--train-signs", "--sign-tau", "1", "--sign-max-flip", "0.01", "-o", out}
+	out, args := goDistill(t,
+		"--steps", "2", "--nb", "2", "--t", "16", "--k", "8", "--eval-windows", "1", "--train-signs", "--sign-tau", "1", "--sign-max-flip", "0.01")
 	if code := run(args); code != 0 {
 		t.Fatalf("nvg %v: exit %d", args, code)
 	}

@@ -186,10 +186,8 @@ func TestDistillInterruptResume(t *testing.T) {
 func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 	cache := t.TempDir()
 	t.Setenv("NVG_CACHE", cache)
-	src := filepath.Join(runtime.GOROOT(), "src")
-	out := filepath.Join(t.TempDir(), "run")
-	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
-		"--paths", "1", "--bpw", "0.5", "--steps", "6", "--nb", "2", "--t", "8", "--k", "4", "--eval-every", "1", "--eval-windows", "1", "-o", out}
+	out, args := goDistill(t,
+		"--paths", "1", "--bpw", "0.5", "--steps", "6", "--nb", "2", "--t", "8", "--k", "4", "--eval-every", "1", "--eval-windows", "1")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDistillChild$")
 	cmd.Env = append(os.Environ(), "NVG_DISTILL_CHILD=1", "NVG_DISTILL_ARGS="+strings.Join(args, "\x1f"))
 	var stderr bytes.Buffer
@@ -252,10 +250,8 @@ func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 // nothing was trained, writes no checkpoint and exits 130.
 func TestDistillInterruptBeforeTraining(t *testing.T) {
 	t.Setenv("NVG_CACHE", t.TempDir())
-	src := filepath.Join(runtime.GOROOT(), "src")
-	out := filepath.Join(t.TempDir(), "run")
-	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
-		"--paths", "1", "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "8", "--k", "4", "--eval-windows", "1", "-o", out}
+	out, args := goDistill(t,
+		"--paths", "1", "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "8", "--k", "4", "--eval-windows", "1")
 	var phases []string
 	distillPhaseHook = func(phase string) {
 		phases = append(phases, phase)
@@ -330,11 +326,9 @@ func TestDistillFailureLeavesNoOutput(t *testing.T) {
 func TestDistillResumeReuse(t *testing.T) {
 	gputest.Open(t)
 	t.Setenv("NVG_CACHE", t.TempDir())
-	src := filepath.Join(runtime.GOROOT(), "src")
-	out := filepath.Join(t.TempDir(), "run")
-	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
+	out, args := goDistill(t,
 		"--paths", "1", "--bpw", "0.5", "--steps", "4", "--nb", "2", "--t", "8", "--k", "4", "--eval-every", "2", "--eval-windows", "1",
-		"--checkpoint-every", "1", "--keep", "10", "-o", out}
+		"--checkpoint-every", "1", "--keep", "10")
 	if _, stderr, code := capture(t, args); code != 0 {
 		t.Fatalf("nvg %v: exit %d\n%s", args, code, stderr)
 	}
@@ -418,4 +412,14 @@ func TestDistillResumeReuse(t *testing.T) {
 	if code == 0 || len(phases) != 0 || !strings.Contains(stderr, "no valid checkpoint in "+out) {
 		t.Errorf("--resume with no valid checkpoint: exit %d, phases %v\n%s", code, phases, stderr)
 	}
+}
+
+// goDistill returns a new output directory and the arguments of an nvg distill run into it
+// on two files of the Go source tree (strings.go to train on, sort.go held out) with the
+// flags extra.
+func goDistill(t *testing.T, extra ...string) (out string, args []string) {
+	src := filepath.Join(runtime.GOROOT(), "src")
+	out = filepath.Join(t.TempDir(), "run")
+	args = []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"), "-o", out}
+	return out, append(args, extra...)
 }

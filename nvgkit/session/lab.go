@@ -298,15 +298,12 @@ const (
 	Student
 )
 
-// String is "teacher" or "student".
+// String is "teacher" or "student" (for a value that is neither, "NetKind(n)").
 func (k NetKind) String() string {
-	switch k {
-	case Teacher:
-		return "teacher"
-	case Student:
-		return "student"
+	if !k.Valid() {
+		return fmt.Sprintf("NetKind(%d)", int(k))
 	}
-	return fmt.Sprintf("NetKind(%d)", int(k))
+	return [...]string{Teacher: "teacher", Student: "student"}[k]
 }
 
 // Valid reports whether k is Teacher or Student.
@@ -467,30 +464,29 @@ func (s Setup) Validate() error {
 		return fmt.Errorf("session: Setup.Paths = %q, want \"auto\", \"1\" or \"2\"", s.Paths)
 	case (s.TrainFiles == nil) != (s.EvalFiles == nil):
 		return errors.New("session: Setup.TrainFiles and Setup.EvalFiles go together (both nil: the embedded corpus)")
-	case t.Steps < 1:
-		return fmt.Errorf("session: Setup.Train.Steps = %d, want ≥ 1 (start from DefaultSetup())", t.Steps)
-	case t.NB < 1:
-		return fmt.Errorf("session: Setup.Train.NB = %d, want ≥ 1", t.NB)
-	case t.T < 1:
-		return fmt.Errorf("session: Setup.Train.T = %d, want ≥ 1", t.T)
-	case t.Windows < 0 || t.Windows%t.NB != 0:
-		return fmt.Errorf("session: Setup.Train.Windows = %d, want 0 (Steps·NB) or a positive multiple of NB = %d", t.Windows, t.NB)
-	case t.K < 1 || t.K > 64:
-		return fmt.Errorf("session: Setup.Train.K = %d, want 1…64", t.K)
-	case !(t.LR > 0) || math.IsInf(t.LR, 0):
-		return fmt.Errorf("session: Setup.Train.LR = %g, want a finite value > 0", t.LR)
-	case t.Warmup < 0:
-		return fmt.Errorf("session: Setup.Train.Warmup = %d, want ≥ 0", t.Warmup)
-	case t.MinLRFrac > 1 || math.IsNaN(t.MinLRFrac):
-		return fmt.Errorf("session: Setup.Train.MinLRFrac = %g, want ≤ 1", t.MinLRFrac)
-	case !(t.ClipNorm >= 0) || math.IsInf(t.ClipNorm, 0):
-		return fmt.Errorf("session: Setup.Train.ClipNorm = %g, want a finite value ≥ 0 (0: no clipping)", t.ClipNorm)
-	case t.EvalWindows < 1:
-		return fmt.Errorf("session: Setup.Train.EvalWindows = %d, want ≥ 1", t.EvalWindows)
-	case t.ScheduleSteps < 0:
-		return fmt.Errorf("session: Setup.Train.ScheduleSteps = %d, want ≥ 0 (0: Steps)", t.ScheduleSteps)
-	case t.ActivationBudget < 0:
-		return fmt.Errorf("session: Setup.Train.ActivationBudget = %d, want ≥ 0 bytes (0: keep only with KeepActivations)", t.ActivationBudget)
+	}
+	for _, r := range []struct {
+		bad   bool
+		field string
+		value any
+		want  string
+	}{
+		{t.Steps < 1, "Steps", t.Steps, "≥ 1 (start from DefaultSetup())"},
+		{t.NB < 1, "NB", t.NB, "≥ 1"},
+		{t.T < 1, "T", t.T, "≥ 1"},
+		{t.Windows < 0 || t.NB > 0 && t.Windows%t.NB != 0, "Windows", t.Windows, fmt.Sprintf("0 (Steps·NB) or a positive multiple of NB = %d", t.NB)},
+		{t.K < 1 || t.K > 64, "K", t.K, "1…64"},
+		{!(t.LR > 0) || math.IsInf(t.LR, 0), "LR", t.LR, "a finite value > 0"},
+		{t.Warmup < 0, "Warmup", t.Warmup, "≥ 0"},
+		{t.MinLRFrac > 1 || math.IsNaN(t.MinLRFrac), "MinLRFrac", t.MinLRFrac, "≤ 1"},
+		{!(t.ClipNorm >= 0) || math.IsInf(t.ClipNorm, 0), "ClipNorm", t.ClipNorm, "a finite value ≥ 0 (0: no clipping)"},
+		{t.EvalWindows < 1, "EvalWindows", t.EvalWindows, "≥ 1"},
+		{t.ScheduleSteps < 0, "ScheduleSteps", t.ScheduleSteps, "≥ 0 (0: Steps)"},
+		{t.ActivationBudget < 0, "ActivationBudget", t.ActivationBudget, "≥ 0 bytes (0: keep only with KeepActivations)"},
+	} {
+		if r.bad {
+			return fmt.Errorf("session: Setup.Train.%s = %v, want %s", r.field, r.value, r.want)
+		}
 	}
 	return t.Signs.Validate()
 }

@@ -116,14 +116,7 @@ func TestTrainerMetrics(t *testing.T) {
 func TestTrainerMetricsResume(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	cfg, tr := metricsTrainer(t, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	tr.OnStep = func(i train.StepInfo) {
-		if i.Step == 2 {
-			cancel()
-		}
-	}
-	if _, err := tr.Run(ctx); !errors.Is(err, train.ErrInterrupted) {
+	if _, err := runUntil(tr, 2, nil); !errors.Is(err, train.ErrInterrupted) {
 		t.Fatalf("interrupted run: %v", err)
 	}
 	tr.Close()

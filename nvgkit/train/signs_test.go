@@ -27,17 +27,11 @@ func TestTrainerSignsResumeExact(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		tr.OnStep = func(i train.StepInfo) {
+		_, err = runUntil(tr, stopAfter, func(i train.StepInfo) {
 			for _, f := range i.SignFlips {
 				flips += f
 			}
-			if i.Step == stopAfter {
-				cancel()
-			}
-		}
-		_, err = tr.Run(ctx)
+		})
 		return err
 	}
 	cfg.OutDir = filepath.Join(dir, "straight")

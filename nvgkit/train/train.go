@@ -168,6 +168,8 @@ func (e *TrainConfigError) Error() string {
 // as a *TrainConfigError; nil when every field is in range.
 func (c TrainConfig) Validate() error {
 	bad := func(field string, v any, want string) error { return &TrainConfigError{field, v, want} }
+	oe := c.Settings.Validate() // the optimizer's fields, named as TrainConfig's
+	var fe *optim.FieldError
 	switch {
 	case c.Steps < 1:
 		return bad("Steps", c.Steps, "≥ 1")
@@ -179,15 +181,10 @@ func (c TrainConfig) Validate() error {
 		return bad("Windows", c.Windows, fmt.Sprintf("0 (Steps·NB) or a positive multiple of NB = %d", c.NB))
 	case c.K < 1 || c.K > 64:
 		return bad("K", c.K, "1…64")
-	}
-	if err := c.Settings.Validate(); err != nil {
-		var fe *optim.FieldError
-		if errors.As(err, &fe) {
-			return bad(fe.Field, fe.Value, fe.Want)
-		}
-		return err
-	}
-	switch {
+	case errors.As(oe, &fe):
+		return bad(fe.Field, fe.Value, fe.Want)
+	case oe != nil:
+		return oe
 	case c.EvalWindows < 1:
 		return bad("EvalWindows", c.EvalWindows, "≥ 1")
 	case c.Keep < 0:

@@ -121,14 +121,7 @@ func TestTrainerResumeExact(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		tr.OnStep = func(i train.StepInfo) {
-			if i.Step == stopAfter {
-				cancel()
-			}
-		}
-		return tr.Run(ctx)
+		return runUntil(tr, stopAfter, nil)
 	}
 	straight, err := run(cfg, -1)
 	if err != nil {
@@ -545,4 +538,20 @@ func TestTrainerActivationBudget(t *testing.T) {
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "ActivationBudget") {
 		t.Errorf("ActivationBudget −1: Validate = %v, want an error naming it", err)
 	}
+}
+
+// runUntil runs tr, interrupting it after step stop (a step it never reaches: to the end);
+// onStep, when not nil, sees every step first.
+func runUntil(tr *train.Trainer, stop int, onStep func(train.StepInfo)) (*train.Report, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr.OnStep = func(i train.StepInfo) {
+		if onStep != nil {
+			onStep(i)
+		}
+		if i.Step == stop {
+			cancel()
+		}
+	}
+	return tr.Run(ctx)
 }
