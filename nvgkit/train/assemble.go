@@ -75,8 +75,8 @@ type NetSource interface {
 // Env is how Assemble builds a run — where it logs and reports, which device, which ranks —
 // not what it computes: two Envs give the same run.
 type Env struct {
-	// Device is the GPU device to use; nil opens one at the "gpu" phase (OpenDevice, else
-	// gpu.Open), which Run.Close closes.
+	// Device is the GPU device to use (the caller's: Run.Close leaves it open); nil opens one
+	// at the "gpu" phase (OpenDevice, else gpu.Open), which is the run's: Run.Close closes it.
 	Device     *gpu.Device
 	OpenDevice func() (*gpu.Device, error)
 	// Log receives one line per phase (nil: none); Progress the corpus's and the
@@ -84,8 +84,8 @@ type Env struct {
 	Log      func(format string, a ...any)
 	Progress func(phase string, done, total int, status string)
 	// Phase, when not nil, is called at each phase boundary ("tokenizer", "corpus",
-	// "compress" or "reuse-student", "compressed", "gpu", "trainer"), before Assemble checks
-	// its context there.
+	// "load-student", or "compress" and "compressed", or "reuse-student"; "gpu", "trainer"),
+	// before Assemble checks its context there.
 	Phase func(name string)
 	// TokenCache is the corpus token cache directory ("" none; nvg's: TokenCacheDir()).
 	TokenCache string
@@ -343,7 +343,7 @@ func (a *assembly) student() error {
 		}
 	}
 	r.BitsPerWeight = compress.OverallBitsPerWeight(r.Reports)
-	if a.env.RunDir == "" {
+	if a.env.RunDir == "" || s.Student != "" {
 		return nil
 	}
 	m, err := cmf.Open(filepath.Join(a.env.RunDir, CompressedStudentFile))

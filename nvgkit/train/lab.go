@@ -302,8 +302,10 @@ func setupDiff(a, b session.Setup) string {
 	return "compression, tokenizer, corpus or resume settings differ"
 }
 
-// build makes the state of s. The Lab is not changed: with Replace, the old state is
-// released only once the new one is complete, so a failing Setup leaves the Lab as it was.
+// build makes the state of s (Assemble on the Lab's device, then the teacher pass and the
+// first evaluations). The Lab is not changed but for its device, opened by the first Setup:
+// with Replace, the old state is released only once the new one is complete, so a failing
+// Setup leaves the Lab as it was.
 func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, start time.Time) (_ *labState, err error) {
 	st := &labState{setup: s, teacherNLL: map[int]float64{}, snaps: map[string]*labSnapshot{}}
 	defer func() {
@@ -317,17 +319,14 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 		}
 	}
 	report("load", 0, 2)
+	if l.dev == nil { // the Lab keeps the device it opens across Setups (Close closes it)
+		if l.dev, err = gpu.Open(); err != nil {
+			return nil, fmt.Errorf("train.Lab.Setup: %w", err)
+		}
+		l.ownDev = true
+	}
 	env := Env{Device: l.dev, Log: l.log, TokenCache: l.cache,
 		Progress: func(phase string, done, total int, _ string) { report(phase, done, total) }}
-	if l.dev == nil {
-		env.OpenDevice = func() (*gpu.Device, error) { // the Lab keeps the device it opens across Setups
-			d, err := gpu.Open()
-			if err == nil {
-				l.dev, l.ownDev = d, true
-			}
-			return d, err
-		}
-	}
 	rs, err := labRunSetup(s)
 	if err != nil {
 		return nil, err
@@ -338,7 +337,6 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 		}
 		return nil, fmt.Errorf("train.Lab.Setup: %w", err)
 	}
-	st.run.ownDev = false // the Lab's device outlives the run (Lab.Close closes it)
 	r := st.run
 	st.student, st.tNet, st.sNet, st.tok, st.tr = r.StudentModel, r.Teacher, r.Student, r.Tokenizer, r.Trainer
 	st.info.Teacher, st.info.Student = ModelName(s.Teacher), s.Student
