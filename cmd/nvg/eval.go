@@ -14,7 +14,6 @@ import (
 	"github.com/nvg-project/nvg/host"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
-	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
@@ -50,7 +49,6 @@ func addEvalFlags(fs interface {
 
 // heldOutWindows tokenizes the held-out text and draws the evaluation windows.
 func (f evalFlags) heldOutWindows(modelPath string, cfg arch.Config) ([][]int, string, error) {
-	vocab := cfg.VocabSize
 	n := 0
 	if *f.windows != "all" {
 		v, err := strconv.Atoi(*f.windows)
@@ -62,16 +60,9 @@ func (f evalFlags) heldOutWindows(modelPath string, cfg arch.Config) ([][]int, s
 	if *f.t < 1 {
 		return nil, "", usagef("--t must be ≥ 1, got %d", *f.t)
 	}
-	raw, err := train.TokenizerJSON(*f.tokenizer, modelPath, &cfg, logf)
+	tok, err := train.OpenTokenizer(*f.tokenizer, modelPath, cfg, logf)
 	if err != nil {
 		return nil, "", err
-	}
-	tok, err := tokenizer.FromJSON(raw)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: %w", tokenizerName(*f.tokenizer), err)
-	}
-	if tok.VocabSize() > vocab {
-		return nil, "", fmt.Errorf("tokenizer has %d tokens but the model's vocab_size is %d", tok.VocabSize(), vocab)
 	}
 	var corpus *data.Corpus
 	what := "Go standard library held-out split"

@@ -212,13 +212,12 @@ func (s Setup) validate() error {
 
 // assembly is Assemble's state between its phases.
 type assembly struct {
-	ctx             context.Context
-	env             Env
-	log             func(format string, a ...any)
-	run             *Run
-	train, held     []int
-	studentFile     *FileDigest
-	compressedStart time.Time
+	ctx         context.Context
+	env         Env
+	log         func(format string, a ...any)
+	run         *Run
+	train, held []int
+	studentFile *FileDigest
 }
 
 // phase calls Env.Phase and stops the assembly when ctx is done.
@@ -248,25 +247,8 @@ func (a *assembly) models() error {
 	if err := a.phase("tokenizer"); err != nil {
 		return err
 	}
-	raw, err := TokenizerJSON(s.Tokenizer, s.Teacher, &r.TeacherModel.Config, a.log)
-	if err != nil {
-		return err
-	}
-	if r.Tokenizer, err = tokenizer.FromJSON(raw); err != nil {
-		return fmt.Errorf("%s: %w", tokenizerName(s.Tokenizer), err)
-	}
-	if n, v := r.Tokenizer.VocabSize(), r.TeacherModel.Config.VocabSize; n > v {
-		return fmt.Errorf("tokenizer has %d tokens but the teacher's vocab_size is %d", n, v)
-	}
-	return nil
-}
-
-// tokenizerName names a tokenizer setting in errors.
-func tokenizerName(p string) string {
-	if p == "" {
-		return "the model's tokenizer"
-	}
-	return p
+	r.Tokenizer, err = OpenTokenizer(s.Tokenizer, s.Teacher, r.TeacherModel.Config, a.log)
+	return err
 }
 
 // corpus tokenizes the training and held-out streams (through the token cache).

@@ -12,6 +12,7 @@ import (
 	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
+	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 )
 
 // This file is the one place where nvg chooses its default model, the embedded tiny teacher
@@ -175,4 +176,27 @@ func TokenizerJSON(explicit, modelPath string, cfg *arch.Config, note func(forma
 		return nil, inputf("no tokenizer.json beside model %s: pass --tokenizer FILE", modelPath)
 	}
 	return os.ReadFile(p)
+}
+
+// OpenTokenizer returns the tokenizer of the model at modelPath, of architecture cfg: the one
+// TokenizerJSON finds (explicit, else beside the model, else the default's), which must fit
+// cfg's vocabulary. Errors: TokenizerJSON's, a malformed tokenizer.json (naming it), a
+// tokenizer larger than the vocabulary.
+func OpenTokenizer(explicit, modelPath string, cfg arch.Config, note func(format string, a ...any)) (*tokenizer.Tokenizer, error) {
+	raw, err := TokenizerJSON(explicit, modelPath, &cfg, note)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.FromJSON(raw)
+	if err != nil {
+		name := explicit
+		if name == "" {
+			name = "the model's tokenizer"
+		}
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if n := tok.VocabSize(); n > cfg.VocabSize {
+		return nil, fmt.Errorf("tokenizer has %d tokens but the model's vocab_size is %d", n, cfg.VocabSize)
+	}
+	return tok, nil
 }

@@ -26,15 +26,6 @@ func checkOutFile(flag, p string, force bool) error {
 	return nil
 }
 
-// tokenizerName names a --tokenizer value in errors ("the model's tokenizer" when
-// empty: tokenizerJSON then found it beside the teacher or used the embedded one).
-func tokenizerName(p string) string {
-	if p == "" {
-		return "the model's tokenizer"
-	}
-	return p
-}
-
 // bpwMissWarning says on stderr when the compressed model's bits per weight miss the
 // --bpw target by more than 10 % (ranks are whole, at least 8 and at most full rank, so very
 // small or very large targets cannot be met).
