@@ -15,7 +15,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
-	"github.com/nvg-project/nvg/internal/tinytest"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // fp8FixtureDir holds a small HF FP8 checkpoint: two decoder layers of the tiny teacher

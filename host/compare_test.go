@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/internal/tinytest"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // quantNet loads the tiny teacher quantized by scheme (cmf.QuantizeModel) on the host.

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/internal/tinytest"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // NaN and ±Inf bit patterns, little-endian.

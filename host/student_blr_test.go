@@ -12,7 +12,7 @@ import (
 	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/compress"
-	"github.com/nvg-project/nvg/internal/tinytest"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // subTeacher returns an in-memory copy (F32) of the tiny teacher restricted to the decoder

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/internal/tinytest"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // fixtureStudent returns the fixture's student: the tiny teacher with layer 0's input norm

@@ -7,8 +7,8 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu/gputest"
-	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // TestLoadNetNonFiniteWeights: copies of the tiny teacher whose header is intact but one

@@ -1,12 +1,19 @@
-// Package nvgkit is nvg's user-facing, step-level API for notebooks and the command line
-// (DESIGN.md §2): load a teacher or a compressed student net onto a gpu.Device, size the
-// activation buffers once (Work), run the teacher pass (TeacherTopK), step the student
-// (Step: forward, KL against the teacher's top-k, backward), inspect gradients (Grads,
-// GradNorm), update it (ClipGrads, Adam), snapshot, export, evaluate (NLL, StudentNLL; for a
-// non-finite result, FirstNonFinite names the layer). The training loop built on these
-// (Trainer, its configuration, checkpoints, reports, the in-process Lab) is package
-// nvgkit/train, which imports nvgkit; plots and notebook display are nvgkit/ui; resident
-// sessions for notebooks are nvgkit/session. The compressor is package compress.
+// Package nvgkit owns the nets on the GPU (DESIGN.md §2, §3, §6): a Qwen3.5 teacher or
+// compressed student in one layer layout (Net; LoadNet from a cmf.Model, BuildNet from any
+// Source), the one layer recipe of the teacher pass, the student's forward and the
+// backward's recompute, the activation buffers (Work), the teacher pass (TeacherTopK,
+// Forward, NLL), the student step (Step: forward, KL against the teacher's top-k, backward;
+// LossOnly, StudentNLL), the trained values and their gradients (Grads, GradNorm,
+// ClipGrads, ZeroGrads, Params, SetGrads, Snapshot, Restore), the Adam update (Adam, with an
+// optim.Settings), sign learning (EnableSigns, SignStep and the sign matrices' reads and
+// writes), export (Export) and the diagnosis of a non-finite result (FirstNonFinite). Its
+// parts share the Net's private layout (layers, trainable arenas, sign state), so they are
+// one package in files by concern.
+//
+// Around it: nvgkit/optim holds the optimizer's settings, nvgkit/train the run (its assembly,
+// the Trainer, checkpoints, the in-process Lab), nvgkit/session the light Lab API for
+// notebooks, nvgkit/ui the charts; bench (nvg bench) builds synthetic nets through Source.
+// nvgkit never imports nvgkit/train.
 //
 // A typical teacher pass:
 //
@@ -20,7 +27,7 @@
 //
 //	st, _ := nvgkit.Step(student, sw, windows, top)              // gradients accumulate
 //	nvgkit.ClipGrads(student, 1)
-//	nvgkit.Adam(student, nvgkit.DefaultAdam(), step)
+//	nvgkit.Adam(student, opt, opt.LRAt(step, steps), step)   // opt: an optim.Settings
 //	nvgkit.ZeroGrads(student)
 //
 // Every function validates its arguments in Go before anything is submitted to the GPU (a

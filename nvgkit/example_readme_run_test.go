@@ -3,11 +3,10 @@ package nvgkit_test
 import (
 	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/testkit/readmetest"
 )
 
 // TestExampleDistillStep runs Example_distillStep (the README's snippet) on the test GPU
@@ -49,40 +48,5 @@ func captureStdout(t *testing.T, f func()) string {
 // the body of Example_distillStep (whitespace-normalised), so the README's code compiles,
 // runs and prints what TestExampleDistillStep checks.
 func TestReadmeSnippetIsExample(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sec := string(readme)
-	i := strings.Index(sec, "\n## The step-level API in a Go program\n")
-	if i < 0 {
-		t.Fatal(`README.md has no "## The step-level API in a Go program" section`)
-	}
-	sec = sec[i+1:]
-	if j := strings.Index(sec[1:], "\n## "); j >= 0 {
-		sec = sec[:j+1]
-	}
-	m := regexp.MustCompile("(?s)```go\n(.*?)```").FindStringSubmatch(sec)
-	if m == nil {
-		t.Fatal(`README.md's "The step-level API in a Go program" section has no go code block`)
-	}
-	src, err := os.ReadFile("example_readme_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := string(src)
-	start := strings.Index(body, "func Example_distillStep() {\n")
-	if start < 0 {
-		t.Fatal("example_readme_test.go has no Example_distillStep")
-	}
-	body = body[start+len("func Example_distillStep() {\n"):]
-	end := strings.Index(body, "\n}\n")
-	if end < 0 {
-		t.Fatal("Example_distillStep has no closing brace at column 0")
-	}
-	body = body[:end]
-	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
-	if norm(m[1]) != norm(body) {
-		t.Errorf("README.md's snippet differs from the body of Example_distillStep:\nREADME:\n%s\nexample body:\n%s", m[1], body)
-	}
+	readmetest.Check(t, "../README.md", "## The step-level API in a Go program", "example_readme_test.go", "Example_distillStep")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
+	"github.com/nvg-project/nvg/nvgkit/optim"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 )
 
@@ -61,6 +62,7 @@ func Example_distillStep() {
 	check(err)
 
 	var first float64
+	opt := optim.Default() // nvg distill's optimizer (Adam, lr 0.05; opt.LRAt(step, 5) would schedule it)
 	for step := 1; step <= 5; step++ {
 		check(nvgkit.ZeroGrads(snet))
 		stats, err := nvgkit.Step(snet, sw, ids, top) // forward, KL, backward: gradients accumulate
@@ -82,7 +84,7 @@ func Example_distillStep() {
 		}
 		_, err = nvgkit.ClipGrads(snet, 1)
 		check(err)
-		check(nvgkit.Adam(snet, nvgkit.DefaultAdam(), step))
+		check(nvgkit.Adam(snet, opt, opt.LR, step))
 	}
 	after, _, err := nvgkit.LossOnly(snet, sw, ids, top)
 	check(err)

@@ -128,17 +128,23 @@ func runSteps(steps []func() error) error {
 	return nil
 }
 
+// attnShapes are the sizes of an attention layer's kernels over nb windows of t tokens: the
+// query's and the key's QK-norm and RoPE, and the attention's.
+func (n *Net) attnShapes(nb, t int) (qd, kd gpu.QKNormRoPEDims, ad gpu.AttentionDims) {
+	c := n.Config
+	g := attnDims(c)
+	qd = gpu.QKNormRoPEDims{Rows: nb * t, Heads: g.nh, HeadDim: g.hd, Eps: c.RMSNormEps, Rot: c.RotaryDim(), Theta: c.RopeTheta, T: t}
+	kd = qd
+	kd.Heads = g.nkv
+	ad = gpu.AttentionDims{NB: nb, T: t, NH: g.nh, NKV: g.nkv, HeadDim: g.hd}
+	return qd, kd, ad
+}
+
 // recordAttention records the gated attention mixer on s.xn1 into s.mix: q_proj whole, its
 // output split into the query and the gate per head (DESIGN.md §3) by SplitQueryGate.
 func (n *Net) recordAttention(r *gpu.Recorder, a *attnWeights, s *acts, nb, t int) error {
-	c := n.Config
-	rows := nb * t
-	g := attnDims(c)
-	nh, nkv, hd := g.nh, g.nkv, g.hd
-	qd := gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: c.RMSNormEps, Rot: c.RotaryDim(), Theta: c.RopeTheta, T: t}
-	kd := qd
-	kd.Heads = nkv
-	ad := gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd}
+	rows, nh, hd := nb*t, n.Config.NumAttentionHeads, n.Config.HeadDim
+	qd, kd, ad := n.attnShapes(nb, t)
 	return runSteps([]func() error{
 		func() error { return s.apply(r, a.qg, s.xn1, s.qg, rows) },
 		func() error { return gpu.SplitQueryGate(r, s.qg, s.q, s.agate, rows, nh, hd) },
@@ -155,9 +161,7 @@ func (n *Net) recordAttention(r *gpu.Recorder, a *attnWeights, s *acts, nb, t in
 // recordDeltaNet records the GatedDeltaNet mixer on s.xn1 into s.mix: in_proj_qkv and the
 // depthwise conv over all C channels, then the q, k, v blocks split by ColumnCopy.
 func (n *Net) recordDeltaNet(r *gpu.Recorder, d *deltaWeights, s *acts, nb, t int) error {
-	c := n.Config
-	rows := nb * t
-	g := deltaDims(c)
+	c, rows, g := n.Config, nb*t, deltaDims(n.Config)
 	hk, hv, dk, dv, K, QK, VV, C := g.hk, g.hv, g.dk, g.dv, g.K, g.QK, g.VV, g.C
 	return runSteps([]func() error{
 		func() error { return s.apply(r, d.qkv, s.xn1, s.mixed, rows) },

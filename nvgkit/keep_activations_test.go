@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // TestKeepActivations checks that a Student work with KeepActivations, and with

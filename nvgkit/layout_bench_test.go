@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/arch"
+	"github.com/nvg-project/nvg/bench"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/nvgkit"
@@ -118,7 +119,7 @@ func BenchmarkMixerLayout(b *testing.B) {
 // nb·t = 8·512 tokens: the 24 layers and the head.
 func BenchmarkTeacherPass(b *testing.B) {
 	d, c := gpu08B(b)
-	net, err := nvgkit.NewSyntheticNet(d, c, nvgkit.Teacher)
+	net, err := bench.NewNet(d, c, nvgkit.Teacher, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -154,7 +155,7 @@ func gpu08B(b *testing.B) (*gpu.Device, arch.Config) {
 	if d.Info().CPU {
 		b.Skip("the 0.8B geometry is for a GPU, not a CPU adapter")
 	}
-	c, err := nvgkit.SyntheticConfig("0.8B")
+	c, err := bench.Config("0.8B")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,9 +6,9 @@ import (
 
 	"github.com/x448/float16"
 
-	"github.com/nvg-project/nvg/internal/kittest"
-	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/testkit/kittest"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // TestForwardLogitsSliced: Forward's full logits (what `nvg trace` writes as logits_row0) with

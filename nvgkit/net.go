@@ -1,11 +1,12 @@
 package nvgkit
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
 	"os"
 
+	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
 )
@@ -41,13 +42,18 @@ func (k NetKind) String() string {
 	return fmt.Sprintf("NetKind(%d)", int(k))
 }
 
-// LoadOption changes how LoadNet places the weights.
+// LoadOption changes how LoadNet and BuildNet place the weights.
 type LoadOption func(*loadConfig)
 
 type loadConfig struct {
 	streamed bool
-	seed     uint32                // NewSyntheticNet (SyntheticSeed)
-	progress func(done, total int) // NewSyntheticNet (SyntheticProgress)
+	progress func(done, total int) // LoadProgress
+}
+
+// LoadProgress makes LoadNet and BuildNet call fn after each decoder layer is built (done of
+// total layers), e.g. to print progress while a large model is made.
+func LoadProgress(fn func(done, total int)) LoadOption {
+	return func(c *loadConfig) { c.progress = fn }
 }
 
 // StreamLayers makes LoadNet keep the decoder layers' weights in host memory (as the f16/f32
@@ -304,52 +310,79 @@ func (n *Net) releaseLayer(l *layer) {
 	l.uploaded = false
 }
 
-// builder reads the model's tensors into params.
+// Source supplies the tensors of a net that BuildNet assembles: LoadNet's reads a cmf.Model;
+// nvg bench's (package bench) makes random weights on the GPU. BuildNet asks for the shared
+// tensors (layer −1: the embedding, the final norm and the untied head), then for every
+// decoder layer's in checkpoint order, each layer between BeginLayer and EndLayer. A Source
+// is used by one goroutine.
+type Source interface {
+	// BeginLayer starts layer (−1: the shared tensors).
+	BeginLayer(layer int) error
+	// Dense returns tensor t (arch's name, checkpoint shape and role) as the GPU holds it,
+	// shape (conv1d's [C, 1, K] as [C, K]), in f16 when half (the projections, the embedding
+	// and the head) else in f32: host values (Plane.F16 or Plane.F32, of the shape's size),
+	// or, unless host is set (the net streams its layers from host planes), a GPU buffer of
+	// that dtype and shape, which the net then owns.
+	Dense(t arch.Tensor, shape []int, half, host bool) (Plane, error)
+	// BLR returns projection t of a Student as a BLR layer on the GPU and its live ranks
+	// (the net then owns the layer), or a nil layer to keep t dense (BuildNet then asks Dense
+	// for it).
+	BLR(t arch.Tensor) (l *gpu.BLRLayer, live int, err error)
+	// EndLayer ends layer: the GPU buffers it returned since BeginLayer are complete once it
+	// returns nil. err is the layer's first error (nil when every tensor came), on which a
+	// source discards the work it has pending.
+	EndLayer(layer int, err error) error
+}
+
+// Plane is one dense tensor from a Source: host values (exactly one of F16 and F32) or a
+// GPU buffer (Buf).
+type Plane struct {
+	F16 []uint16
+	F32 []float32
+	Buf *gpu.Buffer
+}
+
+// builder makes one layer's params from a Source, keeping its first error.
 type builder struct {
-	m     *cmf.Model
-	n     *Net // collects loadF16's warnings
+	n     *Net // the net being built (a Student's linears register with it)
+	src   Source
+	host  bool   // the params must be host planes (the net streams its layers)
+	L     *layer // nil for the shared tensors
 	err   error
 	ps    []*param
 	gains []*param // the params of Trainable tensors (the norm gains), in load order
 }
 
-func (b *builder) f16(name string, shape ...int) []uint16 {
-	if b.err != nil {
-		return nil
-	}
-	v, warn, err := loadF16(b.m, name, shape...)
-	b.err = err
-	if warn != "" {
-		b.n.warnings = append(b.n.warnings, warn)
-	}
-	return v
-}
-
-func (b *builder) f32(name string, shape ...int) []float32 {
-	if b.err != nil {
-		return nil
-	}
-	v, err := loadF32(b.m, name, shape...)
-	b.err = err
-	return v
-}
-
-func (b *builder) add(p *param) *param {
+// param makes the param of tensor t, of the GPU's shape, from the source.
+func (b *builder) param(t arch.Tensor, shape []int, half bool) *param {
+	p := &param{label: t.Name, shape: shape, half: half}
 	b.ps = append(b.ps, p)
+	if b.err != nil {
+		return p
+	}
+	v, err := b.src.Dense(t, shape, half, b.host)
+	switch {
+	case err != nil:
+		b.err = err
+	case v.Buf != nil && b.host:
+		v.Buf.Release()
+		b.err = fmt.Errorf("tensor %s: the source gave a GPU buffer to a net that streams its layers from the host", t.Name)
+	default:
+		p.f16, p.f32, p.buf = v.F16, v.F32, v.Buf
+	}
 	return p
 }
 
 // dense makes a frozen f16 linear from projection t [out, in].
 func (b *builder) dense(t arch.Tensor) linear {
 	out, in := t.Shape[0], t.Shape[1]
-	p := b.add(&param{label: t.Name, shape: []int{out, in}, half: true, f16: b.f16(t.Name, out, in)})
-	return linear{w: p, name: t.Name, out: out, in: in}
+	return linear{w: b.param(t, []int{out, in}, true), name: t.Name, out: out, in: in}
 }
 
 // vec makes an f32 parameter of t's shape (a norm gain, A_log, dt_bias), noting a Trainable
 // one in b.gains.
 func (b *builder) vec(t arch.Tensor) *param {
-	p := b.add(&param{label: t.Name, shape: t.Shape, f32: b.f32(t.Name, t.Shape...)})
+	p := b.param(t, t.Shape, false)
 	if t.Trainable {
 		b.gains = append(b.gains, p)
 	}
@@ -358,13 +391,13 @@ func (b *builder) vec(t arch.Tensor) *param {
 
 // conv makes the f32 conv1d weight t [C, 1, K] as a [C, K] parameter.
 func (b *builder) conv(t arch.Tensor) *param {
-	C, K := t.Shape[0], t.Shape[2]
-	return b.add(&param{label: t.Name, shape: []int{C, K}, f32: b.f32(t.Name, t.Shape...)})
+	return b.param(t, []int{t.Shape[0], t.Shape[2]}, false)
 }
 
 // LoadNet converts the model's weights for kind and, unless StreamLayers is given, uploads
-// all of them to dev. The model's config and every tensor's shape are validated first;
-// m may be closed after LoadNet returns (the Net keeps no reference to its files).
+// all of them to dev (BuildNet with the model as its Source). The model's config and every
+// tensor's shape are validated first; m may be closed after LoadNet returns (the Net keeps no
+// reference to its files).
 //
 // Memory: resident, the GPU holds every weight (2 bytes per projection weight, 4 per norm,
 // conv, A_log and dt_bias value) and the host none; streamed, the GPU holds the embedding,
@@ -374,14 +407,41 @@ func (b *builder) conv(t arch.Tensor) *param {
 // allocation failure — each naming the tensor; a tensor more than half of whose nonzero
 // values lie below f16's smallest normal (see Warnings). Nothing is left allocated on error.
 func LoadNet(dev *gpu.Device, m *cmf.Model, kind NetKind, opts ...LoadOption) (*Net, error) {
-	if dev == nil {
-		return nil, errors.New("nvgkit.LoadNet: nil device")
-	}
 	if m == nil {
 		return nil, errors.New("nvgkit.LoadNet: nil model")
 	}
+	src := &modelSource{m: m, dev: dev}
+	n, err := buildNet("LoadNet", dev, m.Config, kind, src, opts)
+	if err != nil {
+		return nil, err
+	}
+	n.warnings = src.warnings
+	for _, w := range n.warnings {
+		fmt.Fprintf(os.Stderr, "nvgkit.LoadNet: warning: %s\n", w)
+	}
+	return n, nil
+}
+
+// BuildNet assembles a net of architecture cfg for kind from the tensors src supplies, the
+// one recipe of both kinds (the layer layout of Net): the shared tensors on the GPU, then
+// every decoder layer, uploaded as it is made (or kept on the host with StreamLayers); a
+// Student's BLR projections come from src.BLR, its trainables are registered in load order.
+// Options: StreamLayers (Teacher only), LoadProgress. Errors: a nil device or source, an
+// unknown kind, an invalid config, StreamLayers with a Student, and the source's errors or an
+// allocation failure, naming the tensor; nothing stays allocated on error.
+func BuildNet(dev *gpu.Device, cfg arch.Config, kind NetKind, src Source, opts ...LoadOption) (*Net, error) {
+	return buildNet("BuildNet", dev, cfg, kind, src, opts)
+}
+
+func buildNet(op string, dev *gpu.Device, cfg arch.Config, kind NetKind, src Source, opts []LoadOption) (*Net, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("nvgkit.%s: nil device", op)
+	}
+	if src == nil {
+		return nil, fmt.Errorf("nvgkit.%s: nil source", op)
+	}
 	if kind != Teacher && kind != Student {
-		return nil, fmt.Errorf("nvgkit.LoadNet: unsupported net kind %v", kind)
+		return nil, fmt.Errorf("nvgkit.%s: unsupported net kind %v", op, kind)
 	}
 	var lc loadConfig
 	for _, o := range opts {
@@ -389,80 +449,43 @@ func LoadNet(dev *gpu.Device, m *cmf.Model, kind NetKind, opts ...LoadOption) (*
 			o(&lc)
 		}
 	}
-	c := m.Config
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("nvgkit.LoadNet: %w", err)
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("nvgkit.%s: %w", op, err)
 	}
 	if kind == Student && lc.streamed {
-		return nil, errors.New("nvgkit.LoadNet: StreamLayers is for teachers; a Student net is always resident (its trainables and their gradients live on the GPU)")
+		return nil, fmt.Errorf("nvgkit.%s: StreamLayers is for teachers; a Student net is always resident (its trainables and their gradients live on the GPU)", op)
 	}
-	n := &Net{Kind: kind, Config: c, dev: dev, streamed: lc.streamed}
-	if err := n.load(m); err != nil {
+	n := &Net{Kind: kind, Config: cfg, dev: dev, streamed: lc.streamed}
+	if err := n.build(src, lc.progress); err != nil {
 		n.Release()
-		return nil, memRemedy(fmt.Errorf("nvgkit.LoadNet: %w", err))
-	}
-	for _, w := range n.warnings {
-		fmt.Fprintf(os.Stderr, "nvgkit.LoadNet: warning: %s\n", w)
+		return nil, memRemedy(fmt.Errorf("nvgkit.%s: %w", op, err))
 	}
 	return n, nil
 }
 
-// load builds every layer from the model's tensors, named and shaped by arch: a Teacher's
-// projections dense f16; a Student's as studentLinear makes them, with its trainables (see
-// Student).
-func (n *Net) load(m *cmf.Model) error {
+// build makes the shared tensors and every layer from src, named and shaped by arch: a
+// Teacher's projections dense f16; a Student's as studentLinear makes them, with its
+// trainables (see Student).
+func (n *Net) build(src Source, progress func(done, total int)) error {
 	c := n.Config
 	student := n.Kind == Student
 	if student {
 		n.st = &studentState{byName: map[string]*trainable{}, byParam: map[*gpu.Buffer]*trainable{}, signs: &signNet{}}
 	}
-	if err := n.loadShared(m); err != nil {
+	if err := n.buildShared(src); err != nil {
 		return err
 	}
 	for i := 0; i < c.NumHiddenLayers; i++ {
-		A := c.Layer(i)
-		b := &builder{m: m, n: n}
-		L := &layer{index: i}
-		lin := b.dense
-		if student {
-			lin = func(t arch.Tensor) linear { return n.studentLinear(b, L, t) }
+		if err := n.buildLayer(src, i); err != nil {
+			return err
 		}
-		L.inNorm = b.vec(A.InputLayernorm)
-		L.postNorm = b.vec(A.PostAttentionLayernorm)
-		L.gate = lin(A.MLP.GateProj)
-		L.up = lin(A.MLP.UpProj)
-		L.down = lin(A.MLP.DownProj)
-		if t := A.SelfAttn; t != nil { // (a composite literal evaluates its calls in order)
-			L.attn = &attnWeights{qg: lin(t.QProj), k: lin(t.KProj), v: lin(t.VProj), o: lin(t.OProj),
-				qNorm: b.vec(t.QNorm), kNorm: b.vec(t.KNorm)}
-		} else {
-			t := A.LinearAttn
-			L.delta = &deltaWeights{qkv: lin(t.InProjQKV), z: lin(t.InProjZ), b: lin(t.InProjB), a: lin(t.InProjA),
-				out: lin(t.OutProj), conv: b.conv(t.Conv1d), aLog: b.vec(t.ALog), dtBias: b.vec(t.DtBias), norm: b.vec(t.Norm)}
-		}
-		if b.err != nil {
-			return b.err
-		}
-		L.params = b.ps
-		n.layers = append(n.layers, L)
-		if !n.streamed {
-			if err := n.upload(L); err != nil {
-				return err
-			}
-			for _, p := range L.params { // the GPU copy is the only one now
-				p.f16, p.f32 = nil, nil
-			}
-		}
-		if student {
-			for _, g := range b.gains {
-				if err := n.addTrainable(g.label, g.buf, nil, false, g.shape); err != nil {
-					return err
-				}
-			}
+		if progress != nil {
+			progress(i+1, c.NumHiddenLayers)
 		}
 	}
 	if student {
-		if err := n.addTrainable(n.Config.Layout().Norm.Name, n.finalNorm, nil, false, n.Config.Layout().Norm.Shape); err != nil {
+		l := n.Config.Layout()
+		if err := n.addTrainable(l.Norm.Name, n.finalNorm, nil, false, l.Norm.Shape); err != nil {
 			return err
 		}
 		return n.finishStudent()
@@ -470,31 +493,77 @@ func (n *Net) load(m *cmf.Model) error {
 	return nil
 }
 
-// loadShared uploads the embedding, the head (when untied) and the final norm.
-func (n *Net) loadShared(m *cmf.Model) error {
+// buildShared puts the embedding, the final norm and the head (when untied) on the GPU.
+func (n *Net) buildShared(src Source) error {
 	l := n.Config.Layout()
-	b := &builder{m: m, n: n}
-	emb := b.f16(l.EmbedTokens.Name, l.EmbedTokens.Shape...)
-	fn := b.f32(l.Norm.Name, l.Norm.Shape...)
-	var head []uint16
-	if l.LMHead != nil {
-		head = b.f16(l.LMHead.Name, l.LMHead.Shape...)
-	}
-	if b.err != nil {
-		return b.err
-	}
-	var err error
-	if n.embed, err = n.dev.UploadF16(l.EmbedTokens.Name, emb, l.EmbedTokens.Shape...); err != nil {
+	if err := src.BeginLayer(-1); err != nil {
 		return err
 	}
-	n.head = n.embed
-	if head != nil {
-		if n.head, err = n.dev.UploadF16(l.LMHead.Name, head, l.LMHead.Shape...); err != nil {
-			return err
+	b := &builder{n: n, src: src} // the shared tensors are always on the GPU
+	emb := b.param(l.EmbedTokens, l.EmbedTokens.Shape, true)
+	fn := b.param(l.Norm, l.Norm.Shape, false)
+	head := emb
+	if l.LMHead != nil {
+		head = b.param(*l.LMHead, l.LMHead.Shape, true)
+	}
+	err := src.EndLayer(-1, b.err)
+	if b.err == nil && err == nil {
+		for _, p := range b.ps {
+			if err = p.upload(n.dev); err != nil {
+				break
+			}
 		}
 	}
-	if n.finalNorm, err = n.dev.UploadFloat32(l.Norm.Name, fn, l.Norm.Shape...); err != nil {
+	n.embed, n.finalNorm, n.head = emb.buf, fn.buf, head.buf // released with the net, even on error
+	return cmp.Or(b.err, err)
+}
+
+// buildLayer makes decoder layer i from src and, unless the net streams, uploads it; the
+// layer joins the net even when it fails half-made, so that Release frees what it holds.
+func (n *Net) buildLayer(src Source, i int) error {
+	A := n.Config.Layer(i)
+	L := &layer{index: i}
+	if err := src.BeginLayer(i); err != nil {
 		return err
+	}
+	b := &builder{n: n, src: src, host: n.streamed, L: L}
+	lin := b.dense
+	if n.Kind == Student {
+		lin = b.studentLinear
+	}
+	L.inNorm = b.vec(A.InputLayernorm)
+	L.postNorm = b.vec(A.PostAttentionLayernorm)
+	L.gate = lin(A.MLP.GateProj)
+	L.up = lin(A.MLP.UpProj)
+	L.down = lin(A.MLP.DownProj)
+	if t := A.SelfAttn; t != nil { // (a composite literal evaluates its calls in order)
+		L.attn = &attnWeights{qg: lin(t.QProj), k: lin(t.KProj), v: lin(t.VProj), o: lin(t.OProj),
+			qNorm: b.vec(t.QNorm), kNorm: b.vec(t.KNorm)}
+	} else {
+		t := A.LinearAttn
+		L.delta = &deltaWeights{qkv: lin(t.InProjQKV), z: lin(t.InProjZ), b: lin(t.InProjB), a: lin(t.InProjA),
+			out: lin(t.OutProj), conv: b.conv(t.Conv1d), aLog: b.vec(t.ALog), dtBias: b.vec(t.DtBias), norm: b.vec(t.Norm)}
+	}
+	err := src.EndLayer(i, b.err)
+	L.params = b.ps
+	n.layers = append(n.layers, L)
+	if err := cmp.Or(b.err, err); err != nil {
+		return err
+	}
+	if !n.streamed {
+		if err := n.upload(L); err != nil {
+			return err
+		}
+		for _, p := range L.params { // the GPU copy is the only one now
+			p.f16, p.f32 = nil, nil
+		}
+	}
+	if n.Kind == Student {
+		for _, g := range b.gains {
+			if err := n.addTrainable(g.label, g.buf, nil, false, g.shape); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/host"
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // withTensor returns a copy of m (tensors shared) whose tensor name holds set(values), stored

@@ -156,14 +156,8 @@ func (n *Net) recordLayerBackward(r *gpu.Recorder, L *layer, s *stWork, x, dOut,
 
 // recordAttentionBackward: d loss/d s.xn1 into s.dXn from s.dResid.
 func (n *Net) recordAttentionBackward(r *gpu.Recorder, a *attnWeights, s *stWork, nb, t int) error {
-	c := n.Config
-	rows := nb * t
-	g := attnDims(c)
-	nh, nkv, hd := g.nh, g.nkv, g.hd
-	qd := gpu.QKNormRoPEDims{Rows: rows, Heads: nh, HeadDim: hd, Eps: c.RMSNormEps, Rot: c.RotaryDim(), Theta: c.RopeTheta, T: t}
-	kd := qd
-	kd.Heads = nkv
-	ad := gpu.AttentionDims{NB: nb, T: t, NH: nh, NKV: nkv, HeadDim: hd}
+	rows, nh, hd := nb*t, n.Config.NumAttentionHeads, n.Config.HeadDim
+	qd, kd, ad := n.attnShapes(nb, t)
 	return runSteps([]func() error{
 		func() error { return s.back(r, a.o, s.gated, s.dResid, s.dGated, rows) },
 		func() error { return gpu.AttentionGateBackward(r, s.o, s.agate, s.dGated, s.dO, s.dAgate) },
@@ -187,9 +181,7 @@ func (n *Net) recordAttentionBackward(r *gpu.Recorder, a *attnWeights, s *stWork
 
 // recordDeltaNetBackward: d loss/d s.xn1 into s.dXn from s.dResid.
 func (n *Net) recordDeltaNetBackward(r *gpu.Recorder, d *deltaWeights, s *stWork, nb, t int) error {
-	c := n.Config
-	rows := nb * t
-	g := deltaDims(c)
+	c, rows, g := n.Config, nb*t, deltaDims(n.Config)
 	hk, hv, dk, dv, K, QK, VV, C := g.hk, g.hv, g.dk, g.dv, g.K, g.QK, g.VV, g.C
 	return runSteps([]func() error{
 		func() error { return s.back(r, d.out, s.normed, s.dResid, s.dNormed, rows) },

@@ -5,8 +5,9 @@ import (
 
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/optim"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // BenchmarkStep times one student step (Step: checkpointed forward, KL head, per-layer
@@ -60,9 +61,8 @@ func BenchmarkOptimizerStep(b *testing.B) {
 		if _, err := nvgkit.ClipGrads(net, 1); err != nil {
 			b.Fatal(err)
 		}
-		cfg := nvgkit.DefaultAdam()
-		cfg.LR, cfg.GainLR = 1e-4, 1e-4 // small steps: the loss stays finite over any b.N
-		if err := nvgkit.Adam(net, cfg, step); err != nil {
+		// Small steps: the loss stays finite over any b.N.
+		if err := nvgkit.Adam(net, optim.Default(), 1e-4, step); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/nvg-project/nvg/arch"
-	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
 )
 
@@ -110,62 +109,26 @@ func (n *Net) addTrainable(name string, param, live *gpu.Buffer, metric bool, sh
 	return nil
 }
 
-// liveRank is the rank padding rule of a Student: ranks past the last one whose ℓ is non-zero
-// in some path are padding (ℓ added to reach a GEMM tile, DESIGN.md §6) and are masked; a
-// payload without trailing all-zero ℓ has no padding. All-zero ℓ keeps every rank live.
-func liveRank(w *cmf.BLRWeight) int {
-	live := 0
-	for _, p := range w.Paths {
-		for i := len(p.L) - 1; i >= live; i-- {
-			if p.L[i] != 0 {
-				live = i + 1
-				break
-			}
-		}
-	}
-	if live == 0 {
-		return w.Rank
-	}
-	return live
-}
-
-// studentLinear loads projection t: a BLR tensor becomes a gpu.BLRLayer with gradient
-// buffers and trainables (arch.MetricName per path and scale); a dense one a frozen f16 plane
-// (as a Teacher's).
-func (n *Net) studentLinear(b *builder, L *layer, t arch.Tensor) linear {
+// studentLinear makes projection t of a Student: a BLR layer from the source (src.BLR)
+// becomes a linear with gradient buffers and trainables (arch.MetricName per path and scale;
+// ℓ masked past the live ranks); a projection the source keeps dense a frozen f16 plane (as a
+// Teacher's).
+func (b *builder) studentLinear(t arch.Tensor) linear {
 	if b.err != nil {
 		return linear{}
 	}
-	name, out, in := t.Name, t.Shape[0], t.Shape[1]
-	mt, err := b.m.Tensor(name)
+	bl, live, err := b.src.BLR(t)
 	if err != nil {
 		b.err = err
 		return linear{}
 	}
-	if mt.DType != cmf.BLR {
+	if bl == nil {
 		return b.dense(t)
 	}
-	if len(mt.Shape) != 2 || mt.Shape[0] != out || mt.Shape[1] != in {
-		b.err = fmt.Errorf("tensor %s: shape %v, want [%d %d]", name, mt.Shape, out, in)
-		return linear{}
-	}
-	w, err := cmf.BLRFromTensor(mt)
-	if err != nil {
-		b.err = err
-		return linear{}
-	}
-	paths := make([]gpu.BLRHostPath, len(w.Paths))
-	for p := range w.Paths {
-		paths[p] = gpu.BLRHostPath(w.Paths[p])
-	}
-	bl, err := gpu.UploadBLR(n.dev, name, w.M, w.N, w.Rank, paths, liveRank(w))
-	if err != nil {
-		b.err = fmt.Errorf("tensor %s: %w", name, err)
-		return linear{}
-	}
-	n.st.blrLayers = append(n.st.blrLayers, bl)
+	n, L := b.n, b.L
+	n.st.blrLayers = append(n.st.blrLayers, bl) // released with the net, even half-built
 	L.blrs = append(L.blrs, bl)
-	l := &linear{blr: bl, name: name, out: out, in: in, signs: &blrSigns{net: n.st.signs}, layer: L.index, liveRank: liveRank(w)}
+	l := &linear{blr: bl, name: t.Name, out: t.Shape[0], in: t.Shape[1], signs: &blrSigns{net: n.st.signs}, layer: L.index, liveRank: live}
 	for p, q := range bl.Paths {
 		var g gpu.BLRGrad
 		for _, s := range []struct {
@@ -174,7 +137,7 @@ func (n *Net) studentLinear(b *builder, L *layer, t arch.Tensor) linear {
 			live  *gpu.Buffer
 			dst   **gpu.Buffer
 		}{{arch.ScaleH, q.H, nil, &g.H}, {arch.ScaleL, q.L, bl.Live, &g.L}, {arch.ScaleG, q.G, nil, &g.G}} {
-			tn := arch.MetricName(name, p, s.key)
+			tn := arch.MetricName(t.Name, p, s.key)
 			if err := n.addTrainable(tn, s.param, s.live, true, []int{s.param.Len()}); err != nil {
 				b.err = err
 				return linear{}

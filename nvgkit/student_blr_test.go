@@ -15,9 +15,10 @@ import (
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/host"
-	"github.com/nvg-project/nvg/internal/kittest"
-	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/optim"
+	"github.com/nvg-project/nvg/testkit/kittest"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // blrCase is a BLR student — the tiny teacher's layers 0 (GatedDeltaNet) and 3 (attention),
@@ -248,12 +249,12 @@ func TestStudentBLRGradients(t *testing.T) {
 	loss() // restore the unperturbed values
 }
 
-// TestStudentAdamSteps runs 50 steps (ZeroGrads, Step, ClipGrads 1.0, Adam with DefaultAdam)
+// TestStudentAdamSteps runs 50 steps (ZeroGrads, Step, ClipGrads 1.0, Adam at lr 2e-3)
 // on one batch of the BLR student: the loss must fall below 0.7× its initial value and no
 // step may raise it by more than 5 %. Masked or not, every metric value stays finite.
 func TestStudentAdamSteps(t *testing.T) {
 	_, c := blrStudent(t)
-	cfg := nvgkit.DefaultAdam()
+	cfg := optim.Default()
 	var losses []float64
 	for s := 1; s <= 50; s++ {
 		if err := nvgkit.ZeroGrads(c.net); err != nil {
@@ -269,7 +270,7 @@ func TestStudentAdamSteps(t *testing.T) {
 		if _, err := nvgkit.ClipGrads(c.net, 1); err != nil {
 			t.Fatal(err)
 		}
-		if err := nvgkit.Adam(c.net, cfg, s); err != nil {
+		if err := nvgkit.Adam(c.net, cfg, 2e-3, s); err != nil {
 			t.Fatal(err)
 		}
 		losses = append(losses, st.Loss)
@@ -306,7 +307,7 @@ func TestStudentAdamSteps(t *testing.T) {
 // sign bits, rank and paths, and the host oracle gives the GPU's loss on the export too.
 func TestStudentExportRoundTrip(t *testing.T) {
 	d, c := blrStudent(t)
-	cfg := nvgkit.DefaultAdam()
+	cfg := optim.Default()
 	for s := 1; s <= 5; s++ {
 		if err := nvgkit.ZeroGrads(c.net); err != nil {
 			t.Fatal(err)
@@ -314,7 +315,7 @@ func TestStudentExportRoundTrip(t *testing.T) {
 		if _, err := nvgkit.Step(c.net, c.work, c.ids, c.top); err != nil {
 			t.Fatal(err)
 		}
-		if err := nvgkit.Adam(c.net, cfg, s); err != nil {
+		if err := nvgkit.Adam(c.net, cfg, 2e-3, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -447,7 +448,7 @@ func TestStudentRankPadding(t *testing.T) {
 	if math.Abs(got-want) > 1e-6*want {
 		t.Errorf("padded loss %.10g differs from the unpadded %.10g", got, want)
 	}
-	cfg := nvgkit.DefaultAdam()
+	cfg := optim.Default()
 	for s := 1; s <= 3; s++ {
 		if err := nvgkit.ZeroGrads(net); err != nil {
 			t.Fatal(err)
@@ -470,7 +471,7 @@ func TestStudentRankPadding(t *testing.T) {
 				t.Errorf("step %d: live dℓ[0] of path %d is 0", s, p)
 			}
 		}
-		if err := nvgkit.Adam(net, cfg, s); err != nil {
+		if err := nvgkit.Adam(net, cfg, 2e-3, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -505,12 +506,11 @@ func TestStudentRankPadding(t *testing.T) {
 // TestStudentAdamMatchesHost checks nvgkit.Adam's choice of update per trainable against the
 // float64 host.Adam: after one Step, two Adam steps (the second with a second Step's
 // gradients) on the BLR student must equal host.Adam applied to the same values and
-// gradients — relative steps at cfg.LR with cfg.Floor for every h, ℓ, g, plain Adam at
-// cfg.GainLR for every gain — within f32 rounding (|Δ| ≤ 1e-6·max(|θ|, RMS) + 1e-5·step).
+// gradients — relative steps at lr with cfg.MetricFloor for every h, ℓ, g, plain Adam at lr
+// for every gain — within f32 rounding (|Δ| ≤ 1e-6·max(|θ|, RMS) + 1e-5·step).
 func TestStudentAdamMatchesHost(t *testing.T) {
 	_, c := blrStudent(t)
-	cfg := nvgkit.DefaultAdam()
-	cfg.LR, cfg.GainLR = 0.01, 0.005
+	cfg, lr := optim.Default(), 0.01
 	type state struct{ p, m, v []float64 }
 	hs := map[string]*state{}
 	f64 := func(v []float32) []float64 {
@@ -544,7 +544,7 @@ func TestStudentAdamMatchesHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := nvgkit.Adam(c.net, cfg, s); err != nil {
+		if err := nvgkit.Adam(c.net, cfg, lr, s); err != nil {
 			t.Fatal(err)
 		}
 		got, err := nvgkit.Params(c.net)
@@ -554,9 +554,9 @@ func TestStudentAdamMatchesHost(t *testing.T) {
 		worst, where := 0.0, ""
 		for name, st := range hs {
 			metric := strings.HasSuffix(name, ".h") || strings.HasSuffix(name, ".l") || strings.HasSuffix(name, ".g")
-			hc := host.AdamConfig{LR: cfg.GainLR, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps}
+			hc := host.AdamConfig{LR: lr, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps}
 			if metric {
-				hc = host.AdamConfig{LR: cfg.LR, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, Relative: true, Floor: cfg.Floor}
+				hc = host.AdamConfig{LR: lr, Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, Relative: true, Floor: cfg.MetricFloor}
 			}
 			st.p = f64(cur[name])
 			if err := host.Adam(st.p, f64(g[name]), st.m, st.v, nil, s, hc); err != nil {
@@ -573,10 +573,10 @@ func TestStudentAdamMatchesHost(t *testing.T) {
 					worst, where = e, fmt.Sprintf("%s[%d]", name, i)
 				}
 				// f32 rounding of θ (≤ 1e-6 relative) and of the step's own arithmetic (≤ 1e-5
-				// of the step, whose size is at most lr·max(|θ|, rms) or GainLR).
-				stepSize := cfg.GainLR
+				// of the step, whose size is at most lr·max(|θ|, rms) or lr).
+				stepSize := lr
 				if metric {
-					stepSize = cfg.LR * math.Max(math.Abs(want), rms)
+					stepSize = lr * math.Max(math.Abs(want), rms)
 				}
 				if !(math.Abs(float64(got[name][i])-want) <= 1e-6*math.Max(math.Abs(want), rms)+1e-5*stepSize) {
 					t.Fatalf("step %d: %s[%d] = %.9g after Adam, host %.9g", s, name, i, got[name][i], want)

@@ -6,9 +6,10 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/internal/kittest"
-	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/optim"
+	"github.com/nvg-project/nvg/testkit/kittest"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // TestStudentErrors checks that bad input to the student API is refused with an error that
@@ -84,16 +85,15 @@ func TestStudentErrors(t *testing.T) {
 	_, _, err = nvgkit.NLL(net, w, [][]int{append(ids[0], 1)}, nil)
 	bad("NLL on a student", "runs a Teacher net", err)
 	bad("ZeroGrads on a teacher", "is a teacher", nvgkit.ZeroGrads(tnet))
-	cfg := nvgkit.DefaultAdam()
+	cfg := optim.Default()
 	cfg.Beta1 = 1
-	bad("Adam beta1 = 1", "Beta1", nvgkit.Adam(net, cfg, 1))
-	cfg = nvgkit.DefaultAdam()
-	cfg.GainLR = math.Inf(1)
-	bad("Adam infinite GainLR", "GainLR", nvgkit.Adam(net, cfg, 1))
-	bad("Adam step 0", "step = 0", nvgkit.Adam(net, nvgkit.DefaultAdam(), 0))
-	cfg = nvgkit.DefaultAdam()
+	bad("Adam beta1 = 1", "Beta1", nvgkit.Adam(net, cfg, cfg.LR, 1))
+	cfg = optim.Default()
+	bad("Adam infinite lr", "lr = +Inf", nvgkit.Adam(net, cfg, math.Inf(1), 1))
+	bad("Adam negative lr", "lr = -1", nvgkit.Adam(net, cfg, -1, 1))
+	bad("Adam step 0", "step = 0", nvgkit.Adam(net, cfg, cfg.LR, 0))
 	cfg.Eps = 5e-324 // > 0 in float64, 0 in f32: every value would become NaN
-	bad("Adam eps rounding to 0 in f32", "Eps", nvgkit.Adam(net, cfg, 1))
+	bad("Adam eps rounding to 0 in f32", "Eps", nvgkit.Adam(net, cfg, cfg.LR, 1))
 	_, err = nvgkit.ClipGrads(net, 0)
 	bad("ClipGrads 0", "maxNorm", err)
 	bad("Restore nil", "nil snapshot", nvgkit.Restore(net, nil))

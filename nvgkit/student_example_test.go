@@ -8,6 +8,7 @@ import (
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/optim"
 )
 
 // Example_studentStep distils a BLR student against its teacher's top-k: the step API a
@@ -22,7 +23,7 @@ func Example_studentStep() {
 	sw, _ := nvgkit.NewWork(dev, student, 2, 256) // StudentWorkBytes(cfg, 2, 256) bytes
 	var windows [][]int                           // 2 windows of 256 token ids
 	top, _ := nvgkit.TeacherTopK(teacher, tw, windows, 32)
-	cfg := nvgkit.DefaultAdam()
+	opt := optim.Default() // nvg distill's optimizer; opt.LRAt(step, 100) would schedule it
 	for step := 1; step <= 100; step++ {
 		_ = nvgkit.ZeroGrads(student)
 		st, _ := nvgkit.Step(student, sw, windows, top)
@@ -30,7 +31,7 @@ func Example_studentStep() {
 			continue // skip the update; the gradients are cleared next step
 		}
 		_, _ = nvgkit.ClipGrads(student, 1)
-		_ = nvgkit.Adam(student, cfg, step)
+		_ = nvgkit.Adam(student, opt, opt.LR, step)
 		fmt.Println(step, st.Loss)
 	}
 	_ = nvgkit.RoundMetricF16(student) // the values Export writes (f16 scales)

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // The accessors nvgkit/train uses: names and lengths agree with Grads, written values read

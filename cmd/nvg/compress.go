@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -12,7 +13,7 @@ import (
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/internal/atomicfile"
-	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func init() {
@@ -39,88 +40,110 @@ type compressReport struct {
 	Tensors    []compress.TensorReport `json:"tensors"`
 }
 
-func runCompress(args []string) error {
-	c := commands["compress"]
+// compressFlags are nvg compress's flags.
+type compressFlags struct {
+	bpw                 float64
+	paths, products     string
+	seed                uint64
+	workers, powerIters int
+	out, json           string
+	force               bool
+	pm                  compress.PathMode // paths, parsed
+}
+
+func (f *compressFlags) bind(c *command) *flag.FlagSet {
 	fs := newFlags(c)
-	bpw := fs.Float64("bpw", 1.0, "target bits per weight of every compressed linear (0 < bpw ≤ 32)")
-	paths := fs.String("paths", "auto", "BLR paths per tensor: auto (lower error at the same budget), 1 or 2")
-	seed := fs.Uint64("seed", 1, "seed of the randomised SVD sketches (same seed and SVD products, same student: the defaults write the student nvg distill trains)")
-	workers := fs.Int("workers", 0, "tensors compressed at once (0: GOMAXPROCS)")
-	powerIters := fs.Int("power-iters", 2, "power iterations of the randomised SVD (0: none; 1 is ~1.35× faster at ~0.4 % higher error)")
-	products := fs.String("products", "cpu-f64", "where and in what precision the randomised SVDs' large products run: cpu-f64 (gonum, float64: the library's and nvg distill's default), cpu-f32 (~2× faster, relative errors within ~1e-4) or gpu-f32 (the WebGPU device, float32: much faster on a real GPU). Each gives a slightly different student")
-	out := fs.String("o", "", "output student .cmf file (written atomically)")
-	jsonOut := fs.String("json", "", "also write the per-tensor report as JSON to this file")
-	force := fs.Bool("force", false, "replace -o (and --json) when they exist")
-	if err := parseFlags(c, fs, args); err != nil {
-		return err
+	fs.Float64Var(&f.bpw, "bpw", 1.0, "target bits per weight of every compressed linear (0 < bpw ≤ 32)")
+	fs.StringVar(&f.paths, "paths", "auto", "BLR paths per tensor: auto (lower error at the same budget), 1 or 2")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the randomised SVD sketches (same seed and SVD products, same student: the defaults write the student nvg distill trains)")
+	fs.IntVar(&f.workers, "workers", 0, "tensors compressed at once (0: GOMAXPROCS)")
+	fs.IntVar(&f.powerIters, "power-iters", 2, "power iterations of the randomised SVD (0: none; 1 is ~1.35× faster at ~0.4 % higher error)")
+	fs.StringVar(&f.products, "products", "cpu-f64", "where and in what precision the randomised SVDs' large products run: cpu-f64 (gonum, float64: the library's and nvg distill's default), cpu-f32 (~2× faster, relative errors within ~1e-4) or gpu-f32 (the WebGPU device, float32: much faster on a real GPU). Each gives a slightly different student")
+	fs.StringVar(&f.out, "o", "", "output student .cmf file (written atomically)")
+	fs.StringVar(&f.json, "json", "", "also write the per-tensor report as JSON to this file")
+	fs.BoolVar(&f.force, "force", false, "replace -o (and --json) when they exist")
+	return fs
+}
+
+// check validates the flags (and parses --paths) before any work.
+func (f *compressFlags) check(nargs int) error {
+	if nargs > 1 {
+		return usagef("want at most one TEACHER, got %d arguments", nargs)
 	}
-	if fs.NArg() > 1 {
-		return usagef("want at most one TEACHER, got %d arguments", fs.NArg())
-	}
-	if *out == "" {
+	if f.out == "" {
 		return usagef("-o STUDENT.cmf is required")
 	}
-	if err := checkOutFile("-o", *out, *force); err != nil {
+	if err := checkOutFile("-o", f.out, f.force); err != nil {
 		return err
 	}
-	if *jsonOut != "" {
-		if filepath.Clean(*jsonOut) == filepath.Clean(*out) {
-			return usagef("--json %s is the same file as -o", *jsonOut)
+	if f.json != "" {
+		if filepath.Clean(f.json) == filepath.Clean(f.out) {
+			return usagef("--json %s is the same file as -o", f.json)
 		}
-		if err := checkOutFile("--json", *jsonOut, *force); err != nil {
+		if err := checkOutFile("--json", f.json, f.force); err != nil {
 			return err
 		}
 	}
-	if !(*bpw > 0 && *bpw <= 32) || math.IsNaN(*bpw) {
-		return usagef("--bpw must be in (0, 32], got %g", *bpw)
+	if !(f.bpw > 0 && f.bpw <= 32) || math.IsNaN(f.bpw) {
+		return usagef("--bpw must be in (0, 32], got %g", f.bpw)
 	}
-	pm, err := compress.ParsePathMode(*paths)
-	if err != nil {
+	var err error
+	if f.pm, err = compress.ParsePathMode(f.paths); err != nil {
 		return usagef("--%v", err)
 	}
-	if *powerIters < 0 {
-		return usagef("--power-iters must be ≥ 0, got %d", *powerIters)
+	switch {
+	case f.powerIters < 0:
+		return usagef("--power-iters must be ≥ 0, got %d", f.powerIters)
+	case f.workers < 0:
+		return usagef("--workers must be ≥ 0, got %d", f.workers)
+	case f.products != "cpu-f64" && f.products != "cpu-f32" && f.products != "gpu-f32":
+		return usagef("--products must be cpu-f64, cpu-f32 or gpu-f32, got %q", f.products)
 	}
-	if *workers < 0 {
-		return usagef("--workers must be ≥ 0, got %d", *workers)
+	return nil
+}
+
+// options are the compressor's options of the flags.
+func (f *compressFlags) options() compress.Options {
+	pi := f.powerIters
+	if pi == 0 {
+		pi = -1 // SVDOptions: negative means none, 0 the default
 	}
-	switch *products {
-	case "cpu-f64", "cpu-f32", "gpu-f32":
-	default:
-		return usagef("--products must be cpu-f64, cpu-f32 or gpu-f32, got %q", *products)
+	opt := compress.Options{BitsPerWeight: f.bpw, Paths: f.pm, Seed: f.seed, Workers: f.workers, SVD: compress.SVDOptions{PowerIters: pi}}
+	if f.products == "cpu-f32" {
+		opt.Products = compress.CPUProducts{Float32: true}
+	}
+	return opt
+}
+
+func runCompress(args []string) error {
+	c := commands["compress"]
+	var f compressFlags
+	fs := f.bind(c)
+	if err := parseFlags(c, fs, args); err != nil {
+		return err
+	}
+	if err := f.check(fs.NArg()); err != nil {
+		return err
 	}
 	path := fs.Arg(0)
-	teacher, err := openModel(path)
+	teacher, err := train.OpenModel(path)
 	if err != nil {
 		return err
 	}
 	defer teacher.Close()
-
 	var dev *gpu.Device
-	devName := ""
-	if *products == "gpu-f32" {
+	where := f.products
+	if f.products == "gpu-f32" {
 		if dev, err = gpu.Open(); err != nil {
 			return fmt.Errorf("--products gpu-f32: %w", err)
 		}
 		defer dev.Close()
-		devName = dev.Info().Name
+		where += " on " + dev.Info().Name
 	}
-	pi := *powerIters
-	if pi == 0 {
-		pi = -1 // SVDOptions: negative means none, 0 the default
-	}
-	opt := compress.Options{BitsPerWeight: *bpw, Paths: pm, Seed: *seed, Workers: *workers, SVD: compress.SVDOptions{PowerIters: pi}}
-	if *products == "cpu-f32" {
-		opt.Products = compress.CPUProducts{Float32: true}
-	}
-	where := *products
-	if devName != "" {
-		where += " on " + devName
-	}
-	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d, SVD products %s\n", modelName(path), *bpw, pm, *seed, where)
-	bar := nvgkit.NewProgress(os.Stderr, "compress")
+	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d, SVD products %s\n", train.ModelName(path), f.bpw, f.pm, f.seed, where)
+	bar := train.NewProgress(os.Stderr, "compress")
 	start := time.Now()
-	student, reports, err := compress.ModelOn(dev, teacher, opt, func(done, total int, name string) {
+	student, reports, err := compress.ModelOn(dev, teacher, f.options(), func(done, total int, name string) {
 		bar.Update(done, total, name)
 	})
 	bar.Finish("")
@@ -128,24 +151,28 @@ func runCompress(args []string) error {
 		return err
 	}
 	secs := time.Since(start).Seconds()
-	if err := cmf.WriteCMF(*out, student); err != nil {
+	if err := cmf.WriteCMF(f.out, student); err != nil {
 		return err
 	}
 	if err := compress.WriteTable(os.Stdout, reports); err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s (%.1fs)\n", *out, secs)
-	bpwMissWarning(*bpw, compress.OverallBitsPerWeight(reports))
-	if *jsonOut != "" {
-		rep := compressReport{Teacher: modelName(path), Output: *out, TargetBPW: *bpw, Paths: pm.String(), Seed: *seed, Products: *products, Device: devName,
-			OverallBPW: compress.OverallBitsPerWeight(reports), Seconds: secs, Kinds: compress.SummarizeByKind(reports), Tensors: reports}
-		b, err := json.MarshalIndent(rep, "", " ")
-		if err != nil {
-			return err
-		}
-		if err := atomicfile.WriteBytes(*jsonOut, append(b, '\n')); err != nil {
-			return fmt.Errorf("--json: %w", err)
-		}
+	fmt.Printf("wrote %s (%.1fs)\n", f.out, secs)
+	bpwMissWarning(f.bpw, compress.OverallBitsPerWeight(reports))
+	if f.json == "" {
+		return nil
+	}
+	rep := compressReport{Teacher: train.ModelName(path), Output: f.out, TargetBPW: f.bpw, Paths: f.pm.String(), Seed: f.seed, Products: f.products,
+		OverallBPW: compress.OverallBitsPerWeight(reports), Seconds: secs, Kinds: compress.SummarizeByKind(reports), Tensors: reports}
+	if dev != nil {
+		rep.Device = dev.Info().Name
+	}
+	b, err := json.MarshalIndent(rep, "", " ")
+	if err == nil {
+		err = atomicfile.WriteBytes(f.json, append(b, '\n'))
+	}
+	if err != nil {
+		return fmt.Errorf("--json: %w", err)
 	}
 	return nil
 }

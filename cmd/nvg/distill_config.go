@@ -17,9 +17,9 @@ import (
 // defaultDistillSettings are nvg distill's defaults: the embedded tiny teacher and the Go
 // standard library, 1 bit per weight, paths auto, seed 1, and train.DefaultTrainConfig (the
 // one table of training defaults, DESIGN.md §6 "Defaults").
-func defaultDistillSettings() distillSettings {
+func defaultDistillSettings() train.RunFile {
 	c := train.DefaultTrainConfig()
-	return distillSettings{BPW: 1, Paths: "auto", Seed: c.Seed, Config: c}
+	return train.RunFile{Setup: train.Setup{BitsPerWeight: 1, Paths: "auto", Train: c}, Seed: c.Seed}
 }
 
 // distillCLI are nvg distill's flags that are not settings of the run.
@@ -77,15 +77,15 @@ func (f mibFlag) Set(v string) error {
 // distillFlags returns nvg distill's flag set bound to s (the settings of a run) and o. Each
 // flag's default is s's value when it is called: the defaults, or a --config file's values,
 // which the flags given on the command line then override.
-func distillFlags(c *command, s *distillSettings, o *distillCLI) *flag.FlagSet {
+func distillFlags(c *command, s *train.RunFile, o *distillCLI) *flag.FlagSet {
 	fs := newFlags(c)
-	tc := &s.Config
+	tc := &s.Train
 	fs.StringVar(&o.config, "config", "", "read the run's settings from this JSON file (the layout of a run's distill.json; flags given on the command line override it)")
 	fs.StringVar(&s.Teacher, "teacher", s.Teacher, "teacher: HF checkpoint directory or .cmf (default: the embedded tiny teacher)")
 	fs.StringVar(&s.Tokenizer, "tokenizer", s.Tokenizer, "tokenizer.json (default: beside the teacher, or the embedded one)")
 	fs.Var(fileList{&s.TrainFiles}, "train-files", "comma-separated training `sources`: files, directories, globs, .jsonl corpora (see README; default: the Go standard library training split)")
 	fs.Var(fileList{&s.EvalFiles}, "eval-files", "comma-separated held-out `sources`, as --train-files (default: the Go standard library held-out split)")
-	fs.Float64Var(&s.BPW, "bpw", s.BPW, "target bits per weight of every compressed linear (0 < bpw ≤ 32)")
+	fs.Float64Var(&s.BitsPerWeight, "bpw", s.BitsPerWeight, "target bits per weight of every compressed linear (0 < bpw ≤ 32)")
 	fs.StringVar(&s.Paths, "paths", s.Paths, "BLR paths per tensor: auto, 1 or 2")
 	fs.IntVar(&tc.Steps, "steps", tc.Steps, "optimizer steps")
 	fs.IntVar(&tc.NB, "nb", tc.NB, "windows per step")
@@ -117,7 +117,7 @@ func distillFlags(c *command, s *distillSettings, o *distillCLI) *flag.FlagSet {
 // parseDistillFlags parses nvg distill's arguments into the run's settings: the defaults,
 // overridden by the --config file when one is given, overridden by the flags on the command
 // line. set holds the names of the flags given on the command line.
-func parseDistillFlags(c *command, args []string) (s distillSettings, o distillCLI, set map[string]bool, err error) {
+func parseDistillFlags(c *command, args []string) (s train.RunFile, o distillCLI, set map[string]bool, err error) {
 	s = defaultDistillSettings()
 	fs := distillFlags(c, &s, &o)
 	if err := parseFlags(c, fs, args); err != nil {
@@ -139,15 +139,15 @@ func parseDistillFlags(c *command, args []string) (s distillSettings, o distillC
 	if fs.NArg() > 0 {
 		return s, o, nil, usagef("unexpected argument %q (the teacher is --teacher MODEL)", fs.Arg(0))
 	}
-	s.Config.Seed = s.Seed
-	o.signs.apply(&s.Config)
+	s.Train.Seed = s.Seed
+	o.signs.apply(&s.Train)
 	return s, o, set, nil
 }
 
 // loadDistillConfig reads the JSON file path over s: an object in the layout of distill.json
-// (distillSettings); fields it leaves out keep s's values. Errors name the file and the
+// (train.RunFile); fields it leaves out keep s's values. Errors name the file and the
 // unknown or ill-typed field.
-func loadDistillConfig(path string, s *distillSettings) error {
+func loadDistillConfig(path string, s *train.RunFile) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return usagef("--config: %v", err)
@@ -166,13 +166,13 @@ func loadDistillConfig(path string, s *distillSettings) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	seed, cseed := s.Seed, s.Config.Seed
+	seed, cseed := s.Seed, s.Train.Seed
 	if err := dec.Decode(s); err != nil {
 		var te *json.UnmarshalTypeError
 		var se *json.SyntaxError
 		switch {
-		case errors.As(err, &te):
-			return usagef("--config %s: field %q is a JSON %s, want %s", path, te.Field, te.Value, jsonKind(te.Type.Kind().String()))
+		case errors.As(err, &te): // (the fields of the embedded train.Setup are named "Setup.…")
+			return usagef("--config %s: field %q is a JSON %s, want %s", path, strings.TrimPrefix(te.Field, "Setup."), te.Value, jsonKind(te.Type.Kind().String()))
 		case errors.As(err, &se):
 			return usagef("--config %s: not JSON at byte %d: %v", path, se.Offset, err)
 		case errors.Is(err, io.ErrUnexpectedEOF):
@@ -188,11 +188,11 @@ func loadDistillConfig(path string, s *distillSettings) error {
 	}
 	// config.seed is the seed: the same as the top-level one, which also seeds the compression.
 	switch {
-	case s.Config.Seed == cseed:
+	case s.Train.Seed == cseed:
 	case s.Seed == seed:
-		s.Seed = s.Config.Seed
-	case s.Seed != s.Config.Seed:
-		return usagef("--config %s: config.seed %d differs from seed %d; give seed only (it seeds the compression and the training)", path, s.Config.Seed, s.Seed)
+		s.Seed = s.Train.Seed
+	case s.Seed != s.Train.Seed:
+		return usagef("--config %s: config.seed %d differs from seed %d; give seed only (it seeds the compression and the training)", path, s.Train.Seed, s.Seed)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nvg-project/nvg/nvgkit/optim"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
@@ -17,8 +18,9 @@ func TestDistillDefaultsAreTheLibrarys(t *testing.T) {
 	if err != nil || len(set) != 0 {
 		t.Fatal(err, set)
 	}
-	want := train.TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2, ActivationBudget: 1 << 30}
-	if s.Config != want || s.Config != train.DefaultTrainConfig() || s.BPW != 1 || s.Paths != "auto" || s.Seed != 1 || s.Teacher != "" || s.TrainFiles != nil {
+	want := train.TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2, ActivationBudget: 1 << 30,
+		Settings: optim.Settings{LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, Beta1: 0.9, Beta2: 0.99, Eps: 1e-12, MetricFloor: 0.05}}
+	if s.Train != want || s.Train != train.DefaultTrainConfig() || s.BitsPerWeight != 1 || s.Paths != "auto" || s.Seed != 1 || s.Teacher != "" || s.TrainFiles != nil {
 		t.Errorf("defaults %+v, want config %+v", s, want)
 	}
 }
@@ -42,9 +44,9 @@ func TestDistillConfigFile(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
-		c := s.Config
+		c := s.Train
 		if c.Steps != 3 || c.ClipNorm != 0.5 || c.LR != 0.01 || c.MinLRFrac != 0.2 || c.EvalEvery != 0 || c.NB != 4 || c.Warmup != 3 ||
-			s.BPW != 0.5 || s.Paths != "1" || s.Seed != 7 || c.Seed != 7 || strings.Join(s.TrainFiles, ",") != "a.go,b.go" {
+			s.BitsPerWeight != 0.5 || s.Paths != "1" || s.Seed != 7 || c.Seed != 7 || strings.Join(s.TrainFiles, ",") != "a.go,b.go" {
 			t.Errorf("%v: settings %+v", args, s)
 		}
 		if !set["config"] || !set["steps"] || set["lr"] {
@@ -52,8 +54,8 @@ func TestDistillConfigFile(t *testing.T) {
 		}
 	}
 	// config.seed alone is the seed too.
-	if s, _, _, err := parseDistillFlags(commands["distill"], []string{"--config", writeConfig(t, `{"config": {"seed": 9}}`)}); err != nil || s.Seed != 9 || s.Config.Seed != 9 {
-		t.Errorf("config.seed alone: seed %d, config.seed %d, %v", s.Seed, s.Config.Seed, err)
+	if s, _, _, err := parseDistillFlags(commands["distill"], []string{"--config", writeConfig(t, `{"config": {"seed": 9}}`)}); err != nil || s.Seed != 9 || s.Train.Seed != 9 {
+		t.Errorf("config.seed alone: seed %d, config.seed %d, %v", s.Seed, s.Train.Seed, err)
 	}
 }
 
@@ -101,8 +103,8 @@ func TestDistillConfigErrors(t *testing.T) {
 func TestDistillActivationBudgetFlag(t *testing.T) {
 	for arg, want := range map[string]int64{"0": 0, "64": 64 << 20, "2048": 2 << 30} {
 		s, _, set, err := parseDistillFlags(commands["distill"], []string{"--activation-budget-mib", arg})
-		if err != nil || !set["activation-budget-mib"] || s.Config.ActivationBudget != want {
-			t.Errorf("--activation-budget-mib %s: budget %d, set %v, err %v; want %d", arg, s.Config.ActivationBudget, set, err, want)
+		if err != nil || !set["activation-budget-mib"] || s.Train.ActivationBudget != want {
+			t.Errorf("--activation-budget-mib %s: budget %d, set %v, err %v; want %d", arg, s.Train.ActivationBudget, set, err, want)
 		}
 	}
 	for _, arg := range []string{"-1", "1.5", "lots", "8796093022208"} { // the last: 2⁴³ MiB = 2⁶³ bytes
@@ -125,7 +127,7 @@ func TestDistillActivationBudgetZeroRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	s2, _, _, err := parseDistillFlags(commands["distill"], []string{"--config", writeConfig(t, string(b))})
-	if err != nil || s2.Config.ActivationBudget != 0 {
-		t.Errorf("budget 0 through --config: %d, %v (file %s)", s2.Config.ActivationBudget, err, b)
+	if err != nil || s2.Train.ActivationBudget != 0 {
+		t.Errorf("budget 0 through --config: %d, %v (file %s)", s2.Train.ActivationBudget, err, b)
 	}
 }

@@ -1,116 +1,90 @@
 package main
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 
-	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/compress"
-	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
-// Files of an nvg distill output directory besides the checkpoints, the student and the
-// report: the compressed student the run starts from (reused by --resume when the
-// checkpoint's size and SHA-256 match), its compression reports, and the teacher's top-k.
-const (
-	compressedStudentFile = "compressed.cmf"
-	compressionFile       = "compression.json"
-	distillTopKFile       = "teacher-topk.bin"
-)
+// resumeFlags are the flags --resume accepts besides itself (the others are the run's).
+var resumeFlags = map[string]bool{"resume": true, "o": true, "out": true, "mem-log": true, "mem-log-every": true, "stream-teacher": true,
+	"steps": true, "keep": true, "keep-activations": true, "activation-budget-mib": true}
 
-// compressionRecord is compression.json: the compressed student's digest and the per-tensor
-// compression reports (for the bits per weight and the reconstruction plot of a resumed run).
-type compressionRecord struct {
-	Student train.FileDigest        `json:"student"`
-	Reports []compress.TensorReport `json:"reports"`
-}
-
-// resumePoint is what --resume checked before any work: the checkpoint to continue from and,
-// when the run's compressed student can be reused, its compression reports (nil: compress
-// again).
-type resumePoint struct {
-	ck      *train.Checkpoint
-	path    string
-	reports []compress.TensorReport
-}
-
-// hasCheckpoint reports whether dir holds a checkpoint file (valid or not).
-func hasCheckpoint(dir string) bool {
-	ps, err := train.CheckpointPaths(dir)
-	return err == nil && len(ps) > 0
-}
-
-// loadResumePoint finds the latest valid checkpoint in out (warning about newer ones that
-// are not), checks that it is the run distill.json describes (every setting but the paths,
-// the step count and Keep), and whether the compressed student it records is there
-// unchanged. Nothing is compressed or run on the GPU. Errors: no valid checkpoint (each
-// one's error), settings that differ (naming the run's file).
-func loadResumePoint(out string, s distillSettings) (*resumePoint, error) {
-	ck, path, err := train.LatestCheckpoint(out, func(e error) {
-		fmt.Fprintf(os.Stderr, "warning: %v; trying the checkpoint before it\n", e)
-	})
-	if err != nil {
-		return nil, err
+// resumeDistill continues the run in cli.resume: its settings come from its distill.json
+// (flags: f's values for --steps, --keep, --keep-activations, --activation-budget-mib, which
+// set names); the checkpoint is checked before anything expensive (compression, teacher
+// pass). A finished run with nothing to extend says so and does nothing.
+func resumeDistill(f train.RunFile, cli distillCLI, set map[string]bool) error {
+	out, flags := cli.resume, f.Train
+	for name := range set {
+		if name == "config" {
+			return usagef("--resume takes the run's settings from %s; --config cannot be given with it", filepath.Join(out, train.RunFileName))
+		}
+		if !resumeFlags[name] {
+			return usagef("--resume takes the run's settings from %s; --%s cannot be changed", filepath.Join(out, train.RunFileName), name)
+		}
 	}
-	fmt.Fprintf(os.Stderr, "resuming from %s (step %d of %d)\n", path, ck.Meta.Step, ck.Meta.Config.Steps)
-	norm := func(c train.TrainConfig) train.TrainConfig {
-		c = c.Resolved()
-		c.OutDir, c.TopKFile, c.Steps, c.ScheduleSteps, c.Keep, c.KeepActivations, c.ActivationBudget = "", "", 0, 0, 0, false, 0
-		return c
+	if o := flags.OutDir; o != "" && filepath.Clean(o) != filepath.Clean(out) {
+		return usagef("--resume %s writes into that directory; -o %s differs", out, o)
 	}
-	if a, b := norm(ck.Meta.Config), norm(s.Config); !reflect.DeepEqual(a, b) {
-		ja, _ := json.Marshal(a)
-		jb, _ := json.Marshal(b)
-		return nil, fmt.Errorf("--resume %s: the checkpoint's settings %s differ from %s's %s (a checkpoint of another run?)", path, ja, distillSettingsFile, jb)
-	}
-	res := &resumePoint{ck: ck, path: path}
-	if ck.Meta.Student == nil {
-		return res, nil
-	}
-	if err := ck.Meta.Student.Check(out); err != nil {
-		fmt.Fprintf(os.Stderr, "warning: %v; compressing the teacher again\n", err)
-		return res, nil
-	}
-	b, err := os.ReadFile(filepath.Join(out, compressionFile))
-	var rec compressionRecord
-	if err == nil {
-		err = json.Unmarshal(b, &rec)
-	}
-	if err == nil && rec.Student != *ck.Meta.Student {
-		err = fmt.Errorf("%s names %s, the checkpoint %s", compressionFile, rec.Student.SHA256, ck.Meta.Student.SHA256)
+	f, err := train.ReadRunFile(out)
+	var ie *train.InputError
+	if errors.As(err, &ie) {
+		return usagef("--resume %v", err)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "warning: %s: %v; compressing the teacher again\n", filepath.Join(out, compressionFile), err)
-		return res, nil
+		return fmt.Errorf("--resume: %w", err)
 	}
-	res.reports = rec.Reports
-	return res, nil
+	if !train.HasCheckpoint(out) {
+		return usagef("--resume %s: no checkpoint there (the run stopped before its first checkpoint: nothing to resume; remove %s and start it again)", out, out)
+	}
+	res, err := train.LoadResumePoint(out, f.Setup, logf)
+	if err != nil {
+		return err
+	}
+	done, err := applyResumeFlags(res, flags, set, out)
+	if done || err != nil {
+		return err
+	}
+	f.Train = res.Checkpoint.Meta.Config // what the run trains with from here on
+	return distill(f, out, res, cli.opts)
 }
 
-// saveCompressedStudent writes the compressed student m to out/compressed.cmf and its
-// reports to out/compression.json (atomically) and returns the student file's digest. For
-// a resumed run (res not nil) whose checkpoint records a student, the new file must be that
-// one (compression is deterministic for the run's settings): an error says so otherwise.
-func saveCompressedStudent(out string, m *cmf.Model, reports []compress.TensorReport, res *resumePoint) (train.FileDigest, error) {
-	path := filepath.Join(out, compressedStudentFile)
-	if err := cmf.WriteCMF(path, m); err != nil {
-		return train.FileDigest{}, err
+// applyResumeFlags sets the checkpoint's settings that the resume's flags change (--keep,
+// --keep-activations, --activation-budget-mib; --steps extends the run). It reports done
+// when the run is complete and no --steps extends it (it says so).
+func applyResumeFlags(res *train.ResumePoint, flags train.TrainConfig, set map[string]bool, out string) (done bool, err error) {
+	ck := res.Checkpoint
+	cfg := &ck.Meta.Config
+	if set["keep"] {
+		if flags.Keep < 0 {
+			return false, usagef("--keep must be ≥ 0, got %d", flags.Keep)
+		}
+		cfg.Keep = flags.Keep
 	}
-	d, err := train.DigestFile(path)
-	if err != nil {
-		return d, err
+	if set["keep-activations"] {
+		cfg.KeepActivations = flags.KeepActivations
 	}
-	if res != nil && res.ck.Meta.Student != nil && *res.ck.Meta.Student != d {
-		return d, fmt.Errorf("--resume: the teacher compressed again gives %s (%d bytes, SHA-256 %s), not the student the checkpoint was trained from (%d bytes, SHA-256 %s): another teacher or nvg version?",
-			path, d.Size, d.SHA256, res.ck.Meta.Student.Size, res.ck.Meta.Student.SHA256)
+	if set["activation-budget-mib"] {
+		cfg.ActivationBudget = flags.ActivationBudget
 	}
-	b, err := json.MarshalIndent(compressionRecord{Student: d, Reports: reports}, "", " ")
-	if err != nil {
-		return d, err
+	if set["steps"] {
+		if err := ck.Extend(flags.Steps); err != nil {
+			return false, usagef("--resume %s --steps %d: %v", out, flags.Steps, err)
+		}
+		fmt.Fprintf(os.Stderr, "extending the run to %d steps (the learning-rate schedule spans its first %d; the steps after run at %.3g)\n",
+			cfg.Steps, cfg.ScheduleSteps, cfg.LRAt(cfg.Steps))
+		return false, nil
 	}
-	return d, atomicfile.WriteBytes(filepath.Join(out, compressionFile), append(b, '\n'))
+	rep, err := train.LoadReport(filepath.Join(out, "report.json"))
+	if err != nil || rep.Interrupted || rep.Steps < cfg.Steps || ck.Meta.Step < cfg.Steps || !exists(filepath.Join(out, "student.cmf")) {
+		return false, nil
+	}
+	// Nothing left to do: no teacher pass, no export again.
+	fmt.Printf("the run in %s is complete (%d of %d steps): student %s, held-out perplexity %.3f (teacher %.3f, compressed %.3f, %.1f %% of the log-perplexity gap closed); --steps N extends it\n",
+		out, rep.Steps, cfg.Steps, filepath.Join(out, "student.cmf"), rep.DistilledPPL, rep.TeacherPPL, rep.CompressedPPL, 100*rep.GapClosed)
+	return true, nil
 }

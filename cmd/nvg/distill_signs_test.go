@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
@@ -18,20 +17,20 @@ import (
 // given, and bad values are refused by the config's validation.
 func TestDistillSignFlags(t *testing.T) {
 	s, _, _, err := parseDistillFlags(commands["distill"], []string{"--sign-tau", "30"})
-	if err != nil || s.Config.TrainSigns || s.Config.Signs != (nvgkit.SignConfig{}) {
-		t.Fatalf("no --train-signs: %+v, %v", s.Config.Signs, err)
+	if err != nil || s.Train.TrainSigns || s.Train.Signs != (nvgkit.SignConfig{}) {
+		t.Fatalf("no --train-signs: %+v, %v", s.Train.Signs, err)
 	}
 	s, _, _, err = parseDistillFlags(commands["distill"], []string{"--train-signs", "--sign-tau", "30", "--sign-max-flip", "0.002"})
 	want := nvgkit.DefaultSigns()
 	want.Tau, want.MaxFlipFrac = 30, 0.002
-	if err != nil || !s.Config.TrainSigns || s.Config.Signs != want {
-		t.Fatalf("--train-signs: %+v, want %+v (%v)", s.Config.Signs, want, err)
+	if err != nil || !s.Train.TrainSigns || s.Train.Signs != want {
+		t.Fatalf("--train-signs: %+v, want %+v (%v)", s.Train.Signs, want, err)
 	}
-	if err := s.Config.Validate(); err != nil {
+	if err := s.Train.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	s, _, _, _ = parseDistillFlags(commands["distill"], []string{"--train-signs", "--sign-tau", "0"})
-	if err := s.Config.Validate(); err == nil {
+	if err := s.Train.Validate(); err == nil {
 		t.Fatal("--sign-tau 0 accepted")
 	}
 }
@@ -44,10 +43,8 @@ func TestDistillSignFlags(t *testing.T) {
 func TestDistillTrainSigns(t *testing.T) {
 	gputest.Open(t)
 	t.Setenv("NVG_CACHE", t.TempDir())
-	src := filepath.Join(runtime.GOROOT(), "src")
-	out := filepath.Join(t.TempDir(), "run")
-	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
-		"--steps", "2", "--nb", "2", "--t", "16", "--k", "8", "--eval-windows", "1", "--train-signs", "--sign-tau", "1", "--sign-max-flip", "0.01", "-o", out}
+	out, args := goDistill(t,
+		"--steps", "2", "--nb", "2", "--t", "16", "--k", "8", "--eval-windows", "1", "--train-signs", "--sign-tau", "1", "--sign-max-flip", "0.01")
 	if code := run(args); code != 0 {
 		t.Fatalf("nvg %v: exit %d", args, code)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu/gputest"
-	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
@@ -91,11 +90,11 @@ func TestDistillSmall(t *testing.T) {
 		t.Fatalf("nvg %v: exit %d", args, code)
 	}
 	// The memory log: a header and one sample before the first step and after each.
-	samples, err := nvgkit.ReadMemLog(out + "-mem.csv")
+	samples, err := train.ReadMemLog(out + "-mem.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if raw, _ := os.ReadFile(out + "-mem.csv"); !strings.HasPrefix(string(raw), nvgkit.MemLogHeader+"\n") || len(samples) != 3 ||
+	if raw, _ := os.ReadFile(out + "-mem.csv"); !strings.HasPrefix(string(raw), train.MemLogHeader+"\n") || len(samples) != 3 ||
 		samples[0].Step != 0 || samples[2].Step != 2 || samples[2].GPUCurrent == 0 || !(samples[2].TokensPerSec > 0) {
 		t.Errorf("memory log %q: %+v", raw, samples)
 	}
@@ -136,14 +135,14 @@ func TestDistillSmall(t *testing.T) {
 		p.Adapter == "" || p.Backend == "" || p.Driver == "" || p.CompressProducts != "cpu-f64" {
 		t.Errorf("report provenance %+v, want commit %s", p, head)
 	}
-	var settings distillSettings
-	if b, err := os.ReadFile(filepath.Join(out, distillSettingsFile)); err != nil || json.Unmarshal(b, &settings) != nil {
+	var settings train.RunFile
+	if b, err := os.ReadFile(filepath.Join(out, train.RunFileName)); err != nil || json.Unmarshal(b, &settings) != nil {
 		t.Errorf("distill.json: %v", err)
 	} else if p := settings.Provenance; p == nil || *p != *rep.Provenance {
 		t.Errorf("distill.json provenance %+v, report's %+v", p, rep.Provenance)
 	}
 	// distill.json holds the effective settings: the file's, the flags', the defaults.
-	if c := settings.Config; settings.Paths != "1" || settings.BPW != 0.5 || c.Steps != 2 || c.K != 8 || c.EvalWindows != 2 || c.NB != 2 || c.T != 16 ||
+	if c := settings.Train; settings.Paths != "1" || settings.BitsPerWeight != 0.5 || c.Steps != 2 || c.K != 8 || c.EvalWindows != 2 || c.NB != 2 || c.T != 16 ||
 		c.EvalEvery != 1 || c.LR != 0.05 || c.Warmup != 3 || c.ClipNorm != 1 || c.MinLRFrac != 0.1 || c.OutDir != out {
 		t.Errorf("distill.json settings %+v", settings)
 	}
@@ -187,10 +186,8 @@ func TestDistillInterruptResume(t *testing.T) {
 func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 	cache := t.TempDir()
 	t.Setenv("NVG_CACHE", cache)
-	src := filepath.Join(runtime.GOROOT(), "src")
-	out := filepath.Join(t.TempDir(), "run")
-	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
-		"--paths", "1", "--bpw", "0.5", "--steps", "6", "--nb", "2", "--t", "8", "--k", "4", "--eval-every", "1", "--eval-windows", "1", "-o", out}
+	out, args := goDistill(t,
+		"--paths", "1", "--bpw", "0.5", "--steps", "6", "--nb", "2", "--t", "8", "--k", "4", "--eval-every", "1", "--eval-windows", "1")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDistillChild$")
 	cmd.Env = append(os.Environ(), "NVG_DISTILL_CHILD=1", "NVG_DISTILL_ARGS="+strings.Join(args, "\x1f"))
 	var stderr bytes.Buffer
@@ -199,7 +196,7 @@ func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(3 * time.Minute)
-	for !hasCheckpoint(out) && time.Now().Before(deadline) {
+	for !train.HasCheckpoint(out) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err := cmd.Process.Signal(sig); err != nil {
@@ -253,10 +250,8 @@ func distillInterruptResume(t *testing.T, sig syscall.Signal) {
 // nothing was trained, writes no checkpoint and exits 130.
 func TestDistillInterruptBeforeTraining(t *testing.T) {
 	t.Setenv("NVG_CACHE", t.TempDir())
-	src := filepath.Join(runtime.GOROOT(), "src")
-	out := filepath.Join(t.TempDir(), "run")
-	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
-		"--paths", "1", "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "8", "--k", "4", "--eval-windows", "1", "-o", out}
+	out, args := goDistill(t,
+		"--paths", "1", "--bpw", "0.5", "--steps", "2", "--nb", "2", "--t", "8", "--k", "4", "--eval-windows", "1")
 	var phases []string
 	distillPhaseHook = func(phase string) {
 		phases = append(phases, phase)
@@ -331,11 +326,9 @@ func TestDistillFailureLeavesNoOutput(t *testing.T) {
 func TestDistillResumeReuse(t *testing.T) {
 	gputest.Open(t)
 	t.Setenv("NVG_CACHE", t.TempDir())
-	src := filepath.Join(runtime.GOROOT(), "src")
-	out := filepath.Join(t.TempDir(), "run")
-	args := []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"),
+	out, args := goDistill(t,
 		"--paths", "1", "--bpw", "0.5", "--steps", "4", "--nb", "2", "--t", "8", "--k", "4", "--eval-every", "2", "--eval-windows", "1",
-		"--checkpoint-every", "1", "--keep", "10", "-o", out}
+		"--checkpoint-every", "1", "--keep", "10")
 	if _, stderr, code := capture(t, args); code != 0 {
 		t.Fatalf("nvg %v: exit %d\n%s", args, code, stderr)
 	}
@@ -419,4 +412,14 @@ func TestDistillResumeReuse(t *testing.T) {
 	if code == 0 || len(phases) != 0 || !strings.Contains(stderr, "no valid checkpoint in "+out) {
 		t.Errorf("--resume with no valid checkpoint: exit %d, phases %v\n%s", code, phases, stderr)
 	}
+}
+
+// goDistill returns a new output directory and the arguments of an nvg distill run into it
+// on two files of the Go source tree (strings.go to train on, sort.go held out) with the
+// flags extra.
+func goDistill(t *testing.T, extra ...string) (out string, args []string) {
+	src := filepath.Join(runtime.GOROOT(), "src")
+	out = filepath.Join(t.TempDir(), "run")
+	args = []string{"distill", "--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go"), "-o", out}
+	return out, append(args, extra...)
 }

@@ -9,13 +9,11 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/arch"
-
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/host"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
-	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
@@ -51,7 +49,6 @@ func addEvalFlags(fs interface {
 
 // heldOutWindows tokenizes the held-out text and draws the evaluation windows.
 func (f evalFlags) heldOutWindows(modelPath string, cfg arch.Config) ([][]int, string, error) {
-	vocab := cfg.VocabSize
 	n := 0
 	if *f.windows != "all" {
 		v, err := strconv.Atoi(*f.windows)
@@ -63,16 +60,9 @@ func (f evalFlags) heldOutWindows(modelPath string, cfg arch.Config) ([][]int, s
 	if *f.t < 1 {
 		return nil, "", usagef("--t must be ≥ 1, got %d", *f.t)
 	}
-	raw, err := tokenizerJSON(*f.tokenizer, modelPath, &cfg)
+	tok, err := train.OpenTokenizer(*f.tokenizer, modelPath, cfg, logf)
 	if err != nil {
 		return nil, "", err
-	}
-	tok, err := tokenizer.FromJSON(raw)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: %w", tokenizerName(*f.tokenizer), err)
-	}
-	if tok.VocabSize() > vocab {
-		return nil, "", fmt.Errorf("tokenizer has %d tokens but the model's vocab_size is %d", tok.VocabSize(), vocab)
 	}
 	var corpus *data.Corpus
 	what := "Go standard library held-out split"
@@ -130,7 +120,7 @@ func runEval(args []string) error {
 		return usagef("--stream is for the GPU path; --host computes on the host")
 	}
 	path := fs.Arg(0)
-	m, err := openModel(path)
+	m, err := train.OpenModel(path)
 	if err != nil {
 		return err
 	}
@@ -139,61 +129,16 @@ func runEval(args []string) error {
 	if err != nil {
 		return err
 	}
-	var nll func(progress func(done, total int)) (float64, int, error)
-	var diagnose func() (*nvgkit.NonFinite, error) // GPU path, after a non-finite loss: where it starts
-	var peak func() uint64                         // GPU path: peak bytes of nvg's GPU buffers
-	pathName, label := "host-f64", "float64 host path"
-	if *onHost {
-		net, err := host.Load(m)
-		if err != nil {
-			return err
-		}
-		nll = func(p func(done, total int)) (float64, int, error) { return net.NLL(windows, p) }
-	} else {
-		dev, err := openDevice()
-		if err != nil {
-			return err
-		}
-		defer dev.Close()
-		nb := *batch
-		if nb == 0 {
-			nb = max(1, 4096 / *ef.t)
-		}
-		nb = min(nb, len(windows))
-		student := isStudent(m)
-		if student {
-			if *stream {
-				return usagef("--stream is for dense teachers; %s is a BLR student", modelName(path))
-			}
-			for len(windows)%nb != 0 { // a student pass takes exactly nb windows
-				nb--
-			}
-		}
-		net, work, err := loadGPU(dev, m, nb, *ef.t, *stream, student)
-		if err != nil {
-			return err
-		}
-		defer net.Release()
-		defer work.Release()
-		nll = func(p func(done, total int)) (float64, int, error) { return nvgkit.NLL(net, work, windows, p) }
-		pathName, label = "gpu-f16", fmt.Sprintf("GPU, f16 weights, %d windows per pass", nb)
-		if student {
-			nll = func(p func(done, total int)) (float64, int, error) { return nvgkit.StudentNLL(net, work, windows, p) }
-			pathName, label = "gpu-blr", fmt.Sprintf("GPU, BLR student, %d windows per pass", nb)
-		}
-		diagnose = func() (*nvgkit.NonFinite, error) { return nvgkit.FirstNonFinite(net, work, windows) }
-		peak = func() uint64 { return dev.MemStats().PeakBytes }
-		if *stream {
-			label += ", layers streamed"
-		}
+	ev, err := newEvaluator(m, path, windows, *onHost, *batch, *ef.t, *stream)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(os.Stderr, "evaluating %s on %d windows × %d tokens of the %s (%s)\n", modelName(path), len(windows), *ef.t, what, label)
-	bar := nvgkit.NewProgress(os.Stderr, "eval")
+	defer ev.close()
+	fmt.Fprintf(os.Stderr, "evaluating %s on %d windows × %d tokens of the %s (%s)\n", train.ModelName(path), len(windows), *ef.t, what, ev.label)
+	bar := train.NewProgress(os.Stderr, "eval")
 	start := time.Now()
-	var tokens int
-	sum, count, err := nll(func(done, total int) {
-		tokens = done * *ef.t
-		bar.Update(done, total, fmt.Sprintf("%.0f tok/s", float64(tokens)/time.Since(start).Seconds()))
+	sum, count, err := ev.nll(func(done, total int) {
+		bar.Update(done, total, fmt.Sprintf("%.0f tok/s", float64(done**ef.t)/time.Since(start).Seconds()))
 	})
 	bar.Finish("")
 	if err != nil {
@@ -202,21 +147,81 @@ func runEval(args []string) error {
 	secs := time.Since(start).Seconds()
 	loss := sum / float64(count)
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return nonFiniteLoss(loss, diagnose)
+		return nonFiniteLoss(loss, ev.diagnose)
 	}
-	res := map[string]any{"model": modelName(path), "windows": len(windows), "t": *ef.t, "tokens": count,
-		"loss_nats": loss, "perplexity": math.Exp(loss), "seconds": secs, "tokens_per_second": float64(count) / secs, "path": pathName}
+	res := map[string]any{"model": train.ModelName(path), "windows": len(windows), "t": *ef.t, "tokens": count,
+		"loss_nats": loss, "perplexity": math.Exp(loss), "seconds": secs, "tokens_per_second": float64(count) / secs, "path": ev.path}
 	extra := ""
-	if peak != nil {
-		res["peak_gpu_bytes"] = peak()
-		extra = ", peak GPU " + humanBytes(int64(peak()))
+	if ev.peak != nil {
+		res["peak_gpu_bytes"] = ev.peak()
+		extra = ", peak GPU " + humanBytes(int64(ev.peak()))
 	}
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
 	fmt.Printf("held-out loss %.4f nats/token, perplexity %.3f (%d tokens, %.1fs, %.0f tokens/s, %s%s)\n",
-		loss, math.Exp(loss), count, secs, float64(count)/secs, pathName, extra)
+		loss, math.Exp(loss), count, secs, float64(count)/secs, ev.path, extra)
 	return nil
+}
+
+// evaluator is one path of nvg eval: its summed NLL over the windows, its name and label,
+// and on the GPU the diagnosis of a non-finite loss and the peak bytes of nvg's buffers.
+type evaluator struct {
+	nll         func(progress func(done, total int)) (float64, int, error)
+	diagnose    func() (*nvgkit.NonFinite, error) // GPU path, after a non-finite loss: where it starts
+	peak        func() uint64
+	path, label string
+	close       func()
+}
+
+// newEvaluator makes the host path (onHost) or the GPU path of model m (at path) over the
+// windows of t+1 tokens: a teacher (layers streamed when stream) or a BLR student, batch
+// windows per pass (0: as many as fit 4096 tokens; a student's divides the windows).
+func newEvaluator(m *cmf.Model, path string, windows [][]int, onHost bool, batch, t int, stream bool) (*evaluator, error) {
+	if onHost {
+		net, err := host.Load(m)
+		if err != nil {
+			return nil, err
+		}
+		return &evaluator{nll: func(p func(done, total int)) (float64, int, error) { return net.NLL(windows, p) },
+			path: "host-f64", label: "float64 host path", close: func() {}}, nil
+	}
+	nb := batch
+	if nb == 0 {
+		nb = max(1, 4096/t)
+	}
+	nb = min(nb, len(windows))
+	student := isStudent(m)
+	if student {
+		if stream {
+			return nil, usagef("--stream is for dense teachers; %s is a BLR student", train.ModelName(path))
+		}
+		for len(windows)%nb != 0 { // a student pass takes exactly nb windows
+			nb--
+		}
+	}
+	dev, err := openDevice()
+	if err != nil {
+		return nil, err
+	}
+	net, work, err := loadGPU(dev, m, nb, t, stream, student)
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	ev := &evaluator{nll: func(p func(done, total int)) (float64, int, error) { return nvgkit.NLL(net, work, windows, p) },
+		path: "gpu-f16", label: fmt.Sprintf("GPU, f16 weights, %d windows per pass", nb),
+		diagnose: func() (*nvgkit.NonFinite, error) { return nvgkit.FirstNonFinite(net, work, windows) },
+		peak:     func() uint64 { return dev.MemStats().PeakBytes },
+		close:    func() { work.Release(); net.Release(); dev.Close() }}
+	if student {
+		ev.nll = func(p func(done, total int)) (float64, int, error) { return nvgkit.StudentNLL(net, work, windows, p) }
+		ev.path, ev.label = "gpu-blr", fmt.Sprintf("GPU, BLR student, %d windows per pass", nb)
+	}
+	if stream {
+		ev.label += ", layers streamed"
+	}
+	return ev, nil
 }
 
 // nonFiniteLoss is eval's error for a NaN or infinite held-out loss: on the GPU path it

@@ -2,16 +2,13 @@ package main
 
 import (
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"reflect"
 	"sort"
 
 	"github.com/nvg-project/nvg/arch"
-
 	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/cmf/tinyteacher"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func init() {
@@ -60,7 +57,7 @@ func runExport(args []string) error {
 		return usagef("--max-position-embeddings must be ≥ 0, got %d", *maxPos)
 	}
 	path := fset.Arg(0)
-	student, err := openModel(path)
+	student, err := train.OpenModel(path)
 	if err != nil {
 		return err
 	}
@@ -115,7 +112,7 @@ func exportFiles(explicit, modelPath string, cfg arch.Config) (exportSources, er
 	}
 	tokDir := dir
 	if explicit != "" {
-		b, err := tokenizerJSON(explicit, "", nil)
+		b, err := train.TokenizerJSON(explicit, "", nil, logf)
 		if err != nil {
 			return s, err
 		}
@@ -149,25 +146,16 @@ func exportFiles(explicit, modelPath string, cfg arch.Config) (exportSources, er
 			}
 		}
 	}
-	tiny, err := tinyteacher.Open()
-	if err != nil {
-		return s, err
-	}
-	isTiny := reflect.DeepEqual(tiny.Config, cfg)
-	tiny.Close()
-	if isTiny {
+	if train.IsDefaultArchitecture(cfg) {
 		read := func(name string) []byte {
-			b, err := fs.ReadFile(tinyteacher.FS(), name)
-			if err != nil {
-				return nil
-			}
+			b, _ := train.DefaultModelFile(name)
 			return b
 		}
 		if s.tok == nil {
-			s.tok, s.tokCfg, s.tokFrom = read(cmf.HFTokenizerName), read(cmf.HFTokenizerConfigName), defaultModelName+" (same architecture)"
+			s.tok, s.tokCfg, s.tokFrom = read(cmf.HFTokenizerName), read(cmf.HFTokenizerConfigName), train.DefaultModelName+" (same architecture)"
 		}
 		if s.baseCfg == nil {
-			s.baseCfg, s.cfgFrom = read(cmf.HFConfigName), defaultModelName+" (same architecture)"
+			s.baseCfg, s.cfgFrom = read(cmf.HFConfigName), train.DefaultModelName+" (same architecture)"
 		}
 	}
 	if s.tok == nil {

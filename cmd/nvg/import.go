@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func init() {
@@ -41,7 +42,7 @@ func runImport(args []string) error {
 		return usagef("OUT %s: directory %s does not exist", out, filepath.Dir(filepath.Clean(out)))
 	}
 	start := time.Now()
-	m, err := openModel(in)
+	m, err := train.OpenModel(in)
 	if err != nil {
 		return err
 	}

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/nvg-project/nvg/arch"
-
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func init() {
@@ -32,7 +32,7 @@ func runInfo(args []string) error {
 		return usagef("want at most one MODEL, got %d arguments", fs.NArg())
 	}
 	path := fs.Arg(0)
-	m, err := openModel(path)
+	m, err := train.OpenModel(path)
 	if err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ func runInfo(args []string) error {
 	valid := m.Validate()
 	pc := m.ParamCounts()
 	if *asJSON {
-		out := map[string]any{"model": modelName(path), "config": m.Config, "params": pc, "total_params": pc.Total(), "total_bytes": pc.TotalBytes()}
+		out := map[string]any{"model": train.ModelName(path), "config": m.Config, "params": pc, "total_params": pc.Total(), "total_bytes": pc.TotalBytes()}
 		if valid != nil {
 			out["invalid"] = valid.Error()
 		}
@@ -49,7 +49,7 @@ func runInfo(args []string) error {
 		return enc.Encode(out)
 	}
 	cfg := m.Config
-	fmt.Printf("model          %s\n", modelName(path))
+	fmt.Printf("model          %s\n", train.ModelName(path))
 	fmt.Printf("architecture   %s, %d layers (%s), hidden_size %d, intermediate_size %d, vocab_size %d\n",
 		orDefault(cfg.ModelType, "qwen3_5_text"), cfg.NumHiddenLayers, layerPattern(cfg), cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize)
 	fmt.Printf("attention      %d query heads / %d KV heads of head_dim %d, rotary dims %d of %d, rope_theta %g\n",

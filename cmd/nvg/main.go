@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/nvg-project/nvg/internal/version"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 // command is one subcommand: its one-line summary, usage line and body. run gets the
@@ -185,7 +186,7 @@ func run(args []string) int {
 		var ie interruptedError
 		errors.As(err, &ie)
 		return ie.exitCode()
-	case errors.As(err, new(usageError)):
+	case errors.As(err, new(usageError)), errors.As(err, new(*train.InputError)):
 		fmt.Fprintf(os.Stderr, "nvg %s: %v (see 'nvg %s -h')\n", c.name, err, c.name)
 		return 2
 	default:

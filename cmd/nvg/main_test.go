@@ -183,9 +183,9 @@ func TestBPWMissWarning(t *testing.T) {
 // warning before any work (here the run then stops at a missing teacher).
 func TestDistillWarnsTrainEqualsEval(t *testing.T) {
 	dir := t.TempDir()
-	_, stderr, code := capture(t, []string{"distill", "--train-files", "main.go,model.go", "--eval-files", "./model.go",
+	_, stderr, code := capture(t, []string{"distill", "--train-files", "main.go,output.go", "--eval-files", "./output.go",
 		"--teacher", filepath.Join(dir, "missing"), "-o", filepath.Join(dir, "run")})
-	want := "warning: 1 of the --eval-files are also --train-files (./model.go): the held-out perplexity will be measured on training text"
+	want := "warning: 1 of the --eval-files are also --train-files (./output.go): the held-out perplexity will be measured on training text"
 	if code != 2 || !strings.Contains(stderr, want) {
 		t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr, want)
 	}

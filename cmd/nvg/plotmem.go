@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 	"github.com/nvg-project/nvg/nvgkit/ui"
 )
 
@@ -25,7 +25,7 @@ func runPlotMem(args []string) error {
 	if fs.NArg() != 2 {
 		return usagef("want MEMLOG.csv OUT.png, got %d arguments", fs.NArg())
 	}
-	samples, err := nvgkit.ReadMemLog(fs.Arg(0))
+	samples, err := train.ReadMemLog(fs.Arg(0))
 	if err != nil {
 		return err
 	}

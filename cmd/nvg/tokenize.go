@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func init() {
@@ -30,7 +31,7 @@ func runTokenize(args []string) error {
 	if fs.NArg() != 0 {
 		return usagef("takes no arguments (text comes on stdin), got %q", fs.Args())
 	}
-	raw, err := tokenizerJSON(*tokPath, "", nil)
+	raw, err := train.TokenizerJSON(*tokPath, "", nil, logf)
 	if err != nil {
 		return err
 	}
@@ -39,7 +40,7 @@ func runTokenize(args []string) error {
 		return usagef("--tokenizer %s is not a tokenizer.json (no model.vocab): give a tokenizer.json or the model directory holding one", *tokPath)
 	}
 	if err != nil {
-		return fmt.Errorf("tokenizer %s: %w", orDefault(*tokPath, defaultModelName), err)
+		return fmt.Errorf("tokenizer %s: %w", orDefault(*tokPath, train.DefaultModelName), err)
 	}
 	in, err := io.ReadAll(os.Stdin)
 	if err != nil {

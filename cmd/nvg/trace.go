@@ -3,17 +3,18 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math"
 	"os"
 	"time"
 
 	"github.com/nvg-project/nvg/arch"
-
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/host"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func init() {
@@ -55,146 +56,172 @@ func readIDs(path string) ([][]int, error) {
 	return ids, nil
 }
 
+// traceFlags are nvg trace's flags.
+type traceFlags struct {
+	teacher, ids, out, student string
+	k                          int
+	onHost, stream             bool
+}
+
+func (f *traceFlags) bind(c *command) *flag.FlagSet {
+	fs := newFlags(c)
+	fs.StringVar(&f.teacher, "teacher", "", "teacher model (default: the embedded tiny teacher)")
+	fs.StringVar(&f.ids, "ids", "", "IDS.json: a JSON array of windows of token ids (required)")
+	fs.StringVar(&f.out, "o", "", "output .safetensors file (required)")
+	fs.IntVar(&f.k, "k", 32, "top-k ids and log-probs kept per token")
+	fs.BoolVar(&f.onHost, "host", false, "compute on the host in float64 (reference path) instead of the GPU")
+	fs.BoolVar(&f.stream, "stream", false, "GPU: stream the layers' weights (at most two layers on the GPU at once)")
+	fs.StringVar(&f.student, "student", "", "student model (.cmf, BLR or dense): also write its loss and gradients against the teacher's top-k")
+	return fs
+}
+
+// check validates k and the ids against the teacher's configuration.
+func (f *traceFlags) check(ids [][]int, cfg arch.Config) error {
+	if f.k < 1 || f.k > cfg.VocabSize {
+		return usagef("--k must be in [1, vocab_size = %d], got %d", cfg.VocabSize, f.k)
+	}
+	for b, w := range ids {
+		for i, id := range w {
+			if id < 0 || id >= cfg.VocabSize {
+				return fmt.Errorf("%s: window %d, position %d: id %d is outside the vocabulary [0, %d)", f.ids, b, i, id, cfg.VocabSize)
+			}
+		}
+	}
+	if !f.onHost && f.k > gpu.MaxTopK {
+		return usagef("--k must be ≤ %d on the GPU, got %d (or pass --host)", gpu.MaxTopK, f.k)
+	}
+	return nil
+}
+
 func runTrace(args []string) error {
 	c := commands["trace"]
-	fs := newFlags(c)
-	teacher := fs.String("teacher", "", "teacher model (default: the embedded tiny teacher)")
-	idsPath := fs.String("ids", "", "IDS.json: a JSON array of windows of token ids (required)")
-	out := fs.String("o", "", "output .safetensors file (required)")
-	k := fs.Int("k", 32, "top-k ids and log-probs kept per token")
-	onHost := fs.Bool("host", false, "compute on the host in float64 (reference path) instead of the GPU")
-	stream := fs.Bool("stream", false, "GPU: stream the layers' weights (at most two layers on the GPU at once)")
-	studentPath := fs.String("student", "", "student model (.cmf, BLR or dense): also write its loss and gradients against the teacher's top-k")
+	var f traceFlags
+	fs := f.bind(c)
 	if err := parseFlags(c, fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
 		return usagef("unexpected arguments %q", fs.Args())
 	}
-	if *idsPath == "" || *out == "" {
+	if f.ids == "" || f.out == "" {
 		return usagef("--ids and -o are required")
 	}
-	ids, err := readIDs(*idsPath)
+	ids, err := readIDs(f.ids)
 	if err != nil {
 		return err
 	}
-	m, err := openModel(*teacher)
+	m, err := train.OpenModel(f.teacher)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	cfg := m.Config
-	if *k < 1 || *k > cfg.VocabSize {
-		return usagef("--k must be in [1, vocab_size = %d], got %d", cfg.VocabSize, *k)
-	}
-	for b, w := range ids {
-		for i, id := range w {
-			if id < 0 || id >= cfg.VocabSize {
-				return fmt.Errorf("%s: window %d, position %d: id %d is outside the vocabulary [0, %d)", *idsPath, b, i, id, cfg.VocabSize)
-			}
-		}
-	}
-	if !*onHost && *k > gpu.MaxTopK {
-		return usagef("--k must be ≤ %d on the GPU, got %d (or pass --host)", gpu.MaxTopK, *k)
+	if err := f.check(ids, m.Config); err != nil {
+		return err
 	}
 	start := time.Now()
-	var tr *host.Trace
-	pathName := "host-f64"
-	if *onHost {
-		net, err := host.Load(m)
+	tr, pathName, err := f.trace(m, ids)
+	if err != nil {
+		return err
+	}
+	var l tensorList
+	l.addTrace(ids, tr, m.Config, f.k)
+	meta := map[string]string{"producer": "nvg trace", "path": pathName, "model": train.ModelName(f.teacher), "k": fmt.Sprint(f.k)}
+	if f.student != "" {
+		if err := f.traceStudent(&l, m.Config, ids, tr); err != nil {
+			return err
+		}
+		meta["student"] = f.student
+	}
+	if l.err != nil {
+		return l.err
+	}
+	if err := cmf.WriteSafetensors(f.out, l.ts, meta); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s: %d windows × %d tokens, %d hidden states, top-%d (%s, %.1fs)\n", f.out, tr.NB, tr.T, len(tr.Hidden), f.k, pathName, time.Since(start).Seconds())
+	return nil
+}
+
+// trace runs the teacher's forward on the host or the GPU; it returns the trace and the
+// path's name.
+func (f *traceFlags) trace(m *cmf.Model, ids [][]int) (*host.Trace, string, error) {
+	if !f.onHost {
+		tr, err := gpuTrace(m, ids, f.k, f.stream)
+		return tr, "gpu-f16", err
+	}
+	net, err := host.Load(m)
+	if err != nil {
+		return nil, "", err
+	}
+	tr, err := net.Forward(ids, host.ForwardOptions{TopK: f.k, Logits0: true})
+	return tr, "host-f64", err
+}
+
+// traceStudent adds the student's loss and gradients against the teacher's top-k of tr.
+func (f *traceFlags) traceStudent(l *tensorList, cfg arch.Config, ids [][]int, tr *host.Trace) error {
+	sm, err := train.OpenModel(f.student)
+	if err != nil {
+		return err
+	}
+	defer sm.Close()
+	if err := sameGeometry(cfg, sm.Config); err != nil {
+		return fmt.Errorf("--student %s: %w", f.student, err)
+	}
+	var sg *host.StudentGrads
+	if f.onHost {
+		sn, err := host.Load(sm)
 		if err != nil {
 			return err
 		}
-		if tr, err = net.Forward(ids, host.ForwardOptions{TopK: *k, Logits0: true}); err != nil {
+		if sg, err = sn.StudentLossGrad(ids, tr.TopKIDs, renormalised(tr.TopKLogProbs, f.k), f.k); err != nil {
 			return err
 		}
-	} else {
-		if tr, err = gpuTrace(m, ids, *k, *stream); err != nil {
-			return err
-		}
-		pathName = "gpu-f16"
+	} else if sg, err = gpuStudentTrace(sm, ids, tr.TopKIDs, renormalised(tr.TopKLogProbs, f.k), f.k); err != nil {
+		return err
 	}
+	nb, t, H := tr.NB, tr.T, cfg.HiddenSize
+	l.add(cmf.NewFloatTensor("student_kl_per_token", cmf.F64, []int{nb, t}, sg.KLPerToken))
+	l.add(cmf.NewFloatTensor("student_loss", cmf.F64, []int{1}, []float64{sg.Loss}))
+	l.add(cmf.NewFloatTensor("grad.embeds", cmf.F32, []int{nb, t, H}, sg.Embeds))
+	for _, name := range sg.Names() {
+		shape := []int{len(sg.Grads[name])}
+		if st, ok := sm.Tensors[name]; ok {
+			shape = st.Shape // a gain keeps its tensor's shape
+		}
+		l.add(cmf.NewFloatTensor("grad."+name, cmf.F64, shape, sg.Grads[name]))
+	}
+	fmt.Printf("student %s: loss %.8g over %d tokens, %d gradients\n", f.student, sg.Loss, nb*t, len(sg.Grads))
+	return nil
+}
+
+// tensorList collects the tensors of a trace file, keeping the first error.
+type tensorList struct {
+	ts  []*cmf.Tensor
+	err error
+}
+
+func (l *tensorList) add(t *cmf.Tensor, err error) {
+	if l.err == nil {
+		l.ts, l.err = append(l.ts, t), err
+	}
+}
+
+// addTrace adds the teacher's trace: ids, the hidden states, the first row's logits, the
+// log-sum-exp and the top-k.
+func (l *tensorList) addTrace(ids [][]int, tr *host.Trace, cfg arch.Config, k int) {
 	nb, t, H, V := tr.NB, tr.T, cfg.HiddenSize, cfg.VocabSize
-	var ts []*cmf.Tensor
-	add := func(tn *cmf.Tensor, err error) error {
-		if err != nil {
-			return err
-		}
-		ts = append(ts, tn)
-		return nil
-	}
 	flat := make([]int, 0, nb*t)
 	for _, w := range ids {
 		flat = append(flat, w...)
 	}
-	if err := add(cmf.NewInt64Tensor("ids", []int{nb, t}, flat)); err != nil {
-		return err
+	l.add(cmf.NewInt64Tensor("ids", []int{nb, t}, flat))
+	for i, h := range tr.Hidden {
+		l.add(cmf.NewFloatTensor(fmt.Sprintf("hidden.%d", i), cmf.F32, []int{nb, t, H}, h))
 	}
-	for l, h := range tr.Hidden {
-		if err := add(cmf.NewFloatTensor(fmt.Sprintf("hidden.%d", l), cmf.F32, []int{nb, t, H}, h)); err != nil {
-			return err
-		}
-	}
-	if err := add(cmf.NewFloatTensor("logits_row0", cmf.F32, []int{t, V}, tr.Logits0)); err != nil {
-		return err
-	}
-	if err := add(cmf.NewFloatTensor("logsumexp", cmf.F64, []int{nb, t}, tr.LogSumExp)); err != nil {
-		return err
-	}
-	if err := add(cmf.NewInt64Tensor("teacher_topk_ids", []int{nb, t, *k}, tr.TopKIDs)); err != nil {
-		return err
-	}
-	if err := add(cmf.NewFloatTensor("teacher_topk_logprob", cmf.F64, []int{nb, t, *k}, tr.TopKLogProbs)); err != nil {
-		return err
-	}
-	meta := map[string]string{"producer": "nvg trace", "path": pathName, "model": modelName(*teacher), "k": fmt.Sprint(*k)}
-	if *studentPath != "" {
-		sm, err := openModel(*studentPath)
-		if err != nil {
-			return err
-		}
-		defer sm.Close()
-		if err := sameGeometry(cfg, sm.Config); err != nil {
-			return fmt.Errorf("--student %s: %w", *studentPath, err)
-		}
-		var sg *host.StudentGrads
-		if *onHost {
-			sn, err := host.Load(sm)
-			if err != nil {
-				return err
-			}
-			if sg, err = sn.StudentLossGrad(ids, tr.TopKIDs, renormalised(tr.TopKLogProbs, *k), *k); err != nil {
-				return err
-			}
-		} else if sg, err = gpuStudentTrace(sm, ids, tr.TopKIDs, renormalised(tr.TopKLogProbs, *k), *k); err != nil {
-			return err
-		}
-		if err := add(cmf.NewFloatTensor("student_kl_per_token", cmf.F64, []int{nb, t}, sg.KLPerToken)); err != nil {
-			return err
-		}
-		if err := add(cmf.NewFloatTensor("student_loss", cmf.F64, []int{1}, []float64{sg.Loss})); err != nil {
-			return err
-		}
-		if err := add(cmf.NewFloatTensor("grad.embeds", cmf.F32, []int{nb, t, H}, sg.Embeds)); err != nil {
-			return err
-		}
-		for _, name := range sg.Names() {
-			shape := []int{len(sg.Grads[name])}
-			if st, ok := sm.Tensors[name]; ok {
-				shape = st.Shape // a gain keeps its tensor's shape
-			}
-			if err := add(cmf.NewFloatTensor("grad."+name, cmf.F64, shape, sg.Grads[name])); err != nil {
-				return err
-			}
-		}
-		meta["student"] = *studentPath
-		fmt.Printf("student %s: loss %.8g over %d tokens, %d gradients\n", *studentPath, sg.Loss, nb*t, len(sg.Grads))
-	}
-	if err := cmf.WriteSafetensors(*out, ts, meta); err != nil {
-		return err
-	}
-	fmt.Printf("wrote %s: %d windows × %d tokens, %d hidden states, top-%d (%s, %.1fs)\n", *out, nb, t, len(tr.Hidden), *k, pathName, time.Since(start).Seconds())
-	return nil
+	l.add(cmf.NewFloatTensor("logits_row0", cmf.F32, []int{t, V}, tr.Logits0))
+	l.add(cmf.NewFloatTensor("logsumexp", cmf.F64, []int{nb, t}, tr.LogSumExp))
+	l.add(cmf.NewInt64Tensor("teacher_topk_ids", []int{nb, t, k}, tr.TopKIDs))
+	l.add(cmf.NewFloatTensor("teacher_topk_logprob", cmf.F64, []int{nb, t, k}, tr.TopKLogProbs))
 }
 
 // gpuTrace runs nvgkit.Forward on the GPU and returns its result in host.Trace's layout

@@ -30,8 +30,12 @@ var ErrRefused = rpc.ErrRefused
 // client and server of different nvg versions); nothing was changed.
 var ErrBadRequest = rpc.ErrBadRequest
 
+//go:generate go run ./internal/labgen
+
 // Client is a Lab served by a resident session server (Attach): every method runs in the
 // server's process, on the state the previous calls (of any client of the session) left.
+// Its methods are generated from the Lab interface (client_gen.go, `go generate`) but for
+// Interrupt, Close and Step, whose behaviour is the client's own.
 // Option callbacks (OnProgress, PreOptimizer) run in the caller's process. While a call
 // runs, SIGINT (a notebook kernel's interrupt) asks the server to stop it at the next step
 // boundary, and the call returns an error wrapping ErrInterrupted; a second SIGINT stops
@@ -248,28 +252,6 @@ func (c *Client) call(method string, opts *Options, args []any, results ...any) 
 	return err
 }
 
-// Setup runs Lab.Setup in the session (a no-op returning the same Info when the session is
-// already set up with an equal Setup, as a notebook's re-run first cell wants).
-func (c *Client) Setup(s Setup, opts ...Option) (Info, error) {
-	if err := c.hookForbids("Setup"); err != nil {
-		return Info{}, err
-	}
-	o := Apply(opts...)
-	if o.PreOptimizer != nil {
-		return Info{}, errors.New("session: Setup takes no PreOptimizer option")
-	}
-	var info Info
-	err := c.call("Setup", &o, []any{s}, &info)
-	return info, err
-}
-
-// Info runs Lab.Info in the session.
-func (c *Client) Info() (Info, error) {
-	var info Info
-	err := c.call("Info", nil, nil, &info)
-	return info, err
-}
-
 // Interrupt asks the session to stop the call this client waits for (from another
 // goroutine) at its next boundary; a Step with a PreOptimizer hook stops before its next step.
 func (c *Client) Interrupt() error {
@@ -305,30 +287,6 @@ func (c *Client) Close() error {
 	}
 	return nil
 }
-
-// ForwardBackward runs Lab.ForwardBackward in the session.
-func (c *Client) ForwardBackward() (StepStats, error) {
-	var st StepStats
-	err := c.call("ForwardBackward", nil, nil, &st)
-	return st, err
-}
-
-// ClipGrads runs Lab.ClipGrads in the session.
-func (c *Client) ClipGrads(maxNorm float64) (float64, error) {
-	var norm float64
-	err := c.call("ClipGrads", nil, []any{maxNorm}, &norm)
-	return norm, err
-}
-
-// AdamStep runs Lab.AdamStep in the session.
-func (c *Client) AdamStep() (StepStats, error) {
-	var st StepStats
-	err := c.call("AdamStep", nil, nil, &st)
-	return st, err
-}
-
-// ZeroGrads runs Lab.ZeroGrads in the session.
-func (c *Client) ZeroGrads() error { return c.call("ZeroGrads", nil, nil) }
 
 // Step runs Lab.Step in the session. Without a PreOptimizer hook it is one call (the server
 // runs the n steps); with one, the client runs each step as ZeroGrads, ForwardBackward, the
@@ -454,147 +412,6 @@ func (c *Client) hookForbids(method string) error {
 	return nil
 }
 
-// History runs Lab.History in the session.
-func (c *Client) History() (History, error) {
-	var h History
-	err := c.call("History", nil, nil, &h)
-	return h, err
-}
-
-// Names runs Lab.Names in the session.
-func (c *Client) Names() ([]string, error) {
-	var names []string
-	err := c.call("Names", nil, nil, &names)
-	return names, err
-}
-
-// Param runs Lab.Param in the session.
-func (c *Client) Param(name string) ([]float32, error) {
-	var v []float32
-	err := c.call("Param", nil, []any{name}, &v)
-	return v, err
-}
-
-// SetParam runs Lab.SetParam in the session.
-func (c *Client) SetParam(name string, v []float32) error {
-	return c.call("SetParam", nil, []any{name, v})
-}
-
-// Grad runs Lab.Grad in the session.
-func (c *Client) Grad(name string) ([]float32, error) {
-	var v []float32
-	err := c.call("Grad", nil, []any{name}, &v)
-	return v, err
-}
-
-// SetGrad runs Lab.SetGrad in the session.
-func (c *Client) SetGrad(name string, v []float32) error {
-	return c.call("SetGrad", nil, []any{name, v})
-}
-
-// GradNorms runs Lab.GradNorms in the session.
-func (c *Client) GradNorms() (GradNorms, error) {
-	var g GradNorms
-	err := c.call("GradNorms", nil, nil, &g)
-	return g, err
-}
-
-// SignNames runs Lab.SignNames in the session.
-func (c *Client) SignNames() ([]string, error) {
-	var names []string
-	err := c.call("SignNames", nil, nil, &names)
-	return names, err
-}
-
-// SignShape runs Lab.SignShape in the session.
-func (c *Client) SignShape(name string) (SignShape, error) {
-	var s SignShape
-	err := c.call("SignShape", nil, []any{name}, &s)
-	return s, err
-}
-
-// Signs runs Lab.Signs in the session.
-func (c *Client) Signs(name string) ([]byte, error) {
-	var b []byte
-	err := c.call("Signs", nil, []any{name}, &b)
-	return b, err
-}
-
-// SetSigns runs Lab.SetSigns in the session.
-func (c *Client) SetSigns(name string, bits []byte) error {
-	return c.call("SetSigns", nil, []any{name, bits})
-}
-
-// SignScores runs Lab.SignScores in the session.
-func (c *Client) SignScores(name string) ([]int8, error) {
-	var v []int8
-	err := c.call("SignScores", nil, []any{name}, &v)
-	return v, err
-}
-
-// SetSignScores runs Lab.SetSignScores in the session.
-func (c *Client) SetSignScores(name string, scores []int8) error {
-	return c.call("SetSignScores", nil, []any{name, scores})
-}
-
-// CaptureSignGrad runs Lab.CaptureSignGrad in the session.
-func (c *Client) CaptureSignGrad(name string, on bool) error {
-	return c.call("CaptureSignGrad", nil, []any{name, on})
-}
-
-// SignGrad runs Lab.SignGrad in the session.
-func (c *Client) SignGrad(name string) ([]float32, error) {
-	var v []float32
-	err := c.call("SignGrad", nil, []any{name}, &v)
-	return v, err
-}
-
-// ApplySignFlips runs Lab.ApplySignFlips in the session.
-func (c *Client) ApplySignFlips(name string, mask []byte) (int, error) {
-	var n int
-	err := c.call("ApplySignFlips", nil, []any{name, mask}, &n)
-	return n, err
-}
-
-// Snapshot runs Lab.Snapshot in the session.
-func (c *Client) Snapshot(tag string) error { return c.call("Snapshot", nil, []any{tag}) }
-
-// Restore runs Lab.Restore in the session.
-func (c *Client) Restore(tag string) error {
-	if err := c.hookForbids("Restore"); err != nil {
-		return err
-	}
-	return c.call("Restore", nil, []any{tag})
-}
-
-// Snapshots runs Lab.Snapshots in the session.
-func (c *Client) Snapshots() ([]string, error) {
-	var tags []string
-	err := c.call("Snapshots", nil, nil, &tags)
-	return tags, err
-}
-
-// Checkpoint runs Lab.Checkpoint in the session; dir is a path on the server's machine (the
-// same machine), relative paths resolved against the caller's working directory.
-func (c *Client) Checkpoint(dir string) (string, error) {
-	dir, err := absPath(dir)
-	if err != nil {
-		return "", err
-	}
-	var path string
-	err = c.call("Checkpoint", nil, []any{dir}, &path)
-	return path, err
-}
-
-// Export runs Lab.Export in the session (path resolved as Checkpoint's dir).
-func (c *Client) Export(path string) error {
-	path, err := absPath(path)
-	if err != nil {
-		return err
-	}
-	return c.call("Export", nil, []any{path})
-}
-
 // absPath resolves p against the caller's working directory: the server has its own.
 func absPath(p string) (string, error) {
 	if p == "" || strings.HasPrefix(p, "/") {
@@ -605,62 +422,4 @@ func absPath(p string) (string, error) {
 		return "", err
 	}
 	return wd + "/" + p, nil
-}
-
-// Eval runs Lab.Eval in the session.
-func (c *Client) Eval(windows int, opts ...Option) (EvalResult, error) {
-	o := Apply(opts...)
-	if o.PreOptimizer != nil {
-		return EvalResult{}, errors.New("session: Eval takes no PreOptimizer option")
-	}
-	var r EvalResult
-	err := c.call("Eval", &o, []any{windows}, &r)
-	return r, err
-}
-
-// HiddenStates runs Lab.HiddenStates in the session (an empty non-nil layers list travels
-// as nil: all layers).
-func (c *Client) HiddenStates(net NetKind, w Window, layers []int) (HiddenStates, error) {
-	var h HiddenStates
-	err := c.call("HiddenStates", nil, []any{net, w, layers}, &h)
-	return h, err
-}
-
-// Logits runs Lab.Logits in the session.
-func (c *Client) Logits(net NetKind, w Window, pos int) ([]float32, error) {
-	var v []float32
-	err := c.call("Logits", nil, []any{net, w, pos}, &v)
-	return v, err
-}
-
-// TopK runs Lab.TopK in the session.
-func (c *Client) TopK(net NetKind, w Window, pos, k int) (TopKResult, error) {
-	var r TopKResult
-	err := c.call("TopK", nil, []any{net, w, pos, k}, &r)
-	return r, err
-}
-
-// Tokenize runs Lab.Tokenize in the session.
-func (c *Client) Tokenize(text string) ([]int, error) {
-	var ids []int
-	err := c.call("Tokenize", nil, []any{text}, &ids)
-	return ids, err
-}
-
-// Detokenize runs Lab.Detokenize in the session.
-func (c *Client) Detokenize(ids []int) (string, error) {
-	var s string
-	err := c.call("Detokenize", nil, []any{ids}, &s)
-	return s, err
-}
-
-// GradCheck runs Lab.GradCheck in the session.
-func (c *Client) GradCheck(spec GradCheckSpec, opts ...Option) (GradCheckResult, error) {
-	o := Apply(opts...)
-	if o.PreOptimizer != nil {
-		return GradCheckResult{}, errors.New("session: GradCheck takes no PreOptimizer option")
-	}
-	var r GradCheckResult
-	err := c.call("GradCheck", &o, []any{spec}, &r)
-	return r, err
 }

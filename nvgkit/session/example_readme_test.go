@@ -2,14 +2,12 @@ package session_test
 
 import (
 	"fmt"
-	"os"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nvg-project/nvg/nvgkit/session"
 	"github.com/nvg-project/nvg/nvgkit/ui"
+	"github.com/nvg-project/nvg/testkit/readmetest"
 )
 
 // Example_notebook is the session workflow of README.md's "In a notebook" section, whose
@@ -52,41 +50,5 @@ func Example_notebook() {
 // is the body of Example_notebook (whitespace-normalised), so the README's code compiles as
 // written.
 func TestReadmeSessionSnippetIsExample(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sec := string(readme)
-	i := strings.Index(sec, "\n## In a notebook\n")
-	if i < 0 {
-		t.Fatal(`README.md has no "## In a notebook" section`)
-	}
-	sec = sec[i+1:]
-	if j := strings.Index(sec[1:], "\n## "); j >= 0 {
-		sec = sec[:j+1]
-	}
-	m := regexp.MustCompile("(?s)```go\n(.*?)```").FindStringSubmatch(sec)
-	if m == nil {
-		t.Fatal(`README.md's "In a notebook" section has no go code block`)
-	}
-	src, err := os.ReadFile("example_readme_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const open = "func Example_notebook() {\n"
-	body := string(src)
-	start := strings.Index(body, open)
-	if start < 0 {
-		t.Fatal("example_readme_test.go has no Example_notebook")
-	}
-	body = body[start+len(open):]
-	end := strings.Index(body, "\n}\n")
-	if end < 0 {
-		t.Fatal("Example_notebook has no closing brace at column 0")
-	}
-	body = body[:end]
-	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
-	if norm(m[1]) != norm(body) {
-		t.Errorf("README.md's snippet differs from the body of Example_notebook:\nREADME:\n%s\nexample body:\n%s", m[1], body)
-	}
+	readmetest.Check(t, "../../README.md", "## In a notebook", "example_readme_test.go", "Example_notebook")
 }

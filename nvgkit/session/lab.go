@@ -74,6 +74,8 @@ type Lab interface {
 	//
 	// Errors: Setup.Validate's; a missing model, tokenizer or corpus file; a student of
 	// another architecture; GPU errors (out of memory names the sizes).
+	//
+	//lab:nohook
 	Setup(s Setup, opts ...Option) (Info, error)
 	// Info returns the sizes, names and state of a set-up Lab (Info.Ready false and the rest
 	// zero before Setup).
@@ -231,6 +233,8 @@ type Lab interface {
 	// step replays the same windows at the same learning rate, bit for bit) and history.
 	// Gradients and captured sign gradients are left as they are. Errors: an unknown tag
 	// (listing the tags there are).
+	//
+	//lab:nohook
 	Restore(tag string) error
 	// Snapshots returns the tags of the stored snapshots, sorted.
 	Snapshots() ([]string, error)
@@ -238,9 +242,13 @@ type Lab interface {
 	// too —, Adam moments, step counters, history and the settings) atomically to dir/checkpoint-NNNNNN.safetensors (NNNNNN: the step) and
 	// returns the file's path; Setup with Resume set to the file or the directory restores it.
 	// dir is created when missing.
+	//
+	//lab:abspath dir
 	Checkpoint(dir string) (path string, err error)
 	// Export writes the student as it is now to path as a .cmf file (its metric scales
 	// rounded to f16, as nvg distill's student.cmf), atomically.
+	//
+	//lab:abspath path
 	Export(path string) error
 
 	// Eval returns the held-out mean next-token loss and perplexity of the student (and the
@@ -253,7 +261,8 @@ type Lab interface {
 	// HiddenStates returns the hidden states of one window in the teacher or the student:
 	// layer index 0 is the embedding, l = 1 … L−1 the output of decoder layer l−1 (the
 	// residual stream), L (Info.Layers) the last layer's output after the final norm (the
-	// head's input), as nvgkit.Trace. layers nil means all L+1. Errors: an unknown net, a bad
+	// head's input), as nvgkit.Trace. layers nil means all L+1 (an empty non-nil list
+	// travels to a session as nil: all layers). Errors: an unknown net, a bad
 	// window (see Window), a layer index outside 0…L.
 	HiddenStates(net NetKind, w Window, layers []int) (HiddenStates, error)
 	// Logits returns the full next-token logits [vocab] (f32) of the teacher or the student at
@@ -289,15 +298,12 @@ const (
 	Student
 )
 
-// String is "teacher" or "student".
+// String is "teacher" or "student" (for a value that is neither, "NetKind(n)").
 func (k NetKind) String() string {
-	switch k {
-	case Teacher:
-		return "teacher"
-	case Student:
-		return "student"
+	if !k.Valid() {
+		return fmt.Sprintf("NetKind(%d)", int(k))
 	}
-	return fmt.Sprintf("NetKind(%d)", int(k))
+	return [...]string{Teacher: "teacher", Student: "student"}[k]
 }
 
 // Valid reports whether k is Teacher or Student.
@@ -458,30 +464,29 @@ func (s Setup) Validate() error {
 		return fmt.Errorf("session: Setup.Paths = %q, want \"auto\", \"1\" or \"2\"", s.Paths)
 	case (s.TrainFiles == nil) != (s.EvalFiles == nil):
 		return errors.New("session: Setup.TrainFiles and Setup.EvalFiles go together (both nil: the embedded corpus)")
-	case t.Steps < 1:
-		return fmt.Errorf("session: Setup.Train.Steps = %d, want ≥ 1 (start from DefaultSetup())", t.Steps)
-	case t.NB < 1:
-		return fmt.Errorf("session: Setup.Train.NB = %d, want ≥ 1", t.NB)
-	case t.T < 1:
-		return fmt.Errorf("session: Setup.Train.T = %d, want ≥ 1", t.T)
-	case t.Windows < 0 || t.Windows%t.NB != 0:
-		return fmt.Errorf("session: Setup.Train.Windows = %d, want 0 (Steps·NB) or a positive multiple of NB = %d", t.Windows, t.NB)
-	case t.K < 1 || t.K > 64:
-		return fmt.Errorf("session: Setup.Train.K = %d, want 1…64", t.K)
-	case !(t.LR > 0) || math.IsInf(t.LR, 0):
-		return fmt.Errorf("session: Setup.Train.LR = %g, want a finite value > 0", t.LR)
-	case t.Warmup < 0:
-		return fmt.Errorf("session: Setup.Train.Warmup = %d, want ≥ 0", t.Warmup)
-	case t.MinLRFrac > 1 || math.IsNaN(t.MinLRFrac):
-		return fmt.Errorf("session: Setup.Train.MinLRFrac = %g, want ≤ 1", t.MinLRFrac)
-	case !(t.ClipNorm >= 0) || math.IsInf(t.ClipNorm, 0):
-		return fmt.Errorf("session: Setup.Train.ClipNorm = %g, want a finite value ≥ 0 (0: no clipping)", t.ClipNorm)
-	case t.EvalWindows < 1:
-		return fmt.Errorf("session: Setup.Train.EvalWindows = %d, want ≥ 1", t.EvalWindows)
-	case t.ScheduleSteps < 0:
-		return fmt.Errorf("session: Setup.Train.ScheduleSteps = %d, want ≥ 0 (0: Steps)", t.ScheduleSteps)
-	case t.ActivationBudget < 0:
-		return fmt.Errorf("session: Setup.Train.ActivationBudget = %d, want ≥ 0 bytes (0: keep only with KeepActivations)", t.ActivationBudget)
+	}
+	for _, r := range []struct {
+		bad   bool
+		field string
+		value any
+		want  string
+	}{
+		{t.Steps < 1, "Steps", t.Steps, "≥ 1 (start from DefaultSetup())"},
+		{t.NB < 1, "NB", t.NB, "≥ 1"},
+		{t.T < 1, "T", t.T, "≥ 1"},
+		{t.Windows < 0 || t.NB > 0 && t.Windows%t.NB != 0, "Windows", t.Windows, fmt.Sprintf("0 (Steps·NB) or a positive multiple of NB = %d", t.NB)},
+		{t.K < 1 || t.K > 64, "K", t.K, "1…64"},
+		{!(t.LR > 0) || math.IsInf(t.LR, 0), "LR", t.LR, "a finite value > 0"},
+		{t.Warmup < 0, "Warmup", t.Warmup, "≥ 0"},
+		{t.MinLRFrac > 1 || math.IsNaN(t.MinLRFrac), "MinLRFrac", t.MinLRFrac, "≤ 1"},
+		{!(t.ClipNorm >= 0) || math.IsInf(t.ClipNorm, 0), "ClipNorm", t.ClipNorm, "a finite value ≥ 0 (0: no clipping)"},
+		{t.EvalWindows < 1, "EvalWindows", t.EvalWindows, "≥ 1"},
+		{t.ScheduleSteps < 0, "ScheduleSteps", t.ScheduleSteps, "≥ 0 (0: Steps)"},
+		{t.ActivationBudget < 0, "ActivationBudget", t.ActivationBudget, "≥ 0 bytes (0: keep only with KeepActivations)"},
+	} {
+		if r.bad {
+			return fmt.Errorf("session: Setup.Train.%s = %v, want %s", r.field, r.value, r.want)
+		}
 	}
 	return t.Signs.Validate()
 }

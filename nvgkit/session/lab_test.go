@@ -22,6 +22,7 @@ func TestLabSetupValidate(t *testing.T) {
 		{func(s *session.Setup) { s.Paths = "3" }, `Paths = "3"`},
 		{func(s *session.Setup) { s.TrainFiles = []string{"a.go"} }, "go together"},
 		{func(s *session.Setup) { s.Train.Steps = 0 }, "Steps = 0"},
+		{func(s *session.Setup) { s.Train.NB = 0 }, "NB = 0"},
 		{func(s *session.Setup) { s.Train.Windows = 6 }, "multiple of NB = 4"},
 		{func(s *session.Setup) { s.Train.K = 65 }, "K = 65"},
 		{func(s *session.Setup) { s.Train.LR = math.Inf(1) }, "LR = +Inf"},

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nvg-project/nvg/nvgkit"
 	"hash/crc32"
 	"io"
 	"math"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/internal/atomicfile"
+	"github.com/nvg-project/nvg/nvgkit"
 )
 
 // CheckpointMeta is the JSON part of a training checkpoint: everything Resume needs besides
@@ -319,6 +319,7 @@ func LoadCheckpoint(path string) (*Checkpoint, error) {
 		return nil, bad("%s checksum %s, want %q (corrupt)", ckptMetaKey, got, want)
 	}
 	c := &Checkpoint{Tensors: make(map[string][]float32, len(sf.Tensors))}
+	presetOptimizer(&c.Meta.Config)
 	if err := json.Unmarshal([]byte(mj), &c.Meta); err != nil {
 		return nil, bad("%s: %v", ckptMetaKey, err)
 	}

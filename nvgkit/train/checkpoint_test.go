@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/nvgkit/optim"
 )
 
 func TestCheckpointAtomic(t *testing.T) {
@@ -154,7 +155,7 @@ func TestLatestCheckpoint(t *testing.T) {
 // learning rates of the steps already planned are the same bit for bit and the steps after
 // run at the floor MinLRFrac·LR; fewer steps are refused.
 func TestCheckpointExtend(t *testing.T) {
-	cfg := TrainConfig{Steps: 10, LR: 0.5, Warmup: 2, MinLRFrac: 0.2}.Resolved()
+	cfg := TrainConfig{Steps: 10, Settings: optim.Settings{LR: 0.5, Warmup: 2, MinLRFrac: 0.2}}.Resolved()
 	ck := &Checkpoint{Meta: CheckpointMeta{Config: cfg}}
 	if err := ck.Extend(10); err == nil {
 		t.Error("Extend to the same steps accepted")
@@ -186,4 +187,54 @@ func flipByte(b []byte, i int) []byte {
 	c := append([]byte(nil), b...)
 	c[i] ^= 1
 	return c
+}
+
+// FuzzLoadCheckpoint feeds LoadCheckpoint arbitrary files, seeded with a real checkpoint:
+// it never panics, and a file it accepts saves and loads back to the same checkpoint.
+func FuzzLoadCheckpoint(f *testing.F) {
+	dir := f.TempDir()
+	seed := filepath.Join(dir, "seed")
+	ck := &Checkpoint{Meta: CheckpointMeta{Version: ckptVersion, Step: 2, Loss: Losses{1.5, math.NaN()}, TeacherPPL: 3, BestPPL: math.NaN()},
+		Tensors: map[string][]float32{"state/param/a": {1, -2}, "state/m/a": {0, 0}, "state/v/a": {}}}
+	if err := ck.Save(seed); err != nil {
+		f.Fatal(err)
+	}
+	raw, err := os.ReadFile(seed)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(raw)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := filepath.Join(t.TempDir(), "ck")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := LoadCheckpoint(p)
+		if err != nil {
+			return
+		}
+		q := filepath.Join(t.TempDir(), "again")
+		if err := got.Save(q); err != nil {
+			t.Fatalf("an accepted checkpoint does not save: %v", err)
+		}
+		again, err := LoadCheckpoint(q)
+		if err != nil {
+			t.Fatalf("an accepted checkpoint saved does not load: %v", err)
+		}
+		if !reflect.DeepEqual(bitsOf(got.Tensors), bitsOf(again.Tensors)) || again.Meta.Step != got.Meta.Step {
+			t.Fatal("round trip changed the checkpoint")
+		}
+	})
+}
+
+// bitsOf maps each tensor to its values' bit patterns (NaN compares equal to itself).
+func bitsOf(ts map[string][]float32) map[string][]uint32 {
+	out := map[string][]uint32{}
+	for n, v := range ts {
+		out[n] = make([]uint32, len(v))
+		for i, x := range v {
+			out[n][i] = math.Float32bits(x)
+		}
+	}
+	return out
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nvg-project/nvg/compress"
-	"github.com/nvg-project/nvg/nvgkit"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,9 +14,9 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/cmf/tinyteacher"
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
-	"github.com/nvg-project/nvg/nvgkit/data"
+	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/session"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 )
@@ -49,19 +47,20 @@ type Lab struct {
 	inHook   atomic.Bool
 }
 
-// labState is what Setup builds.
+// labState is what Setup builds: the assembled run (Assemble) and the Lab's own records.
 type labState struct {
-	setup                 session.Setup
-	info                  session.Info
-	teacherModel, student *cmf.Model
-	tNet, sNet            *nvgkit.Net
-	tok                   *tokenizer.Tokenizer
-	tr                    *Trainer
-	names                 []string
-	hist                  []session.StepStats
-	evals                 []session.EvalResult
-	teacherNLL            map[int]float64 // the teacher's summed NLL on the first n eval windows
-	snaps                 map[string]*labSnapshot
+	setup      session.Setup
+	info       session.Info
+	run        *Run
+	student    *cmf.Model  // run.StudentModel
+	tNet, sNet *nvgkit.Net // run.Teacher, run.Student
+	tok        *tokenizer.Tokenizer
+	tr         *Trainer // run.Trainer
+	names      []string
+	hist       []session.StepStats
+	evals      []session.EvalResult
+	teacherNLL map[int]float64 // the teacher's summed NLL on the first n eval windows
+	snaps      map[string]*labSnapshot
 	// The sign matrices (lab_signs.go): names in load order, shapes, and the captured ones.
 	signNames []string
 	signs     map[string]labSign
@@ -214,20 +213,8 @@ func (l *Lab) release() {
 }
 
 func (s *labState) release() {
-	if s.tr != nil {
-		s.tr.Close()
-	}
-	if s.sNet != nil {
-		s.sNet.Release()
-	}
-	if s.tNet != nil {
-		s.tNet.Release()
-	}
-	if s.student != nil {
-		s.student.Close()
-	}
-	if s.teacherModel != nil {
-		s.teacherModel.Close()
+	if s.run != nil {
+		s.run.Close()
 	}
 }
 
@@ -261,23 +248,6 @@ func (s *labState) snapTags() []string {
 	return tags
 }
 
-// trainConfig is the TrainConfig of a Setup: DefaultTrainConfig with the Setup's schedule,
-// no output directory, evaluations and checkpoints only when asked.
-func trainConfig(s session.Setup) TrainConfig {
-	t := s.Train
-	c := DefaultTrainConfig()
-	c.Steps, c.NB, c.T, c.Windows, c.K = t.Steps, t.NB, t.T, t.Windows, t.K
-	c.LR, c.Warmup, c.MinLRFrac, c.ClipNorm = t.LR, t.Warmup, t.MinLRFrac, t.ClipNorm
-	c.EvalWindows, c.Seed, c.ScheduleSteps, c.KeepActivations = t.EvalWindows, t.Seed, t.ScheduleSteps, t.KeepActivations
-	c.ActivationBudget = t.ActivationBudget
-	c.TrainSigns, c.Signs = t.TrainSigns, nvgkit.SignConfig(t.Signs) // the same fields in the same order
-	c.EvalEvery, c.KeepFinal = 0, true
-	return c
-}
-
-// EmbeddedTeacherName names the embedded tiny teacher in reports (as nvg's commands do).
-const EmbeddedTeacherName = "embedded qwen35-tiny-go"
-
 // Setup loads, compresses, prepares the windows, runs the teacher pass and evaluates (see
 // session.Lab.Setup).
 func (l *Lab) Setup(s session.Setup, opts ...session.Option) (session.Info, error) {
@@ -290,7 +260,11 @@ func (l *Lab) Setup(s session.Setup, opts ...session.Option) (session.Info, erro
 	if err := s.Validate(); err != nil {
 		return session.Info{}, err
 	}
-	if err := trainConfig(s).Validate(); err != nil {
+	rs, err := labRunSetup(s)
+	if err != nil {
+		return session.Info{}, err
+	}
+	if err := rs.Train.Validate(); err != nil {
 		return session.Info{}, err
 	}
 	if l.st != nil {
@@ -328,8 +302,10 @@ func setupDiff(a, b session.Setup) string {
 	return "compression, tokenizer, corpus or resume settings differ"
 }
 
-// build makes the state of s. The Lab is not changed: with Replace, the old state is
-// released only once the new one is complete, so a failing Setup leaves the Lab as it was.
+// build makes the state of s (Assemble on the Lab's device, then the teacher pass and the
+// first evaluations). The Lab is not changed but for its device, opened by the first Setup:
+// with Replace, the old state is released only once the new one is complete, so a failing
+// Setup leaves the Lab as it was.
 func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, start time.Time) (_ *labState, err error) {
 	st := &labState{setup: s, teacherNLL: map[int]float64{}, snaps: map[string]*labSnapshot{}}
 	defer func() {
@@ -342,155 +318,69 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 			o.OnProgress(session.Progress{Phase: phase, Done: done, Total: total, Loss: math.NaN(), Elapsed: time.Since(start)})
 		}
 	}
-	check := func(where string) error {
-		if ctx.Err() != nil {
-			return interrupted(ctx, where)
-		}
-		return nil
-	}
-	cfg := trainConfig(s)
-
-	// Models and tokenizer.
 	report("load", 0, 2)
-	if st.teacherModel, err = openLabModel("teacher", s.Teacher); err != nil {
-		return nil, err
-	}
-	raw, err := labTokenizerJSON(s.Tokenizer, s.Teacher)
-	if err != nil {
-		return nil, err
-	}
-	if st.tok, err = tokenizer.FromJSON(raw); err != nil {
-		return nil, fmt.Errorf("train.Lab.Setup: tokenizer: %w", err)
-	}
-	if st.tok.VocabSize() > st.teacherModel.Config.VocabSize {
-		return nil, fmt.Errorf("train.Lab.Setup: the tokenizer has %d tokens but the teacher's vocab_size is %d", st.tok.VocabSize(), st.teacherModel.Config.VocabSize)
-	}
-	st.info.Teacher = s.Teacher
-	if s.Teacher == "" {
-		st.info.Teacher = EmbeddedTeacherName
-	}
-	if err := check("before compression"); err != nil {
-		return nil, err
-	}
-	if s.Student != "" {
-		if st.student, err = openLabModel("student", s.Student); err != nil {
-			return nil, err
-		}
-		st.info.Student = s.Student
-	} else {
-		pm, err := compress.ParsePathMode(s.Paths)
-		if err != nil {
-			return nil, fmt.Errorf("train.Lab.Setup: %w", err)
-		}
-		var reports []compress.TensorReport
-		st.student, reports, err = compress.Model(st.teacherModel, compress.Options{BitsPerWeight: s.BitsPerWeight, Paths: pm, Seed: s.Train.Seed},
-			func(done, total int, name string) { report("compress", done, total) })
-		if err != nil {
-			return nil, fmt.Errorf("train.Lab.Setup: compress: %w", err)
-		}
-		st.info.Student = fmt.Sprintf("compressed from the teacher (%g bits/weight, paths %s, seed %d)", s.BitsPerWeight, pm, s.Train.Seed)
-		st.info.BitsPerWeight = compress.OverallBitsPerWeight(reports)
-		st.info.Compression = SessionReports(reports)
-	}
-	if err := check("after compression"); err != nil {
-		return nil, err
-	}
-
-	// Corpus.
-	report("corpus", 0, 2)
-	var corpus *data.Corpus
-	if s.TrainFiles != nil {
-		tf, err := data.ExpandSources(s.TrainFiles)
-		if err != nil {
-			return nil, fmt.Errorf("train.Lab.Setup: TrainFiles: %w", err)
-		}
-		ef, err := data.ExpandSources(s.EvalFiles)
-		if err != nil {
-			return nil, fmt.Errorf("train.Lab.Setup: EvalFiles: %w", err)
-		}
-		corpus, err = data.FilesCorpus(tf, ef)
-		if err != nil {
-			return nil, fmt.Errorf("train.Lab.Setup: %w", err)
-		}
-	} else if corpus, err = data.StdlibCorpus(); err != nil {
-		return nil, fmt.Errorf("train.Lab.Setup: %w", err)
-	}
-	train, err := corpus.Tokens(st.tok, data.Train, l.cache)
-	if err != nil {
-		return nil, fmt.Errorf("train.Lab.Setup: training corpus: %w", err)
-	}
-	report("corpus", 1, 2)
-	heldOut, err := corpus.Tokens(st.tok, data.HeldOut, l.cache)
-	if err != nil {
-		return nil, fmt.Errorf("train.Lab.Setup: held-out corpus: %w", err)
-	}
-	report("corpus", 2, 2)
-	st.info.TrainTokens, st.info.EvalTokens = len(train), len(heldOut)
-	if err := check("after the corpus"); err != nil {
-		return nil, err
-	}
-
-	// Device and nets.
-	if l.dev == nil {
+	if l.dev == nil { // the Lab keeps the device it opens across Setups (Close closes it)
 		if l.dev, err = gpu.Open(); err != nil {
 			return nil, fmt.Errorf("train.Lab.Setup: %w", err)
 		}
 		l.ownDev = true
 	}
-	st.info.Device = l.dev.Info().String()
-	if st.sNet, err = nvgkit.LoadNet(l.dev, st.student, nvgkit.Student); err != nil {
+	env := Env{Device: l.dev, Log: l.log, TokenCache: l.cache,
+		Progress: func(phase string, done, total int, _ string) { report(phase, done, total) }}
+	rs, err := labRunSetup(s)
+	if err != nil {
 		return nil, err
 	}
-	if st.tNet, err = nvgkit.LoadNet(l.dev, st.teacherModel, nvgkit.Teacher); err != nil {
-		return nil, err
+	if st.run, err = Assemble(ctx, rs, env); err != nil {
+		if errors.Is(err, ErrInterrupted) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("train.Lab.Setup: %w", err)
 	}
+	r := st.run
+	st.student, st.tNet, st.sNet, st.tok, st.tr = r.StudentModel, r.Teacher, r.Student, r.Tokenizer, r.Trainer
+	st.info.Teacher, st.info.Student = ModelName(s.Teacher), s.Student
+	if s.Student == "" {
+		pm, _ := rs.Compression()
+		st.info.Student = fmt.Sprintf("compressed from the teacher (%g bits/weight, paths %s, seed %d)", s.BitsPerWeight, pm.Paths, s.Train.Seed)
+		st.info.BitsPerWeight, st.info.Compression = r.BitsPerWeight, SessionReports(r.Reports)
+	}
+	st.info.TrainTokens, st.info.EvalTokens = r.TrainTokens, r.HeldOutTokens
+	st.info.Device = r.Device.Info().String()
 	if err := st.initSigns(); err != nil {
 		return nil, err
 	}
 	report("load", 2, 2)
-	var ck *Checkpoint
-	ckPath := s.Resume
-	if s.Resume != "" {
-		if dir, serr := statDir(s.Resume); serr == nil && dir {
-			ck, ckPath, err = LatestCheckpoint(s.Resume, func(e error) { l.logf("warning: %v; using an earlier checkpoint", e) })
-		} else {
-			ck, err = LoadCheckpoint(s.Resume)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("train.Lab.Setup: Resume: %w", err)
-		}
-		if got := ck.Meta.Config; !sameSchedule(got, cfg) {
-			return nil, fmt.Errorf("train.Lab.Setup: Resume %s: the checkpoint's schedule %+v differs from this Setup's %+v", ckPath, got, cfg.Resolved())
-		}
-		ck.Meta.Config.OutDir, ck.Meta.Config.TopKFile = "", ""
-		// Which activations are kept is this Setup's choice, not the checkpoint's (the same
-		// bits either way).
-		ck.Meta.Config.KeepActivations, ck.Meta.Config.ActivationBudget = cfg.KeepActivations, cfg.ActivationBudget
-		st.tr, err = ResumeCheckpoint(st.tNet, st.sNet, train, heldOut, ck, ckPath)
-	} else {
-		st.tr, err = NewTrainer(st.tNet, st.sNet, train, heldOut, cfg)
-	}
-	if err != nil {
+	if err := st.prepare(ctx, l.log, o.OnProgress); err != nil {
 		return nil, err
 	}
+	return st, st.evalSetup(ctx, s, report)
+}
+
+// prepare runs the teacher pass (Trainer.Prepare), reporting phase "teacher".
+func (st *labState) prepare(ctx context.Context, log func(string, ...any), onProgress func(session.Progress)) error {
 	tr := st.tr
-	tr.TeacherID = st.info.Teacher
-	if l.log != nil {
-		tr.Log = logWriter(l.log)
+	if log != nil {
+		tr.Log = logWriter(log)
 	}
-	tr.Progress = &labProgress{phase: "teacher", report: o.OnProgress, start: time.Now()}
+	tr.Progress = &labProgress{phase: "teacher", report: onProgress, start: time.Now()}
 	t0 := time.Now()
 	if err := tr.Prepare(ctx); err != nil {
 		if errors.Is(err, ErrInterrupted) {
-			return nil, interrupted(ctx, "during the teacher pass")
+			return interrupted(ctx, "during the teacher pass")
 		}
-		return nil, err
+		return err
 	}
 	tr.Progress = nil
 	st.info.TeacherSeconds = time.Since(t0).Seconds()
 	st.info.Activations = tr.Activations()
+	return nil
+}
 
-	// Evaluations of the teacher and the untrained student (as Trainer.Run starts).
+// evalSetup evaluates the teacher and the untrained student (as Trainer.Run starts), or
+// takes a resumed run's evaluations and steps from its checkpoint, and fills the Info.
+func (st *labState) evalSetup(ctx context.Context, s session.Setup, report func(string, int, int)) error {
+	tr := st.tr
 	c := tr.Config
 	st.info.Ready, st.info.Setup = true, s
 	st.info.Layers, st.info.Hidden, st.info.Vocab = c2(st.sNet)
@@ -503,9 +393,9 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 	tsum, count, err := nvgkit.NLLContext(ctx, st.tNet, tr.tWork, tr.eval, nil)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, interrupted(ctx, "during the teacher's evaluation")
+			return interrupted(ctx, "during the teacher's evaluation")
 		}
-		return nil, fmt.Errorf("train.Lab.Setup: teacher evaluation: %w", err)
+		return fmt.Errorf("train.Lab.Setup: teacher evaluation: %w", err)
 	}
 	st.teacherNLL[n] = tsum
 	tl := tsum / float64(count)
@@ -515,9 +405,9 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 		ev, err := st.eval(ctx, n, nil)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, interrupted(ctx, "during the student's evaluation")
+				return interrupted(ctx, "during the student's evaluation")
 			}
-			return nil, fmt.Errorf("train.Lab.Setup: student evaluation: %w", err)
+			return fmt.Errorf("train.Lab.Setup: student evaluation: %w", err)
 		}
 		tr.st.Evals = append(tr.st.Evals, EvalPoint{Step: 0, Loss: ev.StudentLoss, Perplexity: ev.StudentPPL})
 		tr.st.BestStep, tr.st.BestPPL = 0, ev.StudentPPL
@@ -539,64 +429,12 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 		st.hist = append(st.hist, session.StepStats{Step: s, Loss: tr.st.Loss[i], GradNorm: gn, LR: c.LRAt(s),
 			Skipped: !finite(tr.st.Loss[i]) || !finite(gn), Tokens: c.NB * c.T})
 	}
-	return st, nil
+	return nil
 }
 
 // c2 returns a net's layer count, hidden size and vocabulary size.
 func c2(n *nvgkit.Net) (int, int, int) {
 	return n.Config.NumHiddenLayers, n.Config.HiddenSize, n.Config.VocabSize
-}
-
-// sameSchedule reports whether a checkpoint's configuration a trains like b: every field but
-// where the outputs go, how many are kept and which activations are kept (bit-identical).
-func sameSchedule(a, b TrainConfig) bool {
-	a, b = a.Resolved(), b.Resolved()
-	a.OutDir, a.TopKFile, a.Keep, a.EvalEvery, a.CheckpointEvery, a.KeepFinal, a.KeepActivations, a.ActivationBudget = "", "", 0, 0, 0, false, false, 0
-	b.OutDir, b.TopKFile, b.Keep, b.EvalEvery, b.CheckpointEvery, b.KeepFinal, b.KeepActivations, b.ActivationBudget = "", "", 0, 0, 0, false, false, 0
-	return a == b
-}
-
-// openLabModel opens a model file or directory ("" for the teacher: the embedded tiny
-// teacher).
-func openLabModel(what, path string) (*cmf.Model, error) {
-	if path == "" {
-		return tinyteacher.Open()
-	}
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("train.Lab.Setup: %s %s: %w", what, path, err)
-	}
-	m, err := cmf.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("train.Lab.Setup: %s: %w", what, err)
-	}
-	return m, nil
-}
-
-// labTokenizerJSON finds the tokenizer: the explicit file (or a directory holding
-// tokenizer.json), else the embedded tiny teacher's for the embedded teacher, else the one
-// beside the teacher.
-func labTokenizerJSON(explicit, teacher string) ([]byte, error) {
-	p := explicit
-	if p == "" {
-		if teacher == "" {
-			return tinyteacher.TokenizerJSON(), nil
-		}
-		p = teacher
-		if dir, err := statDir(teacher); err != nil || !dir {
-			p = filepath.Dir(teacher)
-		}
-	}
-	if dir, err := statDir(p); err == nil && dir {
-		p = filepath.Join(p, "tokenizer.json")
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		if explicit == "" {
-			return nil, fmt.Errorf("train.Lab.Setup: no tokenizer beside the teacher %s (%v): set Setup.Tokenizer", teacher, err)
-		}
-		return nil, fmt.Errorf("train.Lab.Setup: tokenizer: %w", err)
-	}
-	return b, nil
 }
 
 // logWriter adapts a printf-style logger to the io.Writer Trainer.Log takes.

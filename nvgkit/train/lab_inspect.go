@@ -33,12 +33,7 @@ func (l *Lab) Eval(windows int, opts ...session.Option) (session.EvalResult, err
 	ctx, end := l.begin(o)
 	defer end()
 	start := time.Now()
-	var progress func(done, total int)
-	if o.OnProgress != nil {
-		progress = func(done, total int) {
-			o.OnProgress(session.Progress{Phase: "eval", Done: done, Total: total, Step: s.tr.st.Step, Loss: math.NaN(), Elapsed: time.Since(start)})
-		}
-	}
+	progress := s.phaseProgress(o.OnProgress, "eval", start)
 	r, err := s.eval(ctx, windows, progress)
 	if err != nil && ctx.Err() != nil {
 		return r, interrupted(ctx, "during the evaluation")
@@ -456,12 +451,7 @@ func (l *Lab) GradCheck(spec session.GradCheckSpec, opts ...session.Option) (_ s
 	ctx, end := l.begin(o)
 	defer end()
 	start := time.Now()
-	var progress func(done, total int)
-	if o.OnProgress != nil {
-		progress = func(done, total int) {
-			o.OnProgress(session.Progress{Phase: "gradcheck", Done: done, Total: total, Step: s.tr.st.Step, Loss: math.NaN(), Elapsed: time.Since(start)})
-		}
-	}
+	progress := s.phaseProgress(o.OnProgress, "gradcheck", start)
 	res, err := check(GradCheckInput{Student: s.sNet, Model: s.student, IDs: ids, Top: top, Spec: r, Step: s.tr.st.Step, Context: ctx, Progress: progress})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -495,4 +485,15 @@ func truncateBatch(ids [][]int, top *nvgkit.TopK, w, t int) ([][]int, *nvgkit.To
 		}
 	}
 	return out, tt
+}
+
+// phaseProgress reports a call's progress, done of total units of phase since start, to
+// report (nil: none, and phaseProgress returns nil).
+func (s *labState) phaseProgress(report func(session.Progress), phase string, start time.Time) func(done, total int) {
+	if report == nil {
+		return nil
+	}
+	return func(done, total int) {
+		report(session.Progress{Phase: phase, Done: done, Total: total, Step: s.tr.st.Step, Loss: math.NaN(), Elapsed: time.Since(start)})
+	}
 }

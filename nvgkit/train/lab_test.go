@@ -12,11 +12,11 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
 	_ "github.com/nvg-project/nvg/nvgkit/gradcheck" // Lab.GradCheck's host reference
 	"github.com/nvg-project/nvg/nvgkit/session"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 var labFx struct {

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit/train"
 	"github.com/nvg-project/nvg/nvgkit/ui"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // sameFloat is bit equality, NaN equal to NaN.
@@ -67,8 +67,7 @@ func checkMetrics(t *testing.T, recs []train.MetricsRecord, cfg train.TrainConfi
 // clipping at clip.
 func metricsTrainer(t *testing.T, clip float64) (train.TrainConfig, *train.Trainer) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
-	cfg := train.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 1, MinLRFrac: 0.1, ClipNorm: clip, EvalEvery: 2,
-		EvalWindows: 2, Seed: 3, OutDir: t.TempDir()}
+	cfg := train.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, EvalEvery: 2, EvalWindows: 2, Seed: 3, OutDir: t.TempDir(), Settings: schedule(0.02, 1, 0.1, clip)}
 	tr, err := train.NewTrainer(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -117,14 +116,7 @@ func TestTrainerMetrics(t *testing.T) {
 func TestTrainerMetricsResume(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	cfg, tr := metricsTrainer(t, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	tr.OnStep = func(i train.StepInfo) {
-		if i.Step == 2 {
-			cancel()
-		}
-	}
-	if _, err := tr.Run(ctx); !errors.Is(err, train.ErrInterrupted) {
+	if _, err := runUntil(tr, 2, nil); !errors.Is(err, train.ErrInterrupted) {
 		t.Fatalf("interrupted run: %v", err)
 	}
 	tr.Close()

@@ -13,15 +13,15 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/internal/mpi"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // mpiCfg is the exactness test's run: 2 steps of 2 windows × 8 tokens on the tiny model.
 func mpiCfg() train.TrainConfig {
-	return train.TrainConfig{Steps: 2, NB: 2, T: 8, K: 8, LR: 0.01, Warmup: 1, EvalWindows: 1, Seed: 3, ClipNorm: 1, MinLRFrac: 0.1, KeepFinal: true}
+	return train.TrainConfig{Steps: 2, NB: 2, T: 8, K: 8, EvalWindows: 1, Seed: 3, KeepFinal: true, Settings: schedule(0.01, 1, 0.1, 1)}
 }
 
 // mpiRun runs mpiCfg with opts and returns the per-step losses and the student's final

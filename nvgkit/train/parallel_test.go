@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // twoRanks is a Comm that claims 2 ranks (NewTrainer's split check needs no collective).
@@ -18,7 +18,7 @@ func (twoRanks) Size() int { return 2 }
 func TestTrainerSplitNB(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	student := kittest.LoadStudent(t, d, sm)
-	cfg := train.TrainConfig{Steps: 1, NB: 3, T: 8, K: 8, LR: 0.01, Warmup: 1, EvalWindows: 1, Seed: 3, ClipNorm: 1, MinLRFrac: 0.1}
+	cfg := train.TrainConfig{Steps: 1, NB: 3, T: 8, K: 8, EvalWindows: 1, Seed: 3, Settings: schedule(0.01, 1, 0.1, 1)}
 	for _, opts := range [][]train.Option{{train.WithMicroBatches(2)}, {train.WithComm(twoRanks{})}} {
 		tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg, opts...)
 		if err == nil {

@@ -68,12 +68,9 @@ func (tr *Trainer) shareSigns() error {
 		return nil
 	}
 	net := tr.student
-	for _, name := range net.SignNames() {
-		rows, cols, _, err := net.SignShape(name)
-		if err != nil {
-			return err
-		}
-		bits := make([]byte, rows*cols/8)
+	return eachSign(net, func(name string, elems int) error {
+		bits := make([]byte, elems/8)
+		var err error
 		if c.Rank() == 0 {
 			if bits, err = net.ReadSigns(name); err != nil {
 				return err
@@ -83,9 +80,22 @@ func (tr *Trainer) shareSigns() error {
 			return fmt.Errorf("broadcast the signs of %s: %w", name, err)
 		}
 		if c.Rank() != 0 {
-			if err := net.WriteSigns(name, bits); err != nil {
-				return err
-			}
+			return net.WriteSigns(name, bits)
+		}
+		return nil
+	})
+}
+
+// eachSign calls f with every sign matrix of net (SignNames order) and its number of signs,
+// stopping at the first error.
+func eachSign(net *nvgkit.Net, f func(name string, elems int) error) error {
+	for _, name := range net.SignNames() {
+		rows, cols, _, err := net.SignShape(name)
+		if err == nil {
+			err = f(name, rows*cols)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -142,20 +152,16 @@ func (tr *Trainer) restoreSigns(ts map[string][]float32) error {
 		return nil
 	}
 	net := tr.student
-	for _, name := range net.SignNames() {
-		rows, cols, _, err := net.SignShape(name)
-		if err != nil {
-			return err
-		}
+	err := eachSign(net, func(name string, elems int) error {
 		bv, sv := ts[ckptSignsPrefix+name], ts[ckptScorePrefix+name]
 		if bv == nil || sv == nil {
 			return fmt.Errorf("checkpoint has no sign state for %s (a run without --train-signs?)", name)
 		}
-		bits, err := f32Bytes(bv, rows*cols/8)
+		bits, err := f32Bytes(bv, elems/8)
 		if err != nil {
 			return fmt.Errorf("checkpoint signs of %s: %w", name, err)
 		}
-		b, err := f32Bytes(sv, rows*cols)
+		b, err := f32Bytes(sv, elems)
 		if err != nil {
 			return fmt.Errorf("checkpoint scores of %s: %w", name, err)
 		}
@@ -166,9 +172,10 @@ func (tr *Trainer) restoreSigns(ts map[string][]float32) error {
 		if err := net.WriteSigns(name, bits); err != nil {
 			return err
 		}
-		if err := net.WriteSignScores(name, sc); err != nil {
-			return err
-		}
+		return net.WriteSignScores(name, sc)
+	})
+	if err != nil {
+		return err
 	}
 	return nvgkit.SetSignStep(net, tr.st.Step+1)
 }

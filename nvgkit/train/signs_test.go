@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // TestTrainerSignsResumeExact: a TrainSigns run of 3 steps and the same run interrupted after
@@ -19,9 +19,7 @@ import (
 func TestTrainerSignsResumeExact(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	dir := t.TempDir()
-	cfg := train.TrainConfig{Steps: 3, NB: 1, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalWindows: 1, Seed: 3, ClipNorm: 1,
-		CheckpointEvery: -1, TrainSigns: true,
-		Signs: nvgkit.SignConfig{Alpha: 8, Beta: 0.9, Tau: 16, MaxFlipFrac: 0.01, Seed: 5}}
+	cfg := train.TrainConfig{Steps: 3, NB: 1, T: 8, K: 4, EvalWindows: 1, Seed: 3, CheckpointEvery: -1, TrainSigns: true, Signs: nvgkit.SignConfig{Alpha: 8, Beta: 0.9, Tau: 16, MaxFlipFrac: 0.01, Seed: 5}, Settings: schedule(0.02, 1, 0, 1)}
 	flips := 0
 	run := func(cfg train.TrainConfig, stopAfter int) error {
 		tr, err := train.NewTrainer(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, cfg)
@@ -29,17 +27,11 @@ func TestTrainerSignsResumeExact(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		tr.OnStep = func(i train.StepInfo) {
+		_, err = runUntil(tr, stopAfter, func(i train.StepInfo) {
 			for _, f := range i.SignFlips {
 				flips += f
 			}
-			if i.Step == stopAfter {
-				cancel()
-			}
-		}
-		_, err = tr.Run(ctx)
+		})
 		return err
 	}
 	cfg.OutDir = filepath.Join(dir, "straight")

@@ -11,12 +11,11 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
-	"github.com/nvg-project/nvg/internal/kittest"
-	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 	"github.com/nvg-project/nvg/nvgkit/train"
 	"github.com/nvg-project/nvg/nvgkit/ui"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 var streams struct {
@@ -55,7 +54,7 @@ const steadySteps = 100
 // exactly the same bytes after every step (no per-step buffer, no growing top-k or
 // profiler state), and the Go heap after a GC grows by less than 1 MiB over the rest of
 // the run (the run's loss and gradient-norm histories, 16 bytes a step, are the only
-// intended growth). The run writes a memory log (nvgkit.MemLogger) every 20 steps, read
+// intended growth). The run writes a memory log (train.MemLogger) every 20 steps, read
 // back with ReadMemLog and plotted with PlotMemLog.
 func TestSteadyStateMemory(t *testing.T) {
 	steps := steadySteps
@@ -69,14 +68,14 @@ func TestSteadyStateMemory(t *testing.T) {
 	d, teacher, student := kittest.RobustNets(t)
 	trainIDs, heldOut := tokenStreams(t)
 	const warm = 20
-	cfg := train.TrainConfig{Steps: steps, NB: 1, Windows: 8, T: 4, K: 4, LR: 0.01, Warmup: 0, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 9, ClipNorm: 1, MinLRFrac: 0.1}
+	cfg := train.TrainConfig{Steps: steps, NB: 1, Windows: 8, T: 4, K: 4, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 9, Settings: schedule(0.01, 0, 0.1, 1)}
 	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Close()
 	var log bytes.Buffer
-	ml, err := nvgkit.NewMemLogger(&log, d, cfg.NB*cfg.T, true)
+	ml, err := train.NewMemLogger(&log, d, cfg.NB*cfg.T, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +125,7 @@ func TestSteadyStateMemory(t *testing.T) {
 	if err := os.WriteFile(path, log.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	samples, err := nvgkit.ReadMemLog(path)
+	samples, err := train.ReadMemLog(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package train
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -10,16 +11,18 @@ import (
 
 	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/optim"
 )
 
 // TrainConfig sets up a distillation run (DESIGN.md §6 "Defaults" lists every field, its nvg
 // distill flag, its default and what 0 means). Start from DefaultTrainConfig, the one set of
 // defaults shared with nvg distill; a field holds exactly its value, with no zero-means-
 // default: 0 turns warm-up, clipping and periodic evaluations off, and Steps, NB, T, K, LR
-// and EvalWindows must be set (Validate). The schedule is the PyTorch reference recipe of
-// ../shared/bench/torch_distill_ref.py (linear warm-up, cosine decay, clipped gradient norm,
-// top-k KL, Adam betas 0.9/0.99); that reference ran 600 steps of 16 × 512 tokens at lr 1e-3,
-// the defaults are sized for the tiny teacher on 2 CPU cores.
+// and EvalWindows must be set (Validate). The optimizer (optim.Settings, embedded) is the
+// PyTorch reference recipe of ../shared/bench/torch_distill_ref.py (linear warm-up, cosine
+// decay, clipped gradient norm, Adam betas 0.9/0.99) with top-k KL; that reference ran 600
+// steps of 16 × 512 tokens at lr 1e-3, the defaults are sized for the tiny teacher on 2 CPU
+// cores.
 type TrainConfig struct {
 	// Steps is the number of optimizer steps (≥ 1).
 	Steps int `json:"steps"`
@@ -34,18 +37,10 @@ type TrainConfig struct {
 	// K is the number of teacher top-k entries per token in the KL loss (1…64, at most the
 	// vocabulary size).
 	K int `json:"k"`
-	// LR is the peak learning rate (finite, > 0): the metric's per-value relative step and the
-	// norm gains' Adam step at the top of the schedule (see LRAt).
-	LR float64 `json:"lr"`
-	// Warmup is the number of linear warm-up steps; 0 (or negative, as older run files wrote)
-	// means none.
-	Warmup int `json:"warmup"`
-	// MinLRFrac is the floor of the cosine decay as a fraction of LR (≤ 1); 0 (or negative)
-	// decays to 0.
-	MinLRFrac float64 `json:"min_lr_frac"`
-	// ClipNorm is the global gradient L2 norm the gradients are clipped to before each Adam
-	// step (finite); 0 (or negative) disables clipping.
-	ClipNorm float64 `json:"clip_norm"`
+	// Settings are the optimizer's: the peak learning rate LR, Warmup, MinLRFrac, ClipNorm
+	// and Adam's Beta1, Beta2, Eps and MetricFloor (optim.Settings documents each; their JSON
+	// fields are this object's own).
+	optim.Settings
 	// EvalEvery is the number of steps between held-out evaluations; the student is also
 	// evaluated before the first step and after the last. 0 (or negative) evaluates only
 	// before and after.
@@ -117,9 +112,15 @@ type TrainConfig struct {
 // CPU cores through lavapipe; a large run wants more steps and tokens and a lower LR (the
 // README's H200 run: 400 steps × 16 × 512 tokens, lr 0.005, 50 warm-up steps).
 func DefaultTrainConfig() TrainConfig {
-	return TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1,
+	return TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, Settings: optim.Default(),
 		EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2, ActivationBudget: DefaultActivationBudget}
 }
+
+// presetOptimizer sets c's optimizer settings to optim.Default() before a run file or
+// checkpoint is decoded over it: the fields the file records replace them, and one written
+// before Adam's Beta1, Beta2, Eps and MetricFloor were recorded reads back with those it
+// trained with.
+func presetOptimizer(c *TrainConfig) { c.Settings = optim.Default() }
 
 // DefaultActivationBudget is DefaultTrainConfig's ActivationBudget: 1 GiB.
 const DefaultActivationBudget = 1 << 30
@@ -147,9 +148,10 @@ func (c TrainConfig) Resolved() TrainConfig {
 // TrainConfigError is the error of TrainConfig.Validate: the field named Field holds Value,
 // out of its range Want. It reads "nvgkit: TrainConfig.<Field> = <Value>, want <Want>"; a
 // zero Value that is not a default says so (start from DefaultTrainConfig()). A front end
-// (nvg distill) names its own flag for Field.
+// (nvg distill) names its own flag for Field; the optimizer's fields (optim.Settings) are
+// named as TrainConfig's, which they are (embedded).
 type TrainConfigError struct {
-	Field string // a TrainConfig field name: "Steps", "NB", …
+	Field string // a TrainConfig field name: "Steps", "NB", "LR", …
 	Value any    // the field's value (an int or a float64)
 	Want  string // the range, e.g. "≥ 1"
 }
@@ -166,6 +168,8 @@ func (e *TrainConfigError) Error() string {
 // as a *TrainConfigError; nil when every field is in range.
 func (c TrainConfig) Validate() error {
 	bad := func(field string, v any, want string) error { return &TrainConfigError{field, v, want} }
+	oe := c.Settings.Validate() // the optimizer's fields, named as TrainConfig's
+	var fe *optim.FieldError
 	switch {
 	case c.Steps < 1:
 		return bad("Steps", c.Steps, "≥ 1")
@@ -177,12 +181,10 @@ func (c TrainConfig) Validate() error {
 		return bad("Windows", c.Windows, fmt.Sprintf("0 (Steps·NB) or a positive multiple of NB = %d", c.NB))
 	case c.K < 1 || c.K > 64:
 		return bad("K", c.K, "1…64")
-	case !(c.LR > 0) || math.IsInf(c.LR, 0):
-		return bad("LR", c.LR, "a finite value > 0")
-	case c.MinLRFrac > 1 || math.IsNaN(c.MinLRFrac):
-		return bad("MinLRFrac", c.MinLRFrac, "≤ 1")
-	case math.IsNaN(c.ClipNorm) || math.IsInf(c.ClipNorm, 0):
-		return bad("ClipNorm", c.ClipNorm, "a finite value")
+	case errors.As(oe, &fe):
+		return bad(fe.Field, fe.Value, fe.Want)
+	case oe != nil:
+		return oe
 	case c.EvalWindows < 1:
 		return bad("EvalWindows", c.EvalWindows, "≥ 1")
 	case c.Keep < 0:
@@ -200,27 +202,15 @@ func (c TrainConfig) Validate() error {
 	return nil
 }
 
-// LRAt returns the learning rate of optimizer step s (1-based, 1 ≤ s ≤ c.Steps) of c: a
-// linear warm-up over the first Warmup steps times a cosine decay from LR to MinLRFrac·LR
-// over the ScheduleSteps steps of the schedule (S, = Steps unless the run was extended),
-//
-//	LR · min(1, s/Warmup) · (f + (1−f)·½·(1 + cos(π·min(s, S)/S))),   f = max(0, MinLRFrac),
-//
-// as in the PyTorch reference (Warmup ≤ 0: no warm-up factor). At s = S ≥ Warmup it is
-// f·LR, and it stays there for the steps after S. With Warmup > S the two factors overlap:
-// the last steps of the schedule run below f·LR (S/Warmup·f·LR at s = S) and the steps
-// after S at f·LR.
+// LRAt returns the learning rate of optimizer step s (1-based) of c: the optimizer's
+// schedule (optim.Settings.LRAt) over the ScheduleSteps steps it spans (0: Steps, unless the
+// run was extended). Steps after the span run at the schedule's floor MinLRFrac·LR.
 func (c TrainConfig) LRAt(s int) float64 {
-	w := 1.0
-	if c.Warmup > 0 && s < c.Warmup {
-		w = float64(s) / float64(c.Warmup)
+	span := c.ScheduleSteps
+	if span <= 0 {
+		span = c.Steps
 	}
-	f := max(0, c.MinLRFrac)
-	S := c.ScheduleSteps
-	if S <= 0 {
-		S = c.Steps
-	}
-	return c.LR * w * (f + (1-f)*0.5*(1+math.Cos(math.Pi*float64(min(s, S))/float64(S))))
+	return c.Settings.LRAt(s, span)
 }
 
 // StepInfo describes one finished training step, passed to Trainer.OnStep.
@@ -403,6 +393,7 @@ func LoadReport(path string) (*Report, error) {
 		return nil, err
 	}
 	var r Report
+	presetOptimizer(&r.Config)
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("nvgkit: report %s: %w", path, err)
 	}

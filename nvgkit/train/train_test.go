@@ -1,20 +1,22 @@
 package train_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/optim"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func TestLRSchedule(t *testing.T) {
-	c := train.TrainConfig{Steps: 100, LR: 1e-3, Warmup: 10, MinLRFrac: 0.1}
+	c := train.TrainConfig{Steps: 100, Settings: schedule(1e-3, 10, 0.1, 0)}
 	cos := func(s int) float64 { return 0.1 + 0.9*0.5*(1+math.Cos(math.Pi*float64(s)/100)) }
 	for _, tc := range []struct {
 		s    int
@@ -35,7 +37,7 @@ func TestLRSchedule(t *testing.T) {
 		t.Errorf("LRAt(10) = %g, want 0.977975e-3", got)
 	}
 	// No warm-up, no floor: the plain cosine, 0 at the end.
-	c = train.TrainConfig{Steps: 4, LR: 2, Warmup: -1, MinLRFrac: -1}
+	c = train.TrainConfig{Steps: 4, Settings: schedule(2, -1, -1, 0)}
 	for s, want := range map[int]float64{1: 1 + math.Sqrt(0.5), 2: 1, 4: 0} {
 		if got := c.LRAt(s); math.Abs(got-want) > 1e-12 {
 			t.Errorf("no warm-up: LRAt(%d) = %g, want %g", s, got, want)
@@ -43,12 +45,19 @@ func TestLRSchedule(t *testing.T) {
 	}
 }
 
+// schedule is optim.Default() with a test run's learning-rate schedule and clip.
+func schedule(lr float64, warmup int, minLRFrac, clip float64) optim.Settings {
+	o := optim.Default()
+	o.LR, o.Warmup, o.MinLRFrac, o.ClipNorm = lr, warmup, minLRFrac, clip
+	return o
+}
+
 // DefaultTrainConfig is nvg distill's table of defaults (README, DESIGN §6), and 0 is no
 // default: a zero config names the first field to set.
 func TestTrainConfigDefaults(t *testing.T) {
 	c := train.DefaultTrainConfig()
-	want := train.TrainConfig{Steps: 24, NB: 4, T: 64, Windows: 0, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1,
-		EvalEvery: 8, EvalWindows: 8, Seed: 1, CheckpointEvery: 0, Keep: 2, ActivationBudget: 1 << 30}
+	want := train.TrainConfig{Steps: 24, NB: 4, T: 64, Windows: 0, K: 32, EvalEvery: 8, EvalWindows: 8, Seed: 1, CheckpointEvery: 0, Keep: 2,
+		ActivationBudget: 1 << 30, Settings: optim.Settings{LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, Beta1: 0.9, Beta2: 0.99, Eps: 1e-12, MetricFloor: 0.05}}
 	if c != want {
 		t.Errorf("defaults: %+v, want %+v", c, want)
 	}
@@ -73,6 +82,8 @@ func TestTrainConfigDefaults(t *testing.T) {
 		func(c *train.TrainConfig) { c.Windows = 6 }, func(c *train.TrainConfig) { c.Windows = -4 }, func(c *train.TrainConfig) { c.LR = -1 },
 		func(c *train.TrainConfig) { c.T = -3 }, func(c *train.TrainConfig) { c.LR = math.Inf(1) }, func(c *train.TrainConfig) { c.EvalWindows = 0 },
 		func(c *train.TrainConfig) { c.MinLRFrac = 2 }, func(c *train.TrainConfig) { c.ClipNorm = math.NaN() },
+		func(c *train.TrainConfig) { c.Beta1 = 1 }, func(c *train.TrainConfig) { c.Beta2 = -0.1 }, func(c *train.TrainConfig) { c.Eps = 0 },
+		func(c *train.TrainConfig) { c.MetricFloor = 1.5 },
 	} {
 		bad := train.DefaultTrainConfig()
 		f(&bad)
@@ -88,6 +99,43 @@ func TestTrainConfigDefaults(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Field != "Windows" || ce.Value != 6 ||
 		err.Error() != "nvgkit: TrainConfig.Windows = 6, want 0 (Steps·NB) or a positive multiple of NB = 4" {
 		t.Errorf("Windows 6: %#v", err)
+	}
+	// The optimizer's fields are named as TrainConfig's.
+	bad = train.DefaultTrainConfig()
+	bad.Beta2 = 1
+	if err := bad.Validate(); !errors.As(err, &ce) || ce.Field != "Beta2" || err.Error() != "nvgkit: TrainConfig.Beta2 = 1, want a value in [0, 1)" {
+		t.Errorf("Beta2 1: %#v", err)
+	}
+}
+
+// A report (as a checkpoint or a distill.json) written before the optimizer's moments were
+// recorded reads back with optim.Default()'s, which it trained with; recorded ones are kept,
+// and the defaults make a JSON round trip.
+func TestTrainConfigJSONMoments(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "old.json")
+	if err := os.WriteFile(old, []byte(`{"teacher_perplexity": 8, "config": {"steps": 4, "nb": 2, "t": 8, "k": 4, "lr": 0.02, "warmup": 1, "min_lr_frac": 0.1, "clip_norm": 1, "eval_windows": 2}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := train.LoadReport(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, d := r.Config, optim.Default()
+	if c.Beta1 != d.Beta1 || c.Beta2 != d.Beta2 || c.Eps != d.Eps || c.MetricFloor != d.MetricFloor || c.LR != 0.02 || c.Warmup != 1 || c.Steps != 4 {
+		t.Errorf("a report without the moments: %+v, want optim.Default()'s Beta1, Beta2, Eps, MetricFloor and the file's other fields", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Error(err)
+	}
+	rec := &train.Report{TeacherPPL: 8, CompressedPPL: 20, DistilledPPL: 10, Config: train.DefaultTrainConfig()}
+	rec.Config.Beta2 = 0.999
+	p := filepath.Join(dir, "new.json")
+	if err := rec.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	if back, err := train.LoadReport(p); err != nil || back.Config != rec.Config {
+		t.Errorf("round trip: %+v, %v; want %+v", back.Config, err, rec.Config)
 	}
 }
 
@@ -120,15 +168,54 @@ func TestReportJSON(t *testing.T) {
 }
 
 func TestETA(t *testing.T) {
-	if got := nvgkit.ETA(10*time.Second, 2, 10); got != 40*time.Second {
+	if got := train.ETA(10*time.Second, 2, 10); got != 40*time.Second {
 		t.Errorf("ETA = %v", got)
 	}
-	if nvgkit.ETA(time.Second, 0, 10) != 0 || nvgkit.ETA(time.Second, 10, 10) != 0 {
+	if train.ETA(time.Second, 0, 10) != 0 || train.ETA(time.Second, 10, 10) != 0 {
 		t.Error("ETA at the ends")
 	}
 	for d, want := range map[time.Duration]string{7 * time.Second: "7s", 245 * time.Second: "4m05s", 3723 * time.Second: "1h02m03s"} {
-		if got := nvgkit.FormatDuration(d); got != want {
+		if got := train.FormatDuration(d); got != want {
 			t.Errorf("FormatDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// Assemble checks what it is given before any expensive work (no device is opened here):
+// settings out of range name the field; paths that are missing or not what they must be are
+// *InputError naming the path (nvg exits 2 on them; a Lab's Setup returns them wrapped).
+func TestAssembleInputErrors(t *testing.T) {
+	dir := t.TempDir()
+	text := filepath.Join(dir, "notes.json")
+	if err := os.WriteFile(text, []byte(`{"not": "a model"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := train.Setup{BitsPerWeight: 1, Paths: "auto", Train: train.DefaultTrainConfig()}
+	for _, c := range []struct {
+		what  string
+		set   func(*train.Setup)
+		input bool
+		want  string
+	}{
+		{"a missing teacher", func(s *train.Setup) { s.Teacher = filepath.Join(dir, "missing") }, true, "missing: no such file or directory"},
+		{"a text file as the teacher", func(s *train.Setup) { s.Teacher = text }, true, "is a text file, not a model"},
+		{"a directory without a model", func(s *train.Setup) { s.Teacher = dir }, true, "directory has no config.json"},
+		{"a missing tokenizer", func(s *train.Setup) { s.Tokenizer = filepath.Join(dir, "tok.json") }, true, "tok.json: no such file"},
+		{"a tokenizer directory without tokenizer.json", func(s *train.Setup) { s.Tokenizer = dir }, true, "holds no tokenizer.json"},
+		{"a missing corpus file", func(s *train.Setup) {
+			s.TrainFiles, s.EvalFiles = []string{filepath.Join(dir, "a.go")}, []string{filepath.Join(dir, "b.go")}
+		}, true, "a.go: no such file or directory"},
+		{"training files without held-out ones", func(s *train.Setup) { s.TrainFiles = []string{"a.go"} }, false, "go together"},
+		{"a bits-per-weight target of 0", func(s *train.Setup) { s.BitsPerWeight = 0 }, false, "BitsPerWeight = 0"},
+		{"an unknown path mode", func(s *train.Setup) { s.Paths = "3" }, false, "3"},
+		{"a schedule out of range", func(s *train.Setup) { s.Train.Steps = 0 }, false, "Steps = 0"},
+	} {
+		s := base
+		c.set(&s)
+		_, err := train.Assemble(context.Background(), s, train.Env{})
+		var ie *train.InputError
+		if err == nil || errors.As(err, &ie) != c.input || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v (an InputError: %v), want one containing %q (an InputError: %v)", c.what, err, errors.As(err, &ie), c.want, c.input)
 		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nvg-project/nvg/nvgkit"
-
 	"github.com/nvg-project/nvg/nvgkit/data"
 )
 
@@ -22,7 +21,7 @@ var ErrInterrupted = errors.New("nvgkit: training interrupted")
 
 // Trainer distils a Student net against a Teacher net (DESIGN.md §6) with the step
 // primitives: per step ZeroGrads, Step on NB windows against the teacher's cached top-k,
-// ClipGrads, Adam at LRAt(step). The run's training windows — Config.Windows (0:
+// ClipGrads, Adam at LRAt(step) with Config's optimizer settings. The run's training windows — Config.Windows (0:
 // Steps·NB) windows of T+1 tokens drawn by a data.Sampler seeded with Config.Seed, used in
 // order and cycled when fewer than Steps·NB — are drawn once at NewTrainer, and
 // the teacher's top-k for all of them is computed once (Prepare) and held in host memory
@@ -43,10 +42,6 @@ type Trainer struct {
 	// Config is the run's configuration, with Windows and CheckpointEvery resolved (their 0
 	// replaced by the number it stands for). Do not change it after NewTrainer.
 	Config TrainConfig
-	// Adam holds the optimizer's settings; LR and GainLR are scaled at every step by
-	// LRAt(step)/Config.LR. NewTrainer sets it to DefaultAdam() with LR = GainLR = Config.LR
-	// and Beta2 = 0.99, as in the PyTorch reference.
-	Adam nvgkit.AdamConfig
 	// OnStep, when not nil, is called after every step (from Run's goroutine).
 	OnStep func(StepInfo)
 	// OnGradients, when not nil, is called on every rank after step s's gradients are
@@ -57,7 +52,7 @@ type Trainer struct {
 	OnGradients func(c Comm, s int) error
 	// Progress, when not nil, shows the teacher pass and the steps with the loss and ETA
 	// (see NewProgress).
-	Progress nvgkit.Progress
+	Progress Progress
 	// Log, when not nil, receives one line per phase (teacher pass, evaluations, checkpoints);
 	// a Progress with a Clear method (the terminal bar) is cleared before each line.
 	Log io.Writer
@@ -140,8 +135,7 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 	if err != nil {
 		return nil, fmt.Errorf("train.NewTrainer: held-out stream: %w", err)
 	}
-	tr := &Trainer{Config: cfg, Adam: nvgkit.DefaultAdam(), teacher: teacher, student: student, windows: windows, eval: eval}
-	tr.Adam.LR, tr.Adam.GainLR, tr.Adam.Beta2 = cfg.LR, cfg.LR, 0.99 // the PyTorch reference's betas (0.9, 0.99)
+	tr := &Trainer{Config: cfg, teacher: teacher, student: student, windows: windows, eval: eval}
 	tr.st = CheckpointMeta{Version: ckptVersion, Config: cfg, WindowsHash: HashWindows(windows)}
 	nbp, err := tr.applyOptions(opts)
 	if err != nil {
@@ -250,6 +244,21 @@ func (tr *Trainer) Close() {
 	tr.tWork.Release()
 }
 
+// Works returns the teacher's and the student's work buffers (NB windows of T tokens each, NB
+// this rank's share of a data-parallel step), for measuring a pass on them (nvg bench).
+func (tr *Trainer) Works() (teacher, student *nvgkit.Work) { return tr.tWork, tr.sWork }
+
+// TrainStep runs the next optimizer step as Run does — the step's batch from the cached
+// teacher top-k, the forward and backward (summed over the ranks), clipping, Adam at LRAt,
+// the sign flips — without evaluations, checkpoints, metrics or progress (nvg bench times
+// it). Prepare must have run. Errors: no top-k yet, and the step's errors.
+func (tr *Trainer) TrainStep() (StepInfo, error) {
+	if tr.cache == nil {
+		return StepInfo{}, errors.New("train.Trainer.TrainStep: the teacher's top-k is not there yet (call Prepare first)")
+	}
+	return tr.step(tr.st.Step + 1)
+}
+
 // Step returns the number of optimizer steps done.
 func (tr *Trainer) Step() int { return tr.st.Step }
 
@@ -345,7 +354,7 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 		if tr.Progress != nil {
 			done := i + len(ws)
 			el := time.Since(start)
-			tr.Progress.Update(done, n, fmt.Sprintf("teacher %.0f tok/s, ETA %s", float64(done*c.T)/el.Seconds(), nvgkit.FormatDuration(nvgkit.ETA(el, done, n))))
+			tr.Progress.Update(done, n, fmt.Sprintf("teacher %.0f tok/s, ETA %s", float64(done*c.T)/el.Seconds(), FormatDuration(ETA(el, done, n))))
 		}
 	}
 	secs := time.Since(start).Seconds()
@@ -540,9 +549,9 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 			}
 		}
 		el := time.Since(loopStart)
-		info.Elapsed, info.ETA = el, nvgkit.ETA(el, s-first, c.Steps-first)
+		info.Elapsed, info.ETA = el, ETA(el, s-first, c.Steps-first)
 		if tr.Progress != nil {
-			status := fmt.Sprintf("loss %.4f lr %.2e ETA %s", info.Loss, info.LR, nvgkit.FormatDuration(info.ETA))
+			status := fmt.Sprintf("loss %.4f lr %.2e ETA %s", info.Loss, info.LR, FormatDuration(info.ETA))
 			if info.EvalPPL > 0 {
 				status += fmt.Sprintf(" ppl %.2f", info.EvalPPL)
 			}
@@ -553,7 +562,7 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 		}
 	}
 	if tr.Progress != nil {
-		tr.Progress.Finish(fmt.Sprintf("%d steps in %s", c.Steps, nvgkit.FormatDuration(time.Since(start))))
+		tr.Progress.Finish(fmt.Sprintf("%d steps in %s", c.Steps, FormatDuration(time.Since(start))))
 	}
 	if !c.KeepFinal && tr.best != nil && tr.st.BestStep != tr.st.Step {
 		if err := nvgkit.Restore(tr.student, tr.best); err != nil {
@@ -719,16 +728,13 @@ func statFile(path string) (bool, error) {
 }
 
 // finishStep ends optimizer step s (the gradients are in place and, when ok, clipped): when
-// ok it applies Adam at learning rate lr (the gain's scaled as Config.Adam's), else it clears
+// ok it applies Adam at learning rate lr with the run's optimizer settings, else it clears
 // the gradients and counts the step as skipped; then it records the step's loss and gradient
 // norm. Trainer.step and Lab.AdamStep both end a step here, so they cannot drift apart.
 func (tr *Trainer) finishStep(s int, lr, loss, gradNorm float64, ok bool) (skipped bool, err error) {
 	c := tr.Config
 	if ok {
-		ac := tr.Adam
-		ac.LR = lr
-		ac.GainLR = tr.Adam.GainLR * lr / c.LR
-		if err := nvgkit.Adam(tr.student, ac, tr.st.AdamStep+1); err != nil {
+		if err := nvgkit.Adam(tr.student, c.Settings, lr, tr.st.AdamStep+1); err != nil {
 			return false, err
 		}
 		tr.st.AdamStep++

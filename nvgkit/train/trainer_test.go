@@ -16,11 +16,11 @@ import (
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
-	"github.com/nvg-project/nvg/internal/kittest"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 var trainFx struct {
@@ -63,7 +63,7 @@ func trainFixture(t *testing.T) (*gpu.Device, *nvgkit.Net, *cmf.Model, []int, []
 func TestTrainerShortRun(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	student := kittest.LoadStudent(t, d, sm)
-	cfg := train.TrainConfig{Steps: 6, NB: 4, T: 16, K: 8, LR: 0.01, Warmup: 1, EvalEvery: 3, EvalWindows: 4, Seed: 7, ClipNorm: 1, MinLRFrac: 0.1}
+	cfg := train.TrainConfig{Steps: 6, NB: 4, T: 16, K: 8, EvalEvery: 3, EvalWindows: 4, Seed: 7, Settings: schedule(0.01, 1, 0.1, 1)}
 	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -114,21 +114,14 @@ func TestTrainerResumeExact(t *testing.T) {
 	dir := t.TempDir()
 	topk := filepath.Join(dir, "topk.bin")
 	// 4 steps cycle twice through 4 windows (2 per step).
-	cfg := train.TrainConfig{Steps: 4, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 2, EvalWindows: 2, Seed: 3, TopKFile: topk, ClipNorm: 1, MinLRFrac: 0.1}
+	cfg := train.TrainConfig{Steps: 4, NB: 2, Windows: 4, T: 8, K: 4, EvalEvery: 2, EvalWindows: 2, Seed: 3, TopKFile: topk, Settings: schedule(0.02, 1, 0.1, 1)}
 	run := func(cfg train.TrainConfig, stopAfter int) (*train.Report, error) {
 		tr, err := train.NewTrainer(teacher, kittest.LoadStudent(t, d, sm), trainIDs, heldOut, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer tr.Close()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		tr.OnStep = func(i train.StepInfo) {
-			if i.Step == stopAfter {
-				cancel()
-			}
-		}
-		return tr.Run(ctx)
+		return runUntil(tr, stopAfter, nil)
 	}
 	straight, err := run(cfg, -1)
 	if err != nil {
@@ -248,7 +241,7 @@ func TestTrainerResumeExact(t *testing.T) {
 func TestTrainerSkipsOneNaNStep(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	student := kittest.LoadStudent(t, d, sm)
-	cfg := train.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 0, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 5, ClipNorm: 1, MinLRFrac: 0.1}
+	cfg := train.TrainConfig{Steps: 4, NB: 2, T: 8, K: 4, EvalEvery: 0, EvalWindows: 1, KeepFinal: true, Seed: 5, Settings: schedule(0.02, 0, 0.1, 1)}
 	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +351,7 @@ func TestTrainerSkipsNonFinite(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	cfg := train.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 0, EvalEvery: 0, EvalWindows: 1, OutDir: out, ClipNorm: 1, MinLRFrac: 0.1, Seed: 1}
+	cfg := train.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, EvalEvery: 0, EvalWindows: 1, OutDir: out, Seed: 1, Settings: schedule(0.02, 0, 0.1, 1)}
 	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -400,8 +393,8 @@ func TestTrainerSkipsNonFinite(t *testing.T) {
 func TestTrainerExtendExact(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
 	dir := t.TempDir()
-	base := train.TrainConfig{Steps: 2, NB: 2, Windows: 4, T: 8, K: 4, LR: 0.02, Warmup: 1, MinLRFrac: 0.1, Keep: 2, EvalEvery: 1, EvalWindows: 2, Seed: 3,
-		TopKFile: filepath.Join(dir, "topk.bin"), KeepFinal: true} // final weights are compared
+	base := train.TrainConfig{Steps: 2, NB: 2, Windows: 4, T: 8, K: 4, Keep: 2, EvalEvery: 1, EvalWindows: 2, Seed: 3,
+		TopKFile: filepath.Join(dir, "topk.bin"), KeepFinal: true, Settings: schedule(0.02, 1, 0.1, 0)} // final weights are compared
 	planned := base
 	planned.Steps, planned.ScheduleSteps = 4, 2
 	student := kittest.LoadStudent(t, d, sm)
@@ -492,7 +485,7 @@ func TestTrainerExtendExact(t *testing.T) {
 // same losses and held-out perplexity, bit for bit.
 func TestTrainerActivationBudget(t *testing.T) {
 	d, teacher, sm, trainIDs, heldOut := trainFixture(t)
-	base := train.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, LR: 0.02, Warmup: 1, EvalEvery: 0, EvalWindows: 2, Seed: 3, ClipNorm: 1, MinLRFrac: 0.1}
+	base := train.TrainConfig{Steps: 2, NB: 2, T: 8, K: 4, EvalEvery: 0, EvalWindows: 2, Seed: 3, Settings: schedule(0.02, 1, 0.1, 1)}
 	student := kittest.LoadStudent(t, d, sm)
 	acts := nvgkit.KeptActivationBytes(student, base.NB, base.T)
 	c := nvgkit.KeptBLROutputBytes(student, base.NB, base.T)
@@ -545,4 +538,20 @@ func TestTrainerActivationBudget(t *testing.T) {
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "ActivationBudget") {
 		t.Errorf("ActivationBudget −1: Validate = %v, want an error naming it", err)
 	}
+}
+
+// runUntil runs tr, interrupting it after step stop (a step it never reaches: to the end);
+// onStep, when not nil, sees every step first.
+func runUntil(tr *train.Trainer, stop int, onStep func(train.StepInfo)) (*train.Report, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr.OnStep = func(i train.StepInfo) {
+		if onStep != nil {
+			onStep(i)
+		}
+		if i.Step == stop {
+			cancel()
+		}
+	}
+	return tr.Run(ctx)
 }

@@ -80,6 +80,18 @@ func recorder(t *testing.T, out *[]string) func(what string, v any, err error) {
 	}
 }
 
+// bitIdentical runs the call sequence seq through train.NewLab in this process and through a
+// session server named name (another process, its own device), fails t where their results
+// differ, and returns the in-process results.
+func bitIdentical(t *testing.T, seq func(*testing.T, session.Lab) []string, name string) []string {
+	t.Helper()
+	local := seq(t, inProcessLab(t))
+	useSessionDir(t, "gpu")
+	remote := seq(t, attach(t, name))
+	sameResults(t, local, remote)
+	return local
+}
+
 // sameResults fails t where the in-process and the session's results differ.
 func sameResults(t *testing.T, local, remote []string) {
 	t.Helper()
@@ -147,10 +159,7 @@ func labSequence(t *testing.T, lab session.Lab) []string {
 // and through a session server (another process, its own device) give bit-identical
 // results: losses, norms, gradients, parameters, evaluations, hidden states.
 func TestInProcessVsSessionBitIdentical(t *testing.T) {
-	local := labSequence(t, inProcessLab(t))
-	useSessionDir(t, "gpu")
-	remote := labSequence(t, attach(t, "bits"))
-	sameResults(t, local, remote)
+	local := bitIdentical(t, labSequence, "bits")
 	if !strings.Contains(local[1], "Loss:") || strings.Contains(local[1], "Loss:NaN") {
 		t.Errorf("Step(3) gave no losses: %s", local[1])
 	}
@@ -260,10 +269,7 @@ func signSequence(t *testing.T, lab session.Lab) []string {
 // sign gradients, scores, bits, hand flips, the history, the errors); signs did flip, in the
 // steps and by hand.
 func TestInProcessVsSessionSignsBitIdentical(t *testing.T) {
-	local := signSequence(t, inProcessLab(t))
-	useSessionDir(t, "gpu")
-	remote := signSequence(t, attach(t, "signbits"))
-	sameResults(t, local, remote)
+	local := bitIdentical(t, signSequence, "signbits")
 	flipped := regexp.MustCompile(`SignFlips:\[[0-9 ]*[1-9]`) // a list of flips per layer, not all 0
 	for _, r := range local {
 		if strings.HasPrefix(r, "ApplySignFlips: ") && r != "ApplySignFlips: 10" {

@@ -1,4 +1,4 @@
-package nvgkit
+package train
 
 import (
 	"bufio"
@@ -48,11 +48,11 @@ type MemLogger struct {
 // MemLogHeader line is written first (false: appending to an existing log).
 func NewMemLogger(w io.Writer, dev *gpu.Device, tokensPerStep int, header bool) (*MemLogger, error) {
 	if w == nil {
-		return nil, errors.New("nvgkit.NewMemLogger: nil writer")
+		return nil, errors.New("NewMemLogger: nil writer")
 	}
 	if header {
 		if _, err := io.WriteString(w, MemLogHeader+"\n"); err != nil {
-			return nil, fmt.Errorf("nvgkit: memory log: %w", err)
+			return nil, fmt.Errorf("train: memory log: %w", err)
 		}
 	}
 	return &MemLogger{w: w, dev: dev, tokensPerStep: tokensPerStep}, nil
@@ -80,7 +80,7 @@ func (l *MemLogger) Sample(step int) (MemSample, error) {
 	s.HeapAlloc, s.HeapObjs = ms.HeapAlloc, ms.HeapObjects
 	line := fmt.Sprintf("%d,%.3f,%.1f,%d,%d,%d,%d,%d\n", s.Step, s.WallSeconds, s.TokensPerSec, s.GPUCurrent, s.GPUPeak, s.HeapAlloc, s.HeapObjs, s.Goroutines)
 	if _, err := io.WriteString(l.w, line); err != nil {
-		return s, fmt.Errorf("nvgkit: memory log: %w", err)
+		return s, fmt.Errorf("train: memory log: %w", err)
 	}
 	return s, nil
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -75,12 +75,12 @@ func parsePeer(r io.Reader) (*peerRun, error) {
 	return p, nil
 }
 
-func readBenchJSON(path string) (*benchReport, error) {
+func readJSON(path string) (*Report, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var r benchReport
+	var r Report
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -105,13 +105,13 @@ func num(v float64, format string) string {
 	return fmt.Sprintf(format, v)
 }
 
-// readBenchJSONs reads comma-separated nvg bench JSON files and merges them: the header of
+// readJSONs reads comma-separated nvg bench JSON files and merges them: the header of
 // the first, the results of all in order (a later result for the same geometry replaces an
 // earlier one), the commands joined with "; ".
-func readBenchJSONs(paths string) (*benchReport, error) {
-	var rep *benchReport
+func readJSONs(paths string) (*Report, error) {
+	var rep *Report
 	for _, p := range strings.Split(paths, ",") {
-		r, err := readBenchJSON(p)
+		r, err := readJSON(p)
 		if err != nil {
 			return nil, err
 		}
@@ -174,15 +174,15 @@ func readPeers(paths string) (*peerRun, error) {
 	return all, nil
 }
 
-// renderBenchReport writes docs/BENCHMARKS.md (format md) or the ratio table (text) from nvg
+// RenderReport writes docs/BENCHMARKS.md (format md) or the ratio table (text) from nvg
 // bench JSON files, an earlier run's (optional: beforePath, compared against), the peer's
 // outputs (optional) and a CPU-adapter nvg bench JSON (optional); reportPath, beforePath and
 // peerPath may list several files, comma-separated (runs of different geometries, merged).
-func renderBenchReport(w io.Writer, reportPath, beforePath, peerPath, cpuPath, notesPath, format string) error {
-	var rep, before *benchReport
+func RenderReport(w io.Writer, reportPath, beforePath, peerPath, cpuPath, notesPath, format string) error {
+	var rep, before *Report
 	var err error
 	if reportPath != "" {
-		if rep, err = readBenchJSONs(reportPath); err != nil {
+		if rep, err = readJSONs(reportPath); err != nil {
 			return err
 		}
 		if rep.CPU {
@@ -195,7 +195,7 @@ func renderBenchReport(w io.Writer, reportPath, beforePath, peerPath, cpuPath, n
 		if rep == nil {
 			return fmt.Errorf("--before needs --report")
 		}
-		if before, err = readBenchJSONs(beforePath); err != nil {
+		if before, err = readJSONs(beforePath); err != nil {
 			return fmt.Errorf("--before: %w", err)
 		}
 	}
@@ -205,9 +205,9 @@ func renderBenchReport(w io.Writer, reportPath, beforePath, peerPath, cpuPath, n
 			return err
 		}
 	}
-	var cpu *benchReport
+	var cpu *Report
 	if cpuPath != "" {
-		if cpu, err = readBenchJSON(cpuPath); err != nil {
+		if cpu, err = readJSON(cpuPath); err != nil {
 			return err
 		}
 	}
@@ -223,7 +223,7 @@ func renderBenchReport(w io.Writer, reportPath, beforePath, peerPath, cpuPath, n
 	return renderMarkdown(w, rep, before, peer, cpu, notes)
 }
 
-func phaseOf(r benchResult) (t, s benchPhase) {
+func phaseOf(r Result) (t, s Phase) {
 	if r.Teacher != nil {
 		t = *r.Teacher
 	}
@@ -235,7 +235,7 @@ func phaseOf(r benchResult) (t, s benchPhase) {
 
 // renderRatios writes the nvg/peer ratios per geometry as plain text, then, with before (an
 // earlier run; nil for none), this run's throughput and student peak against it.
-func renderRatios(w io.Writer, rep, before *benchReport, peer *peerRun) error {
+func renderRatios(w io.Writer, rep, before *Report, peer *peerRun) error {
 	if peer.note != "" {
 		fmt.Fprintf(w, "%s: nvg figures only\n", notRun(peer.note))
 	}
@@ -278,7 +278,7 @@ func renderRatios(w io.Writer, rep, before *benchReport, peer *peerRun) error {
 // earlier run's), for the text and markdown tables alike: the geometry, then teacher tok/s
 // before, now and the speed-up, the same for the student step, then teacher and student peak
 // GiB before and now.
-func beforeCells(pair [2]benchResult) []any {
+func beforeCells(pair [2]Result) []any {
 	t, s := phaseOf(pair[0])
 	bt, bs := phaseOf(pair[1])
 	return []any{pair[0].Geom,
@@ -298,7 +298,7 @@ func speedup(a, b float64) string {
 
 // buildOf names the build a report measured: its Build, else (a JSON from before builds
 // were recorded) its Go version.
-func buildOf(rep *benchReport) string {
+func buildOf(rep *Report) string {
 	if rep.Build != "" {
 		return rep.Build
 	}
@@ -309,7 +309,7 @@ func buildOf(rep *benchReport) string {
 // geometry, in rep's order, when both measured the same work (incomparable says how they
 // differ otherwise: those go to skipped, one line each); geometries missing from either are
 // left out.
-func commonResults(rep, before *benchReport) (pairs [][2]benchResult, skipped []string) {
+func commonResults(rep, before *Report) (pairs [][2]Result, skipped []string) {
 	for _, r := range rep.Results {
 		for _, b := range before.Results {
 			if b.Geom != r.Geom {
@@ -318,7 +318,7 @@ func commonResults(rep, before *benchReport) (pairs [][2]benchResult, skipped []
 			if why := incomparable(r, b); why != "" {
 				skipped = append(skipped, fmt.Sprintf("%s (%s)", r.Geom, why))
 			} else {
-				pairs = append(pairs, [2]benchResult{r, b})
+				pairs = append(pairs, [2]Result{r, b})
 			}
 			break
 		}
@@ -328,7 +328,7 @@ func commonResults(rep, before *benchReport) (pairs [][2]benchResult, skipped []
 
 // incomparable says how results now and was of one geometry measured different work (nb × t,
 // top-k, teacher mode, kept activations, sign training, ranks), "" when they did not.
-func incomparable(now, was benchResult) string {
+func incomparable(now, was Result) string {
 	var d []string
 	if now.NB != was.NB || now.T != was.T {
 		d = append(d, fmt.Sprintf("nb × t %d × %d now, %d × %d before", now.NB, now.T, was.NB, was.T))
@@ -354,7 +354,7 @@ func incomparable(now, was benchResult) string {
 // profiledPhase returns the earlier run's teacher pass (student false) or student step that
 // compares with now (same geometry, incomparable empty) when it has a profile, nil otherwise
 // (also for a nil before).
-func profiledPhase(before *benchReport, now benchResult, student bool) *benchPhase {
+func profiledPhase(before *Report, now Result, student bool) *Phase {
 	if before == nil {
 		return nil
 	}
@@ -378,7 +378,7 @@ func profiledPhase(before *benchReport, now benchResult, student bool) *benchPha
 }
 
 // profileOf is p's profile, nil for a nil p.
-func profileOf(p *benchPhase) []benchKernel {
+func profileOf(p *Phase) []Kernel {
 	if p == nil {
 		return nil
 	}
@@ -387,7 +387,7 @@ func profileOf(p *benchPhase) []benchKernel {
 
 // beforeMS is the heading's mention of the earlier run's profiled time ("; 1229.0 before"),
 // empty without an earlier profile.
-func beforeMS(p *benchPhase) string {
+func beforeMS(p *Phase) string {
 	if p == nil {
 		return ""
 	}
@@ -415,7 +415,7 @@ func firstLine(s string) string {
 // ms in the earlier run and the speed-up before/after, "—" for a kernel the earlier run lacks
 // (and for the "… N more" row unless the earlier run has every kernel it covers), and a line
 // after the table names the earlier run's kernels this run lacks.
-func kernelTable(w io.Writer, rows, before []benchKernel, n int, peakTF, peakGB float64) {
+func kernelTable(w io.Writer, rows, before []Kernel, n int, peakTF, peakGB float64) {
 	rateHead, rates := " TFLOP/s | % of peak | GB/s | % of peak |", 4 // rates: the columns after share
 	if peakTF == 0 {
 		rateHead, rates = " GFLOP/s | GB/s |", 2
@@ -494,7 +494,7 @@ func kernelTable(w io.Writer, rows, before []benchKernel, n int, peakTF, peakGB 
 
 // resultsTable writes the throughput/memory table of a report (with the peer's columns when
 // peer is not nil).
-func resultsTable(w io.Writer, rep *benchReport, peer *peerRun) {
+func resultsTable(w io.Writer, rep *Report, peer *peerRun) {
 	if peer != nil {
 		fmt.Fprintln(w, "| geometry | teacher | teacher pass tok/s | peer | nvg/peer | student step tok/s | peer | nvg/peer | teacher peak GiB | peer | nvg/peer | student peak GiB | peer | nvg/peer |")
 		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -521,7 +521,7 @@ func resultsTable(w io.Writer, rep *benchReport, peer *peerRun) {
 
 // beforeTable writes this run's throughput and peak memory (teacher and student) against
 // the earlier run's, for the geometries both measured alike, and names the earlier run.
-func beforeTable(w io.Writer, rep, before *benchReport) {
+func beforeTable(w io.Writer, rep, before *Report) {
 	fmt.Fprintln(w, "### Against the earlier run")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "Earlier run: %s on %s, `%s` (%s). Figures are earlier → now; speed-ups are now/earlier (above 1, this run is faster).\n\n",
@@ -544,7 +544,7 @@ func beforeTable(w io.Writer, rep, before *benchReport) {
 }
 
 // modelTable writes the model counts and the failure, if any, of each geometry.
-func modelTable(w io.Writer, rep *benchReport) {
+func modelTable(w io.Writer, rep *Report) {
 	fmt.Fprintln(w, "| geometry | nb × t | parameters | BLR weights | bits/weight | trained values | student weights GiB | loss | failure |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range rep.Results {
@@ -564,7 +564,7 @@ func modelTable(w io.Writer, rep *benchReport) {
 // and what explains each miss) go after the throughput table when not empty; before (an
 // earlier run, nil for none) adds a table against it after the throughput table and its
 // figures to the per-kernel tables.
-func renderMarkdown(w io.Writer, rep, before *benchReport, peer *peerRun, cpu *benchReport, notes []byte) error {
+func renderMarkdown(w io.Writer, rep, before *Report, peer *peerRun, cpu *Report, notes []byte) error {
 	fmt.Fprintln(w, "# nvg benchmarks")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Generated by `bench/run.sh` with `nvg bench --report` from the runs' JSON and the PyTorch peer's")
@@ -629,29 +629,32 @@ func renderMarkdown(w io.Writer, rep, before *benchReport, peer *peerRun, cpu *b
 	fmt.Fprintln(w, "One profiled step per geometry (one compute pass per dispatch with timestamps between them, so the")
 	fmt.Fprintln(w, "total is a little above the unprofiled step). Rates from the costs the kernels declare.")
 	fmt.Fprintln(w)
-	for _, r := range rep.Results {
-		if r.Student == nil || len(r.Student.Profile) == 0 {
-			continue
-		}
-		bp := profiledPhase(before, r, true)
-		fmt.Fprintf(w, "### %s student step (%.1f ms of GPU time%s)\n\n", r.Geom, r.Student.ProfileMS, beforeMS(bp))
-		kernelTable(w, r.Student.Profile, profileOf(bp), 15, rep.PeakTFLOPs, rep.PeakGBps)
-	}
+	profileTables(w, rep, before, true, 15)
 	fmt.Fprintln(w, "## Where the teacher pass's GPU time goes")
 	fmt.Fprintln(w)
-	for _, r := range rep.Results {
-		if r.Teacher == nil || len(r.Teacher.Profile) == 0 {
-			continue
-		}
-		bp := profiledPhase(before, r, false)
-		fmt.Fprintf(w, "### %s teacher pass, %s (%.1f ms of GPU time%s)\n\n", r.Geom, r.TeacherMode, r.Teacher.ProfileMS, beforeMS(bp))
-		kernelTable(w, r.Teacher.Profile, profileOf(bp), 10, rep.PeakTFLOPs, rep.PeakGBps)
-	}
+	profileTables(w, rep, before, false, 10)
 	return renderCPU(w, cpu)
 }
 
 // renderCPU writes the CPU-adapter section.
-func renderCPU(w io.Writer, cpu *benchReport) error {
+// profileTables writes a kernel table (its first rows rows) per geometry of the student step
+// (student) or the teacher pass, against the earlier run's when there is one.
+func profileTables(w io.Writer, rep, before *Report, student bool, rows int) {
+	for _, r := range rep.Results {
+		ph, what := r.Teacher, "teacher pass, "+r.TeacherMode
+		if student {
+			ph, what = r.Student, "student step"
+		}
+		if ph == nil || len(ph.Profile) == 0 {
+			continue
+		}
+		bp := profiledPhase(before, r, student)
+		fmt.Fprintf(w, "### %s %s (%.1f ms of GPU time%s)\n\n", r.Geom, what, ph.ProfileMS, beforeMS(bp))
+		kernelTable(w, ph.Profile, profileOf(bp), rows, rep.PeakTFLOPs, rep.PeakGBps)
+	}
+}
+
+func renderCPU(w io.Writer, cpu *Report) error {
 	fmt.Fprintln(w, "## CPU adapter (Mesa lavapipe), tiny geometry")
 	fmt.Fprintln(w)
 	if cpu == nil {

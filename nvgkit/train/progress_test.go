@@ -1,11 +1,11 @@
-package nvgkit_test
+package train_test
 
 import (
 	"bytes"
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 // TestProgressNotTerminal: progress written to something that is not a terminal (a log
@@ -13,7 +13,7 @@ import (
 // last update and the final status.
 func TestProgressNotTerminal(t *testing.T) {
 	var buf bytes.Buffer
-	p := nvgkit.NewProgress(&buf, "distill")
+	p := train.NewProgress(&buf, "distill")
 	for i := 1; i <= 100; i++ {
 		p.Update(i, 100, "loss 1.0")
 	}

@@ -1,4 +1,4 @@
-package nvgkit
+package train
 
 import (
 	"fmt"

@@ -1,11 +1,11 @@
-package nvgkit_test
+package bench_test
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/arch"
-
+	"github.com/nvg-project/nvg/bench"
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
@@ -24,7 +24,7 @@ func TestSyntheticConfigs(t *testing.T) {
 		"27B":  {5120, 17408, 64, 24, 4, 16, 48, false, 26895998464},
 	}
 	for name, w := range want {
-		c, err := nvgkit.SyntheticConfig(name)
+		c, err := bench.Config(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +39,7 @@ func TestSyntheticConfigs(t *testing.T) {
 				t.Errorf("%s: layer %d is %s", name, i, lt)
 			}
 		}
-		p, err := nvgkit.SyntheticMemory(c, nvgkit.Teacher, 1, 64, 32, false)
+		p, err := bench.Memory(c, nvgkit.Teacher, 1, 64, 32, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,15 +54,15 @@ func TestSyntheticConfigs(t *testing.T) {
 		{512, 1024, 128},    // 153.0
 		{128, 256, 128},     // 25.6 → the floor of 128
 	} {
-		if got := nvgkit.SyntheticRank(c.m, c.n, 1, 2); got != c.want {
-			t.Errorf("SyntheticRank(%d, %d) = %d, want %d", c.m, c.n, got, c.want)
+		if got := bench.Rank(c.m, c.n, 1, 2); got != c.want {
+			t.Errorf("Rank(%d, %d) = %d, want %d", c.m, c.n, got, c.want)
 		}
 	}
-	c, err := nvgkit.SyntheticConfig("tiny")
+	c, err := bench.Config("tiny")
 	if err != nil || c.HiddenSize != 256 || c.VocabSize != 8192 || c.NumHiddenLayers != 8 {
 		t.Errorf("tiny: %+v, %v", c, err)
 	}
-	if _, err := nvgkit.SyntheticConfig("7B"); err == nil || !strings.Contains(err.Error(), "27B") {
+	if _, err := bench.Config("7B"); err == nil || !strings.Contains(err.Error(), "27B") {
 		t.Errorf("unknown geometry: %v", err)
 	}
 }
@@ -73,8 +73,8 @@ func TestSyntheticConfigs(t *testing.T) {
 // binding limit is reported naming the buffer.
 func TestSyntheticMemoryFits(t *testing.T) {
 	const gib = 1 << 30
-	c08, _ := nvgkit.SyntheticConfig("0.8B")
-	c27, _ := nvgkit.SyntheticConfig("27B")
+	c08, _ := bench.Config("0.8B")
+	c27, _ := bench.Config("27B")
 	for _, x := range []struct {
 		c        arch.Config
 		kind     nvgkit.NetKind
@@ -82,7 +82,7 @@ func TestSyntheticMemoryFits(t *testing.T) {
 		streamed bool
 	}{{c08, nvgkit.Teacher, 8, 512, false}, {c08, nvgkit.Student, 8, 512, false},
 		{c27, nvgkit.Teacher, 8, 512, true}, {c27, nvgkit.Student, 1, 64, false}, {c27, nvgkit.Student, 8, 512, false}} {
-		p, err := nvgkit.SyntheticMemory(x.c, x.kind, x.nb, x.t, 32, x.streamed)
+		p, err := bench.Memory(x.c, x.kind, x.nb, x.t, 32, x.streamed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func TestSyntheticMemoryFits(t *testing.T) {
 			t.Errorf("hidden %d %v nb %d t %d: %v", x.c.HiddenSize, x.kind, x.nb, x.t, err)
 		}
 	}
-	p, _ := nvgkit.SyntheticMemory(c27, nvgkit.Student, 1, 64, 32, false)
+	p, _ := bench.Memory(c27, nvgkit.Student, 1, 64, 32, false)
 	// 27B: embedding and head 248320·5120·2 bytes each, above 2 GiB (bound in slices).
 	if p.Largest != 248320*5120*2 || p.LargestBound >= 2*gib {
 		t.Errorf("27B largest %d (%s), largest bound %d", p.Largest, p.LargestName, p.LargestBound)
@@ -100,7 +100,7 @@ func TestSyntheticMemoryFits(t *testing.T) {
 		t.Errorf("27B bits per weight %g", bpw)
 	}
 	// A 27B teacher's MLP plane (17408·5120·2 bytes = 170 MiB) exceeds lavapipe's 128 MiB binding.
-	tp, _ := nvgkit.SyntheticMemory(c27, nvgkit.Teacher, 1, 64, 32, true)
+	tp, _ := bench.Memory(c27, nvgkit.Teacher, 1, 64, 32, true)
 	if err := tp.Check(1<<40, 128<<20, 0); err == nil || !strings.Contains(err.Error(), "mlp") {
 		t.Errorf("lavapipe binding limit: %v", err)
 	}
@@ -113,13 +113,13 @@ func TestSyntheticMemoryFits(t *testing.T) {
 // their work allocate (resident teacher, student after a step's top-k upload).
 func TestSyntheticMemoryMatchesNet(t *testing.T) {
 	d := gputest.Open(t)
-	c, _ := nvgkit.SyntheticConfig("tiny")
+	c, _ := bench.Config("tiny")
 	const nb, T, k = 1, 8, 4
-	tp, err := nvgkit.SyntheticMemory(c, nvgkit.Teacher, nb, T, k, false)
+	tp, err := bench.Memory(c, nvgkit.Teacher, nb, T, k, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tn, err := nvgkit.NewSyntheticNet(d, c, nvgkit.Teacher)
+	tn, err := bench.NewNet(d, c, nvgkit.Teacher, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,8 +135,8 @@ func TestSyntheticMemoryMatchesNet(t *testing.T) {
 	if got, want := tw.Bytes()+8*nb*T*k, tp.WorkBytes; got != want {
 		t.Errorf("teacher work: %d + top-k, plan %d", tw.Bytes(), want)
 	}
-	sp, _ := nvgkit.SyntheticMemory(c, nvgkit.Student, nb, T, k, false)
-	sn, err := nvgkit.NewSyntheticNet(d, c, nvgkit.Student)
+	sp, _ := bench.Memory(c, nvgkit.Student, nb, T, k, false)
+	sn, err := bench.NewNet(d, c, nvgkit.Student, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

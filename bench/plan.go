@@ -1,4 +1,4 @@
-package nvgkit
+package bench
 
 import (
 	"fmt"
@@ -6,12 +6,13 @@ import (
 	"strings"
 
 	"github.com/nvg-project/nvg/arch"
+	"github.com/nvg-project/nvg/nvgkit"
 )
 
-// SyntheticPlan is what a benchmark geometry needs, computed from its config alone (no
+// Plan is what a benchmark geometry needs, computed from its config alone (no
 // device): parameter and bit counts, and the GPU bytes of one phase (a teacher pass or a
-// student step) over nb windows of t tokens. See SyntheticMemory.
-type SyntheticPlan struct {
+// student step) over nb windows of t tokens. See Memory.
+type Plan struct {
 	// Params is the model's weight count as HF counts it: embedding, the untied head, every
 	// layer's projections, norms, conv, A_log and dt_bias, the final norm.
 	Params int64
@@ -29,7 +30,7 @@ type SyntheticPlan struct {
 	// WeightBytes is the GPU bytes of the net's weights during the phase: all of them when
 	// resident; the embedding, head, final norm and the two largest layers when streamed.
 	WeightBytes uint64
-	// StateBytes is a Student's gradients, Adam moments and arena tags (Net.StateBytes: 16
+	// StateBytes is a Student's gradients, Adam moments and arena tags (nvgkit.Net.StateBytes: 16
 	// bytes per trained value + 4).
 	StateBytes uint64
 	// WorkBytes is the activation buffers (NewWork) and the top-k buffers (8·rows·k bytes).
@@ -51,7 +52,7 @@ type SyntheticPlan struct {
 }
 
 // BitsPerWeight is BLRBits / BLRWeights (0 without BLR projections).
-func (p SyntheticPlan) BitsPerWeight() float64 {
+func (p Plan) BitsPerWeight() float64 {
 	if p.BLRWeights == 0 {
 		return 0
 	}
@@ -60,14 +61,14 @@ func (p SyntheticPlan) BitsPerWeight() float64 {
 
 // TotalBytes is WeightBytes + StateBytes + WorkBytes + TempBytes: an estimate of the phase's
 // peak GPU bytes (the allocator's own overhead and the pipelines are not counted).
-func (p SyntheticPlan) TotalBytes() uint64 {
+func (p Plan) TotalBytes() uint64 {
 	return p.WeightBytes + p.StateBytes + p.WorkBytes + p.TempBytes
 }
 
 // Check reports whether the plan fits a device with the given limits (bytes): the largest
 // buffer within maxBuffer, the largest whole-bound buffer within maxBinding, and, when
 // memory > 0, TotalBytes within memory. The error names the buffer and both sizes.
-func (p SyntheticPlan) Check(maxBuffer, maxBinding, memory uint64) error {
+func (p Plan) Check(maxBuffer, maxBinding, memory uint64) error {
 	if p.Largest > maxBuffer {
 		return fmt.Errorf("%s needs %d bytes, above maxBufferSize %d", p.LargestName, p.Largest, maxBuffer)
 	}
@@ -113,22 +114,32 @@ func layerVectors(L arch.DecoderLayer) (all, gains int64) {
 
 func f16Bytes(n int64) uint64 { return uint64(2*n+3) &^ 3 }
 
-// SyntheticMemory computes the plan of a benchmark phase for architecture c: kind Teacher
+// hasLayers reports whether c has a full-attention layer (full) or a GatedDeltaNet layer.
+func hasLayers(c arch.Config, full bool) bool {
+	for i := range c.LayerTypes {
+		if c.IsFullAttention(i) == full {
+			return true
+		}
+	}
+	return false
+}
+
+// Memory computes the plan of a benchmark phase for architecture c: kind Teacher
 // (a teacher pass, streamed or resident, top-k k) or Student (a step against a top-k of k),
 // over nb windows of t tokens. It allocates nothing, so geometries too large for this
 // machine can be checked here (Check) before a GPU run. Errors: an invalid config, nb, t or
 // k < 1, streamed with a Student, or rows·width beyond the 2³¹ index range of a buffer.
-func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (SyntheticPlan, error) {
+func Memory(c arch.Config, kind nvgkit.NetKind, nb, t, k int, streamed bool) (Plan, error) {
 	if err := c.Validate(); err != nil {
-		return SyntheticPlan{}, fmt.Errorf("nvgkit.SyntheticMemory: %w", err)
+		return Plan{}, fmt.Errorf("bench.Memory: %w", err)
 	}
 	if nb < 1 || t < 1 || k < 1 {
-		return SyntheticPlan{}, fmt.Errorf("nvgkit.SyntheticMemory: nb = %d, t = %d, k = %d must be ≥ 1", nb, t, k)
+		return Plan{}, fmt.Errorf("bench.Memory: nb = %d, t = %d, k = %d must be ≥ 1", nb, t, k)
 	}
-	if kind == Student && streamed {
-		return SyntheticPlan{}, fmt.Errorf("nvgkit.SyntheticMemory: a Student is never streamed")
+	if kind == nvgkit.Student && streamed {
+		return Plan{}, fmt.Errorf("bench.Memory: a Student is never streamed")
 	}
-	var p SyntheticPlan
+	var p Plan
 	H, V := int64(c.HiddenSize), int64(c.VocabSize)
 	rows := uint64(nb) * uint64(t)
 	big := func(name string, b uint64, bound bool) {
@@ -166,9 +177,9 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 			// The projection's name within its layer, e.g. "mlp.gate_proj".
 			name := strings.TrimSuffix(strings.TrimPrefix(s.Name, arch.LayerPrefix(i)), ".weight")
 			p.Params += m * n
-			if kind == Student && s.BLR && SyntheticIsBLR(s.Shape[0], s.Shape[1]) {
-				r := int64(SyntheticRank(s.Shape[0], s.Shape[1], 1, SyntheticPaths))
-				P := int64(SyntheticPaths)
+			if kind == nvgkit.Student && s.BLR && IsBLR(s.Shape[0], s.Shape[1]) {
+				r := int64(Rank(s.Shape[0], s.Shape[1], 1, Paths))
+				P := int64(Paths)
 				p.BLRWeights += m * n
 				p.BLRBits += 8 * (16 + P*(2*(m+n+r)+m*r/8+r*n/8))
 				p.SignBits += P * (m*r + r*n)
@@ -192,7 +203,7 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 				}
 				continue
 			}
-			if kind == Student {
+			if kind == nvgkit.Student {
 				p.DenseWeights += m * n
 			}
 			w := f16Bytes(m * n)
@@ -235,29 +246,29 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 	I := c.IntermediateSize
 	QK, VV := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim
 	Q := c.NumAttentionHeads * c.HeadDim
-	if kind == Student {
-		p.WorkBytes = StudentWorkBytes(c, nb, t)
+	if kind == nvgkit.Student {
+		p.WorkBytes = nvgkit.StudentWorkBytes(c, nb, t)
 		p.StateBytes = 16*uint64(p.Trainables) + 4
 		add("work.gate", I)
-		if hasKind(c, false) {
+		if hasLayers(c, false) {
 			add("work.dMixed", 2*QK+VV)
 		}
-		if hasKind(c, true) {
+		if hasLayers(c, true) {
 			add("work.dQG", 2*Q)
 		}
 	} else {
-		p.WorkBytes = TeacherWorkBytes(c, nb, t)
+		p.WorkBytes = nvgkit.TeacherWorkBytes(c, nb, t)
 		add("work.gate", I)
-		if hasKind(c, false) {
+		if hasLayers(c, false) {
 			add("work.mixed", 2*QK+VV)
 		}
-		if hasKind(c, true) {
+		if hasLayers(c, true) {
 			add("work.qg", 2*Q)
 		}
 	}
 	for _, w := range widths {
 		if rows*uint64(w.w) > 1<<31-1 {
-			return SyntheticPlan{}, fmt.Errorf("nvgkit.SyntheticMemory: %s needs %d×%d elements, beyond the 2³¹ index range", w.name, rows, w.w)
+			return Plan{}, fmt.Errorf("bench.Memory: %s needs %d×%d elements, beyond the 2³¹ index range", w.name, rows, w.w)
 		}
 		big(fmt.Sprintf("%s [%d×%d] f32", w.name, rows, w.w), 4*rows*uint64(w.w), true)
 	}
@@ -265,7 +276,7 @@ func SyntheticMemory(c arch.Config, kind NetKind, nb, t, k int, streamed bool) (
 	// The head's logits slice: the largest multiple of 128 vocabulary rows within 64 MiB.
 	slice := min(uint64(V), max(128, (64<<20)/(4*rows)/128*128))
 	headTemp := 4*rows*slice + 8*rows
-	if kind == Student {
+	if kind == nvgkit.Student {
 		headTemp += 4 * rows * uint64(H) // KLLossBackward's dh slice
 	}
 	big("head logits slice", 4*rows*slice, true)

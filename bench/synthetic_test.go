@@ -1,11 +1,13 @@
-package nvgkit_test
+package bench_test
 
 import (
 	"math"
 	"testing"
 
+	"github.com/nvg-project/nvg/bench"
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/optim"
 )
 
 // TestSyntheticTiny builds the tiny geometry as a resident and a streamed Teacher and as a
@@ -13,7 +15,7 @@ import (
 // expected layer residency, and the Student's trainables in place.
 func TestSyntheticTiny(t *testing.T) {
 	d := gputest.Open(t)
-	cfg, err := nvgkit.SyntheticConfig("tiny")
+	cfg, err := bench.Config("tiny")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,8 +33,8 @@ func TestSyntheticTiny(t *testing.T) {
 			opts = append(opts, nvgkit.StreamLayers())
 		}
 		done := 0
-		opts = append(opts, nvgkit.SyntheticProgress(func(i, n int) { done = i }))
-		tn, err := nvgkit.NewSyntheticNet(d, cfg, nvgkit.Teacher, opts...)
+		opts = append(opts, nvgkit.LoadProgress(func(i, n int) { done = i }))
+		tn, err := bench.NewNet(d, cfg, nvgkit.Teacher, 1, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +73,7 @@ func TestSyntheticTiny(t *testing.T) {
 		tn.Release()
 		top = tp
 	}
-	sn, err := nvgkit.NewSyntheticNet(d, cfg, nvgkit.Student, nvgkit.SyntheticSeed(7))
+	sn, err := bench.NewNet(d, cfg, nvgkit.Student, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,10 +98,10 @@ func TestSyntheticTiny(t *testing.T) {
 	if _, err := nvgkit.ClipGrads(sn, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := nvgkit.Adam(sn, nvgkit.DefaultAdam(), 1); err != nil {
+	if err := nvgkit.Adam(sn, optim.Default(), optim.Default().LR, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nvgkit.NewSyntheticNet(d, cfg, nvgkit.Student, nvgkit.StreamLayers()); err == nil {
+	if _, err := bench.NewNet(d, cfg, nvgkit.Student, 1, nvgkit.StreamLayers()); err == nil {
 		t.Error("streamed Student: no error")
 	}
 }

@@ -1,6 +1,7 @@
 // Package tinytest holds test fixtures built from the embedded tiny teacher
 // (cmf/tinyteacher) and from models like it that the tests of several packages share, so
-// that each package does not carry its own copy.
+// that each package does not carry its own copy. Test code only (testkit: never imported by
+// production code).
 package tinytest
 
 import (

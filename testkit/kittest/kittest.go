@@ -1,6 +1,7 @@
 // Package kittest holds the nets shared by the GPU tests of nvgkit and nvgkit/train: the
 // embedded tiny teacher loaded once per test binary, a Student loaded for one test, and the
-// 4-layer teacher/student pair of the robustness tests. Test code only.
+// 4-layer teacher/student pair of the robustness tests. Test code only (testkit: never
+// imported by production code).
 package kittest
 
 import (
@@ -13,8 +14,8 @@ import (
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/gpu/gputest"
-	"github.com/nvg-project/nvg/internal/tinytest"
 	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 var tiny struct {
