@@ -22,8 +22,22 @@ import (
 
 //go:generate bash coopmat/generate.sh
 
-//go:embed coopmat/*.spv coopmat/spv.sum coopmat/coopmat_gemm.comp
+//go:embed coopmat/*.spv coopmat/spv.sum coopmat/coopmat_gemm.comp coopmat/x/*/*.spv
 var coopFS embed.FS
+
+// coopShader is the tuning experiment's SPIR-V set (coopmat/x/<name>/, built from
+// coopmat/x/coopmat_gemm_x.comp by coopmat/x/generate.sh; NVG_COOPMAT_SHADER or
+// SetCoopmatShader in tests), "" for the committed one. Sets whose name contains "db" keep
+// two shared stages; the committed set keeps the scalar CoopmatPack.
+var coopShader string
+
+// coopStages is the number of shared stages of the current set.
+func coopStages() int {
+	if strings.Contains(coopShader, "db") {
+		return 2
+	}
+	return 1
+}
 
 // CoopType is one cooperative-matrix type a device reports
 // (VkCooperativeMatrixPropertiesKHR): an M×K A times a K×N B plus an M×N C, with the
@@ -173,7 +187,7 @@ func (t coopTile) check(s CoopType, sg int, info Info) error {
 	case info.MaxInvocations > 0 && nt > int(info.MaxInvocations):
 		return fmt.Errorf("tile %s: %d threads exceed the device's %d", t, nt, info.MaxInvocations)
 	}
-	shared := t.BM*(t.BK+8)*2 + (t.BN*t.BK+8*(t.BN+t.BK))*2 + t.WM*t.WN*s.M*s.N*4
+	shared := coopStages()*(t.BM*(t.BK+8)*2+(t.BN*t.BK+8*(t.BN+t.BK))*2) + t.WM*t.WN*s.M*s.N*4
 	if info.MaxWorkgroupStorage > 0 && shared > int(info.MaxWorkgroupStorage) {
 		return fmt.Errorf("tile %s: %d bytes of workgroup memory exceed the device's %d", t, shared, info.MaxWorkgroupStorage)
 	}
@@ -259,7 +273,11 @@ func (d *Device) coopKernel(op string, v coopVariant, t coopTile, transB, accum 
 		}
 		return 0
 	}
-	entry := fmt.Sprintf("nvgcm_%s_%dx%dx%d_%dx%d_%dx%dx%d_s%d_t%d_a%d", strings.TrimSuffix(v.File, ".spv"),
+	set := "c"
+	if coopShader != "" {
+		set = coopShader
+	}
+	entry := fmt.Sprintf("nvgcm_%s_%s_%dx%dx%d_%dx%d_%dx%dx%d_s%d_t%d_a%d", set, strings.TrimSuffix(v.File, ".spv"),
 		t.BM, t.BN, t.BK, t.WM, t.WN, s.M, s.N, s.K, sg, b2i(transB), b2i(accum))
 	nb := 4
 	if v.Scale {
@@ -295,7 +313,11 @@ func (d *Device) coopKernel(op string, v coopVariant, t coopTile, transB, accum 
 	if lay == nil {
 		return fail(errors.New("no Vulkan layer"))
 	}
-	raw, err := coopFS.ReadFile("coopmat/" + v.File)
+	file := "coopmat/" + v.File
+	if coopShader != "" {
+		file = "coopmat/x/" + coopShader + "/" + v.File
+	}
+	raw, err := coopFS.ReadFile(file)
 	if err != nil {
 		return fail(err)
 	}
@@ -348,6 +370,11 @@ func coopPack(r *Recorder, op string, a Binding, sa *Buffer, m, k, mp, kp int) (
 		return nil, nil, nil, err
 	}
 	done = func() { d1(); d2() }
+	vec4 := k%4 == 0 && coopShader != ""
+	wg := coopPackWG
+	if vec4 {
+		wg = 128
+	}
 	binds := []Binding{a}
 	access := []Access{Read}
 	if sa != nil {
@@ -358,9 +385,9 @@ func coopPack(r *Recorder, op string, a Binding, sa *Buffer, m, k, mp, kp int) (
 	access = append(access, ReadWrite, ReadWrite)
 	err = r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl",
 		Params: struct {
-			WG    int
-			Scale bool
-		}{coopPackWG, sa != nil},
+			WG          int
+			Scale, Vec4 bool
+		}{wg, sa != nil, vec4},
 		Bindings: access, Uniforms: 4}, mp, []uint32{uint32(m), uint32(k), uint32(kp), uint32(mp)}, binds...)
 	if err != nil {
 		done()
@@ -673,6 +700,13 @@ func (d *Device) initTensorCores(lay *vkLayer, layErr error, st layerState, stEr
 		return
 	}
 	tc.Shape = shape
+	if v := strings.TrimSpace(os.Getenv("NVG_COOPMAT_SHADER")); v != "" {
+		if _, err := coopFS.ReadFile("coopmat/x/" + v + "/coopmat_gemm.spv"); err != nil {
+			tc.Reason = fmt.Sprintf("NVG_COOPMAT_SHADER=%q: no such set", v)
+			return
+		}
+		coopShader = v
+	}
 	if v := strings.TrimSpace(os.Getenv("NVG_COOPMAT_TILE")); v != "" {
 		t, err := parseCoopTile(v)
 		if err == nil {
