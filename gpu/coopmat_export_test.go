@@ -1,17 +1,16 @@
 package gpu
 
-import "fmt"
+// CoopmatPack records CoopmatPack (wgsl/coopmat_pack.wgsl), the A operand of the
+// cooperative-matrix GEMMs: a F32 [m, k] (⊙ sa F32 [k] when sa is not nil) to f16 rows with a
+// power-of-two scale each, into a16 (U32 [mp, kp/2], element 2w in the low half of word w)
+// and rs (F32 [mp]: each row's inverse scale). For tests.
+func CoopmatPack(r *Recorder, a, sa, a16, rs *Buffer, m, k, mp, kp int) error {
+	return coopPackInto(r, "CoopmatPack", Whole(a), sa, a16, rs, m, k, mp, kp)
+}
 
-// SetCoopmatShader selects the tuning experiment's SPIR-V set (coopmat/x/<name>, as
-// NVG_COOPMAT_SHADER; "" the committed one) and returns a function restoring the old one.
-// Errors: no such set.
-func SetCoopmatShader(name string) (restore func(), err error) {
-	if name != "" {
-		if _, err := coopFS.ReadFile("coopmat/x/" + name + "/coopmat_gemm.spv"); err != nil {
-			return nil, fmt.Errorf("coopmat shader set %q: %w", name, err)
-		}
-	}
-	old := coopShader
-	coopShader = name
-	return func() { coopShader = old }, nil
+// CoopmatPackForm returns the workgroup width and the 16-byte vectors per invocation (0: the
+// general form) that CoopmatPack uses for rows of k columns padded to kp.
+func CoopmatPackForm(k, kp int) (wg, r int) {
+	p := coopPackFor(k, kp, false)
+	return p.WG, p.R
 }

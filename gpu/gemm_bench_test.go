@@ -61,7 +61,7 @@ func gemmBenchAllShapes() (rows int, dense []gemmBenchShape, blr []blrBenchShape
 }
 
 // gemmBenchVariants: NVG_GEMM_VARIANTS, a comma-separated list of variants for
-// applyBenchVariant ("auto" when unset).
+// applyGEMMVariant ("auto" when unset).
 func gemmBenchVariants() []string {
 	v := os.Getenv("NVG_GEMM_VARIANTS")
 	if v == "" {
@@ -81,37 +81,18 @@ func printGEMMProfile(d *gpu.Device, variant, shape string) gpu.Profile {
 	return p
 }
 
-// applyBenchVariant applies a variant of applyGEMMVariant, where "coopmat@SET…" also selects
-// the tuning experiment's SPIR-V set SET (gpu.SetCoopmatShader) before the tile.
-func applyBenchVariant(b *testing.B, v string) func() {
-	rest, ok := strings.CutPrefix(v, "coopmat@")
-	if !ok {
-		return applyGEMMVariant(b, v)
-	}
-	set, tile, _ := strings.Cut(rest, ":")
-	restore, err := gpu.SetCoopmatShader(set)
-	if err != nil {
-		b.Fatalf("variant %q: %v", v, err)
-	}
-	v = "coopmat"
-	if tile != "" {
-		v += ":" + tile
-	}
-	r2 := applyGEMMVariant(b, v)
-	return func() { r2(); restore() }
-}
+// benchChecked reports whether variant v's outputs are checked against the WGSL kernels'
+// (the cooperative-matrix variants).
+func benchChecked(v string) bool { return strings.HasPrefix(v, "coopmat") }
 
-// benchProbe reports whether variant v runs a ceiling probe (a SPIR-V set that computes
-// garbage at the speed of its products alone), whose output is not checked.
-func benchProbe(v string) bool { return strings.HasPrefix(v, "coopmat@probe") }
-
-// benchWarm keeps the GPU busy with run for at least 200 ms of wall time before a
+// benchWarm keeps the GPU busy with run for at least 500 ms of wall time before a
 // measurement: on the H200 the SM clock falls (to 345 MHz when idle) between short, spaced
-// submits, and a measurement taken after host gaps (allocation, upload, compilation) reads a
-// fraction of the kernel's speed.
+// submits, and a measurement taken after host gaps (allocation, upload, compilation, the
+// checks' comparisons) reads a fraction of the kernel's speed. 200 ms did not always
+// suffice on the H100 after the seconds-long gaps of BenchmarkGEMM's checks.
 func benchWarm(run func()) {
 	start := time.Now()
-	for time.Since(start) < 200*time.Millisecond {
+	for time.Since(start) < 500*time.Millisecond {
 		run()
 	}
 }
@@ -168,7 +149,7 @@ func BenchmarkGEMM(b *testing.B) {
 		}
 		for _, v := range gemmBenchVariants() {
 			b.Run(sh.name+"/"+v, func(b *testing.B) {
-				defer applyBenchVariant(b, v)()
+				defer applyGEMMVariant(b, v)()
 				benchWarm(run)
 				d.ResetProfile()
 				for b.Loop() {
@@ -177,7 +158,7 @@ func BenchmarkGEMM(b *testing.B) {
 				for _, k := range printGEMMProfile(d, v, sh.name) {
 					b.ReportMetric(k.TFLOPs(), k.Name+"-TFLOP/s")
 				}
-				if !strings.HasPrefix(v, "coopmat") || benchProbe(v) {
+				if !benchChecked(v) {
 					return
 				}
 				if ref == nil {
@@ -238,7 +219,7 @@ func BenchmarkGEMM(b *testing.B) {
 		}
 		for _, v := range gemmBenchVariants() {
 			b.Run("BLR."+sh.name+"/"+v, func(b *testing.B) {
-				defer applyBenchVariant(b, v)()
+				defer applyGEMMVariant(b, v)()
 				benchWarm(run)
 				d.ResetProfile()
 				for b.Loop() {
@@ -249,7 +230,7 @@ func BenchmarkGEMM(b *testing.B) {
 						b.ReportMetric(k.TFLOPs(), k.Name+"-TFLOP/s")
 					}
 				}
-				if !strings.HasPrefix(v, "coopmat") || benchProbe(v) {
+				if !benchChecked(v) {
 					return
 				}
 				if ref == nil {
