@@ -148,7 +148,7 @@ func parseCoopTile(s string) (coopTile, error) {
 	a := strings.Split(blk, "x")
 	b := strings.Split(sgs, "x")
 	if !ok || len(a) != 3 || len(b) != 2 {
-		return t, fmt.Errorf("NVG_COOPMAT_TILE=%q: want BMxBNxBK/WMxWN, e.g. 128x128x32/2x4", s)
+		return t, fmt.Errorf("NVG_COOPMAT_TILE=%q: want BMxBNxBK/WMxWN, e.g. 128x128x64/2x4", s)
 	}
 	var v [5]int
 	for i, f := range append(a, b...) {

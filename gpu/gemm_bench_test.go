@@ -88,8 +88,8 @@ func benchChecked(v string) bool { return strings.HasPrefix(v, "coopmat") }
 // benchWarm keeps the GPU busy with run for at least 500 ms of wall time before a
 // measurement: on the H200 the SM clock falls (to 345 MHz when idle) between short, spaced
 // submits, and a measurement taken after host gaps (allocation, upload, compilation, the
-// checks' comparisons) reads a fraction of the kernel's speed. 200 ms did not always
-// suffice on the H100 after the seconds-long gaps of BenchmarkGEMM's checks.
+// checks' comparisons) reads a fraction of the kernel's speed. With 200 ms, stretches of an
+// H100 run with the checks read every kernel about 2× slower (DESIGN.md §7).
 func benchWarm(run func()) {
 	start := time.Now()
 	for time.Since(start) < 500*time.Millisecond {
