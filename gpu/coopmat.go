@@ -148,7 +148,7 @@ func parseCoopTile(s string) (coopTile, error) {
 	a := strings.Split(blk, "x")
 	b := strings.Split(sgs, "x")
 	if !ok || len(a) != 3 || len(b) != 2 {
-		return t, fmt.Errorf("NVG_COOPMAT_TILE=%q: want BMxBNxBK/WMxWN, e.g. 128x128x32/2x4", s)
+		return t, fmt.Errorf("NVG_COOPMAT_TILE=%q: want BMxBNxBK/WMxWN, e.g. 128x128x64/2x4", s)
 	}
 	var v [5]int
 	for i, f := range append(a, b...) {
@@ -183,30 +183,46 @@ func (t coopTile) check(s CoopType, sg int, info Info) error {
 // coopTileForce is NVG_COOPMAT_TILE, parsed at Open (zero: automatic).
 var coopTileForce coopTile
 
-// coopTileFor picks the block of an m×n output. CPU adapters (the tests of the Mesa 26
-// step): 4×4 shapes by 2 shapes deep, 2×2 subgroups. GPUs, as gemmTileFor: 128×128
-// (2×4 subgroups of 64×32, 8 accumulators each at 16×16) when that makes ≥ gemmMinGroups
-// workgroups, else 64×128 (2×4) or 128×64 (4×2) with ≥ gemmSmallGroups, else 64×64 (2×2);
-// BK 32 (two 16-deep products per staged slice).
-func (d *Device) coopTileFor(m, n int) coopTile {
+// coopTileRule is one candidate block of coopTileFor: chosen for an output that makes at
+// least min workgroups of it.
+type coopTileRule struct {
+	t   coopTile
+	min int
+}
+
+// coopTileRules are the blocks coopTileFor chooses among on d, in order of preference; the
+// last is the fallback. NVG_COOPMAT_TILE: that block alone. CPU adapters (the tests of the
+// Mesa 26 step): 4×4 shapes by 2 shapes deep, 2×2 subgroups. GPUs: 128×128×64 with 2×4
+// subgroups (each 64×32: 4×2 accumulators of 16×16; 256 threads, 45 KiB of workgroup memory)
+// when that makes ≥ gemmSmallGroups workgroups, else 64×128×64 (2×4) or 128×64×64 (4×2)
+// with as many, else 64×64×64 (2×2). BK 64 (four 16-deep products per staged slice, two
+// barriers) measured 1.2–1.4× faster than BK 32 on an H100 (DESIGN.md §7).
+func (d *Device) coopTileRules() []coopTileRule {
 	if coopTileForce != (coopTile{}) {
-		return coopTileForce
+		return []coopTileRule{{coopTileForce, 0}}
 	}
-	s := d.tc.Shape
-	if d.info.CPU {
-		return coopTile{4 * s.M, 4 * s.N, 2 * s.K, 2, 2}
+	if s := d.tc.Shape; d.info.CPU {
+		return []coopTileRule{{coopTile{4 * s.M, 4 * s.N, 2 * s.K, 2, 2}, 0}}
 	}
-	groups := func(bm, bn int) int { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn) }
-	for _, t := range []struct {
-		c   coopTile
-		min int
-	}{{coopTile{128, 128, 32, 2, 4}, gemmMinGroups}, {coopTile{64, 128, 32, 2, 4}, gemmSmallGroups},
-		{coopTile{128, 64, 32, 4, 2}, gemmSmallGroups}} {
-		if groups(t.c.BM, t.c.BN) >= t.min && t.c.check(s, d.tc.SubgroupSize, d.info) == nil {
-			return t.c
+	return []coopTileRule{{coopTile{128, 128, 64, 2, 4}, gemmSmallGroups}, {coopTile{64, 128, 64, 2, 4}, gemmSmallGroups},
+		{coopTile{128, 64, 64, 4, 2}, gemmSmallGroups}, {coopTile{64, 64, 64, 2, 2}, 0}}
+}
+
+// coopTileFor picks the block of an m×n output: the first of coopTileRules that makes
+// enough workgroups and suits the device (coopTile.check), else the last (the self-test's
+// block while it runs).
+func (d *Device) coopTileFor(m, n int) coopTile {
+	if d.coopTileTest != (coopTile{}) {
+		return d.coopTileTest
+	}
+	rules := d.coopTileRules()
+	for _, r := range rules {
+		groups := ((m + r.t.BM - 1) / r.t.BM) * ((n + r.t.BN - 1) / r.t.BN)
+		if groups >= r.min && r.t.check(d.tc.Shape, d.tc.SubgroupSize, d.info) == nil {
+			return r.t
 		}
 	}
-	return coopTile{64, 64, 32, 2, 2}
+	return rules[len(rules)-1].t
 }
 
 // coopVariant is one committed SPIR-V of coopmat_gemm.comp (generate.sh's variants): its
@@ -331,8 +347,28 @@ func (d *Device) coopKernel(op string, v coopVariant, t coopTile, transB, accum 
 	return k, nil
 }
 
-// coopPackWG is CoopmatPack's workgroup.
-const coopPackWG = 64
+// coopPackParams are wgsl/coopmat_pack.wgsl's template parameters.
+type coopPackParams struct {
+	WG    int
+	Scale bool
+	R     int
+}
+
+// coopPackFor returns CoopmatPack's parameters for rows of k columns padded to kp: where
+// k % 4 = 0 (every Qwen3.5 and BLR shape) and a row fits in 16 16-byte vectors per
+// invocation of a 128- or 256-wide workgroup (kp ≤ 16384), each invocation holds R of them
+// (the row read once, all loads in flight together); else the general form (4-byte loads,
+// the row read twice; 64 invocations).
+func coopPackFor(k, kp int, scale bool) coopPackParams {
+	if k%4 == 0 {
+		for _, wg := range []int{128, 256} {
+			if r := (kp/4 + wg - 1) / wg; r <= 16 {
+				return coopPackParams{WG: wg, Scale: scale, R: r}
+			}
+		}
+	}
+	return coopPackParams{WG: 64, Scale: scale}
+}
 
 // coopPack records CoopmatPack (wgsl/coopmat_pack.wgsl): A [m, k] (⊙ sa) to f16 rows with
 // a power-of-two scale each, zero-padded to [mp, kp], into borrowed buffers that done gives
@@ -348,6 +384,15 @@ func coopPack(r *Recorder, op string, a Binding, sa *Buffer, m, k, mp, kp int) (
 		return nil, nil, nil, err
 	}
 	done = func() { d1(); d2() }
+	if err := coopPackInto(r, op, a, sa, a16, rs, m, k, mp, kp); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return a16, rs, done, nil
+}
+
+// coopPackInto records CoopmatPack into a16 (U32 [mp, kp/2]) and rs (F32 [mp]).
+func coopPackInto(r *Recorder, op string, a Binding, sa, a16, rs *Buffer, m, k, mp, kp int) error {
 	binds := []Binding{a}
 	access := []Access{Read}
 	if sa != nil {
@@ -356,17 +401,8 @@ func coopPack(r *Recorder, op string, a Binding, sa *Buffer, m, k, mp, kp int) (
 	}
 	binds = append(binds, Whole(a16), Whole(rs))
 	access = append(access, ReadWrite, ReadWrite)
-	err = r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl",
-		Params: struct {
-			WG    int
-			Scale bool
-		}{coopPackWG, sa != nil},
+	return r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl", Params: coopPackFor(k, kp, sa != nil),
 		Bindings: access, Uniforms: 4}, mp, []uint32{uint32(m), uint32(k), uint32(kp), uint32(mp)}, binds...)
-	if err != nil {
-		done()
-		return nil, nil, nil, err
-	}
-	return a16, rs, done, nil
 }
 
 func roundUp(x, q int) int { return (x + q - 1) / q * q }
@@ -703,14 +739,40 @@ func (d *Device) initTensorCores(lay *vkLayer, layErr error, st layerState, stEr
 	d.tc.On = true
 }
 
-// coopSelfTest runs one dense and one BLR cooperative-matrix GEMM on awkward sizes (two row
-// blocks and a partial one, k not a multiple of the block) against the WGSL twins
-// (linear_naive.wgsl, blr_forward_naive.wgsl) on the device, with the tolerance of the
-// numerics (DESIGN.md §7): |coop − twin| ≤ (2⁻¹⁰ + 2(k+1)·2⁻²⁴)·Σ|a||b| per element.
+// coopSelfTest runs coopSelfTestTile with every block coopTileFor may choose on d that
+// suits the device.
 func (d *Device) coopSelfTest() (string, error) {
 	restore := SetTensorCores(true)
 	defer restore()
-	t := d.coopTileFor(1, 1)
+	defer func() { d.coopTileTest = coopTile{} }()
+	var worst [2]float64
+	var tiles []string
+	for _, r := range d.coopTileRules() {
+		if r.t.check(d.tc.Shape, d.tc.SubgroupSize, d.info) != nil {
+			continue
+		}
+		d.coopTileTest = r.t
+		w, err := d.coopSelfTestTile(r.t)
+		if err != nil {
+			return "", err
+		}
+		worst[0], worst[1] = math.Max(worst[0], w[0]), math.Max(worst[1], w[1])
+		tiles = append(tiles, r.t.String())
+	}
+	if len(tiles) == 0 {
+		return "", errors.New("no cooperative-matrix block suits the device")
+	}
+	return fmt.Sprintf("Linear and BLR against the WGSL twins, blocks %s: worst |err|/bound %.2g, %.2g",
+		strings.Join(tiles, ", "), worst[0], worst[1]), nil
+}
+
+// coopSelfTestTile runs one dense and one BLR cooperative-matrix GEMM with block t on
+// awkward sizes (two row blocks and a partial one, k not a multiple of the block) against
+// the WGSL twins (linear_naive.wgsl, blr_forward_naive.wgsl) on the device, with the
+// tolerance of the numerics (DESIGN.md §7): |coop − twin| ≤ (2⁻¹⁰ + 2(k+1)·2⁻²⁴)·Σ|a||b| per
+// element. It returns the worst |err|/bound of each.
+func (d *Device) coopSelfTestTile(t coopTile) ([2]float64, error) {
+	var worst [2]float64
 	m, n, k := t.BM+t.BM/2+3, t.BN+t.BN/4+8, 2*t.BK+8
 	rng := rand.New(rand.NewPCG(32, 7))
 	af := make([]float32, m*k)
@@ -759,7 +821,7 @@ func (d *Device) coopSelfTest() (string, error) {
 	}
 	for _, b := range append([]*Buffer{a, w, bits, sab, scb}, outs[:]...) {
 		if b == nil {
-			return "", errors.New("could not allocate its buffers")
+			return worst, errors.New("could not allocate its buffers")
 		}
 	}
 	err := d.Run(func(r *Recorder) error {
@@ -777,16 +839,15 @@ func (d *Device) coopSelfTest() (string, error) {
 		return blrGEMM(r, "SelfTest.BLRNaive", true, a, bits, sab, scb, outs[3], nil, m, k, n, true, false)
 	})
 	if err != nil {
-		return "", err
+		return worst, err
 	}
 	var got [4][]float32
 	for i, b := range outs {
 		if got[i], err = d.ReadFloat32(b); err != nil {
-			return "", err
+			return worst, err
 		}
 	}
 	tol := math.Pow(2, -10) + 2*float64(k+1)*math.Pow(2, -24)
-	worst := [2]float64{}
 	for pass := range 2 {
 		for i := range m {
 			for j := range n {
@@ -803,7 +864,7 @@ func (d *Device) coopSelfTest() (string, error) {
 				e := math.Abs(c - w)
 				if !(e <= tol*s) {
 					name := [2]string{"Linear", "BLR"}[pass]
-					return "", fmt.Errorf("%s %d×%d×%d (tile %s): C[%d, %d] = %g, the WGSL twin's %g, |err| %.3g > %.3g",
+					return worst, fmt.Errorf("%s %d×%d×%d (tile %s): C[%d, %d] = %g, the WGSL twin's %g, |err| %.3g > %.3g",
 						name, m, k, n, t, i, j, c, w, e, tol*s)
 				}
 				if s > 0 {
@@ -812,6 +873,5 @@ func (d *Device) coopSelfTest() (string, error) {
 			}
 		}
 	}
-	return fmt.Sprintf("Linear and BLR %d×%d×%d (tile %s) against the WGSL twins: worst |err|/bound %.2g, %.2g",
-		m, k, n, t, worst[0], worst[1]), nil
+	return worst, nil
 }

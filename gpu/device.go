@@ -50,6 +50,8 @@ type Device struct {
 	tc          TensorCores     // cooperative matrices (coopmat.go): status
 	layer       *vkLayer        // the Vulkan layer, nil when not loaded
 	coopChecked map[string]bool // "op/entry" of cooperative-matrix pipelines whose swap was checked
+
+	coopTileTest coopTile // the block the tensor-core self-test forces while it runs (coopmat.go)
 }
 
 // SetMaxStorageBindingSize lowers the storage-binding limit nvg plans and checks with

@@ -209,6 +209,41 @@ func TestParseCoopTile(t *testing.T) {
 	}
 }
 
+// TestCoopTileFor: on a GPU with NVIDIA's 16×16×16 shape at subgroup 32 and 48 KiB of
+// workgroup memory, every block coopTileFor may choose passes the kernel's checks, and the
+// choice follows the workgroup counts (a 0.8B MLP GEMM, a BLR rank-384 GEMM, a small one);
+// a CPU adapter (lavapipe's 8×8×8 at subgroup 8) and NVG_COOPMAT_TILE get one block each.
+func TestCoopTileFor(t *testing.T) {
+	s16 := CoopType{M: 16, N: 16, K: 16}
+	gpu := &Device{tc: TensorCores{Shape: s16, SubgroupSize: 32}, info: Info{MaxInvocations: 1024, MaxWorkgroupStorage: 48 << 10}}
+	for _, r := range gpu.coopTileRules() {
+		if err := r.t.check(s16, 32, gpu.info); err != nil {
+			t.Errorf("GPU rule %v: %v", r.t, err)
+		}
+	}
+	for _, c := range []struct {
+		m, n int
+		want coopTile
+	}{{4096, 3584, coopTile{128, 128, 64, 2, 4}}, {4096, 1024, coopTile{128, 128, 64, 2, 4}},
+		{4096, 384, coopTile{64, 128, 64, 2, 4}}, {384, 4096, coopTile{64, 128, 64, 2, 4}},
+		{64, 8448, coopTile{128, 64, 64, 4, 2}}, {100, 100, coopTile{64, 64, 64, 2, 2}}} {
+		if got := gpu.coopTileFor(c.m, c.n); got != c.want {
+			t.Errorf("GPU %d×%d: %v, want %v", c.m, c.n, got, c.want)
+		}
+	}
+	s8 := CoopType{M: 8, N: 8, K: 8}
+	cpu := &Device{tc: TensorCores{Shape: s8, SubgroupSize: 8}, info: Info{CPU: true, MaxInvocations: 1024, MaxWorkgroupStorage: 32 << 10}}
+	if got, want := cpu.coopTileFor(4096, 4096), (coopTile{32, 32, 16, 2, 2}); got != want {
+		t.Errorf("CPU: %v, want %v", got, want)
+	}
+	old := coopTileForce
+	defer func() { coopTileForce = old }()
+	coopTileForce = coopTile{128, 64, 32, 4, 2}
+	if rules := gpu.coopTileRules(); len(rules) != 1 || gpu.coopTileFor(4096, 4096) != coopTileForce {
+		t.Errorf("NVG_COOPMAT_TILE: rules %v", rules)
+	}
+}
+
 // TestVulkanLayerBuildConcurrent builds the layer into an empty cache from several goroutines
 // at once (each compiles into its own temporary directory and renames it into place, as
 // several processes would): all get the same complete directory, whose manifest names the

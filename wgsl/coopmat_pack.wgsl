@@ -10,17 +10,26 @@
 // to zero in f16 without the scale.
 // a: f32 [m, k]; sa: f32 [k]; a16: u32 [mp, kp/2] (element 2w in the low half of word w);
 // rs: f32 [mp]. One workgroup of WG threads per row (a 2-D grid past 65535 rows).
-// Template parameters: WG (a power of two), Scale.
+// Template parameters: WG (a power of two), Scale, and R: 0 for the general form (4-byte
+// loads, a loop that reads the row twice); else k % 4 = 0 and kp/4 ≤ R·WG, and a, sa and
+// a16 are read and written 16 and 8 bytes at a time, each invocation loading its R vectors of
+// the row into registers at once (all loads in flight together, one read of the row) and
+// converting them from there. gpu/coopmat.go coopPackFor chooses.
 
+{{- if .R}}
+@group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
+{{- if .Scale}}
+@group(0) @binding(1) var<storage, read> sa: array<vec4<f32>>;
+{{- end}}
+@group(0) @binding({{if .Scale}}2{{else}}1{{end}}) var<storage, read_write> a16: array<vec2<u32>>;
+{{- else}}
 @group(0) @binding(0) var<storage, read> a: array<f32>;
 {{- if .Scale}}
 @group(0) @binding(1) var<storage, read> sa: array<f32>;
-@group(0) @binding(2) var<storage, read_write> a16: array<u32>;
-@group(0) @binding(3) var<storage, read_write> rs: array<f32>;
-{{- else}}
-@group(0) @binding(1) var<storage, read_write> a16: array<u32>;
-@group(0) @binding(2) var<storage, read_write> rs: array<f32>;
 {{- end}}
+@group(0) @binding({{if .Scale}}2{{else}}1{{end}}) var<storage, read_write> a16: array<u32>;
+{{- end}}
+@group(0) @binding({{if .Scale}}3{{else}}2{{end}}) var<storage, read_write> rs: array<f32>;
 
 struct Params {
     m: u32,
@@ -31,19 +40,37 @@ struct Params {
 @group(0) @binding({{if .Scale}}4{{else}}3{{end}}) var<uniform> p: Params;
 
 var<workgroup> partial: array<f32, {{.WG}}>;
-
+{{if .R}}
+// val returns elements 4q … 4q+3 of row i (zero past the matrix).
+fn val(i: u32, q: u32) -> vec4<f32> {
+    if (i >= p.m || 4u * q >= p.k) {
+        return vec4<f32>(0.0);
+    }
+    return a[i * (p.k / 4u) + q]{{if .Scale}} * sa[q]{{end}};
+}
+{{else}}
 fn val(i: u32, c: u32) -> f32 {
     if (i >= p.m || c >= p.k) {
         return 0.0;
     }
     return a[i * p.k + c]{{if .Scale}} * sa[c]{{end}};
 }
-
+{{end}}
 {{template "red_main" (dict "WG" .WG "R" "i" "Count" "p.mp")}}
     var mx = 0.0;
+{{- if .R}}
+{{- range $r := seq .R}}
+    let v{{$r}} = val(i, lid + {{$r}}u * {{$.WG}}u);
+{{- end}}
+{{- range $r := seq .R}}
+    let a{{$r}} = abs(v{{$r}});
+    mx = max(mx, max(max(a{{$r}}.x, a{{$r}}.y), max(a{{$r}}.z, a{{$r}}.w)));
+{{- end}}
+{{- else}}
     for (var c = lid; c < p.k; c += {{.WG}}u) {
         mx = max(mx, abs(val(i, c)));
     }
+{{- end}}
 {{- template "red_max" (dict "WG" .WG "Buf" "partial" "Val" "mx")}}
     let amax = partial[0];
     var e = 0;
@@ -54,8 +81,18 @@ fn val(i: u32, c: u32) -> f32 {
     if (lid == 0u) {
         rs[i] = ldexp(1.0, -e);
     }
+{{- if .R}}
+    let vecs = p.kp / 4u;
+{{- range $r := seq .R}}
+    if (lid + {{$r}}u * {{$.WG}}u < vecs) {
+        let w{{$r}} = v{{$r}} * s;
+        a16[i * vecs + lid + {{$r}}u * {{$.WG}}u] = vec2<u32>(pack2x16float(w{{$r}}.xy), pack2x16float(w{{$r}}.zw));
+    }
+{{- end}}
+{{- else}}
     let words = p.kp / 2u;
     for (var w = lid; w < words; w += {{.WG}}u) {
         a16[i * words + w] = pack2x16float(vec2<f32>(val(i, 2u * w) * s, val(i, 2u * w + 1u) * s));
     }
+{{- end}}
 }

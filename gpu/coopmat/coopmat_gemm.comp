@@ -37,6 +37,14 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_EXT_control_flow_attributes : require
+
+// Every loop whose trip count is a specialisation constant carries [[unroll]]: the driver
+// unrolls it once the constants are known, so the accumulators and fragments stay in
+// registers. Without the hint NVIDIA's compiler (driver 580) keeps the loops and the
+// dynamically indexed coopmat arrays, and the kernel ran at 30 TFLOP/s instead of 180–240 on
+// an H100 (DESIGN.md §7).
+#define UNROLL [[unroll]]
 
 layout(constant_id = 0) const uint SG = 32;
 layout(constant_id = 1) const uint LM = 16;
@@ -88,14 +96,16 @@ layout(set = 0, binding = CB + 1, std430) buffer Raw { float raw[]; };
 layout(set = 0, binding = PB, std140) uniform Params { uint m, n, k, kp; } p;
 
 shared uvec4 As[BM * AS / 8];
-shared uvec4 Bs[(BN * BK + 8 * (BN + BK)) / 8];
+shared uvec4 Bs[(BN * BK + 8 * (BN + BK)) / 8]; // either layout
 shared float Cs[WM * WN * LM * LN];
+
+coopmat<float, gl_ScopeSubgroup, LM, LN, gl_MatrixUseAccumulator> acc[CM * CN];
 
 #ifdef SIGNS
 // signs8 expands 8 sign bits (bit j ↦ element j; 1 ↦ +1.0, 0 ↦ −1.0) into 8 f16 halves.
 uvec4 signs8(uint b) {
     uvec4 v;
-    for (uint j = 0; j < 4; j++) {
+    UNROLL for (uint j = 0; j < 4; j++) {
         uint lo = 0xBC00u ^ (((b >> (2 * j)) & 1u) << 15);
         uint hi = 0xBC00u ^ (((b >> (2 * j + 1)) & 1u) << 15);
         v[j] = lo | (hi << 16);
@@ -106,6 +116,11 @@ uvec4 signs8(uint b) {
 // byte8 returns the 8 sign bits of elements e … e+7 (e a multiple of 8).
 uint byte8(uint e) { return (bits[e >> 5] >> (e & 31u)) & 0xFFu; }
 #endif
+
+// loadA returns the 16-byte vector v of the A slice at k0 (kv vectors per packed row).
+uvec4 loadA(uint v, uint k0, uint m0, uint kv) {
+    return a16[(m0 + v / (BK / 8)) * kv + k0 / 8 + v % (BK / 8)];
+}
 
 // loadB returns the 16-byte vector v of the B slice at k0: 8 halves along K of row n
 // (TRANS_B: tile [BN][BK]) or along N of row k (tile [BK][BN]), zero outside B.
@@ -135,9 +150,33 @@ uvec4 loadB(uint v, uint k0, uint n0) {
 #endif
 }
 
-// bSlot is B's vector v in the workgroup tile.
+// aSlot and bSlot are A's and B's vector v in the workgroup tiles (16-byte slots).
+uint aSlot(uint v) { return (v / (BK / 8)) * (AS / 8) + v % (BK / 8); }
+
 uint bSlot(uint v) {
     return TRANS_B ? (v / (BK / 8)) * (BS / 8) + v % (BK / 8) : (v / (BN / 8)) * (BS / 8) + v % (BN / 8);
+}
+
+// mmaSlice multiplies the staged slice into this subgroup's accumulators.
+void mmaSlice(uint sgm, uint sgn) {
+    UNROLL for (uint kk = 0; kk < BK; kk += LK) {
+        coopmat<float16_t, gl_ScopeSubgroup, LM, LK, gl_MatrixUseA> fa[CM];
+        UNROLL for (uint i = 0; i < CM; i++) {
+            coopMatLoad(fa[i], As, ((sgm * SM + i * LM) * AS + kk) / 8, AS / 8, gl_CooperativeMatrixLayoutRowMajor);
+        }
+        UNROLL for (uint j = 0; j < CN; j++) {
+            coopmat<float16_t, gl_ScopeSubgroup, LK, LN, gl_MatrixUseB> fb;
+            uint col = sgn * SN + j * LN;
+            if (TRANS_B) {
+                coopMatLoad(fb, Bs, (col * BS + kk) / 8, BS / 8, gl_CooperativeMatrixLayoutColumnMajor);
+            } else {
+                coopMatLoad(fb, Bs, (kk * BS + col) / 8, BS / 8, gl_CooperativeMatrixLayoutRowMajor);
+            }
+            UNROLL for (uint i = 0; i < CM; i++) {
+                acc[i * CN + j] = coopMatMulAdd(fa[i], fb, acc[i * CN + j]);
+            }
+        }
+    }
 }
 
 void main() {
@@ -147,68 +186,46 @@ void main() {
     const uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN;
     const uint kv = p.kp / 8; // vectors per packed A row
 
-    coopmat<float, gl_ScopeSubgroup, LM, LN, gl_MatrixUseAccumulator> acc[CM * CN];
-    for (uint i = 0; i < CM * CN; i++) {
+    UNROLL for (uint i = 0; i < CM * CN; i++) {
         acc[i] = coopmat<float, gl_ScopeSubgroup, LM, LN, gl_MatrixUseAccumulator>(0.0);
     }
 
     uvec4 ra[AP], rb[BP];
-    for (uint j = 0; j < AP; j++) {
-        uint v = tid + j * NT;
-        ra[j] = a16[(m0 + v / (BK / 8)) * kv + v % (BK / 8)];
+    UNROLL for (uint j = 0; j < AP; j++) {
+        ra[j] = loadA(tid + j * NT, 0, m0, kv);
     }
-    for (uint j = 0; j < BP; j++) {
+    UNROLL for (uint j = 0; j < BP; j++) {
         rb[j] = loadB(tid + j * NT, 0, n0);
     }
 
     for (uint k0 = 0; k0 < p.kp; k0 += BK) {
         barrier(); // the previous slice's products are done with the tiles
-        for (uint j = 0; j < AP; j++) {
-            uint v = tid + j * NT;
-            As[(v / (BK / 8)) * (AS / 8) + v % (BK / 8)] = ra[j];
+        UNROLL for (uint j = 0; j < AP; j++) {
+            As[aSlot(tid + j * NT)] = ra[j];
         }
-        for (uint j = 0; j < BP; j++) {
+        UNROLL for (uint j = 0; j < BP; j++) {
             Bs[bSlot(tid + j * NT)] = rb[j];
         }
         barrier();
         if (k0 + BK < p.kp) { // the next slice's loads, in flight during the products
-            uint kn = k0 + BK;
-            for (uint j = 0; j < AP; j++) {
-                uint v = tid + j * NT;
-                ra[j] = a16[(m0 + v / (BK / 8)) * kv + (kn / 8) + v % (BK / 8)];
+            UNROLL for (uint j = 0; j < AP; j++) {
+                ra[j] = loadA(tid + j * NT, k0 + BK, m0, kv);
             }
-            for (uint j = 0; j < BP; j++) {
-                rb[j] = loadB(tid + j * NT, kn, n0);
+            UNROLL for (uint j = 0; j < BP; j++) {
+                rb[j] = loadB(tid + j * NT, k0 + BK, n0);
             }
         }
-        for (uint kk = 0; kk < BK; kk += LK) {
-            coopmat<float16_t, gl_ScopeSubgroup, LM, LK, gl_MatrixUseA> fa[CM];
-            for (uint i = 0; i < CM; i++) {
-                coopMatLoad(fa[i], As, ((sgm * SM + i * LM) * AS + kk) / 8, AS / 8, gl_CooperativeMatrixLayoutRowMajor);
-            }
-            for (uint j = 0; j < CN; j++) {
-                coopmat<float16_t, gl_ScopeSubgroup, LK, LN, gl_MatrixUseB> fb;
-                uint col = sgn * SN + j * LN;
-                if (TRANS_B) {
-                    coopMatLoad(fb, Bs, (col * BS + kk) / 8, BS / 8, gl_CooperativeMatrixLayoutColumnMajor);
-                } else {
-                    coopMatLoad(fb, Bs, (kk * BS + col) / 8, BS / 8, gl_CooperativeMatrixLayoutRowMajor);
-                }
-                for (uint i = 0; i < CM; i++) {
-                    acc[i * CN + j] = coopMatMulAdd(fa[i], fb, acc[i * CN + j]);
-                }
-            }
-        }
+        mmaSlice(sgm, sgn);
     }
 
     // Epilogue: one accumulator at a time through this subgroup's f32 tile.
     const uint base = sg * LM * LN;
-    for (uint i = 0; i < CM; i++) {
-        for (uint j = 0; j < CN; j++) {
+    UNROLL for (uint i = 0; i < CM; i++) {
+        UNROLL for (uint j = 0; j < CN; j++) {
             coopMatStore(acc[i * CN + j], Cs, base, LN, gl_CooperativeMatrixLayoutRowMajor);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
-            for (uint e = lane; e < LM * LN; e += SG) {
+            UNROLL for (uint e = lane; e < LM * LN; e += SG) {
                 uint gi = m0 + sgm * SM + i * LM + e / LN;
                 uint gj = n0 + sgn * SN + j * LN + e % LN;
                 if (gi < p.m && gj < p.n) {
