@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"errors"
 	"fmt"
 	"math"
 )
@@ -140,15 +139,16 @@ func AttentionBackwardLanes(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Bu
 // be made (the layer did not swap it: tensor cores go off with the reason) the WGSL kernels
 // run. Errors: those of the launcher taken.
 func AttentionAuto(r *Recorder, q, k, v, out, lse *Buffer, dims AttentionDims) error {
-	if r != nil && AttentionCoopmatFits(r.Device(), dims) {
-		if err := AttentionCoopmat(r, q, k, v, out, lse, dims); !errors.Is(err, errCoopOff) {
-			return err
+	wgsl := func() error {
+		if r != nil && AttentionLanesFits(r.Device(), dims) {
+			return AttentionLanes(r, q, k, v, out, lse, dims)
 		}
+		return Attention(r, q, k, v, out, lse, dims)
 	}
-	if r != nil && AttentionLanesFits(r.Device(), dims) {
-		return AttentionLanes(r, q, k, v, out, lse, dims)
+	if r != nil && AttentionCoopmatFits(r.Device(), dims) {
+		return coopOrWGSL(func() error { return AttentionCoopmat(r, q, k, v, out, lse, dims) }, wgsl)
 	}
-	return Attention(r, q, k, v, out, lse, dims)
+	return wgsl()
 }
 
 // AttentionBackwardAuto records AttentionBackward with AttentionBackwardCoopmat where tensor
@@ -158,13 +158,14 @@ func AttentionAuto(r *Recorder, q, k, v, out, lse *Buffer, dims AttentionDims) e
 // cooperative-matrix kernels cannot be made the WGSL kernels run. Errors: those of the
 // launcher taken.
 func AttentionBackwardAuto(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer, dims AttentionDims) error {
-	if r != nil && AttentionCoopmatFits(r.Device(), dims) {
-		if err := AttentionBackwardCoopmat(r, q, k, v, out, lse, dout, dq, dk, dv, dims); !errors.Is(err, errCoopOff) {
-			return err
+	wgsl := func() error {
+		if r != nil && AttentionLanesFits(r.Device(), dims) {
+			return AttentionBackwardLanes(r, q, k, v, out, lse, dout, dq, dk, dv, dims)
 		}
+		return AttentionBackward(r, q, k, v, out, lse, dout, dq, dk, dv, dims)
 	}
-	if r != nil && AttentionLanesFits(r.Device(), dims) {
-		return AttentionBackwardLanes(r, q, k, v, out, lse, dout, dq, dk, dv, dims)
+	if r != nil && AttentionCoopmatFits(r.Device(), dims) {
+		return coopOrWGSL(func() error { return AttentionBackwardCoopmat(r, q, k, v, out, lse, dout, dq, dk, dv, dims) }, wgsl)
 	}
-	return AttentionBackward(r, q, k, v, out, lse, dout, dq, dk, dv, dims)
+	return wgsl()
 }

@@ -167,7 +167,7 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 		r.ops = r.ops[:mark]
 		return err
 	}
-	sc, err := gatedDeltaRuleChunked(r, op, q, k, v, g, beta, o, nil, h, vnew, dims)
+	sc, err := gatedDeltaRuleChunked(r, op, q, k, v, g, beta, o, nil, h, vnew, dims, false)
 	if err != nil {
 		return fail(err)
 	}

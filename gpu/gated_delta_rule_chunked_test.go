@@ -2,11 +2,13 @@ package gpu_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
 )
 
 // chunkedInputs is deltaInputs with g multiplied by gscale (still ≤ 0, rounded to f32).
@@ -57,4 +59,90 @@ func benchGatedDeltaRuleChunked(b *testing.B, nb, tt, hk, hv, dk, dv int) {
 	benchDeltaRule(b, gpu.GatedDeltaRuleChunked, gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}, func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, st *gpu.Buffer) {
 		benchKernel(b, d, "", rows, rec, st)
 	})
+}
+
+// TestGatedDeltaRuleChunkedCoopmat: the chunked form with its inter-chunk stage on
+// cooperative matrices (where tensor cores are available) under the forward parity suite,
+// against the host and the token-by-token GPU kernel, with deltaRuleCoopTol; the suite's
+// v ×2⁴⁰ and ×2⁻⁴⁰ cases put the state and V' beyond f16's range and below its normals.
+func TestGatedDeltaRuleChunkedCoopmat(t *testing.T) {
+	skipNoCoopmat(t, gputest.Open(t))
+	coop0 := gpu.CoopDispatches()
+	testDeltaRule(t, deltaRuleImpl{gpu.GatedDeltaRuleChunkedCoopmat, []int{0}, deltaRuleCoopTol, true})
+	if gpu.CoopDispatches() == coop0 {
+		t.Error("no cooperative-matrix kernel recorded")
+	}
+}
+
+// deltaRuleCoopTol is the cooperative-matrix form's tolerance relative to the largest
+// value: every f16 operand (q, k, W, Aqk packed per chunk; S and V' scaled per chunk by
+// their largest value) carries one rounding of ≤ e16 relative (values below 2⁻²⁸ of their
+// block's largest round to f16 subnormals, ≤ 2⁻³⁹ of it: negligible here); within a chunk an
+// output passes through at most three products of rounded operands (W·S or Q·S, then Aqk·V'
+// or Kᵀ·V'), each adding ≤ 2e16 of the sizes it combines, which the model's inputs keep at
+// the size of the outputs (l2-normalised q and k, |A_is| < 1); the chunks' recurrence is
+// non-expansive (deltaRuleChunkedTol), so the errors of the ⌈t/64⌉ chunks add: atol =
+// 6·(⌈t/64⌉ + 1)·e16·max|want| (1.2 % at one chunk), at least the f32 form's tolerance.
+func deltaRuleCoopTol(d gpu.DeltaRuleDims) float64 {
+	nck := float64((d.T + 63) / 64)
+	return math.Max(6*(nck+1)*e16, deltaRuleChunkedTol(d))
+}
+
+// TestGatedDeltaRuleAutoCoopmat: the seam. With tensor cores forced on (where available),
+// GatedDeltaRuleAuto records the cooperative-matrix form and gives GatedDeltaRuleChunkedCoopmat's
+// bits (it takes every shape the WGSL chunked form takes: dv of any size); with tensor cores
+// forced off it records none and gives the bits of the WGSL form it falls back to.
+func TestGatedDeltaRuleAutoCoopmat(t *testing.T) {
+	d := gputest.Open(t)
+	skipNoCoopmat(t, d)
+	rng := rand.New(rand.NewPCG(41, 42))
+	for _, c := range []struct {
+		dims gpu.DeltaRuleDims
+		on   bool
+		coop bool // Auto must take the cooperative-matrix form
+	}{{gpu.DeltaRuleDims{NB: 2, T: 100, HK: 1, HV: 2, DK: 16, DV: 21}, true, true},
+		{gpu.DeltaRuleDims{NB: 2, T: 100, HK: 1, HV: 2, DK: 16, DV: 21}, false, false}} {
+		dm := c.dims
+		t.Run(fmt.Sprintf("tensorcores=%v", c.on), func(t *testing.T) {
+			defer gpu.SetTensorCores(c.on)()
+			if fits := gpu.GatedDeltaRuleCoopmatFits(d, dm); fits != c.coop {
+				t.Fatalf("GatedDeltaRuleCoopmatFits = %v, want %v", fits, c.coop)
+			}
+			rows := dm.NB * dm.T
+			f, _ := chunkedInputs(t, rng, rows, dm.HK, dm.HV, dm.DK, dm.DV, 1)
+			bs := newBufs(t, d)
+			q, k, v := bs.up("q", f[0], rows, dm.HK, dm.DK), bs.up("k", f[1], rows, dm.HK, dm.DK), bs.up("v", f[2], rows, dm.HV, dm.DV)
+			g, beta := bs.up("g", f[3], rows, dm.HV), bs.up("beta", f[4], rows, dm.HV)
+			run := func(fn func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error) ([2][]float32, int) {
+				o, st := bs.nw("o", rows, dm.HV, dm.DV), bs.nw("state", dm.NB, dm.HV, dm.DK, dm.DV)
+				c0 := gpu.CoopDispatches()
+				if err := d.Run(func(r *gpu.Recorder) error { return fn(r, q, k, v, g, beta, o, st, dm) }); err != nil {
+					t.Fatal(err)
+				}
+				return [2][]float32{must(d.ReadFloat32(o)).T(t), must(d.ReadFloat32(st)).T(t)}, gpu.CoopDispatches() - c0
+			}
+			auto, n := run(gpu.GatedDeltaRuleAuto)
+			ref := gpu.GatedDeltaRuleChunkedCoopmat
+			switch {
+			case c.coop:
+			case gpu.GatedDeltaRuleLanesFits(d, dm):
+				ref = gpu.GatedDeltaRuleLanes
+			case gpu.GatedDeltaRuleChunkedFits(d, dm):
+				ref = gpu.GatedDeltaRuleChunked
+			default:
+				ref = gpu.GatedDeltaRule
+			}
+			if want := map[bool]int{true: 1, false: 0}[c.coop]; n != want {
+				t.Errorf("%d cooperative-matrix kernels recorded, want %d", n, want)
+			}
+			want, _ := run(ref)
+			for i := range auto {
+				for e := range auto[i] {
+					if math.Float32bits(auto[i][e]) != math.Float32bits(want[i][e]) {
+						t.Fatalf("output %d element %d: Auto %g, the form it should take %g", i, e, auto[i][e], want[i][e])
+					}
+				}
+			}
+		})
+	}
 }

@@ -232,10 +232,10 @@ void main() {
         for (uint i0 = (j0 / BC) * BC; i0 < p.t; i0 += BC) {
             const float qs = sq[bh * p.nblk + i0 / 64], dos = sdo[bh * p.nblk + i0 / 64];
             barrier(); // the previous block's products are done with the tiles
-            if (tid < BC) {
-                const uint i = i0 + tid;
-                Lq[tid] = i < p.t ? lse[(b * p.t + i) * p.nh + h] : 0.0;
-                Dq[tid] = i < p.t ? delta[(b * p.t + i) * p.nh + h] : 0.0;
+            for (uint c = tid; c < BC; c += NT) {
+                const uint i = i0 + c;
+                Lq[c] = i < p.t ? lse[(b * p.t + i) * p.nh + h] : 0.0;
+                Dq[c] = i < p.t ? delta[(b * p.t + i) * p.nh + h] : 0.0;
             }
             S_TILES(k16, krow0 + j0, q16, bh * p.tp + i0, Ss)
             S_TILES(v16, krow0 + j0, do16, bh * p.tp + i0, Ds)

@@ -1,0 +1,191 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The chunked gated delta rule on cooperative matrices (tensor cores): the inter-chunk
+// stage of gpu/coopmat/coopmat_delta.comp (its math and numerics are written out there and
+// in DESIGN.md §9 "The gated delta rule, chunked"), its operands packed to f16 by
+// CoopmatPackHeads. The intra-chunk stage (K·Kᵀ, Q·Kᵀ and the forward substitution) stays
+// the WGSL kernel of GatedDeltaRuleChunked. GatedDeltaRuleAuto takes this form where tensor
+// cores are on and GatedDeltaRuleCoopmatFits; GatedDeltaRuleChunked stays the reference
+// and the fallback.
+
+// coopDeltaTile is a specialisation of coopmat_delta.comp: DKP = dk padded, CS value columns
+// per workgroup, NSG subgroups (its SpecIds 2–4).
+type coopDeltaTile struct{ DKP, CS, NSG int }
+
+// shared is the kernel's workgroup memory in bytes for shape l (coopmat_delta.comp's
+// arrays: F, Sh, Vt, V2, the gates and the subgroups' maxima).
+func (c coopDeltaTile) shared() int {
+	const ch = GatedDeltaRuleChunkLen
+	return max(c.DKP, 2*ch)*(c.CS+4)*4 + c.DKP*(c.CS+8)*2 + 2*ch*(c.CS+8)*2 + 2*ch*4 + c.NSG*4
+}
+
+// check validates c for the kernel's rules on a device with subgroup size sg, shape l and
+// info's limits.
+func (c coopDeltaTile) check(sg, l int, info Info) error {
+	nt := sg * c.NSG
+	switch {
+	case c.DKP%(4*l) != 0 || c.CS%l != 0 || c.CS < 8:
+		return fmt.Errorf("delta-rule tile %+v does not divide into %d×%d fragments", c, l, l)
+	case (c.DKP/l)*(c.CS/l)%c.NSG != 0:
+		return fmt.Errorf("delta-rule tile %+v: %d subgroups do not divide the state's fragments", c, c.NSG)
+	case info.MaxInvocations > 0 && nt > int(info.MaxInvocations):
+		return fmt.Errorf("delta-rule tile %+v: %d threads exceed the device's %d", c, nt, info.MaxInvocations)
+	case info.MaxWorkgroupStorage > 0 && c.shared() > int(info.MaxWorkgroupStorage):
+		return fmt.Errorf("delta-rule tile %+v: %d bytes of workgroup memory exceed the device's %d", c, c.shared(), info.MaxWorkgroupStorage)
+	}
+	return nil
+}
+
+// coopDeltaTileFor picks the tile for key heads of dk on d: DKP = dk rounded up to 4·L; on
+// GPUs 32 value columns per workgroup (the 0.8B shape's dv = 128: 4 slices, 1,024
+// workgroups at nb 8, hv 32) with 4 subgroups, the columns halved until the workgroup memory
+// fits; on CPU adapters 2·L columns and 4 subgroups. Errors: a shape that is not square or
+// not a multiple of 8, or no tile that fits.
+func (d *Device) coopDeltaTileFor(dk int) (coopDeltaTile, error) {
+	s, sg := d.tc.Shape, d.tc.SubgroupSize
+	l := s.M
+	if s.N != l || s.K != l || l%8 != 0 {
+		return coopDeltaTile{}, fmt.Errorf("the cooperative-matrix shape %s is not square", s)
+	}
+	c := coopDeltaTile{DKP: roundUp(dk, 4*l), CS: 32, NSG: 4}
+	if d.info.CPU {
+		c.CS = 2 * l
+	}
+	for {
+		err := c.check(sg, l, d.info)
+		if err == nil {
+			return c, nil
+		}
+		if c.CS/2 < l || c.CS/2 < 8 {
+			return coopDeltaTile{}, err
+		}
+		c.CS /= 2
+	}
+}
+
+// GatedDeltaRuleCoopmatFits reports whether GatedDeltaRuleAuto takes the cooperative-matrix
+// form (GatedDeltaRuleChunkedCoopmat) on d for dims: tensor cores on (Device.TensorCores, or
+// forced by SetTensorCores), dk a multiple of 4 and ≤ 256 (the intra-chunk kernel's limits),
+// a tile that fits the device, and the scratch and packed copies within one storage binding
+// each. False for a nil device.
+func GatedDeltaRuleCoopmatFits(d *Device, dims DeltaRuleDims) bool {
+	return d != nil && d.coopUse() && dims.DK%4 == 0 && dims.DK <= 256 &&
+		fitsBinding(d, dims.NB*dims.T*dims.HV, max(dims.DK, dims.DV, GatedDeltaRuleChunkLen)) && d.coopDeltaPlan(dims) == nil
+}
+
+// coopDeltaPlan errors when the cooperative-matrix inter-chunk kernel cannot take dims on d
+// (errCoopOff when tensor cores are unavailable).
+func (d *Device) coopDeltaPlan(dims DeltaRuleDims) error {
+	tc := d.TensorCores()
+	if !tc.Available {
+		return fmt.Errorf("%w: %s", errCoopOff, tc.Reason)
+	}
+	c, err := d.coopDeltaTileFor(dims.DK)
+	if err != nil {
+		return err
+	}
+	tp := uint64(roundUp(dims.T, GatedDeltaRuleChunkLen))
+	for _, words := range []uint64{uint64(dims.NB*dims.HV) * tp * uint64(c.DKP/2), uint64(dims.NB*dims.HV) * tp * GatedDeltaRuleChunkLen / 2} {
+		if 4*words > d.info.MaxStorageBindingSize || words > maxU32Elems {
+			return fmt.Errorf("an f16 copy of %d bytes exceeds the device's binding size %d", 4*words, d.info.MaxStorageBindingSize)
+		}
+	}
+	return nil
+}
+
+// coopDeltaKernel returns coopmat_delta.comp's pipeline for tile c, writing the final state
+// when wantState and the per-chunk states and V' when saveH.
+func (d *Device) coopDeltaKernel(op string, c coopDeltaTile, wantState, saveH bool) (*Kernel, error) {
+	sg := d.tc.SubgroupSize
+	k, err := d.coopProgram(op, coopProgramSpec{File: "coopmat_delta.spv", WG: sg * c.NSG, Uniforms: 8,
+		Access: []Access{Read, Read, Read, Read, Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite},
+		Values: []uint32{uint32(sg), uint32(d.tc.Shape.M), uint32(c.DKP), uint32(c.CS), uint32(c.NSG), b2u(wantState), b2u(saveH)}})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errCoopOff, err)
+	}
+	return k, nil
+}
+
+// coopDeltaInter records the inter-chunk stage on cooperative matrices after the intra-chunk
+// kernel wrote sc: q, k, W and Aqk packed to f16 (a power-of-two scale per chunk of each
+// head), then coopmat_delta.comp, one workgroup per (window, value head, slice of value
+// columns). state, h and vnew may be nil (not written). Errors: those of the packs, Borrow,
+// coopDeltaKernel and Dispatch (the caller drops what was recorded).
+func coopDeltaInter(r *Recorder, op string, q, k *Buffer, sc *gdrcScratch, o, state, h, vnew *Buffer, dims DeltaRuleDims) error {
+	d := r.d
+	c, err := d.coopDeltaTileFor(dims.DK)
+	if err != nil {
+		return err
+	}
+	kern, err := d.coopDeltaKernel(op, c, state != nil, h != nil)
+	if err != nil {
+		return err
+	}
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
+	grid, err := Grid1D(nb * hv * ((dv + c.CS - 1) / c.CS))
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	var packs coopPacks
+	defer func() { packs.done() }()
+	for _, x := range []struct {
+		b            *Buffer
+		heads, n, np int
+		headMajor    bool
+	}{{q, hk, dk, c.DKP, false}, {k, hk, dk, c.DKP, false}, {sc.w, hv, dk, c.DKP, true}, {sc.aqk, hv, GatedDeltaRuleChunkLen, GatedDeltaRuleChunkLen, true}} {
+		p, err := coopPackHeads(r, op, x.b, nb, t, x.heads, x.n, x.np, x.headMajor)
+		if err != nil {
+			return err
+		}
+		packs = append(packs, p)
+	}
+	binds := append(packs.binds(), Whole(sc.u), Whole(sc.gc), Whole(o))
+	for _, b := range []*Buffer{state, h, vnew} {
+		if b == nil { // a binding the kernel does not write (WANT_STATE or SAVE_H off)
+			var done func()
+			if b, done, err = r.Borrow(op+" unused", F32, 1); err != nil {
+				return err
+			}
+			defer done()
+		}
+		binds = append(binds, Whole(b))
+	}
+	nck := (t + GatedDeltaRuleChunkLen - 1) / GatedDeltaRuleChunkLen
+	tp := nck * GatedDeltaRuleChunkLen
+	uni := []uint32{uint32(nb), uint32(t), uint32(hk), uint32(hv), uint32(nck), uint32(tp), uint32(dk), uint32(dv)}
+	if err := r.Dispatch(kern, grid, uni, binds...); err != nil {
+		return err
+	}
+	r.Cost(gdrcInterCost(dims, state != nil, h != nil))
+	coopDispatches.Add(1)
+	return nil
+}
+
+// GatedDeltaRuleChunkedCoopmat records GatedDeltaRuleChunked (same arguments, layouts and
+// outputs; host.GatedDeltaRule) with its inter-chunk stage on cooperative matrices
+// (coopmat_delta.comp): the intra-chunk WGSL kernel (K·Kᵀ, Q·Kᵀ, the forward substitution in
+// f32), then q, k, W and Aqk packed to f16 with a power-of-two scale per chunk of a head, and
+// the chunks in order per (window, value head, slice of value columns) with S in f32
+// accumulators and W·S, Q·S, Aqk·V' and the state update Kᵀ·V' on f16 operands (S and V'
+// to f16 each chunk with a power-of-two scale from their largest value: neither is
+// bounded). Accepts dv of any size (the slices are masked) and dk a multiple of 4 ≤ 256.
+// Errors: those of GatedDeltaRuleChunked, tensor cores unavailable on the device, or a tile
+// or copy the device cannot hold; nothing is left recorded on error.
+func GatedDeltaRuleChunkedCoopmat(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaRuleDims) error {
+	_, err := gatedDeltaRuleChunked(r, "GatedDeltaRuleChunkedCoopmat", q, k, v, g, beta, o, state, nil, nil, dims, true)
+	return err
+}
+
+// coopOrWGSL runs coop and, where it reports the device has no usable tensor cores
+// (errCoopOff: off, or a kernel the layer did not swap), wgsl instead.
+func coopOrWGSL(coop, wgsl func() error) error {
+	if err := coop(); !errors.Is(err, errCoopOff) {
+		return err
+	}
+	return wgsl()
+}
