@@ -361,7 +361,7 @@ var errCoopOff = errors.New("tensor cores unavailable")
 // spv.sum has each).
 func coopFiles() []string {
 	f := []string{coopDense.File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File}
-	return append(append(f, coopAttnFiles[:]...), "coopmat_delta.spv")
+	return append(append(f, coopAttnFiles[:]...), "coopmat_delta.spv", "coopmat_delta_dhu.spv")
 }
 
 // coopMaxEntry is the longest entry name the layer compares (nvg_layer.c reads 127 bytes).

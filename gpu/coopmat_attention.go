@@ -233,7 +233,7 @@ func AttentionCoopmat(r *Recorder, q, k, v, out, lse *Buffer, dims AttentionDims
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
 	mark := len(r.ops)
-	packs, err := coopPackAll(r, op, dims, tile.HP, q, k, v)
+	packs, err := coopPackAttn(r, op, dims, tile.HP, q, k, v)
 	defer packs.done()
 	if err != nil {
 		r.ops = r.ops[:mark]
@@ -268,23 +268,40 @@ func (ps coopPacks) binds() []Binding {
 	return b
 }
 
-// coopPackAll packs q (and dout, nh heads) and k, v (nkv heads) of an attention call in the
-// order given (the first and any fourth have nh heads, the second and third nkv). On error
-// the packs made so far are in the result (call done).
-func coopPackAll(r *Recorder, op string, dims AttentionDims, hp int, xs ...*Buffer) (coopPacks, error) {
+// coopPackSpec is one operand of a cooperative-matrix kernel for coopPackHeads: the buffer,
+// its heads and values per row, the packed row width and the layout.
+type coopPackSpec struct {
+	b            *Buffer
+	heads, n, np int
+	headMajor    bool
+}
+
+// coopPackEach packs each operand of specs (coopPackHeads) for nb windows of t rows, in
+// order. On error the packs made so far are in the result (call done).
+func coopPackEach(r *Recorder, op string, nb, t int, specs ...coopPackSpec) (coopPacks, error) {
 	var ps coopPacks
-	for i, x := range xs {
-		heads := dims.NH
-		if i == 1 || i == 2 {
-			heads = dims.NKV
-		}
-		p, err := coopPackHeads(r, op, x, dims.NB, dims.T, heads, dims.HeadDim, hp, false)
+	for _, x := range specs {
+		p, err := coopPackHeads(r, op, x.b, nb, t, x.heads, x.n, x.np, x.headMajor)
 		if err != nil {
 			return ps, err
 		}
 		ps = append(ps, p)
 	}
 	return ps, nil
+}
+
+// coopPackAttn packs q (and dout: nh heads) and k, v (nkv heads) of an attention call, in
+// the order given: the first and any fourth have nh heads, the second and third nkv.
+func coopPackAttn(r *Recorder, op string, dims AttentionDims, hp int, xs ...*Buffer) (coopPacks, error) {
+	specs := make([]coopPackSpec, len(xs))
+	for i, x := range xs {
+		heads := dims.NH
+		if i == 1 || i == 2 {
+			heads = dims.NKV
+		}
+		specs[i] = coopPackSpec{x, heads, dims.HeadDim, hp, false}
+	}
+	return coopPackEach(r, op, dims.NB, dims.T, specs...)
 }
 
 // AttentionBackwardCoopmat records AttentionBackward (same arguments, layouts and outputs;
@@ -339,7 +356,7 @@ func AttentionBackwardCoopmat(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *
 	if err != nil {
 		return fail(err)
 	}
-	packs, err := coopPackAll(r, op, dims, tq.HP, q, k, v, dout)
+	packs, err := coopPackAttn(r, op, dims, tq.HP, q, k, v, dout)
 	defer packs.done()
 	if err != nil {
 		return fail(err)

@@ -90,7 +90,9 @@ func (d *Device) coopDeltaPlan(dims DeltaRuleDims) error {
 		return err
 	}
 	tp := uint64(roundUp(dims.T, GatedDeltaRuleChunkLen))
-	for _, words := range []uint64{uint64(dims.NB*dims.HV) * tp * uint64(c.DKP/2), uint64(dims.NB*dims.HV) * tp * GatedDeltaRuleChunkLen / 2} {
+	dvPad := uint64(roundUp(dims.DV, max(4*tc.Shape.M, c.CS)))
+	for _, words := range []uint64{uint64(dims.NB*dims.HV) * tp * uint64(c.DKP/2), uint64(dims.NB*dims.HV) * tp * GatedDeltaRuleChunkLen / 2,
+		uint64(dims.NB*dims.HV) * tp * dvPad / 2} {
 		if 4*words > d.info.MaxStorageBindingSize || words > maxU32Elems {
 			return fmt.Errorf("an f16 copy of %d bytes exceeds the device's binding size %d", 4*words, d.info.MaxStorageBindingSize)
 		}
@@ -131,18 +133,11 @@ func coopDeltaInter(r *Recorder, op string, q, k *Buffer, sc *gdrcScratch, o, st
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
-	var packs coopPacks
-	defer func() { packs.done() }()
-	for _, x := range []struct {
-		b            *Buffer
-		heads, n, np int
-		headMajor    bool
-	}{{q, hk, dk, c.DKP, false}, {k, hk, dk, c.DKP, false}, {sc.w, hv, dk, c.DKP, true}, {sc.aqk, hv, GatedDeltaRuleChunkLen, GatedDeltaRuleChunkLen, true}} {
-		p, err := coopPackHeads(r, op, x.b, nb, t, x.heads, x.n, x.np, x.headMajor)
-		if err != nil {
-			return err
-		}
-		packs = append(packs, p)
+	packs, err := coopPackEach(r, op, nb, t, coopPackSpec{q, hk, dk, c.DKP, false}, coopPackSpec{k, hk, dk, c.DKP, false},
+		coopPackSpec{sc.w, hv, dk, c.DKP, true}, coopPackSpec{sc.aqk, hv, GatedDeltaRuleChunkLen, GatedDeltaRuleChunkLen, true})
+	defer packs.done()
+	if err != nil {
+		return err
 	}
 	binds := append(packs.binds(), Whole(sc.u), Whole(sc.gc), Whole(o))
 	for _, b := range []*Buffer{state, h, vnew} {
@@ -164,6 +159,63 @@ func coopDeltaInter(r *Recorder, op string, q, k *Buffer, sc *gdrcScratch, o, st
 	r.Cost(gdrcInterCost(dims, state != nil, h != nil))
 	coopDispatches.Add(1)
 	return nil
+}
+
+// coopDeltaDhu records Dhu (gated_delta_rule_chunked_backward.wgsl's first stage after the
+// forward) on cooperative matrices (coopmat_delta.comp DHU): q, k, W, Aqk and dO packed to
+// f16, then one workgroup per (window, value head, slice of value columns) running the chunks
+// in reverse with the state's gradient in f32 accumulators, writing dh (the gradient of the
+// state after each chunk) and dV'. Errors: those of the packs, coopProgram (errCoopOff) and
+// Dispatch (the caller drops what was recorded).
+func coopDeltaDhu(r *Recorder, op string, q, k *Buffer, sc *gdrcScratch, do, dh, dvp *Buffer, dims DeltaRuleDims) error {
+	d := r.d
+	c, err := d.coopDeltaTileFor(dims.DK)
+	if err != nil {
+		return err
+	}
+	sg := d.tc.SubgroupSize
+	dvPad := roundUp(dims.DV, max(4*d.tc.Shape.M, c.CS))
+	kern, err := d.coopProgram(op+".dhu", coopProgramSpec{File: "coopmat_delta_dhu.spv", WG: sg * c.NSG, Uniforms: 8,
+		Access: []Access{Read, Read, Read, Read, Read, Read, Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite},
+		Values: []uint32{uint32(sg), uint32(d.tc.Shape.M), uint32(c.DKP), uint32(c.CS), uint32(c.NSG), uint32(dvPad)}})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errCoopOff, err)
+	}
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
+	grid, err := Grid1D(nb * hv * ((dv + c.CS - 1) / c.CS))
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	packs, err := coopPackEach(r, op, nb, t, coopPackSpec{q, hk, dk, c.DKP, false}, coopPackSpec{k, hk, dk, c.DKP, false},
+		coopPackSpec{sc.w, hv, dk, c.DKP, true}, coopPackSpec{sc.aqk, hv, GatedDeltaRuleChunkLen, GatedDeltaRuleChunkLen, true},
+		coopPackSpec{do, hv, dv, dvPad, false})
+	defer packs.done()
+	if err != nil {
+		return err
+	}
+	binds := append(packs.binds(), Whole(do), Whole(sc.gc), Whole(dh), Whole(dvp))
+	nck := (t + GatedDeltaRuleChunkLen - 1) / GatedDeltaRuleChunkLen
+	uni := []uint32{uint32(nb), uint32(t), uint32(hk), uint32(hv), uint32(nck), uint32(nck * GatedDeltaRuleChunkLen), uint32(dk), uint32(dv)}
+	if err := r.Dispatch(kern, grid, uni, binds...); err != nil {
+		return err
+	}
+	fc, fk, fv := float64(nb*t*hv), float64(dk), float64(dv)
+	r.Cost(fc*2*(2*fk*fv+32*fv), 4*(fc*(2*fk+GatedDeltaRuleChunkLen+1+2*fv)+float64(nb*hv*nck)*fk*fv))
+	coopDispatches.Add(1)
+	return nil
+}
+
+// GatedDeltaRuleChunkedBackwardCoopmat records GatedDeltaRuleChunkedBackward (same arguments,
+// layouts and outputs; host.GatedDeltaRuleBackward) with its two sequential stages on
+// cooperative matrices — the forward's inter-chunk pass saving the per-chunk states and V'
+// (coopmat_delta.comp with SAVE_H) and Dhu, the state gradients chunk by chunk in reverse
+// (coopmat_delta.comp DHU) — and the chunk-parallel stages (State, QK, Wy, F, Final) as
+// GatedDeltaRuleChunkedBackward's WGSL kernels. Limits: those of GatedDeltaRuleChunkedBackward
+// (dk and dv multiples of 4, dk ≤ 256). Errors: those of GatedDeltaRuleChunkedBackward,
+// tensor cores unavailable on the device, or a tile or copy the device cannot hold; nothing is
+// left recorded on error.
+func GatedDeltaRuleChunkedBackwardCoopmat(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
+	return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackwardCoopmat", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, true)
 }
 
 // GatedDeltaRuleChunkedCoopmat records GatedDeltaRuleChunked (same arguments, layouts and

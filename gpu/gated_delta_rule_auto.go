@@ -100,12 +100,35 @@ func gatedDeltaRuleAutoWGSL(r *Recorder, q, k, v, g, beta, o, state *Buffer, dim
 }
 
 // GatedDeltaRuleBackwardAuto records the backward of the gated delta rule with
-// GatedDeltaRuleBackwardLanes on CPU adapters (GatedDeltaRuleBackwardLanesFits), else with
-// GatedDeltaRuleChunkedBackward where GatedDeltaRuleChunkedBackwardFits says so for r's
-// device, else with GatedDeltaRuleBackward; the arguments and outputs are theirs, and all
-// compute the same gradients within f32 rounding (gpu tests). Errors: those of the launcher
-// taken.
+// GatedDeltaRuleChunkedBackwardCoopmat where tensor cores are on
+// (GatedDeltaRuleBackwardCoopmatFits; within the bound of its f16 operands; where its kernels
+// cannot be made, the WGSL forms run), else with GatedDeltaRuleBackwardLanes on CPU adapters
+// (GatedDeltaRuleBackwardLanesFits), else with GatedDeltaRuleChunkedBackward where
+// GatedDeltaRuleChunkedBackwardFits says so for r's device, else with GatedDeltaRuleBackward;
+// the arguments and outputs are theirs, and the WGSL forms compute the same gradients within
+// f32 rounding (gpu tests). Errors: those of the launcher taken.
 func GatedDeltaRuleBackwardAuto(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
+	wgsl := func() error {
+		return gatedDeltaRuleBackwardAutoWGSL(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
+	}
+	if r != nil && GatedDeltaRuleBackwardCoopmatFits(r.Device(), dims) {
+		return coopOrWGSL(func() error {
+			return GatedDeltaRuleChunkedBackwardCoopmat(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
+		}, wgsl)
+	}
+	return wgsl()
+}
+
+// GatedDeltaRuleBackwardCoopmatFits reports whether GatedDeltaRuleBackwardAuto takes the
+// cooperative-matrix form (GatedDeltaRuleChunkedBackwardCoopmat) on d for dims: where both
+// the chunked backward (GatedDeltaRuleChunkedBackwardFits: dk and dv multiples of 4) and the
+// cooperative-matrix forward (GatedDeltaRuleCoopmatFits) fit. False for a nil device.
+func GatedDeltaRuleBackwardCoopmatFits(d *Device, dims DeltaRuleDims) bool {
+	return GatedDeltaRuleChunkedBackwardFits(d, dims) && GatedDeltaRuleCoopmatFits(d, dims)
+}
+
+// gatedDeltaRuleBackwardAutoWGSL is GatedDeltaRuleBackwardAuto's choice among the WGSL forms.
+func gatedDeltaRuleBackwardAutoWGSL(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
 	if r != nil && GatedDeltaRuleBackwardLanesFits(r.Device(), dims) {
 		return GatedDeltaRuleBackwardLanes(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
 	}

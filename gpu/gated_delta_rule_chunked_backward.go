@@ -61,7 +61,13 @@ func GatedDeltaRuleChunkedBackwardScratch(dims DeltaRuleDims) int {
 // length mismatches, aliasing among the buffers, scratch or workgroup memory beyond the
 // device's limits, or any Dispatch error (nothing is left recorded on error).
 func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
-	const op = "GatedDeltaRuleChunkedBackward"
+	return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackward", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, false)
+}
+
+// gatedDeltaRuleChunkedBackward is GatedDeltaRuleChunkedBackward; with coop its sequential
+// stages — the forward's inter-chunk pass saving the states, and Dhu — run on cooperative
+// matrices (GatedDeltaRuleChunkedBackwardCoopmat).
+func gatedDeltaRuleChunkedBackward(r *Recorder, op string, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims, coop bool) error {
 	if err := dims.check(r, op); err != nil {
 		return err
 	}
@@ -122,6 +128,9 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 	}
 	kerns := map[string]*Kernel{}
 	for _, s := range []stageSpec{{"dhu", 6, 2}, {"state", 6, 4}, {"qk", 5, 2}, {"wy", 5, 1}, {"f", 5, 1}, {"final", 9, 4}} {
+		if coop && s.name == "dhu" { // on cooperative matrices (coopDeltaDhu)
+			continue
+		}
 		kr, err := kern(s.name, s.nread, s.nrw)
 		if err != nil {
 			return err
@@ -167,9 +176,14 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 		r.ops = r.ops[:mark]
 		return err
 	}
-	sc, err := gatedDeltaRuleChunked(r, op, q, k, v, g, beta, o, nil, h, vnew, dims, false)
+	sc, err := gatedDeltaRuleChunked(r, op, q, k, v, g, beta, o, nil, h, vnew, dims, coop)
 	if err != nil {
 		return fail(err)
+	}
+	if coop {
+		if err := coopDeltaDhu(r, op, q, k, sc, do, dh, dvp, dims); err != nil {
+			return fail(err)
+		}
 	}
 	uni := []uint32{uint32(nb), uint32(t), uint32(hk), uint32(hv), uint32(nck)}
 	fc := float64(rows * hv)
@@ -192,6 +206,9 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 			fc * 2 * (32*(2*fk+fv) + 128*fk), 4 * fc * (fk + 2 + 2*(fk+fv) + 2*fk)},
 		{kerns["final"], gridC, []*Buffer{q, k, v, sc.gc, beta, g, dqv, wyb, dgl, dkv, dval, dg, dbeta},
 			fc * 2 * (6*fk + 2*fv), 4 * fc * (3*fk + 2*fv + 3*fk + fv + 5)},
+	}
+	if coop { // Dhu ran on cooperative matrices
+		steps = steps[1:]
 	}
 	for _, s := range steps {
 		binds := make([]Binding, len(s.binds))

@@ -2,10 +2,12 @@ package gpu_test
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
 )
 
 // TestGatedDeltaRuleChunkedBackward: the chunked backward under the backward parity suite
@@ -48,4 +50,30 @@ func BenchmarkGatedDeltaRuleChunkedBackward(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestGatedDeltaRuleChunkedBackwardCoopmat: the chunked backward with its sequential stages
+// on cooperative matrices (where tensor cores are available) under the backward parity
+// suite, on the cases with dk and dv multiples of 4, compared with the token-by-token GPU
+// backward too, with deltaRuleBackwardCoopTol.
+func TestGatedDeltaRuleChunkedBackwardCoopmat(t *testing.T) {
+	skipNoCoopmat(t, gputest.Open(t))
+	coop0 := gpu.CoopDispatches()
+	testDeltaRuleBackward(t, deltaRuleBackwardImpl{gpu.GatedDeltaRuleChunkedBackwardCoopmat, deltaRuleBackwardCoopTol, true, true, true})
+	if gpu.CoopDispatches() == coop0 {
+		t.Error("no cooperative-matrix kernel recorded")
+	}
+}
+
+// deltaRuleBackwardCoopTol is the cooperative-matrix backward's tolerance relative to each
+// output's scale (testDeltaRuleBackward's): its f32 chunk-parallel stages take the per-chunk
+// states and V' from the cooperative-matrix forward (within deltaRuleCoopTol's three f16
+// products per chunk) and dh, dV' from Dhu on f16 operands, where an output passes through
+// at most three more products of rounded operands per chunk (K·dS and Aqkᵀ·dO, then Qᵀ·dO and
+// Wᵀ·dV' carried to the next chunk), each adding ≤ 2e16 of the sizes it combines; the
+// recurrences are non-expansive (deltaRuleBackwardChunkedTol), so the chunks' errors add:
+// atol = 12·(⌈t/64⌉ + 1)·e16·scale (2.3 % at one chunk), at least the f32 form's tolerance.
+func deltaRuleBackwardCoopTol(d gpu.DeltaRuleDims) float64 {
+	nck := float64((d.T + 63) / 64)
+	return math.Max(12*(nck+1)*e16, deltaRuleBackwardChunkedTol(d))
 }

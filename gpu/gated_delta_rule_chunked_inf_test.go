@@ -151,23 +151,33 @@ func testInfDecayForward(t *testing.T, name string, run func(r *gpu.Recorder, q,
 // the chunked form, exactly: a residue there would be multiplied by exp(A_log) in the
 // gates' backward.
 // The lane-blocked backward of CPU adapters (GatedDeltaRuleBackwardLanes) runs the same
-// checks where it runs.
+// checks where it runs, and the cooperative-matrix backward
+// (GatedDeltaRuleChunkedBackwardCoopmat, where tensor cores are available) with the larger of
+// infDecayTol and deltaRuleBackwardCoopTol.
 func TestGatedDeltaRuleChunkedBackwardInfDecay(t *testing.T) {
 	for _, impl := range []struct {
-		name  string
-		run   func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error
-		lanes bool
-	}{{"chunked", gpu.GatedDeltaRuleChunkedBackward, false}, {"lanes", gpu.GatedDeltaRuleBackwardLanes, true}} {
+		name        string
+		run         func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error
+		lanes, coop bool
+	}{{"chunked", gpu.GatedDeltaRuleChunkedBackward, false, false}, {"lanes", gpu.GatedDeltaRuleBackwardLanes, true, false},
+		{"coopmat", gpu.GatedDeltaRuleChunkedBackwardCoopmat, false, true}} {
 		t.Run(impl.name, func(t *testing.T) {
+			tol := infDecayTol
 			if impl.lanes {
 				skipNoLanes(t, gputest.Open(t))
 			}
-			testInfDecayBackward(t, impl.name, impl.run)
+			if impl.coop {
+				skipNoCoopmat(t, gputest.Open(t))
+				tol = func(t, dk, dv int) float64 {
+					return math.Max(infDecayTol(t, dk, dv), deltaRuleBackwardCoopTol(gpu.DeltaRuleDims{T: t, DK: dk, DV: dv}))
+				}
+			}
+			testInfDecayBackward(t, impl.name, impl.run, tol)
 		})
 	}
 }
 
-func testInfDecayBackward(t *testing.T, name string, bwRun func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error) {
+func testInfDecayBackward(t *testing.T, name string, bwRun func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error, tolf func(t, dk, dv int) float64) {
 	eachInfDecayCase(t, 173, func(t *testing.T, d *gpu.Device, tc infDecayRun) {
 		nb, tt, hk, hv, dk, dv := tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv
 		dims := gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}
@@ -194,7 +204,7 @@ func testInfDecayBackward(t *testing.T, name string, bwRun func(r *gpu.Recorder,
 		if err != nil {
 			t.Fatal(err)
 		}
-		tol := infDecayTol(tt, dk, dv)
+		tol := tolf(tt, dk, dv)
 		for i, w := range [][]float64{wq, wk, wv, wg, wb} {
 			what := []string{"dq", "dk", "dv", "dg", "dbeta"}[i]
 			m := maxAbs(w)

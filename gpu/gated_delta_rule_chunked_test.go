@@ -88,54 +88,62 @@ func deltaRuleCoopTol(d gpu.DeltaRuleDims) float64 {
 	return math.Max(6*(nck+1)*e16, deltaRuleChunkedTol(d))
 }
 
-// TestGatedDeltaRuleAutoCoopmat: the seam. With tensor cores forced on (where available),
+// TestGatedDeltaRuleAutoCoopmat: the seams. With tensor cores forced on (where available),
 // GatedDeltaRuleAuto records the cooperative-matrix form and gives GatedDeltaRuleChunkedCoopmat's
-// bits (it takes every shape the WGSL chunked form takes: dv of any size); with tensor cores
-// forced off it records none and gives the bits of the WGSL form it falls back to.
+// bits (it takes every shape the WGSL chunked form takes: dv of any size), and
+// GatedDeltaRuleBackwardAuto GatedDeltaRuleChunkedBackwardCoopmat's, except for dv = 21 (not a
+// multiple of 4), where the backward falls back to the WGSL form the automatic choice takes;
+// with tensor cores forced off neither records any and both give the WGSL forms' bits.
 func TestGatedDeltaRuleAutoCoopmat(t *testing.T) {
 	d := gputest.Open(t)
 	skipNoCoopmat(t, d)
 	rng := rand.New(rand.NewPCG(41, 42))
+	type fwdFn = func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error
+	type bwdFn = func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error
 	for _, c := range []struct {
-		dims gpu.DeltaRuleDims
-		on   bool
-		coop bool // Auto must take the cooperative-matrix form
-	}{{gpu.DeltaRuleDims{NB: 2, T: 100, HK: 1, HV: 2, DK: 16, DV: 21}, true, true},
-		{gpu.DeltaRuleDims{NB: 2, T: 100, HK: 1, HV: 2, DK: 16, DV: 21}, false, false}} {
-		dm := c.dims
-		t.Run(fmt.Sprintf("tensorcores=%v", c.on), func(t *testing.T) {
+		dv               int
+		on, coopF, coopB bool // tensor cores forced on; Auto must take the cooperative-matrix forms
+	}{{20, true, true, true}, {21, true, true, false}, {20, false, false, false}} {
+		dm := gpu.DeltaRuleDims{NB: 2, T: 100, HK: 1, HV: 2, DK: 16, DV: c.dv}
+		t.Run(fmt.Sprintf("dv=%d tensorcores=%v", c.dv, c.on), func(t *testing.T) {
 			defer gpu.SetTensorCores(c.on)()
-			if fits := gpu.GatedDeltaRuleCoopmatFits(d, dm); fits != c.coop {
-				t.Fatalf("GatedDeltaRuleCoopmatFits = %v, want %v", fits, c.coop)
+			if f, b := gpu.GatedDeltaRuleCoopmatFits(d, dm), gpu.GatedDeltaRuleBackwardCoopmatFits(d, dm); f != c.coopF || b != c.coopB {
+				t.Fatalf("GatedDeltaRuleCoopmatFits = %v, GatedDeltaRuleBackwardCoopmatFits = %v, want %v, %v", f, b, c.coopF, c.coopB)
 			}
 			rows := dm.NB * dm.T
 			f, _ := chunkedInputs(t, rng, rows, dm.HK, dm.HV, dm.DK, dm.DV, 1)
+			dof, _ := randF32(rng, rows*dm.HV*dm.DV, 1)
 			bs := newBufs(t, d)
 			q, k, v := bs.up("q", f[0], rows, dm.HK, dm.DK), bs.up("k", f[1], rows, dm.HK, dm.DK), bs.up("v", f[2], rows, dm.HV, dm.DV)
-			g, beta := bs.up("g", f[3], rows, dm.HV), bs.up("beta", f[4], rows, dm.HV)
-			run := func(fn func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error) ([2][]float32, int) {
-				o, st := bs.nw("o", rows, dm.HV, dm.DV), bs.nw("state", dm.NB, dm.HV, dm.DK, dm.DV)
+			g, beta, do := bs.up("g", f[3], rows, dm.HV), bs.up("beta", f[4], rows, dm.HV), bs.up("do", dof, rows, dm.HV, dm.DV)
+			run := func(fwd fwdFn, bwd bwdFn) ([7][]float32, int) {
+				outs := []*gpu.Buffer{bs.nw("o", rows, dm.HV, dm.DV), bs.nw("state", dm.NB, dm.HV, dm.DK, dm.DV), bs.nw("dq", rows, dm.HK, dm.DK),
+					bs.nw("dk", rows, dm.HK, dm.DK), bs.nw("dv", rows, dm.HV, dm.DV), bs.nw("dg", rows, dm.HV), bs.nw("dbeta", rows, dm.HV)}
 				c0 := gpu.CoopDispatches()
-				if err := d.Run(func(r *gpu.Recorder) error { return fn(r, q, k, v, g, beta, o, st, dm) }); err != nil {
+				if err := d.Run(func(r *gpu.Recorder) error {
+					if err := fwd(r, q, k, v, g, beta, outs[0], outs[1], dm); err != nil {
+						return err
+					}
+					return bwd(r, q, k, v, g, beta, do, outs[2], outs[3], outs[4], outs[5], outs[6], dm)
+				}); err != nil {
 					t.Fatal(err)
 				}
-				return [2][]float32{must(d.ReadFloat32(o)).T(t), must(d.ReadFloat32(st)).T(t)}, gpu.CoopDispatches() - c0
+				var res [7][]float32
+				for i, b := range outs {
+					res[i] = must(d.ReadFloat32(b)).T(t)
+				}
+				return res, gpu.CoopDispatches() - c0
 			}
-			auto, n := run(gpu.GatedDeltaRuleAuto)
-			ref := gpu.GatedDeltaRuleChunkedCoopmat
-			switch {
-			case c.coop:
-			case gpu.GatedDeltaRuleLanesFits(d, dm):
-				ref = gpu.GatedDeltaRuleLanes
-			case gpu.GatedDeltaRuleChunkedFits(d, dm):
-				ref = gpu.GatedDeltaRuleChunked
-			default:
-				ref = gpu.GatedDeltaRule
-			}
-			if want := map[bool]int{true: 1, false: 0}[c.coop]; n != want {
+			auto, n := run(gpu.GatedDeltaRuleAuto, gpu.GatedDeltaRuleBackwardAuto)
+			// The forms the automatic choice must take, in its order of preference.
+			fwd := firstFit([]bool{c.coopF, gpu.GatedDeltaRuleLanesFits(d, dm), gpu.GatedDeltaRuleChunkedFits(d, dm)},
+				[]fwdFn{gpu.GatedDeltaRuleChunkedCoopmat, gpu.GatedDeltaRuleLanes, gpu.GatedDeltaRuleChunked, gpu.GatedDeltaRule})
+			bwd := firstFit([]bool{c.coopB, gpu.GatedDeltaRuleBackwardLanesFits(d, dm), gpu.GatedDeltaRuleChunkedBackwardFits(d, dm)},
+				[]bwdFn{gpu.GatedDeltaRuleChunkedBackwardCoopmat, gpu.GatedDeltaRuleBackwardLanes, gpu.GatedDeltaRuleChunkedBackward, gpu.GatedDeltaRuleBackward})
+			if want := map[bool]int{true: 1}[c.coopF] + map[bool]int{true: 2}[c.coopB]; n != want {
 				t.Errorf("%d cooperative-matrix kernels recorded, want %d", n, want)
 			}
-			want, _ := run(ref)
+			want, _ := run(fwd, bwd)
 			for i := range auto {
 				for e := range auto[i] {
 					if math.Float32bits(auto[i][e]) != math.Float32bits(want[i][e]) {
@@ -145,4 +153,14 @@ func TestGatedDeltaRuleAutoCoopmat(t *testing.T) {
 			}
 		})
 	}
+}
+
+// firstFit returns forms[i] for the first fits[i] that holds, else the last form.
+func firstFit[F any](fits []bool, forms []F) F {
+	for i, ok := range fits {
+		if ok {
+			return forms[i]
+		}
+	}
+	return forms[len(forms)-1]
 }
