@@ -298,8 +298,10 @@ func testAttentionBackwardErrors(t *testing.T, backward func(r *gpu.Recorder, q,
 	}
 }
 
-// BenchmarkAttentionBackward: the geometries of BenchmarkAttention (one window of t = 512,
-// nh = 8 over nkv = 2, head_dim 256; with NVG_BENCH_BIG=1 also t = 4096, nh = 16, nkv = 4).
+// BenchmarkAttentionBackward: the geometries and kernel forms of BenchmarkAttention (one
+// window of t = 512, nh = 8 over nkv = 2, head_dim 256; with NVG_BENCH_LARGE=1 also nb = 8
+// windows, with NVG_BENCH_BIG=1 t = 4096, nh = 16, nkv = 4; wgsl: AttentionBackward, coopmat:
+// AttentionBackwardCoopmat with its packs).
 // Reports tokens/s (whole call), gpu-µs (the three passes' kernel time from the profiler,
 // each pass logged) and GFLOP/s over that time of the backward's five causal t×t×hd products (scores again, dp, dv, dq, dk: 10·hd flops per
 // (query, key ≤ query) pair and head). H200, 2026-11-30: 3.1 ms (860 GFLOP/s) at t = 512
@@ -308,7 +310,7 @@ func BenchmarkAttentionBackward(b *testing.B) {
 	eachAttentionBenchSize(b, benchAttentionBackward)
 }
 
-func benchAttentionBackward(b *testing.B, nb, tt, nh, nkv, hd int) {
+func benchAttentionBackward(b *testing.B, nb, tt, nh, nkv, hd int, coop bool) {
 	d := gputest.Open(b)
 	rng := rand.New(rand.NewPCG(69, 70))
 	rows := nb * tt
@@ -327,9 +329,13 @@ func benchAttentionBackward(b *testing.B, nb, tt, nh, nkv, hd int) {
 	}); err != nil {
 		b.Fatal(err)
 	}
+	bw := gpu.AttentionBackward
+	if coop {
+		bw = gpu.AttentionBackwardCoopmat
+	}
 	run := func() {
 		if err := d.Run(func(r *gpu.Recorder) error {
-			return gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
+			return bw(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
 		}); err != nil {
 			b.Fatal(err)
 		}
@@ -338,6 +344,7 @@ func benchAttentionBackward(b *testing.B, nb, tt, nh, nkv, hd int) {
 		}
 	}
 	run() // compile the pipelines outside the timing
+	benchWarm(run)
 	b.ResetTimer()
 	for range b.N {
 		run()

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -221,31 +222,34 @@ func attentionCoopBound(q, k, v, lse []float64, nb, t, nh, nkv, hd int, ef float
 }
 
 // BenchmarkAttention: one window of t = 512 tokens, nh = 8 query heads over nkv = 2 KV
-// heads, head_dim 256 (Qwen3.5's); with NVG_BENCH_BIG=1 also t = 4096 with nh = 16, nkv = 4.
-// Reports tokens/s (whole call), gpu-µs (kernel time from the profiler) and the causal
-// score+value GFLOP/s over the GPU time (4·hd flops per (query, key ≤ query) pair and head).
+// heads, head_dim 256 (Qwen3.5's); with NVG_BENCH_LARGE=1 also the 0.8B student step's batch
+// (nb = 8 windows of t = 512), with NVG_BENCH_BIG=1 t = 4096 with nh = 16, nkv = 4; each for
+// the kernel forms of NVG_TC_VARIANTS (wgsl: Attention, coopmat: AttentionCoopmat with its
+// packs). Reports tokens/s (whole call), the GPU time of the call's kernels from the profiler
+// (gpu-µs-all, and one metric per kernel) and GFLOP/s over it of the causal score+value
+// products (4·hd flops per (query, key ≤ query) pair and head, whatever the form computes).
 func BenchmarkAttention(b *testing.B) {
 	eachAttentionBenchSize(b, benchAttention)
 }
 
-// eachAttentionBenchSize runs bench as a sub-benchmark per attention geometry: one window of
-// t = 512, nh = 8 over nkv = 2, head_dim 256, and with NVG_BENCH_BIG=1 t = 4096, nh = 16,
-// nkv = 4.
-func eachAttentionBenchSize(b *testing.B, bench func(b *testing.B, nb, tt, nh, nkv, hd int)) {
+// eachAttentionBenchSize runs bench as a sub-benchmark per attention geometry and kernel
+// form (eachTCVariant): one window of t = 512, nh = 8 over nkv = 2, head_dim 256; with
+// NVG_BENCH_LARGE=1 nb = 8 such windows; with NVG_BENCH_BIG=1 t = 4096, nh = 16, nkv = 4.
+func eachAttentionBenchSize(b *testing.B, bench func(b *testing.B, nb, tt, nh, nkv, hd int, coop bool)) {
 	for _, sz := range []struct {
 		nb, t, nh, nkv, hd int
-		big                bool
-	}{{1, 512, 8, 2, 256, false}, {1, 4096, 16, 4, 256, true}} {
+		env                string
+	}{{1, 512, 8, 2, 256, ""}, {8, 512, 8, 2, 256, "NVG_BENCH_LARGE"}, {1, 4096, 16, 4, 256, "NVG_BENCH_BIG"}} {
 		b.Run(fmt.Sprintf("nb=%d,t=%d,nh=%d,nkv=%d,hd=%d", sz.nb, sz.t, sz.nh, sz.nkv, sz.hd), func(b *testing.B) {
-			if sz.big && os.Getenv("NVG_BENCH_BIG") != "1" {
-				b.Skip("model-sized run: set NVG_BENCH_BIG=1")
+			if sz.env != "" && os.Getenv(sz.env) != "1" {
+				b.Skip("model-sized run: set " + sz.env + "=1")
 			}
-			bench(b, sz.nb, sz.t, sz.nh, sz.nkv, sz.hd)
+			eachTCVariant(b, func(b *testing.B, coop bool) { bench(b, sz.nb, sz.t, sz.nh, sz.nkv, sz.hd, coop) })
 		})
 	}
 }
 
-func benchAttention(b *testing.B, nb, tt, nh, nkv, hd int) {
+func benchAttention(b *testing.B, nb, tt, nh, nkv, hd int, coop bool) {
 	d := gputest.Open(b)
 	rng := rand.New(rand.NewPCG(31, 32))
 	rows := nb * tt
@@ -260,14 +264,27 @@ func benchAttention(b *testing.B, nb, tt, nh, nkv, hd int) {
 	for _, x := range []*gpu.Buffer{q, k, v, o, lse} {
 		defer x.Release()
 	}
-	benchKernel(b, d, "Attention", rows, func(r *gpu.Recorder) error {
-		return gpu.Attention(r, q, k, v, o, lse, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
+	run := gpu.Attention
+	if coop {
+		run = gpu.AttentionCoopmat
+	}
+	benchKernel(b, d, "", rows, func(r *gpu.Recorder) error {
+		return run(r, q, k, v, o, lse, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
 	}, lse)
-	flops := float64(nb*nh*tt*(tt+1)/2) * 4 * float64(hd)
+	reportGFLOPs(b, d, "Attention", float64(nb*nh*tt*(tt+1)/2)*4*float64(hd))
+}
+
+// reportGFLOPs reports flops per call over the summed GPU time of the profiled kernels whose
+// names start with prefix (the last profiled call; nothing without timestamp queries).
+func reportGFLOPs(b *testing.B, d *gpu.Device, prefix string, flops float64) {
+	var total float64
 	for _, kt := range d.Profile() {
-		if kt.Name == "Attention" && kt.Total > 0 {
-			b.ReportMetric(flops*float64(kt.Calls)/kt.Total.Seconds()/1e9, "GFLOP/s")
+		if strings.HasPrefix(kt.Name, prefix) {
+			total += kt.Total.Seconds() / float64(max(kt.Calls, 1))
 		}
+	}
+	if total > 0 {
+		b.ReportMetric(flops/total/1e9, "GFLOP/s")
 	}
 }
 

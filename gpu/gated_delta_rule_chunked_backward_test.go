@@ -19,7 +19,9 @@ func TestGatedDeltaRuleChunkedBackward(t *testing.T) {
 
 // BenchmarkGatedDeltaRuleChunkedBackward: as BenchmarkGatedDeltaRuleBackward's small case
 // (nb = 1, t = 512, hk = 1, hv = 2, dk = dv = 128), and with NVG_BENCH_LARGE=1 the model's
-// batch nb = 8, t = 512, hk = 16, hv = 32 for the chunked and the token-by-token backward.
+// batch nb = 8, t = 512, hk = 16, hv = 32, for the chunked backward in the kernel forms of
+// NVG_TC_VARIANTS (wgsl: GatedDeltaRuleChunkedBackward, coopmat:
+// GatedDeltaRuleChunkedBackwardCoopmat) and, at the model's batch, the token-by-token one.
 // Reports tokens/s and ms per call (submit and readback included) and gpu-µs-all, the
 // summed GPU time of all the call's kernels.
 func BenchmarkGatedDeltaRuleChunkedBackward(b *testing.B) {
@@ -27,26 +29,27 @@ func BenchmarkGatedDeltaRuleChunkedBackward(b *testing.B) {
 		nb, t, hk, hv int
 		large         bool
 	}{{1, 512, 1, 2, false}, {8, 512, 16, 32, true}} {
-		for _, chunked := range []bool{true, false} {
-			name := "token"
-			if chunked {
-				name = "chunked"
+		dims := gpu.DeltaRuleDims{NB: sz.nb, T: sz.t, HK: sz.hk, HV: sz.hv, DK: 128, DV: 128}
+		bench := func(b *testing.B, bw func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error) {
+			if sz.large && os.Getenv("NVG_BENCH_LARGE") != "1" {
+				b.Skip("model-sized run: set NVG_BENCH_LARGE=1")
 			}
-			b.Run(fmt.Sprintf("%s,nb=%d,t=%d,hk=%d,hv=%d", name, sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
-				if sz.large && os.Getenv("NVG_BENCH_LARGE") != "1" {
-					b.Skip("model-sized run: set NVG_BENCH_LARGE=1")
+			benchDeltaRuleBackward(b, bw, dims, func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, wait *gpu.Buffer) {
+				benchKernel(b, d, "", rows, rec, wait)
+			})
+		}
+		b.Run(fmt.Sprintf("chunked,nb=%d,t=%d,hk=%d,hv=%d", sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
+			eachTCVariant(b, func(b *testing.B, coop bool) {
+				bw := gpu.GatedDeltaRuleChunkedBackward
+				if coop {
+					bw = gpu.GatedDeltaRuleChunkedBackwardCoopmat
 				}
-				if !sz.large && !chunked {
-					b.Skip("see BenchmarkGatedDeltaRuleBackward")
-				}
-				bw := gpu.GatedDeltaRuleBackward
-				if chunked {
-					bw = gpu.GatedDeltaRuleChunkedBackward
-				}
-				benchDeltaRuleBackward(b, bw, gpu.DeltaRuleDims{NB: sz.nb, T: sz.t, HK: sz.hk, HV: sz.hv, DK: 128, DV: 128},
-					func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, wait *gpu.Buffer) {
-						benchKernel(b, d, "", rows, rec, wait)
-					})
+				bench(b, bw)
+			})
+		})
+		if sz.large {
+			b.Run(fmt.Sprintf("token,nb=%d,t=%d,hk=%d,hv=%d", sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
+				bench(b, gpu.GatedDeltaRuleBackward)
 			})
 		}
 	}

@@ -39,8 +39,10 @@ func f64(x []float32) []float64 {
 
 // BenchmarkGatedDeltaRuleChunked: as BenchmarkGatedDeltaRule (one window of t = 512,
 // hk = 1, hv = 2, dk = dv = 128, final state written), and with NVG_BENCH_LARGE=1 the
-// model's batch nb = 8 windows of t = 512, hk = 16, hv = 32. Reports tokens/s, ms per call
-// and the GPU time of each kernel and of all (benchKernel with no name).
+// model's batch nb = 8 windows of t = 512, hk = 16, hv = 32; each for the kernel forms of
+// NVG_TC_VARIANTS (wgsl: GatedDeltaRuleChunked, coopmat: GatedDeltaRuleChunkedCoopmat).
+// Reports tokens/s, ms per call and the GPU time of each kernel and of all (benchKernel
+// with no name).
 func BenchmarkGatedDeltaRuleChunked(b *testing.B) {
 	for _, sz := range []struct {
 		nb, t, hk, hv int
@@ -50,15 +52,18 @@ func BenchmarkGatedDeltaRuleChunked(b *testing.B) {
 			if sz.large && os.Getenv("NVG_BENCH_LARGE") != "1" {
 				b.Skip("model-sized run: set NVG_BENCH_LARGE=1")
 			}
-			benchGatedDeltaRuleChunked(b, sz.nb, sz.t, sz.hk, sz.hv, 128, 128)
+			eachTCVariant(b, func(b *testing.B, coop bool) {
+				run := gpu.GatedDeltaRuleChunked
+				if coop {
+					run = gpu.GatedDeltaRuleChunkedCoopmat
+				}
+				benchDeltaRule(b, run, gpu.DeltaRuleDims{NB: sz.nb, T: sz.t, HK: sz.hk, HV: sz.hv, DK: 128, DV: 128},
+					func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, st *gpu.Buffer) {
+						benchKernel(b, d, "", rows, rec, st)
+					})
+			})
 		})
 	}
-}
-
-func benchGatedDeltaRuleChunked(b *testing.B, nb, tt, hk, hv, dk, dv int) {
-	benchDeltaRule(b, gpu.GatedDeltaRuleChunked, gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}, func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, st *gpu.Buffer) {
-		benchKernel(b, d, "", rows, rec, st)
-	})
 }
 
 // TestGatedDeltaRuleChunkedCoopmat: the chunked form with its inter-chunk stage on

@@ -247,7 +247,8 @@ func benchDeltaRule(b *testing.B, run func(r *gpu.Recorder, q, k, v, g, beta, o,
 }
 
 // benchKernel times rec (recorded, submitted and waited for by reading wait back) b.N times
-// after one untimed call that compiles the pipeline, reports tokens/s for rows tokens per
+// after one untimed call that compiles the pipeline and 200 ms of warm-up (benchWarm),
+// reports tokens/s for rows tokens per
 // call, and then, from the timestamp profiler (absent when the device has no timestamp
 // queries), the GPU time of one call of kernel name (gpu-µs) or, for name "" (launchers of
 // several dispatches), ms per call, the GPU time of every kernel of one call (<kernel>-µs)
@@ -262,6 +263,7 @@ func benchKernel(b *testing.B, d *gpu.Device, name string, rows int, rec func(*g
 		}
 	}
 	run()
+	benchWarm(run) // the H200 lowers its clock between spaced submits (DESIGN.md §9)
 	b.ResetTimer()
 	for range b.N {
 		run()
