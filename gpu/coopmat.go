@@ -361,7 +361,8 @@ var errCoopOff = errors.New("tensor cores unavailable")
 // spv.sum has each).
 func coopFiles() []string {
 	f := []string{coopDense.File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File}
-	return append(append(f, coopAttnFiles[:]...), "coopmat_delta.spv", "coopmat_delta_dhu.spv")
+	return append(append(f, coopAttnFiles[:]...), "coopmat_delta.spv", "coopmat_delta_dhu.spv",
+		"coopmat_delta_state.spv", "coopmat_delta_qk.spv", "coopmat_delta_f.spv")
 }
 
 // coopMaxEntry is the longest entry name the layer compares (nvg_layer.c reads 127 bytes).

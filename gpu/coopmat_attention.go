@@ -23,12 +23,21 @@ type coopPacked struct {
 	done       func()
 }
 
-// coopPackHeads records CoopmatPackHeads (wgsl/coopmat_pack_heads.wgsl) for x F32: per window
-// b < nb and head h < heads, t rows of hd values (token-major [nb·t, heads, hd], or
-// headMajor [nb·heads·t, hd]) to f16 [nb, heads, tp, hp] (tp = t rounded up to 64, zero past
-// t and past hd) with a power-of-two scale per block of 64 rows, into borrowed buffers.
-// Errors: a packed buffer past the device's binding size, or those of Borrow and Dispatch.
-func coopPackHeads(r *Recorder, op string, x *Buffer, nb, t, heads, hd, hp int, headMajor bool) (coopPacked, error) {
+// coopPackHeads records CoopmatPackHeads (wgsl/coopmat_pack_heads.wgsl) for s.b F32: per
+// window b < nb and head h < heads (s.wins, s.rows replace nb, t when set), t rows of s.n values (token-major [nb·t, heads, stride],
+// or headMajor [nb·heads·t, stride], the values from column col0 of rows of stride, s.n by
+// default) to f16 [nb, heads, tp, s.np] (tp = t rounded up to 64, zero past t and past s.n)
+// with a power-of-two scale per block of 64 rows, into borrowed buffers. Errors: a packed
+// buffer past the device's binding size, or those of Borrow and Dispatch.
+func coopPackHeads(r *Recorder, op string, nb, t int, s coopPackSpec) (coopPacked, error) {
+	x, heads, hd, hp, headMajor := s.b, s.heads, s.n, s.np, s.headMajor
+	if s.wins != 0 {
+		nb, t = s.wins, s.rows
+	}
+	stride := s.stride
+	if stride == 0 {
+		stride = hd
+	}
 	nblk := (t + coopPackRows - 1) / coopPackRows
 	words := uint64(nb*heads*nblk*coopPackRows) * uint64(hp/2)
 	if 4*words > r.d.Info().MaxStorageBindingSize || words > maxU32Elems {
@@ -50,8 +59,8 @@ func coopPackHeads(r *Recorder, op string, x *Buffer, nb, t, heads, hd, hp int, 
 			WG        int
 			HeadMajor bool
 		}{256, headMajor},
-		Bindings: []Access{Read, ReadWrite, ReadWrite}, Uniforms: 6}, nb*heads*nblk,
-		[]uint32{uint32(t), uint32(heads), uint32(hd), uint32(hp), uint32(nblk), uint32(nb * heads * nblk)},
+		Bindings: []Access{Read, ReadWrite, ReadWrite}, Uniforms: 8}, nb*heads*nblk,
+		[]uint32{uint32(t), uint32(heads), uint32(hd), uint32(hp), uint32(nblk), uint32(nb * heads * nblk), uint32(stride), uint32(s.col0)},
 		Whole(x), Whole(x16), Whole(sc))
 	if err != nil {
 		pk.done()
@@ -269,11 +278,16 @@ func (ps coopPacks) binds() []Binding {
 }
 
 // coopPackSpec is one operand of a cooperative-matrix kernel for coopPackHeads: the buffer,
-// its heads and values per row, the packed row width and the layout.
+// its heads and values per row, the packed row width, the layout, and where a row's values
+// start in rows of stride values (0, 0: a plain tensor, rows of n values).
 type coopPackSpec struct {
 	b            *Buffer
 	heads, n, np int
 	headMajor    bool
+	stride, col0 int
+	// wins, rows, when not 0, replace the call's windows and rows per window (the delta
+	// rule's per-chunk states: nb·hv·⌈t/64⌉ windows of dk rows).
+	wins, rows int
 }
 
 // coopPackEach packs each operand of specs (coopPackHeads) for nb windows of t rows, in
@@ -281,7 +295,7 @@ type coopPackSpec struct {
 func coopPackEach(r *Recorder, op string, nb, t int, specs ...coopPackSpec) (coopPacks, error) {
 	var ps coopPacks
 	for _, x := range specs {
-		p, err := coopPackHeads(r, op, x.b, nb, t, x.heads, x.n, x.np, x.headMajor)
+		p, err := coopPackHeads(r, op, nb, t, x)
 		if err != nil {
 			return ps, err
 		}
@@ -299,7 +313,7 @@ func coopPackAttn(r *Recorder, op string, dims AttentionDims, hp int, xs ...*Buf
 		if i == 1 || i == 2 {
 			heads = dims.NKV
 		}
-		specs[i] = coopPackSpec{x, heads, dims.HeadDim, hp, false}
+		specs[i] = coopPackSpec{b: x, heads: heads, n: dims.HeadDim, np: hp}
 	}
 	return coopPackEach(r, op, dims.NB, dims.T, specs...)
 }

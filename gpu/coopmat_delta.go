@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // The chunked gated delta rule on cooperative matrices (tensor cores): the inter-chunk
@@ -133,8 +134,7 @@ func coopDeltaInter(r *Recorder, op string, q, k *Buffer, sc *gdrcScratch, o, st
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
-	packs, err := coopPackEach(r, op, nb, t, coopPackSpec{q, hk, dk, c.DKP, false}, coopPackSpec{k, hk, dk, c.DKP, false},
-		coopPackSpec{sc.w, hv, dk, c.DKP, true}, coopPackSpec{sc.aqk, hv, GatedDeltaRuleChunkLen, GatedDeltaRuleChunkLen, true})
+	packs, err := coopPackEach(r, op, nb, t, coopDeltaOperands(dims, c.DKP, q, k, sc)...)
 	defer packs.done()
 	if err != nil {
 		return err
@@ -186,9 +186,7 @@ func coopDeltaDhu(r *Recorder, op string, q, k *Buffer, sc *gdrcScratch, do, dh,
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
-	packs, err := coopPackEach(r, op, nb, t, coopPackSpec{q, hk, dk, c.DKP, false}, coopPackSpec{k, hk, dk, c.DKP, false},
-		coopPackSpec{sc.w, hv, dk, c.DKP, true}, coopPackSpec{sc.aqk, hv, GatedDeltaRuleChunkLen, GatedDeltaRuleChunkLen, true},
-		coopPackSpec{do, hv, dv, dvPad, false})
+	packs, err := coopPackEach(r, op, nb, t, append(coopDeltaOperands(dims, c.DKP, q, k, sc), coopPackSpec{b: do, heads: hv, n: dv, np: dvPad})...)
 	defer packs.done()
 	if err != nil {
 		return err
@@ -205,16 +203,169 @@ func coopDeltaDhu(r *Recorder, op string, q, k *Buffer, sc *gdrcScratch, do, dh,
 	return nil
 }
 
+// coopDeltaOperands are the packed operands of the sequential kernels, in binding order: q,
+// k (key heads, dk padded to dkp), W (value heads, dkp) and Aqk (value heads, 64 columns).
+func coopDeltaOperands(dims DeltaRuleDims, dkp int, q, k *Buffer, sc *gdrcScratch) []coopPackSpec {
+	return []coopPackSpec{{b: q, heads: dims.HK, n: dims.DK, np: dkp}, {b: k, heads: dims.HK, n: dims.DK, np: dkp},
+		{b: sc.w, heads: dims.HV, n: dims.DK, np: dkp, headMajor: true},
+		{b: sc.aqk, heads: dims.HV, n: GatedDeltaRuleChunkLen, np: GatedDeltaRuleChunkLen, headMajor: true}}
+}
+
+// coopDeltaChunkNSG is the subgroups per workgroup of coopmat_delta_chunk.comp.
+const coopDeltaChunkNSG = 4
+
+// coopDeltaChunkShared is coopmat_delta_chunk.comp's workgroup memory in bytes on d (its
+// arrays Cs, gam, Red, Ms, Mh).
+func (d *Device) coopDeltaChunkShared() int {
+	l, ch, nsg := d.tc.Shape.M, GatedDeltaRuleChunkLen, coopDeltaChunkNSG
+	return nsg*l*l*4 + ch*4 + nsg*d.tc.SubgroupSize*4 + ch*(ch+4)*4 + ch*(ch+8)*2
+}
+
+// coopDeltaBwdPlan errors when the chunk-parallel cooperative-matrix stages cannot take dims
+// on d: their workgroup memory, or the f16 copies of the per-chunk states past one binding.
+func (d *Device) coopDeltaBwdPlan(dims DeltaRuleDims) error {
+	if shm := d.coopDeltaChunkShared(); int(d.info.MaxWorkgroupStorage) < shm {
+		return fmt.Errorf("the delta rule's chunk stages need %d bytes of workgroup memory, the device allows %d", shm, d.info.MaxWorkgroupStorage)
+	}
+	nck := (dims.T + GatedDeltaRuleChunkLen - 1) / GatedDeltaRuleChunkLen
+	l := d.tc.Shape.M
+	words := uint64(dims.NB*dims.HV*nck) * uint64(roundUp(dims.DK, coopPackRows)) * uint64(roundUp(dims.DV, 4*l)/2)
+	if 4*words > d.info.MaxStorageBindingSize || words > maxU32Elems {
+		return fmt.Errorf("the f16 copy of the per-chunk states (%d bytes) exceeds the device's binding size %d", 4*words, d.info.MaxStorageBindingSize)
+	}
+	return nil
+}
+
+// coopDeltaBwd is what the chunk-parallel cooperative-matrix stages of one backward call
+// share: the sizes, the scratch, and the operands packed to f16 (each once, on first use;
+// given back by done).
+type coopDeltaBwd struct {
+	r        *Recorder
+	op       string
+	dims     DeltaRuleDims
+	sc       *gdrcScratch
+	dkp, dvp int
+	packs    map[coopPackSpec]coopPacked
+}
+
+func newCoopDeltaBwd(r *Recorder, op string, dims DeltaRuleDims, sc *gdrcScratch) *coopDeltaBwd {
+	l := r.d.tc.Shape.M
+	return &coopDeltaBwd{r: r, op: op, dims: dims, sc: sc, dkp: roundUp(dims.DK, 4*l), dvp: roundUp(dims.DV, 4*l),
+		packs: map[coopPackSpec]coopPacked{}}
+}
+
+func (c *coopDeltaBwd) done() {
+	for _, p := range c.packs {
+		p.done()
+	}
+}
+
+// keys are the packed operands of a value head's rows (x [nb·t, hv, dv] token-major, or
+// the scratch rows [nb·hv·t, n] head-major), of q and k, and of the per-chunk states.
+func (c *coopDeltaBwd) values(x *Buffer, headMajor bool) coopPackSpec {
+	return coopPackSpec{b: x, heads: c.dims.HV, n: c.dims.DV, np: c.dvp, headMajor: headMajor}
+}
+
+func (c *coopDeltaBwd) keys(x *Buffer) coopPackSpec {
+	return coopPackSpec{b: x, heads: c.dims.HK, n: c.dims.DK, np: c.dkp}
+}
+
+func (c *coopDeltaBwd) states(x *Buffer) coopPackSpec {
+	nck := (c.dims.T + GatedDeltaRuleChunkLen - 1) / GatedDeltaRuleChunkLen
+	return coopPackSpec{b: x, heads: 1, n: c.dims.DV, np: c.dvp, headMajor: true, wins: c.dims.NB * c.dims.HV * nck, rows: c.dims.DK}
+}
+
+// stage records coopmat_delta_chunk.comp's variant file with the packed operands ins (each
+// bound as its f16 words and scales, in order) then the f32 buffers outs, the last nw of them
+// written. Errors: those of the packs, coopProgram (errCoopOff) and Dispatch.
+func (c *coopDeltaBwd) stage(file string, ins []coopPackSpec, outs []*Buffer, nw int, flops, bytes float64) error {
+	r, dims := c.r, c.dims
+	var binds []Binding
+	var access []Access
+	for _, s := range ins {
+		p, ok := c.packs[s]
+		if !ok {
+			var err error
+			if p, err = coopPackHeads(r, c.op, dims.NB, dims.T, s); err != nil {
+				return err
+			}
+			c.packs[s] = p
+		}
+		binds = append(binds, Whole(p.x16), Whole(p.scale))
+		access = append(access, Read, Read)
+	}
+	for i, b := range outs {
+		binds = append(binds, Whole(b))
+		access = append(access, map[bool]Access{false: Read, true: ReadWrite}[i >= len(outs)-nw])
+	}
+	d := r.d
+	sg := d.tc.SubgroupSize
+	kern, err := d.coopProgram(c.op+"."+strings.TrimSuffix(strings.TrimPrefix(file, "coopmat_delta_"), ".spv"),
+		coopProgramSpec{File: file, WG: sg * coopDeltaChunkNSG, Access: access, Uniforms: 9,
+			Values: []uint32{uint32(sg), uint32(d.tc.Shape.M), uint32(c.dkp), uint32(c.dvp), coopDeltaChunkNSG}})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errCoopOff, err)
+	}
+	nck := (dims.T + GatedDeltaRuleChunkLen - 1) / GatedDeltaRuleChunkLen
+	grid, err := Grid1D(dims.NB * dims.HV * nck)
+	if err != nil {
+		return fmt.Errorf("gpu: %s: %w", c.op, err)
+	}
+	uni := []uint32{uint32(dims.NB), uint32(dims.T), uint32(dims.HK), uint32(dims.HV), uint32(nck),
+		uint32(nck * GatedDeltaRuleChunkLen), uint32(dims.DK), uint32(dims.DV), uint32(roundUp(dims.DK, coopPackRows))}
+	if err := r.Dispatch(kern, grid, uni, binds...); err != nil {
+		return err
+	}
+	r.Cost(flops, bytes)
+	coopDispatches.Add(1)
+	return nil
+}
+
+// record records the backward's stage name (dhu, state, qk or f: the kernels of
+// coopmat_delta.comp DHU and coopmat_delta_chunk.comp) with the call's buffers (names as in
+// gatedDeltaRuleChunkedBackward), annotated with the WGSL stage's flops and bytes.
+func (c *coopDeltaBwd) record(name string, do, h, dh, vnew, dvp, q, k, beta, wyb, dqv, dkv, dwt, dgl *Buffer, flops, bytes float64) error {
+	dims, sc := c.dims, c.sc
+	switch name {
+	case "dhu":
+		return coopDeltaDhu(c.r, c.op, q, k, sc, do, dh, dvp, dims)
+	case "state":
+		return c.stage("coopmat_delta_state.spv", []coopPackSpec{c.values(do, false), c.values(vnew, true), c.values(dvp, true),
+			c.states(h), c.states(dh)}, []*Buffer{h, dh, sc.gc, dqv, dkv, dwt, dgl}, 4, flops, bytes)
+	case "qk":
+		return c.stage("coopmat_delta_qk.spv", []coopPackSpec{c.values(do, false), c.values(vnew, true), c.keys(q), c.keys(k)},
+			[]*Buffer{sc.gc, dqv, dkv}, 2, flops, bytes)
+	case "f":
+		ws := 3*dims.DK + dims.DV
+		return c.stage("coopmat_delta_f.spv", []coopPackSpec{
+			{b: wyb, heads: dims.HV, n: dims.DK, np: c.dkp, headMajor: true, stride: ws},
+			{b: wyb, heads: dims.HV, n: dims.DV, np: c.dvp, headMajor: true, stride: ws, col0: dims.DK},
+			{b: sc.w, heads: dims.HV, n: dims.DK, np: c.dkp, headMajor: true}, c.values(sc.u, true), c.keys(k)},
+			[]*Buffer{sc.gc, beta, wyb}, 1, flops, bytes)
+	}
+	return fmt.Errorf("gpu: %s: no cooperative-matrix stage %q", c.op, name)
+}
+
 // GatedDeltaRuleChunkedBackwardCoopmat records GatedDeltaRuleChunkedBackward (same arguments,
-// layouts and outputs; host.GatedDeltaRuleBackward) with its two sequential stages on
-// cooperative matrices — the forward's inter-chunk pass saving the per-chunk states and V'
-// (coopmat_delta.comp with SAVE_H) and Dhu, the state gradients chunk by chunk in reverse
-// (coopmat_delta.comp DHU) — and the chunk-parallel stages (State, QK, Wy, F, Final) as
-// GatedDeltaRuleChunkedBackward's WGSL kernels. Limits: those of GatedDeltaRuleChunkedBackward
-// (dk and dv multiples of 4, dk ≤ 256). Errors: those of GatedDeltaRuleChunkedBackward,
-// tensor cores unavailable on the device, or a tile or copy the device cannot hold; nothing is
-// left recorded on error.
+// layouts and outputs; host.GatedDeltaRuleBackward) with its products on cooperative
+// matrices: the forward's inter-chunk pass saving the per-chunk states and V'
+// (coopmat_delta.comp with SAVE_H), Dhu, the state gradients chunk by chunk in reverse
+// (coopmat_delta.comp DHU), and the chunk-parallel stages State, QK and F
+// (coopmat_delta_chunk.comp), their operands packed to f16 with a power-of-two scale per
+// chunk (the per-chunk states per 64 of their rows) and their f32 tiles dM and F scaled to
+// f16 by their largest value; the intra-chunk kernel, the WY substitution (Wy) and Final
+// stay GatedDeltaRuleChunkedBackward's WGSL kernels (their f32 forward and backward
+// substitutions dominate them). Limits: those of GatedDeltaRuleChunkedBackward (dk and dv
+// multiples of 4, dk ≤ 256). Errors: those of GatedDeltaRuleChunkedBackward, tensor cores
+// unavailable on the device, or a tile or copy the device cannot hold; nothing is left
+// recorded on error.
 func GatedDeltaRuleChunkedBackwardCoopmat(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
+	if err := dims.check(r, "GatedDeltaRuleChunkedBackwardCoopmat"); err != nil {
+		return err
+	}
+	if err := r.d.coopDeltaBwdPlan(dims); err != nil {
+		return fmt.Errorf("gpu: GatedDeltaRuleChunkedBackwardCoopmat: %w", err)
+	}
 	return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackwardCoopmat", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, true)
 }
 

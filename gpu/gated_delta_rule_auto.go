@@ -122,9 +122,11 @@ func GatedDeltaRuleBackwardAuto(r *Recorder, q, k, v, g, beta, do, dq, dkey, dva
 // GatedDeltaRuleBackwardCoopmatFits reports whether GatedDeltaRuleBackwardAuto takes the
 // cooperative-matrix form (GatedDeltaRuleChunkedBackwardCoopmat) on d for dims: where both
 // the chunked backward (GatedDeltaRuleChunkedBackwardFits: dk and dv multiples of 4) and the
-// cooperative-matrix forward (GatedDeltaRuleCoopmatFits) fit. False for a nil device.
+// cooperative-matrix forward (GatedDeltaRuleCoopmatFits) fit, and the chunk-parallel
+// stages' workgroup memory and f16 copies of the per-chunk states fit the device. False for a
+// nil device.
 func GatedDeltaRuleBackwardCoopmatFits(d *Device, dims DeltaRuleDims) bool {
-	return GatedDeltaRuleChunkedBackwardFits(d, dims) && GatedDeltaRuleCoopmatFits(d, dims)
+	return GatedDeltaRuleChunkedBackwardFits(d, dims) && GatedDeltaRuleCoopmatFits(d, dims) && d.coopDeltaBwdPlan(dims) == nil
 }
 
 // gatedDeltaRuleBackwardAutoWGSL is GatedDeltaRuleBackwardAuto's choice among the WGSL forms.

@@ -1,9 +1,11 @@
 // CoopmatPackHeads: an operand of the cooperative-matrix attention and delta-rule kernels
 // (gpu/coopmat_attention.go, gpu/coopmat_delta.go), f32 → f16 with a power-of-two scale per
 // block of R = 64 rows of one head. x holds, per window b < nb and head h < heads, t rows
-// of hd values: element (b, h, τ, c) at x[((b·t + τ)·heads + h)·hd + c] (token-major: q, k,
-// v, dout [nb·t, heads, hd]) or, with HeadMajor, at x[((b·heads + h)·t + τ)·hd + c] (the
-// delta rule's scratch rows (b·hv + j)·t + τ). For the block of rows τ ∈ [64·blk, 64·blk + 64)
+// of hd values, each row the stride values from col0 on (stride = hd, col0 = 0 for a plain
+// tensor): element (b, h, τ, c) at x[((b·t + τ)·heads + h)·stride + col0 + c] (token-major:
+// q, k, v, dout [nb·t, heads, hd]) or, with HeadMajor, at x[((b·heads + h)·t + τ)·stride +
+// col0 + c] (the delta rule's scratch rows (b·hv + j)·t + τ, or its per-chunk states as
+// windows of dk rows). For the block of rows τ ∈ [64·blk, 64·blk + 64)
 // with amax = max |x| over its rows τ < t and columns c < hd, e = clamp(15 − frexp(amax).exp,
 // −126, 126) puts amax·2^e in [2¹⁴, 2¹⁵) (0 for an all-zero or non-finite block) and
 //   x16[b, h, τ, c] = f16(x[b, h, τ, c]·2^e) for τ < t, c < hd, 0 for t ≤ τ < tp or hd ≤ c < hp;
@@ -26,6 +28,8 @@ struct Params {
     hp: u32,
     nblk: u32,
     count: u32, // nb·heads·nblk
+    stride: u32,
+    col0: u32,
 };
 @group(0) @binding(3) var<uniform> p: Params;
 
@@ -40,11 +44,11 @@ fn val(bh: u32, blk: u32, r: u32, c: u32) -> f32 {
         return 0.0;
     }
 {{- if .HeadMajor}}
-    return x[(bh * p.t + tau) * p.hd + c];
+    return x[(bh * p.t + tau) * p.stride + p.col0 + c];
 {{- else}}
     let b = bh / p.heads;
     let h = bh % p.heads;
-    return x[((b * p.t + tau) * p.heads + h) * p.hd + c];
+    return x[((b * p.t + tau) * p.heads + h) * p.stride + p.col0 + c];
 {{- end}}
 }
 
