@@ -94,9 +94,16 @@ func TestGatedDeltaRuleBackwardLanes(t *testing.T) {
 }
 
 // TestGatedDeltaRuleBackwardAuto: the launcher nvgkit calls (chunked where it fits, so
-// token-by-token for dk or dv not multiples of 4) under the backward parity suite.
+// token-by-token for dk or dv not multiples of 4) under the backward parity suite, with the
+// tolerance of the form it takes (the cooperative-matrix one where tensor cores are on).
 func TestGatedDeltaRuleBackwardAuto(t *testing.T) {
-	testDeltaRuleBackward(t, deltaRuleBackwardImpl{gpu.GatedDeltaRuleBackwardAuto, deltaRuleBackwardChunkedTol, true, false, true})
+	d := gputest.Open(t)
+	testDeltaRuleBackward(t, deltaRuleBackwardImpl{gpu.GatedDeltaRuleBackwardAuto, func(dims gpu.DeltaRuleDims) float64 {
+		if gpu.GatedDeltaRuleBackwardCoopmatFits(d, dims) {
+			return deltaRuleBackwardCoopTol(dims)
+		}
+		return deltaRuleBackwardChunkedTol(dims)
+	}, true, false, true})
 }
 
 // testDeltaRuleBackward is the backward parity suite: impl on every deltaRuleBackwardCases

@@ -117,9 +117,16 @@ func TestGatedDeltaRuleLanes(t *testing.T) {
 }
 
 // TestGatedDeltaRuleAuto: the launcher nvgkit calls (chunked where it fits) under the
-// forward parity suite.
+// forward parity suite, with the tolerance of the form it takes (the cooperative-matrix one
+// where tensor cores are on: NVG_TENSOR_CORES=on on a device that has them).
 func TestGatedDeltaRuleAuto(t *testing.T) {
-	testDeltaRule(t, deltaRuleImpl{gpu.GatedDeltaRuleAuto, []int{0}, deltaRuleChunkedTol, true})
+	d := gputest.Open(t)
+	testDeltaRule(t, deltaRuleImpl{gpu.GatedDeltaRuleAuto, []int{0}, func(dims gpu.DeltaRuleDims) float64 {
+		if gpu.GatedDeltaRuleCoopmatFits(d, dims) {
+			return deltaRuleCoopTol(dims)
+		}
+		return deltaRuleChunkedTol(dims)
+	}, true})
 }
 
 // testDeltaRule is the forward parity suite: impl on every deltaRuleCases geometry and slice
