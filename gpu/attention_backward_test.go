@@ -41,7 +41,8 @@ import (
 // bound of their f16 operands, attentionBackwardBound's coop form, against the exact inputs
 // and, tighter, against the host on the f16 operands they multiply; they add t = 70 over
 // two 64-row blocks and a case with v ×2²⁰, k ×2⁻²⁰ and dout ×2⁻⁴⁰ — gradients far below
-// f16's range — where every gradient must scale exactly).
+// f16's range — where every gradient must scale exactly; the "coopmat-gputiles" line runs
+// them, up to head_dim 64, under the GPUs' tiles, gpuTiles).
 func TestAttentionBackward(t *testing.T) {
 	for _, impl := range attentionBackwardImpls {
 		t.Run(impl.name, func(t *testing.T) {
@@ -64,12 +65,15 @@ type attentionBackwardImpl struct {
 	backward func(r *gpu.Recorder, q, k, v, out, lse, dout, dq, dk, dv *gpu.Buffer, dims gpu.AttentionDims) error
 	lanes    bool // runs on devices with a probed subgroup size only, head_dim a multiple of 4
 	coop     bool // the cooperative-matrix kernels: tensor cores only, f16 operands
+	maxHD    int  // when not 0, the largest head_dim it runs (lavapipe compiles the GPUs' dk/dv
+	// kernel for head_dim 256 in about three minutes)
 }
 
 var attentionBackwardImpls = []attentionBackwardImpl{
-	{"tiled", gpu.Attention, gpu.AttentionBackward, false, false},
-	{"lanes", gpu.AttentionLanes, gpu.AttentionBackwardLanes, true, false},
-	{"coopmat", gpu.AttentionCoopmat, gpu.AttentionBackwardCoopmat, false, true},
+	{"tiled", gpu.Attention, gpu.AttentionBackward, false, false, 0},
+	{"lanes", gpu.AttentionLanes, gpu.AttentionBackwardLanes, true, false, 0},
+	{"coopmat", gpu.AttentionCoopmat, gpu.AttentionBackwardCoopmat, false, true, 0},
+	{"coopmat-gputiles", gpuTiles(gpu.AttentionCoopmat), gpuTiles(gpu.AttentionBackwardCoopmat), false, true, 64},
 }
 
 func testAttentionBackward(t *testing.T, impl attentionBackwardImpl) {
@@ -83,7 +87,7 @@ func testAttentionBackward(t *testing.T, impl attentionBackwardImpl) {
 	}{{2, 23, 4, 2, 64, false, 0, 0, 0, false}, {1, 19, 4, 2, 256, false, 0, 0, 0, false}, {3, 5, 3, 1, 37, false, 0, 0, 0, false},
 		{2, 9, 2, 2, 64, true, 0, 0, 0, false}, {2, 17, 4, 1, 12, true, 0, 0, 0, false},
 		{1, 70, 2, 1, 64, true, 0, 0, 0, true}, {2, 23, 4, 2, 64, false, -20, 20, -40, true}} {
-		if impl.lanes && tc.hd%4 != 0 || tc.coop && !impl.coop {
+		if impl.lanes && tc.hd%4 != 0 || tc.coop && !impl.coop || impl.maxHD != 0 && tc.hd > impl.maxHD {
 			continue
 		}
 		t.Run(fmt.Sprintf("nb=%d t=%d nh=%d nkv=%d hd=%d gpuForward=%v scales=%d,%d,%d", tc.nb, tc.t, tc.nh, tc.nkv, tc.hd, tc.gpuFwd, tc.ke, tc.ve, tc.ge), func(t *testing.T) {

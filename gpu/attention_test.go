@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -31,10 +32,11 @@ import (
 // geometry of odd t over several 8-row blocks) and the cooperative-matrix kernel
 // (AttentionCoopmat, where tensor cores are available: f16 operands, so its bound is
 // attentionCoopBound's, per element; it adds a case whose q (×2³⁰) and v (×2⁴⁰) exceed
-// f16's range and whose k (×2⁻³⁰) would flush to zero in f16 without the packing's scales).
+// f16's range and whose k (×2⁻³⁰) would flush to zero in f16 without the packing's scales);
+// its "coopmat-gputiles" line runs the same under the GPUs' tiles (gpuTiles).
 func TestAttention(t *testing.T) {
 	for _, impl := range []attentionImpl{{"tiled", gpu.Attention, false, false}, {"lanes", gpu.AttentionLanes, true, false},
-		{"coopmat", gpu.AttentionCoopmat, false, true}} {
+		{"coopmat", gpu.AttentionCoopmat, false, true}, {"coopmat-gputiles", gpuTiles(gpu.AttentionCoopmat), false, true}} {
 		t.Run(impl.name, func(t *testing.T) {
 			d := gputest.Open(t)
 			if impl.lanes {
@@ -52,6 +54,17 @@ func TestAttention(t *testing.T) {
 			testAttention(t, impl)
 		})
 	}
+}
+
+// gpuTiles is f run under the GPUs' cooperative-matrix tiles (gpu.SetCoopGPUTiles): the
+// "coopmat-gputiles" lines run on lavapipe the tile shapes a GPU takes (64-row tiles, 8
+// subgroups), which the CPU adapter's own small tiles do not exercise.
+func gpuTiles[F any](f F) F {
+	v := reflect.ValueOf(f)
+	return reflect.MakeFunc(v.Type(), func(args []reflect.Value) []reflect.Value {
+		defer gpu.SetCoopGPUTiles(true)()
+		return v.Call(args)
+	}).Interface().(F)
 }
 
 // attentionImpl is one implementation of the attention forward under testAttention.

@@ -132,7 +132,7 @@ func (d *Device) coopAttnTileFor(st coopAttnStage, hd int) (coopAttnTile, error)
 	}
 	c := coopAttnTile{HP: roundUp(hd, 4*l), BR: 64, BC: 64, NSG: 8}
 	switch {
-	case d.info.CPU:
+	case d.info.CPU && !coopGPUTiles:
 		c.BR, c.BC, c.NSG = 2*l, 2*l, 4
 	case st == coopAttnDQ:
 		c.BC = 32
@@ -154,6 +154,10 @@ func (d *Device) coopAttnTileFor(st coopAttnStage, hd int) (coopAttnTile, error)
 		}
 	}
 }
+
+// coopGPUTiles makes CPU adapters take the GPUs' attention and delta-rule tiles (tests:
+// SetCoopGPUTiles, so that lavapipe runs the tile shapes the H200 takes).
+var coopGPUTiles bool
 
 // coopAttnKernel returns stage st's pipeline for tile c.
 func (d *Device) coopAttnKernel(op string, st coopAttnStage, c coopAttnTile) (*Kernel, error) {

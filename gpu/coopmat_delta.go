@@ -54,7 +54,7 @@ func (d *Device) coopDeltaTileFor(dk int) (coopDeltaTile, error) {
 		return coopDeltaTile{}, fmt.Errorf("the cooperative-matrix shape %s is not square", s)
 	}
 	c := coopDeltaTile{DKP: roundUp(dk, 4*l), CS: 32, NSG: 4}
-	if d.info.CPU {
+	if d.info.CPU && !coopGPUTiles {
 		c.CS = 2 * l
 	}
 	for {

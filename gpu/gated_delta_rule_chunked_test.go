@@ -69,11 +69,16 @@ func BenchmarkGatedDeltaRuleChunked(b *testing.B) {
 // TestGatedDeltaRuleChunkedCoopmat: the chunked form with its inter-chunk stage on
 // cooperative matrices (where tensor cores are available) under the forward parity suite,
 // against the host and the token-by-token GPU kernel, with deltaRuleCoopTol; the suite's
-// v ×2⁴⁰ and ×2⁻⁴⁰ cases put the state and V' beyond f16's range and below its normals.
+// v ×2⁴⁰ and ×2⁻⁴⁰ cases put the state and V' beyond f16's range and below its normals. The
+// "gputiles" subtest runs the suite under the GPUs' tiles (gpuTiles: 32 value columns where
+// the workgroup memory allows).
 func TestGatedDeltaRuleChunkedCoopmat(t *testing.T) {
 	skipNoCoopmat(t, gputest.Open(t))
 	coop0 := gpu.CoopDispatches()
 	testDeltaRule(t, deltaRuleImpl{gpu.GatedDeltaRuleChunkedCoopmat, []int{0}, deltaRuleCoopTol, true})
+	t.Run("gputiles", func(t *testing.T) {
+		testDeltaRule(t, deltaRuleImpl{gpuTiles(gpu.GatedDeltaRuleChunkedCoopmat), []int{0}, deltaRuleCoopTol, true})
+	})
 	if gpu.CoopDispatches() == coop0 {
 		t.Error("no cooperative-matrix kernel recorded")
 	}
