@@ -66,20 +66,10 @@ func Attention(r *Recorder, q, k, v, out, lse *Buffer, dims AttentionDims) error
 	if err := dims.check(r, op); err != nil {
 		return err
 	}
-	nb, t, nh, nkv, headDim := dims.NB, dims.T, dims.NH, dims.NKV, dims.HeadDim
-	rows := nb * t
-	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "out": out, "lse": lse}
-	for _, c := range []struct {
-		name string
-		n    int
-	}{{"q", rows * nh * headDim}, {"k", rows * nkv * headDim}, {"v", rows * nkv * headDim}, {"out", rows * nh * headDim}, {"lse", rows * nh}} {
-		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
-			return err
-		}
-	}
-	if err := distinct(op, bufs); err != nil {
+	if err := attentionForwardBuffers(op, dims, q, k, v, out, lse); err != nil {
 		return err
 	}
+	nb, t, nh, nkv, headDim := dims.NB, dims.T, dims.NH, dims.NKV, dims.HeadDim
 	// NS dim slices per query row (≤ 16 vec4s of dims each) and BQ query rows per workgroup
 	// of NS·BQ invocations; workgroup memory holds the K/V tile (BK·D4·NS vec4s) and the
 	// partial dots (BK·NS·BQ floats). head_dim ≤ 128: 256 invocations, BK = 16 (≤ 24 KiB);
@@ -121,6 +111,23 @@ func Attention(r *Recorder, q, k, v, out, lse *Buffer, dims AttentionDims) error
 	}
 	r.Cost(attentionCost(nb, t, nh, nkv, headDim, 4))
 	return nil
+}
+
+// attentionForwardBuffers checks Attention's buffers for dims: F32, the lengths of their
+// layouts, all distinct.
+func attentionForwardBuffers(op string, dims AttentionDims, q, k, v, out, lse *Buffer) error {
+	rows := dims.NB * dims.T
+	nq, nk := rows*dims.NH*dims.HeadDim, rows*dims.NKV*dims.HeadDim
+	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "out": out, "lse": lse}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"q", nq}, {"k", nk}, {"v", nk}, {"out", nq}, {"lse", rows * dims.NH}} {
+		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
+			return err
+		}
+	}
+	return distinct(op, bufs)
 }
 
 // attentionCost is the arithmetic of one causal pass over nb windows of t tokens and nh

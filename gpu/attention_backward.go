@@ -38,6 +38,23 @@ func attentionBackwardConfig(headDim int, maxSmem, maxInv int) (attentionBackwar
 	return attentionBackwardParams{HD: headDim, NS: ns, BR: wg / ns, BC: bc, D4: d4, WG: wg}, nil
 }
 
+// attentionBackwardBuffers checks AttentionBackward's buffers for dims: F32, the lengths of
+// their layouts, all distinct.
+func attentionBackwardBuffers(op string, dims AttentionDims, q, k, v, out, lse, dout, dq, dk, dv *Buffer) error {
+	rows := dims.NB * dims.T
+	nq, nk := rows*dims.NH*dims.HeadDim, rows*dims.NKV*dims.HeadDim
+	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "out": out, "lse": lse, "dout": dout, "dq": dq, "dk": dk, "dv": dv}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"q", nq}, {"k", nk}, {"v", nk}, {"out", nq}, {"lse", rows * dims.NH}, {"dout", nq}, {"dq", nq}, {"dk", nk}, {"dv", nk}} {
+		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
+			return err
+		}
+	}
+	return distinct(op, bufs)
+}
+
 // AttentionBackward records the backward of Attention (causal softmax attention with
 // grouped-query heads, DESIGN.md §3) from the forward's kept per-row log-sum-exp,
 // FlashAttention-2 style (host.AttentionBackward): with scale = headDim^−½,
@@ -70,21 +87,12 @@ func AttentionBackward(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer,
 	if err := dims.check(r, op); err != nil {
 		return err
 	}
+	if err := attentionBackwardBuffers(op, dims, q, k, v, out, lse, dout, dq, dk, dv); err != nil {
+		return err
+	}
 	nb, t, nh, nkv, headDim := dims.NB, dims.T, dims.NH, dims.NKV, dims.HeadDim
 	rows := nb * t
 	nq, nk := rows*nh*headDim, rows*nkv*headDim
-	bufs := map[string]*Buffer{"q": q, "k": k, "v": v, "out": out, "lse": lse, "dout": dout, "dq": dq, "dk": dk, "dv": dv}
-	for _, c := range []struct {
-		name string
-		n    int
-	}{{"q", nq}, {"k", nk}, {"v", nk}, {"out", nq}, {"lse", rows * nh}, {"dout", nq}, {"dq", nq}, {"dk", nk}, {"dv", nk}} {
-		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
-			return err
-		}
-	}
-	if err := distinct(op, bufs); err != nil {
-		return err
-	}
 	info := r.d.Info()
 	pq, err := attentionBackwardConfig(headDim, int(info.MaxWorkgroupStorage), int(info.MaxInvocations))
 	if err != nil {

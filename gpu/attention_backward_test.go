@@ -34,14 +34,24 @@ import (
 // backwards then see those values, so the bound above still applies).
 //
 // One line per implementation: the tiled kernels (AttentionBackward, with Attention's
-// forward) and the lane-blocked form of CPU adapters (AttentionBackwardLanes with
+// forward), the lane-blocked form of CPU adapters (AttentionBackwardLanes with
 // AttentionLanes, where they run: head_dim a multiple of 4, so not 37; it adds nh 4 over
-// nkv 1 with t 17 over 8-row blocks).
+// nkv 1 with t 17 over 8-row blocks) and the cooperative-matrix kernels
+// (AttentionBackwardCoopmat with AttentionCoopmat, where tensor cores are available: the
+// bound of their f16 operands, attentionBackwardBound's coop form, against the exact inputs
+// and, tighter, against the host on the f16 operands they multiply; they add t = 70 over
+// two 64-row blocks and a case with v ×2²⁰, k ×2⁻²⁰ and dout ×2⁻⁴⁰ — gradients far below
+// f16's range — where every gradient must scale exactly; the "coopmat-gputiles" line runs
+// them, up to head_dim 64, under the GPUs' tiles, gpuTiles).
 func TestAttentionBackward(t *testing.T) {
 	for _, impl := range attentionBackwardImpls {
 		t.Run(impl.name, func(t *testing.T) {
+			d := gputest.Open(t)
 			if impl.lanes {
-				skipNoLanes(t, gputest.Open(t))
+				skipNoLanes(t, d)
+			}
+			if impl.coop {
+				skipNoCoopmat(t, d)
 			}
 			testAttentionBackward(t, impl)
 		})
@@ -54,11 +64,16 @@ type attentionBackwardImpl struct {
 	forward  func(r *gpu.Recorder, q, k, v, out, lse *gpu.Buffer, dims gpu.AttentionDims) error
 	backward func(r *gpu.Recorder, q, k, v, out, lse, dout, dq, dk, dv *gpu.Buffer, dims gpu.AttentionDims) error
 	lanes    bool // runs on devices with a probed subgroup size only, head_dim a multiple of 4
+	coop     bool // the cooperative-matrix kernels: tensor cores only, f16 operands
+	maxHD    int  // when not 0, the largest head_dim it runs (lavapipe compiles the GPUs' dk/dv
+	// kernel for head_dim 256 in about three minutes)
 }
 
 var attentionBackwardImpls = []attentionBackwardImpl{
-	{"tiled", gpu.Attention, gpu.AttentionBackward, false},
-	{"lanes", gpu.AttentionLanes, gpu.AttentionBackwardLanes, true},
+	{"tiled", gpu.Attention, gpu.AttentionBackward, false, false, 0},
+	{"lanes", gpu.AttentionLanes, gpu.AttentionBackwardLanes, true, false, 0},
+	{"coopmat", gpu.AttentionCoopmat, gpu.AttentionBackwardCoopmat, false, true, 0},
+	{"coopmat-gputiles", gpuTiles(gpu.AttentionCoopmat), gpuTiles(gpu.AttentionBackwardCoopmat), false, true, 64},
 }
 
 func testAttentionBackward(t *testing.T, impl attentionBackwardImpl) {
@@ -67,11 +82,15 @@ func testAttentionBackward(t *testing.T, impl attentionBackwardImpl) {
 	for _, tc := range []struct {
 		nb, t, nh, nkv, hd int
 		gpuFwd             bool
-	}{{2, 23, 4, 2, 64, false}, {1, 19, 4, 2, 256, false}, {3, 5, 3, 1, 37, false}, {2, 9, 2, 2, 64, true}, {2, 17, 4, 1, 12, true}} {
-		if impl.lanes && tc.hd%4 != 0 {
+		ke, ve, ge         int // powers of two scaling k, v and dout (the coopmat line's cases)
+		coop               bool
+	}{{2, 23, 4, 2, 64, false, 0, 0, 0, false}, {1, 19, 4, 2, 256, false, 0, 0, 0, false}, {3, 5, 3, 1, 37, false, 0, 0, 0, false},
+		{2, 9, 2, 2, 64, true, 0, 0, 0, false}, {2, 17, 4, 1, 12, true, 0, 0, 0, false},
+		{1, 70, 2, 1, 64, true, 0, 0, 0, true}, {2, 23, 4, 2, 64, false, -20, 20, -40, true}} {
+		if impl.lanes && tc.hd%4 != 0 || tc.coop && !impl.coop || impl.maxHD != 0 && tc.hd > impl.maxHD {
 			continue
 		}
-		t.Run(fmt.Sprintf("nb=%d t=%d nh=%d nkv=%d hd=%d gpuForward=%v", tc.nb, tc.t, tc.nh, tc.nkv, tc.hd, tc.gpuFwd), func(t *testing.T) {
+		t.Run(fmt.Sprintf("nb=%d t=%d nh=%d nkv=%d hd=%d gpuForward=%v scales=%d,%d,%d", tc.nb, tc.t, tc.nh, tc.nkv, tc.hd, tc.gpuFwd, tc.ke, tc.ve, tc.ge), func(t *testing.T) {
 			nb, tt, nh, nkv, hd := tc.nb, tc.t, tc.nh, tc.nkv, tc.hd
 			rows := nb * tt
 			nq, nk := rows*nh*hd, rows*nkv*hd
@@ -79,6 +98,7 @@ func testAttentionBackward(t *testing.T, impl attentionBackwardImpl) {
 			kf, kd := randF32(rng, nk, 1)
 			vf, vd := randF32(rng, nk, 1)
 			gf, gd := randF32(rng, nq, 1)
+			scalePow2(pow2Scaled{kf, kd, tc.ke}, pow2Scaled{vf, vd, tc.ve}, pow2Scaled{gf, gd, tc.ge})
 			o64, l64, err := host.Attention(qd, kd, vd, nb, tt, nh, nkv, hd)
 			if err != nil {
 				t.Fatal(err)
@@ -124,24 +144,41 @@ func testAttentionBackward(t *testing.T, impl attentionBackwardImpl) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			wq, wk, wv, err := host.AttentionBackward(qd, kd, vd, od, ld, gd, nb, tt, nh, nkv, hd)
-			if err != nil {
-				t.Fatal(err)
+			ef := 0.0
+			if impl.coop {
+				ef = e16
 			}
-			bq, bk, bv := attentionBackwardBound(qd, kd, vd, od, ld, gd, nb, tt, nh, nkv, hd)
-			for i := range bq {
-				bq[i] += u32 * math.Abs(wq[i])
+			got := [3][]float32{must(d.ReadFloat32(dq)).T(t), must(d.ReadFloat32(dk)).T(t), must(d.ReadFloat32(dv)).T(t)}
+			check := func(what string, q, k, v, g []float64, ef float64) {
+				wq, wk, wv, err := host.AttentionBackward(q, k, v, od, ld, g, nb, tt, nh, nkv, hd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bq, bk, bv := attentionBackwardBound(q, k, v, od, ld, g, nb, tt, nh, nkv, hd, impl.coop, ef)
+				for i := range bq {
+					bq[i] += u32 * math.Abs(wq[i])
+				}
+				checkBound(t, what+" dq", got[0], wq, bq)
+				checkBound(t, what+" dk", got[1], wk, bk)
+				checkBound(t, what+" dv", got[2], wv, bv)
 			}
-			checkBound(t, "AttentionBackward dq", must(d.ReadFloat32(dq)).T(t), wq, bq)
-			checkBound(t, "AttentionBackward dk", must(d.ReadFloat32(dk)).T(t), wk, bk)
-			checkBound(t, "AttentionBackward dv", must(d.ReadFloat32(dv)).T(t), wv, bv)
+			check("AttentionBackward", qd, kd, vd, gd, ef)
+			if impl.coop { // the host on the f16 operands the kernels multiply
+				check("… vs the host on f16 operands:", roundF16Blocks(qd, nb, tt, nh, hd, false), roundF16Blocks(kd, nb, tt, nkv, hd, false),
+					roundF16Blocks(vd, nb, tt, nkv, hd, false), roundF16Blocks(gd, nb, tt, nh, hd, false), 0)
+			}
 		})
 	}
 }
 
-// attentionBackwardBound returns the first-order f32 error bounds of dq, dk and dv
-// described at TestAttentionBackward (without the final u·|dq| term).
-func attentionBackwardBound(q, k, v, out, lse, dout []float64, nb, t, nh, nkv, hd int) (bq, bk, bv []float64) {
+// attentionBackwardBound returns the first-order error bounds of dq, dk and dv described at
+// TestAttentionBackward (without the final u·|dq| term) for the f32 kernels (coop false), or
+// for the cooperative-matrix kernels (coop true): their operands q, k, v and dout rounded to
+// f16 (|δx| ≤ ef·|x| + sub16·max|x|, ef = e16 for exact inputs, 0 for inputs already rounded
+// as the kernels round them), ds rounded to f16 with its tile's scale (≤ e16·|ds| +
+// sub16·max|ds| of the head) and p to f16(2¹⁴·p) for dv (≤ e16·p + 2⁻³⁹), and every f32
+// accumulation's (n+1)·u doubled (coopRel: an accumulator that may truncate).
+func attentionBackwardBound(q, k, v, out, lse, dout []float64, nb, t, nh, nkv, hd int, coop bool, ef float64) (bq, bk, bv []float64) {
 	const u = u32
 	bq = make([]float64, len(q))
 	bk = make([]float64, len(k))
@@ -149,40 +186,65 @@ func attentionBackwardBound(q, k, v, out, lse, dout []float64, nb, t, nh, nkv, h
 	scale := 1 / math.Sqrt(float64(hd))
 	group := nh / nkv
 	nacc := float64(group*t + 1)
+	acc, sub, ep16, sub39 := 1.0, 0.0, 0.0, 0.0
+	if coop {
+		acc, sub, ep16, sub39 = 2, sub16, e16, 0x1p-39
+	}
+	mq, mk, mv, mg := maxAbs(q), maxAbs(k), maxAbs(v), maxAbs(dout)
+	abs := func(x []float64) (s float64) {
+		for _, y := range x {
+			s += math.Abs(y)
+		}
+		return s
+	}
 	for b := 0; b < nb; b++ {
 		for h := 0; h < nh; h++ {
 			kh := h / group
-			for i := 0; i < t; i++ {
-				ri := (b*t+i)*nh + h
-				qi, oi, gi := q[ri*hd:][:hd], out[ri*hd:][:hd], dout[ri*hd:][:hd]
-				var D, aD float64
-				for c := range hd {
-					D += gi[c] * oi[c]
-					aD += math.Abs(gi[c] * oi[c])
-				}
-				eD := float64(hd) * u * aD
-				for j := 0; j <= i; j++ {
-					rj := (b*t+j)*nkv + kh
-					kj, vj := k[rj*hd:][:hd], v[rj*hd:][:hd]
-					var s, as, dp, adp float64
+			mds := 0.0 // the head's largest |ds| (bounds every tile's)
+			for pass := range 2 {
+				for i := 0; i < t; i++ {
+					ri := (b*t+i)*nh + h
+					qi, oi, gi := q[ri*hd:][:hd], out[ri*hd:][:hd], dout[ri*hd:][:hd]
+					aq, ag := abs(qi), abs(gi)
+					var D, aD float64
 					for c := range hd {
-						s += qi[c] * kj[c]
-						as += math.Abs(qi[c] * kj[c])
-						dp += gi[c] * vj[c]
-						adp += math.Abs(gi[c] * vj[c])
+						D += gi[c] * oi[c]
+						aD += math.Abs(gi[c] * oi[c])
 					}
-					s *= scale
-					x := s - lse[ri]
-					p := math.Exp(x)
-					es := float64(hd+3)*u*scale*as + 2*u*math.Abs(s)
-					ep := p * (es + u*math.Abs(x) + (3+2*math.Abs(x))*2*u)
-					dd := dp - D
-					ds := p * dd
-					eds := ep*math.Abs(dd) + p*(float64(hd)*u*adp+eD+u*math.Abs(dd)) + u*math.Abs(ds)
-					for c := range hd {
-						bq[ri*hd+c] += scale * (eds*math.Abs(kj[c]) + float64(t+1)*u*math.Abs(ds*kj[c]))
-						bk[rj*hd+c] += scale * math.Abs(qi[c]) * (eds + (nacc+1)*u*math.Abs(ds))
-						bv[rj*hd+c] += math.Abs(gi[c]) * (ep + nacc*u*p)
+					eD := float64(hd) * u * aD
+					if coop {
+						// The kernels form D from the f32 dout: against a reference on the f16
+						// dout (the tight check) D differs by up to e16·Σ|dout·out|.
+						eD += e16 * aD
+					}
+					for j := 0; j <= i; j++ {
+						rj := (b*t+j)*nkv + kh
+						kj, vj := k[rj*hd:][:hd], v[rj*hd:][:hd]
+						var s, as, dp, adp float64
+						for c := range hd {
+							s += qi[c] * kj[c]
+							as += math.Abs(qi[c] * kj[c])
+							dp += gi[c] * vj[c]
+							adp += math.Abs(gi[c] * vj[c])
+						}
+						s *= scale
+						x := s - lse[ri]
+						p := math.Exp(x)
+						dd := dp - D
+						ds := p * dd
+						if pass == 0 {
+							mds = math.Max(mds, math.Abs(ds))
+							continue
+						}
+						es := acc*float64(hd+3)*u*scale*as + 2*u*math.Abs(s) + scale*(2*ef*as+sub*(mq*abs(kj)+mk*aq))
+						ep := p * (es + u*math.Abs(x) + (3+2*math.Abs(x))*2*u)
+						edp := acc*float64(hd)*u*adp + 2*ef*adp + sub*(mg*abs(vj)+mv*ag)
+						eds := ep*math.Abs(dd) + p*(edp+eD+u*math.Abs(dd)) + u*math.Abs(ds) + ep16*math.Abs(ds) + sub*mds
+						for c := range hd {
+							bq[ri*hd+c] += scale * (eds*math.Abs(kj[c]) + ef*math.Abs(ds*kj[c]) + sub*mk*math.Abs(ds) + acc*float64(t+1)*u*math.Abs(ds*kj[c]))
+							bk[rj*hd+c] += scale * (math.Abs(qi[c])*(eds+ef*math.Abs(ds)+acc*(nacc+1)*u*math.Abs(ds)) + sub*mq*math.Abs(ds))
+							bv[rj*hd+c] += math.Abs(gi[c])*(ep+ep16*p+sub39+acc*nacc*u*p) + ef*p*math.Abs(gi[c]) + sub*mg*p
+						}
 					}
 				}
 			}
@@ -196,6 +258,9 @@ func TestAttentionBackwardErrors(t *testing.T) {
 		t.Run(impl.name, func(t *testing.T) {
 			if impl.lanes {
 				skipNoLanes(t, gputest.Open(t))
+			}
+			if impl.coop {
+				skipNoCoopmat(t, gputest.Open(t))
 			}
 			testAttentionBackwardErrors(t, impl.backward)
 		})
@@ -237,8 +302,10 @@ func testAttentionBackwardErrors(t *testing.T, backward func(r *gpu.Recorder, q,
 	}
 }
 
-// BenchmarkAttentionBackward: the geometries of BenchmarkAttention (one window of t = 512,
-// nh = 8 over nkv = 2, head_dim 256; with NVG_BENCH_BIG=1 also t = 4096, nh = 16, nkv = 4).
+// BenchmarkAttentionBackward: the geometries and kernel forms of BenchmarkAttention (one
+// window of t = 512, nh = 8 over nkv = 2, head_dim 256; with NVG_BENCH_LARGE=1 also nb = 8
+// windows, with NVG_BENCH_BIG=1 t = 4096, nh = 16, nkv = 4; wgsl: AttentionBackward, coopmat:
+// AttentionBackwardCoopmat with its packs).
 // Reports tokens/s (whole call), gpu-µs (the three passes' kernel time from the profiler,
 // each pass logged) and GFLOP/s over that time of the backward's five causal t×t×hd products (scores again, dp, dv, dq, dk: 10·hd flops per
 // (query, key ≤ query) pair and head). H200, 2026-11-30: 3.1 ms (860 GFLOP/s) at t = 512
@@ -247,7 +314,7 @@ func BenchmarkAttentionBackward(b *testing.B) {
 	eachAttentionBenchSize(b, benchAttentionBackward)
 }
 
-func benchAttentionBackward(b *testing.B, nb, tt, nh, nkv, hd int) {
+func benchAttentionBackward(b *testing.B, nb, tt, nh, nkv, hd int, coop bool) {
 	d := gputest.Open(b)
 	rng := rand.New(rand.NewPCG(69, 70))
 	rows := nb * tt
@@ -266,9 +333,13 @@ func benchAttentionBackward(b *testing.B, nb, tt, nh, nkv, hd int) {
 	}); err != nil {
 		b.Fatal(err)
 	}
+	bw := gpu.AttentionBackward
+	if coop {
+		bw = gpu.AttentionBackwardCoopmat
+	}
 	run := func() {
 		if err := d.Run(func(r *gpu.Recorder) error {
-			return gpu.AttentionBackward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
+			return bw(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd})
 		}); err != nil {
 			b.Fatal(err)
 		}
@@ -277,6 +348,7 @@ func benchAttentionBackward(b *testing.B, nb, tt, nh, nkv, hd int) {
 		}
 	}
 	run() // compile the pipelines outside the timing
+	benchWarm(run)
 	b.ResetTimer()
 	for range b.N {
 		run()

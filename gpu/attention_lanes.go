@@ -132,22 +132,40 @@ func AttentionBackwardLanes(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Bu
 	return nil
 }
 
-// AttentionAuto records Attention with AttentionLanes on CPU adapters (AttentionLanesFits),
-// else with Attention; the arguments and outputs are theirs, equal within f32 rounding (gpu
-// tests). Errors: those of the launcher taken.
+// AttentionAuto records Attention with AttentionCoopmat where tensor cores are on
+// (AttentionCoopmatFits; within the bound of its f16 operands), else with AttentionLanes on
+// CPU adapters (AttentionLanesFits), else with Attention; the arguments and outputs are
+// theirs, equal within f32 rounding (gpu tests). Where the cooperative-matrix kernel cannot
+// be made (the layer did not swap it: tensor cores go off with the reason) the WGSL kernels
+// run. Errors: those of the launcher taken.
 func AttentionAuto(r *Recorder, q, k, v, out, lse *Buffer, dims AttentionDims) error {
-	if r != nil && AttentionLanesFits(r.Device(), dims) {
-		return AttentionLanes(r, q, k, v, out, lse, dims)
+	wgsl := func() error {
+		if r != nil && AttentionLanesFits(r.Device(), dims) {
+			return AttentionLanes(r, q, k, v, out, lse, dims)
+		}
+		return Attention(r, q, k, v, out, lse, dims)
 	}
-	return Attention(r, q, k, v, out, lse, dims)
+	if r != nil && AttentionCoopmatFits(r.Device(), dims) {
+		return coopOrWGSL(func() error { return AttentionCoopmat(r, q, k, v, out, lse, dims) }, wgsl)
+	}
+	return wgsl()
 }
 
-// AttentionBackwardAuto records AttentionBackward with AttentionBackwardLanes on CPU
-// adapters (AttentionLanesFits), else with AttentionBackward; the arguments and outputs are
-// theirs, equal within f32 rounding (gpu tests). Errors: those of the launcher taken.
+// AttentionBackwardAuto records AttentionBackward with AttentionBackwardCoopmat where tensor
+// cores are on (AttentionCoopmatFits; within the bound of its f16 operands), else with
+// AttentionBackwardLanes on CPU adapters (AttentionLanesFits), else with AttentionBackward;
+// the arguments and outputs are theirs, equal within f32 rounding (gpu tests). Where the
+// cooperative-matrix kernels cannot be made the WGSL kernels run. Errors: those of the
+// launcher taken.
 func AttentionBackwardAuto(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer, dims AttentionDims) error {
-	if r != nil && AttentionLanesFits(r.Device(), dims) {
-		return AttentionBackwardLanes(r, q, k, v, out, lse, dout, dq, dk, dv, dims)
+	wgsl := func() error {
+		if r != nil && AttentionLanesFits(r.Device(), dims) {
+			return AttentionBackwardLanes(r, q, k, v, out, lse, dout, dq, dk, dv, dims)
+		}
+		return AttentionBackward(r, q, k, v, out, lse, dout, dq, dk, dv, dims)
 	}
-	return AttentionBackward(r, q, k, v, out, lse, dout, dq, dk, dv, dims)
+	if r != nil && AttentionCoopmatFits(r.Device(), dims) {
+		return coopOrWGSL(func() error { return AttentionBackwardCoopmat(r, q, k, v, out, lse, dout, dq, dk, dv, dims) }, wgsl)
+	}
+	return wgsl()
 }

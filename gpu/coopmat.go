@@ -22,7 +22,7 @@ import (
 
 //go:generate bash coopmat/generate.sh
 
-//go:embed coopmat/*.spv coopmat/spv.sum coopmat/coopmat_gemm.comp
+//go:embed coopmat/*.spv coopmat/spv.sum coopmat/*.comp
 var coopFS embed.FS
 
 // CoopType is one cooperative-matrix type a device reports
@@ -255,46 +255,63 @@ const (
 	specAccum
 )
 
-// coopPlaceholderParams are wgsl/coopmat.wgsl's template parameters.
+// coopPlaceholderParams are wgsl/coopmat.wgsl's template parameters: Access holds one letter
+// per storage binding, 'r' (read) or 'w' (read_write) — a string, so that the parameters stay
+// comparable (the pipeline cache key).
 type coopPlaceholderParams struct {
-	Entry      string
-	WG, PB     int
-	Scale, Raw bool
+	Entry    string
+	WG       int
+	Access   string
+	Uniforms int
 }
 
-// coopKernel returns the pipeline of variant v specialised for tile t, B's layout and the
-// accumulate mode: a WGSL placeholder whose module the layer swaps for the specialised
-// SPIR-V. A new pipeline is checked to have been swapped. Errors: the SPIR-V could not be
-// specialised, the pipeline failed, or the layer did not swap it (each switches tensor
-// cores off on d with the reason; the caller falls back to WGSL).
-func (d *Device) coopKernel(op string, v coopVariant, t coopTile, transB, accum bool) (*Kernel, error) {
-	s, sg := d.tc.Shape, d.tc.SubgroupSize
-	b2i := func(b bool) int {
-		if b {
-			return 1
+// RW is Access as the template reads it: true for a read_write binding.
+func (p coopPlaceholderParams) RW() []bool {
+	rw := make([]bool, len(p.Access))
+	for i := range rw {
+		rw[i] = p.Access[i] == 'w'
+	}
+	return rw
+}
+
+// coopProgramSpec is one specialisation of a committed cooperative-matrix kernel.
+type coopProgramSpec struct {
+	// File is the SPIR-V under gpu/coopmat/ (a variant of a .comp source, generate.sh).
+	File string
+	// Values are the specialisation constants by SpecId: Values[i] for SpecId i (a bool
+	// constant takes non-zero as true).
+	Values []uint32
+	// WG is the workgroup size (OpExecutionMode LocalSize x).
+	WG int
+	// Access are the storage bindings in order (Read or ReadWrite); the uniform parameters
+	// (Uniforms u32 words) follow at binding len(Access).
+	Access   []Access
+	Uniforms int
+}
+
+// coopProgram returns the pipeline of s: a WGSL placeholder (wgsl/coopmat.wgsl) whose module
+// the layer swaps for the specialised SPIR-V, under the entry name
+// nvgcm_<file stem>_<values joined by _>, unique per specialisation. A new pipeline is
+// checked to have been swapped. Errors: the SPIR-V could not be read or specialised, the
+// entry name is too long for the layer, the pipeline failed, or the layer did not swap it
+// (each switches tensor cores off on d with the reason; the caller falls back to WGSL).
+func (d *Device) coopProgram(op string, s coopProgramSpec) (*Kernel, error) {
+	var name strings.Builder
+	name.WriteString("nvgcm_" + strings.TrimSuffix(s.File, ".spv"))
+	for _, v := range s.Values {
+		fmt.Fprintf(&name, "_%d", v)
+	}
+	entry := name.String()
+	access := make([]byte, len(s.Access))
+	for i, a := range s.Access {
+		access[i] = 'r'
+		if a == ReadWrite {
+			access[i] = 'w'
 		}
-		return 0
-	}
-	entry := fmt.Sprintf("nvgcm_%s_%dx%dx%d_%dx%d_%dx%dx%d_s%d_t%d_a%d", strings.TrimSuffix(v.File, ".spv"),
-		t.BM, t.BN, t.BK, t.WM, t.WN, s.M, s.N, s.K, sg, b2i(transB), b2i(accum))
-	nb := 4
-	if v.Scale {
-		nb++
-	}
-	if v.Raw {
-		nb++
-	}
-	access := []Access{Read, Read, Read}
-	if v.Scale {
-		access = append(access, Read)
-	}
-	access = append(access, ReadWrite)
-	if v.Raw {
-		access = append(access, ReadWrite)
 	}
 	spec := KernelSpec{Name: op, File: "coopmat.wgsl", Entry: entry,
-		Params:   coopPlaceholderParams{Entry: entry, WG: sg * t.WM * t.WN, PB: nb, Scale: v.Scale, Raw: v.Raw},
-		Bindings: access, Uniforms: 4}
+		Params:   coopPlaceholderParams{Entry: entry, WG: s.WG, Access: string(access), Uniforms: s.Uniforms},
+		Bindings: s.Access, Uniforms: s.Uniforms}
 	key := op + "/" + entry
 	d.mu.Lock()
 	checked := d.coopChecked[key]
@@ -311,7 +328,10 @@ func (d *Device) coopKernel(op string, v coopVariant, t coopTile, transB, accum 
 	if lay == nil {
 		return fail(errors.New("no Vulkan layer"))
 	}
-	raw, err := coopFS.ReadFile("coopmat/" + v.File)
+	if len(entry) > coopMaxEntry {
+		return fail(fmt.Errorf("entry name of %d bytes, the layer matches at most %d", len(entry), coopMaxEntry))
+	}
+	raw, err := coopFS.ReadFile("coopmat/" + s.File)
 	if err != nil {
 		return fail(err)
 	}
@@ -319,10 +339,11 @@ func (d *Device) coopKernel(op string, v coopVariant, t coopTile, transB, accum 
 	if err != nil {
 		return fail(err)
 	}
-	words, err = spirvSpecialize(words, spirvSpec{Entry: entry, LocalSize: [3]uint32{uint32(sg * t.WM * t.WN), 1, 1},
-		Values: map[uint32]uint32{specSG: uint32(sg), specLM: uint32(s.M), specLN: uint32(s.N), specLK: uint32(s.K),
-			specBM: uint32(t.BM), specBN: uint32(t.BN), specBK: uint32(t.BK), specWM: uint32(t.WM), specWN: uint32(t.WN),
-			specTransB: uint32(b2i(transB)), specAccum: uint32(b2i(accum))}})
+	values := make(map[uint32]uint32, len(s.Values))
+	for id, v := range s.Values {
+		values[uint32(id)] = v
+	}
+	words, err = spirvSpecialize(words, spirvSpec{Entry: entry, LocalSize: [3]uint32{uint32(s.WG), 1, 1}, Values: values})
 	if err != nil {
 		return fail(err)
 	}
@@ -368,6 +389,48 @@ func coopPackFor(k, kp int, scale bool) coopPackParams {
 		}
 	}
 	return coopPackParams{WG: 64, Scale: scale}
+}
+
+// errCoopOff marks the errors of a cooperative-matrix launcher that mean "not on this
+// device" (tensor cores unavailable, or a kernel the layer could not swap, which turned them
+// off): the Auto functions then take the WGSL kernels.
+var errCoopOff = errors.New("tensor cores unavailable")
+
+// coopFiles are the committed SPIR-V files the launchers use (TestCoopmatSPIRVFresh checks
+// spv.sum has each).
+func coopFiles() []string {
+	f := []string{coopDense.File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File}
+	return append(append(f, coopAttnFiles[:]...), "coopmat_delta.spv", "coopmat_delta_dhu.spv",
+		"coopmat_delta_state.spv", "coopmat_delta_qk.spv", "coopmat_delta_f.spv")
+}
+
+// coopMaxEntry is the longest entry name the layer compares (nvg_layer.c reads 127 bytes).
+const coopMaxEntry = 120
+
+// b2u is 1 for true, 0 for false (a bool specialisation constant).
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// coopKernel returns the GEMM pipeline of variant v (coopmat_gemm.comp) specialised for tile
+// t, B's layout and the accumulate mode (coopProgram: its errors).
+func (d *Device) coopKernel(op string, v coopVariant, t coopTile, transB, accum bool) (*Kernel, error) {
+	s, sg := d.tc.Shape, d.tc.SubgroupSize
+	access := []Access{Read, Read, Read}
+	if v.Scale {
+		access = append(access, Read)
+	}
+	access = append(access, ReadWrite)
+	if v.Raw {
+		access = append(access, ReadWrite)
+	}
+	// SpecIds specSG … specAccum, in order.
+	return d.coopProgram(op, coopProgramSpec{File: v.File, WG: sg * t.WM * t.WN, Access: access, Uniforms: 4,
+		Values: []uint32{uint32(sg), uint32(s.M), uint32(s.N), uint32(s.K), uint32(t.BM), uint32(t.BN), uint32(t.BK),
+			uint32(t.WM), uint32(t.WN), b2u(transB), b2u(accum)}})
 }
 
 // coopPack records CoopmatPack (wgsl/coopmat_pack.wgsl): A [m, k] (⊙ sa) to f16 rows with

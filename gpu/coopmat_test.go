@@ -205,3 +205,29 @@ func TestCoopmatPack(t *testing.T) {
 		})
 	}
 }
+
+// eachTCVariant runs body as a sub-benchmark per kernel form of NVG_TC_VARIANTS (a
+// comma-separated list of "wgsl" and "coopmat"; both when unset): the attention and delta-rule
+// benchmarks compare their WGSL kernels with the cooperative-matrix ones in one run. The
+// coopmat variant skips on a device without tensor cores.
+func eachTCVariant(b *testing.B, body func(b *testing.B, coop bool)) {
+	vs := os.Getenv("NVG_TC_VARIANTS")
+	if vs == "" {
+		vs = "wgsl,coopmat"
+	}
+	for _, v := range strings.Split(vs, ",") {
+		b.Run(v, func(b *testing.B) {
+			switch v {
+			case "wgsl":
+			case "coopmat":
+				d := gputest.Open(b)
+				if tc := d.TensorCores(); !tc.Available {
+					b.Skipf("no tensor cores on %s: %s", d.Info().Name, tc.Reason)
+				}
+			default:
+				b.Fatalf("NVG_TC_VARIANTS: %q is neither wgsl nor coopmat", v)
+			}
+			body(b, v == "coopmat")
+		})
+	}
+}

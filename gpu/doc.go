@@ -77,9 +77,11 @@
 //
 // Open puts nvg's Vulkan layer (vklayer/nvg_layer.c, built and cached on first use) in front
 // of the driver; where the device has VK_KHR_cooperative_matrix the layer enables it and swaps
-// the SPIR-V of nvg's placeholder kernels for cooperative-matrix GEMMs (coopmat/). The f16-weight
-// GEMMs and the BLR sign GEMMs then run on them: gemm and blrGEMM ask coopGEMM / coopBLRGEMM
-// first (the one seam), which decline where tensor cores are off or a shape does not fit.
+// the SPIR-V of nvg's placeholder kernels for cooperative-matrix kernels (coopmat/). The
+// f16-weight GEMMs and the BLR sign GEMMs then run on them: gemm and blrGEMM ask coopGEMM /
+// coopBLRGEMM first (the one seam), which decline where tensor cores are off or a shape does
+// not fit; attention and the chunked delta rule choose in their Auto functions
+// (AttentionCoopmat, GatedDeltaRuleChunkedCoopmat and their backwards).
 // Device.TensorCores says "on (…)" or "off: reason"; NVG_TENSOR_CORES=off opts out, =on forces
 // them on CPU adapters; SetTensorCores forces either path (DESIGN.md §7, "Tensor cores through
 // a Vulkan layer").
@@ -111,15 +113,19 @@
 //	gpu/profile.go                 the timestamp profiler (SetProfiling, Profile)
 //	gpu/<op>.go, <op>_backward.go  one launcher per op (its dims struct beside it), named as the
 //	                               WGSL file and the host reference
-//	gpu/gated_delta_rule_auto.go   DeltaRuleDims and the lanes/chunked/token-by-token choice
+//	gpu/gated_delta_rule_auto.go   DeltaRuleDims and the coopmat/lanes/chunked/token choice
 //	gpu/gemm_lanes.go              the lane-blocked GEMMs' choice and the subgroup probe
 //	gpu/coopmat.go                 tensor cores: TensorCores, SetTensorCores, the seam of the
 //	                               GEMMs (coopGEMM, coopBLRGEMM), tiles, the self-test at Open
 //	gpu/vklayer.go, vklayer/       the Vulkan layer (nvg_layer.c): build, cache, environment,
 //	                               dlopen and its C API
 //	gpu/spirv.go                   the SPIR-V patcher (entry point, SpecIds, LocalSize)
-//	gpu/coopmat/                   coopmat_gemm.comp (GLSL), its committed .spv variants,
-//	                               generate.sh (go generate ./gpu) and spv.sum
+//	gpu/coopmat_attention.go       attention and its backward on tensor cores; CoopmatPackHeads
+//	gpu/coopmat_delta.go           the chunked delta rule's inter-chunk stage and backward stages
+//	                               on tensor cores
+//	gpu/coopmat/                   the GLSL kernels (coopmat_gemm.comp, coopmat_attention.comp,
+//	                               coopmat_delta.comp, coopmat_delta_chunk.comp), their committed
+//	                               .spv variants, generate.sh (go generate ./gpu) and spv.sum
 //	gpu/*_lanes.go                 the other lane-blocked launchers (delta rule, attention)
 //	gpu/kl_loss_backward.go        LogitsDims (also LogitsTopK's) and KLOptions
 //	gpu/<op>_test.go               parity tests and benchmarks; gputest/ opens the test device
@@ -131,6 +137,7 @@
 //	wgsl/gemm_lanes.wgsl           library: the lane-blocked GEMM body of CPU adapters (lanes_)
 //	wgsl/coopmat.wgsl              the placeholder the layer swaps for a cooperative-matrix kernel
 //	wgsl/coopmat_pack.wgsl         CoopmatPack: A to f16 with a power-of-two scale per row
+//	wgsl/coopmat_pack_heads.wgsl   CoopmatPackHeads: heads' rows to f16, a scale per 64 rows
 //	wgsl/gated_delta_rule_chunk_lib.wgsl  library: the chunked delta rule's sub-steps (gdrc_)
 //	wgsl/causal_conv1d_lib.wgsl    library: the causal conv's Params and pre-activation (cc_)
 package gpu

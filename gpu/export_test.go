@@ -154,3 +154,12 @@ func SetCoopmatTile(d *Device, s string) (restore func(), err error) {
 
 // CoopDispatches counts the cooperative-matrix GEMMs recorded (tests check a forced path ran).
 func CoopDispatches() int { return int(coopDispatches.Load()) }
+
+// SetCoopGPUTiles makes CPU adapters take the GPUs' tiles for the cooperative-matrix
+// attention and delta-rule kernels (on) or their own (off), and returns a function restoring
+// the old choice.
+func SetCoopGPUTiles(on bool) (restore func()) {
+	old := coopGPUTiles
+	coopGPUTiles = on
+	return func() { coopGPUTiles = old }
+}

@@ -50,11 +50,12 @@ func fitsBinding(d *Device, n, width int) bool {
 }
 
 // GatedDeltaRuleChunkedFits reports whether GatedDeltaRuleAuto takes the chunked forward
-// (GatedDeltaRuleChunked) on d for dims: NB·HV ≤ 64 (where it was measured faster, see
-// GatedDeltaRuleChunked) and the largest part of its scratch, NB·T·HV·max(DK, DV, 64) f32,
-// fits maxStorageBufferBindingSize. False for a nil device.
+// (GatedDeltaRuleChunked) on d for dims: DK a multiple of 4 and ≤ 256 (its limits), NB·HV ≤
+// 64 (where it was measured faster, see GatedDeltaRuleChunked) and the largest part of its
+// scratch, NB·T·HV·max(DK, DV, 64) f32, fits maxStorageBufferBindingSize. False for a nil
+// device.
 func GatedDeltaRuleChunkedFits(d *Device, dims DeltaRuleDims) bool {
-	return d != nil && dims.NB*dims.HV <= gatedDeltaRuleChunkedMaxHeads &&
+	return d != nil && dims.DK%4 == 0 && dims.DK <= 256 && dims.NB*dims.HV <= gatedDeltaRuleChunkedMaxHeads &&
 		fitsBinding(d, dims.NB*dims.T*dims.HV, max(dims.DK, dims.DV, GatedDeltaRuleChunkLen))
 }
 
@@ -72,11 +73,23 @@ func GatedDeltaRuleChunkedBackwardFits(d *Device, dims DeltaRuleDims) bool {
 }
 
 // GatedDeltaRuleAuto records the gated delta rule (host.GatedDeltaRule) with
-// GatedDeltaRuleLanes on CPU adapters (GatedDeltaRuleLanesFits: 15–35× the other forms on
-// lavapipe), else with GatedDeltaRuleChunked where GatedDeltaRuleChunkedFits says so for r's
-// device, else with GatedDeltaRule; the arguments and outputs are theirs, and all compute the
-// same o and state within f32 rounding (gpu tests). Errors: those of the launcher taken.
+// GatedDeltaRuleChunkedCoopmat where tensor cores are on (GatedDeltaRuleCoopmatFits; within
+// the bound of its f16 operands; where its kernel cannot be made, tensor cores go off with the
+// reason and the WGSL forms run), else with GatedDeltaRuleLanes on CPU adapters
+// (GatedDeltaRuleLanesFits: 15–35× the other forms on lavapipe), else with
+// GatedDeltaRuleChunked where GatedDeltaRuleChunkedFits says so for r's device, else with
+// GatedDeltaRule; the arguments and outputs are theirs, and the WGSL forms compute the same o
+// and state within f32 rounding (gpu tests). Errors: those of the launcher taken.
 func GatedDeltaRuleAuto(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaRuleDims) error {
+	wgsl := func() error { return gatedDeltaRuleAutoWGSL(r, q, k, v, g, beta, o, state, dims) }
+	if r != nil && GatedDeltaRuleCoopmatFits(r.Device(), dims) {
+		return coopOrWGSL(func() error { return GatedDeltaRuleChunkedCoopmat(r, q, k, v, g, beta, o, state, dims) }, wgsl)
+	}
+	return wgsl()
+}
+
+// gatedDeltaRuleAutoWGSL is GatedDeltaRuleAuto's choice among the WGSL forms.
+func gatedDeltaRuleAutoWGSL(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaRuleDims) error {
 	if r != nil && GatedDeltaRuleLanesFits(r.Device(), dims) {
 		return GatedDeltaRuleLanes(r, q, k, v, g, beta, o, state, dims)
 	}
@@ -87,12 +100,37 @@ func GatedDeltaRuleAuto(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims De
 }
 
 // GatedDeltaRuleBackwardAuto records the backward of the gated delta rule with
-// GatedDeltaRuleBackwardLanes on CPU adapters (GatedDeltaRuleBackwardLanesFits), else with
-// GatedDeltaRuleChunkedBackward where GatedDeltaRuleChunkedBackwardFits says so for r's
-// device, else with GatedDeltaRuleBackward; the arguments and outputs are theirs, and all
-// compute the same gradients within f32 rounding (gpu tests). Errors: those of the launcher
-// taken.
+// GatedDeltaRuleChunkedBackwardCoopmat where tensor cores are on
+// (GatedDeltaRuleBackwardCoopmatFits; within the bound of its f16 operands; where its kernels
+// cannot be made, the WGSL forms run), else with GatedDeltaRuleBackwardLanes on CPU adapters
+// (GatedDeltaRuleBackwardLanesFits), else with GatedDeltaRuleChunkedBackward where
+// GatedDeltaRuleChunkedBackwardFits says so for r's device, else with GatedDeltaRuleBackward;
+// the arguments and outputs are theirs, and the WGSL forms compute the same gradients within
+// f32 rounding (gpu tests). Errors: those of the launcher taken.
 func GatedDeltaRuleBackwardAuto(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
+	wgsl := func() error {
+		return gatedDeltaRuleBackwardAutoWGSL(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
+	}
+	if r != nil && GatedDeltaRuleBackwardCoopmatFits(r.Device(), dims) {
+		return coopOrWGSL(func() error {
+			return GatedDeltaRuleChunkedBackwardCoopmat(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
+		}, wgsl)
+	}
+	return wgsl()
+}
+
+// GatedDeltaRuleBackwardCoopmatFits reports whether GatedDeltaRuleBackwardAuto takes the
+// cooperative-matrix form (GatedDeltaRuleChunkedBackwardCoopmat) on d for dims: where both
+// the chunked backward (GatedDeltaRuleChunkedBackwardFits: dk and dv multiples of 4) and the
+// cooperative-matrix forward (GatedDeltaRuleCoopmatFits) fit, and the chunk-parallel
+// stages' workgroup memory and f16 copies of the per-chunk states fit the device. False for a
+// nil device.
+func GatedDeltaRuleBackwardCoopmatFits(d *Device, dims DeltaRuleDims) bool {
+	return GatedDeltaRuleChunkedBackwardFits(d, dims) && GatedDeltaRuleCoopmatFits(d, dims) && d.coopDeltaBwdPlan(dims) == nil
+}
+
+// gatedDeltaRuleBackwardAutoWGSL is GatedDeltaRuleBackwardAuto's choice among the WGSL forms.
+func gatedDeltaRuleBackwardAutoWGSL(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
 	if r != nil && GatedDeltaRuleBackwardLanesFits(r.Device(), dims) {
 		return GatedDeltaRuleBackwardLanes(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
 	}

@@ -18,23 +18,28 @@ import (
 // of t = 70), an awkward geometry (dk = 12 and dv = 37 not multiples of the 16×16 tiles,
 // hv = 3·hk with two key heads, t = 5), t = 1, and the chunked forward's awkward
 // geometries (t = 37, 100, 130 and 70 with short last chunks, hv/hk = 1 and 2, several
-// windows, dk = dv = 16 and 32, strongly negative g, dv = 70 past one lanes slice).
+// windows, dk = dv = 16 and 32, strongly negative g, dv = 70 past one lanes slice), and v
+// and the output gradient scaled by 2^ve, 2^ge (2^±40: every gradient scales exactly, past
+// f16's range and below its normals).
 var deltaRuleBackwardCases = []struct {
 	dims   gpu.DeltaRuleDims
 	gscale float64
+	ve, ge int
 }{
-	{gpu.DeltaRuleDims{NB: 2, T: 37, HK: 1, HV: 2, DK: 128, DV: 128}, 1},
-	{gpu.DeltaRuleDims{NB: 3, T: 5, HK: 2, HV: 6, DK: 12, DV: 37}, 1},
-	{gpu.DeltaRuleDims{NB: 1, T: 1, HK: 1, HV: 1, DK: 4, DV: 3}, 1},
-	{gpu.DeltaRuleDims{NB: 2, T: 100, HK: 1, HV: 2, DK: 16, DV: 16}, 1},
-	{gpu.DeltaRuleDims{NB: 3, T: 37, HK: 2, HV: 2, DK: 32, DV: 32}, 1},
-	{gpu.DeltaRuleDims{NB: 2, T: 130, HK: 2, HV: 4, DK: 16, DV: 20}, 1},
-	{gpu.DeltaRuleDims{NB: 1, T: 130, HK: 1, HV: 1, DK: 16, DV: 16}, 40},
-	{gpu.DeltaRuleDims{NB: 1, T: 70, HK: 1, HV: 2, DK: 128, DV: 128}, 1},
-	{gpu.DeltaRuleDims{NB: 1, T: 1, HK: 1, HV: 1, DK: 8, DV: 4}, 1},
+	{gpu.DeltaRuleDims{NB: 2, T: 37, HK: 1, HV: 2, DK: 128, DV: 128}, 1, 0, 0},
+	{gpu.DeltaRuleDims{NB: 3, T: 5, HK: 2, HV: 6, DK: 12, DV: 37}, 1, 0, 0},
+	{gpu.DeltaRuleDims{NB: 1, T: 1, HK: 1, HV: 1, DK: 4, DV: 3}, 1, 0, 0},
+	{gpu.DeltaRuleDims{NB: 2, T: 100, HK: 1, HV: 2, DK: 16, DV: 16}, 1, 0, 0},
+	{gpu.DeltaRuleDims{NB: 3, T: 37, HK: 2, HV: 2, DK: 32, DV: 32}, 1, 0, 0},
+	{gpu.DeltaRuleDims{NB: 2, T: 130, HK: 2, HV: 4, DK: 16, DV: 20}, 1, 0, 0},
+	{gpu.DeltaRuleDims{NB: 1, T: 130, HK: 1, HV: 1, DK: 16, DV: 16}, 40, 0, 0},
+	{gpu.DeltaRuleDims{NB: 1, T: 70, HK: 1, HV: 2, DK: 128, DV: 128}, 1, 0, 0},
+	{gpu.DeltaRuleDims{NB: 1, T: 1, HK: 1, HV: 1, DK: 8, DV: 4}, 1, 0, 0},
 	// dv = 70 past one slice of the lanes form (8 columns × 8 lanes), the second slice 6
 	// columns live.
-	{gpu.DeltaRuleDims{NB: 1, T: 9, HK: 1, HV: 2, DK: 8, DV: 70}, 1},
+	{gpu.DeltaRuleDims{NB: 1, T: 9, HK: 1, HV: 2, DK: 8, DV: 70}, 1, 0, 0},
+	{gpu.DeltaRuleDims{NB: 1, T: 100, HK: 1, HV: 2, DK: 16, DV: 20}, 1, 40, -40},
+	{gpu.DeltaRuleDims{NB: 1, T: 100, HK: 1, HV: 2, DK: 16, DV: 20}, 1, -40, 40},
 }
 
 // deltaRuleBackwardImpl is one implementation of the gated delta rule backward under the
@@ -89,9 +94,16 @@ func TestGatedDeltaRuleBackwardLanes(t *testing.T) {
 }
 
 // TestGatedDeltaRuleBackwardAuto: the launcher nvgkit calls (chunked where it fits, so
-// token-by-token for dk or dv not multiples of 4) under the backward parity suite.
+// token-by-token for dk or dv not multiples of 4) under the backward parity suite, with the
+// tolerance of the form it takes (the cooperative-matrix one where tensor cores are on).
 func TestGatedDeltaRuleBackwardAuto(t *testing.T) {
-	testDeltaRuleBackward(t, deltaRuleBackwardImpl{gpu.GatedDeltaRuleBackwardAuto, deltaRuleBackwardChunkedTol, true, false, true})
+	d := gputest.Open(t)
+	testDeltaRuleBackward(t, deltaRuleBackwardImpl{gpu.GatedDeltaRuleBackwardAuto, func(dims gpu.DeltaRuleDims) float64 {
+		if gpu.GatedDeltaRuleBackwardCoopmatFits(d, dims) {
+			return deltaRuleBackwardCoopTol(dims)
+		}
+		return deltaRuleBackwardChunkedTol(dims)
+	}, true, false, true})
 }
 
 // testDeltaRuleBackward is the backward parity suite: impl on every deltaRuleBackwardCases
@@ -108,11 +120,12 @@ func testDeltaRuleBackward(t *testing.T, impl deltaRuleBackwardImpl) {
 		if impl.mult4 && (dm.DK%4 != 0 || dm.DV%4 != 0) {
 			continue
 		}
-		t.Run(fmt.Sprintf("nb=%d t=%d hk=%d hv=%d dk=%d dv=%d gscale=%g", dm.NB, dm.T, dm.HK, dm.HV, dm.DK, dm.DV, tc.gscale), func(t *testing.T) {
+		t.Run(fmt.Sprintf("nb=%d t=%d hk=%d hv=%d dk=%d dv=%d gscale=%g ve=%d ge=%d", dm.NB, dm.T, dm.HK, dm.HV, dm.DK, dm.DV, tc.gscale, tc.ve, tc.ge), func(t *testing.T) {
 			nb, tt, hk, hv, dk, dv := dm.NB, dm.T, dm.HK, dm.HV, dm.DK, dm.DV
 			rows := nb * tt
 			f, in := chunkedInputs(t, rng, rows, hk, hv, dk, dv, tc.gscale)
 			dof, dod := randF32(rng, rows*hv*dv, 1)
+			scalePow2(pow2Scaled{f[2], in[2], tc.ve}, pow2Scaled{dof, dod, tc.ge})
 			bs := newBufs(t, d)
 			q, k, v := bs.up("q", f[0], rows, hk, dk), bs.up("k", f[1], rows, hk, dk), bs.up("v", f[2], rows, hv, dv)
 			g, beta, do := bs.up("g", f[3], rows, hv), bs.up("beta", f[4], rows, hv), bs.up("do", dof, rows, hv, dv)

@@ -102,7 +102,7 @@ func GatedDeltaRuleChunkedScratch(dims DeltaRuleDims) int {
 // Errors: those of GatedDeltaRule, plus scratch or workgroup memory beyond the device's
 // limits (nothing is left recorded on error).
 func GatedDeltaRuleChunked(r *Recorder, q, k, v, g, beta, o, state *Buffer, dims DeltaRuleDims) error {
-	_, err := gatedDeltaRuleChunked(r, "GatedDeltaRuleChunked", q, k, v, g, beta, o, state, nil, nil, dims)
+	_, err := gatedDeltaRuleChunked(r, "GatedDeltaRuleChunked", q, k, v, g, beta, o, state, nil, nil, dims, false)
 	return err
 }
 
@@ -112,8 +112,9 @@ type gdrcScratch struct{ w, u, aqk, gc *Buffer }
 
 // gatedDeltaRuleChunked is GatedDeltaRuleChunked that also writes, when h and vnew are not
 // nil, the state before every chunk, h [nb·hv, ⌈t/64⌉, dk, dv], and V' [nb·hv·t, dv], and
-// returns its scratch buffers (for the backward).
-func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h, vnew *Buffer, dims DeltaRuleDims) (*gdrcScratch, error) {
+// returns its scratch buffers (for the backward). With coop the inter-chunk stage runs on
+// cooperative matrices (coopDeltaInter; the caller checked the device has them).
+func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h, vnew *Buffer, dims DeltaRuleDims, coop bool) (*gdrcScratch, error) {
 	if err := dims.check(r, op); err != nil {
 		return nil, err
 	}
@@ -153,21 +154,15 @@ func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h
 	if shm := uint32(4 * (2*64 + 64*64)); shm > r.d.info.MaxWorkgroupStorage {
 		return nil, fmt.Errorf("gpu: %s: needs %d bytes of workgroup memory, the device allows %d", op, shm, r.d.info.MaxWorkgroupStorage)
 	}
-	// The forward takes the tiled inter-chunk kernel; the pass saving the per-chunk states
-	// for the backward takes the untiled one (faster there on the H200, DESIGN.md §9), as
-	// does a device whose workgroup memory is too small for the tiles.
-	tiled := h == nil && gdrcTiledSlice(r.d, dk) != 0
-	cs := gdrcSlice(r.d, dk)
-	if tiled {
-		cs = gdrcTiledSlice(r.d, dk)
-		if gdrcCS != 0 && gdrcCS < cs {
-			cs = gdrcCS
+	var inter *Kernel
+	var gridB [3]int
+	if coop {
+		if err := r.d.coopDeltaPlan(dims); err != nil {
+			return nil, fmt.Errorf("gpu: %s: %w", op, err)
 		}
+	} else if inter, gridB, err = gdrcInterKernel(r, op, dims, state != nil, h != nil); err != nil {
+		return nil, err
 	}
-	if cs == 0 {
-		return nil, fmt.Errorf("gpu: %s: dk = %d needs more workgroup memory than the device's %d bytes", op, dk, r.d.info.MaxWorkgroupStorage)
-	}
-	bk, it, nd := gdrcTiles(dk)
 	intra, err := r.d.Kernel(KernelSpec{
 		Name: op + ".intra", File: "gated_delta_rule_chunked.wgsl",
 		Params:   gdrcParams{DK: dk, DV: dv, Intra: true},
@@ -176,29 +171,7 @@ func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h
 	if err != nil {
 		return nil, err
 	}
-	access := []Access{Read, Read, Read, Read, Read, Read, ReadWrite}
-	if state != nil {
-		access = append(access, ReadWrite)
-	}
-	hb := len(access)
-	if h != nil {
-		access = append(access, ReadWrite, ReadWrite)
-	}
-	inter, err := r.d.Kernel(KernelSpec{
-		Name: op, File: "gated_delta_rule_chunked.wgsl",
-		Params: gdrcParams{DK: dk, DV: dv, CS: cs, Tiled: tiled, BK: bk, IT: it, ND: nd,
-			WantState: state != nil, SaveH: h != nil, HBinding: hb, UBinding: len(access)},
-		Bindings: access, Uniforms: 5,
-	})
-	if err != nil {
-		return nil, err
-	}
 	gridA, err := Grid1D(nb * hv * nck)
-	if err != nil {
-		return nil, fmt.Errorf("gpu: %s: %w", op, err)
-	}
-	ns := (dv + cs - 1) / cs
-	gridB, err := Grid1D(nb * hv * ns)
 	if err != nil {
 		return nil, fmt.Errorf("gpu: %s: %w", op, err)
 	}
@@ -228,6 +201,14 @@ func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h
 	// (C²/2·(dk + dv) MACs); bytes: q, k, v read, W, U, Aqk, γ written.
 	fc := float64(rows * hv)
 	r.Cost(fc*(2*64*float64(dk)+64*float64(dk+dv)), 4*(fc/float64(hv/hk)*2*float64(dk)+fc*(float64(dv)+2)+fc*float64(dk+dv+GatedDeltaRuleChunkLen+1)))
+	sc := &gdrcScratch{w, u, aqk, gc}
+	if coop {
+		if err := coopDeltaInter(r, op, q, k, sc, o, state, h, vnew, dims); err != nil {
+			r.ops = r.ops[:mark]
+			return nil, err
+		}
+		return sc, nil
+	}
 	binds := []Binding{Whole(q), Whole(k), Whole(w), Whole(u), Whole(aqk), Whole(gc), Whole(o)}
 	if state != nil {
 		binds = append(binds, Whole(state))
@@ -239,15 +220,66 @@ func gatedDeltaRuleChunked(r *Recorder, op string, q, k, v, g, beta, o, state, h
 		r.ops = r.ops[:mark]
 		return nil, err
 	}
-	// Per token: W·S, Q·S and the state update (3·dk·dv MACs) and Aqk·V' (C/2·dv MACs);
-	// bytes: W, U, Aqk, γ, q, k read (once), o written, the states written when asked.
+	r.Cost(gdrcInterCost(dims, state != nil, h != nil))
+	return sc, nil
+}
+
+// gdrcInterCost is the inter-chunk stage's arithmetic and least traffic: per token W·S, Q·S
+// and the state update (3·dk·dv MACs) and Aqk·V' (C/2·dv MACs); W, U, Aqk, γ, q, k read
+// (once), o written, the states written when asked (final, and per chunk with V' when
+// saveH).
+func gdrcInterCost(dims DeltaRuleDims, wantState, saveH bool) (flops, bytes float64) {
+	nb, t, hk, hv, dk, dv := dims.NB, dims.T, dims.HK, dims.HV, dims.DK, dims.DV
+	nck := (t + GatedDeltaRuleChunkLen - 1) / GatedDeltaRuleChunkLen
+	fc := float64(nb * t * hv)
 	sb := 0.0
-	if state != nil {
+	if wantState {
 		sb += float64(nb * hv * dk * dv)
 	}
-	if h != nil {
+	if saveH {
 		sb += float64(nb*hv*nck*dk*dv) + fc*float64(dv)
 	}
-	r.Cost(fc*2*(3*float64(dk*dv)+32*float64(dv)), 4*(fc*float64(dk+dv+GatedDeltaRuleChunkLen+1)+fc/float64(hv/hk)*2*float64(dk)+fc*float64(dv)+sb))
-	return &gdrcScratch{w, u, aqk, gc}, nil
+	return fc * 2 * (3*float64(dk*dv) + 32*float64(dv)),
+		4 * (fc*float64(dk+dv+GatedDeltaRuleChunkLen+1) + fc/float64(hv/hk)*2*float64(dk) + fc*float64(dv) + sb)
+}
+
+// gdrcInterKernel returns the WGSL inter-chunk kernel for dims (the tiled one for the
+// forward, the untiled one when saving the states, DESIGN.md §9) and its grid. Errors: the
+// device's workgroup memory too small for dk, or those of Kernel and Grid1D.
+func gdrcInterKernel(r *Recorder, op string, dims DeltaRuleDims, wantState, saveH bool) (*Kernel, [3]int, error) {
+	dk, dv := dims.DK, dims.DV
+	tiled := !saveH && gdrcTiledSlice(r.d, dk) != 0
+	cs := gdrcSlice(r.d, dk)
+	if tiled {
+		cs = gdrcTiledSlice(r.d, dk)
+		if gdrcCS != 0 && gdrcCS < cs {
+			cs = gdrcCS
+		}
+	}
+	if cs == 0 {
+		return nil, [3]int{}, fmt.Errorf("gpu: %s: dk = %d needs more workgroup memory than the device's %d bytes", op, dk, r.d.info.MaxWorkgroupStorage)
+	}
+	bk, it, nd := gdrcTiles(dk)
+	access := []Access{Read, Read, Read, Read, Read, Read, ReadWrite}
+	if wantState {
+		access = append(access, ReadWrite)
+	}
+	hb := len(access)
+	if saveH {
+		access = append(access, ReadWrite, ReadWrite)
+	}
+	inter, err := r.d.Kernel(KernelSpec{
+		Name: op, File: "gated_delta_rule_chunked.wgsl",
+		Params: gdrcParams{DK: dk, DV: dv, CS: cs, Tiled: tiled, BK: bk, IT: it, ND: nd,
+			WantState: wantState, SaveH: saveH, HBinding: hb, UBinding: len(access)},
+		Bindings: access, Uniforms: 5,
+	})
+	if err != nil {
+		return nil, [3]int{}, err
+	}
+	grid, err := Grid1D(dims.NB * dims.HV * ((dv + cs - 1) / cs))
+	if err != nil {
+		return nil, [3]int{}, fmt.Errorf("gpu: %s: %w", op, err)
+	}
+	return inter, grid, nil
 }

@@ -61,7 +61,13 @@ func GatedDeltaRuleChunkedBackwardScratch(dims DeltaRuleDims) int {
 // length mismatches, aliasing among the buffers, scratch or workgroup memory beyond the
 // device's limits, or any Dispatch error (nothing is left recorded on error).
 func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
-	const op = "GatedDeltaRuleChunkedBackward"
+	return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackward", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, false)
+}
+
+// gatedDeltaRuleChunkedBackward is GatedDeltaRuleChunkedBackward; with coop the forward's
+// inter-chunk pass saving the states and the stages Dhu, State, QK and F run on cooperative
+// matrices (GatedDeltaRuleChunkedBackwardCoopmat).
+func gatedDeltaRuleChunkedBackward(r *Recorder, op string, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims, coop bool) error {
 	if err := dims.check(r, op); err != nil {
 		return err
 	}
@@ -122,6 +128,9 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 	}
 	kerns := map[string]*Kernel{}
 	for _, s := range []stageSpec{{"dhu", 6, 2}, {"state", 6, 4}, {"qk", 5, 2}, {"wy", 5, 1}, {"f", 5, 1}, {"final", 9, 4}} {
+		if coop && s.name != "wy" && s.name != "final" { // on cooperative matrices (coopDeltaBwd)
+			continue
+		}
 		kr, err := kern(s.name, s.nread, s.nrw)
 		if err != nil {
 			return err
@@ -167,7 +176,7 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 		r.ops = r.ops[:mark]
 		return err
 	}
-	sc, err := gatedDeltaRuleChunked(r, op, q, k, v, g, beta, o, nil, h, vnew, dims)
+	sc, err := gatedDeltaRuleChunked(r, op, q, k, v, g, beta, o, nil, h, vnew, dims, coop)
 	if err != nil {
 		return fail(err)
 	}
@@ -175,25 +184,37 @@ func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, 
 	fc := float64(rows * hv)
 	fk, fv := float64(dk), float64(dv)
 	steps := []struct {
+		name         string
 		k            *Kernel
 		grid         [3]int
 		binds        []*Buffer
 		flops, bytes float64
 	}{
-		{kerns["dhu"], gridS, []*Buffer{q, k, sc.w, sc.aqk, sc.gc, do, dh, dvp},
+		{"dhu", kerns["dhu"], gridS, []*Buffer{q, k, sc.w, sc.aqk, sc.gc, do, dh, dvp},
 			fc * 2 * (2*fk*fv + 32*fv), 4 * (fc*(2*fk+GatedDeltaRuleChunkLen+1+2*fv) + float64(nb*hv*nck)*fk*fv)},
-		{kerns["state"], gridC, []*Buffer{h, dh, do, vnew, dvp, sc.gc, dqv, dkv, dwt, dgl},
+		{"state", kerns["state"], gridC, []*Buffer{h, dh, do, vnew, dvp, sc.gc, dqv, dkv, dwt, dgl},
 			fc * 2 * 3 * fk * fv, 4 * (2*float64(nb*hv*nck)*fk*fv + fc*(3*fv+1+3*fk))},
-		{kerns["qk"], gridC, []*Buffer{q, k, do, vnew, sc.gc, dqv, dkv},
+		{"qk", kerns["qk"], gridC, []*Buffer{q, k, do, vnew, sc.gc, dqv, dkv},
 			fc * 2 * (32*fv + 128*fk), 4 * fc * (2*fk + 2*fv + 1 + 4*fk)},
-		{kerns["wy"], gridC, []*Buffer{k, sc.gc, beta, dwt, dvp, wyb},
+		{"wy", kerns["wy"], gridC, []*Buffer{k, sc.gc, beta, dwt, dvp, wyb},
 			fc * 2 * (32*fk + 32*(fk+fv)), 4 * fc * (fk + 2 + 2*fk + 2*fv)},
-		{kerns["f"], gridC, []*Buffer{k, sc.w, sc.u, sc.gc, beta, wyb},
+		{"f", kerns["f"], gridC, []*Buffer{k, sc.w, sc.u, sc.gc, beta, wyb},
 			fc * 2 * (32*(2*fk+fv) + 128*fk), 4 * fc * (fk + 2 + 2*(fk+fv) + 2*fk)},
-		{kerns["final"], gridC, []*Buffer{q, k, v, sc.gc, beta, g, dqv, wyb, dgl, dkv, dval, dg, dbeta},
+		{"final", kerns["final"], gridC, []*Buffer{q, k, v, sc.gc, beta, g, dqv, wyb, dgl, dkv, dval, dg, dbeta},
 			fc * 2 * (6*fk + 2*fv), 4 * fc * (3*fk + 2*fv + 3*fk + fv + 5)},
 	}
+	var cb *coopDeltaBwd
+	if coop {
+		cb = newCoopDeltaBwd(r, op, dims, sc)
+		defer cb.done()
+	}
 	for _, s := range steps {
+		if coop && s.name != "wy" && s.name != "final" { // on cooperative matrices
+			if err := cb.record(s.name, do, h, dh, vnew, dvp, q, k, beta, wyb, dqv, dkv, dwt, dgl, s.flops, s.bytes); err != nil {
+				return fail(err)
+			}
+			continue
+		}
 		binds := make([]Binding, len(s.binds))
 		for j, b := range s.binds {
 			binds[j] = Whole(b)

@@ -86,23 +86,32 @@ func infDecayTol(t, dk, dv int) float64 {
 // GPU kernel, which multiply the state by exp(g) = 0 there: outputs and final states
 // finite and within infDecayTol of both.
 // The lane-blocked form of CPU adapters (GatedDeltaRuleLanes) runs the same checks where it
-// runs.
+// runs, and the cooperative-matrix form (GatedDeltaRuleChunkedCoopmat, where tensor cores
+// are available) with the larger of infDecayTol and deltaRuleCoopTol.
 func TestGatedDeltaRuleChunkedInfDecay(t *testing.T) {
 	for _, impl := range []struct {
-		name  string
-		run   func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error
-		lanes bool
-	}{{"chunked", gpu.GatedDeltaRuleChunked, false}, {"lanes", gpu.GatedDeltaRuleLanes, true}} {
+		name        string
+		run         func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error
+		lanes, coop bool
+	}{{"chunked", gpu.GatedDeltaRuleChunked, false, false}, {"lanes", gpu.GatedDeltaRuleLanes, true, false},
+		{"coopmat", gpu.GatedDeltaRuleChunkedCoopmat, false, true}} {
 		t.Run(impl.name, func(t *testing.T) {
+			tol := infDecayTol
 			if impl.lanes {
 				skipNoLanes(t, gputest.Open(t))
 			}
-			testInfDecayForward(t, impl.name, impl.run)
+			if impl.coop {
+				skipNoCoopmat(t, gputest.Open(t))
+				tol = func(t, dk, dv int) float64 {
+					return math.Max(infDecayTol(t, dk, dv), deltaRuleCoopTol(gpu.DeltaRuleDims{T: t, DK: dk, DV: dv}))
+				}
+			}
+			testInfDecayForward(t, impl.name, impl.run, tol)
 		})
 	}
 }
 
-func testInfDecayForward(t *testing.T, name string, run func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error) {
+func testInfDecayForward(t *testing.T, name string, run func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error, tolf func(t, dk, dv int) float64) {
 	eachInfDecayCase(t, 171, func(t *testing.T, d *gpu.Device, tc infDecayRun) {
 		nb, tt, hk, hv, dk, dv := tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv
 		dims := gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}
@@ -122,7 +131,7 @@ func testInfDecayForward(t *testing.T, name string, run func(r *gpu.Recorder, q,
 		if err != nil {
 			t.Fatal(err)
 		}
-		tol := infDecayTol(tt, dk, dv)
+		tol := tolf(tt, dk, dv)
 		for _, c := range []struct {
 			name     string
 			got, ref *gpu.Buffer
@@ -142,23 +151,33 @@ func testInfDecayForward(t *testing.T, name string, run func(r *gpu.Recorder, q,
 // the chunked form, exactly: a residue there would be multiplied by exp(A_log) in the
 // gates' backward.
 // The lane-blocked backward of CPU adapters (GatedDeltaRuleBackwardLanes) runs the same
-// checks where it runs.
+// checks where it runs, and the cooperative-matrix backward
+// (GatedDeltaRuleChunkedBackwardCoopmat, where tensor cores are available) with the larger of
+// infDecayTol and deltaRuleBackwardCoopTol.
 func TestGatedDeltaRuleChunkedBackwardInfDecay(t *testing.T) {
 	for _, impl := range []struct {
-		name  string
-		run   func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error
-		lanes bool
-	}{{"chunked", gpu.GatedDeltaRuleChunkedBackward, false}, {"lanes", gpu.GatedDeltaRuleBackwardLanes, true}} {
+		name        string
+		run         func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error
+		lanes, coop bool
+	}{{"chunked", gpu.GatedDeltaRuleChunkedBackward, false, false}, {"lanes", gpu.GatedDeltaRuleBackwardLanes, true, false},
+		{"coopmat", gpu.GatedDeltaRuleChunkedBackwardCoopmat, false, true}} {
 		t.Run(impl.name, func(t *testing.T) {
+			tol := infDecayTol
 			if impl.lanes {
 				skipNoLanes(t, gputest.Open(t))
 			}
-			testInfDecayBackward(t, impl.name, impl.run)
+			if impl.coop {
+				skipNoCoopmat(t, gputest.Open(t))
+				tol = func(t, dk, dv int) float64 {
+					return math.Max(infDecayTol(t, dk, dv), deltaRuleBackwardCoopTol(gpu.DeltaRuleDims{T: t, DK: dk, DV: dv}))
+				}
+			}
+			testInfDecayBackward(t, impl.name, impl.run, tol)
 		})
 	}
 }
 
-func testInfDecayBackward(t *testing.T, name string, bwRun func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error) {
+func testInfDecayBackward(t *testing.T, name string, bwRun func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error, tolf func(t, dk, dv int) float64) {
 	eachInfDecayCase(t, 173, func(t *testing.T, d *gpu.Device, tc infDecayRun) {
 		nb, tt, hk, hv, dk, dv := tc.nb, tc.t, tc.hk, tc.hv, tc.dk, tc.dv
 		dims := gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}
@@ -185,7 +204,7 @@ func testInfDecayBackward(t *testing.T, name string, bwRun func(r *gpu.Recorder,
 		if err != nil {
 			t.Fatal(err)
 		}
-		tol := infDecayTol(tt, dk, dv)
+		tol := tolf(tt, dk, dv)
 		for i, w := range [][]float64{wq, wk, wv, wg, wb} {
 			what := []string{"dq", "dk", "dv", "dg", "dbeta"}[i]
 			m := maxAbs(w)

@@ -2,11 +2,13 @@ package gpu_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/gpu/gputest"
 )
 
 // chunkedInputs is deltaInputs with g multiplied by gscale (still ≤ 0, rounded to f32).
@@ -37,8 +39,10 @@ func f64(x []float32) []float64 {
 
 // BenchmarkGatedDeltaRuleChunked: as BenchmarkGatedDeltaRule (one window of t = 512,
 // hk = 1, hv = 2, dk = dv = 128, final state written), and with NVG_BENCH_LARGE=1 the
-// model's batch nb = 8 windows of t = 512, hk = 16, hv = 32. Reports tokens/s, ms per call
-// and the GPU time of each kernel and of all (benchKernel with no name).
+// model's batch nb = 8 windows of t = 512, hk = 16, hv = 32; each for the kernel forms of
+// NVG_TC_VARIANTS (wgsl: GatedDeltaRuleChunked, coopmat: GatedDeltaRuleChunkedCoopmat).
+// Reports tokens/s, ms per call and the GPU time of each kernel and of all (benchKernel
+// with no name).
 func BenchmarkGatedDeltaRuleChunked(b *testing.B) {
 	for _, sz := range []struct {
 		nb, t, hk, hv int
@@ -48,13 +52,125 @@ func BenchmarkGatedDeltaRuleChunked(b *testing.B) {
 			if sz.large && os.Getenv("NVG_BENCH_LARGE") != "1" {
 				b.Skip("model-sized run: set NVG_BENCH_LARGE=1")
 			}
-			benchGatedDeltaRuleChunked(b, sz.nb, sz.t, sz.hk, sz.hv, 128, 128)
+			eachTCVariant(b, func(b *testing.B, coop bool) {
+				run := gpu.GatedDeltaRuleChunked
+				if coop {
+					run = gpu.GatedDeltaRuleChunkedCoopmat
+				}
+				benchDeltaRule(b, run, gpu.DeltaRuleDims{NB: sz.nb, T: sz.t, HK: sz.hk, HV: sz.hv, DK: 128, DV: 128},
+					func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, st *gpu.Buffer) {
+						benchKernel(b, d, "", rows, rec, st)
+					})
+			})
 		})
 	}
 }
 
-func benchGatedDeltaRuleChunked(b *testing.B, nb, tt, hk, hv, dk, dv int) {
-	benchDeltaRule(b, gpu.GatedDeltaRuleChunked, gpu.DeltaRuleDims{NB: nb, T: tt, HK: hk, HV: hv, DK: dk, DV: dv}, func(d *gpu.Device, rows int, rec func(*gpu.Recorder) error, st *gpu.Buffer) {
-		benchKernel(b, d, "", rows, rec, st)
+// TestGatedDeltaRuleChunkedCoopmat: the chunked form with its inter-chunk stage on
+// cooperative matrices (where tensor cores are available) under the forward parity suite,
+// against the host and the token-by-token GPU kernel, with deltaRuleCoopTol; the suite's
+// v ×2⁴⁰ and ×2⁻⁴⁰ cases put the state and V' beyond f16's range and below its normals. The
+// "gputiles" subtest runs the suite under the GPUs' tiles (gpuTiles: 32 value columns where
+// the workgroup memory allows).
+func TestGatedDeltaRuleChunkedCoopmat(t *testing.T) {
+	skipNoCoopmat(t, gputest.Open(t))
+	coop0 := gpu.CoopDispatches()
+	testDeltaRule(t, deltaRuleImpl{gpu.GatedDeltaRuleChunkedCoopmat, []int{0}, deltaRuleCoopTol, true})
+	t.Run("gputiles", func(t *testing.T) {
+		testDeltaRule(t, deltaRuleImpl{gpuTiles(gpu.GatedDeltaRuleChunkedCoopmat), []int{0}, deltaRuleCoopTol, true})
 	})
+	if gpu.CoopDispatches() == coop0 {
+		t.Error("no cooperative-matrix kernel recorded")
+	}
+}
+
+// deltaRuleCoopTol is the cooperative-matrix form's tolerance relative to the largest
+// value: every f16 operand (q, k, W, Aqk packed per chunk; S and V' scaled per chunk by
+// their largest value) carries one rounding of ≤ e16 relative (values below 2⁻²⁸ of their
+// block's largest round to f16 subnormals, ≤ 2⁻³⁹ of it: negligible here); within a chunk an
+// output passes through at most three products of rounded operands (W·S or Q·S, then Aqk·V'
+// or Kᵀ·V'), each adding ≤ 2e16 of the sizes it combines, which the model's inputs keep at
+// the size of the outputs (l2-normalised q and k, |A_is| < 1); the chunks' recurrence is
+// non-expansive (deltaRuleChunkedTol), so the errors of the ⌈t/64⌉ chunks add: atol =
+// 6·(⌈t/64⌉ + 1)·e16·max|want| (1.2 % at one chunk), at least the f32 form's tolerance.
+func deltaRuleCoopTol(d gpu.DeltaRuleDims) float64 {
+	nck := float64((d.T + 63) / 64)
+	return math.Max(6*(nck+1)*e16, deltaRuleChunkedTol(d))
+}
+
+// TestGatedDeltaRuleAutoCoopmat: the seams. With tensor cores forced on (where available),
+// GatedDeltaRuleAuto records the cooperative-matrix form and gives GatedDeltaRuleChunkedCoopmat's
+// bits (it takes every shape the WGSL chunked form takes: dv of any size), and
+// GatedDeltaRuleBackwardAuto GatedDeltaRuleChunkedBackwardCoopmat's, except for dv = 21 (not a
+// multiple of 4), where the backward falls back to the WGSL form the automatic choice takes;
+// with tensor cores forced off neither records any and both give the WGSL forms' bits.
+func TestGatedDeltaRuleAutoCoopmat(t *testing.T) {
+	d := gputest.Open(t)
+	skipNoCoopmat(t, d)
+	rng := rand.New(rand.NewPCG(41, 42))
+	type fwdFn = func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error
+	type bwdFn = func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error
+	for _, c := range []struct {
+		dv               int
+		on, coopF, coopB bool // tensor cores forced on; Auto must take the cooperative-matrix forms
+	}{{20, true, true, true}, {21, true, true, false}, {20, false, false, false}} {
+		dm := gpu.DeltaRuleDims{NB: 2, T: 100, HK: 1, HV: 2, DK: 16, DV: c.dv}
+		t.Run(fmt.Sprintf("dv=%d tensorcores=%v", c.dv, c.on), func(t *testing.T) {
+			defer gpu.SetTensorCores(c.on)()
+			if f, b := gpu.GatedDeltaRuleCoopmatFits(d, dm), gpu.GatedDeltaRuleBackwardCoopmatFits(d, dm); f != c.coopF || b != c.coopB {
+				t.Fatalf("GatedDeltaRuleCoopmatFits = %v, GatedDeltaRuleBackwardCoopmatFits = %v, want %v, %v", f, b, c.coopF, c.coopB)
+			}
+			rows := dm.NB * dm.T
+			f, _ := chunkedInputs(t, rng, rows, dm.HK, dm.HV, dm.DK, dm.DV, 1)
+			dof, _ := randF32(rng, rows*dm.HV*dm.DV, 1)
+			bs := newBufs(t, d)
+			q, k, v := bs.up("q", f[0], rows, dm.HK, dm.DK), bs.up("k", f[1], rows, dm.HK, dm.DK), bs.up("v", f[2], rows, dm.HV, dm.DV)
+			g, beta, do := bs.up("g", f[3], rows, dm.HV), bs.up("beta", f[4], rows, dm.HV), bs.up("do", dof, rows, dm.HV, dm.DV)
+			run := func(fwd fwdFn, bwd bwdFn) ([7][]float32, int) {
+				outs := []*gpu.Buffer{bs.nw("o", rows, dm.HV, dm.DV), bs.nw("state", dm.NB, dm.HV, dm.DK, dm.DV), bs.nw("dq", rows, dm.HK, dm.DK),
+					bs.nw("dk", rows, dm.HK, dm.DK), bs.nw("dv", rows, dm.HV, dm.DV), bs.nw("dg", rows, dm.HV), bs.nw("dbeta", rows, dm.HV)}
+				c0 := gpu.CoopDispatches()
+				if err := d.Run(func(r *gpu.Recorder) error {
+					if err := fwd(r, q, k, v, g, beta, outs[0], outs[1], dm); err != nil {
+						return err
+					}
+					return bwd(r, q, k, v, g, beta, do, outs[2], outs[3], outs[4], outs[5], outs[6], dm)
+				}); err != nil {
+					t.Fatal(err)
+				}
+				var res [7][]float32
+				for i, b := range outs {
+					res[i] = must(d.ReadFloat32(b)).T(t)
+				}
+				return res, gpu.CoopDispatches() - c0
+			}
+			auto, n := run(gpu.GatedDeltaRuleAuto, gpu.GatedDeltaRuleBackwardAuto)
+			// The forms the automatic choice must take, in its order of preference.
+			fwd := firstFit([]bool{c.coopF, gpu.GatedDeltaRuleLanesFits(d, dm), gpu.GatedDeltaRuleChunkedFits(d, dm)},
+				[]fwdFn{gpu.GatedDeltaRuleChunkedCoopmat, gpu.GatedDeltaRuleLanes, gpu.GatedDeltaRuleChunked, gpu.GatedDeltaRule})
+			bwd := firstFit([]bool{c.coopB, gpu.GatedDeltaRuleBackwardLanesFits(d, dm), gpu.GatedDeltaRuleChunkedBackwardFits(d, dm)},
+				[]bwdFn{gpu.GatedDeltaRuleChunkedBackwardCoopmat, gpu.GatedDeltaRuleBackwardLanes, gpu.GatedDeltaRuleChunkedBackward, gpu.GatedDeltaRuleBackward})
+			want, nref := run(fwd, bwd)
+			if n != nref || (n > 0) != (c.coopF || c.coopB) {
+				t.Errorf("%d cooperative-matrix kernels recorded, want %d (the forms the choice must take)", n, nref)
+			}
+			for i := range auto {
+				for e := range auto[i] {
+					if math.Float32bits(auto[i][e]) != math.Float32bits(want[i][e]) {
+						t.Fatalf("output %d element %d: Auto %g, the form it should take %g", i, e, auto[i][e], want[i][e])
+					}
+				}
+			}
+		})
+	}
+}
+
+// firstFit returns forms[i] for the first fits[i] that holds, else the last form.
+func firstFit[F any](fits []bool, forms []F) F {
+	for i, ok := range fits {
+		if ok {
+			return forms[i]
+		}
+	}
+	return forms[len(forms)-1]
 }

@@ -74,3 +74,60 @@ func (r result[T]) T(t testing.TB) T {
 	}
 	return r.v
 }
+
+// roundF16Blocks returns x (per window b < nb and head h < heads, t rows of n values,
+// token-major [nb·t, heads, n] or, headMajor, [nb·heads·t, n]) as the cooperative-matrix
+// kernels see it after CoopmatPackHeads: each block of 64 rows of a head scaled by the power
+// of two 2^e that puts its largest |value| in [2¹⁴, 2¹⁵), rounded to f16 (to nearest even)
+// and scaled back. A reference for the kernels' arithmetic on exactly these operands.
+func roundF16Blocks(x []float64, nb, t, heads, n int, headMajor bool) []float64 {
+	y := make([]float64, len(x))
+	at := func(b, h, tau, c int) int {
+		if headMajor {
+			return ((b*heads+h)*t+tau)*n + c
+		}
+		return ((b*t+tau)*heads+h)*n + c
+	}
+	for b := range nb {
+		for h := range heads {
+			for t0 := 0; t0 < t; t0 += 64 {
+				t1 := min(t0+64, t)
+				m := 0.0
+				for tau := t0; tau < t1; tau++ {
+					for c := range n {
+						m = math.Max(m, math.Abs(x[at(b, h, tau, c)]))
+					}
+				}
+				e := 0
+				if m > 0 {
+					_, ex := math.Frexp(m)
+					e = 15 - ex
+				}
+				for tau := t0; tau < t1; tau++ {
+					for c := range n {
+						i := at(b, h, tau, c)
+						y[i] = math.Ldexp(float64(float16.Fromfloat32(float32(math.Ldexp(x[i], e))).Float32()), -e)
+					}
+				}
+			}
+		}
+	}
+	return y
+}
+
+// pow2Scaled is an input of a test (f32 and float64 copies) to be multiplied by 2^e.
+type pow2Scaled struct {
+	f []float32
+	d []float64
+	e int
+}
+
+// scalePow2 multiplies each x.f by 2^x.e (exactly, in f32) and sets x.d to the result.
+func scalePow2(xs ...pow2Scaled) {
+	for _, x := range xs {
+		for i := range x.f {
+			x.f[i] = float32(math.Ldexp(float64(x.f[i]), x.e))
+			x.d[i] = float64(x.f[i])
+		}
+	}
+}

@@ -121,14 +121,10 @@ func equalWords(a, b []uint32) bool {
 }
 
 // TestCoopmatSPIRVFresh: every committed .spv is the one gpu/coopmat/generate.sh made from
-// the current coopmat_gemm.comp (spv.sum records the hash of source and flags, and of the
-// SPIR-V). A failure means the GLSL changed without `go generate ./gpu`, or a .spv was
-// edited by hand.
+// the current GLSL source (spv.sum records per variant its source, the hash of source and
+// flags, and of the SPIR-V). A failure means a .comp changed without `go generate ./gpu`, or
+// a .spv was edited by hand.
 func TestCoopmatSPIRVFresh(t *testing.T) {
-	src, err := coopFS.ReadFile("coopmat/coopmat_gemm.comp")
-	if err != nil {
-		t.Fatal(err)
-	}
 	sum, err := coopFS.ReadFile("coopmat/spv.sum")
 	if err != nil {
 		t.Fatal(err)
@@ -140,14 +136,18 @@ func TestCoopmatSPIRVFresh(t *testing.T) {
 		if strings.HasPrefix(line, "#") || line == "" {
 			continue
 		}
-		f := strings.SplitN(line, " ", 4)
-		if len(f) != 4 {
-			t.Fatalf("spv.sum line %q: want file, source hash, SPIR-V hash, flags", line)
+		f := strings.SplitN(line, " ", 5)
+		if len(f) != 5 {
+			t.Fatalf("spv.sum line %q: want file, source, source hash, SPIR-V hash, flags", line)
 		}
-		name, srcH, spvH, flags := f[0], f[1], f[2], f[3]
+		name, source, srcH, spvH, flags := f[0], f[1], f[2], f[3], f[4]
+		src, err := coopFS.ReadFile("coopmat/" + source)
+		if err != nil {
+			t.Fatalf("spv.sum: %s's source: %v", name, err)
+		}
 		h := sha256.Sum256(append(append(append([]byte(nil), src...), 0), flags...))
 		if hex.EncodeToString(h[:]) != srcH {
-			t.Errorf("%s is stale: coopmat_gemm.comp (flags %q) changed since it was generated; run go generate ./gpu", name, flags)
+			t.Errorf("%s is stale: %s (flags %q) changed since it was generated; run go generate ./gpu", name, source, flags)
 		}
 		spv, err := coopFS.ReadFile("coopmat/" + name)
 		if err != nil {
@@ -158,9 +158,9 @@ func TestCoopmatSPIRVFresh(t *testing.T) {
 		}
 		seen[name] = true
 	}
-	for _, v := range []coopVariant{coopDense, coopBLR, coopBLRScale, coopBLRScaleRaw} {
-		if !seen[v.File] {
-			t.Errorf("spv.sum has no line for %s", v.File)
+	for _, f := range coopFiles() {
+		if !seen[f] {
+			t.Errorf("spv.sum has no line for %s", f)
 		}
 	}
 }

@@ -73,10 +73,7 @@ fn val(i: u32, c: u32) -> f32 {
 {{- end}}
 {{- template "red_max" (dict "WG" .WG "Buf" "partial" "Val" "mx")}}
     let amax = partial[0];
-    var e = 0;
-    if (amax > 0.0 && amax <= 3.4028234e38) {
-        e = clamp(15 - frexp(amax).exp, -126, 126);
-    }
+{{- template "red_pow2" (dict "Max" "amax" "E" "e")}}
     let s = ldexp(1.0, e);
     if (lid == 0u) {
         rs[i] = ldexp(1.0, -e);

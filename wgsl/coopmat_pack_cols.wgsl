@@ -68,10 +68,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;
     }
     let amax = bitcast<f32>(maxbits[c]);
-    var e = 0;
-    if (amax > 0.0 && amax <= 3.4028234e38) {
-        e = clamp(15 - frexp(amax).exp, -126, 126);
-    }
+{{- template "red_pow2" (dict "Max" "amax" "E" "e")}}
     mult[c] = ldexp(1.0, e);
 {{- if .Mask}}
     scale[c] = select(0.0, ldexp(1.0, -e) * s[c], mask[c] != 0u);

@@ -56,6 +56,17 @@ invocation's value). */ -}}
     }
 {{- end}}
 
+{{- /* red_pow2: declares E (i32) = clamp(15 − frexp(Max).exp, −126, 126), the exponent that
+puts Max·2^E in [2¹⁴, 2¹⁵) (0 for a Max of 0 or not finite): the power-of-two scale of the
+cooperative-matrix packs (coopmat_pack*.wgsl) for a block whose largest |value| is Max. Keys:
+Max (an f32 expression), E (the name to declare). */ -}}
+{{define "red_pow2"}}
+    var {{.E}} = 0;
+    if ({{.Max}} > 0.0 && {{.Max}} <= 3.4028234e38) {
+        {{.E}} = clamp(15 - frexp({{.Max}}).exp, -126, 126);
+    }
+{{- end}}
+
 {{- /* red_sum_squares: Σ_c X[Base + c]² for c < N, declared as Out in every invocation, in
 either form (the workgroup form reduces in partial, the kernel's var<workgroup> partial:
 array<f32, WG>): the sum of squares of one row of a norm. Keys: P (Lanes, WG, S, Q), X (a
