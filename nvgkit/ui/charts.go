@@ -318,15 +318,26 @@ func PlotTraining(c TrainingCurves) (*Figure, error) {
 	return &Figure{Panels: []*plot.Plot{top, bottom}}, nil
 }
 
-// markPhases draws a dotted vertical line at the start of every phase after the first in
-// each panel (their y ranges already set) and labels it with the phase's kind in top.
+// phaseMarks returns where PlotTraining marks the phases (half a step before the first step
+// of every phase after the first) and their labels ("→ finish").
+func phaseMarks(phases []session.Phase) (xs []float64, labels []string) {
+	for i, ph := range phases {
+		if i > 0 {
+			xs, labels = append(xs, float64(ph.First)-0.5), append(labels, "→ "+ph.Kind)
+		}
+	}
+	return xs, labels
+}
+
+// markPhases draws a dotted vertical line at every phaseMarks position in each panel (their
+// y ranges already set) and its label in top.
 func markPhases(top, bottom *plot.Plot, phases []session.Phase) error {
-	if len(phases) < 2 {
+	xs, names := phaseMarks(phases)
+	if len(xs) == 0 {
 		return nil
 	}
 	var labels plotter.XYLabels
-	for _, ph := range phases[1:] {
-		x := float64(ph.First) - 0.5
+	for i, x := range xs {
 		for _, p := range []*plot.Plot{top, bottom} {
 			l, err := plotter.NewLine(plotter.XYs{{X: x, Y: p.Y.Min}, {X: x, Y: p.Y.Max}})
 			if err != nil {
@@ -336,8 +347,8 @@ func markPhases(top, bottom *plot.Plot, phases []session.Phase) error {
 			l.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
 			p.Add(l)
 		}
-		labels.XYs = append(labels.XYs, plotter.XY{X: x, Y: top.Y.Min + 0.02*(top.Y.Max-top.Y.Min)})
-		labels.Labels = append(labels.Labels, "→ "+ph.Kind)
+		labels.XYs = append(labels.XYs, plotter.XY{X: x, Y: top.Y.Min + 0.55*(top.Y.Max-top.Y.Min)}) // mid-height: below the legend, above a late loss
+		labels.Labels = append(labels.Labels, names[i])
 	}
 	l, err := plotter.NewLabels(labels)
 	if err != nil {
