@@ -99,7 +99,9 @@ type CalibrationConfig struct {
 // of 256 tokens (DESIGN.md §5: 64 × 256 changed nothing on the tiny teacher) and the Grams of
 // inputs up to 4096 features (every input of the 0.8B geometry: 2.5 GB of host memory; a
 // 27B teacher's 5120-feature inputs get second moments only).
-func DefaultCalibration() CalibrationConfig { return CalibrationConfig{Windows: 16, T: 256, GramMax: 4096} }
+func DefaultCalibration() CalibrationConfig {
+	return CalibrationConfig{Windows: 16, T: 256, GramMax: 4096}
+}
 
 // Resolved returns c, or DefaultCalibration() when c is the zero value.
 func (c CalibrationConfig) Resolved() CalibrationConfig {
