@@ -97,7 +97,7 @@ type CalibrationConfig struct {
 
 // DefaultCalibration returns the calibration pass of nvg distill --init refine: 16 windows
 // of 256 tokens (DESIGN.md §5: 64 × 256 changed nothing on the tiny teacher) and the Grams of
-// inputs up to 4096 features (every input of the 0.8B geometry: 2.5 GB of host memory; a
+// inputs up to 4096 features (every input of the 0.8B geometry: 3.4 GiB of host memory; a
 // 27B teacher's 5120-feature inputs get second moments only).
 func DefaultCalibration() CalibrationConfig {
 	return CalibrationConfig{Windows: 16, T: 256, GramMax: 4096}
