@@ -309,18 +309,19 @@ func (in *interrupt) notTrained() error {
 // logf prints a line of the run's log to stderr.
 func logf(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
 
-// bars shows train.Env.Progress's compression phase as a progress bar on stderr.
+// bars shows train.Env.Progress's calibration and compression phases as progress bars on
+// stderr (one after the other).
 func bars() func(phase string, done, total int, status string) {
 	var mu sync.Mutex
 	var bar train.Progress
 	return func(phase string, done, total int, status string) {
-		if phase != "compress" {
+		if phase != "compress" && phase != "calibrate" {
 			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		if bar == nil {
-			bar = train.NewProgress(os.Stderr, "compress")
+			bar = train.NewProgress(os.Stderr, phase)
 		}
 		bar.Update(done, total, status)
 		if done == total {
