@@ -56,7 +56,8 @@ import (
 // never restores a "best" snapshot by itself).
 type Lab interface {
 	// Setup opens the device if needed, loads the teacher (Setup.Teacher; "" is the embedded
-	// tiny teacher), compresses it (Setup.BitsPerWeight, Paths, Seed) or loads the student
+	// tiny teacher), compresses it (Setup.BitsPerWeight, Paths, Init — "refine" after a
+	// calibration pass of the teacher over training windows — and Seed) or loads the student
 	// Setup.Student, tokenizes the corpus (Setup.TrainFiles / EvalFiles; nil is the embedded
 	// default corpus of nvg distill, the Go standard library with the model card's split),
 	// draws the training and held-out windows, runs the teacher pass once over every
@@ -67,8 +68,8 @@ type Lab interface {
 	// Calling Setup again with an equal Setup returns the same Info and changes nothing (a
 	// notebook re-runs its first cell). A different Setup is an error unless s.Replace is
 	// set; then the old state is released once the new one is complete (a Setup that fails
-	// leaves the old one). Progress (phases "load", "compress",
-	// "corpus", "teacher", "eval") goes to the OnProgress option; WithContext or Interrupt
+	// leaves the old one). Progress (phases "load", "calibrate"
+	// (Init "refine"), "compress", "corpus", "teacher", "eval") goes to the OnProgress option; WithContext or Interrupt
 	// stop it between phases and teacher batches with ErrInterrupted, leaving the Lab as it
 	// was before the call.
 	//
@@ -892,8 +893,8 @@ type TopKResult struct {
 // Progress is a report of a long call in progress (Setup, Step, Eval, GradCheck), passed to
 // the OnProgress callback in the caller's process.
 type Progress struct {
-	// Phase names the work: "load", "compress", "corpus", "teacher", "eval", "step",
-	// "gradcheck".
+	// Phase names the work: "load", "calibrate", "compress", "corpus", "teacher", "eval",
+	// "step", "gradcheck".
 	Phase string
 	// Done of Total units of the phase are finished (tensors, windows, steps, coordinates).
 	Done, Total int
