@@ -45,11 +45,13 @@ RUNS=${RUNS:-$(for r in "${runs[@]}"; do printf '%s ' "${r%%|*}"; done)}
 common=(--steps "$STEPS" --nb 16 --t 512 --lr 0.005 --warmup 50 --eval-windows 256 --eval-every 0 --train-signs)
 
 table() {
-	python3 - "$OUT" <<'PY'
+	# shellcheck disable=SC2046
+	python3 - "$OUT" $(for r in "${runs[@]}"; do printf '%s ' "${r%%|*}"; done) <<'PY'
 import json, os, sys
-out = sys.argv[1]
+out, order = sys.argv[1], sys.argv[2:]
 rows = []
-for name in sorted(os.listdir(out)):
+names = [n for n in os.listdir(out) if os.path.isdir(os.path.join(out, n))]
+for name in sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n)):
     rep, cfg = os.path.join(out, name, "report.json"), os.path.join(out, name, "distill.json")
     if not os.path.isfile(rep):
         continue
@@ -98,6 +100,6 @@ for name in $RUNS; do
 	# shellcheck disable=SC2086
 	GOROOT=$corpus "$NVG_BIN" distill "${common[@]}" $flags ${EXTRA:-} -o "$dir" >"$dir.log" 2>&1
 	echo "   exit $?, $(($(date +%s) - start)) s wall (log: $dir.log)"
-	grep -E "held-out perplexity|gap closed|^phases|refined:" "$dir.log" | sed 's/^/   /'
+	grep -E "^(teacher|compressed|distilled)  +held-out|gap closed|^phases|refined:|^calibration:" "$dir.log" | sed 's/^/   /'
 done
 table
