@@ -78,6 +78,10 @@ func (c *Calibration) Add(x []float64, rows, cols int, names ...string) error {
 	return c.AddMoments(sumSq, gram, rows, names...)
 }
 
+// GramMax returns the largest number of input features whose Gram c keeps (NewCalibration's
+// gramMax; 0 for a nil Calibration): AddMoments wants a Gram exactly for inputs within it.
+func (c *Calibration) GramMax() int { return c.gramLimit() }
+
 func (c *Calibration) gramLimit() int {
 	if c == nil {
 		return 0

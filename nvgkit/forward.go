@@ -33,6 +33,21 @@ type acts struct {
 	// ownKept marks kept as the kept activations' own buffers: apply writes them and never
 	// adds recorder temporaries.
 	ownKept bool
+	// observe, when not nil, is called by recordLayer with every distinct input of the
+	// layer's projections right after the recipe writes it, in the layer's recording (the
+	// calibration pass, Calibrate): the checkpoint names of the weights that read it, the
+	// activation x [rows, cols] (a Teacher's xn1 and xn2 share one buffer: what observe
+	// records reads it before the next norm overwrites it). Nil everywhere else: the recipe
+	// then records exactly what it did before.
+	observe func(r *gpu.Recorder, names func() []string, x *gpu.Buffer, cols int) error
+}
+
+// see calls s.observe, when set, with the input x [rows, cols] of the weights names.
+func (s *acts) see(r *gpu.Recorder, names func() []string, x *gpu.Buffer, cols int) error {
+	if s.observe == nil {
+		return nil
+	}
+	return s.observe(r, names, x, cols)
 }
 
 // apply records y = x·Wᵀ for l, keeping t1 and c while s.kept is set (recordLayer with keep).
@@ -87,6 +102,7 @@ func (n *Net) recordLayer(r *gpu.Recorder, L *layer, s *acts, x, out *gpu.Buffer
 	}
 	steps := []func() error{
 		func() error { return gpu.RMSNorm(r, x, L.inNorm.buf, s.xn1, rows, H, eps, true) },
+		func() error { return s.see(r, L.mixerInputNames, s.xn1, H) },
 		func() error {
 			if L.attn != nil {
 				return n.recordAttention(r, L.attn, s, nb, t)
@@ -101,9 +117,13 @@ func (n *Net) recordLayer(r *gpu.Recorder, L *layer, s *acts, x, out *gpu.Buffer
 		},
 		func() error { return gpu.ResidualAdd(r, s.resid, s.mix) },
 		func() error { return gpu.RMSNorm(r, s.resid, L.postNorm.buf, s.xn2, rows, H, eps, true) },
+		func() error { return s.see(r, func() []string { return []string{L.gate.name, L.up.name} }, s.xn2, H) },
 		func() error { return s.apply(r, L.gate, s.xn2, s.gate, rows) },
 		func() error { return s.apply(r, L.up, s.xn2, s.up, rows) },
 		func() error { return gpu.SwiGLU(r, s.gate, s.up, s.act) },
+		func() error {
+			return s.see(r, func() []string { return []string{L.down.name} }, s.act, c.IntermediateSize)
+		},
 	}
 	if !keep {
 		steps = append(steps,
@@ -117,6 +137,16 @@ func (n *Net) recordLayer(r *gpu.Recorder, L *layer, s *acts, x, out *gpu.Buffer
 			func() error { return gpu.ResidualAdd(r, out, s.mix) })
 	}
 	return runSteps(steps)
+}
+
+// mixerInputNames are the weights that read the input RMSNorm's output: q_proj, k_proj,
+// v_proj, or in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (host.Net.LinearInputs' order).
+func (L *layer) mixerInputNames() []string {
+	if a := L.attn; a != nil {
+		return []string{a.qg.name, a.k.name, a.v.name}
+	}
+	d := L.delta
+	return []string{d.qkv.name, d.z.name, d.b.name, d.a.name}
 }
 
 func runSteps(steps []func() error) error {
@@ -154,6 +184,7 @@ func (n *Net) recordAttention(r *gpu.Recorder, a *attnWeights, s *acts, nb, t in
 		func() error { return gpu.QKNormRoPE(r, s.k, a.kNorm.buf, s.kr, kd) },
 		func() error { return gpu.AttentionAuto(r, s.qr, s.kr, s.v, s.o, s.alse, ad) },
 		func() error { return gpu.AttentionGate(r, s.o, s.agate, s.gated) },
+		func() error { return s.see(r, func() []string { return []string{a.o.name} }, s.gated, nh*hd) },
 		func() error { return s.apply(r, a.o, s.gated, s.mix, rows) },
 	})
 }
@@ -181,6 +212,7 @@ func (n *Net) recordDeltaNet(r *gpu.Recorder, d *deltaWeights, s *acts, nb, t in
 		func() error {
 			return gpu.GatedRMSNorm(r, s.core, s.z, d.norm.buf, s.normed, rows, hv, dv, c.RMSNormEps)
 		},
+		func() error { return s.see(r, func() []string { return []string{d.out.name} }, s.normed, VV) },
 		func() error { return s.apply(r, d.out, s.normed, s.mix, rows) },
 	})
 }

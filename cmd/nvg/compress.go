@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -13,14 +14,17 @@ import (
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/internal/atomicfile"
+	"github.com/nvg-project/nvg/nvgkit"
+	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/train"
+	"github.com/nvg-project/nvg/nvgkit/ui"
 )
 
 func init() {
 	register(&command{
 		name:    "compress",
 		summary: "compress a teacher into a binary-low-rank student (.cmf) at a bits-per-weight budget",
-		usage:   "[--bpw 1.0] [--paths auto|1|2] [--seed N] [--workers N] [--power-iters 2] [--products cpu-f64|cpu-f32|gpu-f32] -o STUDENT.cmf [--json REPORT.json] [--force] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
+		usage:   "[--bpw 1.0] [--paths auto|1|2] [--init dual-svid|refine [--calib-windows 16] [--calib-t 256] [--calib-gram-max 4096] [--train-files a.go,…] [--tokenizer F]] [--seed N] [--workers N] [--power-iters 2] [--products cpu-f64|cpu-f32|gpu-f32] -o STUDENT.cmf [--json REPORT.json] [--force] [TEACHER]   (TEACHER: HF dir or .cmf; default the embedded tiny teacher)",
 		run:     runCompress,
 	})
 }
@@ -31,6 +35,7 @@ type compressReport struct {
 	Output     string                  `json:"output"`
 	TargetBPW  float64                 `json:"target_bits_per_weight"`
 	Paths      string                  `json:"paths"`
+	Init       string                  `json:"init"`
 	Seed       uint64                  `json:"seed"`
 	Products   string                  `json:"products"`         // the randomised SVDs' large products: cpu-f64, cpu-f32 or gpu-f32 (train.ProductsName)
 	Device     string                  `json:"device,omitempty"` // the GPU adapter of gpu-f32
@@ -49,6 +54,11 @@ type compressFlags struct {
 	out, json           string
 	force               bool
 	pm                  compress.PathMode // paths, parsed
+	init                string
+	init0               compress.Init // init, parsed
+	calib               calibFlags
+	trainFiles          []string
+	tokenizer           string
 }
 
 func (f *compressFlags) bind(c *command) *flag.FlagSet {
@@ -62,6 +72,10 @@ func (f *compressFlags) bind(c *command) *flag.FlagSet {
 	fs.StringVar(&f.out, "o", "", "output student .cmf file (written atomically)")
 	fs.StringVar(&f.json, "json", "", "also write the per-tensor report as JSON to this file")
 	fs.BoolVar(&f.force, "force", false, "replace -o (and --json) when they exist")
+	fs.StringVar(&f.init, "init", "dual-svid", "initial factorisation: dual-svid, or refine (a calibration pass of the teacher on the GPU over windows of the training text, then signs and scales refined in the metric of its input statistics, as nvg distill --init refine)")
+	f.calib.bind(fs, train.CalibrationConfig{})
+	fs.Var(fileList{&f.trainFiles}, "train-files", "with --init refine: comma-separated `sources` of the calibration text (default: the Go standard library training split, as nvg distill's)")
+	fs.StringVar(&f.tokenizer, "tokenizer", "", "with --init refine: tokenizer.json (default: beside the teacher, or the embedded one)")
 	return fs
 }
 
@@ -91,6 +105,18 @@ func (f *compressFlags) check(nargs int) error {
 	if f.pm, err = compress.ParsePathMode(f.paths); err != nil {
 		return usagef("--%v", err)
 	}
+	if err := f.calib.check(f.init); err != nil {
+		return err
+	}
+	f.init0, _ = compress.ParseInit(f.init)
+	if f.trainFiles != nil {
+		if f.init0 != compress.InitRefine {
+			return usagef("--train-files is the calibration text of --init refine")
+		}
+		if f.trainFiles, err = expandCorpus("train-files", f.trainFiles); err != nil {
+			return err
+		}
+	}
 	switch {
 	case f.powerIters < 0:
 		return usagef("--power-iters must be ≥ 0, got %d", f.powerIters)
@@ -108,7 +134,7 @@ func (f *compressFlags) options() compress.Options {
 	if pi == 0 {
 		pi = -1 // SVDOptions: negative means none, 0 the default
 	}
-	opt := compress.Options{BitsPerWeight: f.bpw, Paths: f.pm, Seed: f.seed, Workers: f.workers, SVD: compress.SVDOptions{PowerIters: pi}}
+	opt := compress.Options{BitsPerWeight: f.bpw, Paths: f.pm, Seed: f.seed, Workers: f.workers, SVD: compress.SVDOptions{PowerIters: pi}, Init: f.init0}
 	if f.products == "cpu-f32" {
 		opt.Products = compress.CPUProducts{Float32: true}
 	}
@@ -133,17 +159,28 @@ func runCompress(args []string) error {
 	defer teacher.Close()
 	var dev *gpu.Device
 	where := f.products
-	if f.products == "gpu-f32" {
+	if f.products == "gpu-f32" || f.init0 == compress.InitRefine {
 		if dev, err = gpu.Open(); err != nil {
-			return fmt.Errorf("--products gpu-f32: %w", err)
+			return fmt.Errorf("--products %s, --init %s: %w", f.products, f.init, err)
 		}
 		defer dev.Close()
+	}
+	opts := f.options()
+	start := time.Now()
+	if f.init0 == compress.InitRefine {
+		if opts.Calibration, err = f.calibrate(dev, teacher, path); err != nil {
+			return err
+		}
+	}
+	products := dev
+	if f.products != "gpu-f32" {
+		products = nil // the GPU was opened for the calibration only
+	} else {
 		where += " on " + dev.Info().Name
 	}
-	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, seed %d, SVD products %s\n", train.ModelName(path), f.bpw, f.pm, f.seed, where)
+	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, init %s, seed %d, SVD products %s\n", train.ModelName(path), f.bpw, f.pm, f.init0, f.seed, where)
 	bar := train.NewProgress(os.Stderr, "compress")
-	start := time.Now()
-	student, reports, err := compress.ModelOn(dev, teacher, f.options(), func(done, total int, name string) {
+	student, reports, err := compress.ModelOn(products, teacher, opts, func(done, total int, name string) {
 		bar.Update(done, total, name)
 	})
 	bar.Finish("")
@@ -157,12 +194,18 @@ func runCompress(args []string) error {
 	if err := compress.WriteTable(os.Stdout, reports); err != nil {
 		return err
 	}
+	if hasInitErrors(reports) {
+		fmt.Println("reconstruction error per layer (mean over its tensors):")
+		if err := ui.WriteLayerReconstruction(os.Stdout, train.SessionReports(reports)); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("wrote %s (%.1fs)\n", f.out, secs)
 	bpwMissWarning(f.bpw, compress.OverallBitsPerWeight(reports))
 	if f.json == "" {
 		return nil
 	}
-	rep := compressReport{Teacher: train.ModelName(path), Output: f.out, TargetBPW: f.bpw, Paths: f.pm.String(), Seed: f.seed, Products: f.products,
+	rep := compressReport{Teacher: train.ModelName(path), Output: f.out, TargetBPW: f.bpw, Paths: f.pm.String(), Init: f.init0.String(), Seed: f.seed, Products: f.products,
 		OverallBPW: compress.OverallBitsPerWeight(reports), Seconds: secs, Kinds: compress.SummarizeByKind(reports), Tensors: reports}
 	if dev != nil {
 		rep.Device = dev.Info().Name
@@ -175,4 +218,39 @@ func runCompress(args []string) error {
 		return fmt.Errorf("--json: %w", err)
 	}
 	return nil
+}
+
+// calibrate runs the calibration pass of --init refine on dev: the teacher (at path) loaded
+// as a Teacher net, the training split of the corpus (--train-files, else the Go standard
+// library's) tokenized, and train.Calibrate with the --calib-* flags and --seed, as nvg
+// distill --init refine does before it compresses.
+func (f *compressFlags) calibrate(dev *gpu.Device, teacher *cmf.Model, path string) (*compress.Calibration, error) {
+	tok, err := train.OpenTokenizer(f.tokenizer, path, teacher.Config, logf)
+	if err != nil {
+		return nil, err
+	}
+	var corpus *data.Corpus
+	if f.trainFiles != nil {
+		corpus, err = data.FilesCorpus(f.trainFiles, nil)
+	} else {
+		corpus, err = data.StdlibCorpus()
+	}
+	if err != nil {
+		return nil, err
+	}
+	ids, err := corpus.Tokens(tok, data.Train, train.TokenCacheDir())
+	if err != nil {
+		return nil, fmt.Errorf("calibration text: %w", err)
+	}
+	net, err := nvgkit.LoadNet(dev, teacher, nvgkit.Teacher)
+	if err != nil {
+		return nil, err
+	}
+	defer net.Release()
+	c := f.calib.config().Resolved()
+	fmt.Fprintf(os.Stderr, "calibration: %d windows × %d tokens of the training text through the teacher on %s, Grams of inputs of at most %d features\n", c.Windows, c.T, dev.Info().Name, c.GramMax)
+	bar := train.NewProgress(os.Stderr, "calibrate")
+	cal, err := train.Calibrate(context.Background(), net, ids, c, f.seed, func(done, total int) { bar.Update(done, total, "") })
+	bar.Finish("")
+	return cal, err
 }

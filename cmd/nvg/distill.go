@@ -27,7 +27,7 @@ func init() {
 	register(&command{
 		name:    "distill",
 		summary: "compress a teacher to ~1 bit/weight and distil the student against it (default: the embedded tiny teacher on the Go standard library)",
-		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep N] [--keep-final] [--keep-activations] [--activation-budget-mib 1024] [--config RUN.json] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--steps N] [--keep N] [--mem-log …] [--stream-teacher] [--keep-activations] [--activation-budget-mib N]",
+		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep N] [--keep-final] [--keep-activations] [--activation-budget-mib 1024] [--train-signs [--sign-…] [--finish-steps N]] [--init dual-svid|refine [--calib-windows 16] [--calib-t 256] [--calib-gram-max 4096]] [--config RUN.json] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--steps N] [--keep N] [--mem-log …] [--stream-teacher] [--keep-activations] [--activation-budget-mib N]",
 		run:     runDistill,
 	})
 }
@@ -237,10 +237,10 @@ func removeRunOutput(out string, created bool) {
 // trainConfigFlags names the distill flag of each TrainConfig field that has one (the
 // others come only from a --config file).
 var trainConfigFlags = map[string]string{"Steps": "steps", "NB": "nb", "T": "t", "Windows": "windows", "K": "k", "LR": "lr",
-	"ClipNorm": "clip", "EvalWindows": "eval-windows", "Keep": "keep"}
+	"ClipNorm": "clip", "EvalWindows": "eval-windows", "Keep": "keep", "FinishSteps": "finish-steps"}
 
 // flagTerms rewrites the TrainConfig field names in a TrainConfigError's range as flags.
-var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--nb =")
+var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--nb =", "Steps =", "--steps =", "TrainSigns", "--train-signs")
 
 // trainConfigUsage is the usage error of a TrainConfig.Validate error, naming the flag of
 // the field: "--steps must be ≥ 1, got 0".
@@ -309,18 +309,19 @@ func (in *interrupt) notTrained() error {
 // logf prints a line of the run's log to stderr.
 func logf(format string, a ...any) { fmt.Fprintf(os.Stderr, format+"\n", a...) }
 
-// bars shows train.Env.Progress's compression phase as a progress bar on stderr.
+// bars shows train.Env.Progress's calibration and compression phases as progress bars on
+// stderr (one after the other).
 func bars() func(phase string, done, total int, status string) {
 	var mu sync.Mutex
 	var bar train.Progress
 	return func(phase string, done, total int, status string) {
-		if phase != "compress" {
+		if phase != "compress" && phase != "calibrate" {
 			return
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		if bar == nil {
-			bar = train.NewProgress(os.Stderr, "compress")
+			bar = train.NewProgress(os.Stderr, phase)
 		}
 		bar.Update(done, total, status)
 		if done == total {
@@ -361,6 +362,15 @@ func distill(f train.RunFile, out string, res *train.ResumePoint, opts distillOp
 	cfg := tr.Config
 	fmt.Fprintf(os.Stderr, "distilling: %d steps × %d windows × %d tokens, top-%d, lr %g, held-out %d windows × %d tokens\n",
 		cfg.Steps, cfg.NB, cfg.T, cfg.K, cfg.LR, cfg.EvalWindows, cfg.T)
+	if ps := cfg.Phases(); len(ps) > 1 {
+		fmt.Fprintf(os.Stderr, "phases: %s\n", phaseList(ps))
+	}
+	if hasInitErrors(run.Reports) && tr.Rank() == 0 {
+		fmt.Println("reconstruction error per layer (mean over its tensors; the refinement's Dual-SVID start and the student):")
+		if err := ui.WriteLayerReconstruction(os.Stdout, train.SessionReports(run.Reports)); err != nil {
+			return err
+		}
+	}
 	if res != nil {
 		fmt.Fprintf(os.Stderr, "resuming after step %d of %d\n", tr.Step(), cfg.Steps)
 	}
@@ -429,6 +439,9 @@ func writeOutputs(run *train.Run, out string, rep *train.Report, start time.Time
 	}
 	fmt.Printf("log-perplexity gap closed: %.1f %%  (%d steps, %d tokens, %d skipped; %s)\n",
 		100*rep.GapClosed, rep.Steps, rep.Tokens, rep.Skipped, times)
+	if len(rep.Phases) > 1 {
+		fmt.Printf("phases: %s\n", phaseReportList(rep.Phases))
+	}
 	fmt.Printf("wrote %s, %s and plots in %s\n", studentPath, filepath.Join(out, "report.json"), out)
 	return nil
 }
@@ -506,8 +519,9 @@ func startMemLog(o distillOptions, dev *gpu.Device, tr *train.Trainer) (*os.File
 	return f, nil
 }
 
-// writeDistillPlots writes training.png, grad_norms.png, metric_hist.png,
-// reconstruction.png and, for a --train-signs run, sign_flips.png into out.
+// writeDistillPlots writes training.png (its phases marked), grad_norms.png,
+// metric_hist.png, reconstruction.png, reconstruction_layers.png and, for a --train-signs
+// run, sign_flips.png into out.
 // The training curves are drawn from the run's metrics.jsonl (all sessions of a resumed run).
 func writeDistillPlots(out string, tr *train.Trainer, student *nvgkit.Net, reports []compress.TensorReport) error {
 	recs, _, err := train.ReadMetrics(filepath.Join(out, train.MetricsFile))
@@ -515,7 +529,7 @@ func writeDistillPlots(out string, tr *train.Trainer, student *nvgkit.Net, repor
 		return err
 	}
 	steps, loss, es, ep, tppl := train.TrainingSeries(recs)
-	fig, err := ui.PlotTraining(ui.TrainingCurves{Steps: steps, Loss: loss, EvalSteps: es, EvalPPL: ep, TeacherPPL: tppl})
+	fig, err := ui.PlotTraining(ui.TrainingCurves{Steps: steps, Loss: loss, EvalSteps: es, EvalPPL: ep, TeacherPPL: tppl, Phases: train.PhaseSeries(recs)})
 	if err != nil {
 		return err
 	}
@@ -548,7 +562,48 @@ func writeDistillPlots(out string, tr *train.Trainer, student *nvgkit.Net, repor
 	if err != nil {
 		return err
 	}
-	return ui.SavePlot(filepath.Join(out, "reconstruction.png"), p, 900, 600)
+	if err := ui.SavePlot(filepath.Join(out, "reconstruction.png"), p, 900, 600); err != nil {
+		return err
+	}
+	lp, err := ui.PlotLayerReconstruction(train.SessionReports(reports))
+	if err != nil {
+		return err
+	}
+	return ui.SavePlot(filepath.Join(out, "reconstruction_layers.png"), lp, 900, 600)
+}
+
+// hasInitErrors reports whether a compression report has the errors of InitRefine's start
+// (a refined student).
+func hasInitErrors(reports []compress.TensorReport) bool {
+	for _, r := range reports {
+		if r.InitRelErr != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// phaseList formats a run's phases: "kl steps 1…500, finish steps 501…600 (signs frozen)".
+func phaseList(ps []train.Phase) string {
+	var parts []string
+	for _, p := range ps {
+		s := fmt.Sprintf("%s steps %d…%d", p.Kind, p.First, p.Last)
+		if p.Kind == train.PhaseFinish {
+			s += " (signs frozen)"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// phaseReportList formats a report's phases: "kl 500 steps (16384000 tokens), finish 100
+// steps (3276800 tokens)".
+func phaseReportList(ps []train.PhaseReport) string {
+	var parts []string
+	for _, p := range ps {
+		parts = append(parts, fmt.Sprintf("%s %d steps (%d tokens)", p.Kind, p.StepsDone, p.Tokens))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // writeMetricHist writes metric_hist.png: the histogram of log10 |h|, |ℓ|, |g| of the

@@ -15,11 +15,11 @@ import (
 )
 
 // defaultDistillSettings are nvg distill's defaults: the embedded tiny teacher and the Go
-// standard library, 1 bit per weight, paths auto, seed 1, and train.DefaultTrainConfig (the
-// one table of training defaults, DESIGN.md §6 "Defaults").
+// standard library, 1 bit per weight, paths auto, Dual-SVID, seed 1, and
+// train.DefaultTrainConfig (the one table of training defaults, DESIGN.md §6 "Defaults").
 func defaultDistillSettings() train.RunFile {
 	c := train.DefaultTrainConfig()
-	return train.RunFile{Setup: train.Setup{BitsPerWeight: 1, Paths: "auto", Train: c}, Seed: c.Seed}
+	return train.RunFile{Setup: train.Setup{BitsPerWeight: 1, Paths: "auto", Init: "dual-svid", Train: c}, Seed: c.Seed}
 }
 
 // distillCLI are nvg distill's flags that are not settings of the run.
@@ -28,6 +28,7 @@ type distillCLI struct {
 	resume string
 	opts   distillOptions
 	signs  signFlags
+	calib  calibFlags
 }
 
 // fileList is a flag.Value of comma-separated corpus sources (expanded by expandCorpus).
@@ -109,6 +110,7 @@ func distillFlags(c *command, s *train.RunFile, o *distillCLI) *flag.FlagSet {
 	fs.StringVar(&tc.TopKFile, "topk-file", tc.TopKFile, "keep the teacher's top-k in this file (default: teacher-topk.bin in the output directory; reused when it matches, as by --resume)")
 	fs.BoolVar(&o.opts.streamTeacher, "stream-teacher", false, "keep the teacher's layers in host memory and upload them one at a time (a teacher larger than GPU memory; same results, slower)")
 	signFlagSet(fs, tc, &o.signs)
+	initFlagSet(fs, s, &o.calib)
 	fs.StringVar(&o.opts.memLog, "mem-log", "", "append a CSV sample of GPU bytes, Go heap, goroutines and tokens/s to this file every --mem-log-every steps (plot it with nvg plot-mem)")
 	fs.IntVar(&o.opts.memEvery, "mem-log-every", 100, "steps between --mem-log samples")
 	return fs
@@ -141,6 +143,10 @@ func parseDistillFlags(c *command, args []string) (s train.RunFile, o distillCLI
 	}
 	s.Train.Seed = s.Seed
 	o.signs.apply(&s.Train)
+	if err := o.calib.check(s.Init); err != nil {
+		return s, o, nil, err
+	}
+	s.Calibration = o.calib.config()
 	return s, o, set, nil
 }
 

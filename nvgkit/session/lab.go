@@ -56,7 +56,8 @@ import (
 // never restores a "best" snapshot by itself).
 type Lab interface {
 	// Setup opens the device if needed, loads the teacher (Setup.Teacher; "" is the embedded
-	// tiny teacher), compresses it (Setup.BitsPerWeight, Paths, Seed) or loads the student
+	// tiny teacher), compresses it (Setup.BitsPerWeight, Paths, Init — "refine" after a
+	// calibration pass of the teacher over training windows — and Seed) or loads the student
 	// Setup.Student, tokenizes the corpus (Setup.TrainFiles / EvalFiles; nil is the embedded
 	// default corpus of nvg distill, the Go standard library with the model card's split),
 	// draws the training and held-out windows, runs the teacher pass once over every
@@ -67,8 +68,8 @@ type Lab interface {
 	// Calling Setup again with an equal Setup returns the same Info and changes nothing (a
 	// notebook re-runs its first cell). A different Setup is an error unless s.Replace is
 	// set; then the old state is released once the new one is complete (a Setup that fails
-	// leaves the old one). Progress (phases "load", "compress",
-	// "corpus", "teacher", "eval") goes to the OnProgress option; WithContext or Interrupt
+	// leaves the old one). Progress (phases "load", "calibrate"
+	// (Init "refine"), "compress", "corpus", "teacher", "eval") goes to the OnProgress option; WithContext or Interrupt
 	// stop it between phases and teacher batches with ErrInterrupted, leaving the Lab as it
 	// was before the call.
 	//
@@ -320,12 +321,20 @@ type Setup struct {
 	// the teacher, or uses the embedded tiny teacher's for the embedded teacher.
 	Tokenizer string
 	// Student is a compressed student .cmf to train; "" compresses the teacher with
-	// BitsPerWeight, Paths and Seed (float64 products on the CPU, as nvg distill).
+	// BitsPerWeight, Paths, Init and Seed (float64 products on the CPU, as nvg distill).
 	Student string
 	// BitsPerWeight is the compression target, in (0, 32] (nvg distill --bpw).
 	BitsPerWeight float64
 	// Paths is the BLR path mode: "auto", "1" or "2" (nvg distill --paths).
 	Paths string
+	// Init is the compression's initial factorisation (nvg distill --init;
+	// train.Setup.Init): "dual-svid" (also ""; Dual-SVID of each weight) or "refine" (a
+	// calibration pass of the teacher over training windows, then Dual-SVID refined in the
+	// input-weighted metric: DESIGN.md §5 "Data-aware initialisation").
+	Init string
+	// Calibration sizes the calibration pass of Init "refine" (train.CalibrationConfig); its
+	// zero value means DefaultCalibration().
+	Calibration CalibrationConfig
 	// TrainFiles and EvalFiles are the training and held-out corpus files (globs and
 	// directories expanded as nvg distill --train-files does); both nil is the embedded
 	// default corpus (the Go standard library, model card split). They go together.
@@ -385,6 +394,35 @@ type Train struct {
 	// Signs holds the sign-learning knobs (train.TrainConfig.Signs); its zero value means
 	// DefaultSigns(). Validate checks them whether or not TrainSigns is set.
 	Signs SignConfig
+	// FinishSteps is the length of the scale-only finish, the last FinishSteps of the Steps
+	// planned (train.TrainConfig.FinishSteps, nvg distill --finish-steps): those steps freeze
+	// the signs (no score updates, no flips) and train the metric and the norm gains on the
+	// KL at the schedule's learning rates. 0: none. It needs TrainSigns and leaves at least
+	// one KL step. Info.Phases lists the phases; StepStats.Phase names each step's.
+	FinishSteps int
+}
+
+// CalibrationConfig sizes the calibration pass of Setup.Init "refine" (train.CalibrationConfig's
+// fields, names and defaults): Windows windows of T tokens drawn from the training split,
+// run through the teacher once; the Gram of every projection input of at most GramMax
+// features is kept (the second moments of all). Its zero value means DefaultCalibration().
+type CalibrationConfig struct {
+	Windows, T, GramMax int
+}
+
+// DefaultCalibration returns the calibration pass of nvg distill --init refine: 16 windows of
+// 256 tokens, Grams of inputs up to 4096 features (train.DefaultCalibration; a test keeps
+// them equal).
+func DefaultCalibration() CalibrationConfig {
+	return CalibrationConfig{Windows: 16, T: 256, GramMax: 4096}
+}
+
+// Phase is one part of a Lab's schedule (train.Phase): steps First…Last (1-based,
+// inclusive) of the kind Kind: "kl" (end to end on the KL; with TrainSigns the signs too) or
+// "finish" (the scale-only finish: signs frozen). Steps past the plan belong to the last.
+type Phase struct {
+	Kind        string
+	First, Last int
 }
 
 // SignConfig holds the sign-learning knobs of a Setup (nvgkit.SignConfig's fields, names and
@@ -444,12 +482,12 @@ func (c SignConfig) Validate() error {
 }
 
 // DefaultSetup returns the defaults of nvg distill: the embedded tiny teacher compressed to
-// 1 bit per weight (paths auto, seed 1), the embedded corpus, 24 steps of 4 windows × 64
+// 1 bit per weight (paths auto, Dual-SVID, seed 1), the embedded corpus, 24 steps of 4 windows × 64
 // tokens, top-32, lr 0.05 with 3 warm-up steps and cosine decay to 10 %, gradients clipped
 // to norm 1, 8 held-out windows, activations kept when they fit 1 GiB, the metric alone
 // trained (TrainSigns false, Signs zero: DefaultSigns when turned on).
 func DefaultSetup() Setup {
-	return Setup{BitsPerWeight: 1, Paths: "auto",
+	return Setup{BitsPerWeight: 1, Paths: "auto", Init: "dual-svid",
 		Train: Train{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalWindows: 8, Seed: 1, ActivationBudget: 1 << 30}}
 }
 
@@ -462,6 +500,8 @@ func (s Setup) Validate() error {
 		return fmt.Errorf("session: Setup.BitsPerWeight = %g, want a value in (0, 32]", s.BitsPerWeight)
 	case s.Student == "" && s.Paths != "auto" && s.Paths != "1" && s.Paths != "2":
 		return fmt.Errorf("session: Setup.Paths = %q, want \"auto\", \"1\" or \"2\"", s.Paths)
+	case s.Student == "" && s.Init != "" && s.Init != "dual-svid" && s.Init != "refine":
+		return fmt.Errorf("session: Setup.Init = %q, want \"dual-svid\" or \"refine\"", s.Init)
 	case (s.TrainFiles == nil) != (s.EvalFiles == nil):
 		return errors.New("session: Setup.TrainFiles and Setup.EvalFiles go together (both nil: the embedded corpus)")
 	}
@@ -483,12 +523,40 @@ func (s Setup) Validate() error {
 		{t.EvalWindows < 1, "EvalWindows", t.EvalWindows, "≥ 1"},
 		{t.ScheduleSteps < 0, "ScheduleSteps", t.ScheduleSteps, "≥ 0 (0: Steps)"},
 		{t.ActivationBudget < 0, "ActivationBudget", t.ActivationBudget, "≥ 0 bytes (0: keep only with KeepActivations)"},
+		{t.FinishSteps < 0 || t.Steps > 0 && t.FinishSteps >= t.Steps, "FinishSteps", t.FinishSteps, fmt.Sprintf("0 (none) or fewer than Steps = %d", t.Steps)},
+		{t.FinishSteps > 0 && !t.TrainSigns, "FinishSteps", t.FinishSteps, "0 without TrainSigns (the finish freezes the signs)"},
 	} {
 		if r.bad {
 			return fmt.Errorf("session: Setup.Train.%s = %v, want %s", r.field, r.value, r.want)
 		}
 	}
-	return t.Signs.Validate()
+	if err := t.Signs.Validate(); err != nil {
+		return err
+	}
+	return s.Calibration.Validate()
+}
+
+// Resolved returns c, or DefaultCalibration() when c is the zero value.
+func (c CalibrationConfig) Resolved() CalibrationConfig {
+	if c == (CalibrationConfig{}) {
+		return DefaultCalibration()
+	}
+	return c
+}
+
+// Validate reports the first field of c (resolved) out of range, naming it as a field of
+// Setup.Calibration.
+func (c CalibrationConfig) Validate() error {
+	r := c.Resolved()
+	switch {
+	case r.Windows < 1:
+		return fmt.Errorf("session: Setup.Calibration.Windows = %d, want ≥ 1", r.Windows)
+	case r.T < 1:
+		return fmt.Errorf("session: Setup.Calibration.T = %d, want ≥ 1", r.T)
+	case r.GramMax < 0:
+		return fmt.Errorf("session: Setup.Calibration.GramMax = %d, want ≥ 0 (0: second moments only)", r.GramMax)
+	}
+	return nil
 }
 
 // Equal reports whether s and o describe the same Lab (every field but Replace equal), the
@@ -496,7 +564,8 @@ func (s Setup) Validate() error {
 func (s Setup) Equal(o Setup) bool {
 	s.Replace, o.Replace = false, false
 	return s.Teacher == o.Teacher && s.Tokenizer == o.Tokenizer && s.Student == o.Student &&
-		s.BitsPerWeight == o.BitsPerWeight && s.Paths == o.Paths && equalStrings(s.TrainFiles, o.TrainFiles) &&
+		s.BitsPerWeight == o.BitsPerWeight && s.Paths == o.Paths && s.Init == o.Init && s.Calibration == o.Calibration &&
+		equalStrings(s.TrainFiles, o.TrainFiles) &&
 		equalStrings(s.EvalFiles, o.EvalFiles) && s.Train == o.Train && s.Resume == o.Resume
 }
 
@@ -535,6 +604,8 @@ type Info struct {
 	BitsPerWeight float64
 	// Compression has one row per compressed tensor when Setup compressed the teacher.
 	Compression []TensorReport
+	// Phases are the schedule's phases in order (Phase; Setup.Train.FinishSteps).
+	Phases []Phase
 	// TrainWindows and EvalWindows are the numbers of windows of T+1 tokens drawn;
 	// TrainTokens and EvalTokens the lengths of the token streams they were drawn from.
 	TrainWindows, EvalWindows int
@@ -556,13 +627,20 @@ type Info struct {
 
 // TensorReport is one compressed tensor of the student (compress.TensorReport's fields).
 type TensorReport struct {
-	// Name is the tensor, Kind its projection (q_proj, …, down_proj).
+	// Name is the tensor, Kind its projection (q_proj, …, down_proj), Layer its decoder
+	// layer (−1: none).
 	Name, Kind string
+	Layer      int
 	// Shape is [m, n] (output, input features); Rank and Paths its BLR form.
 	Shape       []int
 	Rank, Paths int
 	// BitsPerWeight is its storage cost; RelErr ‖W − Ŵ‖_F / ‖W‖_F.
 	BitsPerWeight, RelErr float64
+	// WeightedRelErr is the input-weighted error of the calibration (Init "refine": the
+	// relative RMS output error on its inputs; 0 without calibration); InitRelErr and
+	// InitWeightedRelErr are RelErr and WeightedRelErr of the refinement's Dual-SVID start
+	// (0 for Init "dual-svid"). compress.TensorReport documents each.
+	WeightedRelErr, InitRelErr, InitWeightedRelErr float64
 }
 
 // StepStats describes one training step (or one ForwardBackward).
@@ -590,9 +668,12 @@ type StepStats struct {
 	EvalPPL float64
 	// SignFlips is, when the Setup trains signs, the number of signs the step's flip rule
 	// flipped in each decoder layer (index = layer, len = Info.Layers; zeros for a skipped
-	// step, which flips nothing); nil otherwise, from ForwardBackward, and for steps restored
-	// from a checkpoint (it keeps no flip counts). Hand flips (ApplySignFlips) are not counted.
+	// step, which flips nothing); nil otherwise, in the finish phase (signs frozen), from
+	// ForwardBackward, and for steps restored from a checkpoint (it keeps no flip counts).
+	// Hand flips (ApplySignFlips) are not counted.
 	SignFlips []int
+	// Phase is the kind of the step's phase ("kl" or "finish"; Info.Phases).
+	Phase string
 	// Seconds is the step's wall time.
 	Seconds float64
 }
@@ -612,6 +693,24 @@ func (h History) Losses() []float64 {
 	out := make([]float64, len(h.Steps))
 	for i, s := range h.Steps {
 		out[i] = s.Loss
+	}
+	return out
+}
+
+// PhaseSpans returns the phases the steps of h ran in, in order: one Phase per run of
+// consecutive steps of one StepStats.Phase, First and Last their first and last step (steps
+// without a phase, restored from an older checkpoint, are left out). ui's history plot
+// marks them.
+func (h History) PhaseSpans() []Phase {
+	var out []Phase
+	for _, s := range h.Steps {
+		switch n := len(out); {
+		case s.Phase == "":
+		case n > 0 && out[n-1].Kind == s.Phase:
+			out[n-1].Last = s.Step
+		default:
+			out = append(out, Phase{Kind: s.Phase, First: s.Step, Last: s.Step})
+		}
 	}
 	return out
 }
@@ -794,8 +893,8 @@ type TopKResult struct {
 // Progress is a report of a long call in progress (Setup, Step, Eval, GradCheck), passed to
 // the OnProgress callback in the caller's process.
 type Progress struct {
-	// Phase names the work: "load", "compress", "corpus", "teacher", "eval", "step",
-	// "gradcheck".
+	// Phase names the work: "load", "calibrate", "compress", "corpus", "teacher", "eval",
+	// "step", "gradcheck".
 	Phase string
 	// Done of Total units of the phase are finished (tensors, windows, steps, coordinates).
 	Done, Total int

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,15 @@ type Setup struct {
 	// "1" or "2" (compress.ParsePathMode).
 	BitsPerWeight float64 `json:"bits_per_weight_target"`
 	Paths         string  `json:"paths"`
+	// Init is the compression's initial factorisation (compress.ParseInit): "dual-svid"
+	// (also "", as run files written before it was a setting) or "refine", which first runs
+	// the calibration pass (Calibration) of the teacher on the GPU and refines the
+	// factorisation in the metric of its statistics (DESIGN.md §5 "Data-aware
+	// initialisation").
+	Init string `json:"init,omitempty"`
+	// Calibration sizes the calibration pass of Init "refine"; its zero value means
+	// DefaultCalibration() (CalibrationConfig.Resolved).
+	Calibration CalibrationConfig `json:"calibration,omitzero"`
 	// Train is the training schedule and the optimizer (TrainConfig).
 	Train TrainConfig `json:"config"`
 	// Nets, when not nil, stands for the models and the corpus (nvg bench's synthetic nets):
@@ -54,13 +64,66 @@ type Setup struct {
 }
 
 // Compression returns the compressor's options of s: the library's defaults (float64
-// products on the CPU) with s's bits per weight, paths and seed. Errors: a bad Paths.
+// products on the CPU) with s's bits per weight, paths, init and seed (Options.Calibration
+// is the calibration pass's, which Assemble adds for InitRefine). Errors: a bad Paths or
+// Init, a Calibration out of range.
 func (s Setup) Compression() (compress.Options, error) {
 	pm, err := compress.ParsePathMode(s.Paths)
 	if err != nil {
 		return compress.Options{}, err
 	}
-	return compress.Options{BitsPerWeight: s.BitsPerWeight, Paths: pm, Seed: s.Train.Seed}, nil
+	init, err := compress.ParseInit(cmp.Or(s.Init, compress.InitDualSVID.String()))
+	if err != nil {
+		return compress.Options{}, err
+	}
+	if err := s.Calibration.Validate(); err != nil {
+		return compress.Options{}, err
+	}
+	return compress.Options{BitsPerWeight: s.BitsPerWeight, Paths: pm, Seed: s.Train.Seed, Init: init}, nil
+}
+
+// CalibrationConfig sizes the calibration pass of Setup.Init "refine" (Calibrate): Windows
+// windows of T tokens drawn from the training split (data.Sampler seeded with the run's
+// seed; never held-out text), run through the teacher on the GPU once (nvgkit.Calibrate);
+// every projection input gets its second moments, and those of at most GramMax features
+// their Gram too (host memory 8·n² bytes each, n the input's features, per distinct input
+// of every layer; GramMax 0: second moments only). Its zero value means
+// DefaultCalibration().
+type CalibrationConfig struct {
+	Windows int `json:"windows"`
+	T       int `json:"t"`
+	GramMax int `json:"gram_max"`
+}
+
+// DefaultCalibration returns the calibration pass of nvg distill --init refine: 16 windows
+// of 256 tokens (DESIGN.md §5: 64 × 256 changed nothing on the tiny teacher) and the Grams of
+// inputs up to 4096 features (every input of the 0.8B geometry: 3.4 GiB of host memory; a
+// 27B teacher's 5120-feature inputs get second moments only).
+func DefaultCalibration() CalibrationConfig {
+	return CalibrationConfig{Windows: 16, T: 256, GramMax: 4096}
+}
+
+// Resolved returns c, or DefaultCalibration() when c is the zero value.
+func (c CalibrationConfig) Resolved() CalibrationConfig {
+	if c == (CalibrationConfig{}) {
+		return DefaultCalibration()
+	}
+	return c
+}
+
+// Validate reports the first field of c (resolved) out of range: Windows or T < 1, GramMax
+// < 0.
+func (c CalibrationConfig) Validate() error {
+	r := c.Resolved()
+	switch {
+	case r.Windows < 1:
+		return fmt.Errorf("train.Setup: Calibration.Windows = %d, want ≥ 1", r.Windows)
+	case r.T < 1:
+		return fmt.Errorf("train.Setup: Calibration.T = %d, want ≥ 1", r.T)
+	case r.GramMax < 0:
+		return fmt.Errorf("train.Setup: Calibration.GramMax = %d, want ≥ 0 (0: second moments only)", r.GramMax)
+	}
+	return nil
 }
 
 // NetSource makes a run's nets and text itself instead of loading and compressing models
@@ -317,10 +380,14 @@ func (a *assembly) student() error {
 		r.Reports, a.studentFile = res.Reports, res.Checkpoint.Meta.Student
 		a.log("student: reusing %s (size and SHA-256 match the checkpoint; no compression)", filepath.Join(a.env.RunDir, CompressedStudentFile))
 	default:
+		opts, _ := s.Compression() // checked by validate
+		if err := a.calibrate(&opts); err != nil {
+			return err
+		}
 		if err := a.phase("compress"); err != nil {
 			return err
 		}
-		if err := a.compress(); err != nil {
+		if err := a.compress(opts); err != nil {
 			return err
 		}
 	}
@@ -339,12 +406,42 @@ func (a *assembly) student() error {
 	return nil
 }
 
-// compress compresses the teacher in a goroutine, which an interrupt leaves behind (it then
-// closes the teacher model itself when it ends).
-func (a *assembly) compress() error {
+// calibrate runs the calibration pass of InitRefine (Calibrate) and puts its statistics in
+// opts: it opens the device and loads the teacher net first (the run's: nets then loads only
+// the student). Other inits need nothing.
+func (a *assembly) calibrate(opts *compress.Options) error {
+	if opts.Init != compress.InitRefine {
+		return nil
+	}
+	if err := a.device(); err != nil {
+		return err
+	}
+	if err := a.teacherNet(); err != nil {
+		return err
+	}
+	if err := a.phase("calibrate"); err != nil {
+		return err
+	}
 	s, r := a.run.Setup, a.run
-	opts, _ := s.Compression() // checked by validate
-	a.log("compressing %s at %g bits/weight, paths %s", ModelName(s.Teacher), s.BitsPerWeight, opts.Paths)
+	c := s.Calibration.Resolved()
+	t0 := time.Now()
+	cal, err := Calibrate(a.ctx, r.Teacher, a.train, c, s.Train.Seed, func(done, total int) { a.progress("calibrate", done, total, "") })
+	if err != nil {
+		if a.ctx.Err() != nil {
+			return interrupted(a.ctx, "during the calibration pass")
+		}
+		return err
+	}
+	a.log("calibration: %d training windows × %d tokens through the teacher, Grams of inputs of at most %d features (%.1fs)", c.Windows, c.T, c.GramMax, time.Since(t0).Seconds())
+	opts.Calibration = cal
+	return nil
+}
+
+// compress compresses the teacher with opts in a goroutine, which an interrupt leaves
+// behind (it then closes the teacher model itself when it ends).
+func (a *assembly) compress(opts compress.Options) error {
+	s, r := a.run.Setup, a.run
+	a.log("compressing %s at %g bits/weight, paths %s, init %s", ModelName(s.Teacher), s.BitsPerWeight, opts.Paths, opts.Init)
 	t0 := time.Now()
 	type result struct {
 		m   *cmf.Model
@@ -385,6 +482,14 @@ func (a *assembly) compress() error {
 	r.StudentModel, r.Reports = res.m, res.r
 	bpw := compress.OverallBitsPerWeight(res.r)
 	a.log("compressed %d tensors to %.4f bits/weight (%.1fs)", len(res.r), bpw, time.Since(t0).Seconds())
+	if opts.Init == compress.InitRefine {
+		var start, end float64
+		for _, t := range res.r {
+			start += t.InitWeightedRelErr / float64(len(res.r))
+			end += t.WeightedRelErr / float64(len(res.r))
+		}
+		a.log("refined: mean input-weighted relative error %.4f at the Dual-SVID start, %.4f after", start, end)
+	}
 	if math.Abs(bpw-s.BitsPerWeight) > 0.1*s.BitsPerWeight {
 		a.log("warning: the student has %.4f bits/weight, not the %g asked for (ranks are whole, at least 8 and at most the matrix's full rank)", bpw, s.BitsPerWeight)
 	}
@@ -399,8 +504,12 @@ func (a *assembly) compress() error {
 	return nil
 }
 
-// device opens the device unless Env gives one.
+// device opens the device unless Env gives one (once: the calibration pass may have opened
+// it already).
 func (a *assembly) device() error {
+	if a.run.Device != nil {
+		return nil
+	}
 	if err := a.phase("gpu"); err != nil {
 		return err
 	}
@@ -421,7 +530,7 @@ func (a *assembly) device() error {
 }
 
 // nets loads the student (first: a resumed run checks it against the checkpoint before the
-// teacher is loaded) and the teacher.
+// teacher is loaded) and the teacher, unless the calibration pass loaded it.
 func (a *assembly) nets() error {
 	r := a.run
 	var err error
@@ -433,10 +542,20 @@ func (a *assembly) nets() error {
 			return fmt.Errorf("--resume %s: %w", res.Path, err)
 		}
 	}
+	return a.teacherNet()
+}
+
+// teacherNet loads the teacher net (streamed with Env.StreamTeacher) unless it is loaded.
+func (a *assembly) teacherNet() error {
+	r := a.run
+	if r.Teacher != nil {
+		return nil
+	}
 	var opts []nvgkit.LoadOption
 	if a.env.StreamTeacher {
 		opts = append(opts, nvgkit.StreamLayers())
 	}
+	var err error
 	r.Teacher, err = nvgkit.LoadNet(r.Device, r.TeacherModel, nvgkit.Teacher, opts...)
 	return err
 }
@@ -481,6 +600,9 @@ func (a *assembly) trainer() error {
 	if a.studentFile != nil {
 		tr.StudentFile = a.studentFile
 	}
+	if k := s.compressionKey(); k != nil {
+		tr.Compression = k
+	}
 	return nil
 }
 
@@ -508,6 +630,9 @@ func (a *assembly) resumePoint() (*ResumePoint, error) {
 	if !sameSchedule(*c, s.Train) {
 		return nil, fmt.Errorf("Resume %s: the checkpoint's schedule %+v differs from this Setup's %+v", res.Path, *c, s.Train.Resolved())
 	}
+	if k, want := res.Checkpoint.Meta.Compression, s.compressionKey(); k != nil && want != nil && !k.equal(*want) {
+		return nil, fmt.Errorf("Resume %s: the checkpoint's student was compressed with %s, this Setup compresses with %s", res.Path, k, want)
+	}
 	t := s.Train
 	c.OutDir, c.TopKFile, c.Keep, c.EvalEvery, c.CheckpointEvery = t.OutDir, t.TopKFile, t.Keep, t.EvalEvery, t.CheckpointEvery
 	c.KeepFinal, c.KeepActivations, c.ActivationBudget = t.KeepFinal, t.KeepActivations, t.ActivationBudget
@@ -523,4 +648,53 @@ func sameSchedule(a, b TrainConfig) bool {
 	a.OutDir, a.TopKFile, a.Keep, a.EvalEvery, a.CheckpointEvery, a.KeepFinal, a.KeepActivations, a.ActivationBudget = "", "", 0, 0, 0, false, false, 0
 	b.OutDir, b.TopKFile, b.Keep, b.EvalEvery, b.CheckpointEvery, b.KeepFinal, b.KeepActivations, b.ActivationBudget = "", "", 0, 0, 0, false, false, 0
 	return a == b
+}
+
+// CompressionKey names how a run's student was compressed from its teacher (Setup's bits per
+// weight, paths, init and, for "refine", the calibration pass): checkpoints record it
+// (CheckpointMeta.Compression) and a resume whose Setup compresses otherwise is refused,
+// since the sign bits it would train from are not the checkpoint's (the compressed.cmf
+// digest, CheckpointMeta.Student, checks the file itself where there is one).
+type CompressionKey struct {
+	BitsPerWeight float64            `json:"bits_per_weight_target"`
+	Paths         string             `json:"paths"`
+	Init          string             `json:"init"`
+	Calibration   *CalibrationConfig `json:"calibration,omitempty"`
+}
+
+// compressionKey is the CompressionKey of a Setup that compresses the teacher (nil when it
+// loads a student or makes its nets); Init "" reads as "dual-svid", a zero Calibration as
+// the default, which it stands for.
+func (s Setup) compressionKey() *CompressionKey {
+	if s.Student != "" || s.Nets != nil {
+		return nil
+	}
+	opts, err := s.Compression()
+	if err != nil {
+		return nil
+	}
+	k := &CompressionKey{BitsPerWeight: s.BitsPerWeight, Paths: opts.Paths.String(), Init: opts.Init.String()}
+	if opts.Init == compress.InitRefine {
+		c := s.Calibration.Resolved()
+		k.Calibration = &c
+	}
+	return k
+}
+
+func (k CompressionKey) equal(o CompressionKey) bool {
+	if (k.Calibration == nil) != (o.Calibration == nil) || k.Calibration != nil && *k.Calibration != *o.Calibration {
+		return false
+	}
+	k.Calibration, o.Calibration = nil, nil
+	return k == o
+}
+
+// String formats k as "1 bits/weight, paths auto, init refine (calibration 16 × 256 tokens,
+// Grams ≤ 4096)".
+func (k *CompressionKey) String() string {
+	out := fmt.Sprintf("%g bits/weight, paths %s, init %s", k.BitsPerWeight, k.Paths, k.Init)
+	if c := k.Calibration; c != nil {
+		out += fmt.Sprintf(" (calibration %d × %d tokens, Grams ≤ %d)", c.Windows, c.T, c.GramMax)
+	}
+	return out
 }

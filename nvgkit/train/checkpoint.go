@@ -59,6 +59,9 @@ type CheckpointMeta struct {
 	// from (Trainer.StudentFile, set by nvg distill): a resume checks it and loads it instead
 	// of compressing the teacher again.
 	Student *FileDigest `json:"student,omitempty"`
+	// Compression, when not nil, is how that student was compressed (Trainer.Compression):
+	// a resume whose Setup compresses otherwise is refused.
+	Compression *CompressionKey `json:"compression,omitempty"`
 }
 
 type plainMeta CheckpointMeta
@@ -359,8 +362,10 @@ func LoadCheckpoint(path string) (*Checkpoint, error) {
 // set), so the steps already run keep their learning rates and every step after the
 // original schedule runs at its floor, MinLRFrac·LR (see TrainConfig.LRAt). The run keeps
 // its Config.Windows training windows, cycling through them again (another epoch) when the
-// new steps need more, so the teacher's top-k is reused as it is. Errors: steps not more
-// than Config.Steps.
+// new steps need more, so the teacher's top-k is reused as it is. The steps already run keep
+// their phases: a run with a scale-only finish (FinishSteps) that has not reached it yet
+// keeps its FinishSteps, so its KL phase grows; one in its finish gets the new steps in the
+// finish (FinishSteps grows). Errors: steps not more than Config.Steps.
 func (c *Checkpoint) Extend(steps int) error {
 	cfg := &c.Meta.Config
 	if steps <= cfg.Steps {
@@ -368,6 +373,9 @@ func (c *Checkpoint) Extend(steps int) error {
 	}
 	if cfg.ScheduleSteps == 0 {
 		cfg.ScheduleSteps = cfg.Steps
+	}
+	if cfg.FinishSteps > 0 && c.Meta.Step > cfg.Steps-cfg.FinishSteps {
+		cfg.FinishSteps += steps - cfg.Steps
 	}
 	cfg.Steps = steps
 	return nil

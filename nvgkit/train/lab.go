@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -236,6 +237,7 @@ func (s *labState) currentInfo() session.Info {
 	in.Snapshots = s.snapTags()
 	in.LayerTypes = append([]string(nil), in.LayerTypes...)
 	in.Compression = append([]session.TensorReport(nil), in.Compression...)
+	in.Phases = append([]session.Phase(nil), in.Phases...)
 	return in
 }
 
@@ -298,6 +300,8 @@ func setupDiff(a, b session.Setup) string {
 		return fmt.Sprintf("Student %q ≠ %q", a.Student, b.Student)
 	case a.Train != b.Train:
 		return fmt.Sprintf("Train %+v ≠ %+v", a.Train, b.Train)
+	case a.Init != b.Init || a.Calibration != b.Calibration:
+		return fmt.Sprintf("Init %q %+v ≠ %q %+v", a.Init, a.Calibration, b.Init, b.Calibration)
 	}
 	return "compression, tokenizer, corpus or resume settings differ"
 }
@@ -342,9 +346,10 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 	st.info.Teacher, st.info.Student = ModelName(s.Teacher), s.Student
 	if s.Student == "" {
 		pm, _ := rs.Compression()
-		st.info.Student = fmt.Sprintf("compressed from the teacher (%g bits/weight, paths %s, seed %d)", s.BitsPerWeight, pm.Paths, s.Train.Seed)
 		st.info.BitsPerWeight, st.info.Compression = r.BitsPerWeight, SessionReports(r.Reports)
+		st.info.Student = fmt.Sprintf("compressed from the teacher (%g bits/weight, paths %s, init %s, seed %d)", s.BitsPerWeight, pm.Paths, pm.Init, s.Train.Seed)
 	}
+	st.info.Phases = SessionPhases(st.tr.Config.Phases())
 	st.info.TrainTokens, st.info.EvalTokens = r.TrainTokens, r.HeldOutTokens
 	st.info.Device = r.Device.Info().String()
 	if err := st.initSigns(); err != nil {
@@ -426,8 +431,9 @@ func (st *labState) evalSetup(ctx context.Context, s session.Setup, report func(
 		if i < len(tr.st.GradNorm) {
 			gn = tr.st.GradNorm[i]
 		}
+		ph := c.PhaseAt(s)
 		st.hist = append(st.hist, session.StepStats{Step: s, Loss: tr.st.Loss[i], GradNorm: gn, LR: c.LRAt(s),
-			Skipped: !finite(tr.st.Loss[i]) || !finite(gn), Tokens: c.NB * c.T})
+			Skipped: !finite(tr.st.Loss[i]) || !finite(gn), Tokens: c.PhaseTokens(ph), Phase: ph.Kind})
 	}
 	return nil
 }
@@ -465,8 +471,23 @@ func (p *labProgress) Finish(string) {}
 func SessionReports(reports []compress.TensorReport) []session.TensorReport {
 	out := make([]session.TensorReport, len(reports))
 	for i, r := range reports {
-		out[i] = session.TensorReport{Name: r.Name, Kind: r.Kind, Shape: append([]int(nil), r.Shape...),
-			Rank: r.Rank, Paths: r.Paths, BitsPerWeight: r.BitsPerWeight, RelErr: r.RelErr}
+		out[i] = session.TensorReport{Name: r.Name, Kind: r.Kind, Layer: tensorLayer(r.Name), Shape: append([]int(nil), r.Shape...),
+			Rank: r.Rank, Paths: r.Paths, BitsPerWeight: r.BitsPerWeight, RelErr: r.RelErr,
+			WeightedRelErr: r.WeightedRelErr, InitRelErr: r.InitRelErr, InitWeightedRelErr: r.InitWeightedRelErr}
 	}
 	return out
+}
+
+// tensorLayer is the decoder layer of a checkpoint tensor name ("model.layers.3.…" is 3),
+// or −1.
+func tensorLayer(name string) int {
+	rest, ok := strings.CutPrefix(name, "model.layers.")
+	if !ok {
+		return -1
+	}
+	l, err := strconv.Atoi(rest[:max(strings.IndexByte(rest, '.'), 0)])
+	if err != nil {
+		return -1
+	}
+	return l
 }

@@ -150,8 +150,14 @@ type signReference struct {
 
 func runSignReference(t *testing.T, name string) signReference {
 	t.Helper()
+	return runSignReferenceOf(t, name, signSetup(t))
+}
+
+// runSignReferenceOf is runSignReference of the Lab Setup s (signSetup's, possibly with a
+// finish: s.Train.FinishSteps).
+func runSignReferenceOf(t *testing.T, name string, s session.Setup) signReference {
+	t.Helper()
 	d, teacher, _, trainIDs, heldOut := trainFixture(t)
-	s := signSetup(t)
 	sm, err := cmf.Open(s.Student)
 	if err != nil {
 		t.Fatal(err)
@@ -164,6 +170,7 @@ func runSignReference(t *testing.T, name string) signReference {
 		st.Steps, st.NB, st.T, st.K, st.LR, st.Warmup, st.MinLRFrac, st.ClipNorm, st.EvalWindows, st.Seed
 	cfg.EvalEvery, cfg.KeepFinal = 0, true
 	cfg.TrainSigns, cfg.Signs = true, nvgkit.SignConfig{Alpha: 8, Beta: 0.9, Tau: 16, MaxFlipFrac: 0.01, Seed: 5}
+	cfg.FinishSteps = st.FinishSteps
 	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)

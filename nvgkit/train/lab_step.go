@@ -41,10 +41,14 @@ func (l *Lab) ForwardBackward() (session.StepStats, error) {
 func (s *labState) forwardBackward() (session.StepStats, error) {
 	step := s.tr.st.Step + 1
 	c := s.tr.Config
-	out := session.StepStats{Step: step, Loss: math.NaN(), GradNorm: math.NaN(), Tokens: c.NB * c.T}
+	ph := c.PhaseAt(step)
+	out := session.StepStats{Step: step, Loss: math.NaN(), GradNorm: math.NaN(), Tokens: c.PhaseTokens(ph), Phase: ph.Kind}
 	ids, top, err := s.batch(step)
 	if err != nil {
 		return out, err
+	}
+	if err := s.tr.enterPhase(ph); err != nil { // as Trainer.step: signs frozen in the finish
+		return out, fmt.Errorf("train.Lab.ForwardBackward: step %d: %w", step, err)
 	}
 	p := &s.pending
 	if !p.fb {
@@ -104,7 +108,8 @@ func (s *labState) adamStep() (session.StepStats, error) {
 	tr, c, p := s.tr, s.tr.Config, &s.pending
 	step := tr.st.Step + 1
 	lr := c.LRAt(step)
-	out := session.StepStats{Step: step, Loss: math.NaN(), GradNorm: math.NaN(), LR: lr, Tokens: c.NB * c.T}
+	ph := c.PhaseAt(step)
+	out := session.StepStats{Step: step, Loss: math.NaN(), GradNorm: math.NaN(), LR: lr, Tokens: c.PhaseTokens(ph), Phase: ph.Kind}
 	if !p.fb {
 		p.t0, p.finite = time.Now(), true
 	} else {
@@ -131,7 +136,7 @@ func (s *labState) adamStep() (session.StepStats, error) {
 	if err != nil {
 		return out, fmt.Errorf("train.Lab.AdamStep: step %d: %w", step, err)
 	}
-	if c.TrainSigns && flips == nil { // a skipped step flips nothing
+	if tr.trainsSigns(ph) && flips == nil { // a skipped step flips nothing
 		flips = make([]int, s.sNet.Config.NumHiddenLayers)
 	}
 	out.SignFlips = flips

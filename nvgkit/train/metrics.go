@@ -30,6 +30,10 @@ const (
 // writer given to Trainer.AddMetricsWriter): a JSON object with "kind" and "step" and the
 // fields of its kind. Non-finite numbers are written as null and read back as NaN.
 //
+// Every record has "phase", the kind of the phase of its step (TrainConfig.PhaseAt: "kl",
+// "finish"; an evaluation before training is the first phase's; absent in logs written
+// before runs had phases, which were one KL phase).
+//
 // A "step" record (one per optimizer step, in order) has
 //
 //	step               the 1-based optimizer step
@@ -56,6 +60,8 @@ const (
 type MetricsRecord struct {
 	Kind string
 	Step int
+	// Phase is the kind of the step's phase (both kinds; "" in older logs).
+	Phase string
 	// Loss: KL nats/token (step) or held-out nats/token (eval).
 	Loss float64
 	// Step records.
@@ -74,6 +80,7 @@ type MetricsRecord struct {
 type metricsStepJSON struct {
 	Kind            string    `json:"kind"`
 	Step            int       `json:"step"`
+	Phase           string    `json:"phase,omitempty"`
 	Loss            *float64  `json:"loss"`
 	LR              *float64  `json:"lr"`
 	GradNorm        *float64  `json:"grad_norm"`
@@ -88,6 +95,7 @@ type metricsStepJSON struct {
 type metricsEvalJSON struct {
 	Kind              string    `json:"kind"`
 	Step              int       `json:"step"`
+	Phase             string    `json:"phase,omitempty"`
 	Loss              *float64  `json:"loss"`
 	Perplexity        *float64  `json:"perplexity"`
 	BestPerplexity    *float64  `json:"best_perplexity"`
@@ -112,11 +120,11 @@ func (r MetricsRecord) MarshalJSON() ([]byte, error) {
 	f := finitePtr
 	switch r.Kind {
 	case MetricsStep:
-		return json.Marshal(metricsStepJSON{Kind: r.Kind, Step: r.Step, Loss: f(r.Loss), LR: f(r.LR), GradNorm: f(r.GradNorm),
+		return json.Marshal(metricsStepJSON{Kind: r.Kind, Step: r.Step, Phase: r.Phase, Loss: f(r.Loss), LR: f(r.LR), GradNorm: f(r.GradNorm),
 			GradNormClipped: f(r.GradNormClipped), TokensPerSecond: f(r.TokensPerSecond), Skipped: r.Skipped,
 			SignFlips: r.SignFlips, WallSeconds: f(r.WallSeconds), Time: r.Time})
 	case MetricsEval:
-		return json.Marshal(metricsEvalJSON{Kind: r.Kind, Step: r.Step, Loss: f(r.Loss), Perplexity: f(r.Perplexity),
+		return json.Marshal(metricsEvalJSON{Kind: r.Kind, Step: r.Step, Phase: r.Phase, Loss: f(r.Loss), Perplexity: f(r.Perplexity),
 			BestPerplexity: f(r.BestPerplexity), BestStep: r.BestStep, TeacherPerplexity: f(r.TeacherPerplexity),
 			WallSeconds: f(r.WallSeconds), Time: r.Time})
 	}
@@ -134,7 +142,7 @@ func (r *MetricsRecord) UnmarshalJSON(b []byte) error {
 	if j.Step < 0 {
 		return fmt.Errorf("step %d is negative", j.Step)
 	}
-	out := MetricsRecord{Kind: j.Kind, Step: j.Step, Loss: orNaN(j.Loss), WallSeconds: orNaN(j.WallSeconds), Time: j.Time}
+	out := MetricsRecord{Kind: j.Kind, Step: j.Step, Phase: j.Phase, Loss: orNaN(j.Loss), WallSeconds: orNaN(j.WallSeconds), Time: j.Time}
 	switch j.Kind {
 	case MetricsStep:
 		out.LR, out.GradNorm, out.GradNormClipped = orNaN(j.LR), orNaN(j.GradNorm), orNaN(j.GradNormClipped)
@@ -207,6 +215,21 @@ func TrainingSeries(recs []MetricsRecord) (steps []int, loss []float64, evalStep
 		}
 	}
 	return
+}
+
+// PhaseSeries returns the phases the step records of a metrics log ran in (such as
+// ReadMetrics returns): one session.Phase per run of consecutive step records of one phase,
+// First and Last their steps; records without a phase (older logs) are left out. It is
+// session.History.PhaseSpans of the step records, so a run's log and a Lab's history mark
+// the same phases (ui.TrainingCurves.Phases).
+func PhaseSeries(recs []MetricsRecord) []session.Phase {
+	var h session.History
+	for _, r := range recs {
+		if r.Kind == MetricsStep {
+			h.Steps = append(h.Steps, session.StepStats{Step: r.Step, Phase: r.Phase})
+		}
+	}
+	return h.PhaseSpans()
 }
 
 // SignFlipSeries returns the signs flipped per decoder layer over the steps of a TrainSigns
@@ -331,8 +354,8 @@ func (tr *Trainer) stepRecord(info StepInfo, d time.Duration, wall float64) Metr
 	}
 	tps := math.NaN()
 	if d > 0 {
-		tps = float64(tr.Config.NB*tr.Config.T) / d.Seconds()
+		tps = float64(tr.Config.PhaseTokens(tr.Config.PhaseAt(info.Step))) / d.Seconds()
 	}
-	return MetricsRecord{Kind: MetricsStep, Step: info.Step, Loss: info.Loss, LR: info.LR, GradNorm: info.GradNorm,
+	return MetricsRecord{Kind: MetricsStep, Step: info.Step, Phase: info.Phase, Loss: info.Loss, LR: info.LR, GradNorm: info.GradNorm,
 		GradNormClipped: clipped, TokensPerSecond: tps, Skipped: info.Skipped, SignFlips: info.SignFlips, WallSeconds: wall}
 }

@@ -89,9 +89,9 @@ type ResumePoint struct {
 // LoadResumePoint finds the latest valid checkpoint in the run directory dir (logging the
 // newer ones that are not), checks that it is the run of dir's settings s (every training
 // setting but the output paths, the step counts, the checkpoints kept and the activations
-// kept), and whether the compressed student it records is there unchanged. Nothing is
-// compressed or run on the GPU. Errors: no valid checkpoint (each one's error), settings
-// that differ (naming the run file).
+// kept; Checkpoint.Extend changes Steps, ScheduleSteps and FinishSteps), and whether the
+// compressed student it records is there unchanged. Nothing is compressed or run on the GPU.
+// Errors: no valid checkpoint (each one's error), settings that differ (naming the run file).
 func LoadResumePoint(dir string, s Setup, logf func(format string, a ...any)) (*ResumePoint, error) {
 	logf = orDiscard(logf)
 	ck, path, err := LatestCheckpoint(dir, func(e error) { logf("warning: %v; trying the checkpoint before it", e) })
@@ -101,7 +101,7 @@ func LoadResumePoint(dir string, s Setup, logf func(format string, a ...any)) (*
 	logf("resuming from %s (step %d of %d)", path, ck.Meta.Step, ck.Meta.Config.Steps)
 	norm := func(c TrainConfig) TrainConfig {
 		c = c.Resolved()
-		c.OutDir, c.TopKFile, c.Steps, c.ScheduleSteps, c.Keep, c.KeepActivations, c.ActivationBudget = "", "", 0, 0, 0, false, 0
+		c.OutDir, c.TopKFile, c.Steps, c.ScheduleSteps, c.FinishSteps, c.Keep, c.KeepActivations, c.ActivationBudget = "", "", 0, 0, 0, 0, false, 0
 		return c
 	}
 	if a, b := norm(ck.Meta.Config), norm(s.Train); !reflect.DeepEqual(a, b) {

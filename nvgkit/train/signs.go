@@ -38,10 +38,10 @@ func (tr *Trainer) initSigns() error {
 }
 
 // signStep flips after Adam step s of a TrainSigns run and returns the flips per layer
-// (nil when the run does not train signs or the step was skipped).
+// (nil when the run does not train signs, the step is in the finish or was skipped).
 func (tr *Trainer) signStep(s int, ok bool) ([]int, error) {
-	if !tr.Config.TrainSigns {
-		return nil, nil
+	if !tr.trainsSigns(tr.Config.PhaseAt(s)) {
+		return nil, nil // no sign learning, or the finish: the signs are frozen
 	}
 	if !ok {
 		// The scores of a skipped step saw its gradients; the flips wait for the next step.

@@ -101,6 +101,12 @@ type TrainConfig struct {
 	// Signs holds the sign-learning knobs, validated when TrainSigns; the zero value means
 	// nvgkit.DefaultSigns (SignKnobs).
 	Signs nvgkit.SignConfig `json:"signs,omitzero"`
+	// FinishSteps is the length of the scale-only finish, the last of the Steps steps
+	// (Phases, PhaseFinish): the signs frozen (no score updates, no flips), only the metric
+	// (h, ℓ, g) and the norm gains trained on the KL, at the learning rates of the run's
+	// schedule (a continuation: LRAt). 0: none. It needs TrainSigns (without sign learning
+	// every step already trains the scales alone) and leaves at least one KL step.
+	FinishSteps int `json:"finish_steps,omitempty"`
 }
 
 // DefaultTrainConfig returns the defaults of a distillation run, the same as nvg distill's
@@ -199,6 +205,12 @@ func (c TrainConfig) Validate() error {
 			return bad("Signs", c.Signs, err.Error())
 		}
 	}
+	switch {
+	case c.FinishSteps < 0 || c.FinishSteps >= c.Steps:
+		return bad("FinishSteps", c.FinishSteps, fmt.Sprintf("0 (none) or fewer than Steps = %d (the KL phase keeps at least one step)", c.Steps))
+	case c.FinishSteps > 0 && !c.TrainSigns:
+		return bad("FinishSteps", c.FinishSteps, "0 without TrainSigns (the finish freezes the signs; without sign learning every step trains the scales alone)")
+	}
 	return nil
 }
 
@@ -235,8 +247,11 @@ type StepInfo struct {
 	Elapsed, ETA time.Duration
 	// EvalPPL is the held-out perplexity when this step ended with an evaluation, else 0.
 	EvalPPL float64
-	// SignFlips is the signs flipped by the step per decoder layer (TrainSigns), else nil.
+	// SignFlips is the signs flipped by the step per decoder layer (TrainSigns, outside the
+	// finish), else nil.
 	SignFlips []int
+	// Phase is the kind of the step's phase (TrainConfig.PhaseAt: PhaseKL, PhaseFinish).
+	Phase string
 }
 
 // EvalPoint is one held-out evaluation: after Step optimizer steps (0: before training),
@@ -330,10 +345,14 @@ type Report struct {
 	GapClosed float64 `json:"gap_closed"`
 	// BitsPerWeight of the compressed linears (compress.OverallBitsPerWeight), 0 when unknown.
 	BitsPerWeight float64 `json:"bits_per_weight"`
-	// Steps run, of which Skipped were skipped (non-finite); Tokens = Steps·NB·T trained on.
+	// Steps run, of which Skipped were skipped (non-finite); Tokens the predicted tokens
+	// trained on over every phase (Σ over the steps of TrainConfig.PhaseTokens: Steps·NB·T).
 	Steps   int `json:"steps"`
 	Skipped int `json:"skipped_steps"`
 	Tokens  int `json:"tokens"`
+	// Phases are the run's phases (TrainConfig.Phases) with the steps of each done and
+	// their tokens.
+	Phases []PhaseReport `json:"phases,omitempty"`
 	// WallSeconds is the wall time of the training loop including evaluations (summed
 	// over resumed parts); TeacherSeconds that of the teacher top-k pass.
 	WallSeconds    float64 `json:"wall_seconds"`

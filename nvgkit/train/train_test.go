@@ -209,6 +209,10 @@ func TestAssembleInputErrors(t *testing.T) {
 		{"a bits-per-weight target of 0", func(s *train.Setup) { s.BitsPerWeight = 0 }, false, "BitsPerWeight = 0"},
 		{"an unknown path mode", func(s *train.Setup) { s.Paths = "3" }, false, "3"},
 		{"a schedule out of range", func(s *train.Setup) { s.Train.Steps = 0 }, false, "Steps = 0"},
+		{"an unknown init", func(s *train.Setup) { s.Init = "svd" }, false, `"svd"`},
+		{"a calibration of no windows", func(s *train.Setup) { s.Calibration = train.CalibrationConfig{Windows: -1, T: 8} }, false, "Calibration.Windows = -1"},
+		{"a negative Gram limit", func(s *train.Setup) { s.Calibration = train.CalibrationConfig{Windows: 1, T: 8, GramMax: -1} }, false, "Calibration.GramMax = -1"},
+		{"a finish without sign learning", func(s *train.Setup) { s.Train.FinishSteps = 2 }, false, "FinishSteps = 2"},
 	} {
 		s := base
 		c.set(&s)

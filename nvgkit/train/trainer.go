@@ -64,6 +64,10 @@ type Trainer struct {
 	// StudentFile, when not nil, names the compressed student file the run started from; it
 	// is recorded in every checkpoint (CheckpointMeta.Student) for a resume to reuse.
 	StudentFile *FileDigest
+	// Compression, when not nil, is how the student was compressed (Setup's settings, set by
+	// Assemble); it is recorded in every checkpoint (CheckpointMeta.Compression), which a
+	// resume compares with its Setup.
+	Compression *CompressionKey
 
 	teacher, student *nvgkit.Net
 	sWork, tWork     *nvgkit.Work
@@ -231,7 +235,7 @@ func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Ch
 	}
 	tr.st = ck.Meta
 	tr.st.Config = cfg
-	tr.StudentFile = ck.Meta.Student
+	tr.StudentFile, tr.Compression = ck.Meta.Student, ck.Meta.Compression
 	if err := tr.restoreSigns(ck.Tensors); err != nil {
 		return fail(fmt.Errorf("train.Resume %s: %w", path, err))
 	}
@@ -405,7 +409,7 @@ func (tr *Trainer) evalStudent(s int) (float64, error) {
 		tr.st.BestStep, tr.st.BestPPL = s, ppl
 	}
 	tr.logf("eval after step %d: held-out loss %.4f, perplexity %.3f (best %.3f at step %d)", s, loss, ppl, tr.st.BestPPL, tr.st.BestStep)
-	tr.emitMetrics(MetricsRecord{Kind: MetricsEval, Step: s, Loss: loss, Perplexity: ppl, BestPerplexity: tr.st.BestPPL, BestStep: tr.st.BestStep,
+	tr.emitMetrics(MetricsRecord{Kind: MetricsEval, Step: s, Phase: tr.Config.PhaseAt(s).Kind, Loss: loss, Perplexity: ppl, BestPerplexity: tr.st.BestPPL, BestStep: tr.st.BestStep,
 		TeacherPerplexity: tr.st.TeacherPPL, WallSeconds: tr.wallNow()})
 	tr.syncMetrics()
 	return ppl, nil
@@ -420,7 +424,7 @@ func (tr *Trainer) Checkpoint(path string) error {
 	}
 	ck := &Checkpoint{Meta: tr.st, Tensors: map[string][]float32{}}
 	ck.Meta.BitsPerWeight = tr.BitsPerWeight
-	ck.Meta.Student = tr.StudentFile
+	ck.Meta.Student, ck.Meta.Compression = tr.StudentFile, tr.Compression
 	addSnapshotTensors(ck.Tensors, snap, "state/")
 	if err := tr.addSignTensors(ck.Tensors); err != nil {
 		return err
@@ -576,13 +580,31 @@ func (tr *Trainer) Run(ctx context.Context) (*Report, error) {
 	return tr.Report(), nil
 }
 
+// tokensAfter is the number of predicted tokens the first s steps trained on, over every
+// phase (TrainConfig.PhaseTokens; steps past the plan count as its last phase's).
+func (tr *Trainer) tokensAfter(s int) int {
+	c := tr.Config
+	n := 0
+	for _, p := range c.phaseReports(s) {
+		n += p.Tokens
+	}
+	if s > c.Steps {
+		n += (s - c.Steps) * c.PhaseTokens(c.PhaseAt(s))
+	}
+	return n
+}
+
 // wallNow is the run's training wall time so far (WallSeconds), during Run.
 func (tr *Trainer) wallNow() float64 { return tr.wallBase + time.Since(tr.wallStart).Seconds() }
 
 // step runs optimizer step s (1-based).
 func (tr *Trainer) step(s int) (StepInfo, error) {
 	c := tr.Config
-	info := StepInfo{Step: s, Steps: c.Steps, LR: c.LRAt(s), GradNorm: math.NaN()}
+	ph := c.PhaseAt(s)
+	info := StepInfo{Step: s, Steps: c.Steps, LR: c.LRAt(s), GradNorm: math.NaN(), Phase: ph.Kind}
+	if err := tr.enterPhase(ph); err != nil {
+		return info, err
+	}
 	var stats nvgkit.StepStats
 	var err error
 	if tr.parts() > 1 {
@@ -623,7 +645,7 @@ func (tr *Trainer) step(s int) (StepInfo, error) {
 		return info, err
 	}
 	info.SkippedTotal = tr.st.Skipped
-	info.Tokens = s * c.NB * c.T
+	info.Tokens = tr.tokensAfter(s)
 	return info, nil
 }
 
@@ -646,7 +668,7 @@ func (tr *Trainer) stepWhole(s int) (nvgkit.StepStats, error) {
 func (tr *Trainer) Report() *Report {
 	st := tr.st
 	r := &Report{TeacherPPL: st.TeacherPPL, BitsPerWeight: tr.BitsPerWeight, Steps: st.Step, Skipped: st.Skipped,
-		Tokens: st.Step * tr.Config.NB * tr.Config.T, WallSeconds: st.WallSeconds, TeacherSeconds: st.TeacherSeconds,
+		Tokens: tr.tokensAfter(st.Step), Phases: tr.Config.phaseReports(st.Step), WallSeconds: st.WallSeconds, TeacherSeconds: st.TeacherSeconds,
 		Loss: append(Losses(nil), st.Loss...), Evals: append([]EvalPoint(nil), st.Evals...), BestStep: st.BestStep,
 		Interrupted: tr.interrupted, Config: tr.Config}
 	if r.BitsPerWeight == 0 {

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
+	"io"
 	"math"
+	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/nvg-project/nvg/nvgkit/session"
 	"gonum.org/v1/plot"
@@ -103,13 +106,16 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 // training loss Loss[i] (mean KL(teacher top-k ‖ student) per token, nats; NaN or ±Inf for
 // a skipped step) at optimizer step Steps[i], the held-out perplexity EvalPPL[j] at step
 // EvalSteps[j], and the teacher's held-out perplexity TeacherPPL (0: not known, no
-// reference line). train.TrainingSeries returns these fields from a metrics log.
+// reference line). train.TrainingSeries returns these fields from a metrics log. Phases,
+// when there are several, are the run's phases (train.PhaseSeries, session.History.
+// PhaseSpans): PlotTraining marks where each after the first begins.
 type TrainingCurves struct {
 	Steps      []int
 	Loss       []float64
 	EvalSteps  []int
 	EvalPPL    []float64
 	TeacherPPL float64
+	Phases     []session.Phase
 }
 
 // MovingAverageWindow is the window PlotTraining averages the training loss over, for n
@@ -170,11 +176,14 @@ func trainingLines(steps []int, loss []float64) (raw, avg plotter.XYs, win int) 
 // left out. Either series may be empty (an empty panel shows its axes only), not both. Both
 // panels leave headroom above the data for the legends, the log axis starts at a tick that
 // it labels (so the decade of the lowest point, usually the last, has a label), and tick
-// labels carry no needless decimals.
+// labels carry no needless decimals. With several Phases, a dotted vertical line in both
+// panels marks the start of each phase after the first (half a step before its first
+// step), labelled with its kind in the top panel ("→ finish").
 //
 // Errors: len(Steps) ≠ len(Loss), len(EvalSteps) ≠ len(EvalPPL), both series empty, an
 // EvalPPL value that is not finite and ≥ 1 (a perplexity), naming the index; a TeacherPPL
-// that is neither 0 nor a perplexity.
+// that is neither 0 nor a perplexity; phases whose steps are not in order (First ≤ Last,
+// each after the one before), naming the phase.
 func PlotTraining(c TrainingCurves) (*Figure, error) {
 	steps, trainKL, evalSteps, evalPPL := c.Steps, c.Loss, c.EvalSteps, c.EvalPPL
 	if len(steps) != len(trainKL) {
@@ -193,6 +202,11 @@ func PlotTraining(c TrainingCurves) (*Figure, error) {
 	}
 	if t := c.TeacherPPL; t != 0 && !(finite(t) && t >= 1) {
 		return nil, fmt.Errorf("PlotTraining: TeacherPPL = %g is not a perplexity (finite, ≥ 1) nor 0 (none)", t)
+	}
+	for i, p := range c.Phases {
+		if p.First > p.Last || i > 0 && p.First <= c.Phases[i-1].Last {
+			return nil, fmt.Errorf("PlotTraining: phase %d (%s, steps %d…%d) is not after the one before it or ends before it starts", i, p.Kind, p.First, p.Last)
+		}
 	}
 	top := newPlot("Training loss", "", "KL (nats/token)")
 	kl, avg, win := trainingLines(steps, trainKL)
@@ -298,7 +312,54 @@ func PlotTraining(c TrainingCurves) (*Figure, error) {
 		p.X.Min, p.X.Max = lo, hi
 		p.X.Tick.Marker = tidyTicks{}
 	}
+	if err := markPhases(top, bottom, c.Phases); err != nil {
+		return nil, fmt.Errorf("PlotTraining: %w", err)
+	}
 	return &Figure{Panels: []*plot.Plot{top, bottom}}, nil
+}
+
+// phaseMarks returns where PlotTraining marks the phases (half a step before the first step
+// of every phase after the first) and their labels ("→ finish").
+func phaseMarks(phases []session.Phase) (xs []float64, labels []string) {
+	for i, ph := range phases {
+		if i > 0 {
+			xs, labels = append(xs, float64(ph.First)-0.5), append(labels, "→ "+ph.Kind)
+		}
+	}
+	return xs, labels
+}
+
+// markPhases draws a dotted vertical line at every phaseMarks position in each panel (their
+// y ranges already set) and its label in top.
+func markPhases(top, bottom *plot.Plot, phases []session.Phase) error {
+	xs, names := phaseMarks(phases)
+	if len(xs) == 0 {
+		return nil
+	}
+	var labels plotter.XYLabels
+	for i, x := range xs {
+		for _, p := range []*plot.Plot{top, bottom} {
+			l, err := plotter.NewLine(plotter.XYs{{X: x, Y: p.Y.Min}, {X: x, Y: p.Y.Max}})
+			if err != nil {
+				return err
+			}
+			l.Color, l.Width = color.Gray{Y: 110}, vg.Points(1)
+			l.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+			p.Add(l)
+		}
+		labels.XYs = append(labels.XYs, plotter.XY{X: x, Y: top.Y.Min + 0.55*(top.Y.Max-top.Y.Min)}) // mid-height: below the legend, above a late loss
+		labels.Labels = append(labels.Labels, names[i])
+	}
+	l, err := plotter.NewLabels(labels)
+	if err != nil {
+		return err
+	}
+	for i := range l.TextStyle {
+		l.TextStyle[i].Color = color.Gray{Y: 70}
+		l.TextStyle[i].Font.Size = legendFontSize
+	}
+	top.Add(l)
+	return nil
 }
 
 // logFloor rounds v > 0 down to the largest m·10^k ≤ v with m an integer 1…9.
@@ -601,6 +662,147 @@ func PlotReconstruction(reports []session.TensorReport) (*Chart, error) {
 	lo, hi = math.Min(lo, mid-span/2), math.Max(hi, mid+span/2)
 	p.X.Min, p.X.Max = lo-0.04*span, hi+0.04*span
 	return &Chart{Plot: p, DataMaxX: p.X.Max}, nil
+}
+
+// LayerErrors are the reconstruction errors of one decoder layer's compressed tensors,
+// means over them (LayerReconstruction): RelErr ‖W − Ŵ‖_F/‖W‖_F and WeightedRelErr the
+// input-weighted error of the stored student; InitRelErr and InitWeightedRelErr those of
+// the refinement's Dual-SVID start (0 when the reports have none).
+type LayerErrors struct {
+	Layer, Tensors                                         int
+	RelErr, WeightedRelErr, InitRelErr, InitWeightedRelErr float64
+}
+
+// LayerReconstruction returns the per-layer means of a compression report's errors (one
+// row per decoder layer that has compressed tensors, in layer order; tensors of no layer,
+// Layer < 0, are left out).
+func LayerReconstruction(reports []session.TensorReport) []LayerErrors {
+	by := map[int]*LayerErrors{}
+	var layers []int
+	for _, r := range reports {
+		if r.Layer < 0 {
+			continue
+		}
+		e := by[r.Layer]
+		if e == nil {
+			e = &LayerErrors{Layer: r.Layer}
+			by[r.Layer] = e
+			layers = append(layers, r.Layer)
+		}
+		e.Tensors++
+		e.RelErr += r.RelErr
+		e.WeightedRelErr += r.WeightedRelErr
+		e.InitRelErr += r.InitRelErr
+		e.InitWeightedRelErr += r.InitWeightedRelErr
+	}
+	sort.Ints(layers)
+	out := make([]LayerErrors, len(layers))
+	for i, l := range layers {
+		e := *by[l]
+		k := float64(e.Tensors)
+		e.RelErr, e.WeightedRelErr, e.InitRelErr, e.InitWeightedRelErr = e.RelErr/k, e.WeightedRelErr/k, e.InitRelErr/k, e.InitWeightedRelErr/k
+		out[i] = e
+	}
+	return out
+}
+
+// layerSeries are the series of LayerReconstruction that PlotLayerReconstruction and
+// WriteLayerReconstruction show, those that some layer has (a report of Dual-SVID without
+// calibration has the plain error alone).
+func layerSeries(rows []LayerErrors) (names []string, get []func(LayerErrors) float64) {
+	all := []struct {
+		name string
+		f    func(LayerErrors) float64
+	}{
+		{"plain, Dual-SVID start", func(e LayerErrors) float64 { return e.InitRelErr }},
+		{"plain", func(e LayerErrors) float64 { return e.RelErr }},
+		{"input-weighted, Dual-SVID start", func(e LayerErrors) float64 { return e.InitWeightedRelErr }},
+		{"input-weighted", func(e LayerErrors) float64 { return e.WeightedRelErr }},
+	}
+	for _, s := range all {
+		for _, r := range rows {
+			if s.f(r) != 0 {
+				names, get = append(names, s.name), append(get, s.f)
+				break
+			}
+		}
+	}
+	return names, get
+}
+
+// PlotLayerReconstruction draws the per-layer mean reconstruction errors of a compression
+// report (LayerReconstruction) against the decoder layer: the plain relative error
+// ‖W − Ŵ‖/‖W‖ and, when the report has them, the input-weighted error of the calibration
+// (the relative RMS output error on its inputs) and both errors of the refinement's
+// Dual-SVID start (dashed), so a refined student shows what the refinement did where. nvg
+// distill saves it as reconstruction_layers.png. Errors: no report of a layer, an error that
+// is not finite and ≥ 0 (naming the tensor).
+func PlotLayerReconstruction(reports []session.TensorReport) (*Chart, error) {
+	for _, r := range reports {
+		for _, v := range []float64{r.RelErr, r.WeightedRelErr, r.InitRelErr, r.InitWeightedRelErr} {
+			if !(finite(v) && v >= 0) {
+				return nil, fmt.Errorf("PlotLayerReconstruction: tensor %s: an error of %g is not finite and ≥ 0", r.Name, v)
+			}
+		}
+	}
+	rows := LayerReconstruction(reports)
+	if len(rows) == 0 {
+		return nil, errors.New("PlotLayerReconstruction: no tensor of a decoder layer")
+	}
+	names, get := layerSeries(rows)
+	p := newPlot("BLR reconstruction error per layer (mean over its tensors)", "decoder layer", "relative error")
+	hi := 0.0
+	for i, name := range names {
+		pts := make(plotter.XYs, len(rows))
+		for j, r := range rows {
+			pts[j] = plotter.XY{X: float64(r.Layer), Y: get[i](r)}
+			hi = math.Max(hi, pts[j].Y)
+		}
+		l, sc, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return nil, fmt.Errorf("PlotLayerReconstruction: %w", err)
+		}
+		c := plotColor(i / 2) // the start and the result of one error share a colour
+		if len(names) < 4 {
+			c = plotColor(i)
+		}
+		l.Color, l.Width = c, vg.Points(1.5)
+		if strings.HasSuffix(name, "start") {
+			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+		}
+		sc.Color, sc.Shape, sc.Radius = c, draw.CircleGlyph{}, vg.Points(2.5)
+		p.Add(l, sc)
+		p.Legend.Add(name, l, sc)
+	}
+	p.Legend.Top = true
+	p.Y.Min, p.Y.Max = 0, math.Max(hi, 1e-3)*1.1
+	p.X.Min, p.X.Max = float64(rows[0].Layer)-0.5, float64(rows[len(rows)-1].Layer)+0.5
+	p.X.Tick.Marker = tidyTicks{}
+	p.Y.Tick.Marker = tidyTicks{}
+	return &Chart{Plot: p, DataMaxX: p.X.Max}, nil
+}
+
+// WriteLayerReconstruction writes LayerReconstruction(reports) as a plain-text table to w:
+// one line per layer with its tensors and the mean errors PlotLayerReconstruction draws
+// (the columns some layer has). It returns w's first error.
+func WriteLayerReconstruction(w io.Writer, reports []session.TensorReport) error {
+	rows := LayerReconstruction(reports)
+	names, get := layerSeries(rows)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%5s  %7s", "layer", "tensors")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %*s", max(len(n), 8), n)
+	}
+	b.WriteString("\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%5d  %7d", r.Layer, r.Tensors)
+		for i, n := range names {
+			fmt.Fprintf(&b, "  %*.4f", max(len(n), 8), get[i](r))
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // tickLabel formats a tick value with exactly prec decimals.

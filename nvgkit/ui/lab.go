@@ -17,7 +17,8 @@ import (
 
 // HistoryCurves returns the curves PlotTraining draws from a Lab's history: the loss of
 // every step, the student's held-out perplexity of every evaluation (Setup's of the
-// untrained student at step 0 first) and the teacher's perplexity.
+// untrained student at step 0 first), the teacher's perplexity and the phases the steps ran
+// in (History.PhaseSpans).
 func HistoryCurves(h session.History) TrainingCurves {
 	var c TrainingCurves
 	for _, s := range h.Steps {
@@ -31,6 +32,7 @@ func HistoryCurves(h session.History) TrainingCurves {
 	if finite(h.TeacherPPL) && h.TeacherPPL >= 1 {
 		c.TeacherPPL = h.TeacherPPL
 	}
+	c.Phases = h.PhaseSpans()
 	return c
 }
 

@@ -339,3 +339,65 @@ func TestKilledClientGPU(t *testing.T) {
 		t.Errorf("history after the kill: %d steps (%v), want the reference's %d", len(ch.Steps), err, len(rh.Steps))
 	}
 }
+
+// phaseSequence is the cell sequence of the phase bit-identity test: a TrainSigns Setup
+// whose last 3 of 6 steps are the scale-only finish, stepped through the phase boundary
+// (Step(2), then Step(2) over steps 3 and 4), its watched matrix's scores and bits, a
+// checkpoint in the finish and a Setup that resumes it (Replace), the last steps and the
+// history. Every result is returned as text, wall times (and the checkpoint's path) cleared.
+func phaseSequence(t *testing.T, lab session.Lab, dir string) []string {
+	t.Helper()
+	var out []string
+	add := recorder(t, &out)
+	s := signSetup()
+	s.Train.FinishSteps = 3
+	info, err := lab.Setup(s)
+	info.Device = ""
+	add("Setup", info, err)
+	names, err := lab.SignNames()
+	add("SignNames", names, err)
+	sts, err := lab.Step(2)
+	add("Step(2)", sts, err)
+	sts, err = lab.Step(2)
+	add("Step(2) through the boundary", sts, err)
+	sc, err := lab.SignScores(names[2])
+	add("SignScores", sc, err)
+	b, err := lab.Signs(names[2])
+	add("Signs", b, err)
+	path, err := lab.Checkpoint(dir)
+	add("Checkpoint", nil, err)
+	s.Resume, s.Replace = path, true
+	info, err = lab.Setup(s)
+	info.Device, info.Setup.Resume = "", ""
+	add("Setup(Resume)", info, err)
+	sts, err = lab.Step(2)
+	add("Step(2) after the resume", sts, err)
+	b, err = lab.Signs(names[2])
+	add("Signs at the end", b, err)
+	h, err := lab.History()
+	add("History", h, err)
+	return out
+}
+
+// TestInProcessVsSessionPhasesBitIdentical: a Setup with a scale-only finish steps through
+// its phases, is checkpointed mid-finish and resumed, bit-identically through train.NewLab in
+// this process and through a session server; the steps name their phases, flips stop at the
+// finish, and the finish leaves the watched signs as the KL phase left them.
+func TestInProcessVsSessionPhasesBitIdentical(t *testing.T) {
+	local := bitIdentical(t, func(t *testing.T, l session.Lab) []string { return phaseSequence(t, l, t.TempDir()) }, "phases")
+	res := map[string]string{}
+	for _, r := range local {
+		k, v, _ := strings.Cut(r, ": ")
+		res[k] = v
+	}
+	if !strings.Contains(res["Setup"], "Phases:[{Kind:kl First:1 Last:3} {Kind:finish First:4 Last:6}]") {
+		t.Errorf("Setup's Info.Phases: %.800s", res["Setup"])
+	}
+	through := res["Step(2) through the boundary"]
+	if !regexp.MustCompile(`Step:3 .*Phase:kl.*Step:4 .*SignFlips:\[\] Phase:finish`).MatchString(through) {
+		t.Errorf("steps 3 and 4: %.800s", through)
+	}
+	if res["Signs"] != res["Signs at the end"] {
+		t.Error("the finish steps after the resume changed the signs")
+	}
+}
