@@ -56,6 +56,7 @@ func TestDistillUsageErrors(t *testing.T) {
 		{"distill", "--resume", filepath.Join(dir, "missing")}, // no run there
 		{"distill", "--resume", full},                          // not an output directory
 		{"distill", "--resume", full, "--lr", "5"},             // settings come from the run
+		{"distill", "--steps", "1000000000000"},                // the windows' top-k could not be held
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("nvg %v: exit %d, want 2", args, code)
@@ -63,6 +64,12 @@ func TestDistillUsageErrors(t *testing.T) {
 	}
 	if _, err := os.Stat("out"); err == nil {
 		t.Error("a failed call created the default output directory")
+	}
+	// Issue 34: a huge step count died with "fatal error: out of memory" after compressing;
+	// now it is refused at once, naming the largest that fits: ⌊(2³¹−1) / (64·32) / 4⌋ at
+	// the default --t, --k and --nb.
+	if _, stderr, code := capture(t, []string{"distill", "--steps", "1000000000000"}); code != 2 || !strings.Contains(stderr, "--steps must be ≤ 262143 with --nb = 4") {
+		t.Errorf("distill --steps 10¹²: exit %d, %q; want 2 and the limit 262143", code, stderr)
 	}
 	// A non-empty -o with no checkpoint: the message does not advise --resume.
 	_, stderr, code := capture(t, []string{"distill", "-o", full})
@@ -304,8 +311,13 @@ func TestDistillFailureLeavesNoOutput(t *testing.T) {
 	os.Mkdir(empty, 0o755)
 	for _, o := range []string{out, empty} {
 		for try := 1; try <= 2; try++ {
-			if code := run([]string{"distill", "--teacher", teacher, "--steps", "1", "-o", o}); code != 1 {
-				t.Errorf("-o %s, try %d: exit %d, want 1 (a broken teacher)", o, try, code)
+			stdout, stderr, code := capture(t, []string{"distill", "--teacher", teacher, "--steps", "1", "-o", o})
+			if code != 1 {
+				t.Errorf("-o %s, try %d: exit %d, want 1 (a broken teacher)\n%s", o, try, code, stderr)
+			}
+			// Issue 34: it said "output directory: …" before failing, and none was left.
+			if strings.Contains(stdout+stderr, "output directory") {
+				t.Errorf("-o %s, try %d: a failed run names an output directory it does not leave:\n%s%s", o, try, stdout, stderr)
 			}
 		}
 	}

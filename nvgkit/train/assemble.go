@@ -164,7 +164,7 @@ func (r *Run) Close() error {
 // or ResumeCheckpoint from Setup.Resume or env.Resume). Nothing is computed on the GPU yet
 // (the teacher pass is Trainer.Prepare). ctx, checked at every phase boundary (and during
 // the compression, which an interrupt leaves running behind), stops it with an error
-// wrapping ErrInterrupted. Errors: s out of range (TrainConfig.Validate, a bad Paths or
+// wrapping ErrInterrupted. Errors: s out of range (TrainConfig.Validate and CheckMemory, a bad Paths or
 // BitsPerWeight), bad paths (*InputError), and every phase's errors; nothing is left open.
 func Assemble(ctx context.Context, s Setup, env Env) (_ *Run, err error) {
 	if err := s.validate(); err != nil {
@@ -191,6 +191,9 @@ func Assemble(ctx context.Context, s Setup, env Env) (_ *Run, err error) {
 // validate checks what the phases cannot check later without having done work.
 func (s Setup) validate() error {
 	if err := s.Train.Validate(); err != nil {
+		return err
+	}
+	if err := s.Train.CheckMemory(); err != nil {
 		return err
 	}
 	if s.Nets != nil {

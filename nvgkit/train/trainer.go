@@ -92,11 +92,14 @@ type Trainer struct {
 // it one rank of a data-parallel run or split its steps into micro-batches; the works then
 // hold NB/(ranks·micro-batches) windows.
 //
-// Errors: a bad config, an NB that the options cannot split evenly, nil or released nets, nets of the wrong kind or of different
+// Errors: a bad config (Validate, CheckMemory), an NB that the options cannot split evenly, nil or released nets, nets of the wrong kind or of different
 // vocabularies or devices, K > vocab, streams too short for one window of T+1 tokens, and
 // NewWork's errors.
 func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainConfig, opts ...Option) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckMemory(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.Resolved()
