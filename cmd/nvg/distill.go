@@ -240,7 +240,8 @@ func removeRunOutput(out string, created bool) {
 // trainConfigFlags names the distill flag of each TrainConfig field that has one (the
 // others come only from a --config file).
 var trainConfigFlags = map[string]string{"Steps": "steps", "NB": "nb", "T": "t", "Windows": "windows", "K": "k", "LR": "lr",
-	"ClipNorm": "clip", "EvalWindows": "eval-windows", "Keep": "keep"}
+	"ClipNorm": "clip", "EvalWindows": "eval-windows", "Keep": "keep", "Warmup": "warmup", "EvalEvery": "eval-every",
+	"CheckpointEvery": "checkpoint-every", "Seed": "seed", "KeepFinal": "keep-final", "TrainSigns": "train-signs"}
 
 // flagTerms rewrites the TrainConfig field names in a TrainConfigError's range as flags.
 var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--nb =", "T =", "--t =", "K =", "--k =",

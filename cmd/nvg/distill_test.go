@@ -356,6 +356,29 @@ func TestDistillResumeReuse(t *testing.T) {
 		_, stderr, code := capture(t, append([]string{"distill", "--resume", out}, extra...))
 		return stderr, code
 	}
+	// A checkpoint of a run with other settings in the directory (issue 34: one of another
+	// --bpw was accepted, and the mismatch showed after compressing, as a digest error): the
+	// resume is refused before any phase, naming the flag and both values.
+	rf := filepath.Join(out, train.RunFileName)
+	orig, err := os.ReadFile(rf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ old, new, want string }{
+		{`"bits_per_weight_target": 0.5`, `"bits_per_weight_target": 1`, "was trained with --bpw 0.5, but " + rf + " has bits_per_weight_target = 1"},
+		{`"seed": 1`, `"seed": 2`, "was trained with --seed 1, but " + rf + " has config.seed = 2"},
+		{`"paths": "1"`, `"paths": "2"`, `was trained with --paths "1"`},
+	} {
+		changed := strings.ReplaceAll(string(orig), c.old, c.new)
+		if changed == string(orig) {
+			t.Fatalf("%s holds no %s", rf, c.old)
+		}
+		os.WriteFile(rf, []byte(changed), 0o644)
+		if stderr, code := resume(); code != 2 || len(phases) > 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("--resume with %s in %s: exit %d, phases %v\n%s\nwant exit 2, no phase, %q", c.new, rf, code, phases, stderr, c.want)
+		}
+	}
+	os.WriteFile(rf, orig, 0o644)
 	// Back to the step-2 checkpoint, as if the run had been killed after step 2.
 	for _, f := range []string{train.CheckpointName(3), train.CheckpointName(4), "report.json", "student.cmf"} {
 		if err := os.Remove(filepath.Join(out, f)); err != nil {

@@ -59,6 +59,12 @@ type CheckpointMeta struct {
 	// from (Trainer.StudentFile, set by nvg distill): a resume checks it and loads it instead
 	// of compressing the teacher again.
 	Student *FileDigest `json:"student,omitempty"`
+	// Setup is the run's settings besides Config — the teacher, tokenizer, student, corpus
+	// and compression: Setup's fields but "config", as JSON values by their distill.json
+	// names — recorded from Trainer.Setup (Assemble sets it). A resume compares them with its
+	// own before any work (a *SettingMismatch names the first that differs). Nil in
+	// checkpoints of nvg before issue 34 and of a Trainer made without Assemble.
+	Setup map[string]json.RawMessage `json:"setup,omitempty"`
 }
 
 type plainMeta CheckpointMeta

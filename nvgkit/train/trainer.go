@@ -64,6 +64,9 @@ type Trainer struct {
 	// StudentFile, when not nil, names the compressed student file the run started from; it
 	// is recorded in every checkpoint (CheckpointMeta.Student) for a resume to reuse.
 	StudentFile *FileDigest
+	// Setup, when not nil, is the run's settings (Assemble sets it): its fields but Train are
+	// recorded in every checkpoint (CheckpointMeta.Setup) for a resume to compare.
+	Setup *Setup
 
 	teacher, student *nvgkit.Net
 	sWork, tWork     *nvgkit.Work
@@ -217,7 +220,7 @@ func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Ch
 		return nil, err
 	}
 	if tr.st.WindowsHash != ck.Meta.WindowsHash {
-		return fail(fmt.Errorf("train.Resume %s: the training windows differ from the checkpoint's (another corpus, tokenizer or seed)", path))
+		return fail(fmt.Errorf("train.Resume %s: the training windows drawn now differ from the checkpoint's: the corpus or the tokenizer is not the one it was trained on (their files changed, or another corpus or seed was given)", path))
 	}
 	cur, err := snapshotFromTensors(student, ck.Tensors, "state/")
 	if err != nil {
@@ -424,6 +427,9 @@ func (tr *Trainer) Checkpoint(path string) error {
 	ck := &Checkpoint{Meta: tr.st, Tensors: map[string][]float32{}}
 	ck.Meta.BitsPerWeight = tr.BitsPerWeight
 	ck.Meta.Student = tr.StudentFile
+	if tr.Setup != nil {
+		ck.Meta.Setup = settingsRecord(*tr.Setup)
+	}
 	addSnapshotTensors(ck.Tensors, snap, "state/")
 	if err := tr.addSignTensors(ck.Tensors); err != nil {
 		return err
