@@ -145,14 +145,16 @@ type Lab interface {
 	// is the vector's: [m], [r] or [n] for a metric scale, [hidden] or [head_dim] for a gain).
 	Param(name string) ([]float32, error)
 	// SetParam writes v into the named trained vector. Errors: an unknown name, a length
-	// other than the vector's (want/got), a value that is not finite. Adam's moments and
-	// the gradients are left as they are.
+	// other than the vector's (want/got), a value that is not finite, or, for a BLR metric
+	// scale, beyond f16's range (|x| > 65504: the .cmf stores the scales as f16; the error
+	// names the vector, the index and the limit). Adam's moments and the gradients are left
+	// as they are.
 	SetParam(name string, v []float32) error
 	// Grad returns a copy of the named vector's gradient buffer (what the steps since the
 	// last ZeroGrads accumulated, after any clipping or SetGrad).
 	Grad(name string) ([]float32, error)
 	// SetGrad writes v into the named vector's gradient buffer (as Param/SetParam), e.g. from
-	// a PreOptimizer hook before Adam. Errors as SetParam.
+	// a PreOptimizer hook before Adam. Errors as SetParam's, but any finite f32 value is taken.
 	SetGrad(name string, v []float32) error
 	// GradNorms returns the L2 norms of the gradient buffers now (before clipping when read
 	// from a PreOptimizer hook, clipped after Step) per decoder layer and kind, and the
@@ -256,7 +258,9 @@ type Lab interface {
 	// windows (0: all Setup.EvalWindows). The result is appended to the history; one on all
 	// windows that directly follows a step is also that step's EvalPPL there. Progress
 	// (phase "eval", after each batch of NB windows) goes to OnProgress. Errors: windows < 0
-	// or more than there are.
+	// or more than there are; a student loss that is not finite (nothing is appended): the
+	// error names the first trained value that is NaN or ±Inf, or, when all are finite, the
+	// first hidden state that is not (a layer whose f32 arithmetic overflowed).
 	Eval(windows int, opts ...Option) (EvalResult, error)
 	// HiddenStates returns the hidden states of one window in the teacher or the student:
 	// layer index 0 is the embedding, l = 1 … L−1 the output of decoder layer l−1 (the

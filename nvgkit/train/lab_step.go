@@ -321,6 +321,18 @@ func (l *Lab) writeVec(op, name string, v []float32, grad bool) error {
 			return fmt.Errorf("train.Lab.%s %s: value %d is %v (want finite values)", op, name, i, x)
 		}
 	}
+	if !grad { // a value its storage cannot hold (a metric scale beyond f16) poisons every later step
+		limit, err := s.sNet.TrainableLimit(name)
+		if err != nil {
+			return fmt.Errorf("train.Lab.%s %s: %w", op, name, err)
+		}
+		for i, x := range v {
+			if math.Abs(float64(x)) > limit {
+				return fmt.Errorf("train.Lab.%s %s: value %d is %g, beyond %g: a BLR metric scale must be finite in f16 (the student's .cmf stores it as f16, and the tensor-core GEMMs round their operands to f16), or the next step's loss is NaN",
+					op, name, i, x, limit)
+			}
+		}
+	}
 	mask, err := s.sNet.TrainableMask(name) // nil: no masked rank padding
 	if err != nil {
 		return fmt.Errorf("train.Lab.%s %s: %w", op, name, err)

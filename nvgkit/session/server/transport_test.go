@@ -212,13 +212,18 @@ func TestKilledClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		werr := cmd.Wait()
-		atBoundary(t, c, fmt.Sprintf("after %v of a client", sig), before.Step, 100000)
+		k := atBoundary(t, c, fmt.Sprintf("after %v of a client", sig), before.Step, 100000)
 		if sig == syscall.SIGINT {
 			if werr != nil || !strings.Contains(out.String(), "interrupted=true") {
 				t.Errorf("SIGINT'd client: %v\n%s", werr, out)
 			}
 			if n := strings.Count(out.String(), "progress"); !strings.Contains(out.String(), "steps=") || n < 2 {
 				t.Errorf("SIGINT'd client printed:\n%s", out)
+			}
+			// Step returns the steps it did (issue 34: an interrupted Step through a session
+			// returned none).
+			if want := fmt.Sprintf("steps=%d interrupted=true", k-before.Step); !strings.Contains(out.String(), want) {
+				t.Errorf("SIGINT'd client printed:\n%s\nwant %q (the session's step counter moved from %d to %d)", out, want, before.Step, k)
 			}
 		}
 	}
