@@ -324,16 +324,6 @@ func (c *Client) hookedSteps(n int, o Options) ([]StepStats, error) {
 	if !info.Ready {
 		return nil, errors.New("session: Step: the Lab is not set up (call Setup first)")
 	}
-	lastPPL := 0.0
-	if o.OnProgress != nil {
-		h, err := c.History()
-		if err != nil {
-			return nil, err
-		}
-		if len(h.Evals) > 0 {
-			lastPPL = h.Evals[len(h.Evals)-1].StudentPPL
-		}
-	}
 	stop := make(chan struct{})
 	c.mu.Lock()
 	c.stop = stop
@@ -393,12 +383,12 @@ func (c *Client) hookedSteps(n int, o Options) ([]StepStats, error) {
 			if err != nil {
 				return done, fmt.Errorf("session: Step: evaluation after step %d: %w", st.Step, err)
 			}
-			st.EvalPPL, lastPPL = ev.StudentPPL, ev.StudentPPL
+			st.EvalPPL = ev.StudentPPL
 		}
 		st.Seconds = time.Since(t0).Seconds()
 		done = append(done, st)
 		if o.OnProgress != nil {
-			o.OnProgress(Progress{Phase: "step", Done: i + 1, Total: n, Step: st.Step, Loss: st.Loss, EvalPPL: lastPPL, Elapsed: time.Since(start)})
+			o.OnProgress(Progress{Phase: "step", Done: i + 1, Total: n, Step: st.Step, Loss: st.Loss, EvalPPL: st.EvalPPL, Note: st.Note, Elapsed: time.Since(start)})
 		}
 	}
 	return done, nil

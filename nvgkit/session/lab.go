@@ -592,6 +592,10 @@ type StepStats struct {
 	// EvalPPL is the held-out perplexity when the step ended with an evaluation (Step's
 	// EvalEvery option), else 0.
 	EvalPPL float64
+	// Note, when not "", says once what the caller should know about this step: the first
+	// step past the planned schedule (Setup.Train.Steps) says that the cosine schedule
+	// ended and the learning rate stays at its floor from there on.
+	Note string
 	// SignFlips is, when the Setup trains signs, the number of signs the step's flip rule
 	// flipped in each decoder layer (index = layer, len = Info.Layers; zeros for a skipped
 	// step, which flips nothing); nil otherwise, from ForwardBackward, and for steps restored
@@ -804,10 +808,14 @@ type Progress struct {
 	// Done of Total units of the phase are finished (tensors, windows, steps, coordinates).
 	Done, Total int
 	// Step is the number of steps done; Loss the last step's loss (NaN before one);
-	// EvalPPL the last held-out perplexity (0 before one).
+	// EvalPPL the held-out perplexity of the evaluation made after that step in this call
+	// (Step with EvalEvery), 0 when there was none: a report never repeats an older
+	// evaluation (History.Evals has them all).
 	Step    int
 	Loss    float64
 	EvalPPL float64
+	// Note is the step's StepStats.Note ("" mostly).
+	Note string
 	// Elapsed is the phase's wall time so far.
 	Elapsed time.Duration
 }

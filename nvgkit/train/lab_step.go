@@ -136,6 +136,11 @@ func (s *labState) adamStep() (session.StepStats, error) {
 	}
 	out.SignFlips = flips
 	out.Skipped = skipped
+	if span := c.ScheduleSteps; step == span+1 { // c is resolved: ScheduleSteps ≥ 1
+		out.Note = fmt.Sprintf("step %d is past the %d steps the learning-rate schedule was planned for (Setup.Train.Steps): the cosine decay has ended and the learning rate stays at its floor, %.3g (MinLRFrac·LR), from here on",
+			step, span, lr)
+		tr.logf("%s", out.Note)
+	}
 	out.Seconds = time.Since(p.t0).Seconds()
 	rec := out
 	rec.SignFlips = slices.Clone(flips) // the history's own: the caller may change out's
@@ -186,10 +191,6 @@ func (l *Lab) Step(n int, opts ...session.Option) ([]session.StepStats, error) {
 	c := s.tr.Config
 	start := time.Now()
 	var done []session.StepStats
-	lastPPL := 0.0
-	if len(s.evals) > 0 {
-		lastPPL = s.evals[len(s.evals)-1].StudentPPL
-	}
 	for i := range n {
 		if ctx.Err() != nil {
 			return done, interrupted(ctx, fmt.Sprintf("after step %d (%d of %d done)", s.tr.st.Step, i, n))
@@ -226,12 +227,12 @@ func (l *Lab) Step(n int, opts ...session.Option) ([]session.StepStats, error) {
 			if err != nil {
 				return done, fmt.Errorf("train.Lab.Step: evaluation after step %d: %w", st.Step, err)
 			}
-			st.EvalPPL, lastPPL = ev.StudentPPL, ev.StudentPPL
+			st.EvalPPL = ev.StudentPPL
 			s.noteStepEval(ev)
 		}
 		done = append(done, st)
 		if o.OnProgress != nil {
-			o.OnProgress(session.Progress{Phase: "step", Done: i + 1, Total: n, Step: st.Step, Loss: st.Loss, EvalPPL: lastPPL, Elapsed: time.Since(start)})
+			o.OnProgress(session.Progress{Phase: "step", Done: i + 1, Total: n, Step: st.Step, Loss: st.Loss, EvalPPL: st.EvalPPL, Note: st.Note, Elapsed: time.Since(start)})
 		}
 	}
 	return done, nil

@@ -132,7 +132,7 @@ func TestLiveText(t *testing.T) {
 	l.text.every = time.Hour
 	l.Update(session.Progress{Phase: "eval", Done: 1, Total: 1, Step: 0, EvalPPL: 400})
 	for s := 1; s <= 5; s++ {
-		l.Update(session.Progress{Phase: "train", Done: s, Total: 5, Step: s, Loss: 3 / float64(s), EvalPPL: 400, Elapsed: time.Duration(s) * time.Second})
+		l.Update(session.Progress{Phase: "train", Done: s, Total: 5, Step: s, Loss: 3 / float64(s), Elapsed: time.Duration(s) * time.Second})
 	}
 	l.Update(session.Progress{Phase: "eval", Done: 1, Total: 1, Step: 5, EvalPPL: 90})
 	l.Finish("5 steps")
@@ -143,8 +143,8 @@ func TestLiveText(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	want := []string{
 		"train 1/1 eval · perplexity 400.000 · 0s",
-		"train 1/5 train · step 1 · loss 3.0000 · perplexity 400.000 · 1s",
-		"train 5/5 train · step 5 · loss 0.6000 · perplexity 400.000 · 5s",
+		"train 1/5 train · step 1 · loss 3.0000 · perplexity 400.000 at step 0 · 1s",
+		"train 5/5 train · step 5 · loss 0.6000 · perplexity 400.000 at step 0 · 5s",
 		"train 1/1 eval · step 5 · perplexity 90.000 · 0s",
 		"train: 5 steps",
 	}
@@ -210,4 +210,33 @@ func openPTY() (master, slave *os.File, err error) {
 		return nil, nil, err
 	}
 	return master, slave, nil
+}
+
+// A progress report's Note (the first step past the planned schedule) is printed once on a
+// line of its own outside a notebook, and kept under the progress line in a notebook.
+func TestLiveNote(t *testing.T) {
+	out := inNotebook(t, false)
+	l := NewLive("train", 300, 200, 0)
+	l.text.every = time.Hour
+	const note = "step 5 is past the 4 steps the learning-rate schedule was planned for"
+	for s := 4; s <= 6; s++ {
+		u := session.Progress{Phase: "step", Done: s - 3, Total: 3, Step: s, Loss: 1}
+		if s == 5 {
+			u.Note = note
+		}
+		l.Update(u)
+		l.Update(u) // a report seen twice
+	}
+	if n := strings.Count(out.String(), "train: note: "+note+"\n"); n != 1 {
+		t.Errorf("the note printed %d times:\n%s", n, out)
+	}
+	inNotebook(t, true)
+	nb := NewLive("train", 300, 200, 0)
+	var last string
+	nb.show, nb.every = func(_, h string) { last = h }, time.Hour
+	nb.Update(session.Progress{Phase: "step", Done: 1, Total: 2, Step: 5, Loss: 1, Note: "a <note>"})
+	nb.Update(session.Progress{Phase: "step", Done: 2, Total: 2, Step: 6, Loss: 1})
+	if !strings.Contains(last, "note: a &lt;note&gt;") {
+		t.Errorf("the notebook's view lost the note: %.400s", last)
+	}
 }
