@@ -287,7 +287,9 @@ type Lab interface {
 	// the host's central finite difference (host StudentLoss) and the GPU's (nvgkit.LossOnly),
 	// with their relative errors against notebook 02's tolerances. The Lab's state —
 	// trained values, gradients, Adam moments, counters, sign scores and captured sign
-	// gradients — is the same after the call as before. Errors: GradCheckSpec.Validate's, an unknown name; the host reference missing
+	// gradients — is the same after the call as before. Progress (phase "gradcheck": 0 at
+	// the start, then the GPU gradient, each GPU finite difference, the host's gradient and
+	// each host finite difference) goes to OnProgress. Errors: GradCheckSpec.Validate's, an unknown name; the host reference missing
 	// (nvgkit's Lab needs the nvgkit/gradcheck package linked in; the session server has it).
 	GradCheck(spec GradCheckSpec, opts ...Option) (GradCheckResult, error)
 }

@@ -327,8 +327,9 @@ type GradCheckInput struct {
 	Spec    session.GradCheckSpec
 	// Step is the Lab's step counter (GradCheckResult.Step).
 	Step int
-	// Context is cancelled by Interrupt; Progress, when not nil, is called after each
-	// coordinate.
+	// Context is cancelled by Interrupt; Progress, when not nil, is called with done of
+	// total units: 0 at the start, then after the GPU gradient, each GPU finite difference,
+	// the host gradient and each host finite difference.
 	Context  context.Context
 	Progress func(done, total int)
 }

@@ -345,3 +345,23 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("Stop of a stopped session: %v", err)
 	}
 }
+
+// A long call given no progress option still reports on standard error (issue 34: GradCheck
+// ran 33 s in a cell with no output): 350 steps of 20 ms through a real server print a
+// line once 5 s have passed, and the end; the call's result is unchanged.
+func TestLongCallReportsWithoutProgressOption(t *testing.T) {
+	useSessionDir(t, "fake")
+	c := attach(t, "quiet")
+	if _, err := c.Setup(tinySetup()); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := child(t, "quiet", "quietstep", "NVG_TEST_STEPS=350")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	got := out.String()
+	if !strings.Contains(got, "steps=350 err=<nil>") || !strings.Contains(got, `session "quiet": Step: step `) ||
+		!strings.Contains(got, `session "quiet": Step: step 350/350`) || !strings.Contains(got, "ui.NewLive") {
+		t.Errorf("the child printed:\n%s\nwant a progress line after 5 s with the hint, and the end", got)
+	}
+}
