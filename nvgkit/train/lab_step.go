@@ -8,11 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/nearest"
 	"github.com/nvg-project/nvg/nvgkit/session"
 )
 
@@ -266,7 +266,7 @@ func (s *labState) trainable(op, name string) error {
 	if s.sNet.HasTrainable(name) {
 		return nil
 	}
-	return fmt.Errorf("train.Lab.%s: no trained vector %q (nearest: %s; Names lists all %d)", op, name, strings.Join(nearNames(name, s.names, 4), ", "), len(s.names))
+	return fmt.Errorf("train.Lab.%s: no trained vector %q (nearest: %s; Names lists all %d)", op, name, strings.Join(nearest.Names(name, s.names, 4), ", "), len(s.names))
 }
 
 // Param returns a copy of the named trained vector.
@@ -484,43 +484,4 @@ func (l *Lab) Export(path string) error {
 		return err
 	}
 	return cmf.WriteCMF(path, m)
-}
-
-// nearNames returns the n names of all closest to name (edit distance, then order).
-func nearNames(name string, all []string, n int) []string {
-	type cand struct {
-		s string
-		d int
-	}
-	cs := make([]cand, len(all))
-	for i, a := range all {
-		cs[i] = cand{a, editDistance(name, a)}
-	}
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i].d < cs[j].d })
-	var out []string
-	for _, c := range cs[:min(n, len(cs))] {
-		out = append(out, c.s)
-	}
-	return out
-}
-
-// editDistance is the Levenshtein distance between a and b (bytes).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -22,7 +22,7 @@ func ProgressHTML(title string, done, total int, status string) string {
 
 // NotebookProgress is a progress bar in a GoNB cell's output: an HTML <progress> element
 // updated in place through gonbui.UpdateHTML, at most 4 times a second plus the first and
-// the last update. It has the methods of nvgkit.Progress (Update, Finish), so it can be a
+// the last update. It has the methods of train.Progress (Update, Finish), so it can be a
 // Trainer's Progress. Outside a notebook (gonbui.IsNotebook false: a cell run with `go
 // run`) it prints the text form to standard output: a bar redrawn in place on a terminal,
 // else a line "title done/total status" at the first and last update and at most every 2 s

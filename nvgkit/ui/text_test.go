@@ -8,12 +8,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/nvg-project/nvg/nvgkit/session"
+	"github.com/nvg-project/nvg/testkit/ptytest"
 )
 
 // inNotebook makes the package act as in a GoNB notebook (on) or in a terminal (off) for
@@ -158,7 +157,7 @@ func TestLiveText(t *testing.T) {
 // redrawn in place with '\r' with the count and the latest status, not a line per update;
 // complete, it clears itself and the final status follows on its own line.
 func TestTextProgressTerminal(t *testing.T) {
-	master, slave, err := openPTY()
+	master, slave, err := ptytest.Open()
 	if err != nil {
 		t.Skipf("SKIPPED: no pseudo-terminal to test the bar on (%v)", err)
 	}
@@ -171,45 +170,10 @@ func TestTextProgressTerminal(t *testing.T) {
 	}
 	p.finish("5 steps")
 	slave.Close()
-	var got bytes.Buffer
-	buf := make([]byte, 4096)
-	master.SetReadDeadline(time.Now().Add(5 * time.Second))
-	for {
-		n, err := master.Read(buf)
-		got.Write(buf[:n])
-		if err != nil || strings.Contains(got.String(), "steps: 5 steps") {
-			break
-		}
-	}
-	s := got.String()
+	s := ptytest.ReadUntil(master, "steps: 5 steps")
 	if !strings.Contains(s, "\rsteps loss 4  80% |████████████████    | (4/5) \r") || !strings.HasSuffix(s, "\rsteps: 5 steps\r\n") || strings.Count(s, "\n") != 1 {
 		t.Errorf("terminal output %q: want a bar redrawn with \\r showing 4/5 and its status, then only the final line", s)
 	}
-}
-
-// openPTY opens a pseudo-terminal pair through /dev/ptmx.
-func openPTY() (master, slave *os.File, err error) {
-	master, err = os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	var n uint32
-	var unlock int32
-	fd := master.Fd()
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
-		master.Close()
-		return nil, nil, e
-	}
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
-		master.Close()
-		return nil, nil, e
-	}
-	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		master.Close()
-		return nil, nil, err
-	}
-	return master, slave, nil
 }
 
 // A progress report's Note (the first step past the planned schedule) is printed once on a
