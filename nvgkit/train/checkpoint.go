@@ -366,16 +366,21 @@ func LoadCheckpoint(path string) (*Checkpoint, error) {
 // original schedule runs at its floor, MinLRFrac·LR (see TrainConfig.LRAt). The run keeps
 // its Config.Windows training windows, cycling through them again (another epoch) when the
 // new steps need more, so the teacher's top-k is reused as it is. Errors: steps not more
-// than Config.Steps.
+// than Config.Steps, or so many that Validate refuses them (c is then unchanged).
 func (c *Checkpoint) Extend(steps int) error {
 	cfg := &c.Meta.Config
 	if steps <= cfg.Steps {
 		return fmt.Errorf("nvgkit: the run is planned for %d steps; extending it needs more steps, not %d", cfg.Steps, steps)
 	}
-	if cfg.ScheduleSteps == 0 {
-		cfg.ScheduleSteps = cfg.Steps
+	ext := *cfg
+	if ext.ScheduleSteps == 0 {
+		ext.ScheduleSteps = ext.Steps
 	}
-	cfg.Steps = steps
+	ext.Steps = steps
+	if err := ext.Validate(); err != nil { // a step count whose tokens overflow
+		return err
+	}
+	*cfg = ext
 	return nil
 }
 
