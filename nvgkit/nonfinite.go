@@ -137,3 +137,26 @@ func FirstNonFinite(net *Net, work *Work, windows [][]int) (_ *NonFinite, err er
 	}
 	return nil, nil
 }
+
+// FirstNonFiniteTrainable returns the first trained value of a Student (its trainables in
+// Trainables order, each from index 0) that is NaN or ±Inf: the trainable's name, the index
+// and the value; name "" when every value is finite. It reads every trainable back (Waits
+// for the GPU): call it after a non-finite loss, before FirstNonFinite. Errors: a nil,
+// released or Teacher net; a readback error.
+func FirstNonFiniteTrainable(net *Net) (name string, index int, value float32, err error) {
+	if err := net.requireStudent("FirstNonFiniteTrainable"); err != nil {
+		return "", 0, 0, err
+	}
+	for _, t := range net.st.trainables {
+		v, err := net.dev.ReadFloat32(t.param)
+		if err != nil {
+			return "", 0, 0, fmt.Errorf("nvgkit.FirstNonFiniteTrainable: %s: %w", t.name, err)
+		}
+		for i, x := range v {
+			if f := float64(x); math.IsNaN(f) || math.IsInf(f, 0) {
+				return t.name, i, x, nil
+			}
+		}
+	}
+	return "", 0, 0, nil
+}

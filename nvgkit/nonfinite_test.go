@@ -179,3 +179,48 @@ func TestFirstNonFinite(t *testing.T) {
 		t.Errorf("windows of mixed lengths: %v", err)
 	}
 }
+
+// TestFirstNonFiniteTrainable: on the 1-bit student every value is finite (""); with +Inf
+// written at index 5 of the third trainable and NaN at index 0 of a later one, it names the
+// third and index 5. TrainableLimit is f16's largest finite value for every BLR metric scale
+// (stored as f16 in the .cmf) and f32's for every norm gain. A Teacher is refused.
+func TestFirstNonFiniteTrainable(t *testing.T) {
+	_, teacher, s := kittest.RobustNets(t)
+	names := s.Trainables()
+	if n, i, v, err := nvgkit.FirstNonFiniteTrainable(s); n != "" || err != nil {
+		t.Fatalf("the compressed student: %s[%d] = %v, %v; want every value finite", n, i, v, err)
+	}
+	metrics := 0
+	for _, n := range names {
+		lim, err := s.TrainableLimit(n)
+		want := float64(math.MaxFloat32)
+		if strings.Contains(n, ".weight.p") { // "<tensor>.p<path>.<h|l|g>"
+			want = 65504
+			metrics++
+		}
+		if err != nil || lim != want {
+			t.Errorf("TrainableLimit(%s) = %g, %v; want %g", n, lim, err, want)
+		}
+	}
+	if metrics == 0 || metrics == len(names) {
+		t.Fatalf("%d of %d trainables are metric scales", metrics, len(names))
+	}
+	poison := func(name string, i int, x float32) {
+		v, err := s.ReadTrainable(name, false)
+		if err != nil || len(v) <= i {
+			t.Fatalf("%s: %d values, %v", name, len(v), err)
+		}
+		v[i] = x
+		if err := s.WriteTrainable(name, v, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poison(names[2], 5, float32(math.Inf(1)))
+	poison(names[len(names)-1], 0, float32(math.NaN()))
+	if n, i, v, err := nvgkit.FirstNonFiniteTrainable(s); n != names[2] || i != 5 || !math.IsInf(float64(v), 1) || err != nil {
+		t.Errorf("FirstNonFiniteTrainable = %s[%d] = %v, %v; want %s[5] = +Inf", n, i, v, err, names[2])
+	}
+	if _, _, _, err := nvgkit.FirstNonFiniteTrainable(teacher); err == nil {
+		t.Error("a Teacher net: no error")
+	}
+}

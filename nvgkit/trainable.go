@@ -3,6 +3,7 @@ package nvgkit
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -51,6 +52,26 @@ func (n *Net) TrainableLen(name string) (int, error) {
 		return 0, err
 	}
 	return t.param.Len(), nil
+}
+
+// MaxMetricScale is the largest magnitude a BLR metric scale (h, ℓ, g) may hold: IEEE
+// binary16's largest finite value. The scales are stored as f16 in a student's .cmf (Export,
+// RoundMetricF16) and the tensor-core GEMMs round their A operands (x⊙g, t1⊙ℓ) to f16, so a
+// larger scale, finite in f32, becomes ±Inf there.
+const MaxMetricScale = 65504
+
+// TrainableLimit returns the largest magnitude the named trainable of a Student may hold:
+// MaxMetricScale for a BLR metric scale, math.MaxFloat32 for an RMSNorm gain (f32 on the GPU
+// and in the .cmf). Errors: a nil, released or Teacher net; an unknown name.
+func (n *Net) TrainableLimit(name string) (float64, error) {
+	t, err := n.trainableByName("TrainableLimit", name)
+	if err != nil {
+		return 0, err
+	}
+	if t.metric {
+		return MaxMetricScale, nil
+	}
+	return math.MaxFloat32, nil
 }
 
 // TrainableMask returns the rank mask of the named trainable of a Student (u32, one per

@@ -146,6 +146,9 @@ func checkNewRun(s *train.Setup) error {
 	if err := tc.Validate(); err != nil {
 		return trainConfigUsage(err)
 	}
+	if err := tc.CheckMemory(); err != nil {
+		return trainConfigUsage(err)
+	}
 	if int64(tc.NB)*int64(tc.T) > maxStepTokens {
 		return usagef("--nb × --t = %d × %d tokens per step exceeds %d: GPU buffers are indexed in 32 bits (rows × hidden_size < 2³¹); use fewer or shorter windows",
 			tc.NB, tc.T, maxStepTokens)
@@ -237,10 +240,12 @@ func removeRunOutput(out string, created bool) {
 // trainConfigFlags names the distill flag of each TrainConfig field that has one (the
 // others come only from a --config file).
 var trainConfigFlags = map[string]string{"Steps": "steps", "NB": "nb", "T": "t", "Windows": "windows", "K": "k", "LR": "lr",
-	"ClipNorm": "clip", "EvalWindows": "eval-windows", "Keep": "keep", "FinishSteps": "finish-steps"}
+	"ClipNorm": "clip", "EvalWindows": "eval-windows", "Keep": "keep", "Warmup": "warmup", "EvalEvery": "eval-every",
+	"CheckpointEvery": "checkpoint-every", "Seed": "seed", "KeepFinal": "keep-final", "TrainSigns": "train-signs", "FinishSteps": "finish-steps"}
 
 // flagTerms rewrites the TrainConfig field names in a TrainConfigError's range as flags.
-var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--nb =", "Steps =", "--steps =", "TrainSigns", "--train-signs")
+var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--nb =", "T =", "--t =", "K =", "--k =",
+	"T·K", "--t × --k", "(Windows)", "(--windows N)", "TrainSigns", "--train-signs")
 
 // trainConfigUsage is the usage error of a TrainConfig.Validate error, naming the flag of
 // the field: "--steps must be ≥ 1, got 0".
@@ -338,7 +343,6 @@ func distill(f train.RunFile, out string, res *train.ResumePoint, opts distillOp
 	start := time.Now()
 	in, stop := catchInterrupts()
 	defer stop()
-	fmt.Printf("output directory: %s\n", out)
 	run, err := train.Assemble(in.ctx, f.Setup, train.Env{OpenDevice: openDevice, Log: logf, Progress: bars(), Phase: distillPhaseHook,
 		TokenCache: train.TokenCacheDir(), Comm: opts.comm, StreamTeacher: opts.streamTeacher, RunDir: out, Resume: res})
 	if errors.Is(err, train.ErrInterrupted) {
@@ -348,6 +352,8 @@ func distill(f train.RunFile, out string, res *train.ResumePoint, opts distillOp
 		return err
 	}
 	defer run.Close()
+	// Named once the models are read: a run that fails before leaves no directory behind.
+	fmt.Printf("output directory: %s\n", out)
 	if res == nil && f.Provenance != nil {
 		f.Provenance.SetDevice(run.Device)
 		if err := train.WriteRunFile(out, f); err != nil {

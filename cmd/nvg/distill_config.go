@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nvg-project/nvg/internal/jsondup"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
@@ -152,7 +153,7 @@ func parseDistillFlags(c *command, args []string) (s train.RunFile, o distillCLI
 
 // loadDistillConfig reads the JSON file path over s: an object in the layout of distill.json
 // (train.RunFile); fields it leaves out keep s's values. Errors name the file and the
-// unknown or ill-typed field.
+// unknown, ill-typed or repeated field.
 func loadDistillConfig(path string, s *train.RunFile) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -169,6 +170,10 @@ func loadDistillConfig(path string, s *train.RunFile) error {
 			kind = "a number or not JSON"
 		}
 		return usagef("--config %s: the file holds %s, want a JSON object (the layout of a run's distill.json)", path, kind)
+	}
+	// One rule for JSON: a setting named twice is refused, not resolved by taking the last.
+	if err := jsondup.Check(b); err != nil && !errors.As(err, new(*json.SyntaxError)) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return usagef("--config %s: %v", path, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

@@ -75,6 +75,9 @@ func TestDistillConfigErrors(t *testing.T) {
 		{`3`, "holds a number or not JSON, want a JSON object"},
 		{`{} {}`, "more than one JSON value"},
 		{`{"seed": 2, "config": {"seed": 3}}`, "config.seed 3 differs from seed 2"},
+		// One rule for JSON (issue 34: the last of two took effect silently).
+		{`{"config": {"steps": 3, "steps": 300}}`, `duplicate key "steps" in config`},
+		{`{"bits_per_weight_target": 1, "bits_per_weight_target": 2}`, `duplicate key "bits_per_weight_target" at the top level`},
 	} {
 		p := writeConfig(t, tc.body)
 		_, _, _, err := parseDistillFlags(commands["distill"], []string{"--config", p})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
@@ -42,6 +43,9 @@ func resumeDistill(f train.RunFile, cli distillCLI, set map[string]bool) error {
 		return usagef("--resume %s: no checkpoint there (the run stopped before its first checkpoint: nothing to resume; remove %s and start it again)", out, out)
 	}
 	res, err := train.LoadResumePoint(out, f.Setup, logf)
+	if sm := (*train.SettingMismatch)(nil); errors.As(err, &sm) {
+		return usagef("--resume %s: %s", out, settingMismatch(sm))
+	}
 	if err != nil {
 		return err
 	}
@@ -87,4 +91,23 @@ func applyResumeFlags(res *train.ResumePoint, flags train.TrainConfig, set map[s
 	fmt.Printf("the run in %s is complete (%d of %d steps): student %s, held-out perplexity %.3f (teacher %.3f, compressed %.3f, %.1f %% of the log-perplexity gap closed); --steps N extends it\n",
 		out, rep.Steps, cfg.Steps, filepath.Join(out, "student.cmf"), rep.DistilledPPL, rep.TeacherPPL, rep.CompressedPPL, 100*rep.GapClosed)
 	return true, nil
+}
+
+// setupFlags names the distill flag of each train.Setup field that has one.
+var setupFlags = map[string]string{"Teacher": "teacher", "Tokenizer": "tokenizer", "TrainFiles": "train-files", "EvalFiles": "eval-files",
+	"BitsPerWeight": "bpw", "Paths": "paths"}
+
+// settingMismatch says which setting a checkpoint was trained with that the run's
+// distill.json does not have, naming its flag when it has one.
+func settingMismatch(sm *train.SettingMismatch) string {
+	flag := setupFlags[sm.Field]
+	if f, ok := strings.CutPrefix(sm.Field, "Train."); ok {
+		flag = trainConfigFlags[f]
+	}
+	trained := sm.Setting + " = " + sm.Trained
+	if flag != "" {
+		trained = fmt.Sprintf("--%s %s", flag, sm.Trained)
+	}
+	return fmt.Sprintf("checkpoint %s was trained with %s, but %s has %s = %s: a checkpoint copied from another run? Resume that run in its own directory, or start a new one (another -o)",
+		sm.Checkpoint, trained, sm.Against, sm.Setting, sm.Want)
 }

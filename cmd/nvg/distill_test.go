@@ -56,6 +56,7 @@ func TestDistillUsageErrors(t *testing.T) {
 		{"distill", "--resume", filepath.Join(dir, "missing")}, // no run there
 		{"distill", "--resume", full},                          // not an output directory
 		{"distill", "--resume", full, "--lr", "5"},             // settings come from the run
+		{"distill", "--steps", "1000000000000"},                // the windows' top-k could not be held
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("nvg %v: exit %d, want 2", args, code)
@@ -63,6 +64,12 @@ func TestDistillUsageErrors(t *testing.T) {
 	}
 	if _, err := os.Stat("out"); err == nil {
 		t.Error("a failed call created the default output directory")
+	}
+	// Issue 34: a huge step count died with "fatal error: out of memory" after compressing;
+	// now it is refused at once, naming the largest that fits: ⌊(2³¹−1) / (64·32) / 4⌋ at
+	// the default --t, --k and --nb.
+	if _, stderr, code := capture(t, []string{"distill", "--steps", "1000000000000"}); code != 2 || !strings.Contains(stderr, "--steps must be ≤ 262143 with --nb = 4") {
+		t.Errorf("distill --steps 10¹²: exit %d, %q; want 2 and the limit 262143", code, stderr)
 	}
 	// A non-empty -o with no checkpoint: the message does not advise --resume.
 	_, stderr, code := capture(t, []string{"distill", "-o", full})
@@ -304,8 +311,13 @@ func TestDistillFailureLeavesNoOutput(t *testing.T) {
 	os.Mkdir(empty, 0o755)
 	for _, o := range []string{out, empty} {
 		for try := 1; try <= 2; try++ {
-			if code := run([]string{"distill", "--teacher", teacher, "--steps", "1", "-o", o}); code != 1 {
-				t.Errorf("-o %s, try %d: exit %d, want 1 (a broken teacher)", o, try, code)
+			stdout, stderr, code := capture(t, []string{"distill", "--teacher", teacher, "--steps", "1", "-o", o})
+			if code != 1 {
+				t.Errorf("-o %s, try %d: exit %d, want 1 (a broken teacher)\n%s", o, try, code, stderr)
+			}
+			// Issue 34: it said "output directory: …" before failing, and none was left.
+			if strings.Contains(stdout+stderr, "output directory") {
+				t.Errorf("-o %s, try %d: a failed run names an output directory it does not leave:\n%s%s", o, try, stdout, stderr)
 			}
 		}
 	}
@@ -344,6 +356,29 @@ func TestDistillResumeReuse(t *testing.T) {
 		_, stderr, code := capture(t, append([]string{"distill", "--resume", out}, extra...))
 		return stderr, code
 	}
+	// A checkpoint of a run with other settings in the directory (issue 34: one of another
+	// --bpw was accepted, and the mismatch showed after compressing, as a digest error): the
+	// resume is refused before any phase, naming the flag and both values.
+	rf := filepath.Join(out, train.RunFileName)
+	orig, err := os.ReadFile(rf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ old, new, want string }{
+		{`"bits_per_weight_target": 0.5`, `"bits_per_weight_target": 1`, "was trained with --bpw 0.5, but " + rf + " has bits_per_weight_target = 1"},
+		{`"seed": 1`, `"seed": 2`, "was trained with --seed 1, but " + rf + " has config.seed = 2"},
+		{`"paths": "1"`, `"paths": "2"`, `was trained with --paths "1"`},
+	} {
+		changed := strings.ReplaceAll(string(orig), c.old, c.new)
+		if changed == string(orig) {
+			t.Fatalf("%s holds no %s", rf, c.old)
+		}
+		os.WriteFile(rf, []byte(changed), 0o644)
+		if stderr, code := resume(); code != 2 || len(phases) > 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("--resume with %s in %s: exit %d, phases %v\n%s\nwant exit 2, no phase, %q", c.new, rf, code, phases, stderr, c.want)
+		}
+	}
+	os.WriteFile(rf, orig, 0o644)
 	// Back to the step-2 checkpoint, as if the run had been killed after step 2.
 	for _, f := range []string{train.CheckpointName(3), train.CheckpointName(4), "report.json", "student.cmf"} {
 		if err := os.Remove(filepath.Join(out, f)); err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/nvg-project/nvg/internal/nearest"
 	"github.com/nvg-project/nvg/internal/version"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
@@ -69,12 +70,35 @@ func parseFlags(c *command, fs *flag.FlagSet, args []string) error {
 		return errHelpShown
 	}
 	if err != nil {
-		return usageError{err.Error()}
+		return usageError{err.Error() + didYouMeanFlag(fs, err)}
 	}
 	if parsedHook != nil {
 		return parsedHook(c, fs)
 	}
 	return nil
+}
+
+// didYouMeanFlag is " (did you mean --steps?)" for the flag package's error about an
+// undefined flag near one of fs's, else "".
+func didYouMeanFlag(fs *flag.FlagSet, err error) string {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: ")
+	if !ok {
+		return ""
+	}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if s := nearest.Suggest(strings.TrimLeft(name, "-"), names); s != "" {
+		return " (did you mean --" + s + "?)"
+	}
+	return ""
+}
+
+// didYouMean is " (did you mean NAME?)" when one of names is near name, else "".
+func didYouMean(name string, names []string) string {
+	if s := nearest.Suggest(name, names); s != "" {
+		return " (did you mean " + s + "?)"
+	}
+	return ""
 }
 
 // parsedHook, when set (by tests), is called after a command's flags are parsed and its
@@ -175,7 +199,7 @@ func run(args []string) int {
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "nvg: unknown command %q (commands: %s)\n", args[0], strings.Join(sortedNames(), ", "))
+		fmt.Fprintf(os.Stderr, "nvg: unknown command %q%s (commands: %s)\n", args[0], didYouMean(args[0], sortedNames()), strings.Join(sortedNames(), ", "))
 		return 2
 	}
 	err := c.run(args[1:])

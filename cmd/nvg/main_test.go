@@ -39,6 +39,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"tokenize", "--tokenizer", dir},    // a directory without tokenizer.json
 		{"info", cfgDir},                    // config.json is a directory
 		{"tokenize", "--tokenizer", cfgDir}, // tokenizer.json is a directory
+		{"eval", "../../README.md"},         // UTF-8 text, not a model (a fresh-user test: exit 1)
+		{"info", "../../go.sum"},            // text, not a model
 	} {
 		if code := run(args); code != 2 {
 			t.Errorf("nvg %v: exit %d, want 2", args, code)

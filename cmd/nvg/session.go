@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -45,7 +46,7 @@ func runSession(args []string) error {
 	case "bench":
 		return sessionBench(c, rest)
 	}
-	return usagef("unknown subcommand %q (want start, ls, stop or bench)", sub)
+	return usagef("unknown subcommand %q%s (want start, ls, stop or bench)", sub, didYouMean(sub, []string{"start", "ls", "stop", "bench"}))
 }
 
 // oneName parses fs and returns its one positional argument, the session name.
@@ -101,19 +102,29 @@ func sessionLs(c *command, args []string) error {
 		return err
 	}
 	if len(list) == 0 {
-		dir, _ := session.Dir()
-		fmt.Printf("no sessions (in %s)\n", dir)
+		// Every directory looked in (a notebook kernel's environment may use another), and
+		// how to look elsewhere.
+		dirs, err := session.Dirs()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("no sessions (in %s; NVG_SESSION_DIR=DIR looks in DIR)\n", strings.Join(dirs, ", "))
 		return nil
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tPID\tSTATE\tLAB\tIDLE\tCALLS\tLOG")
+	var notes []string // what to do about a server that does not answer, or could not be asked
 	for _, s := range list {
 		state, idle := "alive", "-"
 		switch {
 		case !s.Alive:
 			state = "dead"
+		case s.NotAnswering:
+			state = "NOT ANSWERING"
+			notes = append(notes, fmt.Sprintf("%s (pid %d) does not answer: %s", s.Name, s.Pid, s.Err))
 		case s.Err != "":
-			state = "alive (not answering: " + s.Err + ")"
+			state = "alive (not asked)"
+			notes = append(notes, fmt.Sprintf("%s (pid %d): %s", s.Name, s.Pid, s.Err))
 		case s.Busy != "":
 			state = "busy (" + s.Busy + ")"
 		}
@@ -129,7 +140,13 @@ func sessionLs(c *command, args []string) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\n", s.Name, s.Pid, state, note, idle, s.Calls, s.Log)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Println(n)
+	}
+	return nil
 }
 
 func sessionStop(c *command, args []string) error {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,13 +55,28 @@ func TestSessionCommands(t *testing.T) {
 	if code != 0 || !regexp.MustCompile(`(?m)^NAME +PID +STATE +LAB +IDLE +CALLS +LOG\ns1 +\d+ +alive +not set up +\d+s of 10m0s +\d+ +/.*s1\.log$`).MatchString(out) {
 		t.Errorf("session ls:\n%s", out)
 	}
+	// A frozen server is shown as such, with what to do (issue 34).
+	pid, _ := strconv.Atoi(regexp.MustCompile(`(?m)^s1 +(\d+) `).FindStringSubmatch(out)[1])
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = capture(t, []string{"session", "ls"})
+	syscall.Kill(pid, syscall.SIGCONT)
+	if want := fmt.Sprintf("s1 (pid %d) does not answer: no answer within 3s: its process is stopped (SIGSTOP or Ctrl-Z): `kill -CONT %d` resumes it", pid, pid); code != 0 ||
+		!regexp.MustCompile(`(?m)^s1 +\d+ +NOT ANSWERING `).MatchString(out) || !strings.Contains(out, want) {
+		t.Errorf("session ls of a stopped server: exit %d\n%s\nwant NOT ANSWERING and %q", code, out, want)
+	}
 	out, _, code = capture(t, []string{"session", "stop", "s1"})
 	if code != 0 || out != "session s1: stopped\n" {
 		t.Errorf("session stop: exit %d, %q", code, out)
 	}
 	out, _, code = capture(t, []string{"session", "ls"})
-	if code != 0 || !strings.HasPrefix(out, "no sessions (in ") {
-		t.Errorf("session ls after stop: exit %d, %q", code, out)
+	dirs, err := session.Dirs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "no sessions (in " + strings.Join(dirs, ", ") + "; NVG_SESSION_DIR=DIR looks in DIR)\n"; code != 0 || out != want {
+		t.Errorf("session ls after stop: exit %d, %q, want %q", code, out, want)
 	}
 
 	// The idle timeout ends a server by itself.

@@ -46,6 +46,16 @@ func Check(in train.GradCheckInput) (session.GradCheckResult, error) {
 	}
 	W, T, K := len(in.IDs), len(in.IDs[0]), in.Top.K
 	res := session.GradCheckResult{Step: in.Step, Windows: W, T: T, K: K, Spec: sp}
+	// Progress units: the GPU gradient, a GPU finite difference per row, the host's load and
+	// gradient, a host finite difference per row (the gradients take seconds on a CPU
+	// adapter: they are units of their own, and a report at 0 says the check began).
+	total := 2*len(sp.Names)*sp.Coords + 2
+	report := func(done int) {
+		if in.Progress != nil {
+			in.Progress(done, total)
+		}
+	}
+	report(0)
 
 	// GPU: the analytic gradient from zeroed gradients, then finite differences of LossOnly
 	// on the snapshot's copy of the values.
@@ -62,6 +72,7 @@ func Check(in train.GradCheckInput) (session.GradCheckResult, error) {
 		return res, err
 	}
 	res.LossGPU = st.Loss
+	report(1)
 	grads, err := nvgkit.Grads(net)
 	if err != nil {
 		return res, err
@@ -82,7 +93,6 @@ func Check(in train.GradCheckInput) (session.GradCheckResult, error) {
 			res.Rows = append(res.Rows, session.GradCheckRow{Name: name, Index: i, Value: float64(p[i]), GPU: float64(g[i])})
 		}
 	}
-	total := 2 * len(res.Rows)
 	gpuLoss := func() (float64, error) {
 		if err := nvgkit.Restore(net, snap); err != nil {
 			return 0, err
@@ -113,9 +123,7 @@ func Check(in train.GradCheckInput) (session.GradCheckResult, error) {
 		if err != nil {
 			return res, fmt.Errorf("gradcheck.Check: GPU finite difference of %s[%d]: %w", r.Name, r.Index, err)
 		}
-		if in.Progress != nil {
-			in.Progress(k+1, total)
-		}
+		report(2 + k)
 	}
 	if err := nvgkit.Restore(net, snap); err != nil { // the unperturbed values back
 		return res, err
@@ -145,6 +153,7 @@ func Check(in train.GradCheckInput) (session.GradCheckResult, error) {
 		return res, fmt.Errorf("gradcheck.Check: host: %w", err)
 	}
 	res.LossHost = sg.Loss
+	report(len(res.Rows) + 2)
 	for k := range res.Rows {
 		if in.Context != nil && in.Context.Err() != nil {
 			return res, in.Context.Err()
@@ -180,9 +189,7 @@ func Check(in train.GradCheckInput) (session.GradCheckResult, error) {
 				res.Worst[c] = e
 			}
 		}
-		if in.Progress != nil {
-			in.Progress(len(res.Rows)+k+1, total)
-		}
+		report(len(res.Rows) + 3 + k)
 	}
 	return res, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/gob"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -198,11 +199,18 @@ func DecodeOptions(b []byte) (progress bool, evalEvery int, err error) {
 	return w.Progress, w.EvalEvery, nil
 }
 
-// call runs method on the server. opts is nil for a method without options.
+// call runs method on the server. opts is nil for a method without options. A long call
+// (one with options: Setup, Step, Eval, GradCheck) given no OnProgress reports on standard
+// error all the same (waitReporter), so that a cell never sits silent for half a minute.
 func (c *Client) call(method string, opts *Options, args []any, results ...any) error {
 	rc, err := c.conn(method)
 	if err != nil {
 		return err
+	}
+	if opts != nil && opts.OnProgress == nil {
+		o := *opts
+		o.OnProgress = waitReporter(os.Stderr, fmt.Sprintf("session %q: %s", c.files.Name, method), time.Now)
+		opts = &o
 	}
 	base := context.Background()
 	var optBytes []byte
@@ -250,6 +258,43 @@ func (c *Client) call(method string, opts *Options, args []any, results ...any) 
 		return c.lost(method, err)
 	}
 	return err
+}
+
+// Thresholds of waitReporter: its first line once a call has run waitFirst, then at most one
+// every waitEvery.
+const (
+	waitFirst = 5 * time.Second
+	waitEvery = 15 * time.Second
+)
+
+// waitReporter returns the progress callback of a call whose caller gave none: once the call
+// has run waitFirst (by now), a line "what: phase done/total, elapsed" to w, then at most
+// one every waitEvery, and the last report when it completes a phase that was shown; the
+// first line says how to get a live view or silence it. Quick calls print nothing.
+func waitReporter(w io.Writer, what string, now func() time.Time) func(Progress) {
+	start := now()
+	var last time.Time
+	shown := ""
+	return func(p Progress) {
+		t := now()
+		el := t.Sub(start)
+		done := p.Total > 0 && p.Done >= p.Total
+		switch {
+		case el < waitFirst && last.IsZero():
+			return
+		case !last.IsZero() && t.Sub(last) < waitEvery && !(done && shown == p.Phase):
+			return
+		}
+		line := fmt.Sprintf("%s: %s %d/%d, %s", what, p.Phase, p.Done, p.Total, el.Round(time.Second))
+		if last.IsZero() {
+			line += " (a progress option, such as ui.NewLive(…).OnProgress(), shows it live; session.OnProgress(func(session.Progress) {}) silences this)"
+		}
+		fmt.Fprintln(w, line)
+		last, shown = t, p.Phase
+		if done {
+			shown = "" // the phase's end is shown once
+		}
+	}
 }
 
 // Interrupt asks the session to stop the call this client waits for (from another
@@ -324,16 +369,6 @@ func (c *Client) hookedSteps(n int, o Options) ([]StepStats, error) {
 	if !info.Ready {
 		return nil, errors.New("session: Step: the Lab is not set up (call Setup first)")
 	}
-	lastPPL := 0.0
-	if o.OnProgress != nil {
-		h, err := c.History()
-		if err != nil {
-			return nil, err
-		}
-		if len(h.Evals) > 0 {
-			lastPPL = h.Evals[len(h.Evals)-1].StudentPPL
-		}
-	}
 	stop := make(chan struct{})
 	c.mu.Lock()
 	c.stop = stop
@@ -393,12 +428,12 @@ func (c *Client) hookedSteps(n int, o Options) ([]StepStats, error) {
 			if err != nil {
 				return done, fmt.Errorf("session: Step: evaluation after step %d: %w", st.Step, err)
 			}
-			st.EvalPPL, lastPPL = ev.StudentPPL, ev.StudentPPL
+			st.EvalPPL = ev.StudentPPL
 		}
 		st.Seconds = time.Since(t0).Seconds()
 		done = append(done, st)
 		if o.OnProgress != nil {
-			o.OnProgress(Progress{Phase: "step", Done: i + 1, Total: n, Step: st.Step, Loss: st.Loss, EvalPPL: lastPPL, Elapsed: time.Since(start)})
+			o.OnProgress(Progress{Phase: "step", Done: i + 1, Total: n, Step: st.Step, Loss: st.Loss, EvalPPL: st.EvalPPL, Note: st.Note, Elapsed: time.Since(start)})
 		}
 	}
 	return done, nil

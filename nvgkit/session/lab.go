@@ -146,14 +146,16 @@ type Lab interface {
 	// is the vector's: [m], [r] or [n] for a metric scale, [hidden] or [head_dim] for a gain).
 	Param(name string) ([]float32, error)
 	// SetParam writes v into the named trained vector. Errors: an unknown name, a length
-	// other than the vector's (want/got), a value that is not finite. Adam's moments and
-	// the gradients are left as they are.
+	// other than the vector's (want/got), a value that is not finite, or, for a BLR metric
+	// scale, beyond f16's range (|x| > 65504: the .cmf stores the scales as f16; the error
+	// names the vector, the index and the limit). Adam's moments and the gradients are left
+	// as they are.
 	SetParam(name string, v []float32) error
 	// Grad returns a copy of the named vector's gradient buffer (what the steps since the
 	// last ZeroGrads accumulated, after any clipping or SetGrad).
 	Grad(name string) ([]float32, error)
 	// SetGrad writes v into the named vector's gradient buffer (as Param/SetParam), e.g. from
-	// a PreOptimizer hook before Adam. Errors as SetParam.
+	// a PreOptimizer hook before Adam. Errors as SetParam's, but any finite f32 value is taken.
 	SetGrad(name string, v []float32) error
 	// GradNorms returns the L2 norms of the gradient buffers now (before clipping when read
 	// from a PreOptimizer hook, clipped after Step) per decoder layer and kind, and the
@@ -257,7 +259,9 @@ type Lab interface {
 	// windows (0: all Setup.EvalWindows). The result is appended to the history; one on all
 	// windows that directly follows a step is also that step's EvalPPL there. Progress
 	// (phase "eval", after each batch of NB windows) goes to OnProgress. Errors: windows < 0
-	// or more than there are.
+	// or more than there are; a student loss that is not finite (nothing is appended): the
+	// error names the first trained value that is NaN or ±Inf, or, when all are finite, the
+	// first hidden state that is not (a layer whose f32 arithmetic overflowed).
 	Eval(windows int, opts ...Option) (EvalResult, error)
 	// HiddenStates returns the hidden states of one window in the teacher or the student:
 	// layer index 0 is the embedding, l = 1 … L−1 the output of decoder layer l−1 (the
@@ -284,7 +288,9 @@ type Lab interface {
 	// the host's central finite difference (host StudentLoss) and the GPU's (nvgkit.LossOnly),
 	// with their relative errors against notebook 02's tolerances. The Lab's state —
 	// trained values, gradients, Adam moments, counters, sign scores and captured sign
-	// gradients — is the same after the call as before. Errors: GradCheckSpec.Validate's, an unknown name; the host reference missing
+	// gradients — is the same after the call as before. Progress (phase "gradcheck": 0 at
+	// the start, then the GPU gradient, each GPU finite difference, the host's gradient and
+	// each host finite difference) goes to OnProgress. Errors: GradCheckSpec.Validate's, an unknown name; the host reference missing
 	// (nvgkit's Lab needs the nvgkit/gradcheck package linked in; the session server has it).
 	GradCheck(spec GradCheckSpec, opts ...Option) (GradCheckResult, error)
 }
@@ -666,6 +672,10 @@ type StepStats struct {
 	// EvalPPL is the held-out perplexity when the step ended with an evaluation (Step's
 	// EvalEvery option), else 0.
 	EvalPPL float64
+	// Note, when not "", says once what the caller should know about this step: the first
+	// step past the planned schedule (Setup.Train.Steps) says that the cosine schedule
+	// ended and the learning rate stays at its floor from there on.
+	Note string
 	// SignFlips is, when the Setup trains signs, the number of signs the step's flip rule
 	// flipped in each decoder layer (index = layer, len = Info.Layers; zeros for a skipped
 	// step, which flips nothing); nil otherwise, in the finish phase (signs frozen), from
@@ -899,10 +909,14 @@ type Progress struct {
 	// Done of Total units of the phase are finished (tensors, windows, steps, coordinates).
 	Done, Total int
 	// Step is the number of steps done; Loss the last step's loss (NaN before one);
-	// EvalPPL the last held-out perplexity (0 before one).
+	// EvalPPL the held-out perplexity of the evaluation made after that step in this call
+	// (Step with EvalEvery), 0 when there was none: a report never repeats an older
+	// evaluation (History.Evals has them all).
 	Step    int
 	Loss    float64
 	EvalPPL float64
+	// Note is the step's StepStats.Note ("" mostly).
+	Note string
 	// Elapsed is the phase's wall time so far.
 	Elapsed time.Duration
 }

@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 
+	"github.com/nvg-project/nvg/internal/jsondup"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -89,9 +90,19 @@ var ErrNotTokenizerJSON = errors.New("not a tokenizer.json")
 // null/ByteLevel/TemplateProcessing (not applied: Encode adds no special tokens), added
 // tokens without lstrip/rstrip/single_word. Anything else is an error naming it.
 //
-// Valid JSON that is not a tokenizer.json at all (no "model" object with a "vocab", e.g. a
+// A key named twice in any object of the file (a vocabulary entry with two ids, two
+// "model" sections) is an error naming it and where (internal/jsondup). Valid JSON that is
+// not a tokenizer.json at all (no "model" object with a "vocab", e.g. a
 // model's config.json) gives an error wrapping ErrNotTokenizerJSON.
 func FromJSON(data []byte) (*Tokenizer, error) {
+	// One rule for JSON (docs/RELIABILITY.md): a key named twice in an object — a vocabulary
+	// entry given two ids — is refused, not resolved by taking the last.
+	if err := jsondup.Check(data); err != nil {
+		var syn *json.SyntaxError
+		if !errors.As(err, &syn) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("tokenizer: %w", err)
+		}
+	}
 	var f fileJSON
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("tokenizer: not a tokenizer.json: %w", err)

@@ -378,3 +378,30 @@ func TestFromJSONNotATokenizer(t *testing.T) {
 		}
 	}
 }
+
+// TestFromJSONDuplicateKeys: a key named twice in an object of tokenizer.json (issue 34: a
+// vocabulary entry given two ids took the last one silently) is refused, naming the key and
+// where, as config.json and the safetensors headers are.
+func TestFromJSONDuplicateKeys(t *testing.T) {
+	orig, err := os.ReadFile(tinyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FromJSON(orig); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ old, new, want string }{
+		{`"vocab": {`, `"vocab": {"!": 7, `, `duplicate key "!" in model.vocab`},
+		{`"normalizer": {`, `"normalizer": null, "normalizer": {`, `duplicate key "normalizer" at the top level`},
+		{`"type": "NFC"`, `"type": "NFD", "type": "NFC"`, `duplicate key "type" in normalizer`},
+	} {
+		in := strings.Replace(string(orig), c.old, c.new, 1)
+		if in == string(orig) {
+			t.Fatalf("%q is not in %s", c.old, tinyPath)
+		}
+		_, err := FromJSON([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want %q", c.new, err, c.want)
+		}
+	}
+}

@@ -227,7 +227,7 @@ func (r *Run) Close() error {
 // or ResumeCheckpoint from Setup.Resume or env.Resume). Nothing is computed on the GPU yet
 // (the teacher pass is Trainer.Prepare). ctx, checked at every phase boundary (and during
 // the compression, which an interrupt leaves running behind), stops it with an error
-// wrapping ErrInterrupted. Errors: s out of range (TrainConfig.Validate, a bad Paths or
+// wrapping ErrInterrupted. Errors: s out of range (TrainConfig.Validate and CheckMemory, a bad Paths or
 // BitsPerWeight), bad paths (*InputError), and every phase's errors; nothing is left open.
 func Assemble(ctx context.Context, s Setup, env Env) (_ *Run, err error) {
 	if err := s.validate(); err != nil {
@@ -239,6 +239,10 @@ func Assemble(ctx context.Context, s Setup, env Env) (_ *Run, err error) {
 			a.run.Close()
 		}
 	}()
+	// The checkpoint to continue from is read, and compared with s, before any work.
+	if a.res, err = a.resumePoint(); err != nil {
+		return nil, err
+	}
 	steps := []func() error{a.models, a.corpus, a.student, a.device, a.nets, a.trainer}
 	if s.Nets != nil {
 		steps = []func() error{a.device, a.sourceNets, a.trainer}
@@ -254,6 +258,9 @@ func Assemble(ctx context.Context, s Setup, env Env) (_ *Run, err error) {
 // validate checks what the phases cannot check later without having done work.
 func (s Setup) validate() error {
 	if err := s.Train.Validate(); err != nil {
+		return err
+	}
+	if err := s.Train.CheckMemory(); err != nil {
 		return err
 	}
 	if s.Nets != nil {
@@ -281,6 +288,7 @@ type assembly struct {
 	run         *Run
 	train, held []int
 	studentFile *FileDigest
+	res         *ResumePoint // the checkpoint the run continues from (resumePoint), or nil
 }
 
 // phase calls Env.Phase and stops the assembly when ctx is done.
@@ -578,11 +586,8 @@ func (a *assembly) trainer() error {
 	if err := a.phase("trainer"); err != nil {
 		return err
 	}
-	s, r := a.run.Setup, a.run
-	res, err := a.resumePoint()
-	if err != nil {
-		return err
-	}
+	s, r, res := a.run.Setup, a.run, a.res
+	var err error
 	opts := []Option{WithComm(a.env.Comm)}
 	if res != nil {
 		r.Trainer, err = ResumeCheckpoint(r.Teacher, r.Student, a.train, a.held, res.Checkpoint, res.Path, opts...)
@@ -603,12 +608,14 @@ func (a *assembly) trainer() error {
 	if k := s.compressionKey(); k != nil {
 		tr.Compression = k
 	}
+	tr.Setup = &a.run.Setup
 	return nil
 }
 
 // resumePoint is the checkpoint the run continues from (Env.Resume, else Setup.Resume's, or
-// nil) with Setup.Train's settings of where the outputs go and what is kept: its training
-// settings must be Train's (sameSchedule).
+// nil) with Setup.Train's settings of where the outputs go and what is kept: the settings it
+// was trained with must be the Setup's (compareSettings, resumeFree; a *SettingMismatch
+// names the first that differs).
 func (a *assembly) resumePoint() (*ResumePoint, error) {
 	s, res := a.run.Setup, a.env.Resume
 	if res == nil && s.Resume != "" {
@@ -626,13 +633,13 @@ func (a *assembly) resumePoint() (*ResumePoint, error) {
 	if res == nil {
 		return nil, nil
 	}
-	c := &res.Checkpoint.Meta.Config
-	if !sameSchedule(*c, s.Train) {
-		return nil, fmt.Errorf("Resume %s: the checkpoint's schedule %+v differs from this Setup's %+v", res.Path, *c, s.Train.Resolved())
+	if err := compareSettings(res.Path, res.Checkpoint, s, "the Setup", resumeFree); err != nil {
+		return nil, fmt.Errorf("Resume: %w", err)
 	}
 	if k, want := res.Checkpoint.Meta.Compression, s.compressionKey(); k != nil && want != nil && !k.equal(*want) {
 		return nil, fmt.Errorf("Resume %s: the checkpoint's student was compressed with %s, this Setup compresses with %s", res.Path, k, want)
 	}
+	c := &res.Checkpoint.Meta.Config
 	t := s.Train
 	c.OutDir, c.TopKFile, c.Keep, c.EvalEvery, c.CheckpointEvery = t.OutDir, t.TopKFile, t.Keep, t.EvalEvery, t.CheckpointEvery
 	c.KeepFinal, c.KeepActivations, c.ActivationBudget = t.KeepFinal, t.KeepActivations, t.ActivationBudget
@@ -640,14 +647,11 @@ func (a *assembly) resumePoint() (*ResumePoint, error) {
 	return res, nil
 }
 
-// sameSchedule reports whether a checkpoint's configuration a trains like b: every field but
-// where the outputs go, how many are kept, the evaluation and checkpoint cadence, KeepFinal
-// and which activations are kept (bit-identical either way).
-func sameSchedule(a, b TrainConfig) bool {
-	a, b = a.Resolved(), b.Resolved()
-	a.OutDir, a.TopKFile, a.Keep, a.EvalEvery, a.CheckpointEvery, a.KeepFinal, a.KeepActivations, a.ActivationBudget = "", "", 0, 0, 0, false, false, 0
-	b.OutDir, b.TopKFile, b.Keep, b.EvalEvery, b.CheckpointEvery, b.KeepFinal, b.KeepActivations, b.ActivationBudget = "", "", 0, 0, 0, false, false, 0
-	return a == b
+// resumeFree zeroes what a Setup may change when it resumes a checkpoint: where the outputs go,
+// how many are kept, the evaluation and checkpoint cadence, KeepFinal and which activations
+// are kept (bit-identical either way).
+func resumeFree(c *TrainConfig) {
+	c.OutDir, c.TopKFile, c.Keep, c.EvalEvery, c.CheckpointEvery, c.KeepFinal, c.KeepActivations, c.ActivationBudget = "", "", 0, 0, 0, false, false, 0
 }
 
 // CompressionKey names how a run's student was compressed from its teacher (Setup's bits per

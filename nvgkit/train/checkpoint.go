@@ -62,6 +62,12 @@ type CheckpointMeta struct {
 	// Compression, when not nil, is how that student was compressed (Trainer.Compression):
 	// a resume whose Setup compresses otherwise is refused.
 	Compression *CompressionKey `json:"compression,omitempty"`
+	// Setup is the run's settings besides Config — the teacher, tokenizer, student, corpus
+	// and compression: Setup's fields but "config", as JSON values by their distill.json
+	// names — recorded from Trainer.Setup (Assemble sets it). A resume compares them with its
+	// own before any work (a *SettingMismatch names the first that differs). Nil in
+	// checkpoints of nvg before issue 34 and of a Trainer made without Assemble.
+	Setup map[string]json.RawMessage `json:"setup,omitempty"`
 }
 
 type plainMeta CheckpointMeta
@@ -365,19 +371,25 @@ func LoadCheckpoint(path string) (*Checkpoint, error) {
 // new steps need more, so the teacher's top-k is reused as it is. The steps already run keep
 // their phases: a run with a scale-only finish (FinishSteps) that has not reached it yet
 // keeps its FinishSteps, so its KL phase grows; one in its finish gets the new steps in the
-// finish (FinishSteps grows). Errors: steps not more than Config.Steps.
+// finish (FinishSteps grows). Errors: steps not more than Config.Steps, or so many that
+// Validate refuses them (c is then unchanged).
 func (c *Checkpoint) Extend(steps int) error {
 	cfg := &c.Meta.Config
 	if steps <= cfg.Steps {
 		return fmt.Errorf("nvgkit: the run is planned for %d steps; extending it needs more steps, not %d", cfg.Steps, steps)
 	}
-	if cfg.ScheduleSteps == 0 {
-		cfg.ScheduleSteps = cfg.Steps
+	ext := *cfg
+	if ext.ScheduleSteps == 0 {
+		ext.ScheduleSteps = ext.Steps
 	}
-	if cfg.FinishSteps > 0 && c.Meta.Step > cfg.Steps-cfg.FinishSteps {
-		cfg.FinishSteps += steps - cfg.Steps
+	if ext.FinishSteps > 0 && c.Meta.Step > ext.Steps-ext.FinishSteps {
+		ext.FinishSteps += steps - ext.Steps
 	}
-	cfg.Steps = steps
+	ext.Steps = steps
+	if err := ext.Validate(); err != nil { // a step count whose tokens overflow
+		return err
+	}
+	*cfg = ext
 	return nil
 }
 

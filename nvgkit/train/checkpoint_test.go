@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/nvgkit/optim"
 )
 
 func TestCheckpointAtomic(t *testing.T) {
@@ -155,10 +154,17 @@ func TestLatestCheckpoint(t *testing.T) {
 // learning rates of the steps already planned are the same bit for bit and the steps after
 // run at the floor MinLRFrac·LR; fewer steps are refused.
 func TestCheckpointExtend(t *testing.T) {
-	cfg := TrainConfig{Steps: 10, Settings: optim.Settings{LR: 0.5, Warmup: 2, MinLRFrac: 0.2}}.Resolved()
+	cfg := DefaultTrainConfig()
+	cfg.Steps, cfg.LR, cfg.Warmup, cfg.MinLRFrac = 10, 0.5, 2, 0.2
+	cfg = cfg.Resolved()
 	ck := &Checkpoint{Meta: CheckpointMeta{Config: cfg}}
 	if err := ck.Extend(10); err == nil {
 		t.Error("Extend to the same steps accepted")
+	}
+	// Steps whose tokens overflow an int (the windows are the run's 40, cycled): refused,
+	// nothing changed.
+	if err := ck.Extend(math.MaxInt); err == nil || !strings.Contains(err.Error(), "Steps = ") || ck.Meta.Config != cfg {
+		t.Errorf("Extend(MaxInt): %v, config %+v", err, ck.Meta.Config)
 	}
 	if err := ck.Extend(25); err != nil {
 		t.Fatal(err)

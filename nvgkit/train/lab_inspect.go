@@ -72,10 +72,34 @@ func (s *labState) eval(ctx context.Context, n int, progress func(done, total in
 	if err != nil {
 		return session.EvalResult{}, fmt.Errorf("train.Lab.Eval: student: %w", err)
 	}
+	if !finite(sum) {
+		return session.EvalResult{}, s.nonFinite(ws, sum/float64(count))
+	}
 	r := session.EvalResult{Step: tr.st.Step, Windows: n, Tokens: count, StudentLoss: sum / float64(count), TeacherLoss: tsum / float64(count)}
 	r.StudentPPL, r.TeacherPPL = math.Exp(r.StudentLoss), math.Exp(r.TeacherLoss)
 	s.evals = append(s.evals, r)
 	return r, nil
+}
+
+// nonFinite is Eval's error for a student whose held-out loss on ws is not finite: it names
+// the first trained value that is NaN or ±Inf (nvgkit.FirstNonFiniteTrainable) or, when
+// every value is finite, the first hidden state that is not (nvgkit.FirstNonFinite).
+func (s *labState) nonFinite(ws [][]int, loss float64) error {
+	name, i, v, err := nvgkit.FirstNonFiniteTrainable(s.sNet)
+	if err != nil {
+		return fmt.Errorf("train.Lab.Eval: the student's held-out loss is %v; looking for its first non-finite value: %w", loss, err)
+	}
+	if name != "" {
+		return fmt.Errorf("train.Lab.Eval: the student's held-out loss is %v: its trained vector %s holds %v at index %d, the first non-finite parameter", loss, name, v, i)
+	}
+	nf, err := nvgkit.FirstNonFinite(s.sNet, s.tr.sWork, ws)
+	switch {
+	case err != nil:
+		return fmt.Errorf("train.Lab.Eval: the student's held-out loss is %v; looking for its first non-finite hidden state: %w", loss, err)
+	case nf != nil:
+		return fmt.Errorf("train.Lab.Eval: the student's held-out loss is %v with every trained value finite: the first non-finite hidden state is the output of %v (a value too large for the layers' f32 arithmetic, such as a huge norm gain)", loss, nf)
+	}
+	return fmt.Errorf("train.Lab.Eval: the student's held-out loss is %v with every trained value and hidden state finite: the head's logits or the loss overflowed", loss)
 }
 
 // window resolves w: the input ids and, for a drawn window, the whole window (inputs and
@@ -303,8 +327,9 @@ type GradCheckInput struct {
 	Spec    session.GradCheckSpec
 	// Step is the Lab's step counter (GradCheckResult.Step).
 	Step int
-	// Context is cancelled by Interrupt; Progress, when not nil, is called after each
-	// coordinate.
+	// Context is cancelled by Interrupt; Progress, when not nil, is called with done of
+	// total units: 0 at the start, then after the GPU gradient, each GPU finite difference,
+	// the host gradient and each host finite difference.
 	Context  context.Context
 	Progress func(done, total int)
 }

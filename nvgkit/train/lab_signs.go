@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nvg-project/nvg/internal/nearest"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/session"
 )
@@ -51,7 +52,7 @@ func (l *Lab) sign(op, name string, needTraining bool) (*labState, labSign, erro
 	}
 	m, ok := s.signs[name]
 	if !ok {
-		return nil, labSign{}, fmt.Errorf("train.Lab.%s: no sign matrix %q (nearest: %s; SignNames lists all %d)", op, name, strings.Join(nearNames(name, s.signNames, 4), ", "), len(s.signNames))
+		return nil, labSign{}, fmt.Errorf("train.Lab.%s: no sign matrix %q (nearest: %s; SignNames lists all %d)", op, name, strings.Join(nearest.Names(name, s.signNames, 4), ", "), len(s.signNames))
 	}
 	return s, m, nil
 }

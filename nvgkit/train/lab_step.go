@@ -8,11 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/nearest"
 	"github.com/nvg-project/nvg/nvgkit/session"
 )
 
@@ -141,6 +141,11 @@ func (s *labState) adamStep() (session.StepStats, error) {
 	}
 	out.SignFlips = flips
 	out.Skipped = skipped
+	if span := c.ScheduleSteps; step == span+1 { // c is resolved: ScheduleSteps ≥ 1
+		out.Note = fmt.Sprintf("step %d is past the %d steps the learning-rate schedule was planned for (Setup.Train.Steps): the cosine decay has ended and the learning rate stays at its floor, %.3g (MinLRFrac·LR), from here on",
+			step, span, lr)
+		tr.logf("%s", out.Note)
+	}
 	out.Seconds = time.Since(p.t0).Seconds()
 	rec := out
 	rec.SignFlips = slices.Clone(flips) // the history's own: the caller may change out's
@@ -191,10 +196,6 @@ func (l *Lab) Step(n int, opts ...session.Option) ([]session.StepStats, error) {
 	c := s.tr.Config
 	start := time.Now()
 	var done []session.StepStats
-	lastPPL := 0.0
-	if len(s.evals) > 0 {
-		lastPPL = s.evals[len(s.evals)-1].StudentPPL
-	}
 	for i := range n {
 		if ctx.Err() != nil {
 			return done, interrupted(ctx, fmt.Sprintf("after step %d (%d of %d done)", s.tr.st.Step, i, n))
@@ -231,12 +232,12 @@ func (l *Lab) Step(n int, opts ...session.Option) ([]session.StepStats, error) {
 			if err != nil {
 				return done, fmt.Errorf("train.Lab.Step: evaluation after step %d: %w", st.Step, err)
 			}
-			st.EvalPPL, lastPPL = ev.StudentPPL, ev.StudentPPL
+			st.EvalPPL = ev.StudentPPL
 			s.noteStepEval(ev)
 		}
 		done = append(done, st)
 		if o.OnProgress != nil {
-			o.OnProgress(session.Progress{Phase: "step", Done: i + 1, Total: n, Step: st.Step, Loss: st.Loss, EvalPPL: lastPPL, Elapsed: time.Since(start)})
+			o.OnProgress(session.Progress{Phase: "step", Done: i + 1, Total: n, Step: st.Step, Loss: st.Loss, EvalPPL: st.EvalPPL, Note: st.Note, Elapsed: time.Since(start)})
 		}
 	}
 	return done, nil
@@ -270,7 +271,7 @@ func (s *labState) trainable(op, name string) error {
 	if s.sNet.HasTrainable(name) {
 		return nil
 	}
-	return fmt.Errorf("train.Lab.%s: no trained vector %q (nearest: %s; Names lists all %d)", op, name, strings.Join(nearNames(name, s.names, 4), ", "), len(s.names))
+	return fmt.Errorf("train.Lab.%s: no trained vector %q (nearest: %s; Names lists all %d)", op, name, strings.Join(nearest.Names(name, s.names, 4), ", "), len(s.names))
 }
 
 // Param returns a copy of the named trained vector.
@@ -324,6 +325,18 @@ func (l *Lab) writeVec(op, name string, v []float32, grad bool) error {
 	for i, x := range v {
 		if f := float64(x); math.IsNaN(f) || math.IsInf(f, 0) {
 			return fmt.Errorf("train.Lab.%s %s: value %d is %v (want finite values)", op, name, i, x)
+		}
+	}
+	if !grad { // a value its storage cannot hold (a metric scale beyond f16) poisons every later step
+		limit, err := s.sNet.TrainableLimit(name)
+		if err != nil {
+			return fmt.Errorf("train.Lab.%s %s: %w", op, name, err)
+		}
+		for i, x := range v {
+			if math.Abs(float64(x)) > limit {
+				return fmt.Errorf("train.Lab.%s %s: value %d is %g, beyond %g: a BLR metric scale must be finite in f16 (the student's .cmf stores it as f16, and the tensor-core GEMMs round their operands to f16), or the next step's loss is NaN",
+					op, name, i, x, limit)
+			}
 		}
 	}
 	mask, err := s.sNet.TrainableMask(name) // nil: no masked rank padding
@@ -476,43 +489,4 @@ func (l *Lab) Export(path string) error {
 		return err
 	}
 	return cmf.WriteCMF(path, m)
-}
-
-// nearNames returns the n names of all closest to name (edit distance, then order).
-func nearNames(name string, all []string, n int) []string {
-	type cand struct {
-		s string
-		d int
-	}
-	cs := make([]cand, len(all))
-	for i, a := range all {
-		cs[i] = cand{a, editDistance(name, a)}
-	}
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i].d < cs[j].d })
-	var out []string
-	for _, c := range cs[:min(n, len(cs))] {
-		out = append(out, c.s)
-	}
-	return out
-}
-
-// editDistance is the Levenshtein distance between a and b (bytes).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

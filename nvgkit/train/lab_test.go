@@ -3,10 +3,12 @@ package train_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -511,14 +513,24 @@ func TestLabGradCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, gbefore := params(t, lab), grads(t, lab)
-	var prog int
-	res, err := lab.GradCheck(session.GradCheckSpec{}, session.OnProgress(func(session.Progress) { prog++ }))
+	var prog []int
+	res, err := lab.GradCheck(session.GradCheckSpec{}, session.OnProgress(func(p session.Progress) {
+		if p.Total != 22 || p.Phase != "gradcheck" {
+			t.Errorf("progress %+v, want phase gradcheck of 22 units", p)
+		}
+		prog = append(prog, p.Done)
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("GPU loss %.8f host %.8f\n%s", res.LossGPU, res.LossHost, res.Table())
-	if len(res.Rows) != 10 || res.Step != 2 || res.Windows != 2 || res.T != 16 || prog != 20 {
-		t.Errorf("result: %d rows, step %d, %d×%d, %d progress calls", len(res.Rows), res.Step, res.Windows, res.T, prog)
+	if len(res.Rows) != 10 || res.Step != 2 || res.Windows != 2 || res.T != 16 {
+		t.Errorf("result: %d rows, step %d, %d×%d", len(res.Rows), res.Step, res.Windows, res.T)
+	}
+	// Reports from the start (issue 34: 33 s with no output): 0, the GPU gradient, 10 GPU
+	// finite differences, the host gradient, 10 host finite differences.
+	if len(prog) != 23 || prog[0] != 0 || prog[22] != 22 || !slices.IsSorted(prog) {
+		t.Errorf("progress reports %v, want 0 … 22", prog)
 	}
 	if f := res.Failures(); len(f) > 0 {
 		t.Errorf("gradient check failed:\n%s", strings.Join(f, "\n"))
@@ -809,5 +821,38 @@ func TestLabLayerNormsDeterministic(t *testing.T) {
 		if norms[1][1] != 1<<27 {
 			t.Fatalf("q_proj norm of layer 1 = %v, want 2²⁷ = %v (summed in name order)", norms[1][1], 1<<27)
 		}
+	}
+}
+
+// Issue 34, papercut 8: stepping past the planned schedule says so once (the first step past
+// it carries a Note, also in its progress report); a progress report's EvalPPL is the
+// evaluation after its own step, 0 where none was made (it repeated the step-0 perplexity).
+func TestLabScheduleEndAndProgress(t *testing.T) {
+	lab, info := sharedLab(t)
+	planned := info.Setup.Train.Steps // 4
+	var reports []session.Progress
+	sts, err := lab.Step(planned+2, session.EvalEvery(3), session.OnProgress(func(p session.Progress) { reports = append(reports, p) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range sts {
+		note := st.Step == planned+1
+		if (st.Note != "") != note || note && !strings.Contains(st.Note, fmt.Sprintf("past the %d steps the learning-rate schedule was planned for", planned)) {
+			t.Errorf("step %d: note %q", st.Step, st.Note)
+		}
+		if reports[i].Note != st.Note {
+			t.Errorf("step %d: progress note %q, step note %q", st.Step, reports[i].Note, st.Note)
+		}
+		evaluated := (i+1)%3 == 0
+		if (reports[i].EvalPPL != 0) != evaluated || reports[i].EvalPPL != st.EvalPPL {
+			t.Errorf("step %d: progress EvalPPL %g, the step's %g; want it only after an evaluation", st.Step, reports[i].EvalPPL, st.EvalPPL)
+		}
+	}
+	// The floor: MinLRFrac·LR (0.1 · 0.01) from the step past the plan on.
+	if lr := sts[planned].LR; math.Abs(lr-0.001) > 1e-15 || sts[planned+1].LR != lr {
+		t.Errorf("learning rates past the plan: %g, %g; want 0.001", lr, sts[planned+1].LR)
+	}
+	if more, err := lab.Step(1); err != nil || more[0].Note != "" {
+		t.Errorf("a later step: %+v, %v; want no note again", more, err)
 	}
 }

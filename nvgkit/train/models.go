@@ -34,17 +34,24 @@ func ModelName(path string) string {
 // InputError is an error in what a run was asked to use — a model, tokenizer, corpus or
 // checkpoint path that is missing or is not what it must be — naming the path and what to
 // give instead. It is the caller's to fix: nvg exits 2 on one, as on a bad flag.
-type InputError struct{ Msg string }
+type InputError struct {
+	Msg string
+	Err error // the error it wraps (cmf.ErrNotSafetensors, …), or nil
+}
 
 func (e *InputError) Error() string { return e.Msg }
 
+// Unwrap returns the error the InputError wraps (nil for none).
+func (e *InputError) Unwrap() error { return e.Err }
+
 // inputf is an *InputError of the formatted message.
-func inputf(format string, a ...any) error { return &InputError{fmt.Sprintf(format, a...)} }
+func inputf(format string, a ...any) error { return &InputError{Msg: fmt.Sprintf(format, a...)} }
 
 // OpenModel opens the model at path — an HF checkpoint directory, a .cmf or .safetensors file,
 // or a sharded CMF directory — or, when path is "", the embedded default teacher. Errors: a
-// path that does not exist, a directory with neither an HF config.json nor a CMF index, or a
-// text file given as a model (each an *InputError naming the path); cmf.Open's.
+// path that does not exist, a directory with neither an HF config.json nor a CMF index, a
+// text file given as a model, or a file cmf.Open finds is not a model file at all
+// (cmf.ErrNotSafetensors, wrapped) — each an *InputError naming the path; cmf.Open's.
 func OpenModel(path string) (*cmf.Model, error) {
 	if path == "" {
 		return tinyteacher.Open()
@@ -79,7 +86,11 @@ func OpenModel(path string) (*cmf.Model, error) {
 		}
 		return nil, inputf("model %s is a text file, not a model: want an HF checkpoint directory, a .cmf or .safetensors file, or a sharded CMF directory%s", path, hint)
 	}
-	return cmf.Open(path)
+	m, err := cmf.Open(path)
+	if errors.Is(err, cmf.ErrNotSafetensors) { // a file that is no model at all (a README in UTF-8): the caller's to fix
+		return nil, &InputError{Msg: err.Error(), Err: err}
+	}
+	return m, err
 }
 
 // isTextFile reports whether the file at path starts with 8 bytes of printable ASCII or

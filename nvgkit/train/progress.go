@@ -73,25 +73,33 @@ func (nopProgress) Update(int, int, string) {}
 func (nopProgress) Finish(string)           {}
 
 // termProgress is a progressbar on a terminal (created at the first Update, when the total
-// is known).
+// is known), redrawn at most every 200 ms, and at a new total and the last unit.
 type termProgress struct {
 	w     io.Writer
 	title string
 	bar   *progressbar.ProgressBar
 	total int
+	last  time.Time
 }
 
 func (p *termProgress) Update(done, total int, status string) {
+	if p.bar != nil && total == p.total && done < total && time.Since(p.last) < 200*time.Millisecond {
+		return
+	}
+	p.last = time.Now()
 	if p.bar == nil || total != p.total {
 		if p.bar != nil {
 			p.bar.Finish()
 		}
 		p.total = total
-		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(p.w), progressbar.OptionSetDescription(p.title),
+		// No throttle of the bar's own: with one, Set drew the new count and the Describe
+		// after it was throttled away, so the line showed the previous update's status
+		// (issue 34). Each of Set and Describe redraws now; the second shows both.
+		p.bar = progressbar.NewOptions(max(total, 1), progressbar.OptionSetWriter(p.w), progressbar.OptionSetDescription(p.title),
 			progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(false), progressbar.OptionSetWidth(20),
-			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+			progressbar.OptionThrottle(0), progressbar.OptionClearOnFinish())
 	}
-	p.bar.Set(done) // before Describe, which redraws with the new count
+	p.bar.Set(done)
 	p.bar.Describe(p.title + " " + status)
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/compress"
@@ -87,11 +86,13 @@ type ResumePoint struct {
 }
 
 // LoadResumePoint finds the latest valid checkpoint in the run directory dir (logging the
-// newer ones that are not), checks that it is the run of dir's settings s (every training
-// setting but the output paths, the step counts, the checkpoints kept and the activations
-// kept; Checkpoint.Extend changes Steps, ScheduleSteps and FinishSteps), and whether the
+// newer ones that are not), checks that it is the run of dir's settings s (the teacher,
+// tokenizer, student, corpus and compression it records, and every training setting but
+// the output paths, the step counts, the checkpoints kept and the activations kept;
+// Checkpoint.Extend changes Steps, ScheduleSteps and FinishSteps), and whether the
 // compressed student it records is there unchanged. Nothing is compressed or run on the GPU.
-// Errors: no valid checkpoint (each one's error), settings that differ (naming the run file).
+// Errors: no valid checkpoint (each one's error), a setting that differs (a *SettingMismatch
+// naming it and the run file).
 func LoadResumePoint(dir string, s Setup, logf func(format string, a ...any)) (*ResumePoint, error) {
 	logf = orDiscard(logf)
 	ck, path, err := LatestCheckpoint(dir, func(e error) { logf("warning: %v; trying the checkpoint before it", e) })
@@ -99,15 +100,11 @@ func LoadResumePoint(dir string, s Setup, logf func(format string, a ...any)) (*
 		return nil, err
 	}
 	logf("resuming from %s (step %d of %d)", path, ck.Meta.Step, ck.Meta.Config.Steps)
-	norm := func(c TrainConfig) TrainConfig {
-		c = c.Resolved()
+	free := func(c *TrainConfig) { // what a resume may change (--steps extends the run)
 		c.OutDir, c.TopKFile, c.Steps, c.ScheduleSteps, c.FinishSteps, c.Keep, c.KeepActivations, c.ActivationBudget = "", "", 0, 0, 0, 0, false, 0
-		return c
 	}
-	if a, b := norm(ck.Meta.Config), norm(s.Train); !reflect.DeepEqual(a, b) {
-		ja, _ := json.Marshal(a)
-		jb, _ := json.Marshal(b)
-		return nil, fmt.Errorf("--resume %s: the checkpoint's settings %s differ from %s's %s (a checkpoint of another run?)", path, ja, RunFileName, jb)
+	if err := compareSettings(path, ck, s, filepath.Join(dir, RunFileName), free); err != nil {
+		return nil, err
 	}
 	res := &ResumePoint{Checkpoint: ck, Path: path}
 	if ck.Meta.Student == nil {

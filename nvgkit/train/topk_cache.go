@@ -88,7 +88,7 @@ func NewTopKCache(n, t, k int, hash [32]byte) (*TopKCache, error) {
 	if n < 1 || t < 1 || k < 1 || k > 64 {
 		return nil, fmt.Errorf("train.NewTopKCache: n=%d t=%d k=%d, want n, t ≥ 1 and 1 ≤ k ≤ 64", n, t, k)
 	}
-	if float64(n)*float64(t)*float64(k) > math.MaxInt32 {
+	if float64(n)*float64(t)*float64(k) > MaxTopKEntries {
 		return nil, fmt.Errorf("train.NewTopKCache: %d·%d·%d entries is too many (at most 2³¹)", n, t, k)
 	}
 	rows := n * t

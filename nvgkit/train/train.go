@@ -200,6 +200,9 @@ func (c TrainConfig) Validate() error {
 	case c.ActivationBudget < 0:
 		return bad("ActivationBudget", c.ActivationBudget, "≥ 0 bytes (0: keep only with KeepActivations)")
 	}
+	if err := c.checkSize(); err != nil {
+		return err
+	}
 	if c.TrainSigns {
 		if err := c.SignKnobs().Validate(); err != nil {
 			return bad("Signs", c.Signs, err.Error())
@@ -212,6 +215,96 @@ func (c TrainConfig) Validate() error {
 		return bad("FinishSteps", c.FinishSteps, "0 without TrainSigns (the finish freezes the signs; without sign learning every step trains the scales alone)")
 	}
 	return nil
+}
+
+// MaxTopKEntries bounds a run's teacher top-k, Windows·T·K entries (an id, a probability and
+// a log-probability each, 12 bytes) held in host memory (TopKCache): its tables are indexed
+// in 32 bits.
+const MaxTopKEntries = math.MaxInt32
+
+// checkSize refuses, before anything is allocated, a run whose training windows (Steps·NB
+// when Windows is 0) need more teacher top-k entries than MaxTopKEntries, or whose token
+// count (Steps·NB·T) does not fit an int. It names the largest Steps (or Windows, or T) that
+// fits. Its range texts name NB, T, K and Windows so that nvg distill can name its flags.
+func (c TrainConfig) checkSize() error {
+	perWindow := c.T * c.K // T < MaxTopKEntries here, K ≤ 64: no overflow
+	if c.T > MaxTopKEntries/c.K {
+		perWindow = MaxTopKEntries + 1
+	}
+	maxWindows := MaxTopKEntries / perWindow
+	held := fmt.Sprintf("(T·K entries each) is held in host memory, at most %d entries", MaxTopKEntries)
+	switch {
+	case maxWindows < c.NB:
+		return &TrainConfigError{"T", c.T, fmt.Sprintf("≤ %d with K = %d and NB = %d: the teacher's top-k of every training window %s",
+			MaxTopKEntries/c.K/c.NB, c.K, c.NB, held)}
+	case c.Windows == 0 && c.Steps > maxWindows/c.NB:
+		return &TrainConfigError{"Steps", c.Steps, fmt.Sprintf("≤ %d with NB = %d, T = %d and K = %d: the teacher's top-k of each of the Steps·NB training windows %s; a longer run cycles a smaller pool of windows (Windows)",
+			maxWindows/c.NB, c.NB, c.T, c.K, held)}
+	case c.Windows > maxWindows:
+		return &TrainConfigError{"Windows", c.Windows, fmt.Sprintf("≤ %d with T = %d and K = %d: the teacher's top-k of every training window %s",
+			maxWindows/c.NB*c.NB, c.T, c.K, held)}
+	case c.Steps > math.MaxInt/(c.NB*c.T): // NB·T ≤ MaxTopKEntries here
+		return &TrainConfigError{"Steps", c.Steps, fmt.Sprintf("≤ %d with NB = %d and T = %d (Steps·NB·T tokens must fit an int)", math.MaxInt/(c.NB*c.T), c.NB, c.T)}
+	}
+	return nil
+}
+
+// HostBytes is the host memory a Trainer of c holds for its windows: the training windows
+// (Windows, or Steps·NB, of T+1 token ids) with their teacher top-k (TopKCache: 4·T·(3K+1)
+// bytes a window, also when it is saved to TopKFile) and the held-out windows. Call it on a
+// valid c.
+func (c TrainConfig) HostBytes() uint64 {
+	c = c.Resolved()
+	return uint64(c.Windows)*c.windowBytes() + uint64(c.EvalWindows)*tokenWindowBytes(c.T)
+}
+
+// windowBytes is the host memory of one training window of c and its teacher top-k.
+func (c TrainConfig) windowBytes() uint64 {
+	return tokenWindowBytes(c.T) + 4*uint64(c.T)*uint64(3*c.K+1) + 1
+}
+
+// tokenWindowBytes is the host memory of a window of t+1 token ids ([]int).
+func tokenWindowBytes(t int) uint64 { return 8*uint64(t+1) + 24 }
+
+// physicalMemory returns the machine's physical memory in bytes, 0 when unknown (tests
+// replace it).
+var physicalMemory = hostMemory
+
+// CheckMemory refuses a valid c whose HostBytes exceed the machine's physical memory (it
+// could never be allocated: Go would stop with "out of memory" after the compression and the
+// teacher pass), naming the largest Steps (or Windows) that fits. nil when it fits or the
+// memory is unknown. Errors: a *TrainConfigError.
+func (c TrainConfig) CheckMemory() error {
+	total := physicalMemory()
+	need := c.HostBytes()
+	if total == 0 || need <= total {
+		return nil
+	}
+	eval := uint64(c.EvalWindows) * tokenWindowBytes(c.T)
+	fit := 0
+	if total > eval {
+		fit = int(min((total-eval)/c.windowBytes(), MaxTopKEntries))
+	}
+	why := fmt.Sprintf("the training windows with their teacher top-k take %s of host memory (%s each at T = %d and K = %d), and this machine has %s",
+		gib(need), humanBytes(c.windowBytes()), c.T, c.K, gib(total))
+	if c.Windows == 0 {
+		return &TrainConfigError{"Steps", c.Steps, fmt.Sprintf("≤ %d with NB = %d: %s; a longer run cycles a smaller pool of windows (Windows)", fit/c.NB, c.NB, why)}
+	}
+	return &TrainConfigError{"Windows", c.Windows, fmt.Sprintf("≤ %d: %s", fit/c.NB*c.NB, why)}
+}
+
+// gib formats bytes in GiB.
+func gib(b uint64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }
+
+// humanBytes formats bytes in bytes, KiB or MiB.
+func humanBytes(b uint64) string {
+	switch {
+	case b >= 1<<20:
+		return mib(b)
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", b)
 }
 
 // LRAt returns the learning rate of optimizer step s (1-based) of c: the optimizer's

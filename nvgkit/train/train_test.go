@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -213,6 +214,8 @@ func TestAssembleInputErrors(t *testing.T) {
 		{"a calibration of no windows", func(s *train.Setup) { s.Calibration = train.CalibrationConfig{Windows: -1, T: 8} }, false, "Calibration.Windows = -1"},
 		{"a negative Gram limit", func(s *train.Setup) { s.Calibration = train.CalibrationConfig{Windows: 1, T: 8, GramMax: -1} }, false, "Calibration.GramMax = -1"},
 		{"a finish without sign learning", func(s *train.Setup) { s.Train.FinishSteps = 2 }, false, "FinishSteps = 2"},
+		{"more steps than their windows' top-k can hold (issue 34: out of memory after compressing)", func(s *train.Setup) { s.Train.Steps = 1e12 }, false,
+			"Steps = 1000000000000, want ≤ 262143"},
 	} {
 		s := base
 		c.set(&s)
@@ -221,5 +224,67 @@ func TestAssembleInputErrors(t *testing.T) {
 		if err == nil || errors.As(err, &ie) != c.input || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v (an InputError: %v), want one containing %q (an InputError: %v)", c.what, err, errors.As(err, &ie), c.want, c.input)
 		}
+	}
+}
+
+// A run whose training windows' teacher top-k cannot be held (issue 34: nvg distill --steps
+// 1000000000000 died with "fatal error: out of memory" after compressing) is refused by
+// Validate, naming the field and the largest value that fits: that value is accepted and
+// the next one is not, on both sides of the 2³¹−1-entry bound.
+func TestTrainConfigSizeLimits(t *testing.T) {
+	const maxEntries = 1<<31 - 1
+	limit := func(c train.TrainConfig, field string) int {
+		t.Helper()
+		err := c.Validate()
+		var ce *train.TrainConfigError
+		if !errors.As(err, &ce) || ce.Field != field {
+			t.Fatalf("%+v: %v, want a TrainConfigError on %s", c, err, field)
+		}
+		var n int
+		if _, err := fmt.Sscanf(ce.Want, "≤ %d", &n); err != nil {
+			t.Fatalf("%s: the range %q names no limit", field, ce.Want)
+		}
+		return n
+	}
+	c := train.DefaultTrainConfig()
+	c.Steps = 1e12
+	n := limit(c, "Steps")
+	// At NB 4, T 64, K 32: ⌊(2³¹−1) / (64·32) / 4⌋ = ⌊1048575.99 / 4⌋ = 262143.
+	if n != 262143 {
+		t.Errorf("Steps limit %d, want 262143", n)
+	}
+	for _, k := range []int{1, 7, 64} {
+		c := train.DefaultTrainConfig()
+		c.K, c.T, c.NB, c.Steps = k, 37, 3, math.MaxInt
+		n := limit(c, "Steps")
+		if n*c.NB*c.T*c.K > maxEntries || (n+1)*c.NB*c.T*c.K <= maxEntries {
+			t.Errorf("K %d: Steps limit %d is not the largest whose Steps·NB·T·K ≤ 2³¹−1", k, n)
+		}
+		c.Steps = n
+		if err := c.Validate(); err != nil {
+			t.Errorf("K %d: Steps = %d (the limit) refused: %v", k, n, err)
+		}
+		c.Steps = n + 1
+		if err := c.Validate(); err == nil {
+			t.Errorf("K %d: Steps = %d (the limit + 1) accepted", k, n+1)
+		}
+		// A pool of windows cycled: the steps are bounded only by the token count.
+		c.Steps, c.Windows = 1e12, 3*c.NB
+		if err := c.Validate(); err != nil {
+			t.Errorf("K %d: 10¹² steps cycling %d windows refused: %v", k, c.Windows, err)
+		}
+		c.Steps = math.MaxInt
+		if n := limit(c, "Steps"); n != math.MaxInt/(c.NB*c.T) {
+			t.Errorf("K %d: token-count limit %d, want %d", k, n, math.MaxInt/(c.NB*c.T))
+		}
+		c.Steps, c.Windows = 10, 1<<30*c.NB
+		if n := limit(c, "Windows"); n%c.NB != 0 || n*c.T*c.K > maxEntries || (n+c.NB)*c.T*c.K <= maxEntries {
+			t.Errorf("K %d: Windows limit %d is not the largest multiple of NB whose top-k fits", k, n)
+		}
+	}
+	c = train.DefaultTrainConfig()
+	c.T = 1 << 40
+	if n := limit(c, "T"); n != maxEntries/c.K/c.NB {
+		t.Errorf("T limit %d, want %d", n, maxEntries/c.K/c.NB)
 	}
 }

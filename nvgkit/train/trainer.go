@@ -68,6 +68,9 @@ type Trainer struct {
 	// Assemble); it is recorded in every checkpoint (CheckpointMeta.Compression), which a
 	// resume compares with its Setup.
 	Compression *CompressionKey
+	// Setup, when not nil, is the run's settings (Assemble sets it): its fields but Train are
+	// recorded in every checkpoint (CheckpointMeta.Setup) for a resume to compare.
+	Setup *Setup
 
 	teacher, student *nvgkit.Net
 	sWork, tWork     *nvgkit.Work
@@ -96,11 +99,14 @@ type Trainer struct {
 // it one rank of a data-parallel run or split its steps into micro-batches; the works then
 // hold NB/(ranks·micro-batches) windows.
 //
-// Errors: a bad config, an NB that the options cannot split evenly, nil or released nets, nets of the wrong kind or of different
+// Errors: a bad config (Validate, CheckMemory), an NB that the options cannot split evenly, nil or released nets, nets of the wrong kind or of different
 // vocabularies or devices, K > vocab, streams too short for one window of T+1 tokens, and
 // NewWork's errors.
 func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainConfig, opts ...Option) (*Trainer, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckMemory(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.Resolved()
@@ -218,7 +224,7 @@ func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Ch
 		return nil, err
 	}
 	if tr.st.WindowsHash != ck.Meta.WindowsHash {
-		return fail(fmt.Errorf("train.Resume %s: the training windows differ from the checkpoint's (another corpus, tokenizer or seed)", path))
+		return fail(fmt.Errorf("train.Resume %s: the training windows drawn now differ from the checkpoint's: the corpus or the tokenizer is not the one it was trained on (their files changed, or another corpus or seed was given)", path))
 	}
 	cur, err := snapshotFromTensors(student, ck.Tensors, "state/")
 	if err != nil {
@@ -425,6 +431,9 @@ func (tr *Trainer) Checkpoint(path string) error {
 	ck := &Checkpoint{Meta: tr.st, Tensors: map[string][]float32{}}
 	ck.Meta.BitsPerWeight = tr.BitsPerWeight
 	ck.Meta.Student, ck.Meta.Compression = tr.StudentFile, tr.Compression
+	if tr.Setup != nil {
+		ck.Meta.Setup = settingsRecord(*tr.Setup)
+	}
 	addSnapshotTensors(ck.Tensors, snap, "state/")
 	if err := tr.addSignTensors(ck.Tensors); err != nil {
 		return err

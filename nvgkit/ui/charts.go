@@ -178,7 +178,10 @@ func trainingLines(steps []int, loss []float64) (raw, avg plotter.XYs, win int) 
 // it labels (so the decade of the lowest point, usually the last, has a label), and tick
 // labels carry no needless decimals. With several Phases, a dotted vertical line in both
 // panels marks the start of each phase after the first (half a step before its first
-// step), labelled with its kind in the top panel ("→ finish").
+// step), labelled with its kind in the top panel ("→ finish"). When the training loss goes past the only evaluation
+// (or there is none: a Lab stepped without EvalEvery), the figure is the loss panel alone,
+// its title giving that evaluation's perplexity and step: a panel of one stale point would
+// read as the current perplexity.
 //
 // Errors: len(Steps) ≠ len(Loss), len(EvalSteps) ≠ len(EvalPPL), both series empty, an
 // EvalPPL value that is not finite and ≥ 1 (a perplexity), naming the index; a TeacherPPL
@@ -251,6 +254,29 @@ func PlotTraining(c TrainingCurves) (*Figure, error) {
 		top.Y.Min, top.Y.Max = 0, 1 // empty panel: a sane y range
 	}
 	top.Y.Tick.Marker = tidyTicks{}
+	// Share the step range so the panels line up.
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, s := range steps {
+		lo, hi = math.Min(lo, float64(s)), math.Max(hi, float64(s))
+	}
+	for _, s := range evalSteps {
+		lo, hi = math.Min(lo, float64(s)), math.Max(hi, float64(s))
+	}
+	if lo == hi {
+		lo, hi = lo-1, hi+1
+	}
+	if n := len(evalSteps); len(kl) > 0 && n <= 1 && (n == 0 || float64(evalSteps[0]) < kl[len(kl)-1].X) {
+		// No evaluation since the training began (a Lab steps without EvalEvery): a
+		// perplexity panel would hold one stale point, or none. The loss alone, and its title
+		// says what the perplexity was.
+		if n == 1 {
+			top.Title.Text = fmt.Sprintf("Training loss (held-out perplexity %.4g at step %d, not evaluated since)", evalPPL[0], evalSteps[0])
+		}
+		top.X.Label.Text = "optimizer step"
+		top.X.Min, top.X.Max = lo, hi
+		top.X.Tick.Marker = tidyTicks{}
+		return &Figure{Panels: []*plot.Plot{top}}, nil
+	}
 	bottom := newPlot("Held-out perplexity", "optimizer step", "perplexity (log scale)")
 	bottom.Y.Scale = plot.LogScale{}
 	bottom.Y.Tick.Marker = logTicks{}
@@ -270,17 +296,6 @@ func PlotTraining(c TrainingCurves) (*Figure, error) {
 		bottom.Add(l, s)
 		bottom.Legend.Add("held-out perplexity", l, s)
 		bottom.Legend.Top = true
-	}
-	// Share the step range so the panels line up.
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, s := range steps {
-		lo, hi = math.Min(lo, float64(s)), math.Max(hi, float64(s))
-	}
-	for _, s := range evalSteps {
-		lo, hi = math.Min(lo, float64(s)), math.Max(hi, float64(s))
-	}
-	if lo == hi {
-		lo, hi = lo-1, hi+1
 	}
 	if t := c.TeacherPPL; t != 0 {
 		l, err := plotter.NewLine(plotter.XYs{{X: lo, Y: t}, {X: hi, Y: t}})

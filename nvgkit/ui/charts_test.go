@@ -370,3 +370,32 @@ func TestPlotReadability(t *testing.T) {
 		t.Errorf("reconstruction axis top %g for an error of 0.7", rc.Y.Max)
 	}
 }
+
+// A run whose loss goes past its only evaluation (a Lab stepped without EvalEvery: issue 34,
+// the live chart's perplexity panel showed step 0 alone) is drawn as the loss panel alone,
+// its title giving that evaluation; with no evaluation, the loss alone; a second evaluation
+// brings the perplexity panel back.
+func TestPlotTrainingStaleEvaluation(t *testing.T) {
+	steps, loss := []int{1, 2, 3, 4, 5, 6, 7, 8}, []float64{3, 2.5, 2.2, 2, 1.9, 1.8, 1.75, 1.7}
+	for _, c := range []struct {
+		evalSteps []int
+		ppl       []float64
+		panels    int
+		title     string
+	}{
+		{[]int{0}, []float64{2345}, 1, "Training loss (held-out perplexity 2345 at step 0, not evaluated since)"},
+		{nil, nil, 1, "Training loss"},
+		{[]int{8}, []float64{160}, 2, "Training loss"}, // evaluated after the last step: current
+		{[]int{0, 8}, []float64{2345, 160}, 2, "Training loss"},
+	} {
+		f, err := PlotTraining(TrainingCurves{Steps: steps, Loss: loss, EvalSteps: c.evalSteps, EvalPPL: c.ppl, TeacherPPL: 17})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(f.Panels) != c.panels || f.Panels[0].Title.Text != c.title || f.Panels[0].X.Min > 1 || f.Panels[0].X.Max != 8 {
+			t.Errorf("evaluations at %v: %d panels, %q, x %g…%g; want %d, %q", c.evalSteps, len(f.Panels), f.Panels[0].Title.Text,
+				f.Panels[0].X.Min, f.Panels[0].X.Max, c.panels, c.title)
+		}
+		checkPNG(t, fmt.Sprintf("training-evals-%d", len(c.ppl)), f, 400, 300)
+	}
+}

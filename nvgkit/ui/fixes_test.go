@@ -192,7 +192,8 @@ func TestLegendWidth(t *testing.T) {
 
 // TestLive: a Live view in a notebook collects the loss of each new step once (repeated polls
 // of one step add nothing), the evaluations, and sends HTML with the progress line and, once
-// there are points, the chart as a PNG (TestLiveText: the same outside a notebook).
+// there are points, the chart as a PNG (TestLiveText: the same outside a notebook). A step
+// without an evaluation (EvalPPL 0) shows the last one with its step.
 func TestLive(t *testing.T) {
 	inNotebook(t, true)
 	l := NewLive("train", 300, 200, 12.5)
@@ -201,8 +202,8 @@ func TestLive(t *testing.T) {
 	l.every = 0
 	l.Update(session.Progress{Phase: "eval", Done: 1, Total: 1, Step: 0, EvalPPL: 400})
 	for s := 1; s <= 5; s++ {
-		for range 2 { // a polling client reports each step twice, carrying the last perplexity
-			l.Update(session.Progress{Phase: "train", Done: s, Total: 5, Step: s, Loss: 3 / float64(s), EvalPPL: 400})
+		for range 2 { // a polling client reports each step twice
+			l.Update(session.Progress{Phase: "train", Done: s, Total: 5, Step: s, Loss: 3 / float64(s)})
 		}
 	}
 	l.Update(session.Progress{Phase: "eval", Done: 1, Total: 1, Step: 5, EvalPPL: 90})
@@ -215,7 +216,7 @@ func TestLive(t *testing.T) {
 		t.Errorf("%d HTML updates, want 13", len(sent))
 	}
 	mid := sent[5]
-	if !strings.Contains(mid, `<progress value="3" max="5"`) || !strings.Contains(mid, "step 3 · loss 1.0000") || !strings.Contains(mid, "data:image/png;base64,") {
+	if !strings.Contains(mid, `<progress value="3" max="5"`) || !strings.Contains(mid, "step 3 · loss 1.0000 · perplexity 400.000 at step 0") || !strings.Contains(mid, "data:image/png;base64,") {
 		t.Errorf("update for step 3: %.300s", mid)
 	}
 	if last := sent[len(sent)-1]; !strings.Contains(last, "<b>train</b> 5 steps") || !strings.Contains(last, "data:image/png;base64,") {
@@ -224,16 +225,20 @@ func TestLive(t *testing.T) {
 }
 
 // TestLiveFrom: a Live view started from a Lab's history shows the steps and evaluations made
-// before, and the evaluation that the first report carries over is not recorded twice.
+// before, then the new ones: an evaluation of the same perplexity as the one before is a new
+// point (issue 34: reports carried the last perplexity, and Live told evaluations apart by
+// their values).
 func TestLiveFrom(t *testing.T) {
 	h := session.History{Steps: []session.StepStats{{Step: 1, Loss: 2}}, Evals: []session.EvalResult{{Step: 0, StudentPPL: 900}, {Step: 1, StudentPPL: 500}}, TeacherPPL: 17}
 	inNotebook(t, true)
 	l := NewLive("x", 100, 100, 0).From(h)
 	l.show, l.every = func(string, string) {}, time.Hour
-	l.Update(session.Progress{Phase: "step", Done: 1, Total: 2, Step: 2, Loss: 1.5, EvalPPL: 500})
-	l.Update(session.Progress{Phase: "step", Done: 2, Total: 2, Step: 3, Loss: 1.2, EvalPPL: 300})
+	l.Update(session.Progress{Phase: "step", Done: 1, Total: 3, Step: 2, Loss: 1.5})
+	l.Update(session.Progress{Phase: "step", Done: 2, Total: 3, Step: 3, Loss: 1.2, EvalPPL: 500})
+	l.Update(session.Progress{Phase: "step", Done: 2, Total: 3, Step: 3, Loss: 1.2, EvalPPL: 500}) // the same report again
+	l.Update(session.Progress{Phase: "step", Done: 3, Total: 3, Step: 4, Loss: 1.1, EvalPPL: 300})
 	c := l.Curves()
-	if fmt.Sprint(c.Steps, c.Loss, c.EvalSteps, c.EvalPPL, c.TeacherPPL) != "[1 2 3] [2 1.5 1.2] [0 1 3] [900 500 300] 17" {
+	if fmt.Sprint(c.Steps, c.Loss, c.EvalSteps, c.EvalPPL, c.TeacherPPL) != "[1 2 3 4] [2 1.5 1.2 1.1] [0 1 3 4] [900 500 500 300] 17" {
 		t.Errorf("curves %v %v %v %v %v", c.Steps, c.Loss, c.EvalSteps, c.EvalPPL, c.TeacherPPL)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // Step, WallSeconds after the logger started, the training throughput since the previous
 // row (TokensPerSec; 0 for the first), the device's nvg buffers (current and peak bytes) and
 // the Go runtime's live heap (bytes and objects) and goroutine count. Its fields are those
-// of nvgkit.MemSample in the same order, so ui.MemSample(s) converts one.
+// of train.MemSample (package nvgkit/train) in the same order, so ui.MemSample(s) converts one.
 type MemSample struct {
 	Step                int
 	WallSeconds         float64

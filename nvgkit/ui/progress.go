@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,7 +22,7 @@ func ProgressHTML(title string, done, total int, status string) string {
 
 // NotebookProgress is a progress bar in a GoNB cell's output: an HTML <progress> element
 // updated in place through gonbui.UpdateHTML, at most 4 times a second plus the first and
-// the last update. It has the methods of nvgkit.Progress (Update, Finish), so it can be a
+// the last update. It has the methods of train.Progress (Update, Finish), so it can be a
 // Trainer's Progress. Outside a notebook (gonbui.IsNotebook false: a cell run with `go
 // run`) it prints the text form to standard output: a bar redrawn in place on a terminal,
 // else a line "title done/total status" at the first and last update and at most every 2 s
@@ -95,6 +96,7 @@ type Live struct {
 	last     session.Progress
 	lastDraw time.Time
 	chart    string // the last chart's <img> element
+	notes    []string
 	show     func(id, html string)
 	text     *textProgress // outside a notebook
 }
@@ -134,10 +136,11 @@ func (l *Live) From(h session.History) *Live {
 }
 
 // Update records u: its loss as the training loss of step u.Step when it is finite and
-// nonzero and that step has none yet, its EvalPPL as an evaluation at u.Step when it is a
-// perplexity (≥ 1) other than the last one recorded (reports carry the last evaluation's
-// perplexity until the next); then redraws the progress line (and the chart, at most once
-// a second).
+// nonzero and that step has none yet, its EvalPPL as the evaluation after step u.Step when
+// it is a perplexity (≥ 1) and that step has none yet (session.Progress.EvalPPL is set only
+// where an evaluation was made), its Note once (a line of its own, kept under the progress
+// line in a notebook); then redraws the progress line (and the chart, at most once a
+// second).
 func (l *Live) Update(u session.Progress) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -146,15 +149,19 @@ func (l *Live) Update(u session.Progress) {
 		c.Steps, c.Loss = append(c.Steps, u.Step), append(c.Loss, u.Loss)
 	}
 	if finite(u.EvalPPL) && u.EvalPPL >= 1 {
-		// A report carries the last perplexity until the next evaluation: a new value is a new
-		// evaluation, the same value again is not.
-		if n := len(c.EvalPPL); n == 0 || c.EvalPPL[n-1] != u.EvalPPL {
+		if n := len(c.EvalSteps); n == 0 || c.EvalSteps[n-1] != u.Step { // a step reported twice
 			c.EvalSteps, c.EvalPPL = append(c.EvalSteps, u.Step), append(c.EvalPPL, u.EvalPPL)
 		}
 	}
 	l.last = u
+	if u.Note != "" && !slices.Contains(l.notes, u.Note) {
+		l.notes = append(l.notes, u.Note)
+		if l.text != nil {
+			l.text.note(u.Note)
+		}
+	}
 	if l.text != nil {
-		l.text.update(u.Phase, u.Done, u.Total, liveStatus(u))
+		l.text.update(u.Phase, u.Done, u.Total, liveStatus(u, *c))
 		return
 	}
 	l.render(false, "")
@@ -204,23 +211,28 @@ func (l *Live) render(final bool, status string) {
 		}
 		l.lastDraw = time.Now()
 	}
-	line := liveLine(l.title, l.last, final, status)
+	line := liveLine(l.title, l.last, l.curves, final, status)
+	for _, n := range l.notes {
+		line += `<div style="font-family:monospace">note: ` + html.EscapeString(n) + `</div>`
+	}
 	l.show(l.id, `<div>`+line+l.chart+`</div>`)
 }
 
 // liveLine is the progress line of a Live view (HTML-escaped): while running the title, a
 // <progress> element, the phase's done/total and liveStatus; when final the title and
 // status.
-func liveLine(title string, u session.Progress, final bool, status string) string {
+func liveLine(title string, u session.Progress, c TrainingCurves, final bool, status string) string {
 	if final {
 		return finalHTML(title, status)
 	}
-	return ProgressHTML(title, u.Done, u.Total, liveStatus(u))
+	return ProgressHTML(title, u.Done, u.Total, liveStatus(u, c))
 }
 
 // liveStatus is the status of a progress report: the phase, step, loss, perplexity and
-// elapsed time, separated by " · ".
-func liveStatus(u session.Progress) string {
+// elapsed time, separated by " · ". The perplexity is the report's evaluation, else the last
+// one of the curves c with its step ("perplexity 400.000 at step 0"), so an old value never
+// reads as the current one.
+func liveStatus(u session.Progress, c TrainingCurves) string {
 	s := u.Phase
 	if u.Step > 0 {
 		s += fmt.Sprintf(" · step %d", u.Step)
@@ -228,8 +240,10 @@ func liveStatus(u session.Progress) string {
 	if u.Loss != 0 && finite(u.Loss) {
 		s += fmt.Sprintf(" · loss %.4f", u.Loss)
 	}
-	if u.EvalPPL >= 1 && !math.IsInf(u.EvalPPL, 0) {
+	if n := len(c.EvalSteps); u.EvalPPL >= 1 && !math.IsInf(u.EvalPPL, 0) {
 		s += fmt.Sprintf(" · perplexity %.3f", u.EvalPPL)
+	} else if n > 0 && c.EvalSteps[n-1] != u.Step {
+		s += fmt.Sprintf(" · perplexity %.3f at step %d", c.EvalPPL[n-1], c.EvalSteps[n-1])
 	}
 	s += " · " + u.Elapsed.Round(100*time.Millisecond).String()
 	return s

@@ -160,6 +160,15 @@ func (p *textProgress) update(phase string, done, total int, status string) {
 	p.bar.Describe(strings.TrimSpace(p.title + " " + status))
 }
 
+// note prints "title: note: msg" on a line of its own (a terminal's bar is cleared first
+// and drawn again at the next update).
+func (p *textProgress) note(msg string) {
+	if p.bar != nil {
+		p.bar.Clear()
+	}
+	fmt.Fprintf(p.w, "%s: note: %s\n", p.title, msg)
+}
+
 // finish ends the display with "title: status".
 func (p *textProgress) finish(status string) {
 	if p.bar != nil {

@@ -8,12 +8,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/nvg-project/nvg/nvgkit/session"
+	"github.com/nvg-project/nvg/testkit/ptytest"
 )
 
 // inNotebook makes the package act as in a GoNB notebook (on) or in a terminal (off) for
@@ -132,7 +131,7 @@ func TestLiveText(t *testing.T) {
 	l.text.every = time.Hour
 	l.Update(session.Progress{Phase: "eval", Done: 1, Total: 1, Step: 0, EvalPPL: 400})
 	for s := 1; s <= 5; s++ {
-		l.Update(session.Progress{Phase: "train", Done: s, Total: 5, Step: s, Loss: 3 / float64(s), EvalPPL: 400, Elapsed: time.Duration(s) * time.Second})
+		l.Update(session.Progress{Phase: "train", Done: s, Total: 5, Step: s, Loss: 3 / float64(s), Elapsed: time.Duration(s) * time.Second})
 	}
 	l.Update(session.Progress{Phase: "eval", Done: 1, Total: 1, Step: 5, EvalPPL: 90})
 	l.Finish("5 steps")
@@ -143,8 +142,8 @@ func TestLiveText(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	want := []string{
 		"train 1/1 eval · perplexity 400.000 · 0s",
-		"train 1/5 train · step 1 · loss 3.0000 · perplexity 400.000 · 1s",
-		"train 5/5 train · step 5 · loss 0.6000 · perplexity 400.000 · 5s",
+		"train 1/5 train · step 1 · loss 3.0000 · perplexity 400.000 at step 0 · 1s",
+		"train 5/5 train · step 5 · loss 0.6000 · perplexity 400.000 at step 0 · 5s",
 		"train 1/1 eval · step 5 · perplexity 90.000 · 0s",
 		"train: 5 steps",
 	}
@@ -158,7 +157,7 @@ func TestLiveText(t *testing.T) {
 // redrawn in place with '\r' with the count and the latest status, not a line per update;
 // complete, it clears itself and the final status follows on its own line.
 func TestTextProgressTerminal(t *testing.T) {
-	master, slave, err := openPTY()
+	master, slave, err := ptytest.Open()
 	if err != nil {
 		t.Skipf("SKIPPED: no pseudo-terminal to test the bar on (%v)", err)
 	}
@@ -171,43 +170,37 @@ func TestTextProgressTerminal(t *testing.T) {
 	}
 	p.finish("5 steps")
 	slave.Close()
-	var got bytes.Buffer
-	buf := make([]byte, 4096)
-	master.SetReadDeadline(time.Now().Add(5 * time.Second))
-	for {
-		n, err := master.Read(buf)
-		got.Write(buf[:n])
-		if err != nil || strings.Contains(got.String(), "steps: 5 steps") {
-			break
-		}
-	}
-	s := got.String()
+	s := ptytest.ReadUntil(master, "steps: 5 steps")
 	if !strings.Contains(s, "\rsteps loss 4  80% |████████████████    | (4/5) \r") || !strings.HasSuffix(s, "\rsteps: 5 steps\r\n") || strings.Count(s, "\n") != 1 {
 		t.Errorf("terminal output %q: want a bar redrawn with \\r showing 4/5 and its status, then only the final line", s)
 	}
 }
 
-// openPTY opens a pseudo-terminal pair through /dev/ptmx.
-func openPTY() (master, slave *os.File, err error) {
-	master, err = os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		return nil, nil, err
+// A progress report's Note (the first step past the planned schedule) is printed once on a
+// line of its own outside a notebook, and kept under the progress line in a notebook.
+func TestLiveNote(t *testing.T) {
+	out := inNotebook(t, false)
+	l := NewLive("train", 300, 200, 0)
+	l.text.every = time.Hour
+	const note = "step 5 is past the 4 steps the learning-rate schedule was planned for"
+	for s := 4; s <= 6; s++ {
+		u := session.Progress{Phase: "step", Done: s - 3, Total: 3, Step: s, Loss: 1}
+		if s == 5 {
+			u.Note = note
+		}
+		l.Update(u)
+		l.Update(u) // a report seen twice
 	}
-	var n uint32
-	var unlock int32
-	fd := master.Fd()
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); e != 0 {
-		master.Close()
-		return nil, nil, e
+	if n := strings.Count(out.String(), "train: note: "+note+"\n"); n != 1 {
+		t.Errorf("the note printed %d times:\n%s", n, out)
 	}
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); e != 0 {
-		master.Close()
-		return nil, nil, e
+	inNotebook(t, true)
+	nb := NewLive("train", 300, 200, 0)
+	var last string
+	nb.show, nb.every = func(_, h string) { last = h }, time.Hour
+	nb.Update(session.Progress{Phase: "step", Done: 1, Total: 2, Step: 5, Loss: 1, Note: "a <note>"})
+	nb.Update(session.Progress{Phase: "step", Done: 2, Total: 2, Step: 6, Loss: 1})
+	if !strings.Contains(last, "note: a &lt;note&gt;") {
+		t.Errorf("the notebook's view lost the note: %.400s", last)
 	}
-	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		master.Close()
-		return nil, nil, err
-	}
-	return master, slave, nil
 }

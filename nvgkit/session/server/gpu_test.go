@@ -152,6 +152,44 @@ func labSequence(t *testing.T, lab session.Lab) []string {
 	add("Param(last)", p, err)
 	h, err := lab.History()
 	add("History", h, err)
+	return append(out, nonFiniteSequence(t, lab, names)...)
+}
+
+// nonFiniteSequence sets values a student cannot use (issue 34: a metric scale of 3e38,
+// finite in f32 but not in f16, was taken, and the next step's loss was NaN, and Eval's NaN
+// perplexity came with no error): the scale is refused naming the vector, the index and the
+// limit; a norm gain of 3e38 (an f32 value, as gains are stored) is taken, and the Eval that
+// overflows names the first non-finite hidden state. The errors are results.
+func nonFiniteSequence(t *testing.T, lab session.Lab, names []string) []string {
+	t.Helper()
+	var out []string
+	add := func(what string, err error) { out = append(out, fmt.Sprintf("%s: %v", what, err)) }
+	metric := ""
+	for _, n := range names {
+		if strings.HasSuffix(n, ".p0.h") {
+			metric = n
+			break
+		}
+	}
+	p, err := lab.Param(metric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p[0] = 3e38
+	add("SetParam(metric scale 3e38)", lab.SetParam(metric, p))
+	p[0] = -65504 // f16's largest: taken
+	add("SetParam(metric scale -65504)", lab.SetParam(metric, p))
+	const gain = "model.layers.1.post_attention_layernorm.weight"
+	g, err := lab.Param(gain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range g {
+		g[i] = 3e38
+	}
+	add("SetParam(gain 3e38)", lab.SetParam(gain, g))
+	_, err = lab.Eval(0)
+	add("Eval(overflowing gain)", err)
 	return out
 }
 
@@ -162,6 +200,13 @@ func TestInProcessVsSessionBitIdentical(t *testing.T) {
 	local := bitIdentical(t, labSequence, "bits")
 	if !strings.Contains(local[1], "Loss:") || strings.Contains(local[1], "Loss:NaN") {
 		t.Errorf("Step(3) gave no losses: %s", local[1])
+	}
+	nf := local[len(local)-4:]
+	for i, want := range []string{"p0.h: value 0 is 3e+38, beyond 65504: a BLR metric scale must be finite in f16", "SetParam(metric scale -65504): <nil>",
+		"SetParam(gain 3e38): <nil>", "with every trained value finite: the first non-finite hidden state is the output of layer 1 (linear_attention)"} {
+		if !strings.Contains(nf[i], want) {
+			t.Errorf("%s\nwant %q", nf[i], want)
+		}
 	}
 }
 

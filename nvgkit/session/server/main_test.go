@@ -71,6 +71,16 @@ func testChild(mode string) int {
 		}))
 		fmt.Printf("steps=%d interrupted=%v err=%v\n", len(sts), errors.Is(err, session.ErrInterrupted), err)
 		return 0
+	case "quietstep": // attach and run a Step given no progress option
+		c, err := session.Attach(name, session.NoStart())
+		if err != nil {
+			fmt.Println("attach:", err)
+			return 1
+		}
+		n, _ := strconv.Atoi(os.Getenv("NVG_TEST_STEPS"))
+		sts, err := c.Step(n)
+		fmt.Printf("steps=%d err=%v\n", len(sts), err)
+		return 0
 	case "dial": // dial a socket directly (a second user's process)
 		c, err := rpc.Dial(os.Getenv("NVG_TEST_SOCK"), rpc.DialConfig{})
 		if err != nil { // the peer check refuses at connect time

@@ -212,13 +212,18 @@ func TestKilledClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		werr := cmd.Wait()
-		atBoundary(t, c, fmt.Sprintf("after %v of a client", sig), before.Step, 100000)
+		k := atBoundary(t, c, fmt.Sprintf("after %v of a client", sig), before.Step, 100000)
 		if sig == syscall.SIGINT {
 			if werr != nil || !strings.Contains(out.String(), "interrupted=true") {
 				t.Errorf("SIGINT'd client: %v\n%s", werr, out)
 			}
 			if n := strings.Count(out.String(), "progress"); !strings.Contains(out.String(), "steps=") || n < 2 {
 				t.Errorf("SIGINT'd client printed:\n%s", out)
+			}
+			// Step returns the steps it did (issue 34: an interrupted Step through a session
+			// returned none).
+			if want := fmt.Sprintf("steps=%d interrupted=true", k-before.Step); !strings.Contains(out.String(), want) {
+				t.Errorf("SIGINT'd client printed:\n%s\nwant %q (the session's step counter moved from %d to %d)", out, want, before.Step, k)
 			}
 		}
 	}
@@ -338,5 +343,25 @@ func TestLifecycle(t *testing.T) {
 	}
 	if err := session.Stop("life", time.Minute); err == nil || !strings.Contains(err.Error(), "not running") {
 		t.Errorf("Stop of a stopped session: %v", err)
+	}
+}
+
+// A long call given no progress option still reports on standard error (issue 34: GradCheck
+// ran 33 s in a cell with no output): 350 steps of 20 ms through a real server print a
+// line once 5 s have passed, and the end; the call's result is unchanged.
+func TestLongCallReportsWithoutProgressOption(t *testing.T) {
+	useSessionDir(t, "fake")
+	c := attach(t, "quiet")
+	if _, err := c.Setup(tinySetup()); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := child(t, "quiet", "quietstep", "NVG_TEST_STEPS=350")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	got := out.String()
+	if !strings.Contains(got, "steps=350 err=<nil>") || !strings.Contains(got, `session "quiet": Step: step `) ||
+		!strings.Contains(got, `session "quiet": Step: step 350/350`) || !strings.Contains(got, "ui.NewLive") {
+		t.Errorf("the child printed:\n%s\nwant a progress line after 5 s with the hint, and the end", got)
 	}
 }

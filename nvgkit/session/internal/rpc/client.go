@@ -318,7 +318,8 @@ func (c *Client) heartbeat() time.Duration {
 
 // Call runs method on the server with args (gob-encodable values, in the method's order)
 // and opts (the method's option bytes, nil for none), and decodes the results (without the
-// error) into the pointers in results. Progress reports go to progress (when not nil) as
+// error) into the pointers in results — also when the method returned an error with them
+// (an interrupted Step's steps done). Progress reports go to progress (when not nil) as
 // their gob bytes. When ctx is cancelled, the server is asked to stop the call at its next
 // step boundary and Call waits for its answer (an error wrapping DialConfig.Interrupted).
 // A server that sends nothing for DialConfig.ReplyTimeout fails the call with ErrNoAnswer;
@@ -349,6 +350,12 @@ func (c *Client) Call(ctx context.Context, method string, args []any, opts []byt
 }
 
 func (c *Client) result(method string, r reply, results []any) error {
+	if r.Code != codeOK && len(r.Results) > 0 {
+		// The values a failed call returned beside its error (the steps an interrupted Step
+		// did), as an in-process call returns them; the error is what matters if they do not
+		// decode.
+		_ = decodeInto(method, r.Results, results)
+	}
 	switch {
 	case r.Code == codeOK:
 	case r.Code == codeInterrupted:
@@ -364,6 +371,11 @@ func (c *Client) result(method string, r reply, results []any) error {
 	default:
 		return errors.New(r.Err)
 	}
+	return decodeInto(method, r.Results, results)
+}
+
+// decodeInto decodes the gob values b into the pointers in results.
+func decodeInto(method string, b []byte, results []any) error {
 	types := make([]reflect.Type, len(results))
 	for i, p := range results {
 		t := reflect.TypeOf(p)
@@ -372,7 +384,7 @@ func (c *Client) result(method string, r reply, results []any) error {
 		}
 		types[i] = t.Elem()
 	}
-	vals, err := decodeValues(r.Results, types)
+	vals, err := decodeValues(b, types)
 	if err != nil {
 		return fmt.Errorf("%s: cannot decode the results: %v", method, err)
 	}

@@ -321,6 +321,11 @@ func (s *Server) run(j *job) {
 	r := reply{ID: j.req.ID, Code: code}
 	if err != nil {
 		r.Err = err.Error()
+		// What the method returned beside its error goes back too: the steps a Step did
+		// before it was interrupted or failed.
+		if b, eerr := encodeValues(results); eerr == nil {
+			r.Results = b
+		}
 	} else {
 		b, eerr := encodeValues(results)
 		if eerr != nil {
@@ -385,7 +390,7 @@ func (s *Server) invoke(j *job) (results, args []reflect.Value, err error, code 
 	out := reflect.ValueOf(s.svc.Impl).MethodByName(m.Name).Call(in)
 	if e := out[len(out)-1]; !e.IsNil() {
 		err = e.Interface().(error)
-		return nil, args, err, s.sentinelCode(err)
+		return out[:len(out)-1], args, err, s.sentinelCode(err)
 	}
 	return out[:len(out)-1], args, nil, codeOK
 }

@@ -291,6 +291,7 @@ func TestProgressAndInterrupt(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	impl.started = make(chan struct{}, 1)
 	go func() { <-impl.started; cancel() }()
+	n = -1
 	err = c.Call(ctx, "Slow", []any{1000}, progressOpt(t), func([]byte) {}, &n)
 	if !errors.Is(err, errToyInterrupted) {
 		t.Fatalf("interrupted Slow: %v, want errToyInterrupted", err)
@@ -302,6 +303,15 @@ func TestProgressAndInterrupt(t *testing.T) {
 	}
 	if got <= 3 || got >= 1003 {
 		t.Errorf("after the interrupt n = %d, want between 4 and 1002 (stopped at a boundary)", got)
+	}
+	// The result returned with the error reaches the caller (issue 34: an interrupted Step
+	// through a session returned no steps although some were done).
+	if n != got-3 {
+		t.Errorf("the interrupted Slow returned %d steps done; the counter moved by %d", n, got-3)
+	}
+	// So does a failing call's (Add returns the counter with its error).
+	if err := c.Call(context.Background(), "Add", []any{-1}, nil, nil, &n); err == nil || n != got {
+		t.Errorf("Add(-1) = %d, %v; want the counter %d and an error", n, err, got)
 	}
 }
 
