@@ -18,7 +18,7 @@ func init() {
 	register(&command{
 		name:    "bench",
 		summary: "benchmark the teacher pass and the student step on synthetic Qwen3.5 geometries (or render a report)",
-		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--json FILE]\n" +
+		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--teacher-dtype f16,fp8,q8] [--json FILE]\n" +
 			"       nvg bench --report NVG.json [--before OLD.json] [--peer PEER.txt] [--cpu CPU.json] [--format md|text]",
 		run: runBench,
 	})
@@ -29,6 +29,7 @@ type benchFlags struct {
 	o                                                  bench.Options
 	models, json, report, peer, before, cpu, notes, fm string
 	deadline                                           time.Duration
+	dtypes                                             []string // --teacher-dtype
 }
 
 // newBenchFlags binds nvg bench's flags to f.
@@ -42,6 +43,15 @@ func newBenchFlags(c *command, f *benchFlags) *flag.FlagSet {
 	fs.IntVar(&o.Reps, "reps", 3, "timed teacher passes (after 1 warm-up pass); the median is reported")
 	fs.IntVar(&o.Warmup, "warmup", -1, "untimed runs before the timed ones, for both phases (-1: 1 teacher pass and 2 student steps; the run's own first teacher pass, which makes its top-k, is always made)")
 	fs.StringVar(&o.Teacher, "teacher", "auto", "teacher weights: auto (streamed for 9B and 27B), resident or streamed")
+	fs.Func("teacher-dtype", "comma-separated teacher projection formats, each measured per geometry (the student step with the first only): "+strings.Join(bench.TeacherDTypes, ", ")+" (default f16)", func(v string) error {
+		f.dtypes = strings.Split(v, ",")
+		for _, d := range f.dtypes {
+			if _, err := bench.ParseTeacherDType(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&f.json, "json", "", "write the results as JSON to FILE (rewritten after every geometry)")
 	fs.Float64Var(&o.PeakTF, "peak-tflops", 67, "the device's f32 (non-tensor) ceiling in TFLOP/s, for the roofline columns (H200: ~67)")
 	fs.Float64Var(&o.PeakGB, "peak-gbps", 4800, "the device's memory bandwidth in GB/s, for the roofline columns (H200: ~4800)")
@@ -100,7 +110,7 @@ func runBench(args []string) error {
 
 // renderBench renders a report (--report, --cpu) instead of measuring.
 func renderBench(f benchFlags, set map[string]bool) error {
-	for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "json", "deadline", "cpuprofile"} {
+	for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "teacher-dtype", "json", "deadline", "cpuprofile"} {
 		if set[n] {
 			return usagef("--%s measures; it cannot be combined with --report", n)
 		}
@@ -140,27 +150,34 @@ func measureBench(f benchFlags, set map[string]bool, args []string) error {
 	defer dev.Close()
 	cpuDefaults(o, dev, set)
 	rep := benchReport(dev, o, args)
-	failed := 0
+	failed, dtypes := 0, f.dtypes
+	if dtypes == nil {
+		dtypes = []string{"f16"}
+	}
 	for _, name := range o.Models {
-		res := bench.Result{Geom: name, NB: o.NB, T: o.T, K: o.K, Tokens: o.NB * o.T, Error: "skipped: the --deadline passed"}
-		if o.Deadline.IsZero() || time.Until(o.Deadline) > 0 {
-			res = bench.Measure(dev, name, *o)
-		}
-		if err := o.SumRanks(&res); err != nil {
-			return err
-		}
-		if res.Error != "" {
-			failed++
-			fmt.Fprintf(o.Stdout, "%s: FAILED: %s\n\n", name, res.Error)
-		}
-		rep.Results = append(rep.Results, res)
-		if f.json != "" {
-			if err := bench.WriteJSON(f.json, rep); err != nil {
+		for i, dt := range dtypes { // the student step with the first teacher dtype only
+			od := *o
+			od.TeacherDType, od.TeacherOnly = dt, i > 0
+			res := bench.Result{Geom: name, NB: o.NB, T: o.T, K: o.K, Tokens: o.NB * o.T, TeacherDType: dt, Error: "skipped: the --deadline passed"}
+			if o.Deadline.IsZero() || time.Until(o.Deadline) > 0 {
+				res = bench.Measure(dev, name, od)
+			}
+			if err := o.SumRanks(&res); err != nil {
 				return err
+			}
+			if res.Error != "" {
+				failed++
+				fmt.Fprintf(o.Stdout, "%s (teacher %s): FAILED: %s\n\n", name, dt, res.Error)
+			}
+			rep.Results = append(rep.Results, res)
+			if f.json != "" {
+				if err := bench.WriteJSON(f.json, rep); err != nil {
+					return err
+				}
 			}
 		}
 	}
-	if failed == len(o.Models) {
+	if failed == len(rep.Results) {
 		return fmt.Errorf("every geometry failed (%d)", failed)
 	}
 	return nil
