@@ -41,9 +41,10 @@ func diffTopK(a, b *nvgkit.TopK) string {
 }
 
 // TestQuantTeacherMatchesHost runs the tiny teacher quantized to FP8 (128×128 blocks) and to
-// q8 on the GPU — 8-bit codes and scales dequantized inside the GEMMs — resident and
-// layer-streamed, on the fixture's 2 windows × 64 tokens, and compares the top-32 with the
-// float64 host model of the same quantized weights (host.Load: code value × scale exactly):
+// q8, and the HF FP8 checkpoint of testdata, on the GPU — 8-bit codes and scales dequantized
+// inside the GEMMs — resident and layer-streamed, on the fixture's 2 windows × 64 tokens, and
+// compares the top-32 with the float64 host model of the same quantized weights (host.Load:
+// code value × scale exactly):
 // the tolerances of the f16 teacher's fixture test (checkTopK; the 8-bit weights are exact
 // in f32, so only the f16 embedding and f32 arithmetic differ). The streamed pass is
 // bit-identical to the resident one, holds at most 2 layers on the GPU and uploads every
@@ -52,37 +53,58 @@ func diffTopK(a, b *nvgkit.TopK) string {
 func TestQuantTeacherMatchesHost(t *testing.T) {
 	d, m, f16net := kittest.TinyTeacher(t)
 	ids := tinytest.OpenFixtures(t).Windows(t)
+	// The HF FP8 checkpoint of testdata (two layers of the tiny teacher, its first 1024
+	// vocabulary rows, as the public FP8 checkpoints store them), read by cmf.Open.
+	hf, err := cmf.Open("../testdata/fixtures/tiny-fp8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hf.Close()
+	hfIDs := make([][]int, len(ids))
+	for b, w := range ids {
+		for _, id := range w {
+			hfIDs[b] = append(hfIDs[b], id%hf.Config.VocabSize)
+		}
+	}
 	const k = 32
-	for _, scheme := range []cmf.QuantScheme{cmf.QuantFP8, cmf.QuantQ8} {
-		q := quantized(t, m, scheme)
-		hn, err := host.Load(q)
+	for _, c := range []struct {
+		name string
+		m    *cmf.Model
+		ids  [][]int
+		tiny bool // the tiny teacher's layers: compare the bytes with the f16 teacher's
+	}{
+		{"fp8", quantized(t, m, cmf.QuantFP8), ids, true},
+		{"q8", quantized(t, m, cmf.QuantQ8), ids, true},
+		{"HF FP8 fixture", hf, hfIDs, false},
+	} {
+		hn, err := host.Load(c.m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		htr, err := hn.Forward(ids, host.ForwardOptions{TopK: k})
+		htr, err := hn.Forward(c.ids, host.ForwardOptions{TopK: k})
 		if err != nil {
 			t.Fatal(err)
 		}
-		res := runTeacher(t, d, q, ids, k, false, 2)
-		checkTopK(t, string(scheme)+" resident", res.top, htr.TopKIDs, htr.TopKLogProbs, htr.LogSumExp)
-		str := runTeacher(t, d, q, ids, k, true, 2)
+		res := runTeacher(t, d, c.m, c.ids, k, false, 2)
+		checkTopK(t, c.name+" resident", res.top, htr.TopKIDs, htr.TopKLogProbs, htr.LogSumExp)
+		str := runTeacher(t, d, c.m, c.ids, k, true, 2)
 		if diff := diffTopK(res.top, str.top); diff != "" {
-			t.Errorf("%s: streamed and resident top-k: %s", scheme, diff)
+			t.Errorf("%s: streamed and resident top-k: %s", c.name, diff)
 		}
 		var all uint64
 		for l, b := range res.layerBytes {
 			all += b
-			if f := f16net.LayerBytes(l); !(b < f*55/100 && b > f*45/100) {
-				t.Errorf("%s: layer %d holds %d bytes on the GPU, the f16 teacher's %d: want about half", scheme, l, b, f)
+			if f := f16net.LayerBytes(l); c.tiny && !(b < f*55/100 && b > f*45/100) {
+				t.Errorf("%s: layer %d holds %d bytes on the GPU, the f16 teacher's %d: want about half", c.name, l, b, f)
 			}
 		}
-		if str.maxLayers != 2 || res.maxLayers != len(res.layerBytes) {
-			t.Errorf("%s: %d layers on the GPU at once streamed, %d resident; want 2 and %d", scheme, str.maxLayers, res.maxLayers, len(res.layerBytes))
+		if str.maxLayers != min(2, len(res.layerBytes)) || res.maxLayers != len(res.layerBytes) {
+			t.Errorf("%s: %d layers on the GPU at once streamed, %d resident; want 2 and %d", c.name, str.maxLayers, res.maxLayers, len(res.layerBytes))
 		}
 		if str.uploadedBytes != 2*all || res.uploadedBytes != 0 {
-			t.Errorf("%s: streamed net uploaded %d bytes in 2 passes, resident %d; want 2 × %d and 0", scheme, str.uploadedBytes, res.uploadedBytes, all)
+			t.Errorf("%s: streamed net uploaded %d bytes in 2 passes, resident %d; want 2 × %d and 0", c.name, str.uploadedBytes, res.uploadedBytes, all)
 		}
-		t.Logf("%s: layer bytes %v (f16 teacher's layer 0: %d), uploaded per pass %d", scheme, res.layerBytes, f16net.LayerBytes(0), str.uploadedBytes/2)
+		t.Logf("%s: layer bytes %v (f16 teacher's layer 0: %d), uploaded per pass %d", c.name, res.layerBytes, f16net.LayerBytes(0), str.uploadedBytes/2)
 	}
 }
 
