@@ -194,6 +194,13 @@ func TestQuantTeacherGap(t *testing.T) {
 	if g.Tokens != 2*T || math.Abs(g.TopKKL) > 1e-6 || g.Top1 != 1 || math.Abs(g.NLL-g.RefNLL) > 1e-6 {
 		t.Errorf("the f16 teacher against itself: %+v", g)
 	}
+	// Bad arguments are refused before anything is submitted.
+	_, err = nvgkit.TeacherDistribution(ctx, ref, w, ids[:1], 1, rd, nil)
+	refused(t, "a reference of other windows", "the reference covers 2 windows", err)
+	_, err = nvgkit.TeacherDistribution(ctx, ref, w, ids, 65, nil, nil)
+	refused(t, "k = 65", "k = 65", err)
+	_, err = nvgkit.CompareDistributions(rd, rd)
+	refused(t, "a distribution not made against the reference", "was not made with this reference", err)
 	href, err := host.Load(m)
 	if err != nil {
 		t.Fatal(err)
