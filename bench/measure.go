@@ -69,6 +69,9 @@ type Result struct {
 	// TeacherDType is the synthetic teacher's projection format (TeacherDTypes: "f16", "fp8",
 	// "q8"); "" in reports written before 8-bit teachers means f16.
 	TeacherDType string `json:"teacher_dtype,omitempty"`
+	// TeacherGap is, for an 8-bit teacher with nvg bench --teacher-gap, how far its
+	// distributions are from the f16 teacher's (TeacherGaps).
+	TeacherGap *Gap `json:"teacher_gap,omitempty"`
 	// KeepActivations: the student step kept every layer's activations (nvg bench
 	// --keep-activations) instead of recomputing them in the backward.
 	KeepActivations bool `json:"keep_activations,omitempty"`

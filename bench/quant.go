@@ -1,14 +1,15 @@
 package bench
 
 import (
+	"context"
 	"fmt"
+	"unsafe"
 
 	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/internal/prng"
 	"github.com/nvg-project/nvg/nvgkit"
-	"github.com/x448/float16"
 )
 
 // TeacherDTypes are the synthetic teacher's projection formats nvg bench knows
@@ -53,14 +54,14 @@ func quantBytes(f gpu.QuantFormat, m, n int64) uint64 {
 }
 
 // NewTeacher builds a synthetic Teacher like NewNet (same seeds, same non-projection
-// weights) whose decoder projections are 8-bit in format: codes uniform over the format's
-// grid and one scale for every block, so each weight is uniform in about ±√(3/in) as
-// NewNet's f16 projections are — FP8 the e4m3 code nearest to a uniform value in ±448
-// (from a 16-bit grid) with scale √(3/in)/448; q8 an int8 uniform in [−127, 127] with the
-// f16 scale nearest to √(3/in)/127. The codes are made on the host once per layer type and
-// projection and shared by the layers of that type (resident nets upload them per layer,
-// streamed ones at every pass, as LoadNet's 8-bit teacher). format 0 is NewNet's f16
-// Teacher. Options and errors as NewNet, and an unknown format.
+// weights) whose decoder projections are 8-bit in format: the f16 weights a streamed NewNet
+// teacher holds (uniform in ±√(3/in), made on the host once per layer type and projection)
+// quantized as cmf does it — cmf.QuantizeFP8 with 128×128 blocks (the public checkpoints'
+// rule) or cmf.QuantizeQ8 — and shared by the layers of that type: resident nets upload them
+// per layer, streamed ones at every pass, as LoadNet's 8-bit teacher. So a streamed
+// NewTeacher is the 8-bit form of the streamed NewNet teacher of the same seed (TeacherGap
+// compares them). format 0 is NewNet's f16 Teacher. Options and errors as NewNet, and an
+// unknown format.
 func NewTeacher(dev *gpu.Device, cfg arch.Config, format gpu.QuantFormat, seed uint32, opts ...nvgkit.LoadOption) (*nvgkit.Net, error) {
 	if format != 0 && format != gpu.QuantFP8 && format != gpu.QuantQ8 {
 		return nil, fmt.Errorf("bench.NewTeacher: unknown format %v", format)
@@ -69,8 +70,8 @@ func NewTeacher(dev *gpu.Device, cfg arch.Config, format gpu.QuantFormat, seed u
 	return nvgkit.BuildNet(dev, cfg, nvgkit.Teacher, src, opts...)
 }
 
-// Quant makes projection t of an 8-bit synthetic teacher (NewTeacher): host planes shared
-// by every layer of the same type; nil for an f16 teacher.
+// Quant makes projection t of an 8-bit synthetic teacher (NewTeacher): the quantized host
+// plane of its layer type; nil for an f16 teacher.
 func (s *source) Quant(t arch.Tensor, _ bool) (*nvgkit.QuantPlane, error) {
 	if s.format == 0 {
 		return nil, nil
@@ -83,54 +84,103 @@ func (s *source) Quant(t arch.Tensor, _ bool) (*nvgkit.QuantPlane, error) {
 	if q, ok := s.quant[key]; ok {
 		return q, nil
 	}
-	out, in := t.Shape[0], t.Shape[1]
-	block := quantBlock(s.format)
-	seed := s.tensorSeed(k.role)
-	q := &nvgkit.QuantPlane{Format: s.format, Block: block}
-	codes := make([]uint32, (out*in+3)/4)
-	nScales := ((out + block[0] - 1) / block[0]) * ((in + block[1] - 1) / block[1])
-	if s.format == gpu.QuantFP8 {
-		var table [1 << 16]byte // the e4m3 code nearest to each point of a uniform grid in ±448
-		for i := range table {
-			table[i] = cmf.FP8E4M3Code(float32((float64(i)+0.5)/(1<<16)*2-1) * cmf.FP8E4M3Max)
-		}
-		err = parallelFill(len(codes), func(a, b int) error {
-			for i := a; i < b; i++ {
-				lo, hi := prng.Word(seed, uint32(2*i)), prng.Word(seed, uint32(2*i+1))
-				codes[i] = uint32(table[lo&0xffff]) | uint32(table[lo>>16])<<8 | uint32(table[hi&0xffff])<<16 | uint32(table[hi>>16])<<24
-			}
-			return nil
-		})
-		q.Scales.F32 = make([]float32, nScales)
-		for i := range q.Scales.F32 {
-			q.Scales.F32[i] = float32(k.hi / cmf.FP8E4M3Max)
-		}
-	} else {
-		err = parallelFill(len(codes), func(a, b int) error {
-			for i := a; i < b; i++ {
-				w := prng.Word(seed, uint32(i))
-				for j := 0; j < 32; j += 8 { // int8 −128 becomes −127: codes stay in [−127, 127]
-					if w>>j&0xff == 0x80 {
-						w ^= 1 << j
-					}
-				}
-				codes[i] = w
-			}
-			return nil
-		})
-		q.Scales.F16 = make([]uint16, nScales)
-		h := float16.Fromfloat32(float32(k.hi / 127)).Bits()
-		for i := range q.Scales.F16 {
-			q.Scales.F16[i] = h
-		}
+	p, err := s.hostPlane(t, k, t.Shape, true)
+	if err != nil {
+		return nil, err
 	}
+	delete(s.planes, key) // only its 8-bit form is used
+	// The f16 bits as a cmf tensor's little-endian bytes (nvg's hosts and GPUs are little-endian).
+	dense, err := cmf.NewTensor(t.Name, cmf.F16, t.Shape, unsafe.Slice((*byte)(unsafe.Pointer(&p.F16[0])), 2*len(p.F16)))
+	if err != nil {
+		return nil, err
+	}
+	var qt *cmf.Tensor
+	if s.format == gpu.QuantFP8 {
+		qt, err = cmf.QuantizeFP8(dense, cmf.DefaultFP8Block)
+	} else {
+		qt, err = cmf.QuantizeQ8(dense)
+	}
+	if err != nil {
+		return nil, err
+	}
+	q, err := nvgkit.QuantPlaneOf(qt)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", t.Name, err)
 	}
-	if r := out * in % 4; r != 0 { // the last word's padding codes are zero, as UploadQuantCodes'
-		codes[len(codes)-1] &= 1<<(8*r) - 1
-	}
-	q.Codes.U32 = codes
 	s.quant[key] = q
 	return q, nil
+}
+
+// Gap is how far an 8-bit synthetic teacher's next-token distributions are from the f16
+// teacher's on the same tokens (TeacherGaps; nvgkit.DistributionGap): the mean top-k KL
+// (both renormalised over the f16 teacher's top-k), the top-1 agreement, and both mean
+// next-token NLLs, natural logs.
+type Gap struct {
+	Tokens int     `json:"tokens"`
+	K      int     `json:"k"`
+	TopKKL float64 `json:"topk_kl_nats"`
+	Top1   float64 `json:"top1_agreement"`
+	RefNLL float64 `json:"f16_nll"`
+	NLL    float64 `json:"nll"`
+}
+
+// TeacherGaps measures on the GPU what 8 bits cost geometry cfg's synthetic teacher: the f16
+// teacher (NewNet, streamed) over windows windows of t+1 random token ids (seeded by seed),
+// nb per pass, with its top-k, then each 8-bit form of dtypes (NewTeacher, streamed: the
+// quantization of those very f16 weights) against it (nvgkit.TeacherDistribution,
+// CompareDistributions), one net on the device at a time; "f16" in dtypes is skipped. On
+// random weights and random tokens, not a language model's: it shows what the quantization
+// does to the distributions at the geometry's sizes, not a model's quality. Errors: an
+// unknown dtype, nb, t, windows < 1, k outside [1, 64], and the nets' and passes' errors.
+func TeacherGaps(dev *gpu.Device, cfg arch.Config, dtypes []string, nb, t, k, windows int, seed uint32) (map[string]Gap, error) {
+	if nb < 1 || t < 1 || windows < 1 {
+		return nil, fmt.Errorf("bench.TeacherGaps: nb = %d, t = %d, windows = %d must be ≥ 1", nb, t, windows)
+	}
+	ids := make([][]int, windows)
+	for b := range ids {
+		for j := range t + 1 {
+			ids[b] = append(ids[b], int(prng.Word(seed, uint32(b*(t+1)+j))%uint32(cfg.VocabSize)))
+		}
+	}
+	dist := func(format gpu.QuantFormat, ref *nvgkit.Distribution) (*nvgkit.Distribution, error) {
+		net, err := NewTeacher(dev, cfg, format, seed, nvgkit.StreamLayers())
+		if err != nil {
+			return nil, err
+		}
+		defer net.Release()
+		w, err := nvgkit.NewWork(dev, net, min(nb, windows), t)
+		if err != nil {
+			return nil, err
+		}
+		defer w.Release()
+		kk := k
+		if ref != nil {
+			kk = 1
+		}
+		return nvgkit.TeacherDistribution(context.Background(), net, w, ids, kk, ref, nil)
+	}
+	ref, err := dist(0, nil)
+	if err != nil {
+		return nil, fmt.Errorf("f16 teacher: %w", err)
+	}
+	gaps := map[string]Gap{}
+	for _, dt := range dtypes {
+		format, err := ParseTeacherDType(dt)
+		if err != nil {
+			return nil, err
+		}
+		if format == 0 {
+			continue
+		}
+		d, err := dist(format, ref)
+		if err != nil {
+			return nil, fmt.Errorf("%s teacher: %w", dt, err)
+		}
+		g, err := nvgkit.CompareDistributions(ref, d)
+		if err != nil {
+			return nil, err
+		}
+		gaps[dt] = Gap{Tokens: g.Tokens, K: g.K, TopKKL: g.TopKKL, Top1: g.Top1, RefNLL: g.RefNLL, NLL: g.NLL}
+	}
+	return gaps, nil
 }

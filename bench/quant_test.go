@@ -111,13 +111,14 @@ const quantBenchFixture = `{"device": "NVIDIA H200", "driver": "NVIDIA 580.1", "
    "teacher": {"seconds": [6.5], "median_s": 6.5, "tok_s": 630, "peak_bytes": 6442450944, "peak_GiB": 6, "upload_bytes_per_pass": 48700000000},
    "student": {"seconds": [27], "median_s": 27, "tok_s": 150, "peak_GiB": 24}},
   {"geom": "27B", "nb": 8, "t": 512, "k": 32, "tokens": 4096, "teacher_mode": "streamed", "teacher_dtype": "q8",
-   "teacher": {"seconds": [5.2], "median_s": 5.2, "tok_s": 787.5, "peak_bytes": 4831838208, "peak_GiB": 4.5, "upload_bytes_per_pass": 24740000000}}
+   "teacher": {"seconds": [5.2], "median_s": 5.2, "tok_s": 787.5, "peak_bytes": 4831838208, "peak_GiB": 4.5, "upload_bytes_per_pass": 24740000000},
+   "teacher_gap": {"tokens": 4096, "k": 32, "topk_kl_nats": 0.000123, "top1_agreement": 0.9951}}
  ]}`
 
 // TestBenchReportQuant renders a report with an 8-bit teacher's row beside the f16 one's: both
 // rows stay (a result is keyed by geometry and teacher dtype), the throughput table names the
 // dtype, and the 8-bit table gives the ratios to f16, by hand: 787.5/630 = 1.25, 4.5/6 = 0.75,
-// 24.74/48.7 = 0.51.
+// 24.74/48.7 = 0.51, and the q8 teacher's gap.
 func TestBenchReportQuant(t *testing.T) {
 	js := filepath.Join(t.TempDir(), "nvg.json")
 	if err := os.WriteFile(js, []byte(quantBenchFixture), 0o644); err != nil {
@@ -132,8 +133,8 @@ func TestBenchReportQuant(t *testing.T) {
 		"| 27B | streamed | 630 | — | — | 150 | — | — | 6.00 | — | — | 24.00 |",
 		"| 27B | streamed, q8 | 788 | — | — | — | — | — | 4.50 |",
 		"### 8-bit teachers",
-		"| 27B | streamed | 630 | 1.00 | 6.00 | 1.00 | 48.70 | 1.00 |",
-		"| 27B | streamed, q8 | 788 | 1.25 | 4.50 | 0.75 | 24.74 | 0.51 |",
+		"| 27B | streamed | 630 | 1.00 | 6.00 | 1.00 | 48.70 | 1.00 | — | — |",
+		"| 27B | streamed, q8 | 788 | 1.25 | 4.50 | 0.75 | 24.74 | 0.51 | 0.000123 | 99.51 % |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, out)
@@ -141,5 +142,32 @@ func TestBenchReportQuant(t *testing.T) {
 	}
 	if n := strings.Count(out, "| 27B | streamed, q8 | 788 | — | — | — |"); n != 1 {
 		t.Errorf("the q8 row appears %d times in the throughput table after merging a file with itself", n)
+	}
+}
+
+// TestTeacherGaps measures what fp8 and q8 cost the tiny geometry's synthetic teacher on 2
+// windows of 17 random tokens. A random net amplifies weight errors far more than a trained
+// one (measured: fp8 0.15 nats of top-8 KL, q8 0.007; the trained tiny teacher's are 0.0013
+// and 0.00008), so the bounds are loose: positive KLs below 0.5 nats, q8 (a weight's error
+// about 8× smaller than fp8's, so its KL about 64× smaller) below a quarter of fp8's and
+// agreeing on 90 % of the top-1 tokens, NLLs within 0.2 nats of the f16 teacher's.
+func TestTeacherGaps(t *testing.T) {
+	d := gputest.Open(t)
+	cfg, err := bench.Config("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaps, err := bench.TeacherGaps(d, cfg, []string{"f16", "fp8", "q8"}, 2, 16, 8, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp8, q8 := gaps["fp8"], gaps["q8"]
+	t.Logf("fp8 %+v, q8 %+v", fp8, q8)
+	if len(gaps) != 2 || fp8.Tokens != 32 || fp8.K != 8 || !(q8.TopKKL > 0 && q8.TopKKL < fp8.TopKKL/4 && fp8.TopKKL < 0.5) ||
+		math.Abs(fp8.NLL-fp8.RefNLL) > 0.2 || math.Abs(q8.NLL-q8.RefNLL) > 0.2 || !(q8.Top1 >= 0.9) {
+		t.Errorf("gaps %+v", gaps)
+	}
+	if _, err := bench.TeacherGaps(d, cfg, []string{"int4"}, 2, 16, 8, 2, 1); err == nil {
+		t.Error("an unknown dtype: no error")
 	}
 }

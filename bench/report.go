@@ -591,15 +591,24 @@ block; q8, int8 codes and an f16 scale per row and 128 inputs; dequantized insid
 against the f16 teacher (a bf16 checkpoint on the GPU) of the same geometry and mode, measured in the same
 run(s). Upload: the bytes a streamed pass moves to the GPU.
 
-| geometry | teacher | teacher pass tok/s | × f16 | peak GiB | × f16 | upload GB/pass | × f16 |
-|---|---|---:|---:|---:|---:|---:|---:|
+With `+"`--teacher-gap`"+`, the last two columns say how far each 8-bit teacher's distributions are
+from the f16 teacher's, on random weights and nb windows of random tokens (the 8-bit weights
+the quantized f16 ones): the mean top-k KL (both renormalised over the f16 teacher's top-k)
+and the top-1 agreement.
+
+| geometry | teacher | teacher pass tok/s | × f16 | peak GiB | × f16 | upload GB/pass | × f16 | top-k KL (nats) | top-1 |
+|---|---|---:|---:|---:|---:|---:|---:|---:|---:|
 `)
 	for _, r := range rep.Results {
 		t, _ := phaseOf(r)
 		b := f16[r.Geom+" "+r.TeacherMode]
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Geom, teacherOf(r),
+		kl, top1 := "—", "—"
+		if g := r.TeacherGap; g != nil {
+			kl, top1 = fmt.Sprintf("%.3g", g.TopKKL), fmt.Sprintf("%.2f %%", 100*g.Top1)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Geom, teacherOf(r),
 			num(t.TokS, "%.0f"), ratio(t.TokS, b.TokS), num(t.PeakGiB, "%.2f"), ratio(t.PeakGiB, b.PeakGiB),
-			num(float64(t.UploadBytes)/1e9, "%.2f"), ratio(float64(t.UploadBytes), float64(b.UploadBytes)))
+			num(float64(t.UploadBytes)/1e9, "%.2f"), ratio(float64(t.UploadBytes), float64(b.UploadBytes)), kl, top1)
 	}
 	fmt.Fprintln(w)
 }

@@ -37,23 +37,30 @@ func (s *modelSource) Dense(t arch.Tensor, _ []int, half, _ bool) (Plane, error)
 	return Plane{F16: v}, err
 }
 
-// Quant returns projection t as its 8-bit codes (packed four per u32 word) and scales when
-// the model stores it quantized (cmf.Tensor.Quant), else nil: fp8 scales as f32 (exact from
-// the checkpoint's F32, BF16 or F16), q8's f16 scales as they are. Errors, naming the
-// tensor: a missing tensor, a shape other than t's, QuantCodes' and QuantScales' (an FP8
-// NaN code, a scale that is not finite, a read error).
+// Quant returns projection t as its 8-bit codes and scales when the model stores it
+// quantized (QuantPlaneOf), else nil. Errors, naming the tensor: a missing tensor, a shape
+// other than t's, QuantPlaneOf's.
 func (s *modelSource) Quant(t arch.Tensor, _ bool) (*QuantPlane, error) {
 	mt, err := s.m.Tensor(t.Name)
-	if err != nil {
+	if err != nil || mt.Quant == nil {
 		return nil, err
-	}
-	q := mt.Quant
-	if q == nil {
-		return nil, nil
 	}
 	out, in := t.Shape[0], t.Shape[1]
 	if len(mt.Shape) != 2 || mt.Shape[0] != out || mt.Shape[1] != in {
 		return nil, fmt.Errorf("%s: shape %v, want [%d %d]", mt.Where(), mt.Shape, out, in)
+	}
+	return QuantPlaneOf(mt)
+}
+
+// QuantPlaneOf returns a quantized cmf tensor (cmf.Tensor.Quant) as host planes for a
+// Source: its codes packed four per u32 word, fp8 scales as f32 (exact from the
+// checkpoint's F32, BF16 or F16), q8's f16 scales as they are; nil for a tensor that is not
+// quantized. Errors, naming the tensor: QuantCodes' and QuantScales' (an FP8 NaN code, a
+// scale that is not finite, a read error).
+func QuantPlaneOf(mt *cmf.Tensor) (*QuantPlane, error) {
+	q := mt.Quant
+	if q == nil {
+		return nil, nil
 	}
 	codes, err := mt.QuantCodes()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +31,7 @@ type benchFlags struct {
 	models, json, report, peer, before, cpu, notes, fm string
 	deadline                                           time.Duration
 	dtypes                                             []string // --teacher-dtype
+	gap                                                bool     // --teacher-gap
 }
 
 // newBenchFlags binds nvg bench's flags to f.
@@ -52,6 +54,7 @@ func newBenchFlags(c *command, f *benchFlags) *flag.FlagSet {
 		}
 		return nil
 	})
+	fs.BoolVar(&f.gap, "teacher-gap", false, "with 8-bit --teacher-dtype: first measure each 8-bit teacher's top-k KL and top-1 agreement against the f16 teacher (both streamed, the 8-bit weights the quantized f16 ones) on nb windows of t+1 random tokens")
 	fs.StringVar(&f.json, "json", "", "write the results as JSON to FILE (rewritten after every geometry)")
 	fs.Float64Var(&o.PeakTF, "peak-tflops", 67, "the device's f32 (non-tensor) ceiling in TFLOP/s, for the roofline columns (H200: ~67)")
 	fs.Float64Var(&o.PeakGB, "peak-gbps", 4800, "the device's memory bandwidth in GB/s, for the roofline columns (H200: ~4800)")
@@ -102,6 +105,9 @@ func runBench(args []string) error {
 	if f.deadline < 0 {
 		return usagef("--deadline must be ≥ 0, got %v", f.deadline)
 	}
+	if f.gap && !slices.ContainsFunc(f.dtypes, func(d string) bool { return d != "f16" }) {
+		return usagef("--teacher-gap needs an 8-bit --teacher-dtype (fp8 or q8)")
+	}
 	if f.deadline > 0 {
 		f.o.Deadline = time.Now().Add(f.deadline)
 	}
@@ -110,7 +116,7 @@ func runBench(args []string) error {
 
 // renderBench renders a report (--report, --cpu) instead of measuring.
 func renderBench(f benchFlags, set map[string]bool) error {
-	for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "teacher-dtype", "json", "deadline", "cpuprofile"} {
+	for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "teacher-dtype", "teacher-gap", "json", "deadline", "cpuprofile"} {
 		if set[n] {
 			return usagef("--%s measures; it cannot be combined with --report", n)
 		}
@@ -155,12 +161,19 @@ func measureBench(f benchFlags, set map[string]bool, args []string) error {
 		dtypes = []string{"f16"}
 	}
 	for _, name := range o.Models {
+		gaps, err := teacherGaps(f, dev, name)
+		if err != nil {
+			return err
+		}
 		for i, dt := range dtypes { // the student step with the first teacher dtype only
 			od := *o
 			od.TeacherDType, od.TeacherOnly = dt, i > 0
 			res := bench.Result{Geom: name, NB: o.NB, T: o.T, K: o.K, Tokens: o.NB * o.T, TeacherDType: dt, Error: "skipped: the --deadline passed"}
 			if o.Deadline.IsZero() || time.Until(o.Deadline) > 0 {
 				res = bench.Measure(dev, name, od)
+			}
+			if g, ok := gaps[dt]; ok {
+				res.TeacherGap = &g
 			}
 			if err := o.SumRanks(&res); err != nil {
 				return err
@@ -181,6 +194,31 @@ func measureBench(f benchFlags, set map[string]bool, args []string) error {
 		return fmt.Errorf("every geometry failed (%d)", failed)
 	}
 	return nil
+}
+
+// teacherGaps measures, with --teacher-gap, what each 8-bit --teacher-dtype costs geometry
+// name's synthetic teacher (bench.TeacherGaps over nb windows of t+1 random tokens, top-k)
+// and prints it; nil without the flag.
+func teacherGaps(f benchFlags, dev *gpu.Device, name string) (map[string]bench.Gap, error) {
+	if !f.gap {
+		return nil, nil
+	}
+	cfg, err := bench.Config(name)
+	if err != nil {
+		return nil, err
+	}
+	o := f.o
+	gaps, err := bench.TeacherGaps(dev, cfg, f.dtypes, o.NB, o.T, o.K, o.NB, uint32(o.Seed))
+	if err != nil {
+		return nil, fmt.Errorf("%s: --teacher-gap: %w", name, err)
+	}
+	for _, dt := range f.dtypes {
+		if g, ok := gaps[dt]; ok {
+			fmt.Fprintf(o.Stdout, "%s %s teacher against f16 (random weights and tokens, %d tokens): top-%d KL %.4g nats, top-1 agreement %.2f %%, NLL %.4f (f16 %.4f)\n",
+				name, dt, g.Tokens, g.K, g.TopKKL, 100*g.Top1, g.NLL, g.RefNLL)
+		}
+	}
+	return gaps, nil
 }
 
 // cpuDefaults sizes a run on a CPU adapter (lavapipe) down, unless the flags say otherwise:

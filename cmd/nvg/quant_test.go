@@ -28,7 +28,8 @@ func importQ8(t *testing.T, dir string) (string, string) {
 // TestImportQuantizeInfo writes the tiny teacher with q8 projections (nvg import --quantize
 // q8) and reads it back: every decoder projection (6 GatedDeltaNet layers × 8 + 2 attention
 // layers × 7 = 62) is q8 with its f16 scales, nvg info prints and reports them (8.125 bits
-// per weight), and the flag's bad values and an already 8-bit source are refused.
+// per weight), and the flag's bad values and an already 8-bit source are refused (and nvg
+// bench's 8-bit flags' bad values).
 func TestImportQuantizeInfo(t *testing.T) {
 	dir := t.TempDir()
 	out, stdout := importQ8(t, dir)
@@ -69,6 +70,8 @@ func TestImportQuantizeInfo(t *testing.T) {
 	}{
 		{[]string{"import", "--quantize", "int4", "../../cmf/tinyteacher/model", filepath.Join(dir, "x.cmf")}, 2, `--quantize must be q8 or fp8, got "int4"`},
 		{[]string{"import", "--quantize", "q8", out, filepath.Join(dir, "y.cmf")}, 1, "quantize from a bf16, f16 or f32 checkpoint"},
+		{[]string{"bench", "--teacher-gap"}, 2, "--teacher-gap needs an 8-bit --teacher-dtype"},
+		{[]string{"bench", "--teacher-dtype", "f16,int4"}, 2, `unknown teacher dtype "int4"`},
 	} {
 		_, stderr, code := capture(t, tc.args)
 		if code != tc.code || !strings.Contains(stderr, tc.want) {
