@@ -2,7 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/nvg-project/nvg/arch"
@@ -89,26 +92,71 @@ func (s *source) Quant(t arch.Tensor, _ bool) (*nvgkit.QuantPlane, error) {
 		return nil, err
 	}
 	delete(s.planes, key) // only its 8-bit form is used
-	// The f16 bits as a cmf tensor's little-endian bytes (nvg's hosts and GPUs are little-endian).
-	dense, err := cmf.NewTensor(t.Name, cmf.F16, t.Shape, unsafe.Slice((*byte)(unsafe.Pointer(&p.F16[0])), 2*len(p.F16)))
+	q, err := quantizePlane(t.Name, p.F16, t.Shape[0], t.Shape[1], s.format)
 	if err != nil {
 		return nil, err
 	}
+	s.quant[key] = q
+	return q, nil
+}
+
+// quantizePlane quantizes the f16 weight w [out, in] to format as cmf does
+// (cmf.QuantizeFP8 with DefaultFP8Block, cmf.QuantizeQ8), 128 rows per goroutine task — a
+// whole FP8 block row or 128 q8 rows, so the tasks' codes and scales are the whole tensor's,
+// concatenated — on every CPU.
+func quantizePlane(name string, w []uint16, out, in int, format gpu.QuantFormat) (*nvgkit.QuantPlane, error) {
+	const rows = 128
+	parts := make([]*nvgkit.QuantPlane, (out+rows-1)/rows)
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(runtime.GOMAXPROCS(0), len(parts)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				errs[i] = quantizeRows(name, w, in, i*rows, min((i+1)*rows, out), format, &parts[i])
+			}
+		}()
+	}
+	for i := range parts {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	q := &nvgkit.QuantPlane{Format: parts[0].Format, Block: parts[0].Block}
+	for _, p := range parts { // 128·in codes per part: whole u32 words but in the last
+		q.Codes.U32 = append(q.Codes.U32, p.Codes.U32...)
+		q.Scales.F32 = append(q.Scales.F32, p.Scales.F32...)
+		q.Scales.F16 = append(q.Scales.F16, p.Scales.F16...)
+	}
+	return q, nil
+}
+
+// quantizeRows quantizes rows [r0, r1) of quantizePlane's w into *part.
+func quantizeRows(name string, w []uint16, in, r0, r1 int, format gpu.QuantFormat, part **nvgkit.QuantPlane) error {
+	chunk := w[r0*in : r1*in]
+	// The f16 bits as a cmf tensor's little-endian bytes (nvg's hosts and GPUs are).
+	dense, err := cmf.NewTensor(name, cmf.F16, []int{r1 - r0, in}, unsafe.Slice((*byte)(unsafe.Pointer(&chunk[0])), 2*len(chunk)))
+	if err != nil {
+		return err
+	}
 	var qt *cmf.Tensor
-	if s.format == gpu.QuantFP8 {
+	if format == gpu.QuantFP8 {
 		qt, err = cmf.QuantizeFP8(dense, cmf.DefaultFP8Block)
 	} else {
 		qt, err = cmf.QuantizeQ8(dense)
 	}
-	if err != nil {
-		return nil, err
+	if err == nil {
+		*part, err = nvgkit.QuantPlaneOf(qt)
 	}
-	q, err := nvgkit.QuantPlaneOf(qt)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", t.Name, err)
+		return fmt.Errorf("%s: rows [%d, %d): %w", name, r0, r1, err)
 	}
-	s.quant[key] = q
-	return q, nil
+	return nil
 }
 
 // Gap is how far an 8-bit synthetic teacher's next-token distributions are from the f16
