@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,10 +44,13 @@ type Phase struct {
 	// what the other net of the run holds meanwhile (OtherBytes: the resident student's
 	// weights, state and work during the teacher pass; 0 during the student step, whose
 	// teacher is released), so that it is the phase alone, as Plan computes it.
-	PeakBytes   uint64   `json:"peak_bytes"`
-	PeakGiB     float64  `json:"peak_GiB"`
-	OtherBytes  uint64   `json:"other_bytes,omitempty"`
-	WeightBytes uint64   `json:"weight_bytes"`        // all the net's weights (Net.WeightBytes; streamed: most stay on the host)
+	PeakBytes   uint64  `json:"peak_bytes"`
+	PeakGiB     float64 `json:"peak_GiB"`
+	OtherBytes  uint64  `json:"other_bytes,omitempty"`
+	WeightBytes uint64  `json:"weight_bytes"` // all the net's weights (Net.WeightBytes; streamed: most stay on the host)
+	// UploadBytes is what a streamed teacher uploaded per timed pass (Net.UploadedBytes):
+	// every layer's weights once, whatever its format.
+	UploadBytes uint64   `json:"upload_bytes_per_pass,omitempty"`
 	PlanBytes   uint64   `json:"plan_bytes"`          // Memory's estimate
 	BuildS      float64  `json:"build_s"`             // making the synthetic net
 	ProfileMS   float64  `json:"profile_ms"`          // GPU time of the profiled run
@@ -62,6 +66,12 @@ type Result struct {
 	K           int    `json:"k"`
 	Tokens      int    `json:"tokens"`
 	TeacherMode string `json:"teacher_mode"`
+	// TeacherDType is the synthetic teacher's projection format (TeacherDTypes: "f16", "fp8",
+	// "q8"); "" in reports written before 8-bit teachers means f16.
+	TeacherDType string `json:"teacher_dtype,omitempty"`
+	// TeacherGap is, for an 8-bit teacher with nvg bench --teacher-gap, how far its
+	// distributions are from the f16 teacher's (TeacherGaps).
+	TeacherGap *Gap `json:"teacher_gap,omitempty"`
 	// KeepActivations: the student step kept every layer's activations (nvg bench
 	// --keep-activations) instead of recomputing them in the backward.
 	KeepActivations bool `json:"keep_activations,omitempty"`
@@ -109,6 +119,8 @@ type Options struct {
 	Steps, Reps    int      // timed student steps and teacher passes
 	Warmup         int      // untimed runs before the timed ones (< 0: 1 teacher pass, 2 student steps)
 	Teacher        string   // "auto" (streamed for 9B and 27B), "resident" or "streamed"
+	TeacherDType   string   // the teacher's projections: "f16" ("": f16), "fp8" or "q8" (TeacherDTypes)
+	TeacherOnly    bool     // measure the teacher pass only (no student step)
 	PeakTF, PeakGB float64  // the device's ceilings for the roofline columns
 	Profile        bool     // profile one pass and one step (needs timestamp queries)
 	Seed           uint64   // of the synthetic weights and token ids
@@ -146,6 +158,11 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("--cpuprofile: %v", err)
 		}
 	}
+	if o.TeacherDType != "" {
+		if _, err := ParseTeacherDType(o.TeacherDType); err != nil {
+			return fmt.Errorf("--teacher-dtype: %v", err)
+		}
+	}
 	switch {
 	case o.NB < 1 || o.T < 1:
 		return fmt.Errorf("--nb = %d and --t = %d must be ≥ 1", o.NB, o.T)
@@ -155,6 +172,7 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--steps = %d and --reps = %d must be ≥ 1", o.Steps, o.Reps)
 	case o.Teacher != "auto" && o.Teacher != "resident" && o.Teacher != "streamed":
 		return fmt.Errorf("--teacher must be auto, resident or streamed, got %q", o.Teacher)
+
 	case !(o.PeakTF > 0) || !(o.PeakGB > 0):
 		return errors.New("--peak-tflops and --peak-gbps must be > 0")
 	case !(o.Clip > 0) || math.IsInf(o.Clip, 0):
@@ -272,16 +290,21 @@ func (o *Options) measure(dev *gpu.Device, name string, res *Result) error {
 	}
 	streamed := o.Teacher == "streamed" || o.Teacher == "auto" && (name == "9B" || name == "27B")
 	res.TeacherMode = map[bool]string{false: "resident", true: "streamed"}[streamed]
-	res.KeepActivations, res.TrainSigns = o.Keep, o.Signs
-	tp, sp, err := o.plans(dev, cfg, streamed, res)
+	res.TeacherDType = cmp.Or(o.TeacherDType, "f16")
+	format, err := ParseTeacherDType(res.TeacherDType)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Stdout, "== %s: %d layers, hidden %d, vocab %d, %.3fB parameters; nb %d × t %d = %d tokens, top-%d; teacher %s\n",
-		name, cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, float64(res.Params)/1e9, o.NB, o.T, res.Tokens, o.K, res.TeacherMode)
+	res.KeepActivations, res.TrainSigns = o.Keep, o.Signs
+	tp, sp, err := o.plans(dev, cfg, format, streamed, res)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Stdout, "== %s: %d layers, hidden %d, vocab %d, %.3fB parameters; nb %d × t %d = %d tokens, top-%d; teacher %s, %s projections\n",
+		name, cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, float64(res.Params)/1e9, o.NB, o.T, res.Tokens, o.K, res.TeacherMode, res.TeacherDType)
 	fmt.Fprintf(o.Stdout, "   student: %.1fM BLR weights at %.3f bits/weight (%d paths, peer's rank rule), %.2fM trained values\n",
 		float64(res.BLRWeights)/1e6, res.BitsPerWeight, Paths, float64(res.Trainables)/1e6)
-	src := &nets{cfg: cfg, seed: uint32(o.Seed), vocab: cfg.VocabSize, tokens: o.ranks() * o.NB * (o.T + 1), o: o, name: name}
+	src := &nets{cfg: cfg, format: format, seed: uint32(o.Seed), vocab: cfg.VocabSize, tokens: o.ranks() * o.NB * (o.T + 1), o: o, name: name}
 	run, err := train.Assemble(context.Background(), train.Setup{Nets: src, Train: o.trainConfig()},
 		train.Env{Device: dev, Comm: o.Comm, StreamTeacher: streamed})
 	if err != nil {
@@ -296,14 +319,18 @@ func (o *Options) measure(dev *gpu.Device, name string, res *Result) error {
 	if err := dev.Sync(); err != nil {
 		return err
 	}
+	if o.TeacherOnly {
+		fmt.Fprintln(o.Stdout)
+		return nil
+	}
 	res.Student = &Phase{PlanBytes: sp.TotalBytes(), BuildS: src.built[1], WeightBytes: run.Student.WeightBytes()}
 	return o.studentPhase(run, res)
 }
 
 // plans computes both phases' plans, fills res's sizes and makes the dry checks: each phase
 // alone, and the teacher pass with the student resident beside it (as a run holds them).
-func (o *Options) plans(dev *gpu.Device, cfg arch.Config, streamed bool, res *Result) (tp, sp Plan, err error) {
-	if tp, err = Memory(cfg, nvgkit.Teacher, o.NB, o.T, o.K, streamed); err != nil {
+func (o *Options) plans(dev *gpu.Device, cfg arch.Config, format gpu.QuantFormat, streamed bool, res *Result) (tp, sp Plan, err error) {
+	if tp, err = TeacherMemory(cfg, format, o.NB, o.T, o.K, streamed); err != nil {
 		return tp, sp, err
 	}
 	if sp, err = Memory(cfg, nvgkit.Student, o.NB, o.T, o.K, false); err != nil {
@@ -352,6 +379,7 @@ func (o *Options) trainConfig() train.TrainConfig {
 // token stream of random ids.
 type nets struct {
 	cfg           arch.Config
+	format        gpu.QuantFormat // the teacher's projections (NewTeacher)
 	seed          uint32
 	vocab, tokens int
 	o             *Options
@@ -365,7 +393,7 @@ func (n *nets) Nets(dev *gpu.Device, streamed bool) (teacher, student *nvgkit.Ne
 		opts = append(opts, nvgkit.StreamLayers())
 	}
 	t0 := time.Now()
-	if teacher, err = NewNet(dev, n.cfg, nvgkit.Teacher, n.seed, append(opts, n.progress("teacher"))...); err != nil {
+	if teacher, err = NewTeacher(dev, n.cfg, n.format, n.seed, append(opts, n.progress("teacher"))...); err != nil {
 		return nil, nil, fmt.Errorf("teacher: %w", err)
 	}
 	n.built[0] = time.Since(t0).Seconds()
@@ -438,7 +466,11 @@ func (o *Options) teacherPhase(run *train.Run, res *Result) error {
 		warm = o.Warmup
 	}
 	left := max(warm-1, 0) // warm-ups after Prepare's
+	var up0 uint64         // UploadedBytes before the first timed pass
 	for i := 0; i < left+o.Reps; i++ {
+		if i == left {
+			up0 = run.Teacher.UploadedBytes()
+		}
 		// Beyond the first timed pass, keep time for the student's (≈ 4 passes per step, 3
 		// steps at least).
 		if i != left && !o.fits(dur(13*last)) {
@@ -457,12 +489,13 @@ func (o *Options) teacherPhase(run *train.Run, res *Result) error {
 			ph.Seconds = append(ph.Seconds, last)
 		}
 	}
+	ph.UploadBytes = (run.Teacher.UploadedBytes() - up0) / uint64(len(ph.Seconds))
 	if err := o.profilePhase(dev, ph, 14*last, pass); err != nil {
 		return fmt.Errorf("profiled teacher pass: %w", err)
 	}
 	what := "teacher pass"
 	if run.Teacher.Streamed() {
-		what += " (streamed: ≤ 2 layers on the GPU)"
+		what += fmt.Sprintf(" (streamed: ≤ 2 layers on the GPU, %.2f GB uploaded per pass)", float64(ph.UploadBytes)/1e9)
 	}
 	o.finishPhase(dev, ph, res.Tokens, what)
 	return nil

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/nvg-project/nvg/arch"
+	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -28,7 +29,8 @@ type Plan struct {
 	// Trainables is a Student's trained values (every path's h, ℓ, g and every norm gain).
 	Trainables int64
 	// WeightBytes is the GPU bytes of the net's weights during the phase: all of them when
-	// resident; the embedding, head, final norm and the two largest layers when streamed.
+	// resident; the head, final norm and the two largest layers when streamed (and the
+	// embedding when it is the tied head; an untied one stays on the host).
 	WeightBytes uint64
 	// StateBytes is a Student's gradients, Adam moments and arena tags (nvgkit.Net.StateBytes: 16
 	// bytes per trained value + 4).
@@ -130,6 +132,20 @@ func hasLayers(c arch.Config, full bool) bool {
 // machine can be checked here (Check) before a GPU run. Errors: an invalid config, nb, t or
 // k < 1, streamed with a Student, or rows·width beyond the 2³¹ index range of a buffer.
 func Memory(c arch.Config, kind nvgkit.NetKind, nb, t, k int, streamed bool) (Plan, error) {
+	return memory(c, kind, 0, nb, t, k, streamed)
+}
+
+// TeacherMemory is Memory's plan of a teacher pass whose decoder projections are 8-bit in
+// format (NewTeacher: codes and scales, quantBytes), or f16 planes for format 0. Errors as
+// Memory's, and an unknown format.
+func TeacherMemory(c arch.Config, format gpu.QuantFormat, nb, t, k int, streamed bool) (Plan, error) {
+	if format != 0 && format != gpu.QuantFP8 && format != gpu.QuantQ8 {
+		return Plan{}, fmt.Errorf("bench.TeacherMemory: unknown format %v", format)
+	}
+	return memory(c, nvgkit.Teacher, format, nb, t, k, streamed)
+}
+
+func memory(c arch.Config, kind nvgkit.NetKind, format gpu.QuantFormat, nb, t, k int, streamed bool) (Plan, error) {
 	if err := c.Validate(); err != nil {
 		return Plan{}, fmt.Errorf("bench.Memory: %w", err)
 	}
@@ -152,9 +168,12 @@ func Memory(c arch.Config, kind nvgkit.NetKind, nb, t, k int, streamed bool) (Pl
 	}
 	l := c.Layout()
 	emb := f16Bytes(V * H)
-	big(l.EmbedTokens.Name, emb, false)
-	shared := emb + uint64(4*H)
+	shared := uint64(4 * H)
 	p.Params = V*H + H
+	if !streamed || l.LMHead == nil { // a streamed net keeps an untied embedding on the host
+		shared += emb
+		big(l.EmbedTokens.Name, emb, false)
+	}
 	if l.LMHead != nil {
 		shared += emb
 		p.Params += V * H
@@ -206,8 +225,11 @@ func Memory(c arch.Config, kind nvgkit.NetKind, nb, t, k int, streamed bool) (Pl
 			if kind == nvgkit.Student {
 				p.DenseWeights += m * n
 			}
-			w := f16Bytes(m * n)
-			big(fmt.Sprintf("layer %d %s", i, name), w, true)
+			w, bound := f16Bytes(m*n), f16Bytes(m*n)
+			if kind == nvgkit.Teacher && format != 0 { // codes (bound whole) and scales
+				w, bound = quantBytes(format, m, n), 4*uint64((m*n+3)/4)
+			}
+			big(fmt.Sprintf("layer %d %s", i, name), bound, true)
 			lb += w
 		}
 		for size, k := range borrowed {

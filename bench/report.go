@@ -106,8 +106,8 @@ func num(v float64, format string) string {
 }
 
 // readJSONs reads comma-separated nvg bench JSON files and merges them: the header of
-// the first, the results of all in order (a later result for the same geometry replaces an
-// earlier one), the commands joined with "; ".
+// the first, the results of all in order (a later result for the same geometry and teacher
+// dtype replaces an earlier one), the commands joined with "; ".
 func readJSONs(paths string) (*Report, error) {
 	var rep *Report
 	for _, p := range strings.Split(paths, ",") {
@@ -126,7 +126,7 @@ func readJSONs(paths string) (*Report, error) {
 	next:
 		for _, x := range r.Results {
 			for i := range rep.Results {
-				if rep.Results[i].Geom == x.Geom {
+				if rep.Results[i].key() == x.key() {
 					rep.Results[i] = x
 					continue next
 				}
@@ -223,6 +223,30 @@ func RenderReport(w io.Writer, reportPath, beforePath, peerPath, cpuPath, notesP
 	return renderMarkdown(w, rep, before, peer, cpu, notes)
 }
 
+// dtype is the result's teacher dtype, "f16" for reports written before 8-bit teachers.
+func (r Result) dtype() string {
+	if r.TeacherDType == "" {
+		return "f16"
+	}
+	return r.TeacherDType
+}
+
+// key names a result within a report: its geometry, and its teacher dtype when not f16.
+func (r Result) key() string {
+	if r.dtype() == "f16" {
+		return r.Geom
+	}
+	return r.Geom + " " + r.dtype()
+}
+
+// teacherOf is the teacher column of a result: its mode, and its dtype when not f16.
+func teacherOf(r Result) string {
+	if r.dtype() == "f16" {
+		return r.TeacherMode
+	}
+	return r.TeacherMode + ", " + r.dtype()
+}
+
 func phaseOf(r Result) (t, s Phase) {
 	if r.Teacher != nil {
 		t = *r.Teacher
@@ -244,7 +268,7 @@ func renderRatios(w io.Writer, rep, before *Report, peer *peerRun) error {
 	for _, r := range rep.Results {
 		t, s := phaseOf(r)
 		p := peer.results[r.Geom]
-		fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s %7s   %9s %9s %7s\n", r.Geom,
+		fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s %7s   %9s %9s %7s\n", r.key(),
 			num(t.TokS, "%.0f"), num(p.TeacherTokS, "%.0f"), ratio(t.TokS, p.TeacherTokS),
 			num(s.TokS, "%.0f"), num(p.StudentTokS, "%.0f"), ratio(s.TokS, p.StudentTokS),
 			num(t.PeakGiB, "%.2f"), num(p.TeacherPeakGiB, "%.2f"), ratio(t.PeakGiB, p.TeacherPeakGiB),
@@ -281,7 +305,7 @@ func renderRatios(w io.Writer, rep, before *Report, peer *peerRun) error {
 func beforeCells(pair [2]Result) []any {
 	t, s := phaseOf(pair[0])
 	bt, bs := phaseOf(pair[1])
-	return []any{pair[0].Geom,
+	return []any{pair[0].key(),
 		num(bt.TokS, "%.0f"), num(t.TokS, "%.0f"), speedup(t.TokS, bt.TokS),
 		num(bs.TokS, "%.0f"), num(s.TokS, "%.0f"), speedup(s.TokS, bs.TokS),
 		num(bt.PeakGiB, "%.2f"), num(t.PeakGiB, "%.2f"),
@@ -312,11 +336,11 @@ func buildOf(rep *Report) string {
 func commonResults(rep, before *Report) (pairs [][2]Result, skipped []string) {
 	for _, r := range rep.Results {
 		for _, b := range before.Results {
-			if b.Geom != r.Geom {
+			if b.key() != r.key() {
 				continue
 			}
 			if why := incomparable(r, b); why != "" {
-				skipped = append(skipped, fmt.Sprintf("%s (%s)", r.Geom, why))
+				skipped = append(skipped, fmt.Sprintf("%s (%s)", r.key(), why))
 			} else {
 				pairs = append(pairs, [2]Result{r, b})
 			}
@@ -359,7 +383,7 @@ func profiledPhase(before *Report, now Result, student bool) *Phase {
 		return nil
 	}
 	for _, r := range before.Results {
-		if r.Geom != now.Geom {
+		if r.key() != now.key() {
 			continue
 		}
 		if incomparable(now, r) != "" {
@@ -505,12 +529,12 @@ func resultsTable(w io.Writer, rep *Report, peer *peerRun) {
 	for _, r := range rep.Results {
 		t, s := phaseOf(r)
 		if peer == nil {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r.Geom, r.TeacherMode, num(t.TokS, "%.0f"), num(s.TokS, "%.0f"),
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r.Geom, teacherOf(r), num(t.TokS, "%.0f"), num(s.TokS, "%.0f"),
 				num(t.PeakGiB, "%.2f"), num(s.PeakGiB, "%.2f"))
 			continue
 		}
 		p := peer.results[r.Geom]
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Geom, r.TeacherMode,
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Geom, teacherOf(r),
 			num(t.TokS, "%.0f"), num(p.TeacherTokS, "%.0f"), ratio(t.TokS, p.TeacherTokS),
 			num(s.TokS, "%.0f"), num(p.StudentTokS, "%.0f"), ratio(s.TokS, p.StudentTokS),
 			num(t.PeakGiB, "%.2f"), num(p.TeacherPeakGiB, "%.2f"), ratio(t.PeakGiB, p.TeacherPeakGiB),
@@ -539,6 +563,52 @@ func beforeTable(w io.Writer, rep, before *Report) {
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, pair := range pairs {
 		fmt.Fprintf(w, "| %s | %s → %s | %s | %s → %s | %s | %s → %s | %s → %s |\n", beforeCells(pair)...)
+	}
+	fmt.Fprintln(w)
+}
+
+// quantTable writes, when rep measured 8-bit teachers, their teacher pass against the f16
+// teacher's of the same geometry and mode: tokens/s, peak GPU memory and the bytes a
+// streamed pass uploads, each with its ratio to f16's.
+func quantTable(w io.Writer, rep *Report) {
+	f16 := map[string]Phase{}
+	quant := false
+	for _, r := range rep.Results {
+		t, _ := phaseOf(r)
+		if r.dtype() == "f16" {
+			f16[r.Geom+" "+r.TeacherMode] = t
+		} else {
+			quant = true
+		}
+	}
+	if !quant {
+		return
+	}
+	fmt.Fprint(w, `### 8-bit teachers
+
+The teacher pass with 8-bit projections (`+"`--teacher-dtype`"+`: fp8, e4m3 codes and an f32 scale per 128×128
+block; q8, int8 codes and an f16 scale per row and 128 inputs; dequantized inside the GEMMs' tile loads)
+against the f16 teacher (a bf16 checkpoint on the GPU) of the same geometry and mode, measured in the same
+run(s). Upload: the bytes a streamed pass moves to the GPU.
+
+With `+"`--teacher-gap`"+`, the last two columns say how far each 8-bit teacher's distributions are
+from the f16 teacher's, on random weights and nb windows of random tokens (the 8-bit weights
+the quantized f16 ones): the mean top-k KL (both renormalised over the f16 teacher's top-k)
+and the top-1 agreement.
+
+| geometry | teacher | teacher pass tok/s | × f16 | peak GiB | × f16 | upload GB/pass | × f16 | top-k KL (nats) | top-1 |
+|---|---|---:|---:|---:|---:|---:|---:|---:|---:|
+`)
+	for _, r := range rep.Results {
+		t, _ := phaseOf(r)
+		b := f16[r.Geom+" "+r.TeacherMode]
+		kl, top1 := "—", "—"
+		if g := r.TeacherGap; g != nil {
+			kl, top1 = fmt.Sprintf("%.3g", g.TopKKL), fmt.Sprintf("%.2f %%", 100*g.Top1)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Geom, teacherOf(r),
+			num(t.TokS, "%.0f"), ratio(t.TokS, b.TokS), num(t.PeakGiB, "%.2f"), ratio(t.PeakGiB, b.PeakGiB),
+			num(float64(t.UploadBytes)/1e9, "%.2f"), ratio(float64(t.UploadBytes), float64(b.UploadBytes)), kl, top1)
 	}
 	fmt.Fprintln(w)
 }
@@ -613,6 +683,7 @@ func renderMarkdown(w io.Writer, rep, before *Report, peer *peerRun, cpu *Report
 	if before != nil {
 		beforeTable(w, rep, before)
 	}
+	quantTable(w, rep)
 	if len(notes) > 0 {
 		w.Write(bytes.TrimSpace(notes))
 		fmt.Fprintln(w)
@@ -641,7 +712,7 @@ func renderMarkdown(w io.Writer, rep, before *Report, peer *peerRun, cpu *Report
 // (student) or the teacher pass, against the earlier run's when there is one.
 func profileTables(w io.Writer, rep, before *Report, student bool, rows int) {
 	for _, r := range rep.Results {
-		ph, what := r.Teacher, "teacher pass, "+r.TeacherMode
+		ph, what := r.Teacher, "teacher pass, "+teacherOf(r)
 		if student {
 			ph, what = r.Student, "student step"
 		}

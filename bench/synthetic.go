@@ -140,11 +140,15 @@ type source struct {
 	r      *gpu.Recorder             // the current layer's fills
 	drop   []func()                  // what to release once the layer's recording is discarded
 	planes map[planeKey]nvgkit.Plane // streamed teacher: host planes per (layer type, role)
+	// format is an 8-bit teacher's projection format (NewTeacher; 0: f16 planes), quant its
+	// host planes per (layer type, role).
+	format gpu.QuantFormat
+	quant  map[planeKey]*nvgkit.QuantPlane
 }
 
 type planeKey struct {
-	full bool
-	role int
+	shared, full bool // shared: a tensor of layer −1 (the embedding's host plane)
+	role         int
 }
 
 // tensorKind is a tensor's role (its seed) and the range of its random values.
@@ -249,7 +253,7 @@ func (s *source) Dense(t arch.Tensor, shape []int, half, host bool) (nvgkit.Plan
 
 // hostPlane makes (once per layer type and role) the host values of tensor t.
 func (s *source) hostPlane(t arch.Tensor, k tensorKind, shape []int, half bool) (nvgkit.Plane, error) {
-	key := planeKey{s.full, k.role}
+	key := planeKey{s.layer < 0, s.full, k.role}
 	if p, ok := s.planes[key]; ok {
 		return p, nil
 	}

@@ -539,7 +539,10 @@ func (p *pathF64) toBLRPath() (cmf.BLRPath, error) {
 // it on small matrices; a single tensor may then exceed the target slightly. The budget can
 // only be missed from below when ranks reach min(m, n) (very high targets). Every other
 // tensor (embedding, head, norms, conv1d, A_log, dt_bias, in_proj_a/b) is shared, not
-// copied, with the teacher, which must therefore stay open while the result is used. The
+// copied, with the teacher, which must therefore stay open while the result is used. An
+// 8-bit teacher (fp8 or q8 projections, cmf's Quant; DESIGN.md §4) compresses from the exact
+// products code value × scale (Tensor.Float64), and the tensors it shares are its dense
+// views (Tensor.Dequantized: in_proj_a/b become F32), so the student holds no 8-bit tensor. The
 // result is a new in-memory Model with the teacher's config. Tensors are compressed in
 // parallel (opt.Workers at a time, largest first); the output is the same for a given
 // opt.Seed whatever the worker count. progress, if non-nil, is called after each
@@ -547,7 +550,7 @@ func (p *pathF64) toBLRPath() (cmf.BLRPath, error) {
 // goroutine at a time. Reports come back sorted by name.
 //
 // Errors, naming the tensor: a nil teacher, an invalid config (arch.Config.Validate), a bad
-// option, a BLR tensor that is not a 2-D float matrix (including one already BLR), with
+// option, a BLR tensor that is not a 2-D float or quantized matrix (including one already BLR), with
 // opt.Calibration a BLR tensor without statistics of its input features (all checked before
 // any tensor is compressed), or any Matrix error.
 func Model(m *cmf.Model, opt Options, progress func(done, total int, name string)) (*cmf.Model, []TensorReport, error) {
@@ -572,13 +575,13 @@ func Model(m *cmf.Model, opt Options, progress func(done, total int, name string
 		t := m.Tensors[name]
 		kind, ok := blr[name]
 		if !ok {
-			out.Tensors[name] = t
+			out.Tensors[name] = t.Dequantized() // a student's dense tensors are never 8-bit
 			continue
 		}
 		if t.DType == cmf.BLR {
 			return nil, nil, fmt.Errorf("compress: tensor %s is already BLR: compress a full-precision teacher", name)
 		}
-		if !t.DType.Float() || len(t.Shape) != 2 {
+		if t.Quant == nil && !t.DType.Float() || len(t.Shape) != 2 {
 			return nil, nil, fmt.Errorf("compress: tensor %s (%s, shape %v) is not a 2-D float weight", name, t.DType, t.Shape)
 		}
 		if opt.Calibration != nil { // before any work, in name order

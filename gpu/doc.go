@@ -107,6 +107,7 @@
 // # Where things are
 //
 //	gpu/device.go, buffer.go       Open, Device.Info, limits, buffers, upload/readback, MemStats
+//	gpu/pack.go, view.go           arenas of buffers (Pack) and second names for a buffer's bytes (View)
 //	gpu/kernel.go, record.go       KernelSpec and the pipeline cache; Recorder, Temp, Borrow, Dispatch,
 //	                               dispatch1D, Grid1D, Cost, Submit
 //	gpu/check.go                   the launchers' shared argument checks (need, positive, distinct)

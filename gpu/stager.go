@@ -39,22 +39,26 @@ type stagerSlot struct {
 }
 
 // StagerUpload is one destination of Stager.Upload: the whole of Dst is written from F32 (an
-// F32 buffer) or F16 (an F16 buffer, raw binary16 bits), row-major, Dst.Len() values.
+// F32 buffer), F16 (an F16 buffer, raw binary16 bits) or U32 (a U32 buffer, e.g. an 8-bit
+// weight's codes, four per word: UploadQuantCodes' layout), row-major, Dst.Len() values.
 type StagerUpload struct {
 	Dst *Buffer
 	F32 []float32
 	F16 []uint16
+	U32 []uint32
 }
 
 // data checks u and returns its bytes.
 func (u StagerUpload) data() ([]byte, error) {
-	switch {
-	case u.Dst.dtype == F32 && u.F16 == nil && len(u.F32) == u.Dst.numel:
+	switch n := u.Dst.numel; {
+	case u.Dst.dtype == F32 && u.F16 == nil && u.U32 == nil && len(u.F32) == n:
 		return bytesOf(u.F32), nil
-	case u.Dst.dtype == F16 && u.F32 == nil && len(u.F16) == u.Dst.numel:
+	case u.Dst.dtype == F16 && u.F32 == nil && u.U32 == nil && len(u.F16) == n:
 		return bytesOf(u.F16), nil
+	case u.Dst.dtype == U32 && u.F32 == nil && u.F16 == nil && len(u.U32) == n:
+		return bytesOf(u.U32), nil
 	}
-	return nil, fmt.Errorf("%d f32 and %d f16 values for buffer %s (want %d values of its dtype only)", len(u.F32), len(u.F16), u.Dst, u.Dst.numel)
+	return nil, fmt.Errorf("%d f32, %d f16 and %d u32 values for buffer %s (want %d values of its dtype only)", len(u.F32), len(u.F16), len(u.U32), u.Dst, u.Dst.numel)
 }
 
 // NewStager allocates slots staging buffers of slotBytes each (rounded up to a multiple of 4)

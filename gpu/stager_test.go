@@ -14,8 +14,8 @@ import (
 	"github.com/nvg-project/nvg/gpu/gputest"
 )
 
-// TestStager uploads layers of odd-sized f32 and f16 buffers (f16 with an odd element count:
-// a padded last word) through a two-slot stager, more layers than slots, and reads every
+// TestStager uploads layers of odd-sized f32, f16 and u32 buffers (f16 with an odd element
+// count: a padded last word; u32 as an 8-bit weight's packed codes) through a two-slot stager, more layers than slots, and reads every
 // buffer back bit for bit; then the error cases, which must leave the stager usable.
 func TestStager(t *testing.T) {
 	d := gputest.Open(t)
@@ -28,20 +28,27 @@ func TestStager(t *testing.T) {
 	type layer struct {
 		f32 *gpu.Buffer
 		f16 *gpu.Buffer
+		u32 *gpu.Buffer
 		a   []float32
 		b   []uint16
+		c   []uint32
 	}
 	var layers []layer
 	for l := range 5 {
 		na, nb := 1000+37*l, 2001+2*l
 		a, _ := randF32(rng, na, 3)
 		b, _ := randF16(rng, nb, 3)
+		c := make([]uint32, 333+l)
+		for i := range c {
+			c[i] = rng.Uint32()
+		}
 		L := layer{
 			f32: must(d.NewBuffer(fmt.Sprint("a", l), gpu.F32, na)).T(t),
 			f16: must(d.NewBuffer(fmt.Sprint("b", l), gpu.F16, nb)).T(t),
-			a:   a, b: b,
+			u32: must(d.NewBuffer(fmt.Sprint("c", l), gpu.U32, len(c))).T(t),
+			a:   a, b: b, c: c,
 		}
-		if err := s.Upload([]gpu.StagerUpload{{Dst: L.f32, F32: a}, {Dst: L.f16, F16: b}}); err != nil {
+		if err := s.Upload([]gpu.StagerUpload{{Dst: L.f32, F32: a}, {Dst: L.f16, F16: b}, {Dst: L.u32, U32: c}}); err != nil {
 			t.Fatalf("layer %d: %v", l, err)
 		}
 		layers = append(layers, L)
@@ -52,6 +59,9 @@ func TestStager(t *testing.T) {
 		}
 		if got := must(d.ReadF16(L.f16)).T(t); !slices.Equal(got, L.b) {
 			t.Errorf("layer %d: f16 buffer differs from its upload", l)
+		}
+		if got := must(d.ReadUint32(L.u32)).T(t); !slices.Equal(got, L.c) {
+			t.Errorf("layer %d: u32 buffer differs from its upload", l)
 		}
 	}
 	small := must(d.NewBuffer("small", gpu.F32, 4)).T(t)
@@ -65,6 +75,7 @@ func TestStager(t *testing.T) {
 	}{
 		{"too long", []gpu.StagerUpload{{Dst: small, F32: make([]float32, 5)}}, "values for buffer"},
 		{"wrong dtype", []gpu.StagerUpload{{Dst: small, F16: make([]uint16, 4)}}, "values for buffer"},
+		{"u32 into f32", []gpu.StagerUpload{{Dst: small, U32: make([]uint32, 4)}}, "values for buffer"},
 		{"above slot", []gpu.StagerUpload{{Dst: big, F32: make([]float32, 1<<15)}}, "above the slot"},
 		{"released", []gpu.StagerUpload{{Dst: gone, F32: make([]float32, 4)}}, "released"},
 	} {

@@ -47,13 +47,15 @@ func decoder(d cmf.DType, raw []byte) (func(i int) float32, error) {
 	return nil, fmt.Errorf("dtype %s is not a dense float dtype", d)
 }
 
-// tensorData reads t (which must have the given shape and a dense float dtype) and returns
-// its bytes with an element decoder. Errors name the tensor.
+// tensorData reads t (which must have the given shape and a dense float dtype, or be
+// quantized: it then reads its dense view, cmf.Tensor.Dequantized) and returns its bytes
+// with an element decoder. Errors name the tensor.
 func tensorData(m *cmf.Model, name string, shape ...int) (*cmf.Tensor, func(int) float32, int, error) {
 	t, err := m.Tensor(name)
 	if err != nil {
 		return nil, nil, 0, err
 	}
+	t = t.Dequantized()
 	if len(t.Shape) != len(shape) {
 		return nil, nil, 0, fmt.Errorf("tensor %s: shape %v, want %v", name, t.Shape, shape)
 	}

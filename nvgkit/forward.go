@@ -238,7 +238,7 @@ func (n *Net) pass(w *Work, flat []int, keep func(l int) error) (err error) {
 	}
 	embedded := false
 	if keep != nil {
-		if err := d.Run(func(r *gpu.Recorder) error { return gpu.Embedding(r, n.embed, flat, w.x) }); err != nil {
+		if err := d.Run(func(r *gpu.Recorder) error { return n.embedInto(r, flat, w.x) }); err != nil {
 			return err
 		}
 		embedded = true
@@ -249,7 +249,7 @@ func (n *Net) pass(w *Work, flat []int, keep func(l int) error) (err error) {
 	for i, L := range n.layers {
 		r := d.Begin()
 		if !embedded {
-			if err := gpu.Embedding(r, n.embed, flat, w.x); err != nil {
+			if err := n.embedInto(r, flat, w.x); err != nil {
 				r.Discard()
 				return err
 			}
@@ -277,7 +277,7 @@ func (n *Net) pass(w *Work, flat []int, keep func(l int) error) (err error) {
 		}
 	}
 	if !embedded { // a model without layers
-		return d.Run(func(r *gpu.Recorder) error { return gpu.Embedding(r, n.embed, flat, w.x) })
+		return d.Run(func(r *gpu.Recorder) error { return n.embedInto(r, flat, w.x) })
 	}
 	return nil
 }

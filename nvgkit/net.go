@@ -9,6 +9,7 @@ import (
 	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/x448/float16"
 )
 
 // NetKind says how a Net stores its projections on the GPU.
@@ -17,8 +18,11 @@ type NetKind int
 const (
 	// Teacher holds every linear weight — the projections of every layer, the embedding and
 	// the (untied) head — as IEEE f16 planes in the PyTorch [out, in] layout, and the norm
-	// gains, conv1d weights, A_log and dt_bias in f32. The model's weights must be dense
-	// (f32, f16, bf16 or f64) and finite within f16's range.
+	// gains, conv1d weights, A_log and dt_bias in f32. A projection the model stores in 8
+	// bits (cmf's fp8 or q8, DESIGN.md §4 "Quantized weights") stays 8-bit on the GPU: its
+	// codes and scales, dequantized inside the GEMM's tile loads (gpu.LinearQuant). The
+	// other weights must be dense (f32, f16, bf16 or f64, or quantized ones, dequantized at
+	// load) and finite within f16's range.
 	Teacher NetKind = iota
 	// Student is a distillation student (DESIGN.md §6): every BLR projection (dtype blr in the
 	// model) as a gpu.BLRLayer whose scales h, ℓ, g (F32) train and whose sign bits U, V
@@ -57,11 +61,13 @@ func LoadProgress(fn func(done, total int)) LoadOption {
 }
 
 // StreamLayers makes LoadNet keep the decoder layers' weights in host memory (as the f16/f32
-// planes the GPU uses) and upload them one layer at a time during each pass: layer l+1 is
-// uploaded while layer l computes, and layer l is released after it, so at most two layers'
-// weights are on the GPU at once (the embedding, head and final norm stay resident). The
-// results are bit-identical to the resident mode; it lets a teacher larger than GPU memory
-// run, at the price of re-uploading every layer on every pass.
+// planes the GPU uses, or an 8-bit projection's codes and scales) and upload them one layer
+// at a time during each pass: layer l+1 is uploaded while layer l computes, and layer l is
+// released after it, so at most two layers' weights are on the GPU at once (the head and
+// final norm stay resident; so does the embedding when it is the tied head, else it stays on
+// the host too and a pass uploads the rows it gathers). The results are bit-identical to the
+// resident mode; it lets a teacher larger than GPU memory run, at the price of re-uploading
+// every layer on every pass.
 func StreamLayers() LoadOption { return func(c *loadConfig) { c.streamed = true } }
 
 // Net is a Qwen3.5 text model on the GPU (DESIGN.md §3), loaded by LoadNet.
@@ -77,28 +83,35 @@ type Net struct {
 	// Config is the architecture (validated).
 	Config arch.Config
 
-	dev       *gpu.Device
-	streamed  bool
-	embed     *gpu.Buffer // F16 [vocab, H]
-	head      *gpu.Buffer // F16 [vocab, H]; == embed when tied
+	dev      *gpu.Device
+	streamed bool
+	embed    *gpu.Buffer // F16 [vocab, H]; nil when embedHost holds it
+	head     *gpu.Buffer // F16 [vocab, H]; == embed when tied
+	// embedHost is the f16 embedding [vocab·H] of a streamed net with an untied head, kept
+	// on the host: a pass gathers its rows there and uploads them (embedInto), so the GPU
+	// holds one [rows, H] input instead of the vocabulary's rows (2.4 GiB at the 27B geometry).
+	embedHost []uint16
 	finalNorm *gpu.Buffer // F32 [H]
 	layers    []*layer
 	released  bool
 	// onGPU counts the layers uploaded now; maxOnGPU the most at once since LoadNet.
 	onGPU, maxOnGPU int
 	stager          *gpu.Stager   // a streamed net's uploads (uploadStreamed)
+	uploaded        uint64        // bytes the stager has uploaded (UploadedBytes)
 	st              *studentState // Student only
 	warnings        []string      // Warnings
 }
 
-// param is one weight tensor of a layer: its GPU buffer while uploaded, and its host planes
-// when the net streams layers (exactly one of f16 and f32 is set then).
+// param is one weight tensor of a layer: its GPU buffer while uploaded, and its host plane
+// when the net streams layers (exactly the one of f16, f32 and u32 that its dtype names is
+// set then).
 type param struct {
 	label string
 	shape []int
-	half  bool // F16 on the GPU (else F32)
+	dtype gpu.DType // F16, F32, or U32 (an 8-bit projection's codes, four per word)
 	f16   []uint16
 	f32   []float32
+	u32   []uint32
 	buf   *gpu.Buffer
 }
 
@@ -107,7 +120,7 @@ func (p *param) bytes() uint64 {
 	for _, s := range p.shape {
 		n *= s
 	}
-	if p.half {
+	if p.dtype == gpu.F16 {
 		return uint64(2*n+3) &^ 3
 	}
 	return uint64(4 * n)
@@ -118,13 +131,19 @@ func (p *param) upload(d *gpu.Device) error {
 		return nil
 	}
 	var err error
-	if p.half {
+	switch p.dtype {
+	case gpu.F16:
 		p.buf, err = d.UploadF16(p.label, p.f16, p.shape...)
-	} else {
+	case gpu.U32:
+		p.buf, err = d.UploadUint32(p.label, p.u32, p.shape...)
+	default:
 		p.buf, err = d.UploadFloat32(p.label, p.f32, p.shape...)
 	}
 	return err
 }
+
+// dropHost forgets the host plane (once the GPU copy is the only one).
+func (p *param) dropHost() { p.f16, p.f32, p.u32 = nil, nil, nil }
 
 func (p *param) release() {
 	if p.buf != nil {
@@ -133,11 +152,13 @@ func (p *param) release() {
 	}
 }
 
-// linear is one projection y = x·Wᵀ, W [out, in]. A Teacher holds W as an f16 plane (w); a
-// Student holds either that (frozen) or the BLR factors (blr, with the metric's gradient
-// buffers grads, one per path), behind the same apply.
+// linear is one projection y = x·Wᵀ, W [out, in]. A Teacher holds W as an f16 plane (w) or
+// as 8-bit codes and scales (q); a Student holds either an f16 plane (frozen) or the BLR
+// factors (blr, with the metric's gradient buffers grads, one per path), behind the same
+// apply.
 type linear struct {
 	w       *param
+	q       *quantLinear
 	blr     *gpu.BLRLayer
 	grads   []gpu.BLRGrad
 	name    string // the HF tensor name
@@ -153,7 +174,24 @@ func (l *linear) apply(r *gpu.Recorder, x, y *gpu.Buffer, rows int) error {
 	if l.blr != nil {
 		return gpu.BLRForward(r, l.blr, x, y, gpu.BLRKept{}, rows)
 	}
+	if l.q != nil {
+		return gpu.LinearQuant(r, x, l.q.weight(l.out, l.in), y, rows)
+	}
 	return gpu.Linear(r, x, l.w.buf, y, rows, l.in, l.out)
+}
+
+// quantLinear is an 8-bit projection of a Teacher (DESIGN.md §4, "Quantized weights"): its
+// codes (U32, four per word) and scales (F32 or F16, one per block) as params, dequantized
+// inside gpu.LinearQuant's tile loads.
+type quantLinear struct {
+	codes, scales *param
+	format        gpu.QuantFormat
+	block         [2]int
+}
+
+// weight is the uploaded weight [out, in] as gpu.LinearQuant takes it.
+func (q *quantLinear) weight(out, in int) gpu.QuantWeight {
+	return gpu.QuantWeight{Codes: q.codes.buf, Scales: q.scales.buf, Format: q.format, Out: out, In: in, Block: q.block}
 }
 
 // backward records dx = dy·W (overwritten) for y = x·Wᵀ and, for a BLR linear, adds the
@@ -161,6 +199,9 @@ func (l *linear) apply(r *gpu.Recorder, x, y *gpu.Buffer, rows int) error {
 // slices to recompute them) and records the sign part when sign learning or a capture is on
 // (its dt2 reused from the metric's backward).
 func (l *linear) backward(r *gpu.Recorder, x *gpu.Buffer, kept gpu.BLRKept, dy, dx *gpu.Buffer, rows int) error {
+	if l.q != nil { // a Student's projections are never 8-bit (modelSource dequantizes them)
+		return fmt.Errorf("projection %s: no backward through an 8-bit weight", l.name)
+	}
 	if l.blr == nil {
 		return gpu.LinearT(r, dy, l.w.buf, dx, rows, l.in, l.out)
 	}
@@ -273,11 +314,7 @@ func (n *Net) uploadStreamed(l *layer) error {
 		if p.buf != nil {
 			continue
 		}
-		dtype := gpu.F32
-		if p.half {
-			dtype = gpu.F16
-		}
-		buf, err := n.dev.NewBuffer(p.label, dtype, p.shape...)
+		buf, err := n.dev.NewBuffer(p.label, p.dtype, p.shape...)
 		if err != nil {
 			return err
 		}
@@ -288,8 +325,9 @@ func (n *Net) uploadStreamed(l *layer) error {
 			}
 			items, batch = nil, 0
 		}
-		items = append(items, gpu.StagerUpload{Dst: buf, F32: p.f32, F16: p.f16})
+		items = append(items, gpu.StagerUpload{Dst: buf, F32: p.f32, F16: p.f16, U32: p.u32})
 		batch += p.bytes()
+		n.uploaded += p.bytes()
 	}
 	return n.stager.Upload(items)
 }
@@ -324,6 +362,10 @@ type Source interface {
 	// or, unless host is set (the net streams its layers from host planes), a GPU buffer of
 	// that dtype and shape, which the net then owns.
 	Dense(t arch.Tensor, shape []int, half, host bool) (Plane, error)
+	// Quant returns projection t [out, in] of a Teacher in 8 bits (QuantPlane: codes and
+	// scales, host planes when host is set, else host planes or GPU buffers the net then
+	// owns), or nil to keep t dense (BuildNet then asks Dense for it).
+	Quant(t arch.Tensor, host bool) (*QuantPlane, error)
 	// BLR returns projection t of a Student as a BLR layer on the GPU and its live ranks
 	// (the net then owns the layer), or a nil layer to keep t dense (BuildNet then asks Dense
 	// for it).
@@ -334,12 +376,25 @@ type Source interface {
 	EndLayer(layer int, err error) error
 }
 
-// Plane is one dense tensor from a Source: host values (exactly one of F16 and F32) or a
-// GPU buffer (Buf).
+// Plane is one tensor from a Source: host values (exactly one of F16, F32 and U32) or a GPU
+// buffer (Buf).
 type Plane struct {
 	F16 []uint16
 	F32 []float32
+	U32 []uint32
 	Buf *gpu.Buffer
+}
+
+// QuantPlane is an 8-bit projection W [out, in] from a Source (DESIGN.md §4, "Quantized
+// weights"), in gpu.QuantWeight's layout: Codes, ceil(out·in/4) u32 words of four byte codes
+// each (W's row-major order, little-endian: gpu.Device.UploadQuantCodes), as Plane.U32 or a
+// U32 Buf; Scales, the [ceil(out/Block[0]), ceil(in/Block[1])] scale grid row-major, as
+// Plane.F32 or Plane.F16 or an F32 or F16 Buf. W[i, j] = value(code) · scale of its block.
+type QuantPlane struct {
+	Format gpu.QuantFormat
+	Block  [2]int // [rows, columns] of weights per scale
+	Codes  Plane
+	Scales Plane
 }
 
 // builder makes one layer's params from a Source, keeping its first error.
@@ -353,22 +408,50 @@ type builder struct {
 	gains []*param // the params of Trainable tensors (the norm gains), in load order
 }
 
-// param makes the param of tensor t, of the GPU's shape, from the source.
-func (b *builder) param(t arch.Tensor, shape []int, half bool) *param {
-	p := &param{label: t.Name, shape: shape, half: half}
+// newParam registers a param of the given label, GPU shape and dtype.
+func (b *builder) newParam(label string, shape []int, dtype gpu.DType) *param {
+	p := &param{label: label, shape: shape, dtype: dtype}
 	b.ps = append(b.ps, p)
-	if b.err != nil {
-		return p
+	return p
+}
+
+// set gives p the source's plane v (err: the source's error), checking that a net that
+// streams its layers got host values and that they are of p's dtype and size.
+func (b *builder) set(p *param, v Plane, err error) {
+	n := 1
+	for _, s := range p.shape {
+		n *= s
 	}
-	v, err := b.src.Dense(t, shape, half, b.host)
 	switch {
 	case err != nil:
 		b.err = err
 	case v.Buf != nil && b.host:
 		v.Buf.Release()
-		b.err = fmt.Errorf("tensor %s: the source gave a GPU buffer to a net that streams its layers from the host", t.Name)
+		b.err = fmt.Errorf("tensor %s: the source gave a GPU buffer to a net that streams its layers from the host", p.label)
+	case v.Buf != nil:
+		p.buf = v.Buf
+		if v.Buf.DType() != p.dtype || v.Buf.Len() != n {
+			b.err = fmt.Errorf("tensor %s: the source gave buffer %s, want %d values of %s", p.label, v.Buf, n, p.dtype)
+		}
 	default:
-		p.f16, p.f32, p.buf = v.F16, v.F32, v.Buf
+		p.f16, p.f32, p.u32 = v.F16, v.F32, v.U32
+		if got := map[gpu.DType]int{gpu.F16: len(v.F16), gpu.F32: len(v.F32), gpu.U32: len(v.U32)}; got[p.dtype] != n || len(v.F16)+len(v.F32)+len(v.U32) != n {
+			b.err = fmt.Errorf("tensor %s: the source gave %d f16, %d f32 and %d u32 values, want %d of %s", p.label, len(v.F16), len(v.F32), len(v.U32), n, p.dtype)
+		}
+	}
+}
+
+// param makes the param of tensor t, of the GPU's shape, from the source (f16 when half,
+// else f32).
+func (b *builder) param(t arch.Tensor, shape []int, half bool) *param {
+	dtype := gpu.F32
+	if half {
+		dtype = gpu.F16
+	}
+	p := b.newParam(t.Name, shape, dtype)
+	if b.err == nil {
+		v, err := b.src.Dense(t, shape, half, b.host)
+		b.set(p, v, err)
 	}
 	return p
 }
@@ -377,6 +460,44 @@ func (b *builder) param(t arch.Tensor, shape []int, half bool) *param {
 func (b *builder) dense(t arch.Tensor) linear {
 	out, in := t.Shape[0], t.Shape[1]
 	return linear{w: b.param(t, []int{out, in}, true), name: t.Name, out: out, in: in}
+}
+
+// teacherLinear makes a Teacher's projection t [out, in]: 8-bit when the source gives it so
+// (Source.Quant), else a dense f16 plane.
+func (b *builder) teacherLinear(t arch.Tensor) linear {
+	if b.err != nil {
+		return linear{}
+	}
+	qp, err := b.src.Quant(t, b.host)
+	if err != nil {
+		b.err = err
+		return linear{}
+	}
+	if qp == nil {
+		return b.dense(t)
+	}
+	out, in := t.Shape[0], t.Shape[1]
+	l := linear{name: t.Name, out: out, in: in, q: &quantLinear{format: qp.Format, block: qp.Block}}
+	if qp.Format != gpu.QuantFP8 && qp.Format != gpu.QuantQ8 || qp.Block[0] <= 0 || qp.Block[1] <= 0 {
+		b.err = fmt.Errorf("tensor %s: 8-bit weight of format %v and block %v (want fp8 or q8, a positive block)", t.Name, qp.Format, qp.Block)
+		for _, v := range []Plane{qp.Codes, qp.Scales} {
+			v.Buf.Release() // nil-safe
+		}
+		return l
+	}
+	l.q.codes = b.newParam(t.Name, []int{(out*in + 3) / 4}, gpu.U32)
+	b.set(l.q.codes, qp.Codes, nil)
+	sdt := gpu.F32
+	if qp.Scales.F16 != nil || qp.Scales.Buf != nil && qp.Scales.Buf.DType() == gpu.F16 {
+		sdt = gpu.F16
+	}
+	l.q.scales = b.newParam(t.Name+"_scale", []int{(out + qp.Block[0] - 1) / qp.Block[0], (in + qp.Block[1] - 1) / qp.Block[1]}, sdt)
+	if b.err == nil {
+		b.set(l.q.scales, qp.Scales, nil)
+	} else {
+		qp.Scales.Buf.Release()
+	}
+	return l
 }
 
 // vec makes an f32 parameter of t's shape (a norm gain, A_log, dt_bias), noting a Trainable
@@ -399,8 +520,9 @@ func (b *builder) conv(t arch.Tensor) *param {
 // tensor's shape are validated first; m may be closed after LoadNet returns (the Net keeps no
 // reference to its files).
 //
-// Memory: resident, the GPU holds every weight (2 bytes per projection weight, 4 per norm,
-// conv, A_log and dt_bias value) and the host none; streamed, the GPU holds the embedding,
+// Memory: resident, the GPU holds every weight (2 bytes per projection weight — 1 and its
+// share of the scales for a Teacher's 8-bit projections —, 4 per norm, conv, A_log and
+// dt_bias value) and the host none; streamed, the GPU holds the embedding,
 // head and final norm plus at most two layers, and the host keeps every layer's planes.
 // Errors: a nil device or model, an unknown kind, an invalid config, a missing tensor or one
 // of the wrong shape or dtype (BLR for a Teacher), a weight not finite in f16, or a GPU
@@ -493,14 +615,20 @@ func (n *Net) build(src Source, progress func(done, total int)) error {
 	return nil
 }
 
-// buildShared puts the embedding, the final norm and the head (when untied) on the GPU.
+// buildShared puts the final norm and the head (when untied) on the GPU, and the embedding:
+// on the GPU, but for a streamed net with an untied head in a host plane (hostEmbed).
 func (n *Net) buildShared(src Source) error {
 	l := n.Config.Layout()
 	if err := src.BeginLayer(-1); err != nil {
 		return err
 	}
-	b := &builder{n: n, src: src} // the shared tensors are always on the GPU
-	emb := b.param(l.EmbedTokens, l.EmbedTokens.Shape, true)
+	b := &builder{n: n, src: src} // the shared tensors are on the GPU…
+	eb := b
+	if n.streamed && l.LMHead != nil {
+		eb = &builder{n: n, src: src, host: true} // …but a streamed net's untied embedding
+	}
+	emb := eb.param(l.EmbedTokens, l.EmbedTokens.Shape, true)
+	b.err = cmp.Or(b.err, eb.err)
 	fn := b.param(l.Norm, l.Norm.Shape, false)
 	head := emb
 	if l.LMHead != nil {
@@ -515,7 +643,34 @@ func (n *Net) buildShared(src Source) error {
 		}
 	}
 	n.embed, n.finalNorm, n.head = emb.buf, fn.buf, head.buf // released with the net, even on error
+	if eb.host {
+		n.embedHost = emb.f16
+	}
 	return cmp.Or(b.err, err)
+}
+
+// embedInto records the embedding of flat (rows ids, validated) into x [rows, H] f32: the
+// gather of the GPU's f16 embedding (gpu.Embedding), or, for a net that keeps its embedding
+// on the host (hostEmbed), the same values gathered on the host and written into x through
+// the queue (ordered before r's submit and after earlier ones).
+func (n *Net) embedInto(r *gpu.Recorder, flat []int, x *gpu.Buffer) error {
+	if n.embedHost == nil {
+		return gpu.Embedding(r, n.embed, flat, x)
+	}
+	H := n.Config.HiddenSize
+	if x.Len() != len(flat)*H {
+		return fmt.Errorf("embedding: %d ids for an output of %d values (hidden %d)", len(flat), x.Len(), H)
+	}
+	v := make([]float32, len(flat)*H)
+	parallelChunks(len(flat), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row := n.embedHost[flat[i]*H : (flat[i]+1)*H]
+			for j, h := range row {
+				v[i*H+j] = float16.Frombits(h).Float32()
+			}
+		}
+	})
+	return n.dev.WriteFloat32(x, v)
 }
 
 // buildLayer makes decoder layer i from src and, unless the net streams, uploads it; the
@@ -527,7 +682,7 @@ func (n *Net) buildLayer(src Source, i int) error {
 		return err
 	}
 	b := &builder{n: n, src: src, host: n.streamed, L: L}
-	lin := b.dense
+	lin := b.teacherLinear
 	if n.Kind == Student {
 		lin = b.studentLinear
 	}
@@ -555,7 +710,7 @@ func (n *Net) buildLayer(src Source, i int) error {
 			return err
 		}
 		for _, p := range L.params { // the GPU copy is the only one now
-			p.f16, p.f32 = nil, nil
+			p.dropHost()
 		}
 	}
 	if n.Kind == Student {
@@ -583,7 +738,12 @@ func (n *Net) Device() *gpu.Device { return n.dev }
 // WeightBytes is the GPU bytes of all weights when resident: embedding, head (0 extra when
 // tied), final norm and every layer. LayerBytes(l) is layer l's share.
 func (n *Net) WeightBytes() uint64 {
-	t := n.embed.Bytes() + n.finalNorm.Bytes()
+	t := n.finalNorm.Bytes()
+	if n.embed != nil {
+		t += n.embed.Bytes()
+	} else {
+		t += uint64(2*len(n.embedHost)+3) &^ 3
+	}
 	if n.head != n.embed {
 		t += n.head.Bytes()
 	}
@@ -592,6 +752,11 @@ func (n *Net) WeightBytes() uint64 {
 	}
 	return t
 }
+
+// UploadedBytes is the bytes a streamed net has uploaded through its staging buffers since
+// LoadNet: every layer's weights once per pass (0 for a resident net, whose weights went up
+// once at load).
+func (n *Net) UploadedBytes() uint64 { return n.uploaded }
 
 // MaxLayersOnGPU is the largest number of decoder layers whose weights were on the GPU at
 // the same time since LoadNet: all of them when resident, at most 2 when streamed.
@@ -620,9 +785,10 @@ func (n *Net) Release() {
 	for _, l := range n.layers {
 		n.releaseLayer(l)
 		for _, p := range l.params {
-			p.f16, p.f32 = nil, nil
+			p.dropHost()
 		}
 	}
+	n.embedHost = nil
 	n.stager.Release()
 	n.st.release()
 }

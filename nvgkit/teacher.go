@@ -114,31 +114,16 @@ func TeacherTopK(net *Net, work *Work, ids [][]int, k int) (_ *TopK, err error) 
 // headTopK records the final norm and the top-k head on work.x, submits, and reads back the
 // first nb windows' results.
 func (n *Net) headTopK(w *Work, nb, k int) (*TopK, error) {
-	c := n.Config
-	rows := w.NB * w.T
 	idsB, logpB, err := w.topBuffers(k)
 	if err != nil {
 		return nil, err
 	}
-	err = n.dev.Run(func(r *gpu.Recorder) error {
-		if err := n.recordFinalNorm(r, w); err != nil {
-			return err
-		}
-		return gpu.LogitsTopK(r, w.xn, n.head, gpu.LogitsDims{Rows: rows, Hidden: c.HiddenSize, Vocab: c.VocabSize, K: k}, w.headLSE, idsB, logpB)
-	})
+	err = n.dev.Run(func(r *gpu.Recorder) error { return n.recordTopK(r, w, k, idsB, logpB) })
 	if err != nil {
 		return nil, fmt.Errorf("head: %w", err)
 	}
 	real := nb * w.T
-	lse, err := n.dev.ReadFloat32(w.headLSE)
-	if err != nil {
-		return nil, err
-	}
-	ids, err := n.dev.ReadUint32(idsB)
-	if err != nil {
-		return nil, err
-	}
-	logp, err := n.dev.ReadFloat32(logpB)
+	lse, ids, logp, err := n.readHead(w, idsB, logpB)
 	if err != nil {
 		return nil, err
 	}
@@ -149,19 +134,38 @@ func (n *Net) headTopK(w *Work, nb, k int) (*TopK, error) {
 	}
 	for r := 0; r < real; r++ {
 		lp := logp[r*k : (r+1)*k]
-		m := math.Inf(-1)
-		for _, v := range lp {
-			m = math.Max(m, float64(v))
-		}
-		var s float64
-		for _, v := range lp {
-			s += math.Exp(float64(v) - m)
-		}
+		m, s := maxSumExp(lp)
 		for j, v := range lp {
 			top.Probs[r*k+j] = float32(math.Exp(float64(v)-m) / s)
 		}
 	}
 	return top, nil
+}
+
+// recordTopK records the final norm of w.x into w.xn and the top-k head on it: the
+// log-sum-exp into w.headLSE, the k ids and log-probabilities into idsB and logpB
+// (Work.topBuffers).
+func (n *Net) recordTopK(r *gpu.Recorder, w *Work, k int, idsB, logpB *gpu.Buffer) error {
+	if err := n.recordFinalNorm(r, w); err != nil {
+		return err
+	}
+	c := n.Config
+	return gpu.LogitsTopK(r, w.xn, n.head, gpu.LogitsDims{Rows: w.NB * w.T, Hidden: c.HiddenSize, Vocab: c.VocabSize, K: k}, w.headLSE, idsB, logpB)
+}
+
+// readHead reads back the top-k head's outputs: the work's log-sum-exp, and the ids and
+// log-probabilities in idsB and logpB (Work.topBuffers).
+func (n *Net) readHead(w *Work, idsB, logpB *gpu.Buffer) (lse []float32, ids []uint32, logp []float32, err error) {
+	if lse, err = n.dev.ReadFloat32(w.headLSE); err != nil {
+		return nil, nil, nil, err
+	}
+	if ids, err = n.dev.ReadUint32(idsB); err != nil {
+		return nil, nil, nil, err
+	}
+	if logp, err = n.dev.ReadFloat32(logpB); err != nil {
+		return nil, nil, nil, err
+	}
+	return lse, ids, logp, nil
 }
 
 // ForwardOptions selects the optional outputs of Forward.
@@ -323,7 +327,6 @@ func NLLContext(ctx context.Context, net *Net, work *Work, windows [][]int, prog
 			return 0, 0, err
 		}
 	}
-	c := net.Config
 	rows := work.NB * work.T
 	for g0 := 0; g0 < len(windows); g0 += work.NB {
 		if ctx.Err() != nil {
@@ -343,10 +346,7 @@ func NLLContext(ctx context.Context, net *Net, work *Work, windows [][]int, prog
 			return 0, 0, err
 		}
 		err = net.dev.Run(func(r *gpu.Recorder) error {
-			if err := net.recordFinalNorm(r, work); err != nil {
-				return err
-			}
-			if err := gpu.LogitsTopK(r, work.xn, net.head, gpu.LogitsDims{Rows: rows, Hidden: c.HiddenSize, Vocab: c.VocabSize, K: 1}, work.headLSE, idsB, logpB); err != nil {
+			if err := net.recordTopK(r, work, 1, idsB, logpB); err != nil {
 				return err
 			}
 			return gpu.TargetLogits(r, work.xn, net.head, targets, work.tgt)

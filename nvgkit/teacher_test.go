@@ -2,7 +2,6 @@ package nvgkit_test
 
 import (
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,57 +86,11 @@ func TestForwardFixtures(t *testing.T) {
 	if !(e <= 2e-3*ref) {
 		t.Errorf("logits_row0: max abs error %.3g > 2e-3 · %.3g", e, ref)
 	}
-	lse := fx.Get(t, "logsumexp")
-	var lseErr float64
-	for i := range lse {
-		lseErr = math.Max(lseErr, math.Abs(float64(tr.LSE[i])-lse[i]))
-	}
-	t.Logf("logsumexp: max abs err %.3g", lseErr)
-	if !(lseErr <= 1e-3) {
-		t.Errorf("logsumexp: max abs error %.3g > 1e-3", lseErr)
-	}
 	top := tr.TopK
 	if top == nil || top.NB != nb || top.T != T || top.K != K || len(top.IDs) != nb*T*K || len(top.Probs) != nb*T*K || len(top.LSE) != nb*T {
 		t.Fatalf("top-k shape: %+v", top)
 	}
-	wantIDs := fx.Get(t, "teacher_topk_ids")
-	wantLP := fx.Get(t, "teacher_topk_logprob")
-	var lpErr, probErr float64
-	differ, checked, wrong := 0, 0, 0
-	for r := 0; r < nb*T; r++ {
-		var sum, sumW float64
-		for j := 0; j < K; j++ {
-			sum += float64(top.Probs[r*K+j])
-			sumW += math.Exp(wantLP[r*K+j])
-		}
-		if math.Abs(sum-1) > 1e-5 {
-			t.Errorf("token %d: renormalised probabilities sum to %.7f", r, sum)
-		}
-		for j := 0; j < K; j++ {
-			i := r*K + j
-			p := math.Exp(wantLP[i])
-			lpErr = math.Max(lpErr, math.Abs(float64(top.LogProbs[i])-wantLP[i]))
-			probErr = math.Max(probErr, math.Abs(float64(top.Probs[i])-p/sumW))
-			if int(top.IDs[i]) != int(wantIDs[i]) {
-				differ++
-			}
-			if (j > 0 && math.Abs(math.Exp(wantLP[i-1])-p) <= 1e-3) || (j+1 < K && math.Abs(math.Exp(wantLP[i+1])-p) <= 1e-3) {
-				continue
-			}
-			checked++
-			if int(top.IDs[i]) != int(wantIDs[i]) {
-				wrong++
-				if wrong <= 5 {
-					t.Errorf("token %d rank %d: id %d, want %d (p %.5g, well separated from its neighbours)", r, j, top.IDs[i], int(wantIDs[i]), p)
-				}
-			}
-		}
-	}
-	t.Logf("top-%d: %d of %d ids differ; %d well-separated ranks checked, %d wrong; max log-prob abs err %.3g, max renormalised prob abs err %.3g",
-		K, differ, nb*T*K, checked, wrong, lpErr, probErr)
-	if !(lpErr <= 2e-3) {
-		t.Errorf("top-k log-probs: max abs error %.3g > 2e-3", lpErr)
-	}
+	checkTopK(t, "fixture", top, fx.IDs(t, "teacher_topk_ids"), fx.Get(t, "teacher_topk_logprob"), fx.Get(t, "logsumexp"))
 
 	// Fewer windows than the work holds: window 1 alone (padded with itself) must give
 	// exactly window 1's rows of the full run, since windows share nothing.
@@ -158,23 +111,91 @@ func TestForwardFixtures(t *testing.T) {
 	}
 }
 
+// checkTopK compares a GPU top-k with a float64 reference (its top-K ids and log-probs per
+// token, and log-sum-exp): the log-sum-exp within 1e-3 absolute and the log-probs within
+// 2e-3 (f16 weights or activations, f32 arithmetic); the renormalised probabilities sum to
+// 1; the ids equal wherever the reference's neighbouring probabilities differ by more than
+// 1e-3 (closer ones may swap).
+func checkTopK(t *testing.T, name string, top *nvgkit.TopK, wantIDs []int, wantLP, wantLSE []float64) {
+	t.Helper()
+	K, rows := top.K, top.NB*top.T
+	if len(wantIDs) != rows*K || len(wantLP) != rows*K || len(wantLSE) != rows {
+		t.Fatalf("%s: reference of %d ids, %d log-probs, %d lse for %d tokens of top-%d", name, len(wantIDs), len(wantLP), len(wantLSE), rows, K)
+	}
+	var lseErr float64
+	for i := range wantLSE {
+		lseErr = math.Max(lseErr, math.Abs(float64(top.LSE[i])-wantLSE[i]))
+	}
+	t.Logf("%s: logsumexp: max abs err %.3g", name, lseErr)
+	if !(lseErr <= 1e-3) {
+		t.Errorf("%s: logsumexp: max abs error %.3g > 1e-3", name, lseErr)
+	}
+	var lpErr, probErr float64
+	differ, checked, wrong := 0, 0, 0
+	for r := 0; r < rows; r++ {
+		var sum, sumW float64
+		for j := 0; j < K; j++ {
+			sum += float64(top.Probs[r*K+j])
+			sumW += math.Exp(wantLP[r*K+j])
+		}
+		if math.Abs(sum-1) > 1e-5 {
+			t.Errorf("%s: token %d: renormalised probabilities sum to %.7f", name, r, sum)
+		}
+		for j := 0; j < K; j++ {
+			i := r*K + j
+			p := math.Exp(wantLP[i])
+			lpErr = math.Max(lpErr, math.Abs(float64(top.LogProbs[i])-wantLP[i]))
+			probErr = math.Max(probErr, math.Abs(float64(top.Probs[i])-p/sumW))
+			if int(top.IDs[i]) != wantIDs[i] {
+				differ++
+			}
+			if (j > 0 && math.Abs(math.Exp(wantLP[i-1])-p) <= 1e-3) || (j+1 < K && math.Abs(math.Exp(wantLP[i+1])-p) <= 1e-3) {
+				continue
+			}
+			checked++
+			if int(top.IDs[i]) != wantIDs[i] {
+				wrong++
+				if wrong <= 5 {
+					t.Errorf("%s: token %d rank %d: id %d, want %d (p %.5g, well separated from its neighbours)", name, r, j, top.IDs[i], wantIDs[i], p)
+				}
+			}
+		}
+	}
+	t.Logf("%s: top-%d: %d of %d ids differ; %d well-separated ranks checked, %d wrong; max log-prob abs err %.3g, max renormalised prob abs err %.3g",
+		name, K, differ, rows*K, checked, wrong, lpErr, probErr)
+	if !(lpErr <= 2e-3) {
+		t.Errorf("%s: top-k log-probs: max abs error %.3g > 2e-3", name, lpErr)
+	}
+}
+
 // passPeak loads m (streamed or resident) on top of what the device holds, runs TeacherTopK on
 // ids and returns the top-k, the net's layer bytes and the peak GPU bytes of load + pass
 // above the bytes held before.
 func passPeak(t *testing.T, d *gpu.Device, m *cmf.Model, ids [][]int, k int, streamed bool) (*nvgkit.TopK, []uint64, uint64) {
 	t.Helper()
-	top, lb, peak, maxLayers := passPeakLayers(t, d, m, ids, k, streamed)
-	want := len(lb)
+	r := runTeacher(t, d, m, ids, k, streamed, 1)
+	want := len(r.layerBytes)
 	if streamed {
-		want = min(2, len(lb))
+		want = min(2, len(r.layerBytes))
 	}
-	if maxLayers != want {
-		t.Errorf("streamed=%v, %d layers: %d layers were on the GPU at once, want %d", streamed, len(lb), maxLayers, want)
+	if r.maxLayers != want {
+		t.Errorf("streamed=%v, %d layers: %d layers were on the GPU at once, want %d", streamed, len(r.layerBytes), r.maxLayers, want)
 	}
-	return top, lb, peak
+	return r.top, r.layerBytes, r.peak
 }
 
-func passPeakLayers(t *testing.T, d *gpu.Device, m *cmf.Model, ids [][]int, k int, streamed bool) (*nvgkit.TopK, []uint64, uint64, int) {
+// teacherRun is what runTeacher measured of a freshly loaded teacher net.
+type teacherRun struct {
+	top           *nvgkit.TopK // of the last pass
+	layerBytes    []uint64     // Net.LayerBytes of each layer
+	peak          uint64       // the peak GPU bytes of load and passes above the bytes held before
+	maxLayers     int          // Net.MaxLayersOnGPU
+	uploadedBytes uint64       // Net.UploadedBytes after the passes
+}
+
+// runTeacher loads m as a Teacher (streamed or resident), runs TeacherTopK passes times on
+// ids and releases the net.
+func runTeacher(t *testing.T, d *gpu.Device, m *cmf.Model, ids [][]int, k int, streamed bool, passes int) teacherRun {
 	t.Helper()
 	base := liveMem(d).CurrentBytes // no kept scratch: every run starts from the same state
 	d.ResetPeak()
@@ -189,15 +210,17 @@ func passPeakLayers(t *testing.T, d *gpu.Device, m *cmf.Model, ids [][]int, k in
 	defer net.Release()
 	w := newWork(t, d, net, len(ids), len(ids[0]))
 	defer w.Release()
-	top, err := nvgkit.TeacherTopK(net, w, ids, k)
-	if err != nil {
-		t.Fatal(err)
+	var r teacherRun
+	for range passes {
+		if r.top, err = nvgkit.TeacherTopK(net, w, ids, k); err != nil {
+			t.Fatal(err)
+		}
 	}
-	var lb []uint64
 	for l := range net.Config.NumHiddenLayers {
-		lb = append(lb, net.LayerBytes(l))
+		r.layerBytes = append(r.layerBytes, net.LayerBytes(l))
 	}
-	return top, lb, d.MemStats().PeakBytes - base, net.MaxLayersOnGPU()
+	r.peak, r.maxLayers, r.uploadedBytes = d.MemStats().PeakBytes-base, net.MaxLayersOnGPU(), net.UploadedBytes()
+	return r
 }
 
 func sameBits(a, b []float32) int {
@@ -242,21 +265,13 @@ func TestStreamedMatchesResident(t *testing.T) {
 	restore := nvgkit.SetMaxStagerSlot(1)
 	top, _, _ := passPeak(t, d, m, ids, k, true)
 	restore()
-	if res := runs[[2]int{nl, 0}].top; !slices.Equal(top.IDs, res.IDs) || sameBits(top.LogProbs, res.LogProbs) >= 0 || sameBits(top.LSE, res.LSE) >= 0 {
-		t.Errorf("streamed through one-parameter staging slots: top-k differs from the resident pass")
+	if diff := diffTopK(top, runs[[2]int{nl, 0}].top); diff != "" {
+		t.Errorf("streamed through one-parameter staging slots: top-k differs from the resident pass: %s", diff)
 	}
 	for _, layers := range []int{nl / 2, nl} {
 		res, str := runs[[2]int{layers, 0}], runs[[2]int{layers, 1}]
-		for i := range res.top.IDs {
-			if res.top.IDs[i] != str.top.IDs[i] {
-				t.Fatalf("%d layers: streamed id %d at %d, resident %d", layers, str.top.IDs[i], i, res.top.IDs[i])
-			}
-		}
-		for name, pair := range map[string][2][]float32{"probs": {res.top.Probs, str.top.Probs},
-			"log-probs": {res.top.LogProbs, str.top.LogProbs}, "lse": {res.top.LSE, str.top.LSE}} {
-			if i := sameBits(pair[0], pair[1]); i >= 0 {
-				t.Errorf("%d layers: streamed %s differ at %d: %g vs %g", layers, name, i, pair[1][i], pair[0][i])
-			}
+		if diff := diffTopK(res.top, str.top); diff != "" {
+			t.Errorf("%d layers: streamed and resident top-k: %s", layers, diff)
 		}
 		var all, pair uint64
 		for l, b := range res.layers {

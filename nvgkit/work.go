@@ -3,8 +3,11 @@ package nvgkit
 import (
 	"errors"
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
+	"slices"
+	"sort"
 	"strings"
+
+	"github.com/nvg-project/nvg/arch"
 
 	"github.com/nvg-project/nvg/gpu"
 )
@@ -17,15 +20,21 @@ import (
 // [rows, C], qc, kc, qn, kn [rows, Hk·dk], vc, z, core, normed [rows, Hv·dv], a, b, g, beta
 // [rows, Hv]; when it has attention layers qg [rows, 2·nh·hd], q, agate, qr, o, gated
 // [rows, nh·hd], k, v, kr [rows, nkv·hd], alse [rows, nh]), and the head's lse, tgt [rows]
-// and top-k ids (U32) and log-probs [rows, k] (allocated per k). TeacherWorkBytes gives the
-// total. A Work fits any net of the same architecture sizes. Release frees it.
+// and top-k ids (U32) and log-probs [rows, k] (allocated per k). A Teacher's work lays the
+// MLP's, the attention's and the GatedDeltaNet's activations over each other in shared slots
+// (gpu.Device.View; a layer uses one group at a time), TeacherWorkBytes gives the total. A
+// Work fits any net of the same architecture sizes. Release frees it.
 type Work struct {
 	// NB is the number of windows and T the tokens per window the buffers are sized for.
 	NB, T int
 
 	dev  *gpu.Device
 	cfg  arch.Config
-	bufs []*gpu.Buffer
+	bufs []*gpu.Buffer // the buffers the work owns (a Teacher's shared slots included)
+	// views are a Teacher's activations laid over its shared slots, groups their specs by
+	// group (actGroups, shareSlots).
+	views  []*gpu.Buffer
+	groups [][]wspec
 
 	x, xn           *gpu.Buffer
 	acts            acts // resid = x, xn1 = xn2 = xn (the pass runs in place)
@@ -62,30 +71,64 @@ func actSpecs(c arch.Config, a *acts, student bool) []wspec {
 // layerActSpecs is actSpecs with the mixer kinds given: the attention buffers when attn, the
 // GatedDeltaNet ones when delta.
 func layerActSpecs(c arch.Config, a *acts, student, attn, delta bool) []wspec {
-	H, I := c.HiddenSize, c.IntermediateSize
+	H := c.HiddenSize
 	var sp []wspec
 	if student {
 		sp = workSpecs(wspec{&a.xn1, "xn1 (input norm)", H}, wspec{&a.resid, "resid (x + mixer)", H}, wspec{&a.xn2, "xn2 (post norm)", H})
 	}
-	sp = append(sp, workSpecs(wspec{&a.mix, "mix (mixer/MLP output)", H},
-		wspec{&a.gate, "gate (mlp gate_proj)", I}, wspec{&a.up, "up (mlp up_proj)", I}, wspec{&a.act, "act (SwiGLU)", I})...)
+	sp = append(sp, workSpecs(wspec{&a.mix, "mix (mixer/MLP output)", H})...)
+	for _, g := range actGroups(c, a, attn, delta) {
+		sp = append(sp, g...)
+	}
+	return sp
+}
+
+// actGroups lists one layer's activations by the part of the recipe that writes and reads
+// them: the MLP's, the attention's (when attn) and the GatedDeltaNet's (when delta). The
+// groups are never live at once — the recipe runs the mixer, writes its output to mix, then
+// the MLP, and no op binds buffers of two groups — so a Teacher's work lays them over each
+// other (shareSlots).
+func actGroups(c arch.Config, a *acts, attn, delta bool) [][]wspec {
+	I := c.IntermediateSize
+	groups := [][]wspec{workSpecs(wspec{&a.gate, "gate (mlp gate_proj)", I}, wspec{&a.up, "up (mlp up_proj)", I}, wspec{&a.act, "act (SwiGLU)", I})}
 	if attn {
 		g := attnDims(c)
-		sp = append(sp, workSpecs(
+		groups = append(groups, workSpecs(
 			wspec{&a.qg, "qg (q_proj)", 2 * g.Q}, wspec{&a.q, "q (attention query)", g.Q}, wspec{&a.agate, "agate (attention gate)", g.Q},
 			wspec{&a.qr, "qr (query after norm+RoPE)", g.Q}, wspec{&a.o, "o (attention output)", g.Q}, wspec{&a.gated, "gated (gated attention output)", g.Q},
 			wspec{&a.k, "k (attention key)", g.KV}, wspec{&a.v, "v (attention value)", g.KV}, wspec{&a.kr, "kr (key after norm+RoPE)", g.KV},
-			wspec{&a.alse, "alse (attention logsumexp)", g.nh})...)
+			wspec{&a.alse, "alse (attention logsumexp)", g.nh}))
 	}
 	if delta {
 		g := deltaDims(c)
-		sp = append(sp, workSpecs(
+		groups = append(groups, workSpecs(
 			wspec{&a.mixed, "mixed (in_proj_qkv)", g.C}, wspec{&a.conv, "conv (conv1d)", g.C},
 			wspec{&a.qc, "qc (conv q)", g.QK}, wspec{&a.kc, "kc (conv k)", g.QK}, wspec{&a.qn, "qn (normalised q)", g.QK}, wspec{&a.kn, "kn (normalised k)", g.QK},
 			wspec{&a.vc, "vc (conv v)", g.VV}, wspec{&a.z, "z (in_proj_z)", g.VV}, wspec{&a.core, "core (delta rule output)", g.VV}, wspec{&a.normed, "normed (gated norm output)", g.VV},
-			wspec{&a.a, "a (in_proj_a)", g.hv}, wspec{&a.b, "b (in_proj_b)", g.hv}, wspec{&a.g, "g (log decay)", g.hv}, wspec{&a.beta, "beta", g.hv})...)
+			wspec{&a.a, "a (in_proj_a)", g.hv}, wspec{&a.b, "b (in_proj_b)", g.hv}, wspec{&a.g, "g (log decay)", g.hv}, wspec{&a.beta, "beta", g.hv}))
 	}
-	return sp
+	return groups
+}
+
+// shareSlots lays groups of buffers over each other: each group ordered widest first, the
+// i-th member of every group takes slot i, whose width (slots[i]) is its widest member's,
+// so one op never binds two buffers of one slot (an op's buffers are of one group, or of
+// their own). shared lists every member, slotOf its slot. One layer's activations then take
+// the widest group's bytes per slot rather than the sum of all three groups (1.1 GiB less at
+// the 27B geometry, 8 × 512 tokens).
+func shareSlots(groups [][]wspec) (slots []int, shared []wspec, slotOf []int) {
+	for _, g := range groups {
+		members := slices.Clone(g)
+		sort.SliceStable(members, func(i, j int) bool { return members[i].width > members[j].width })
+		for i, m := range members {
+			if i == len(slots) {
+				slots = append(slots, 0)
+			}
+			slots[i] = max(slots[i], m.width)
+			shared, slotOf = append(shared, m), append(slotOf, i)
+		}
+	}
+	return slots, shared, slotOf
 }
 
 // attnGeom is a gated attention layer's sizes: nh query heads, nkv KV heads of hd,
@@ -106,30 +149,38 @@ func deltaDims(c arch.Config) deltaGeom {
 	return deltaGeom{hk, hv, dk, dv, c.LinearConvKernelDim, hk * dk, hv * dv, 2*hk*dk + hv*dv}
 }
 
-// teacherSpecs lists a Teacher work's buffers (not the top-k ones).
-func teacherSpecs(c arch.Config, w *Work) []wspec {
+// teacherSpecs lists a Teacher work's own buffers (not the top-k ones) and the groups of one
+// layer's activations that share slots (actGroups, shareSlots).
+func teacherSpecs(c arch.Config, w *Work) (own []wspec, groups [][]wspec) {
 	H := c.HiddenSize
-	sp := []wspec{{&w.x, "work.x (residual stream)", H}, {&w.xn, "work.xn (norm output)", H}}
-	sp = append(sp, actSpecs(c, &w.acts, false)...)
-	return append(sp, wspec{&w.headLSE, "work.headLSE (logsumexp)", 1}, wspec{&w.tgt, "work.tgt (target logits)", 1})
+	own = workSpecs(wspec{&w.x, "x (residual stream)", H}, wspec{&w.xn, "xn (norm output)", H}, wspec{&w.acts.mix, "mix (mixer/MLP output)", H},
+		wspec{&w.headLSE, "headLSE (logsumexp)", 1}, wspec{&w.tgt, "tgt (target logits)", 1})
+	return own, actGroups(c, &w.acts, hasKind(c, true), hasKind(c, false))
 }
 
 // TeacherWorkBytes is the GPU bytes NewWork allocates for a Teacher of architecture c over
 // nb windows of t tokens (rows = nb·t), before the top-k buffers (8·rows·k bytes, allocated
 // at the first TeacherTopK or Forward of a given k):
 //
-//	4·rows·[ 3·H + 3·I + 2                  residual stream, norm and MLP, head lse and target
-//	       + A·(7·Q + 3·KV + nh)            when the model has attention layers (Q = nh·hd, KV = nkv·hd)
-//	       + D·(2·C + 4·QK + 4·VV + 4·Hv) ]  when it has GatedDeltaNet layers (QK = Hk·dk, VV = Hv·dv,
-//	                                         C = 2·QK + VV)
+//	4·rows·[ 3·H + 2 + Σ_i slot_i ]   the residual stream, norm and mixer/MLP outputs, head lse and
+//	                                  target, and one layer's activations in shared slots
 //
-// with A, D ∈ {0, 1}. The recorder's temporaries (GatedDeltaRuleChunked's scratch and the
-// head's logits slice) come on top, freed at each submit.
+// where slot i is as wide as the widest i-th buffer (widest first) of the MLP's (3 of I),
+// the attention's (when the model has attention layers: 2·Q, 5 of Q, 3 of KV, nh; Q = nh·hd,
+// KV = nkv·hd) and the GatedDeltaNet's (when it has such layers: 2 of C, 4 of VV, 4 of QK,
+// 4 of Hv; QK = Hk·dk, VV = Hv·dv, C = 2·QK + VV): the three never live at once
+// (shareSlots). The recorder's temporaries (GatedDeltaRuleChunked's scratch and the head's
+// logits slice) come on top, freed at each submit.
 func TeacherWorkBytes(c arch.Config, nb, t int) uint64 {
 	var w Work
+	own, groups := teacherSpecs(c, &w)
+	slots, _, _ := shareSlots(groups)
 	var n uint64
-	for _, sp := range teacherSpecs(c, &w) {
+	for _, sp := range own {
 		n += 4 * uint64(nb*t) * uint64(sp.width)
+	}
+	for _, width := range slots {
+		n += 4 * uint64(nb*t) * uint64(width)
 	}
 	return n
 }
@@ -185,7 +236,12 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int, opts ...WorkOption) (*Work, e
 			specs = append(specs, kept...)
 		}
 	} else {
-		specs = teacherSpecs(c, w)
+		var groups [][]wspec
+		specs, groups = teacherSpecs(c, w)
+		for _, g := range groups {
+			specs = append(specs, g...) // checked with the others, then laid over each other
+		}
+		w.groups = groups
 	}
 	if err := w.alloc(specs); err != nil {
 		w.Release()
@@ -321,6 +377,7 @@ func (w *Work) alloc(specs []wspec) error {
 	if w.st != nil {
 		bufs = &w.st.bufs
 	}
+	specs = specs[:len(specs)-groupSize(w.groups)] // a Teacher's groups: slots below
 	for _, s := range specs {
 		shape := []int{rows, s.width}
 		if w.st != nil && (s.dst == &w.st.loss || s.dst == &w.st.gss) {
@@ -333,7 +390,34 @@ func (w *Work) alloc(specs []wspec) error {
 		*s.dst = b
 		*bufs = append(*bufs, b)
 	}
+	slots, shared, slotOf := shareSlots(w.groups)
+	bases := make([]*gpu.Buffer, len(slots))
+	for i, width := range slots {
+		b, err := w.dev.NewBuffer(fmt.Sprintf("work.shared[%d] (one layer's MLP, attention or GatedDeltaNet activations)", i), gpu.F32, rows, width)
+		if err != nil {
+			return memRemedy(fmt.Errorf("nvgkit.NewWork: %w", err))
+		}
+		bases[i] = b
+		w.bufs = append(w.bufs, b)
+	}
+	for j, s := range shared {
+		v, err := w.dev.View(bases[slotOf[j]], s.label, gpu.F32, rows, s.width)
+		if err != nil {
+			return fmt.Errorf("nvgkit.NewWork: %w", err)
+		}
+		*s.dst = v
+		w.views = append(w.views, v)
+	}
 	return nil
+}
+
+// groupSize is the number of specs in groups.
+func groupSize(groups [][]wspec) int {
+	n := 0
+	for _, g := range groups {
+		n += len(g)
+	}
+	return n
 }
 
 // memRemedy appends what to do to an allocation error that wraps gpu.ErrOutOfMemory (a
@@ -390,6 +474,9 @@ func (w *Work) Release() {
 		return
 	}
 	w.released = true
+	for _, b := range w.views {
+		b.Release()
+	}
 	for _, b := range w.bufs {
 		b.Release()
 	}

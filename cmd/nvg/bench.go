@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,7 +19,7 @@ func init() {
 	register(&command{
 		name:    "bench",
 		summary: "benchmark the teacher pass and the student step on synthetic Qwen3.5 geometries (or render a report)",
-		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--json FILE]\n" +
+		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--teacher-dtype f16,fp8,q8] [--json FILE]\n" +
 			"       nvg bench --report NVG.json [--before OLD.json] [--peer PEER.txt] [--cpu CPU.json] [--format md|text]",
 		run: runBench,
 	})
@@ -29,6 +30,8 @@ type benchFlags struct {
 	o                                                  bench.Options
 	models, json, report, peer, before, cpu, notes, fm string
 	deadline                                           time.Duration
+	dtypes                                             []string // --teacher-dtype
+	gap                                                bool     // --teacher-gap
 }
 
 // newBenchFlags binds nvg bench's flags to f.
@@ -42,6 +45,16 @@ func newBenchFlags(c *command, f *benchFlags) *flag.FlagSet {
 	fs.IntVar(&o.Reps, "reps", 3, "timed teacher passes (after 1 warm-up pass); the median is reported")
 	fs.IntVar(&o.Warmup, "warmup", -1, "untimed runs before the timed ones, for both phases (-1: 1 teacher pass and 2 student steps; the run's own first teacher pass, which makes its top-k, is always made)")
 	fs.StringVar(&o.Teacher, "teacher", "auto", "teacher weights: auto (streamed for 9B and 27B), resident or streamed")
+	fs.Func("teacher-dtype", "comma-separated teacher projection formats, each measured per geometry (the student step with the first only): "+strings.Join(bench.TeacherDTypes, ", ")+" (default f16)", func(v string) error {
+		f.dtypes = strings.Split(v, ",")
+		for _, d := range f.dtypes {
+			if _, err := bench.ParseTeacherDType(d); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	fs.BoolVar(&f.gap, "teacher-gap", false, "with 8-bit --teacher-dtype: first measure each 8-bit teacher's top-k KL and top-1 agreement against the f16 teacher (both streamed, the 8-bit weights the quantized f16 ones) on nb windows of t+1 random tokens")
 	fs.StringVar(&f.json, "json", "", "write the results as JSON to FILE (rewritten after every geometry)")
 	fs.Float64Var(&o.PeakTF, "peak-tflops", 67, "the device's f32 (non-tensor) ceiling in TFLOP/s, for the roofline columns (H200: ~67)")
 	fs.Float64Var(&o.PeakGB, "peak-gbps", 4800, "the device's memory bandwidth in GB/s, for the roofline columns (H200: ~4800)")
@@ -92,6 +105,9 @@ func runBench(args []string) error {
 	if f.deadline < 0 {
 		return usagef("--deadline must be ≥ 0, got %v", f.deadline)
 	}
+	if f.gap && !slices.ContainsFunc(f.dtypes, func(d string) bool { return d != "f16" }) {
+		return usagef("--teacher-gap needs an 8-bit --teacher-dtype (fp8 or q8)")
+	}
 	if f.deadline > 0 {
 		f.o.Deadline = time.Now().Add(f.deadline)
 	}
@@ -100,7 +116,7 @@ func runBench(args []string) error {
 
 // renderBench renders a report (--report, --cpu) instead of measuring.
 func renderBench(f benchFlags, set map[string]bool) error {
-	for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "json", "deadline", "cpuprofile"} {
+	for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "teacher-dtype", "teacher-gap", "json", "deadline", "cpuprofile"} {
 		if set[n] {
 			return usagef("--%s measures; it cannot be combined with --report", n)
 		}
@@ -140,30 +156,69 @@ func measureBench(f benchFlags, set map[string]bool, args []string) error {
 	defer dev.Close()
 	cpuDefaults(o, dev, set)
 	rep := benchReport(dev, o, args)
-	failed := 0
+	failed, dtypes := 0, f.dtypes
+	if dtypes == nil {
+		dtypes = []string{"f16"}
+	}
 	for _, name := range o.Models {
-		res := bench.Result{Geom: name, NB: o.NB, T: o.T, K: o.K, Tokens: o.NB * o.T, Error: "skipped: the --deadline passed"}
-		if o.Deadline.IsZero() || time.Until(o.Deadline) > 0 {
-			res = bench.Measure(dev, name, *o)
-		}
-		if err := o.SumRanks(&res); err != nil {
+		gaps, err := teacherGaps(f, dev, name)
+		if err != nil {
 			return err
 		}
-		if res.Error != "" {
-			failed++
-			fmt.Fprintf(o.Stdout, "%s: FAILED: %s\n\n", name, res.Error)
-		}
-		rep.Results = append(rep.Results, res)
-		if f.json != "" {
-			if err := bench.WriteJSON(f.json, rep); err != nil {
+		for i, dt := range dtypes { // the student step with the first teacher dtype only
+			od := *o
+			od.TeacherDType, od.TeacherOnly = dt, i > 0
+			res := bench.Result{Geom: name, NB: o.NB, T: o.T, K: o.K, Tokens: o.NB * o.T, TeacherDType: dt, Error: "skipped: the --deadline passed"}
+			if o.Deadline.IsZero() || time.Until(o.Deadline) > 0 {
+				res = bench.Measure(dev, name, od)
+			}
+			if g, ok := gaps[dt]; ok {
+				res.TeacherGap = &g
+			}
+			if err := o.SumRanks(&res); err != nil {
 				return err
+			}
+			if res.Error != "" {
+				failed++
+				fmt.Fprintf(o.Stdout, "%s (teacher %s): FAILED: %s\n\n", name, dt, res.Error)
+			}
+			rep.Results = append(rep.Results, res)
+			if f.json != "" {
+				if err := bench.WriteJSON(f.json, rep); err != nil {
+					return err
+				}
 			}
 		}
 	}
-	if failed == len(o.Models) {
+	if failed == len(rep.Results) {
 		return fmt.Errorf("every geometry failed (%d)", failed)
 	}
 	return nil
+}
+
+// teacherGaps measures, with --teacher-gap, what each 8-bit --teacher-dtype costs geometry
+// name's synthetic teacher (bench.TeacherGaps over nb windows of t+1 random tokens, top-k)
+// and prints it; nil without the flag.
+func teacherGaps(f benchFlags, dev *gpu.Device, name string) (map[string]bench.Gap, error) {
+	if !f.gap {
+		return nil, nil
+	}
+	cfg, err := bench.Config(name)
+	if err != nil {
+		return nil, err
+	}
+	o := f.o
+	gaps, err := bench.TeacherGaps(dev, cfg, f.dtypes, o.NB, o.T, o.K, o.NB, uint32(o.Seed))
+	if err != nil {
+		return nil, fmt.Errorf("%s: --teacher-gap: %w", name, err)
+	}
+	for _, dt := range f.dtypes {
+		if g, ok := gaps[dt]; ok {
+			fmt.Fprintf(o.Stdout, "%s %s teacher against f16 (random weights and tokens, %d tokens): top-%d KL %.4g nats, top-1 agreement %.2f %%, NLL %.4f (f16 %.4f)\n",
+				name, dt, g.Tokens, g.K, g.TopKKL, 100*g.Top1, g.NLL, g.RefNLL)
+		}
+	}
+	return gaps, nil
 }
 
 // cpuDefaults sizes a run on a CPU adapter (lavapipe) down, unless the flags say otherwise:

@@ -21,7 +21,7 @@ func init() {
 	register(&command{
 		name:    "eval",
 		summary: "held-out perplexity of a model on the Go standard library split (or your files)",
-		usage:   "[--windows 8|N|all] [--t 128] [--seed 1] [--files a.go,DIR,*.txt,c.jsonl] [--tokenizer F] [--batch N] [--stream] [--host] [--json] [MODEL]",
+		usage:   "[--windows 8|N|all] [--t 128] [--seed 1] [--files a.go,DIR,*.txt,c.jsonl] [--tokenizer F] [--batch N] [--stream] [--host] [--json] [--compare OTHER [--k 32]] [MODEL]",
 		run:     runEval,
 	})
 }
@@ -107,6 +107,8 @@ func runEval(args []string) error {
 	onHost := fs.Bool("host", false, "compute on the host in float64 (slow reference path) instead of the GPU")
 	batch := fs.Int("batch", 0, "windows per GPU pass (0: as many as fit 4096 tokens)")
 	stream := fs.Bool("stream", false, "GPU: stream the layers' weights (at most two layers on the GPU at once)")
+	other := fs.String("compare", "", "compare teacher OTHER with MODEL on the windows: top-k KL, top-1 agreement, both perplexities (e.g. an 8-bit teacher against its bf16 checkpoint)")
+	k := fs.Int("k", 32, "with --compare: the reference's top-k")
 	if err := parseFlags(c, fs, args); err != nil {
 		return err
 	}
@@ -119,6 +121,9 @@ func runEval(args []string) error {
 	if *onHost && *stream {
 		return usagef("--stream is for the GPU path; --host computes on the host")
 	}
+	if *other == "" && *k != 32 {
+		return usagef("--k goes with --compare")
+	}
 	path := fs.Arg(0)
 	m, err := train.OpenModel(path)
 	if err != nil {
@@ -128,6 +133,15 @@ func runEval(args []string) error {
 	windows, what, err := ef.heldOutWindows(path, m.Config)
 	if err != nil {
 		return err
+	}
+	if *other != "" {
+		om, err := train.OpenModel(*other)
+		if err != nil {
+			return err
+		}
+		defer om.Close()
+		return runCompare(compareRun{ref: m, other: om, refPath: path, otherPath: *other, windows: windows, t: *ef.t, k: *k,
+			batch: *batch, onHost: *onHost, stream: *stream}, *asJSON)
 	}
 	ev, err := newEvaluator(m, path, windows, *onHost, *batch, *ef.t, *stream)
 	if err != nil {

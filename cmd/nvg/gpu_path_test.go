@@ -132,9 +132,22 @@ func traceGPUAndHost(t *testing.T, dir string, args ...string) (gpuTrace, hostTr
 // TestTraceGPUAndHostSchema runs `nvg trace` on the GPU and with --host on the same ids and
 // checks that both files hold the same tensors (names, dtypes, shapes) with close values,
 // and that the metadata says which path produced them.
+//
+// The same for the tiny teacher with q8 projections (nvg import --quantize q8): the GPU
+// dequantizes them in its GEMMs, the host reads code × scale exactly.
 func TestTraceGPUAndHostSchema(t *testing.T) {
 	gputest.Open(t)
-	g, h := traceGPUAndHost(t, t.TempDir())
+	q8, _ := importQ8(t, t.TempDir())
+	for _, args := range [][]string{nil, {"--teacher", q8}} {
+		g, h := traceGPUAndHost(t, t.TempDir(), args...)
+		compareTraces(t, g, h)
+	}
+}
+
+// compareTraces checks that the GPU's and the host's traces of one teacher hold the same
+// tensors with ids equal and values within 2e-3 of each tensor's largest.
+func compareTraces(t *testing.T, g, h *cmf.SafetensorsFile) {
+	t.Helper()
 	names := []string{"ids", "logits_row0", "logsumexp", "teacher_topk_ids", "teacher_topk_logprob"}
 	for l := 0; l <= 8; l++ {
 		names = append(names, "hidden."+string(rune('0'+l)))

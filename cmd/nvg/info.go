@@ -41,6 +41,9 @@ func runInfo(args []string) error {
 	pc := m.ParamCounts()
 	if *asJSON {
 		out := map[string]any{"model": train.ModelName(path), "config": m.Config, "params": pc, "total_params": pc.Total(), "total_bytes": pc.TotalBytes()}
+		if q := m.Quantization(); q != nil {
+			out["quantization"] = quantJSON(q)
+		}
 		if valid != nil {
 			out["invalid"] = valid.Error()
 		}
@@ -77,6 +80,7 @@ func runInfo(args []string) error {
 		fmt.Printf("%-16s %14s\n", d, humanBytes(pc.Bytes[cmf.DType(d)]))
 	}
 	fmt.Printf("%-16s %14s (%d tensors)\n", "total", humanBytes(pc.TotalBytes()), len(m.Tensors))
+	printQuantization(m)
 	if valid != nil {
 		return valid
 	}
