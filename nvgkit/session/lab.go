@@ -520,6 +520,11 @@ type Info struct {
 	Setup Setup
 	// Device describes the GPU adapter.
 	Device string
+	// TensorCores says whether the Lab's GEMMs run on the device's tensor cores (cooperative
+	// matrices: f16 operands, f32 accumulation): "on (16×16×16 f16→f32, subgroup 32)" or
+	// "off: reason" (gpu.TensorCores.String; NVG_TENSOR_CORES=off|on in the session's
+	// environment decides where the device allows).
+	TensorCores string
 	// Teacher and Student name the models ("embedded qwen35-tiny-go" for the default; the
 	// student's file, or "compressed from the teacher").
 	Teacher, Student string
