@@ -18,7 +18,7 @@ func init() {
 	register(&command{
 		name:    "bench",
 		summary: "benchmark the teacher pass and the student step on synthetic Qwen3.5 geometries (or render a report)",
-		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--json FILE]\n" +
+		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--tensor-cores auto|on|off|on,off] [--json FILE]\n" +
 			"       nvg bench --report NVG.json [--before OLD.json] [--peer PEER.txt] [--cpu CPU.json] [--format md|text]",
 		run: runBench,
 	})
@@ -28,6 +28,7 @@ func init() {
 type benchFlags struct {
 	o                                                  bench.Options
 	models, json, report, peer, before, cpu, notes, fm string
+	tensorCores                                        string
 	deadline                                           time.Duration
 }
 
@@ -42,9 +43,11 @@ func newBenchFlags(c *command, f *benchFlags) *flag.FlagSet {
 	fs.IntVar(&o.Reps, "reps", 3, "timed teacher passes (after 1 warm-up pass); the median is reported")
 	fs.IntVar(&o.Warmup, "warmup", -1, "untimed runs before the timed ones, for both phases (-1: 1 teacher pass and 2 student steps; the run's own first teacher pass, which makes its top-k, is always made)")
 	fs.StringVar(&o.Teacher, "teacher", "auto", "teacher weights: auto (streamed for 9B and 27B), resident or streamed")
+	fs.StringVar(&f.tensorCores, "tensor-cores", "auto", "the GEMM paths to measure each geometry on, comma-separated: auto (the device's choice: tensor cores where nvg can use them, NVG_TENSOR_CORES), on (the cooperative-matrix kernels), off (the WGSL f32 kernels); on,off measures every geometry on both, for an A/B in one run")
 	fs.StringVar(&f.json, "json", "", "write the results as JSON to FILE (rewritten after every geometry)")
 	fs.Float64Var(&o.PeakTF, "peak-tflops", 67, "the device's f32 (non-tensor) ceiling in TFLOP/s, for the roofline columns (H200: ~67)")
 	fs.Float64Var(&o.PeakGB, "peak-gbps", 4800, "the device's memory bandwidth in GB/s, for the roofline columns (H200: ~4800)")
+	fs.Float64Var(&o.PeakTensorTF, "peak-tensor-tflops", 989, "the device's tensor-core ceiling in TFLOP/s (f16 operands, f32 accumulation, dense), for the roofline of the runs on tensor cores (H200: ~989; 0: none)")
 	fs.BoolVar(&o.Profile, "profile", true, "profile one teacher pass and one student step per geometry (needs timestamp queries)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the synthetic weights and token ids")
 	fs.Float64Var(&o.Clip, "clip", 1, "gradient-norm clipping threshold of the student step")
@@ -86,6 +89,10 @@ func runBench(args []string) error {
 	if f.models != "" {
 		f.o.Models = strings.Split(f.models, ",")
 	}
+	f.o.TensorCores = strings.Split(f.tensorCores, ",")
+	for i, m := range f.o.TensorCores {
+		f.o.TensorCores[i] = strings.TrimSpace(m)
+	}
 	if err := f.o.Validate(); err != nil {
 		return usagef("%v", err)
 	}
@@ -100,7 +107,7 @@ func runBench(args []string) error {
 
 // renderBench renders a report (--report, --cpu) instead of measuring.
 func renderBench(f benchFlags, set map[string]bool) error {
-	for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "json", "deadline", "cpuprofile"} {
+	for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "tensor-cores", "json", "deadline", "cpuprofile"} {
 		if set[n] {
 			return usagef("--%s measures; it cannot be combined with --report", n)
 		}
@@ -139,28 +146,33 @@ func measureBench(f benchFlags, set map[string]bool, args []string) error {
 	}
 	defer dev.Close()
 	cpuDefaults(o, dev, set)
+	if err := o.CheckTensorCores(dev); err != nil {
+		return err
+	}
 	rep := benchReport(dev, o, args)
 	failed := 0
 	for _, name := range o.Models {
-		res := bench.Result{Geom: name, NB: o.NB, T: o.T, K: o.K, Tokens: o.NB * o.T, Error: "skipped: the --deadline passed"}
-		if o.Deadline.IsZero() || time.Until(o.Deadline) > 0 {
-			res = bench.Measure(dev, name, *o)
-		}
-		if err := o.SumRanks(&res); err != nil {
-			return err
-		}
-		if res.Error != "" {
-			failed++
-			fmt.Fprintf(o.Stdout, "%s: FAILED: %s\n\n", name, res.Error)
-		}
-		rep.Results = append(rep.Results, res)
-		if f.json != "" {
-			if err := bench.WriteJSON(f.json, rep); err != nil {
+		for _, mode := range o.TensorCoresModes() {
+			res := bench.Result{Geom: name, NB: o.NB, T: o.T, K: o.K, Tokens: o.NB * o.T, Error: "skipped: the --deadline passed"}
+			if o.Deadline.IsZero() || time.Until(o.Deadline) > 0 {
+				res = bench.Measure(dev, name, mode, *o)
+			}
+			if err := o.SumRanks(&res); err != nil {
 				return err
+			}
+			if res.Error != "" {
+				failed++
+				fmt.Fprintf(o.Stdout, "%s (tensor cores %s): FAILED: %s\n\n", name, mode, res.Error)
+			}
+			rep.Results = append(rep.Results, res)
+			if f.json != "" {
+				if err := bench.WriteJSON(f.json, rep); err != nil {
+					return err
+				}
 			}
 		}
 	}
-	if failed == len(o.Models) {
+	if failed == len(rep.Results) {
 		return fmt.Errorf("every geometry failed (%d)", failed)
 	}
 	return nil
@@ -184,11 +196,12 @@ func cpuDefaults(o *bench.Options, dev *gpu.Device, set map[string]bool) {
 	}
 }
 
-// benchReport is the report of a measuring run on dev: the device, the date, the command
-// and the build.
+// benchReport is the report of a measuring run on dev: the device and its tensor cores, the
+// date, the command and the build.
 func benchReport(dev *gpu.Device, o *bench.Options, args []string) *bench.Report {
 	in := dev.Info()
 	return &bench.Report{Device: in.Name, Driver: in.Description, Backend: in.Backend, CPU: in.CPU,
 		Date: time.Now().UTC().Format(time.RFC3339), Command: "nvg bench " + strings.Join(args, " "), GoVersion: runtime.Version(),
-		Build: version.Get().String(), PeakTFLOPs: o.PeakTF, PeakGBps: o.PeakGB}
+		Build: version.Get().String(), PeakTFLOPs: o.PeakTF, PeakGBps: o.PeakGB, PeakTensorTFLOPs: o.PeakTensorTF,
+		TensorCores: dev.TensorCores().String()}
 }
