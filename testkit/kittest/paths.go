@@ -96,3 +96,9 @@ func (p Path) GEMMRel(k int) float64 {
 	}
 	return float64(k+1) * 0x1p-24
 }
+
+// DevicePath is the path d's GEMMs take in a test that forces none: the cooperative-matrix
+// one where tensor cores are on (TensorCores().On: a GPU that has them, or NVG_TENSOR_CORES=on
+// on a CPU adapter that has them), else f32. For a test of a command or a whole run that
+// cannot take a Paths line per path: its tolerances follow what ran.
+func DevicePath(d *gpu.Device) Path { return Path{Coopmat: d.TensorCores().On} }
