@@ -14,9 +14,12 @@
 # data.ListGoTree reads them (DESIGN.md §6), given as a GOROOT (a folder whose src/ holds them),
 # as that src folder itself, or as a .tgz made by `pack` (extracted into a temporary folder).
 # The device has no Go toolchain and its working tree travels under 64 MiB (the .go files are
-# ~99 MB, ~19 MB packed), so pack them here into an ignored path and carry it:
-#   go build -o .devbin/nvg ./cmd/nvg && bench/tc-quality.sh pack bench/out/gosrc.tgz
-#   (device, carry .devbin and bench/out) NVG_BIN=.devbin/nvg bench/tc-quality.sh bench/out/gosrc.tgz
+# ~99 MB, ~19 MB packed; nvg is ~62 MB, ~28 MB stripped and gzipped), so pack both here into
+# an ignored path and carry it:
+#   go build -ldflags=-s -o bench/out/nvg ./cmd/nvg && gzip -f bench/out/nvg
+#   bench/tc-quality.sh pack bench/out/gosrc.tgz
+#   (device, carry bench/out) NVG_BIN=bench/out/nvg.gz bench/tc-quality.sh bench/out/gosrc.tgz
+# (an NVG_BIN ending in .gz is unpacked into a temporary folder first).
 # Use the same Go version's corpus as the runs it is compared with (1.26.8 in DESIGN §6).
 #
 # Environment: NVG_BIN (default ./.devbin/nvg), OUT (default bench/out/tc-quality-<UTC time>),
@@ -45,6 +48,12 @@ if [ -z "$corpus" ] || [ ! -e "$corpus" ]; then
 	exit 2
 fi
 NVG_BIN=${NVG_BIN:-./.devbin/nvg}
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+if [[ $NVG_BIN == *.gz ]]; then
+	gzip -dc "$NVG_BIN" >"$tmp/nvg" && chmod +x "$tmp/nvg" || { echo "bench/tc-quality.sh: cannot unpack $NVG_BIN" >&2; exit 1; }
+	NVG_BIN=$tmp/nvg
+fi
 [ -x "$NVG_BIN" ] || { echo "bench/tc-quality.sh: no nvg binary at $NVG_BIN (build it where Go is: go build -o .devbin/nvg ./cmd/nvg; set NVG_BIN)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "bench/tc-quality.sh: python3 is needed to read report.json" >&2; exit 1; }
 OUT=${OUT:-bench/out/tc-quality-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -54,8 +63,6 @@ mkdir -p "$OUT" || exit 1
 
 # The corpus as a GOROOT: nvg distill's default corpus is GOROOT/src (data.StdlibCorpus), and
 # the runtime takes GOROOT from the environment.
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
 case "$corpus" in
 *.tgz | *.tar.gz)
 	mkdir -p "$tmp/goroot/src" && tar -xzf "$corpus" -C "$tmp/goroot/src" || { echo "bench/tc-quality.sh: cannot extract $corpus" >&2; exit 1; }
