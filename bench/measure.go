@@ -77,7 +77,13 @@ type Result struct {
 	KeepActivations bool `json:"keep_activations,omitempty"`
 	// TrainSigns: the student step also trained the signs (nvg bench --train-signs: sign
 	// scores in the backward, nvgkit.SignStep after Adam, nvgkit.DefaultSigns).
-	TrainSigns    bool    `json:"train_signs,omitempty"`
+	TrainSigns bool `json:"train_signs,omitempty"`
+	// TensorCores is the GEMM path the geometry was measured on (nvg bench --tensor-cores):
+	// "on (16×16×16 f16→f32, subgroup 32)" — cooperative-matrix GEMMs, f16 operands, f32
+	// accumulation — or "off: reason" (the WGSL kernels, f32); "" in a JSON from before
+	// tensor cores (the f32 path). A run with --tensor-cores on,off has two results per
+	// geometry, one per path.
+	TensorCores   string  `json:"tensor_cores,omitempty"`
 	Params        int64   `json:"params"`
 	BLRWeights    int64   `json:"blr_weights"`
 	BLRBits       int64   `json:"blr_bits"`
@@ -99,17 +105,23 @@ type Result struct {
 
 // Report is the JSON nvg bench writes.
 type Report struct {
-	Device     string   `json:"device"`
-	Driver     string   `json:"driver"`
-	Backend    string   `json:"backend"`
-	CPU        bool     `json:"cpu_adapter"`
-	Date       string   `json:"date"`
-	Command    string   `json:"command"`
-	GoVersion  string   `json:"go_version"`
-	Build      string   `json:"build"` // version.Info.String(): the commit measured
-	PeakTFLOPs float64  `json:"peak_tflops"`
-	PeakGBps   float64  `json:"peak_gbps"`
-	Results    []Result `json:"results"`
+	Device     string  `json:"device"`
+	Driver     string  `json:"driver"`
+	Backend    string  `json:"backend"`
+	CPU        bool    `json:"cpu_adapter"`
+	Date       string  `json:"date"`
+	Command    string  `json:"command"`
+	GoVersion  string  `json:"go_version"`
+	Build      string  `json:"build"` // version.Info.String(): the commit measured
+	PeakTFLOPs float64 `json:"peak_tflops"`
+	PeakGBps   float64 `json:"peak_gbps"`
+	// PeakTensorTFLOPs is the device's tensor-core ceiling (f16 operands, f32 accumulation)
+	// for the roofline of the results measured on tensor cores (0: not given).
+	PeakTensorTFLOPs float64 `json:"peak_tensor_tflops,omitempty"`
+	// TensorCores is the device's tensor-core status at Open (gpu.TensorCores.String): the
+	// path --tensor-cores auto measures.
+	TensorCores string   `json:"tensor_cores,omitempty"`
+	Results     []Result `json:"results"`
 }
 
 // Options are a measuring run's settings (nvg bench's flags).
@@ -122,17 +134,23 @@ type Options struct {
 	TeacherDType   string   // the teacher's projections: "f16" ("": f16), "fp8" or "q8" (TeacherDTypes)
 	TeacherOnly    bool     // measure the teacher pass only (no student step)
 	PeakTF, PeakGB float64  // the device's ceilings for the roofline columns
-	Profile        bool     // profile one pass and one step (needs timestamp queries)
-	Seed           uint64   // of the synthetic weights and token ids
-	Clip           float64  // the student step's gradient-norm clip
-	Keep           bool     // the student step keeps activations (TrainConfig.KeepActivations)
-	Signs          bool     // the student step trains the signs (TrainConfig.TrainSigns)
-	MemoryGiB      float64  // GPU memory for the dry check (0: none)
-	Deadline       time.Time
-	CPUProfile     string     // the host's CPU profile of the timed student steps
-	Stdout         io.Writer  // the results
-	Progress       io.Writer  // progress lines
-	Comm           train.Comm // data-parallel ranks under mpirun (nil: one process)
+	PeakTensorTF   float64  // the device's tensor-core ceiling (0: none given)
+	// TensorCores are the GEMM paths each geometry is measured on, in order: "auto" (the
+	// device's choice, gpu.Device.TensorCores), "on" (the cooperative-matrix kernels forced,
+	// gpu.SetTensorCores) or "off" (the WGSL kernels forced); nil is {"auto"}. {"on", "off"}
+	// measures every geometry twice, an A/B in one run.
+	TensorCores []string
+	Profile     bool    // profile one pass and one step (needs timestamp queries)
+	Seed        uint64  // of the synthetic weights and token ids
+	Clip        float64 // the student step's gradient-norm clip
+	Keep        bool    // the student step keeps activations (TrainConfig.KeepActivations)
+	Signs       bool    // the student step trains the signs (TrainConfig.TrainSigns)
+	MemoryGiB   float64 // GPU memory for the dry check (0: none)
+	Deadline    time.Time
+	CPUProfile  string     // the host's CPU profile of the timed student steps
+	Stdout      io.Writer  // the results
+	Progress    io.Writer  // progress lines
+	Comm        train.Comm // data-parallel ranks under mpirun (nil: one process)
 }
 
 // Validate checks the options, naming nvg bench's flags.
@@ -179,8 +197,60 @@ func (o *Options) Validate() error {
 		return errors.New("--clip must be finite and > 0")
 	case o.MemoryGiB < 0:
 		return errors.New("--memory-gib must be ≥ 0")
+	case o.PeakTensorTF < 0 || math.IsNaN(o.PeakTensorTF) || math.IsInf(o.PeakTensorTF, 0):
+		return errors.New("--peak-tensor-tflops must be finite and ≥ 0")
+	}
+	seenTC := map[string]bool{}
+	for _, m := range o.TensorCores {
+		if m != "auto" && m != "on" && m != "off" {
+			return fmt.Errorf("--tensor-cores: %q is not auto, on or off (a comma-separated list such as on,off measures each geometry on each path)", m)
+		}
+		if seenTC[m] {
+			return fmt.Errorf("--tensor-cores: %q given twice", m)
+		}
+		seenTC[m] = true
 	}
 	return nil
+}
+
+// TensorCoresModes are the paths each geometry is measured on (TensorCores; {"auto"} when
+// nil).
+func (o *Options) TensorCoresModes() []string {
+	if len(o.TensorCores) == 0 {
+		return []string{"auto"}
+	}
+	return o.TensorCores
+}
+
+// CheckTensorCores refuses, before anything is measured, a forced "on" on a device whose
+// tensor cores are not available (its status says why: no VK_KHR_cooperative_matrix,
+// NVG_TENSOR_CORES=off, no C compiler for the layer, …).
+func (o *Options) CheckTensorCores(dev *gpu.Device) error {
+	tc := dev.TensorCores()
+	for _, m := range o.TensorCoresModes() {
+		if m == "on" && !tc.Available {
+			return fmt.Errorf("--tensor-cores on: %s has no tensor cores nvg can use (%s)", dev.Info().Name, tc)
+		}
+	}
+	return nil
+}
+
+// forceTensorCores forces mode's GEMM path ("auto", "on", "off") on dev for one measurement
+// and returns the status it records (Result.TensorCores) and the function that lifts the
+// force. CheckTensorCores has refused an "on" the device cannot take.
+func forceTensorCores(dev *gpu.Device, mode string) (status string, restore func()) {
+	tc := dev.TensorCores()
+	switch mode {
+	case "on":
+		tc.On, tc.Reason = true, ""
+		return tc.String(), gpu.SetTensorCores(true)
+	case "off":
+		if tc.Available {
+			tc.On, tc.Reason = false, "forced off (nvg bench --tensor-cores off)"
+		}
+		return tc.String(), gpu.SetTensorCores(false)
+	}
+	return tc.String(), func() {}
 }
 
 // checkWritableFile reports why a file named path (or, for --cpuprofile, path with a suffix)
@@ -266,10 +336,15 @@ func profileRows(p gpu.Profile) ([]Kernel, float64) {
 	return rows, float64(tot) / 1e6
 }
 
-// Measure measures one geometry on dev; every error (and panic) ends up in Result.Error, and
-// every GPU buffer of the geometry is released before it returns.
-func Measure(dev *gpu.Device, name string, o Options) (res Result) {
+// Measure measures one geometry on dev on the GEMM path mode (one of TensorCoresModes:
+// "auto", "on", "off"; forced for the measurement and lifted after it); every error (and
+// panic) ends up in Result.Error, and every GPU buffer of the geometry is released before it
+// returns.
+func Measure(dev *gpu.Device, name, mode string, o Options) (res Result) {
 	res = Result{Geom: name, NB: o.NB, T: o.T, K: o.K, Tokens: o.NB * o.T}
+	var restore func()
+	res.TensorCores, restore = forceTensorCores(dev, mode)
+	defer restore()
 	defer func() {
 		if r := recover(); r != nil {
 			res.Error = fmt.Sprintf("panic: %v\n%s", r, debug.Stack())
@@ -300,8 +375,8 @@ func (o *Options) measure(dev *gpu.Device, name string, res *Result) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Stdout, "== %s: %d layers, hidden %d, vocab %d, %.3fB parameters; nb %d × t %d = %d tokens, top-%d; teacher %s, %s projections\n",
-		name, cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, float64(res.Params)/1e9, o.NB, o.T, res.Tokens, o.K, res.TeacherMode, res.TeacherDType)
+	fmt.Fprintf(o.Stdout, "== %s: %d layers, hidden %d, vocab %d, %.3fB parameters; nb %d × t %d = %d tokens, top-%d; teacher %s, %s projections; tensor cores %s\n",
+		name, cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, float64(res.Params)/1e9, o.NB, o.T, res.Tokens, o.K, res.TeacherMode, res.TeacherDType, res.TensorCores)
 	fmt.Fprintf(o.Stdout, "   student: %.1fM BLR weights at %.3f bits/weight (%d paths, peer's rank rule), %.2fM trained values\n",
 		float64(res.BLRWeights)/1e6, res.BitsPerWeight, Paths, float64(res.Trainables)/1e6)
 	src := &nets{cfg: cfg, format: format, seed: uint32(o.Seed), vocab: cfg.VocabSize, tokens: o.ranks() * o.NB * (o.T + 1), o: o, name: name}

@@ -106,8 +106,8 @@ func num(v float64, format string) string {
 }
 
 // readJSONs reads comma-separated nvg bench JSON files and merges them: the header of
-// the first, the results of all in order (a later result for the same geometry and teacher
-// dtype replaces an earlier one), the commands joined with "; ".
+// the first, the results of all in order (a later result for the same geometry, teacher
+// dtype and tensor-core path replaces an earlier one), the commands joined with "; ".
 func readJSONs(paths string) (*Report, error) {
 	var rep *Report
 	for _, p := range strings.Split(paths, ",") {
@@ -126,7 +126,7 @@ func readJSONs(paths string) (*Report, error) {
 	next:
 		for _, x := range r.Results {
 			for i := range rep.Results {
-				if rep.Results[i].key() == x.key() {
+				if rep.Results[i].key() == x.key() && pathOf(rep.Results[i]) == pathOf(x) {
 					rep.Results[i] = x
 					continue next
 				}
@@ -265,10 +265,11 @@ func renderRatios(w io.Writer, rep, before *Report, peer *peerRun) error {
 	}
 	fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s %7s   %9s %9s %7s\n", "geom",
 		"teacher nvg", "peer", "ratio", "student nvg", "peer", "ratio", "tpeak nvg", "peer", "ratio", "speak nvg", "peer", "ratio")
+	ab := hasAB(rep)
 	for _, r := range rep.Results {
 		t, s := phaseOf(r)
 		p := peer.results[r.Geom]
-		fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s %7s   %9s %9s %7s\n", r.key(),
+		fmt.Fprintf(w, "%-6s %12s %12s %7s   %12s %12s %7s   %9s %9s %7s   %9s %9s %7s\n", label(r, ab, "/"),
 			num(t.TokS, "%.0f"), num(p.TeacherTokS, "%.0f"), ratio(t.TokS, p.TeacherTokS),
 			num(s.TokS, "%.0f"), num(p.StudentTokS, "%.0f"), ratio(s.TokS, p.StudentTokS),
 			num(t.PeakGiB, "%.2f"), num(p.TeacherPeakGiB, "%.2f"), ratio(t.PeakGiB, p.TeacherPeakGiB),
@@ -281,6 +282,9 @@ func renderRatios(w io.Writer, rep, before *Report, peer *peerRun) error {
 		}
 	}
 	fmt.Fprintln(w, "ratios are nvg/peer: above 1 nvg is faster (tokens/s) or uses more memory (peak GiB)")
+	if ab {
+		fmt.Fprintln(w, "GEOM/on: the GEMMs on tensor cores (cooperative matrices, f16 operands); GEOM/off: the WGSL f32 kernels")
+	}
 	if before == nil {
 		return nil
 	}
@@ -305,7 +309,7 @@ func renderRatios(w io.Writer, rep, before *Report, peer *peerRun) error {
 func beforeCells(pair [2]Result) []any {
 	t, s := phaseOf(pair[0])
 	bt, bs := phaseOf(pair[1])
-	return []any{pair[0].key(),
+	return []any{pathsCell(pair[0], pair[1]),
 		num(bt.TokS, "%.0f"), num(t.TokS, "%.0f"), speedup(t.TokS, bt.TokS),
 		num(bs.TokS, "%.0f"), num(s.TokS, "%.0f"), speedup(s.TokS, bs.TokS),
 		num(bt.PeakGiB, "%.2f"), num(t.PeakGiB, "%.2f"),
@@ -335,23 +339,103 @@ func buildOf(rep *Report) string {
 // left out.
 func commonResults(rep, before *Report) (pairs [][2]Result, skipped []string) {
 	for _, r := range rep.Results {
-		for _, b := range before.Results {
-			if b.key() != r.key() {
-				continue
-			}
-			if why := incomparable(r, b); why != "" {
-				skipped = append(skipped, fmt.Sprintf("%s (%s)", r.key(), why))
-			} else {
-				pairs = append(pairs, [2]Result{r, b})
-			}
-			break
+		b, ok := earlier(before, r)
+		if !ok {
+			continue
+		}
+		if why := incomparable(r, b); why != "" {
+			skipped = append(skipped, fmt.Sprintf("%s (%s)", pathsCell(r, b), why))
+		} else {
+			pairs = append(pairs, [2]Result{r, b})
 		}
 	}
 	return pairs, skipped
 }
 
+// earlier is the earlier run's result that now is compared with: the same geometry on the
+// same tensor-core path, else (an earlier run on one path, or from before paths were
+// recorded) the geometry's first result.
+func earlier(before *Report, now Result) (Result, bool) {
+	var first *Result
+	for i, b := range before.Results {
+		if b.key() != now.key() {
+			continue
+		}
+		if pathOf(b) == pathOf(now) {
+			return b, true
+		}
+		if first == nil {
+			first = &before.Results[i]
+		}
+	}
+	if first == nil {
+		return Result{}, false
+	}
+	return *first, true
+}
+
+// pathOf is the tensor-core path a result was measured on: "on", "off", or "" where the JSON
+// does not say (from before tensor cores: the f32 path).
+func pathOf(r Result) string {
+	switch {
+	case strings.HasPrefix(r.TensorCores, "on"):
+		return "on"
+	case strings.HasPrefix(r.TensorCores, "off"):
+		return "off"
+	}
+	return ""
+}
+
+// hasAB reports whether rep measured some geometry on both paths (nvg bench --tensor-cores
+// on,off).
+func hasAB(rep *Report) bool {
+	seen := map[string]string{}
+	for _, r := range rep.Results {
+		p := pathOf(r)
+		if q, ok := seen[r.Geom]; ok && q != p && p != "" && q != "" {
+			return true
+		}
+		seen[r.Geom] = p
+	}
+	return false
+}
+
+// label names a result in a table: its geometry, and with path its tensor-core path after sep
+// ("0.8B/on"; " tensor cores on" for headings).
+func label(r Result, path bool, sep string) string {
+	if !path || pathOf(r) == "" {
+		return r.key()
+	}
+	return r.key() + sep + pathOf(r)
+}
+
+// pathsCell names the geometry of a comparison with the tensor-core paths: "0.8B" when
+// neither run recorded one, "0.8B/on" when both ran on it, "0.8B/on (before: off)" when
+// they differ.
+func pathsCell(now, was Result) string {
+	p, q := pathOf(now), pathOf(was)
+	switch {
+	case p == "" && q == "":
+		return now.key()
+	case orF32(p) == orF32(q):
+		return now.key() + "/" + orF32(p)
+	}
+	return fmt.Sprintf("%s/%s (before: %s)", now.key(), orF32(p), orF32(q))
+}
+
+// orF32 names an unrecorded tensor-core path: a JSON from before tensor cores measured the
+// WGSL f32 kernels ("off").
+func orF32(path string) string {
+	if path == "" {
+		return "off"
+	}
+	return path
+}
+
 // incomparable says how results now and was of one geometry measured different work (nb × t,
-// top-k, teacher mode, kept activations, sign training, ranks), "" when they did not.
+// top-k, teacher mode, kept activations, sign training, ranks), "" when they did not. The
+// tensor-core path is how the work is done, not what it is: runs on either path compare
+// (the row names both paths when they differ, beforeCells).
 func incomparable(now, was Result) string {
 	var d []string
 	if now.NB != was.NB || now.T != was.T {
@@ -382,21 +466,16 @@ func profiledPhase(before *Report, now Result, student bool) *Phase {
 	if before == nil {
 		return nil
 	}
-	for _, r := range before.Results {
-		if r.key() != now.key() {
-			continue
-		}
-		if incomparable(now, r) != "" {
-			return nil
-		}
-		p := r.Teacher
-		if student {
-			p = r.Student
-		}
-		if p != nil && len(p.Profile) > 0 {
-			return p
-		}
+	r, ok := earlier(before, now)
+	if !ok || incomparable(now, r) != "" {
 		return nil
+	}
+	p := r.Teacher
+	if student {
+		p = r.Student
+	}
+	if p != nil && len(p.Profile) > 0 {
+		return p
 	}
 	return nil
 }
@@ -438,11 +517,15 @@ func firstLine(s string) string {
 // profile in an earlier run; empty for none) two columns follow total ms: the kernel's total
 // ms in the earlier run and the speed-up before/after, "—" for a kernel the earlier run lacks
 // (and for the "… N more" row unless the earlier run has every kernel it covers), and a line
-// after the table names the earlier run's kernels this run lacks.
-func kernelTable(w io.Writer, rows, before []Kernel, n int, peakTF, peakGB float64) {
+// after the table names the earlier run's kernels this run lacks. peakTensor > 0 (a run on
+// tensor cores) adds each kernel's share of the tensor-core ceiling after the f32 one's.
+func kernelTable(w io.Writer, rows, before []Kernel, n int, peakTF, peakTensor, peakGB float64) {
 	rateHead, rates := " TFLOP/s | % of peak | GB/s | % of peak |", 4 // rates: the columns after share
-	if peakTF == 0 {
+	switch {
+	case peakTF == 0:
 		rateHead, rates = " GFLOP/s | GB/s |", 2
+	case peakTensor > 0:
+		rateHead, rates = " TFLOP/s | % of f32 peak | % of tensor peak | GB/s | % of peak |", 5
 	}
 	cmpHead, cmps := "", 0 // the earlier run's columns
 	var was map[string]float64
@@ -494,6 +577,13 @@ func kernelTable(w io.Writer, rows, before []Kernel, n int, peakTF, peakGB float
 			if k.GBps > 0 {
 				cells[2], cells[3] = fmt.Sprintf("%.0f", k.GBps), fmt.Sprintf("%.1f", 100*k.GBps/peakGB)
 			}
+			if peakTensor > 0 {
+				tp := "-"
+				if k.TFLOPs > 0 {
+					tp = fmt.Sprintf("%.1f", 100*k.TFLOPs/peakTensor)
+				}
+				cells = append(cells[:2], append([]string{tp}, cells[2:]...)...)
+			}
 		}
 		v, ok := was[k.Name]
 		fmt.Fprintf(w, "| `%s` | %d | %.2f |%s %.1f %% | %s |\n", k.Name, k.Calls, k.TotalMS, compare(v, k.TotalMS, ok), k.Share, strings.Join(cells, " | "))
@@ -517,8 +607,12 @@ func kernelTable(w io.Writer, rows, before []Kernel, n int, peakTF, peakGB float
 }
 
 // resultsTable writes the throughput/memory table of a report (with the peer's columns when
-// peer is not nil).
+// peer is not nil); a report with an A/B of the tensor-core paths gets abTables instead.
 func resultsTable(w io.Writer, rep *Report, peer *peerRun) {
+	if hasAB(rep) {
+		abTables(w, rep, peer)
+		return
+	}
 	if peer != nil {
 		fmt.Fprintln(w, "| geometry | teacher | teacher pass tok/s | peer | nvg/peer | student step tok/s | peer | nvg/peer | teacher peak GiB | peer | nvg/peer | student peak GiB | peer | nvg/peer |")
 		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -539,6 +633,53 @@ func resultsTable(w io.Writer, rep *Report, peer *peerRun) {
 			num(s.TokS, "%.0f"), num(p.StudentTokS, "%.0f"), ratio(s.TokS, p.StudentTokS),
 			num(t.PeakGiB, "%.2f"), num(p.TeacherPeakGiB, "%.2f"), ratio(t.PeakGiB, p.TeacherPeakGiB),
 			num(s.PeakGiB, "%.2f"), num(p.StudentPeakGiB, "%.2f"), ratio(s.PeakGiB, p.StudentPeakGiB))
+	}
+	fmt.Fprintln(w)
+}
+
+// abTables writes the throughput, then the peak memory, of a report that measured geometries
+// on both tensor-core paths (nvg bench --tensor-cores on,off): per geometry the path on
+// tensor cores, the f32 path and the peer side by side (peer nil: no peer columns), with the
+// ratios on/peer, off/peer and on/off.
+func abTables(w io.Writer, rep *Report, peer *peerRun) {
+	if peer == nil {
+		peer = &peerRun{results: map[string]peerResult{}}
+	}
+	var geoms []string
+	byPath := map[string]map[string]Result{}
+	for _, r := range rep.Results {
+		if byPath[r.Geom] == nil {
+			geoms = append(geoms, r.Geom)
+			byPath[r.Geom] = map[string]Result{}
+		}
+		byPath[r.Geom][orF32(pathOf(r))] = r
+	}
+	fmt.Fprintln(w, "Tensor cores on: the GEMMs on cooperative matrices (f16 operands, f32 accumulation); off: the WGSL f32 kernels.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| geometry | teacher | teacher pass tok/s, on | off | peer | on/peer | off/peer | on/off | student step tok/s, on | off | peer | on/peer | off/peer | on/off |")
+	fmt.Fprintln(w, "|---|---|"+strings.Repeat("---:|", 12))
+	for _, g := range geoms {
+		on, off, p := byPath[g]["on"], byPath[g]["off"], peer.results[g]
+		ton, son := phaseOf(on)
+		toff, soff := phaseOf(off)
+		mode := on.TeacherMode
+		if mode == "" {
+			mode = off.TeacherMode
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g, mode,
+			num(ton.TokS, "%.0f"), num(toff.TokS, "%.0f"), num(p.TeacherTokS, "%.0f"), ratio(ton.TokS, p.TeacherTokS), ratio(toff.TokS, p.TeacherTokS), ratio(ton.TokS, toff.TokS),
+			num(son.TokS, "%.0f"), num(soff.TokS, "%.0f"), num(p.StudentTokS, "%.0f"), ratio(son.TokS, p.StudentTokS), ratio(soff.TokS, p.StudentTokS), ratio(son.TokS, soff.TokS))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| geometry | teacher peak GiB, on | off | peer | student peak GiB, on | off | peer | on/peer |")
+	fmt.Fprintln(w, "|---|"+strings.Repeat("---:|", 7))
+	for _, g := range geoms {
+		ton, son := phaseOf(byPath[g]["on"])
+		toff, soff := phaseOf(byPath[g]["off"])
+		p := peer.results[g]
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", g,
+			num(ton.PeakGiB, "%.2f"), num(toff.PeakGiB, "%.2f"), num(p.TeacherPeakGiB, "%.2f"),
+			num(son.PeakGiB, "%.2f"), num(soff.PeakGiB, "%.2f"), num(p.StudentPeakGiB, "%.2f"), ratio(son.PeakGiB, p.StudentPeakGiB))
 	}
 	fmt.Fprintln(w)
 }
@@ -617,13 +758,14 @@ and the top-1 agreement.
 func modelTable(w io.Writer, rep *Report) {
 	fmt.Fprintln(w, "| geometry | nb × t | parameters | BLR weights | bits/weight | trained values | student weights GiB | loss | failure |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---|")
+	ab := hasAB(rep)
 	for _, r := range rep.Results {
 		_, s := phaseOf(r)
 		fail := ""
 		if r.Error != "" {
 			fail = strings.ReplaceAll(firstLine(r.Error), "|", "\\|")
 		}
-		fmt.Fprintf(w, "| %s | %d × %d | %.3f B | %.1f M | %.3f | %.2f M | %s | %.4f | %s |\n", r.Geom, r.NB, r.T,
+		fmt.Fprintf(w, "| %s | %d × %d | %.3f B | %.1f M | %.3f | %.2f M | %s | %.4f | %s |\n", label(r, ab, "/"), r.NB, r.T,
 			float64(r.Params)/1e9, float64(r.BLRWeights)/1e6, r.BitsPerWeight, float64(r.Trainables)/1e6,
 			num(float64(s.WeightBytes)/(1<<30), "%.2f"), r.Loss, fail)
 	}
@@ -666,7 +808,14 @@ func renderMarkdown(w io.Writer, rep, before *Report, peer *peerRun, cpu *Report
 	default:
 		fmt.Fprintf(w, "- Peer: torch_baseline.py, torch %s, PyTorch eager, bf16 autocast\n", torch)
 	}
-	fmt.Fprintf(w, "- Roofline ceilings: %.0f TFLOP/s (f32, non-tensor), %.0f GB/s\n\n", rep.PeakTFLOPs, rep.PeakGBps)
+	if rep.TensorCores != "" {
+		fmt.Fprintf(w, "- Tensor cores: %s\n", rep.TensorCores)
+	}
+	fmt.Fprintf(w, "- Roofline ceilings: %.0f TFLOP/s (f32, non-tensor), %.0f GB/s", rep.PeakTFLOPs, rep.PeakGBps)
+	if rep.PeakTensorTFLOPs > 0 {
+		fmt.Fprintf(w, "; on tensor cores %.0f TFLOP/s (f16 operands, f32 accumulation)", rep.PeakTensorTFLOPs)
+	}
+	fmt.Fprint(w, "\n\n")
 	fmt.Fprintln(w, "## Throughput and peak GPU memory")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Ratios are nvg/peer: above 1, nvg is faster (tokens/s) or needs more memory (GiB = 2³⁰ bytes).")
@@ -719,9 +868,16 @@ func profileTables(w io.Writer, rep, before *Report, student bool, rows int) {
 		if ph == nil || len(ph.Profile) == 0 {
 			continue
 		}
+		tensor := 0.0 // the tensor ceiling's column, for a run on tensor cores
+		if pathOf(r) != "" {
+			what += ", tensor cores " + r.TensorCores
+			if pathOf(r) == "on" {
+				tensor = rep.PeakTensorTFLOPs
+			}
+		}
 		bp := profiledPhase(before, r, student)
 		fmt.Fprintf(w, "### %s %s (%.1f ms of GPU time%s)\n\n", r.Geom, what, ph.ProfileMS, beforeMS(bp))
-		kernelTable(w, ph.Profile, profileOf(bp), rows, rep.PeakTFLOPs, rep.PeakGBps)
+		kernelTable(w, ph.Profile, profileOf(bp), rows, rep.PeakTFLOPs, tensor, rep.PeakGBps)
 	}
 }
 
@@ -738,8 +894,8 @@ func renderCPU(w io.Writer, cpu *Report) error {
 	modelTable(w, cpu)
 	for _, r := range cpu.Results {
 		if r.Student != nil && len(r.Student.Profile) > 0 {
-			fmt.Fprintf(w, "### %s student step on the CPU (%.1f ms)\n\n", r.Geom, r.Student.ProfileMS)
-			kernelTable(w, r.Student.Profile, nil, 10, 0, 0)
+			fmt.Fprintf(w, "### %s student step on the CPU (%.1f ms)\n\n", label(r, hasAB(cpu), ", tensor cores "), r.Student.ProfileMS)
+			kernelTable(w, r.Student.Profile, nil, 10, 0, 0, 0)
 		}
 	}
 	return nil

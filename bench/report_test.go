@@ -306,3 +306,80 @@ func TestBenchReportBefore(t *testing.T) {
 		t.Errorf("missing before file: %v, want an error naming --before and %s", err, missing)
 	}
 }
+
+// abFixture is an nvg bench --tensor-cores on,off run of 0.8B: tensor cores on (teacher
+// 40000, student 9000 tok/s, BLRForward.y at 200 TFLOP/s) and off (the benchFixture's 20000
+// and 5000).
+const abFixture = `{"device": "NVIDIA H200", "driver": "NVIDIA 580.1", "backend": "vulkan", "date": "2026-12-06T10:00:00Z",
+ "command": "nvg bench --model 0.8B --tensor-cores on,off", "go_version": "go1.26.8", "peak_tflops": 67, "peak_gbps": 4800,
+ "peak_tensor_tflops": 1000, "tensor_cores": "on (16×16×16 f16→f32, subgroup 32)",
+ "results": [
+  {"geom": "0.8B", "nb": 8, "t": 512, "k": 32, "tokens": 4096, "teacher_mode": "resident", "tensor_cores": "on (16×16×16 f16→f32, subgroup 32)",
+   "teacher": {"median_s": 0.1024, "tok_s": 40000, "peak_GiB": 3.5},
+   "student": {"median_s": 0.455, "tok_s": 9000, "peak_GiB": 9.5, "profile_ms": 300,
+     "profile": [{"name": "BLRForward.y", "calls": 184, "total_ms": 150, "share_pct": 50, "tflops": 200, "gbps": 480}]}},
+  {"geom": "0.8B", "nb": 8, "t": 512, "k": 32, "tokens": 4096, "teacher_mode": "resident", "tensor_cores": "off: forced off (nvg bench --tensor-cores off)",
+   "teacher": {"median_s": 0.2048, "tok_s": 20000, "peak_GiB": 3},
+   "student": {"median_s": 0.8192, "tok_s": 5000, "peak_GiB": 10, "profile_ms": 700,
+     "profile": [{"name": "BLRForward.y", "calls": 184, "total_ms": 350, "share_pct": 50, "tflops": 6.7, "gbps": 480}]}}
+ ]}`
+
+// TestBenchReportTensorCores renders an A/B of the tensor-core paths beside the peer; the
+// ratios by hand: 40000/30900 = 1.29, 20000/30900 = 0.65, 40000/20000 = 2.00; 9000/6080 =
+// 1.48, 5000/6080 = 0.82, 9000/5000 = 1.80; student peak 9.5/39.1 = 0.24; BLRForward.y at
+// 200 TFLOP/s is 298.5 % of the f32 peak and 20.0 % of the tensor peak. The text format
+// labels the rows 0.8B/on and 0.8B/off; against an earlier run on the f32 path alone (the
+// benchFixture) both rows compare with it, the path named where it differs.
+func TestBenchReportTensorCores(t *testing.T) {
+	dir := t.TempDir()
+	js, peer, old := filepath.Join(dir, "ab.json"), filepath.Join(dir, "peer.txt"), filepath.Join(dir, "old.json")
+	for p, s := range map[string]string{js: abFixture, peer: peerFixture, old: benchFixture} {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var md bytes.Buffer
+	if err := bench.RenderReport(&md, js, old, peer, "", "", "md"); err != nil {
+		t.Fatal(err)
+	}
+	out := md.String()
+	for _, want := range []string{
+		"- Tensor cores: on (16×16×16 f16→f32, subgroup 32)",
+		"on tensor cores 1000 TFLOP/s (f16 operands, f32 accumulation)",
+		"| geometry | teacher | teacher pass tok/s, on | off | peer | on/peer | off/peer | on/off | student step tok/s, on | off | peer | on/peer | off/peer | on/off |",
+		"| 0.8B | resident | 40000 | 20000 | 30900 | 1.29 | 0.65 | 2.00 | 9000 | 5000 | 6080 | 1.48 | 0.82 | 1.80 |",
+		"| 0.8B | 3.50 | 3.00 | 5.00 | 9.50 | 10.00 | 39.10 | 0.24 |",
+		"### 0.8B student step, tensor cores on (16×16×16 f16→f32, subgroup 32) (300.0 ms of GPU time; 700.0 before)",
+		"### 0.8B student step, tensor cores off: forced off (nvg bench --tensor-cores off) (700.0 ms of GPU time; 700.0 before)",
+		"| kernel | calls | total ms | before ms | speed-up | share | TFLOP/s | % of f32 peak | % of tensor peak | GB/s | % of peak |",
+		"| `BLRForward.y` | 184 | 150.00 | 350.00 | 2.33× | 50.0 % | 200.00 | 298.5 | 20.0 | 480 | 10.0 |",
+		"| 0.8B/on (before: off) | 20000 → 40000 | 2.00× | 5000 → 9000 | 1.80× |",
+		"| 0.8B/off | 20000 → 20000 | 1.00× | 5000 → 5000 | 1.00× |",
+		"| 0.8B/on | 8 × 512 |", "| 0.8B/off | 8 × 512 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("A/B markdown lacks %q:\n%s", want, out)
+		}
+	}
+	var txt bytes.Buffer
+	if err := bench.RenderReport(&txt, js, "", peer, "", "", "text"); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(txt.String(), "\n")
+	if f := strings.Fields(lines[1]); len(f) != 13 || f[0] != "0.8B/on" || f[3] != "1.29" || f[6] != "1.48" {
+		t.Errorf("text line %q", f)
+	}
+	if f := strings.Fields(lines[2]); len(f) != 13 || f[0] != "0.8B/off" || f[3] != "0.65" || f[6] != "0.82" {
+		t.Errorf("text line %q", f)
+	}
+	// Merging: a second file's 0.8B on tensor cores replaces the first's, its f32 result stays.
+	js2 := filepath.Join(dir, "ab2.json")
+	os.WriteFile(js2, []byte(strings.Replace(abFixture, `"tok_s": 9000`, `"tok_s": 9900`, 1)), 0o644)
+	md.Reset()
+	if err := bench.RenderReport(&md, js+","+js2, "", peer, "", "", "md"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "| 9900 | 5000 | 6080 | 1.63 | 0.82 | 1.98 |") {
+		t.Errorf("merged A/B:\n%s", md.String())
+	}
+}

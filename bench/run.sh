@@ -13,7 +13,9 @@
 #              geometries into the same OUT are merged into one report (e.g. on a machine with
 #              a 10-minute limit per command: OUT=bench/out/h200 bench/run.sh 0.8B,4B, then
 #              OUT=bench/out/h200 bench/run.sh 9B,27B)
-#   NVG_FLAGS  extra flags for nvg bench (e.g. "--teacher resident")
+#   NVG_FLAGS  extra flags for nvg bench (e.g. "--teacher resident"; "--tensor-cores on,off"
+#              measures every geometry with tensor cores on and off, and the report puts both
+#              beside the peer)
 #   CPU_JSON   the lavapipe figures for the CPU section (default docs/bench/lavapipe-tiny.json)
 #   DOC        the report to write (default docs/BENCHMARKS.md; "-" for none)
 #   NOTES      hand-written markdown put after the throughput table (default docs/bench/targets.md:

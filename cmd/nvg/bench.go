@@ -19,7 +19,7 @@ func init() {
 	register(&command{
 		name:    "bench",
 		summary: "benchmark the teacher pass and the student step on synthetic Qwen3.5 geometries (or render a report)",
-		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--teacher-dtype f16,fp8,q8] [--json FILE]\n" +
+		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--teacher-dtype f16,fp8,q8] [--tensor-cores auto|on|off|on,off] [--json FILE]\n" +
 			"       nvg bench --report NVG.json [--before OLD.json] [--peer PEER.txt] [--cpu CPU.json] [--format md|text]",
 		run: runBench,
 	})
@@ -29,6 +29,7 @@ func init() {
 type benchFlags struct {
 	o                                                  bench.Options
 	models, json, report, peer, before, cpu, notes, fm string
+	tensorCores                                        string
 	deadline                                           time.Duration
 	dtypes                                             []string // --teacher-dtype
 	gap                                                bool     // --teacher-gap
@@ -55,9 +56,11 @@ func newBenchFlags(c *command, f *benchFlags) *flag.FlagSet {
 		return nil
 	})
 	fs.BoolVar(&f.gap, "teacher-gap", false, "with 8-bit --teacher-dtype: first measure each 8-bit teacher's top-k KL and top-1 agreement against the f16 teacher (both streamed, the 8-bit weights the quantized f16 ones) on nb windows of t+1 random tokens")
+	fs.StringVar(&f.tensorCores, "tensor-cores", "auto", "the GEMM paths to measure each geometry on, comma-separated: auto (the device's choice: tensor cores where nvg can use them, NVG_TENSOR_CORES), on (the cooperative-matrix kernels), off (the WGSL f32 kernels); on,off measures every geometry on both, for an A/B in one run")
 	fs.StringVar(&f.json, "json", "", "write the results as JSON to FILE (rewritten after every geometry)")
 	fs.Float64Var(&o.PeakTF, "peak-tflops", 67, "the device's f32 (non-tensor) ceiling in TFLOP/s, for the roofline columns (H200: ~67)")
 	fs.Float64Var(&o.PeakGB, "peak-gbps", 4800, "the device's memory bandwidth in GB/s, for the roofline columns (H200: ~4800)")
+	fs.Float64Var(&o.PeakTensorTF, "peak-tensor-tflops", 989, "the device's tensor-core ceiling in TFLOP/s (f16 operands, f32 accumulation, dense), for the roofline of the runs on tensor cores (H200: ~989; 0: none)")
 	fs.BoolVar(&o.Profile, "profile", true, "profile one teacher pass and one student step per geometry (needs timestamp queries)")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the synthetic weights and token ids")
 	fs.Float64Var(&o.Clip, "clip", 1, "gradient-norm clipping threshold of the student step")
@@ -99,6 +102,10 @@ func runBench(args []string) error {
 	if f.models != "" {
 		f.o.Models = strings.Split(f.models, ",")
 	}
+	f.o.TensorCores = strings.Split(f.tensorCores, ",")
+	for i, m := range f.o.TensorCores {
+		f.o.TensorCores[i] = strings.TrimSpace(m)
+	}
 	if err := f.o.Validate(); err != nil {
 		return usagef("%v", err)
 	}
@@ -116,7 +123,7 @@ func runBench(args []string) error {
 
 // renderBench renders a report (--report, --cpu) instead of measuring.
 func renderBench(f benchFlags, set map[string]bool) error {
-	for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "teacher-dtype", "teacher-gap", "json", "deadline", "cpuprofile"} {
+	for _, n := range []string{"model", "nb", "t", "k", "steps", "reps", "warmup", "teacher", "teacher-dtype", "teacher-gap", "tensor-cores", "json", "deadline", "cpuprofile"} {
 		if set[n] {
 			return usagef("--%s measures; it cannot be combined with --report", n)
 		}
@@ -155,6 +162,9 @@ func measureBench(f benchFlags, set map[string]bool, args []string) error {
 	}
 	defer dev.Close()
 	cpuDefaults(o, dev, set)
+	if err := o.CheckTensorCores(dev); err != nil {
+		return err
+	}
 	rep := benchReport(dev, o, args)
 	failed, dtypes := 0, f.dtypes
 	if dtypes == nil {
@@ -166,26 +176,28 @@ func measureBench(f benchFlags, set map[string]bool, args []string) error {
 			return err
 		}
 		for i, dt := range dtypes { // the student step with the first teacher dtype only
-			od := *o
-			od.TeacherDType, od.TeacherOnly = dt, i > 0
-			res := bench.Result{Geom: name, NB: o.NB, T: o.T, K: o.K, Tokens: o.NB * o.T, TeacherDType: dt, Error: "skipped: the --deadline passed"}
-			if o.Deadline.IsZero() || time.Until(o.Deadline) > 0 {
-				res = bench.Measure(dev, name, od)
-			}
-			if g, ok := gaps[dt]; ok {
-				res.TeacherGap = &g
-			}
-			if err := o.SumRanks(&res); err != nil {
-				return err
-			}
-			if res.Error != "" {
-				failed++
-				fmt.Fprintf(o.Stdout, "%s (teacher %s): FAILED: %s\n\n", name, dt, res.Error)
-			}
-			rep.Results = append(rep.Results, res)
-			if f.json != "" {
-				if err := bench.WriteJSON(f.json, rep); err != nil {
+			for _, mode := range o.TensorCoresModes() {
+				od := *o
+				od.TeacherDType, od.TeacherOnly = dt, i > 0
+				res := bench.Result{Geom: name, NB: o.NB, T: o.T, K: o.K, Tokens: o.NB * o.T, TeacherDType: dt, Error: "skipped: the --deadline passed"}
+				if o.Deadline.IsZero() || time.Until(o.Deadline) > 0 {
+					res = bench.Measure(dev, name, mode, od)
+				}
+				if g, ok := gaps[dt]; ok {
+					res.TeacherGap = &g
+				}
+				if err := o.SumRanks(&res); err != nil {
 					return err
+				}
+				if res.Error != "" {
+					failed++
+					fmt.Fprintf(o.Stdout, "%s (teacher %s, tensor cores %s): FAILED: %s\n\n", name, dt, mode, res.Error)
+				}
+				rep.Results = append(rep.Results, res)
+				if f.json != "" {
+					if err := bench.WriteJSON(f.json, rep); err != nil {
+						return err
+					}
 				}
 			}
 		}
@@ -239,11 +251,12 @@ func cpuDefaults(o *bench.Options, dev *gpu.Device, set map[string]bool) {
 	}
 }
 
-// benchReport is the report of a measuring run on dev: the device, the date, the command
-// and the build.
+// benchReport is the report of a measuring run on dev: the device and its tensor cores, the
+// date, the command and the build.
 func benchReport(dev *gpu.Device, o *bench.Options, args []string) *bench.Report {
 	in := dev.Info()
 	return &bench.Report{Device: in.Name, Driver: in.Description, Backend: in.Backend, CPU: in.CPU,
 		Date: time.Now().UTC().Format(time.RFC3339), Command: "nvg bench " + strings.Join(args, " "), GoVersion: runtime.Version(),
-		Build: version.Get().String(), PeakTFLOPs: o.PeakTF, PeakGBps: o.PeakGB}
+		Build: version.Get().String(), PeakTFLOPs: o.PeakTF, PeakGBps: o.PeakGB, PeakTensorTFLOPs: o.PeakTensorTF,
+		TensorCores: dev.TensorCores().String()}
 }

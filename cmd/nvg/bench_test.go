@@ -41,6 +41,9 @@ func TestBenchTiny(t *testing.T) {
 	if r.Geom != "tiny" || r.Tokens != 128 || r.TeacherMode != "resident" || r.Teacher == nil || r.Student == nil {
 		t.Fatalf("result %+v", r)
 	}
+	if tc := d.TensorCores().String(); rep.TensorCores != tc || r.TensorCores != tc {
+		t.Errorf("tensor cores: report %q, result %q; the device's %q (--tensor-cores auto)", rep.TensorCores, r.TensorCores, tc)
+	}
 	// The tiny geometry: 8192·256 embedding + 256 final norm + 8 layers (Python count).
 	if r.Params != 8936728 {
 		t.Errorf("params %d, want 8936728", r.Params)
@@ -103,6 +106,10 @@ func TestBenchFlags(t *testing.T) {
 		{"bench", "--peer", filepath.Join(dir, "p.txt")},
 		{"bench", "--cpu", filepath.Join(dir, "c.json"), "--format", "text"},
 		{"bench", "--model", "tiny,tiny"},
+		{"bench", "--tensor-cores", "sometimes"},
+		{"bench", "--tensor-cores", "on,on"},
+		{"bench", "--report", filepath.Join(dir, "x.json"), "--tensor-cores", "off"},
+		{"bench", "--peak-tensor-tflops", "-1"},
 		{"bench", "--cpuprofile", dir},                                       // a directory
 		{"bench", "--cpuprofile", filepath.Join(dir, "missing", "cpu.prof")}, // no such directory
 	} {
@@ -153,5 +160,46 @@ func TestBenchReportFlags(t *testing.T) {
 	}
 	if code := run([]string{"bench", "--report", js, "--before", filepath.Join(dir, "missing.json")}); code != 1 {
 		t.Errorf("missing before file: exit %d, want 1", code)
+	}
+}
+
+// TestBenchTensorCores: --tensor-cores on,off measures the geometry on both GEMM paths in one
+// run, each result saying its path, both losses finite and close (f16 operands move the
+// loss by far less than 1 %); where the device has no tensor cores, --tensor-cores on is
+// refused before anything is measured, naming why, and off still measures.
+func TestBenchTensorCores(t *testing.T) {
+	d := gputest.Open(t)
+	tc := d.TensorCores()
+	path := filepath.Join(t.TempDir(), "bench.json")
+	args := []string{"bench", "--model", "tiny", "--nb", "1", "--t", "16", "--steps", "1", "--reps", "1", "--warmup", "0", "--profile=false", "--json", path}
+	if !tc.Available {
+		_, stderr, code := capture(t, append(args, "--tensor-cores", "on"))
+		if code != 1 || !strings.Contains(stderr, "--tensor-cores on") || !strings.Contains(stderr, tc.Reason) {
+			t.Errorf("--tensor-cores on without tensor cores: exit %d, stderr %q; want 1 and the reason %q", code, stderr, tc.Reason)
+		}
+		if code := run(append(args, "--tensor-cores", "off")); code != 0 {
+			t.Fatalf("--tensor-cores off: exit %d", code)
+		}
+		rep := readJSON[bench.Report](t, path)
+		if len(rep.Results) != 1 || rep.Results[0].TensorCores != tc.String() || rep.Results[0].Error != "" {
+			t.Errorf("--tensor-cores off: results %+v", rep.Results)
+		}
+		t.Skipf("no tensor cores on %s (the A/B is not tested here): %s", d.Info().Name, tc.Reason)
+	}
+	if code := run(append(args, "--tensor-cores", "on,off")); code != 0 {
+		t.Fatalf("--tensor-cores on,off: exit %d", code)
+	}
+	rep := readJSON[bench.Report](t, path)
+	if len(rep.Results) != 2 {
+		t.Fatalf("%d results, want 2", len(rep.Results))
+	}
+	on, off := rep.Results[0], rep.Results[1]
+	want := tc
+	want.On, want.Reason = true, ""
+	if on.TensorCores != want.String() || off.TensorCores != "off: forced off (nvg bench --tensor-cores off)" || on.Error != "" || off.Error != "" {
+		t.Fatalf("results: on %q (%s), off %q (%s)", on.TensorCores, on.Error, off.TensorCores, off.Error)
+	}
+	if !(on.Loss > 0) || !(off.Loss > 0) || math.Abs(on.Loss-off.Loss) > 1e-2*off.Loss {
+		t.Errorf("losses: on %v, off %v", on.Loss, off.Loss)
 	}
 }

@@ -136,10 +136,12 @@ func TestDistillSmall(t *testing.T) {
 		!(rep.BitsPerWeight > 0.4 && rep.BitsPerWeight < 0.6) {
 		t.Errorf("report %+v", rep)
 	}
-	// Provenance: the build (this checkout's commit), the adapter, the compression products.
+	// Provenance: the build (this checkout's commit), the adapter, its tensor cores, the
+	// compression products.
 	head := gitHead(t)
 	if p := rep.Provenance; p == nil || p.Commit != head || p.CommitSource == "" || p.GoVersion != runtime.Version() || p.NVGVersion == "" ||
-		p.Adapter == "" || p.Backend == "" || p.Driver == "" || p.CompressProducts != "cpu-f64" {
+		p.Adapter == "" || p.Backend == "" || p.Driver == "" || p.CompressProducts != "cpu-f64" ||
+		!strings.HasPrefix(p.TensorCores, "on (") && !strings.HasPrefix(p.TensorCores, "off: ") {
 		t.Errorf("report provenance %+v, want commit %s", p, head)
 	}
 	var settings train.RunFile

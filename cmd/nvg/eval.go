@@ -256,7 +256,8 @@ func nonFiniteLoss(loss float64, diagnose func() (*nvgkit.NonFinite, error)) err
 	return fmt.Errorf("held-out loss is %v (no perplexity printed): the first non-finite hidden state is the output of %s", loss, nf)
 }
 
-// openDevice opens the WebGPU device and prints which adapter nvg uses on stderr.
+// openDevice opens the WebGPU device and prints which adapter nvg uses, and its tensor
+// cores ("on (…)" or "off: reason"), on stderr.
 func openDevice() (*gpu.Device, error) {
 	dev, err := gpu.Open()
 	if err != nil {
@@ -265,7 +266,7 @@ func openDevice() (*gpu.Device, error) {
 		}
 		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "nvg: GPU %s\n", dev.Info())
+	fmt.Fprintf(os.Stderr, "nvg: GPU %s; tensor cores %s\n", dev.Info(), dev.TensorCores())
 	return dev, nil
 }
 

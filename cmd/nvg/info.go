@@ -9,24 +9,33 @@ import (
 
 	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 func init() {
 	register(&command{
 		name:    "info",
-		summary: "print a model's architecture, parameter counts per tensor kind, dtypes and bytes",
-		usage:   "[--json] [MODEL]   (MODEL: HF directory, .cmf file or sharded CMF directory; default: the embedded tiny teacher)",
-		run:     runInfo,
+		summary: "print a model's architecture, parameter counts per tensor kind, dtypes and bytes (--gpu: the GPU and its tensor cores)",
+		usage: "[--json] [MODEL]   (MODEL: HF directory, .cmf file or sharded CMF directory; default: the embedded tiny teacher)\n" +
+			"       nvg info --gpu [--json]",
+		run: runInfo,
 	})
 }
 
 func runInfo(args []string) error {
 	c := commands["info"]
 	fs := newFlags(c)
-	asJSON := fs.Bool("json", false, "print the config, counts and bytes as JSON")
+	asJSON := fs.Bool("json", false, "print the config, counts and bytes (with --gpu: the adapter and its tensor cores) as JSON")
+	gpuInfo := fs.Bool("gpu", false, "open the GPU nvg would use and print its adapter, driver, limits and tensor cores (whether the GEMMs run on cooperative matrices, or why not) instead of a model")
 	if err := parseFlags(c, fs, args); err != nil {
 		return err
+	}
+	if *gpuInfo {
+		if fs.NArg() > 0 {
+			return usagef("--gpu describes the GPU, not a model: give MODEL without --gpu")
+		}
+		return printGPU(*asJSON)
 	}
 	if fs.NArg() > 1 {
 		return usagef("want at most one MODEL, got %d arguments", fs.NArg())
@@ -110,4 +119,43 @@ func layerPattern(cfg arch.Config) string {
 		i = j
 	}
 	return strings.Join(parts, ", ")
+}
+
+// printGPU opens the GPU nvg would use (NVG_ADAPTER, NVG_TENSOR_CORES) and prints its
+// adapter and limits and its tensor cores: "on (16×16×16 f16→f32, subgroup 32)" or "off:
+// reason", the self-test at Open and the cooperative-matrix types the device lists.
+func printGPU(asJSON bool) error {
+	dev, err := gpu.Open()
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	in, tc := dev.Info(), dev.TensorCores()
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"adapter": in, "tensor_cores": map[string]any{
+			"status": tc.String(), "on": tc.On, "available": tc.Available, "reason": tc.Reason, "shape": tc.Shape,
+			"subgroup_size": tc.SubgroupSize, "shapes": tc.Shapes, "self_test": tc.SelfTest, "features": tc.Features}})
+	}
+	fmt.Printf("adapter        %s (%s, %s)\n", in.Name, in.Type, in.Backend)
+	fmt.Printf("driver         %s\n", strings.Join(strings.Fields(in.Vendor+" "+in.Description), " "))
+	fmt.Printf("features       shader-f16 %v, subgroups %v, timestamps %v", in.ShaderF16, in.Subgroups, in.Timestamps)
+	if len(in.Missing) > 0 {
+		fmt.Printf(" (missing: %s)", strings.Join(in.Missing, ", "))
+	}
+	fmt.Printf("\nlimits         largest buffer %s, storage binding %s, workgroup memory %s, %d invocations per workgroup\n",
+		humanBytes(int64(in.MaxBufferSize)), humanBytes(int64(in.MaxStorageBindingSize)), humanBytes(int64(in.MaxWorkgroupStorage)), in.MaxInvocations)
+	fmt.Printf("tensor cores   %s\n", tc)
+	if tc.SelfTest != "" {
+		fmt.Printf("  self-test    %s\n", tc.SelfTest)
+	}
+	if len(tc.Shapes) > 0 {
+		shapes := make([]string, len(tc.Shapes))
+		for i, s := range tc.Shapes {
+			shapes[i] = fmt.Sprintf("%s (%s)", s, s.Scope)
+		}
+		fmt.Printf("  device lists %s\n", strings.Join(shapes, ", "))
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
+	"github.com/nvg-project/nvg/gpu/gputest"
 )
 
 // TestInfoInvalidModel: `nvg info` on an HF checkpoint with one problem (model.norm.weight
@@ -63,5 +65,32 @@ func TestInfoInvalidModel(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestInfoGPU: `nvg info --gpu` prints the adapter and its tensor cores as the device says
+// them ("on (…)" or "off: reason"); --json gives the same status; a MODEL with --gpu is a
+// usage error.
+func TestInfoGPU(t *testing.T) {
+	d := gputest.Open(t)
+	want := d.TensorCores().String()
+	stdout, stderr, code := capture(t, []string{"info", "--gpu"})
+	if code != 0 || !strings.Contains(stdout, "adapter        "+d.Info().Name) || !strings.Contains(stdout, "tensor cores   "+want+"\n") {
+		t.Errorf("exit %d, stdout:\n%s\nstderr:\n%s\nwant the adapter %q and tensor cores %q", code, stdout, stderr, d.Info().Name, want)
+	}
+	stdout, _, code = capture(t, []string{"info", "--gpu", "--json"})
+	var js struct {
+		Adapter     struct{ Name string }
+		TensorCores struct {
+			Status string
+			On     bool
+		} `json:"tensor_cores"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &js); code != 0 || err != nil || js.Adapter.Name != d.Info().Name ||
+		js.TensorCores.Status != want || js.TensorCores.On != d.TensorCores().On {
+		t.Errorf("--json: exit %d, %v: %+v from\n%s", code, err, js, stdout)
+	}
+	if _, _, code := capture(t, []string{"info", "--gpu", "model.cmf"}); code != 2 {
+		t.Errorf("--gpu with a MODEL: exit %d, want 2", code)
 	}
 }

@@ -12,15 +12,17 @@ import (
 	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
 // TestTraceStudent runs `nvg trace --student` with a BLR student (the embedded tiny teacher
 // compressed at 1 bit per weight) on the GPU and with --host, and checks that both files
 // hold the student schema — student_kl_per_token, student_loss, grad.embeds, grad.<gain> for
 // all 27 gains and grad.<tensor>.p<i>.h|l|g for every BLR path — with the same names, dtypes
-// and shapes, and GPU values within 2e-3 relative (L2 per tensor) of the float64 host's.
+// and shapes, and GPU values within 2e-3 relative (L2 per tensor) of the float64 host's, more
+// by the f16 rounding of the GEMMs of both passes on tensor cores (kittest.Path.Tol).
 func TestTraceStudent(t *testing.T) {
-	gputest.Open(t)
+	tol := kittest.DevicePath(gputest.Open(t)).Tol(2e-3, 2*kittest.ForwardStages(8, true), 1)
 	dir := t.TempDir()
 	m, err := tinyteacher.Open()
 	if err != nil {
@@ -75,8 +77,8 @@ func TestTraceStudent(t *testing.T) {
 		if e > worst {
 			worst, where = e, name
 		}
-		if !(e <= 2e-3) {
-			t.Errorf("%s: GPU vs host relative L2 %.3g > 2e-3", name, e)
+		if !(e <= tol) {
+			t.Errorf("%s: GPU vs host relative L2 %.3g > %.3g", name, e, tol)
 		}
 	}
 	t.Logf("%d student tensors (%d gains, %d BLR scale vectors); worst GPU/host rel L2 %.3g at %s", len(names), gains, blr, worst, where)

@@ -7,14 +7,22 @@
 // The four gradients of a coordinate θ of a batch's loss ℓ = mean_t KL(teacher top-k ‖
 // student):
 //
-//	GPU      ∂ℓ/∂θ from nvgkit.Step (f32 on the GPU)
+//	GPU      ∂ℓ/∂θ from nvgkit.Step on the device's GEMM path (f32, or tensor cores)
 //	Host     ∂ℓ/∂θ from host.Net.StudentLossGrad (float64), the same model and top-k
 //	FDHost   (ℓ(θ+h) − ℓ(θ−h)) / (θ₊ − θ₋) with host.Net.StudentLoss, h = StepHost·|θ|
-//	FDGPU    the same with nvgkit.LossOnly (f32 loss), h = StepGPU·|θ|
+//	FDGPU    the same with nvgkit.LossOnly (f32 loss) on the f32 path, h = StepGPU·|θ|
 //
 // (h absolute, StepHost or StepGPU, for a norm gain; θ₊ − θ₋ is the step actually taken
 // after rounding to the vector's precision). The GPU finite difference needs a large step
 // because the f32 loss is rounded to ~1e-7; its curvature error is ~1e-3.
+//
+// Tensor cores. Where the device's GEMMs run on cooperative matrices
+// (gpu.Device.TensorCores().On: f16 operands, f32 accumulation), GPU is their gradient and
+// is checked against Host with GradCheckSpec.TolGPUHostCoopmat, a tolerance derived from
+// f16's rounding. Finite differences belong to the f32 path: on f16-rounded activations the
+// loss moves in steps comparable to a 3 % step's change, so FDGPU runs with the WGSL kernels
+// (gpu.SetTensorCores(false), process-wide for the duration of the check) and is compared
+// with the f32 path's own analytic gradient, GPUF32, computed again with them (DESIGN.md §8).
 package gradcheck
 
 import (
@@ -25,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/host"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/session"
@@ -45,7 +54,8 @@ func Check(in train.GradCheckInput) (session.GradCheckResult, error) {
 		return session.GradCheckResult{}, errors.New("gradcheck.Check: nil net, model or top-k, or no windows")
 	}
 	W, T, K := len(in.IDs), len(in.IDs[0]), in.Top.K
-	res := session.GradCheckResult{Step: in.Step, Windows: W, T: T, K: K, Spec: sp}
+	tc := net.Device().TensorCores()
+	res := session.GradCheckResult{Step: in.Step, Windows: W, T: T, K: K, Spec: sp, TensorCores: tc.String()}
 	// Progress units: the GPU gradient, a GPU finite difference per row, the host's load and
 	// gradient, a host finite difference per row (the gradients take seconds on a CPU
 	// adapter: they are units of their own, and a report at 0 says the check began).
@@ -57,26 +67,27 @@ func Check(in train.GradCheckInput) (session.GradCheckResult, error) {
 	}
 	report(0)
 
-	// GPU: the analytic gradient from zeroed gradients, then finite differences of LossOnly
-	// on the snapshot's copy of the values.
+	// GPU: the analytic gradient from zeroed gradients on the device's path (forced to it, so
+	// that GPU is what TensorCores says), and on tensor cores again on the f32 path, then
+	// finite differences of LossOnly on the f32 path on the snapshot's copy of the values.
 	work, err := nvgkit.NewWork(net.Device(), net, W, T)
 	if err != nil {
 		return res, err
 	}
 	defer work.Release()
-	if err := nvgkit.ZeroGrads(net); err != nil {
-		return res, err
-	}
-	st, err := nvgkit.Step(net, work, in.IDs, in.Top)
+	grads, loss, err := analytic(net, work, in, tc.On)
 	if err != nil {
 		return res, err
 	}
-	res.LossGPU = st.Loss
+	res.LossGPU = loss
 	report(1)
-	grads, err := nvgkit.Grads(net)
-	if err != nil {
-		return res, err
+	grads32 := grads
+	if tc.On {
+		if grads32, _, err = analytic(net, work, in, false); err != nil {
+			return res, err
+		}
 	}
+	defer gpu.SetTensorCores(false)() // the finite differences: the f32 path
 	snap, err := nvgkit.Snapshot(net)
 	if err != nil {
 		return res, err
@@ -90,7 +101,7 @@ func Check(in train.GradCheckInput) (session.GradCheckResult, error) {
 			return res, fmt.Errorf("gradcheck.Check: Coords = %d but %s has %d values", sp.Coords, name, len(g))
 		}
 		for _, i := range largest(g, sp.Coords) {
-			res.Rows = append(res.Rows, session.GradCheckRow{Name: name, Index: i, Value: float64(p[i]), GPU: float64(g[i])})
+			res.Rows = append(res.Rows, session.GradCheckRow{Name: name, Index: i, Value: float64(p[i]), GPU: float64(g[i]), GPUF32: float64(grads32[name][i])})
 		}
 	}
 	gpuLoss := func() (float64, error) {
@@ -183,7 +194,7 @@ func Check(in train.GradCheckInput) (session.GradCheckResult, error) {
 		if err != nil {
 			return res, fmt.Errorf("gradcheck.Check: host finite difference of %s[%d]: %w", r.Name, r.Index, err)
 		}
-		r.ErrGPUHost, r.ErrFDHost, r.ErrFDGPU = session.RelErr(r.GPU, r.Host), session.RelErr(r.FDHost, r.Host), session.RelErr(r.FDGPU, r.GPU)
+		r.ErrGPUHost, r.ErrFDHost, r.ErrFDGPU = session.RelErr(r.GPU, r.Host), session.RelErr(r.FDHost, r.Host), session.RelErr(r.FDGPU, r.GPUF32)
 		for c, e := range [3]float64{r.ErrGPUHost, r.ErrFDHost, r.ErrFDGPU} {
 			if !(e <= res.Worst[c]) { // NaN too
 				res.Worst[c] = e
@@ -192,6 +203,22 @@ func Check(in train.GradCheckInput) (session.GradCheckResult, error) {
 		report(len(res.Rows) + 3 + k)
 	}
 	return res, nil
+}
+
+// analytic returns the student's analytic gradients (and the loss) of in's batch from zeroed
+// gradients, with the cooperative-matrix GEMMs (coopmat) or the WGSL kernels forced for the
+// step.
+func analytic(net *nvgkit.Net, work *nvgkit.Work, in train.GradCheckInput, coopmat bool) (map[string][]float32, float64, error) {
+	defer gpu.SetTensorCores(coopmat)()
+	if err := nvgkit.ZeroGrads(net); err != nil {
+		return nil, 0, err
+	}
+	st, err := nvgkit.Step(net, work, in.IDs, in.Top)
+	if err != nil {
+		return nil, 0, err
+	}
+	g, err := nvgkit.Grads(net)
+	return g, st.Loss, err
 }
 
 // largest returns the indices of the n elements of g of largest |g| (ties: the lower index),

@@ -595,6 +595,11 @@ type Info struct {
 	Setup Setup
 	// Device describes the GPU adapter.
 	Device string
+	// TensorCores says whether the Lab's GEMMs run on the device's tensor cores (cooperative
+	// matrices: f16 operands, f32 accumulation): "on (16×16×16 f16→f32, subgroup 32)" or
+	// "off: reason" (gpu.TensorCores.String; NVG_TENSOR_CORES=off|on in the session's
+	// environment decides where the device allows).
+	TensorCores string
 	// Teacher and Student name the models ("embedded qwen35-tiny-go" for the default; the
 	// student's file, or "compressed from the teacher").
 	Teacher, Student string
@@ -996,8 +1001,17 @@ type GradCheckSpec struct {
 	StepGPU, StepHost float64
 	// TolGPUHost, TolFDHost and TolFDGPU are the relative-error tolerances of GPU vs host
 	// analytic, host FD vs host analytic and GPU FD vs GPU analytic (0: 1e-4, 1e-5, 1e-2,
-	// notebook 02's).
+	// notebook 02's). TolGPUHost holds where the GPU's analytic gradient runs on the f32
+	// path (the WGSL kernels).
 	TolGPUHost, TolFDHost, TolFDGPU float64
+	// TolGPUHostCoopmat is GPU vs host's tolerance where the GPU's analytic gradient runs on
+	// tensor cores (GradCheckResult.TensorCores "on (…)": cooperative-matrix GEMMs, f16
+	// operands, f32 accumulation). 0: derived from f16's rounding by the Lab, TolGPUHost +
+	// 2·√(2·(8·layers+1))·2⁻¹¹ — one rounding of at most 2⁻¹¹ relative per f16 GEMM in series
+	// (8 per decoder layer of BLR projections and the head, forward and backward), adding in
+	// quadrature, doubled for a single coordinate (DESIGN.md §8); 1.1e-2 for the tiny
+	// teacher's 8 layers.
+	TolGPUHostCoopmat float64
 }
 
 // Resolved returns s with its zero fields replaced by the defaults they stand for (Names
@@ -1026,7 +1040,7 @@ func (s GradCheckSpec) Resolved() GradCheckSpec {
 }
 
 // Validate reports the first field of s (resolved) out of range: Coords, Windows or T < 0;
-// a step or tolerance not finite and > 0; a repeated name.
+// a step or tolerance not finite and > 0 (TolGPUHostCoopmat: ≥ 0); a repeated name.
 func (s GradCheckSpec) Validate() error {
 	r := s.Resolved()
 	switch {
@@ -1036,6 +1050,8 @@ func (s GradCheckSpec) Validate() error {
 		return fmt.Errorf("session: GradCheckSpec.Windows = %d, want ≥ 0 (0: 2)", s.Windows)
 	case s.T < 0:
 		return fmt.Errorf("session: GradCheckSpec.T = %d, want ≥ 0 (0: 16)", s.T)
+	case s.TolGPUHostCoopmat < 0 || math.IsNaN(s.TolGPUHostCoopmat) || math.IsInf(s.TolGPUHostCoopmat, 0):
+		return fmt.Errorf("session: GradCheckSpec.TolGPUHostCoopmat = %g, want a finite value ≥ 0 (0: derived from f16's rounding)", s.TolGPUHostCoopmat)
 	}
 	for _, f := range []struct {
 		name string
@@ -1061,12 +1077,16 @@ type GradCheckRow struct {
 	Index int
 	// Value is the coordinate's value (f32 on the GPU).
 	Value float64
-	// GPU is the analytic gradient on the GPU (f32), Host the float64 host reference's,
-	// FDHost the host's central finite difference, FDGPU the GPU's (the denominators are the
-	// steps actually taken after rounding).
+	// GPU is the analytic gradient on the GPU on the path the device trains with
+	// (GradCheckResult.TensorCores), Host the float64 host reference's, FDHost the host's
+	// central finite difference, FDGPU the GPU's, always on the f32 path (the denominators
+	// are the steps actually taken after rounding).
 	GPU, Host, FDHost, FDGPU float64
+	// GPUF32 is the analytic gradient on the GPU's f32 path (the WGSL kernels), FDGPU's
+	// reference: GPU itself where tensor cores are off, else computed again with them off.
+	GPUF32 float64
 	// ErrGPUHost = |GPU − Host|/|Host|, ErrFDHost = |FDHost − Host|/|Host|, ErrFDGPU =
-	// |FDGPU − GPU|/|GPU|.
+	// |FDGPU − GPUF32|/|GPUF32|.
 	ErrGPUHost, ErrFDHost, ErrFDGPU float64
 }
 
@@ -1089,12 +1109,18 @@ func (r GradCheckRow) Label() string {
 type GradCheckResult struct {
 	// Step is the number of steps done (the live state checked); Windows, T and K the batch.
 	Step, Windows, T, K int
-	// LossGPU and LossHost are the batch's loss on the GPU (f32 per token, mean in float64)
-	// and on the host (float64).
+	// LossGPU and LossHost are the batch's loss on the GPU (f32 per token, mean in float64;
+	// on the path of GPU) and on the host (float64).
 	LossGPU, LossHost float64
+	// TensorCores is the path of the analytic GPU gradient (GradCheckRow.GPU): the device's
+	// tensor-core status, "on (16×16×16 f16→f32, subgroup 32)" — cooperative-matrix GEMMs,
+	// checked against the host with Spec.TolGPUHostCoopmat — or "off: reason" (the f32 path,
+	// Spec.TolGPUHost). The GPU's finite differences run on the f32 path either way: on
+	// f16-rounded activations the loss moves in steps comparable to a difference's.
+	TensorCores string
 	// Rows has one row per coordinate, in the order of the names.
 	Rows []GradCheckRow
-	// Spec is the resolved spec (Names filled in).
+	// Spec is the resolved spec (Names and TolGPUHostCoopmat filled in).
 	Spec GradCheckSpec
 	// Worst are the largest ErrGPUHost, ErrFDHost and ErrFDGPU over the rows.
 	Worst [3]float64
@@ -1106,7 +1132,7 @@ type GradCheckResult struct {
 // one line each; none when every gradient agrees.
 func (r GradCheckResult) Failures() []string {
 	var bad []string
-	tols := [3]float64{r.Spec.TolGPUHost, r.Spec.TolFDHost, r.Spec.TolFDGPU}
+	tols := [3]float64{r.TolGPUHost(), r.Spec.TolFDHost, r.Spec.TolFDGPU}
 	cols := [3]string{"GPU vs host", "host FD", "GPU FD"}
 	for _, row := range r.Rows {
 		for k, e := range [3]float64{row.ErrGPUHost, row.ErrFDHost, row.ErrFDGPU} {
@@ -1118,20 +1144,49 @@ func (r GradCheckResult) Failures() []string {
 	return bad
 }
 
+// Coopmat reports whether the analytic GPU gradient ran on tensor cores (TensorCores "on …").
+func (r GradCheckResult) Coopmat() bool { return strings.HasPrefix(r.TensorCores, "on") }
+
+// TolGPUHost is the tolerance of GPU vs host for r's path: Spec.TolGPUHostCoopmat on tensor
+// cores, else Spec.TolGPUHost.
+func (r GradCheckResult) TolGPUHost() float64 {
+	if r.Coopmat() {
+		return r.Spec.TolGPUHostCoopmat
+	}
+	return r.Spec.TolGPUHost
+}
+
 // OK reports whether every row is within the tolerances.
 func (r GradCheckResult) OK() bool { return len(r.Failures()) == 0 }
 
 // Table formats r as notebook 02's table: one line per coordinate with the four gradients
-// and the three relative errors, then the worst errors against their tolerances.
+// (five on tensor cores: the f32 path's analytic gradient too, FD GPU's reference) and the
+// three relative errors, then the worst errors against their tolerances.
 func (r GradCheckResult) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-34s %13s %13s %13s %13s │ %9s %9s %9s\n", "coordinate", "analytic GPU", "analytic host", "FD host", "FD GPU", "GPU/host", "FD host", "FD GPU")
-	for _, row := range r.Rows {
-		fmt.Fprintf(&b, "%-34s %+13.6e %+13.6e %+13.6e %+13.6e │ %9.2e %9.2e %9.2e\n", row.Label(), row.GPU, row.Host, row.FDHost, row.FDGPU,
-			row.ErrGPUHost, row.ErrFDHost, row.ErrFDGPU)
+	heads := []string{"analytic GPU", "analytic host", "FD host", "FD GPU"}
+	cells := func(row GradCheckRow) []float64 { return []float64{row.GPU, row.Host, row.FDHost, row.FDGPU} }
+	if r.Coopmat() {
+		fmt.Fprintf(&b, "tensor cores %s: analytic GPU on cooperative matrices (f16 operands); FD GPU on the f32 path, against its analytic gradient\n\n", r.TensorCores)
+		heads = []string{"analytic GPU", "analytic f32", "analytic host", "FD host", "FD GPU f32"}
+		cells = func(row GradCheckRow) []float64 {
+			return []float64{row.GPU, row.GPUF32, row.Host, row.FDHost, row.FDGPU}
+		}
 	}
-	fmt.Fprintf(&b, "\nworst: GPU vs host %.2e (tolerance %g), host FD %.2e (%g), GPU FD %.2e (%g)\n",
-		r.Worst[0], r.Spec.TolGPUHost, r.Worst[1], r.Spec.TolFDHost, r.Worst[2], r.Spec.TolFDGPU)
+	fmt.Fprintf(&b, "%-34s", "coordinate")
+	for _, h := range heads {
+		fmt.Fprintf(&b, " %13s", h)
+	}
+	fmt.Fprintf(&b, " │ %9s %9s %9s\n", "GPU/host", "FD host", "FD GPU")
+	for _, row := range r.Rows {
+		fmt.Fprintf(&b, "%-34s", row.Label())
+		for _, v := range cells(row) {
+			fmt.Fprintf(&b, " %+13.6e", v)
+		}
+		fmt.Fprintf(&b, " │ %9.2e %9.2e %9.2e\n", row.ErrGPUHost, row.ErrFDHost, row.ErrFDGPU)
+	}
+	fmt.Fprintf(&b, "\nworst: GPU vs host %.2e (tolerance %.3g), host FD %.2e (%.3g), GPU FD %.2e (%.3g)\n",
+		r.Worst[0], r.TolGPUHost(), r.Worst[1], r.Spec.TolFDHost, r.Worst[2], r.Spec.TolFDGPU)
 	return b.String()
 }
 

@@ -172,6 +172,8 @@ func TestLabGradCheckSpec(t *testing.T) {
 		{session.GradCheckSpec{T: -2}, "T = -2"},
 		{session.GradCheckSpec{StepGPU: -0.1}, "StepGPU = -0.1"},
 		{session.GradCheckSpec{TolFDGPU: math.NaN()}, "TolFDGPU = NaN"},
+		{session.GradCheckSpec{TolGPUHostCoopmat: -1e-3}, "TolGPUHostCoopmat = -0.001"},
+		{session.GradCheckSpec{TolGPUHostCoopmat: math.Inf(1)}, "TolGPUHostCoopmat = +Inf"},
 		{session.GradCheckSpec{Names: []string{"a", "a"}}, `"a" twice`},
 	} {
 		if err := c.s.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -208,6 +210,23 @@ func TestLabGradCheckResultTable(t *testing.T) {
 	}
 	if tab := r.Table(); !strings.Contains(tab, "L0 in_proj_qkv p0.h[17]") || !strings.Contains(tab, "analytic host") {
 		t.Errorf("Table:\n%s", tab)
+	}
+	// On tensor cores GPU vs host takes TolGPUHostCoopmat (here 2e-3): an error of 1e-3 passes
+	// (it would fail the f32 path's 1e-4), 3e-3 fails; FD GPU is judged against GPUF32.
+	c := session.GradCheckResult{TensorCores: "on (8×8×8 f16→f32, subgroup 8)", Spec: session.GradCheckSpec{TolGPUHostCoopmat: 2e-3}.Resolved()}
+	for _, e := range []float64{1e-3, 3e-3} {
+		rw := row("model.norm.weight", 1, 1+e, 1, 1, 1.001)
+		rw.GPUF32, rw.ErrFDGPU = 1.0005, session.RelErr(1.001, 1.0005)
+		c.Rows = append(c.Rows, rw)
+	}
+	if f := c.Failures(); !c.Coopmat() || c.TolGPUHost() != 2e-3 || len(f) != 1 || !strings.Contains(f[0], "GPU vs host relative error 0.003 > 0.002") {
+		t.Errorf("coopmat Failures = %q (Coopmat %v, TolGPUHost %g)", f, c.Coopmat(), c.TolGPUHost())
+	}
+	if tab := c.Table(); !strings.Contains(tab, "analytic f32") || !strings.Contains(tab, "tensor cores on (8×8×8") || !strings.Contains(tab, "+1.000500e+00") {
+		t.Errorf("coopmat Table:\n%s", tab)
+	}
+	if r.Coopmat() || r.TolGPUHost() != 1e-4 {
+		t.Errorf("f32 result: Coopmat %v, TolGPUHost %g", r.Coopmat(), r.TolGPUHost())
 	}
 	if session.RelErr(0, 0) != 0 || !math.IsInf(session.RelErr(1, 0), 1) || session.RelErr(3, 2) != 0.5 {
 		t.Error("RelErr")

@@ -351,7 +351,7 @@ func (l *Lab) build(ctx context.Context, s session.Setup, o session.Options, sta
 	}
 	st.info.Phases = SessionPhases(st.tr.Config.Phases())
 	st.info.TrainTokens, st.info.EvalTokens = r.TrainTokens, r.HeldOutTokens
-	st.info.Device = r.Device.Info().String()
+	st.info.Device, st.info.TensorCores = r.Device.Info().String(), r.Device.TensorCores().String()
 	if err := st.initSigns(); err != nil {
 		return nil, err
 	}

@@ -396,6 +396,17 @@ func DefaultGradCheckNames(c arch.Config, names []string) []string {
 	return out
 }
 
+// CoopmatGradTol is GradCheck's default tolerance of one coordinate's GPU gradient against the
+// host's on tensor cores (session.GradCheckSpec.TolGPUHostCoopmat) for a student of layers
+// decoder layers: tolF32 (the f32 path's) + 2·√(2·(8·layers+1))·2⁻¹¹. f16 rounds each
+// cooperative-matrix GEMM's activations with at most 2⁻¹¹ relative error; a BLR layer's
+// forward has 8 such GEMMs in series (two per projection, two projections per sub-layer),
+// the head 1, the backward as many again; independent roundings add in quadrature; a single
+// coordinate, unlike a vector's relative L2, is doubled (DESIGN.md §8).
+func CoopmatGradTol(tolF32 float64, layers int) float64 {
+	return tolF32 + 2*math.Sqrt(float64(2*(8*layers+1)))*0x1p-11
+}
+
 // GradCheck checks the GPU gradient on the live state (see session.Lab.GradCheck); the
 // state is restored after the check, whatever its outcome.
 func (l *Lab) GradCheck(spec session.GradCheckSpec, opts ...session.Option) (_ session.GradCheckResult, err error) {
@@ -420,6 +431,9 @@ func (l *Lab) GradCheck(spec session.GradCheckSpec, opts ...session.Option) (_ s
 	}
 	if r.Names == nil {
 		r.Names = DefaultGradCheckNames(s.sNet.Config, s.names)
+	}
+	if r.TolGPUHostCoopmat == 0 {
+		r.TolGPUHostCoopmat = CoopmatGradTol(r.TolGPUHost, s.sNet.Config.NumHiddenLayers)
 	}
 	if len(r.Names) == 0 {
 		return session.GradCheckResult{}, errors.New("train.Lab.GradCheck: no names to check")

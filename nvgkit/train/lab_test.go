@@ -200,6 +200,9 @@ func TestLabStepMatchesTrainer(t *testing.T) {
 	if !same64(info.TeacherPPL, rep.TeacherPPL) || !same64(info.CompressedPPL, rep.CompressedPPL) {
 		t.Errorf("perplexities: lab teacher %v compressed %v, trainer %v %v", info.TeacherPPL, info.CompressedPPL, rep.TeacherPPL, rep.CompressedPPL)
 	}
+	if tc := d.TensorCores().String(); info.TensorCores != tc {
+		t.Errorf("Info.TensorCores %q, the device's %q", info.TensorCores, tc)
+	}
 	check := func(what string, got []session.StepStats) {
 		t.Helper()
 		if len(got) != k {
@@ -506,9 +509,13 @@ func TestLabInspect(t *testing.T) {
 }
 
 // GradCheck on the live state after two steps: notebook 02's ten coordinates within its
-// tolerances, and the state (values, gradients, step) the same after the call.
+// tolerances, and the state (values, gradients, step) the same after the call. On the
+// device's GEMM path: with tensor cores on (NVG_TENSOR_CORES=on on Mesa 26, .ci/coopmat; a
+// GPU that has them) the analytic gradient is the cooperative-matrix one, within the
+// f16-derived tolerance of the host's, and the finite differences stay on the f32 path.
 func TestLabGradCheck(t *testing.T) {
-	lab, _ := sharedLab(t)
+	lab, info := sharedLab(t)
+	d, _, _ := kittest.TinyTeacher(t)
 	if _, err := lab.Step(2); err != nil {
 		t.Fatal(err)
 	}
@@ -535,8 +542,18 @@ func TestLabGradCheck(t *testing.T) {
 	if f := res.Failures(); len(f) > 0 {
 		t.Errorf("gradient check failed:\n%s", strings.Join(f, "\n"))
 	}
-	if math.Abs(res.LossGPU-res.LossHost) > 1e-5*res.LossHost {
-		t.Errorf("losses GPU %v host %v", res.LossGPU, res.LossHost)
+	tc := d.TensorCores()
+	if res.TensorCores != tc.String() || res.Coopmat() != tc.On || res.Spec.TolGPUHostCoopmat != train.CoopmatGradTol(1e-4, info.Layers) {
+		t.Errorf("result on %q (coopmat %v, tolerance %g), the device's tensor cores %q", res.TensorCores, res.Coopmat(), res.Spec.TolGPUHostCoopmat, tc)
+	}
+	// The loss: the forward alone (kittest.Path.Tol).
+	if tol := (kittest.Path{Coopmat: tc.On}).Tol(1e-5, kittest.ForwardStages(info.Layers, true), 1); math.Abs(res.LossGPU-res.LossHost) > tol*res.LossHost {
+		t.Errorf("losses GPU %v host %v: relative difference above %.3g", res.LossGPU, res.LossHost, tol)
+	}
+	for _, r := range res.Rows {
+		if !tc.On && r.GPUF32 != r.GPU {
+			t.Errorf("%s: GPUF32 %v, GPU %v: the same gradient without tensor cores", r.Label(), r.GPUF32, r.GPU)
+		}
 	}
 	sameVecs(t, "trained values after GradCheck", params(t, lab), before)
 	sameVecs(t, "gradients after GradCheck", grads(t, lab), gbefore)

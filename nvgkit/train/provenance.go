@@ -10,7 +10,8 @@ import (
 )
 
 // Provenance records what produced a run (Report.Provenance, and nvg distill's distill.json):
-// the nvg build, the GPU adapter and the precision of the compression's products.
+// the nvg build, the GPU adapter, whether its GEMMs ran on tensor cores, and the precision of
+// the compression's products.
 type Provenance struct {
 	// NVGVersion is the module version ("(devel)" in a checkout); Commit the git commit of the
 	// build ("" when unknown), Modified whether that checkout had uncommitted changes, and
@@ -30,6 +31,12 @@ type Provenance struct {
 	AdapterType string `json:"adapter_type,omitempty"`
 	Backend     string `json:"backend,omitempty"`
 	Driver      string `json:"driver,omitempty"`
+	// TensorCores is the device's tensor-core status as gpu.TensorCores.String gives it:
+	// "on (16×16×16 f16→f32, subgroup 32)" when the GEMMs ran on cooperative matrices (f16
+	// operands, f32 accumulation), else "off: reason"; "" when no device was used. It is the
+	// choice Open made (NVG_TENSOR_CORES and the device); gpu.SetTensorCores, which tests and
+	// benchmarks use to force a path, does not change it.
+	TensorCores string `json:"tensor_cores,omitempty"`
 	// CompressProducts is where and in what precision the compressor's large products ran
 	// (ProductsName of compress.Options.Products: "cpu-f64", the default, "cpu-f32" or
 	// "gpu-f32"); "" when the run did not compress.
@@ -46,7 +53,7 @@ func NewProvenance(dev *gpu.Device, p compress.Products) Provenance {
 	return pr
 }
 
-// SetDevice fills in the adapter fields from dev (nothing when dev is nil).
+// SetDevice fills in the adapter fields and TensorCores from dev (nothing when dev is nil).
 func (p *Provenance) SetDevice(dev *gpu.Device) {
 	if dev == nil {
 		return
@@ -54,6 +61,7 @@ func (p *Provenance) SetDevice(dev *gpu.Device) {
 	in := dev.Info()
 	p.Adapter, p.AdapterType, p.Backend = in.Name, in.Type, in.Backend
 	p.Driver = strings.TrimSpace(strings.Join(strings.Fields(in.Vendor+" "+in.Description), " "))
+	p.TensorCores = dev.TensorCores().String()
 }
 
 // ProductsName names compression products by place and precision: nil (the default,

@@ -124,8 +124,9 @@ func PlotGradNorms(title string, g session.GradNorms) (metric, gains *Chart, err
 
 // PlotGradCheck draws a GradCheck table: per checked coordinate (its Label on the X axis)
 // the three relative errors — GPU vs host analytic ("GPU vs host"), host FD vs host analytic
-// ("host FD"), GPU FD vs GPU analytic ("GPU FD") — as points on a log axis (an error of 0 drawn at 1e-11), with each tolerance
-// as a dashed line of its series' colour. Errors: no rows.
+// ("host FD"), GPU FD vs the f32 path's GPU analytic ("GPU FD") — as points on a log axis
+// (an error of 0 drawn at 1e-11), with each tolerance as a dashed line of its series' colour
+// (GPU vs host's is that of the result's path, GradCheckResult.TolGPUHost). Errors: no rows.
 func PlotGradCheck(r session.GradCheckResult) (*Chart, error) {
 	if len(r.Rows) == 0 {
 		return nil, errors.New("PlotGradCheck: no rows")
@@ -147,7 +148,7 @@ func PlotGradCheck(r session.GradCheckResult) (*Chart, error) {
 		tol   float64
 		err   func(session.GradCheckRow) float64
 	}{
-		{"GPU vs host", s.TolGPUHost, func(r session.GradCheckRow) float64 { return r.ErrGPUHost }},
+		{"GPU vs host", r.TolGPUHost(), func(r session.GradCheckRow) float64 { return r.ErrGPUHost }},
 		{"host FD", s.TolFDHost, func(r session.GradCheckRow) float64 { return r.ErrFDHost }},
 		{"GPU FD", s.TolFDGPU, func(r session.GradCheckRow) float64 { return r.ErrFDGPU }},
 	}
