@@ -22,7 +22,7 @@ import (
 // (WriteHiddenCache, OpenHiddenCache) that Get reads a step's windows from, so a long run
 // holds no more than one step's states in memory. Each window takes
 // nvgkit.HiddenStateBytes(H, T, len(Layers)) bytes: the tiny teacher's default run (96
-// windows of 64 tokens, hidden 256, all 8 layers) 25 MiB; a 0.8B run (hidden 1024) 1 MiB per
+// windows of 64 tokens, hidden 256, all 8 layers) 24 MiB; a 0.8B run (hidden 1024) 1 MiB per
 // window of 512 tokens per layer, 9.4 GiB per layer for 600 steps of 16 windows.
 //
 // File format (little-endian), written atomically by WriteHiddenCache: a 96-byte header —
