@@ -119,6 +119,8 @@ func TestTeacherTopKHidden(t *testing.T) {
 func TestStepHiddenGradients(t *testing.T) {
 	d, c := blrStudent(t)
 	_, hs, _ := blrHidden(t, d, c)
+	work := newWork(t, d, c.net, blrNB, blrT) // its own: the term's buffers stay out of the shared work
+	defer work.Release()
 	hn, err := host.Load(c.student)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +132,7 @@ func TestStepHiddenGradients(t *testing.T) {
 		if err := nvgkit.ZeroGrads(c.net); err != nil {
 			t.Fatal(err)
 		}
-		st, err := nvgkit.StepHidden(c.net, c.work, c.ids, c.top, h, hs)
+		st, err := nvgkit.StepHidden(c.net, work, c.ids, c.top, h, hs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -171,7 +173,7 @@ func TestStepHiddenGradients(t *testing.T) {
 			if err := nvgkit.ZeroGrads(c.net); err != nil {
 				t.Fatal(err)
 			}
-			st, err := nvgkit.StepHidden(c.net, c.work, c.ids, c.top, h, sub)
+			st, err := nvgkit.StepHidden(c.net, work, c.ids, c.top, h, sub)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -206,7 +208,7 @@ func TestStepHiddenGradients(t *testing.T) {
 				return tinytest.CheckRelL2(t, name, got, want, tol)
 			}
 			check("kl per token", st.KLPerToken, sg.KLPerToken)
-			emb, err := nvgkit.EmbedGrads(c.work)
+			emb, err := nvgkit.EmbedGrads(work)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -227,7 +229,7 @@ func TestStepHiddenGradients(t *testing.T) {
 				t.Errorf("the term moves the gradients by only %.3g relative L2", math.Sqrt(d2/n2))
 			}
 			fdCheck(t, c, grads, func() float64 {
-				st, err := nvgkit.LossOnlyHidden(c.net, c.work, c.ids, c.top, h, sub)
+				st, err := nvgkit.LossOnlyHidden(c.net, work, c.ids, c.top, h, sub)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -249,6 +251,8 @@ func TestStepHiddenGradients(t *testing.T) {
 func TestStepHiddenErrors(t *testing.T) {
 	d, c := blrStudent(t)
 	_, hs, _ := blrHidden(t, d, c)
+	work := newWork(t, d, c.net, blrNB, blrT)
+	defer work.Release()
 	ok := nvgkit.HiddenLoss{Kind: nvgkit.HiddenMSE, Weight: 1, Layers: []int{0, 1}}
 	short := *hs
 	short.F16 = [][]uint16{hs.F16[0], hs.F16[1][:10]}
@@ -271,11 +275,11 @@ func TestStepHiddenErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = nvgkit.StepHidden(c.net, c.work, c.ids, c.top, tc.h, tc.hs)
+		_, err = nvgkit.StepHidden(c.net, work, c.ids, c.top, tc.h, tc.hs)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: StepHidden error %v, want one containing %q", tc.name, err, tc.want)
 		}
-		if _, err := nvgkit.LossOnlyHidden(c.net, c.work, c.ids, c.top, tc.h, tc.hs); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := nvgkit.LossOnlyHidden(c.net, work, c.ids, c.top, tc.h, tc.hs); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: LossOnlyHidden error %v, want one containing %q", tc.name, err, tc.want)
 		}
 		after, err := nvgkit.Grads(c.net)
