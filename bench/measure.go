@@ -83,7 +83,10 @@ type Result struct {
 	// accumulation — or "off: reason" (the WGSL kernels, f32); "" in a JSON from before
 	// tensor cores (the f32 path). A run with --tensor-cores on,off has two results per
 	// geometry, one per path.
-	TensorCores   string  `json:"tensor_cores,omitempty"`
+	TensorCores string `json:"tensor_cores,omitempty"`
+	// HiddenLoss: the student step had the hidden-state loss (nvg bench --hidden-loss), as
+	// "kind λ=weight layers=spec", e.g. "mse λ=1 layers=every:4"; "" without it.
+	HiddenLoss    string  `json:"hidden_loss,omitempty"`
 	Params        int64   `json:"params"`
 	BLRWeights    int64   `json:"blr_weights"`
 	BLRBits       int64   `json:"blr_bits"`
@@ -145,12 +148,17 @@ type Options struct {
 	Clip        float64 // the student step's gradient-norm clip
 	Keep        bool    // the student step keeps activations (TrainConfig.KeepActivations)
 	Signs       bool    // the student step trains the signs (TrainConfig.TrainSigns)
-	MemoryGiB   float64 // GPU memory for the dry check (0: none)
-	Deadline    time.Time
-	CPUProfile  string     // the host's CPU profile of the timed student steps
-	Stdout      io.Writer  // the results
-	Progress    io.Writer  // progress lines
-	Comm        train.Comm // data-parallel ranks under mpirun (nil: one process)
+	// HiddenLoss, HiddenWeight and HiddenLayers give the student step the hidden-state loss
+	// (TrainConfig's fields of the same names; HiddenLoss "": none).
+	HiddenLoss   string
+	HiddenWeight float64
+	HiddenLayers string
+	MemoryGiB    float64 // GPU memory for the dry check (0: none)
+	Deadline     time.Time
+	CPUProfile   string     // the host's CPU profile of the timed student steps
+	Stdout       io.Writer  // the results
+	Progress     io.Writer  // progress lines
+	Comm         train.Comm // data-parallel ranks under mpirun (nil: one process)
 }
 
 // Validate checks the options, naming nvg bench's flags.
@@ -199,6 +207,10 @@ func (o *Options) Validate() error {
 		return errors.New("--memory-gib must be ≥ 0")
 	case o.PeakTensorTF < 0 || math.IsNaN(o.PeakTensorTF) || math.IsInf(o.PeakTensorTF, 0):
 		return errors.New("--peak-tensor-tflops must be finite and ≥ 0")
+	case o.HiddenLoss != "" && o.HiddenLoss != nvgkit.HiddenMSE && o.HiddenLoss != nvgkit.HiddenCosine:
+		return fmt.Errorf("--hidden-loss must be %s or %s, got %q", nvgkit.HiddenMSE, nvgkit.HiddenCosine, o.HiddenLoss)
+	case o.HiddenLoss != "" && (!(o.HiddenWeight >= 0) || math.IsInf(o.HiddenWeight, 0)):
+		return fmt.Errorf("--hidden-weight must be finite and ≥ 0, got %g", o.HiddenWeight)
 	}
 	seenTC := map[string]bool{}
 	for _, m := range o.TensorCores {
@@ -370,6 +382,9 @@ func (o *Options) measure(dev *gpu.Device, name string, res *Result) error {
 	if err != nil {
 		return err
 	}
+	if o.HiddenLoss != "" {
+		res.HiddenLoss = fmt.Sprintf("%s λ=%g layers=%s", o.HiddenLoss, o.HiddenWeight, o.HiddenLayers)
+	}
 	res.KeepActivations, res.TrainSigns = o.Keep, o.Signs
 	tp, sp, err := o.plans(dev, cfg, format, streamed, res)
 	if err != nil {
@@ -379,6 +394,14 @@ func (o *Options) measure(dev *gpu.Device, name string, res *Result) error {
 		name, cfg.NumHiddenLayers, cfg.HiddenSize, cfg.VocabSize, float64(res.Params)/1e9, o.NB, o.T, res.Tokens, o.K, res.TeacherMode, res.TeacherDType, res.TensorCores)
 	fmt.Fprintf(o.Stdout, "   student: %.1fM BLR weights at %.3f bits/weight (%d paths, peer's rank rule), %.2fM trained values\n",
 		float64(res.BLRWeights)/1e6, res.BitsPerWeight, Paths, float64(res.Trainables)/1e6)
+	if o.HiddenLoss != "" {
+		layers, err := nvgkit.ParseHiddenLayers(o.HiddenLayers, cfg.NumHiddenLayers)
+		if err != nil {
+			return fmt.Errorf("--hidden-layers: %w", err)
+		}
+		fmt.Fprintf(o.Stdout, "   hidden-state loss %s: %d layers %v; the teacher's states %.1f MiB per step (binary16), held in host memory\n",
+			res.HiddenLoss, len(layers), layers, float64(nvgkit.HiddenStateBytes(cfg.HiddenSize, o.T, len(layers))*int64(o.NB))/(1<<20))
+	}
 	src := &nets{cfg: cfg, format: format, seed: uint32(o.Seed), vocab: cfg.VocabSize, tokens: o.ranks() * o.NB * (o.T + 1), o: o, name: name}
 	run, err := train.Assemble(context.Background(), train.Setup{Nets: src, Train: o.trainConfig()},
 		train.Env{Device: dev, Comm: o.Comm, StreamTeacher: streamed})
@@ -438,7 +461,7 @@ func (o *Options) ranks() int {
 
 // trainConfig is the run of a measurement: NB windows of T tokens per rank, one batch
 // cycled, a constant learning rate of 1e-4 (small steps: the loss stays finite), the clip,
-// and activations kept only with Keep. Its steps never end (no last-step readback).
+// activations kept only with Keep, and the hidden-state loss when asked. Its steps never end (no last-step readback).
 func (o *Options) trainConfig() train.TrainConfig {
 	c := train.DefaultTrainConfig()
 	nb := o.ranks() * o.NB
@@ -446,6 +469,7 @@ func (o *Options) trainConfig() train.TrainConfig {
 	c.Settings = optim.Default()
 	c.LR, c.Warmup, c.MinLRFrac, c.ClipNorm = 1e-4, 0, 1, o.Clip
 	c.KeepActivations, c.ActivationBudget, c.TrainSigns = o.Keep, 0, o.Signs
+	c.HiddenLoss, c.HiddenWeight, c.HiddenLayers = o.HiddenLoss, o.HiddenWeight, o.HiddenLayers
 	c.EvalEvery, c.CheckpointEvery, c.Keep = 0, 0, 0
 	return c
 }

@@ -433,9 +433,9 @@ func orF32(path string) string {
 }
 
 // incomparable says how results now and was of one geometry measured different work (nb × t,
-// top-k, teacher mode, kept activations, sign training, ranks), "" when they did not. The
-// tensor-core path is how the work is done, not what it is: runs on either path compare
-// (the row names both paths when they differ, beforeCells).
+// top-k, teacher mode, kept activations, sign training, hidden-state loss, ranks), "" when
+// they did not. The tensor-core path is how the work is done, not what it is: runs on either
+// path compare (the row names both paths when they differ, beforeCells).
 func incomparable(now, was Result) string {
 	var d []string
 	if now.NB != was.NB || now.T != was.T {
@@ -452,6 +452,9 @@ func incomparable(now, was Result) string {
 	}
 	if now.TrainSigns != was.TrainSigns {
 		d = append(d, fmt.Sprintf("sign training %v now, %v before", now.TrainSigns, was.TrainSigns))
+	}
+	if now.HiddenLoss != was.HiddenLoss {
+		d = append(d, fmt.Sprintf("hidden-state loss %q now, %q before", now.HiddenLoss, was.HiddenLoss))
 	}
 	if max(now.Ranks, 1) != max(was.Ranks, 1) {
 		d = append(d, fmt.Sprintf("%d ranks now, %d before", max(now.Ranks, 1), max(was.Ranks, 1)))

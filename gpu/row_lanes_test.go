@@ -106,6 +106,21 @@ var rowLanesCases = []rowLanesCase{
 		}
 		return readAll(t, d, dx, dw)
 	}},
+	{"HiddenLoss", func(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, n int) [][]float32 {
+		hs, ht, dh := upload(t, d, rng, 2, rows, n), upload(t, d, rng, 2, rows, n), upload(t, d, rng, 1, rows, n)
+		loss := upload(t, d, rng, 1, 2*rows)
+		dims := gpu.HiddenLossDims{Rows: rows, Hidden: n}
+		if err := d.Run(func(r *gpu.Recorder) error {
+			if err := gpu.HiddenLoss(r, hs, ht, dh, loss, dims, gpu.HiddenMSE, 0.3); err != nil {
+				return err
+			}
+			dims.Offset = rows
+			return gpu.HiddenLoss(r, hs, ht, dh, loss, dims, gpu.HiddenCosine, 0.7)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return readAll(t, d, dh, loss)
+	}},
 	{"RMSNorm", func(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, n int) [][]float32 {
 		x, w, y := upload(t, d, rng, 3, rows, n), upload(t, d, rng, 0.5, n), upload(t, d, rng, 1, rows, n)
 		y2 := upload(t, d, rng, 1, rows, n)

@@ -104,3 +104,55 @@ func klRows(logits []float64, nr, vocab int, ids []int, pT []float64, k int, gsc
 		kl[r] = s
 	})
 }
+
+// HiddenLossEps is the ε of HiddenLoss's denominators (gpu.HiddenLossEps is the same value).
+const HiddenLossEps = 1e-6
+
+// HiddenLoss is the per-token hidden-state loss of one layer's output (DESIGN.md §6
+// "Hidden-state loss"), the reference of gpu.HiddenLoss: for each row r of the student's
+// hidden state hs and the teacher's ht (both [rows, n] row-major), with s = hs[r, :],
+// t = ht[r, :] and ε = HiddenLossEps,
+//
+//	normalised MSE (cosine false):  e_r = ‖s − t‖² / (‖t‖² + ε),
+//	                                ∂e_r/∂s = 2·(s − t) / (‖t‖² + ε)
+//	cosine (cosine true):           e_r = 1 − ⟨s, t⟩ / (n_s·n_t),  n_s = √(‖s‖² + ε), n_t = √(‖t‖² + ε),
+//	                                ∂e_r/∂s = cos·s / n_s² − t / (n_s·n_t),  cos = ⟨s, t⟩ / (n_s·n_t)
+//
+// It returns e [rows] and ∂e/∂hs [rows, n] (unscaled: a loss that weights or averages the
+// rows scales both). Errors: non-positive sizes, lengths that disagree.
+func HiddenLoss(hs, ht []float64, rows, n int, cosine bool) (loss, dhs []float64, err error) {
+	const op = "HiddenLoss"
+	if err := checkPos(op, "rows, n", rows, n); err != nil {
+		return nil, nil, err
+	}
+	if err := checkLens(op, lenCheck{"hs", hs, rows * n, "rows·n"}, lenCheck{"ht", ht, rows * n, "rows·n"}); err != nil {
+		return nil, nil, err
+	}
+	loss, dhs = make([]float64, rows), make([]float64, rows*n)
+	for r := range rows {
+		s, t, g := hs[r*n:(r+1)*n], ht[r*n:(r+1)*n], dhs[r*n:(r+1)*n]
+		var d2, t2, s2, st float64
+		for c := range n {
+			d := s[c] - t[c]
+			d2 += d * d
+			t2 += t[c] * t[c]
+			s2 += s[c] * s[c]
+			st += s[c] * t[c]
+		}
+		if cosine {
+			ns, nt := math.Sqrt(s2+HiddenLossEps), math.Sqrt(t2+HiddenLossEps)
+			cs := st / (ns * nt)
+			loss[r] = 1 - cs
+			for c := range n {
+				g[c] = cs*s[c]/(ns*ns) - t[c]/(ns*nt)
+			}
+			continue
+		}
+		den := t2 + HiddenLossEps
+		loss[r] = d2 / den
+		for c := range n {
+			g[c] = 2 * (s[c] - t[c]) / den
+		}
+	}
+	return loss, dhs, nil
+}

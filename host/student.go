@@ -26,7 +26,9 @@ import (
 // Dense projections, the embedding, the head, the conv, A_log and dt_bias are frozen and
 // have no entry.
 type StudentGrads struct {
-	Loss       float64              // mean over the nb·t tokens of KL(p_T ‖ p_S)
+	Loss       float64              // KL + λ·Hidden (without a hidden-state term: KL)
+	KL         float64              // mean over the nb·t tokens of KL(p_T ‖ p_S)
+	Hidden     float64              // the hidden-state loss L_hidden, unweighted (HiddenTerm); 0 without one
 	KLPerToken []float64            // [nb·t], token r = window·t + position
 	Embeds     []float64            // d loss / d input embeddings [nb·t, H]
 	Grads      map[string][]float64 // see the type's doc
@@ -275,6 +277,93 @@ func (n *Net) deltaNetBackward(w *DeltaNetWeights, names *arch.GatedDeltaNet, la
 	return dx, nil
 }
 
+// HiddenTerm is the hidden-state term of a student step's loss (DESIGN.md §6 "Hidden-state
+// loss"): the step's loss becomes
+//
+//	KL + Weight·L_hidden,   L_hidden = (1/|Layers|)·Σ_{l ∈ Layers} (1/rows)·Σ_r e_{l,r},
+//
+// with e_{l,r} HiddenLoss (normalised MSE, or 1 − cos when Cosine) of token r of the
+// student's residual stream after decoder layer l against Targets[i] (l = Layers[i]), the
+// teacher's. The zero HiddenTerm (no layers) is no term.
+type HiddenTerm struct {
+	// Cosine selects the cosine distance; false the normalised MSE.
+	Cosine bool
+	// Weight is λ (finite, ≥ 0).
+	Weight float64
+	// Layers are the decoder layers whose outputs are matched, ascending and distinct.
+	Layers []int
+	// Targets[i] [nb·t·H] is the teacher's hidden state after decoder layer Layers[i] (row r
+	// = window·t + position).
+	Targets [][]float64
+}
+
+// check validates h for a net of L layers over rows tokens of hidden size H.
+func (h *HiddenTerm) check(op string, L, rows, H int) error {
+	if h == nil || len(h.Layers) == 0 {
+		return nil
+	}
+	if !(h.Weight >= 0) || math.IsInf(h.Weight, 0) {
+		return fmt.Errorf("host.Net.%s: hidden-state weight %g, want a finite value ≥ 0", op, h.Weight)
+	}
+	if len(h.Targets) != len(h.Layers) {
+		return fmt.Errorf("host.Net.%s: %d hidden-state targets for %d layers", op, len(h.Targets), len(h.Layers))
+	}
+	for i, l := range h.Layers {
+		if l < 0 || l >= L || (i > 0 && l <= h.Layers[i-1]) {
+			return fmt.Errorf("host.Net.%s: hidden-state layers %v: want ascending, distinct layers in [0, %d)", op, h.Layers, L)
+		}
+		if len(h.Targets[i]) != rows*H {
+			return fmt.Errorf("host.Net.%s: hidden-state target of layer %d has %d values, want nb·t·H = %d", op, l, len(h.Targets[i]), rows*H)
+		}
+	}
+	return nil
+}
+
+// hiddenParts runs the forward over the ids (flat, nb windows of t tokens) keeping each
+// layer's input when ckpt is not nil (ckpt[l], l < L), and returns the last layer's output;
+// with the term h it also returns L_hidden (unweighted) and, when grads is not nil, fills
+// grads[l] with Weight·∂L_hidden/∂(output of layer l) for the layers of h.
+func (n *Net) hiddenParts(flat []int, nb, t int, h *HiddenTerm, ckpt [][]float64, grads map[int][]float64) (x []float64, hidden float64, err error) {
+	c := n.Config
+	rows, H := nb*t, c.HiddenSize
+	if x, err = Embedding(n.Embed, c.VocabSize, H, flat); err != nil {
+		return nil, 0, err
+	}
+	sel := 0
+	for l := range n.Layers {
+		if ckpt != nil {
+			ckpt[l] = x
+		}
+		a, err := n.layer(l, x, nb, t)
+		if err != nil {
+			return nil, 0, err
+		}
+		x = a.Out
+		if h == nil || sel >= len(h.Layers) || h.Layers[sel] != l {
+			continue
+		}
+		e, g, err := HiddenLoss(x, h.Targets[sel], rows, H, h.Cosine)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, v := range e {
+			hidden += v
+		}
+		if grads != nil {
+			scale := h.Weight / float64(len(h.Layers)*rows)
+			for i := range g {
+				g[i] *= scale
+			}
+			grads[l] = g
+		}
+		sel++
+	}
+	if h != nil && len(h.Layers) > 0 {
+		hidden /= float64(len(h.Layers) * rows)
+	}
+	return x, hidden, nil
+}
+
 // StudentLossGrad runs one student step's forward and backward on the host (DESIGN.md §6):
 // the forward over ids (nb windows of t tokens) keeping only each layer's input
 // (checkpoints), the head and KLLoss a block of rows at a time (at most ~2M logits per
@@ -289,7 +378,16 @@ func (n *Net) deltaNetBackward(w *DeltaNetWeights, names *arch.GatedDeltaNet, la
 // Errors: as Forward for ids; k outside [1, vocab]; teacher rows as KLLoss; any Linear
 // without a backward (see LinearBackward).
 func (n *Net) StudentLossGrad(ids [][]int, topkIDs []int, topkProb []float64, k int) (*StudentGrads, error) {
-	flat, t, err := n.checkIDs(ids, "StudentLossGrad")
+	return n.StudentLossGradHidden(ids, topkIDs, topkProb, k, HiddenTerm{})
+}
+
+// StudentLossGradHidden is StudentLossGrad with the hidden-state term h: the loss is
+// KL + h.Weight·L_hidden (StudentGrads.KL and .Hidden hold the parts), and before layer l's
+// backward h.Weight·∂L_hidden/∂(output of layer l) is added to the residual gradient there.
+// Errors: StudentLossGrad's, and h's weight, layers or target lengths (named).
+func (n *Net) StudentLossGradHidden(ids [][]int, topkIDs []int, topkProb []float64, k int, h HiddenTerm) (*StudentGrads, error) {
+	const op = "StudentLossGrad"
+	flat, t, err := n.checkIDs(ids, op)
 	if err != nil {
 		return nil, err
 	}
@@ -297,27 +395,23 @@ func (n *Net) StudentLossGrad(ids [][]int, topkIDs []int, topkProb []float64, k 
 	nb := len(ids)
 	rows, H, V := nb*t, c.HiddenSize, c.VocabSize
 	if k < 1 {
-		return nil, fmt.Errorf("host.Net.StudentLossGrad: k = %d must be at least 1", k)
+		return nil, fmt.Errorf("host.Net.%s: k = %d must be at least 1", op, k)
 	}
-	pT, err := teacherTopK("Net.StudentLossGrad", topkIDs, topkProb, rows, V, k)
+	pT, err := teacherTopK("Net."+op, topkIDs, topkProb, rows, V, k)
 	if err != nil {
 		return nil, err
 	}
-	x, err := Embedding(n.Embed, V, H, flat)
-	if err != nil {
+	if err := h.check(op, len(n.Layers), rows, H); err != nil {
 		return nil, err
 	}
 	ckpt := make([][]float64, len(n.Layers))
-	for l := range n.Layers {
-		ckpt[l] = x
-		a, err := n.layer(l, x, nb, t)
-		if err != nil {
-			return nil, err
-		}
-		x = a.Out
+	hGrads := map[int][]float64{}
+	x, hidden, err := n.hiddenParts(flat, nb, t, &h, ckpt, hGrads)
+	if err != nil {
+		return nil, err
 	}
 	hN := rmsNorm(x, rows, H, n.FinalNorm, c.RMSNormEps, true)
-	sg := &StudentGrads{KLPerToken: make([]float64, rows), Grads: map[string][]float64{}}
+	sg := &StudentGrads{KLPerToken: make([]float64, rows), Hidden: hidden, Grads: map[string][]float64{}}
 	dh := make([]float64, rows*H)
 	var dl []float64
 	err = n.headBlocks(hN, rows, func(r0, nr int, logits []float64) error {
@@ -328,7 +422,7 @@ func (n *Net) StudentLossGrad(ids [][]int, topkIDs []int, topkProb []float64, k 
 		klRows(logits, nr, V, topkIDs[r0*k:(r0+nr)*k], pT[r0*k:(r0+nr)*k], k, 1/float64(rows), sg.KLPerToken[r0:r0+nr], dl)
 		d, _, err := LinearBackward(n.Head, hN[r0*H:(r0+nr)*H], nr, dl)
 		if err != nil {
-			return fmt.Errorf("host.Net.StudentLossGrad: head: %w", err)
+			return fmt.Errorf("host.Net.%s: head: %w", op, err)
 		}
 		copy(dh[r0*H:], d)
 		return nil
@@ -337,12 +431,16 @@ func (n *Net) StudentLossGrad(ids [][]int, topkIDs []int, topkProb []float64, k 
 		return nil, err
 	}
 	for _, v := range sg.KLPerToken {
-		sg.Loss += v
+		sg.KL += v
 	}
-	sg.Loss /= float64(rows)
+	sg.KL /= float64(rows)
+	sg.Loss = sg.KL + h.Weight*hidden
 	dx, dw := rmsNormBackward(x, rows, H, n.FinalNorm, c.RMSNormEps, true, dh)
 	addGrad(sg.Grads, "model.norm.weight", dw)
 	for l := len(n.Layers) - 1; l >= 0; l-- {
+		if g, ok := hGrads[l]; ok {
+			addInto(dx, g)
+		}
 		a, err := n.layer(l, ckpt[l], nb, t)
 		if err != nil {
 			return nil, err
@@ -360,24 +458,37 @@ func (n *Net) StudentLossGrad(ids [][]int, topkIDs []int, topkProb []float64, k 
 // KL(p_T ‖ p_S) and the per-token KL [nb·t], with the same arguments, blocks and errors
 // (for finite-difference checks and evaluation).
 func (n *Net) StudentLoss(ids [][]int, topkIDs []int, topkProb []float64, k int) (loss float64, perToken []float64, err error) {
-	flat, t, err := n.checkIDs(ids, "StudentLoss")
+	loss, _, _, perToken, err = n.StudentLossHidden(ids, topkIDs, topkProb, k, HiddenTerm{})
+	return loss, perToken, err
+}
+
+// StudentLossHidden is the forward half of StudentLossGradHidden: the loss
+// KL + h.Weight·hidden, its parts kl (the mean KL) and hidden (L_hidden, unweighted), and the
+// per-token KL [nb·t]. Errors: StudentLossGradHidden's.
+func (n *Net) StudentLossHidden(ids [][]int, topkIDs []int, topkProb []float64, k int, h HiddenTerm) (loss, kl, hidden float64, perToken []float64, err error) {
+	const op = "StudentLoss"
+	flat, t, err := n.checkIDs(ids, op)
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, 0, nil, err
 	}
 	c := n.Config
 	nb := len(ids)
 	rows, V := nb*t, c.VocabSize
 	if k < 1 {
-		return 0, nil, fmt.Errorf("host.Net.StudentLoss: k = %d must be at least 1", k)
+		return 0, 0, 0, nil, fmt.Errorf("host.Net.%s: k = %d must be at least 1", op, k)
 	}
-	pT, err := teacherTopK("Net.StudentLoss", topkIDs, topkProb, rows, V, k)
+	pT, err := teacherTopK("Net."+op, topkIDs, topkProb, rows, V, k)
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, 0, nil, err
 	}
-	hN, err := n.hidden(flat, nb, t, nil)
+	if err := h.check(op, len(n.Layers), rows, c.HiddenSize); err != nil {
+		return 0, 0, 0, nil, err
+	}
+	x, hidden, err := n.hiddenParts(flat, nb, t, &h, nil, nil)
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, 0, nil, err
 	}
+	hN := rmsNorm(x, rows, c.HiddenSize, n.FinalNorm, c.RMSNormEps, true)
 	perToken = make([]float64, rows)
 	var dl []float64
 	err = n.headBlocks(hN, rows, func(r0, nr int, logits []float64) error {
@@ -388,10 +499,11 @@ func (n *Net) StudentLoss(ids [][]int, topkIDs []int, topkProb []float64, k int)
 		return nil
 	})
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, 0, nil, err
 	}
 	for _, v := range perToken {
-		loss += v
+		kl += v
 	}
-	return loss / float64(rows), perToken, nil
+	kl /= float64(rows)
+	return kl + h.Weight*hidden, kl, hidden, perToken, nil
 }

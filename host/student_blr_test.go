@@ -46,11 +46,13 @@ func subTeacher(t *testing.T, src []int) *cmf.Model {
 // blrStudent is a BLR student (compress.Model at 1 bit per weight, paths auto) and the top-k
 // of its uncompressed teacher on ids.
 type blrStudent struct {
-	net  *Net
-	ids  [][]int
-	tid  []int
-	prob []float64
-	k    int
+	net    *Net
+	teach  *Net // the uncompressed teacher
+	ids    [][]int
+	tid    []int
+	prob   []float64
+	k      int
+	hidden HiddenTerm // the hidden-state term of the loss (none: the KL alone)
 }
 
 func newBLRStudent(t *testing.T, teacher *cmf.Model, nb, T, k int) blrStudent {
@@ -83,11 +85,11 @@ func newBLRStudent(t *testing.T, teacher *cmf.Model, nb, T, k int) blrStudent {
 	for i, lp := range tr.TopKLogProbs {
 		prob[i] = math.Exp(lp) // renormalised by the loss
 	}
-	return blrStudent{sn, ids, tr.TopKIDs, prob, k}
+	return blrStudent{net: sn, teach: tn, ids: ids, tid: tr.TopKIDs, prob: prob, k: k}
 }
 
 func (s blrStudent) loss(t *testing.T) float64 {
-	l, _, err := s.net.StudentLoss(s.ids, s.tid, s.prob, s.k)
+	l, _, _, _, err := s.net.StudentLossHidden(s.ids, s.tid, s.prob, s.k, s.hidden)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +159,11 @@ func (st *fdStats) check(t *testing.T, name string, g []float64, idx []int, get 
 // every path of the given linears) and norm gains with central differences of StudentLoss.
 func checkBLRStudent(t *testing.T, s blrStudent, linears map[string]Linear, gains map[string][]float64, coords int) {
 	t0 := time.Now()
-	sg, err := s.net.StudentLossGrad(s.ids, s.tid, s.prob, s.k)
+	sg, err := s.net.StudentLossGradHidden(s.ids, s.tid, s.prob, s.k, s.hidden)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("loss %.8g, StudentLossGrad in %v", sg.Loss, time.Since(t0))
+	t.Logf("loss %.8g (KL %.8g, hidden %.8g), StudentLossGrad in %v", sg.Loss, sg.KL, sg.Hidden, time.Since(t0))
 	if l := s.loss(t); math.Abs(l-sg.Loss) > 1e-12*math.Abs(l) {
 		t.Errorf("StudentLoss %.17g differs from StudentLossGrad's %.17g", l, sg.Loss)
 	}
@@ -254,6 +256,13 @@ func TestStudentBLRFiniteDifferences(t *testing.T) {
 	// Blocks of 4 rows (4, 4, 2): the loss and its gradient cross head blocks.
 	defer func(b int) { headBlockLogits = b }(headBlockLogits)
 	headBlockLogits = 4 * s.net.Config.VocabSize
+	linears, gains := subStudentParams(t, s)
+	checkBLRStudent(t, s, linears, gains, 2)
+}
+
+// subStudentParams returns the compressed linears and the gains of a [GatedDeltaNet,
+// attention] student (subTeacher(t, []int{2, 3}) compressed), named as the checkpoint.
+func subStudentParams(t *testing.T, s blrStudent) (map[string]Linear, map[string][]float64) {
 	d, a := s.net.Layers[0], s.net.Layers[1]
 	if d.Delta == nil || a.Attn == nil {
 		t.Fatal("sub-model layers are not [GatedDeltaNet, attention]")
@@ -283,7 +292,85 @@ func TestStudentBLRFiniteDifferences(t *testing.T) {
 		"model.layers.1.self_attn.k_norm.weight":         a.Attn.KNorm,
 		"model.norm.weight":                              s.net.FinalNorm,
 	}
-	checkBLRStudent(t, s, linears, gains, 2)
+	return linears, gains
+}
+
+// TestStudentHiddenFiniteDifferences checks the student step with the hidden-state term
+// (StudentLossGradHidden) on the BLR student of TestStudentBLRFiniteDifferences, matching
+// both layers' outputs to the uncompressed teacher's: the parts (Loss = KL + λ·Hidden, Hidden
+// the mean of HiddenLoss over the layers and tokens), then every metric scale and gain at
+// sampled coordinates against central differences of StudentLossHidden, for the normalised
+// MSE and the cosine. The term must move the gradients (by more than 1 % of the KL's alone
+// in relative L2), so that a dropped term cannot pass.
+func TestStudentHiddenFiniteDifferences(t *testing.T) {
+	s := newBLRStudent(t, subTeacher(t, []int{2, 3}), 1, 10, 8)
+	c := s.teach.Config
+	rows, H := len(s.ids)*len(s.ids[0]), c.HiddenSize
+	x, err := Embedding(s.teach.Embed, c.VocabSize, H, s.ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var targets [][]float64
+	for l := range s.teach.Layers {
+		if x, err = s.teach.Layer(l, x, 1, rows); err != nil {
+			t.Fatal(err)
+		}
+		targets = append(targets, x)
+	}
+	kl, err := s.net.StudentLossGrad(s.ids, s.tid, s.prob, s.k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	linears, gains := subStudentParams(t, s)
+	for _, tc := range []struct {
+		cosine bool
+		weight float64
+	}{{false, 0.7}, {true, 3}} {
+		t.Run(fmt.Sprintf("cosine=%v", tc.cosine), func(t *testing.T) {
+			s.hidden = HiddenTerm{Cosine: tc.cosine, Weight: tc.weight, Layers: []int{0, 1}, Targets: targets}
+			sg, err := s.net.StudentLossGradHidden(s.ids, s.tid, s.prob, s.k, s.hidden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Hidden is the mean over both layers and all tokens of HiddenLoss on the
+			// student's own layer outputs.
+			xs, err := Embedding(s.net.Embed, c.VocabSize, H, s.ids[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want float64
+			for l := range s.net.Layers {
+				if xs, err = s.net.Layer(l, xs, 1, rows); err != nil {
+					t.Fatal(err)
+				}
+				e, _, err := HiddenLoss(xs, targets[l], rows, H, s.hidden.Cosine)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, v := range e {
+					want += v / float64(2*rows)
+				}
+			}
+			if math.Abs(sg.Hidden-want) > 1e-12*want {
+				t.Errorf("Hidden %.17g, want the mean of HiddenLoss %.17g", sg.Hidden, want)
+			}
+			if sg.KL != kl.Loss || sg.Loss != sg.KL+tc.weight*sg.Hidden || !(sg.Hidden > 0) {
+				t.Errorf("parts: Loss %.17g, KL %.17g (without the term %.17g), Hidden %.17g, λ %g", sg.Loss, sg.KL, kl.Loss, sg.Hidden, tc.weight)
+			}
+			var d2, n2 float64
+			for name, g := range kl.Grads {
+				for i, v := range g {
+					d2 += (sg.Grads[name][i] - v) * (sg.Grads[name][i] - v)
+					n2 += v * v
+				}
+			}
+			t.Logf("the term moves the gradients by %.3g relative L2", math.Sqrt(d2/n2))
+			if !(math.Sqrt(d2/n2) > 1e-2) {
+				t.Errorf("the term moves the gradients by only %.3g relative L2", math.Sqrt(d2/n2))
+			}
+			checkBLRStudent(t, s, linears, gains, 1)
+		})
+	}
 }
 
 // TestStudentBLRWhole is the same check on the whole tiny teacher compressed at 1 bit per

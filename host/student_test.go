@@ -166,3 +166,34 @@ func TestStudentLossGradErrors(t *testing.T) {
 		t.Errorf("wrong mixer kind: %v", err)
 	}
 }
+
+// TestStudentHiddenTermErrors: a bad hidden-state term is refused before any work, naming
+// what is wrong, by both StudentLossGradHidden and StudentLossHidden; the zero term is none.
+func TestStudentHiddenTermErrors(t *testing.T) {
+	n := tinyNet(t)
+	ids := [][]int{{1, 2, 3}}
+	tid, prob := []int{1, 2, 3}, []float64{1, 1, 1}
+	H := n.Config.HiddenSize
+	ok := make([]float64, 3*H)
+	for _, c := range []struct {
+		name string
+		h    HiddenTerm
+		want string
+	}{
+		{"weight", HiddenTerm{Weight: -1, Layers: []int{0}, Targets: [][]float64{ok}}, "weight -1"},
+		{"weight NaN", HiddenTerm{Weight: math.NaN(), Layers: []int{0}, Targets: [][]float64{ok}}, "weight NaN"},
+		{"targets", HiddenTerm{Weight: 1, Layers: []int{0, 1}, Targets: [][]float64{ok}}, "1 hidden-state targets for 2 layers"},
+		{"order", HiddenTerm{Weight: 1, Layers: []int{1, 0}, Targets: [][]float64{ok, ok}}, "ascending, distinct layers in [0, 8)"},
+		{"range", HiddenTerm{Weight: 1, Layers: []int{8}, Targets: [][]float64{ok}}, "in [0, 8)"},
+		{"length", HiddenTerm{Weight: 1, Layers: []int{2}, Targets: [][]float64{ok[:H]}}, "layer 2 has 256 values, want nb·t·H = 768"},
+	} {
+		for _, f := range []func() error{
+			func() error { _, err := n.StudentLossGradHidden(ids, tid, prob, 1, c.h); return err },
+			func() error { _, _, _, _, err := n.StudentLossHidden(ids, tid, prob, 1, c.h); return err },
+		} {
+			if err := f(); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+			}
+		}
+	}
+}

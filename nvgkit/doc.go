@@ -3,7 +3,8 @@
 // Source), the one layer recipe of the teacher pass, the student's forward and the
 // backward's recompute, the activation buffers (Work), the teacher pass (TeacherTopK,
 // Forward, NLL), the student step (Step: forward, KL against the teacher's top-k, backward;
-// LossOnly, StudentNLL), the trained values and their gradients (Grads, GradNorm,
+// LossOnly, StudentNLL; with a hidden-state loss StepHidden, LossOnlyHidden and the
+// teacher's states from TeacherTopKHidden, settings HiddenLoss), the trained values and their gradients (Grads, GradNorm,
 // ClipGrads, ZeroGrads, Params, SetGrads, Snapshot, Restore), the Adam update (Adam, with an
 // optim.Settings), sign learning (EnableSigns, SignStep and the sign matrices' reads and
 // writes), export (Export) and the diagnosis of a non-finite result (FirstNonFinite). Its

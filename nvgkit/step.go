@@ -37,6 +37,10 @@ type stWork struct {
 
 	ids, pT *gpu.Buffer // U32 / F32 [rows, k], allocated per k
 	topK    int
+	// hidT (F16 [rows, H], one selected layer's teacher state at a time) and hidLoss (F32
+	// [layers, rows], the per-token losses) serve a hidden-state loss; allocated at its first
+	// step (hiddenBuffers).
+	hidT, hidLoss *gpu.Buffer
 	// embed is the buffer holding d loss / d input embeddings after the last Step (nil before).
 	embed *gpu.Buffer
 }
@@ -50,12 +54,14 @@ func (s *stWork) release() {
 	}
 	s.ids.Release()
 	s.pT.Release()
-	s.bufs, s.ids, s.pT = nil, nil, nil
+	s.hidT.Release()
+	s.hidLoss.Release()
+	s.bufs, s.ids, s.pT, s.hidT, s.hidLoss = nil, nil, nil, nil, nil
 }
 
 func (s *stWork) bytes() uint64 {
 	var n uint64
-	for _, b := range append(s.bufs, s.ids, s.pT) {
+	for _, b := range append(s.bufs, s.ids, s.pT, s.hidT, s.hidLoss) {
 		if b != nil {
 			n += b.Bytes()
 		}
@@ -214,9 +220,17 @@ func (n *Net) recordDeltaNetBackward(r *gpu.Recorder, d *deltaWeights, s *stWork
 
 // StepStats is what Step returns.
 type StepStats struct {
-	// Loss is mean_t KL(p_T,topk ‖ p_S) over the step's nb·t tokens (natural log), the mean
-	// of KLPerToken taken in float64.
+	// Loss is the step's loss: KL, or with a hidden-state loss (StepHidden) KL + λ·Hidden.
 	Loss float64
+	// KL is mean_t KL(p_T,topk ‖ p_S) over the step's nb·t tokens (natural log), the mean of
+	// KLPerToken taken in float64.
+	KL float64
+	// Hidden is the hidden-state loss L_hidden (unweighted; HiddenLoss), the mean of
+	// HiddenPerLayer, and HiddenPerLayer [len(Layers)] each selected layer's mean over the
+	// tokens of its per-token loss (f32 from the GPU, averaged in float64); 0 and nil without
+	// the term.
+	Hidden         float64
+	HiddenPerLayer []float64
 	// KLPerToken [nb·t] is each token's KL (row = window·t + position), f32 from the GPU.
 	KLPerToken []float32
 	// Finite is false when the loss or any accumulated gradient is not finite: checked by
@@ -389,26 +403,62 @@ func (n *Net) prepare(op string, w *Work, ids [][]int, top *TopK) ([]int, int, e
 // repeated within a token, or probabilities not finite, negative or summing to 0 — each
 // naming the value; then any GPU error.
 func LossOnly(net *Net, work *Work, ids [][]int, top *TopK) (loss float64, klPerToken []float32, err error) {
+	st, err := LossOnlyHidden(net, work, ids, top, HiddenLoss{}, nil)
+	return st.Loss, st.KLPerToken, err
+}
+
+// LossOnlyHidden is LossOnly with the hidden-state loss h (off when h.Kind is ""): the loss
+// KL + λ·Hidden with its parts in the StepStats (Finite: the loss is finite; Tokens: the
+// given windows' tokens), hs the teacher's hidden states of exactly these windows at
+// h.Layers. Errors: LossOnly's, a bad h (HiddenLoss.Validate) and hs missing or not matching
+// the windows, T, hidden size or layers.
+func LossOnlyHidden(net *Net, work *Work, ids [][]int, top *TopK, h HiddenLoss, hs *HiddenStates) (_ StepStats, err error) {
 	defer func() { err = memRemedy(err) }()
 	const op = "LossOnly"
 	flat, nb, err := net.prepare(op, work, ids, top)
 	if err != nil {
-		return 0, nil, err
+		return StepStats{}, err
+	}
+	ha, err := net.hiddenTerm(op, work, h, hs, nb)
+	if err != nil {
+		return StepStats{}, err
 	}
 	if err := net.studentForward(work, flat); err != nil {
-		return 0, nil, fmt.Errorf("nvgkit.%s: %w", op, err)
+		return StepStats{}, fmt.Errorf("nvgkit.%s: %w", op, err)
 	}
 	if err := net.dev.Run(func(r *gpu.Recorder) error { return net.recordHead(r, work) }); err != nil {
-		return 0, nil, fmt.Errorf("nvgkit.%s: head: %w", op, err)
+		return StepStats{}, fmt.Errorf("nvgkit.%s: head: %w", op, err)
+	}
+	if ha != nil {
+		for _, l := range h.Layers {
+			err := work.uploadHidden(ha, l)
+			if err == nil {
+				err = net.dev.Run(func(r *gpu.Recorder) error { return net.recordHiddenLoss(r, work, ha, l, nil) })
+			}
+			if err != nil {
+				return StepStats{}, fmt.Errorf("nvgkit.%s: hidden-state loss of layer %d: %w", op, l, err)
+			}
+		}
 	}
 	kl, err := net.dev.ReadFloat32(work.st.kl)
 	if err != nil {
-		return 0, nil, fmt.Errorf("nvgkit.%s: %w", op, err)
+		return StepStats{}, fmt.Errorf("nvgkit.%s: %w", op, err)
 	}
 	real := nb * work.T
 	kl = kl[:real:real]
-	return meanF64(kl), kl, nil
+	st := StepStats{KL: meanF64(kl), KLPerToken: kl, Tokens: real}
+	st.Loss = st.KL
+	if ha != nil {
+		if err := work.hiddenParts(ha, &st, nb); err != nil {
+			return StepStats{}, fmt.Errorf("nvgkit.%s: %w", op, err)
+		}
+	}
+	st.Finite = finite(st.Loss)
+	return st, nil
 }
+
+// finite reports whether x is neither NaN nor ±Inf.
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 func meanF64(v []float32) float64 {
 	var s float64
@@ -436,7 +486,18 @@ func meanF64(v []float32) float64 {
 // bits, dense projections, embedding, head, conv, A_log, dt_bias) get no gradient.
 // Errors, before anything is submitted: those of LossOnly, and a number of windows other
 // than work.NB; then any GPU error.
-func Step(net *Net, work *Work, ids [][]int, top *TopK) (_ StepStats, err error) {
+func Step(net *Net, work *Work, ids [][]int, top *TopK) (StepStats, error) {
+	return StepHidden(net, work, ids, top, HiddenLoss{}, nil)
+}
+
+// StepHidden is Step with the hidden-state loss h (off when h.Kind is ""; then it is Step,
+// dispatch for dispatch): before layer l's backward (step 3), for each l in h.Layers, the
+// teacher's hidden state of layer l (hs, uploaded then) is compared with the student's layer
+// output (its checkpoint l+1) by gpu.HiddenLoss, which adds λ/|Layers| times the KL's
+// per-token gradient scale (1/(nb·t), or SetLossScale's) times ∂e/∂h_S to the residual
+// gradient at that output. The StepStats hold the parts: Loss = KL + λ·Hidden. Errors: Step's,
+// a bad h (HiddenLoss.Validate), and hs missing or not of these windows' shape and layers.
+func StepHidden(net *Net, work *Work, ids [][]int, top *TopK, h HiddenLoss, hs *HiddenStates) (_ StepStats, err error) {
 	defer func() { err = memRemedy(err) }()
 	const op = "Step"
 	if err := work.check(op, net); err != nil {
@@ -446,6 +507,10 @@ func Step(net *Net, work *Work, ids [][]int, top *TopK) (_ StepStats, err error)
 		return StepStats{}, fmt.Errorf("nvgkit.%s: %d windows, but a step takes exactly the work's nb = %d windows (nb·t must match the Work)", op, len(ids), work.NB)
 	}
 	flat, _, err := net.prepare(op, work, ids, top)
+	if err != nil {
+		return StepStats{}, err
+	}
+	ha, err := net.hiddenTerm(op, work, h, hs, work.NB)
 	if err != nil {
 		return StepStats{}, err
 	}
@@ -471,7 +536,20 @@ func Step(net *Net, work *Work, ids [][]int, top *TopK) (_ StepStats, err error)
 	}
 	for l := len(net.layers) - 1; l >= 0; l-- {
 		L := net.layers[l]
+		_, matched := ha.selects(l)
+		if matched {
+			// The queue writes the teacher's state before the submit that reads it.
+			if err := work.uploadHidden(ha, l); err != nil {
+				return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d hidden-state loss: %w", op, l, err)
+			}
+		}
 		r := net.dev.Begin()
+		if matched {
+			if err := net.recordHiddenLoss(r, work, ha, l, dCur); err != nil {
+				r.Discard()
+				return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d hidden-state loss: %w", op, l, err)
+			}
+		}
 		if s.kept != nil {
 			s.acts = s.kept[l]
 		} else if err := net.recordLayer(r, L, &s.acts, s.ckpt[l], nil, work.NB, work.T, true); err != nil {
@@ -498,8 +576,14 @@ func Step(net *Net, work *Work, ids [][]int, top *TopK) (_ StepStats, err error)
 	if err != nil {
 		return StepStats{}, fmt.Errorf("nvgkit.%s: %w", op, err)
 	}
-	st := StepStats{Loss: meanF64(kl), KLPerToken: kl, Tokens: rows}
-	st.Finite = !math.IsNaN(st.Loss) && !math.IsInf(st.Loss, 0) && !math.IsNaN(ss) && !math.IsInf(ss, 0)
+	st := StepStats{KL: meanF64(kl), KLPerToken: kl, Tokens: rows}
+	st.Loss = st.KL
+	if ha != nil {
+		if err := work.hiddenParts(ha, &st, work.NB); err != nil {
+			return StepStats{}, fmt.Errorf("nvgkit.%s: %w", op, err)
+		}
+	}
+	st.Finite = finite(st.Loss) && finite(ss)
 	return st, nil
 }
 

@@ -19,7 +19,7 @@ func init() {
 	register(&command{
 		name:    "bench",
 		summary: "benchmark the teacher pass and the student step on synthetic Qwen3.5 geometries (or render a report)",
-		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--teacher-dtype f16,fp8,q8] [--tensor-cores auto|on|off|on,off] [--json FILE]\n" +
+		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--teacher-dtype f16,fp8,q8] [--tensor-cores auto|on|off|on,off] [--keep-activations] [--train-signs] [--hidden-loss mse|cosine [--hidden-weight 1] [--hidden-layers all|every:K|3,7]] [--json FILE]\n" +
 			"       nvg bench --report NVG.json [--before OLD.json] [--peer PEER.txt] [--cpu CPU.json] [--format md|text]",
 		run: runBench,
 	})
@@ -66,6 +66,9 @@ func newBenchFlags(c *command, f *benchFlags) *flag.FlagSet {
 	fs.Float64Var(&o.Clip, "clip", 1, "gradient-norm clipping threshold of the student step")
 	fs.BoolVar(&o.Signs, "train-signs", false, "the student step also trains the BLR signs (int8 scores in the backward, flips after Adam; nvg distill --train-signs with its default knobs)")
 	fs.BoolVar(&o.Keep, "keep-activations", false, "the student step keeps every layer's activations instead of recomputing them in the backward (faster, more memory; nvg distill --keep-activations)")
+	fs.StringVar(&o.HiddenLoss, "hidden-loss", "", "the student step also has the hidden-state loss: mse or cosine (nvg distill --hidden-loss; the teacher's states are taken in the run's teacher pass)")
+	fs.Float64Var(&o.HiddenWeight, "hidden-weight", 1, "with --hidden-loss: its weight λ")
+	fs.StringVar(&o.HiddenLayers, "hidden-layers", "all", "with --hidden-loss: the matched layers: all, every:K or a list such as 3,7")
 	fs.Float64Var(&o.MemoryGiB, "memory-gib", 0, "GPU memory in GiB for the dry check before each geometry (0: not checked)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a Go CPU profile of the host during the timed student steps to FILE, one file per geometry (cpu.prof → cpu-0.8B.prof; read with go tool pprof)")
 	fs.DurationVar(&f.deadline, "deadline", 0, "finish within this wall time (e.g. 9m): beyond one warm-up and one timed run per phase, runs and profiles that would not fit are dropped (marked truncated), and geometries not started in time are skipped (0: no limit)")

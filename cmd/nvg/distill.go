@@ -27,7 +27,7 @@ func init() {
 	register(&command{
 		name:    "distill",
 		summary: "compress a teacher to ~1 bit/weight and distil the student against it (default: the embedded tiny teacher on the Go standard library)",
-		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep N] [--keep-final] [--keep-activations] [--activation-budget-mib 1024] [--train-signs [--sign-…] [--finish-steps N]] [--init dual-svid|refine [--calib-windows 16] [--calib-t 256] [--calib-gram-max 4096]] [--config RUN.json] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--steps N] [--keep N] [--mem-log …] [--stream-teacher] [--keep-activations] [--activation-budget-mib N]",
+		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep N] [--keep-final] [--keep-activations] [--activation-budget-mib 1024] [--train-signs [--sign-…] [--finish-steps N]] [--init dual-svid|refine [--calib-windows 16] [--calib-t 256] [--calib-gram-max 4096]] [--hidden-loss mse|cosine [--hidden-weight 1] [--hidden-layers all|every:K|3,7]] [--config RUN.json] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--steps N] [--keep N] [--mem-log …] [--stream-teacher] [--keep-activations] [--activation-budget-mib N]",
 		run:     runDistill,
 	})
 }
@@ -241,7 +241,8 @@ func removeRunOutput(out string, created bool) {
 // others come only from a --config file).
 var trainConfigFlags = map[string]string{"Steps": "steps", "NB": "nb", "T": "t", "Windows": "windows", "K": "k", "LR": "lr",
 	"ClipNorm": "clip", "EvalWindows": "eval-windows", "Keep": "keep", "Warmup": "warmup", "EvalEvery": "eval-every",
-	"CheckpointEvery": "checkpoint-every", "Seed": "seed", "KeepFinal": "keep-final", "TrainSigns": "train-signs", "FinishSteps": "finish-steps"}
+	"CheckpointEvery": "checkpoint-every", "Seed": "seed", "KeepFinal": "keep-final", "TrainSigns": "train-signs", "FinishSteps": "finish-steps",
+	"HiddenLoss": "hidden-loss", "HiddenWeight": "hidden-weight", "HiddenLayers": "hidden-layers"}
 
 // flagTerms rewrites the TrainConfig field names in a TrainConfigError's range as flags.
 var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--nb =", "T =", "--t =", "K =", "--k =",

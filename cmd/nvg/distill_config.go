@@ -112,6 +112,9 @@ func distillFlags(c *command, s *train.RunFile, o *distillCLI) *flag.FlagSet {
 	fs.BoolVar(&o.opts.streamTeacher, "stream-teacher", false, "keep the teacher's layers in host memory and upload them one at a time (a teacher larger than GPU memory; same results, slower)")
 	signFlagSet(fs, tc, &o.signs)
 	initFlagSet(fs, s, &o.calib)
+	fs.StringVar(&tc.HiddenLoss, "hidden-loss", tc.HiddenLoss, "add a hidden-state loss beside the KL: mse (‖h_S − h_T‖²/‖h_T‖² per token) or cosine (1 − cos), matching the student's layer outputs to the teacher's (DESIGN.md \"Hidden-state loss\"; default: none)")
+	fs.Float64Var(&tc.HiddenWeight, "hidden-weight", tc.HiddenWeight, "with --hidden-loss: its weight λ (loss = KL + λ·mean over the layers)")
+	fs.StringVar(&tc.HiddenLayers, "hidden-layers", tc.HiddenLayers, "with --hidden-loss: the decoder layers whose outputs are matched: all, every:K or a list such as 3,7")
 	fs.StringVar(&o.opts.memLog, "mem-log", "", "append a CSV sample of GPU bytes, Go heap, goroutines and tokens/s to this file every --mem-log-every steps (plot it with nvg plot-mem)")
 	fs.IntVar(&o.opts.memEvery, "mem-log-every", 100, "steps between --mem-log samples")
 	return fs

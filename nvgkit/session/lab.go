@@ -406,6 +406,15 @@ type Train struct {
 	// KL at the schedule's learning rates. 0: none. It needs TrainSigns and leaves at least
 	// one KL step. Info.Phases lists the phases; StepStats.Phase names each step's.
 	FinishSteps int
+	// HiddenLoss, when not "", adds the hidden-state term to every step's loss
+	// (train.TrainConfig.HiddenLoss, nvg distill --hidden-loss; DESIGN.md §6 "Hidden-state
+	// loss"): "mse" (‖h_S − h_T‖²/‖h_T‖² per token) or "cosine" (1 − cos), weighted by
+	// HiddenWeight, over the outputs of the decoder layers HiddenLayers selects ("all",
+	// "every:K" or a list such as "3,7"); StepStats.KL and .Hidden then hold the loss's
+	// parts. Off in DefaultSetup; HiddenWeight 1, HiddenLayers "all".
+	HiddenLoss   string
+	HiddenWeight float64
+	HiddenLayers string
 }
 
 // CalibrationConfig sizes the calibration pass of Setup.Init "refine" (train.CalibrationConfig's
@@ -494,7 +503,8 @@ func (c SignConfig) Validate() error {
 // trained (TrainSigns false, Signs zero: DefaultSigns when turned on).
 func DefaultSetup() Setup {
 	return Setup{BitsPerWeight: 1, Paths: "auto", Init: "dual-svid",
-		Train: Train{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalWindows: 8, Seed: 1, ActivationBudget: 1 << 30}}
+		Train: Train{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalWindows: 8, Seed: 1, ActivationBudget: 1 << 30,
+			HiddenWeight: 1, HiddenLayers: "all"}}
 }
 
 // Validate reports the first field of s that is out of range, naming it (the same ranges as
@@ -531,6 +541,8 @@ func (s Setup) Validate() error {
 		{t.ActivationBudget < 0, "ActivationBudget", t.ActivationBudget, "≥ 0 bytes (0: keep only with KeepActivations)"},
 		{t.FinishSteps < 0 || t.Steps > 0 && t.FinishSteps >= t.Steps, "FinishSteps", t.FinishSteps, fmt.Sprintf("0 (none) or fewer than Steps = %d", t.Steps)},
 		{t.FinishSteps > 0 && !t.TrainSigns, "FinishSteps", t.FinishSteps, "0 without TrainSigns (the finish freezes the signs)"},
+		{t.HiddenLoss != "" && t.HiddenLoss != "mse" && t.HiddenLoss != "cosine", "HiddenLoss", t.HiddenLoss, `"mse", "cosine" or "" (off)`},
+		{t.HiddenLoss != "" && (!(t.HiddenWeight >= 0) || math.IsInf(t.HiddenWeight, 0)), "HiddenWeight", t.HiddenWeight, "a finite value ≥ 0"},
 	} {
 		if r.bad {
 			return fmt.Errorf("session: Setup.Train.%s = %v, want %s", r.field, r.value, r.want)
@@ -674,6 +686,10 @@ type StepStats struct {
 	Finite bool
 	// Tokens is the number of predicted tokens in the batch (NB·T).
 	Tokens int
+	// KL and Hidden are Loss's parts when the Setup has a hidden-state loss
+	// (Train.HiddenLoss): the mean KL and the unweighted hidden-state loss, Loss =
+	// KL + HiddenWeight·Hidden; both 0 otherwise.
+	KL, Hidden float64
 	// EvalPPL is the held-out perplexity when the step ended with an evaluation (Step's
 	// EvalEvery option), else 0.
 	EvalPPL float64

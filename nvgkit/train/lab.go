@@ -70,6 +70,7 @@ type labState struct {
 	pending struct {
 		fb, finite bool    // a ForwardBackward ran; its loss and Step's Finite were finite
 		loss       float64 // its loss
+		kl, hidden float64 // its loss's parts (with a hidden-state loss)
 		haveNorm   bool    // norm is the gradients' norm before clipping (ClipGrads since fb)
 		norm       float64
 		t0         time.Time

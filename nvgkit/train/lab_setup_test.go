@@ -33,7 +33,8 @@ func TestLabSetupFieldsMapped(t *testing.T) {
 		TrainFiles: []string{"a.go"}, EvalFiles: []string{"b.go"}, Resume: "ck", Replace: true,
 		Train: session.Train{Steps: 5, NB: 2, T: 8, Windows: 4, K: 3, LR: 0.01, Warmup: 1, MinLRFrac: 0.2, ClipNorm: 2, EvalWindows: 3,
 			Seed: 9, ScheduleSteps: 7, KeepActivations: true, ActivationBudget: 5, TrainSigns: true,
-			Signs: session.SignConfig{Alpha: 2, Beta: 0.5, Tau: 9, MaxFlipFrac: 0.01, Seed: 4}}}
+			Signs:      session.SignConfig{Alpha: 2, Beta: 0.5, Tau: 9, MaxFlipFrac: 0.01, Seed: 4},
+			HiddenLoss: "cosine", HiddenWeight: 0.3, HiddenLayers: "every:2"}}
 	got, err := labRunSetup(s)
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +46,7 @@ func TestLabSetupFieldsMapped(t *testing.T) {
 	c.LR, c.Warmup, c.MinLRFrac, c.ClipNorm = 0.01, 1, 0.2, 2
 	c.KeepActivations, c.ActivationBudget, c.TrainSigns = true, 5, true
 	c.Signs = nvgkit.SignConfig{Alpha: 2, Beta: 0.5, Tau: 9, MaxFlipFrac: 0.01, Seed: 4}
+	c.HiddenLoss, c.HiddenWeight, c.HiddenLayers = "cosine", 0.3, "every:2"
 	c.EvalEvery, c.KeepFinal = 0, true
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("labRunSetup:\n got %+v\nwant %+v", got, want)

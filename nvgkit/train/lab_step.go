@@ -43,10 +43,6 @@ func (s *labState) forwardBackward() (session.StepStats, error) {
 	c := s.tr.Config
 	ph := c.PhaseAt(step)
 	out := session.StepStats{Step: step, Loss: math.NaN(), GradNorm: math.NaN(), Tokens: c.PhaseTokens(ph), Phase: ph.Kind}
-	ids, top, err := s.batch(step)
-	if err != nil {
-		return out, err
-	}
 	if err := s.tr.enterPhase(ph); err != nil { // as Trainer.step: signs frozen in the finish
 		return out, fmt.Errorf("train.Lab.ForwardBackward: step %d: %w", step, err)
 	}
@@ -54,14 +50,17 @@ func (s *labState) forwardBackward() (session.StepStats, error) {
 	if !p.fb {
 		p.t0 = time.Now()
 	}
-	stats, err := nvgkit.Step(s.sNet, s.tr.sWork, ids, top)
+	stats, err := s.tr.stepBatch((step-1)*c.NB%c.Windows, c.NB)
 	if err != nil {
 		// The gradients may hold part of the pass: the step cannot be ended with them.
-		p.fb, p.finite, p.loss, p.haveNorm = true, false, math.NaN(), false
+		p.fb, p.finite, p.loss, p.haveNorm, p.kl, p.hidden = true, false, math.NaN(), false, 0, 0
 		return out, fmt.Errorf("train.Lab.ForwardBackward: step %d: %w", step, err)
 	}
 	p.fb, p.finite, p.loss, p.haveNorm = true, stats.Finite && finite(stats.Loss), stats.Loss, false
-	out.Loss, out.Finite = stats.Loss, p.finite
+	if s.tr.hidden.On() {
+		p.kl, p.hidden = stats.KL, stats.Hidden
+	}
+	out.Loss, out.Finite, out.KL, out.Hidden = stats.Loss, p.finite, p.kl, p.hidden
 	return out, nil
 }
 
@@ -113,7 +112,7 @@ func (s *labState) adamStep() (session.StepStats, error) {
 	if !p.fb {
 		p.t0, p.finite = time.Now(), true
 	} else {
-		out.Loss = p.loss
+		out.Loss, out.KL, out.Hidden = p.loss, p.kl, p.hidden
 	}
 	ok := p.finite
 	if ok {

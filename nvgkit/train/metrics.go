@@ -37,7 +37,10 @@ const (
 // A "step" record (one per optimizer step, in order) has
 //
 //	step               the 1-based optimizer step
-//	loss               mean KL(teacher top-k ‖ student) per token, nats (null: skipped step)
+//	loss               mean KL(teacher top-k ‖ student) per token, nats (null: skipped step);
+//	                   with a hidden-state loss, KL + λ·hidden_loss
+//	kl, hidden_loss    with a hidden-state loss (TrainConfig.HiddenLoss) only: the loss's
+//	                   parts, the mean KL and the unweighted hidden-state loss L_hidden
 //	lr                 the learning rate used, LRAt(step)
 //	grad_norm          global gradient L2 norm before clipping (null: skipped step)
 //	grad_norm_clipped  the norm after clipping: min(grad_norm, clip_norm), or grad_norm
@@ -69,6 +72,10 @@ type MetricsRecord struct {
 	Skipped                                        bool
 	// SignFlips: the signs flipped per decoder layer (step records of a TrainSigns run).
 	SignFlips []int
+	// KL and Hidden: the parts of Loss (step records of a run with a hidden-state loss;
+	// HasParts marks them, as a record of another run has none).
+	KL, Hidden float64
+	HasParts   bool
 	// Eval records.
 	Perplexity, BestPerplexity, TeacherPerplexity float64
 	BestStep                                      int
@@ -88,6 +95,8 @@ type metricsStepJSON struct {
 	TokensPerSecond *float64  `json:"tokens_per_second"`
 	Skipped         bool      `json:"skipped"`
 	SignFlips       []int     `json:"sign_flips,omitempty"`
+	KL              *float64  `json:"kl,omitempty"`
+	Hidden          *float64  `json:"hidden_loss,omitempty"`
 	WallSeconds     *float64  `json:"wall_seconds"`
 	Time            time.Time `json:"time"`
 }
@@ -120,9 +129,13 @@ func (r MetricsRecord) MarshalJSON() ([]byte, error) {
 	f := finitePtr
 	switch r.Kind {
 	case MetricsStep:
-		return json.Marshal(metricsStepJSON{Kind: r.Kind, Step: r.Step, Phase: r.Phase, Loss: f(r.Loss), LR: f(r.LR), GradNorm: f(r.GradNorm),
+		j := metricsStepJSON{Kind: r.Kind, Step: r.Step, Phase: r.Phase, Loss: f(r.Loss), LR: f(r.LR), GradNorm: f(r.GradNorm),
 			GradNormClipped: f(r.GradNormClipped), TokensPerSecond: f(r.TokensPerSecond), Skipped: r.Skipped,
-			SignFlips: r.SignFlips, WallSeconds: f(r.WallSeconds), Time: r.Time})
+			SignFlips: r.SignFlips, WallSeconds: f(r.WallSeconds), Time: r.Time}
+		if r.HasParts {
+			j.KL, j.Hidden = f(r.KL), f(r.Hidden)
+		}
+		return json.Marshal(j)
 	case MetricsEval:
 		return json.Marshal(metricsEvalJSON{Kind: r.Kind, Step: r.Step, Phase: r.Phase, Loss: f(r.Loss), Perplexity: f(r.Perplexity),
 			BestPerplexity: f(r.BestPerplexity), BestStep: r.BestStep, TeacherPerplexity: f(r.TeacherPerplexity),
@@ -147,6 +160,9 @@ func (r *MetricsRecord) UnmarshalJSON(b []byte) error {
 	case MetricsStep:
 		out.LR, out.GradNorm, out.GradNormClipped = orNaN(j.LR), orNaN(j.GradNorm), orNaN(j.GradNormClipped)
 		out.TokensPerSecond, out.Skipped, out.SignFlips = orNaN(j.TokensPerSecond), j.Skipped, j.SignFlips
+		if j.KL != nil || j.Hidden != nil {
+			out.KL, out.Hidden, out.HasParts = orNaN(j.KL), orNaN(j.Hidden), true
+		}
 	case MetricsEval:
 		out.Perplexity, out.BestPerplexity, out.BestStep = orNaN(j.Perplexity), orNaN(j.BestPerplexity), j.BestStep
 		out.TeacherPerplexity = orNaN(j.TeacherPerplexity)
@@ -357,5 +373,6 @@ func (tr *Trainer) stepRecord(info StepInfo, d time.Duration, wall float64) Metr
 		tps = float64(tr.Config.PhaseTokens(tr.Config.PhaseAt(info.Step))) / d.Seconds()
 	}
 	return MetricsRecord{Kind: MetricsStep, Step: info.Step, Phase: info.Phase, Loss: info.Loss, LR: info.LR, GradNorm: info.GradNorm,
-		GradNormClipped: clipped, TokensPerSecond: tps, Skipped: info.Skipped, SignFlips: info.SignFlips, WallSeconds: wall}
+		GradNormClipped: clipped, TokensPerSecond: tps, Skipped: info.Skipped, SignFlips: info.SignFlips, WallSeconds: wall,
+		KL: info.KL, Hidden: info.Hidden, HasParts: tr.hidden.On()}
 }

@@ -140,8 +140,9 @@ func (tr *Trainer) agreeStop(ctx context.Context) error {
 // gradients, its gradients are added on the host in micro-batch order into a zeroed sum,
 // the sums are added over ranks in rank order (Comm.SumFloat32), and the result is written
 // back. The loss is the mean KL over all NB·T tokens: per part the f64 sum of its tokens'
-// KL, added in the same order. Finite is the loss's finiteness (the gradient norm is checked
-// by the caller).
+// KL, added in the same order; with a hidden-state loss its mean is added the same way (each
+// part's Hidden times its tokens) and the loss is KL + λ·Hidden. Finite is the loss's
+// finiteness (the gradient norm is checked by the caller).
 func (tr *Trainer) stepParts(s int) (nvgkit.StepStats, error) {
 	c := tr.Config
 	nbp := tr.sWork.NB
@@ -150,18 +151,13 @@ func (tr *Trainer) stepParts(s int) (nvgkit.StepStats, error) {
 	}
 	defer nvgkit.SetLossScale(tr.sWork, 0)
 	var sum []float32
-	klSum := []float64{0}
+	parts := []float64{0, 0} // Σ KL and Σ Hidden over the tokens
 	i0 := (s-1)*c.NB%c.Windows + tr.comm.Rank()*c.NB/tr.comm.Size()
 	for j := range tr.micro {
 		if err := nvgkit.ZeroGrads(tr.student); err != nil {
 			return nvgkit.StepStats{}, err
 		}
-		first := i0 + j*nbp
-		top, err := tr.cache.Get(first, nbp)
-		if err != nil {
-			return nvgkit.StepStats{}, err
-		}
-		st, err := nvgkit.Step(tr.student, tr.sWork, tr.inputs(tr.windows[first:first+nbp]), top)
+		st, err := tr.stepBatch(i0+j*nbp, nbp)
 		if err != nil {
 			return nvgkit.StepStats{}, err
 		}
@@ -169,7 +165,8 @@ func (tr *Trainer) stepParts(s int) (nvgkit.StepStats, error) {
 		for _, v := range st.KLPerToken {
 			part += float64(v)
 		}
-		klSum[0] += part
+		parts[0] += part
+		parts[1] += st.Hidden * float64(st.Tokens)
 		g, err := flatGrads(tr.student)
 		if err != nil {
 			return nvgkit.StepStats{}, err
@@ -184,14 +181,15 @@ func (tr *Trainer) stepParts(s int) (nvgkit.StepStats, error) {
 	if err := tr.comm.SumFloat32(sum); err != nil {
 		return nvgkit.StepStats{}, fmt.Errorf("summing the gradients over ranks: %w", err)
 	}
-	if err := tr.comm.SumFloat64(klSum); err != nil {
+	if err := tr.comm.SumFloat64(parts); err != nil {
 		return nvgkit.StepStats{}, fmt.Errorf("summing the loss over ranks: %w", err)
 	}
 	if err := setFlatGrads(tr.student, sum); err != nil {
 		return nvgkit.StepStats{}, err
 	}
-	loss := klSum[0] / float64(c.NB*c.T)
-	return nvgkit.StepStats{Loss: loss, Finite: finite(loss), Tokens: c.NB * c.T}, nil
+	kl, hidden := parts[0]/float64(c.NB*c.T), parts[1]/float64(c.NB*c.T)
+	loss := kl + tr.hidden.Weight*hidden
+	return nvgkit.StepStats{Loss: loss, KL: kl, Hidden: hidden, Finite: finite(loss), Tokens: c.NB * c.T}, nil
 }
 
 // SumGrads replaces the student net's gradients by their sum over c's ranks (read to the

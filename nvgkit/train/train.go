@@ -107,6 +107,18 @@ type TrainConfig struct {
 	// schedule (a continuation: LRAt). 0: none. It needs TrainSigns (without sign learning
 	// every step already trains the scales alone) and leaves at least one KL step.
 	FinishSteps int `json:"finish_steps,omitempty"`
+	// HiddenLoss, when not "", adds the hidden-state term to every step's loss
+	// (nvgkit.HiddenLoss, DESIGN.md §6 "Hidden-state loss"): "mse" (normalised squared error)
+	// or "cosine", weighted by HiddenWeight, over the outputs of the decoder layers
+	// HiddenLayers selects. The teacher's hidden states at those layers are taken in the
+	// teacher pass and kept beside the top-k (HiddenCache: in host memory, or in
+	// TopKFile + ".hidden" when TopKFile is set). "" (the default): the KL alone.
+	HiddenLoss string `json:"hidden_loss,omitempty"`
+	// HiddenWeight is λ of the hidden-state term (finite, ≥ 0; DefaultTrainConfig: 1).
+	HiddenWeight float64 `json:"hidden_weight"`
+	// HiddenLayers selects the term's layers (nvgkit.ParseHiddenLayers): "all", "every:K"
+	// or a list such as "3,7" (DefaultTrainConfig: "all").
+	HiddenLayers string `json:"hidden_layers"`
 }
 
 // DefaultTrainConfig returns the defaults of a distillation run, the same as nvg distill's
@@ -119,7 +131,8 @@ type TrainConfig struct {
 // README's H200 run: 400 steps × 16 × 512 tokens, lr 0.005, 50 warm-up steps).
 func DefaultTrainConfig() TrainConfig {
 	return TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, Settings: optim.Default(),
-		EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2, ActivationBudget: DefaultActivationBudget}
+		EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2, ActivationBudget: DefaultActivationBudget,
+		HiddenWeight: 1, HiddenLayers: "all"}
 }
 
 // presetOptimizer sets c's optimizer settings to optim.Default() before a run file or
@@ -214,6 +227,16 @@ func (c TrainConfig) Validate() error {
 	case c.FinishSteps > 0 && !c.TrainSigns:
 		return bad("FinishSteps", c.FinishSteps, "0 without TrainSigns (the finish freezes the signs; without sign learning every step trains the scales alone)")
 	}
+	if c.HiddenLoss != "" {
+		switch {
+		case c.HiddenLoss != nvgkit.HiddenMSE && c.HiddenLoss != nvgkit.HiddenCosine:
+			return bad("HiddenLoss", c.HiddenLoss, fmt.Sprintf("%q, %q or \"\" (off)", nvgkit.HiddenMSE, nvgkit.HiddenCosine))
+		case !(c.HiddenWeight >= 0) || math.IsInf(c.HiddenWeight, 0):
+			return bad("HiddenWeight", c.HiddenWeight, "a finite value ≥ 0")
+		case strings.TrimSpace(c.HiddenLayers) == "":
+			return bad("HiddenLayers", c.HiddenLayers, `"all", "every:K" or a list of layers such as "3,7"`)
+		}
+	}
 	return nil
 }
 
@@ -307,6 +330,20 @@ func humanBytes(b uint64) string {
 	return fmt.Sprintf("%d bytes", b)
 }
 
+// hiddenLoss returns c's hidden-state term for a net of numLayers decoder layers (off when
+// HiddenLoss is ""). Errors: HiddenLayers that ParseHiddenLayers refuses.
+func (c TrainConfig) hiddenLoss(numLayers int) (nvgkit.HiddenLoss, error) {
+	if c.HiddenLoss == "" {
+		return nvgkit.HiddenLoss{}, nil
+	}
+	layers, err := nvgkit.ParseHiddenLayers(c.HiddenLayers, numLayers)
+	if err != nil {
+		return nvgkit.HiddenLoss{}, fmt.Errorf("train: TrainConfig.HiddenLayers: %w", err)
+	}
+	h := nvgkit.HiddenLoss{Kind: c.HiddenLoss, Weight: c.HiddenWeight, Layers: layers}
+	return h, h.Validate(numLayers)
+}
+
 // LRAt returns the learning rate of optimizer step s (1-based) of c: the optimizer's
 // schedule (optim.Settings.LRAt) over the ScheduleSteps steps it spans (0: Steps, unless the
 // run was extended). Steps after the span run at the schedule's floor MinLRFrac·LR.
@@ -322,9 +359,12 @@ func (c TrainConfig) LRAt(s int) float64 {
 type StepInfo struct {
 	// Step is the 1-based optimizer step; Steps the run's total.
 	Step, Steps int
-	// Loss is the step's mean KL(teacher top-k ‖ student) per token (nats); NaN or ±Inf for a
-	// skipped step.
+	// Loss is the step's mean KL(teacher top-k ‖ student) per token (nats), plus λ·Hidden
+	// with a hidden-state loss; NaN or ±Inf for a skipped step.
 	Loss float64
+	// KL and Hidden are the parts of Loss with a hidden-state loss (TrainConfig.HiddenLoss):
+	// the mean KL and the unweighted hidden-state loss L_hidden; both 0 without one.
+	KL, Hidden float64
 	// Skipped is true when the loss or the gradient was not finite: the gradients were
 	// cleared and no update was made. SkippedTotal counts those so far.
 	Skipped      bool

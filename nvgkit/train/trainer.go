@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -86,10 +87,12 @@ type Trainer struct {
 	metrics          []*metricsSink // metrics.jsonl during Run (first), then AddMetricsWriter's
 	wallBase         float64        // WallSeconds when Run started, and when
 	wallStart        time.Time
-	notes            []string // Resume's warnings and the activations line, logged when Run starts
-	activations      string   // what the student's step keeps for its backward (Activations)
-	comm             Comm     // the data-parallel ranks (WithComm; SingleProcess)
-	micro            int      // micro-batches per rank (WithMicroBatches; 1)
+	notes            []string          // Resume's warnings and the activations line, logged when Run starts
+	activations      string            // what the student's step keeps for its backward (Activations)
+	comm             Comm              // the data-parallel ranks (WithComm; SingleProcess)
+	hidden           nvgkit.HiddenLoss // the hidden-state term (Config.HiddenLoss; off: zero)
+	hcache           *HiddenCache      // the teacher's hidden states of the windows (with hidden)
+	micro            int               // micro-batches per rank (WithMicroBatches; 1)
 }
 
 // NewTrainer checks cfg (Validate; start from DefaultTrainConfig), draws the run's training windows from train
@@ -145,7 +148,15 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 	if err != nil {
 		return nil, fmt.Errorf("train.NewTrainer: held-out stream: %w", err)
 	}
-	tr := &Trainer{Config: cfg, teacher: teacher, student: student, windows: windows, eval: eval}
+	hidden, err := cfg.hiddenLoss(student.Config.NumHiddenLayers)
+	if err != nil {
+		return nil, err
+	}
+	if hidden.On() && teacher.Config.NumHiddenLayers != student.Config.NumHiddenLayers {
+		return nil, fmt.Errorf("train.NewTrainer: the hidden-state loss matches layer outputs, but the teacher has %d decoder layers and the student %d",
+			teacher.Config.NumHiddenLayers, student.Config.NumHiddenLayers)
+	}
+	tr := &Trainer{Config: cfg, teacher: teacher, student: student, windows: windows, eval: eval, hidden: hidden}
 	tr.st = CheckpointMeta{Version: ckptVersion, Config: cfg, WindowsHash: HashWindows(windows)}
 	nbp, err := tr.applyOptions(opts)
 	if err != nil {
@@ -248,10 +259,11 @@ func ResumeCheckpoint(teacher, student *nvgkit.Net, train, heldOut []int, ck *Ch
 	return tr, nil
 }
 
-// Close releases the works (the nets stay loaded).
+// Close releases the works (the nets stay loaded) and closes the hidden-state file.
 func (tr *Trainer) Close() {
 	tr.sWork.Release()
 	tr.tWork.Release()
+	tr.hcache.Close()
 }
 
 // Works returns the teacher's and the student's work buffers (NB windows of T tokens each, NB
@@ -312,8 +324,11 @@ func (tr *Trainer) inputs(ws [][]int) [][]int {
 // Prepare computes the teacher's top-k for all the run's windows (or loads it from
 // Config.TopKFile when that file exists and was made for these windows, T, K and teacher —
 // TopKKey of the windows, the teacher's architecture and TeacherID; a new file is written
-// there otherwise). Run calls it when needed. Errors: a TopKFile made for other
-// windows or settings (it is left as it is), TeacherTopK's errors, ctx's error.
+// there otherwise). With a hidden-state loss (Config.HiddenLoss) the same pass also keeps the
+// teacher's hidden states at the selected layers (HiddenCache: in memory, or in
+// TopKFile + ".hidden", reused like the top-k file; a missing one runs the pass again).
+// Run calls it when needed. Errors: a TopKFile or hidden-state file made for other windows or
+// settings (it is left as it is), TeacherTopK's errors, ctx's error.
 func (tr *Trainer) Prepare(ctx context.Context) error {
 	if tr.cache != nil {
 		return nil
@@ -323,6 +338,7 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 	n := len(tr.windows)
 	key := TopKKey(tr.st.WindowsHash, tr.teacher.Config, tr.TeacherID)
 	c.TopKFile = tr.topKFile()
+	var loaded *TopKCache
 	if c.TopKFile != "" {
 		if ok, _ := statFile(c.TopKFile); ok {
 			cache, err := LoadTopKCache(c.TopKFile)
@@ -333,15 +349,65 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 				return fmt.Errorf("nvgkit: top-k file %s holds N=%d T=%d K=%d for other windows or another teacher; this run needs N=%d T=%d K=%d (remove it or pick another file)",
 					c.TopKFile, cache.N, cache.T, cache.K, n, c.T, c.K)
 			}
-			tr.cache = cache
-			tr.logf("teacher top-k: %d windows from %s", n, c.TopKFile)
-			return nil
+			ready, err := tr.openHiddenCache(c.TopKFile+".hidden", key)
+			if err != nil {
+				return err
+			}
+			if ready {
+				tr.cache = cache
+				tr.logf("teacher top-k: %d windows from %s", n, c.TopKFile)
+				return nil
+			}
+			loaded = cache
+			tr.logf("teacher hidden states: no file %s.hidden; the teacher pass runs again", c.TopKFile)
 		}
 	}
 	cache, err := NewTopKCache(n, c.T, c.K, key)
 	if err != nil {
 		return err
 	}
+	pass := func(putHidden func(first int, hs *nvgkit.HiddenStates) error) error {
+		return tr.teacherPass(ctx, cache, putHidden)
+	}
+	switch H := tr.teacher.Config.HiddenSize; {
+	case !tr.hidden.On():
+		err = pass(nil)
+	case c.TopKFile != "":
+		path := c.TopKFile + ".hidden"
+		tr.hcache, err = WriteHiddenCache(path, n, c.T, H, tr.hidden.Layers, key, pass)
+		if err == nil {
+			tr.logf("teacher hidden states of layers %v saved to %s (%d bytes)", tr.hidden.Layers, path, HiddenCacheSize(n, c.T, H, len(tr.hidden.Layers)))
+		}
+	default:
+		if tr.hcache, err = NewHiddenCache(n, c.T, H, tr.hidden.Layers, key); err == nil {
+			err = pass(tr.hcache.Put)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	if tr.Progress != nil {
+		tr.Progress.Finish(fmt.Sprintf("teacher pass %d windows in %.1fs", n, secs))
+	}
+	tr.st.TeacherSeconds += secs
+	tr.teacher.Device().FreeScratch() // the teacher's temporaries would only add to the student's peak
+	if c.TopKFile != "" && loaded == nil {
+		if err := cache.Save(c.TopKFile); err != nil {
+			return err
+		}
+		tr.logf("teacher top-k saved to %s (%d bytes)", c.TopKFile, cache.FileSize())
+	}
+	tr.cache = cache
+	return nil
+}
+
+// teacherPass runs the teacher over this rank's windows, group by group, into cache and,
+// when putHidden is not nil, hands it each group's hidden states at the loss's layers.
+func (tr *Trainer) teacherPass(ctx context.Context, cache *TopKCache, putHidden func(first int, hs *nvgkit.HiddenStates) error) error {
+	c := tr.Config
+	n := len(tr.windows)
+	start := time.Now()
 	tr.logf("teacher pass: top-%d of %d windows × %d tokens", c.K, n, c.T)
 	for i := 0; i < n; i += tr.tWork.NB {
 		if !tr.ownsWindow(i) {
@@ -354,7 +420,16 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", ErrInterrupted, err)
 		}
 		ws := tr.windows[i:min(i+tr.tWork.NB, n)]
-		top, err := nvgkit.TeacherTopK(tr.teacher, tr.tWork, tr.inputs(ws), c.K)
+		var top *nvgkit.TopK
+		var err error
+		if putHidden != nil {
+			var hs *nvgkit.HiddenStates
+			if top, hs, err = nvgkit.TeacherTopKHidden(tr.teacher, tr.tWork, tr.inputs(ws), c.K, tr.hidden.Layers); err == nil {
+				err = putHidden(i, hs)
+			}
+		} else {
+			top, err = nvgkit.TeacherTopK(tr.teacher, tr.tWork, tr.inputs(ws), c.K)
+		}
 		if err != nil {
 			return err
 		}
@@ -367,20 +442,33 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 			tr.Progress.Update(done, n, fmt.Sprintf("teacher %.0f tok/s, ETA %s", float64(done*c.T)/el.Seconds(), FormatDuration(ETA(el, done, n))))
 		}
 	}
-	secs := time.Since(start).Seconds()
-	if tr.Progress != nil {
-		tr.Progress.Finish(fmt.Sprintf("teacher pass %d windows in %.1fs", n, secs))
-	}
-	tr.st.TeacherSeconds += secs
-	tr.teacher.Device().FreeScratch() // the teacher's temporaries would only add to the student's peak
-	if c.TopKFile != "" {
-		if err := cache.Save(c.TopKFile); err != nil {
-			return err
-		}
-		tr.logf("teacher top-k saved to %s (%d bytes)", c.TopKFile, cache.FileSize())
-	}
-	tr.cache = cache
 	return nil
+}
+
+// openHiddenCache opens the hidden-state file at path for the loss's layers when the run has
+// a hidden-state loss: ready is true when there is none, or when the file exists and holds
+// these windows' states (it becomes tr.hcache), false when it does not exist. Errors: a file
+// that cannot be read or was made for other windows, teacher or layers.
+func (tr *Trainer) openHiddenCache(path string, key [32]byte) (ready bool, err error) {
+	if !tr.hidden.On() {
+		return true, nil
+	}
+	if ok, _ := statFile(path); !ok {
+		return false, nil
+	}
+	hc, err := OpenHiddenCache(path)
+	if err != nil {
+		return false, err
+	}
+	n, c := len(tr.windows), tr.Config
+	if hc.N != n || hc.T != c.T || hc.H != tr.teacher.Config.HiddenSize || !slices.Equal(hc.Layers, tr.hidden.Layers) || hc.Key != key {
+		hc.Close()
+		return false, fmt.Errorf("nvgkit: hidden-state file %s holds N=%d T=%d H=%d layers %v for other windows, another teacher or other layers; this run needs N=%d T=%d H=%d layers %v (remove it)",
+			path, hc.N, hc.T, hc.H, hc.Layers, n, c.T, tr.teacher.Config.HiddenSize, tr.hidden.Layers)
+	}
+	tr.hcache = hc
+	tr.logf("teacher hidden states: layers %v of %d windows from %s", hc.Layers, n, path)
+	return true, nil
 }
 
 // Evaluate returns the held-out mean next-token loss (nats) and perplexity of net (the
@@ -628,6 +716,9 @@ func (tr *Trainer) step(s int) (StepInfo, error) {
 		return info, err
 	}
 	info.Loss = stats.Loss
+	if tr.hidden.On() {
+		info.KL, info.Hidden = stats.KL, stats.Hidden
+	}
 	ok := stats.Finite && finite(stats.Loss)
 	if ok {
 		if s == c.Steps {
@@ -664,12 +755,26 @@ func (tr *Trainer) stepWhole(s int) (nvgkit.StepStats, error) {
 	if err := nvgkit.ZeroGrads(tr.student); err != nil {
 		return nvgkit.StepStats{}, err
 	}
-	i0 := (s - 1) * c.NB % c.Windows
-	top, err := tr.cache.Get(i0, c.NB)
+	return tr.stepBatch((s-1)*c.NB%c.Windows, c.NB)
+}
+
+// stepBatch runs Step (StepHidden with a hidden-state loss) on the student's work over the
+// run's windows first … first+n−1 against their cached teacher top-k (and hidden states):
+// the one place a Trainer's or a Lab's step reads the teacher's targets.
+func (tr *Trainer) stepBatch(first, n int) (nvgkit.StepStats, error) {
+	top, err := tr.cache.Get(first, n)
 	if err != nil {
 		return nvgkit.StepStats{}, err
 	}
-	return nvgkit.Step(tr.student, tr.sWork, tr.inputs(tr.windows[i0:i0+c.NB]), top)
+	ids := tr.inputs(tr.windows[first : first+n])
+	if !tr.hidden.On() {
+		return nvgkit.Step(tr.student, tr.sWork, ids, top)
+	}
+	hs, err := tr.hcache.Get(first, n)
+	if err != nil {
+		return nvgkit.StepStats{}, err
+	}
+	return nvgkit.StepHidden(tr.student, tr.sWork, ids, top, tr.hidden, hs)
 }
 
 // Report returns the run's report so far (DistilledPPL: the evaluation of the weights the
