@@ -245,7 +245,7 @@ var trainConfigFlags = map[string]string{"Steps": "steps", "NB": "nb", "T": "t",
 	"HiddenLoss": "hidden-loss", "HiddenWeight": "hidden-weight", "HiddenLayers": "hidden-layers"}
 
 // flagTerms rewrites the TrainConfig field names in a TrainConfigError's range as flags.
-var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--nb =", "T =", "--t =", "K =", "--k =",
+var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--nb =", " Steps =", " --steps =", "T =", "--t =", "K =", "--k =",
 	"T·K", "--t × --k", "(Windows)", "(--windows N)", "TrainSigns", "--train-signs")
 
 // trainConfigUsage is the usage error of a TrainConfig.Validate error, naming the flag of
