@@ -140,8 +140,8 @@ func TestSilentConnectionsClosed(t *testing.T) {
 // connection has a call in flight the new one is refused with ErrBusy, and admitted again
 // once a call ends.
 func TestConnectionLimit(t *testing.T) {
-	impl := &toyImpl{stepTime: 5 * time.Millisecond, started: make(chan struct{}, 4)}
-	_, path := toyServer(t, impl, Config{AllowUID: os.Getuid(), MaxConns: 4})
+	impl := &toyImpl{stepTime: 5 * time.Millisecond}
+	s, path := toyServer(t, impl, Config{AllowUID: os.Getuid(), MaxConns: 4})
 	idle := toyDial(t, path)
 	var n int
 	if err := idle.Call(context.Background(), "Add", []any{1}, nil, nil, &n); err != nil {
@@ -173,8 +173,10 @@ func TestConnectionLimit(t *testing.T) {
 			t.Fatalf("silent connection %d after client %d: %+v, %v; want evicted", i, i, fs, err)
 		}
 	}
-	// The fourth evicts the idle client's connection, idle longest; that client dials again
-	// at its next call.
+	// The fourth evicts the idle client's connection, idle longest: its call ended before
+	// its reply was sent (the server does not count it in flight any more, and its idle
+	// time began before the others' status requests); that client dials again at its next
+	// call.
 	dial()
 	waitUntil(t, "the idle client's eviction", func() bool {
 		select {
@@ -192,19 +194,19 @@ func TestConnectionLimit(t *testing.T) {
 			done <- c.Call(context.Background(), "Slow", []any{40}, nil, nil, &k)
 		}()
 	}
-	waitUntil(t, "four calls in flight", func() bool {
-		if len(impl.started) > 0 {
-			<-impl.started
-		}
+	waitUntil(t, "four calls in flight on the server", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		busy := 0
-		for _, c := range clients {
-			if c.current.Load() != 0 {
+		for c := range s.conns {
+			c.mu.Lock()
+			if len(c.inflight) > 0 {
 				busy++
 			}
+			c.mu.Unlock()
 		}
 		return busy == 4
 	})
-	time.Sleep(20 * time.Millisecond) // the last call frame reaches the server
 	if _, err := Dial(path, DialConfig{}); !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "has 4 connections, each with a call in flight") {
 		t.Errorf("Dial with every connection busy: %v, want ErrBusy", err)
 	}

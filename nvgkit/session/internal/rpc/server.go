@@ -299,7 +299,7 @@ func (s *Server) worker(done chan struct{}) {
 func (s *Server) run(j *job) {
 	defer j.cancel()
 	if j.ctx.Err() != nil { // interrupted (or its client gone) before it started
-		j.c.send(reply{ID: j.req.ID, Err: "interrupted before it started", Code: codeInterrupted})
+		j.c.finish(j.req.ID, reply{ID: j.req.ID, Err: "interrupted before it started", Code: codeInterrupted}, s.cfg.ConnIdle)
 		return
 	}
 	s.mu.Lock()
@@ -333,7 +333,7 @@ func (s *Server) run(j *job) {
 		}
 		r.Results = b
 	}
-	j.c.send(r) // dropped when the client is gone
+	j.c.finish(j.req.ID, r, s.cfg.ConnIdle) // dropped when the client is gone
 }
 
 func (s *Server) after(method string, args []reflect.Value, err error) (note string) {
@@ -568,6 +568,24 @@ type conn struct {
 func (c *conn) send(r reply) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	c.write(r)
+}
+
+// finish ends call id with its final reply r: the call leaves the connection's calls (the
+// connection's idle time starts now) and r is written, both under c.wmu. So a client that
+// has its reply finds its call ended on the server: its connection is idle from then on,
+// and is the one a new connection evicts when it has been idle longest. And the goodbye of
+// an eviction, which can only come once the call has ended, waits for c.wmu, so it never
+// overtakes the reply (the client would take the call for unread and send it again).
+func (c *conn) finish(id uint64, r reply, idle time.Duration) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.callEnded(id, idle)
+	c.write(r)
+}
+
+// write sends r; the caller holds c.wmu.
+func (c *conn) write(r reply) {
 	_ = c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second)) // a client that stops reading is dropped
 	if err := c.enc.Encode(r); err != nil {
 		c.nc.Close()
@@ -608,8 +626,8 @@ func (c *conn) closed() {
 	}
 }
 
-// callEnded removes call id from the connection's calls; the last one ending starts the
-// idle timer.
+// callEnded removes call id from the connection's calls (a no-op once done: finish did it
+// before the call's reply); the last one ending starts the idle timer.
 func (c *conn) callEnded(id uint64, idle time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -780,7 +798,7 @@ func (s *Server) queue(c *conn, req request) bool {
 		select {
 		case s.jobs <- j:
 		case <-s.stop:
-			c.send(reply{ID: id, Err: "the session server is stopping", Code: codeInterrupted})
+			c.finish(id, reply{ID: id, Err: "the session server is stopping", Code: codeInterrupted}, s.cfg.ConnIdle)
 			j.cancel()
 		}
 	}()
