@@ -110,6 +110,7 @@ func (w *wire) end() {
 	w.nc.Close()
 	for range w.frames {
 	}
+	<-w.done // closed just after frames: live must see it, or it hands out this closed wire
 }
 
 func (w *wire) send(req request) error {
