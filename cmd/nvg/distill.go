@@ -594,11 +594,12 @@ func hasInitErrors(reports []compress.TensorReport) bool {
 	return false
 }
 
-// phaseList formats a run's phases: "kl steps 1…500, finish steps 501…600 (signs frozen)".
+// phaseList formats a run's phases: "block 0 steps 1…4, …, kl steps 33…500, finish steps
+// 501…600 (signs frozen)".
 func phaseList(ps []train.Phase) string {
 	var parts []string
 	for _, p := range ps {
-		s := fmt.Sprintf("%s steps %d…%d", p.Kind, p.First, p.Last)
+		s := fmt.Sprintf("%s steps %d…%d", p.Name(), p.First, p.Last)
 		if p.Kind == train.PhaseFinish {
 			s += " (signs frozen)"
 		}
@@ -607,12 +608,12 @@ func phaseList(ps []train.Phase) string {
 	return strings.Join(parts, ", ")
 }
 
-// phaseReportList formats a report's phases: "kl 500 steps (16384000 tokens), finish 100
-// steps (3276800 tokens)".
+// phaseReportList formats a report's phases: "block 0 4 steps (131072 tokens), …, kl 468
+// steps (15335424 tokens), finish 100 steps (3276800 tokens)".
 func phaseReportList(ps []train.PhaseReport) string {
 	var parts []string
 	for _, p := range ps {
-		parts = append(parts, fmt.Sprintf("%s %d steps (%d tokens)", p.Kind, p.StepsDone, p.Tokens))
+		parts = append(parts, fmt.Sprintf("%s %d steps (%d tokens)", p.Name(), p.StepsDone, p.Tokens))
 	}
 	return strings.Join(parts, ", ")
 }
