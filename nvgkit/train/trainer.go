@@ -383,11 +383,17 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 			}
 			if ready {
 				tr.logf("teacher top-k: %d windows from %s", n, c.TopKFile)
-				if err := tr.teacherPass(ctx, nil, nil, blk); err != nil {
-					return err
+				if blk != nil { // the block steps' targets are not in the files: their windows' pass
+					if err := tr.teacherPass(ctx, nil, nil, blk); err != nil {
+						return err
+					}
+					if tr.Progress != nil {
+						tr.Progress.Finish(fmt.Sprintf("teacher pass %d windows in %.1fs", len(blk.need), time.Since(start).Seconds()))
+					}
+					tr.st.TeacherSeconds += time.Since(start).Seconds()
+					tr.keepBlocks(blk, start)
 				}
 				tr.cache = cache
-				tr.keepBlocks(blk, start)
 				return nil
 			}
 			loaded = cache
