@@ -16,7 +16,11 @@
 # Environment: NVG_BIN (default ./.devbin/nvg, prebuilt: the device has no Go toolchain), OUT
 # (default bench/out/quality-<UTC time>; runs of several calls into the same OUT make one
 # table), RUNS (default: every run below, by name), STEPS (600), FINISH (the scale-only
-# finish's steps within STEPS, 100), EXTRA (flags added to every run).
+# finish's steps within STEPS, 100), BLOCK (the block-wise reconstruction's steps per decoder
+# layer within STEPS, 8: 64 of the tiny teacher's 600), HIDDEN (the hidden-state loss's
+# flags, "--hidden-loss mse": λ 1 over every layer's output; its teacher states take
+# 600 × 16 windows × 2·512·256 bytes per layer = 2.3 GiB per layer, 19 GiB for all 8, in a
+# file beside the top-k in the run directory), EXTRA (flags added to every run).
 # Each run is one nvg distill of 600 steps (3–4 min on one H200 with --train-signs, plus the
 # calibration and the refinement's compression for --init refine: DESIGN.md §5); a machine
 # with a 10-minute limit per command runs two per call, e.g.
@@ -29,17 +33,20 @@ OUT=${OUT:-bench/out/quality-$(date -u +%Y%m%dT%H%M%SZ)}
 STEPS=${STEPS:-600}
 FINISH=${FINISH:-100}
 
-# name|flags: one line per lever alone and combined. The block-wise reconstruction phase and
-# the hidden-state loss are other helpers' (issue 36 levers b and the LittleBit loss):
-# TODO(issue 36): enable their lines once nvg distill has their flags.
+BLOCK=${BLOCK:-8}
+HIDDEN=${HIDDEN:---hidden-loss mse}
+
+# name|flags: one line per lever alone and combined (issue 36: a data-aware init, the
+# block-wise reconstruction, the hidden-state loss, the scale-only finish).
 runs=(
 	"signs|"
 	"refine|--init refine"
 	"finish|--finish-steps $FINISH"
 	"refine+finish|--init refine --finish-steps $FINISH"
-	# "blockwise|--blockwise-steps N"                                  # TODO: lever b
-	# "hidden|--hidden-loss W"                                         # TODO: hidden-state loss
-	# "all|--init refine --blockwise-steps N --hidden-loss W --finish-steps $FINISH"
+	"blockwise|--block-steps $BLOCK"
+	"hidden|$HIDDEN"
+	"refine+blockwise+finish|--init refine --block-steps $BLOCK --finish-steps $FINISH"
+	"all|--init refine --block-steps $BLOCK $HIDDEN --finish-steps $FINISH"
 )
 RUNS=${RUNS:-$(for r in "${runs[@]}"; do printf '%s ' "${r%%|*}"; done)}
 common=(--steps "$STEPS" --nb 16 --t 512 --lr 0.005 --warmup 50 --eval-windows 256 --eval-every 0 --train-signs)
@@ -57,7 +64,9 @@ for name in sorted(names, key=lambda n: (order.index(n) if n in order else len(o
         continue
     r, d = json.load(open(rep)), json.load(open(cfg))
     flags = open(os.path.join(out, name + ".flags")).read().strip() if os.path.isfile(os.path.join(out, name + ".flags")) else ""
-    phases = ", ".join(f'{p["kind"]} {p["steps_done"]}' for p in r.get("phases", [])) or f'kl {r["steps"]}'
+    block = [p for p in r.get("phases", []) if p["kind"] == "block"]
+    phases = ", ".join(([f'block {sum(p["steps_done"] for p in block)} ({len(block)} layers)'] if block else []) +
+                       [f'{p["kind"]} {p["steps_done"]}' for p in r.get("phases", []) if p["kind"] != "block"]) or f'kl {r["steps"]}'
     rows.append((name, flags, d.get("init") or "dual-svid", phases, r["tokens"], r["compressed_perplexity"],
                  r["distilled_perplexity"], r["distilled_perplexity"] / r["teacher_perplexity"], r["teacher_perplexity"], r["wall_seconds"]))
 if not rows:
@@ -100,6 +109,6 @@ for name in $RUNS; do
 	# shellcheck disable=SC2086
 	GOROOT=$corpus "$NVG_BIN" distill "${common[@]}" $flags ${EXTRA:-} -o "$dir" >"$dir.log" 2>&1
 	echo "   exit $?, $(($(date +%s) - start)) s wall (log: $dir.log)"
-	grep -E "^(teacher|compressed|distilled)  +held-out|gap closed|^phases|refined:|^calibration:" "$dir.log" | sed 's/^/   /'
+	grep -E "^(teacher|compressed|distilled)  +held-out|gap closed|^phases|refined:|^calibration:|block-wise reconstruction:" "$dir.log" | sed 's/^/   /'
 done
 table

@@ -1,6 +1,7 @@
 package nvgkit
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -135,6 +136,31 @@ type HiddenStates struct {
 	Layers []int
 	// F16 holds one [NB·T·H] plane of binary16 bits per layer.
 	F16 [][]uint16
+}
+
+// Select returns the states of hs at layers (each one of hs.Layers, ascending and distinct),
+// sharing hs's planes (not copies): the targets of a HiddenLoss over fewer layers than a
+// teacher pass kept, or of one layer's block-wise reconstruction (BlockStep). Errors: a nil
+// hs, planes that do not match hs.Layers, a layer hs does not hold or layers out of order.
+func (hs *HiddenStates) Select(layers []int) (*HiddenStates, error) {
+	if hs == nil {
+		return nil, errors.New("nvgkit.HiddenStates.Select: no teacher hidden states")
+	}
+	if len(hs.F16) != len(hs.Layers) {
+		return nil, fmt.Errorf("nvgkit.HiddenStates.Select: %d planes for layers %v", len(hs.F16), hs.Layers)
+	}
+	out := &HiddenStates{NB: hs.NB, T: hs.T, H: hs.H}
+	for i, l := range layers {
+		j := slices.Index(hs.Layers, l)
+		if j < 0 {
+			return nil, fmt.Errorf("nvgkit.HiddenStates.Select: the teacher hidden states are of layers %v, not of layer %d", hs.Layers, l)
+		}
+		if i > 0 && l <= layers[i-1] {
+			return nil, fmt.Errorf("nvgkit.HiddenStates.Select: layers %v, want them ascending and distinct", layers)
+		}
+		out.Layers, out.F16 = append(out.Layers, l), append(out.F16, hs.F16[j])
+	}
+	return out, nil
 }
 
 // HiddenStateBytes is the bytes of the teacher's hidden states a run with a hidden-state

@@ -328,8 +328,14 @@ func (w *Work) uploadTopK(top *TopK) error {
 
 // studentForward embeds flat into ckpt[0] and runs every layer, one submit per layer.
 func (n *Net) studentForward(w *Work, flat []int) error {
+	return n.studentForwardTo(w, flat, len(n.layers))
+}
+
+// studentForwardTo embeds flat into ckpt[0] and runs layers 0 … upto−1 (upto ≥ 1, or 0 with
+// no layers), one submit per layer, leaving ckpt[upto] the last one's output.
+func (n *Net) studentForwardTo(w *Work, flat []int, upto int) error {
 	s := w.st
-	for i, L := range n.layers {
+	for i, L := range n.layers[:upto] {
 		r := n.dev.Begin()
 		if i == 0 {
 			if err := gpu.Embedding(r, n.embed, flat, s.ckpt[0]); err != nil {

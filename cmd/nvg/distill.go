@@ -27,7 +27,7 @@ func init() {
 	register(&command{
 		name:    "distill",
 		summary: "compress a teacher to ~1 bit/weight and distil the student against it (default: the embedded tiny teacher on the Go standard library)",
-		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep N] [--keep-final] [--keep-activations] [--activation-budget-mib 1024] [--train-signs [--sign-…] [--finish-steps N]] [--init dual-svid|refine [--calib-windows 16] [--calib-t 256] [--calib-gram-max 4096]] [--hidden-loss mse|cosine [--hidden-weight 1] [--hidden-layers all|every:K|3,7]] [--config RUN.json] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--steps N] [--keep N] [--mem-log …] [--stream-teacher] [--keep-activations] [--activation-budget-mib N]",
+		usage:   "[--teacher MODEL] [--train-files a.go,…] [--eval-files b.go,…] [--bpw 1] [--paths auto] [--steps N] [--nb N] [--windows N] [--t N] [--k 32] [--lr X] [--warmup N] [--eval-every N] [--eval-windows N] [--seed N] [--clip X] [--checkpoint-every N] [--keep N] [--keep-final] [--keep-activations] [--activation-budget-mib 1024] [--train-signs [--sign-…] [--finish-steps N]] [--block-steps N] [--init dual-svid|refine [--calib-windows 16] [--calib-t 256] [--calib-gram-max 4096]] [--hidden-loss mse|cosine [--hidden-weight 1] [--hidden-layers all|every:K|3,7]] [--config RUN.json] [--tokenizer F] [-o DIR] [--topk-file F] [--stream-teacher] [--mem-log F.csv [--mem-log-every N]] | --resume DIR [--steps N] [--keep N] [--mem-log …] [--stream-teacher] [--keep-activations] [--activation-budget-mib N]",
 		run:     runDistill,
 	})
 }
@@ -242,11 +242,12 @@ func removeRunOutput(out string, created bool) {
 var trainConfigFlags = map[string]string{"Steps": "steps", "NB": "nb", "T": "t", "Windows": "windows", "K": "k", "LR": "lr",
 	"ClipNorm": "clip", "EvalWindows": "eval-windows", "Keep": "keep", "Warmup": "warmup", "EvalEvery": "eval-every",
 	"CheckpointEvery": "checkpoint-every", "Seed": "seed", "KeepFinal": "keep-final", "TrainSigns": "train-signs", "FinishSteps": "finish-steps",
-	"HiddenLoss": "hidden-loss", "HiddenWeight": "hidden-weight", "HiddenLayers": "hidden-layers"}
+	"HiddenLoss": "hidden-loss", "HiddenWeight": "hidden-weight", "HiddenLayers": "hidden-layers", "BlockSteps": "block-steps"}
 
 // flagTerms rewrites the TrainConfig field names in a TrainConfigError's range as flags.
-var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--nb =", " Steps =", " --steps =", "T =", "--t =", "K =", "--k =",
-	"T·K", "--t × --k", "(Windows)", "(--windows N)", "TrainSigns", "--train-signs")
+var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--nb =", "T =", "--t =", "K =", "--k =",
+	"T·K", "--t × --k", "(Windows)", "(--windows N)", "TrainSigns", "--train-signs",
+	"FinishSteps =", "--finish-steps =", "BlockSteps steps", "--block-steps steps", "Steps =", "--steps =", "out of Steps", "out of --steps")
 
 // trainConfigUsage is the usage error of a TrainConfig.Validate error, naming the flag of
 // the field: "--steps must be ≥ 1, got 0".
@@ -348,6 +349,9 @@ func distill(f train.RunFile, out string, res *train.ResumePoint, opts distillOp
 		TokenCache: train.TokenCacheDir(), Comm: opts.comm, StreamTeacher: opts.streamTeacher, RunDir: out, Resume: res})
 	if errors.Is(err, train.ErrInterrupted) {
 		return in.notTrained()
+	}
+	if ce := (*train.TrainConfigError)(nil); errors.As(err, &ce) {
+		return trainConfigUsage(err) // a setting out of range once the model is known (--block-steps)
 	}
 	if err != nil {
 		return err
@@ -590,11 +594,12 @@ func hasInitErrors(reports []compress.TensorReport) bool {
 	return false
 }
 
-// phaseList formats a run's phases: "kl steps 1…500, finish steps 501…600 (signs frozen)".
+// phaseList formats a run's phases: "block 0 steps 1…4, …, kl steps 33…500, finish steps
+// 501…600 (signs frozen)".
 func phaseList(ps []train.Phase) string {
 	var parts []string
 	for _, p := range ps {
-		s := fmt.Sprintf("%s steps %d…%d", p.Kind, p.First, p.Last)
+		s := fmt.Sprintf("%s steps %d…%d", p.Name(), p.First, p.Last)
 		if p.Kind == train.PhaseFinish {
 			s += " (signs frozen)"
 		}
@@ -603,12 +608,12 @@ func phaseList(ps []train.Phase) string {
 	return strings.Join(parts, ", ")
 }
 
-// phaseReportList formats a report's phases: "kl 500 steps (16384000 tokens), finish 100
-// steps (3276800 tokens)".
+// phaseReportList formats a report's phases: "block 0 4 steps (131072 tokens), …, kl 468
+// steps (15335424 tokens), finish 100 steps (3276800 tokens)".
 func phaseReportList(ps []train.PhaseReport) string {
 	var parts []string
 	for _, p := range ps {
-		parts = append(parts, fmt.Sprintf("%s %d steps (%d tokens)", p.Kind, p.StepsDone, p.Tokens))
+		parts = append(parts, fmt.Sprintf("%s %d steps (%d tokens)", p.Name(), p.StepsDone, p.Tokens))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -47,10 +47,12 @@ func (f calibFlags) check(init string) error {
 	return nil
 }
 
-// initFlagSet adds nvg distill's --init, --calib-* and --finish-steps to fs (issue 36: the
-// data-aware initialisation and the scale-only finish), their defaults s's.
+// initFlagSet adds nvg distill's --init, --calib-*, --block-steps and --finish-steps to fs
+// (issue 36: the data-aware initialisation, the block-wise reconstruction and the scale-only
+// finish), their defaults s's.
 func initFlagSet(fs *flag.FlagSet, s *train.RunFile, f *calibFlags) {
 	fs.StringVar(&s.Init, "init", cmp.Or(s.Init, compress.InitDualSVID.String()), "initial factorisation of the compression: dual-svid, or refine (a calibration pass of the teacher over training windows, then signs and scales refined in the metric of its input statistics; DESIGN.md §5)")
 	f.bind(fs, s.Calibration)
+	fs.IntVar(&s.Train.BlockSteps, "block-steps", s.Train.BlockSteps, "steps per decoder layer of a block-wise reconstruction phase before the KL: layer 0, 1, … in turn, each alone, trained to reproduce the teacher's output of the layer from the student's own input (normalised MSE; N × layers of the --steps steps; DESIGN.md \"Block-wise reconstruction\"; 0: none)")
 	fs.IntVar(&s.Train.FinishSteps, "finish-steps", s.Train.FinishSteps, "with --train-signs: the last N of the --steps steps are a scale-only finish (signs frozen, the scales and norm gains trained on the KL at the schedule's learning rates; 0: none)")
 }

@@ -415,6 +415,14 @@ type Train struct {
 	HiddenLoss   string
 	HiddenWeight float64
 	HiddenLayers string
+	// BlockSteps is the length of the block-wise reconstruction phase per decoder layer
+	// (train.TrainConfig.BlockSteps, nvg distill --block-steps; DESIGN.md §6 "Block-wise
+	// reconstruction"): the first BlockSteps·Info.Layers of the Steps train layer 0, 1, … in
+	// turn, each alone, to reproduce the teacher's output of the layer from the student's
+	// own input (no KL; StepStats.Loss is then the layer's normalised MSE), each layer's
+	// optimizer started afresh; at least one KL step stays after them. 0 (DefaultSetup):
+	// none. Info.Phases lists the phases, StepStats.Phase and .Layer name each step's.
+	BlockSteps int
 }
 
 // CalibrationConfig sizes the calibration pass of Setup.Init "refine" (train.CalibrationConfig's
@@ -433,11 +441,23 @@ func DefaultCalibration() CalibrationConfig {
 }
 
 // Phase is one part of a Lab's schedule (train.Phase): steps First…Last (1-based,
-// inclusive) of the kind Kind: "kl" (end to end on the KL; with TrainSigns the signs too) or
-// "finish" (the scale-only finish: signs frozen). Steps past the plan belong to the last.
+// inclusive) of the kind Kind: "block" (the block-wise reconstruction of decoder layer
+// Layer: that layer alone on its output's normalised MSE), "kl" (end to end on the KL; with
+// TrainSigns the signs too) or "finish" (the scale-only finish: signs frozen). Layer is 0
+// for the kinds other than "block". Steps past the plan belong to the last.
 type Phase struct {
 	Kind        string
+	Layer       int
 	First, Last int
+}
+
+// Name is the phase as logs and plots show it: Kind, and for a block phase its layer
+// ("block 3").
+func (p Phase) Name() string {
+	if p.Kind == "block" {
+		return fmt.Sprintf("block %d", p.Layer)
+	}
+	return p.Kind
 }
 
 // SignConfig holds the sign-learning knobs of a Setup (nvgkit.SignConfig's fields, names and
@@ -627,7 +647,8 @@ type Info struct {
 	BitsPerWeight float64
 	// Compression has one row per compressed tensor when Setup compressed the teacher.
 	Compression []TensorReport
-	// Phases are the schedule's phases in order (Phase; Setup.Train.FinishSteps).
+	// Phases are the schedule's phases in order (Phase; Setup.Train.BlockSteps and
+	// FinishSteps).
 	Phases []Phase
 	// TrainWindows and EvalWindows are the numbers of windows of T+1 tokens drawn;
 	// TrainTokens and EvalTokens the lengths of the token streams they were drawn from.
@@ -703,8 +724,12 @@ type StepStats struct {
 	// ForwardBackward, and for steps restored from a checkpoint (it keeps no flip counts).
 	// Hand flips (ApplySignFlips) are not counted.
 	SignFlips []int
-	// Phase is the kind of the step's phase ("kl" or "finish"; Info.Phases).
+	// Phase is the kind of the step's phase ("block", "kl" or "finish"; Info.Phases); Layer
+	// the decoder layer of a block step (0 otherwise), whose Loss is the layer's
+	// reconstruction error (the normalised MSE of its output against the teacher's), not a
+	// KL, with no KL and Hidden parts.
 	Phase string
+	Layer int
 	// Seconds is the step's wall time.
 	Seconds float64
 }
@@ -729,18 +754,18 @@ func (h History) Losses() []float64 {
 }
 
 // PhaseSpans returns the phases the steps of h ran in, in order: one Phase per run of
-// consecutive steps of one StepStats.Phase, First and Last their first and last step (steps
-// without a phase, restored from an older checkpoint, are left out). ui's history plot
-// marks them.
+// consecutive steps of one StepStats.Phase (and Layer), First and Last their first and last
+// step (steps without a phase, restored from an older checkpoint, are left out). ui's history
+// plot marks them.
 func (h History) PhaseSpans() []Phase {
 	var out []Phase
 	for _, s := range h.Steps {
 		switch n := len(out); {
 		case s.Phase == "":
-		case n > 0 && out[n-1].Kind == s.Phase:
+		case n > 0 && out[n-1].Kind == s.Phase && out[n-1].Layer == s.Layer:
 			out[n-1].Last = s.Step
 		default:
-			out = append(out, Phase{Kind: s.Phase, First: s.Step, Last: s.Step})
+			out = append(out, Phase{Kind: s.Phase, Layer: s.Layer, First: s.Step, Last: s.Step})
 		}
 	}
 	return out

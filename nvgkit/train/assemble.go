@@ -315,6 +315,13 @@ func (a *assembly) models() error {
 	if r.TeacherModel, err = OpenModel(s.Teacher); err != nil {
 		return err
 	}
+	if s.Train.BlockSteps > 0 { // the block phase's budget, known now, before any work
+		c := s.Train
+		c.BlockLayers = r.TeacherModel.Config.NumHiddenLayers
+		if err := c.Validate(); err != nil {
+			return err
+		}
+	}
 	if err := a.phase("tokenizer"); err != nil {
 		return err
 	}

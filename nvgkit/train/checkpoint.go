@@ -30,7 +30,8 @@ type CheckpointMeta struct {
 	// Config of the run (Trainer.Config: Windows and CheckpointEvery resolved).
 	Config TrainConfig `json:"config"`
 	// Step is the number of optimizer steps done; AdamStep the number of Adam updates applied
-	// (Step minus skipped steps), the bias-correction step of the next update.
+	// (Step minus skipped steps; since the current phase began when a block phase restarted
+	// the optimizer: Trainer.endPhase), the bias-correction step of the next update.
 	Step     int `json:"step"`
 	AdamStep int `json:"adam_step"`
 	// WindowsDrawn is the sampler's position: the number of training windows used so far

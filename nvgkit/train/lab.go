@@ -434,7 +434,7 @@ func (st *labState) evalSetup(ctx context.Context, s session.Setup, report func(
 		}
 		ph := c.PhaseAt(s)
 		st.hist = append(st.hist, session.StepStats{Step: s, Loss: tr.st.Loss[i], GradNorm: gn, LR: c.LRAt(s),
-			Skipped: !finite(tr.st.Loss[i]) || !finite(gn), Tokens: c.PhaseTokens(ph), Phase: ph.Kind})
+			Skipped: !finite(tr.st.Loss[i]) || !finite(gn), Tokens: c.PhaseTokens(ph), Phase: ph.Kind, Layer: ph.Layer})
 	}
 	return nil
 }

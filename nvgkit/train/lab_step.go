@@ -42,7 +42,7 @@ func (s *labState) forwardBackward() (session.StepStats, error) {
 	step := s.tr.st.Step + 1
 	c := s.tr.Config
 	ph := c.PhaseAt(step)
-	out := session.StepStats{Step: step, Loss: math.NaN(), GradNorm: math.NaN(), Tokens: c.PhaseTokens(ph), Phase: ph.Kind}
+	out := session.StepStats{Step: step, Loss: math.NaN(), GradNorm: math.NaN(), Tokens: c.PhaseTokens(ph), Phase: ph.Kind, Layer: ph.Layer}
 	if err := s.tr.enterPhase(ph); err != nil { // as Trainer.step: signs frozen in the finish
 		return out, fmt.Errorf("train.Lab.ForwardBackward: step %d: %w", step, err)
 	}
@@ -50,14 +50,15 @@ func (s *labState) forwardBackward() (session.StepStats, error) {
 	if !p.fb {
 		p.t0 = time.Now()
 	}
-	stats, err := s.tr.stepBatch((step-1)*c.NB%c.Windows, c.NB)
+	stats, err := s.tr.stepBatch(step, (step-1)*c.NB%c.Windows, c.NB)
 	if err != nil {
 		// The gradients may hold part of the pass: the step cannot be ended with them.
 		p.fb, p.finite, p.loss, p.haveNorm, p.kl, p.hidden = true, false, math.NaN(), false, 0, 0
 		return out, fmt.Errorf("train.Lab.ForwardBackward: step %d: %w", step, err)
 	}
 	p.fb, p.finite, p.loss, p.haveNorm = true, stats.Finite && finite(stats.Loss), stats.Loss, false
-	if s.tr.hidden.On() {
+	p.kl, p.hidden = 0, 0
+	if s.tr.hidden.On() && ph.Kind != PhaseBlock {
 		p.kl, p.hidden = stats.KL, stats.Hidden
 	}
 	out.Loss, out.Finite, out.KL, out.Hidden = stats.Loss, p.finite, p.kl, p.hidden
@@ -108,7 +109,7 @@ func (s *labState) adamStep() (session.StepStats, error) {
 	step := tr.st.Step + 1
 	lr := c.LRAt(step)
 	ph := c.PhaseAt(step)
-	out := session.StepStats{Step: step, Loss: math.NaN(), GradNorm: math.NaN(), LR: lr, Tokens: c.PhaseTokens(ph), Phase: ph.Kind}
+	out := session.StepStats{Step: step, Loss: math.NaN(), GradNorm: math.NaN(), LR: lr, Tokens: c.PhaseTokens(ph), Phase: ph.Kind, Layer: ph.Layer}
 	if !p.fb {
 		p.t0, p.finite = time.Now(), true
 	} else {
@@ -134,6 +135,9 @@ func (s *labState) adamStep() (session.StepStats, error) {
 	flips, err := tr.signStep(step, ok) // a TrainSigns setup flips as Trainer.step does
 	if err != nil {
 		return out, fmt.Errorf("train.Lab.AdamStep: step %d: %w", step, err)
+	}
+	if err := tr.endPhase(step); err != nil { // the next phase's fresh optimizer, as Trainer.step
+		return out, fmt.Errorf("train.Lab.AdamStep: %w", err)
 	}
 	if tr.trainsSigns(ph) && flips == nil { // a skipped step flips nothing
 		flips = make([]int, s.sNet.Config.NumHiddenLayers)

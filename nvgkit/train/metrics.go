@@ -30,15 +30,17 @@ const (
 // writer given to Trainer.AddMetricsWriter): a JSON object with "kind" and "step" and the
 // fields of its kind. Non-finite numbers are written as null and read back as NaN.
 //
-// Every record has "phase", the kind of the phase of its step (TrainConfig.PhaseAt: "kl",
-// "finish"; an evaluation before training is the first phase's; absent in logs written
-// before runs had phases, which were one KL phase).
+// Every record has "phase", the kind of the phase of its step (TrainConfig.PhaseAt: "block",
+// "kl", "finish"; an evaluation before training is the first phase's; absent in logs written
+// before runs had phases, which were one KL phase), and a block phase's record "layer", the
+// decoder layer the step trains.
 //
 // A "step" record (one per optimizer step, in order) has
 //
 //	step               the 1-based optimizer step
 //	loss               mean KL(teacher top-k ‖ student) per token, nats (null: skipped step);
-//	                   with a hidden-state loss, KL + λ·hidden_loss
+//	                   with a hidden-state loss, KL + λ·hidden_loss; in a block step the
+//	                   layer's reconstruction error (normalised MSE, nvgkit.BlockStep)
 //	kl, hidden_loss    with a hidden-state loss (TrainConfig.HiddenLoss) only: the loss's
 //	                   parts, the mean KL and the unweighted hidden-state loss L_hidden
 //	lr                 the learning rate used, LRAt(step)
@@ -63,8 +65,10 @@ const (
 type MetricsRecord struct {
 	Kind string
 	Step int
-	// Phase is the kind of the step's phase (both kinds; "" in older logs).
+	// Phase is the kind of the step's phase (both kinds; "" in older logs); Layer the decoder
+	// layer of a block phase's record (0 otherwise).
 	Phase string
+	Layer int
 	// Loss: KL nats/token (step) or held-out nats/token (eval).
 	Loss float64
 	// Step records.
@@ -88,6 +92,7 @@ type metricsStepJSON struct {
 	Kind            string    `json:"kind"`
 	Step            int       `json:"step"`
 	Phase           string    `json:"phase,omitempty"`
+	Layer           *int      `json:"layer,omitempty"`
 	Loss            *float64  `json:"loss"`
 	LR              *float64  `json:"lr"`
 	GradNorm        *float64  `json:"grad_norm"`
@@ -105,6 +110,7 @@ type metricsEvalJSON struct {
 	Kind              string    `json:"kind"`
 	Step              int       `json:"step"`
 	Phase             string    `json:"phase,omitempty"`
+	Layer             *int      `json:"layer,omitempty"`
 	Loss              *float64  `json:"loss"`
 	Perplexity        *float64  `json:"perplexity"`
 	BestPerplexity    *float64  `json:"best_perplexity"`
@@ -127,9 +133,13 @@ type metricsAnyJSON struct {
 // numbers. Errors: a kind other than "step" or "eval".
 func (r MetricsRecord) MarshalJSON() ([]byte, error) {
 	f := finitePtr
+	var layer *int
+	if r.Phase == PhaseBlock {
+		layer = &r.Layer
+	}
 	switch r.Kind {
 	case MetricsStep:
-		j := metricsStepJSON{Kind: r.Kind, Step: r.Step, Phase: r.Phase, Loss: f(r.Loss), LR: f(r.LR), GradNorm: f(r.GradNorm),
+		j := metricsStepJSON{Kind: r.Kind, Step: r.Step, Phase: r.Phase, Layer: layer, Loss: f(r.Loss), LR: f(r.LR), GradNorm: f(r.GradNorm),
 			GradNormClipped: f(r.GradNormClipped), TokensPerSecond: f(r.TokensPerSecond), Skipped: r.Skipped,
 			SignFlips: r.SignFlips, WallSeconds: f(r.WallSeconds), Time: r.Time}
 		if r.HasParts {
@@ -137,7 +147,7 @@ func (r MetricsRecord) MarshalJSON() ([]byte, error) {
 		}
 		return json.Marshal(j)
 	case MetricsEval:
-		return json.Marshal(metricsEvalJSON{Kind: r.Kind, Step: r.Step, Phase: r.Phase, Loss: f(r.Loss), Perplexity: f(r.Perplexity),
+		return json.Marshal(metricsEvalJSON{Kind: r.Kind, Step: r.Step, Phase: r.Phase, Layer: layer, Loss: f(r.Loss), Perplexity: f(r.Perplexity),
 			BestPerplexity: f(r.BestPerplexity), BestStep: r.BestStep, TeacherPerplexity: f(r.TeacherPerplexity),
 			WallSeconds: f(r.WallSeconds), Time: r.Time})
 	}
@@ -156,6 +166,9 @@ func (r *MetricsRecord) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("step %d is negative", j.Step)
 	}
 	out := MetricsRecord{Kind: j.Kind, Step: j.Step, Phase: j.Phase, Loss: orNaN(j.Loss), WallSeconds: orNaN(j.WallSeconds), Time: j.Time}
+	if j.Layer != nil {
+		out.Layer = *j.Layer
+	}
 	switch j.Kind {
 	case MetricsStep:
 		out.LR, out.GradNorm, out.GradNormClipped = orNaN(j.LR), orNaN(j.GradNorm), orNaN(j.GradNormClipped)
@@ -242,7 +255,7 @@ func PhaseSeries(recs []MetricsRecord) []session.Phase {
 	var h session.History
 	for _, r := range recs {
 		if r.Kind == MetricsStep {
-			h.Steps = append(h.Steps, session.StepStats{Step: r.Step, Phase: r.Phase})
+			h.Steps = append(h.Steps, session.StepStats{Step: r.Step, Phase: r.Phase, Layer: r.Layer})
 		}
 	}
 	return h.PhaseSpans()
@@ -372,7 +385,7 @@ func (tr *Trainer) stepRecord(info StepInfo, d time.Duration, wall float64) Metr
 	if d > 0 {
 		tps = float64(tr.Config.PhaseTokens(tr.Config.PhaseAt(info.Step))) / d.Seconds()
 	}
-	return MetricsRecord{Kind: MetricsStep, Step: info.Step, Phase: info.Phase, Loss: info.Loss, LR: info.LR, GradNorm: info.GradNorm,
+	return MetricsRecord{Kind: MetricsStep, Step: info.Step, Phase: info.Phase, Layer: info.Layer, Loss: info.Loss, LR: info.LR, GradNorm: info.GradNorm,
 		GradNormClipped: clipped, TokensPerSecond: tps, Skipped: info.Skipped, SignFlips: info.SignFlips, WallSeconds: wall,
-		KL: info.KL, Hidden: info.Hidden, HasParts: tr.hidden.On()}
+		KL: info.KL, Hidden: info.Hidden, HasParts: tr.hidden.On() && info.Phase != PhaseBlock}
 }

@@ -141,8 +141,9 @@ func (tr *Trainer) agreeStop(ctx context.Context) error {
 // the sums are added over ranks in rank order (Comm.SumFloat32), and the result is written
 // back. The loss is the mean KL over all NB·T tokens: per part the f64 sum of its tokens'
 // KL, added in the same order; with a hidden-state loss its mean is added the same way (each
-// part's Hidden times its tokens) and the loss is KL + λ·Hidden. Finite is the loss's
-// finiteness (the gradient norm is checked by the caller).
+// part's Hidden times its tokens) and the loss is KL + λ·Hidden — in a block step the
+// layer's reconstruction error (BlockStep's Hidden) alone. Finite is the loss's finiteness
+// (the gradient norm is checked by the caller).
 func (tr *Trainer) stepParts(s int) (nvgkit.StepStats, error) {
 	c := tr.Config
 	nbp := tr.sWork.NB
@@ -157,7 +158,7 @@ func (tr *Trainer) stepParts(s int) (nvgkit.StepStats, error) {
 		if err := nvgkit.ZeroGrads(tr.student); err != nil {
 			return nvgkit.StepStats{}, err
 		}
-		st, err := tr.stepBatch(i0+j*nbp, nbp)
+		st, err := tr.stepBatch(s, i0+j*nbp, nbp)
 		if err != nil {
 			return nvgkit.StepStats{}, err
 		}
@@ -189,6 +190,9 @@ func (tr *Trainer) stepParts(s int) (nvgkit.StepStats, error) {
 	}
 	kl, hidden := parts[0]/float64(c.NB*c.T), parts[1]/float64(c.NB*c.T)
 	loss := kl + tr.hidden.Weight*hidden
+	if c.PhaseAt(s).Kind == PhaseBlock {
+		loss = hidden
+	}
 	return nvgkit.StepStats{Loss: loss, KL: kl, Hidden: hidden, Finite: finite(loss), Tokens: c.NB * c.T}, nil
 }
 

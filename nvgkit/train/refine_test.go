@@ -117,7 +117,9 @@ func TestAssembleRefine(t *testing.T) {
 	}
 	other := s
 	other.Init, other.Resume = "dual-svid", ckpt
-	if _, err := train.Assemble(context.Background(), other, train.Env{Device: d}); err == nil || !strings.Contains(err.Error(), "compressed with 1 bits/weight, paths 1, init refine") {
+	// Refused before any work: the checkpoint records the Setup's init (CheckpointMeta.Setup,
+	// compared first) and its compression key.
+	if _, err := train.Assemble(context.Background(), other, train.Env{Device: d}); err == nil || !strings.Contains(err.Error(), `was trained with init = "refine" (Setup.Init)`) {
 		t.Errorf("a dual-svid Setup resuming a refined run's checkpoint: %v", err)
 	}
 }

@@ -53,8 +53,9 @@ func settingsRecord(s Setup) map[string]json.RawMessage {
 // compareSettings returns a *SettingMismatch naming the first setting in which ck (loaded
 // from path) was trained otherwise than s: every field of s that ck records (none in a
 // checkpoint of an older nvg), then every field of s.Train, resolved, but those free zeroes
-// (where the outputs go, how many are kept and such: a resume may change them). nil when
-// they agree.
+// (where the outputs go, how many are kept and such: a resume may change them) and
+// BlockLayers (the student's layer count, which NewTrainer sets and checks). nil when they
+// agree.
 func compareSettings(path string, ck *Checkpoint, s Setup, against string, free func(*TrainConfig)) error {
 	mismatch := func(setting, field string, trained, want []byte) error {
 		show := func(v []byte) string {
@@ -77,6 +78,7 @@ func compareSettings(path string, ck *Checkpoint, s Setup, against string, free 
 		}
 	}
 	a, b := ck.Meta.Config.Resolved(), s.Train.Resolved()
+	a.BlockLayers, b.BlockLayers = 0, 0
 	free(&a)
 	free(&b)
 	ja, _ := json.Marshal(a) // plain data: it always encodes

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nvg-project/nvg/nvgkit"
 )
 
 // mutate changes the value v (a settable field of a Setup or TrainConfig) to another one of
@@ -62,8 +64,9 @@ func field(s reflect.Value, p string) reflect.Value {
 func TestResumeComparesEverySetting(t *testing.T) {
 	base := Setup{Teacher: "/models/teacher", Tokenizer: "/models/tokenizer.json", TrainFiles: []string{"/c/a.go"}, EvalFiles: []string{"/c/b.go"},
 		BitsPerWeight: 1, Paths: "auto", Train: DefaultTrainConfig()}
-	// Windows given: Steps (which a resume may extend) does not change them.
-	base.Train.OutDir, base.Train.Windows = "/runs/a", 96
+	// Windows given: Steps (which a resume may extend) does not change them. TrainSigns on, so
+	// that a changed FinishSteps is a valid one.
+	base.Train.OutDir, base.Train.Windows, base.Train.TrainSigns = "/runs/a", 96, true
 	dir := t.TempDir()
 	path := filepath.Join(dir, CheckpointName(2))
 	ck := &Checkpoint{Meta: CheckpointMeta{Version: ckptVersion, Step: 2, Config: base.Train.Resolved(), Setup: settingsRecord(base)},
@@ -74,10 +77,21 @@ func TestResumeComparesEverySetting(t *testing.T) {
 	if _, err := LoadResumePoint(dir, base, nil); err != nil {
 		t.Fatalf("the run's own settings: %v", err)
 	}
-	freeCLI := map[string]bool{"Train.OutDir": true, "Train.TopKFile": true, "Train.Steps": true, "Train.ScheduleSteps": true, "Train.Keep": true,
-		"Train.KeepActivations": true, "Train.ActivationBudget": true}
+	// BlockLayers is the student's layer count, which NewTrainer sets and checks: never compared.
+	freeCLI := map[string]bool{"Train.OutDir": true, "Train.TopKFile": true, "Train.Steps": true, "Train.ScheduleSteps": true, "Train.FinishSteps": true,
+		"Train.Keep": true, "Train.KeepActivations": true, "Train.ActivationBudget": true, "Train.BlockLayers": true}
 	freeLab := map[string]bool{"Train.OutDir": true, "Train.TopKFile": true, "Train.Keep": true, "Train.EvalEvery": true, "Train.CheckpointEvery": true,
-		"Train.KeepFinal": true, "Train.KeepActivations": true, "Train.ActivationBudget": true}
+		"Train.KeepFinal": true, "Train.KeepActivations": true, "Train.ActivationBudget": true, "Train.BlockLayers": true}
+	// Settings of a few values: changed to another valid one (a Setup with an invalid one is
+	// refused for that before it is compared).
+	valid := map[string]func(s *Setup){
+		"Init":             func(s *Setup) { s.Init = "refine" },
+		"Calibration":      func(s *Setup) { s.Calibration = CalibrationConfig{Windows: 4, T: 32, GramMax: 64} },
+		"Train.HiddenLoss": func(s *Setup) { s.Train.HiddenLoss = "cosine" },
+		"Train.Signs": func(s *Setup) {
+			s.Train.Signs = nvgkit.SignConfig{Alpha: 2, Beta: 0.9, Tau: 32, MaxFlipFrac: 1e-3, Seed: 1}
+		},
+	}
 	fields := append(jsonFields(reflect.TypeOf(base), "", ""), jsonFields(reflect.TypeOf(base.Train), "config.", "Train.")...)
 	compared := 0
 	for _, f := range fields {
@@ -86,7 +100,9 @@ func TestResumeComparesEverySetting(t *testing.T) {
 		}
 		s := base
 		s.TrainFiles, s.EvalFiles = append([]string(nil), base.TrainFiles...), append([]string(nil), base.EvalFiles...)
-		if !mutate(field(reflect.ValueOf(&s), f.goPath)) {
+		if set, ok := valid[f.goPath]; ok {
+			set(&s)
+		} else if !mutate(field(reflect.ValueOf(&s), f.goPath)) {
 			t.Errorf("%s: the test cannot change a %v", f.goPath, field(reflect.ValueOf(&s), f.goPath).Kind())
 			continue
 		}

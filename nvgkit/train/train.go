@@ -119,6 +119,23 @@ type TrainConfig struct {
 	// HiddenLayers selects the term's layers (nvgkit.ParseHiddenLayers): "all", "every:K"
 	// or a list such as "3,7" (DefaultTrainConfig: "all").
 	HiddenLayers string `json:"hidden_layers"`
+	// BlockSteps is the length of the block-wise reconstruction phase per decoder layer
+	// (Phases, PhaseBlock; DESIGN.md §6 "Block-wise reconstruction"): before the KL phase,
+	// layers 0, 1, … each get BlockSteps optimizer steps that train that layer's values alone
+	// (its metric, norm gains and, with TrainSigns, signs) to reproduce the teacher's output
+	// of the layer from the student's own input (nvgkit.BlockStep: the normalised MSE of the
+	// hidden-state loss, no KL). The phase takes BlockSteps·BlockLayers of the Steps steps
+	// (counted in tokens as every step: PhaseTokens), and at least one KL step stays after
+	// it. Each layer's steps run a cosine decay from LR to MinLRFrac·LR without warm-up, its
+	// optimizer started afresh; the KL phase's schedule (warm-up and cosine, LRAt) spans the
+	// steps after the block phase. The teacher pass keeps the teacher's output of each
+	// block step's layer for its windows (binary16, in host memory). 0: no block phase.
+	BlockSteps int `json:"block_steps,omitempty"`
+	// BlockLayers is the number of decoder layers the block phase walks: the student's
+	// num_hidden_layers, which NewTrainer sets when BlockSteps > 0 (a non-zero value that
+	// differs from the student's is refused). 0 in a config no Trainer has resolved yet; a
+	// resume does not compare it (the student is checked itself).
+	BlockLayers int `json:"block_layers,omitempty"`
 }
 
 // DefaultTrainConfig returns the defaults of a distillation run, the same as nvg distill's
@@ -226,6 +243,17 @@ func (c TrainConfig) Validate() error {
 		return bad("FinishSteps", c.FinishSteps, fmt.Sprintf("0 (none) or fewer than Steps = %d (the KL phase keeps at least one step)", c.Steps))
 	case c.FinishSteps > 0 && !c.TrainSigns:
 		return bad("FinishSteps", c.FinishSteps, "0 without TrainSigns (the finish freezes the signs; without sign learning every step trains the scales alone)")
+	case c.BlockLayers < 0:
+		return bad("BlockLayers", c.BlockLayers, "≥ 0 (the student's decoder layers; NewTrainer sets it)")
+	case c.BlockSteps < 0:
+		return bad("BlockSteps", c.BlockSteps, "≥ 0 (0: no block-wise reconstruction phase)")
+	case c.BlockSteps > 0 && c.BlockSteps > (c.Steps-c.FinishSteps-1)/max(c.BlockLayers, 1):
+		layers := fmt.Sprintf("%d decoder layers", c.BlockLayers)
+		if c.BlockLayers == 0 {
+			layers = "at least one decoder layer"
+		}
+		return bad("BlockSteps", c.BlockSteps, fmt.Sprintf("≤ %d with Steps = %d, FinishSteps = %d and %s: the block phase takes BlockSteps steps per decoder layer out of Steps, and at least one KL step stays",
+			(c.Steps-c.FinishSteps-1)/max(c.BlockLayers, 1), c.Steps, c.FinishSteps, layers))
 	}
 	if c.HiddenLoss != "" {
 		switch {
@@ -346,13 +374,28 @@ func (c TrainConfig) hiddenLoss(numLayers int) (nvgkit.HiddenLoss, error) {
 
 // LRAt returns the learning rate of optimizer step s (1-based) of c: the optimizer's
 // schedule (optim.Settings.LRAt) over the ScheduleSteps steps it spans (0: Steps, unless the
-// run was extended). Steps after the span run at the schedule's floor MinLRFrac·LR.
+// run was extended). Steps after the span run at the schedule's floor MinLRFrac·LR. With a
+// block phase (BlockSteps, its B = BlockSteps·BlockLayers steps first) that schedule starts
+// after it — step s > B runs at the schedule's step s − B of a span of ScheduleSteps − B, as
+// a run without the phase would — and step j (0-based) of each layer's BlockSteps runs a
+// cosine decay from LR to MinLRFrac·LR without warm-up: Settings.LRAt(j, BlockSteps) with
+// Warmup 0 (each layer's optimizer starts afresh, so its first step is ≈ LR·sign of the
+// gradient, relative, for every value, as a KL run's after its warm-up).
 func (c TrainConfig) LRAt(s int) float64 {
 	span := c.ScheduleSteps
 	if span <= 0 {
 		span = c.Steps
 	}
-	return c.Settings.LRAt(s, span)
+	b := c.blockTotal()
+	if b == 0 {
+		return c.Settings.LRAt(s, span)
+	}
+	if s <= b {
+		o := c.Settings
+		o.Warmup = 0
+		return o.LRAt((max(s, 1)-1)%c.BlockSteps, c.BlockSteps)
+	}
+	return c.Settings.LRAt(s-b, max(span-b, 1))
 }
 
 // StepInfo describes one finished training step, passed to Trainer.OnStep.
@@ -383,8 +426,12 @@ type StepInfo struct {
 	// SignFlips is the signs flipped by the step per decoder layer (TrainSigns, outside the
 	// finish), else nil.
 	SignFlips []int
-	// Phase is the kind of the step's phase (TrainConfig.PhaseAt: PhaseKL, PhaseFinish).
+	// Phase is the kind of the step's phase (TrainConfig.PhaseAt: PhaseKL, PhaseFinish,
+	// PhaseBlock); Layer the decoder layer of a block step (0 otherwise). A block step's Loss
+	// is the layer's reconstruction error (the normalised MSE of nvgkit.BlockStep), not a KL,
+	// and it has no KL and Hidden parts.
 	Phase string
+	Layer int
 }
 
 // EvalPoint is one held-out evaluation: after Step optimizer steps (0: before training),

@@ -92,6 +92,7 @@ type Trainer struct {
 	comm             Comm              // the data-parallel ranks (WithComm; SingleProcess)
 	hidden           nvgkit.HiddenLoss // the hidden-state term (Config.HiddenLoss; off: zero)
 	hcache           *HiddenCache      // the teacher's hidden states of the windows (with hidden)
+	blocks           *blockTargets     // the teacher's layer outputs of the block steps left (BlockSteps)
 	micro            int               // micro-batches per rank (WithMicroBatches; 1)
 }
 
@@ -156,6 +157,9 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 		return nil, fmt.Errorf("train.NewTrainer: the hidden-state loss matches layer outputs, but the teacher has %d decoder layers and the student %d",
 			teacher.Config.NumHiddenLayers, student.Config.NumHiddenLayers)
 	}
+	if cfg, err = blockLayers(cfg, teacher, student); err != nil {
+		return nil, err
+	}
 	tr := &Trainer{Config: cfg, teacher: teacher, student: student, windows: windows, eval: eval, hidden: hidden}
 	tr.st = CheckpointMeta{Version: ckptVersion, Config: cfg, WindowsHash: HashWindows(windows)}
 	nbp, err := tr.applyOptions(opts)
@@ -176,6 +180,26 @@ func NewTrainer(teacher, student *nvgkit.Net, train, heldOut []int, cfg TrainCon
 		return nil, err
 	}
 	return tr, nil
+}
+
+// blockLayers returns cfg with BlockLayers set to the student's decoder layers when it has a
+// block phase (BlockSteps > 0), checked again with them (Validate: the phase must leave a KL
+// step). Errors: a BlockLayers set to another count, a teacher with other layers, a
+// BlockSteps too large for the layers (a *TrainConfigError naming BlockSteps).
+func blockLayers(cfg TrainConfig, teacher, student *nvgkit.Net) (TrainConfig, error) {
+	if cfg.BlockSteps == 0 {
+		return cfg, nil
+	}
+	L := student.Config.NumHiddenLayers
+	if cfg.BlockLayers != 0 && cfg.BlockLayers != L {
+		return cfg, &TrainConfigError{"BlockLayers", cfg.BlockLayers, fmt.Sprintf("0 or the student's %d decoder layers", L)}
+	}
+	if teacher.Config.NumHiddenLayers != L {
+		return cfg, fmt.Errorf("train.NewTrainer: the block-wise reconstruction matches layer outputs, but the teacher has %d decoder layers and the student %d",
+			teacher.Config.NumHiddenLayers, L)
+	}
+	cfg.BlockLayers = L
+	return cfg, cfg.Validate()
 }
 
 // Resume loads the checkpoint at path — a file, or a directory holding checkpoints, whose
@@ -327,6 +351,9 @@ func (tr *Trainer) inputs(ws [][]int) [][]int {
 // there otherwise). With a hidden-state loss (Config.HiddenLoss) the same pass also keeps the
 // teacher's hidden states at the selected layers (HiddenCache: in memory, or in
 // TopKFile + ".hidden", reused like the top-k file; a missing one runs the pass again).
+// With block steps left (Config.BlockSteps) it also keeps, for each window of those steps,
+// the teacher's output of the step's layer (in host memory): in the same pass, or, when the
+// top-k comes from TopKFile, in a pass of the teacher over those windows alone.
 // Run calls it when needed. Errors: a TopKFile or hidden-state file made for other windows or
 // settings (it is left as it is), TeacherTopK's errors, ctx's error.
 func (tr *Trainer) Prepare(ctx context.Context) error {
@@ -336,6 +363,7 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 	c := tr.Config
 	start := time.Now()
 	n := len(tr.windows)
+	blk := tr.newBlockTargets(tr.st.Step + 1)
 	key := TopKKey(tr.st.WindowsHash, tr.teacher.Config, tr.TeacherID)
 	c.TopKFile = tr.topKFile()
 	var loaded *TopKCache
@@ -354,8 +382,18 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 				return err
 			}
 			if ready {
-				tr.cache = cache
 				tr.logf("teacher top-k: %d windows from %s", n, c.TopKFile)
+				if blk != nil { // the block steps' targets are not in the files: their windows' pass
+					if err := tr.teacherPass(ctx, nil, nil, blk); err != nil {
+						return err
+					}
+					if tr.Progress != nil {
+						tr.Progress.Finish(fmt.Sprintf("teacher pass %d windows in %.1fs", len(blk.need), time.Since(start).Seconds()))
+					}
+					tr.st.TeacherSeconds += time.Since(start).Seconds()
+					tr.keepBlocks(blk, start)
+				}
+				tr.cache = cache
 				return nil
 			}
 			loaded = cache
@@ -367,7 +405,7 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 		return err
 	}
 	pass := func(putHidden func(first int, hs *nvgkit.HiddenStates) error) error {
-		return tr.teacherPass(ctx, cache, putHidden)
+		return tr.teacherPass(ctx, cache, putHidden, blk)
 	}
 	switch H := tr.teacher.Config.HiddenSize; {
 	case !tr.hidden.On():
@@ -399,19 +437,44 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 		tr.logf("teacher top-k saved to %s (%d bytes)", c.TopKFile, cache.FileSize())
 	}
 	tr.cache = cache
+	tr.keepBlocks(blk, start)
 	return nil
 }
 
+// keepBlocks makes blk the block steps' targets and logs what they hold (nothing without).
+func (tr *Trainer) keepBlocks(blk *blockTargets, start time.Time) {
+	if blk == nil {
+		return
+	}
+	tr.blocks = blk
+	tr.logf("teacher layer outputs for the block-wise reconstruction: %d windows × layer, %s in host memory (%.1fs)",
+		len(blk.planes), humanBytes(uint64(blk.bytes())), time.Since(start).Seconds())
+}
+
 // teacherPass runs the teacher over this rank's windows, group by group, into cache and,
-// when putHidden is not nil, hands it each group's hidden states at the loss's layers.
-func (tr *Trainer) teacherPass(ctx context.Context, cache *TopKCache, putHidden func(first int, hs *nvgkit.HiddenStates) error) error {
+// when putHidden is not nil, hands it each group's hidden states at the loss's layers; the
+// layers the block steps need (blk, when not nil) are taken in the same pass. With a nil
+// cache (the top-k is loaded) it runs only the groups that hold block windows.
+func (tr *Trainer) teacherPass(ctx context.Context, cache *TopKCache, putHidden func(first int, hs *nvgkit.HiddenStates) error, blk *blockTargets) error {
 	c := tr.Config
 	n := len(tr.windows)
+	if cache == nil && blk == nil {
+		return nil
+	}
 	start := time.Now()
-	tr.logf("teacher pass: top-%d of %d windows × %d tokens", c.K, n, c.T)
+	if cache != nil {
+		tr.logf("teacher pass: top-%d of %d windows × %d tokens", c.K, n, c.T)
+	} else {
+		tr.logf("teacher pass: the layer outputs of the %d windows of the block steps left", len(blk.need))
+	}
 	for i := 0; i < n; i += tr.tWork.NB {
 		if !tr.ownsWindow(i) {
 			continue // another rank's share
+		}
+		ws := tr.windows[i:min(i+tr.tWork.NB, n)]
+		layers := blk.layersOf(i, len(ws))
+		if cache == nil && len(layers) == 0 {
+			continue // no block window in the group
 		}
 		if err := ctx.Err(); err != nil {
 			if tr.Progress != nil {
@@ -419,13 +482,21 @@ func (tr *Trainer) teacherPass(ctx context.Context, cache *TopKCache, putHidden 
 			}
 			return fmt.Errorf("%w: %w", ErrInterrupted, err)
 		}
-		ws := tr.windows[i:min(i+tr.tWork.NB, n)]
+		if putHidden != nil {
+			layers = union(layers, tr.hidden.Layers)
+		}
 		var top *nvgkit.TopK
 		var err error
-		if putHidden != nil {
+		if len(layers) > 0 {
 			var hs *nvgkit.HiddenStates
-			if top, hs, err = nvgkit.TeacherTopKHidden(tr.teacher, tr.tWork, tr.inputs(ws), c.K, tr.hidden.Layers); err == nil {
-				err = putHidden(i, hs)
+			if top, hs, err = nvgkit.TeacherTopKHidden(tr.teacher, tr.tWork, tr.inputs(ws), c.K, layers); err == nil && putHidden != nil {
+				var sel *nvgkit.HiddenStates
+				if sel, err = hs.Select(tr.hidden.Layers); err == nil {
+					err = putHidden(i, sel)
+				}
+			}
+			if err == nil && blk != nil {
+				err = blk.put(i, hs)
 			}
 		} else {
 			top, err = nvgkit.TeacherTopK(tr.teacher, tr.tWork, tr.inputs(ws), c.K)
@@ -433,8 +504,10 @@ func (tr *Trainer) teacherPass(ctx context.Context, cache *TopKCache, putHidden 
 		if err != nil {
 			return err
 		}
-		if err := cache.Put(i, top); err != nil {
-			return err
+		if cache != nil {
+			if err := cache.Put(i, top); err != nil {
+				return err
+			}
 		}
 		if tr.Progress != nil {
 			done := i + len(ws)
@@ -503,7 +576,8 @@ func (tr *Trainer) evalStudent(s int) (float64, error) {
 		tr.st.BestStep, tr.st.BestPPL = s, ppl
 	}
 	tr.logf("eval after step %d: held-out loss %.4f, perplexity %.3f (best %.3f at step %d)", s, loss, ppl, tr.st.BestPPL, tr.st.BestStep)
-	tr.emitMetrics(MetricsRecord{Kind: MetricsEval, Step: s, Phase: tr.Config.PhaseAt(s).Kind, Loss: loss, Perplexity: ppl, BestPerplexity: tr.st.BestPPL, BestStep: tr.st.BestStep,
+	ph := tr.Config.PhaseAt(s)
+	tr.emitMetrics(MetricsRecord{Kind: MetricsEval, Step: s, Phase: ph.Kind, Layer: ph.Layer, Loss: loss, Perplexity: ppl, BestPerplexity: tr.st.BestPPL, BestStep: tr.st.BestStep,
 		TeacherPerplexity: tr.st.TeacherPPL, WallSeconds: tr.wallNow()})
 	tr.syncMetrics()
 	return ppl, nil
@@ -698,7 +772,7 @@ func (tr *Trainer) wallNow() float64 { return tr.wallBase + time.Since(tr.wallSt
 func (tr *Trainer) step(s int) (StepInfo, error) {
 	c := tr.Config
 	ph := c.PhaseAt(s)
-	info := StepInfo{Step: s, Steps: c.Steps, LR: c.LRAt(s), GradNorm: math.NaN(), Phase: ph.Kind}
+	info := StepInfo{Step: s, Steps: c.Steps, LR: c.LRAt(s), GradNorm: math.NaN(), Phase: ph.Kind, Layer: ph.Layer}
 	if err := tr.enterPhase(ph); err != nil {
 		return info, err
 	}
@@ -716,7 +790,7 @@ func (tr *Trainer) step(s int) (StepInfo, error) {
 		return info, err
 	}
 	info.Loss = stats.Loss
-	if tr.hidden.On() {
+	if tr.hidden.On() && ph.Kind != PhaseBlock {
 		info.KL, info.Hidden = stats.KL, stats.Hidden
 	}
 	ok := stats.Finite && finite(stats.Loss)
@@ -744,6 +818,12 @@ func (tr *Trainer) step(s int) (StepInfo, error) {
 	if info.SignFlips, err = tr.signStep(s, ok); err != nil {
 		return info, err
 	}
+	if err := tr.endPhase(s); err != nil {
+		return info, err
+	}
+	if s == c.blockTotal() {
+		tr.blocks = nil // the block phase is over (a Trainer never steps back; a Lab keeps them)
+	}
 	info.SkippedTotal = tr.st.Skipped
 	info.Tokens = tr.tokensAfter(s)
 	return info, nil
@@ -755,18 +835,27 @@ func (tr *Trainer) stepWhole(s int) (nvgkit.StepStats, error) {
 	if err := nvgkit.ZeroGrads(tr.student); err != nil {
 		return nvgkit.StepStats{}, err
 	}
-	return tr.stepBatch((s-1)*c.NB%c.Windows, c.NB)
+	return tr.stepBatch(s, (s-1)*c.NB%c.Windows, c.NB)
 }
 
-// stepBatch runs Step (StepHidden with a hidden-state loss) on the student's work over the
-// run's windows first … first+n−1 against their cached teacher top-k (and hidden states):
-// the one place a Trainer's or a Lab's step reads the teacher's targets.
-func (tr *Trainer) stepBatch(first, n int) (nvgkit.StepStats, error) {
+// stepBatch runs step s's pass on the student's work over the run's windows first …
+// first+n−1: in a block phase BlockStep of its layer against the teacher's outputs of that
+// layer (blockTargets), else Step (StepHidden with a hidden-state loss) against their cached
+// teacher top-k (and hidden states): the one place a Trainer's or a Lab's step reads the
+// teacher's targets.
+func (tr *Trainer) stepBatch(s, first, n int) (nvgkit.StepStats, error) {
+	ids := tr.inputs(tr.windows[first : first+n])
+	if p := tr.Config.PhaseAt(s); p.Kind == PhaseBlock {
+		hs, err := tr.blocks.get(first, n, p.Layer)
+		if err != nil {
+			return nvgkit.StepStats{}, err
+		}
+		return nvgkit.BlockStep(tr.student, tr.sWork, ids, p.Layer, hs)
+	}
 	top, err := tr.cache.Get(first, n)
 	if err != nil {
 		return nvgkit.StepStats{}, err
 	}
-	ids := tr.inputs(tr.windows[first : first+n])
 	if !tr.hidden.On() {
 		return nvgkit.Step(tr.student, tr.sWork, ids, top)
 	}

@@ -334,12 +334,19 @@ func PlotTraining(c TrainingCurves) (*Figure, error) {
 }
 
 // phaseMarks returns where PlotTraining marks the phases (half a step before the first step
-// of every phase after the first) and their labels ("→ finish").
+// of every phase after the first) and their labels ("→ finish", "→ block 1"; a block phase
+// right after a marked block phase only its layer, "2", so that one mark per layer stays
+// legible).
 func phaseMarks(phases []session.Phase) (xs []float64, labels []string) {
 	for i, ph := range phases {
-		if i > 0 {
-			xs, labels = append(xs, float64(ph.First)-0.5), append(labels, "→ "+ph.Kind)
+		if i == 0 {
+			continue
 		}
+		label := "→ " + ph.Name()
+		if ph.Kind == "block" && i > 1 && phases[i-1].Kind == "block" {
+			label = fmt.Sprint(ph.Layer)
+		}
+		xs, labels = append(xs, float64(ph.First)-0.5), append(labels, label)
 	}
 	return xs, labels
 }

@@ -435,7 +435,7 @@ func TestInProcessVsSessionPhasesBitIdentical(t *testing.T) {
 		k, v, _ := strings.Cut(r, ": ")
 		res[k] = v
 	}
-	if !strings.Contains(res["Setup"], "Phases:[{Kind:kl First:1 Last:3} {Kind:finish First:4 Last:6}]") {
+	if !strings.Contains(res["Setup"], "Phases:[{Kind:kl Layer:0 First:1 Last:3} {Kind:finish Layer:0 First:4 Last:6}]") {
 		t.Errorf("Setup's Info.Phases: %.800s", res["Setup"])
 	}
 	through := res["Step(2) through the boundary"]
