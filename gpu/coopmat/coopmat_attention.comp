@@ -55,6 +55,13 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
+
+// Every loop whose trip count is a specialisation constant carries [[unroll]] (as in
+// coopmat_gemm.comp): the driver unrolls it once the constants are known, so the arrays of
+// accumulators stay in registers instead of being indexed dynamically (DESIGN.md §7, "Tuning
+// on Hopper"). Loops over runtime sizes (key blocks, query heads, head_dim) do not.
+#define UNROLL [[unroll]]
 
 layout(constant_id = 0) const uint SG = 32;
 layout(constant_id = 1) const uint L = 16;
@@ -71,6 +78,7 @@ const uint H8 = HP / 8;                // 16-byte vectors per packed row
 const uint SS = BC + 4;                // f32 row stride of the S-shaped tiles
 const uint PS = BC + 8;                // f16 row stride of the P-shaped tiles
 const uint NST = (BR / L) * (BC / L);  // L×L tiles of an S tile [BR, BC]
+const uint NSTS = (NST + NSG - 1) / NSG; // … per subgroup (at most)
 const uint OPS = (BR / L) * (HP / L) / NSG; // accumulators per subgroup of an output [BR, HP]
 const float FMAX = 3.4028234e38;
 const float P_SCALE = 16384.0;         // 2¹⁴: P travels as f16(2¹⁴·p)
@@ -130,10 +138,14 @@ shared float Dq[BC];
 // S_TILES: DST[BR, BC] = X[xr0 + r, :]·Y[yr0 + c, :] over the HP packed columns (X, Y packed
 // rows, read as fragments from global memory), this subgroup's L×L tiles; unscaled.
 #define S_TILES(X, xr0, Y, yr0, DST) \
-    for (uint st = sg; st < NST; st += NSG) { \
+    UNROLL for (uint sx = 0; sx < NSTS; sx++) { \
+        const uint st = sg + sx * NSG; \
+        if (st >= NST) { \
+            break; \
+        } \
         const uint tr = st / (BC / L), tc = st % (BC / L); \
         ACC a = ACC(0.0); \
-        for (uint kk = 0; kk < HP; kk += L) { \
+        UNROLL for (uint kk = 0; kk < HP; kk += L) { \
             FRA fa; \
             FRB fb; \
             coopMatLoad(fa, X, ((xr0) + tr * L) * H8 + kk / 8, H8, ROW); \
@@ -147,10 +159,10 @@ shared float Dq[BC];
 // [BR, HP] output (A an f16 tile in workgroup memory, row stride PS; Y packed rows from
 // global memory). Each tile's products go into a fresh accumulator, scaled once.
 #define O_TILES(ACCS, FAC, A, Y, yr0) \
-    for (uint o = 0; o < OPS; o++) { \
+    UNROLL for (uint o = 0; o < OPS; o++) { \
         const uint ot = sg + NSG * o, tr = ot / (HP / L), tc = ot % (HP / L); \
         ACC tmp = ACC(0.0); \
-        for (uint kk = 0; kk < BC; kk += L) { \
+        UNROLL for (uint kk = 0; kk < BC; kk += L) { \
             FRA fa; \
             FRB fb; \
             coopMatLoad(fa, A, tr * L * PS + kk, PS, ROW); \
@@ -163,12 +175,12 @@ shared float Dq[BC];
 // STORE_O: DST[((b·t + r0 + r)·HEADS + hd0)·hd + c] = ACCS for rows r0 + r < t and columns
 // c < hd, through this subgroup's f32 tile.
 #define STORE_O(ACCS, DST, r0, HEADS, h0) \
-    for (uint o = 0; o < OPS; o++) { \
+    UNROLL for (uint o = 0; o < OPS; o++) { \
         const uint ot = sg + NSG * o, tr = ot / (HP / L), tc = ot % (HP / L); \
         coopMatStore(ACCS[o], Cs, sg * L * L, L, ROW); \
         subgroupMemoryBarrierShared(); \
         subgroupBarrier(); \
-        for (uint e = lane; e < L * L; e += SG) { \
+        UNROLL for (uint e = lane; e < L * L; e += SG) { \
             const uint i = (r0) + tr * L + e / L, c = tc * L + e % L; \
             if (i < p.t && c < p.hd) { \
                 DST[((b * p.t + i) * (HEADS) + (h0)) * p.hd + c] = Cs[sg * L * L + e]; \
@@ -199,7 +211,7 @@ float tileMax(float mx, uint sg, uint lane) {
     }
     barrier();
     float m = 0.0;
-    for (uint x = 0; x < NSG; x++) {
+    UNROLL for (uint x = 0; x < NSG; x++) {
         m = max(m, Red[x]);
     }
     return m;
@@ -223,7 +235,7 @@ void main() {
     const float ks = sk[bk * p.nblk + j0 / 64];
     const float vs = sv[bk * p.nblk + j0 / 64];
     ACC accK[OPS], accV[OPS];
-    for (uint o = 0; o < OPS; o++) {
+    UNROLL for (uint o = 0; o < OPS; o++) {
         accK[o] = ACC(0.0);
         accV[o] = ACC(0.0);
     }
@@ -278,7 +290,7 @@ void main() {
     const float qs = sq[bh * p.nblk + i0 / 64];
     const uint nkb = (min(i0 + BR, p.t) + BC - 1) / BC; // key blocks up to the tile's last row
     ACC acc[OPS];
-    for (uint o = 0; o < OPS; o++) {
+    UNROLL for (uint o = 0; o < OPS; o++) {
         acc[o] = ACC(0.0);
     }
 #if defined(FWD)

@@ -53,6 +53,13 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
+
+// Every loop whose trip count is a specialisation constant carries [[unroll]] (as in
+// coopmat_gemm.comp): the driver unrolls it once the constants are known, so the state's
+// accumulators s[] stay in registers instead of being indexed dynamically (DESIGN.md §7,
+// "Tuning on Hopper"). The loop over the chunks (a runtime count) does not.
+#define UNROLL [[unroll]]
 
 layout(constant_id = 0) const uint SG = 32;
 layout(constant_id = 1) const uint L = 16;
@@ -77,6 +84,7 @@ const uint FR = DKP > 2 * C ? DKP : 2 * C; // rows of the f32 region: S, or W·S
 const uint NS = (DKP / L) * (CS / L);  // L×L tiles of S
 const uint SPS = NS / NSG;             // per subgroup (Go: NSG divides NS)
 const uint NO = (C / L) * (CS / L);    // L×L tiles of a [64, CS] product
+const uint NOS = (NO + NSG - 1) / NSG; // … per subgroup (at most)
 const float FMAX = 3.4028234e38;
 
 layout(set = 0, binding = 0, std430) readonly buffer Q16 { uvec4 q16[]; };
@@ -140,7 +148,7 @@ float tileMax(float mx, uint sg, uint lane) {
     }
     barrier();
     float m = 0.0;
-    for (uint x = 0; x < NSG; x++) {
+    UNROLL for (uint x = 0; x < NSG; x++) {
         m = max(m, Red[x]);
     }
     return m;
@@ -159,7 +167,7 @@ void main() {
     const uint kh = j / (p.hv / p.hk), bk = b * p.hk + kh;
     const uint D8 = DVP / 8;                      // 16-byte vectors per packed row of dO
     ACC s[SPS];
-    for (uint x = 0; x < SPS; x++) {
+    UNROLL for (uint x = 0; x < SPS; x++) {
         s[x] = ACC(0.0);
     }
     for (uint cc = 0; cc < p.nck; cc++) {
@@ -181,7 +189,7 @@ void main() {
             gk[i] = ek;
         }
         // A: dS to f32 (saved: the gradient of the state after this chunk), its f16 copy.
-        for (uint x = 0; x < SPS; x++) {
+        UNROLL for (uint x = 0; x < SPS; x++) {
             const uint st = sg + NSG * x, tr = st / (CS / L), tc = st % (CS / L);
             coopMatStore(s[x], F, tr * L * FS + tc * L, FS, ROW);
         }
@@ -203,11 +211,15 @@ void main() {
         }
         barrier();
         // B: K·dS into F rows 0..63, Aqkᵀ·dO into rows 64..127 (unscaled).
-        for (uint x = sg; x < 2 * NO; x += NSG) {
+        UNROLL for (uint xs = 0; xs < 2 * NOS; xs++) {
+            const uint x = sg + xs * NSG;
+            if (x >= 2 * NO) {
+                break;
+            }
             const uint which = x / NO, tr = (x % NO) / (CS / L), tc = x % (CS / L);
             ACC a = ACC(0.0);
             if (which == 0) {
-                for (uint kk = 0; kk < DKP; kk += L) {
+                UNROLL for (uint kk = 0; kk < DKP; kk += L) {
                     FRA fa;
                     FRB fb;
                     coopMatLoad(fa, k16, (pq + tr * L) * K8 + kk / 8, K8, ROW);
@@ -215,7 +227,7 @@ void main() {
                     a = coopMatMulAdd(fa, fb, a);
                 }
             } else {
-                for (uint kk = 0; kk < C; kk += L) {
+                UNROLL for (uint kk = 0; kk < C; kk += L) {
                     FRA fa;
                     FRB fb;
                     coopMatLoad(fa, a16, (pw + kk) * (C / 8) + tr * (L / 8), C / 8, COL);
@@ -254,10 +266,10 @@ void main() {
         barrier();
         // E: dS ← e^{γ_{L−1}}·dS + Qᵀ·(decayed dO) − Wᵀ·dV' (Qᵀ, Wᵀ: rows read column-major).
         const float gl = gq[L0 - 1], fq = sq[bk * p.nck + ci] * dos, fw = sw[bj * p.nck + ci] * invV;
-        for (uint x = 0; x < SPS; x++) {
+        UNROLL for (uint x = 0; x < SPS; x++) {
             const uint st = sg + NSG * x, tr = st / (CS / L), tc = st % (CS / L);
             ACC a = ACC(0.0), w = ACC(0.0);
-            for (uint kk = 0; kk < C; kk += L) {
+            UNROLL for (uint kk = 0; kk < C; kk += L) {
                 FRA fa;
                 FRB fb;
                 coopMatLoad(fa, q16, (pq + kk) * K8 + tr * (L / 8), K8, COL);
@@ -283,7 +295,7 @@ void main() {
     const uint slice = wg % nsl, bj = wg / nsl, j = bj % p.hv, b = bj / p.hv;
     const uint kh = j / (p.hv / p.hk), bk = b * p.hk + kh;
     ACC s[SPS];
-    for (uint x = 0; x < SPS; x++) {
+    UNROLL for (uint x = 0; x < SPS; x++) {
         s[x] = ACC(0.0);
     }
     for (uint ci = 0; ci < p.nck; ci++) {
@@ -304,7 +316,7 @@ void main() {
             gk[i] = ek;
         }
         // A: S to f32, then to f16 with its scale.
-        for (uint x = 0; x < SPS; x++) {
+        UNROLL for (uint x = 0; x < SPS; x++) {
             const uint st = sg + NSG * x, tr = st / (CS / L), tc = st % (CS / L);
             coopMatStore(s[x], F, tr * L * FS + tc * L, FS, ROW);
         }
@@ -326,10 +338,14 @@ void main() {
         }
         barrier();
         // B: W·S into F rows 0..63, Q·S into rows 64..127 (unscaled).
-        for (uint x = sg; x < 2 * NO; x += NSG) {
+        UNROLL for (uint xs = 0; xs < 2 * NOS; xs++) {
+            const uint x = sg + xs * NSG;
+            if (x >= 2 * NO) {
+                break;
+            }
             const uint which = x / NO, tr = (x % NO) / (CS / L), tc = x % (CS / L);
             ACC a = ACC(0.0);
-            for (uint kk = 0; kk < DKP; kk += L) {
+            UNROLL for (uint kk = 0; kk < DKP; kk += L) {
                 FRA fa;
                 FRB fb;
                 if (which == 0) {
@@ -369,10 +385,14 @@ void main() {
         }
         barrier();
         // D: O = e^{γ}·Q·S + Aqk·V' (Aqk·V' into F rows 0..63, over V').
-        for (uint x = sg; x < NO; x += NSG) {
+        UNROLL for (uint xs = 0; xs < NOS; xs++) {
+            const uint x = sg + xs * NSG;
+            if (x >= NO) {
+                break;
+            }
             const uint tr = x / (CS / L), tc = x % (CS / L);
             ACC a = ACC(0.0);
-            for (uint kk = 0; kk < C; kk += L) {
+            UNROLL for (uint kk = 0; kk < C; kk += L) {
                 FRA fa;
                 FRB fb;
                 coopMatLoad(fa, a16, (pw + tr * L) * (C / 8) + kk / 8, C / 8, ROW);
@@ -391,10 +411,10 @@ void main() {
         }
         // E: S ← e^{γ_{L−1}}·S + Kᵀ·(decayed V'); Kᵀ's fragments are K's rows read column-major.
         const float gl = gq[L0 - 1], fk = sk[bk * p.nck + ci] * invV;
-        for (uint x = 0; x < SPS; x++) {
+        UNROLL for (uint x = 0; x < SPS; x++) {
             const uint st = sg + NSG * x, tr = st / (CS / L), tc = st % (CS / L);
             ACC a = ACC(0.0);
-            for (uint kk = 0; kk < C; kk += L) {
+            UNROLL for (uint kk = 0; kk < C; kk += L) {
                 FRA fa;
                 FRB fb;
                 coopMatLoad(fa, k16, (pq + kk) * K8 + tr * (L / 8), K8, COL);
@@ -406,7 +426,7 @@ void main() {
     }
     if (WANT_STATE) {
         barrier(); // the last chunk is done with F
-        for (uint x = 0; x < SPS; x++) {
+        UNROLL for (uint x = 0; x < SPS; x++) {
             const uint st = sg + NSG * x, tr = st / (CS / L), tc = st % (CS / L);
             coopMatStore(s[x], F, tr * L * FS + tc * L, FS, ROW);
         }

@@ -38,6 +38,12 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
+
+// Every loop whose trip count is a specialisation constant carries [[unroll]] (as in
+// coopmat_gemm.comp), so that the driver unrolls it once the constants are known (DESIGN.md
+// §7, "Tuning on Hopper"); loops over runtime sizes do not.
+#define UNROLL [[unroll]]
 
 layout(constant_id = 0) const uint SG = 32;
 layout(constant_id = 1) const uint L = 16;
@@ -52,6 +58,9 @@ const uint K8 = DKP / 8, V8 = DVP / 8;
 const uint MS = C + 4;             // f32 row stride of the [64, 64] tile
 const uint HS = C + 8;             // f16 row stride
 const uint NKT = (C / L) * (DKP / L); // L×L tiles of a [64, DKP] output
+const uint NKTS = (NKT + NSG - 1) / NSG; // … per subgroup (at most)
+const uint NMT = (C / L) * (C / L);   // L×L tiles of the [64, 64] product
+const uint NMTS = (NMT + NSG - 1) / NSG;
 const float FMAX = 3.4028234e38;
 
 #if defined(STATE)
@@ -138,7 +147,7 @@ float tileMax(float mx, uint sg, uint lane) {
     }
     barrier();
     float m = 0.0;
-    for (uint x = 0; x < NSG; x++) {
+    UNROLL for (uint x = 0; x < NSG; x++) {
         m = max(m, Red[x]);
     }
     return m;
@@ -149,10 +158,14 @@ float tileMax(float mx, uint sg, uint lane) {
 // subgroup's L×L tiles; ACCUMULATE adds FAC·(the product) to Ms instead (FAC0 scales the
 // first).
 #define PROD64(X, xr0, Y, yr0, N8, FAC, ADD) \
-    for (uint x = sg; x < (C / L) * (C / L); x += NSG) { \
+    UNROLL for (uint xs = 0; xs < NMTS; xs++) { \
+        const uint x = sg + xs * NSG; \
+        if (x >= NMT) { \
+            break; \
+        } \
         const uint tr = x / (C / L), tc = x % (C / L); \
         ACC a = ACC(0.0); \
-        for (uint kk = 0; kk < 8 * (N8); kk += L) { \
+        UNROLL for (uint kk = 0; kk < 8 * (N8); kk += L) { \
             FRA fa; \
             FRB fb; \
             coopMatLoad(fa, X, ((xr0) + tr * L) * (N8) + kk / 8, N8, ROW); \
@@ -175,7 +188,7 @@ float tileMax(float mx, uint sg, uint lane) {
     coopMatStore(A, Cs, sg * L * L, L, ROW); \
     subgroupMemoryBarrierShared(); \
     subgroupBarrier(); \
-    for (uint e = lane; e < L * L; e += SG) { \
+    UNROLL for (uint e = lane; e < L * L; e += SG) { \
         const uint i = (tr) * L + e / L, d = (tc) * L + e % L; \
         if (i < L0 && d < p.dk) { \
             const float v = Cs[sg * L * L + e]; \
@@ -208,10 +221,14 @@ void main() {
 #if defined(STATE)
     // The states of this chunk as packed windows: rows (bj·nck + ci)·TPK + d.
     const uint sw0 = cs * p.tpk, nsb = p.tpk / 64;
-    for (uint x = sg; x < 3 * NKT; x += NSG) {
+    UNROLL for (uint xs = 0; xs < 3 * NKTS; xs++) {
+        const uint x = sg + xs * NSG;
+        if (x >= 3 * NKT) {
+            break;
+        }
         const uint which = x / NKT, tr = (x % NKT) / (DKP / L), tc = x % (DKP / L);
         ACC a = ACC(0.0);
-        for (uint kk = 0; kk < DVP; kk += L) {
+        UNROLL for (uint kk = 0; kk < DVP; kk += L) {
             FRA fa;
             FRB fb;
             if (which == 0) {
@@ -292,7 +309,7 @@ void main() {
     barrier();
     // The [64, DKP] outputs: QK dqv += dM·K, dkv += dMᵀ·Q; FST G = F·K, then (Mh rewritten)
     // H = (diag(β)·F)ᵀ·K.
-    for (uint which = 0; which < 2; which++) {
+    UNROLL for (uint which = 0; which < 2; which++) {
 #if defined(FST)
       if (which == 1) {
         barrier(); // G's products are done with Mh
@@ -303,10 +320,14 @@ void main() {
         barrier();
       }
 #endif
-      for (uint x = sg; x < NKT; x += NSG) {
+      UNROLL for (uint xs = 0; xs < NKTS; xs++) {
+        const uint x = sg + xs * NSG;
+        if (x >= NKT) {
+            break;
+        }
         const uint tr = x / (DKP / L), tc = x % (DKP / L);
         ACC a = ACC(0.0);
-        for (uint kk = 0; kk < C; kk += L) {
+        UNROLL for (uint kk = 0; kk < C; kk += L) {
             FRA fa;
             FRB fb;
 #if defined(QK)
