@@ -32,8 +32,8 @@ func (c coopDeltaTile) check(sg, l int, info Info) error {
 	switch {
 	case c.DKP%(4*l) != 0 || c.CS%l != 0 || c.CS < 8:
 		return fmt.Errorf("delta-rule tile %+v does not divide into %d×%d fragments", c, l, l)
-	case (c.DKP/l)*(c.CS/l)%c.NSG != 0:
-		return fmt.Errorf("delta-rule tile %+v: %d subgroups do not divide the state's fragments", c, c.NSG)
+	case (c.DKP/l)*(c.CS/l)%c.NSG != 0 || c.NSG%(c.CS/l) != 0:
+		return fmt.Errorf("delta-rule tile %+v: %d subgroups do not divide the state's fragments or are not a multiple of its %d fragment columns", c, c.NSG, c.CS/l)
 	case info.MaxInvocations > 0 && nt > int(info.MaxInvocations):
 		return fmt.Errorf("delta-rule tile %+v: %d threads exceed the device's %d", c, nt, info.MaxInvocations)
 	case info.MaxWorkgroupStorage > 0 && c.shared() > int(info.MaxWorkgroupStorage):
