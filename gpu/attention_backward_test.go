@@ -304,7 +304,7 @@ func testAttentionBackwardErrors(t *testing.T, backward func(r *gpu.Recorder, q,
 
 // BenchmarkAttentionBackward: the geometries and kernel forms of BenchmarkAttention (one
 // window of t = 512, nh = 8 over nkv = 2, head_dim 256; with NVG_BENCH_LARGE=1 also nb = 8
-// windows, with NVG_BENCH_BIG=1 t = 4096, nh = 16, nkv = 4; wgsl: AttentionBackward, coopmat:
+// windows with the 0.8B's and the 4B's heads, with NVG_BENCH_BIG=1 t = 4096, nh = 16, nkv = 4; wgsl: AttentionBackward, coopmat:
 // AttentionBackwardCoopmat with its packs).
 // Reports tokens/s (whole call), gpu-µs (the three passes' kernel time from the profiler,
 // each pass logged) and GFLOP/s over that time of the backward's five causal t×t×hd products (scores again, dp, dv, dq, dk: 10·hd flops per

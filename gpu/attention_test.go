@@ -235,8 +235,9 @@ func attentionCoopBound(q, k, v, lse []float64, nb, t, nh, nkv, hd int, ef float
 }
 
 // BenchmarkAttention: one window of t = 512 tokens, nh = 8 query heads over nkv = 2 KV
-// heads, head_dim 256 (Qwen3.5's); with NVG_BENCH_LARGE=1 also the 0.8B student step's batch
-// (nb = 8 windows of t = 512), with NVG_BENCH_BIG=1 t = 4096 with nh = 16, nkv = 4; each for
+// heads, head_dim 256 (Qwen3.5's); with NVG_BENCH_LARGE=1 also the student step's batch of
+// nb = 8 windows of t = 512 with the 0.8B's heads (nh = 8, nkv = 2) and the 4B's (nh = 16,
+// nkv = 4), with NVG_BENCH_BIG=1 t = 4096 with nh = 16, nkv = 4; each for
 // the kernel forms of NVG_TC_VARIANTS (wgsl: Attention, coopmat: AttentionCoopmat with its
 // packs). Reports tokens/s (whole call), the GPU time of the call's kernels from the profiler
 // (gpu-µs-all, and one metric per kernel) and GFLOP/s over it of the causal score+value
@@ -247,12 +248,14 @@ func BenchmarkAttention(b *testing.B) {
 
 // eachAttentionBenchSize runs bench as a sub-benchmark per attention geometry and kernel
 // form (eachTCVariant): one window of t = 512, nh = 8 over nkv = 2, head_dim 256; with
-// NVG_BENCH_LARGE=1 nb = 8 such windows; with NVG_BENCH_BIG=1 t = 4096, nh = 16, nkv = 4.
+// NVG_BENCH_LARGE=1 nb = 8 such windows (0.8B) and nb = 8 with nh = 16, nkv = 4 (4B); with
+// NVG_BENCH_BIG=1 t = 4096, nh = 16, nkv = 4.
 func eachAttentionBenchSize(b *testing.B, bench func(b *testing.B, nb, tt, nh, nkv, hd int, coop bool)) {
 	for _, sz := range []struct {
 		nb, t, nh, nkv, hd int
 		env                string
-	}{{1, 512, 8, 2, 256, ""}, {8, 512, 8, 2, 256, "NVG_BENCH_LARGE"}, {1, 4096, 16, 4, 256, "NVG_BENCH_BIG"}} {
+	}{{1, 512, 8, 2, 256, ""}, {8, 512, 8, 2, 256, "NVG_BENCH_LARGE"}, {8, 512, 16, 4, 256, "NVG_BENCH_LARGE"},
+		{1, 4096, 16, 4, 256, "NVG_BENCH_BIG"}} {
 		b.Run(fmt.Sprintf("nb=%d,t=%d,nh=%d,nkv=%d,hd=%d", sz.nb, sz.t, sz.nh, sz.nkv, sz.hd), func(b *testing.B) {
 			if sz.env != "" && os.Getenv(sz.env) != "1" {
 				b.Skip("model-sized run: set " + sz.env + "=1")

@@ -343,7 +343,8 @@ func (d *Device) coopProgram(op string, s coopProgramSpec) (*Kernel, error) {
 	for id, v := range s.Values {
 		values[uint32(id)] = v
 	}
-	words, err = spirvSpecialize(words, spirvSpec{Entry: entry, LocalSize: [3]uint32{uint32(s.WG), 1, 1}, Values: values})
+	words, err = spirvSpecialize(words, spirvSpec{Entry: entry, LocalSize: [3]uint32{uint32(s.WG), 1, 1}, Values: values,
+		Roll: d.info.CPU}) // lavapipe: no forced unrolling (spirvSpec)
 	if err != nil {
 		return fail(err)
 	}

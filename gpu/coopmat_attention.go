@@ -85,10 +85,13 @@ var coopAttnFiles = [...]string{"coopmat_attention_fwd.spv", "coopmat_attention_
 // rows per workgroup, BC rows per inner block, NSG subgroups (its SpecIds 2–5).
 type coopAttnTile struct{ HP, BR, BC, NSG int }
 
-// shared is the kernel's workgroup memory in bytes for subgroup size sg and shape l.
+// shared is the kernel's workgroup memory in bytes for subgroup size sg and shape l: the
+// f32 score tile, the f16 P tile, the staged slices of BR and BC packed rows (4·L halves
+// each, rows padded by 8) or the subgroups' f32 epilogue tiles, whichever is larger, and
+// the stage's own arrays.
 func (c coopAttnTile) shared(st coopAttnStage, sg, l int) int {
 	nt := sg * c.NSG
-	s := c.BR*(c.BC+4)*4 + c.BR*(c.BC+8)*2 + c.NSG*l*l*4
+	s := c.BR*(c.BC+4)*4 + c.BR*(c.BC+8)*2 + max((c.BR+c.BC)*(4*l+8)*2, c.NSG*l*l*4)
 	switch st {
 	case coopAttnFwd:
 		s += 2 * nt * 4
@@ -107,8 +110,8 @@ func (c coopAttnTile) check(st coopAttnStage, sg, l int, info Info) error {
 	switch {
 	case c.BR%l != 0 || c.BC%l != 0 || coopPackRows%c.BR != 0 || coopPackRows%c.BC != 0 || c.HP%(4*l) != 0:
 		return fmt.Errorf("tile %+v does not divide into %d×%d fragments within 64-row blocks", c, l, l)
-	case nt%c.BR != 0 || (c.BR/l)*(c.HP/l)%c.NSG != 0:
-		return fmt.Errorf("tile %+v: %d subgroups of %d do not divide its rows and output fragments", c, c.NSG, sg)
+	case nt%c.BR != 0 || !coopSplits(c.BR/l, c.BC/l, c.NSG) || !coopSplits(c.BR/l, 4, c.NSG):
+		return fmt.Errorf("tile %+v: %d subgroups of %d do not split its rows, score fragments and output fragments", c, c.NSG, sg)
 	case info.MaxInvocations > 0 && nt > int(info.MaxInvocations):
 		return fmt.Errorf("tile %+v: %d threads exceed the device's %d", c, nt, info.MaxInvocations)
 	case info.MaxWorkgroupStorage > 0 && c.shared(st, sg, l) > int(info.MaxWorkgroupStorage):
@@ -117,12 +120,22 @@ func (c coopAttnTile) check(st coopAttnStage, sg, l int, info Info) error {
 	return nil
 }
 
+// coopSplits reports whether nsg subgroups split a grid of rows×cols fragments into equal
+// runs of consecutive fragments within one row each (coopmat_attention.comp's S_PROD and
+// O_PROD give each subgroup such a run, so that its A fragments serve the whole run).
+func coopSplits(rows, cols, nsg int) bool {
+	n := rows * cols
+	return n >= nsg && n%nsg == 0 && cols%(n/nsg) == 0
+}
+
 // coopAttnTileFor picks stage st's tile for head dim hd on d: HP = hd rounded up to 4·L; on
 // GPUs (L = 16, subgroups of 32) 64 query rows by 64 keys with 8 subgroups for the forward
 // (O in 8 accumulators per subgroup at head_dim 256), 64 rows by 32 keys for dq (two f32
-// score tiles), 32 keys by 64 query rows for dk, dv (two sets of accumulators), halving the
-// inner block, then the rows, until the workgroup memory fits; on CPU adapters 2L by 2L with
-// 4 subgroups (the tests' sizes on lavapipe). Errors: a shape that is not square or not a
+// score tiles), 32 keys by 64 query rows for dk, dv (two sets of accumulators) — all within
+// 48 KiB of workgroup memory, TestCoopAttnTileFor — halving the inner block, then the rows,
+// until the workgroup memory fits, with the most subgroups (halving) that split the block's
+// fragments (coopAttnTile.check); on CPU adapters 2L by 2L with 4 subgroups (the tests'
+// sizes on lavapipe). Errors: a shape that is not square or not a
 // multiple of 8, or no tile that fits.
 func (d *Device) coopAttnTileFor(st coopAttnStage, hd int) (coopAttnTile, error) {
 	s, sg := d.tc.Shape, d.tc.SubgroupSize
@@ -140,14 +153,20 @@ func (d *Device) coopAttnTileFor(st coopAttnStage, hd int) (coopAttnTile, error)
 		c.BR = 32
 	}
 	for {
+		// The first subgroup count (halving) that splits this block's fragments and fits.
 		err := c.check(st, sg, l, d.info)
+		for n := c.NSG / 2; err != nil && n >= 1; n /= 2 {
+			if c2 := (coopAttnTile{c.HP, c.BR, c.BC, n}); c2.check(st, sg, l, d.info) == nil {
+				return c2, nil
+			}
+		}
 		if err == nil {
 			return c, nil
 		}
 		switch {
 		case c.BC > l:
 			c.BC /= 2
-		case c.BR > l && sg*c.NSG%(c.BR/2) == 0:
+		case c.BR > l:
 			c.BR /= 2
 		default:
 			return coopAttnTile{}, err

@@ -32,8 +32,8 @@ func (c coopDeltaTile) check(sg, l int, info Info) error {
 	switch {
 	case c.DKP%(4*l) != 0 || c.CS%l != 0 || c.CS < 8:
 		return fmt.Errorf("delta-rule tile %+v does not divide into %d×%d fragments", c, l, l)
-	case (c.DKP/l)*(c.CS/l)%c.NSG != 0:
-		return fmt.Errorf("delta-rule tile %+v: %d subgroups do not divide the state's fragments", c, c.NSG)
+	case (c.DKP/l)*(c.CS/l)%c.NSG != 0 || c.NSG%(c.CS/l) != 0:
+		return fmt.Errorf("delta-rule tile %+v: %d subgroups do not divide the state's fragments or are not a multiple of its %d fragment columns", c, c.NSG, c.CS/l)
 	case info.MaxInvocations > 0 && nt > int(info.MaxInvocations):
 		return fmt.Errorf("delta-rule tile %+v: %d threads exceed the device's %d", c, nt, info.MaxInvocations)
 	case info.MaxWorkgroupStorage > 0 && c.shared() > int(info.MaxWorkgroupStorage):
@@ -211,14 +211,16 @@ func coopDeltaOperands(dims DeltaRuleDims, dkp int, q, k *Buffer, sc *gdrcScratc
 		{b: sc.aqk, heads: dims.HV, n: GatedDeltaRuleChunkLen, np: GatedDeltaRuleChunkLen, headMajor: true}}
 }
 
-// coopDeltaChunkNSG is the subgroups per workgroup of coopmat_delta_chunk.comp.
+// coopDeltaChunkNSG is the subgroups per workgroup of coopmat_delta_chunk.comp (a 2×2 grid).
 const coopDeltaChunkNSG = 4
 
 // coopDeltaChunkShared is coopmat_delta_chunk.comp's workgroup memory in bytes on d (its
-// arrays Cs, gam, Red, Ms, Mh).
+// arrays St — a staged [64, 4·L] slice with rows padded by 8 halves, or the subgroups' f32
+// epilogue tiles —, gam, Red, Ms, Mh; the largest variant's, QK's and FST's: 36,608 bytes at
+// 16×16×16 with subgroups of 32, 32,128 at lavapipe's 8×8×8 with subgroups of 8).
 func (d *Device) coopDeltaChunkShared() int {
 	l, ch, nsg := d.tc.Shape.M, GatedDeltaRuleChunkLen, coopDeltaChunkNSG
-	return nsg*l*l*4 + ch*4 + nsg*d.tc.SubgroupSize*4 + ch*(ch+4)*4 + ch*(ch+8)*2
+	return max(ch*(4*l+8)*2, nsg*l*l*4) + ch*4 + nsg*d.tc.SubgroupSize*4 + ch*(ch+4)*4 + ch*(ch+8)*2
 }
 
 // coopDeltaBwdPlan errors when the chunk-parallel cooperative-matrix stages cannot take dims
@@ -227,8 +229,11 @@ func (d *Device) coopDeltaBwdPlan(dims DeltaRuleDims) error {
 	if shm := d.coopDeltaChunkShared(); int(d.info.MaxWorkgroupStorage) < shm {
 		return fmt.Errorf("the delta rule's chunk stages need %d bytes of workgroup memory, the device allows %d", shm, d.info.MaxWorkgroupStorage)
 	}
-	nck := (dims.T + GatedDeltaRuleChunkLen - 1) / GatedDeltaRuleChunkLen
 	l := d.tc.Shape.M
+	if s := d.tc.Shape; s.N != l || s.K != l || l%8 != 0 || (GatedDeltaRuleChunkLen/l)%2 != 0 {
+		return fmt.Errorf("the delta rule's chunk stages need a square cooperative-matrix shape dividing 32, not %s", s)
+	}
+	nck := (dims.T + GatedDeltaRuleChunkLen - 1) / GatedDeltaRuleChunkLen
 	words := uint64(dims.NB*dims.HV*nck) * uint64(roundUp(dims.DK, coopPackRows)) * uint64(roundUp(dims.DV, 4*l)/2)
 	if 4*words > d.info.MaxStorageBindingSize || words > maxU32Elems {
 		return fmt.Errorf("the f16 copy of the per-chunk states (%d bytes) exceeds the device's binding size %d", 4*words, d.info.MaxStorageBindingSize)

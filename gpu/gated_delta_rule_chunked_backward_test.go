@@ -18,8 +18,9 @@ func TestGatedDeltaRuleChunkedBackward(t *testing.T) {
 }
 
 // BenchmarkGatedDeltaRuleChunkedBackward: as BenchmarkGatedDeltaRuleBackward's small case
-// (nb = 1, t = 512, hk = 1, hv = 2, dk = dv = 128), and with NVG_BENCH_LARGE=1 the model's
-// batch nb = 8, t = 512, hk = 16, hv = 32, for the chunked backward in the kernel forms of
+// (nb = 1, t = 512, hk = 1, hv = 2, dk = dv = 128), and with NVG_BENCH_LARGE=1 the student
+// step's batch nb = 8, t = 512 with the 0.8B's heads (hk = hv = 16) and the 4B's (hk = 16,
+// hv = 32), for the chunked backward in the kernel forms of
 // NVG_TC_VARIANTS (wgsl: GatedDeltaRuleChunkedBackward, coopmat:
 // GatedDeltaRuleChunkedBackwardCoopmat) and, at the model's batch, the token-by-token one.
 // Reports tokens/s and ms per call (submit and readback included) and gpu-µs-all, the
@@ -28,7 +29,7 @@ func BenchmarkGatedDeltaRuleChunkedBackward(b *testing.B) {
 	for _, sz := range []struct {
 		nb, t, hk, hv int
 		large         bool
-	}{{1, 512, 1, 2, false}, {8, 512, 16, 32, true}} {
+	}{{1, 512, 1, 2, false}, {8, 512, 16, 16, true}, {8, 512, 16, 32, true}} {
 		dims := gpu.DeltaRuleDims{NB: sz.nb, T: sz.t, HK: sz.hk, HV: sz.hv, DK: 128, DV: 128}
 		bench := func(b *testing.B, bw func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error) {
 			if sz.large && os.Getenv("NVG_BENCH_LARGE") != "1" {

@@ -39,7 +39,8 @@ func f64(x []float32) []float64 {
 
 // BenchmarkGatedDeltaRuleChunked: as BenchmarkGatedDeltaRule (one window of t = 512,
 // hk = 1, hv = 2, dk = dv = 128, final state written), and with NVG_BENCH_LARGE=1 the
-// model's batch nb = 8 windows of t = 512, hk = 16, hv = 32; each for the kernel forms of
+// student step's batch nb = 8 windows of t = 512 with the 0.8B's heads (hk = hv = 16) and
+// the 4B's (hk = 16, hv = 32); each for the kernel forms of
 // NVG_TC_VARIANTS (wgsl: GatedDeltaRuleChunked, coopmat: GatedDeltaRuleChunkedCoopmat).
 // Reports tokens/s, ms per call and the GPU time of each kernel and of all (benchKernel
 // with no name).
@@ -47,7 +48,7 @@ func BenchmarkGatedDeltaRuleChunked(b *testing.B) {
 	for _, sz := range []struct {
 		nb, t, hk, hv int
 		large         bool
-	}{{1, 512, 1, 2, false}, {8, 512, 16, 32, true}} {
+	}{{1, 512, 1, 2, false}, {8, 512, 16, 16, true}, {8, 512, 16, 32, true}} {
 		b.Run(fmt.Sprintf("nb=%d,t=%d,hk=%d,hv=%d", sz.nb, sz.t, sz.hk, sz.hv), func(b *testing.B) {
 			if sz.large && os.Getenv("NVG_BENCH_LARGE") != "1" {
 				b.Skip("model-sized run: set NVG_BENCH_LARGE=1")

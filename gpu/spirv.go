@@ -9,7 +9,8 @@ import (
 // opcodes): it specialises a committed cooperative-matrix kernel in Go, so the Vulkan layer
 // needs no pipeline hooks. It renames the entry point (to nvg's unique "nvgcm_…" name, which
 // the layer matches), rewrites the default literals of OpSpecConstant / OpSpecConstantTrue /
-// OpSpecConstantFalse by their SpecId decoration, and sets OpExecutionMode LocalSize.
+// OpSpecConstantFalse by their SpecId decoration, sets OpExecutionMode LocalSize, and can
+// clear the Unroll hint of every loop (OpLoopMerge's LoopControl).
 
 const (
 	spirvMagic = 0x07230203
@@ -21,9 +22,11 @@ const (
 	opSpecConstantFalse = 49
 	opSpecConstant      = 50
 	opFunction          = 54
+	opLoopMerge         = 246
 
 	decorationSpecID     = 1
 	executionModeLocalSz = 17
+	loopControlUnroll    = 1
 )
 
 // spirvWords returns the little-endian words of a SPIR-V binary. Errors: a length that is
@@ -69,11 +72,17 @@ func spirvEncodeString(s string) []uint32 {
 
 // spirvSpec is what spirvSpecialize sets: the entry point's new name, the SpecId values
 // (uint32 constants take the value, bool constants true for non-zero), and the workgroup
-// size (0: unchanged).
+// size (0: unchanged). Roll clears the Unroll bit of every OpLoopMerge: the kernels' GLSL
+// marks the loops over specialisation constants [[unroll]] for GPU compilers (DESIGN.md §7,
+// "Tuning on Hopper"), but Mesa lavapipe's NIR honours the hint by unrolling fully, and with
+// its 8×8×8 shape the attention kernels' unrolled loops grow into hundreds of cooperative-
+// matrix products whose LLVM compile takes minutes and gigabytes. The hint does not change
+// what a kernel computes.
 type spirvSpec struct {
 	Entry     string
 	Values    map[uint32]uint32
 	LocalSize [3]uint32
+	Roll      bool
 }
 
 // spirvSpecialize returns a copy of the module w with s applied. Errors: a malformed
@@ -119,6 +128,10 @@ func spirvSpecialize(w []uint32, s spirvSpec) ([]uint32, error) {
 			if len(ins) == 6 && ins[2] == executionModeLocalSz && s.LocalSize != [3]uint32{} {
 				copy(ins[3:6], s.LocalSize[:])
 				sizeSet = true
+			}
+		case opLoopMerge:
+			if s.Roll && len(ins) >= 4 {
+				ins[3] &^= loopControlUnroll
 			}
 		case opSpecConstant, opSpecConstantTrue, opSpecConstantFalse:
 			id, ok := specOf[ins[2]]

@@ -108,6 +108,56 @@ func TestSPIRVSpecialize(t *testing.T) {
 	}
 }
 
+// loopMerges counts a module's OpLoopMerge instructions and those with the Unroll hint.
+func loopMerges(w []uint32) (all, unroll int) {
+	for i := 5; i < len(w); i += int(w[i] >> 16) {
+		if w[i]&0xffff == opLoopMerge {
+			all++
+			if w[i+3]&loopControlUnroll != 0 {
+				unroll++
+			}
+		}
+	}
+	return all, unroll
+}
+
+// TestSPIRVRoll: every committed cooperative-matrix kernel carries [[unroll]] loops (the
+// hint that keeps their arrays of cooperative matrices in registers on GPUs; a kernel
+// regenerated without it would run at a fraction of its speed), and spirvSpecialize with Roll
+// (CPU adapters) clears the hint of every loop and changes nothing else.
+func TestSPIRVRoll(t *testing.T) {
+	for _, f := range coopFiles() {
+		raw, err := coopFS.ReadFile("coopmat/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := spirvWords(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, unroll := loopMerges(w)
+		if unroll == 0 {
+			t.Errorf("%s: none of its %d loops carries the Unroll hint", f, all)
+		}
+		got, err := spirvSpecialize(w, spirvSpec{Roll: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, u := loopMerges(got); a != all || u != 0 {
+			t.Errorf("%s rolled: %d loops, %d with Unroll; want %d, 0", f, a, u, all)
+		}
+		diff := 0
+		for i := range w {
+			if i >= len(got) || got[i] != w[i] {
+				diff++
+			}
+		}
+		if len(got) != len(w) || diff != unroll {
+			t.Errorf("%s rolled: %d words (want %d), %d changed (want %d: the loops' controls)", f, len(got), len(w), diff, unroll)
+		}
+	}
+}
+
 func equalWords(a, b []uint32) bool {
 	if len(a) != len(b) {
 		return false

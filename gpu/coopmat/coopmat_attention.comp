@@ -12,10 +12,12 @@
 // Operands. q, k, v and dout arrive packed to f16 by wgsl/coopmat_pack_heads.wgsl: per window
 // b and head, tp ≥ t rows (zero past t) of HP ≥ head_dim halves (zero past head_dim), each
 // block of 64 rows scaled by a power of two whose inverse is in the s* binding
-// ([nb, heads, tp/64]). Every product below multiplies f16 fragments read straight from
-// these buffers (rows of 16-byte vectors, no bounds checks) or from f16 tiles in workgroup
+// ([nb, heads, tp/64]). Every product below multiplies f16 fragments read from workgroup
 // memory, accumulating in f32, and every block's scales are multiplied back in f32 (exact:
-// powers of two). A tile of rows or keys never straddles a 64-row block (BR and BC divide
+// powers of two). The packed operands are staged as coopmat_gemm.comp stages its A and B:
+// slices of KS = 4·L packed columns, every thread loading 16-byte vectors (the next slice's
+// issued before the current slice is multiplied) and storing them into the tile St (rows
+// padded by 8 halves); no bounds checks, since packed rows and columns are zero-padded. A tile of rows or keys never straddles a 64-row block (BR and BC divide
 // 64), so each product's scale is one number. The f32 parts stay f32: scores, the softmax
 // statistics, D, ds. f16 tiles: P as f16(2¹⁴·p) (p ≤ 1; the 2¹⁴ keeps small p out of f16's
 // subnormals) and dS as f16(2^e·ds) with 2^e putting the tile's largest |ds| in [2¹⁴, 2¹⁵)
@@ -37,11 +39,19 @@
 //        the group's heads in order: no sum pass, no atomics).
 // Every sum is in a fixed order (deterministic).
 //
+// Products (register blocking, as coopmat_gemm.comp's subgroups): S-shaped [BR, BC] =
+// X·Yᵀ over HP (S_PROD: X's BR and Y's BC packed rows staged slice by slice), each subgroup
+// STW accumulators of one tile row, so one A fragment serves STW products; outputs [BR, HP]
+// += A·Y (O_PROD: A an f16 tile [BR, BC] in workgroup memory, Y's BC packed rows staged a
+// column slice at a time), each subgroup OTW accumulators of one tile row per slice, its A
+// fragments loaded once per block. The epilogue's per-subgroup f32 tiles reuse St.
+//
 // Specialisation (SpecId, patched by Go): the subgroup size SG, the square cooperative-matrix
 // shape L (L×L×L, a multiple of 8), the padded head dim HP (a multiple of 4·L), BR rows per
 // workgroup, BC rows per inner block (BR, BC multiples of L dividing 64), NSG subgroups; the
-// workgroup size SG·NSG (OpExecutionMode LocalSize). Go checks that NSG divides
-// (BR/L)·(HP/L) and SG·NSG is a multiple of BR.
+// workgroup size SG·NSG (OpExecutionMode LocalSize). Go (coopAttnTile.check) checks that
+// SG·NSG is a multiple of BR, and that NSG subgroups split the (BR/L)·(BC/L) score tiles and
+// the (BR/L)·4 output tiles of a slice into runs of equal length within one tile row.
 //
 // Bindings (set 0, in order; the placeholder declares the same):
 //   0 q16  1 sq  2 k16  3 sk  4 v16  5 sv  (the packed operands, uvec4 words, and scales)
@@ -55,6 +65,13 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
+
+// Every loop whose trip count is a specialisation constant carries [[unroll]] (as in
+// coopmat_gemm.comp): the driver unrolls it once the constants are known, so the arrays of
+// accumulators stay in registers instead of being indexed dynamically (DESIGN.md §7, "Tuning
+// on Hopper"). Loops over runtime sizes (key blocks, query heads, head_dim) do not.
+#define UNROLL [[unroll]]
 
 layout(constant_id = 0) const uint SG = 32;
 layout(constant_id = 1) const uint L = 16;
@@ -70,8 +87,20 @@ const uint TPR = NT / BR;              // threads per row of an S tile
 const uint H8 = HP / 8;                // 16-byte vectors per packed row
 const uint SS = BC + 4;                // f32 row stride of the S-shaped tiles
 const uint PS = BC + 8;                // f16 row stride of the P-shaped tiles
+const uint KS = 4 * L;                 // packed columns (halves) per staged slice
+const uint K8 = KS / 8;                // … in 16-byte vectors
+const uint T8 = K8 + 1;                // row stride of a staged tile, 16-byte vectors
+const uint NSL = HP / KS;              // slices of a packed row
 const uint NST = (BR / L) * (BC / L);  // L×L tiles of an S tile [BR, BC]
-const uint OPS = (BR / L) * (HP / L) / NSG; // accumulators per subgroup of an output [BR, HP]
+const uint STW = NST / NSG;            // … per subgroup, consecutive in one tile row
+const uint OTW = (BR / L) * (KS / L) / NSG; // output tiles per subgroup and slice, one row
+const uint OPS = OTW * NSL;            // accumulators per subgroup of an output [BR, HP]
+const uint XV = BR * K8, YV = BC * K8; // 16-byte vectors of a staged slice of X, of Y
+const uint XP = (XV + NT - 1) / NT;    // … per thread
+const uint YP = (YV + NT - 1) / NT;
+const uint YOFF = BR * T8;             // Y's staged tile, after X's
+const uint CT = L * L / 4;             // a subgroup's f32 epilogue tile, 16-byte vectors
+const uint STN = (BR + BC) * T8 > NSG * CT ? (BR + BC) * T8 : NSG * CT;
 const float FMAX = 3.4028234e38;
 const float P_SCALE = 16384.0;         // 2¹⁴: P travels as f16(2¹⁴·p)
 
@@ -113,7 +142,7 @@ layout(set = 0, binding = PB, std140) uniform Params { uint nb, t, nh, nkv, hd, 
 
 shared float Ss[BR * SS];          // scores (FWD, DQ: [query, key]; DKV: [key, query])
 shared float16_t Ps[BR * PS];      // P (FWD, DKV) or dS (DQ), f16
-shared float Cs[NSG * L * L];      // one L×L f32 tile per subgroup (the epilogue)
+shared uvec4 St[STN];               // staged slices (f16); the epilogue's f32 tiles
 #if defined(FWD)
 shared float Ms[NT];               // per-thread running max and sum, merged per row
 shared float Ls[NT];
@@ -127,51 +156,104 @@ shared float Lq[BC];               // lse and D of the block's query rows
 shared float Dq[BC];
 #endif
 
-// S_TILES: DST[BR, BC] = X[xr0 + r, :]·Y[yr0 + c, :] over the HP packed columns (X, Y packed
-// rows, read as fragments from global memory), this subgroup's L×L tiles; unscaled.
-#define S_TILES(X, xr0, Y, yr0, DST) \
-    for (uint st = sg; st < NST; st += NSG) { \
-        const uint tr = st / (BC / L), tc = st % (BC / L); \
-        ACC a = ACC(0.0); \
-        for (uint kk = 0; kk < HP; kk += L) { \
-            FRA fa; \
-            FRB fb; \
-            coopMatLoad(fa, X, ((xr0) + tr * L) * H8 + kk / 8, H8, ROW); \
-            coopMatLoad(fb, Y, ((yr0) + tc * L) * H8 + kk / 8, H8, COL); \
-            a = coopMatMulAdd(fa, fb, a); \
+// STAGE_LOAD(R, NP, NV, SRC, r0, c0): this thread's vectors of a staged slice into R:
+// vector v < NV is column vector c0 + v % K8 of packed row r0 + v / K8 of SRC.
+#define STAGE_LOAD(R, NP, NV, SRC, r0, c0) \
+    UNROLL for (uint j = 0; j < NP; j++) { \
+        const uint v = tid + j * NT; \
+        if (v < NV) { \
+            R[j] = SRC[((r0) + v / K8) * H8 + (c0) + v % K8]; \
         } \
-        coopMatStore(a, DST, tr * L * SS + tc * L, SS, ROW); \
     }
 
-// O_TILES: ACCS[o] += FAC·(A[BR, BC]·Y[yr0 + kk, :]) for this subgroup's L×L tiles of the
-// [BR, HP] output (A an f16 tile in workgroup memory, row stride PS; Y packed rows from
-// global memory). Each tile's products go into a fresh accumulator, scaled once.
-#define O_TILES(ACCS, FAC, A, Y, yr0) \
-    for (uint o = 0; o < OPS; o++) { \
-        const uint ot = sg + NSG * o, tr = ot / (HP / L), tc = ot % (HP / L); \
-        ACC tmp = ACC(0.0); \
-        for (uint kk = 0; kk < BC; kk += L) { \
-            FRA fa; \
-            FRB fb; \
-            coopMatLoad(fa, A, tr * L * PS + kk, PS, ROW); \
-            coopMatLoad(fb, Y, ((yr0) + kk) * H8 + tc * (L / 8), H8, ROW); \
-            tmp = coopMatMulAdd(fa, fb, tmp); \
+// STAGE_STORE(R, NP, NV, off): R into the staged tile at St[off] (rows of T8 vectors).
+#define STAGE_STORE(R, NP, NV, off) \
+    UNROLL for (uint j = 0; j < NP; j++) { \
+        const uint v = tid + j * NT; \
+        if (v < NV) { \
+            St[(off) + (v / K8) * T8 + v % K8] = R[j]; \
         } \
-        ACCS[o] = ACCS[o] + tmp * (FAC); \
     }
+
+// S_PROD: DST[BR, BC] = X[xr0 + r, :]·Y[yr0 + c, :]ᵀ over the HP packed columns, unscaled
+// (f32, row stride SS): slice by slice through St, this subgroup's STW tiles (tile row str,
+// columns stc …) in accumulators. Starts with a barrier (St's previous readers are done)
+// and ends with the stores into DST (the caller's barrier publishes them).
+#define S_PROD(X, xr0, Y, yr0, DST) { \
+    ACC sa[STW]; \
+    UNROLL for (uint w = 0; w < STW; w++) { \
+        sa[w] = ACC(0.0); \
+    } \
+    uvec4 rx[XP], ry[YP]; \
+    STAGE_LOAD(rx, XP, XV, X, xr0, 0) \
+    STAGE_LOAD(ry, YP, YV, Y, yr0, 0) \
+    UNROLL for (uint sl = 0; sl < NSL; sl++) { \
+        barrier(); \
+        STAGE_STORE(rx, XP, XV, 0) \
+        STAGE_STORE(ry, YP, YV, YOFF) \
+        barrier(); \
+        if (sl + 1 < NSL) { \
+            STAGE_LOAD(rx, XP, XV, X, xr0, (sl + 1) * K8) \
+            STAGE_LOAD(ry, YP, YV, Y, yr0, (sl + 1) * K8) \
+        } \
+        UNROLL for (uint kk = 0; kk < KS; kk += L) { \
+            FRA fa; \
+            coopMatLoad(fa, St, str * L * T8 + kk / 8, T8, ROW); \
+            UNROLL for (uint w = 0; w < STW; w++) { \
+                FRB fb; \
+                coopMatLoad(fb, St, YOFF + (stc + w) * L * T8 + kk / 8, T8, COL); \
+                sa[w] = coopMatMulAdd(fa, fb, sa[w]); \
+            } \
+        } \
+    } \
+    UNROLL for (uint w = 0; w < STW; w++) { \
+        coopMatStore(sa[w], DST, str * L * SS + (stc + w) * L, SS, ROW); \
+    } \
+}
+
+// O_PROD: ACCS[o] += FAC·(A[BR, BC]·Y[yr0 + kk, :]) for this subgroup's tiles of the
+// [BR, HP] output (A an f16 tile in workgroup memory, row stride PS, published by the
+// caller's barrier; Y's BC packed rows staged a column slice at a time): per slice the OTW
+// tiles of tile row otr from column otc, accumulator o = slice·OTW + w. Each tile's block
+// products go into a fresh accumulator, scaled once. Starts with a barrier.
+#define O_PROD(ACCS, FAC, A, Y, yr0) { \
+    FRA pa[BC / L]; \
+    UNROLL for (uint kk = 0; kk < BC; kk += L) { \
+        coopMatLoad(pa[kk / L], A, otr * L * PS + kk, PS, ROW); \
+    } \
+    uvec4 ry[YP]; \
+    STAGE_LOAD(ry, YP, YV, Y, yr0, 0) \
+    UNROLL for (uint sl = 0; sl < NSL; sl++) { \
+        barrier(); \
+        STAGE_STORE(ry, YP, YV, 0) \
+        barrier(); \
+        if (sl + 1 < NSL) { \
+            STAGE_LOAD(ry, YP, YV, Y, yr0, (sl + 1) * K8) \
+        } \
+        UNROLL for (uint w = 0; w < OTW; w++) { \
+            ACC tmp = ACC(0.0); \
+            UNROLL for (uint kk = 0; kk < BC; kk += L) { \
+                FRB fb; \
+                coopMatLoad(fb, St, kk * T8 + (otc + w) * (L / 8), T8, ROW); \
+                tmp = coopMatMulAdd(pa[kk / L], fb, tmp); \
+            } \
+            ACCS[sl * OTW + w] = ACCS[sl * OTW + w] + tmp * (FAC); \
+        } \
+    } \
+}
 
 // STORE_O: DST[((b·t + r0 + r)·HEADS + hd0)·hd + c] = ACCS for rows r0 + r < t and columns
-// c < hd, through this subgroup's f32 tile.
+// c < hd, through this subgroup's f32 tile in St (the caller's barrier frees St).
 #define STORE_O(ACCS, DST, r0, HEADS, h0) \
-    for (uint o = 0; o < OPS; o++) { \
-        const uint ot = sg + NSG * o, tr = ot / (HP / L), tc = ot % (HP / L); \
-        coopMatStore(ACCS[o], Cs, sg * L * L, L, ROW); \
+    UNROLL for (uint o = 0; o < OPS; o++) { \
+        const uint tc = (o / OTW) * (KS / L) + otc + o % OTW; \
+        coopMatStore(ACCS[o], St, sg * CT, L / 4, ROW); \
         subgroupMemoryBarrierShared(); \
         subgroupBarrier(); \
-        for (uint e = lane; e < L * L; e += SG) { \
-            const uint i = (r0) + tr * L + e / L, c = tc * L + e % L; \
+        UNROLL for (uint e = lane; e < L * L; e += SG) { \
+            const uint i = (r0) + otr * L + e / L, c = tc * L + e % L; \
             if (i < p.t && c < p.hd) { \
-                DST[((b * p.t + i) * (HEADS) + (h0)) * p.hd + c] = Cs[sg * L * L + e]; \
+                DST[((b * p.t + i) * (HEADS) + (h0)) * p.hd + c] = uintBitsToFloat(St[sg * CT + e / 4][e % 4]); \
             } \
         } \
         subgroupMemoryBarrierShared(); \
@@ -199,7 +281,7 @@ float tileMax(float mx, uint sg, uint lane) {
     }
     barrier();
     float m = 0.0;
-    for (uint x = 0; x < NSG; x++) {
+    UNROLL for (uint x = 0; x < NSG; x++) {
         m = max(m, Red[x]);
     }
     return m;
@@ -212,6 +294,8 @@ void main() {
     const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     const uint nrb = (p.t + BR - 1) / BR;
     const uint r = tid / TPR, seg = tid % TPR; // this thread's row of the S tile and its share
+    const uint str = sg * STW / (BC / L), stc = sg * STW % (BC / L); // its subgroup's S tiles
+    const uint otr = sg * OTW / (KS / L), otc = sg * OTW % (KS / L); // … output tiles per slice
 #if defined(DKV)
     if (wg >= p.nb * p.nkv * nrb) { // uniform per workgroup
         return;
@@ -223,7 +307,7 @@ void main() {
     const float ks = sk[bk * p.nblk + j0 / 64];
     const float vs = sv[bk * p.nblk + j0 / 64];
     ACC accK[OPS], accV[OPS];
-    for (uint o = 0; o < OPS; o++) {
+    UNROLL for (uint o = 0; o < OPS; o++) {
         accK[o] = ACC(0.0);
         accV[o] = ACC(0.0);
     }
@@ -237,8 +321,8 @@ void main() {
                 Lq[c] = i < p.t ? lse[(b * p.t + i) * p.nh + h] : 0.0;
                 Dq[c] = i < p.t ? delta[(b * p.t + i) * p.nh + h] : 0.0;
             }
-            S_TILES(k16, krow0 + j0, q16, bh * p.tp + i0, Ss)
-            S_TILES(v16, krow0 + j0, do16, bh * p.tp + i0, Ds)
+            S_PROD(k16, krow0 + j0, q16, bh * p.tp + i0, Ss)
+            S_PROD(v16, krow0 + j0, do16, bh * p.tp + i0, Ds)
             barrier();
             const float fs = ks * qs * p.scale, fd = vs * dos;
             float mx = 0.0;
@@ -259,10 +343,11 @@ void main() {
                 DSs[r * PS + c] = float16_t(Ds[r * SS + c] * dsc);
             }
             barrier();
-            O_TILES(accV, dos / P_SCALE, Ps, do16, bh * p.tp + i0)
-            O_TILES(accK, inv * qs * p.scale, DSs, q16, bh * p.tp + i0)
+            O_PROD(accV, dos / P_SCALE, Ps, do16, bh * p.tp + i0)
+            O_PROD(accK, inv * qs * p.scale, DSs, q16, bh * p.tp + i0)
         }
     }
+    barrier(); // every subgroup's products are done with St
     STORE_O(accK, dk, j0, p.nkv, kh)
     STORE_O(accV, dv, j0, p.nkv, kh)
 #else
@@ -278,7 +363,7 @@ void main() {
     const float qs = sq[bh * p.nblk + i0 / 64];
     const uint nkb = (min(i0 + BR, p.t) + BC - 1) / BC; // key blocks up to the tile's last row
     ACC acc[OPS];
-    for (uint o = 0; o < OPS; o++) {
+    UNROLL for (uint o = 0; o < OPS; o++) {
         acc[o] = ACC(0.0);
     }
 #if defined(FWD)
@@ -286,8 +371,7 @@ void main() {
     float m = -FMAX, l = 0.0;
     for (uint kb = 0; kb < nkb; kb++) {
         const uint j0 = kb * BC;
-        barrier(); // the previous block's reads of Ss are done
-        S_TILES(q16, qrow0, k16, krow0 + j0, Ss)
+        S_PROD(q16, qrow0, k16, krow0 + j0, Ss) // (its barriers: the previous block's reads of Ss are done)
         barrier();
         const float f = qs * sk[bk * p.nblk + j0 / 64] * p.scale;
         for (uint c = seg; c < BC; c += TPR) {
@@ -319,8 +403,7 @@ void main() {
     // Pass 2: P = e^{s − lse} (the same s), O += P·V.
     for (uint kb = 0; kb < nkb; kb++) {
         const uint j0 = kb * BC;
-        barrier(); // the previous block's products are done with Ss and Ps
-        S_TILES(q16, qrow0, k16, krow0 + j0, Ss)
+        S_PROD(q16, qrow0, k16, krow0 + j0, Ss) // (its barriers: the previous block is done with Ss, Ps)
         barrier();
         const float f = qs * sk[bk * p.nblk + j0 / 64] * p.scale;
         for (uint c = seg; c < BC; c += TPR) {
@@ -331,8 +414,9 @@ void main() {
             Ps[r * PS + c] = float16_t(pv * P_SCALE);
         }
         barrier();
-        O_TILES(acc, sv[bk * p.nblk + j0 / 64] / P_SCALE, Ps, v16, krow0 + j0)
+        O_PROD(acc, sv[bk * p.nblk + j0 / 64] / P_SCALE, Ps, v16, krow0 + j0)
     }
+    barrier(); // every subgroup's products are done with St
     STORE_O(acc, outp, i0, p.nh, h)
 #else
     // D_i = dout_i·out_i in f32, TPR partial sums per row.
@@ -359,9 +443,9 @@ void main() {
     const float dos = sdo[bh * p.nblk + i0 / 64];
     for (uint kb = 0; kb < nkb; kb++) {
         const uint j0 = kb * BC;
-        barrier(); // the previous block's products are done with the tiles (and Red read)
-        S_TILES(q16, qrow0, k16, krow0 + j0, Ss)
-        S_TILES(do16, qrow0, v16, krow0 + j0, Ds)
+        // (S_PROD's barriers: the previous block's products are done with the tiles, Red read)
+        S_PROD(q16, qrow0, k16, krow0 + j0, Ss)
+        S_PROD(do16, qrow0, v16, krow0 + j0, Ds)
         barrier();
         const float ks = sk[bk * p.nblk + j0 / 64];
         const float fs = qs * ks * p.scale, fd = dos * sv[bk * p.nblk + j0 / 64];
@@ -381,8 +465,9 @@ void main() {
             Ps[r * PS + c] = float16_t(Ds[r * SS + c] * dsc);
         }
         barrier();
-        O_TILES(acc, inv * ks * p.scale, Ps, k16, krow0 + j0)
+        O_PROD(acc, inv * ks * p.scale, Ps, k16, krow0 + j0)
     }
+    barrier(); // every subgroup's products are done with St
     STORE_O(acc, dq, i0, p.nh, h)
 #endif
 #endif

@@ -37,7 +37,9 @@
 // Specialisation (SpecId, patched by Go): SG the subgroup size, L the square shape (L×L×L),
 // DKP (dk padded, a multiple of 4·L), CS value columns per workgroup (a multiple of L), NSG
 // subgroups; INTER: WANT_STATE, SAVE_H; DHU: DVP (dv padded: dO's packed row); the workgroup
-// size SG·NSG (OpExecutionMode LocalSize). Go checks that NSG divides (DKP/L)·(CS/L).
+// size SG·NSG (OpExecutionMode LocalSize). Go checks that NSG divides (DKP/L)·(CS/L) and
+// is a multiple of CS/L: a subgroup's tiles x = sg + NSG·i of every [·, CS] product then lie
+// in one tile column tc = sg % (CS/L), so one B fragment per step serves all of them.
 //
 // Bindings (set 0, in order; the placeholder declares the same):
 //   0 q16  1 sq  2 k16  3 sk  4 w16  5 sw  6 a16  7 sa  (packed, uvec4 words, and scales)
@@ -53,6 +55,13 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
+
+// Every loop whose trip count is a specialisation constant carries [[unroll]] (as in
+// coopmat_gemm.comp): the driver unrolls it once the constants are known, so the state's
+// accumulators s[] stay in registers instead of being indexed dynamically (DESIGN.md §7,
+// "Tuning on Hopper"). The loop over the chunks (a runtime count) does not.
+#define UNROLL [[unroll]]
 
 layout(constant_id = 0) const uint SG = 32;
 layout(constant_id = 1) const uint L = 16;
@@ -77,6 +86,7 @@ const uint FR = DKP > 2 * C ? DKP : 2 * C; // rows of the f32 region: S, or W·S
 const uint NS = (DKP / L) * (CS / L);  // L×L tiles of S
 const uint SPS = NS / NSG;             // per subgroup (Go: NSG divides NS)
 const uint NO = (C / L) * (CS / L);    // L×L tiles of a [64, CS] product
+const uint NOS = (NO + NSG - 1) / NSG; // … per subgroup (at most)
 const float FMAX = 3.4028234e38;
 
 layout(set = 0, binding = 0, std430) readonly buffer Q16 { uvec4 q16[]; };
@@ -140,7 +150,7 @@ float tileMax(float mx, uint sg, uint lane) {
     }
     barrier();
     float m = 0.0;
-    for (uint x = 0; x < NSG; x++) {
+    UNROLL for (uint x = 0; x < NSG; x++) {
         m = max(m, Red[x]);
     }
     return m;
@@ -150,6 +160,7 @@ float tileMax(float mx, uint sg, uint lane) {
 void main() {
     const uint tid = gl_LocalInvocationIndex;
     const uint sg = tid / SG, lane = tid % SG;
+    const uint tc = sg % (CS / L); // the tile column of this subgroup's tiles (Go: CS/L divides NSG)
     const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     const uint nsl = (p.dv + CS - 1) / CS;
     if (wg >= p.nb * p.hv * nsl) { // uniform per workgroup
@@ -159,7 +170,7 @@ void main() {
     const uint kh = j / (p.hv / p.hk), bk = b * p.hk + kh;
     const uint D8 = DVP / 8;                      // 16-byte vectors per packed row of dO
     ACC s[SPS];
-    for (uint x = 0; x < SPS; x++) {
+    UNROLL for (uint x = 0; x < SPS; x++) {
         s[x] = ACC(0.0);
     }
     for (uint cc = 0; cc < p.nck; cc++) {
@@ -181,7 +192,7 @@ void main() {
             gk[i] = ek;
         }
         // A: dS to f32 (saved: the gradient of the state after this chunk), its f16 copy.
-        for (uint x = 0; x < SPS; x++) {
+        UNROLL for (uint x = 0; x < SPS; x++) {
             const uint st = sg + NSG * x, tr = st / (CS / L), tc = st % (CS / L);
             coopMatStore(s[x], F, tr * L * FS + tc * L, FS, ROW);
         }
@@ -202,28 +213,45 @@ void main() {
             Sh[d * HS + c] = float16_t(F[d * FS + c] * sS);
         }
         barrier();
-        // B: K·dS into F rows 0..63, Aqkᵀ·dO into rows 64..127 (unscaled).
-        for (uint x = sg; x < 2 * NO; x += NSG) {
-            const uint which = x / NO, tr = (x % NO) / (CS / L), tc = x % (CS / L);
-            ACC a = ACC(0.0);
-            if (which == 0) {
-                for (uint kk = 0; kk < DKP; kk += L) {
-                    FRA fa;
-                    FRB fb;
-                    coopMatLoad(fa, k16, (pq + tr * L) * K8 + kk / 8, K8, ROW);
-                    coopMatLoad(fb, Sh, kk * HS + tc * L, HS, ROW);
-                    a = coopMatMulAdd(fa, fb, a);
-                }
-            } else {
-                for (uint kk = 0; kk < C; kk += L) {
-                    FRA fa;
-                    FRB fb;
-                    coopMatLoad(fa, a16, (pw + kk) * (C / 8) + tr * (L / 8), C / 8, COL);
-                    coopMatLoad(fb, do16, (pw + kk) * D8 + (slice * CS + tc * L) / 8, D8, ROW);
-                    a = coopMatMulAdd(fa, fb, a);
+        // B: K·dS into F rows 0..63, Aqkᵀ·dO into rows 64..127 (unscaled); per kk one B
+        // fragment (of dS, of dO) serves this subgroup's tiles of each (all in column tc).
+        {
+            ACC a[NOS], g[NOS];
+            UNROLL for (uint xs = 0; xs < NOS; xs++) {
+                a[xs] = ACC(0.0);
+                g[xs] = ACC(0.0);
+            }
+            UNROLL for (uint kk = 0; kk < DKP; kk += L) {
+                FRB fb;
+                coopMatLoad(fb, Sh, kk * HS + tc * L, HS, ROW);
+                UNROLL for (uint xs = 0; xs < NOS; xs++) {
+                    const uint x = sg + xs * NSG;
+                    if (x < NO) {
+                        FRA fa;
+                        coopMatLoad(fa, k16, (pq + (x / (CS / L)) * L) * K8 + kk / 8, K8, ROW);
+                        a[xs] = coopMatMulAdd(fa, fb, a[xs]);
+                    }
                 }
             }
-            coopMatStore(a, F, (which * C + tr * L) * FS + tc * L, FS, ROW);
+            UNROLL for (uint kk = 0; kk < C; kk += L) {
+                FRB fb;
+                coopMatLoad(fb, do16, (pw + kk) * D8 + (slice * CS + tc * L) / 8, D8, ROW);
+                UNROLL for (uint xs = 0; xs < NOS; xs++) {
+                    const uint x = sg + xs * NSG;
+                    if (x < NO) {
+                        FRA fa;
+                        coopMatLoad(fa, a16, (pw + kk) * (C / 8) + (x / (CS / L)) * (L / 8), C / 8, COL);
+                        g[xs] = coopMatMulAdd(fa, fb, g[xs]);
+                    }
+                }
+            }
+            UNROLL for (uint xs = 0; xs < NOS; xs++) {
+                const uint x = sg + xs * NSG;
+                if (x < NO) {
+                    coopMatStore(a[xs], F, (x / (CS / L)) * L * FS + tc * L, FS, ROW);
+                    coopMatStore(g[xs], F, (C + (x / (CS / L)) * L) * FS + tc * L, FS, ROW);
+                }
+            }
         }
         barrier();
         // C: dV' (f32, saved), then dV' and diag(e^{γ})·dO to f16.
@@ -253,21 +281,28 @@ void main() {
         }
         barrier();
         // E: dS ← e^{γ_{L−1}}·dS + Qᵀ·(decayed dO) − Wᵀ·dV' (Qᵀ, Wᵀ: rows read column-major).
+        // Per kk one V2 and one Vt fragment serve this subgroup's tiles of dS (column tc).
         const float gl = gq[L0 - 1], fq = sq[bk * p.nck + ci] * dos, fw = sw[bj * p.nck + ci] * invV;
-        for (uint x = 0; x < SPS; x++) {
-            const uint st = sg + NSG * x, tr = st / (CS / L), tc = st % (CS / L);
-            ACC a = ACC(0.0), w = ACC(0.0);
-            for (uint kk = 0; kk < C; kk += L) {
+        ACC a[SPS], w[SPS];
+        UNROLL for (uint x = 0; x < SPS; x++) {
+            a[x] = ACC(0.0);
+            w[x] = ACC(0.0);
+        }
+        UNROLL for (uint kk = 0; kk < C; kk += L) {
+            FRB fq2, fv;
+            coopMatLoad(fq2, V2, kk * HS + tc * L, HS, ROW);
+            coopMatLoad(fv, Vt, kk * HS + tc * L, HS, ROW);
+            UNROLL for (uint x = 0; x < SPS; x++) {
+                const uint tr = (sg + NSG * x) / (CS / L);
                 FRA fa;
-                FRB fb;
                 coopMatLoad(fa, q16, (pq + kk) * K8 + tr * (L / 8), K8, COL);
-                coopMatLoad(fb, V2, kk * HS + tc * L, HS, ROW);
-                a = coopMatMulAdd(fa, fb, a);
+                a[x] = coopMatMulAdd(fa, fq2, a[x]);
                 coopMatLoad(fa, w16, (pw + kk) * K8 + tr * (L / 8), K8, COL);
-                coopMatLoad(fb, Vt, kk * HS + tc * L, HS, ROW);
-                w = coopMatMulAdd(fa, fb, w);
+                w[x] = coopMatMulAdd(fa, fv, w[x]);
             }
-            s[x] = s[x] * gl + a * fq - w * fw;
+        }
+        UNROLL for (uint x = 0; x < SPS; x++) {
+            s[x] = s[x] * gl + a[x] * fq - w[x] * fw;
         }
     }
 }
@@ -275,6 +310,7 @@ void main() {
 void main() {
     const uint tid = gl_LocalInvocationIndex;
     const uint sg = tid / SG, lane = tid % SG;
+    const uint tc = sg % (CS / L); // the tile column of this subgroup's tiles (Go: CS/L divides NSG)
     const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     const uint nsl = (p.dv + CS - 1) / CS;
     if (wg >= p.nb * p.hv * nsl) { // uniform per workgroup
@@ -283,7 +319,7 @@ void main() {
     const uint slice = wg % nsl, bj = wg / nsl, j = bj % p.hv, b = bj / p.hv;
     const uint kh = j / (p.hv / p.hk), bk = b * p.hk + kh;
     ACC s[SPS];
-    for (uint x = 0; x < SPS; x++) {
+    UNROLL for (uint x = 0; x < SPS; x++) {
         s[x] = ACC(0.0);
     }
     for (uint ci = 0; ci < p.nck; ci++) {
@@ -304,7 +340,7 @@ void main() {
             gk[i] = ek;
         }
         // A: S to f32, then to f16 with its scale.
-        for (uint x = 0; x < SPS; x++) {
+        UNROLL for (uint x = 0; x < SPS; x++) {
             const uint st = sg + NSG * x, tr = st / (CS / L), tc = st % (CS / L);
             coopMatStore(s[x], F, tr * L * FS + tc * L, FS, ROW);
         }
@@ -325,22 +361,35 @@ void main() {
             Sh[d * HS + c] = float16_t(F[d * FS + c] * sS);
         }
         barrier();
-        // B: W·S into F rows 0..63, Q·S into rows 64..127 (unscaled).
-        for (uint x = sg; x < 2 * NO; x += NSG) {
-            const uint which = x / NO, tr = (x % NO) / (CS / L), tc = x % (CS / L);
-            ACC a = ACC(0.0);
-            for (uint kk = 0; kk < DKP; kk += L) {
-                FRA fa;
-                FRB fb;
-                if (which == 0) {
-                    coopMatLoad(fa, w16, (pw + tr * L) * K8 + kk / 8, K8, ROW);
-                } else {
-                    coopMatLoad(fa, q16, (pq + tr * L) * K8 + kk / 8, K8, ROW);
-                }
-                coopMatLoad(fb, Sh, kk * HS + tc * L, HS, ROW);
-                a = coopMatMulAdd(fa, fb, a);
+        // B: W·S into F rows 0..63, Q·S into rows 64..127 (unscaled): tiles x < 2·NO (W·S's,
+        // then Q·S's), one Sh fragment per kk serving all of this subgroup's.
+        {
+            ACC a[2 * NOS];
+            UNROLL for (uint xs = 0; xs < 2 * NOS; xs++) {
+                a[xs] = ACC(0.0);
             }
-            coopMatStore(a, F, (which * C + tr * L) * FS + tc * L, FS, ROW);
+            UNROLL for (uint kk = 0; kk < DKP; kk += L) {
+                FRB fb;
+                coopMatLoad(fb, Sh, kk * HS + tc * L, HS, ROW);
+                UNROLL for (uint xs = 0; xs < 2 * NOS; xs++) {
+                    const uint x = sg + xs * NSG, tr = (x % NO) / (CS / L);
+                    if (x < 2 * NO) {
+                        FRA fa;
+                        if (x < NO) {
+                            coopMatLoad(fa, w16, (pw + tr * L) * K8 + kk / 8, K8, ROW);
+                        } else {
+                            coopMatLoad(fa, q16, (pq + tr * L) * K8 + kk / 8, K8, ROW);
+                        }
+                        a[xs] = coopMatMulAdd(fa, fb, a[xs]);
+                    }
+                }
+            }
+            UNROLL for (uint xs = 0; xs < 2 * NOS; xs++) {
+                const uint x = sg + xs * NSG;
+                if (x < 2 * NO) {
+                    coopMatStore(a[xs], F, ((x / NO) * C + ((x % NO) / (CS / L)) * L) * FS + tc * L, FS, ROW);
+                }
+            }
         }
         barrier();
         // C: V' = U − W·S and e^{γ}·Q·S in f32 (in place), then V' and its decayed copy to f16.
@@ -368,18 +417,31 @@ void main() {
             V2[i * HS + c] = float16_t(gk[i] * v);
         }
         barrier();
-        // D: O = e^{γ}·Q·S + Aqk·V' (Aqk·V' into F rows 0..63, over V').
-        for (uint x = sg; x < NO; x += NSG) {
-            const uint tr = x / (CS / L), tc = x % (CS / L);
-            ACC a = ACC(0.0);
-            for (uint kk = 0; kk < C; kk += L) {
-                FRA fa;
-                FRB fb;
-                coopMatLoad(fa, a16, (pw + tr * L) * (C / 8) + kk / 8, C / 8, ROW);
-                coopMatLoad(fb, Vt, kk * HS + tc * L, HS, ROW);
-                a = coopMatMulAdd(fa, fb, a);
+        // D: O = e^{γ}·Q·S + Aqk·V' (Aqk·V' into F rows 0..63, over V'), one Vt fragment per
+        // kk serving this subgroup's tiles.
+        {
+            ACC a[NOS];
+            UNROLL for (uint xs = 0; xs < NOS; xs++) {
+                a[xs] = ACC(0.0);
             }
-            coopMatStore(a, F, tr * L * FS + tc * L, FS, ROW);
+            UNROLL for (uint kk = 0; kk < C; kk += L) {
+                FRB fb;
+                coopMatLoad(fb, Vt, kk * HS + tc * L, HS, ROW);
+                UNROLL for (uint xs = 0; xs < NOS; xs++) {
+                    const uint x = sg + xs * NSG;
+                    if (x < NO) {
+                        FRA fa;
+                        coopMatLoad(fa, a16, (pw + (x / (CS / L)) * L) * (C / 8) + kk / 8, C / 8, ROW);
+                        a[xs] = coopMatMulAdd(fa, fb, a[xs]);
+                    }
+                }
+            }
+            UNROLL for (uint xs = 0; xs < NOS; xs++) {
+                const uint x = sg + xs * NSG;
+                if (x < NO) {
+                    coopMatStore(a[xs], F, (x / (CS / L)) * L * FS + tc * L, FS, ROW);
+                }
+            }
         }
         barrier();
         const float fa = sa[bj * p.nck + ci] * invV;
@@ -390,23 +452,28 @@ void main() {
             }
         }
         // E: S ← e^{γ_{L−1}}·S + Kᵀ·(decayed V'); Kᵀ's fragments are K's rows read column-major.
+        // One V2 fragment per kk serves this subgroup's tiles of S (all in column tc).
         const float gl = gq[L0 - 1], fk = sk[bk * p.nck + ci] * invV;
-        for (uint x = 0; x < SPS; x++) {
-            const uint st = sg + NSG * x, tr = st / (CS / L), tc = st % (CS / L);
-            ACC a = ACC(0.0);
-            for (uint kk = 0; kk < C; kk += L) {
+        ACC a[SPS];
+        UNROLL for (uint x = 0; x < SPS; x++) {
+            a[x] = ACC(0.0);
+        }
+        UNROLL for (uint kk = 0; kk < C; kk += L) {
+            FRB fb;
+            coopMatLoad(fb, V2, kk * HS + tc * L, HS, ROW);
+            UNROLL for (uint x = 0; x < SPS; x++) {
                 FRA fa;
-                FRB fb;
-                coopMatLoad(fa, k16, (pq + kk) * K8 + tr * (L / 8), K8, COL);
-                coopMatLoad(fb, V2, kk * HS + tc * L, HS, ROW);
-                a = coopMatMulAdd(fa, fb, a);
+                coopMatLoad(fa, k16, (pq + kk) * K8 + ((sg + NSG * x) / (CS / L)) * (L / 8), K8, COL);
+                a[x] = coopMatMulAdd(fa, fb, a[x]);
             }
-            s[x] = s[x] * gl + a * fk;
+        }
+        UNROLL for (uint x = 0; x < SPS; x++) {
+            s[x] = s[x] * gl + a[x] * fk;
         }
     }
     if (WANT_STATE) {
         barrier(); // the last chunk is done with F
-        for (uint x = 0; x < SPS; x++) {
+        UNROLL for (uint x = 0; x < SPS; x++) {
             const uint st = sg + NSG * x, tr = st / (CS / L), tc = st % (CS / L);
             coopMatStore(s[x], F, tr * L * FS + tc * L, FS, ROW);
         }

@@ -19,10 +19,20 @@
 // |value| (a workgroup maximum). Every product accumulates in f32; the scales multiply back in
 // f32 (exact); outputs are written (QK: added) in f32 for rows < L and columns < dk. FST forms
 // G from F's f16 tile, then overwrites the tile with diag(β)·F for H (one tile: the
-// workgroup memory stays within 32 KiB).
+// workgroup memory stays within 48 KiB).
+//
+// Products (staged as coopmat_gemm.comp stages its operands; the subgroups in a WR×WC grid,
+// each a block of tiles in accumulators so that every fragment serves several products):
+// PROD, a [64, 64] block of X·Yᵀ over a packed width (dO·V'ᵀ, dR·Wᵀ + dRu·Uᵀ, and the
+// STATE products, whose Y are 64 rows of a state window), Y's 64 packed rows (read
+// column-major) staged in slices of KS = 4·L columns (the next slice's 16-byte loads in
+// flight during the products), X's row-major fragments read from global memory (staging
+// both would not fit lavapipe's 32 KiB beside Ms and Mh); OBLK, a [64, KS] column block of M·Y (M the f16 tile Mh or its transpose, Y the
+// chunk's 64 packed rows of k or q), Y's block staged whole. The epilogues' per-subgroup f32
+// tiles reuse the staging tile.
 //
 // Specialisation (SpecId, patched by Go): SG, L (the square shape L×L×L), DKP, DVP (dk, dv
-// padded to multiples of 4·L), NSG subgroups; the workgroup size SG·NSG.
+// padded to multiples of 4·L), NSG subgroups (4: a 2×2 grid); the workgroup size SG·NSG.
 //
 // Bindings (set 0, in order; uvec4 packed operands, f32 scales and buffers; the placeholder
 // declares the same), each variant's uniform Params {nb, t, hk, hv, nck, tp, dk, dv, tpk}
@@ -38,6 +48,13 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
+
+// Every loop whose trip count is a specialisation constant carries [[unroll]] (as in
+// coopmat_gemm.comp): the driver unrolls it once the constants are known, so the arrays of
+// accumulators and fragments stay in registers (DESIGN.md §7, "Tuning on Hopper"); loops
+// over runtime sizes do not.
+#define UNROLL [[unroll]]
 
 layout(constant_id = 0) const uint SG = 32;
 layout(constant_id = 1) const uint L = 16;
@@ -51,7 +68,16 @@ const uint NT = SG * NSG;
 const uint K8 = DKP / 8, V8 = DVP / 8;
 const uint MS = C + 4;             // f32 row stride of the [64, 64] tile
 const uint HS = C + 8;             // f16 row stride
-const uint NKT = (C / L) * (DKP / L); // L×L tiles of a [64, DKP] output
+const uint KS = 4 * L;             // packed columns (halves) of a staged slice; OBLK's width
+const uint S8 = KS / 8;            // … in 16-byte vectors
+const uint T8 = S8 + 1;            // row stride of a staged tile, 16-byte vectors
+const uint SV = C * S8;            // 16-byte vectors of a staged [64, KS] slice
+const uint SP = (SV + NT - 1) / NT; // … per thread
+const uint CT = L * L / 4;         // a subgroup's f32 epilogue tile, 16-byte vectors
+const uint STN = C * T8 > NSG * CT ? C * T8 : NSG * CT;
+const uint WR = 2, WC = NSG / WR;  // the subgroups' grid (Go: NSG = 4)
+const uint PR = (C / L) / WR, PC = (C / L) / WC;  // a subgroup's tiles of a [64, 64] block
+const uint OR = (C / L) / WR, OC = (KS / L) / WC; // … of a [64, KS] block
 const float FMAX = 3.4028234e38;
 
 #if defined(STATE)
@@ -110,7 +136,7 @@ layout(set = 0, binding = PB, std140) uniform Params { uint nb, t, hk, hv, nck, 
 #define ROW gl_CooperativeMatrixLayoutRowMajor
 #define COL gl_CooperativeMatrixLayoutColumnMajor
 
-shared float Cs[NSG * L * L];      // one L×L f32 tile per subgroup (epilogues)
+shared uvec4 St[STN];              // staged slices (f16); the epilogues' f32 tiles
 shared float gam[C];               // γ of the chunk's rows (0 past L)
 shared float Red[NT];              // reductions
 #if !defined(STATE)
@@ -138,56 +164,149 @@ float tileMax(float mx, uint sg, uint lane) {
     }
     barrier();
     float m = 0.0;
-    for (uint x = 0; x < NSG; x++) {
+    UNROLL for (uint x = 0; x < NSG; x++) {
         m = max(m, Red[x]);
     }
     return m;
 }
 
-// PROD64: Ms[64, 64] = X[xr0 + i, :]·Y[yr0 + s, :] over N8 16-byte vectors of packed columns
-// (fragments read from global memory; Y's rows read column-major), unscaled, this
-// subgroup's L×L tiles; ACCUMULATE adds FAC·(the product) to Ms instead (FAC0 scales the
-// first).
-#define PROD64(X, xr0, Y, yr0, N8, FAC, ADD) \
-    for (uint x = sg; x < (C / L) * (C / L); x += NSG) { \
-        const uint tr = x / (C / L), tc = x % (C / L); \
-        ACC a = ACC(0.0); \
-        for (uint kk = 0; kk < 8 * (N8); kk += L) { \
-            FRA fa; \
-            FRB fb; \
-            coopMatLoad(fa, X, ((xr0) + tr * L) * (N8) + kk / 8, N8, ROW); \
-            coopMatLoad(fb, Y, ((yr0) + tc * L) * (N8) + kk / 8, N8, COL); \
-            a = coopMatMulAdd(fa, fb, a); \
+// STAGE_LOAD(R, SRC, r0, N8, c0): this thread's vectors of a staged [64, KS] slice into R:
+// vector v < SV is column vector c0 + v % S8 of packed row r0 + v / S8 (rows of N8 vectors).
+#define STAGE_LOAD(R, SRC, r0, N8, c0) \
+    UNROLL for (uint jv = 0; jv < SP; jv++) { \
+        const uint v = tid + jv * NT; \
+        if (v < SV) { \
+            R[jv] = SRC[((r0) + v / S8) * (N8) + (c0) + v % S8]; \
         } \
-        a = a * (FAC); \
-        if (ADD) { \
-            ACC m; \
-            coopMatLoad(m, Ms, tr * L * MS + tc * L, MS, ROW); \
-            a = a + m; \
-        } \
-        coopMatStore(a, Ms, tr * L * MS + tc * L, MS, ROW); \
     }
 
-// KTILE(A-load, B-load, tr, tc): acc = the [64, DKP] output tile (tr, tc) over kk < KLEN.
-// EPI(acc, tr, tc, body): the tile through this subgroup's f32 tile, body run per element
-// (i, d, v) with i < L, d < dk.
+// STAGE_STORE(R, off): R into the staged tile at St[off] (rows of T8 vectors).
+#define STAGE_STORE(R, off) \
+    UNROLL for (uint jv = 0; jv < SP; jv++) { \
+        const uint v = tid + jv * NT; \
+        if (v < SV) { \
+            St[(off) + (v / S8) * T8 + v % S8] = R[jv]; \
+        } \
+    }
+
+// PROD(A, X, xr0, Y, yr0, N8): A[PR·PC] = this subgroup's tiles (rows wr·PR + i, columns
+// wc·PC + j) of the [64, 64] block X[xr0 + i, :]·Y[yr0 + s, :]ᵀ over N8 packed 16-byte
+// vectors (a multiple of S8), unscaled; Y's rows staged slice by slice, X's fragments read
+// from global memory. Starts with a barrier (St's previous readers are done).
+#define PROD(A, X, xr0, Y, yr0, N8) { \
+    UNROLL for (uint w = 0; w < PR * PC; w++) { \
+        A[w] = ACC(0.0); \
+    } \
+    uvec4 ry[SP]; \
+    STAGE_LOAD(ry, Y, yr0, N8, 0) \
+    UNROLL for (uint k0 = 0; k0 < (N8); k0 += S8) { \
+        barrier(); \
+        STAGE_STORE(ry, 0) \
+        barrier(); \
+        if (k0 + S8 < (N8)) { \
+            STAGE_LOAD(ry, Y, yr0, N8, k0 + S8) \
+        } \
+        UNROLL for (uint kk = 0; kk < KS; kk += L) { \
+            FRA fa[PR]; \
+            UNROLL for (uint pi = 0; pi < PR; pi++) { \
+                coopMatLoad(fa[pi], X, ((xr0) + (wr * PR + pi) * L) * (N8) + k0 + kk / 8, N8, ROW); \
+            } \
+            UNROLL for (uint pj = 0; pj < PC; pj++) { \
+                FRB fb; \
+                coopMatLoad(fb, St, (wc * PC + pj) * L * T8 + kk / 8, T8, COL); \
+                UNROLL for (uint pi = 0; pi < PR; pi++) { \
+                    A[pi * PC + pj] = coopMatMulAdd(fa[pi], fb, A[pi * PC + pj]); \
+                } \
+            } \
+        } \
+    } \
+}
+
+// OBLK(A, TRANS, Y, yr0, cb): A[OR·OC] = this subgroup's tiles (rows wr·OR + i, columns
+// wc·OC + j of the block) of column block cb (KS columns) of M·Y[yr0 + kk, :] over the 64
+// rows kk, M = Mh (or Mhᵀ when TRANS), unscaled; Y's block (rows of K8 vectors) staged
+// whole. Mh must be published by the caller's barrier. Starts with a barrier.
+#define OBLK(A, TRANS, Y, yr0, cb) { \
+    UNROLL for (uint w = 0; w < OR * OC; w++) { \
+        A[w] = ACC(0.0); \
+    } \
+    uvec4 ry[SP]; \
+    STAGE_LOAD(ry, Y, yr0, K8, (cb) * S8) \
+    barrier(); \
+    STAGE_STORE(ry, 0) \
+    barrier(); \
+    UNROLL for (uint kk = 0; kk < C; kk += L) { \
+        FRA fa[OR]; \
+        UNROLL for (uint pi = 0; pi < OR; pi++) { \
+            if (TRANS) { \
+                coopMatLoad(fa[pi], Mh, kk * HS + (wr * OR + pi) * L, HS, COL); \
+            } else { \
+                coopMatLoad(fa[pi], Mh, (wr * OR + pi) * L * HS + kk, HS, ROW); \
+            } \
+        } \
+        UNROLL for (uint pj = 0; pj < OC; pj++) { \
+            FRB fb; \
+            coopMatLoad(fb, St, kk * T8 + (wc * OC + pj) * (L / 8), T8, ROW); \
+            UNROLL for (uint pi = 0; pi < OR; pi++) { \
+                A[pi * OC + pj] = coopMatMulAdd(fa[pi], fb, A[pi * OC + pj]); \
+            } \
+        } \
+    } \
+}
+
+// EPI(A, tr, tc, BODY): the accumulator A of output tile (tr, tc) through this subgroup's
+// f32 tile in St, BODY run per element (i, d, v) with i < L0, d < dk. The caller's barrier
+// frees St.
 #define EPI(A, tr, tc, BODY) \
-    coopMatStore(A, Cs, sg * L * L, L, ROW); \
+    coopMatStore(A, St, sg * CT, L / 4, ROW); \
     subgroupMemoryBarrierShared(); \
     subgroupBarrier(); \
-    for (uint e = lane; e < L * L; e += SG) { \
+    UNROLL for (uint e = lane; e < L * L; e += SG) { \
         const uint i = (tr) * L + e / L, d = (tc) * L + e % L; \
         if (i < L0 && d < p.dk) { \
-            const float v = Cs[sg * L * L + e]; \
+            const float v = uintBitsToFloat(St[sg * CT + e / 4][e % 4]); \
             BODY \
         } \
     } \
     subgroupMemoryBarrierShared(); \
     subgroupBarrier();
 
+#if defined(STATE)
+// STATE_PROD(X, Y, f, BODY): the [64, DKP] output X·Yᵀ (Y the state window's rows) in
+// column blocks of 64, each through PROD, then v·f per element into BODY (EPI's i, d, v;
+// fs is v·f).
+#define STATE_PROD(X, Y, FAC, BODY) \
+    UNROLL for (uint cb = 0; cb < (DKP + C - 1) / C; cb++) { \
+        ACC a[PR * PC]; \
+        PROD(a, X, pw, Y, sw0 + cb * C, V8) \
+        const float f = (FAC); \
+        barrier(); /* every subgroup's products are done with St */ \
+        UNROLL for (uint ti = 0; ti < PR; ti++) { \
+            UNROLL for (uint tj = 0; tj < PC; tj++) { \
+                EPI(a[ti * PC + tj], wr * PR + ti, cb * (C / L) + wc * PC + tj, const float fs = v * f; BODY) \
+            } \
+        } \
+    }
+#else
+// OUT_PROD(TRANS, Y, FAC, BODY): the [64, DKP] output M·Y (OBLK) block by block, v·FAC per
+// element into BODY (EPI's i, d, v; fs is v·FAC).
+#define OUT_PROD(TRANS, Y, FAC, BODY) \
+    UNROLL for (uint cb = 0; cb < DKP / KS; cb++) { \
+        ACC a[OR * OC]; \
+        OBLK(a, TRANS, Y, pq, cb) \
+        barrier(); /* every subgroup's products are done with St */ \
+        UNROLL for (uint ti = 0; ti < OR; ti++) { \
+            UNROLL for (uint tj = 0; tj < OC; tj++) { \
+                EPI(a[ti * OC + tj], wr * OR + ti, cb * (KS / L) + wc * OC + tj, const float fs = v * (FAC); BODY) \
+            } \
+        } \
+    }
+#endif
+
 void main() {
     const uint tid = gl_LocalInvocationIndex;
     const uint sg = tid / SG, lane = tid % SG;
+    const uint wr = sg / WC, wc = sg % WC;  // this subgroup's place in the grid
     const uint wg = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
     if (wg >= p.nb * p.hv * p.nck) { // uniform per workgroup
         return;
@@ -206,38 +325,12 @@ void main() {
     barrier();
     const float gl = gam[L0 - 1];
 #if defined(STATE)
-    // The states of this chunk as packed windows: rows (bj·nck + ci)·TPK + d.
+    // The states of this chunk as packed windows: rows (bj·nck + ci)·TPK + d, a scale per
+    // 64 of them (the column block cb's).
     const uint sw0 = cs * p.tpk, nsb = p.tpk / 64;
-    for (uint x = sg; x < 3 * NKT; x += NSG) {
-        const uint which = x / NKT, tr = (x % NKT) / (DKP / L), tc = x % (DKP / L);
-        ACC a = ACC(0.0);
-        for (uint kk = 0; kk < DVP; kk += L) {
-            FRA fa;
-            FRB fb;
-            if (which == 0) {
-                coopMatLoad(fa, do16, (pw + tr * L) * V8 + kk / 8, V8, ROW);
-                coopMatLoad(fb, h16, (sw0 + tc * L) * V8 + kk / 8, V8, COL);
-            } else if (which == 1) {
-                coopMatLoad(fa, vn16, (pw + tr * L) * V8 + kk / 8, V8, ROW);
-                coopMatLoad(fb, dh16, (sw0 + tc * L) * V8 + kk / 8, V8, COL);
-            } else {
-                coopMatLoad(fa, dv16, (pw + tr * L) * V8 + kk / 8, V8, ROW);
-                coopMatLoad(fb, h16, (sw0 + tc * L) * V8 + kk / 8, V8, COL);
-            }
-            a = coopMatMulAdd(fa, fb, a);
-        }
-        const uint sb = cs * nsb + tc * L / 64; // the states' scale block of these columns
-        if (which == 0) {
-            const float f = sdo[cs] * sh[sb];
-            EPI(a, tr, tc, dqv[((row0 + i) * p.hv + j) * p.dk + d] = exp(gam[i]) * (v * f);)
-        } else if (which == 1) {
-            const float f = svn[cs] * sdh[sb];
-            EPI(a, tr, tc, dkv[((row0 + i) * p.hv + j) * p.dk + d] = exp(gl - gam[i]) * (v * f);)
-        } else {
-            const float f = sdv[cs] * sh[sb];
-            EPI(a, tr, tc, dwt[(sr0 + i) * p.dk + d] = -(v * f);)
-        }
-    }
+    STATE_PROD(do16, h16, sdo[cs] * sh[cs * nsb + cb], dqv[((row0 + i) * p.hv + j) * p.dk + d] = exp(gam[i]) * fs;)
+    STATE_PROD(vn16, dh16, svn[cs] * sdh[cs * nsb + cb], dkv[((row0 + i) * p.hv + j) * p.dk + d] = exp(gl - gam[i]) * fs;)
+    STATE_PROD(dv16, h16, sdv[cs] * sh[cs * nsb + cb], dwt[(sr0 + i) * p.dk + d] = -fs;)
     // dgl = ⟨h[ci+1], dh[ci]⟩ in f32, partial sums in a fixed order.
     float part = 0.0;
     if (ci + 1 < p.nck) {
@@ -246,7 +339,6 @@ void main() {
             part += h[hb + p.dk * p.dv + e] * dh[hb + e];
         }
     }
-    barrier(); // Red is free (tileMax is not used here)
     Red[tid] = part;
     barrier();
     if (tid == 0) {
@@ -257,14 +349,34 @@ void main() {
         dgl[cs] = s;
     }
 #else
-    // The [64, 64] product: QK dO·V'ᵀ; FST dR·[W U]ᵀ (W's and U's columns apart: their scales).
+    // The [64, 64] product: QK dO·V'ᵀ; FST dR·[W U]ᵀ (W's and U's columns apart: their
+    // scales), each subgroup's tiles into Ms (its own: no barrier between the two).
+    {
+        ACC a[PR * PC];
 #if defined(QK)
-    PROD64(do16, pw, vn16, pw, V8, sdo[cs] * svn[cs], false)
+        PROD(a, do16, pw, vn16, pw, V8)
+        const float f = sdo[cs] * svn[cs];
 #else
-    PROD64(rw16, pw, w16, pw, K8, srw[cs] * sw[cs], false)
-    barrier();
-    PROD64(ru16, pw, u16, pw, V8, sru[cs] * su[cs], true)
+        PROD(a, rw16, pw, w16, pw, K8)
+        float f = srw[cs] * sw[cs];
+        UNROLL for (uint w = 0; w < PR * PC; w++) {
+            const uint tr = wr * PR + w / PC, tc = wc * PC + w % PC;
+            coopMatStore(a[w] * f, Ms, tr * L * MS + tc * L, MS, ROW);
+        }
+        PROD(a, ru16, pw, u16, pw, V8)
+        f = sru[cs] * su[cs];
 #endif
+        UNROLL for (uint w = 0; w < PR * PC; w++) {
+            const uint tr = wr * PR + w / PC, tc = wc * PC + w % PC;
+            ACC m = a[w] * f;
+#if defined(FST)
+            ACC m0;
+            coopMatLoad(m0, Ms, tr * L * MS + tc * L, MS, ROW);
+            m = m + m0;
+#endif
+            coopMatStore(m, Ms, tr * L * MS + tc * L, MS, ROW);
+        }
+    }
     barrier();
     // Mask and decay in f32 (QK: s ≤ i; FST: s < i, negated), then to f16 with the tile's scale.
     float mx = 0.0;
@@ -292,55 +404,19 @@ void main() {
     barrier();
     // The [64, DKP] outputs: QK dqv += dM·K, dkv += dMᵀ·Q; FST G = F·K, then (Mh rewritten)
     // H = (diag(β)·F)ᵀ·K.
-    for (uint which = 0; which < 2; which++) {
-#if defined(FST)
-      if (which == 1) {
-        barrier(); // G's products are done with Mh
-        for (uint e = tid; e < C * C; e += NT) {
-            const uint i = e / C, s = e % C;
-            Mh[i * HS + s] = float16_t(i < L0 ? beta[(row0 + i) * p.hv + j] * (Ms[i * MS + s] * sc) : 0.0);
-        }
-        barrier();
-      }
-#endif
-      for (uint x = sg; x < NKT; x += NSG) {
-        const uint tr = x / (DKP / L), tc = x % (DKP / L);
-        ACC a = ACC(0.0);
-        for (uint kk = 0; kk < C; kk += L) {
-            FRA fa;
-            FRB fb;
 #if defined(QK)
-            if (which == 0) {
-                coopMatLoad(fa, Mh, tr * L * HS + kk, HS, ROW);
-                coopMatLoad(fb, k16, (pq + kk) * K8 + tc * (L / 8), K8, ROW);
-            } else {
-                coopMatLoad(fa, Mh, kk * HS + tr * L, HS, COL);
-                coopMatLoad(fb, q16, (pq + kk) * K8 + tc * (L / 8), K8, ROW);
-            }
+    OUT_PROD(false, k16, inv * sk[ks], dqv[((row0 + i) * p.hv + j) * p.dk + d] += fs;)
+    OUT_PROD(true, q16, inv * sq[ks], dkv[((row0 + i) * p.hv + j) * p.dk + d] += fs;)
 #else
-            if (which == 0) {
-                coopMatLoad(fa, Mh, tr * L * HS + kk, HS, ROW);
-            } else {
-                coopMatLoad(fa, Mh, kk * HS + tr * L, HS, COL);
-            }
-            coopMatLoad(fb, k16, (pq + kk) * K8 + tc * (L / 8), K8, ROW);
-#endif
-            a = coopMatMulAdd(fa, fb, a);
-        }
-#if defined(QK)
-        if (which == 0) {
-            const float f = inv * sk[ks];
-            EPI(a, tr, tc, dqv[((row0 + i) * p.hv + j) * p.dk + d] += v * f;)
-        } else {
-            const float f = inv * sq[ks];
-            EPI(a, tr, tc, dkv[((row0 + i) * p.hv + j) * p.dk + d] += v * f;)
-        }
-#else
-        const float f = inv * sk[ks];
-        const uint ws = 3 * p.dk + p.dv, off = (which + 1) * p.dk + p.dv;
-        EPI(a, tr, tc, wyb[(sr0 + i) * ws + off + d] = v * f;)
-#endif
-      }
+    const uint ws = 3 * p.dk + p.dv;
+    OUT_PROD(false, k16, inv * sk[ks], wyb[(sr0 + i) * ws + p.dk + p.dv + d] = fs;)
+    barrier(); // G's products are done with Mh
+    for (uint e = tid; e < C * C; e += NT) {
+        const uint i = e / C, s = e % C;
+        Mh[i * HS + s] = float16_t(i < L0 ? beta[(row0 + i) * p.hv + j] * (Ms[i * MS + s] * sc) : 0.0);
     }
+    barrier();
+    OUT_PROD(true, k16, inv * sk[ks], wyb[(sr0 + i) * ws + 2 * p.dk + p.dv + d] = fs;)
+#endif
 #endif
 }
