@@ -145,7 +145,7 @@ const D4: u32 = {{.D4}}u;
 {{- end}}
     }
 {{- else}}
-{{template "attn_main" (dict "WG" .S "Lanes" true "Rows" $rows "N" "nblk" "Blk" "kb" "Heads" "p.nkv" "BH" "bk" "H" "kh")}}
+{{template "ew_blocks" (dict "WG" .S "Lanes" true "Count" (printf "(p.t + %s - 1u) / %s" $rows $rows) "N" "nblk" "Heads" "p.nkv" "I" "kb" "BH" "bk" "H" "kh" "Notes" true)}}
     // Pass 2: lane l owns key j = j0 + l of KV head kh.
     let j0 = kb * {{.S}}u;
     let j = j0 + sl;

@@ -1,7 +1,7 @@
 {{- /*
 attention_lib.wgsl: the pieces the causal GQA attention kernels share (defines only, parsed
 with every shader; names prefixed attn_): the uniform sizes, the entry point and the
-workgroup's (window, head, row block), and, for the workgroup-memory forms (attention.wgsl,
+workgroup's (window, query head, row block), and, for the workgroup-memory forms (attention.wgsl,
 attention_backward.wgsl), the head-dim slicing, its row reader and the tile loops. Each is
 instantiated with dict (or the template's own parameters where it says so); every key a
 define names must be given (templates run with missingkey=error).
@@ -59,40 +59,16 @@ fn row4_{{.}}(base: u32, c4: u32) -> vec4<f32> {
 }
 {{- end}}
 
-{{- /* attn_main: the entry point main — WG invocations with lid (local_invocation_index),
-or in the lanes form (Lanes) one subgroup of WG lanes with sl (subgroup_invocation_id) — and
-the workgroup's place from its linear index wg = wid.x + wid.y·nwg.x: Blk, the block of Rows
-rows among N = ⌈t/Rows⌉, of head H among Heads (p.nh or p.nkv; BH = b·Heads + H) of window
-b, returning past the last block (wg is uniform, so the barriers and broadcasts after the
-exit stay in uniform control flow). The kernel writes the body and the closing brace. Keys:
-WG, Lanes, Rows (an expression), N, Blk, Heads, BH, H (names to declare but Heads). */ -}}
-{{define "attn_main"}}
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-{{- if .Lanes}}
-        @builtin(subgroup_invocation_id) sl: u32) {
-{{- else}}
-        @builtin(local_invocation_index) lid: u32) {
-{{- end}}
-    let wg = wid.x + wid.y * nwg.x;
-    let {{.N}} = (p.t + {{.Rows}} - 1u) / {{.Rows}};
-    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (wg >= p.nb * {{.Heads}} * {{.N}}) {
-        return;
-    }
-    let {{.Blk}} = wg % {{.N}};
-    let {{.BH}} = wg / {{.N}};
-    let {{.H}} = {{.BH}} % {{.Heads}};
-    let b = {{.BH}} / {{.Heads}};
-{{- end}}
-
-{{- /* attn_query_main: attn_main over query heads h (bh = b·nh + h) with their KV head
-kh = h / (nh/nkv), and the invocation's row R = R0 + its row in the block, R0 = Blk·Rows,
+{{- /* attn_query_main: the entry point (WG invocations, or WG lanes when Lanes) and the
+workgroup's place (elementwise.wgsl's ew_blocks): Blk, the block of Rows rows among
+N = ⌈t/Rows⌉, of query head h (bh = b·nh + h) of window b, with its KV head
+kh = h / (nh/nkv); then the invocation's row R = R0 + its row in the block, R0 = Blk·Rows,
 live when R < t: in the tile forms the row is Lane = lid / NS, sl = lid mod NS its dim
-slice; in the lanes form it is the lane sl. Keys: WG, Lanes, Rows, N, Blk, Lane (unused in
-the lanes form), R0, R. */ -}}
+slice; in the lanes form it is the lane sl. The kernel writes the body and the closing
+brace. Keys: WG, Lanes, Rows (an expression), N, Blk, Lane (unused in the lanes form), R0,
+R. */ -}}
 {{define "attn_query_main"}}
-{{- template "attn_main" (dict "WG" .WG "Lanes" .Lanes "Rows" .Rows "N" .N "Blk" .Blk "Heads" "p.nh" "BH" "bh" "H" "h")}}
+{{- template "ew_blocks" (dict "WG" .WG "Lanes" .Lanes "Count" (printf "(p.t + %s - 1u) / %s" .Rows .Rows) "N" .N "Heads" "p.nh" "I" .Blk "BH" "bh" "H" "h" "Notes" true)}}
     let kh = h / (p.nh / p.nkv);
 {{- if not .Lanes}}
     let {{.Lane}} = lid / NS;

@@ -126,15 +126,13 @@ the row, whose stride is the constant RSTEP: WG, or S) and lane_first (true in o
 invocation).
 Keys: Lanes, WG, S, R, Count. */ -}}
 {{define "red_row_open"}}
-{{- if .Lanes}}
-@compute @workgroup_size({{.S}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(subgroup_invocation_id) sl: u32) {
+{{- $wg := .WG}}{{if .Lanes}}{{$wg = .S}}{{end}}
+{{- template "ew_entry_form" (dict "WG" $wg "Lanes" .Lanes)}}
 {{- template "red_row" (dict "R" .R "Count" .Count)}}
+{{- if .Lanes}}
     let lane0 = sl;
     const RSTEP = {{.S}}u;
 {{- else}}
-{{- template "red_main" (dict "WG" .WG "R" .R "Count" .Count)}}
     let lane0 = lid;
     const RSTEP = {{.WG}}u;
 {{- end}}
