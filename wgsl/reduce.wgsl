@@ -68,9 +68,9 @@ Max (an f32 expression), E (the name to declare). */ -}}
 {{- end}}
 
 {{- /* red_sum_squares: Σ_c X[Base + c]² for c < N, declared as Out in every invocation, in
-either form (the workgroup form reduces in partial, the kernel's var<workgroup> partial:
-array<f32, WG>): the sum of squares of one row of a norm. Keys: P (Lanes, WG, S, Q), X (a
-storage array), Base, N (expressions), Out. */ -}}
+either form (the workgroup form reduces in partial, red_row_open's tree of Tree f32): the
+sum of squares of one row of a norm. Keys: P (Lanes, WG, S, Q), X (a storage array), Base,
+N (expressions), Out. */ -}}
 {{define "red_sum_squares"}}
 {{- range $q := seq .P.Q}}
     var ss{{$q}} = 0.0;
@@ -80,6 +80,21 @@ storage array), Base, N (expressions), Out. */ -}}
     }
 {{- end}}
 {{- template "red_row_sum" (dict "P" .P "Buf" "partial" "U" "ss" "Out" .Out)}}
+{{- end}}
+
+{{- /* red_sums2: the two sums (Σ_c v², Σ_c Y) of one row of a norm's backward,
+v = X[Base + c], c < N, declared as Out (a vec2<f32>) in every invocation, in either form
+(the workgroup form reduces in partial, red_row_open's tree of Tree vec2<f32>). Keys: P
+(Lanes, WG, S, Q), X (a storage array), Base, N, Y (expressions; Y in v and c). */ -}}
+{{define "red_sums2"}}
+{{- range $q := seq .P.Q}}
+    var s{{$q}} = vec2<f32>(0.0);
+    for (var c = {{template "red_l" (dict "P" $.P "Q" $q)}}; c < {{$.N}}; c += {{$.P.WG}}u) {
+        let v = {{$.X}}[{{$.Base}} + c];
+        s{{$q}} += vec2<f32>(v * v, {{$.Y}});
+    }
+{{- end}}
+{{- template "red_row_sum" (dict "P" .P "Buf" "partial" "U" "s" "Out" .Out)}}
 {{- end}}
 
 {{- /* red_slice_lse: one step of the streamed log-sum-exp of a row over vocabulary slices:
@@ -120,12 +135,16 @@ red_row_sum (or red_sum_squares), and lane0 / RSTEP / lane_first for its element
 loops. */ -}}
 
 {{- /* red_row_open: the entry point in either form (the lanes form's: one subgroup, lane sl)
-and the row index R with its early exit.
+and the row index R with its early exit; before it, in the workgroup form, the tree of
+red_row_sum, var<workgroup> partial: array<Tree, WG>.
 Declares lane0 (lid, or sl: the first element of the invocation in an elementwise loop over
 the row, whose stride is the constant RSTEP: WG, or S) and lane_first (true in one
 invocation).
-Keys: Lanes, WG, S, R, Count. */ -}}
+Keys: Lanes, WG, S, R, Count, Tree (f32, or vec2<f32> for two sums). */ -}}
 {{define "red_row_open"}}
+{{- if not .Lanes}}
+var<workgroup> partial: array<{{.Tree}}, {{.WG}}>; // the workgroup form's tree
+{{- end}}
 {{- $wg := .WG}}{{if .Lanes}}{{$wg = .S}}{{end}}
 {{- template "ew_entry_form" (dict "WG" $wg "Lanes" .Lanes)}}
 {{- template "red_row" (dict "R" .R "Count" .Count)}}
