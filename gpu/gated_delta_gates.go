@@ -4,6 +4,13 @@ import "fmt"
 
 const gatedDeltaGatesWG = 256
 
+// gatedDeltaGatesParams are gated_delta_gates.wgsl's template parameters (Backward: the
+// backward's entry).
+type gatedDeltaGatesParams struct {
+	Backward bool
+	WG       int
+}
+
 // GatedDeltaGates records the per-token, per-value-head gates of the GatedDeltaNet
 // (host.GatedDeltaGates, HF Qwen3_5GatedDeltaNet):
 //
@@ -38,7 +45,7 @@ func GatedDeltaGates(r *Recorder, a, b, aLog, dtBias, g, beta *Buffer, rows, hv 
 		return err
 	}
 	return r.dispatch1D(KernelSpec{
-		Name: op, File: "gated_delta_gates.wgsl", Params: struct{ WG int }{gatedDeltaGatesWG},
+		Name: op, File: "gated_delta_gates.wgsl", Params: gatedDeltaGatesParams{WG: gatedDeltaGatesWG},
 		Bindings: []Access{Read, Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 2,
 	}, (n+gatedDeltaGatesWG-1)/gatedDeltaGatesWG, []uint32{uint32(n), uint32(hv)},
 		Whole(a), Whole(b), Whole(aLog), Whole(dtBias), Whole(g), Whole(beta))

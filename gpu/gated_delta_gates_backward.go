@@ -36,7 +36,7 @@ func GatedDeltaGatesBackward(r *Recorder, a, b, aLog, dtBias, dg, dbeta, da, db 
 		return err
 	}
 	return r.dispatch1D(KernelSpec{
-		Name: op, File: "gated_delta_gates_backward.wgsl", Params: struct{ WG int }{gatedDeltaGatesWG},
+		Name: op, File: "gated_delta_gates.wgsl", Params: gatedDeltaGatesParams{Backward: true, WG: gatedDeltaGatesWG},
 		Bindings: []Access{Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 2,
 	}, (n+gatedDeltaGatesWG-1)/gatedDeltaGatesWG, []uint32{uint32(n), uint32(hv)},
 		Whole(a), Whole(b), Whole(aLog), Whole(dtBias), Whole(dg), Whole(dbeta), Whole(da), Whole(db))

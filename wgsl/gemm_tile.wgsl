@@ -29,6 +29,26 @@ struct Params {
 @group(0) @binding({{.B}}) var<uniform> p: Params;
 {{- end}}
 
+{{- /* gemm_blr_io: the bindings of the BLR GEMM (blr_forward.wgsl, its lanes form and its
+naive twin): a (element type A), bits (u32), sa (SA), then sc (ScaleC), c and raw (Raw) of
+element type F, then gemm_params. Keys: A, SA, F, ScaleC, Raw. */ -}}
+{{define "gemm_blr_io"}}
+@group(0) @binding(0) var<storage, read> a: array<{{.A}}>;
+@group(0) @binding(1) var<storage, read> bits: array<u32>;
+@group(0) @binding(2) var<storage, read> sa: array<{{.SA}}>;
+{{- if .ScaleC}}
+@group(0) @binding(3) var<storage, read> sc: array<{{.F}}>;
+@group(0) @binding(4) var<storage, read_write> c: array<{{.F}}>;
+{{- if .Raw}}
+@group(0) @binding(5) var<storage, read_write> raw: array<{{.F}}>;
+{{- end}}
+{{- else}}
+@group(0) @binding(3) var<storage, read_write> c: array<{{.F}}>;
+{{- end}}
+
+{{if .ScaleC}}{{if .Raw}}{{template "gemm_params" (dict "B" 6)}}{{else}}{{template "gemm_params" (dict "B" 5)}}{{end}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
+{{- end}}
+
 {{- /* gemm_belem: e, the element index of B(kk, nn) in B's storage: [N, K] when TransB, else
 [K, N]. Keys: TransB. */ -}}
 {{define "gemm_belem"}}
