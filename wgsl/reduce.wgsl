@@ -100,16 +100,23 @@ v = X[Base + c], c < N, declared as Out (a vec2<f32>) in every invocation, in ei
 {{- /* red_slice_lse: one step of the streamed log-sum-exp of a row over vocabulary slices:
 the slice maximum mslice of logits[base + c], c < p.cols; the running (mold, sold) read from
 state[2·row], state[2·row + 1] unless p.first ≠ 0 (then (−∞, 0)); mnew = max(mold, mslice);
-and Σ_c exp(logits[base + c] − mnew) left in Buf[0]. The kernel declares logits, state,
-p.cols, p.first, row, base and neg_inf(). Keys: WG, Buf (a workgroup array<f32, WG>). */ -}}
+and snew = Σ_c exp(logits[base + c] − mnew) + sold·e^{mold − mnew}, in every invocation.
+The workgroup form reduces through Buf (a workgroup array<f32, WG>), the lanes form (Lanes,
+one subgroup of S lanes) by subgroupMax and subgroupAdd. The kernel declares logits, state,
+p.cols, p.first, row, base and neg_inf(). Keys: Lanes, WG, S, Buf. */ -}}
 {{define "red_slice_lse"}}
+{{- $l := "lid"}}{{$step := .WG}}{{if .Lanes}}{{$l = "sl"}}{{$step = .S}}{{end}}
     var mx = neg_inf();
-    for (var c = lid; c < p.cols; c += {{.WG}}u) {
+    for (var c = {{$l}}; c < p.cols; c += {{$step}}u) {
         mx = max(mx, logits[base + c]);
     }
+{{- if .Lanes}}
+    let mslice = subgroupMax(mx);
+{{- else}}
 {{- template "red_max" (dict "WG" .WG "Buf" .Buf "Val" "mx")}}
     let mslice = {{.Buf}}[0];
     workgroupBarrier();
+{{- end}}
     var mold = neg_inf();
     var sold = 0.0;
     if (p.first == 0u) {
@@ -118,10 +125,18 @@ p.cols, p.first, row, base and neg_inf(). Keys: WG, Buf (a workgroup array<f32, 
     }
     let mnew = max(mold, mslice);
     var s = 0.0;
-    for (var c = lid; c < p.cols; c += {{.WG}}u) {
+    for (var c = {{$l}}; c < p.cols; c += {{$step}}u) {
         s += exp(logits[base + c] - mnew);
     }
+{{- if .Lanes}}
+    var snew = subgroupAdd(s);
+{{- else}}
 {{- template "red_sum" (dict "WG" .WG "Buf" .Buf "Val" "s")}}
+    var snew = {{.Buf}}[0];
+{{- end}}
+    if (sold > 0.0) {
+        snew += sold * exp(mold - mnew);
+    }
 {{- end}}
 
 {{- /* The lanes form of the one-workgroup-per-row kernels (CPU adapters; gemm_lanes.wgsl
