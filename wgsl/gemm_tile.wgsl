@@ -152,13 +152,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         // Store the staged registers: A blocks transposed (slot (4·k4 + j)·BM/4 + g holds
         // component j of rows 4g..4g+3).
 {{- range $t := seq (div (add $ABlk 255) 256)}}
-        {
-            let s = li + {{mul $t 256}}u;
-{{- if lt $ABlk 256}}
-            if (s < {{$ABlk}}u) {
-{{- else}}
-            {
-{{- end}}
+{{- template "gemm_slot" (dict "I" "        " "t" $t "Blk" $ABlk)}}
                 let g = s % {{$AM4}}u;
                 let k4 = s / {{$AM4}}u;
 {{- range $j := seq 4}}{{$comp := index "xyzw" $j}}
@@ -168,13 +162,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         }
 {{- end}}
 {{- if .TransB}}{{range $t := seq (div (add $BBlk 255) 256)}}
-        {
-            let s = li + {{mul $t 256}}u;
-{{- if lt $BBlk 256}}
-            if (s < {{$BBlk}}u) {
-{{- else}}
-            {
-{{- end}}
+{{- template "gemm_slot" (dict "I" "        " "t" $t "Blk" $BBlk)}}
                 let g = s % {{$BN4}}u;
                 let k4 = s / {{$BN4}}u;
                 {{template "gemm_btrans" (dict "t" $t "P" $)}}
@@ -259,6 +247,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 {{- end}}
 }
 {{- end}}
+{{- /* gemm_slot: opens the two blocks of register group t's slot s = li + 256·t of a
+staging loop over Blk slots: the second is guarded by s < Blk where Blk < 256 (the last
+group), else plain. The caller closes both. Keys: I (the indentation), t, Blk. */}}
+{{- define "gemm_slot"}}
+{{.I}}{
+{{.I}}    let s = li + {{mul .t 256}}u;
+{{- if lt .Blk 256}}
+{{.I}}    if (s < {{.Blk}}u) {
+{{- else}}
+{{.I}}    {
+{{- end}}
+{{- end}}
 {{- /* gemm_load: the staging loads of the K slice at kl (a u32 in scope, as are m0, n0,
 mlast, li, s) into the registers: A 4×4 blocks through the kernel's rowA (rows 4g..4g+3
 clamped to M, k = kl + 4·k4..+3) with g = s % (BM/4), k4 = s / (BM/4); B likewise when TransB
@@ -268,13 +268,7 @@ columns at n0 + 4·(s % (BN/4))). */}}
 {{- $AM4 := div .BM 4}}{{$BN4 := div .BN 4}}{{$BK4 := div .BK 4}}
 {{- $ABlk := mul $AM4 $BK4}}{{$BBlk := mul $BN4 $BK4}}{{$BSlots := mul .BK $BN4}}
 {{- range $t := seq (div (add $ABlk 255) 256)}}
-    {
-        let s = li + {{mul $t 256}}u;
-{{- if lt $ABlk 256}}
-        if (s < {{$ABlk}}u) {
-{{- else}}
-        {
-{{- end}}
+{{- template "gemm_slot" (dict "I" "    " "t" $t "Blk" $ABlk)}}
             let row = m0 + (s % {{$AM4}}u) * 4u;
             let k = kl + (s / {{$AM4}}u) * 4u;
 {{- range $i := seq 4}}
@@ -284,13 +278,7 @@ columns at n0 + 4·(s % (BN/4))). */}}
     }
 {{- end}}
 {{- if .TransB}}{{range $t := seq (div (add $BBlk 255) 256)}}
-    {
-        let s = li + {{mul $t 256}}u;
-{{- if lt $BBlk 256}}
-        if (s < {{$BBlk}}u) {
-{{- else}}
-        {
-{{- end}}
+{{- template "gemm_slot" (dict "I" "    " "t" $t "Blk" $BBlk)}}
             let row = n0 + (s % {{$BN4}}u) * 4u;
             {{template "gemm_bk" $}}
 {{- range $i := seq 4}}
