@@ -1,7 +1,8 @@
 // The shared body of the tiled GEMM kernels (linear.wgsl, blr_forward.wgsl): C[M, N] =
 // A[M, K]·B block by block. Not a kernel: a library of templates that wgsl.Render parses
 // with every shader. A kernel file declares its bindings, constants and helpers (Fast: rowA;
-// general: loadA, loadB, store4), then `{{template "gemm_main" .}}`, and defines the hooks
+// general: loadA, loadB, store4), then `{{template "gemm_main" .}}` (or gemm_main_f32, which
+// brings rowA, loadA and store4 of f32 A and C), and defines the hooks
 // that differ by operand type, each on one line:
 //   gemm_breg      the type of B's staging registers;
 //   gemm_btrans    (dict t, P) statements turning block t's registers rb{t}_0..3 into values
@@ -97,6 +98,28 @@ Keys: TransB, BF16. */ -}}
         }
     }
 }
+{{- end}}
+
+{{- /* gemm_main_f32: gemm_main for an f32 A [m, k] in the storage array a and an f32 C in
+c (linear.wgsl, linear_quant.wgsl), with its A readers (Fast: rowA; general: gemm_loada) and
+the general path's gemm_store4. Takes the kernel's parameters. */ -}}
+{{define "gemm_main_f32"}}
+{{- if .Fast}}
+
+// rowA returns 4 consecutive elements k..k+3 (k a multiple of 4) of row i of A.
+fn rowA(i: u32, k: u32) -> vec4<f32> {
+    return a[i * K4 + (k >> 2u)];
+}
+{{- else}}
+
+{{template "gemm_loada"}}
+{{- end}}
+
+{{template "gemm_main" .}}
+{{- if not .Fast}}
+
+{{template "gemm_store4"}}
+{{- end}}
 {{- end}}
 
 {{- /* gemm_tiles: the tile constants BM, BN, BK, the workgroup tiles ta [BK][BM/4] and
