@@ -67,6 +67,20 @@ Max (an f32 expression), E (the name to declare). */ -}}
     }
 {{- end}}
 
+{{- /* red_pow2_scale: the power-of-two scale of a block from each invocation's largest
+|value| Val: the workgroup maximum amax (red_max through Buf), red_pow2's e, s = 2^e (the
+scale the block is multiplied by) and, by invocation 0, Inv = 2^−e (Inv: the store's target,
+e.g. rs[i]). Keys: WG, Buf, Val, Inv. */ -}}
+{{define "red_pow2_scale"}}
+{{- template "red_max" (dict "WG" .WG "Buf" .Buf "Val" .Val)}}
+    let amax = {{.Buf}}[0];
+{{- template "red_pow2" (dict "Max" "amax" "E" "e")}}
+    let s = ldexp(1.0, e);
+    if (lid == 0u) {
+        {{.Inv}} = ldexp(1.0, -e);
+    }
+{{- end}}
+
 {{- /* red_sum_squares: Σ_c X[Base + c]² for c < N, declared as Out in every invocation, in
 either form (the workgroup form reduces in partial, red_row_open's tree of Tree f32): the
 sum of squares of one row of a norm. Keys: P (Lanes, WG, S, Q), X (a storage array), Base,
