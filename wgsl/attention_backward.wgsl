@@ -255,9 +255,8 @@ struct SumParams {
 };
 @group(0) @binding(4) var<uniform> p: SumParams;
 
-{{template "ew_main" (dict "WG" .WG "N" "p.n")}}
-    let rk = i / HD; // (row, kh)
-    let c = i - rk * HD;
+{{template "ew_main_rc" (dict "WG" .WG "N" "p.n" "Cols" "HD" "R" "rk" "C" "c")}}
+    // rk = (row, kh)
     let src = rk * p.group * HD + c; // (row, kh·group, c)
     var sk = 0.0;
     var sv = 0.0;

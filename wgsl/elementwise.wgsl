@@ -65,6 +65,15 @@ of an elementwise kernel (which bounds-checks i against its size itself). Keys: 
     }
 {{- end}}
 
+{{- /* ew_main_rc: ew_main over the elements of a row-major matrix of Cols columns, and the
+element's row R = i / Cols and column C = i − R·Cols. Keys: WG, N, Cols (expressions), R,
+C (the names to declare). */ -}}
+{{define "ew_main_rc"}}
+{{- template "ew_main" (dict "WG" .WG "N" .N)}}
+    let {{.R}} = i / {{.Cols}};
+    let {{.C}} = i - {{.R}} * {{.Cols}};
+{{- end}}
+
 {{- /* ew_params_n: the uniform Params { n } (the element count) of an elementwise kernel at
 binding B of group 0, read as p. Keys: B. */ -}}
 {{define "ew_params_n"}}

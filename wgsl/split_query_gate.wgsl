@@ -25,9 +25,8 @@ struct Params {
 };
 @group(0) @binding(3) var<uniform> p: Params;
 
-{{template "ew_main" (dict "WG" .WG "N" "p.n")}}
-    let rh = i / p.hd;       // (row, head)
-    let c = i - rh * p.hd;
+{{template "ew_main_rc" (dict "WG" .WG "N" "p.n" "Cols" "p.hd" "R" "rh" "C" "c")}}
+    // rh = (row, head)
     let j = 2u * rh * p.hd + c; // the query's index in the interleaved layout
 {{- if .Backward}}
     dqg[j] = dq[i];
