@@ -111,6 +111,8 @@
 //	gpu/kernel.go, record.go       KernelSpec and the pipeline cache; Recorder, Temp, Borrow, Dispatch,
 //	                               dispatch1D, Grid1D, Cost, Submit
 //	gpu/check.go                   the launchers' shared argument checks (need, positive, distinct)
+//	gpu/vocab.go                   a [vocab, hidden] table read in vocabulary slices (Embedding,
+//	                               TargetLogits): checks, ids, slice rows, one dispatch a slice
 //	gpu/profile.go                 the timestamp profiler (SetProfiling, Profile)
 //	gpu/<op>.go, <op>_backward.go  one launcher per op (its dims struct beside it), named as the
 //	                               WGSL file and the host reference
