@@ -1,10 +1,12 @@
 package gpu_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/nvg-project/nvg/gpu"
 	"github.com/x448/float16"
 )
 
@@ -130,4 +132,33 @@ func scalePow2(xs ...pow2Scaled) {
 			x.d[i] = float64(x.f[i])
 		}
 	}
+}
+
+// runElementwise uploads one f32 input per scale (n values uniform in ±scale), makes nOut
+// f32 outputs of n values, records launch(r, inputs, outputs) and returns the inputs as
+// float64 (what the host reference takes), the outputs read back and the buffers (inputs
+// then outputs, released when the test ends) for the test's error cases.
+func runElementwise(t *testing.T, d *gpu.Device, rng *rand.Rand, n int, scales []float64, nOut int,
+	launch func(r *gpu.Recorder, in, out []*gpu.Buffer) error) (in [][]float64, out [][]float32, in32, out32 []*gpu.Buffer) {
+	t.Helper()
+	for i, s := range scales {
+		f, x := randF32(rng, n, s)
+		in = append(in, x)
+		in32 = append(in32, must(d.UploadFloat32(fmt.Sprintf("in%d", i), f, n)).T(t))
+	}
+	for i := 0; i < nOut; i++ {
+		out32 = append(out32, must(d.NewBuffer(fmt.Sprintf("out%d", i), gpu.F32, n)).T(t))
+	}
+	t.Cleanup(func() {
+		for _, b := range append(in32, out32...) {
+			b.Release()
+		}
+	})
+	if err := d.Run(func(r *gpu.Recorder) error { return launch(r, in32, out32) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range out32 {
+		out = append(out, must(d.ReadFloat32(b)).T(t))
+	}
+	return in, out, in32, out32
 }
