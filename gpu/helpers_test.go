@@ -162,3 +162,19 @@ func runElementwise(t *testing.T, d *gpu.Device, rng *rand.Rand, n int, scales [
 	}
 	return in, out, in32, out32
 }
+
+// checkErrors fails t for every named call that returned no error (logging the others'
+// errors) and, when r is not nil, when the failing calls left anything recorded in r.
+func checkErrors(t *testing.T, r *gpu.Recorder, errs map[string]error) {
+	t.Helper()
+	for name, err := range errs {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if r != nil && r.Len() != 0 {
+		t.Errorf("%d dispatches recorded by failing calls", r.Len())
+	}
+}
