@@ -49,6 +49,39 @@ func uploadBLR(t testing.TB, d *gpu.Device, w *cmf.BLRWeight, live int) *gpu.BLR
 	return must(gpu.UploadBLR(d, "blr", w.M, w.N, w.Rank, paths, live)).T(t)
 }
 
+// blrOperands are a random BLR layer (host w, device l) and random x [rows, n] and
+// dy [rows, m] (uniform in ±1, f32) of one BLR test, with keep, which hands a buffer to the
+// same release at the end of the test.
+type blrOperands struct {
+	w       *cmf.BLRWeight
+	l       *gpu.BLRLayer
+	xd, dyd []float64
+	x, dy   *gpu.Buffer
+	keep    func(*gpu.Buffer) *gpu.Buffer
+}
+
+// newBLROperands draws the layer (randBLR), then x, then dy from rng, uploads them, and
+// releases them and every kept buffer when tb ends.
+func newBLROperands(tb testing.TB, d *gpu.Device, rng *rand.Rand, rows, m, n, r, paths, live int) *blrOperands {
+	tb.Helper()
+	o := &blrOperands{w: randBLR(rng, m, n, r, paths, live)}
+	o.l = uploadBLR(tb, d, o.w, live)
+	var bufs []*gpu.Buffer
+	tb.Cleanup(func() {
+		for _, b := range bufs {
+			b.Release()
+		}
+		o.l.Release()
+	})
+	o.keep = func(b *gpu.Buffer) *gpu.Buffer { bufs = append(bufs, b); return b }
+	xf, xd := randF32(rng, rows*n, 1)
+	dyf, dyd := randF32(rng, rows*m, 1)
+	o.xd, o.dyd = xd, dyd
+	o.x = o.keep(must(d.UploadFloat32("x", xf, rows, n)).T(tb))
+	o.dy = o.keep(must(d.UploadFloat32("dy", dyf, rows, m)).T(tb))
+	return o
+}
+
 func signAt(bits []byte, e int) float64 {
 	if bits[e/8]>>(e%8)&1 != 0 {
 		return 1
@@ -255,14 +288,9 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 // TestBLRForwardErrors: mistakes are errors naming the op, nothing is dispatched.
 func TestBLRForwardErrors(t *testing.T) {
 	d := gputest.Open(t)
-	rng := rand.New(rand.NewPCG(1, 2))
-	w := randBLR(rng, 16, 24, 8, 1, 8)
-	l := uploadBLR(t, d, w, 8)
-	defer l.Release()
-	x := must(d.NewBuffer("x", gpu.F32, 3, 24)).T(t)
-	y := must(d.NewBuffer("y", gpu.F32, 3, 16)).T(t)
-	defer x.Release()
-	defer y.Release()
+	o := newBLROperands(t, d, rand.New(rand.NewPCG(1, 2)), 3, 16, 24, 8, 1, 8)
+	w, l, x := o.w, o.l, o.x
+	y := o.keep(must(d.NewBuffer("y", gpu.F32, 3, 16)).T(t))
 	r := d.Begin()
 	defer r.Discard()
 	checkErrors(t, r, map[string]error{
@@ -304,18 +332,9 @@ func TestBLRForwardErrors(t *testing.T) {
 func BenchmarkBLRForward(b *testing.B) {
 	d := gputest.Open(b)
 	const rows, m, n, rk, paths = 512, 1024, 1024, 256, 2
-	rng := rand.New(rand.NewPCG(5, 6))
-	w := randBLR(rng, m, n, rk, paths, rk)
-	l := uploadBLR(b, d, w, rk)
-	defer l.Release()
-	xf, _ := randF32(rng, rows*n, 1)
-	x := must(d.UploadFloat32("x", xf, rows, n)).T(b)
-	y := must(d.NewBuffer("y", gpu.F32, rows, m)).T(b)
-	t1 := []*gpu.Buffer{must(d.NewBuffer("t1", gpu.F32, rows, rk)).T(b), must(d.NewBuffer("t1", gpu.F32, rows, rk)).T(b)}
-	defer func() {
-		for _, buf := range append(t1, x, y) {
-			buf.Release()
-		}
-	}()
+	o := newBLROperands(b, d, rand.New(rand.NewPCG(5, 6)), rows, m, n, rk, paths, rk)
+	l, x := o.l, o.x
+	y := o.keep(must(d.NewBuffer("y", gpu.F32, rows, m)).T(b))
+	t1 := []*gpu.Buffer{o.keep(must(d.NewBuffer("t1", gpu.F32, rows, rk)).T(b)), o.keep(must(d.NewBuffer("t1", gpu.F32, rows, rk)).T(b))}
 	benchGFLOPs(b, d, float64(paths)*2*rows*rk*float64(m+n), func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, gpu.BLRKept{T1: t1}, rows) })
 }
