@@ -54,11 +54,14 @@ func TestQKNormRoPEBackward(t *testing.T) {
 			// The bound, from f64 dn and its f32 error bound ε.
 			inv := host.RoPEInvFreq(tc.rot, theta)
 			half := tc.rot / 2
-			delta := (float64(hd)/2 + 8) * u32
 			bdx := make([]float64, n)
 			bdw := make([]float64, hd)
 			dn := make([]float64, hd)
 			ep := make([]float64, hd)
+			gam := make([]float64, hd)
+			for c := range gam {
+				gam[c] = 1 + wd[c]
+			}
 			for r := 0; r < rows; r++ {
 				p := float64(r % tc.t)
 				for h := 0; h < tc.heads; h++ {
@@ -73,30 +76,10 @@ func TestQKNormRoPEBackward(t *testing.T) {
 						ep[i] = 3 * u32 * (math.Abs(g[i]) + math.Abs(g[i+half]))
 						ep[i+half] = ep[i]
 					}
-					var ss, dot, adot, aeps float64
-					for c := range hd {
-						v := xd[base+c]
-						ss += v * v
-						dot += (1 + wd[c]) * dn[c] * v
-						adot += math.Abs((1 + wd[c]) * dn[c] * v)
-						aeps += math.Abs((1+wd[c])*v) * ep[c]
-					}
-					iv := 1 / math.Sqrt(ss/float64(hd)+eps)
-					for c := range hd {
-						e := base + c
-						ax := iv * iv * iv * math.Abs(xd[e]) / float64(hd)
-						bdx[e] = math.Abs(iv*(1+wd[c])*dn[c])*(delta+3*u32) +
-							ax*(math.Abs(dot)*(3*delta+4*u32)+float64(hd+2)*u32*adot) + u32*math.Abs(wdx[e]) +
-							iv*math.Abs(1+wd[c])*ep[c] + ax*aeps
-						bdw[c] += (delta+float64(rows*tc.heads+4)*u32)*math.Abs(dn[c]*xd[e]*iv) + math.Abs(xd[e]*iv)*ep[c]
-					}
+					rmsNormBackwardRowBound(xd[base:base+hd], gam, dn, ep, wdx[base:base+hd], eps, rows*tc.heads, bdx[base:base+hd], bdw)
 				}
 			}
-			want := make([]float64, hd)
-			for c := range want {
-				want[c] = dw0[c] + wdw[c]
-				bdw[c] += u32 * math.Abs(want[c])
-			}
+			want := accumulated(dw0, wdw, bdw)
 			checkBound(t, "QKNormRoPEBackward dx", must(d.ReadFloat32(dx)).T(t), wdx, bdx)
 			checkBound(t, "QKNormRoPEBackward dw", must(d.ReadFloat32(dw)).T(t), want, bdw)
 		})
