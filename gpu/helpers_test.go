@@ -178,3 +178,17 @@ func checkErrors(t *testing.T, r *gpu.Recorder, errs map[string]error) {
 		t.Errorf("%d dispatches recorded by failing calls", r.Len())
 	}
 }
+
+// randUpload draws Π shape values uniform in ±scale (randF32), uploads them as an F32 buffer
+// of that shape named name, released when tb ends, and returns it with the values as float64.
+func randUpload(tb testing.TB, d *gpu.Device, rng *rand.Rand, name string, scale float64, shape ...int) (*gpu.Buffer, []float64) {
+	tb.Helper()
+	n := 1
+	for _, s := range shape {
+		n *= s
+	}
+	f, x := randF32(rng, n, scale)
+	b := must(d.UploadFloat32(name, f, shape...)).T(tb)
+	tb.Cleanup(b.Release)
+	return b, x
+}

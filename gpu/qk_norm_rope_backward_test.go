@@ -30,18 +30,12 @@ func TestQKNormRoPEBackward(t *testing.T) {
 		t.Run(fmt.Sprintf("nb=%d t=%d heads=%d hd=%d rot=%d", tc.nb, tc.t, tc.heads, tc.hd, tc.rot), func(t *testing.T) {
 			rows, hd := tc.nb*tc.t, tc.hd
 			n := rows * tc.heads * hd
-			xf, xd := randF32(rng, n, 2)
-			wf, wd := randF32(rng, hd, 0.5)
-			dyf, dyd := randF32(rng, n, 1)
-			dw0f, dw0 := randF32(rng, hd, 1)
-			x := must(d.UploadFloat32("x", xf, rows, tc.heads, hd)).T(t)
-			w := must(d.UploadFloat32("w", wf, hd)).T(t)
-			dy := must(d.UploadFloat32("dy", dyf, rows, tc.heads, hd)).T(t)
+			x, xd := randUpload(t, d, rng, "x", 2, rows, tc.heads, hd)
+			w, wd := randUpload(t, d, rng, "w", 0.5, hd)
+			dy, dyd := randUpload(t, d, rng, "dy", 1, rows, tc.heads, hd)
+			dw, dw0 := randUpload(t, d, rng, "dw", 1, hd)
 			dx := must(d.NewBuffer("dx", gpu.F32, rows, tc.heads, hd)).T(t)
-			dw := must(d.UploadFloat32("dw", dw0f, hd)).T(t)
-			for _, b := range []*gpu.Buffer{x, w, dy, dx, dw} {
-				defer b.Release()
-			}
+			defer dx.Release()
 			if err := d.Run(func(r *gpu.Recorder) error {
 				return gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: tc.heads, HeadDim: hd, Eps: eps, Rot: tc.rot, Theta: theta, T: tc.t})
 			}); err != nil {
