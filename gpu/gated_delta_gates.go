@@ -32,16 +32,7 @@ func GatedDeltaGates(r *Recorder, a, b, aLog, dtBias, g, beta *Buffer, rows, hv 
 	if n > maxU32Elems {
 		return fmt.Errorf("gpu: %s: rows·hv = %d exceeds %d", op, n, maxU32Elems)
 	}
-	for _, c := range []struct {
-		name string
-		b    *Buffer
-		n    int
-	}{{"a", a, n}, {"b", b, n}, {"aLog", aLog, hv}, {"dtBias", dtBias, hv}, {"g", g, n}, {"beta", beta, n}} {
-		if err := need(op, c.name, c.b, c.n, F32); err != nil {
-			return err
-		}
-	}
-	if err := distinct(op, map[string]*Buffer{"a": a, "b": b, "aLog": aLog, "dtBias": dtBias, "g": g, "beta": beta}); err != nil {
+	if err := needF32(op, arg{"a", a, n}, arg{"b", b, n}, arg{"aLog", aLog, hv}, arg{"dtBias", dtBias, hv}, arg{"g", g, n}, arg{"beta", beta, n}); err != nil {
 		return err
 	}
 	return r.dispatch1D(KernelSpec{

@@ -23,16 +23,8 @@ func GatedDeltaGatesBackward(r *Recorder, a, b, aLog, dtBias, dg, dbeta, da, db 
 	if n > maxU32Elems {
 		return fmt.Errorf("gpu: %s: rows·hv = %d exceeds %d", op, n, maxU32Elems)
 	}
-	bufs := map[string]*Buffer{"a": a, "b": b, "aLog": aLog, "dtBias": dtBias, "dg": dg, "dbeta": dbeta, "da": da, "db": db}
-	for _, c := range []struct {
-		name string
-		n    int
-	}{{"a", n}, {"b", n}, {"aLog", hv}, {"dtBias", hv}, {"dg", n}, {"dbeta", n}, {"da", n}, {"db", n}} {
-		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
-			return err
-		}
-	}
-	if err := distinct(op, bufs); err != nil {
+	if err := needF32(op, arg{"a", a, n}, arg{"b", b, n}, arg{"aLog", aLog, hv}, arg{"dtBias", dtBias, hv},
+		arg{"dg", dg, n}, arg{"dbeta", dbeta, n}, arg{"da", da, n}, arg{"db", db, n}); err != nil {
 		return err
 	}
 	return r.dispatch1D(KernelSpec{
