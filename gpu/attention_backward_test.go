@@ -47,12 +47,7 @@ func TestAttentionBackward(t *testing.T) {
 	for _, impl := range attentionBackwardImpls {
 		t.Run(impl.name, func(t *testing.T) {
 			d := gputest.Open(t)
-			if impl.lanes {
-				skipNoLanes(t, d)
-			}
-			if impl.coop {
-				skipNoCoopmat(t, d)
-			}
+			skipForm(t, d, impl.lanes, impl.coop)
 			testAttentionBackward(t, impl)
 		})
 	}
@@ -256,12 +251,7 @@ func attentionBackwardBound(q, k, v, out, lse, dout []float64, nb, t, nh, nkv, h
 func TestAttentionBackwardErrors(t *testing.T) {
 	for _, impl := range attentionBackwardImpls {
 		t.Run(impl.name, func(t *testing.T) {
-			if impl.lanes {
-				skipNoLanes(t, gputest.Open(t))
-			}
-			if impl.coop {
-				skipNoCoopmat(t, gputest.Open(t))
-			}
+			skipForm(t, gputest.Open(t), impl.lanes, impl.coop)
 			testAttentionBackwardErrors(t, impl.backward)
 		})
 	}

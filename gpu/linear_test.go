@@ -154,6 +154,18 @@ func skipNoCoopmat(t *testing.T, d *gpu.Device) {
 	}
 }
 
+// skipForm skips t where d lacks the form under test: the lane-blocked kernels (lanes,
+// skipNoLanes) or tensor cores (coop, skipNoCoopmat).
+func skipForm(t *testing.T, d *gpu.Device, lanes, coop bool) {
+	t.Helper()
+	if lanes {
+		skipNoLanes(t, d)
+	}
+	if coop {
+		skipNoCoopmat(t, d)
+	}
+}
+
 // linearCoopSizes: in a multiple of 8 (the cooperative-matrix path's 16-byte B rows), rows
 // and out awkward: partial row and column blocks, one row, K not a multiple of BK.
 var linearCoopSizes = [][3]int{{67, 40, 131}, {1, 8, 5}, {130, 136, 65}, {5, 296, 3}, {33, 64, 200}}
