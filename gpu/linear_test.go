@@ -11,26 +11,13 @@ import (
 	"github.com/nvg-project/nvg/host"
 )
 
-// refGEMM is the f64 reference of C = A·B (B [n, k] when transB, else [k, n]) — host has
-// LinearOp (= the transB case) but no LinearT or dense MatMul op yet — and returns, per
-// element, Σ|a||b|, which bounds the f32 error: K fused multiply-adds in f32 give
-// |err| ≤ (K+1)·u·Σ|a_i b_i| (recursive summation; operands exact in f32/f16).
+// refGEMM is host.MatMulAbs, the f64 reference of C = A·B (B [n, k] when transB, else
+// [k, n]) with per element Σ|a||b|, which bounds the f32 error; the tests pass matching
+// sizes, so an error is a test bug (a panic).
 func refGEMM(a []float64, m, k int, b []float64, n int, transB bool) (c, abs []float64) {
-	c = make([]float64, m*n)
-	abs = make([]float64, m*n)
-	for i := 0; i < m; i++ {
-		for j := 0; j < n; j++ {
-			var s, sa float64
-			for l := 0; l < k; l++ {
-				bv := b[l*n+j]
-				if transB {
-					bv = b[j*k+l]
-				}
-				s += a[i*k+l] * bv
-				sa += math.Abs(a[i*k+l] * bv)
-			}
-			c[i*n+j], abs[i*n+j] = s, sa
-		}
+	c, abs, err := host.MatMulAbs(a, m, k, b, n, transB)
+	if err != nil {
+		panic(err)
 	}
 	return c, abs
 }
