@@ -192,3 +192,16 @@ func randUpload(tb testing.TB, d *gpu.Device, rng *rand.Rand, name string, scale
 	tb.Cleanup(b.Release)
 	return b, x
 }
+
+// randUploadF16 is randUpload for an F16 buffer: the values rounded to f16 (randF16).
+func randUploadF16(tb testing.TB, d *gpu.Device, rng *rand.Rand, name string, scale float64, shape ...int) (*gpu.Buffer, []float64) {
+	tb.Helper()
+	n := 1
+	for _, s := range shape {
+		n *= s
+	}
+	h, x := randF16(rng, n, scale)
+	b := must(d.UploadF16(name, h, shape...)).T(tb)
+	tb.Cleanup(b.Release)
+	return b, x
+}

@@ -238,19 +238,13 @@ func testLinearFamily(t *testing.T, impl linearImpl) {
 	for _, sz := range impl.sizes {
 		rows, in, out := sz[0], sz[1], sz[2]
 		t.Run(fmt.Sprintf("%dx%dx%d", rows, in, out), func(t *testing.T) {
-			xf, xd := randF32(rng, rows*in, 1)
-			wb, wd := randF16(rng, out*in, 1)
-			dyf, dyd := randF32(rng, rows*out, 1)
-			x := must(d.UploadFloat32("x", xf, rows, in)).T(t)
-			w := must(d.UploadF16("W", wb, out, in)).T(t)
-			dy := must(d.UploadFloat32("dy", dyf, rows, out)).T(t)
+			x, xd := randUpload(t, d, rng, "x", 1, rows, in)
+			w, wd := randUploadF16(t, d, rng, "W", 1, out, in)
+			dy, dyd := randUpload(t, d, rng, "dy", 1, rows, out)
 			y := must(d.NewBuffer("y", gpu.F32, rows, out)).T(t)
 			dx := must(d.NewBuffer("dx", gpu.F32, rows, in)).T(t)
-			defer func() {
-				for _, b := range []*gpu.Buffer{x, w, dy, y, dx} {
-					b.Release()
-				}
-			}()
+			defer y.Release()
+			defer dx.Release()
 			err := d.Run(func(r *gpu.Recorder) error {
 				if err := impl.linear(r, x, w, y, rows, in, out); err != nil {
 					return err
