@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -85,10 +86,10 @@ func TestSPIRVSpecialize(t *testing.T) {
 		}
 		// Apart from the entry point, the same number of words, and the header unchanged.
 		d := len(spirvEncodeString(entry)) - len(spirvEncodeString("main"))
-		if len(got) != len(w)+d || !equalWords(got[:5], w[:5]) {
+		if len(got) != len(w)+d || !slices.Equal(got[:5], w[:5]) {
 			t.Errorf("%d words (want %d), header %x (want %x)", len(got), len(w)+d, got[:5], w[:5])
 		}
-		if back, err := spirvSpecialize(got, spirvSpec{Entry: "main", Values: orig, LocalSize: [3]uint32{64, 1, 1}}); err != nil || !equalWords(back, w) {
+		if back, err := spirvSpecialize(got, spirvSpec{Entry: "main", Values: orig, LocalSize: [3]uint32{64, 1, 1}}); err != nil || !slices.Equal(back, w) {
 			t.Errorf("specialising back to the committed values does not give the committed module (err %v)", err)
 		}
 	}
@@ -106,18 +107,6 @@ func TestSPIRVSpecialize(t *testing.T) {
 	if _, err := spirvSpecialize(append(append([]uint32(nil), w[:5]...), 0), spirvSpec{}); err == nil {
 		t.Error("a zero-length instruction was accepted")
 	}
-}
-
-func equalWords(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestCoopmatSPIRVFresh: every committed .spv is the one gpu/coopmat/generate.sh made from
