@@ -9,35 +9,14 @@ import (
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/testkit/blrtest"
 	"github.com/x448/float16"
 )
 
 // randBLR returns a random valid BLR weight: scales uniform in ±1 rounded to f16 (as a
 // decoded payload holds them), random sign bits; ranks live.. have ℓ = 0 (padding).
 func randBLR(rng *rand.Rand, m, n, r, paths, live int) *cmf.BLRWeight {
-	w := &cmf.BLRWeight{M: m, N: n, Rank: r}
-	f16 := func(k int) []float32 {
-		v := make([]float32, k)
-		for i := range v {
-			v[i] = float16.Fromfloat32(float32(rng.Float64()*2 - 1)).Float32()
-		}
-		return v
-	}
-	bits := func(k int) []byte {
-		b := make([]byte, k)
-		for i := range b {
-			b[i] = byte(rng.IntN(256))
-		}
-		return b
-	}
-	for range paths {
-		p := cmf.BLRPath{H: f16(m), G: f16(n), L: f16(r), U: bits(m * r / 8), V: bits(r * n / 8)}
-		for k := live; k < r; k++ {
-			p.L[k] = 0
-		}
-		w.Paths = append(w.Paths, p)
-	}
-	return w
+	return blrtest.Random(rng, m, n, r, paths, live, func(x float64) float32 { return float16.Fromfloat32(float32(x)).Float32() })
 }
 
 func uploadBLR(t testing.TB, d *gpu.Device, w *cmf.BLRWeight, live int) *gpu.BLRLayer {
