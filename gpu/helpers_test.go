@@ -183,25 +183,32 @@ func checkErrors(t *testing.T, r *gpu.Recorder, errs map[string]error) {
 // of that shape named name, released when tb ends, and returns it with the values as float64.
 func randUpload(tb testing.TB, d *gpu.Device, rng *rand.Rand, name string, scale float64, shape ...int) (*gpu.Buffer, []float64) {
 	tb.Helper()
-	n := 1
-	for _, s := range shape {
-		n *= s
-	}
-	f, x := randF32(rng, n, scale)
-	b := must(d.UploadFloat32(name, f, shape...)).T(tb)
-	tb.Cleanup(b.Release)
-	return b, x
+	return randUploadAs(tb, d, rng, gpu.F32, name, scale, shape...)
 }
 
 // randUploadF16 is randUpload for an F16 buffer: the values rounded to f16 (randF16).
 func randUploadF16(tb testing.TB, d *gpu.Device, rng *rand.Rand, name string, scale float64, shape ...int) (*gpu.Buffer, []float64) {
 	tb.Helper()
+	return randUploadAs(tb, d, rng, gpu.F16, name, scale, shape...)
+}
+
+func randUploadAs(tb testing.TB, d *gpu.Device, rng *rand.Rand, dt gpu.DType, name string, scale float64, shape ...int) (*gpu.Buffer, []float64) {
+	tb.Helper()
 	n := 1
 	for _, s := range shape {
 		n *= s
 	}
-	h, x := randF16(rng, n, scale)
-	b := must(d.UploadF16(name, h, shape...)).T(tb)
+	var b *gpu.Buffer
+	var x []float64
+	if dt == gpu.F16 {
+		var h []uint16
+		h, x = randF16(rng, n, scale)
+		b = must(d.UploadF16(name, h, shape...)).T(tb)
+	} else {
+		var f []float32
+		f, x = randF32(rng, n, scale)
+		b = must(d.UploadFloat32(name, f, shape...)).T(tb)
+	}
 	tb.Cleanup(b.Release)
 	return b, x
 }
