@@ -3,6 +3,8 @@ package arch
 import (
 	"strings"
 	"testing"
+
+	"github.com/nvg-project/nvg/testkit/jsontest"
 )
 
 // TestParseConfigMissingFields: a required field that config.json does not give (or gives as
@@ -36,7 +38,7 @@ func TestParseConfigMissingFields(t *testing.T) {
 			return map[string]any{"model_type": "qwen3_5", "text_config": m}
 		}, "hidden_size must be positive, got -3"},
 	} {
-		_, err := ParseConfig(mustJSON(t, tc.edit(tinyConfigJSON(t))))
+		_, err := ParseConfig(jsontest.Marshal(t, tc.edit(tinyConfigJSON(t))))
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
 		}
@@ -48,7 +50,7 @@ func TestParseConfigMissingFields(t *testing.T) {
 	}
 	m["layer_types"] = []string{LinearAttention, LinearAttention}
 	m["num_hidden_layers"] = 2
-	if _, err := ParseConfig(mustJSON(t, m)); err != nil {
+	if _, err := ParseConfig(jsontest.Marshal(t, m)); err != nil {
 		t.Errorf("GatedDeltaNet-only config: %v", err)
 	}
 }
@@ -58,7 +60,7 @@ func TestParseConfigMissingFields(t *testing.T) {
 // would take the last value silently (a file that says hidden_size twice means one of two
 // models).
 func TestParseConfigDuplicateKeys(t *testing.T) {
-	base := string(mustJSON(t, tinyConfigJSON(t)))
+	base := string(jsontest.Marshal(t, tinyConfigJSON(t)))
 	for _, tc := range []struct{ doc, want string }{
 		{strings.Replace(base, "{", `{"hidden_size": 512, `, 1), `duplicate key "hidden_size" at the top level`},
 		{`{"model_type": "qwen3_5", "text_config": ` + strings.Replace(base, "{", `{"vocab_size": 1, `, 1) + `}`, `duplicate key "vocab_size" in text_config`},

@@ -6,32 +6,16 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nvg-project/nvg/testkit/jsontest"
 )
 
 func tinyConfigJSON(t testing.TB) map[string]any {
-	t.Helper()
-	b, err := os.ReadFile("../cmf/tinyteacher/model/config.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-func mustJSON(t testing.TB, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return jsontest.Object(t, "../cmf/tinyteacher/model/config.json")
 }
 
 func TestParseConfigTinyTeacher(t *testing.T) {
-	c, err := ParseConfig(mustJSON(t, tinyConfigJSON(t)))
+	c, err := ParseConfig(jsontest.Marshal(t, tinyConfigJSON(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +50,7 @@ func TestParseConfigNestedTextConfig(t *testing.T) {
 		"tie_word_embeddings": false,
 		"eos_token_id":        []int{7, 9},
 	}
-	c, err := ParseConfig(mustJSON(t, top))
+	c, err := ParseConfig(jsontest.Marshal(t, top))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +59,7 @@ func TestParseConfigNestedTextConfig(t *testing.T) {
 	}
 	// The text config's own tie_word_embeddings wins over the top level's.
 	text["tie_word_embeddings"] = true
-	c, err = ParseConfig(mustJSON(t, top))
+	c, err = ParseConfig(jsontest.Marshal(t, top))
 	if err != nil || !c.TieWordEmbeddings {
 		t.Fatal(err, c.TieWordEmbeddings)
 	}
@@ -87,7 +71,7 @@ func TestParseConfigLayerTypes(t *testing.T) {
 	base["num_hidden_layers"] = 6
 	// From full_attention_interval.
 	base["full_attention_interval"] = 3
-	c, err := ParseConfig(mustJSON(t, base))
+	c, err := ParseConfig(jsontest.Marshal(t, base))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +81,7 @@ func TestParseConfigLayerTypes(t *testing.T) {
 	}
 	// Neither: HF's default interval 4.
 	delete(base, "full_attention_interval")
-	c, err = ParseConfig(mustJSON(t, base))
+	c, err = ParseConfig(jsontest.Marshal(t, base))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +92,7 @@ func TestParseConfigLayerTypes(t *testing.T) {
 	// Both, disagreeing.
 	full := tinyConfigJSON(t)
 	full["full_attention_interval"] = 2
-	if _, err := ParseConfig(mustJSON(t, full)); err == nil || !strings.Contains(err.Error(), "layer_types[1]") || !strings.Contains(err.Error(), "full_attention_interval 2") {
+	if _, err := ParseConfig(jsontest.Marshal(t, full)); err == nil || !strings.Contains(err.Error(), "layer_types[1]") || !strings.Contains(err.Error(), "full_attention_interval 2") {
 		t.Fatalf("disagreeing layer_types/interval: %v", err)
 	}
 }
@@ -149,7 +133,7 @@ func TestParseConfigFieldErrors(t *testing.T) {
 	for _, tc := range cases {
 		m := tinyConfigJSON(t)
 		tc.set(m)
-		_, err := ParseConfig(mustJSON(t, m))
+		_, err := ParseConfig(jsontest.Marshal(t, m))
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: got %v", tc.field, err)
 		}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/fstest"
+
+	"github.com/nvg-project/nvg/testkit/jsontest"
 )
 
 // stEntry is one tensor for writeSafetensorsFile: a name and a tensor to copy.
@@ -97,8 +99,8 @@ func vlCheckpoint(t testing.TB, src *Model) map[string][]byte {
 	wm["lm_head.weight"] = "model-00001-of-00002.safetensors"
 	wm["mtp.layers.0.mlp.up_proj.weight"] = "model-00002-of-00002.safetensors"
 	return map[string][]byte{
-		"config.json":                      mustJSON(t, cfg),
-		"model.safetensors.index.json":     mustJSON(t, map[string]any{"metadata": map[string]any{"total_size": 1}, "weight_map": wm}),
+		"config.json":                      jsontest.Marshal(t, cfg),
+		"model.safetensors.index.json":     jsontest.Marshal(t, map[string]any{"metadata": map[string]any{"total_size": 1}, "weight_map": wm}),
 		"model-00001-of-00002.safetensors": safetensorsBytes(t, map[string]string{"format": "pt"}, sh1),
 		"model-00002-of-00002.safetensors": safetensorsBytes(t, map[string]string{"format": "pt"}, sh2),
 	}
@@ -227,7 +229,7 @@ func TestOpenHFErrors(t *testing.T) {
 		for k, v := range good {
 			f[k] = v
 		}
-		f[HFIndexName] = mustJSON(t, map[string]any{"weight_map": wm})
+		f[HFIndexName] = jsontest.Marshal(t, map[string]any{"weight_map": wm})
 		return f
 	}
 	var goodWM map[string]string
@@ -350,26 +352,12 @@ func TestOpenIndexFileWinsOverSingle(t *testing.T) {
 
 // tinyConfigJSON is the tiny teacher's config.json as a generic JSON object, to edit.
 func tinyConfigJSON(t testing.TB) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(mustRead(t, tinyDir+"/config.json"), &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return jsontest.Object(t, tinyDir+"/config.json")
 }
 
 func mustRead(t testing.TB, path string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func mustJSON(t testing.TB, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}

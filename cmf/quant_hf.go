@@ -3,7 +3,8 @@ package cmf
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -74,11 +75,7 @@ func attachHFFP8(cfgPath string, cfg []byte, ts map[string]*Tensor) error {
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(ts))
-	for n := range ts {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(ts))
 	for _, n := range names {
 		t := ts[n]
 		if w, isScale := strings.CutSuffix(n, "_scale_inv"); isScale {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nvg-project/nvg/testkit/jsontest"
 )
 
 // hfFP8 describes a synthetic HF FP8 checkpoint built from a quantized model.
@@ -59,7 +61,7 @@ func (h hfFP8) files(t *testing.T, q *Model) map[string][]byte {
 		for _, n := range sortedKeys(ts) {
 			es = append(es, stEntry{n, ts[n]})
 		}
-		return map[string][]byte{"config.json": mustJSON(t, cfg), HFWeightsName: safetensorsBytes(t, map[string]string{"format": "pt"}, es)}
+		return map[string][]byte{"config.json": jsontest.Marshal(t, cfg), HFWeightsName: safetensorsBytes(t, map[string]string{"format": "pt"}, es)}
 	}
 	var sh [2][]stEntry
 	wm := map[string]string{}
@@ -73,8 +75,8 @@ func (h hfFP8) files(t *testing.T, q *Model) map[string][]byte {
 		wm[n] = shard[i]
 	}
 	return map[string][]byte{
-		"config.json": mustJSON(t, map[string]any{"model_type": "qwen3_5", "text_config": cfg, "quantization_config": cfg["quantization_config"]}),
-		HFIndexName:   mustJSON(t, map[string]any{"metadata": map[string]any{"total_size": 1}, "weight_map": wm}),
+		"config.json": jsontest.Marshal(t, map[string]any{"model_type": "qwen3_5", "text_config": cfg, "quantization_config": cfg["quantization_config"]}),
+		HFIndexName:   jsontest.Marshal(t, map[string]any{"metadata": map[string]any{"total_size": 1}, "weight_map": wm}),
 		shard[0]:      safetensorsBytes(t, map[string]string{"format": "pt"}, sh[0]),
 		shard[1]:      safetensorsBytes(t, map[string]string{"format": "pt"}, sh[1]),
 	}
@@ -198,7 +200,7 @@ func TestCMFQuantHeaderErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			f(ct[w])
-			meta[MetaCMFTensors] = string(mustJSON(t, ct))
+			meta[MetaCMFTensors] = string(jsontest.Marshal(t, ct))
 		}
 	}
 	for _, c := range []struct {

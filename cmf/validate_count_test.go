@@ -2,16 +2,18 @@ package cmf
 
 import (
 	"fmt"
-	"github.com/nvg-project/nvg/arch"
 	"strings"
 	"testing"
+
+	"github.com/nvg-project/nvg/arch"
+	"github.com/nvg-project/nvg/testkit/jsontest"
 )
 
 // TestValidateCountsAllProblems: a model with a valid config and no tensors has one problem
 // per expected tensor; the message counts all of them (it used to count the 20 shown) and
 // says how many more there are.
 func TestValidateCountsAllProblems(t *testing.T) {
-	c, err := arch.ParseConfig(mustJSON(t, tinyConfigJSON(t)))
+	c, err := arch.ParseConfig(jsontest.Marshal(t, tinyConfigJSON(t)))
 	if err != nil {
 		t.Fatal(err)
 	}

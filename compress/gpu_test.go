@@ -12,6 +12,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/host"
 )
 
 // TestGPUProductsMatchHost checks MulW and MulWT against float64 host products on an
@@ -119,24 +120,23 @@ func checkMulAgainstHost(t *testing.T, what string, p Products, w, xw []float64,
 // inputs and of a sum of at most 37 terms) and not float64-exact (so f32 really ran).
 func wantHostProduct(t *testing.T, what string, got, w, x []float64, m, n, l int, trans bool) {
 	t.Helper()
-	rows, inner := m, n
+	rows, inner, op := m, n, w
 	if trans {
 		rows, inner = n, m
+		op = make([]float64, len(w))
+		for i := range rows {
+			for j := range inner {
+				op[i*inner+j] = w[j*n+i]
+			}
+		}
 	}
-	for i := 0; i < rows; i++ {
-		for c := 0; c < l; c++ {
-			var s, a float64
-			for j := 0; j < inner; j++ {
-				wij := w[i*n+j]
-				if trans {
-					wij = w[j*n+i]
-				}
-				s += wij * x[j*l+c]
-				a += math.Abs(wij * x[j*l+c])
-			}
-			if math.Abs(got[i*l+c]-s) > 1e-5*a || got[i*l+c] == s {
-				t.Fatalf("%s: [%d, %d] = %.9g, want %.9g (and not float64-exact)", what, i, c, got[i*l+c], s)
-			}
+	want, abs, err := host.MatMulAbs(op, rows, inner, x, l, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for e, s := range want {
+		if math.Abs(got[e]-s) > 1e-5*abs[e] || got[e] == s {
+			t.Fatalf("%s: [%d, %d] = %.9g, want %.9g (and not float64-exact)", what, e/l, e%l, got[e], s)
 		}
 	}
 }

@@ -217,21 +217,22 @@ func checkProducts(op string, dst, x []float64, rows, out, l int) error {
 	return nil
 }
 
-func (c cpuBound) MulW(dst, x []float64, l int) error {
-	if err := checkProducts("MulW", dst, x, c.a.Cols, c.a.Rows, l); err != nil {
-		return err
-	}
-	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, c.a, blas64.General{Rows: c.a.Cols, Cols: l, Stride: l, Data: x},
-		0, blas64.General{Rows: c.a.Rows, Cols: l, Stride: l, Data: dst})
-	return nil
-}
+func (c cpuBound) MulW(dst, x []float64, l int) error { return c.mul("MulW", blas.NoTrans, dst, x, l) }
 
-func (c cpuBound) MulWT(dst, x []float64, l int) error {
-	if err := checkProducts("MulWT", dst, x, c.a.Rows, c.a.Cols, l); err != nil {
+func (c cpuBound) MulWT(dst, x []float64, l int) error { return c.mul("MulWT", blas.Trans, dst, x, l) }
+
+// mul is dst = op(W)·x, op(W) = W (NoTrans) or Wᵀ (Trans), x [inner, l] and dst [outer, l]
+// row-major, after checkProducts (op names the product in its errors).
+func (c cpuBound) mul(op string, t blas.Transpose, dst, x []float64, l int) error {
+	inner, outer := c.a.Cols, c.a.Rows
+	if t == blas.Trans {
+		inner, outer = outer, inner
+	}
+	if err := checkProducts(op, dst, x, inner, outer, l); err != nil {
 		return err
 	}
-	blas64.Gemm(blas.Trans, blas.NoTrans, 1, c.a, blas64.General{Rows: c.a.Rows, Cols: l, Stride: l, Data: x},
-		0, blas64.General{Rows: c.a.Cols, Cols: l, Stride: l, Data: dst})
+	blas64.Gemm(t, blas.NoTrans, 1, c.a, blas64.General{Rows: inner, Cols: l, Stride: l, Data: x},
+		0, blas64.General{Rows: outer, Cols: l, Stride: l, Data: dst})
 	return nil
 }
 

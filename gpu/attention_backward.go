@@ -155,11 +155,7 @@ func AttentionBackward(r *Recorder, q, k, v, out, lse, dout, dq, dk, dv *Buffer,
 		}
 	}
 	uni := []uint32{uint32(nb), uint32(t), uint32(nh), uint32(nkv), math.Float32bits(float32(1 / math.Sqrt(float64(headDim))))}
-	mark := len(r.ops)
-	fail := func(err error) error {
-		r.ops = r.ops[:mark]
-		return err
-	}
+	fail := r.rollback()
 	if err := r.Dispatch(kq, gq, uni, Whole(q), Whole(k), Whole(v), Whole(out), Whole(dout), Whole(lse), Whole(dq), Whole(delta)); err != nil {
 		return fail(err)
 	}

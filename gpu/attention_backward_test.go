@@ -47,12 +47,7 @@ func TestAttentionBackward(t *testing.T) {
 	for _, impl := range attentionBackwardImpls {
 		t.Run(impl.name, func(t *testing.T) {
 			d := gputest.Open(t)
-			if impl.lanes {
-				skipNoLanes(t, d)
-			}
-			if impl.coop {
-				skipNoCoopmat(t, d)
-			}
+			skipForm(t, d, impl.lanes, impl.coop)
 			testAttentionBackward(t, impl)
 		})
 	}
@@ -256,12 +251,7 @@ func attentionBackwardBound(q, k, v, out, lse, dout []float64, nb, t, nh, nkv, h
 func TestAttentionBackwardErrors(t *testing.T) {
 	for _, impl := range attentionBackwardImpls {
 		t.Run(impl.name, func(t *testing.T) {
-			if impl.lanes {
-				skipNoLanes(t, gputest.Open(t))
-			}
-			if impl.coop {
-				skipNoCoopmat(t, gputest.Open(t))
-			}
+			skipForm(t, gputest.Open(t), impl.lanes, impl.coop)
 			testAttentionBackwardErrors(t, impl.backward)
 		})
 	}
@@ -282,7 +272,7 @@ func testAttentionBackwardErrors(t *testing.T, backward func(r *gpu.Recorder, q,
 	big := mk("big", 512)
 	r := d.Begin()
 	defer r.Discard()
-	for name, err := range map[string]error{
+	checkErrors(t, r, map[string]error{
 		"t":          backward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt + 1, NH: nh, NKV: nkv, HeadDim: hd}),
 		"nh % nkv":   backward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: 3, HeadDim: hd}),
 		"nb 0":       backward(r, q, k, v, o, lse, g, dq, dk, dv, gpu.AttentionDims{NB: 0, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
@@ -292,14 +282,7 @@ func testAttentionBackwardErrors(t *testing.T, backward func(r *gpu.Recorder, q,
 		"lse is dq":  backward(r, q, k, v, o, dq, g, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
 		"dk swapped": backward(r, q, k, v, o, lse, g, dk, dq, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
 		"nil dout":   backward(r, q, k, v, o, lse, nil, dq, dk, dv, gpu.AttentionDims{NB: nb, T: tt, NH: nh, NKV: nkv, HeadDim: hd}),
-	} {
-		if err == nil {
-			t.Errorf("%s: no error", name)
-		}
-	}
-	if r.Len() != 0 {
-		t.Errorf("%d dispatches recorded by failing calls", r.Len())
-	}
+	})
 }
 
 // BenchmarkAttentionBackward: the geometries and kernel forms of BenchmarkAttention (one

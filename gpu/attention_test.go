@@ -39,11 +39,8 @@ func TestAttention(t *testing.T) {
 		{"coopmat", gpu.AttentionCoopmat, false, true}, {"coopmat-gputiles", gpuTiles(gpu.AttentionCoopmat), false, true}} {
 		t.Run(impl.name, func(t *testing.T) {
 			d := gputest.Open(t)
-			if impl.lanes {
-				skipNoLanes(t, d)
-			}
+			skipForm(t, d, impl.lanes, impl.coop)
 			if impl.coop {
-				skipNoCoopmat(t, d)
 				coop0 := gpu.CoopDispatches()
 				defer func() {
 					if gpu.CoopDispatches() == coop0 {

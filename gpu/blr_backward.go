@@ -30,22 +30,10 @@ type BLRGrad struct {
 // other than the number of paths, or aliasing buffers.
 func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buffer, grads []BLRGrad, rows int) error {
 	const op = "BLRBackward"
-	if err := checkBLRLayer(op, l); err != nil {
-		return err
-	}
-	if err := positive(op, "rows", rows); err != nil {
+	if err := checkBLRRows(op, l, rows, x, "dy", dy); err != nil {
 		return err
 	}
 	m, n, rk := l.M, l.N, l.Rank
-	if rows*n > maxU32Elems || rows*m > maxU32Elems || rows*rk > maxU32Elems {
-		return fmt.Errorf("gpu: %s: rows = %d exceeds the 2³¹ index range", op, rows)
-	}
-	if err := need(op, "x", x, rows*n, F32); err != nil {
-		return err
-	}
-	if err := need(op, "dy", dy, rows*m, F32); err != nil {
-		return err
-	}
 	if dx != nil {
 		if err := need(op, "dx", dx, rows*n, F32); err != nil {
 			return err
@@ -95,11 +83,7 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 	if err := distinct(op, all); err != nil {
 		return err
 	}
-	mark := len(r.ops)
-	fail := func(err error) error {
-		r.ops = r.ops[:mark]
-		return err
-	}
+	fail := r.rollback()
 	// Intermediates live only in this call: borrowed, so the calls of one submit share them.
 	var dones []func()
 	defer func() {

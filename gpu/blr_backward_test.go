@@ -175,20 +175,8 @@ func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r,
 	c := struct{ rows, m, n, r, paths, live int }{rows, m, n, r, paths, live}
 	{
 		{
-			w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
-			l := uploadBLR(t, d, w, c.live)
-			defer l.Release()
-			xf, xd := randF32(rng, c.rows*c.n, 1)
-			dyf, dyd := randF32(rng, c.rows*c.m, 1)
-			var bufs []*gpu.Buffer
-			defer func() {
-				for _, b := range bufs {
-					b.Release()
-				}
-			}()
-			keep := func(b *gpu.Buffer) *gpu.Buffer { bufs = append(bufs, b); return b }
-			x := keep(must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t))
-			dy := keep(must(d.UploadFloat32("dy", dyf, c.rows, c.m)).T(t))
+			o := newBLROperands(t, d, rng, c.rows, c.m, c.n, c.r, c.paths, c.live)
+			w, l, xd, dyd, x, dy, keep := o.w, o.l, o.xd, o.dyd, o.x, o.dy, o.keep
 			dx := keep(must(d.NewBuffer("dx", gpu.F32, c.rows, c.n)).T(t))
 			var kept gpu.BLRKept
 			if keepT1 {
@@ -235,14 +223,7 @@ func testBLRBackward(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, m, n, r,
 				t.Fatal(err)
 			}
 			bound := func(want, abs []float64) []float64 {
-				b := blrBound(2*(c.n+c.m+c.r+c.rows), want, abs)
-				if extra == 0 {
-					b = blrBound(c.n+c.m+c.r+c.rows, want, abs)
-				}
-				for i := range b {
-					b[i] += extra * abs[i]
-				}
-				return b
+				return blrBoundExtra(c.n+c.m+c.r+c.rows, extra, want, abs)
 			}
 			checkBound(t, "dx", must(d.ReadFloat32(dx)).T(t), wdx, bound(wdx, adx))
 			for p := range grads {
@@ -437,38 +418,22 @@ func TestBLRPathPairsBitIdentical(t *testing.T) {
 // TestBLRBackwardErrors: mistakes are errors, nothing is recorded.
 func TestBLRBackwardErrors(t *testing.T) {
 	d := gputest.Open(t)
-	rng := rand.New(rand.NewPCG(3, 4))
-	w := randBLR(rng, 16, 24, 8, 1, 8)
-	l := uploadBLR(t, d, w, 8)
-	defer l.Release()
-	x := must(d.NewBuffer("x", gpu.F32, 3, 24)).T(t)
-	dy := must(d.NewBuffer("dy", gpu.F32, 3, 16)).T(t)
-	dx := must(d.NewBuffer("dx", gpu.F32, 3, 24)).T(t)
-	gh := must(d.NewBuffer("gh", gpu.F32, 16)).T(t)
-	gl := must(d.NewBuffer("gl", gpu.F32, 8)).T(t)
-	gg := must(d.NewBuffer("gg", gpu.F32, 24)).T(t)
-	for _, b := range []*gpu.Buffer{x, dy, dx, gh, gl, gg} {
-		defer b.Release()
-	}
+	o := newBLROperands(t, d, rand.New(rand.NewPCG(3, 4)), 3, 16, 24, 8, 1, 8)
+	l, x, dy := o.l, o.x, o.dy
+	dx := o.keep(must(d.NewBuffer("dx", gpu.F32, 3, 24)).T(t))
+	gh := o.keep(must(d.NewBuffer("gh", gpu.F32, 16)).T(t))
+	gl := o.keep(must(d.NewBuffer("gl", gpu.F32, 8)).T(t))
+	gg := o.keep(must(d.NewBuffer("gg", gpu.F32, 24)).T(t))
 	good := []gpu.BLRGrad{{H: gh, L: gl, G: gg}}
 	r := d.Begin()
 	defer r.Discard()
-	for name, err := range map[string]error{
+	checkErrors(t, r, map[string]error{
 		"grads count": gpu.BLRBackward(r, l, x, gpu.BLRKept{}, dy, dx, nil, 3),
 		"dx is x":     gpu.BLRBackward(r, l, x, gpu.BLRKept{}, dy, x, good, 3),
 		"dℓ size":     gpu.BLRBackward(r, l, x, gpu.BLRKept{}, dy, dx, []gpu.BLRGrad{{H: gh, L: gh, G: gg}}, 3),
 		"dg is h":     gpu.BLRBackward(r, l, x, gpu.BLRKept{}, dy, dx, []gpu.BLRGrad{{H: gh, L: gl, G: l.Paths[0].G}}, 3),
 		"rows":        gpu.BLRBackward(r, l, x, gpu.BLRKept{}, dy, dx, good, 0),
-	} {
-		if err == nil {
-			t.Errorf("%s: no error", name)
-		} else {
-			t.Logf("%s: %v", name, err)
-		}
-	}
-	if r.Len() != 0 {
-		t.Errorf("%d dispatches recorded by failing calls", r.Len())
-	}
+	})
 }
 
 // BenchmarkBLRBackward times BLRBackward with t1 kept at rows = 512, m = n = 1024, r = 256,
@@ -477,21 +442,8 @@ func TestBLRBackwardErrors(t *testing.T) {
 func BenchmarkBLRBackward(b *testing.B) {
 	d := gputest.Open(b)
 	const rows, m, n, rk, paths = 512, 1024, 1024, 256, 2
-	rng := rand.New(rand.NewPCG(7, 8))
-	w := randBLR(rng, m, n, rk, paths, rk)
-	l := uploadBLR(b, d, w, rk)
-	defer l.Release()
-	xf, _ := randF32(rng, rows*n, 1)
-	dyf, _ := randF32(rng, rows*m, 1)
-	var bufs []*gpu.Buffer
-	keep := func(buf *gpu.Buffer) *gpu.Buffer { bufs = append(bufs, buf); return buf }
-	defer func() {
-		for _, buf := range bufs {
-			buf.Release()
-		}
-	}()
-	x := keep(must(d.UploadFloat32("x", xf, rows, n)).T(b))
-	dy := keep(must(d.UploadFloat32("dy", dyf, rows, m)).T(b))
+	o := newBLROperands(b, d, rand.New(rand.NewPCG(7, 8)), rows, m, n, rk, paths, rk)
+	l, x, dy, keep := o.l, o.x, o.dy, o.keep
 	dx := keep(must(d.NewBuffer("dx", gpu.F32, rows, n)).T(b))
 	y := keep(must(d.NewBuffer("y", gpu.F32, rows, m)).T(b))
 	var t1 []*gpu.Buffer
@@ -510,6 +462,20 @@ func BenchmarkBLRBackward(b *testing.B) {
 // blrBound is the error bound of a BLR gradient summed over about terms products in f32, as
 // the BLR tests use it: (terms+10)·u·A + u·|want| per element, with A the same gradient of
 // the magnitudes (abs) and u = 2⁻²⁴.
+// blrBoundExtra is blrBound for a case's f32 path (extra = 0) or, with the extra relative
+// factor of the cooperative-matrix path's f16 roundings, twice the f32 terms plus
+// extra·abs.
+func blrBoundExtra(terms int, extra float64, want, abs []float64) []float64 {
+	if extra == 0 {
+		return blrBound(terms, want, abs)
+	}
+	b := blrBound(2*terms, want, abs)
+	for i := range b {
+		b[i] += extra * abs[i]
+	}
+	return b
+}
+
 func blrBound(terms int, want, abs []float64) []float64 {
 	const u = 1.0 / (1 << 24)
 	gam := float64(terms+10) * u

@@ -181,6 +181,25 @@ func UploadBLR(d *Device, label string, m, n, rank int, paths []BLRHostPath, liv
 	return l, nil
 }
 
+// checkBLRRows checks what every BLR launcher (op) takes first: the layer (checkBLRLayer),
+// rows ≥ 1 with [rows, n], [rows, m] and [rows, rank] within the 2³¹ index range, x F32
+// [rows, n] and the [rows, m] operand ym (named yName: y or dy) F32.
+func checkBLRRows(op string, l *BLRLayer, rows int, x *Buffer, yName string, ym *Buffer) error {
+	if err := checkBLRLayer(op, l); err != nil {
+		return err
+	}
+	if err := positive(op, "rows", rows); err != nil {
+		return err
+	}
+	if rows*l.N > maxU32Elems || rows*l.M > maxU32Elems || rows*l.Rank > maxU32Elems {
+		return fmt.Errorf("gpu: %s: rows = %d exceeds the 2³¹ index range", op, rows)
+	}
+	if err := need(op, "x", x, rows*l.N, F32); err != nil {
+		return err
+	}
+	return need(op, yName, ym, rows*l.M, F32)
+}
+
 // checkBLRLayer validates a layer's sizes and buffers for op.
 func checkBLRLayer(op string, l *BLRLayer) error {
 	if l == nil {
@@ -441,19 +460,7 @@ func BLRForwardNaive(r *Recorder, l *BLRLayer, x, y *Buffer, kept BLRKept, rows 
 }
 
 func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, kept BLRKept, rows int) error {
-	if err := checkBLRLayer(op, l); err != nil {
-		return err
-	}
-	if err := positive(op, "rows", rows); err != nil {
-		return err
-	}
-	if rows*l.N > maxU32Elems || rows*l.M > maxU32Elems || rows*l.Rank > maxU32Elems {
-		return fmt.Errorf("gpu: %s: rows = %d exceeds the 2³¹ index range", op, rows)
-	}
-	if err := need(op, "x", x, rows*l.N, F32); err != nil {
-		return err
-	}
-	if err := need(op, "y", y, rows*l.M, F32); err != nil {
+	if err := checkBLRRows(op, l, rows, x, "y", y); err != nil {
 		return err
 	}
 	if err := checkKept(op, l, kept, rows); err != nil {

@@ -202,21 +202,12 @@ func signGrad(r *Recorder, op string, a, b, sa, sb, out, live *Buffer, rows, na,
 // BLRBackward's checks, gu, gv or dt2 of the wrong count or size.
 func BLRSignGrad(r *Recorder, l *BLRLayer, x *Buffer, t1, dt2 []*Buffer, dy *Buffer, gu, gv []*Buffer, rows int) error {
 	const op = "BLRSignGrad"
-	if err := checkBLRLayer(op, l); err != nil {
-		return err
-	}
-	if err := positive(op, "rows", rows); err != nil {
+	if err := checkBLRRows(op, l, rows, x, "dy", dy); err != nil {
 		return err
 	}
 	m, n, rk := l.M, l.N, l.Rank
-	if rows*n > maxU32Elems || rows*m > maxU32Elems || rows*rk > maxU32Elems || m*rk > maxU32Elems || rk*n > maxU32Elems {
-		return fmt.Errorf("gpu: %s: rows = %d exceeds the 2³¹ index range", op, rows)
-	}
-	if err := need(op, "x", x, rows*n, F32); err != nil {
-		return err
-	}
-	if err := need(op, "dy", dy, rows*m, F32); err != nil {
-		return err
+	if m*rk > maxU32Elems || rk*n > maxU32Elems {
+		return fmt.Errorf("gpu: %s: layer m·rank or rank·n exceeds the 2³¹ index range", op)
 	}
 	if err := checkT1(op, l, t1, rows); err != nil {
 		return err
@@ -252,11 +243,7 @@ func BLRSignGrad(r *Recorder, l *BLRLayer, x *Buffer, t1, dt2 []*Buffer, dy *Buf
 	if err := distinct(op, all); err != nil {
 		return err
 	}
-	mark := len(r.ops)
-	fail := func(err error) error {
-		r.ops = r.ops[:mark]
-		return err
-	}
+	fail := r.rollback()
 	var dt2s *Buffer
 	if dt2 == nil {
 		var err error
@@ -418,11 +405,7 @@ func SignFlip(r *Recorder, s SignMatrix, counts *Buffer, index int, c SignFlipCo
 		return KernelSpec{Name: op + "." + stage, File: "sign_flip.wgsl", Bindings: access, Uniforms: 6,
 			Params: signParams{Stage: stage, Mask: s.Live != nil, MaskCols: s.RankCols, WG: signWG}}
 	}
-	mark := len(r.ops)
-	fail := func(err error) error {
-		r.ops = r.ops[:mark]
-		return err
-	}
+	fail := r.rollback()
 	withMask := func(b []Binding, a []Access) ([]Binding, []Access) {
 		if s.Live != nil {
 			return append(b, Whole(s.Live)), append(a, Read)

@@ -68,20 +68,8 @@ type signGradCase struct {
 // cooperative-matrix path's f16 roundings), and bitIdentical asks the blocked kernel to match
 // the simple twin bit for bit.
 func testBLRSignGrad(t *testing.T, d *gpu.Device, rng *rand.Rand, c signGradCase, bitIdentical bool, extra float64) {
-	w := randBLR(rng, c.m, c.n, c.r, c.paths, c.live)
-	l := uploadBLR(t, d, w, c.live)
-	defer l.Release()
-	xf, xd := randF32(rng, c.rows*c.n, 1)
-	dyf, dyd := randF32(rng, c.rows*c.m, 1)
-	var bufs []*gpu.Buffer
-	defer func() {
-		for _, b := range bufs {
-			b.Release()
-		}
-	}()
-	keep := func(b *gpu.Buffer) *gpu.Buffer { bufs = append(bufs, b); return b }
-	x := keep(must(d.UploadFloat32("x", xf, c.rows, c.n)).T(t))
-	dy := keep(must(d.UploadFloat32("dy", dyf, c.rows, c.m)).T(t))
+	o := newBLROperands(t, d, rng, c.rows, c.m, c.n, c.r, c.paths, c.live)
+	w, l, xd, dyd, x, dy, keep := o.w, o.l, o.xd, o.dyd, o.x, o.dy, o.keep
 	// keepT1: t1 from the forward and dt2 from BLRBackward (BLRGrad.DT2), as the student step
 	// passes them; else both recomputed.
 	var t1, dt2 []*gpu.Buffer
@@ -139,14 +127,7 @@ func testBLRSignGrad(t *testing.T, d *gpu.Device, rng *rand.Rand, c signGradCase
 		t.Fatal(err)
 	}
 	bound := func(want, abs []float64) []float64 {
-		if extra == 0 {
-			return blrBound(c.n+c.m+c.r+c.rows, want, abs)
-		}
-		b := blrBound(2*(c.n+c.m+c.r+c.rows), want, abs)
-		for i := range b {
-			b[i] += extra * abs[i]
-		}
-		return b
+		return blrBoundExtra(c.n+c.m+c.r+c.rows, extra, want, abs)
 	}
 	for p := range gu {
 		got := must(d.ReadFloat32(gu[p])).T(t)
@@ -386,7 +367,7 @@ func TestSignErrors(t *testing.T) {
 	bad.Rows = 9
 	r := d.Begin()
 	defer r.Discard()
-	for name, err := range map[string]error{
+	checkErrors(t, r, map[string]error{
 		"g size":   gpu.SignScoreUpdate(r, sc.m, g, gpu.SignScoreConfig{Alpha: 1, Beta: 0.5}),
 		"beta":     gpu.SignScoreUpdate(r, sc.m, g64, gpu.SignScoreConfig{Alpha: 1, Beta: 2}),
 		"shape":    gpu.SignFlip(r, bad, counts, 0, gpu.SignFlipConfig{Tau: 1, Budget: 1}),
@@ -394,14 +375,5 @@ func TestSignErrors(t *testing.T) {
 		"budget":   gpu.SignFlip(r, sc.m, counts, 0, gpu.SignFlipConfig{Tau: 1, Budget: -1}),
 		"index":    gpu.SignFlip(r, sc.m, counts, 1, gpu.SignFlipConfig{Tau: 1, Budget: 1}),
 		"scores=g": gpu.SignFlip(r, sc.m, sc.m.Scores, 0, gpu.SignFlipConfig{Tau: 1, Budget: 1}),
-	} {
-		if err == nil {
-			t.Errorf("%s: no error", name)
-		} else {
-			t.Logf("%s: %v", name, err)
-		}
-	}
-	if r.Len() != 0 {
-		t.Errorf("%d ops recorded after errors", r.Len())
-	}
+	})
 }

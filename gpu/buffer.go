@@ -367,14 +367,11 @@ func (d *Device) WriteF16(b *Buffer, bits []uint16) error {
 }
 
 func (d *Device) write(b *Buffer, dtype DType, n int, data []byte) error {
-	if d == nil {
-		return errNilDevice
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.checkOpen(); err != nil {
+	unlock, err := d.lock()
+	if err != nil {
 		return err
 	}
+	defer unlock()
 	if err := d.checkBuffer(b); err != nil {
 		return err
 	}
@@ -408,14 +405,11 @@ func bytesOf[E any](s []E) []byte {
 
 // readBytes copies the first n bytes of b to the host, waiting for all submitted work.
 func (d *Device) readBytes(b *Buffer, dtype DType) ([]byte, error) {
-	if d == nil {
-		return nil, errNilDevice
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.checkOpen(); err != nil {
+	unlock, err := d.lock()
+	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	if err := d.checkBuffer(b); err != nil {
 		return nil, err
 	}

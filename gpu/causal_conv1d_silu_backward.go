@@ -24,16 +24,7 @@ func CausalConv1dSiLUBackward(r *Recorder, x, w, dy, dx *Buffer, nb, t, channels
 	if err != nil {
 		return err
 	}
-	for _, c := range []struct {
-		name string
-		b    *Buffer
-		n    int
-	}{{"x", x, n}, {"w", w, channels * K}, {"dy", dy, n}, {"dx", dx, n}} {
-		if err := need(op, c.name, c.b, c.n, F32); err != nil {
-			return err
-		}
-	}
-	if err := distinct(op, map[string]*Buffer{"x": x, "w": w, "dy": dy, "dx": dx}); err != nil {
+	if err := needF32(op, arg{"x", x, n}, arg{"w", w, channels * K}, arg{"dy", dy, n}, arg{"dx", dx, n}); err != nil {
 		return err
 	}
 	type params struct {

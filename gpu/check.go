@@ -24,6 +24,27 @@ func need(op, name string, b *Buffer, n int, ts ...DType) error {
 	return nil
 }
 
+// arg is one F32 buffer argument of a launcher, for needF32: its name in errors, the buffer
+// and its element count.
+type arg struct {
+	name string
+	b    *Buffer
+	n    int
+}
+
+// needF32 checks each argument in order with need (F32 of its length), then that no two of
+// them overlap (distinct).
+func needF32(op string, args ...arg) error {
+	bufs := make(map[string]*Buffer, len(args))
+	for _, a := range args {
+		if err := need(op, a.name, a.b, a.n, F32); err != nil {
+			return err
+		}
+		bufs[a.name] = a.b
+	}
+	return distinct(op, bufs)
+}
+
 func positive(op string, names string, vals ...int) error {
 	for _, v := range vals {
 		if v <= 0 {

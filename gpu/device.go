@@ -383,6 +383,20 @@ func (d *Device) Close() error {
 
 var errNilDevice = errors.New("gpu: nil device")
 
+// lock takes d's lock for a call that needs an open device and returns the unlock; a nil or
+// closed device is an error, and nothing stays locked.
+func (d *Device) lock() (unlock func(), err error) {
+	if d == nil {
+		return nil, errNilDevice
+	}
+	d.mu.Lock()
+	if err := d.checkOpen(); err != nil {
+		d.mu.Unlock()
+		return nil, err
+	}
+	return d.mu.Unlock, nil
+}
+
 func (d *Device) checkOpen() error {
 	if d == nil {
 		return errNilDevice
@@ -400,14 +414,11 @@ func (d *Device) poll(wait bool) {
 
 // Sync waits until all submitted work has finished on the GPU.
 func (d *Device) Sync() error {
-	if d == nil {
-		return errNilDevice
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.checkOpen(); err != nil {
+	unlock, err := d.lock()
+	if err != nil {
 		return err
 	}
+	defer unlock()
 	d.poll(true)
 	d.freedAhead, d.freedMark = 0, freedMark{}
 	return nil

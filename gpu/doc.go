@@ -111,6 +111,8 @@
 //	gpu/kernel.go, record.go       KernelSpec and the pipeline cache; Recorder, Temp, Borrow, Dispatch,
 //	                               dispatch1D, Grid1D, Cost, Submit
 //	gpu/check.go                   the launchers' shared argument checks (need, positive, distinct)
+//	gpu/vocab.go                   a [vocab, hidden] table read in vocabulary slices (Embedding,
+//	                               TargetLogits): checks, ids, slice rows, one dispatch a slice
 //	gpu/profile.go                 the timestamp profiler (SetProfiling, Profile)
 //	gpu/<op>.go, <op>_backward.go  one launcher per op (its dims struct beside it), named as the
 //	                               WGSL file and the host reference
@@ -132,9 +134,14 @@
 //	gpu/<op>_test.go               parity tests and benchmarks; gputest/ opens the test device
 //	wgsl/<op>.wgsl                 one shader per op family (text/template, wgsl.Render)
 //	wgsl/reduce.wgsl               library: workgroup reductions (red_: row entry, tree sum and
-//	                               max, sum of squares, streamed log-sum-exp step)
-//	wgsl/elementwise.wgsl          library: 1-D entry point and index, Params{n}, sigmoid (ew_)
-//	wgsl/gemm_tile.wgsl            library: the tiled GEMM body, GEMM Params and B index (gemm_)
+//	                               max, sums of a norm row, streamed log-sum-exp step)
+//	wgsl/elementwise.wgsl          library: 1-D entry point and index (either form), row and
+//	                               column, the (window, head, block) grid, Params{n}, sigmoid (ew_)
+//	wgsl/gemm_tile.wgsl            library: the tiled GEMM body, GEMM Params and B index, the
+//	                               BLR bindings (gemm_)
+//	wgsl/attention_lib.wgsl        library: the attention kernels' shared pieces (attn_)
+//	wgsl/gated_delta_rule_lib.wgsl library: the delta rule's forward bindings and entry (gdr_)
+//	wgsl/rope_lib.wgsl             library: QKNormRoPE's Params and rotation partner (rope_)
 //	wgsl/gemm_lanes.wgsl           library: the lane-blocked GEMM body of CPU adapters (lanes_)
 //	wgsl/coopmat.wgsl              the placeholder the layer swaps for a cooperative-matrix kernel
 //	wgsl/coopmat_pack.wgsl         CoopmatPack: A to f16 with a power-of-two scale per row

@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -102,28 +103,8 @@ func TestSwiGLU(t *testing.T) {
 // (the square root halves the sum's relative error). Both gain styles, awkward n, rows.
 func TestRMSNorm(t *testing.T) {
 	d := gputest.Open(t)
-	rng := rand.New(rand.NewPCG(7, 8))
-	rows, n := 13, 333
-	eps := 1e-6
-	xf, xd := randF32(rng, rows*n, 3)
-	wf, wd := randF32(rng, n, 0.5)
-	x := must(d.UploadFloat32("x", xf, rows, n)).T(t)
-	w := must(d.UploadFloat32("w", wf, n)).T(t)
-	y := must(d.NewBuffer("y", gpu.F32, rows, n)).T(t)
-	defer x.Release()
-	defer w.Release()
-	defer y.Release()
-	for _, zc := range []bool{true, false} {
-		if err := d.Run(func(r *gpu.Recorder) error { return gpu.RMSNorm(r, x, w, y, rows, n, eps, zc) }); err != nil {
-			t.Fatal(err)
-		}
-		want := must(host.RMSNorm(xd, rows, n, wd, eps, zc)).T(t)
-		name := "RMSNorm(1+w)"
-		if !zc {
-			name = "RMSNorm(w)"
-		}
-		checkClose(t, name, must(d.ReadFloat32(y)).T(t), want, 1e-37, (float64(n)/2+8)*u32)
-	}
+	rows, n, eps := 13, 333, 1e-6
+	x, w, y := testRMSNorm(t, d, rand.New(rand.NewPCG(7, 8)), rows, n, 3, 0.5, true, false)
 	r := d.Begin()
 	if err := gpu.RMSNorm(r, x, w, y, rows, n+1, eps, true); err == nil {
 		t.Error("wrong n accepted")
@@ -140,20 +121,34 @@ func TestRMSNorm(t *testing.T) {
 // TestRMSNormBigGrid: one workgroup per row, so 65600 rows need a 2-D grid (65535, 2); rows
 // past the first grid row must be normalised too (cheap: 3 values per row).
 func TestRMSNormBigGrid(t *testing.T) {
-	d := gputest.Open(t)
-	rng := rand.New(rand.NewPCG(17, 18))
-	rows, n := 65600, 3
-	xf, xd := randF32(rng, rows*n, 2)
-	wf, wd := randF32(rng, n, 1)
-	x := must(d.UploadFloat32("x", xf, rows, n)).T(t)
-	w := must(d.UploadFloat32("w", wf, n)).T(t)
-	y := must(d.NewBuffer("y", gpu.F32, rows, n)).T(t)
-	defer x.Release()
-	defer w.Release()
-	defer y.Release()
-	if err := d.Run(func(r *gpu.Recorder) error { return gpu.RMSNorm(r, x, w, y, rows, n, 1e-6, true) }); err != nil {
-		t.Fatal(err)
+	testRMSNorm(t, gputest.Open(t), rand.New(rand.NewPCG(17, 18)), 65600, 3, 2, 1, true)
+}
+
+// testRMSNorm checks RMSNorm (eps 1e-6) of random x [rows, n] (uniform in ±xs) and w [n]
+// (±ws) against host.RMSNorm within TestRMSNorm's bound, once per gain style zcs (1 + w when
+// true), and returns x, w and y (released when t ends).
+func testRMSNorm(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, n int, xs, ws float64, zcs ...bool) (x, w, y *gpu.Buffer) {
+	const eps = 1e-6
+	xf, xd := randF32(rng, rows*n, xs)
+	wf, wd := randF32(rng, n, ws)
+	x = must(d.UploadFloat32("x", xf, rows, n)).T(t)
+	w = must(d.UploadFloat32("w", wf, n)).T(t)
+	y = must(d.NewBuffer("y", gpu.F32, rows, n)).T(t)
+	t.Cleanup(func() {
+		x.Release()
+		w.Release()
+		y.Release()
+	})
+	for _, zc := range zcs {
+		if err := d.Run(func(r *gpu.Recorder) error { return gpu.RMSNorm(r, x, w, y, rows, n, eps, zc) }); err != nil {
+			t.Fatal(err)
+		}
+		want := must(host.RMSNorm(xd, rows, n, wd, eps, zc)).T(t)
+		name := fmt.Sprintf("RMSNorm(1+w) rows %d", rows)
+		if !zc {
+			name = fmt.Sprintf("RMSNorm(w) rows %d", rows)
+		}
+		checkClose(t, name, must(d.ReadFloat32(y)).T(t), want, 1e-37, (float64(n)/2+8)*u32)
 	}
-	want := must(host.RMSNorm(xd, rows, n, wd, 1e-6, true)).T(t)
-	checkClose(t, "RMSNorm 2-D grid", must(d.ReadFloat32(y)).T(t), want, 1e-37, (float64(n)/2+8)*u32)
+	return x, w, y
 }

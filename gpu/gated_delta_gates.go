@@ -4,6 +4,13 @@ import "fmt"
 
 const gatedDeltaGatesWG = 256
 
+// gatedDeltaGatesParams are gated_delta_gates.wgsl's template parameters (Backward: the
+// backward's entry).
+type gatedDeltaGatesParams struct {
+	Backward bool
+	WG       int
+}
+
 // GatedDeltaGates records the per-token, per-value-head gates of the GatedDeltaNet
 // (host.GatedDeltaGates, HF Qwen3_5GatedDeltaNet):
 //
@@ -25,20 +32,11 @@ func GatedDeltaGates(r *Recorder, a, b, aLog, dtBias, g, beta *Buffer, rows, hv 
 	if n > maxU32Elems {
 		return fmt.Errorf("gpu: %s: rows·hv = %d exceeds %d", op, n, maxU32Elems)
 	}
-	for _, c := range []struct {
-		name string
-		b    *Buffer
-		n    int
-	}{{"a", a, n}, {"b", b, n}, {"aLog", aLog, hv}, {"dtBias", dtBias, hv}, {"g", g, n}, {"beta", beta, n}} {
-		if err := need(op, c.name, c.b, c.n, F32); err != nil {
-			return err
-		}
-	}
-	if err := distinct(op, map[string]*Buffer{"a": a, "b": b, "aLog": aLog, "dtBias": dtBias, "g": g, "beta": beta}); err != nil {
+	if err := needF32(op, arg{"a", a, n}, arg{"b", b, n}, arg{"aLog", aLog, hv}, arg{"dtBias", dtBias, hv}, arg{"g", g, n}, arg{"beta", beta, n}); err != nil {
 		return err
 	}
 	return r.dispatch1D(KernelSpec{
-		Name: op, File: "gated_delta_gates.wgsl", Params: struct{ WG int }{gatedDeltaGatesWG},
+		Name: op, File: "gated_delta_gates.wgsl", Params: gatedDeltaGatesParams{WG: gatedDeltaGatesWG},
 		Bindings: []Access{Read, Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 2,
 	}, (n+gatedDeltaGatesWG-1)/gatedDeltaGatesWG, []uint32{uint32(n), uint32(hv)},
 		Whole(a), Whole(b), Whole(aLog), Whole(dtBias), Whole(g), Whole(beta))

@@ -23,20 +23,12 @@ func GatedDeltaGatesBackward(r *Recorder, a, b, aLog, dtBias, dg, dbeta, da, db 
 	if n > maxU32Elems {
 		return fmt.Errorf("gpu: %s: rows·hv = %d exceeds %d", op, n, maxU32Elems)
 	}
-	bufs := map[string]*Buffer{"a": a, "b": b, "aLog": aLog, "dtBias": dtBias, "dg": dg, "dbeta": dbeta, "da": da, "db": db}
-	for _, c := range []struct {
-		name string
-		n    int
-	}{{"a", n}, {"b", n}, {"aLog", hv}, {"dtBias", hv}, {"dg", n}, {"dbeta", n}, {"da", n}, {"db", n}} {
-		if err := need(op, c.name, bufs[c.name], c.n, F32); err != nil {
-			return err
-		}
-	}
-	if err := distinct(op, bufs); err != nil {
+	if err := needF32(op, arg{"a", a, n}, arg{"b", b, n}, arg{"aLog", aLog, hv}, arg{"dtBias", dtBias, hv},
+		arg{"dg", dg, n}, arg{"dbeta", dbeta, n}, arg{"da", da, n}, arg{"db", db, n}); err != nil {
 		return err
 	}
 	return r.dispatch1D(KernelSpec{
-		Name: op, File: "gated_delta_gates_backward.wgsl", Params: struct{ WG int }{gatedDeltaGatesWG},
+		Name: op, File: "gated_delta_gates.wgsl", Params: gatedDeltaGatesParams{Backward: true, WG: gatedDeltaGatesWG},
 		Bindings: []Access{Read, Read, Read, Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 2,
 	}, (n+gatedDeltaGatesWG-1)/gatedDeltaGatesWG, []uint32{uint32(n), uint32(hv)},
 		Whole(a), Whole(b), Whole(aLog), Whole(dtBias), Whole(dg), Whole(dbeta), Whole(da), Whole(db))

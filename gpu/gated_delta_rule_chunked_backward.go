@@ -171,11 +171,7 @@ func gatedDeltaRuleChunkedBackward(r *Recorder, op string, q, k, v, g, beta, do,
 	if err != nil {
 		return err
 	}
-	mark := len(r.ops)
-	fail := func(err error) error {
-		r.ops = r.ops[:mark]
-		return err
-	}
+	fail := r.rollback()
 	sc, err := gatedDeltaRuleChunked(r, op, q, k, v, g, beta, o, nil, h, vnew, dims, coop)
 	if err != nil {
 		return fail(err)

@@ -89,26 +89,8 @@ func infDecayTol(t, dk, dv int) float64 {
 // runs, and the cooperative-matrix form (GatedDeltaRuleChunkedCoopmat, where tensor cores
 // are available) with the larger of infDecayTol and deltaRuleCoopTol.
 func TestGatedDeltaRuleChunkedInfDecay(t *testing.T) {
-	for _, impl := range []struct {
-		name        string
-		run         func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error
-		lanes, coop bool
-	}{{"chunked", gpu.GatedDeltaRuleChunked, false, false}, {"lanes", gpu.GatedDeltaRuleLanes, true, false},
-		{"coopmat", gpu.GatedDeltaRuleChunkedCoopmat, false, true}} {
-		t.Run(impl.name, func(t *testing.T) {
-			tol := infDecayTol
-			if impl.lanes {
-				skipNoLanes(t, gputest.Open(t))
-			}
-			if impl.coop {
-				skipNoCoopmat(t, gputest.Open(t))
-				tol = func(t, dk, dv int) float64 {
-					return math.Max(infDecayTol(t, dk, dv), deltaRuleCoopTol(gpu.DeltaRuleDims{T: t, DK: dk, DV: dv}))
-				}
-			}
-			testInfDecayForward(t, impl.name, impl.run, tol)
-		})
-	}
+	eachInfDecayForm(t, [3]func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error{
+		gpu.GatedDeltaRuleChunked, gpu.GatedDeltaRuleLanes, gpu.GatedDeltaRuleChunkedCoopmat}, deltaRuleCoopTol, testInfDecayForward)
 }
 
 func testInfDecayForward(t *testing.T, name string, run func(r *gpu.Recorder, q, k, v, g, beta, o, state *gpu.Buffer, dims gpu.DeltaRuleDims) error, tolf func(t, dk, dv int) float64) {
@@ -155,26 +137,9 @@ func testInfDecayForward(t *testing.T, name string, run func(r *gpu.Recorder, q,
 // (GatedDeltaRuleChunkedBackwardCoopmat, where tensor cores are available) with the larger of
 // infDecayTol and deltaRuleBackwardCoopTol.
 func TestGatedDeltaRuleChunkedBackwardInfDecay(t *testing.T) {
-	for _, impl := range []struct {
-		name        string
-		run         func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error
-		lanes, coop bool
-	}{{"chunked", gpu.GatedDeltaRuleChunkedBackward, false, false}, {"lanes", gpu.GatedDeltaRuleBackwardLanes, true, false},
-		{"coopmat", gpu.GatedDeltaRuleChunkedBackwardCoopmat, false, true}} {
-		t.Run(impl.name, func(t *testing.T) {
-			tol := infDecayTol
-			if impl.lanes {
-				skipNoLanes(t, gputest.Open(t))
-			}
-			if impl.coop {
-				skipNoCoopmat(t, gputest.Open(t))
-				tol = func(t, dk, dv int) float64 {
-					return math.Max(infDecayTol(t, dk, dv), deltaRuleBackwardCoopTol(gpu.DeltaRuleDims{T: t, DK: dk, DV: dv}))
-				}
-			}
-			testInfDecayBackward(t, impl.name, impl.run, tol)
-		})
-	}
+	eachInfDecayForm(t, [3]func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error{
+		gpu.GatedDeltaRuleChunkedBackward, gpu.GatedDeltaRuleBackwardLanes, gpu.GatedDeltaRuleChunkedBackwardCoopmat},
+		deltaRuleBackwardCoopTol, testInfDecayBackward)
 }
 
 func testInfDecayBackward(t *testing.T, name string, bwRun func(r *gpu.Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *gpu.Buffer, dims gpu.DeltaRuleDims) error, tolf func(t, dk, dv int) float64) {
@@ -242,4 +207,26 @@ func (b testBufs) nw(name string, shape ...int) *gpu.Buffer {
 	buf := must(b.d.NewBuffer(name, gpu.F32, shape...)).T(b.t)
 	b.t.Cleanup(buf.Release)
 	return buf
+}
+
+// eachInfDecayForm runs test on the chunked, lane-blocked and cooperative-matrix forms of a
+// delta-rule op (forms, in that order) as subtests, skipping a form the device lacks, with
+// infDecayTol, or for the cooperative-matrix form the larger of it and coopTol.
+func eachInfDecayForm[F any](t *testing.T, forms [3]F, coopTol func(gpu.DeltaRuleDims) float64,
+	test func(t *testing.T, name string, run F, tol func(t, dk, dv int) float64)) {
+	for i, name := range []string{"chunked", "lanes", "coopmat"} {
+		t.Run(name, func(t *testing.T) {
+			tol := infDecayTol
+			switch name {
+			case "lanes":
+				skipNoLanes(t, gputest.Open(t))
+			case "coopmat":
+				skipNoCoopmat(t, gputest.Open(t))
+				tol = func(t, dk, dv int) float64 {
+					return math.Max(infDecayTol(t, dk, dv), coopTol(gpu.DeltaRuleDims{T: t, DK: dk, DV: dv}))
+				}
+			}
+			test(t, name, forms[i], tol)
+		})
+	}
 }

@@ -30,16 +30,7 @@ func GatedRMSNorm(r *Recorder, x, z, w, y *Buffer, rows, hv, dv int, eps float64
 	if n > maxU32Elems {
 		return fmt.Errorf("gpu: %s: rows·hv·dv = %d exceeds %d", op, n, maxU32Elems)
 	}
-	for _, c := range []struct {
-		name string
-		b    *Buffer
-		n    int
-	}{{"x", x, n}, {"z", z, n}, {"w", w, dv}, {"y", y, n}} {
-		if err := need(op, c.name, c.b, c.n, F32); err != nil {
-			return err
-		}
-	}
-	if err := distinct(op, map[string]*Buffer{"x": x, "z": z, "w": w, "y": y}); err != nil {
+	if err := needF32(op, arg{"x", x, n}, arg{"z", z, n}, arg{"w", w, dv}, arg{"y", y, n}); err != nil {
 		return err
 	}
 	return r.dispatch1D(KernelSpec{

@@ -33,16 +33,7 @@ func GatedRMSNormBackward(r *Recorder, x, z, w, dy, dx, dz, dw *Buffer, rows, hv
 	if rows*hv > maxU32Elems || n > maxU32Elems {
 		return fmt.Errorf("gpu: %s: rows·hv·dv = %d exceeds %d", op, n, maxU32Elems)
 	}
-	for _, c := range []struct {
-		name string
-		b    *Buffer
-		n    int
-	}{{"x", x, n}, {"z", z, n}, {"w", w, dv}, {"dy", dy, n}, {"dx", dx, n}, {"dz", dz, n}, {"dw", dw, dv}} {
-		if err := need(op, c.name, c.b, c.n, F32); err != nil {
-			return err
-		}
-	}
-	if err := distinct(op, map[string]*Buffer{"x": x, "z": z, "w": w, "dy": dy, "dx": dx, "dz": dz, "dw": dw}); err != nil {
+	if err := needF32(op, arg{"x", x, n}, arg{"z", z, n}, arg{"w", w, dv}, arg{"dy", dy, n}, arg{"dx", dx, n}, arg{"dz", dz, n}, arg{"dw", dw, dv}); err != nil {
 		return err
 	}
 	k, err := r.d.Kernel(KernelSpec{

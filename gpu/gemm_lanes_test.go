@@ -57,19 +57,15 @@ func TestGEMMLanesBitIdentical(t *testing.T) {
 	for _, sz := range [][3]int{{67, 132, 76}, {130, 256, 768}, {3, 36, 20}, {9, 128, 4112}} {
 		rows, in, out := sz[0], sz[1], sz[2]
 		t.Run(fmt.Sprintf("Linear/%dx%dx%d", rows, in, out), func(t *testing.T) {
-			xf, _ := randF32(rng, rows*in, 1)
-			wb, _ := randF16(rng, out*in, 1)
-			wf, _ := randF32(rng, out*in, 1)
-			dyf, _ := randF32(rng, rows*out, 1)
-			x := must(d.UploadFloat32("x", xf, rows, in)).T(t)
-			w := must(d.UploadF16("W", wb, out, in)).T(t)
-			w32 := must(d.UploadFloat32("W32", wf, out, in)).T(t)
-			dy := must(d.UploadFloat32("dy", dyf, rows, out)).T(t)
+			x, _ := randUpload(t, d, rng, "x", 1, rows, in)
+			w, _ := randUploadF16(t, d, rng, "W", 1, out, in)
+			w32, _ := randUpload(t, d, rng, "W32", 1, out, in)
+			dy, _ := randUpload(t, d, rng, "dy", 1, rows, out)
 			y := must(d.NewBuffer("y", gpu.F32, rows, out)).T(t)
 			y32 := must(d.NewBuffer("y32", gpu.F32, rows, out)).T(t)
 			dx := must(d.NewBuffer("dx", gpu.F32, rows, in)).T(t)
 			dx32 := must(d.NewBuffer("dx32", gpu.F32, rows, in)).T(t)
-			for _, b := range []*gpu.Buffer{x, w, w32, dy, y, y32, dx, dx32} {
+			for _, b := range []*gpu.Buffer{y, y32, dx, dx32} {
 				defer b.Release()
 			}
 			tiled, lanes := runBoth(t, d, 4, func(r *gpu.Recorder) error {

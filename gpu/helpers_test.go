@@ -1,10 +1,12 @@
 package gpu_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/nvg-project/nvg/gpu"
 	"github.com/x448/float16"
 )
 
@@ -130,4 +132,83 @@ func scalePow2(xs ...pow2Scaled) {
 			x.d[i] = float64(x.f[i])
 		}
 	}
+}
+
+// runElementwise uploads one f32 input per scale (n values uniform in ±scale), makes nOut
+// f32 outputs of n values, records launch(r, inputs, outputs) and returns the inputs as
+// float64 (what the host reference takes), the outputs read back and the buffers (inputs
+// then outputs, released when the test ends) for the test's error cases.
+func runElementwise(t *testing.T, d *gpu.Device, rng *rand.Rand, n int, scales []float64, nOut int,
+	launch func(r *gpu.Recorder, in, out []*gpu.Buffer) error) (in [][]float64, out [][]float32, in32, out32 []*gpu.Buffer) {
+	t.Helper()
+	for i, s := range scales {
+		f, x := randF32(rng, n, s)
+		in = append(in, x)
+		in32 = append(in32, must(d.UploadFloat32(fmt.Sprintf("in%d", i), f, n)).T(t))
+	}
+	for i := 0; i < nOut; i++ {
+		out32 = append(out32, must(d.NewBuffer(fmt.Sprintf("out%d", i), gpu.F32, n)).T(t))
+	}
+	t.Cleanup(func() {
+		for _, b := range append(in32, out32...) {
+			b.Release()
+		}
+	})
+	if err := d.Run(func(r *gpu.Recorder) error { return launch(r, in32, out32) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range out32 {
+		out = append(out, must(d.ReadFloat32(b)).T(t))
+	}
+	return in, out, in32, out32
+}
+
+// checkErrors fails t for every named call that returned no error (logging the others'
+// errors) and, when r is not nil, when the failing calls left anything recorded in r.
+func checkErrors(t *testing.T, r *gpu.Recorder, errs map[string]error) {
+	t.Helper()
+	for name, err := range errs {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if r != nil && r.Len() != 0 {
+		t.Errorf("%d dispatches recorded by failing calls", r.Len())
+	}
+}
+
+// randUpload draws Π shape values uniform in ±scale (randF32), uploads them as an F32 buffer
+// of that shape named name, released when tb ends, and returns it with the values as float64.
+func randUpload(tb testing.TB, d *gpu.Device, rng *rand.Rand, name string, scale float64, shape ...int) (*gpu.Buffer, []float64) {
+	tb.Helper()
+	return randUploadAs(tb, d, rng, gpu.F32, name, scale, shape...)
+}
+
+// randUploadF16 is randUpload for an F16 buffer: the values rounded to f16 (randF16).
+func randUploadF16(tb testing.TB, d *gpu.Device, rng *rand.Rand, name string, scale float64, shape ...int) (*gpu.Buffer, []float64) {
+	tb.Helper()
+	return randUploadAs(tb, d, rng, gpu.F16, name, scale, shape...)
+}
+
+func randUploadAs(tb testing.TB, d *gpu.Device, rng *rand.Rand, dt gpu.DType, name string, scale float64, shape ...int) (*gpu.Buffer, []float64) {
+	tb.Helper()
+	n := 1
+	for _, s := range shape {
+		n *= s
+	}
+	var b *gpu.Buffer
+	var x []float64
+	if dt == gpu.F16 {
+		var h []uint16
+		h, x = randF16(rng, n, scale)
+		b = must(d.UploadF16(name, h, shape...)).T(tb)
+	} else {
+		var f []float32
+		f, x = randF32(rng, n, scale)
+		b = must(d.UploadFloat32(name, f, shape...)).T(tb)
+	}
+	tb.Cleanup(b.Release)
+	return b, x
 }

@@ -216,11 +216,7 @@ func KLLossBackward(r *Recorder, h, e, ids, pT *Buffer, dims LogitsDims, scale f
 		return err
 	}
 	sbits := math.Float32bits(float32(scale))
-	mark := len(r.ops)
-	fail := func(err error) error {
-		r.ops = r.ops[:mark]
-		return err
-	}
+	fail := r.rollback()
 	bf16 := e.dtype == F16
 	slice := func(v0 int) (cols int, eb, sb Binding) {
 		cols = min(sliceRows, vocab-v0)

@@ -33,17 +33,14 @@ func (d *Device) PackLayout(sizes []uint64) (offsets []uint64, total uint64) {
 // an arena above maxBufferSize or maxStorageBufferBindingSize or beyond the memory budget
 // (ErrOutOfMemory), or a driver failure.
 func (d *Device) Pack(label string, bufs []*Buffer) (arena *Buffer, offsets []uint64, err error) {
-	if d == nil {
-		return nil, nil, errNilDevice
-	}
 	if len(bufs) == 0 {
 		return nil, nil, fmt.Errorf("gpu: Pack %q: no buffers", label)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.checkOpen(); err != nil {
+	unlock, err := d.lock()
+	if err != nil {
 		return nil, nil, err
 	}
+	defer unlock()
 	seen := make(map[*Buffer]bool, len(bufs))
 	sizes := make([]uint64, len(bufs))
 	dt := DType(-1)

@@ -30,18 +30,12 @@ func TestQKNormRoPEBackward(t *testing.T) {
 		t.Run(fmt.Sprintf("nb=%d t=%d heads=%d hd=%d rot=%d", tc.nb, tc.t, tc.heads, tc.hd, tc.rot), func(t *testing.T) {
 			rows, hd := tc.nb*tc.t, tc.hd
 			n := rows * tc.heads * hd
-			xf, xd := randF32(rng, n, 2)
-			wf, wd := randF32(rng, hd, 0.5)
-			dyf, dyd := randF32(rng, n, 1)
-			dw0f, dw0 := randF32(rng, hd, 1)
-			x := must(d.UploadFloat32("x", xf, rows, tc.heads, hd)).T(t)
-			w := must(d.UploadFloat32("w", wf, hd)).T(t)
-			dy := must(d.UploadFloat32("dy", dyf, rows, tc.heads, hd)).T(t)
+			x, xd := randUpload(t, d, rng, "x", 2, rows, tc.heads, hd)
+			w, wd := randUpload(t, d, rng, "w", 0.5, hd)
+			dy, dyd := randUpload(t, d, rng, "dy", 1, rows, tc.heads, hd)
+			dw, dw0 := randUpload(t, d, rng, "dw", 1, hd)
 			dx := must(d.NewBuffer("dx", gpu.F32, rows, tc.heads, hd)).T(t)
-			dw := must(d.UploadFloat32("dw", dw0f, hd)).T(t)
-			for _, b := range []*gpu.Buffer{x, w, dy, dx, dw} {
-				defer b.Release()
-			}
+			defer dx.Release()
 			if err := d.Run(func(r *gpu.Recorder) error {
 				return gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: tc.heads, HeadDim: hd, Eps: eps, Rot: tc.rot, Theta: theta, T: tc.t})
 			}); err != nil {
@@ -54,11 +48,14 @@ func TestQKNormRoPEBackward(t *testing.T) {
 			// The bound, from f64 dn and its f32 error bound ε.
 			inv := host.RoPEInvFreq(tc.rot, theta)
 			half := tc.rot / 2
-			delta := (float64(hd)/2 + 8) * u32
 			bdx := make([]float64, n)
 			bdw := make([]float64, hd)
 			dn := make([]float64, hd)
 			ep := make([]float64, hd)
+			gam := make([]float64, hd)
+			for c := range gam {
+				gam[c] = 1 + wd[c]
+			}
 			for r := 0; r < rows; r++ {
 				p := float64(r % tc.t)
 				for h := 0; h < tc.heads; h++ {
@@ -73,30 +70,10 @@ func TestQKNormRoPEBackward(t *testing.T) {
 						ep[i] = 3 * u32 * (math.Abs(g[i]) + math.Abs(g[i+half]))
 						ep[i+half] = ep[i]
 					}
-					var ss, dot, adot, aeps float64
-					for c := range hd {
-						v := xd[base+c]
-						ss += v * v
-						dot += (1 + wd[c]) * dn[c] * v
-						adot += math.Abs((1 + wd[c]) * dn[c] * v)
-						aeps += math.Abs((1+wd[c])*v) * ep[c]
-					}
-					iv := 1 / math.Sqrt(ss/float64(hd)+eps)
-					for c := range hd {
-						e := base + c
-						ax := iv * iv * iv * math.Abs(xd[e]) / float64(hd)
-						bdx[e] = math.Abs(iv*(1+wd[c])*dn[c])*(delta+3*u32) +
-							ax*(math.Abs(dot)*(3*delta+4*u32)+float64(hd+2)*u32*adot) + u32*math.Abs(wdx[e]) +
-							iv*math.Abs(1+wd[c])*ep[c] + ax*aeps
-						bdw[c] += (delta+float64(rows*tc.heads+4)*u32)*math.Abs(dn[c]*xd[e]*iv) + math.Abs(xd[e]*iv)*ep[c]
-					}
+					rmsNormBackwardRowBound(xd[base:base+hd], gam, dn, ep, wdx[base:base+hd], eps, rows*tc.heads, bdx[base:base+hd], bdw)
 				}
 			}
-			want := make([]float64, hd)
-			for c := range want {
-				want[c] = dw0[c] + wdw[c]
-				bdw[c] += u32 * math.Abs(want[c])
-			}
+			want := accumulated(dw0, wdw, bdw)
 			checkBound(t, "QKNormRoPEBackward dx", must(d.ReadFloat32(dx)).T(t), wdx, bdx)
 			checkBound(t, "QKNormRoPEBackward dw", must(d.ReadFloat32(dw)).T(t), want, bdw)
 		})
@@ -116,7 +93,7 @@ func TestQKNormRoPEBackwardErrors(t *testing.T) {
 	}
 	r := d.Begin()
 	defer r.Discard()
-	for name, err := range map[string]error{
+	checkErrors(t, r, map[string]error{
 		"odd rot":       gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 3, Theta: 1e7, T: 3}),
 		"rot > hd":      gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 10, Theta: 1e7, T: 3}),
 		"rows % t":      gpu.QKNormRoPEBackward(r, x, w, dy, dx, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 4, Theta: 1e7, T: 4}),
@@ -126,12 +103,5 @@ func TestQKNormRoPEBackwardErrors(t *testing.T) {
 		"dx is dy":      gpu.QKNormRoPEBackward(r, x, w, dy, dy, dw, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 4, Theta: 1e7, T: 3}),
 		"dw is w":       gpu.QKNormRoPEBackward(r, x, w, dy, dx, w, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 4, Theta: 1e7, T: 3}),
 		"dw wrong size": gpu.QKNormRoPEBackward(r, x, w, dy, dx, dx, gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: hd, Eps: 1e-6, Rot: 4, Theta: 1e7, T: 3}),
-	} {
-		if err == nil {
-			t.Errorf("%s: no error", name)
-		}
-	}
-	if r.Len() != 0 {
-		t.Errorf("%d dispatches recorded by failing calls", r.Len())
-	}
+	})
 }

@@ -24,11 +24,8 @@ func TestQKNormRoPE(t *testing.T) {
 	eps, theta := 1e-6, 1e7
 	for _, tc := range []struct{ nb, t, heads, hd, rot int }{{2, 37, 3, 64, 16}, {1, 9, 2, 256, 64}, {2, 5, 1, 6, 6}} {
 		rows := tc.nb * tc.t
-		n := rows * tc.heads * tc.hd
-		xf, xd := randF32(rng, n, 2)
-		wf, wd := randF32(rng, tc.hd, 0.5)
-		x := must(d.UploadFloat32("x", xf, rows, tc.heads, tc.hd)).T(t)
-		w := must(d.UploadFloat32("w", wf, tc.hd)).T(t)
+		x, xd := randUpload(t, d, rng, "x", 2, rows, tc.heads, tc.hd)
+		w, wd := randUpload(t, d, rng, "w", 0.5, tc.hd)
 		y := must(d.NewBuffer("y", gpu.F32, rows, tc.heads, tc.hd)).T(t)
 		if err := d.Run(func(r *gpu.Recorder) error {
 			return gpu.QKNormRoPE(r, x, w, y, gpu.QKNormRoPEDims{Rows: rows, Heads: tc.heads, HeadDim: tc.hd, Eps: eps, Rot: tc.rot, Theta: theta, T: tc.t})
@@ -54,8 +51,6 @@ func TestQKNormRoPE(t *testing.T) {
 			t.Errorf("%d dispatches recorded by failing calls", r.Len())
 		}
 		r.Discard()
-		for _, b := range []*gpu.Buffer{x, w, y} {
-			b.Release()
-		}
+		y.Release()
 	}
 }

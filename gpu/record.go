@@ -70,6 +70,17 @@ func (r *Recorder) usable() error {
 // Device is the device the recorder submits to.
 func (r *Recorder) Device() *Device { return r.d }
 
+// rollback returns fail, which drops everything recorded after this call and returns its
+// argument: a launcher of several dispatches returns fail(err) so that a failed call leaves
+// the recorder as it was.
+func (r *Recorder) rollback() (fail func(error) error) {
+	mark := len(r.ops)
+	return func(err error) error {
+		r.ops = r.ops[:mark]
+		return err
+	}
+}
+
 // Len is the number of recorded dispatches.
 func (r *Recorder) Len() int {
 	if r == nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -85,10 +86,10 @@ func TestSPIRVSpecialize(t *testing.T) {
 		}
 		// Apart from the entry point, the same number of words, and the header unchanged.
 		d := len(spirvEncodeString(entry)) - len(spirvEncodeString("main"))
-		if len(got) != len(w)+d || !equalWords(got[:5], w[:5]) {
+		if len(got) != len(w)+d || !slices.Equal(got[:5], w[:5]) {
 			t.Errorf("%d words (want %d), header %x (want %x)", len(got), len(w)+d, got[:5], w[:5])
 		}
-		if back, err := spirvSpecialize(got, spirvSpec{Entry: "main", Values: orig, LocalSize: [3]uint32{64, 1, 1}}); err != nil || !equalWords(back, w) {
+		if back, err := spirvSpecialize(got, spirvSpec{Entry: "main", Values: orig, LocalSize: [3]uint32{64, 1, 1}}); err != nil || !slices.Equal(back, w) {
 			t.Errorf("specialising back to the committed values does not give the committed module (err %v)", err)
 		}
 	}
@@ -156,18 +157,6 @@ func TestSPIRVRoll(t *testing.T) {
 			t.Errorf("%s rolled: %d words (want %d), %d changed (want %d: the loops' controls)", f, len(got), len(w), diff, unroll)
 		}
 	}
-}
-
-func equalWords(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestCoopmatSPIRVFresh: every committed .spv is the one gpu/coopmat/generate.sh made from

@@ -4,6 +4,13 @@ import "fmt"
 
 const splitQueryGateWG = 256
 
+// splitQueryGateParams are split_query_gate.wgsl's template parameters (Backward: the
+// adjoint's scatter).
+type splitQueryGateParams struct {
+	Backward bool
+	WG       int
+}
+
 // SplitQueryGate records the split of a Qwen3.5 gated-attention q_proj output into the query
 // and the output gate (host.SplitQueryGate): per token and head, qg holds first headDim query
 // values and then headDim gate values (interleaved per head, not the two halves of the row).
@@ -36,7 +43,7 @@ func SplitQueryGate(r *Recorder, qg, q, gate *Buffer, rows, heads, headDim int) 
 		return err
 	}
 	return r.dispatch1D(KernelSpec{
-		Name: op, File: "split_query_gate.wgsl", Params: struct{ WG int }{splitQueryGateWG},
+		Name: op, File: "split_query_gate.wgsl", Params: splitQueryGateParams{WG: splitQueryGateWG},
 		Bindings: []Access{Read, ReadWrite, ReadWrite}, Uniforms: 2,
 	}, (n+splitQueryGateWG-1)/splitQueryGateWG, []uint32{uint32(n), uint32(headDim)}, Whole(qg), Whole(q), Whole(gate))
 }

@@ -33,7 +33,7 @@ func SplitQueryGateBackward(r *Recorder, dq, dgate, dqg *Buffer, rows, heads, he
 		return err
 	}
 	return r.dispatch1D(KernelSpec{
-		Name: op, File: "split_query_gate_backward.wgsl", Params: struct{ WG int }{splitQueryGateWG},
+		Name: op, File: "split_query_gate.wgsl", Params: splitQueryGateParams{Backward: true, WG: splitQueryGateWG},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 2,
 	}, (n+splitQueryGateWG-1)/splitQueryGateWG, []uint32{uint32(n), uint32(headDim)}, Whole(dq), Whole(dgate), Whole(dqg))
 }

@@ -20,20 +20,11 @@ func TestSwiGLUBackward(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(61, 62))
 	n := 1000 + 37
-	gf, gd := randF32(rng, n, 6)
-	uf, ud := randF32(rng, n, 2)
-	yf, yd := randF32(rng, n, 1)
-	gate := must(d.UploadFloat32("gate", gf, n)).T(t)
-	up := must(d.UploadFloat32("up", uf, n)).T(t)
-	dy := must(d.UploadFloat32("dy", yf, n)).T(t)
-	dg := must(d.NewBuffer("dgate", gpu.F32, n)).T(t)
-	du := must(d.NewBuffer("dup", gpu.F32, n)).T(t)
-	for _, b := range []*gpu.Buffer{gate, up, dy, dg, du} {
-		defer b.Release()
-	}
-	if err := d.Run(func(r *gpu.Recorder) error { return gpu.SwiGLUBackward(r, gate, up, dy, dg, du) }); err != nil {
-		t.Fatal(err)
-	}
+	in, out, bufs, outs := runElementwise(t, d, rng, n, []float64{6, 2, 1}, 2, func(r *gpu.Recorder, in, out []*gpu.Buffer) error {
+		return gpu.SwiGLUBackward(r, in[0], in[1], in[2], out[0], out[1])
+	})
+	gate, up, dy, dg, du := bufs[0], bufs[1], bufs[2], outs[0], outs[1]
+	gd, ud, yd := in[0], in[1], in[2]
 	wg, wu, err := host.SwiGLUBackward(gd, ud, yd)
 	if err != nil {
 		t.Fatal(err)
@@ -46,8 +37,8 @@ func TestSwiGLUBackward(t *testing.T) {
 		bg[i] = (12 + 4*math.Abs(g)) * u * math.Abs(yd[i]*ud[i]) * s * (1 + math.Abs(g)*(1-s))
 		bu[i] = (10 + 2*math.Abs(g)) * u * math.Abs(wu[i])
 	}
-	checkBound(t, "dgate", must(d.ReadFloat32(dg)).T(t), wg, bg)
-	checkBound(t, "dup", must(d.ReadFloat32(du)).T(t), wu, bu)
+	checkBound(t, "dgate", out[0], wg, bg)
+	checkBound(t, "dup", out[1], wu, bu)
 	r := d.Begin()
 	defer r.Discard()
 	if err := gpu.SwiGLUBackward(r, gate, up, dy, dg, dg); err == nil {

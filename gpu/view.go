@@ -17,14 +17,11 @@ import "fmt"
 // a base that is itself a view or a recorder's scratch buffer, an unknown dtype or a bad
 // shape, a view larger than base.
 func (d *Device) View(base *Buffer, label string, dtype DType, shape ...int) (*Buffer, error) {
-	if d == nil {
-		return nil, errNilDevice
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.checkOpen(); err != nil {
+	unlock, err := d.lock()
+	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	if err := d.checkBuffer(base); err != nil {
 		return nil, fmt.Errorf("gpu: View %q: %w", label, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/internal/prng"
 )
 
 // BLRSignGrad is the float64 reference of gpu.BLRSignGrad: the straight-through gradients
@@ -66,15 +67,8 @@ func BLRSignGrad(w *cmf.BLRWeight, x []float64, rows int, dy []float64) (gu, gv 
 	return gu, gv, nil
 }
 
-// SignHash is lowbias32, the integer hash of sign_score_update.wgsl.
-func SignHash(x uint32) uint32 {
-	x ^= x >> 16
-	x *= 0x7feb352d
-	x ^= x >> 15
-	x *= 0x846ca68b
-	x ^= x >> 16
-	return x
-}
+// SignHash is lowbias32 (prng.Hash), the integer hash of sign_score_update.wgsl.
+func SignHash(x uint32) uint32 { return prng.Hash(x) }
 
 // SignUniform is the stochastic-rounding offset of sign e of matrix matrix at step step
 // under seed seed, in [0, 1) with 24 bits, as gpu.SignScoreUpdate draws it.

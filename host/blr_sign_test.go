@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/testkit/blrtest"
 )
 
 // TestBLRSignGradFD checks BLRSignGrad by central differences of the real-valued relaxation
@@ -16,28 +16,7 @@ import (
 func TestBLRSignGradFD(t *testing.T) {
 	rng := rand.New(rand.NewPCG(51, 52))
 	const rows, m, n, r, live = 3, 7, 16, 8, 5
-	w := &cmf.BLRWeight{M: m, N: n, Rank: r}
-	f32 := func(k int) []float32 {
-		v := make([]float32, k)
-		for i := range v {
-			v[i] = float32(rng.Float64()*2 - 1)
-		}
-		return v
-	}
-	bits := func(k int) []byte {
-		b := make([]byte, k)
-		for i := range b {
-			b[i] = byte(rng.IntN(256))
-		}
-		return b
-	}
-	for range 2 {
-		p := cmf.BLRPath{H: f32(m), G: f32(n), L: f32(r), U: bits(m * r / 8), V: bits(r * n / 8)}
-		for k := live; k < r; k++ {
-			p.L[k] = 0
-		}
-		w.Paths = append(w.Paths, p)
-	}
+	w := blrtest.Random(rng, m, n, r, 2, live, func(x float64) float32 { return float32(x) })
 	x := make([]float64, rows*n)
 	dy := make([]float64, rows*m)
 	for i := range x {

@@ -3,6 +3,7 @@ package host
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/nvg-project/nvg/arch"
 
@@ -67,7 +68,7 @@ func (ld loader) vec(a arch.Tensor) ([]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !sameShape(t.Shape, shape) {
+	if !slices.Equal(t.Shape, shape) {
 		return nil, fmt.Errorf("tensor %s: shape %v, want %v", name, t.Shape, shape)
 	}
 	if !t.DType.Float() {
@@ -92,7 +93,7 @@ func (ld loader) lin(a arch.Tensor) (Linear, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !sameShape(t.Shape, []int{out, in}) {
+	if !slices.Equal(t.Shape, []int{out, in}) {
 		return nil, fmt.Errorf("tensor %s: shape %v, want [%d %d]", name, t.Shape, out, in)
 	}
 	l, err := linearFromTensor(t)
@@ -103,18 +104,6 @@ func (ld loader) lin(a arch.Tensor) (Linear, error) {
 		return nil, fmt.Errorf("tensor %s: linear is [%d, %d], want [%d, %d]", name, l.Out(), l.In(), out, in)
 	}
 	return l, nil
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Load converts every weight of m to float64 (projections through linearFromTensor) after

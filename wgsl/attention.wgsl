@@ -21,46 +21,22 @@
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(4) var<storage, read_write> lse: array<f32>;
 
-struct Params {
-    nb: u32,
-    t: u32,
-    nh: u32,
-    nkv: u32,
-    scale: f32,
-};
+{{template "attn_params"}}
 @group(0) @binding(5) var<uniform> p: Params;
-
-const HD: u32 = {{.HD}}u;
-const NS: u32 = {{.NS}}u;
+{{template "attn_consts" .}}
 const BQ: u32 = {{.BQ}}u;
 const BK: u32 = {{.BK}}u;
-const D4: u32 = {{.D4}}u;
-const R4: u32 = {{.D4}}u * {{.NS}}u; // vec4s per padded row
 const WG: u32 = {{.BQ}}u * {{.NS}}u;
 
 var<workgroup> tile: array<vec4<f32>, {{.BK}} * {{.D4}} * {{.NS}}>; // K tile, then V tile
 var<workgroup> part: array<f32, {{.BK}} * {{.BQ}} * {{.NS}}>;        // partial dots [BK, WG]
-
-// row4 reads dims 4·c4..4·c4+3 of the HD-vector at base, zero past HD.
-fn rowQ(base: u32, c4: u32) -> vec4<f32> {
-    var r = vec4<f32>(0.0);
-    let d = 4u * c4;
-    if (d + 3u < HD) {
-        r = vec4<f32>(q[base + d], q[base + d + 1u], q[base + d + 2u], q[base + d + 3u]);
-    } else {
-        for (var e = 0u; e < 4u; e++) {
-            if (d + e < HD) {
-                r[e] = q[base + d + e];
-            }
-        }
-    }
-    return r;
-}
+{{template "attn_row4" "q"}}
 
 // loadK / loadV stage keys (values) j0..j0+BK−1 of KV head kh in window b into tile;
 // entries past the window or past HD are zero (every slot is written: workgroup memory is
 // not zero-initialised).
-fn loadK(b: u32, kh: u32, j0: u32, lid: u32) {
+{{- define "load_tile"}}
+fn {{.Fn}}(b: u32, kh: u32, j0: u32, lid: u32) {
     for (var e = lid; e < BK * R4; e += WG) {
         let jj = e / R4;
         let d = 4u * (e - jj * R4);
@@ -70,51 +46,18 @@ fn loadK(b: u32, kh: u32, j0: u32, lid: u32) {
             let base = ((b * p.t + j) * p.nkv + kh) * HD;
             for (var x = 0u; x < 4u; x++) {
                 if (d + x < HD) {
-                    r[x] = k[base + d + x];
+                    r[x] = {{.Buf}}[base + d + x];
                 }
             }
         }
         tile[e] = r;
     }
 }
+{{- end}}
+{{- template "load_tile" (dict "Fn" "loadK" "Buf" "k")}}
+{{template "load_tile" (dict "Fn" "loadV" "Buf" "v")}}
 
-fn loadV(b: u32, kh: u32, j0: u32, lid: u32) {
-    for (var e = lid; e < BK * R4; e += WG) {
-        let jj = e / R4;
-        let d = 4u * (e - jj * R4);
-        let j = j0 + jj;
-        var r = vec4<f32>(0.0);
-        if (j < p.t) {
-            let base = ((b * p.t + j) * p.nkv + kh) * HD;
-            for (var x = 0u; x < 4u; x++) {
-                if (d + x < HD) {
-                    r[x] = v[base + d + x];
-                }
-            }
-        }
-        tile[e] = r;
-    }
-}
-
-@compute @workgroup_size({{.BQ}} * {{.NS}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    let nqb = (p.t + BQ - 1u) / BQ;
-    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (wg >= p.nb * p.nh * nqb) {
-        return;
-    }
-    let qb = wg % nqb;
-    let bh = wg / nqb;
-    let h = bh % p.nh;
-    let b = bh / p.nh;
-    let kh = h / (p.nh / p.nkv);
-    let qi = lid / NS;
-    let sl = lid - qi * NS;
-    let i0 = qb * BQ;
-    let i = i0 + qi;
-    let live = i < p.t;
+{{- template "attn_query_main" (dict "WG" (mul .BQ .NS) "Lanes" false "Rows" "BQ" "N" "nqb" "Blk" "qb" "Lane" "qi" "R0" "i0" "R" "i")}}
 
     var qr: array<vec4<f32>, D4>;
     var acc: array<vec4<f32>, D4>;
@@ -122,7 +65,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var m = 0u; m < D4; m++) {
         var x = vec4<f32>(0.0);
         if (live) {
-            x = rowQ(qbase, sl + NS * m) * p.scale;
+            x = row4_q(qbase, sl + NS * m) * p.scale;
         }
         qr[m] = x;
         acc[m] = vec4<f32>(0.0);
@@ -135,25 +78,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let nkb = (iend + BK - 1u) / BK;
     for (var kb = 0u; kb < nkb; kb++) {
         let j0 = kb * BK;
-        workgroupBarrier(); // the previous block's V tile is no longer read
-        loadK(b, kh, j0, lid);
-        workgroupBarrier();
-        for (var jj = 0u; jj < BK; jj++) {
-            var s4 = vec4<f32>(0.0);
-            for (var m = 0u; m < D4; m++) {
-                s4 += qr[m] * tile[jj * R4 + sl + NS * m];
-            }
-            part[jj * WG + lid] = (s4.x + s4.y) + (s4.z + s4.w);
-        }
-        workgroupBarrier(); // partials complete, K tile no longer read
+{{- template "attn_stage_dots" (dict "Fresh" true "Load" "loadK(b, kh, j0, lid)" "Reg" "qr" "Row" "jj" "Rows" "BK")}}
         loadV(b, kh, j0, lid);
         var sc: array<f32, BK>;
         var bmax = -3.0e38;
         for (var jj = 0u; jj < BK; jj++) {
-            var s = 0.0;
-            for (var r = 0u; r < NS; r++) {
-                s += part[jj * WG + qi * NS + r];
-            }
+{{- template "attn_row_dot" (dict "Row" "jj" "Lane" "qi")}}
             sc[jj] = s;
             if (j0 + jj <= i) {
                 bmax = max(bmax, s);
@@ -181,13 +111,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         l = l * alpha + psum;
         mx = mnew;
         workgroupBarrier(); // V tile staged
-        for (var m = 0u; m < D4; m++) {
-            var a = acc[m] * alpha;
-            for (var jj = 0u; jj < BK; jj++) {
-                a += pr[jj] * tile[jj * R4 + sl + NS * m];
-            }
-            acc[m] = a;
-        }
+{{- template "attn_tile_acc" (dict "Acc" "acc" "Scale" "alpha" "W" "pr" "Row" "jj" "Rows" "BK")}}
     }
     if (live) {
         let inv = 1.0 / l;

@@ -37,106 +37,70 @@
 // workgroup: BR·NS in passes 0 and 1).
 // Grid: linear workgroup index wid.x + wid.y·nwg.x, bounds-checked.
 
-const HD: u32 = {{.HD}}u;
-const NS: u32 = {{.NS}}u;
+{{- template "attn_consts" .}}
 const BR: u32 = {{.BR}}u;
 const BC: u32 = {{.BC}}u;
-const D4: u32 = {{.D4}}u;
-const R4: u32 = {{.D4}}u * {{.NS}}u; // vec4s per padded row
 const WG: u32 = {{.WG}}u;
-
-struct Params {
-    nb: u32,
-    t: u32,
-    nh: u32,
-    nkv: u32,
-    scale: f32,
-};
+{{template "attn_params"}}
 
 var<workgroup> tile: array<vec4<f32>, {{.BC}} * {{.D4}} * {{.NS}}>; // staged rows [BC, R4]
 var<workgroup> part: array<f32, {{.BC}} * {{.WG}}>;                 // partial dots [BC, WG]
 
-{{- define "row4"}}
-
-// row4_{{.}} reads dims 4·c4..4·c4+3 of the HD-vector of {{.}} at base, zero past HD.
-fn row4_{{.}}(base: u32, c4: u32) -> vec4<f32> {
-    var r = vec4<f32>(0.0);
-    let d = 4u * c4;
-    if (d + 3u < HD) {
-        r = vec4<f32>({{.}}[base + d], {{.}}[base + d + 1u], {{.}}[base + d + 2u], {{.}}[base + d + 3u]);
-    } else {
-        for (var e = 0u; e < 4u; e++) {
-            if (d + e < HD) {
-                r[e] = {{.}}[base + d + e];
-            }
-        }
-    }
-    return r;
-}
-{{- end}}
-
-// hsum is the sum of a vec4's lanes.
-fn hsum(x: vec4<f32>) -> f32 {
-    return (x.x + x.y) + (x.z + x.w);
-}
-
-{{- if eq .Pass 0}}
-
-@group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read> out: array<f32>;
-@group(0) @binding(4) var<storage, read> dout: array<f32>;
-@group(0) @binding(5) var<storage, read> lse: array<f32>;
-@group(0) @binding(6) var<storage, read_write> dq: array<f32>;
-@group(0) @binding(7) var<storage, read_write> delta: array<f32>;
-@group(0) @binding(8) var<uniform> p: Params;
-{{template "row4" "q"}}
-{{template "row4" "k"}}
-{{template "row4" "v"}}
-{{template "row4" "out"}}
-{{template "row4" "dout"}}
-
-// loadKV stages rows j0..j0+BC−1 of k (which = 0) or v (which = 1), KV head kh, window b,
-// into tile; rows past the window are zero (every slot written: workgroup memory is not
-// zero-initialised).
-fn loadKV(which: u32, b: u32, kh: u32, j0: u32, lid: u32) {
+{{- /* load_tile: fn Fn(which, b, hd, r0, lid) stages rows r0..r0+BC−1 of window b, head hd
+(of Heads) into tile: First (which = 0) or Second (which = 1), an expression in base and c4;
+rows past the window are zero (every slot written: workgroup memory is not
+zero-initialised). Keys: Fn, Heads, First, Second. */ -}}
+{{- define "load_tile"}}
+fn {{.Fn}}(which: u32, b: u32, hd: u32, r0: u32, lid: u32) {
     for (var e = lid; e < BC * R4; e += WG) {
-        let jj = e / R4;
-        let c4 = e - jj * R4;
-        let j = j0 + jj;
+        let rr = e / R4;
+        let c4 = e - rr * R4;
+        let row = r0 + rr;
         var val = vec4<f32>(0.0);
-        if (j < p.t) {
-            let base = ((b * p.t + j) * p.nkv + kh) * HD;
+        if (row < p.t) {
+            let base = ((b * p.t + row) * {{.Heads}} + hd) * HD;
             if (which == 0u) {
-                val = row4_k(base, c4);
+                val = {{.First}};
             } else {
-                val = row4_v(base, c4);
+                val = {{.Second}};
             }
         }
         tile[e] = val;
     }
 }
+{{- end}}
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    let nqb = (p.t + BR - 1u) / BR;
-    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (wg >= p.nb * p.nh * nqb) {
-        return;
-    }
-    let qb = wg % nqb;
-    let bh = wg / nqb;
-    let h = bh % p.nh;
-    let b = bh / p.nh;
-    let kh = h / (p.nh / p.nkv);
-    let r = lid / NS;
-    let sl = lid - r * NS;
-    let i0 = qb * BR;
-    let i = i0 + r;
-    let live = i < p.t;
+{{- if le .Pass 1}}
+
+@group(0) @binding(0) var<storage, read> q: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<f32>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+{{- if eq .Pass 0}}
+@group(0) @binding(3) var<storage, read> out: array<f32>;
+@group(0) @binding(4) var<storage, read> dout: array<f32>;
+@group(0) @binding(5) var<storage, read> lse: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dq: array<f32>;
+@group(0) @binding(7) var<storage, read_write> delta: array<f32>;
+{{- else}}
+@group(0) @binding(3) var<storage, read> dout: array<f32>;
+@group(0) @binding(4) var<storage, read> lse: array<f32>;
+@group(0) @binding(5) var<storage, read> delta: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dkh: array<f32>;
+@group(0) @binding(7) var<storage, read_write> dvh: array<f32>;
+{{- end}}
+@group(0) @binding(8) var<uniform> p: Params;
+{{template "attn_row4" "q"}}
+{{template "attn_row4" "k"}}
+{{template "attn_row4" "v"}}
+{{template "attn_row4" "dout"}}
+{{- end}}
+
+{{- if eq .Pass 0}}
+{{template "attn_row4" "out"}}
+
+// loadKV stages rows j0..j0+BC−1 of k (which = 0) or v (which = 1), KV head kh, window b.
+{{- template "load_tile" (dict "Fn" "loadKV" "Heads" "p.nkv" "First" "row4_k(base, c4)" "Second" "row4_v(base, c4)")}}
+{{template "attn_query_main" (dict "WG" .WG "Lanes" false "Rows" "BR" "N" "nqb" "Blk" "qb" "Lane" "r" "R0" "i0" "R" "i")}}
 
     var qr: array<vec4<f32>, D4>;
     var gr: array<vec4<f32>, D4>; // dout_i
@@ -156,7 +120,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         gr[m] = g;
         acc[m] = vec4<f32>(0.0);
     }
-    part[lid] = hsum(dpart);
+    part[lid] = (dpart.x + dpart.y) + (dpart.z + dpart.w);
     workgroupBarrier();
     var di = 0.0;
     for (var x = 0u; x < NS; x++) {
@@ -174,54 +138,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let nkb = (iend + BC - 1u) / BC;
     for (var kb = 0u; kb < nkb; kb++) {
         let j0 = kb * BC;
-        workgroupBarrier(); // previous K tile and partials (or D's partials) no longer read
-        loadKV(1u, b, kh, j0, lid);
-        workgroupBarrier();
-        for (var jj = 0u; jj < BC; jj++) {
-            var s4 = vec4<f32>(0.0);
-            for (var m = 0u; m < D4; m++) {
-                s4 += gr[m] * tile[jj * R4 + sl + NS * m];
-            }
-            part[jj * WG + lid] = hsum(s4);
-        }
-        workgroupBarrier(); // dp partials complete, V tile no longer read
+        // dp_ij = dout_i·v_j (the first barrier: D's partials, or the previous K tile, read).
+{{- template "attn_stage_dots" (dict "Fresh" true "Load" "loadKV(1u, b, kh, j0, lid)" "Reg" "gr" "Row" "jj" "Rows" "BC")}}
         var dp: array<f32, BC>;
         for (var jj = 0u; jj < BC; jj++) {
-            var s = 0.0;
-            for (var x = 0u; x < NS; x++) {
-                s += part[jj * WG + r * NS + x];
-            }
+{{- template "attn_row_dot" (dict "Row" "jj" "Lane" "r")}}
             dp[jj] = s;
         }
-        loadKV(0u, b, kh, j0, lid);
-        workgroupBarrier(); // K tile staged, dp partials read
-        for (var jj = 0u; jj < BC; jj++) {
-            var s4 = vec4<f32>(0.0);
-            for (var m = 0u; m < D4; m++) {
-                s4 += qr[m] * tile[jj * R4 + sl + NS * m];
-            }
-            part[jj * WG + lid] = hsum(s4);
-        }
-        workgroupBarrier(); // score partials complete
+        // The scores (dp's partials are read: the K tile may replace the V tile).
+{{- template "attn_stage_dots" (dict "Fresh" false "Load" "loadKV(0u, b, kh, j0, lid)" "Reg" "qr" "Row" "jj" "Rows" "BC")}}
         var ds: array<f32, BC>;
         for (var jj = 0u; jj < BC; jj++) {
-            var s = 0.0;
-            for (var x = 0u; x < NS; x++) {
-                s += part[jj * WG + r * NS + x];
-            }
+{{- template "attn_row_dot" (dict "Row" "jj" "Lane" "r")}}
             var g = 0.0;
             if (live && j0 + jj <= i) {
                 g = exp(s - li) * (dp[jj] - di);
             }
             ds[jj] = g;
         }
-        for (var m = 0u; m < D4; m++) {
-            var a = acc[m];
-            for (var jj = 0u; jj < BC; jj++) {
-                a += ds[jj] * tile[jj * R4 + sl + NS * m];
-            }
-            acc[m] = a;
-        }
+{{- template "attn_tile_acc" (dict "Acc" "acc" "Scale" "" "W" "ds" "Row" "jj" "Rows" "BC")}}
     }
     if (live) {
         for (var m = 0u; m < D4; m++) {
@@ -238,59 +173,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
 {{- else if eq .Pass 1}}
 
-@group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read> dout: array<f32>;
-@group(0) @binding(4) var<storage, read> lse: array<f32>;
-@group(0) @binding(5) var<storage, read> delta: array<f32>;
-@group(0) @binding(6) var<storage, read_write> dkh: array<f32>;
-@group(0) @binding(7) var<storage, read_write> dvh: array<f32>;
-@group(0) @binding(8) var<uniform> p: Params;
-{{template "row4" "q"}}
-{{template "row4" "k"}}
-{{template "row4" "v"}}
-{{template "row4" "dout"}}
-
 // loadQG stages query rows i0..i0+BC−1 of scale·q (which = 0) or dout (which = 1), query
-// head h, window b, into tile; rows past the window are zero (every slot written).
-fn loadQG(which: u32, b: u32, h: u32, i0: u32, lid: u32) {
-    for (var e = lid; e < BC * R4; e += WG) {
-        let ii = e / R4;
-        let c4 = e - ii * R4;
-        let i = i0 + ii;
-        var val = vec4<f32>(0.0);
-        if (i < p.t) {
-            let base = ((b * p.t + i) * p.nh + h) * HD;
-            if (which == 0u) {
-                val = row4_q(base, c4) * p.scale;
-            } else {
-                val = row4_dout(base, c4);
-            }
-        }
-        tile[e] = val;
-    }
-}
-
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    let nkb = (p.t + BR - 1u) / BR;
-    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (wg >= p.nb * p.nh * nkb) {
-        return;
-    }
-    let kb = wg % nkb;
-    let bh = wg / nkb;
-    let h = bh % p.nh;
-    let b = bh / p.nh;
-    let kh = h / (p.nh / p.nkv);
-    let r = lid / NS;
-    let sl = lid - r * NS;
-    let j0 = kb * BR;
-    let j = j0 + r;
-    let live = j < p.t;
+// head h, window b.
+{{- template "load_tile" (dict "Fn" "loadQG" "Heads" "p.nh" "First" "row4_q(base, c4) * p.scale" "Second" "row4_dout(base, c4)")}}
+{{template "attn_query_main" (dict "WG" .WG "Lanes" false "Rows" "BR" "N" "nkb" "Blk" "kb" "Lane" "r" "R0" "j0" "R" "j")}}
 
     var kr: array<vec4<f32>, D4>;
     var vr: array<vec4<f32>, D4>;
@@ -312,23 +198,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let nqb = (p.t + BC - 1u) / BC;
     for (var qb = j0 / BC; qb < nqb; qb++) {
         let i0 = qb * BC;
-        workgroupBarrier(); // previous tile and partials no longer read
-        loadQG(0u, b, h, i0, lid);
-        workgroupBarrier();
-        for (var ii = 0u; ii < BC; ii++) {
-            var s4 = vec4<f32>(0.0);
-            for (var m = 0u; m < D4; m++) {
-                s4 += kr[m] * tile[ii * R4 + sl + NS * m];
-            }
-            part[ii * WG + lid] = hsum(s4);
-        }
-        workgroupBarrier(); // score partials complete, Q tile no longer read
+        // The scores, from the (pre-scaled) Q tile.
+{{- template "attn_stage_dots" (dict "Fresh" true "Load" "loadQG(0u, b, h, i0, lid)" "Reg" "kr" "Row" "ii" "Rows" "BC")}}
         var pr: array<f32, BC>;
         for (var ii = 0u; ii < BC; ii++) {
-            var s = 0.0;
-            for (var x = 0u; x < NS; x++) {
-                s += part[ii * WG + r * NS + x];
-            }
+{{- template "attn_row_dot" (dict "Row" "ii" "Lane" "r")}}
             let i = i0 + ii;
             var pv = 0.0;
             if (live && j <= i && i < p.t) {
@@ -336,22 +210,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
             pr[ii] = pv;
         }
-        loadQG(1u, b, h, i0, lid);
-        workgroupBarrier(); // dout tile staged, score partials read
-        for (var ii = 0u; ii < BC; ii++) {
-            var s4 = vec4<f32>(0.0);
-            for (var m = 0u; m < D4; m++) {
-                s4 += vr[m] * tile[ii * R4 + sl + NS * m];
-            }
-            part[ii * WG + lid] = hsum(s4);
-        }
-        workgroupBarrier(); // dp partials complete
+        // dp from the dout tile (the score partials are read).
+{{- template "attn_stage_dots" (dict "Fresh" false "Load" "loadQG(1u, b, h, i0, lid)" "Reg" "vr" "Row" "ii" "Rows" "BC")}}
         var ds: array<f32, BC>;
         for (var ii = 0u; ii < BC; ii++) {
-            var s = 0.0;
-            for (var x = 0u; x < NS; x++) {
-                s += part[ii * WG + r * NS + x];
-            }
+{{- template "attn_row_dot" (dict "Row" "ii" "Lane" "r")}}
             let i = i0 + ii;
             var g = 0.0;
             if (live && j <= i && i < p.t) {
@@ -359,23 +222,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
             ds[ii] = g;
         }
-        for (var m = 0u; m < D4; m++) {
-            var a = dva[m];
-            for (var ii = 0u; ii < BC; ii++) {
-                a += pr[ii] * tile[ii * R4 + sl + NS * m];
-            }
-            dva[m] = a;
-        }
+{{- template "attn_tile_acc" (dict "Acc" "dva" "Scale" "" "W" "pr" "Row" "ii" "Rows" "BC")}}
         workgroupBarrier(); // dout tile no longer read
         loadQG(0u, b, h, i0, lid);
         workgroupBarrier();
-        for (var m = 0u; m < D4; m++) {
-            var a = dka[m];
-            for (var ii = 0u; ii < BC; ii++) {
-                a += ds[ii] * tile[ii * R4 + sl + NS * m];
-            }
-            dka[m] = a;
-        }
+{{- template "attn_tile_acc" (dict "Acc" "dka" "Scale" "" "W" "ds" "Row" "ii" "Rows" "BC")}}
     }
     if (live) {
         let ob = ((b * p.t + j) * p.nh + h) * HD;
@@ -404,15 +255,8 @@ struct SumParams {
 };
 @group(0) @binding(4) var<uniform> p: SumParams;
 
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let e = (wid.x + wid.y * nwg.x) * {{.WG}}u + lid;
-    if (e >= p.n) {
-        return;
-    }
-    let rk = e / HD; // (row, kh)
-    let c = e - rk * HD;
+{{template "ew_main_rc" (dict "WG" .WG "N" "p.n" "Cols" "HD" "R" "rk" "C" "c")}}
+    // rk = (row, kh)
     let src = rk * p.group * HD + c; // (row, kh·group, c)
     var sk = 0.0;
     var sv = 0.0;
@@ -420,8 +264,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         sk += dkh[src + g * HD];
         sv += dvh[src + g * HD];
     }
-    dk[e] = sk;
-    dv[e] = sv;
+    dk[i] = sk;
+    dv[i] = sv;
 }
 
 {{- end}}

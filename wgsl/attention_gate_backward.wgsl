@@ -15,14 +15,12 @@
 
 {{template "ew_params_n" (dict "B" 5)}}
 
-{{template "ew_index" (dict "WG" .WG)}}
-    if (i < p.n) {
-        let g = gate[i];
-        let e = exp(-abs(g));
-        let r = 1.0 / (1.0 + e);
-        let s = select(e * r, r, g >= 0.0);
-        let g1 = dy[i];
-        d_o[i] = g1 * s;
-        dgate[i] = g1 * o[i] * (e * r * r);
-    }
+{{template "ew_main" (dict "WG" .WG "N" "p.n")}}
+    let g = gate[i];
+    let e = exp(-abs(g));
+    let r = 1.0 / (1.0 + e);
+    let s = select(e * r, r, g >= 0.0);
+    let g1 = dy[i];
+    d_o[i] = g1 * s;
+    dgate[i] = g1 * o[i] * (e * r * r);
 }

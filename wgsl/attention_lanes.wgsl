@@ -36,35 +36,14 @@
 @group(0) @binding(7) var<storage, read_write> dv: array<vec4<f32>>;
 {{- end}}
 
-struct Params {
-    nb: u32,
-    t: u32,
-    nh: u32,
-    nkv: u32,
-    scale: f32,
-};
+{{- template "attn_params"}}
 @group(0) @binding({{if eq .Pass 0}}5{{else}}8{{end}}) var<uniform> p: Params;
 
 const D4: u32 = {{.D4}}u;
 
-@compute @workgroup_size({{.S}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(subgroup_invocation_id) sl: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    let nblk = (p.t + {{.S}}u - 1u) / {{.S}}u;
+{{- $rows := printf "%du" .S}}
 {{- if le .Pass 1}}
-    // wg is uniform across the subgroup, so the broadcasts below stay in uniform control flow.
-    if (wg >= p.nb * p.nh * nblk) {
-        return;
-    }
-    let qb = wg % nblk;
-    let bh = wg / nblk;
-    let h = bh % p.nh;
-    let b = bh / p.nh;
-    let kh = h / (p.nh / p.nkv);
-    let i0 = qb * {{.S}}u;
-    let i = i0 + sl;
-    let live = i < p.t;
+{{template "attn_query_main" (dict "WG" .S "Lanes" true "Rows" $rows "N" "nblk" "Blk" "qb" "Lane" "" "R0" "i0" "R" "i")}}
     let qrow = ((b * p.t + min(i, p.t - 1u)) * p.nh + h) * D4;
 {{- range $m := seq .D4}}
     let q{{$m}} = q[qrow + {{$m}}u] * p.scale;
@@ -166,14 +145,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- end}}
     }
 {{- else}}
+{{template "ew_blocks" (dict "WG" .S "Lanes" true "Count" (printf "(p.t + %s - 1u) / %s" $rows $rows) "N" "nblk" "Heads" "p.nkv" "I" "kb" "BH" "bk" "H" "kh" "Notes" true)}}
     // Pass 2: lane l owns key j = j0 + l of KV head kh.
-    if (wg >= p.nb * p.nkv * nblk) {
-        return;
-    }
-    let kb = wg % nblk;
-    let bk = wg / nblk;
-    let kh = bk % p.nkv;
-    let b = bk / p.nkv;
     let j0 = kb * {{.S}}u;
     let j = j0 + sl;
     let live = j < p.t;

@@ -31,20 +31,7 @@
 {{- $ABlk := mul $AM4 $BK4}}{{$BBlk := mul $BN4 $BK4}}
 
 {{- $f := "f32"}}{{if .Fast}}{{$f = "vec4<f32>"}}{{end}}
-@group(0) @binding(0) var<storage, read> a: array<{{$f}}>;
-@group(0) @binding(1) var<storage, read> bits: array<u32>;
-@group(0) @binding(2) var<storage, read> sa: array<{{$f}}>;
-{{- if .ScaleC}}
-@group(0) @binding(3) var<storage, read> sc: array<{{$f}}>;
-@group(0) @binding(4) var<storage, read_write> c: array<{{$f}}>;
-{{- if .Raw}}
-@group(0) @binding(5) var<storage, read_write> raw: array<{{$f}}>;
-{{- end}}
-{{- else}}
-@group(0) @binding(3) var<storage, read_write> c: array<{{$f}}>;
-{{- end}}
-
-{{if .ScaleC}}{{if .Raw}}{{template "gemm_params" (dict "B" 6)}}{{else}}{{template "gemm_params" (dict "B" 5)}}{{end}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
+{{template "gemm_blr_io" (dict "A" $f "SA" $f "F" $f "ScaleC" .ScaleC "Raw" .Raw)}}
 
 {{template "gemm_tiles" .}}
 

@@ -19,8 +19,8 @@
 // once, C_q = (A ⊙ sa_q)·B_q with bits1, sa1 and c1 the second path's, A loaded once for
 // both (t1: A = x, dt2: A = dy). Each output's products and fma chain are the single GEMM's.
 
-@group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
 {{- if .Pair}}
+@group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> bits: array<u32>;
 @group(0) @binding(2) var<storage, read> bits1: array<u32>;
 @group(0) @binding(3) var<storage, read> sa: array<vec4<f32>>;
@@ -29,19 +29,7 @@
 @group(0) @binding(6) var<storage, read_write> c1: array<f32>;
 {{template "gemm_params" (dict "B" 7)}}
 {{- else}}
-@group(0) @binding(1) var<storage, read> bits: array<u32>;
-@group(0) @binding(2) var<storage, read> sa: array<vec4<f32>>;
-{{- if .ScaleC}}
-@group(0) @binding(3) var<storage, read> sc: array<f32>;
-@group(0) @binding(4) var<storage, read_write> c: array<f32>;
-{{- if .Raw}}
-@group(0) @binding(5) var<storage, read_write> raw: array<f32>;
-{{- end}}
-{{- else}}
-@group(0) @binding(3) var<storage, read_write> c: array<f32>;
-{{- end}}
-
-{{if .ScaleC}}{{if .Raw}}{{template "gemm_params" (dict "B" 6)}}{{else}}{{template "gemm_params" (dict "B" 5)}}{{end}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
+{{template "gemm_blr_io" (dict "A" "vec4<f32>" "SA" "vec4<f32>" "F" "f32" "ScaleC" .ScaleC "Raw" .Raw)}}
 {{- end}}
 
 // signs maps bit 0 of each lane to ±1.0 (1 ↦ +1, 0 ↦ −1).

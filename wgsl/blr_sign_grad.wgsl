@@ -164,9 +164,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 }
 {{- else if eq .Form "reduce"}}
 
-{{template "ew_main" (dict "WG" .WG "N" "p.na * p.nb")}}
-    let ii = i / p.nb;
-    let jj = i - ii * p.nb;
+{{template "ew_main_rc" (dict "WG" .WG "N" "p.na * p.nb" "Cols" "p.nb" "R" "ii" "C" "jj")}}
     let plane = p.na * p.nb;
     var s = 0.0;
     for (var z = 0u; z < p.rows; z++) {
@@ -176,9 +174,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 }
 {{- else}}
 
-{{template "ew_main" (dict "WG" .WG "N" "p.na * p.nb")}}
-    let ii = i / p.nb;
-    let jj = i - ii * p.nb;
+{{template "ew_main_rc" (dict "WG" .WG "N" "p.na * p.nb" "Cols" "p.nb" "R" "ii" "C" "jj")}}
     var s = 0.0;
     for (var row = 0u; row < p.rows; row++) {
         s = fma(a[row * p.na + ii], b[row * p.nb + jj], s);

@@ -16,8 +16,6 @@ struct Params {
 };
 @group(0) @binding(2) var<uniform> p: Params;
 
-{{template "ew_main" (dict "WG" .WG "N" "p.total")}}
-    let row = i / p.n;
-    let j = i - row * p.n;
+{{template "ew_main_rc" (dict "WG" .WG "N" "p.total" "Cols" "p.n" "R" "row" "C" "j")}}
     dst[row * p.dst_cols + p.dst_off + j] = src[row * p.src_cols + p.src_off + j];
 }

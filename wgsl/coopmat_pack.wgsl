@@ -71,13 +71,7 @@ fn val(i: u32, c: u32) -> f32 {
         mx = max(mx, abs(val(i, c)));
     }
 {{- end}}
-{{- template "red_max" (dict "WG" .WG "Buf" "partial" "Val" "mx")}}
-    let amax = partial[0];
-{{- template "red_pow2" (dict "Max" "amax" "E" "e")}}
-    let s = ldexp(1.0, e);
-    if (lid == 0u) {
-        rs[i] = ldexp(1.0, -e);
-    }
+{{- template "red_pow2_scale" (dict "WG" .WG "Buf" "partial" "Val" "mx" "Inv" "rs[i]")}}
 {{- if .R}}
     let vecs = p.kp / 4u;
 {{- range $r := seq .R}}

@@ -59,13 +59,7 @@ fn val(bh: u32, blk: u32, r: u32, c: u32) -> f32 {
     for (var e = lid; e < R * p.hd; e += {{.WG}}u) {
         mx = max(mx, abs(val(bh, blk, e / p.hd, e % p.hd)));
     }
-{{- template "red_max" (dict "WG" .WG "Buf" "partial" "Val" "mx")}}
-    let amax = partial[0];
-{{- template "red_pow2" (dict "Max" "amax" "E" "e")}}
-    let s = ldexp(1.0, e);
-    if (lid == 0u) {
-        scale[i] = ldexp(1.0, -e);
-    }
+{{- template "red_pow2_scale" (dict "WG" .WG "Buf" "partial" "Val" "mx" "Inv" "scale[i]")}}
     let words = p.hp / 2u;
     let base = (bh * p.nblk + blk) * R * words;
     for (var w = lid; w < R * words; w += {{.WG}}u) {

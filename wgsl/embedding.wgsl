@@ -17,9 +17,7 @@ struct Params {
 };
 @group(0) @binding(3) var<uniform> p: Params;
 
-{{template "ew_main" (dict "WG" .WG "N" "p.rows * p.hidden")}}
-    let r = i / p.hidden;
-    let c = i - r * p.hidden;
+{{template "ew_main_rc" (dict "WG" .WG "N" "p.rows * p.hidden" "Cols" "p.hidden" "R" "r" "C" "c")}}
     let id = ids[r];
     if (id < p.v0 || id - p.v0 >= p.count) {
         return; // another slice's row

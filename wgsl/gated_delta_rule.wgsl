@@ -18,23 +18,7 @@
 // Template parameters: DK (multiple of 4), DV, COLS, P (divides DK/4), WantState (bool),
 // Idx (for m < M: [m, m mod 4], the register index and its partial-sum slot).
 
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read> g: array<f32>;
-@group(0) @binding(4) var<storage, read> beta: array<f32>;
-@group(0) @binding(5) var<storage, read_write> o: array<f32>;
-{{- if .WantState}}
-@group(0) @binding(6) var<storage, read_write> state: array<f32>;
-{{- end}}
-
-struct Params {
-    nb: u32,
-    t: u32,
-    hk: u32,
-    hv: u32,
-};
-@group(0) @binding({{if .WantState}}7{{else}}6{{end}}) var<uniform> p: Params;
+{{template "gdr_forward_io" .}}
 
 const D4: u32 = {{.DK}}u / 4u;
 const P: u32 = {{.P}}u;
@@ -56,19 +40,7 @@ fn load(buf: u32, row: u32, kh: u32, lid: u32) {
     }
 }
 
-@compute @workgroup_size({{.COLS}} * {{.P}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (wg >= p.nb * p.hv * NSLICE) {
-        return;
-    }
-    let slice = wg % NSLICE;
-    let bj = wg / NSLICE;
-    let j = bj % p.hv;
-    let b = bj / p.hv;
-    let kh = j / (p.hv / p.hk);
+{{template "gdr_main" (dict "WG" (printf "%d * %d" .COLS .P) "Lanes" false "N" "NSLICE" "I" "slice" "Notes" true "KH" true)}}
     let cl = lid / P;
     let ps = lid - cl * P;
     let c = slice * {{.COLS}}u + cl;

@@ -1,3 +1,46 @@
+{{- /* Two entries (the checkpoint sweep, Ckpt, and the backward), described below, with
+the same runtime sizes and DK, DV. */ -}}
+struct Params {
+    nb: u32,
+    t: u32,
+    hk: u32,
+    hv: u32,
+    chunk: u32, // C
+    nck: u32,   // ⌈t / C⌉
+};
+
+const DK: u32 = {{.DK}}u;
+const DV: u32 = {{.DV}}u;
+
+{{- /* load_tile: fn Fn(base, rb, cb) reads the invocation's live entries of a [DK, DV]
+state (row-major) from scr at base into the tile T (zero for the padding). Keys: Fn, T. */ -}}
+{{- define "load_tile"}}
+fn {{.Fn}}(base: u32, rb: u32, cb: u32) {
+{{- range $i := seq $.P.TR}}
+{{- range $jj := seq $.P.TC}}
+    {{$.T}}[{{add (mul $i $.P.TC) $jj}}] = 0.0;
+    if (rb + {{mul 16 $i}}u < DK && cb + {{mul 16 $jj}}u < DV) {
+        {{$.T}}[{{add (mul $i $.P.TC) $jj}}] = scr[base + (rb + {{mul 16 $i}}u) * DV + cb + {{mul 16 $jj}}u];
+    }
+{{- end}}
+{{- end}}
+}
+{{- end}}
+
+{{- /* rowred_store: Dst[gi·DK + l] = Σ_m rowred[m·DKP + l], m < 16 in order (invocation l
+< DK: the row sums over the 16 column blocks). Keys: Dst. */ -}}
+{{- define "rowred_store"}}
+            if (l < DKP) {
+                var sr = 0.0;
+                for (var m = 0u; m < 16u; m++) {
+                    sr += rowred[m * DKP + l];
+                }
+                if (l < DK) {
+                    {{.Dst}}[gi * DK + l] = sr;
+                }
+            }
+{{- end}}
+
 {{- if .Ckpt}}
 // GatedDeltaRuleBackward, checkpoint sweep: the forward recurrence (as gated_delta_rule.wgsl)
 // from S = 0 at each window start, writing the state before each chunk of C tokens,
@@ -14,36 +57,13 @@
 @group(0) @binding(2) var<storage, read> g: array<f32>;
 @group(0) @binding(3) var<storage, read> beta: array<f32>;
 @group(0) @binding(4) var<storage, read_write> scr: array<f32>;
-
-struct Params {
-    nb: u32,
-    t: u32,
-    hk: u32,
-    hv: u32,
-    chunk: u32, // C
-    nck: u32,   // ⌈t / C⌉
-};
 @group(0) @binding(5) var<uniform> p: Params;
 
-const DK: u32 = {{.DK}}u;
-const DV: u32 = {{.DV}}u;
 const NSLICE: u32 = (DV + {{.COLS}}u - 1u) / {{.COLS}}u;
 
 var<workgroup> kS: array<f32, DK>;
 
-@compute @workgroup_size({{.COLS}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
-    if (wg >= p.nb * p.hv * NSLICE) {
-        return;
-    }
-    let slice = wg % NSLICE;
-    let bj = wg / NSLICE; // b·hv + j
-    let j = bj % p.hv;
-    let b = bj / p.hv;
-    let kh = j / (p.hv / p.hk);
+{{template "gdr_main" (dict "WG" .COLS "Lanes" false "N" "NSLICE" "I" "slice" "Notes" true "KH" true)}}
     let c = slice * {{.COLS}}u + lid;
     let live = c < DV;
     let C = p.chunk;
@@ -130,19 +150,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 @group(0) @binding(9) var<storage, read_write> dg: array<f32>;
 @group(0) @binding(10) var<storage, read_write> dbeta: array<f32>;
 @group(0) @binding(11) var<storage, read_write> scr: array<f32>;
-
-struct Params {
-    nb: u32,
-    t: u32,
-    hk: u32,
-    hv: u32,
-    chunk: u32, // C
-    nck: u32,   // ⌈t / C⌉
-};
 @group(0) @binding(12) var<uniform> p: Params;
 
-const DK: u32 = {{.DK}}u;
-const DV: u32 = {{.DV}}u;
 const TR: u32 = {{.TR}}u;
 const TC: u32 = {{.TC}}u;
 const DKP: u32 = 16u * TR;
@@ -264,28 +273,10 @@ fn saveTile(base: u32, rb: u32, cb: u32) {
 }
 
 // loadTile reads the live entries of tile s from scr at base (zero for the padding).
-fn loadTile(base: u32, rb: u32, cb: u32) {
-{{- range $i := seq $.TR}}
-{{- range $jj := seq $.TC}}
-    s[{{add (mul $i $.TC) $jj}}] = 0.0;
-    if (rb + {{mul 16 $i}}u < DK && cb + {{mul 16 $jj}}u < DV) {
-        s[{{add (mul $i $.TC) $jj}}] = scr[base + (rb + {{mul 16 $i}}u) * DV + cb + {{mul 16 $jj}}u];
-    }
-{{- end}}
-{{- end}}
-}
+{{- template "load_tile" (dict "Fn" "loadTile" "T" "s" "P" .)}}
 
 // loadPrev reads S_{τ−1} of the current token from the chunk scratch at base into sv.
-fn loadPrev(base: u32, rb: u32, cb: u32) {
-{{- range $i := seq $.TR}}
-{{- range $jj := seq $.TC}}
-    sv[{{add (mul $i $.TC) $jj}}] = 0.0;
-    if (rb + {{mul 16 $i}}u < DK && cb + {{mul 16 $jj}}u < DV) {
-        sv[{{add (mul $i $.TC) $jj}}] = scr[base + (rb + {{mul 16 $i}}u) * DV + cb + {{mul 16 $jj}}u];
-    }
-{{- end}}
-{{- end}}
-}
+{{- template "load_tile" (dict "Fn" "loadPrev" "T" "sv" "P" .)}}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -392,15 +383,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                     dval[vb + l] = bt * du;
                 }
             }
-            if (l < DKP) {
-                var sq = 0.0;
-                for (var m = 0u; m < 16u; m++) {
-                    sq += rowred[m * DKP + l];
-                }
-                if (l < DK) {
-                    dq[gi * DK + l] = sq;
-                }
-            }
+{{- template "rowred_store" (dict "Dst" "dq")}}
             workgroupBarrier();
             // dk = dS·u − Ŝ·(β du); dŜ = dS − k⊗(β du); dg = Σ Ŝ⊙dŜ; dS ← e^g·dŜ.
             var dgp = 0.0;
@@ -427,15 +410,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- end}}
             part[l] = vec2<f32>(dgp, dbp);
             workgroupBarrier();
-            if (l < DKP) {
-                var sk = 0.0;
-                for (var m = 0u; m < 16u; m++) {
-                    sk += rowred[m * DKP + l];
-                }
-                if (l < DK) {
-                    dkey[gi * DK + l] = sk;
-                }
-            }
+{{- template "rowred_store" (dict "Dst" "dkey")}}
             // dg and dβ, first level: 16 consecutive partials each (l < 16: dg, 16 ≤ l < 32:
             // dβ); the second level (flush) runs after the next barrier.
             if (l < 32u) {

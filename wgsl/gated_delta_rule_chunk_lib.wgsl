@@ -11,12 +11,10 @@
 //               on nck), its uniform binding p at binding U (none when U is 0), then the
 //               constants C, DK = P.DK, DV = P.DV, D4 = DK/4 and GMIN, the floor of the
 //               log-decays g (below it e^g is 0 in f32: the state is forgotten);
-//   gdrc_main   (dict WG, Slices, Notes) the entry point's signature (workgroup size WG)
-//               up to b: the linear workgroup index wg (2-D grid), the early exit past the
-//               grid, bj = b·hv + j; the chunk index ci over p.nck chunks, or when Slices
-//               the slice index slice over NS slices, then kh and S zeroed in sw (DK·C4
-//               vec4s). Notes: the forward's comments (barrier uniformity; bj, when not
-//               Slices);
+//   gdrc_main   (dict WG, Slices, Notes) gated_delta_rule_lib.wgsl's gdr_main (workgroup
+//               size WG) over the chunk index ci of p.nck chunks, or when Slices the slice
+//               index slice over NS slices, then kh and S zeroed in sw (DK·C4 vec4s).
+//               Notes: the forward's comment on barrier uniformity;
 //   gdrc_chunk  (dict I, Let, Notes) the chunk's first token t0, length L, token row row0
 //               and scratch row sr0 (declared with let when Let, else assigned to private
 //               variables; Notes: comments on row0, sr0);
@@ -54,22 +52,8 @@ const GMIN: f32 = -104.0;
 {{- end}}
 {{define "gdrc_main"}}
 {{- $n := "p.nck"}}{{$i := "ci"}}{{if .Slices}}{{$n = "NS"}}{{$i = "slice"}}{{end -}}
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-{{- if .Notes}}
-    // wg is uniform across the workgroup, so this early exit keeps barriers uniform.
-{{- end}}
-    if (wg >= p.nb * p.hv * {{$n}}) {
-        return;
-    }
-    let {{$i}} = wg % {{$n}};
-    let bj = wg / {{$n}};{{if and .Notes (not .Slices)}} // b·hv + j{{end}}
-    let j = bj % p.hv;
-    let b = bj / p.hv;
+{{template "gdr_main" (dict "WG" .WG "Lanes" false "N" $n "I" $i "Notes" .Notes "KH" .Slices)}}
 {{- if .Slices}}
-    let kh = j / (p.hv / p.hk);
     for (var e = lid; e < DK * C4; e += WG) {
         sw[e] = vec4<f32>(0.0);
     }

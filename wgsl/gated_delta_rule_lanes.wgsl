@@ -122,23 +122,7 @@ const CL: u32 = {{.CL}}u;
 
 // Forward.
 
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
-@group(0) @binding(3) var<storage, read> g: array<f32>;
-@group(0) @binding(4) var<storage, read> beta: array<f32>;
-@group(0) @binding(5) var<storage, read_write> o: array<f32>;
-{{- if .WantState}}
-@group(0) @binding(6) var<storage, read_write> state: array<f32>;
-{{- end}}
-
-struct Params {
-    nb: u32,
-    t: u32,
-    hk: u32,
-    hv: u32,
-};
-@group(0) @binding({{if .WantState}}7{{else}}6{{end}}) var<uniform> p: Params;
+{{template "gdr_forward_io" .}}
 {{template "gdrl_head" .}}
     for (var tau = 0u; tau < p.t; tau++) {
         let row = b * p.t + tau;
@@ -169,19 +153,7 @@ groups gm{i} this lane loads (ok{i}: inside D4; gc{i}: clamped). */}}
 const D4: u32 = {{.D4}}u;
 const DV: u32 = {{.DV}}u;
 
-@compute @workgroup_size({{.S}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(subgroup_invocation_id) sl: u32) {
-    let wg = wid.x + wid.y * nwg.x;
-    // wg is uniform across the subgroup, so the subgroup operations stay in uniform control flow.
-    if (wg >= p.nb * p.hv * {{.NSLICE}}u) {
-        return;
-    }
-    let slice = wg % {{.NSLICE}}u;
-    let bj = wg / {{.NSLICE}}u;
-    let j = bj % p.hv;
-    let b = bj / p.hv;
-    let kh = j / (p.hv / p.hk);
+{{template "gdr_main" (dict "WG" .S "Lanes" true "N" (printf "%du" .NSLICE) "I" "slice" "Notes" true "KH" true)}}
     let cl = slice * {{mul .S .C}}u + sl * {{.C}}u;
 {{- range $cc := seq .C}}
     let c{{$cc}} = min(cl + {{$cc}}u, DV - 1u);

@@ -26,10 +26,6 @@ struct Params {
 };
 @group(0) @binding(8) var<uniform> p: Params;
 
-{{- if not .Lanes}}
-var<workgroup> partial: array<vec2<f32>, {{.WG}}>; // the workgroup form's tree
-{{- end}}
-
 // sig returns (σ(v), 1 − σ(v)) without overflow: exp of a non-positive argument only.
 fn sig(v: f32) -> vec2<f32> {
     let e = exp(-abs(v));
@@ -38,7 +34,7 @@ fn sig(v: f32) -> vec2<f32> {
     return select(vec2<f32>(b, a), vec2<f32>(a, b), v >= 0.0);
 }
 
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.groups")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.groups" "Tree" "vec2<f32>")}}
     let base = r * p.n;
 {{- range $q := seq .Q}}
     var s{{$q}} = vec2<f32>(0.0);

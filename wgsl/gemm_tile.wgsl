@@ -1,7 +1,8 @@
 // The shared body of the tiled GEMM kernels (linear.wgsl, blr_forward.wgsl): C[M, N] =
 // A[M, K]·B block by block. Not a kernel: a library of templates that wgsl.Render parses
 // with every shader. A kernel file declares its bindings, constants and helpers (Fast: rowA;
-// general: loadA, loadB, store4), then `{{template "gemm_main" .}}`, and defines the hooks
+// general: loadA, loadB, store4), then `{{template "gemm_main" .}}` (or gemm_main_f32, which
+// brings rowA, loadA and store4 of f32 A and C), and defines the hooks
 // that differ by operand type, each on one line:
 //   gemm_breg      the type of B's staging registers;
 //   gemm_btrans    (dict t, P) statements turning block t's registers rb{t}_0..3 into values
@@ -27,6 +28,26 @@ struct Params {
     k: u32,
 };
 @group(0) @binding({{.B}}) var<uniform> p: Params;
+{{- end}}
+
+{{- /* gemm_blr_io: the bindings of the BLR GEMM (blr_forward.wgsl, its lanes form and its
+naive twin): a (element type A), bits (u32), sa (SA), then sc (ScaleC), c and raw (Raw) of
+element type F, then gemm_params. Keys: A, SA, F, ScaleC, Raw. */ -}}
+{{define "gemm_blr_io"}}
+@group(0) @binding(0) var<storage, read> a: array<{{.A}}>;
+@group(0) @binding(1) var<storage, read> bits: array<u32>;
+@group(0) @binding(2) var<storage, read> sa: array<{{.SA}}>;
+{{- if .ScaleC}}
+@group(0) @binding(3) var<storage, read> sc: array<{{.F}}>;
+@group(0) @binding(4) var<storage, read_write> c: array<{{.F}}>;
+{{- if .Raw}}
+@group(0) @binding(5) var<storage, read_write> raw: array<{{.F}}>;
+{{- end}}
+{{- else}}
+@group(0) @binding(3) var<storage, read_write> c: array<{{.F}}>;
+{{- end}}
+
+{{if .ScaleC}}{{if .Raw}}{{template "gemm_params" (dict "B" 6)}}{{else}}{{template "gemm_params" (dict "B" 5)}}{{end}}{{else}}{{template "gemm_params" (dict "B" 4)}}{{end}}
 {{- end}}
 
 {{- /* gemm_belem: e, the element index of B(kk, nn) in B's storage: [N, K] when TransB, else
@@ -77,6 +98,28 @@ Keys: TransB, BF16. */ -}}
         }
     }
 }
+{{- end}}
+
+{{- /* gemm_main_f32: gemm_main for an f32 A [m, k] in the storage array a and an f32 C in
+c (linear.wgsl, linear_quant.wgsl), with its A readers (Fast: rowA; general: gemm_loada) and
+the general path's gemm_store4. Takes the kernel's parameters. */ -}}
+{{define "gemm_main_f32"}}
+{{- if .Fast}}
+
+// rowA returns 4 consecutive elements k..k+3 (k a multiple of 4) of row i of A.
+fn rowA(i: u32, k: u32) -> vec4<f32> {
+    return a[i * K4 + (k >> 2u)];
+}
+{{- else}}
+
+{{template "gemm_loada"}}
+{{- end}}
+
+{{template "gemm_main" .}}
+{{- if not .Fast}}
+
+{{template "gemm_store4"}}
+{{- end}}
 {{- end}}
 
 {{- /* gemm_tiles: the tile constants BM, BN, BK, the workgroup tiles ta [BK][BM/4] and
@@ -132,13 +175,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         // Store the staged registers: A blocks transposed (slot (4·k4 + j)·BM/4 + g holds
         // component j of rows 4g..4g+3).
 {{- range $t := seq (div (add $ABlk 255) 256)}}
-        {
-            let s = li + {{mul $t 256}}u;
-{{- if lt $ABlk 256}}
-            if (s < {{$ABlk}}u) {
-{{- else}}
-            {
-{{- end}}
+{{- template "gemm_slot" (dict "I" "        " "t" $t "Blk" $ABlk)}}
                 let g = s % {{$AM4}}u;
                 let k4 = s / {{$AM4}}u;
 {{- range $j := seq 4}}{{$comp := index "xyzw" $j}}
@@ -148,13 +185,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         }
 {{- end}}
 {{- if .TransB}}{{range $t := seq (div (add $BBlk 255) 256)}}
-        {
-            let s = li + {{mul $t 256}}u;
-{{- if lt $BBlk 256}}
-            if (s < {{$BBlk}}u) {
-{{- else}}
-            {
-{{- end}}
+{{- template "gemm_slot" (dict "I" "        " "t" $t "Blk" $BBlk)}}
                 let g = s % {{$BN4}}u;
                 let k4 = s / {{$BN4}}u;
                 {{template "gemm_btrans" (dict "t" $t "P" $)}}
@@ -239,6 +270,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 {{- end}}
 }
 {{- end}}
+{{- /* gemm_slot: opens the two blocks of register group t's slot s = li + 256·t of a
+staging loop over Blk slots: the second is guarded by s < Blk where Blk < 256 (the last
+group), else plain. The caller closes both. Keys: I (the indentation), t, Blk. */}}
+{{- define "gemm_slot"}}
+{{.I}}{
+{{.I}}    let s = li + {{mul .t 256}}u;
+{{- if lt .Blk 256}}
+{{.I}}    if (s < {{.Blk}}u) {
+{{- else}}
+{{.I}}    {
+{{- end}}
+{{- end}}
 {{- /* gemm_load: the staging loads of the K slice at kl (a u32 in scope, as are m0, n0,
 mlast, li, s) into the registers: A 4×4 blocks through the kernel's rowA (rows 4g..4g+3
 clamped to M, k = kl + 4·k4..+3) with g = s % (BM/4), k4 = s / (BM/4); B likewise when TransB
@@ -248,13 +291,7 @@ columns at n0 + 4·(s % (BN/4))). */}}
 {{- $AM4 := div .BM 4}}{{$BN4 := div .BN 4}}{{$BK4 := div .BK 4}}
 {{- $ABlk := mul $AM4 $BK4}}{{$BBlk := mul $BN4 $BK4}}{{$BSlots := mul .BK $BN4}}
 {{- range $t := seq (div (add $ABlk 255) 256)}}
-    {
-        let s = li + {{mul $t 256}}u;
-{{- if lt $ABlk 256}}
-        if (s < {{$ABlk}}u) {
-{{- else}}
-        {
-{{- end}}
+{{- template "gemm_slot" (dict "I" "    " "t" $t "Blk" $ABlk)}}
             let row = m0 + (s % {{$AM4}}u) * 4u;
             let k = kl + (s / {{$AM4}}u) * 4u;
 {{- range $i := seq 4}}
@@ -264,13 +301,7 @@ columns at n0 + 4·(s % (BN/4))). */}}
     }
 {{- end}}
 {{- if .TransB}}{{range $t := seq (div (add $BBlk 255) 256)}}
-    {
-        let s = li + {{mul $t 256}}u;
-{{- if lt $BBlk 256}}
-        if (s < {{$BBlk}}u) {
-{{- else}}
-        {
-{{- end}}
+{{- template "gemm_slot" (dict "I" "    " "t" $t "Blk" $BBlk)}}
             let row = n0 + (s % {{$BN4}}u) * 4u;
             {{template "gemm_bk" $}}
 {{- range $i := seq 4}}

@@ -30,6 +30,31 @@ struct Params {
     chunks: u32,
 };
 
+{{- /* side_scales: sj = s[j] and s2j = s2[j], the side output's scales, where bound. Keys:
+P (the parameters), I (the indentation). */ -}}
+{{- define "side_scales"}}
+{{- if ge .P.S 0}}
+{{.I}}let sj = s[j];
+{{- end}}
+{{- if ge .P.S2 0}}
+{{.I}}let s2j = s2[j];
+{{- end}}
+{{- end}}
+
+{{- /* two_dots: both paths' products of element e (av in scope): bv = b[e], cv = c2[e],
+acc += av·bv and acc2 += av·cv (SharedA) or cv·bv. Keys: P, W (the window's suffix of b and
+c2; "" in stage "dot"). */ -}}
+{{- define "two_dots"}}
+            let bv = b{{.W}}[e];
+            let cv = c2{{.W}}[e];
+            acc = fma(av, bv, acc);
+{{- if .P.SharedA}}
+            acc2 = fma(av, cv, acc2);
+{{- else}}
+            acc2 = fma(cv, bv, acc2);
+{{- end}}
+{{- end}}
+
 {{- if eq .Stage "dot"}}
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -71,24 +96,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     var acc2 = 0.0;
 {{- end}}
     if (j < p.n) {
-{{- if ge .S 0}}
-        let sj = s[j];
-{{- end}}
-{{- if ge .S2 0}}
-        let s2j = s2[j];
-{{- end}}
+{{- template "side_scales" (dict "P" . "I" "        ")}}
         for (var row = r0 + lid.y; row < r1; row += 4u) {
             let e = row * p.n + j;
             let av = a[e];
 {{- if ge .C2 0}}
-            let bv = b[e];
-            let cv = c2[e];
-            acc = fma(av, bv, acc);
-{{- if .SharedA}}
-            acc2 = fma(av, cv, acc2);
-{{- else}}
-            acc2 = fma(cv, bv, acc2);
-{{- end}}
+{{- template "two_dots" (dict "P" . "W" "")}}
 {{- if ge .SO 0}}
             let t0 = av * sj;
             so[e] = t0 + cv * s2j;
@@ -183,12 +196,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (j >= p.n4) {
         return;
     }
-{{- if ge .S 0}}
-    let sj = s[j];
-{{- end}}
-{{- if ge .S2 0}}
-    let s2j = s2[j];
-{{- end}}
+{{- template "side_scales" (dict "P" . "I" "    ")}}
     var tot = vec4<f32>(0.0);
 {{- if .Two}}
     var tot2 = vec4<f32>(0.0);
@@ -203,14 +211,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
             let e = p.base{{$w}} + t * p.n4 + j;
             let av = a{{$w}}[e];
 {{- if $.Two}}
-            let bv = b{{$w}}[e];
-            let cv = c2{{$w}}[e];
-            acc = fma(av, bv, acc);
-{{- if $.SharedA}}
-            acc2 = fma(av, cv, acc2);
-{{- else}}
-            acc2 = fma(cv, bv, acc2);
-{{- end}}
+{{- template "two_dots" (dict "P" $ "W" $w)}}
 {{- if ge $.SO 0}}
             let t0 = av * sj;
             so[(p.row{{$w}} + t) * p.n4 + j] = t0 + cv * s2j;

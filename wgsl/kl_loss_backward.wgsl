@@ -43,12 +43,8 @@ var<workgroup> red: array<f32, {{.WG}}>;
 {{template "red_main" (dict "WG" .WG "R" "row" "Count" "p.rows")}}
     let base = row * p.cols;
     // 1. The slice maximum; 2. Σ exp(x − mnew) over the slice into red[0].
-{{- template "red_slice_lse" (dict "WG" .WG "Buf" "red")}}
+{{- template "red_slice_lse" (dict "Lanes" false "WG" .WG "S" 0 "Buf" "red")}}
     if (lid == 0u) {
-        var snew = red[0];
-        if (sold > 0.0) {
-            snew += sold * exp(mold - mnew);
-        }
         state[2u * row] = mnew;
         state[2u * row + 1u] = snew;
     }

@@ -19,20 +19,9 @@ struct Params {
 };
 @group(0) @binding(3) var<uniform> p: Params;
 
-{{- if not .Lanes}}
-var<workgroup> partial: array<vec2<f32>, {{.WG}}>; // the workgroup form's tree
-{{- end}}
-
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows" "Tree" "vec2<f32>")}}
     let base = r * p.n;
-{{- range $q := seq .Q}}
-    var s{{$q}} = vec2<f32>(0.0);
-    for (var c = {{template "red_l" (dict "P" $ "Q" $q)}}; c < p.n; c += {{$.WG}}u) {
-        let v = x[base + c];
-        s{{$q}} += vec2<f32>(v * v, v * dy[base + c]);
-    }
-{{- end}}
-{{- template "red_row_sum" (dict "P" . "Buf" "partial" "U" "s" "Out" "tot")}}
+{{- template "red_sums2" (dict "P" . "X" "x" "Base" "base" "N" "p.n" "Y" "v * dy[base + c]" "Out" "tot")}}
     let f = inverseSqrt(tot.x + 1e-6);
     let fs = p.scale * f;
     let k = fs * f * (f * tot.y); // scale·f³·(x·dy), f³ ≤ 1e9: no overflow

@@ -47,13 +47,8 @@
 {{template "gemm_tiles" .}}
 
 {{- if .Fast}}
-
-// rowA returns 4 consecutive elements k..k+3 (k a multiple of 4) of row i of a [rows, K]
-// operand as f32.
-fn rowA(i: u32, k: u32) -> vec4<f32> {
-    return a[i * K4 + (k >> 2u)];
-}
 {{- if .BF16}}
+
 fn cvt(v: vec2<u32>) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y));
 }
@@ -67,16 +62,10 @@ fn loadB(kk: u32, nn: u32) -> f32 {
     }
 {{- template "gemm_bvalue" (dict "TransB" .TransB "BF16" .BF16)}}
 }
-
-{{template "gemm_loada"}}
 {{- end}}
 
 // The kernel body: the tiled GEMM of gemm_tile.wgsl, with this file's f16 or f32 B hooks below.
-{{template "gemm_main" .}}
-{{- if not .Fast}}
-
-{{template "gemm_store4"}}
-{{- end}}
+{{template "gemm_main_f32" .}}
 {{- define "gemm_breg"}}{{if .BF16}}vec2<u32>{{else}}vec4<f32>{{end}}{{end}}
 {{- define "gemm_btrans"}}{{range $i := seq 4}} let v{{$i}} = {{if $.P.BF16}}cvt(rb{{$.t}}_{{$i}}){{else}}rb{{$.t}}_{{$i}}{{end}};{{end}}{{end}}
 {{- define "gemm_bcol"}}{{$c := printf "%c" (index "xyzw" .j)}}vec4<f32>(v0.{{$c}}, v1.{{$c}}, v2.{{$c}}, v3.{{$c}}){{end}}

@@ -12,9 +12,7 @@ fn loadB(kk: u32, nn: u32) -> f32 {
 {{- template "gemm_bvalue" (dict "TransB" .TransB "BF16" .BF16)}}
 }
 
-{{template "ew_main" (dict "WG" .WG "N" "p.m * p.n")}}
-    let row = i / p.n;
-    let col = i - row * p.n;
+{{template "ew_main_rc" (dict "WG" .WG "N" "p.m * p.n" "Cols" "p.n" "R" "row" "C" "col")}}
     var s = 0.0;
     for (var kk = 0u; kk < p.k; kk++) {
         s = fma(a[row * p.k + kk], loadB(kk, col), s);

@@ -96,22 +96,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- else}}
 
 {{template "gemm_tiles" .}}
-{{- if .Fast}}
-
-// rowA returns 4 consecutive elements k..k+3 (k a multiple of 4) of row i of x.
-fn rowA(i: u32, k: u32) -> vec4<f32> {
-    return a[i * K4 + (k >> 2u)];
-}
-{{- else}}
-
-{{template "gemm_loada"}}
-{{- end}}
-
-{{template "gemm_main" .}}
-{{- if not .Fast}}
-
-{{template "gemm_store4"}}
-{{- end}}
+{{template "gemm_main_f32" .}}
 {{- end}}
 {{- define "gemm_breg"}}vec2<u32>{{end}}
 {{- define "gemm_btrans"}}{{range $i := seq 4}} let v{{$i}} = dq4(rb{{$.t}}_{{$i}}.x, bitcast<f32>(rb{{$.t}}_{{$i}}.y));{{end}}{{end}}

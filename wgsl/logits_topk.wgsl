@@ -59,36 +59,11 @@ fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
 // Template parameters: S, K.
 {{- if .Lanes}}
 
-@compute @workgroup_size({{.S}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(subgroup_invocation_id) sl: u32) {
-    let row = wid.x + wid.y * nwg.x;
-    // row is uniform across the subgroup, so the subgroup operations stay in uniform control flow.
-    if (row >= p.rows) {
-        return;
-    }
+{{template "ew_entry_form" (dict "WG" .S "Lanes" true)}}
+{{- template "red_row" (dict "R" "row" "Count" "p.rows")}}
     let base = row * p.cols;
     // 1. The slice's maximum, the new running maximum, and Σ exp(x − mnew).
-    var mx = neg_inf();
-    for (var c = sl; c < p.cols; c += {{.S}}u) {
-        mx = max(mx, logits[base + c]);
-    }
-    let mslice = subgroupMax(mx);
-    var mold = neg_inf();
-    var sold = 0.0;
-    if (p.first == 0u) {
-        mold = state[2u * row];
-        sold = state[2u * row + 1u];
-    }
-    let mnew = max(mold, mslice);
-    var sl_sum = 0.0;
-    for (var c = sl; c < p.cols; c += {{.S}}u) {
-        sl_sum += exp(logits[base + c] - mnew);
-    }
-    var snew = subgroupAdd(sl_sum);
-    if (sold > 0.0) {
-        snew += sold * exp(mold - mnew);
-    }
+{{- template "red_slice_lse" (dict "Lanes" true "WG" .WG "S" .S "Buf" "")}}
 
     // 2. The lane's top-K: the old list's entries lane, lane + S, …, then its columns.
 {{- range $j := seq .K}}
@@ -157,11 +132,7 @@ var<workgroup> pool_n: atomic<u32>;
 {{template "red_main" (dict "WG" .WG "R" "row" "Count" "p.rows")}}
     let base = row * p.cols;
     // 1. The slice maximum; 2. Σ exp(x − mnew) over the slice into red_v[0].
-{{- template "red_slice_lse" (dict "WG" .WG "Buf" "red_v")}}
-    var snew = red_v[0];
-    if (sold > 0.0) {
-        snew += sold * exp(mold - mnew);
-    }
+{{- template "red_slice_lse" (dict "Lanes" false "WG" .WG "S" 0 "Buf" "red_v")}}
     workgroupBarrier();
 
     // 3. The old list into workgroup memory (every slot written).

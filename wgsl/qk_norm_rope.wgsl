@@ -15,22 +15,10 @@
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read> tab: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
-
-struct Params {
-    groups: u32, // rows·heads
-    heads: u32,
-    hd: u32,
-    half: u32,   // R/2
-    t: u32,
-    eps: f32,
-};
+{{template "rope_params"}}
 @group(0) @binding(4) var<uniform> p: Params;
 
-{{- if not .Lanes}}
-var<workgroup> partial: array<f32, {{.WG}}>; // the workgroup form's tree
-{{- end}}
-
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "gi" "Count" "p.groups")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "gi" "Count" "p.groups" "Tree" "f32")}}
     let base = gi * p.hd;
 {{- template "red_sum_squares" (dict "P" . "X" "x" "Base" "base" "N" "p.hd" "Out" "ss")}}
     let inv = inverseSqrt(ss / f32(p.hd) + p.eps);
@@ -41,13 +29,8 @@ var<workgroup> partial: array<f32, {{.WG}}>; // the workgroup form's tree
         if (c >= rot) {
             y[base + c] = nc;
         } else {
-            // partner dim: c + R/2 for the first half, c − R/2 for the second.
-            let first = c < p.half;
-            let i = select(c - p.half, c, first);
-            let pc = select(c - p.half, c + p.half, first);
+{{- template "rope_pair" (dict "I" "            ")}}
             let np = x[base + pc] * inv * (1.0 + w[pc]);
-            let cs = tab[pos * p.half + i];
-            let sn = tab[(p.t + pos) * p.half + i];
             y[base + c] = select(nc * cs + np * sn, nc * cs - np * sn, first);
         }
     }

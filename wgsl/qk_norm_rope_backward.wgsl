@@ -21,20 +21,8 @@
 @group(0) @binding(4) var<storage, read_write> dx: array<f32>;
 @group(0) @binding(5) var<storage, read_write> dn: array<f32>;
 @group(0) @binding(6) var<storage, read_write> inv_out: array<f32>;
-
-struct Params {
-    groups: u32, // rows·heads
-    heads: u32,
-    hd: u32,
-    half: u32,   // R/2
-    t: u32,
-    eps: f32,
-};
+{{template "rope_params"}}
 @group(0) @binding(7) var<uniform> p: Params;
-
-{{- if not .Lanes}}
-var<workgroup> partial: array<vec2<f32>, {{.WG}}>; // the workgroup form's tree
-{{- end}}
 
 // backRot returns dn at dim c of the (row, head) starting at base, at window position pos.
 fn backRot(base: u32, c: u32, pos: u32) -> f32 {
@@ -42,16 +30,12 @@ fn backRot(base: u32, c: u32, pos: u32) -> f32 {
     if (c >= 2u * p.half) {
         return g;
     }
-    let first = c < p.half;
-    let i = select(c - p.half, c, first);
-    let pc = select(c - p.half, c + p.half, first);
+{{- template "rope_pair" (dict "I" "    ")}}
     let gp = dy[base + pc];
-    let cs = tab[pos * p.half + i];
-    let sn = tab[(p.t + pos) * p.half + i];
     return select(g * cs - gp * sn, g * cs + gp * sn, first);
 }
 
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "gi" "Count" "p.groups")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "gi" "Count" "p.groups" "Tree" "vec2<f32>")}}
     let base = gi * p.hd;
     let pos = (gi / p.heads) % p.t;
 {{- range $q := seq .Q}}

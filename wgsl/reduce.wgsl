@@ -67,10 +67,24 @@ Max (an f32 expression), E (the name to declare). */ -}}
     }
 {{- end}}
 
+{{- /* red_pow2_scale: the power-of-two scale of a block from each invocation's largest
+|value| Val: the workgroup maximum amax (red_max through Buf), red_pow2's e, s = 2^e (the
+scale the block is multiplied by) and, by invocation 0, Inv = 2^−e (Inv: the store's target,
+e.g. rs[i]). Keys: WG, Buf, Val, Inv. */ -}}
+{{define "red_pow2_scale"}}
+{{- template "red_max" (dict "WG" .WG "Buf" .Buf "Val" .Val)}}
+    let amax = {{.Buf}}[0];
+{{- template "red_pow2" (dict "Max" "amax" "E" "e")}}
+    let s = ldexp(1.0, e);
+    if (lid == 0u) {
+        {{.Inv}} = ldexp(1.0, -e);
+    }
+{{- end}}
+
 {{- /* red_sum_squares: Σ_c X[Base + c]² for c < N, declared as Out in every invocation, in
-either form (the workgroup form reduces in partial, the kernel's var<workgroup> partial:
-array<f32, WG>): the sum of squares of one row of a norm. Keys: P (Lanes, WG, S, Q), X (a
-storage array), Base, N (expressions), Out. */ -}}
+either form (the workgroup form reduces in partial, red_row_open's tree of Tree f32): the
+sum of squares of one row of a norm. Keys: P (Lanes, WG, S, Q), X (a storage array), Base,
+N (expressions), Out. */ -}}
 {{define "red_sum_squares"}}
 {{- range $q := seq .P.Q}}
     var ss{{$q}} = 0.0;
@@ -82,19 +96,41 @@ storage array), Base, N (expressions), Out. */ -}}
 {{- template "red_row_sum" (dict "P" .P "Buf" "partial" "U" "ss" "Out" .Out)}}
 {{- end}}
 
+{{- /* red_sums2: the two sums (Σ_c v², Σ_c Y) of one row of a norm's backward,
+v = X[Base + c], c < N, declared as Out (a vec2<f32>) in every invocation, in either form
+(the workgroup form reduces in partial, red_row_open's tree of Tree vec2<f32>). Keys: P
+(Lanes, WG, S, Q), X (a storage array), Base, N, Y (expressions; Y in v and c). */ -}}
+{{define "red_sums2"}}
+{{- range $q := seq .P.Q}}
+    var s{{$q}} = vec2<f32>(0.0);
+    for (var c = {{template "red_l" (dict "P" $.P "Q" $q)}}; c < {{$.N}}; c += {{$.P.WG}}u) {
+        let v = {{$.X}}[{{$.Base}} + c];
+        s{{$q}} += vec2<f32>(v * v, {{$.Y}});
+    }
+{{- end}}
+{{- template "red_row_sum" (dict "P" .P "Buf" "partial" "U" "s" "Out" .Out)}}
+{{- end}}
+
 {{- /* red_slice_lse: one step of the streamed log-sum-exp of a row over vocabulary slices:
 the slice maximum mslice of logits[base + c], c < p.cols; the running (mold, sold) read from
 state[2·row], state[2·row + 1] unless p.first ≠ 0 (then (−∞, 0)); mnew = max(mold, mslice);
-and Σ_c exp(logits[base + c] − mnew) left in Buf[0]. The kernel declares logits, state,
-p.cols, p.first, row, base and neg_inf(). Keys: WG, Buf (a workgroup array<f32, WG>). */ -}}
+and snew = Σ_c exp(logits[base + c] − mnew) + sold·e^{mold − mnew}, in every invocation.
+The workgroup form reduces through Buf (a workgroup array<f32, WG>), the lanes form (Lanes,
+one subgroup of S lanes) by subgroupMax and subgroupAdd. The kernel declares logits, state,
+p.cols, p.first, row, base and neg_inf(). Keys: Lanes, WG, S, Buf. */ -}}
 {{define "red_slice_lse"}}
+{{- $l := "lid"}}{{$step := .WG}}{{if .Lanes}}{{$l = "sl"}}{{$step = .S}}{{end}}
     var mx = neg_inf();
-    for (var c = lid; c < p.cols; c += {{.WG}}u) {
+    for (var c = {{$l}}; c < p.cols; c += {{$step}}u) {
         mx = max(mx, logits[base + c]);
     }
+{{- if .Lanes}}
+    let mslice = subgroupMax(mx);
+{{- else}}
 {{- template "red_max" (dict "WG" .WG "Buf" .Buf "Val" "mx")}}
     let mslice = {{.Buf}}[0];
     workgroupBarrier();
+{{- end}}
     var mold = neg_inf();
     var sold = 0.0;
     if (p.first == 0u) {
@@ -103,10 +139,18 @@ p.cols, p.first, row, base and neg_inf(). Keys: WG, Buf (a workgroup array<f32, 
     }
     let mnew = max(mold, mslice);
     var s = 0.0;
-    for (var c = lid; c < p.cols; c += {{.WG}}u) {
+    for (var c = {{$l}}; c < p.cols; c += {{$step}}u) {
         s += exp(logits[base + c] - mnew);
     }
+{{- if .Lanes}}
+    var snew = subgroupAdd(s);
+{{- else}}
 {{- template "red_sum" (dict "WG" .WG "Buf" .Buf "Val" "s")}}
+    var snew = {{.Buf}}[0];
+{{- end}}
+    if (sold > 0.0) {
+        snew += sold * exp(mold - mnew);
+    }
 {{- end}}
 
 {{- /* The lanes form of the one-workgroup-per-row kernels (CPU adapters; gemm_lanes.wgsl
@@ -120,21 +164,23 @@ red_row_sum (or red_sum_squares), and lane0 / RSTEP / lane_first for its element
 loops. */ -}}
 
 {{- /* red_row_open: the entry point in either form (the lanes form's: one subgroup, lane sl)
-and the row index R with its early exit.
+and the row index R with its early exit; before it, in the workgroup form, the tree of
+red_row_sum, var<workgroup> partial: array<Tree, WG>.
 Declares lane0 (lid, or sl: the first element of the invocation in an elementwise loop over
 the row, whose stride is the constant RSTEP: WG, or S) and lane_first (true in one
 invocation).
-Keys: Lanes, WG, S, R, Count. */ -}}
+Keys: Lanes, WG, S, R, Count, Tree (f32, or vec2<f32> for two sums). */ -}}
 {{define "red_row_open"}}
-{{- if .Lanes}}
-@compute @workgroup_size({{.S}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(subgroup_invocation_id) sl: u32) {
+{{- if not .Lanes}}
+var<workgroup> partial: array<{{.Tree}}, {{.WG}}>; // the workgroup form's tree
+{{- end}}
+{{- $wg := .WG}}{{if .Lanes}}{{$wg = .S}}{{end}}
+{{- template "ew_entry_form" (dict "WG" $wg "Lanes" .Lanes)}}
 {{- template "red_row" (dict "R" .R "Count" .Count)}}
+{{- if .Lanes}}
     let lane0 = sl;
     const RSTEP = {{.S}}u;
 {{- else}}
-{{- template "red_main" (dict "WG" .WG "R" .R "Count" .Count)}}
     let lane0 = lid;
     const RSTEP = {{.WG}}u;
 {{- end}}

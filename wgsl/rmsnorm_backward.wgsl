@@ -21,10 +21,6 @@ struct Params {
 };
 @group(0) @binding(5) var<uniform> p: Params;
 
-{{- if not .Lanes}}
-var<workgroup> partial: array<vec2<f32>, {{.WG}}>; // the workgroup form's tree
-{{- end}}
-
 fn gain(c: u32) -> f32 {
 {{- if .ZeroCentred}}
     return 1.0 + w[c];
@@ -33,16 +29,9 @@ fn gain(c: u32) -> f32 {
 {{- end}}
 }
 
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows" "Tree" "vec2<f32>")}}
     let base = r * p.n;
-{{- range $q := seq .Q}}
-    var s{{$q}} = vec2<f32>(0.0);
-    for (var c = {{template "red_l" (dict "P" $ "Q" $q)}}; c < p.n; c += {{$.WG}}u) {
-        let v = x[base + c];
-        s{{$q}} += vec2<f32>(v * v, gain(c) * dy[base + c] * v);
-    }
-{{- end}}
-{{- template "red_row_sum" (dict "P" . "Buf" "partial" "U" "s" "Out" "tot")}}
+{{- template "red_sums2" (dict "P" . "X" "x" "Base" "base" "N" "p.n" "Y" "gain(c) * dy[base + c] * v" "Out" "tot")}}
     let inv = inverseSqrt(tot.x / f32(p.n) + p.eps);
     let k = inv * inv * inv * tot.y / f32(p.n);
     for (var c = lane0; c < p.n; c += RSTEP) {

@@ -34,25 +34,11 @@ struct Params {
 @group(0) @binding(2) var<storage, read> res: array<u32>;
 {{- $b = 3}}
 {{- end}}
-{{- if .Mask}}
-@group(0) @binding({{$b}}) var<storage, read> mask: array<u32>;
-@group(0) @binding({{add $b 1}}) var<uniform> p: Params;
-{{- else}}
-@group(0) @binding({{$b}}) var<uniform> p: Params;
-{{- end}}
-
-{{template "sign_fns" (dict "Mask" .Mask "MaskCols" .MaskCols)}}
+{{template "sign_fns" (dict "Mask" .Mask "MaskCols" .MaskCols "B" $b)}}
 
 {{template "ew_main" (dict "WG" .WG "N" "(p.count + 3u) / 4u")}}
     let w = scores[i];
-    for (var lane = 0u; lane < 4u; lane++) {
-        let e = 4u * i + lane;
-        if (e >= p.count) {
-            break;
-        }
-        if (!sign_live(e)) {
-            continue;
-        }
+{{- template "sign_lanes" (dict "W" "i" "I" "    ")}}
         let s = sign_score(w, lane);
 {{- if eq .Stage "hist"}}
         if (s >= i32(p.tau)) {
@@ -65,7 +51,7 @@ struct Params {
 {{- end}}
     }
 }
-{{- else if eq .Stage "cut"}}
+{{- else if or (eq .Stage "cut") (eq .Stage "bcut")}}
 
 @group(0) @binding(0) var<storage, read> hist: array<u32>;
 @group(0) @binding(1) var<storage, read_write> res: array<u32>;
@@ -74,6 +60,7 @@ struct Params {
 
 @compute @workgroup_size(1)
 fn main() {
+{{- if eq .Stage "cut"}}
     var cut = 128u;
     var total = 0u;
     var boundary = 0u;
@@ -95,16 +82,7 @@ fn main() {
     res[3] = p.budget - total;
     res[4] = total;
     counts[p.index] = total;
-}
-{{- else if eq .Stage "bcut"}}
-
-@group(0) @binding(0) var<storage, read> hist: array<u32>;
-@group(0) @binding(1) var<storage, read_write> res: array<u32>;
-@group(0) @binding(2) var<storage, read_write> counts: array<u32>;
-@group(0) @binding(3) var<uniform> p: Params;
-
-@compute @workgroup_size(1)
-fn main() {
+{{- else}}
     if (res[1] == 0u) {
         return;
     }
@@ -120,20 +98,14 @@ fn main() {
     }
     res[2] = k;
     counts[p.index] = res[4] + taken;
+{{- end}}
 }
 {{- else}}
 
 @group(0) @binding(0) var<storage, read> res: array<u32>;
 @group(0) @binding(1) var<storage, read_write> bits: array<u32>;
 @group(0) @binding(2) var<storage, read_write> scores: array<u32>;
-{{- if .Mask}}
-@group(0) @binding(3) var<storage, read> mask: array<u32>;
-@group(0) @binding(4) var<uniform> p: Params;
-{{- else}}
-@group(0) @binding(3) var<uniform> p: Params;
-{{- end}}
-
-{{template "sign_fns" (dict "Mask" .Mask "MaskCols" .MaskCols)}}
+{{template "sign_fns" (dict "Mask" .Mask "MaskCols" .MaskCols "B" 3)}}
 
 {{template "ew_main" (dict "WG" .WG "N" "(p.count + 31u) / 32u")}}
     let cut = i32(res[0]);
@@ -150,14 +122,7 @@ fn main() {
         }
         let w = scores[wi];
         var o = w;
-        for (var lane = 0u; lane < 4u; lane++) {
-            let e = 4u * wi + lane;
-            if (e >= p.count) {
-                break;
-            }
-            if (!sign_live(e)) {
-                continue;
-            }
+{{- template "sign_lanes" (dict "W" "wi" "I" "        ")}}
             let s = sign_score(w, lane);
             if (s >= cut || (s == boundary && e / p.bsize < bcut)) {
                 flip = flip | (1u << (e & 31u));

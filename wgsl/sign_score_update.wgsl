@@ -13,12 +13,6 @@
 @group(0) @binding(1) var<storage, read> bits: array<u32>;
 @group(0) @binding(2) var<storage, read> ss: array<f32>;
 @group(0) @binding(3) var<storage, read_write> scores: array<u32>;
-{{- if .Mask}}
-@group(0) @binding(4) var<storage, read> mask: array<u32>;
-@group(0) @binding(5) var<uniform> p: Params;
-{{- else}}
-@group(0) @binding(4) var<uniform> p: Params;
-{{- end}}
 
 struct Params {
     count: u32,
@@ -30,7 +24,7 @@ struct Params {
     beta: u32,  // f32 bits
 };
 
-{{template "sign_fns" (dict "Mask" .Mask "MaskCols" .MaskCols)}}
+{{template "sign_fns" (dict "Mask" .Mask "MaskCols" .MaskCols "B" 4)}}
 
 // sign_hash is lowbias32 (host.SignHash computes the same).
 fn sign_hash(x: u32) -> u32 {
@@ -59,14 +53,7 @@ fn sign_uniform(seed: u32, step: u32, matrix: u32, e: u32) -> f32 {
     }
     let w = scores[i];
     var o = 0u;
-    for (var lane = 0u; lane < 4u; lane++) {
-        let e = 4u * i + lane;
-        if (e >= p.count) {
-            break;
-        }
-        if (!sign_live(e)) {
-            continue;
-        }
+{{- template "sign_lanes" (dict "W" "i" "I" "    ")}}
         let s = f32(sign_score(w, lane));
         let b = select(-1.0, 1.0, ((bits[e >> 5u] >> (e & 31u)) & 1u) == 1u);
         var push = (g[e] * b) * scale;

@@ -7,10 +7,8 @@
 
 {{template "ew_params_n" (dict "B" 3)}}
 
-{{template "ew_index" (dict "WG" .WG)}}
-    if (i < p.n) {
-        let g = gate[i];
+{{template "ew_main" (dict "WG" .WG "N" "p.n")}}
+    let g = gate[i];
 {{- template "ew_sigmoid" (dict "X" "g" "S" "s")}}
-        y[i] = g * s * up[i];
-    }
+    y[i] = g * s * up[i];
 }

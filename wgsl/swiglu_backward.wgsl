@@ -11,14 +11,12 @@
 
 {{template "ew_params_n" (dict "B" 5)}}
 
-{{template "ew_index" (dict "WG" .WG)}}
-    if (i < p.n) {
-        let g = gate[i];
-        // sigmoid and 1 − sigmoid without overflow: exp of a non-positive argument only.
+{{template "ew_main" (dict "WG" .WG "N" "p.n")}}
+    let g = gate[i];
+    // sigmoid and 1 − sigmoid without overflow: exp of a non-positive argument only.
 {{- template "ew_sigmoid" (dict "X" "g" "S" "s")}}
-        let sc = select(1.0 / (1.0 + e), e / (1.0 + e), g >= 0.0);
-        let d = dy[i];
-        dgate[i] = d * up[i] * (s * (1.0 + g * sc));
-        dup[i] = d * (g * s);
-    }
+    let sc = select(1.0 / (1.0 + e), e / (1.0 + e), g >= 0.0);
+    let d = dy[i];
+    dgate[i] = d * up[i] * (s * (1.0 + g * sc));
+    dup[i] = d * (g * s);
 }

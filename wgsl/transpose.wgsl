@@ -12,8 +12,6 @@ struct Params {
 };
 @group(0) @binding(2) var<uniform> p: Params;
 
-{{template "ew_main" (dict "WG" .WG "N" "p.total")}}
-    let j = i / p.rows;
-    let t = i - j * p.rows;
+{{template "ew_main_rc" (dict "WG" .WG "N" "p.total" "Cols" "p.rows" "R" "j" "C" "t")}}
     y[i] = x[t * p.cols + j];
 }

@@ -78,9 +78,13 @@ var funcs = template.FuncMap{
 // entry point, element count and overflow-free sigmoid, and the causal convolution's
 // parameters and pre-activation (forward and backward), and the sign-learning kernels'
 // score and padding helpers, and the lane-blocked GEMM body of CPU adapters that
-// linear_lanes.wgsl and blr_forward_lanes.wgsl instantiate. Their define names are global:
-// each library prefixes its own (gemm_, gdrc_, red_, ew_, cc_, sign_, lanes_).
-var libraries = []string{"gemm_tile.wgsl", "gated_delta_rule_chunk_lib.wgsl", "reduce.wgsl", "elementwise.wgsl", "causal_conv1d_lib.wgsl", "sign_lib.wgsl", "gemm_lanes.wgsl"}
+// linear_lanes.wgsl and blr_forward_lanes.wgsl instantiate, and the attention kernels'
+// sizes, entry point, row reader and tile loops, and the gated delta rule's forward
+// bindings and entry point, shared by its token-by-token, lane-blocked and chunked forms,
+// and QKNormRoPE's sizes and rotation partner (forward and backward). Their define names
+// are global: each library prefixes its own (gemm_, gdrc_, red_, ew_, cc_, sign_, lanes_,
+// attn_, gdr_, rope_).
+var libraries = []string{"gemm_tile.wgsl", "gated_delta_rule_chunk_lib.wgsl", "reduce.wgsl", "elementwise.wgsl", "causal_conv1d_lib.wgsl", "sign_lib.wgsl", "gemm_lanes.wgsl", "attention_lib.wgsl", "gated_delta_rule_lib.wgsl", "rope_lib.wgsl"}
 
 var (
 	mu     sync.Mutex

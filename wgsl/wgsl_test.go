@@ -62,7 +62,7 @@ func TestRenderLibrary(t *testing.T) {
 	}{
 		{"gated_delta_rule_chunked.wgsl", gdrc{DK: 128, DV: 128, Intra: true}, []string{
 			"    nck: u32, // ⌈t / 64⌉\n};\n@group(0) @binding(9) var<uniform> p: Params;\n\nconst C: u32 = 64u;",
-			"const DK: u32 = 128u;", "@compute @workgroup_size(256)", "    let bj = wg / p.nck; // b·hv + j\n",
+			"const DK: u32 = 128u;", "@compute @workgroup_size(256)", "    let bj = wg / p.nck;\n    let j = bj % p.hv;\n",
 			"    let sr0 = bj * p.t + t0; // scratch row of the chunk's first token\n    if (lid < C) {"}},
 		{"gated_delta_rule_chunked.wgsl", gdrc{DK: 128, DV: 128, CS: 32, WantState: true, SaveH: true, HBinding: 8, UBinding: 10},
 			[]string{"@group(0) @binding(10) var<uniform> p: Params;", "    let slice = wg % NS;\n    let bj = wg / NS;\n",

@@ -12,8 +12,9 @@ import (
 	"github.com/x448/float16"
 )
 
-// lowbias32 is Chris Wellons' 32-bit integer hash (a well-mixing bijection on uint32).
-func lowbias32(x uint32) uint32 {
+// Hash is lowbias32, Chris Wellons' 32-bit integer hash (a well-mixing bijection on uint32):
+// the mixer of Word and of the sign-learning kernels' stochastic rounding (host.SignHash).
+func Hash(x uint32) uint32 {
 	x ^= x >> 16
 	x *= 0x7feb352d
 	x ^= x >> 15
@@ -30,7 +31,7 @@ func lowbias32(x uint32) uint32 {
 //
 // with 32-bit wrapping arithmetic.
 func Word(seed, counter uint32) uint32 {
-	return lowbias32(lowbias32(counter^lowbias32(seed)) + 0x9e3779b9)
+	return Hash(Hash(counter^Hash(seed)) + 0x9e3779b9)
 }
 
 // FillBits sets dst[i] = Word(seed, offset+i) (the counter wraps at 2³²).
