@@ -13,7 +13,8 @@ const module = "github.com/nvg-project/nvg/"
 // rules on the production packages (tests may import what they need):
 //   - cmf, compress, gpu, host, arch, wgsl and internal/… never import nvgkit/… or bench;
 //   - nvgkit's root, nvgkit/optim, data, tokenizer, session and ui never import nvgkit/train;
-//   - only cmd/nvg (its --host reference paths) and nvgkit/gradcheck import host;
+//   - only nvgkit/eval (the --host reference paths of nvg eval and nvg trace) and
+//     nvgkit/gradcheck import host;
 //   - only nvgkit/train imports cmf/tinyteacher (the one place the default model is chosen);
 //   - only cmd/nvg imports bench, and nothing imports testkit/….
 func TestLayering(t *testing.T) {
@@ -32,7 +33,7 @@ func TestLayering(t *testing.T) {
 		}},
 		{"nvgkit imports nvgkit/train", func(pkg, imp string) bool { return slices.Contains(noTrain, pkg) && in(imp, "nvgkit/train") }},
 		{"production code imports host", func(pkg, imp string) bool {
-			return imp == "host" && !slices.Contains([]string{"cmd/nvg", "nvgkit/gradcheck"}, pkg) && !in(pkg, "testkit")
+			return imp == "host" && !slices.Contains([]string{"nvgkit/eval", "nvgkit/gradcheck"}, pkg) && !in(pkg, "testkit")
 		}},
 		{"a package other than nvgkit/train chooses the default model", func(pkg, imp string) bool {
 			return imp == "cmf/tinyteacher" && pkg != "nvgkit/train" && !in(pkg, "testkit")

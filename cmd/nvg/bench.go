@@ -2,17 +2,14 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/nvg-project/nvg/bench"
 	"github.com/nvg-project/nvg/gpu"
-	"github.com/nvg-project/nvg/internal/version"
 )
 
 func init() {
@@ -140,8 +137,8 @@ func renderBench(f benchFlags, set map[string]bool) error {
 	return bench.RenderReport(os.Stdout, f.report, f.before, f.peer, f.cpu, f.notes, f.fm)
 }
 
-// measureBench measures every geometry of f (rank 0 of a data-parallel run prints and
-// writes the JSON, after every geometry). It fails when every geometry failed.
+// measureBench measures every geometry of f (bench.Suite.Run; rank 0 of a data-parallel run
+// prints and writes the JSON, after every geometry). It fails when every geometry failed.
 func measureBench(f benchFlags, set map[string]bool, args []string) error {
 	o := &f.o
 	o.Stdout, o.Progress = os.Stdout, os.Stderr
@@ -168,72 +165,8 @@ func measureBench(f benchFlags, set map[string]bool, args []string) error {
 	if err := o.CheckTensorCores(dev); err != nil {
 		return err
 	}
-	rep := benchReport(dev, o, args)
-	failed, dtypes := 0, f.dtypes
-	if dtypes == nil {
-		dtypes = []string{"f16"}
-	}
-	for _, name := range o.Models {
-		gaps, err := teacherGaps(f, dev, name)
-		if err != nil {
-			return err
-		}
-		for i, dt := range dtypes { // the student step with the first teacher dtype only
-			for _, mode := range o.TensorCoresModes() {
-				od := *o
-				od.TeacherDType, od.TeacherOnly = dt, i > 0
-				res := bench.Result{Geom: name, NB: o.NB, T: o.T, K: o.K, Tokens: o.NB * o.T, TeacherDType: dt, Error: "skipped: the --deadline passed"}
-				if o.Deadline.IsZero() || time.Until(o.Deadline) > 0 {
-					res = bench.Measure(dev, name, mode, od)
-				}
-				if g, ok := gaps[dt]; ok {
-					res.TeacherGap = &g
-				}
-				if err := o.SumRanks(&res); err != nil {
-					return err
-				}
-				if res.Error != "" {
-					failed++
-					fmt.Fprintf(o.Stdout, "%s (teacher %s, tensor cores %s): FAILED: %s\n\n", name, dt, mode, res.Error)
-				}
-				rep.Results = append(rep.Results, res)
-				if f.json != "" {
-					if err := bench.WriteJSON(f.json, rep); err != nil {
-						return err
-					}
-				}
-			}
-		}
-	}
-	if failed == len(rep.Results) {
-		return fmt.Errorf("every geometry failed (%d)", failed)
-	}
-	return nil
-}
-
-// teacherGaps measures, with --teacher-gap, what each 8-bit --teacher-dtype costs geometry
-// name's synthetic teacher (bench.TeacherGaps over nb windows of t+1 random tokens, top-k)
-// and prints it; nil without the flag.
-func teacherGaps(f benchFlags, dev *gpu.Device, name string) (map[string]bench.Gap, error) {
-	if !f.gap {
-		return nil, nil
-	}
-	cfg, err := bench.Config(name)
-	if err != nil {
-		return nil, err
-	}
-	o := f.o
-	gaps, err := bench.TeacherGaps(dev, cfg, f.dtypes, o.NB, o.T, o.K, o.NB, uint32(o.Seed))
-	if err != nil {
-		return nil, fmt.Errorf("%s: --teacher-gap: %w", name, err)
-	}
-	for _, dt := range f.dtypes {
-		if g, ok := gaps[dt]; ok {
-			fmt.Fprintf(o.Stdout, "%s %s teacher against f16 (random weights and tokens, %d tokens): top-%d KL %.4g nats, top-1 agreement %.2f %%, NLL %.4f (f16 %.4f)\n",
-				name, dt, g.Tokens, g.K, g.TopKKL, 100*g.Top1, g.NLL, g.RefNLL)
-		}
-	}
-	return gaps, nil
+	rep := bench.NewReport(dev, o, "nvg bench "+strings.Join(args, " "))
+	return bench.Suite{DTypes: f.dtypes, Gap: f.gap, JSON: f.json}.Run(dev, *o, rep)
 }
 
 // cpuDefaults sizes a run on a CPU adapter (lavapipe) down, unless the flags say otherwise:
@@ -252,14 +185,4 @@ func cpuDefaults(o *bench.Options, dev *gpu.Device, set map[string]bool) {
 			o.Models = []string{"tiny"}
 		}
 	}
-}
-
-// benchReport is the report of a measuring run on dev: the device and its tensor cores, the
-// date, the command and the build.
-func benchReport(dev *gpu.Device, o *bench.Options, args []string) *bench.Report {
-	in := dev.Info()
-	return &bench.Report{Device: in.Name, Driver: in.Description, Backend: in.Backend, CPU: in.CPU,
-		Date: time.Now().UTC().Format(time.RFC3339), Command: "nvg bench " + strings.Join(args, " "), GoVersion: runtime.Version(),
-		Build: version.Get().String(), PeakTFLOPs: o.PeakTF, PeakGBps: o.PeakGB, PeakTensorTFLOPs: o.PeakTensorTF,
-		TensorCores: dev.TensorCores().String()}
 }

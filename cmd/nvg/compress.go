@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -14,8 +15,6 @@ import (
 	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/internal/atomicfile"
-	"github.com/nvg-project/nvg/nvgkit"
-	"github.com/nvg-project/nvg/nvgkit/data"
 	"github.com/nvg-project/nvg/nvgkit/train"
 	"github.com/nvg-project/nvg/nvgkit/ui"
 )
@@ -29,57 +28,39 @@ func init() {
 	})
 }
 
-// compressReport is the --json output of nvg compress.
-type compressReport struct {
-	Teacher    string                  `json:"teacher"`
-	Output     string                  `json:"output"`
-	TargetBPW  float64                 `json:"target_bits_per_weight"`
-	Paths      string                  `json:"paths"`
-	Init       string                  `json:"init"`
-	Seed       uint64                  `json:"seed"`
-	Products   string                  `json:"products"`         // the randomised SVDs' large products: cpu-f64, cpu-f32 or gpu-f32 (train.ProductsName)
-	Device     string                  `json:"device,omitempty"` // the GPU adapter of gpu-f32
-	OverallBPW float64                 `json:"overall_bits_per_weight"`
-	Seconds    float64                 `json:"seconds"`
-	Kinds      []compress.KindSummary  `json:"kinds"`
-	Tensors    []compress.TensorReport `json:"tensors"`
-}
-
-// compressFlags are nvg compress's flags.
+// compressFlags are nvg compress's flags: s holds those a run of nvg distill shares (the
+// teacher, bits per weight, paths, init, seed, and --init refine's calibration text and
+// tokenizer), the rest say how this compression runs and where it writes.
 type compressFlags struct {
-	bpw                 float64
-	paths, products     string
-	seed                uint64
+	s                   train.Setup
+	products            string
 	workers, powerIters int
 	out, json           string
 	force               bool
-	pm                  compress.PathMode // paths, parsed
-	init                string
-	init0               compress.Init // init, parsed
 	calib               calibFlags
-	trainFiles          []string
-	tokenizer           string
+	opts                compress.Options // the compressor's options, made by check
 }
 
 func (f *compressFlags) bind(c *command) *flag.FlagSet {
 	fs := newFlags(c)
-	fs.Float64Var(&f.bpw, "bpw", 1.0, "target bits per weight of every compressed linear (0 < bpw ≤ 32)")
-	fs.StringVar(&f.paths, "paths", "auto", "BLR paths per tensor: auto (lower error at the same budget), 1 or 2")
-	fs.Uint64Var(&f.seed, "seed", 1, "seed of the randomised SVD sketches (same seed and SVD products, same student: the defaults write the student nvg distill trains)")
+	fs.Float64Var(&f.s.BitsPerWeight, "bpw", 1.0, "target bits per weight of every compressed linear (0 < bpw ≤ 32)")
+	fs.StringVar(&f.s.Paths, "paths", "auto", "BLR paths per tensor: auto (lower error at the same budget), 1 or 2")
+	fs.Uint64Var(&f.s.Train.Seed, "seed", 1, "seed of the randomised SVD sketches (same seed and SVD products, same student: the defaults write the student nvg distill trains)")
 	fs.IntVar(&f.workers, "workers", 0, "tensors compressed at once (0: GOMAXPROCS)")
 	fs.IntVar(&f.powerIters, "power-iters", 2, "power iterations of the randomised SVD (0: none; 1 is ~1.35× faster at ~0.4 % higher error)")
 	fs.StringVar(&f.products, "products", "cpu-f64", "where and in what precision the randomised SVDs' large products run: cpu-f64 (gonum, float64: the library's and nvg distill's default), cpu-f32 (~2× faster, relative errors within ~1e-4) or gpu-f32 (the WebGPU device, float32: much faster on a real GPU). Each gives a slightly different student")
 	fs.StringVar(&f.out, "o", "", "output student .cmf file (written atomically)")
 	fs.StringVar(&f.json, "json", "", "also write the per-tensor report as JSON to this file")
 	fs.BoolVar(&f.force, "force", false, "replace -o (and --json) when they exist")
-	fs.StringVar(&f.init, "init", "dual-svid", "initial factorisation: dual-svid, or refine (a calibration pass of the teacher on the GPU over windows of the training text, then signs and scales refined in the metric of its input statistics, as nvg distill --init refine)")
+	fs.StringVar(&f.s.Init, "init", "dual-svid", "initial factorisation: dual-svid, or refine (a calibration pass of the teacher on the GPU over windows of the training text, then signs and scales refined in the metric of its input statistics, as nvg distill --init refine)")
 	f.calib.bind(fs, train.CalibrationConfig{})
-	fs.Var(fileList{&f.trainFiles}, "train-files", "with --init refine: comma-separated `sources` of the calibration text (default: the Go standard library training split, as nvg distill's)")
-	fs.StringVar(&f.tokenizer, "tokenizer", "", "with --init refine: tokenizer.json (default: beside the teacher, or the embedded one)")
+	fs.Var(fileList{&f.s.TrainFiles}, "train-files", "with --init refine: comma-separated `sources` of the calibration text (default: the Go standard library training split, as nvg distill's)")
+	fs.StringVar(&f.s.Tokenizer, "tokenizer", "", "with --init refine: tokenizer.json (default: beside the teacher, or the embedded one)")
 	return fs
 }
 
-// check validates the flags (and parses --paths) before any work.
+// check validates the flags before any work and makes the compressor's options (f.opts:
+// train.Setup.Compression and this command's workers, power iterations and products).
 func (f *compressFlags) check(nargs int) error {
 	if nargs > 1 {
 		return usagef("want at most one TEACHER, got %d arguments", nargs)
@@ -98,22 +79,23 @@ func (f *compressFlags) check(nargs int) error {
 			return err
 		}
 	}
-	if !(f.bpw > 0 && f.bpw <= 32) || math.IsNaN(f.bpw) {
-		return usagef("--bpw must be in (0, 32], got %g", f.bpw)
+	if !(f.s.BitsPerWeight > 0 && f.s.BitsPerWeight <= 32) || math.IsNaN(f.s.BitsPerWeight) {
+		return usagef("--bpw must be in (0, 32], got %g", f.s.BitsPerWeight)
 	}
-	var err error
-	if f.pm, err = compress.ParsePathMode(f.paths); err != nil {
+	if _, err := compress.ParsePathMode(f.s.Paths); err != nil {
 		return usagef("--%v", err)
 	}
-	if err := f.calib.check(f.init); err != nil {
+	if err := f.calib.check(f.s.Init); err != nil {
 		return err
 	}
-	f.init0, _ = compress.ParseInit(f.init)
-	if f.trainFiles != nil {
-		if f.init0 != compress.InitRefine {
+	f.s.Calibration = f.calib.config()
+	f.opts, _ = f.s.Compression() // paths, init and calibration checked above
+	if f.s.TrainFiles != nil {
+		if f.opts.Init != compress.InitRefine {
 			return usagef("--train-files is the calibration text of --init refine")
 		}
-		if f.trainFiles, err = expandCorpus("train-files", f.trainFiles); err != nil {
+		var err error
+		if f.s.TrainFiles, err = expandCorpus("train-files", f.s.TrainFiles); err != nil {
 			return err
 		}
 	}
@@ -125,20 +107,11 @@ func (f *compressFlags) check(nargs int) error {
 	case f.products != "cpu-f64" && f.products != "cpu-f32" && f.products != "gpu-f32":
 		return usagef("--products must be cpu-f64, cpu-f32 or gpu-f32, got %q", f.products)
 	}
-	return nil
-}
-
-// options are the compressor's options of the flags.
-func (f *compressFlags) options() compress.Options {
-	pi := f.powerIters
-	if pi == 0 {
-		pi = -1 // SVDOptions: negative means none, 0 the default
-	}
-	opt := compress.Options{BitsPerWeight: f.bpw, Paths: f.pm, Seed: f.seed, Workers: f.workers, SVD: compress.SVDOptions{PowerIters: pi}, Init: f.init0}
+	f.opts.Workers, f.opts.SVD.PowerIters = f.workers, cmp.Or(f.powerIters, -1) // SVDOptions: negative means none, 0 the default
 	if f.products == "cpu-f32" {
-		opt.Products = compress.CPUProducts{Float32: true}
+		f.opts.Products = compress.CPUProducts{Float32: true}
 	}
-	return opt
+	return nil
 }
 
 func runCompress(args []string) error {
@@ -152,6 +125,7 @@ func runCompress(args []string) error {
 		return err
 	}
 	path := fs.Arg(0)
+	f.s.Teacher = path
 	teacher, err := train.OpenModel(path)
 	if err != nil {
 		return err
@@ -159,16 +133,19 @@ func runCompress(args []string) error {
 	defer teacher.Close()
 	var dev *gpu.Device
 	where := f.products
-	if f.products == "gpu-f32" || f.init0 == compress.InitRefine {
+	if f.products == "gpu-f32" || f.opts.Init == compress.InitRefine {
 		if dev, err = gpu.Open(); err != nil {
-			return fmt.Errorf("--products %s, --init %s: %w", f.products, f.init, err)
+			return fmt.Errorf("--products %s, --init %s: %w", f.products, f.s.Init, err)
 		}
 		defer dev.Close()
 	}
-	opts := f.options()
+	opts := f.opts
 	start := time.Now()
-	if f.init0 == compress.InitRefine {
-		if opts.Calibration, err = f.calibrate(dev, teacher, path); err != nil {
+	if opts.Init == compress.InitRefine {
+		bar := train.NewProgress(os.Stderr, "calibrate")
+		opts.Calibration, err = train.CalibrateTeacher(context.Background(), dev, teacher, f.s, logf, func(done, total int) { bar.Update(done, total, "") })
+		bar.Finish("")
+		if err != nil {
 			return err
 		}
 	}
@@ -178,7 +155,7 @@ func runCompress(args []string) error {
 	} else {
 		where += " on " + dev.Info().Name
 	}
-	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, init %s, seed %d, SVD products %s\n", train.ModelName(path), f.bpw, f.pm, f.init0, f.seed, where)
+	fmt.Fprintf(os.Stderr, "compressing %s at %g bits/weight, paths %s, init %s, seed %d, SVD products %s\n", train.ModelName(path), opts.BitsPerWeight, opts.Paths, opts.Init, opts.Seed, where)
 	bar := train.NewProgress(os.Stderr, "compress")
 	student, reports, err := compress.ModelOn(products, teacher, opts, func(done, total int, name string) {
 		bar.Update(done, total, name)
@@ -201,12 +178,17 @@ func runCompress(args []string) error {
 		}
 	}
 	fmt.Printf("wrote %s (%.1fs)\n", f.out, secs)
-	bpwMissWarning(f.bpw, compress.OverallBitsPerWeight(reports))
+	bpwMissWarning(opts.BitsPerWeight, compress.OverallBitsPerWeight(reports))
+	return f.writeReport(reports, opts, path, dev, secs)
+}
+
+// writeReport writes --json: the compression's compress.ModelReport.
+func (f *compressFlags) writeReport(reports []compress.TensorReport, opts compress.Options, path string, dev *gpu.Device, secs float64) error {
 	if f.json == "" {
 		return nil
 	}
-	rep := compressReport{Teacher: train.ModelName(path), Output: f.out, TargetBPW: f.bpw, Paths: f.pm.String(), Init: f.init0.String(), Seed: f.seed, Products: f.products,
-		OverallBPW: compress.OverallBitsPerWeight(reports), Seconds: secs, Kinds: compress.SummarizeByKind(reports), Tensors: reports}
+	rep := compress.NewModelReport(reports, opts)
+	rep.Teacher, rep.Output, rep.Products, rep.Seconds = train.ModelName(path), f.out, f.products, secs
 	if dev != nil {
 		rep.Device = dev.Info().Name
 	}
@@ -218,39 +200,4 @@ func runCompress(args []string) error {
 		return fmt.Errorf("--json: %w", err)
 	}
 	return nil
-}
-
-// calibrate runs the calibration pass of --init refine on dev: the teacher (at path) loaded
-// as a Teacher net, the training split of the corpus (--train-files, else the Go standard
-// library's) tokenized, and train.Calibrate with the --calib-* flags and --seed, as nvg
-// distill --init refine does before it compresses.
-func (f *compressFlags) calibrate(dev *gpu.Device, teacher *cmf.Model, path string) (*compress.Calibration, error) {
-	tok, err := train.OpenTokenizer(f.tokenizer, path, teacher.Config, logf)
-	if err != nil {
-		return nil, err
-	}
-	var corpus *data.Corpus
-	if f.trainFiles != nil {
-		corpus, err = data.FilesCorpus(f.trainFiles, nil)
-	} else {
-		corpus, err = data.StdlibCorpus()
-	}
-	if err != nil {
-		return nil, err
-	}
-	ids, err := corpus.Tokens(tok, data.Train, train.TokenCacheDir())
-	if err != nil {
-		return nil, fmt.Errorf("calibration text: %w", err)
-	}
-	net, err := nvgkit.LoadNet(dev, teacher, nvgkit.Teacher)
-	if err != nil {
-		return nil, err
-	}
-	defer net.Release()
-	c := f.calib.config().Resolved()
-	fmt.Fprintf(os.Stderr, "calibration: %d windows × %d tokens of the training text through the teacher on %s, Grams of inputs of at most %d features\n", c.Windows, c.T, dev.Info().Name, c.GramMax)
-	bar := train.NewProgress(os.Stderr, "calibrate")
-	cal, err := train.Calibrate(context.Background(), net, ids, c, f.seed, func(done, total int) { bar.Update(done, total, "") })
-	bar.Finish("")
-	return cal, err
 }

@@ -70,7 +70,7 @@ func TestCompressEmbeddedTeacher(t *testing.T) {
 	if code := run([]string{"compress", "--bpw", "0.5", "--paths", "1", "--seed", "3", "--power-iters", "0", "-o", out, "--json", js}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	rep := readJSON[compressReport](t, js)
+	rep := readJSON[compress.ModelReport](t, js)
 	if len(rep.Tensors) != 50 || rep.Paths != "1" || rep.Seed != 3 || math.Abs(rep.OverallBPW-0.5) > 0.01 || len(rep.Kinds) != 10 {
 		t.Fatalf("report: %d tensors, paths %s, seed %d, overall %g, %d kinds", len(rep.Tensors), rep.Paths, rep.Seed, rep.OverallBPW, len(rep.Kinds))
 	}
@@ -101,7 +101,7 @@ func TestCompressEmbeddedTeacher(t *testing.T) {
 func TestCompressGPUMatchesCPU(t *testing.T) {
 	gputest.Open(t) // fail (not skip) under NVG_REQUIRE_GPU=1 when there is no adapter
 	dir := t.TempDir()
-	reps := map[string]compressReport{}
+	reps := map[string]compress.ModelReport{}
 	for _, dev := range []string{"gpu-f32", "cpu-f32", ""} {
 		js := filepath.Join(dir, dev+"default.json")
 		args := []string{"compress", "--bpw", "0.5", "--seed", "4", "--power-iters", "0", "-o", filepath.Join(dir, dev+"default.cmf"), "--json", js}
@@ -113,7 +113,7 @@ func TestCompressGPUMatchesCPU(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("nvg %v: exit %d", args, code)
 		}
-		reps[dev] = readJSON[compressReport](t, js)
+		reps[dev] = readJSON[compress.ModelReport](t, js)
 	}
 	g, c32, c := reps["gpu-f32"], reps["cpu-f32"], reps[""]
 	if c.Products != "cpu-f64" || c32.Products != "cpu-f32" || g.Products != "gpu-f32" || g.Device == "" || c.Device != "" || len(g.Tensors) != 50 || len(c.Tensors) != 50 || len(c32.Tensors) != 50 || g.OverallBPW != c.OverallBPW {

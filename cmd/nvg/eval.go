@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -11,9 +12,7 @@ import (
 	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
-	"github.com/nvg-project/nvg/host"
-	"github.com/nvg-project/nvg/nvgkit"
-	"github.com/nvg-project/nvg/nvgkit/data"
+	"github.com/nvg-project/nvg/nvgkit/eval"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
@@ -26,103 +25,82 @@ func init() {
 	})
 }
 
-// evalFlags are the flags that select the evaluation windows, shared with other commands.
+// evalFlags are nvg eval's flags.
 type evalFlags struct {
-	windows, files, tokenizer *string
-	t                         *int
-	seed                      *uint64
+	windows, files, tokenizer, other string
+	t, batch, k                      int
+	seed                             uint64
+	asJSON, onHost, stream           bool
 }
 
-func addEvalFlags(fs interface {
-	String(string, string, string) *string
-	Int(string, int, string) *int
-	Uint64(string, uint64, string) *uint64
-}, defWindows string, defT int) evalFlags {
-	return evalFlags{
-		windows:   fs.String("windows", defWindows, "number of non-overlapping held-out windows drawn with --seed, or 'all'"),
-		t:         fs.Int("t", defT, "tokens of context per window"),
-		seed:      fs.Uint64("seed", 1, "seed choosing the held-out windows"),
-		files:     fs.String("files", "", "comma-separated held-out sources instead of the Go standard library split: files, directories (every text file under them), globs, .jsonl corpora ({\"text\": …} per line)"),
-		tokenizer: fs.String("tokenizer", "", "tokenizer.json (default: beside MODEL, or the embedded one)"),
+func (f *evalFlags) bind(c *command) *flag.FlagSet {
+	fs := newFlags(c)
+	// The defaults (8 windows of 128 tokens) finish in about half a minute on 2 CPU cores
+	// through lavapipe; the model card's figure is --windows 64 --t 512.
+	fs.StringVar(&f.windows, "windows", "8", "number of non-overlapping held-out windows drawn with --seed, or 'all'")
+	fs.IntVar(&f.t, "t", 128, "tokens of context per window")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed choosing the held-out windows")
+	fs.StringVar(&f.files, "files", "", "comma-separated held-out sources instead of the Go standard library split: files, directories (every text file under them), globs, .jsonl corpora ({\"text\": …} per line)")
+	fs.StringVar(&f.tokenizer, "tokenizer", "", "tokenizer.json (default: beside MODEL, or the embedded one)")
+	fs.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
+	fs.BoolVar(&f.onHost, "host", false, "compute on the host in float64 (slow reference path) instead of the GPU")
+	fs.IntVar(&f.batch, "batch", 0, "windows per GPU pass (0: as many as fit 4096 tokens)")
+	fs.BoolVar(&f.stream, "stream", false, "GPU: stream the layers' weights (at most two layers on the GPU at once)")
+	fs.StringVar(&f.other, "compare", "", "compare teacher OTHER with MODEL on the windows: top-k KL, top-1 agreement, both perplexities (e.g. an 8-bit teacher against its bf16 checkpoint)")
+	fs.IntVar(&f.k, "k", 32, "with --compare: the reference's top-k")
+	return fs
+}
+
+// check validates the flags that need no model.
+func (f *evalFlags) check(nargs int) error {
+	switch {
+	case nargs > 1:
+		return usagef("want at most one MODEL, got %d arguments", nargs)
+	case f.batch < 0:
+		return usagef("--batch must be ≥ 0, got %d", f.batch)
+	case f.onHost && f.stream:
+		return usagef("--stream is for the GPU path; --host computes on the host")
+	case f.other == "" && f.k != 32:
+		return usagef("--k goes with --compare")
 	}
+	return nil
 }
 
-// heldOutWindows tokenizes the held-out text and draws the evaluation windows.
-func (f evalFlags) heldOutWindows(modelPath string, cfg arch.Config) ([][]int, string, error) {
-	n := 0
-	if *f.windows != "all" {
-		v, err := strconv.Atoi(*f.windows)
+// heldOutWindows checks the window flags and draws the evaluation windows (eval.HeldOut) of
+// the model at modelPath, saying on stderr when the text holds fewer than --windows.
+func (f *evalFlags) heldOutWindows(modelPath string, cfg arch.Config) ([][]int, string, error) {
+	h := eval.HeldOut{Tokenizer: f.tokenizer, T: f.t, Seed: f.seed}
+	if f.windows != "all" {
+		v, err := strconv.Atoi(f.windows)
 		if err != nil || v <= 0 {
-			return nil, "", usagef("--windows wants a positive number or 'all', got %q", *f.windows)
+			return nil, "", usagef("--windows wants a positive number or 'all', got %q", f.windows)
 		}
-		n = v
+		h.N = v
 	}
-	if *f.t < 1 {
-		return nil, "", usagef("--t must be ≥ 1, got %d", *f.t)
+	if f.t < 1 {
+		return nil, "", usagef("--t must be ≥ 1, got %d", f.t)
 	}
-	tok, err := train.OpenTokenizer(*f.tokenizer, modelPath, cfg, logf)
-	if err != nil {
+	var err error
+	if h.Files, err = corpusFiles("files", f.files); err != nil {
 		return nil, "", err
 	}
-	var corpus *data.Corpus
-	what := "Go standard library held-out split"
-	if *f.files != "" {
-		var files []string
-		if files, err = corpusFiles("files", *f.files); err != nil {
-			return nil, "", err
-		}
-		corpus, err = data.FilesCorpus(nil, files)
-		what = fmt.Sprintf("%d files", len(files))
-		if len(files) == 1 {
-			what = "1 file"
-		}
-	} else {
-		corpus, err = data.StdlibCorpus()
-	}
-	if err != nil {
-		return nil, "", err
-	}
-	stream, err := corpus.Tokens(tok, data.HeldOut, train.TokenCacheDir())
-	if err != nil {
-		return nil, "", err
-	}
-	w, err := data.EvalWindows(stream, n, *f.t, *f.seed)
-	if err != nil {
-		return nil, "", err
-	}
-	if n > len(w) {
+	w, what, err := h.Windows(modelPath, cfg, logf)
+	if err == nil && h.N > len(w) {
 		fmt.Fprintf(os.Stderr, "warning: --windows %d asked, but the held-out text (%s) has only %d windows of %d+1 tokens: evaluating all %d\n",
-			n, what, len(w), *f.t, len(w))
+			h.N, what, len(w), f.t, len(w))
 	}
-	return w, what, nil
+	return w, what, err
 }
 
 func runEval(args []string) error {
 	c := commands["eval"]
-	fs := newFlags(c)
-	// The defaults (8 windows of 128 tokens) finish in about half a minute on 2 CPU cores
-	// through lavapipe; the model card's figure is --windows 64 --t 512.
-	ef := addEvalFlags(fs, "8", 128)
-	asJSON := fs.Bool("json", false, "print the result as JSON")
-	onHost := fs.Bool("host", false, "compute on the host in float64 (slow reference path) instead of the GPU")
-	batch := fs.Int("batch", 0, "windows per GPU pass (0: as many as fit 4096 tokens)")
-	stream := fs.Bool("stream", false, "GPU: stream the layers' weights (at most two layers on the GPU at once)")
-	other := fs.String("compare", "", "compare teacher OTHER with MODEL on the windows: top-k KL, top-1 agreement, both perplexities (e.g. an 8-bit teacher against its bf16 checkpoint)")
-	k := fs.Int("k", 32, "with --compare: the reference's top-k")
+	var f evalFlags
+	fs := f.bind(c)
 	if err := parseFlags(c, fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 1 {
-		return usagef("want at most one MODEL, got %d arguments", fs.NArg())
-	}
-	if *batch < 0 {
-		return usagef("--batch must be ≥ 0, got %d", *batch)
-	}
-	if *onHost && *stream {
-		return usagef("--stream is for the GPU path; --host computes on the host")
-	}
-	if *other == "" && *k != 32 {
-		return usagef("--k goes with --compare")
+	if err := f.check(fs.NArg()); err != nil {
+		return err
 	}
 	path := fs.Arg(0)
 	m, err := train.OpenModel(path)
@@ -130,29 +108,37 @@ func runEval(args []string) error {
 		return err
 	}
 	defer m.Close()
-	windows, what, err := ef.heldOutWindows(path, m.Config)
+	windows, what, err := f.heldOutWindows(path, m.Config)
 	if err != nil {
 		return err
 	}
-	if *other != "" {
-		om, err := train.OpenModel(*other)
-		if err != nil {
-			return err
-		}
-		defer om.Close()
-		return runCompare(compareRun{ref: m, other: om, refPath: path, otherPath: *other, windows: windows, t: *ef.t, k: *k,
-			batch: *batch, onHost: *onHost, stream: *stream}, *asJSON)
+	if f.other != "" {
+		return f.compare(m, path, windows)
 	}
-	ev, err := newEvaluator(m, path, windows, *onHost, *batch, *ef.t, *stream)
+	return f.evaluate(m, path, windows, what)
+}
+
+// evaluate prints the held-out loss and perplexity of model m (at path) on the windows of
+// the held-out text what (eval.Evaluator).
+func (f *evalFlags) evaluate(m *cmf.Model, path string, windows [][]int, what string) error {
+	if f.stream && eval.IsStudent(m) {
+		return usagef("--stream is for dense teachers; %s is a BLR student", train.ModelName(path))
+	}
+	dev, err := deviceUnless(f.onHost)
 	if err != nil {
 		return err
 	}
-	defer ev.close()
-	fmt.Fprintf(os.Stderr, "evaluating %s on %d windows × %d tokens of the %s (%s)\n", train.ModelName(path), len(windows), *ef.t, what, ev.label)
+	defer dev.Close()
+	ev, err := eval.NewEvaluator(dev, m, windows, eval.Options{Batch: f.batch, Stream: f.stream})
+	if err != nil {
+		return err
+	}
+	defer ev.Close()
+	fmt.Fprintf(os.Stderr, "evaluating %s on %d windows × %d tokens of the %s (%s)\n", train.ModelName(path), len(windows), f.t, what, ev.Label)
 	bar := train.NewProgress(os.Stderr, "eval")
 	start := time.Now()
-	sum, count, err := ev.nll(func(done, total int) {
-		bar.Update(done, total, fmt.Sprintf("%.0f tok/s", float64(done**ef.t)/time.Since(start).Seconds()))
+	sum, count, err := ev.NLL(func(done, total int) {
+		bar.Update(done, total, fmt.Sprintf("%.0f tok/s", float64(done*f.t)/time.Since(start).Seconds()))
 	})
 	bar.Finish("")
 	if err != nil {
@@ -161,92 +147,31 @@ func runEval(args []string) error {
 	secs := time.Since(start).Seconds()
 	loss := sum / float64(count)
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return nonFiniteLoss(loss, ev.diagnose)
+		return nonFiniteLoss(loss, dev, ev)
 	}
-	res := map[string]any{"model": train.ModelName(path), "windows": len(windows), "t": *ef.t, "tokens": count,
-		"loss_nats": loss, "perplexity": math.Exp(loss), "seconds": secs, "tokens_per_second": float64(count) / secs, "path": ev.path}
+	res := map[string]any{"model": train.ModelName(path), "windows": len(windows), "t": f.t, "tokens": count,
+		"loss_nats": loss, "perplexity": math.Exp(loss), "seconds": secs, "tokens_per_second": float64(count) / secs, "path": ev.Path}
 	extra := ""
-	if ev.peak != nil {
-		res["peak_gpu_bytes"] = ev.peak()
-		extra = ", peak GPU " + humanBytes(int64(ev.peak()))
+	if dev != nil {
+		res["peak_gpu_bytes"] = dev.MemStats().PeakBytes
+		extra = ", peak GPU " + humanBytes(int64(dev.MemStats().PeakBytes))
 	}
-	if *asJSON {
+	if f.asJSON {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
 	fmt.Printf("held-out loss %.4f nats/token, perplexity %.3f (%d tokens, %.1fs, %.0f tokens/s, %s%s)\n",
-		loss, math.Exp(loss), count, secs, float64(count)/secs, ev.path, extra)
+		loss, math.Exp(loss), count, secs, float64(count)/secs, ev.Path, extra)
 	return nil
 }
 
-// evaluator is one path of nvg eval: its summed NLL over the windows, its name and label,
-// and on the GPU the diagnosis of a non-finite loss and the peak bytes of nvg's buffers.
-type evaluator struct {
-	nll         func(progress func(done, total int)) (float64, int, error)
-	diagnose    func() (*nvgkit.NonFinite, error) // GPU path, after a non-finite loss: where it starts
-	peak        func() uint64
-	path, label string
-	close       func()
-}
-
-// newEvaluator makes the host path (onHost) or the GPU path of model m (at path) over the
-// windows of t+1 tokens: a teacher (layers streamed when stream) or a BLR student, batch
-// windows per pass (0: as many as fit 4096 tokens; a student's divides the windows).
-func newEvaluator(m *cmf.Model, path string, windows [][]int, onHost bool, batch, t int, stream bool) (*evaluator, error) {
-	if onHost {
-		net, err := host.Load(m)
-		if err != nil {
-			return nil, err
-		}
-		return &evaluator{nll: func(p func(done, total int)) (float64, int, error) { return net.NLL(windows, p) },
-			path: "host-f64", label: "float64 host path", close: func() {}}, nil
-	}
-	nb := batch
-	if nb == 0 {
-		nb = max(1, 4096/t)
-	}
-	nb = min(nb, len(windows))
-	student := isStudent(m)
-	if student {
-		if stream {
-			return nil, usagef("--stream is for dense teachers; %s is a BLR student", train.ModelName(path))
-		}
-		for len(windows)%nb != 0 { // a student pass takes exactly nb windows
-			nb--
-		}
-	}
-	dev, err := openDevice()
-	if err != nil {
-		return nil, err
-	}
-	net, work, err := loadGPU(dev, m, nb, t, stream, student)
-	if err != nil {
-		dev.Close()
-		return nil, err
-	}
-	ev := &evaluator{nll: func(p func(done, total int)) (float64, int, error) { return nvgkit.NLL(net, work, windows, p) },
-		path: "gpu-f16", label: fmt.Sprintf("GPU, f16 weights, %d windows per pass", nb),
-		diagnose: func() (*nvgkit.NonFinite, error) { return nvgkit.FirstNonFinite(net, work, windows) },
-		peak:     func() uint64 { return dev.MemStats().PeakBytes },
-		close:    func() { work.Release(); net.Release(); dev.Close() }}
-	if student {
-		ev.nll = func(p func(done, total int)) (float64, int, error) { return nvgkit.StudentNLL(net, work, windows, p) }
-		ev.path, ev.label = "gpu-blr", fmt.Sprintf("GPU, BLR student, %d windows per pass", nb)
-	}
-	if stream {
-		ev.label += ", layers streamed"
-	}
-	return ev, nil
-}
-
-// nonFiniteLoss is eval's error for a NaN or infinite held-out loss: on the GPU path it
-// re-runs the windows layer by layer (diagnose) and names the first layer whose output is
-// not finite. The host path has no diagnosis (diagnose nil): its float64 arithmetic on the
-// weights host.Load checks finite does not overflow in practice.
-func nonFiniteLoss(loss float64, diagnose func() (*nvgkit.NonFinite, error)) error {
-	if diagnose == nil {
+// nonFiniteLoss is eval's error for a NaN or infinite held-out loss: on the GPU path (dev not
+// nil) it names the first layer whose output is not finite (ev.FirstNonFinite); the host
+// path has no diagnosis.
+func nonFiniteLoss(loss float64, dev *gpu.Device, ev *eval.Evaluator) error {
+	if dev == nil {
 		return fmt.Errorf("held-out loss is %v on the float64 host path (no perplexity printed)", loss)
 	}
-	nf, err := diagnose()
+	nf, err := ev.FirstNonFinite()
 	switch {
 	case err != nil:
 		return fmt.Errorf("held-out loss is %v (no perplexity printed); finding the first non-finite hidden state failed: %w", loss, err)
@@ -254,6 +179,15 @@ func nonFiniteLoss(loss float64, diagnose func() (*nvgkit.NonFinite, error)) err
 		return fmt.Errorf("held-out loss is %v (no perplexity printed), but every hidden state is finite: the head (lm_head or the tied embedding) or the loss produced it", loss)
 	}
 	return fmt.Errorf("held-out loss is %v (no perplexity printed): the first non-finite hidden state is the output of %s", loss, nf)
+}
+
+// deviceUnless is the device of a command's GPU path (openDevice), or nil (nvgkit/eval's
+// float64 host path) when onHost.
+func deviceUnless(onHost bool) (*gpu.Device, error) {
+	if onHost {
+		return nil, nil
+	}
+	return openDevice()
 }
 
 // openDevice opens the WebGPU device and prints which adapter nvg uses, and its tensor
@@ -268,37 +202,4 @@ func openDevice() (*gpu.Device, error) {
 	}
 	fmt.Fprintf(os.Stderr, "nvg: GPU %s; tensor cores %s\n", dev.Info(), dev.TensorCores())
 	return dev, nil
-}
-
-// isStudent reports whether m holds BLR tensors (a compressed student).
-func isStudent(m *cmf.Model) bool {
-	for _, t := range m.Tensors {
-		if t.DType == cmf.BLR {
-			return true
-		}
-	}
-	return false
-}
-
-// loadGPU loads m on dev as a teacher net (layers streamed when stream) or, when student,
-// as a Student net, and sizes a work for nb windows of t tokens.
-func loadGPU(dev *gpu.Device, m *cmf.Model, nb, t int, stream, student bool) (*nvgkit.Net, *nvgkit.Work, error) {
-	var opts []nvgkit.LoadOption
-	if stream {
-		opts = append(opts, nvgkit.StreamLayers())
-	}
-	kind := nvgkit.Teacher
-	if student {
-		kind = nvgkit.Student
-	}
-	net, err := nvgkit.LoadNet(dev, m, kind, opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	work, err := nvgkit.NewWork(dev, net, nb, t)
-	if err != nil {
-		net.Release()
-		return nil, nil, err
-	}
-	return net, work, nil
 }

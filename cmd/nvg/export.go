@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
@@ -19,13 +18,6 @@ func init() {
 			"(STUDENT: a .cmf file, a sharded CMF directory or an HF directory)",
 		run: runExport,
 	})
-}
-
-// exportSources are the files nvg export takes from beside the student (or from the
-// embedded tiny teacher when the student has its architecture and nothing is beside it).
-type exportSources struct {
-	tok, tokCfg, baseCfg []byte
-	tokFrom, cfgFrom     string // where they came from, for the printed summary
 }
 
 func runExport(args []string) error {
@@ -62,11 +54,11 @@ func runExport(args []string) error {
 		return err
 	}
 	defer student.Close()
-	src, err := exportFiles(*tok, path, student.Config)
+	src, err := train.ExportFiles(*tok, path, student.Config, logf)
 	if err != nil {
 		return err
 	}
-	opt := cmf.ExportHFOptions{TokenizerConfigJSON: src.tokCfg, BaseConfigJSON: src.baseCfg, MaxShardBytes: *shard, MaxPositionEmbeddings: *maxPos}
+	opt := cmf.ExportHFOptions{TokenizerConfigJSON: src.TokenizerConfig, BaseConfigJSON: src.Config, MaxShardBytes: *shard, MaxPositionEmbeddings: *maxPos}
 	nBLR := 0
 	for _, t := range student.Tensors {
 		if t.DType == cmf.BLR {
@@ -74,12 +66,12 @@ func runExport(args []string) error {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "exporting %s (%d BLR tensors to expand) to %s\n", path, nBLR, *out)
-	if err := cmf.ExportHFWith(*out, student, src.tok, opt); err != nil {
+	if err := cmf.ExportHFWith(*out, student, src.Tokenizer, opt); err != nil {
 		return err
 	}
-	fmt.Printf("tokenizer: %s\n", src.tokFrom)
-	if src.cfgFrom != "" {
-		fmt.Printf("config fields beyond the architecture: %s\n", src.cfgFrom)
+	fmt.Printf("tokenizer: %s\n", src.TokenizerFrom)
+	if src.ConfigFrom != "" {
+		fmt.Printf("config fields beyond the architecture: %s\n", src.ConfigFrom)
 	}
 	des, err := os.ReadDir(*out)
 	if err != nil {
@@ -97,69 +89,4 @@ func runExport(args []string) error {
 	}
 	fmt.Printf("wrote %s\n", *out)
 	return nil
-}
-
-// exportFiles finds tokenizer.json (explicit, else beside the model), the
-// tokenizer_config.json beside it, and a config.json of the same architecture beside the
-// model (the HF directory's own, or one next to a .cmf); for a student of the embedded
-// tiny teacher's architecture, missing ones come from the embedded teacher. No tokenizer
-// at all is a usage error.
-func exportFiles(explicit, modelPath string, cfg arch.Config) (exportSources, error) {
-	var s exportSources
-	dir := modelPath
-	if st, err := os.Stat(modelPath); err == nil && !st.IsDir() {
-		dir = filepath.Dir(modelPath)
-	}
-	tokDir := dir
-	if explicit != "" {
-		b, err := train.TokenizerJSON(explicit, "", nil, logf)
-		if err != nil {
-			return s, err
-		}
-		s.tok, s.tokFrom = b, explicit
-		tokDir = explicit
-		if st, err := os.Stat(explicit); err == nil && !st.IsDir() {
-			tokDir = filepath.Dir(explicit)
-		}
-	} else if p := filepath.Join(dir, cmf.HFTokenizerName); exists(p) {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return s, err
-		}
-		s.tok, s.tokFrom = b, p
-	}
-	if s.tok != nil {
-		if p := filepath.Join(tokDir, cmf.HFTokenizerConfigName); exists(p) {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return s, err
-			}
-			s.tokCfg = b
-		}
-	}
-	if p := filepath.Join(dir, cmf.HFConfigName); exists(p) {
-		if b, err := os.ReadFile(p); err == nil {
-			if _, err := cmf.HFConfigJSON(cfg, b, 0); err == nil {
-				s.baseCfg, s.cfgFrom = b, p
-			} else {
-				fmt.Fprintf(os.Stderr, "note: ignoring %s: %v\n", p, err)
-			}
-		}
-	}
-	if train.IsDefaultArchitecture(cfg) {
-		read := func(name string) []byte {
-			b, _ := train.DefaultModelFile(name)
-			return b
-		}
-		if s.tok == nil {
-			s.tok, s.tokCfg, s.tokFrom = read(cmf.HFTokenizerName), read(cmf.HFTokenizerConfigName), train.DefaultModelName+" (same architecture)"
-		}
-		if s.baseCfg == nil {
-			s.baseCfg, s.cfgFrom = read(cmf.HFConfigName), train.DefaultModelName+" (same architecture)"
-		}
-	}
-	if s.tok == nil {
-		return s, usagef("no tokenizer.json beside %s: pass --tokenizer FILE", modelPath)
-	}
-	return s, nil
 }

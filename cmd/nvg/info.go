@@ -1,13 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
 	"strings"
 
-	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit/train"
@@ -51,7 +51,7 @@ func runInfo(args []string) error {
 	if *asJSON {
 		out := map[string]any{"model": train.ModelName(path), "config": m.Config, "params": pc, "total_params": pc.Total(), "total_bytes": pc.TotalBytes()}
 		if q := m.Quantization(); q != nil {
-			out["quantization"] = quantJSON(q)
+			out["quantization"] = q
 		}
 		if valid != nil {
 			out["invalid"] = valid.Error()
@@ -63,7 +63,7 @@ func runInfo(args []string) error {
 	cfg := m.Config
 	fmt.Printf("model          %s\n", train.ModelName(path))
 	fmt.Printf("architecture   %s, %d layers (%s), hidden_size %d, intermediate_size %d, vocab_size %d\n",
-		orDefault(cfg.ModelType, "qwen3_5_text"), cfg.NumHiddenLayers, layerPattern(cfg), cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize)
+		cmp.Or(cfg.ModelType, "qwen3_5_text"), cfg.NumHiddenLayers, cfg.LayerPattern(), cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize)
 	fmt.Printf("attention      %d query heads / %d KV heads of head_dim %d, rotary dims %d of %d, rope_theta %g\n",
 		cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim, cfg.RotaryDim(), cfg.HeadDim, cfg.RopeTheta)
 	fmt.Printf("GatedDeltaNet  %d key heads × %d, %d value heads × %d, conv kernel %d\n",
@@ -94,31 +94,6 @@ func runInfo(args []string) error {
 		return valid
 	}
 	return nil
-}
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
-}
-
-// layerPattern summarises layer_types as runs, e.g. "3×GatedDeltaNet+1×attention ×2".
-func layerPattern(cfg arch.Config) string {
-	var parts []string
-	for i := 0; i < len(cfg.LayerTypes); {
-		j := i
-		for j < len(cfg.LayerTypes) && cfg.LayerTypes[j] == cfg.LayerTypes[i] {
-			j++
-		}
-		kind := "GatedDeltaNet"
-		if cfg.LayerTypes[i] == arch.FullAttention {
-			kind = "attention"
-		}
-		parts = append(parts, fmt.Sprintf("%d×%s", j-i, kind))
-		i = j
-	}
-	return strings.Join(parts, ", ")
 }
 
 // printGPU opens the GPU nvg would use (NVG_ADAPTER, NVG_TENSOR_CORES) and prints its

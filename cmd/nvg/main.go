@@ -7,8 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -161,12 +162,7 @@ func printHelp(c *command, fs *flag.FlagSet) {
 
 func mainUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: nvg COMMAND [flags] [args]\n\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range sortedNames() {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'nvg COMMAND -h' for a command's flags.")
@@ -190,7 +186,7 @@ func run(args []string) int {
 		return 0
 	}
 	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
-		fmt.Println(versionString())
+		fmt.Println(version.Get()) // "nvg VERSION (COMMIT[, modified], GO_VERSION; commit from SOURCE)", as report.json records it
 		return 0
 	}
 	if msg := checkMPILaunch(); msg != "" {
@@ -203,12 +199,11 @@ func run(args []string) int {
 		return 2
 	}
 	err := c.run(args[1:])
+	var ie interruptedError
 	switch {
 	case err == nil, errors.Is(err, errHelpShown):
 		return 0
-	case errors.As(err, new(interruptedError)):
-		var ie interruptedError
-		errors.As(err, &ie)
+	case errors.As(err, &ie):
 		return ie.exitCode()
 	case errors.As(err, new(usageError)), errors.As(err, new(*train.InputError)):
 		fmt.Fprintf(os.Stderr, "nvg %s: %v (see 'nvg %s -h')\n", c.name, err, c.name)
@@ -219,15 +214,5 @@ func run(args []string) int {
 	}
 }
 
-func sortedNames() []string {
-	var s []string
-	for n := range commands {
-		s = append(s, n)
-	}
-	sort.Strings(s)
-	return s
-}
-
-// versionString is "nvg VERSION (COMMIT[, modified], GO_VERSION; commit from SOURCE)": the
-// build provenance that report.json and distill.json record (internal/version).
-func versionString() string { return version.Get().String() }
+// sortedNames are the commands' names in order.
+func sortedNames() []string { return slices.Sorted(maps.Keys(commands)) }

@@ -19,13 +19,3 @@ func printQuantization(m *cmf.Model) {
 			q.Scheme, q.CodeDType, q.ScaleDType, what, q.Tensors, q.Params, humanBytes(q.CodeBytes), humanBytes(q.ScaleBytes), q.BitsPerWeight())
 	}
 }
-
-// quantJSON is nvg info --json's "quantization": one object per kind of 8-bit weight.
-func quantJSON(qs []cmf.QuantSummary) []map[string]any {
-	var out []map[string]any
-	for _, q := range qs {
-		out = append(out, map[string]any{"scheme": q.Scheme, "code_dtype": q.CodeDType, "block": q.Block, "scale_dtype": q.ScaleDType,
-			"tensors": q.Tensors, "params": q.Params, "code_bytes": q.CodeBytes, "scale_bytes": q.ScaleBytes, "bits_per_weight": q.BitsPerWeight()})
-	}
-	return out
-}

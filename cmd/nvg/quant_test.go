@@ -10,6 +10,7 @@ import (
 
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/nvgkit/eval"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
@@ -82,10 +83,10 @@ func TestImportQuantizeInfo(t *testing.T) {
 
 // compareResult is the part of `nvg eval --compare --json`'s output the tests read.
 type compareResult struct {
-	Path       string     `json:"path"`
-	Gap        compareGap `json:"gap"`
-	Perplexity float64    `json:"perplexity"`
-	Other      float64    `json:"compare_perplexity"`
+	Path       string   `json:"path"`
+	Gap        eval.Gap `json:"gap"`
+	Perplexity float64  `json:"perplexity"`
+	Other      float64  `json:"compare_perplexity"`
 }
 
 // TestEvalCompareQuantTeacher compares the q8 tiny teacher with the bf16 one (nvg eval

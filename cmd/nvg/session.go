@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -49,11 +50,8 @@ func runSession(args []string) error {
 	return usagef("unknown subcommand %q%s (want start, ls, stop or bench)", sub, didYouMean(sub, []string{"start", "ls", "stop", "bench"}))
 }
 
-// oneName parses fs and returns its one positional argument, the session name.
-func oneName(fs interface {
-	NArg() int
-	Arg(int) string
-}, what string) (string, error) {
+// oneName returns fs's one positional argument, the session name.
+func oneName(fs *flag.FlagSet, what string) (string, error) {
 	if fs.NArg() != 1 {
 		return "", usagef("session %s: want one session NAME, got %d arguments", what, fs.NArg())
 	}
@@ -63,24 +61,30 @@ func oneName(fs interface {
 	return fs.Arg(0), nil
 }
 
-func sessionStart(c *command, args []string) error {
+// nameAndIdle parses the arguments of session start and serve: one session NAME and --idle.
+func nameAndIdle(c *command, args []string, what string) (string, time.Duration, error) {
 	fs := newFlags(c)
 	idle := fs.Duration("idle", session.DefaultIdle, "exit after this long without a call (0: never)")
 	if err := parseFlags(c, fs, args); err != nil {
-		return err
+		return "", 0, err
 	}
-	name, err := oneName(fs, "start")
+	name, err := oneName(fs, what)
+	if err == nil && *idle < 0 {
+		err = usagef("--idle %s: want ≥ 0", *idle)
+	}
+	return name, *idle, err
+}
+
+func sessionStart(c *command, args []string) error {
+	name, idle, err := nameAndIdle(c, args, "start")
 	if err != nil {
 		return err
-	}
-	if *idle < 0 {
-		return usagef("--idle %s: want ≥ 0", *idle)
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	cl, err := session.Attach(name, session.Binary(exe), session.IdleTimeout(*idle))
+	cl, err := session.Attach(name, session.Binary(exe), session.IdleTimeout(idle))
 	if err != nil {
 		return err
 	}
@@ -115,18 +119,9 @@ func sessionLs(c *command, args []string) error {
 	fmt.Fprintln(tw, "NAME\tPID\tSTATE\tLAB\tIDLE\tCALLS\tLOG")
 	var notes []string // what to do about a server that does not answer, or could not be asked
 	for _, s := range list {
-		state, idle := "alive", "-"
-		switch {
-		case !s.Alive:
-			state = "dead"
-		case s.NotAnswering:
-			state = "NOT ANSWERING"
-			notes = append(notes, fmt.Sprintf("%s (pid %d) does not answer: %s", s.Name, s.Pid, s.Err))
-		case s.Err != "":
-			state = "alive (not asked)"
-			notes = append(notes, fmt.Sprintf("%s (pid %d): %s", s.Name, s.Pid, s.Err))
-		case s.Busy != "":
-			state = "busy (" + s.Busy + ")"
+		idle := "-"
+		if p := s.Problem(); p != "" {
+			notes = append(notes, p)
 		}
 		if s.Alive && s.Err == "" {
 			idle = s.IdleFor.Round(time.Second).String()
@@ -138,7 +133,7 @@ func sessionLs(c *command, args []string) error {
 		if note == "" {
 			note = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\n", s.Name, s.Pid, state, note, idle, s.Calls, s.Log)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\n", s.Name, s.Pid, s.State(), note, idle, s.Calls, s.Log)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -167,19 +162,11 @@ func sessionStop(c *command, args []string) error {
 }
 
 func sessionServe(c *command, args []string) error {
-	fs := newFlags(c)
-	idle := fs.Duration("idle", session.DefaultIdle, "exit after this long without a call (0: never)")
-	if err := parseFlags(c, fs, args); err != nil {
-		return err
-	}
-	name, err := oneName(fs, "serve")
+	name, idle, err := nameAndIdle(c, args, "serve")
 	if err != nil {
 		return err
 	}
-	if *idle < 0 {
-		return usagef("--idle %s: want ≥ 0", *idle)
-	}
-	return server.Run(name, server.Config{Idle: *idle})
+	return server.Run(name, server.Config{Idle: idle})
 }
 
 // sessionBench measures issue 14's cell latency (bench.Session): a notebook-like cell
@@ -200,13 +187,8 @@ func sessionBench(c *command, args []string) error {
 	if fs.NArg() != 0 {
 		return usagef("session bench takes no arguments")
 	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"reps", o.Reps}, {"warm", o.Warm}, {"nb", o.NB}, {"t", o.T}, {"steps", o.Steps}} {
-		if f.v < 1 {
-			return usagef("--%s %d: want ≥ 1", f.name, f.v)
-		}
+	if err := o.Validate(); err != nil {
+		return usagef("%v", err)
 	}
 	var err error
 	if o.Binary, err = os.Executable(); err != nil {

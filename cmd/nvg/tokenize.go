@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,7 +41,7 @@ func runTokenize(args []string) error {
 		return usagef("--tokenizer %s is not a tokenizer.json (no model.vocab): give a tokenizer.json or the model directory holding one", *tokPath)
 	}
 	if err != nil {
-		return fmt.Errorf("tokenizer %s: %w", orDefault(*tokPath, train.DefaultModelName), err)
+		return fmt.Errorf("tokenizer %s: %w", cmp.Or(*tokPath, train.DefaultModelName), err)
 	}
 	in, err := io.ReadAll(os.Stdin)
 	if err != nil {

@@ -159,6 +159,16 @@ func FilesCorpus(train, heldOut []string) (*Corpus, error) {
 	return &Corpus{Train: append([]string(nil), train...), HeldOut: append([]string(nil), heldOut...)}, nil
 }
 
+// OpenCorpus is the corpus of a command's file lists: both nil is the Go standard library
+// (StdlibCorpus), anything else FilesCorpus(train, heldOut) (for example held-out files only,
+// for an evaluation, or training files only, for a calibration pass). Errors: theirs.
+func OpenCorpus(train, heldOut []string) (*Corpus, error) {
+	if train == nil && heldOut == nil {
+		return StdlibCorpus()
+	}
+	return FilesCorpus(train, heldOut)
+}
+
 // Paths returns the file-system paths of the files of one split (Train or HeldOut).
 func (c *Corpus) Paths(s Split) ([]string, error) {
 	var rel []string

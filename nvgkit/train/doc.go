@@ -6,7 +6,9 @@
 //     builds a Run from it — the models (OpenModel, TokenizerJSON, and the one place the
 //     embedded default model is chosen), the corpus, the compression, the device, the nets
 //     and the Trainer. nvg distill, the in-process Lab (and so the session server) and nvg
-//     bench call it; Env says how (device, log, ranks, run directory), not what.
+//     bench call it; Env says how (device, log, ranks, run directory), not what. Outside a
+//     run, the same settings give nvg compress its calibration pass (CalibrateTeacher), and
+//     the files beside a model give nvg export its tokenizer and config (ExportFiles).
 //   - Training: Trainer runs the loop nvg distill runs (teacher pass once, then per step
 //     ZeroGrads, Step, ClipGrads, Adam, with the learning-rate schedule, held-out evaluation,
 //     the best snapshot, skipped non-finite steps), configured by TrainConfig
