@@ -30,9 +30,6 @@ struct Params {
 };
 @group(0) @binding({{if .Grad}}4{{else}}3{{end}}) var<uniform> p: Params;
 
-{{- if not .Lanes}}
-var<workgroup> partial: array<vec4<f32>, {{.WG}}>; // the workgroup form's tree
-{{- end}}
 
 // tv is the teacher's value at element i of ht.
 fn tv(i: u32) -> f32 {
@@ -44,7 +41,7 @@ fn tv(i: u32) -> f32 {
 {{- end}}
 }
 
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows" "Tree" "vec4<f32>")}}
     let base = r * p.n;
 {{- range $q := seq .Q}}
     var s{{$q}} = vec4<f32>(0.0);
