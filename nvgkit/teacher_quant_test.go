@@ -46,7 +46,8 @@ func diffTopK(a, b *nvgkit.TopK) string {
 // compares the top-32 with the float64 host model of the same quantized weights (host.Load:
 // code value × scale exactly):
 // the tolerances of the f16 teacher's fixture test (checkTopK; the 8-bit weights are exact
-// in f32, so only the f16 embedding and f32 arithmetic differ). The streamed pass is
+// in f32, so only the f16 embedding and f32 arithmetic differ, and on the cooperative-matrix
+// path the f16 rounding of the GEMMs' activations). The streamed pass is
 // bit-identical to the resident one, holds at most 2 layers on the GPU and uploads every
 // layer once per pass; a layer's bytes are those of its codes and scales, about half of the
 // f16 teacher's.
@@ -86,7 +87,13 @@ func TestQuantTeacherMatchesHost(t *testing.T) {
 			t.Fatal(err)
 		}
 		res := runTeacher(t, d, c.m, c.ids, k, false, 2)
-		checkTopK(t, c.name+" resident", res.top, htr.TopKIDs, htr.TopKLogProbs, htr.LogSumExp)
+		// The logits' magnitude for the cooperative-matrix path's tolerance: the largest
+		// log-sum-exp bounds the largest logit.
+		ref := 0.0
+		for _, v := range htr.LogSumExp {
+			ref = math.Max(ref, math.Abs(v))
+		}
+		checkTopK(t, c.name+" resident", kittest.DevicePath(d), kittest.ForwardStages(c.m.Config.NumHiddenLayers, false), ref, res.top, htr.TopKIDs, htr.TopKLogProbs, htr.LogSumExp)
 		str := runTeacher(t, d, c.m, c.ids, k, true, 2)
 		if diff := diffTopK(res.top, str.top); diff != "" {
 			t.Errorf("%s: streamed and resident top-k: %s", c.name, diff)
