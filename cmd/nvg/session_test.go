@@ -13,6 +13,7 @@ import (
 
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/nvgkit/session"
+	"github.com/nvg-project/nvg/testkit/proctest"
 )
 
 // TestMain lets the test binary be nvg itself when NVG_TEST_AS_NVG=1: the session commands
@@ -57,9 +58,7 @@ func TestSessionCommands(t *testing.T) {
 	}
 	// A frozen server is shown as such, with what to do (issue 34).
 	pid, _ := strconv.Atoi(regexp.MustCompile(`(?m)^s1 +(\d+) `).FindStringSubmatch(out)[1])
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	proctest.Stop(t, pid)
 	out, _, code = capture(t, []string{"session", "ls"})
 	syscall.Kill(pid, syscall.SIGCONT)
 	if want := fmt.Sprintf("s1 (pid %d) does not answer: no answer within 3s: its process is stopped (SIGSTOP or Ctrl-Z): `kill -CONT %d` resumes it", pid, pid); code != 0 ||

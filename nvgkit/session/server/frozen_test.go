@@ -12,6 +12,7 @@ import (
 
 	"github.com/nvg-project/nvg/nvgkit/session"
 	"github.com/nvg-project/nvg/nvgkit/session/internal/sdir"
+	"github.com/nvg-project/nvg/testkit/proctest"
 )
 
 // within runs f and fails t when it took longer than limit (the bound a frozen server must
@@ -52,9 +53,7 @@ func TestFrozenServer(t *testing.T) {
 		stepped <- err
 	}()
 	<-progress
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	proctest.Stop(t, pid)
 	frozeAt := time.Now()
 	select {
 	case err := <-stepped:
@@ -109,9 +108,7 @@ func TestFrozenServer(t *testing.T) {
 	}
 
 	// Frozen again: Stop returns at its timeout, having sent SIGTERM, and says why.
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	proctest.Stop(t, pid)
 	within(t, "Stop with a 2 s timeout", 4*time.Second, func() {
 		err := session.Stop("frozen", 2*time.Second)
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf(`session "frozen": the server (pid %d) did not exit within 2s of SIGTERM (the stop request failed: `, pid)) ||
