@@ -7,11 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/nvgkit/train"
-	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // TestDistillBlockFlags: --block-steps reaches the run's TrainConfig (0 by default), a
@@ -31,20 +28,13 @@ func TestDistillBlockFlags(t *testing.T) {
 		t.Fatalf("--config: block steps %d, %v", s.Train.BlockSteps, err)
 	}
 	run0 := filepath.Join(t.TempDir(), "none")
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
+	checkUsageErrors(t, []usageCase{
 		{[]string{"distill", "--block-steps", "-1"}, "--block-steps must be ≥ 0 (0: no block-wise reconstruction phase), got -1"},
 		{[]string{"distill", "--block-steps", "30"}, "--block-steps must be ≤ 23 with --steps = 24, --finish-steps = 0 and at least one decoder layer"},
 		{[]string{"distill", "--block-steps", "3", "-o", filepath.Join(t.TempDir(), "run")},
 			"--block-steps must be ≤ 2 with --steps = 24, --finish-steps = 0 and 8 decoder layers: the block phase takes --block-steps steps per decoder layer out of --steps, and at least one KL step stays, got 3"},
 		{[]string{"distill", "--resume", run0, "--block-steps", "1"}, "--block-steps cannot be changed"},
-	} {
-		if _, stderr, code := capture(t, c.args); code != 2 || !strings.Contains(stderr, c.want) {
-			t.Errorf("nvg %v: exit %d, %q; want 2 and %q", c.args, code, stderr, c.want)
-		}
-	}
+	})
 }
 
 // TestDistillBlockSteps runs `nvg distill --block-steps 1` end to end on the tiny teacher cut
@@ -54,19 +44,7 @@ func TestDistillBlockFlags(t *testing.T) {
 func TestDistillBlockSteps(t *testing.T) {
 	gputest.Open(t)
 	t.Setenv("NVG_CACHE", t.TempDir())
-	dir := t.TempDir()
-	m, err := tinyteacher.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	teacher, tok := filepath.Join(dir, "teacher.cmf"), filepath.Join(dir, "tokenizer.json")
-	if err := cmf.WriteCMF(teacher, tinytest.FirstLayers(t, m, 2)); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(tok, tinyteacher.TokenizerJSON(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	teacher, tok := twoLayerTeacher(t)
 	out, args := goDistill(t, "--teacher", teacher, "--tokenizer", tok, "--block-steps", "1", "--steps", "3",
 		"--nb", "2", "--t", "8", "--k", "4", "--eval-windows", "1")
 	stdout, stderr, code := capture(t, args)

@@ -10,11 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvg-project/nvg/cmf"
-	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/nvgkit/train"
-	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 // TestDistillInitFlags: --init and --calib-* reach the run's Setup (the calibration left
@@ -37,10 +34,7 @@ func TestDistillInitFlags(t *testing.T) {
 		t.Fatalf("--config: init %q, calibration %+v, finish %d, %v", s.Init, s.Calibration, s.Train.FinishSteps, err)
 	}
 	run0 := filepath.Join(t.TempDir(), "none")
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
+	checkUsageErrors(t, []usageCase{
 		{[]string{"distill", "--init", "svd"}, `--init must be dual-svid or refine, got "svd"`},
 		{[]string{"distill", "--calib-windows", "0"}, "--calib-windows must be ≥ 1"},
 		{[]string{"distill", "--calib-t", "-1"}, "--calib-t must be ≥ 1"},
@@ -51,11 +45,7 @@ func TestDistillInitFlags(t *testing.T) {
 		{[]string{"distill", "--resume", run0, "--finish-steps", "1"}, "--finish-steps cannot be changed"},
 		{[]string{"compress", "--init", "svd", "-o", run0}, `--init must be dual-svid or refine`},
 		{[]string{"compress", "--train-files", "a.go", "-o", run0}, "--train-files is the calibration text of --init refine"},
-	} {
-		if _, stderr, code := capture(t, c.args); code != 2 || !strings.Contains(stderr, c.want) {
-			t.Errorf("nvg %v: exit %d, %q; want 2 and %q", c.args, code, stderr, c.want)
-		}
-	}
+	})
 }
 
 // TestDistillRefineFinish runs `nvg distill --init refine --train-signs --finish-steps 1` end
@@ -67,19 +57,7 @@ func TestDistillInitFlags(t *testing.T) {
 func TestDistillRefineFinish(t *testing.T) {
 	gputest.Open(t)
 	t.Setenv("NVG_CACHE", t.TempDir())
-	dir := t.TempDir()
-	m, err := tinyteacher.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	teacher, tok := filepath.Join(dir, "teacher.cmf"), filepath.Join(dir, "tokenizer.json")
-	if err := cmf.WriteCMF(teacher, tinytest.FirstLayers(t, m, 2)); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(tok, tinyteacher.TokenizerJSON(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	teacher, tok := twoLayerTeacher(t)
 	strs := filepath.Join(runtime.GOROOT(), "src", "strings", "strings.go")
 	out, args := goDistill(t, "--teacher", teacher, "--tokenizer", tok, "--init", "refine", "--calib-windows", "3", "--calib-t", "32",
 		"--train-signs", "--sign-tau", "1", "--sign-max-flip", "0.01", "--steps", "3", "--finish-steps", "1",
@@ -127,7 +105,7 @@ func TestDistillRefineFinish(t *testing.T) {
 	if err != nil || len(full.Phases) != 2 || full.Phases[1].Kind != "finish" || full.Phases[1].StepsDone != 1 || full.Tokens != 48 {
 		t.Fatalf("report phases %+v, tokens %d, %v", full.Phases, full.Tokens, err)
 	}
-	same := filepath.Join(dir, "s.cmf")
+	same := filepath.Join(t.TempDir(), "s.cmf")
 	if _, stderr, code := capture(t, []string{"compress", "--init", "refine", "--calib-windows", "3", "--calib-t", "32", "--train-files", strs, "--tokenizer", tok, "-o", same, teacher}); code != 0 {
 		t.Errorf("nvg compress --init refine: exit %d\n%s", code, stderr)
 	} else if a, err1 := os.ReadFile(same); err1 != nil {

@@ -133,10 +133,7 @@ func TestUnknownFlagAfterArgs(t *testing.T) {
 // TestDidYouMean: a mistyped flag of every command, a mistyped command and session
 // subcommand get the one that was meant (issue 34); a name near nothing gets no guess.
 func TestDidYouMean(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
+	checkUsageErrors(t, []usageCase{
 		{[]string{"distill", "--stpes", "3"}, "flag provided but not defined: -stpes (did you mean --steps?)"},
 		{[]string{"distill", "--teacer", "x"}, "(did you mean --teacher?)"},
 		{[]string{"compress", "T", "--bwp", "1"}, "(did you mean --bpw?)"},
@@ -151,12 +148,7 @@ func TestDidYouMean(t *testing.T) {
 		{[]string{"session", "stpo", "s"}, `unknown subcommand "stpo" (did you mean stop?)`},
 		{[]string{"distil"}, `unknown command "distil" (did you mean distill?)`},
 		{[]string{"distill", "--zzzzzz"}, "flag provided but not defined: -zzzzzz (see"},
-	} {
-		_, stderr, code := capture(t, c.args)
-		if code != 2 || !strings.Contains(stderr, c.want) {
-			t.Errorf("nvg %q: exit %d, %q; want 2 and %q", c.args, code, stderr, c.want)
-		}
-	}
+	})
 }
 
 // TestInfoJSONAfterModel runs `nvg info MODEL --json` end to end: the flag after MODEL is

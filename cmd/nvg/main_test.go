@@ -11,8 +11,10 @@ import (
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/testkit/kittest"
+	"github.com/nvg-project/nvg/testkit/tinytest"
 )
 
 const fixtures = "../../testdata/fixtures/fixtures-tiny-go.safetensors"
@@ -107,6 +109,43 @@ func capture(t *testing.T, args []string) (stdout, stderr string, code int) {
 	o, _ := os.ReadFile(of.Name())
 	e, _ := os.ReadFile(ef.Name())
 	return string(o), string(e), code
+}
+
+// usageCase is a command line and a part of the usage error it must print.
+type usageCase struct {
+	args []string
+	want string
+}
+
+// checkUsageErrors runs each case's command line and wants exit status 2 (a usage error) with
+// the case's want on stderr.
+func checkUsageErrors(t *testing.T, cases []usageCase) {
+	t.Helper()
+	for _, c := range cases {
+		if _, stderr, code := capture(t, c.args); code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("nvg %q: exit %d, %q; want 2 and %q", c.args, code, stderr, c.want)
+		}
+	}
+}
+
+// twoLayerTeacher writes the tiny teacher cut to its first 2 decoder layers (teacher.cmf) and
+// its tokenizer (tokenizer.json) into a temporary directory and returns their paths.
+func twoLayerTeacher(t *testing.T) (teacher, tok string) {
+	t.Helper()
+	m, err := tinyteacher.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	dir := t.TempDir()
+	teacher, tok = filepath.Join(dir, "teacher.cmf"), filepath.Join(dir, "tokenizer.json")
+	if err := cmf.WriteCMF(teacher, tinytest.FirstLayers(t, m, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tok, tinyteacher.TokenizerJSON(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return teacher, tok
 }
 
 // TestTraceMatchesFixtures runs `nvg trace` on the fixture's ids and compares every output

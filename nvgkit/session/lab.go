@@ -583,16 +583,26 @@ func (c CalibrationConfig) Resolved() CalibrationConfig {
 }
 
 // Validate reports the first field of c (resolved) out of range, naming it as a field of
-// Setup.Calibration.
+// Setup.Calibration (Check's rule).
 func (c CalibrationConfig) Validate() error {
+	if err := c.Check(); err != nil {
+		return fmt.Errorf("session: Setup.%w", err)
+	}
+	return nil
+}
+
+// Check reports the first field of c (resolved) out of range — Windows or T < 1, GramMax
+// < 0 — as "Calibration.Field = value, want …", without a package prefix: the one rule of
+// both this Setup and train.Setup (whose CalibrationConfig has the same fields).
+func (c CalibrationConfig) Check() error {
 	r := c.Resolved()
 	switch {
 	case r.Windows < 1:
-		return fmt.Errorf("session: Setup.Calibration.Windows = %d, want ≥ 1", r.Windows)
+		return fmt.Errorf("Calibration.Windows = %d, want ≥ 1", r.Windows)
 	case r.T < 1:
-		return fmt.Errorf("session: Setup.Calibration.T = %d, want ≥ 1", r.T)
+		return fmt.Errorf("Calibration.T = %d, want ≥ 1", r.T)
 	case r.GramMax < 0:
-		return fmt.Errorf("session: Setup.Calibration.GramMax = %d, want ≥ 0 (0: second moments only)", r.GramMax)
+		return fmt.Errorf("Calibration.GramMax = %d, want ≥ 0 (0: second moments only)", r.GramMax)
 	}
 	return nil
 }

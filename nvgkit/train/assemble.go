@@ -14,6 +14,7 @@ import (
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/nvgkit"
 	"github.com/nvg-project/nvg/nvgkit/data"
+	"github.com/nvg-project/nvg/nvgkit/session"
 	"github.com/nvg-project/nvg/nvgkit/tokenizer"
 )
 
@@ -95,33 +96,25 @@ type CalibrationConfig struct {
 	GramMax int `json:"gram_max"`
 }
 
-// DefaultCalibration returns the calibration pass of nvg distill --init refine: 16 windows
-// of 256 tokens (DESIGN.md §5: 64 × 256 changed nothing on the tiny teacher) and the Grams of
-// inputs up to 4096 features (every input of the 0.8B geometry: 3.4 GiB of host memory; a
-// 27B teacher's 5120-feature inputs get second moments only).
+// DefaultCalibration returns the calibration pass of nvg distill --init refine,
+// session.DefaultCalibration's: 16 windows of 256 tokens (DESIGN.md §5: 64 × 256 changed
+// nothing on the tiny teacher) and the Grams of inputs up to 4096 features (every input of
+// the 0.8B geometry: 3.4 GiB of host memory; a 27B teacher's 5120-feature inputs get second
+// moments only).
 func DefaultCalibration() CalibrationConfig {
-	return CalibrationConfig{Windows: 16, T: 256, GramMax: 4096}
+	return CalibrationConfig(session.DefaultCalibration())
 }
 
 // Resolved returns c, or DefaultCalibration() when c is the zero value.
 func (c CalibrationConfig) Resolved() CalibrationConfig {
-	if c == (CalibrationConfig{}) {
-		return DefaultCalibration()
-	}
-	return c
+	return CalibrationConfig(session.CalibrationConfig(c).Resolved())
 }
 
 // Validate reports the first field of c (resolved) out of range: Windows or T < 1, GramMax
-// < 0.
+// < 0 (session.CalibrationConfig.Check, the one rule).
 func (c CalibrationConfig) Validate() error {
-	r := c.Resolved()
-	switch {
-	case r.Windows < 1:
-		return fmt.Errorf("train.Setup: Calibration.Windows = %d, want ≥ 1", r.Windows)
-	case r.T < 1:
-		return fmt.Errorf("train.Setup: Calibration.T = %d, want ≥ 1", r.T)
-	case r.GramMax < 0:
-		return fmt.Errorf("train.Setup: Calibration.GramMax = %d, want ≥ 0 (0: second moments only)", r.GramMax)
+	if err := session.CalibrationConfig(c).Check(); err != nil {
+		return fmt.Errorf("train.Setup: %w", err)
 	}
 	return nil
 }
