@@ -77,11 +77,14 @@ func TestBenchTiny(t *testing.T) {
 		}
 	}
 	if rep.CPU || d.Info().Timestamps {
-		// The attention and delta-rule kernels gpu picks: the lane-blocked forms on CPU
-		// adapters (a probed subgroup size), else the tiled attention and, at nb·hv ≤ 64, the
-		// chunked delta rule.
+		// The attention and delta-rule kernels gpu picks: the cooperative-matrix forms where
+		// tensor cores are on, the lane-blocked forms on CPU adapters (a probed subgroup
+		// size), else the tiled attention and, at nb·hv ≤ 64, the chunked delta rule.
 		attn, gdr, attnBack, gdrBack := "Attention", "GatedDeltaRuleChunked", "AttentionBackward.dkv", "GatedDeltaRuleChunkedBackward"
-		if d.Info().SubgroupSize > 0 {
+		switch {
+		case d.TensorCores().On: // the cooperative-matrix forms, on any adapter
+			attn, gdr, attnBack, gdrBack = "AttentionCoopmat", "GatedDeltaRuleChunkedCoopmat", "AttentionBackwardCoopmat.dkv", "GatedDeltaRuleChunkedBackwardCoopmat"
+		case d.Info().SubgroupSize > 0:
 			attn, gdr, attnBack, gdrBack = "AttentionLanes", "GatedDeltaRuleLanes", "AttentionBackwardLanes.dkv", "GatedDeltaRuleBackwardLanes"
 		}
 		has(r.Teacher.Profile, "Linear", "LogitsTopK.logits", "LogitsTopK.merge", attn, gdr, "Embedding")

@@ -19,10 +19,15 @@ import (
 // compressed at 1 bit per weight) on the GPU and with --host, and checks that both files
 // hold the student schema — student_kl_per_token, student_loss, grad.embeds, grad.<gain> for
 // all 27 gains and grad.<tensor>.p<i>.h|l|g for every BLR path — with the same names, dtypes
-// and shapes, and GPU values within 2e-3 relative (L2 per tensor) of the float64 host's, more
-// by the f16 rounding of the GEMMs of both passes on tensor cores (kittest.Path.Tol).
+// and shapes, and GPU values within 2e-3 relative (L2 per tensor) of the float64 host's. On
+// the f32 GEMM path: with tensor cores on, the per-tensor relative errors of the smallest
+// gradients of an 8-layer backward exceed kittest.Path.Tol's first-order bound (up to 1.8× on
+// Mesa 26), and the same gradients are checked per GEMM path in nvgkit
+// (TestStudentBLRGradients).
 func TestTraceStudent(t *testing.T) {
-	tol := kittest.DevicePath(gputest.Open(t)).Tol(2e-3, 2*kittest.ForwardStages(8, true), 1)
+	gputest.Open(t)
+	kittest.F32(t)
+	const tol = 2e-3
 	dir := t.TempDir()
 	m, err := tinyteacher.Open()
 	if err != nil {
