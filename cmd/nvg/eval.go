@@ -12,6 +12,7 @@ import (
 	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/cmf"
 	"github.com/nvg-project/nvg/gpu"
+	"github.com/nvg-project/nvg/internal/atomicfile"
 	"github.com/nvg-project/nvg/nvgkit/eval"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
@@ -20,17 +21,17 @@ func init() {
 	register(&command{
 		name:    "eval",
 		summary: "held-out perplexity of a model on the Go standard library split (or your files)",
-		usage:   "[--windows 8|N|all] [--t 128] [--seed 1] [--files a.go,DIR,*.txt,c.jsonl] [--tokenizer F] [--batch N] [--stream] [--host] [--json] [--compare OTHER [--k 32]] [MODEL]",
+		usage:   "[--windows 8|N|all] [--t 128] [--seed 1] [--files a.go,DIR,*.txt,c.jsonl] [--tokenizer F] [--batch N] [--stream] [--host] [--json] [--windows-out F.json] [--compare OTHER [--k 32]] [MODEL]",
 		run:     runEval,
 	})
 }
 
 // evalFlags are nvg eval's flags.
 type evalFlags struct {
-	windows, files, tokenizer, other string
-	t, batch, k                      int
-	seed                             uint64
-	asJSON, onHost, stream           bool
+	windows, files, tokenizer, other, windowsOut string
+	t, batch, k                                  int
+	seed                                         uint64
+	asJSON, onHost, stream                       bool
 }
 
 func (f *evalFlags) bind(c *command) *flag.FlagSet {
@@ -48,6 +49,7 @@ func (f *evalFlags) bind(c *command) *flag.FlagSet {
 	fs.BoolVar(&f.stream, "stream", false, "GPU: stream the layers' weights (at most two layers on the GPU at once)")
 	fs.StringVar(&f.other, "compare", "", "compare teacher OTHER with MODEL on the windows: top-k KL, top-1 agreement, both perplexities (e.g. an 8-bit teacher against its bf16 checkpoint)")
 	fs.IntVar(&f.k, "k", 32, "with --compare: the reference's top-k")
+	fs.StringVar(&f.windowsOut, "windows-out", "", "also write the evaluated windows' token ids to this JSON file ({\"t\": T, \"windows\": [[T+1 ids], …]}, written atomically), so that another framework can score the same tokens (bench/hf_perplexity.py)")
 	return fs
 }
 
@@ -111,6 +113,15 @@ func runEval(args []string) error {
 	windows, what, err := f.heldOutWindows(path, m.Config)
 	if err != nil {
 		return err
+	}
+	if f.windowsOut != "" {
+		b, err := json.Marshal(map[string]any{"t": f.t, "windows": windows})
+		if err != nil {
+			return err
+		}
+		if err := atomicfile.WriteBytes(f.windowsOut, append(b, '\n')); err != nil {
+			return fmt.Errorf("--windows-out: %w", err)
+		}
 	}
 	if f.other != "" {
 		return f.compare(m, path, windows)

@@ -8,12 +8,15 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
+	"github.com/nvg-project/nvg/cmf/tinyteacher"
 	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/nvgkit/eval"
 	"github.com/nvg-project/nvg/testkit/kittest"
 )
 
@@ -243,5 +246,54 @@ func TestEvalWindowsCapped(t *testing.T) {
 	want := fmt.Sprintf("warning: --windows 100000 asked, but the held-out text (1 file) has only %d windows of 64+1 tokens: evaluating all %d", res.Windows, res.Windows)
 	if res.Windows < 1 || res.Windows >= 100000 || !strings.Contains(stderr, want) {
 		t.Errorf("%d windows evaluated; stderr %q lacks %q", res.Windows, stderr, want)
+	}
+}
+
+// TestEvalWindowsOut: --windows-out writes the windows nvg eval scored — T+1 token ids each,
+// the same ones eval.HeldOut draws — so that another framework can score the same tokens.
+func TestEvalWindowsOut(t *testing.T) {
+	t.Setenv("NVG_CACHE", t.TempDir())
+	src, err := filepath.Abs("plotmem.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "w.json")
+	stdout, stderr, code := capture(t, []string{"eval", "--files", src, "--windows", "3", "--t", "16", "--host", "--json", "--windows-out", out})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Windows, Tokens int
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("output %q: %v", stdout, err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		T       int     `json:"t"`
+		Windows [][]int `json:"windows"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	m, err := tinyteacher.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	want, _, err := eval.HeldOut{Files: []string{src}, N: 3, T: 16, Seed: 1}.Windows("", m.Config, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.T != 16 || res.Windows != 3 || res.Tokens != 3*16 || !reflect.DeepEqual(got.Windows, want) {
+		t.Errorf("--windows-out wrote t %d, %v; eval scored %d windows, %d tokens; want t 16 and %v", got.T, got.Windows, res.Windows, res.Tokens, want)
+	}
+	for i, w := range got.Windows {
+		if len(w) != 17 {
+			t.Errorf("window %d has %d ids, want 17", i, len(w))
+		}
 	}
 }
