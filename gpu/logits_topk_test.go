@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -292,6 +293,88 @@ func TestLogitsTopKRankBitIdentical(t *testing.T) {
 			for i := range wantIDs {
 				if int(rank.ids[i]) != wantIDs[i] {
 					t.Fatalf("row %d rank %d: id %d, host %d", i/k, i%k, rank.ids[i], wantIDs[i])
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLogitsTopK profiles LogitsTopK once per merge form (rank, rounds, and lanes where
+// the device has a probed subgroup size) and reports the merge kernel's GPU time per
+// dispatch (merge-gpu-µs/call; TOPKROW lines give every kernel's). With NVG_BENCH_LARGE=1
+// the teacher's head: rows = 8 windows × 512 tokens, hidden 1024, vocab 248320, k 32 in the
+// automatic slices (4096 vocabulary rows where the scratch cap binds: 61 merges per call);
+// else 64 rows, hidden 64, vocab 4000, k 32 in slices of 512, which runs in seconds on
+// lavapipe. E is random f16 (distinct logits, as a trained head gives). The rank and
+// rounds forms' ids and log-probabilities are compared bit for bit at the end. Needs
+// timestamp queries. Run with -benchtime 20x.
+func BenchmarkLogitsTopK(b *testing.B) {
+	d := gputest.Open(b)
+	if err := d.SetProfiling(true); err != nil {
+		b.Skip(err)
+	}
+	defer d.SetProfiling(false)
+	dims := gpu.LogitsDims{Rows: 64, Hidden: 64, Vocab: 4000, K: 32, SliceRows: 512}
+	if os.Getenv("NVG_BENCH_LARGE") != "" {
+		dims = gpu.LogitsDims{Rows: 4096, Hidden: 1024, Vocab: 248320, K: 32}
+	}
+	rng := rand.New(rand.NewPCG(19, 20))
+	eb := make([]uint16, dims.Vocab*dims.Hidden)
+	for i := 0; i < len(eb); i += 4 {
+		// Four random binary16 values in ±[2⁻⁶, 2⁻²) per draw: sign, exponent 9..12, mantissa.
+		u := rng.Uint64()
+		for j := 0; j < 4 && i+j < len(eb); j++ {
+			w := uint16(u >> (16 * j))
+			eb[i+j] = w&0x83ff | (9+(w>>10)&3)<<10
+		}
+	}
+	h := must(d.UploadFloat32("h", benchRandom(rng, dims.Rows*dims.Hidden), dims.Rows, dims.Hidden)).T(b)
+	e := must(d.UploadF16("E", eb, dims.Vocab, dims.Hidden)).T(b)
+	lse := must(d.NewBuffer("lse", gpu.F32, dims.Rows)).T(b)
+	ids := must(d.NewBuffer("ids", gpu.U32, dims.Rows, dims.K)).T(b)
+	logp := must(d.NewBuffer("logp", gpu.F32, dims.Rows, dims.K)).T(b)
+	defer func() {
+		for _, buf := range []*gpu.Buffer{h, e, lse, ids, logp} {
+			buf.Release()
+		}
+	}()
+	run := func() {
+		if err := d.Run(func(r *gpu.Recorder) error { return gpu.LogitsTopK(r, h, e, dims, lse, ids, logp) }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var first *topkResult // the rank form's outputs
+	for _, f := range topkForms {
+		b.Run(fmt.Sprintf("rows=%d/%s", dims.Rows, f.name), func(b *testing.B) {
+			if f.lanes > 0 && d.Info().SubgroupSize == 0 {
+				b.Skipf("the lane-blocked merge needs a probed subgroup size (CPU adapters); %s has none", d.Info().Name)
+			}
+			defer gpu.SetLogitsTopKLanes(f.lanes)()
+			defer gpu.SetLogitsTopKRounds(f.rounds)()
+			benchWarm(run)
+			d.ResetProfile()
+			for b.Loop() {
+				run()
+			}
+			for _, k := range d.Profile() {
+				us := float64(k.Total.Nanoseconds()) / 1e3 / float64(max(k.Calls, 1))
+				fmt.Printf("TOPKROW form=%-6s rows=%d vocab=%d k=%d kernel=%-20s calls=%4d mean_us=%9.1f total_ms=%8.2f\n",
+					f.name, dims.Rows, dims.Vocab, dims.K, k.Name, k.Calls, us, float64(k.Total.Nanoseconds())/1e6)
+				if k.Name == "LogitsTopK.merge" {
+					b.ReportMetric(us, "merge-gpu-µs/call")
+				}
+			}
+			if f.lanes > 0 {
+				return
+			}
+			got := topkResult{must(d.ReadFloat32(lse)).T(b), must(d.ReadUint32(ids)).T(b), must(d.ReadFloat32(logp)).T(b)}
+			if first == nil {
+				first = &got
+				return
+			}
+			for i := range got.ids {
+				if got.ids[i] != first.ids[i] || math.Float32bits(got.logp[i]) != math.Float32bits(first.logp[i]) {
+					b.Fatalf("row %d rank %d: %s (%d, %g), rank form (%d, %g)", i/dims.K, i%dims.K, f.name, got.ids[i], got.logp[i], first.ids[i], first.logp[i])
 				}
 			}
 		})
