@@ -99,6 +99,15 @@ func SetLogitsTopKLanes(v int) (restore func()) {
 	return func() { topkLanesForce = old }
 }
 
+// SetLogitsTopKRounds makes LogitsTopK's workgroup merge always take its K rounds (on) or
+// the rank merge where the candidates fit (off, the default) and returns a function restoring
+// the old choice.
+func SetLogitsTopKRounds(on bool) (restore func()) {
+	old := topkRounds
+	topkRounds = on
+	return func() { topkRounds = old }
+}
+
 // SetFreedAheadLimit sets the bytes of released buffers after which a submit waits for the
 // GPU (freedAheadLimit) and returns a function restoring the old limit.
 func SetFreedAheadLimit(bytes uint64) (restore func()) {

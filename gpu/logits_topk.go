@@ -6,6 +6,9 @@ const (
 	logitsTopKWG = 128
 	// logitsTopKPool is the merge kernel's workgroup pool of candidate logits (8 KiB).
 	logitsTopKPool = 1024
+	// logitsTopKRankPer: the rank form of the merge takes up to this many candidates (old
+	// list and pool) per thread, logitsTopKWG·logitsTopKRankPer in all; more take the rounds.
+	logitsTopKRankPer = 2
 	// MaxTopK is the largest k LogitsTopK supports.
 	MaxTopK = 64
 	// logitsSliceAlign: slice sizes are multiples of 128 vocabulary rows, so each slice's
@@ -17,17 +20,23 @@ const (
 )
 
 // logitsTopKParams are logits_topk.wgsl's template parameters: the workgroup form (WG,
-// Pool) or the lane-blocked form of CPU adapters (Lanes, S: one subgroup per row, lane-local
-// top-K lists in registers; same results but the last bits of the log-sum-exp), both for K.
+// Pool; the rank merge with Per candidates per thread where they fit, else K rounds; Rounds:
+// always the rounds, the simple twin) or the lane-blocked form of CPU adapters (Lanes, S:
+// one subgroup per row, lane-local top-K lists in registers; same results but the last bits
+// of the log-sum-exp), all for K.
 type logitsTopKParams struct {
-	WG, K, Pool, S int
-	Lanes          bool
+	WG, K, Pool, S, Per int
+	Lanes, Rounds       bool
 }
 
 // topkLanesForce forces LogitsTopK's merge form in tests: 1 the lane-blocked one (where the
 // device has a probed subgroup size), −1 the workgroup one, 0 the automatic choice (lanes on
 // CPU adapters).
 var topkLanesForce int
+
+// topkRounds makes the workgroup form of LogitsTopK's merge always take the K rounds (tests
+// and benchmarks: the rank merge's twin).
+var topkRounds bool
 
 // LogitsTopK records the LM head over the vocabulary without materialising the logits:
 // (sizes: dims) for each of rows rows of h (F32 [rows, hidden]) and the head/embedding matrix E (F16 or
@@ -39,8 +48,10 @@ var topkLanesForce int
 //   - logp F32 [rows, k]: their log-probabilities logit − lse.
 //
 // dims.SliceRows is the vocabulary slice (LogitsDims). 1 ≤ k ≤ min(MaxTopK, vocab).
-// The merge runs one workgroup per row (a workgroup reduction per selected entry), or on CPU
-// adapters one subgroup per row with lane-local top-k lists (logits_topk.wgsl).
+// The merge runs one workgroup per row: when the old list and the slice's candidates fit
+// the workgroup (logitsTopKRankPer per thread), each candidate's rank is counted and it is
+// written to that slot; otherwise k rounds of a workgroup arg-max (same results, same bits).
+// On CPU adapters it runs one subgroup per row with lane-local top-k lists (logits_topk.wgsl).
 // Errors: sizes or dtypes that disagree, k out of range, a bad sliceRows, or rows so many
 // that no 128-row slice of scratch fits a binding (split the rows).
 func LogitsTopK(r *Recorder, h, e *Buffer, dims LogitsDims, lse, ids, logp *Buffer) error {
@@ -84,7 +95,10 @@ func LogitsTopK(r *Recorder, h, e *Buffer, dims LogitsDims, lse, ids, logp *Buff
 	if ((vocab+sliceRows-1)/sliceRows)*2 > 1<<16 {
 		return fmt.Errorf("gpu: %s: %d slices of %d rows: use larger slices", op, (vocab+sliceRows-1)/sliceRows, sliceRows)
 	}
-	mp := logitsTopKParams{WG: logitsTopKWG, K: k, Pool: logitsTopKPool}
+	mp := logitsTopKParams{WG: logitsTopKWG, K: k, Pool: logitsTopKPool, Per: logitsTopKRankPer}
+	if topkRounds {
+		mp.Per, mp.Rounds = 0, true
+	}
 	if s := d.info.SubgroupSize; s > 0 && topkLanesForce >= 0 && (d.info.CPU || topkLanesForce > 0) {
 		mp = logitsTopKParams{K: k, Lanes: true, S: s}
 	}

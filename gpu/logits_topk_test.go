@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/host"
+	"github.com/x448/float16"
 )
 
 type topkResult struct {
@@ -48,24 +50,31 @@ func runLogitsTopK(t *testing.T, d *gpu.Device, hf []float32, eb []uint16, rows,
 //     rank-j logit (near-ties may swap); ids distinct;
 //   - logp: b_v + the lse tolerance.
 //
-// One line per merge form: the workgroup form and the lane-blocked one of CPU adapters.
+// One line per merge form: the workgroup form's rank merge (rounds where the candidates do
+// not fit) and its rounds-only twin, and the lane-blocked form of CPU adapters.
 func TestLogitsTopK(t *testing.T) {
 	eachTopKForm(t, testLogitsTopK)
 }
+
+// topkForms are LogitsTopK's merge forms: the lanes setting (SetLogitsTopKLanes) and the
+// rounds-only switch (SetLogitsTopKRounds) that select each.
+var topkForms = []struct {
+	name   string
+	lanes  int
+	rounds bool
+}{{"rank", -1, false}, {"rounds", -1, true}, {"lanes", 1, false}}
 
 // eachTopKForm runs body once per LogitsTopK merge form, the lane-blocked one only where the
 // device has a probed subgroup size.
 func eachTopKForm(t *testing.T, body func(t *testing.T, d *gpu.Device)) {
 	d := gputest.Open(t)
-	for _, f := range []struct {
-		name  string
-		force int
-	}{{"workgroup", -1}, {"lanes", 1}} {
+	for _, f := range topkForms {
 		t.Run(f.name, func(t *testing.T) {
-			if f.force > 0 {
+			if f.lanes > 0 {
 				skipNoLanes(t, d)
 			}
-			defer gpu.SetLogitsTopKLanes(f.force)()
+			defer gpu.SetLogitsTopKLanes(f.lanes)()
+			defer gpu.SetLogitsTopKRounds(f.rounds)()
 			body(t, d)
 		})
 	}
@@ -79,6 +88,7 @@ func testLogitsTopK(t *testing.T, d *gpu.Device) {
 		{2, 33, 77, 1, 0},      // one slice smaller than the alignment, auto slice size
 		{1, 8, 64, 64, 128},    // k = vocab
 		{2, 8, 2000, 16, 1536}, // a slice larger than the merge pool: the unfiltered path
+		{3, 16, 100, 10, 0},    // one column per thread: the rank form's pool bound is the 10th logit
 	} {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
 			rows, hidden, vocab, k := c.rows, c.hidden, c.vocab, c.k
@@ -200,4 +210,173 @@ func TestLogitsTopKErrors(t *testing.T) {
 		"lse wrong size": gpu.LogitsTopK(r, h, e, gpu.LogitsDims{Rows: 2, Hidden: 8, Vocab: 100, K: 5, SliceRows: 0}, h, ids, logp),
 		"ids aliases":    gpu.LogitsTopK(r, h, e, gpu.LogitsDims{Rows: 2, Hidden: 8, Vocab: 100, K: 5, SliceRows: 0}, lse, ids, ids),
 	})
+}
+
+// TestLogitsTopKRankBitIdentical: the workgroup merge's rank form and its rounds-only twin
+// select the same elements in the same order and copy their logits, so ids, log-probabilities
+// and lse must agree bit for bit; the ids must also be host.TopK's. Inputs with many exactly
+// equal logits (few distinct E rows; hidden 1 with h ∈ {0, ±1, ½} and E from {−1, 0, ½, 1},
+// whose logits are exact), vocabularies that are no multiple of the workgroup, k = 1, k =
+// vocab, and rows whose candidates fill the rank form exactly (old list k + pool = 256:
+// all-equal logits, where the pool is the whole slice), overflow it by one (the rounds then
+// run inside the rank form), or overflow the pool (the rounds scan the slice).
+func TestLogitsTopKRankBitIdentical(t *testing.T) {
+	d := gputest.Open(t)
+	defer gpu.SetLogitsTopKLanes(-1)()
+	rng := rand.New(rand.NewPCG(17, 18))
+	for _, c := range []struct {
+		name                              string
+		rows, hidden, vocab, k, slice, nE int // nE > 0: E repeats nE random rows; 0: exact
+	}{
+		{"ties", 3, 12, 1000, 40, 128, 4},
+		{"ties-one-slice", 2, 12, 1000, 40, 0, 3},
+		{"ties-k1", 2, 7, 333, 1, 128, 2},
+		{"k1", 2, 9, 77, 1, 0, 0},
+		{"one-column-per-thread", 3, 16, 120, 10, 0, 120},
+		{"k=vocab", 4, 1, 64, 64, 128, 0},
+		{"rank-full", 4, 1, 192, 64, 0, 0},     // row h = 0: 64 + 192 = 256 candidates
+		{"rank-over", 4, 1, 193, 64, 0, 0},     // row h = 0: 257
+		{"pool-over", 4, 1, 1600, 64, 1536, 0}, // row h = 0: 1536 pooled > 1024
+		{"exact-slices", 4, 1, 1000, 33, 128, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rows, hidden, vocab, k := c.rows, c.hidden, c.vocab, c.k
+			var hf []float32
+			var hd, ed []float64
+			var eb []uint16
+			if c.nE > 0 {
+				hf, hd = randF32(rng, rows*hidden, 1)
+				base, baseD := randF16(rng, c.nE*hidden, 1)
+				eb, ed = make([]uint16, vocab*hidden), make([]float64, vocab*hidden)
+				for v := 0; v < vocab; v++ {
+					src := rng.IntN(c.nE)
+					copy(eb[v*hidden:(v+1)*hidden], base[src*hidden:(src+1)*hidden])
+					copy(ed[v*hidden:(v+1)*hidden], baseD[src*hidden:(src+1)*hidden])
+				}
+			} else {
+				hs := []float32{0, 1, -1, 0.5}
+				hf, hd = make([]float32, rows*hidden), make([]float64, rows*hidden)
+				for i := range hf {
+					hf[i] = hs[(i/hidden)%len(hs)]
+					hd[i] = float64(hf[i])
+				}
+				es := []float32{-1, 0, 0.5, 1}
+				eb, ed = make([]uint16, vocab*hidden), make([]float64, vocab*hidden)
+				for i := range eb {
+					x := es[rng.IntN(len(es))]
+					eb[i] = float16.Fromfloat32(x).Bits()
+					ed[i] = float64(x)
+				}
+			}
+			var got [2]topkResult
+			for i, rounds := range []bool{false, true} {
+				restore := gpu.SetLogitsTopKRounds(rounds)
+				got[i] = runLogitsTopK(t, d, hf, eb, rows, hidden, vocab, k, c.slice)
+				restore()
+			}
+			rank, rounds := got[0], got[1]
+			for i := range rank.ids {
+				if rank.ids[i] != rounds.ids[i] || math.Float32bits(rank.logp[i]) != math.Float32bits(rounds.logp[i]) {
+					t.Fatalf("row %d rank %d: rank form (%d, %g), rounds (%d, %g)", i/k, i%k, rank.ids[i], rank.logp[i], rounds.ids[i], rounds.logp[i])
+				}
+			}
+			for i := range rank.lse {
+				if math.Float32bits(rank.lse[i]) != math.Float32bits(rounds.lse[i]) {
+					t.Fatalf("row %d: lse %g (rank form), %g (rounds)", i, rank.lse[i], rounds.lse[i])
+				}
+			}
+			logits, _ := refGEMM(hd, rows, hidden, ed, vocab, true)
+			wantIDs, _, err := host.TopK(logits, rows, vocab, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range wantIDs {
+				if int(rank.ids[i]) != wantIDs[i] {
+					t.Fatalf("row %d rank %d: id %d, host %d", i/k, i%k, rank.ids[i], wantIDs[i])
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLogitsTopK profiles LogitsTopK once per merge form (rank, rounds, and lanes where
+// the device has a probed subgroup size) and reports the merge kernel's GPU time per
+// dispatch (merge-gpu-µs/call; TOPKROW lines give every kernel's). With NVG_BENCH_LARGE=1
+// the teacher's head: rows = 8 windows × 512 tokens, hidden 1024, vocab 248320, k 32 in the
+// automatic slices (4096 vocabulary rows where the scratch cap binds: 61 merges per call);
+// else 64 rows, hidden 64, vocab 4000, k 32 in slices of 512, which runs in seconds on
+// lavapipe. E is random f16 (distinct logits, as a trained head gives). The rank and
+// rounds forms' ids and log-probabilities are compared bit for bit at the end. Needs
+// timestamp queries. Run with -benchtime 20x.
+func BenchmarkLogitsTopK(b *testing.B) {
+	d := gputest.Open(b)
+	if err := d.SetProfiling(true); err != nil {
+		b.Skip(err)
+	}
+	defer d.SetProfiling(false)
+	dims := gpu.LogitsDims{Rows: 64, Hidden: 64, Vocab: 4000, K: 32, SliceRows: 512}
+	if os.Getenv("NVG_BENCH_LARGE") != "" {
+		dims = gpu.LogitsDims{Rows: 4096, Hidden: 1024, Vocab: 248320, K: 32}
+	}
+	rng := rand.New(rand.NewPCG(19, 20))
+	eb := make([]uint16, dims.Vocab*dims.Hidden)
+	for i := 0; i < len(eb); i += 4 {
+		// Four random binary16 values in ±[2⁻⁶, 2⁻²) per draw: sign, exponent 9..12, mantissa.
+		u := rng.Uint64()
+		for j := 0; j < 4 && i+j < len(eb); j++ {
+			w := uint16(u >> (16 * j))
+			eb[i+j] = w&0x83ff | (9+(w>>10)&3)<<10
+		}
+	}
+	h := must(d.UploadFloat32("h", benchRandom(rng, dims.Rows*dims.Hidden), dims.Rows, dims.Hidden)).T(b)
+	e := must(d.UploadF16("E", eb, dims.Vocab, dims.Hidden)).T(b)
+	lse := must(d.NewBuffer("lse", gpu.F32, dims.Rows)).T(b)
+	ids := must(d.NewBuffer("ids", gpu.U32, dims.Rows, dims.K)).T(b)
+	logp := must(d.NewBuffer("logp", gpu.F32, dims.Rows, dims.K)).T(b)
+	defer func() {
+		for _, buf := range []*gpu.Buffer{h, e, lse, ids, logp} {
+			buf.Release()
+		}
+	}()
+	run := func() {
+		if err := d.Run(func(r *gpu.Recorder) error { return gpu.LogitsTopK(r, h, e, dims, lse, ids, logp) }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var first *topkResult // the rank form's outputs
+	for _, f := range topkForms {
+		b.Run(fmt.Sprintf("rows=%d/%s", dims.Rows, f.name), func(b *testing.B) {
+			if f.lanes > 0 && d.Info().SubgroupSize == 0 {
+				b.Skipf("the lane-blocked merge needs a probed subgroup size (CPU adapters); %s has none", d.Info().Name)
+			}
+			defer gpu.SetLogitsTopKLanes(f.lanes)()
+			defer gpu.SetLogitsTopKRounds(f.rounds)()
+			benchWarm(run)
+			d.ResetProfile()
+			for b.Loop() {
+				run()
+			}
+			for _, k := range d.Profile() {
+				us := float64(k.Total.Nanoseconds()) / 1e3 / float64(max(k.Calls, 1))
+				fmt.Printf("TOPKROW form=%-6s rows=%d vocab=%d k=%d kernel=%-20s calls=%4d mean_us=%9.1f total_ms=%8.2f\n",
+					f.name, dims.Rows, dims.Vocab, dims.K, k.Name, k.Calls, us, float64(k.Total.Nanoseconds())/1e6)
+				if k.Name == "LogitsTopK.merge" {
+					b.ReportMetric(us, "merge-gpu-µs/call")
+				}
+			}
+			if f.lanes > 0 {
+				return
+			}
+			got := topkResult{must(d.ReadFloat32(lse)).T(b), must(d.ReadUint32(ids)).T(b), must(d.ReadFloat32(logp)).T(b)}
+			if first == nil {
+				first = &got
+				return
+			}
+			for i := range got.ids {
+				if got.ids[i] != first.ids[i] || math.Float32bits(got.logp[i]) != math.Float32bits(first.logp[i]) {
+					b.Fatalf("row %d rank %d: %s (%d, %g), rank form (%d, %g)", i/dims.K, i%dims.K, f.name, got.ids[i], got.logp[i], first.ids[i], first.logp[i])
+				}
+			}
+		})
+	}
 }

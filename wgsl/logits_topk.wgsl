@@ -8,12 +8,20 @@
 // ids:    u32 [rows, K] running top-K ids, descending by logit, ties by lower id;
 // vals:   f32 [rows, K] their logits; when last, converted in place to log-probabilities;
 // lse:    f32 [rows] written when last: m + log(Σ).
-// One workgroup of WG threads per row (linear workgroup index wid.x + wid.y·nwg.x).
-// Each of the K rounds selects the best element strictly worse than the previous pick
-// (order: larger logit first, then lower id) among the slice and the old list, so no
-// element needs marking; the rounds scan only the slice's elements above the old k-th logit
-// when they fit the workgroup pool. Template parameters: WG (power of two ≥ K), K (1..64),
-// Pool (pool capacity); Lanes selects the lane-blocked form below.
+// One workgroup of WG threads per row (linear workgroup index wid.x + wid.y·nwg.x). The
+// order is larger logit first, then lower id. The slice's elements that can still enter the
+// list are compacted into a workgroup pool; then, the rank form: when the old list and the
+// pool together fit Per candidates per thread, each thread counts, for its candidates, the
+// candidates that rank before them (rank = that count) and writes those of rank < K to slot
+// rank of the list: no further barrier. Otherwise, and always in the Rounds form (the simple
+// twin), K rounds each select, by a workgroup reduction, the best element strictly worse
+// than the previous pick among the pool (or the whole slice when the pool overflowed) and
+// the old list, so no element needs marking. Both select the same elements in the same order
+// and copy their logits unchanged: the same bits. The rank form also bounds the pool from
+// below by the K-th largest of the threads' maxima over their columns (K distinct slice
+// elements reach it, so the slice's top-K do), which keeps even the first slice's pool small.
+// Template parameters: WG (power of two ≥ K), K (1..64), Pool (pool capacity), Rounds, Per
+// (rank candidates per thread; WG·Per ≥ K); Lanes selects the lane-blocked form below.
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read_write> state: array<f32>;
@@ -128,11 +136,24 @@ var<workgroup> cand_i: array<u32, {{.K}}>;
 var<workgroup> pool_v: array<f32, {{.Pool}}>;
 var<workgroup> pool_i: array<u32, {{.Pool}}>;
 var<workgroup> pool_n: atomic<u32>;
+{{- if not .Rounds}}
+// Each thread's maximum over its columns, and the K-th largest of them (ties by thread).
+var<workgroup> lane_max: array<f32, {{.WG}}>;
+var<workgroup> lane_tau: f32;
+{{- end}}
 
 {{template "red_main" (dict "WG" .WG "R" "row" "Count" "p.rows")}}
     let base = row * p.cols;
+{{- if not .Rounds}}
+    if (lid == 0u) {
+        lane_tau = neg_inf(); // when no thread's maximum ranks K-th (NaN logits)
+    }
+{{- end}}
     // 1. The slice maximum; 2. Σ exp(x − mnew) over the slice into red_v[0].
 {{- template "red_slice_lse" (dict "Lanes" false "WG" .WG "S" 0 "Buf" "red_v")}}
+{{- if not .Rounds}}
+    lane_max[lid] = mx; // this thread's maximum over its columns (red_slice_lse)
+{{- end}}
     workgroupBarrier();
 
     // 3. The old list into workgroup memory (every slot written).
@@ -145,6 +166,24 @@ var<workgroup> pool_n: atomic<u32>;
             cand_i[lid] = NONE;
         }
     }
+{{- if not .Rounds}}
+    // 3b. lane_tau: the K-th largest thread maximum. K threads hold distinct slice elements
+    // at or above it, so the slice's K-th largest logit is too, and every slice element that
+    // can enter the list (it must be in the slice's top K) is ≥ lane_tau. Threads without
+    // columns have −∞.
+    {
+        var rk = 0u;
+        for (var j = 0u; j < {{.WG}}u; j++) {
+            let m = lane_max[j];
+            if (m > mx || (m == mx && j < lid)) {
+                rk += 1u;
+            }
+        }
+        if (rk == {{.K}}u - 1u) {
+            lane_tau = mx;
+        }
+    }
+{{- end}}
     workgroupBarrier();
 
     // 4. Prefilter. Old ids are all below v0 (slices run in order), so an element equal to
@@ -153,13 +192,16 @@ var<workgroup> pool_n: atomic<u32>;
     if (p.first == 0u) {
         tau = cand_v[{{.K}}u - 1u];
     }
+{{- if not .Rounds}}
+    let tau_lanes = lane_tau;
+{{- end}}
     if (lid == 0u) {
         atomicStore(&pool_n, 0u); // workgroup memory is not zero-initialised
     }
     workgroupBarrier();
     for (var c = lid; c < p.cols; c += {{.WG}}u) {
         let v = logits[base + c];
-        if (v > tau) {
+        if (v > tau{{if not .Rounds}} && v >= tau_lanes{{end}}) {
             let slot = atomicAdd(&pool_n, 1u);
             if (slot < {{.Pool}}u) {
                 pool_v[slot] = v;
@@ -167,12 +209,77 @@ var<workgroup> pool_n: atomic<u32>;
             }
         }
     }
+{{- if .Rounds}}
     workgroupBarrier();
     // Every thread reads the same count; no barrier depends on it.
     let npool = atomicLoad(&pool_n);
+{{- else}}
+    // A uniform value (barrier, load): the choice between the forms has barriers under it.
+    let npool = workgroupUniformLoad(&pool_n);
+{{- end}}
     let pooled = npool <= {{.Pool}}u;
+    var shift = 0.0;
+    if (p.last == 1u) {
+        shift = mnew + log(snew);
+    }
+{{- if not .Rounds}}
 
-    // 5. K selection rounds.
+    // 5. The rank form: candidates c < K are the old list's, the others the pool's.
+    // A candidate's rank is the number of candidates that are better (NONE never is).
+    if (npool <= {{sub (mul .WG .Per) .K}}u) {
+        let n = {{.K}}u + npool;
+{{- range $q := seq .Per}}
+        {
+            let c = lid + {{mul $q $.WG}}u;
+            if (c < n) {
+                var cv = 0.0;
+                var ci = NONE;
+                if (c < {{$.K}}u) {
+                    cv = cand_v[c];
+                    ci = cand_i[c];
+                } else {
+                    cv = pool_v[c - {{$.K}}u];
+                    ci = pool_i[c - {{$.K}}u];
+                }
+                if (ci != NONE) {
+                    var rk = 0u;
+                    for (var j = 0u; j < {{$.K}}u; j++) {
+                        if (better(cand_v[j], cand_i[j], cv, ci)) {
+                            rk += 1u;
+                        }
+                    }
+                    for (var j = 0u; j < npool; j++) {
+                        if (better(pool_v[j], pool_i[j], cv, ci)) {
+                            rk += 1u;
+                        }
+                    }
+                    // Old slots are read only from cand_v/cand_i, loaded before the barriers.
+                    if (rk < {{$.K}}u) {
+                        ids[row * {{$.K}}u + rk] = ci;
+                        vals[row * {{$.K}}u + rk] = cv - shift;
+                    }
+                }
+            }
+        }
+{{- end}}
+        // The slots beyond the valid candidates (only with fewer than K logits above −∞):
+        // what a round without a pick writes.
+        if (lid < {{.K}}u) {
+            var nvalid = npool;
+            for (var j = 0u; j < {{.K}}u; j++) {
+                if (cand_i[j] != NONE) {
+                    nvalid += 1u;
+                }
+            }
+            if (lid >= nvalid) {
+                ids[row * {{.K}}u + lid] = NONE;
+                vals[row * {{.K}}u + lid] = neg_inf() - shift;
+            }
+        }
+    } else {
+{{- end}}
+
+    // 5. (The rank form's overflow, or the Rounds form.) K selection rounds.
     var lastv = 0.0;
     var lasti = NONE; // NONE: nothing picked yet, everything is eligible
     var myv = 0.0;    // thread r keeps round r's pick
@@ -225,23 +332,22 @@ var<workgroup> pool_n: atomic<u32>;
         }
         workgroupBarrier();
     }
-
-    // 6. The new state; on the last slice, lse and log-probabilities.
-    if (lid == 0u) {
-        state[2u * row] = mnew;
-        state[2u * row + 1u] = snew;
-    }
-    var shift = 0.0;
-    if (p.last == 1u) {
-        shift = mnew + log(snew);
-        if (lid == 0u) {
-            lse[row] = shift;
-        }
-    }
     // Thread lid < K read slot lid of the old list in step 3 and is the only writer here.
     if (lid < {{.K}}u) {
         ids[row * {{.K}}u + lid] = myi;
         vals[row * {{.K}}u + lid] = myv - shift;
+    }
+{{- if not .Rounds}}
+    }
+{{- end}}
+
+    // 6. The new state; on the last slice, lse (the list holds log-probabilities).
+    if (lid == 0u) {
+        state[2u * row] = mnew;
+        state[2u * row + 1u] = snew;
+        if (p.last == 1u) {
+            lse[row] = shift;
+        }
     }
 }
 {{- end}}
