@@ -173,11 +173,17 @@ func (t coopTile) check(s CoopType, sg int, info Info) error {
 	case info.MaxInvocations > 0 && nt > int(info.MaxInvocations):
 		return fmt.Errorf("tile %s: %d threads exceed the device's %d", t, nt, info.MaxInvocations)
 	}
-	shared := t.BM*(t.BK+8)*2 + (t.BN*t.BK+8*(t.BN+t.BK))*2 + t.WM*t.WN*s.M*s.N*4
-	if info.MaxWorkgroupStorage > 0 && shared > int(info.MaxWorkgroupStorage) {
+	if shared := t.shared(s); info.MaxWorkgroupStorage > 0 && shared > int(info.MaxWorkgroupStorage) {
 		return fmt.Errorf("tile %s: %d bytes of workgroup memory exceed the device's %d", t, shared, info.MaxWorkgroupStorage)
 	}
 	return nil
+}
+
+// shared is the workgroup memory of coopmat_gemm.comp with block t and shape s, in bytes:
+// the A and B tiles (rows padded by 8 halves) and the epilogue's f32 tile per subgroup (the
+// QUANT variant adds 8·BN).
+func (t coopTile) shared(s CoopType) int {
+	return t.BM*(t.BK+8)*2 + (t.BN*t.BK+8*(t.BN+t.BK))*2 + t.WM*t.WN*s.M*s.N*4
 }
 
 // coopTileForce is NVG_COOPMAT_TILE, parsed at Open (zero: automatic).
@@ -400,7 +406,7 @@ var errCoopOff = errors.New("tensor cores unavailable")
 // coopFiles are the committed SPIR-V files the launchers use (TestCoopmatSPIRVFresh checks
 // spv.sum has each).
 func coopFiles() []string {
-	f := []string{coopDense.File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File}
+	f := []string{coopDense.File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File, coopQuantFile}
 	return append(append(f, coopAttnFiles[:]...), "coopmat_delta.spv", "coopmat_delta_dhu.spv",
 		"coopmat_delta_state.spv", "coopmat_delta_qk.spv", "coopmat_delta_f.spv")
 }

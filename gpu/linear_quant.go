@@ -195,3 +195,15 @@ func linearQuant(r *Recorder, op string, naive bool, x *Buffer, w QuantWeight, y
 	r.Cost(2*float64(m)*float64(k)*float64(n), 4*float64(m)*float64(k)+float64(n)*float64(k)+float64(w.Scales.Bytes())+4*float64(m)*float64(n))
 	return nil
 }
+
+// coopQuantFile is the SPIR-V of LinearQuant on tensor cores: coopmat_gemm.comp's QUANT
+// variant (generate.sh).
+const coopQuantFile = "coopmat_quant.spv"
+
+// The QUANT variant's SpecIds, after coopmat_gemm.comp's specSG … specAccum.
+const (
+	specQFP8 = specAccum + 1 + iota // codes float8_e4m3fn (else int8)
+	specQF16                        // scales f16 (else f32)
+	specQBR                         // rows of W per scale
+	specQBC                         // inputs per scale
+)
