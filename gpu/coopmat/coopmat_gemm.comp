@@ -28,10 +28,13 @@
 // column n of C by 2^−E (Qd; exact). So no weight overflows f16 whatever the scales, and a
 // weight is an f16 subnormal only if it is below 2⁻²⁷ of the largest its row can hold
 // (gpu/linear_quant.go coopQuantGEMM; the error bound: gpu/linear_quant_test.go
-// quantCoopBound).
+// quantCoopBound). The next slice's codes and scale words are loaded before the current
+// slice's products (qload) and decoded after them (qstage), so the decoding neither waits
+// for its loads nor sits between the barriers.
 // Specialisation (SpecId, patched by Go in the SPIR-V): the subgroup size, the cooperative
 // matrix shape LM×LN×LK, the block BM×BN×BK, WM×WN subgroups per workgroup (each owns a
-// (BM/WM)×(BN/WN) block of CM×CN accumulators), TRANS_B and ACCUM; and the workgroup size
+// (BM/WM)×(BN/WN) block of CM×CN accumulators), TRANS_B and ACCUM; QUANT adds QFP8, QF16,
+// QBR and QBC (SpecIds 11–14); and the workgroup size
 // SG·WM·WN (OpExecutionMode LocalSize). Go checks BM % (WM·LM) = BN % (WN·LN) = BK % LK = 0,
 // LM, LN, LK multiples of 8, and that NT divides the staging loads (BM·BK/8 and BN·BK/8
 // 16-byte vectors).
@@ -204,21 +207,39 @@ uvec4 loadA(uint v, uint k0, uint m0, uint kv) {
     return a16[(m0 + v / (BK / 8)) * kv + k0 / 8 + v % (BK / 8)];
 }
 
+#ifdef QUANT
+// qload loads the raw B vector v of the slice at k0 into w (8 codes of row n0 + v/(BK/8) of W
+// along K: K % 8 = 0, so inside the row and on an 8-byte boundary) and sw (the word holding
+// their scale: QBC % 8 = 0, so one); both 0 outside W. Only loads: qstage decodes them once
+// they have arrived.
+void qload(uint v, uint k0, uint n0, out uvec2 w, out uint sw) {
+    uint row = n0 + v / (BK / 8);
+    uint col = k0 + (v % (BK / 8)) * 8;
+    w = uvec2(0);
+    sw = 0;
+    if (row < p.n && col < p.k) {
+        uint e = (row / QBR) * qcols() + col / QBC;
+        w = codes[(row * p.k + col) / 8];
+        sw = qs[QF16 ? e >> 1 : e];
+    }
+}
+
+// qstage returns qload's vector v of the slice at k0 dequantized: 8 f16 halves of
+// value(code) · scale · 2^E (dequant8; 0 outside W).
+uvec4 qstage(uint v, uint k0, uint n0, uvec2 w, uint sw) {
+    uint r = v / (BK / 8);
+    float s = uintBitsToFloat(sw);
+    if (QF16) {
+        uint e = ((n0 + r) / QBR) * qcols() + (k0 + (v % (BK / 8)) * 8) / QBC;
+        s = unpackHalf2x16(sw >> (16u * (e & 1u))).x;
+    }
+    return dequant8(w, s * Qm[r]);
+}
+#else
 // loadB returns the 16-byte vector v of the B slice at k0: 8 halves along K of row n
 // (TRANS_B: tile [BN][BK]) or along N of row k (tile [BK][BN]), zero outside B.
 uvec4 loadB(uint v, uint k0, uint n0) {
     uint row, col;
-#ifdef QUANT
-    // 8 codes of row n of W along K (K % 8 = 0: inside the row, on an 8-byte boundary), one
-    // scale (QBC % 8 = 0), and the row's 2^E.
-    uint r = v / (BK / 8);
-    row = n0 + r;
-    col = k0 + (v % (BK / 8)) * 8;
-    if (row >= p.n || col >= p.k) {
-        return uvec4(0);
-    }
-    return dequant8(codes[(row * p.k + col) / 8], qscale((row / QBR) * qcols() + col / QBC) * Qm[r]);
-#else
     if (TRANS_B) {
         row = n0 + v / (BK / 8);
         col = k0 + (v % (BK / 8)) * 8;
@@ -241,8 +262,8 @@ uvec4 loadB(uint v, uint k0, uint n0) {
 #else
     return b16[(row * p.n + col) / 8];
 #endif
-#endif // QUANT
 }
+#endif
 
 // aSlot and bSlot are A's and B's vector v in the workgroup tiles (16-byte slots).
 uint aSlot(uint v) { return (v / (BK / 8)) * (AS / 8) + v % (BK / 8); }
@@ -304,11 +325,20 @@ void main() {
 #endif
 
     uvec4 ra[AP], rb[BP];
+#ifdef QUANT
+    uvec2 rq[BP]; // the next slice's raw codes and scale words (qload)
+    uint rqs[BP];
+#endif
     UNROLL for (uint j = 0; j < AP; j++) {
         ra[j] = loadA(tid + j * NT, 0, m0, kv);
     }
     UNROLL for (uint j = 0; j < BP; j++) {
+#ifdef QUANT
+        qload(tid + j * NT, 0, n0, rq[j], rqs[j]);
+        rb[j] = qstage(tid + j * NT, 0, n0, rq[j], rqs[j]);
+#else
         rb[j] = loadB(tid + j * NT, 0, n0);
+#endif
     }
 
     for (uint k0 = 0; k0 < p.kp; k0 += BK) {
@@ -325,10 +355,23 @@ void main() {
                 ra[j] = loadA(tid + j * NT, k0 + BK, m0, kv);
             }
             UNROLL for (uint j = 0; j < BP; j++) {
+#ifdef QUANT
+                qload(tid + j * NT, k0 + BK, n0, rq[j], rqs[j]);
+#else
                 rb[j] = loadB(tid + j * NT, k0 + BK, n0);
+#endif
             }
         }
         mmaSlice(sgm, sgn);
+#ifdef QUANT
+        // The next slice's B is decoded after the products: its loads had them to arrive,
+        // and one subgroup's decoding overlaps the others' products.
+        if (k0 + BK < p.kp) {
+            UNROLL for (uint j = 0; j < BP; j++) {
+                rb[j] = qstage(tid + j * NT, k0 + BK, n0, rq[j], rqs[j]);
+            }
+        }
+#endif
     }
 
     // Epilogue: one accumulator at a time through this subgroup's f32 tile.
