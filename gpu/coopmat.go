@@ -15,10 +15,10 @@ import (
 )
 
 // Tensor cores (cooperative matrices) through the Vulkan layer: DESIGN.md §7 "Tensor cores
-// through a Vulkan layer". The GEMM launchers ask coopGEMM / coopBLRGEMM / coopSignGrad first
-// — the seam where the implementation is chosen; a future wgpu-native with WGSL cooperative
-// matrices replaces the layer in coopKernel — and fall back to the WGSL kernels when these
-// decline.
+// through a Vulkan layer". The GEMM launchers ask coopGEMM / coopBLRGEMM / coopSignGrad /
+// coopQuantGEMM (gpu/linear_quant.go) first — the seam where the implementation is chosen; a
+// future wgpu-native with WGSL cooperative matrices replaces the layer in coopKernel — and
+// fall back to the WGSL kernels when these decline.
 
 //go:generate bash coopmat/generate.sh
 
@@ -47,7 +47,8 @@ func (c CoopType) String() string {
 // TensorCores says whether a Device runs its GEMMs on cooperative matrices and why not.
 type TensorCores struct {
 	// On: the f16-weight GEMMs (Linear, LinearT, LinearRows, the KL head's and LogitsTopK's
-	// vocabulary GEMMs) and every BLR sign GEMM use the cooperative-matrix kernels.
+	// vocabulary GEMMs), the 8-bit ones (LinearQuant, where its shape fits) and every BLR
+	// sign GEMM use the cooperative-matrix kernels.
 	On bool
 	// Available: the device can run them (the layer enabled VK_KHR_cooperative_matrix, a
 	// usable shape exists, the self-test at Open agreed with the WGSL twins). On CPU adapters
@@ -173,11 +174,17 @@ func (t coopTile) check(s CoopType, sg int, info Info) error {
 	case info.MaxInvocations > 0 && nt > int(info.MaxInvocations):
 		return fmt.Errorf("tile %s: %d threads exceed the device's %d", t, nt, info.MaxInvocations)
 	}
-	shared := t.BM*(t.BK+8)*2 + (t.BN*t.BK+8*(t.BN+t.BK))*2 + t.WM*t.WN*s.M*s.N*4
-	if info.MaxWorkgroupStorage > 0 && shared > int(info.MaxWorkgroupStorage) {
+	if shared := t.shared(s); info.MaxWorkgroupStorage > 0 && shared > int(info.MaxWorkgroupStorage) {
 		return fmt.Errorf("tile %s: %d bytes of workgroup memory exceed the device's %d", t, shared, info.MaxWorkgroupStorage)
 	}
 	return nil
+}
+
+// shared is the workgroup memory of coopmat_gemm.comp with block t and shape s, in bytes:
+// the A and B tiles (rows padded by 8 halves) and the epilogue's f32 tile per subgroup (the
+// QUANT variant adds 8·BN: coopQuantGEMM).
+func (t coopTile) shared(s CoopType) int {
+	return t.BM*(t.BK+8)*2 + (t.BN*t.BK+8*(t.BN+t.BK))*2 + t.WM*t.WN*s.M*s.N*4
 }
 
 // coopTileForce is NVG_COOPMAT_TILE, parsed at Open (zero: automatic).
@@ -400,7 +407,7 @@ var errCoopOff = errors.New("tensor cores unavailable")
 // coopFiles are the committed SPIR-V files the launchers use (TestCoopmatSPIRVFresh checks
 // spv.sum has each).
 func coopFiles() []string {
-	f := []string{coopDense.File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File}
+	f := []string{coopDense.File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File, coopQuantFile}
 	return append(append(f, coopAttnFiles[:]...), "coopmat_delta.spv", "coopmat_delta_dhu.spv",
 		"coopmat_delta_state.spv", "coopmat_delta_qk.spv", "coopmat_delta_f.spv")
 }

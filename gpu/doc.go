@@ -78,9 +78,9 @@
 // Open puts nvg's Vulkan layer (vklayer/nvg_layer.c, built and cached on first use) in front
 // of the driver; where the device has VK_KHR_cooperative_matrix the layer enables it and swaps
 // the SPIR-V of nvg's placeholder kernels for cooperative-matrix kernels (coopmat/). The
-// f16-weight GEMMs and the BLR sign GEMMs then run on them: gemm and blrGEMM ask coopGEMM /
-// coopBLRGEMM first (the one seam), which decline where tensor cores are off or a shape does
-// not fit; attention and the chunked delta rule choose in their Auto functions
+// f16-weight GEMMs, the 8-bit ones and the BLR sign GEMMs then run on them: gemm, linearQuant
+// and blrGEMM ask coopGEMM / coopQuantGEMM / coopBLRGEMM first (the one seam), which decline
+// where tensor cores are off or a shape does not fit; attention and the chunked delta rule choose in their Auto functions
 // (AttentionCoopmat, GatedDeltaRuleChunkedCoopmat and their backwards).
 // Device.TensorCores says "on (…)" or "off: reason"; NVG_TENSOR_CORES=off opts out, =on forces
 // them on CPU adapters; SetTensorCores forces either path (DESIGN.md §7, "Tensor cores through
@@ -120,6 +120,8 @@
 //	gpu/gemm_lanes.go              the lane-blocked GEMMs' choice and the subgroup probe
 //	gpu/coopmat.go                 tensor cores: TensorCores, SetTensorCores, the seam of the
 //	                               GEMMs (coopGEMM, coopBLRGEMM), tiles, the self-test at Open
+//	gpu/linear_quant.go            LinearQuant (8-bit weights) and its tensor-core seam
+//	                               coopQuantGEMM (coopmat_gemm.comp -DQUANT)
 //	gpu/vklayer.go, vklayer/       the Vulkan layer (nvg_layer.c): build, cache, environment,
 //	                               dlopen and its C API
 //	gpu/spirv.go                   the SPIR-V patcher (entry point, SpecIds, LocalSize)

@@ -116,10 +116,13 @@ type linearQuantParams struct {
 // bit-identical: on GPUs the tiled GEMM of Linear (gemm_tile.wgsl's body: the tile by
 // gemmTileFor, the fast path with vector loads — one u32 of 4 codes and one scale per row
 // and 4 inputs — where out and in are multiples of the tile and w.Block[1] of 4); on CPU
-// adapters the lane-blocked form (in and w.Block[1] multiples of 4). Errors: non-positive
-// sizes, an unknown format, buffers whose dtype or length disagree with the sizes (codes U32
-// ceil(out·in/4) words, scales F32 or F16 ceil(out/Block[0])·ceil(in/Block[1])), y aliasing
-// an input.
+// adapters the lane-blocked form (in and w.Block[1] multiples of 4). Where tensor cores are
+// on (Device.TensorCores, SetTensorCores) and w.In and w.Block[1] are multiples of 8, the
+// cooperative-matrix form runs instead (coopQuantGEMM: x and the dequantized weights in f16,
+// f32 accumulation; not bit-identical, DESIGN.md §9 "GEMMs on 8-bit weights"). Errors:
+// non-positive sizes, an unknown format, buffers whose dtype or length disagree with the
+// sizes (codes U32 ceil(out·in/4) words, scales F32 or F16
+// ceil(out/Block[0])·ceil(in/Block[1])), y aliasing an input.
 func LinearQuant(r *Recorder, x *Buffer, w QuantWeight, y *Buffer, rows int) error {
 	return linearQuant(r, "LinearQuant", false, x, w, y, rows)
 }
@@ -152,6 +155,12 @@ func linearQuant(r *Recorder, op string, naive bool, x *Buffer, w QuantWeight, y
 	}
 	if err := distinct(op, map[string]*Buffer{"input": x, "codes": w.Codes, "scales": w.Scales, "output": y}); err != nil {
 		return err
+	}
+	// The one seam of the implementation choice: tensor cores when they are on and w fits.
+	if !naive {
+		if ok, err := coopQuantGEMM(r, op+"."+w.Format.String(), x, w, y, m); ok || err != nil {
+			return err
+		}
 	}
 	pr := linearQuantParams{FP8: w.Format == QuantFP8, ScaleF16: w.Scales.DType() == F16, BR: w.Block[0], BC: w.Block[1]}
 	binds := []Binding{Whole(x), Whole(w.Codes), Whole(w.Scales), Whole(y)}
@@ -191,7 +200,82 @@ func linearQuant(r *Recorder, op string, naive bool, x *Buffer, w QuantWeight, y
 	if err != nil {
 		return err
 	}
-	// The least traffic: x and y in f32, one byte per weight, the scales.
-	r.Cost(2*float64(m)*float64(k)*float64(n), 4*float64(m)*float64(k)+float64(n)*float64(k)+float64(w.Scales.Bytes())+4*float64(m)*float64(n))
+	r.Cost(linearQuantCost(m, k, n, w))
 	return nil
+}
+
+// linearQuantCost is the arithmetic (2·m·k·n) and the least global traffic of LinearQuant:
+// x and y in f32, one byte per weight, the scales.
+func linearQuantCost(m, k, n int, w QuantWeight) (flops, bytes float64) {
+	return 2 * float64(m) * float64(k) * float64(n), 4*float64(m)*float64(k) + float64(n)*float64(k) + float64(w.Scales.Bytes()) + 4*float64(m)*float64(n)
+}
+
+// coopQuantFile is the SPIR-V of LinearQuant on tensor cores: coopmat_gemm.comp's QUANT
+// variant (generate.sh).
+const coopQuantFile = "coopmat_quant.spv"
+
+// The QUANT variant's SpecIds, after coopmat_gemm.comp's specSG … specAccum.
+const (
+	specQFP8 = specAccum + 1 + iota // codes float8_e4m3fn (else int8)
+	specQF16                        // scales f16 (else f32)
+	specQBR                         // rows of W per scale
+	specQBC                         // inputs per scale
+)
+
+// quantCoopFits reports whether the cooperative-matrix form of LinearQuant takes w's shape:
+// a 16-byte B vector of the kernel is 8 consecutive inputs of a row of W, so w.In must be a
+// multiple of 8 (each row's codes start on an 8-byte boundary and no vector straddles two
+// rows) and so must w.Block[1] (the 8 codes share one scale). Every Qwen3.5 projection and
+// both schemes' blocks (128×128, 1×128) fit. The rows (w.Out, w.Block[0]) may be anything.
+func quantCoopFits(w QuantWeight) bool { return w.In%8 == 0 && w.Block[1]%8 == 0 }
+
+// coopQuantGEMM is the cooperative-matrix form of LinearQuant (coopmat_gemm.comp -DQUANT):
+// x [m, w.In] is packed to f16 with a power-of-two scale per row (CoopmatPack, as for
+// Linear), and the kernel stages the 8-bit weights into workgroup memory as f16 — each
+// value(code) · scale rounded to f32 once (as the WGSL forms), times a power of two 2^E per
+// row of W that the epilogue divides out exactly, then rounded to f16. E comes from the
+// exponent of the row's largest scale (coopmat_gemm.comp's qexp): every weight of the row
+// times 2^E is below 2¹⁵ and the largest the row can hold (448 or 127 times that scale) at
+// least 2¹³, so no dequantized weight can overflow f16 (max 65504) whatever the scales, and
+// only a weight below 2⁻²⁷ of that largest can be an f16 subnormal: nothing to check in Go.
+// Error per output: each f16 rounding ≤ 2⁻¹¹ relative (2⁻¹⁰ allowed) above those floors,
+// f32 accumulation (gpu/linear_quant_test.go quantCoopBound). It returns false, recording
+// nothing, where tensor cores are off, w's shape does not fit (quantCoopFits), or the sizes
+// pass the grid, binding or workgroup-memory limits; the WGSL forms then run.
+func coopQuantGEMM(r *Recorder, op string, x *Buffer, w QuantWeight, y *Buffer, m int) (bool, error) {
+	d := r.d
+	k, n := w.In, w.Out
+	if !d.coopUse() || !quantCoopFits(w) {
+		return false, nil
+	}
+	t, mp, kp, grid, ok := d.coopPlan(m, k, n)
+	s, sg := d.tc.Shape, d.tc.SubgroupSize
+	if !ok || (d.info.MaxWorkgroupStorage > 0 && t.shared(s)+8*t.BN > int(d.info.MaxWorkgroupStorage)) {
+		return false, nil
+	}
+	values := make([]uint32, specQBC+1)
+	copy(values, []uint32{uint32(sg), uint32(s.M), uint32(s.N), uint32(s.K), uint32(t.BM), uint32(t.BN), uint32(t.BK),
+		uint32(t.WM), uint32(t.WN), 1, 0}) // specSG … specAccum: B transposed, C overwritten
+	values[specQFP8], values[specQF16] = b2u(w.Format == QuantFP8), b2u(w.Scales.DType() == F16)
+	values[specQBR], values[specQBC] = uint32(w.Block[0]), uint32(w.Block[1])
+	kn, err := d.coopProgram(op, coopProgramSpec{File: coopQuantFile, WG: sg * t.WM * t.WN,
+		Access: []Access{Read, Read, Read, Read, ReadWrite}, Uniforms: 4, Values: values})
+	if err != nil {
+		return false, nil // coopProgram switched tensor cores off with the reason
+	}
+	mark := len(r.ops)
+	a16, rs, done, err := coopPack(r, op, Whole(x), nil, m, k, mp, kp)
+	if err != nil {
+		return true, err
+	}
+	defer done()
+	err = r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp)},
+		Whole(a16), Whole(rs), Whole(w.Codes), Whole(w.Scales), Whole(y))
+	if err != nil {
+		r.ops = r.ops[:mark]
+		return true, err
+	}
+	r.Cost(linearQuantCost(m, k, n, w))
+	coopDispatches.Add(1)
+	return true, nil
 }

@@ -15,12 +15,14 @@ import (
 )
 
 // quantCase is one shape of the LinearQuant suite: y [rows, out] = x [rows, in]·Wᵀ with W in
-// format, scales per block of block[0] rows × block[1] inputs, stored f16 when scaleF16.
+// format, scales per block of block[0] rows × block[1] inputs, stored f16 when scaleF16,
+// drawn with exponents in [scaleExp − 10, scaleExp + 1] (newQuantInputs).
 type quantCase struct {
 	rows, in, out int
 	format        gpu.QuantFormat
 	block         [2]int
 	scaleF16      bool
+	scaleExp      int
 }
 
 func (c quantCase) String() string {
@@ -28,7 +30,11 @@ func (c quantCase) String() string {
 	if c.scaleF16 {
 		s = "f16"
 	}
-	return fmt.Sprintf("%s-%dx%dx%d-block%dx%d-%s", c.format, c.rows, c.in, c.out, c.block[0], c.block[1], s)
+	name := fmt.Sprintf("%s-%dx%dx%d-block%dx%d-%s", c.format, c.rows, c.in, c.out, c.block[0], c.block[1], s)
+	if c.scaleExp != 0 {
+		name += fmt.Sprintf("-scale2^%d", c.scaleExp)
+	}
+	return name
 }
 
 var (
@@ -38,21 +44,39 @@ var (
 	// (ragged last blocks in both directions), odd K (codes of a row start mid-word), a
 	// single row, small blocks whose columns are (3×8) and are not (2×5) a multiple of 4.
 	quantGeneralCases = []quantCase{
-		{67, 300, 131, gpu.QuantFP8, fp8Block, false},
-		{5, 37, 9, gpu.QuantQ8, q8Block, true},
-		{130, 129, 65, gpu.QuantFP8, fp8Block, true},
-		{1, 260, 12, gpu.QuantQ8, q8Block, true},
-		{130, 36, 70, gpu.QuantFP8, [2]int{3, 8}, false},
-		{9, 23, 11, gpu.QuantFP8, [2]int{2, 5}, true},
+		{67, 300, 131, gpu.QuantFP8, fp8Block, false, 0},
+		{5, 37, 9, gpu.QuantQ8, q8Block, true, 0},
+		{130, 129, 65, gpu.QuantFP8, fp8Block, true, 0},
+		{1, 260, 12, gpu.QuantQ8, q8Block, true, 0},
+		{130, 36, 70, gpu.QuantFP8, [2]int{3, 8}, false, 0},
+		{9, 23, 11, gpu.QuantFP8, [2]int{2, 5}, true, 0},
 	}
 	// quantFastCases take the tiled kernels' fast path for some tiles (out a multiple of 64
 	// or 128, in of 32), with ragged blocks (192 rows of 128-row FP8 blocks, 160 inputs of
 	// 128-wide blocks and groups) and rows that are not.
 	quantFastCases = []quantCase{
-		{67, 160, 192, gpu.QuantFP8, fp8Block, false},
-		{3, 256, 128, gpu.QuantQ8, q8Block, true},
-		{131, 160, 256, gpu.QuantFP8, fp8Block, true},
-		{20, 160, 128, gpu.QuantQ8, q8Block, true},
+		{67, 160, 192, gpu.QuantFP8, fp8Block, false, 0},
+		{3, 256, 128, gpu.QuantQ8, q8Block, true, 0},
+		{131, 160, 256, gpu.QuantFP8, fp8Block, true, 0},
+		{20, 160, 128, gpu.QuantQ8, q8Block, true, 0},
+	}
+	// quantCoopCases are the cooperative-matrix form's (in and block columns multiples of
+	// 8, quantCoopFits): ragged last blocks in both directions (131 outputs of 128-row
+	// blocks, 296 inputs of 128-wide blocks), rows and outputs not multiples of any tile, K
+	// not a multiple of BK, inputs fewer than one group, one row, FP8 with f16 scales,
+	// small blocks (3×8, 2×16, 4×40); and scales far from 1, where value·scale in f16 would
+	// overflow (FP8 scales up to 2¹⁵: weights to 2²⁴; q8 scales up to 2⁹: weights to 2¹⁶)
+	// or underflow (FP8 scales near 2⁻³⁵: every weight below f16's least normal 2⁻¹⁴)
+	// without the kernel's power of two per row.
+	quantCoopCases = []quantCase{
+		{67, 296, 131, gpu.QuantFP8, fp8Block, false, 0},
+		{5, 40, 9, gpu.QuantQ8, q8Block, true, 0},
+		{130, 136, 65, gpu.QuantFP8, fp8Block, true, 0},
+		{1, 264, 12, gpu.QuantQ8, q8Block, true, 0},
+		{33, 48, 70, gpu.QuantFP8, [2]int{3, 8}, false, 0},
+		{9, 64, 24, gpu.QuantFP8, [2]int{2, 16}, false, 14},
+		{7, 128, 136, gpu.QuantQ8, q8Block, true, 8},
+		{12, 200, 40, gpu.QuantFP8, [2]int{4, 40}, false, -30},
 	}
 )
 
@@ -65,6 +89,8 @@ type quantInputs struct {
 	w       gpu.QuantWeight
 	want    []float64 // host.LinearQuant
 	bound   []float64 // (K+2)·u·Σ|x||W| per output
+	xd, wd  []float64 // x and the dequantized W (host.Dequantize), float64
+	scales  []float64 // the scales as uploaded, row-major [ceil(out/block[0]), ceil(in/block[1])]
 	release func()
 }
 
@@ -90,7 +116,7 @@ func newQuantInputs(t *testing.T, d *gpu.Device, rng *rand.Rand, c quantCase) qu
 	sf32 := make([]float32, len(scales))
 	sf16 := make([]uint16, len(scales))
 	for i := range scales {
-		v := math.Ldexp(0.5+rng.Float64(), rng.IntN(12)-10)
+		v := math.Ldexp(0.5+rng.Float64(), rng.IntN(12)-10+c.scaleExp)
 		sf32[i] = float32(v)
 		h := float16.Fromfloat32(float32(v))
 		sf16[i] = h.Bits()
@@ -124,7 +150,8 @@ func newQuantInputs(t *testing.T, d *gpu.Device, rng *rand.Rand, c quantCase) qu
 		sb = must(d.UploadFloat32("scales", sf32, sr, sc)).T(t)
 	}
 	w := gpu.QuantWeight{Codes: cb, Scales: sb, Format: c.format, Out: c.out, In: c.in, Block: c.block}
-	return quantInputs{x: x, w: w, want: want, bound: bound, release: func() { x.Release(); w.Release() }}
+	return quantInputs{x: x, w: w, want: want, bound: bound, xd: xd, wd: W, scales: scales,
+		release: func() { x.Release(); w.Release() }}
 }
 
 // run records impl on the case's inputs and returns y.
@@ -139,27 +166,30 @@ func (in quantInputs) run(t *testing.T, d *gpu.Device, impl func(r *gpu.Recorder
 }
 
 // linearQuantImpl is one implementation of LinearQuant under the parity suite: its launcher,
-// the setting it runs under (force, nil for none) and its cases.
+// the setting it runs under (force, nil for none), its cases, and whether it is the
+// cooperative-matrix form (coop: its bound is quantCoopBound, and it must have run).
 type linearQuantImpl struct {
 	name  string
 	force func() func()
 	run   func(r *gpu.Recorder, x *gpu.Buffer, w gpu.QuantWeight, y *gpu.Buffer, rows int) error
 	cases []quantCase
+	coop  bool
 }
 
 // linearQuantImpls: the naive twin on every case; the tiled kernel forced to 64×64×16 and
 // 128×128×32 on the general path (general cases) and to every tile on the fast path (fast
-// cases); the lane-blocked form on the cases it applies to.
+// cases); the lane-blocked form on the cases it applies to; the cooperative-matrix form
+// (tensor cores forced on) on quantCoopCases.
 func linearQuantImpls() []linearQuantImpl {
 	all := append(append([]quantCase{}, quantGeneralCases...), quantFastCases...)
-	impls := []linearQuantImpl{{"naive", nil, gpu.LinearQuantNaive, all}}
+	impls := []linearQuantImpl{{"naive", nil, gpu.LinearQuantNaive, all, false}}
 	for _, v := range []gemmTestVariant{{bm: 64, bn: 64, bk: 16, general: true}, {bm: 128, bn: 128, bk: 32, general: true},
 		{bm: 64, bn: 64, bk: 16}, {bm: 128, bn: 128, bk: 32}, {bm: 64, bn: 128, bk: 32}, {bm: 128, bn: 64, bk: 32}} {
 		cases := quantFastCases
 		if v.general {
 			cases = quantGeneralCases
 		}
-		impls = append(impls, linearQuantImpl{v.String(), v.force, gpu.LinearQuant, cases})
+		impls = append(impls, linearQuantImpl{v.String(), v.force, gpu.LinearQuant, cases, false})
 	}
 	var lanes []quantCase
 	for _, c := range all {
@@ -167,7 +197,8 @@ func linearQuantImpls() []linearQuantImpl {
 			lanes = append(lanes, c)
 		}
 	}
-	return append(impls, linearQuantImpl{"lanes", lanesVariant.force, gpu.LinearQuant, lanes})
+	return append(impls, linearQuantImpl{"lanes", lanesVariant.force, gpu.LinearQuant, lanes, false},
+		linearQuantImpl{"coopmat", coopmatVariant.force, gpu.LinearQuant, quantCoopCases, true})
 }
 
 // TestLinearQuant runs the parity suite on every implementation of linearQuantImpls.
@@ -179,7 +210,8 @@ func TestLinearQuant(t *testing.T) {
 
 // testLinearQuant is LinearQuant's parity suite: impl on each of its cases against the
 // float64 host reference (host.LinearQuant on host.Dequantize's weights) within the bound
-// (K+2)·u·Σ|x||W| per output (newQuantInputs says why).
+// (K+2)·u·Σ|x||W| per output (newQuantInputs says why), or quantCoopBound for the
+// cooperative-matrix form.
 func testLinearQuant(t *testing.T, impl linearQuantImpl) {
 	d := gputest.Open(t)
 	if impl.name == "lanes" {
@@ -188,6 +220,15 @@ func testLinearQuant(t *testing.T, impl linearQuantImpl) {
 		defer func() {
 			if got := gpu.GEMMLanesDispatches() - lanes0; got != len(impl.cases) {
 				t.Errorf("%d lane-blocked GEMMs recorded, want %d (one per case)", got, len(impl.cases))
+			}
+		}()
+	}
+	if impl.coop {
+		skipNoCoopmat(t, d)
+		coop0 := gpu.CoopDispatches()
+		defer func() {
+			if got := gpu.CoopDispatches() - coop0; got != len(impl.cases) {
+				t.Errorf("%d cooperative-matrix GEMMs recorded, want %d (one per case)", got, len(impl.cases))
 			}
 		}()
 	}
@@ -200,7 +241,116 @@ func testLinearQuant(t *testing.T, impl linearQuantImpl) {
 			in := newQuantInputs(t, d, rng, c)
 			defer in.release()
 			got := in.run(t, d, impl.run, c.rows)
-			checkBound(t, "y", got, in.want, in.bound)
+			bound := in.bound
+			if impl.coop {
+				bound = quantCoopBound(c, in)
+			}
+			checkBound(t, "y", got, in.want, bound)
+		})
+	}
+}
+
+// quantCoopBound is the error bound per output of LinearQuant's cooperative-matrix form,
+// derived from the operands as coopRel is for Linear's. The kernel multiplies x̃ ≈ x and
+// w̃ ≈ W in f16 with f32 accumulation:
+//
+//   - x̃: x·2^e_i rounded to f16 (CoopmatPack; e_i puts row i's largest |x| in [2¹⁴, 2¹⁵)),
+//     so |x̃ − x| ≤ ρ|x| + ηx_i with ρ = 2⁻¹⁰ (one f16 rounding, taken as a full ulp for a
+//     conversion that might not round to nearest, as coopRel) and ηx_i = 2^(−14−e_i)
+//     (a value below f16's least normal, possibly flushed to zero);
+//   - w̃: value·scale rounded to f32 (u = 2⁻²⁴), times 2^E_j, rounded to f16, so
+//     |w̃ − W| ≤ (ρ + u + ρu)|W| + ηw_j with ηw_j = 2^(−14−E_j), E_j the kernel's exponent
+//     of row j of W (coopmat_gemm.comp's qexp, recomputed here from the largest scale of
+//     the row's scale row);
+//   - products exact in f32, the f32 sum of K terms in any order ≤ 2(K+1)u·Σ|x̃||w̃| (doubled
+//     for an accumulator that truncates, as coopRel); the 2^−e_i and 2^−E_j undo is exact.
+//
+// With X̃ = (1+ρ)|x| + ηx and W̃ = (1+ρ+u+ρu)|W| + ηw (each an upper bound of both |x̃| and
+// |x| + |x̃ − x|), |ŷ − y| ≤ (1 + 2(K+1)u)·Σ_k X̃_ik·W̃_jk − Σ_k |x_ik|·|W_jk|.
+func quantCoopBound(c quantCase, in quantInputs) []float64 {
+	const rho, u = 0x1p-10, 0x1p-24
+	nc := (c.in + c.block[1] - 1) / c.block[1]
+	xt := make([]float64, len(in.xd))
+	for i := range c.rows {
+		row := in.xd[i*c.in : (i+1)*c.in]
+		mx := 0.0
+		for _, v := range row {
+			mx = math.Max(mx, math.Abs(v))
+		}
+		e := 0
+		if mx > 0 {
+			_, ex := math.Frexp(mx)
+			e = min(max(15-ex, -126), 126)
+		}
+		eta := math.Ldexp(1, -14-e)
+		for k, v := range row {
+			xt[i*c.in+k] = (1+rho)*math.Abs(v) + eta
+		}
+	}
+	vbits := 9 // |e4m3| ≤ 448 < 2⁹
+	if c.format == gpu.QuantQ8 {
+		vbits = 7 // |int8| ≤ 128
+	}
+	wt := make([]float64, len(in.wd))
+	for j := range c.out {
+		smax := 0.0
+		for _, s := range in.scales[j/c.block[0]*nc : (j/c.block[0]+1)*nc] {
+			smax = math.Max(smax, math.Abs(s))
+		}
+		E := 0
+		if smax > 0 {
+			_, x := math.Frexp(smax)
+			E = min(15-x-vbits, 126)
+		}
+		eta := math.Ldexp(1, -14-E)
+		for k := range c.in {
+			wt[j*c.in+k] = (1+rho+u+rho*u)*math.Abs(in.wd[j*c.in+k]) + eta
+		}
+	}
+	big, _ := refGEMM(xt, c.rows, c.in, wt, c.out, true)
+	_, abs := refGEMM(in.xd, c.rows, c.in, in.wd, c.out, true)
+	bound := make([]float64, len(big))
+	for i := range bound {
+		bound[i] = (1+2*float64(c.in+1)*u)*big[i] - abs[i]
+	}
+	return bound
+}
+
+// TestLinearQuantCoopmatDeclines: with tensor cores forced on, LinearQuant takes the
+// cooperative-matrix form exactly where quantCoopFits allows it — in and the block's
+// columns multiples of 8 — and otherwise declines, recording the WGSL forms, whose result
+// is within their own f32 bound (K+2)·u·Σ|x||W| (so the decline fell back, not failed).
+// Skipped, loudly, without tensor cores.
+func TestLinearQuantCoopmatDeclines(t *testing.T) {
+	d := gputest.Open(t)
+	skipNoCoopmat(t, d)
+	defer gpu.SetTensorCores(true)()
+	rng := rand.New(rand.NewPCG(35, 9))
+	for _, c := range []struct {
+		quantCase
+		coop bool
+	}{
+		{quantCase{9, 36, 20, gpu.QuantQ8, q8Block, true, 0}, false},         // in % 8 = 4
+		{quantCase{9, 37, 20, gpu.QuantFP8, fp8Block, false, 0}, false},      // in odd
+		{quantCase{9, 48, 20, gpu.QuantFP8, [2]int{2, 12}, false, 0}, false}, // block columns % 8 = 4
+		{quantCase{9, 40, 20, gpu.QuantQ8, [2]int{1, 5}, true, 0}, false},    // block columns odd
+		{quantCase{9, 48, 20, gpu.QuantFP8, [2]int{3, 24}, false, 0}, true},  // both multiples of 8
+		{quantCase{9, 40, 21, gpu.QuantQ8, [2]int{7, 8}, true, 0}, true},     // any rows, any block rows
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			in := newQuantInputs(t, d, rng, c.quantCase)
+			defer in.release()
+			c0 := gpu.CoopDispatches()
+			got := in.run(t, d, gpu.LinearQuant, c.rows)
+			n := gpu.CoopDispatches() - c0
+			bound := in.bound
+			if c.coop {
+				bound = quantCoopBound(c.quantCase, in)
+			}
+			if want := map[bool]int{false: 0, true: 1}[c.coop]; n != want {
+				t.Errorf("%d cooperative-matrix GEMMs recorded, want %d", n, want)
+			}
+			checkBound(t, "y", got, in.want, bound)
 		})
 	}
 }
@@ -230,7 +380,7 @@ func TestLinearQuantBitIdentical(t *testing.T) {
 func TestLinearQuantErrors(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(37, 1))
-	in := newQuantInputs(t, d, rng, quantCase{4, 20, 10, gpu.QuantQ8, q8Block, true})
+	in := newQuantInputs(t, d, rng, quantCase{4, 20, 10, gpu.QuantQ8, q8Block, true, 0})
 	defer in.release()
 	y := must(d.NewBuffer("y", gpu.F32, 4, 10)).T(t)
 	defer y.Release()

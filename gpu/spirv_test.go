@@ -43,54 +43,68 @@ func specValues(t *testing.T, w []uint32) (map[uint32]uint32, [3]uint32) {
 	return vals, ls
 }
 
-// TestSPIRVSpecialize patches the committed kernel and reads the result back: the entry
-// point renamed (a longer and a shorter name than "main"), every SpecId set (numbers and
-// both bools), LocalSize set, every other instruction unchanged; and the errors.
+// TestSPIRVSpecialize patches committed kernels and reads the result back: the entry point
+// renamed (a longer and a shorter name than "main"), every SpecId set (numbers and both
+// bools), LocalSize set, every other instruction unchanged; and the errors. The kernels:
+// coopmat_gemm.comp's variant with the most bindings (SpecIds specSG … specAccum) and its
+// QUANT variant (those and specQFP8 … specQBC).
 func TestSPIRVSpecialize(t *testing.T) {
-	raw, err := coopFS.ReadFile("coopmat/" + coopBLRScaleRaw.File)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := spirvWords(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if name, err := spirvEntryName(w); err != nil || name != "main" {
-		t.Fatalf("committed entry point %q, %v; want main", name, err)
-	}
-	orig, _ := specValues(t, w)
-	if len(orig) != specAccum+1 {
-		t.Fatalf("the kernel declares SpecIds %v, want 0…%d", orig, specAccum)
-	}
-	for _, entry := range []string{"nvgcm_a_rather_long_entry_point_name_x", "nvgcm"} {
-		want := map[uint32]uint32{}
-		for id := range orig {
-			want[id] = orig[id] + 3 + id
-		}
-		want[specTransB], want[specAccum] = 1-orig[specTransB], 1-orig[specAccum]
-		got, err := spirvSpecialize(w, spirvSpec{Entry: entry, Values: want, LocalSize: [3]uint32{96, 1, 1}})
-		if err != nil {
+	var raw []byte
+	var w []uint32
+	for _, c := range []struct {
+		file  string
+		ids   int      // SpecIds 0 … ids−1
+		bools []uint32 // the bool ones
+	}{
+		{coopBLRScaleRaw.File, specAccum + 1, []uint32{specTransB, specAccum}},
+		{coopQuantFile, specQBC + 1, []uint32{specTransB, specAccum, specQFP8, specQF16}},
+	} {
+		var err error
+		if raw, err = coopFS.ReadFile("coopmat/" + c.file); err != nil {
 			t.Fatal(err)
 		}
-		if name, err := spirvEntryName(got); err != nil || name != entry {
-			t.Errorf("entry point %q, %v; want %q", name, err, entry)
+		if w, err = spirvWords(raw); err != nil {
+			t.Fatal(err)
 		}
-		vals, ls := specValues(t, got)
-		for id, v := range want {
-			if vals[id] != v {
-				t.Errorf("SpecId %d = %d, want %d", id, vals[id], v)
+		if name, err := spirvEntryName(w); err != nil || name != "main" {
+			t.Fatalf("%s: committed entry point %q, %v; want main", c.file, name, err)
+		}
+		orig, _ := specValues(t, w)
+		if len(orig) != c.ids {
+			t.Fatalf("%s declares SpecIds %v, want 0…%d", c.file, orig, c.ids-1)
+		}
+		for _, entry := range []string{"nvgcm_a_rather_long_entry_point_name_x", "nvgcm"} {
+			want := map[uint32]uint32{}
+			for id := range orig {
+				want[id] = orig[id] + 3 + id
 			}
-		}
-		if ls != [3]uint32{96, 1, 1} {
-			t.Errorf("LocalSize %v, want [96 1 1]", ls)
-		}
-		// Apart from the entry point, the same number of words, and the header unchanged.
-		d := len(spirvEncodeString(entry)) - len(spirvEncodeString("main"))
-		if len(got) != len(w)+d || !slices.Equal(got[:5], w[:5]) {
-			t.Errorf("%d words (want %d), header %x (want %x)", len(got), len(w)+d, got[:5], w[:5])
-		}
-		if back, err := spirvSpecialize(got, spirvSpec{Entry: "main", Values: orig, LocalSize: [3]uint32{64, 1, 1}}); err != nil || !slices.Equal(back, w) {
-			t.Errorf("specialising back to the committed values does not give the committed module (err %v)", err)
+			for _, id := range c.bools {
+				want[id] = 1 - orig[id]
+			}
+			got, err := spirvSpecialize(w, spirvSpec{Entry: entry, Values: want, LocalSize: [3]uint32{96, 1, 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name, err := spirvEntryName(got); err != nil || name != entry {
+				t.Errorf("%s: entry point %q, %v; want %q", c.file, name, err, entry)
+			}
+			vals, ls := specValues(t, got)
+			for id, v := range want {
+				if vals[id] != v {
+					t.Errorf("%s: SpecId %d = %d, want %d", c.file, id, vals[id], v)
+				}
+			}
+			if ls != [3]uint32{96, 1, 1} {
+				t.Errorf("%s: LocalSize %v, want [96 1 1]", c.file, ls)
+			}
+			// Apart from the entry point, the same number of words, and the header unchanged.
+			d := len(spirvEncodeString(entry)) - len(spirvEncodeString("main"))
+			if len(got) != len(w)+d || !slices.Equal(got[:5], w[:5]) {
+				t.Errorf("%s: %d words (want %d), header %x (want %x)", c.file, len(got), len(w)+d, got[:5], w[:5])
+			}
+			if back, err := spirvSpecialize(got, spirvSpec{Entry: "main", Values: orig, LocalSize: [3]uint32{64, 1, 1}}); err != nil || !slices.Equal(back, w) {
+				t.Errorf("%s: specialising back to the committed values does not give the committed module (err %v)", c.file, err)
+			}
 		}
 	}
 	if _, err := spirvSpecialize(w, spirvSpec{Values: map[uint32]uint32{99: 1}}); err == nil || !strings.Contains(err.Error(), "SpecId 99") {

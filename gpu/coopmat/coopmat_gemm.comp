@@ -13,10 +13,28 @@
 //
 // Variants (glslang -D, one .spv each; gpu/coopmat/generate.sh): SIGNS, SCALE (sc bound:
 // C's column scales; with a dense B, the sign-gradient GEMM's column scales), RAW (raw bound:
-// the sums before ⊙ sc, as blr_forward.wgsl's Raw).
+// the sums before ⊙ sc, as blr_forward.wgsl's Raw), QUANT (B an 8-bit quantized weight,
+// below).
+//
+// QUANT (coopmat_quant.spv, gpu.LinearQuant on tensor cores; TRANS_B only): B is W [N, K]
+// held as one byte code per weight, row-major, four per u32 word (little-endian), and its
+// scales qs [ceil(N/QBR), ceil(K/QBC)] row-major, f32 (FP8's weight_scale_inv) or f16 packed
+// two per word (QF16: q8's), W[n, k] = value(code) · qs[n/QBR, k/QBC], value the e4m3 code's
+// (QFP8) or the int8 code's. Go guarantees K % 8 = 0 and QBC % 8 = 0, so the 8 codes of a
+// 16-byte B vector are one uvec2 and share one scale. Each workgroup first gives each of its
+// BN rows of W a power of two 2^E (Qm; qexp: from the exponent of the row's largest scale,
+// so that every weight of the row times 2^E is below 2¹⁵), stages f16(value · scale · 2^E)
+// — rounded to f32 once as the WGSL kernel does, then to f16 — and the epilogue multiplies
+// column n of C by 2^−E (Qd; exact). So no weight overflows f16 whatever the scales, and a
+// weight is an f16 subnormal only if it is below 2⁻²⁷ of the largest its row can hold
+// (gpu/linear_quant.go coopQuantGEMM; the error bound: gpu/linear_quant_test.go
+// quantCoopBound). The next slice's codes and scale words are loaded before the current
+// slice's products (qload) and decoded after them (qstage), so the decoding neither waits
+// for its loads nor sits between the barriers.
 // Specialisation (SpecId, patched by Go in the SPIR-V): the subgroup size, the cooperative
 // matrix shape LM×LN×LK, the block BM×BN×BK, WM×WN subgroups per workgroup (each owns a
-// (BM/WM)×(BN/WN) block of CM×CN accumulators), TRANS_B and ACCUM; and the workgroup size
+// (BM/WM)×(BN/WN) block of CM×CN accumulators), TRANS_B and ACCUM; QUANT adds QFP8, QF16,
+// QBR and QBC (SpecIds 11–14); and the workgroup size
 // SG·WM·WN (OpExecutionMode LocalSize). Go checks BM % (WM·LM) = BN % (WN·LN) = BK % LK = 0,
 // LM, LN, LK multiples of 8, and that NT divides the staging loads (BM·BK/8 and BN·BK/8
 // 16-byte vectors).
@@ -29,9 +47,9 @@
 // write it out with the row scale, column scale, raw and accumulate semantics.
 //
 // Bindings (set 0, in order; the WGSL placeholder declares the same):
-//   0 a16 (read, f16 pairs)  1 rs (read, f32 [Mp])  2 b (read: f16 pairs, or sign bits)
-//   [3 sc (read, f32 [N]) when SCALE]  c (read_write, f32 [M, N])  [raw (read_write) when RAW]
-//   last: uniform Params {m, n, k, kp}.
+//   0 a16 (read, f16 pairs)  1 rs (read, f32 [Mp])  2 b (read: f16 pairs, or sign bits, or
+//   QUANT's codes)  [3 sc (read, f32 [N]) when SCALE; 3 qs (read) when QUANT]
+//   c (read_write, f32 [M, N])  [raw (read_write) when RAW]  last: uniform Params {m, n, k, kp}.
 #version 450
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -57,6 +75,12 @@ layout(constant_id = 7) const uint WM = 2;
 layout(constant_id = 8) const uint WN = 4;
 layout(constant_id = 9) const bool TRANS_B = true;
 layout(constant_id = 10) const bool ACCUM = false;
+#ifdef QUANT
+layout(constant_id = 11) const bool QFP8 = true;  // codes float8_e4m3fn, else int8
+layout(constant_id = 12) const bool QF16 = false; // scales f16 (pairs), else f32
+layout(constant_id = 13) const uint QBR = 128;    // rows of W per scale
+layout(constant_id = 14) const uint QBC = 128;    // columns of W (inputs) per scale
+#endif
 // The workgroup size SG·WM·WN is written by Go into OpExecutionMode LocalSize (a literal:
 // LocalSizeId would need the maintenance4 feature, which wgpu does not enable).
 layout(local_size_x = 64, local_size_y = 1, local_size_z = 1) in;
@@ -75,7 +99,11 @@ const uint BP = BV / NT;
 
 layout(set = 0, binding = 0, std430) readonly buffer A16 { uvec4 a16[]; };
 layout(set = 0, binding = 1, std430) readonly buffer RS { float rs[]; };
-#ifdef SIGNS
+#if defined(QUANT)
+layout(set = 0, binding = 2, std430) readonly buffer Codes { uvec2 codes[]; };
+layout(set = 0, binding = 3, std430) readonly buffer QS { uint qs[]; };
+#define CB 4
+#elif defined(SIGNS)
 layout(set = 0, binding = 2, std430) readonly buffer Bits { uint bits[]; };
 #else
 layout(set = 0, binding = 2, std430) readonly buffer B16 { uvec4 b16[]; };
@@ -83,7 +111,7 @@ layout(set = 0, binding = 2, std430) readonly buffer B16 { uvec4 b16[]; };
 #ifdef SCALE
 layout(set = 0, binding = 3, std430) readonly buffer SC { float sc[]; };
 #define CB 4
-#else
+#elif !defined(QUANT)
 #define CB 3
 #endif
 layout(set = 0, binding = CB, std430) buffer C { float c[]; };
@@ -98,6 +126,10 @@ layout(set = 0, binding = PB, std140) uniform Params { uint m, n, k, kp; } p;
 shared uvec4 As[BM * AS / 8];
 shared uvec4 Bs[(BN * BK + 8 * (BN + BK)) / 8]; // either layout
 shared float Cs[WM * WN * LM * LN];
+#ifdef QUANT
+shared float Qm[BN]; // 2^E of W's row n0 + r: its weights are staged as f16(w · 2^E)
+shared float Qd[BN]; // 2^−E: the epilogue's undo
+#endif
 
 coopmat<float, gl_ScopeSubgroup, LM, LN, gl_MatrixUseAccumulator> acc[CM * CN];
 
@@ -117,11 +149,93 @@ uvec4 signs8(uint b) {
 uint byte8(uint e) { return (bits[e >> 5] >> (e & 31u)) & 0xFFu; }
 #endif
 
+#ifdef QUANT
+// pow2 is 2^e as an exact f32 (−126 ≤ e ≤ 127).
+float pow2(int e) { return uintBitsToFloat(uint(e + 127) << 23); }
+
+// qscale returns scale e of qs (row-major index).
+float qscale(uint e) {
+    if (QF16) {
+        vec2 h = unpackHalf2x16(qs[e >> 1]);
+        return (e & 1u) == 0u ? h.x : h.y;
+    }
+    return uintBitsToFloat(qs[e]);
+}
+
+// qcols is the number of scales per row of qs.
+uint qcols() { return (p.k + QBC - 1) / QBC; }
+
+// qexp returns E for a row of W whose largest |scale| is smax = f·2^x (f in [½, 1), x read
+// from its bits): every weight of the row is below 2^(x+9) (e4m3: |value| ≤ 448 < 2⁹) or
+// 2^(x+7) (int8: |value| ≤ 128), so with E = 15 − x − 9 (or 7) every w·2^E is below 2¹⁵
+// (f16's largest finite value is 65504) and the row's largest possible weight lands in
+// [2¹³, 2¹⁵). E ≥ −122 for any finite scale; it is clamped to ≤ 126 (2^E, 2^−E normal f32);
+// 0 for an all-zero row.
+int qexp(float smax) {
+    if (!(smax > 0.0)) {
+        return 0;
+    }
+    int x = int((floatBitsToUint(smax) >> 23) & 0xFFu) - 126;
+    return min(15 - x - (QFP8 ? 9 : 7), 126);
+}
+
+// fp8pair returns the e4m3 values of bytes 0 and 1 of x times 2⁻⁸: the sign to bit 15 and
+// exponent and mantissa (bits 6–0) to bits 13–7 of an f16 give the value × 2⁻⁸ exactly,
+// subnormals included (wgsl/linear_quant.wgsl's dq4). NaN codes are refused before upload.
+vec2 fp8pair(uint x) {
+    return unpackHalf2x16(((x & 0x7Fu) << 7) | ((x & 0x80u) << 8) | ((x & 0x7F00u) << 15) | ((x & 0x8000u) << 16));
+}
+
+// q8pair returns the int8 values of bytes 0 and 1 of x.
+vec2 q8pair(uint x) { return vec2(float(int(x << 24) >> 24), float(int(x << 16) >> 24)); }
+
+// dequant8 returns the 8 codes of w (byte j of the pair ↦ element j) times s as 8 f16 halves:
+// each product rounded to f32 once (exact for int8 times an f16 scale), then to f16.
+uvec4 dequant8(uvec2 w, float s) {
+    if (QFP8) {
+        s *= 256.0; // fp8pair's 2⁻⁸, exactly
+        return uvec4(packHalf2x16(fp8pair(w.x) * s), packHalf2x16(fp8pair(w.x >> 16) * s),
+                     packHalf2x16(fp8pair(w.y) * s), packHalf2x16(fp8pair(w.y >> 16) * s));
+    }
+    return uvec4(packHalf2x16(q8pair(w.x) * s), packHalf2x16(q8pair(w.x >> 16) * s),
+                 packHalf2x16(q8pair(w.y) * s), packHalf2x16(q8pair(w.y >> 16) * s));
+}
+#endif
+
 // loadA returns the 16-byte vector v of the A slice at k0 (kv vectors per packed row).
 uvec4 loadA(uint v, uint k0, uint m0, uint kv) {
     return a16[(m0 + v / (BK / 8)) * kv + k0 / 8 + v % (BK / 8)];
 }
 
+#ifdef QUANT
+// qload loads the raw B vector v of the slice at k0 into w (8 codes of row n0 + v/(BK/8) of W
+// along K: K % 8 = 0, so inside the row and on an 8-byte boundary) and sw (the word holding
+// their scale: QBC % 8 = 0, so one); both 0 outside W. Only loads: qstage decodes them once
+// they have arrived.
+void qload(uint v, uint k0, uint n0, out uvec2 w, out uint sw) {
+    uint row = n0 + v / (BK / 8);
+    uint col = k0 + (v % (BK / 8)) * 8;
+    w = uvec2(0);
+    sw = 0;
+    if (row < p.n && col < p.k) {
+        uint e = (row / QBR) * qcols() + col / QBC;
+        w = codes[(row * p.k + col) / 8];
+        sw = qs[QF16 ? e >> 1 : e];
+    }
+}
+
+// qstage returns qload's vector v of the slice at k0 dequantized: 8 f16 halves of
+// value(code) · scale · 2^E (dequant8; 0 outside W).
+uvec4 qstage(uint v, uint k0, uint n0, uvec2 w, uint sw) {
+    uint r = v / (BK / 8);
+    float s = uintBitsToFloat(sw);
+    if (QF16) {
+        uint e = ((n0 + r) / QBR) * qcols() + (k0 + (v % (BK / 8)) * 8) / QBC;
+        s = unpackHalf2x16(sw >> (16u * (e & 1u))).x;
+    }
+    return dequant8(w, s * Qm[r]);
+}
+#else
 // loadB returns the 16-byte vector v of the B slice at k0: 8 halves along K of row n
 // (TRANS_B: tile [BN][BK]) or along N of row k (tile [BK][BN]), zero outside B.
 uvec4 loadB(uint v, uint k0, uint n0) {
@@ -149,6 +263,7 @@ uvec4 loadB(uint v, uint k0, uint n0) {
     return b16[(row * p.n + col) / 8];
 #endif
 }
+#endif
 
 // aSlot and bSlot are A's and B's vector v in the workgroup tiles (16-byte slots).
 uint aSlot(uint v) { return (v / (BK / 8)) * (AS / 8) + v % (BK / 8); }
@@ -189,13 +304,41 @@ void main() {
     UNROLL for (uint i = 0; i < CM * CN; i++) {
         acc[i] = coopmat<float, gl_ScopeSubgroup, LM, LN, gl_MatrixUseAccumulator>(0.0);
     }
+#ifdef QUANT
+    // Each row of W in the block gets its power of two (qexp) before any B is staged.
+    UNROLL for (uint j = 0; j < (BN + NT - 1) / NT; j++) {
+        uint r = tid + j * NT;
+        if (r < BN) {
+            float smax = 0.0;
+            if (n0 + r < p.n) {
+                uint nc = qcols(), base = ((n0 + r) / QBR) * nc;
+                for (uint c = 0; c < nc; c++) {
+                    smax = max(smax, abs(qscale(base + c)));
+                }
+            }
+            int e = qexp(smax);
+            Qm[r] = pow2(e);
+            Qd[r] = pow2(-e);
+        }
+    }
+    barrier();
+#endif
 
     uvec4 ra[AP], rb[BP];
+#ifdef QUANT
+    uvec2 rq[BP]; // the next slice's raw codes and scale words (qload)
+    uint rqs[BP];
+#endif
     UNROLL for (uint j = 0; j < AP; j++) {
         ra[j] = loadA(tid + j * NT, 0, m0, kv);
     }
     UNROLL for (uint j = 0; j < BP; j++) {
+#ifdef QUANT
+        qload(tid + j * NT, 0, n0, rq[j], rqs[j]);
+        rb[j] = qstage(tid + j * NT, 0, n0, rq[j], rqs[j]);
+#else
         rb[j] = loadB(tid + j * NT, 0, n0);
+#endif
     }
 
     for (uint k0 = 0; k0 < p.kp; k0 += BK) {
@@ -212,10 +355,23 @@ void main() {
                 ra[j] = loadA(tid + j * NT, k0 + BK, m0, kv);
             }
             UNROLL for (uint j = 0; j < BP; j++) {
+#ifdef QUANT
+                qload(tid + j * NT, k0 + BK, n0, rq[j], rqs[j]);
+#else
                 rb[j] = loadB(tid + j * NT, k0 + BK, n0);
+#endif
             }
         }
         mmaSlice(sgm, sgn);
+#ifdef QUANT
+        // The next slice's B is decoded after the products: its loads had them to arrive,
+        // and one subgroup's decoding overlaps the others' products.
+        if (k0 + BK < p.kp) {
+            UNROLL for (uint j = 0; j < BP; j++) {
+                rb[j] = qstage(tid + j * NT, k0 + BK, n0, rq[j], rqs[j]);
+            }
+        }
+#endif
     }
 
     // Epilogue: one accumulator at a time through this subgroup's f32 tile.
@@ -230,6 +386,9 @@ void main() {
                 uint gj = n0 + sgn * SN + j * LN + e % LN;
                 if (gi < p.m && gj < p.n) {
                     float v = Cs[base + e] * rs[gi];
+#ifdef QUANT
+                    v *= Qd[gj - n0];
+#endif
                     uint o = gi * p.n + gj;
 #ifdef RAW
                     raw[o] = v;

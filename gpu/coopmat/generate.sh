@@ -31,13 +31,14 @@ case $ver in
 esac
 
 # name:source:flags — one SPIR-V per source and set of bindings (gpu/coopmat.go coopVariant,
-# gpu/coopmat_attention.go, gpu/coopmat_delta.go).
+# gpu/linear_quant.go coopQuantFile, gpu/coopmat_attention.go, gpu/coopmat_delta.go).
 variants=(
   "coopmat_gemm.spv:coopmat_gemm.comp:"
   "coopmat_gemm_scale.spv:coopmat_gemm.comp:-DSCALE"
   "coopmat_blr.spv:coopmat_gemm.comp:-DSIGNS"
   "coopmat_blr_scale.spv:coopmat_gemm.comp:-DSIGNS -DSCALE"
   "coopmat_blr_scale_raw.spv:coopmat_gemm.comp:-DSIGNS -DSCALE -DRAW"
+  "coopmat_quant.spv:coopmat_gemm.comp:-DQUANT"
   "coopmat_attention_fwd.spv:coopmat_attention.comp:-DFWD"
   "coopmat_attention_dq.spv:coopmat_attention.comp:-DDQ"
   "coopmat_attention_dkv.spv:coopmat_attention.comp:-DDKV"
