@@ -15,13 +15,15 @@ import math
 import sys
 import time
 
-import torch
-from transformers import AutoModelForCausalLM
-
 
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: hf_perplexity.py HF_DIR WINDOWS.json")
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM
+    except ImportError as e:
+        sys.exit(f"hf_perplexity.py needs PyTorch and transformers 5.x (Qwen3.5): {e}")
     model_dir, windows_path = sys.argv[1], sys.argv[2]
     spec = json.load(open(windows_path))
     windows = spec["windows"]

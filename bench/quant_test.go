@@ -118,7 +118,8 @@ const quantBenchFixture = `{"device": "NVIDIA H200", "driver": "NVIDIA 580.1", "
 // TestBenchReportQuant renders a report with an 8-bit teacher's row beside the f16 one's: both
 // rows stay (a result is keyed by geometry and teacher dtype), the throughput table names the
 // dtype, and the 8-bit table gives the ratios to f16, by hand: 787.5/630 = 1.25, 4.5/6 = 0.75,
-// 24.74/48.7 = 0.51, and the q8 teacher's gap.
+// 24.74/48.7 = 0.51, and the q8 teacher's gap; the models table gives the teacher-only q8
+// result no loss (it took no step).
 func TestBenchReportQuant(t *testing.T) {
 	js := filepath.Join(t.TempDir(), "nvg.json")
 	if err := os.WriteFile(js, []byte(quantBenchFixture), 0o644); err != nil {
@@ -135,6 +136,7 @@ func TestBenchReportQuant(t *testing.T) {
 		"### 8-bit teachers",
 		"| 27B | streamed | 630 | 1.00 | 6.00 | 1.00 | 48.70 | 1.00 | — | — |",
 		"| 27B | streamed, q8 | 788 | 1.25 | 4.50 | 0.75 | 24.74 | 0.51 | 0.000123 | 99.51 % |",
+		"| 27B q8 | 8 × 512 | 0.000 B | 0.0 M | 0.000 | 0.00 M | — | — |  |", // no step: no loss
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, out)

@@ -768,9 +768,13 @@ func modelTable(w io.Writer, rep *Report) {
 		if r.Error != "" {
 			fail = strings.ReplaceAll(firstLine(r.Error), "|", "\\|")
 		}
-		fmt.Fprintf(w, "| %s | %d × %d | %.3f B | %.1f M | %.3f | %.2f M | %s | %.4f | %s |\n", label(r, ab, "/"), r.NB, r.T,
+		loss := "—" // a teacher-only result (another teacher dtype of the geometry) took no step
+		if s.TokS > 0 {
+			loss = fmt.Sprintf("%.4f", r.Loss)
+		}
+		fmt.Fprintf(w, "| %s | %d × %d | %.3f B | %.1f M | %.3f | %.2f M | %s | %s | %s |\n", label(r, ab, "/"), r.NB, r.T,
 			float64(r.Params)/1e9, float64(r.BLRWeights)/1e6, r.BitsPerWeight, float64(r.Trainables)/1e6,
-			num(float64(s.WeightBytes)/(1<<30), "%.2f"), r.Loss, fail)
+			num(float64(s.WeightBytes)/(1<<30), "%.2f"), loss, fail)
 	}
 	fmt.Fprintln(w)
 }

@@ -122,6 +122,7 @@ func runEval(args []string) error {
 		if err := atomicfile.WriteBytes(f.windowsOut, append(b, '\n')); err != nil {
 			return fmt.Errorf("--windows-out: %w", err)
 		}
+		fmt.Fprintf(os.Stderr, "wrote the %d windows' token ids to %s\n", len(windows), f.windowsOut)
 	}
 	if f.other != "" {
 		return f.compare(m, path, windows)
