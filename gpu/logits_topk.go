@@ -20,13 +20,13 @@ const (
 )
 
 // logitsTopKParams are logits_topk.wgsl's template parameters: the workgroup form (WG,
-// Pool; the rank merge with Per candidates per thread where they fit, else K rounds; Rounds:
+// Pool; the rank merge with Per candidates per thread where they fit, else K rounds; Per 0:
 // always the rounds, the simple twin) or the lane-blocked form of CPU adapters (Lanes, S:
 // one subgroup per row, lane-local top-K lists in registers; same results but the last bits
 // of the log-sum-exp), all for K.
 type logitsTopKParams struct {
 	WG, K, Pool, S, Per int
-	Lanes, Rounds       bool
+	Lanes               bool
 }
 
 // topkLanesForce forces LogitsTopK's merge form in tests: 1 the lane-blocked one (where the
@@ -97,7 +97,7 @@ func LogitsTopK(r *Recorder, h, e *Buffer, dims LogitsDims, lse, ids, logp *Buff
 	}
 	mp := logitsTopKParams{WG: logitsTopKWG, K: k, Pool: logitsTopKPool, Per: logitsTopKRankPer}
 	if topkRounds {
-		mp.Per, mp.Rounds = 0, true
+		mp.Per = 0
 	}
 	if s := d.info.SubgroupSize; s > 0 && topkLanesForce >= 0 && (d.info.CPU || topkLanesForce > 0) {
 		mp = logitsTopKParams{K: k, Lanes: true, S: s}

@@ -13,15 +13,15 @@
 // list are compacted into a workgroup pool; then, the rank form: when the old list and the
 // pool together fit Per candidates per thread, each thread counts, for its candidates, the
 // candidates that rank before them (rank = that count) and writes those of rank < K to slot
-// rank of the list: no further barrier. Otherwise, and always in the Rounds form (the simple
-// twin), K rounds each select, by a workgroup reduction, the best element strictly worse
+// rank of the list: no further barrier. Otherwise, and always in the rounds form (Per 0, the
+// simple twin), K rounds each select, by a workgroup reduction, the best element strictly worse
 // than the previous pick among the pool (or the whole slice when the pool overflowed) and
 // the old list, so no element needs marking. Both select the same elements in the same order
 // and copy their logits unchanged: the same bits. The rank form also bounds the pool from
 // below by the K-th largest of the threads' maxima over their columns (K distinct slice
 // elements reach it, so the slice's top-K do), which keeps even the first slice's pool small.
-// Template parameters: WG (power of two ≥ K), K (1..64), Pool (pool capacity), Rounds, Per
-// (rank candidates per thread; WG·Per ≥ K); Lanes selects the lane-blocked form below.
+// Template parameters: WG (power of two ≥ K), K (1..64), Pool (pool capacity), Per
+// (rank candidates per thread, WG·Per ≥ K; 0: the rounds form); Lanes selects the lane-blocked form below.
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
 @group(0) @binding(1) var<storage, read_write> state: array<f32>;
@@ -136,7 +136,7 @@ var<workgroup> cand_i: array<u32, {{.K}}>;
 var<workgroup> pool_v: array<f32, {{.Pool}}>;
 var<workgroup> pool_i: array<u32, {{.Pool}}>;
 var<workgroup> pool_n: atomic<u32>;
-{{- if not .Rounds}}
+{{- if .Per}}
 // Each thread's maximum over its columns, and the K-th largest of them (ties by thread).
 var<workgroup> lane_max: array<f32, {{.WG}}>;
 var<workgroup> lane_tau: f32;
@@ -144,14 +144,14 @@ var<workgroup> lane_tau: f32;
 
 {{template "red_main" (dict "WG" .WG "R" "row" "Count" "p.rows")}}
     let base = row * p.cols;
-{{- if not .Rounds}}
+{{- if .Per}}
     if (lid == 0u) {
         lane_tau = neg_inf(); // when no thread's maximum ranks K-th (NaN logits)
     }
 {{- end}}
     // 1. The slice maximum; 2. Σ exp(x − mnew) over the slice into red_v[0].
 {{- template "red_slice_lse" (dict "Lanes" false "WG" .WG "S" 0 "Buf" "red_v")}}
-{{- if not .Rounds}}
+{{- if .Per}}
     lane_max[lid] = mx; // this thread's maximum over its columns (red_slice_lse)
 {{- end}}
     workgroupBarrier();
@@ -166,7 +166,7 @@ var<workgroup> lane_tau: f32;
             cand_i[lid] = NONE;
         }
     }
-{{- if not .Rounds}}
+{{- if .Per}}
     // 3b. lane_tau: the K-th largest thread maximum. K threads hold distinct slice elements
     // at or above it, so the slice's K-th largest logit is too, and every slice element that
     // can enter the list (it must be in the slice's top K) is ≥ lane_tau. Threads without
@@ -192,7 +192,7 @@ var<workgroup> lane_tau: f32;
     if (p.first == 0u) {
         tau = cand_v[{{.K}}u - 1u];
     }
-{{- if not .Rounds}}
+{{- if .Per}}
     let tau_lanes = lane_tau;
 {{- end}}
     if (lid == 0u) {
@@ -201,7 +201,7 @@ var<workgroup> lane_tau: f32;
     workgroupBarrier();
     for (var c = lid; c < p.cols; c += {{.WG}}u) {
         let v = logits[base + c];
-        if (v > tau{{if not .Rounds}} && v >= tau_lanes{{end}}) {
+        if (v > tau{{if .Per}} && v >= tau_lanes{{end}}) {
             let slot = atomicAdd(&pool_n, 1u);
             if (slot < {{.Pool}}u) {
                 pool_v[slot] = v;
@@ -209,7 +209,7 @@ var<workgroup> lane_tau: f32;
             }
         }
     }
-{{- if .Rounds}}
+{{- if not .Per}}
     workgroupBarrier();
     // Every thread reads the same count; no barrier depends on it.
     let npool = atomicLoad(&pool_n);
@@ -222,7 +222,7 @@ var<workgroup> lane_tau: f32;
     if (p.last == 1u) {
         shift = mnew + log(snew);
     }
-{{- if not .Rounds}}
+{{- if .Per}}
 
     // 5. The rank form: candidates c < K are the old list's, the others the pool's.
     // A candidate's rank is the number of candidates that are better (NONE never is).
@@ -279,7 +279,7 @@ var<workgroup> lane_tau: f32;
     } else {
 {{- end}}
 
-    // 5. (The rank form's overflow, or the Rounds form.) K selection rounds.
+    // 5. (The rank form's overflow, or the rounds form.) K selection rounds.
     var lastv = 0.0;
     var lasti = NONE; // NONE: nothing picked yet, everything is eligible
     var myv = 0.0;    // thread r keeps round r's pick
@@ -337,7 +337,7 @@ var<workgroup> lane_tau: f32;
         ids[row * {{.K}}u + lid] = myi;
         vals[row * {{.K}}u + lid] = myv - shift;
     }
-{{- if not .Rounds}}
+{{- if .Per}}
     }
 {{- end}}
 
