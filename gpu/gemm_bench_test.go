@@ -97,6 +97,16 @@ func benchWarm(run func()) {
 	}
 }
 
+// benchProfiled warms the GPU up (benchWarm), clears d's profile and runs run b.N times, so
+// that d's profile then holds the timed submits alone.
+func benchProfiled(b *testing.B, d *gpu.Device, run func()) {
+	benchWarm(run)
+	d.ResetProfile()
+	for b.Loop() {
+		run()
+	}
+}
+
 // benchReps is how many times (1 to 16) one measured submit repeats a product of flops
 // arithmetic so that it holds ~0.5 TFLOP of work where it can (no idle gap between kernels).
 func benchReps(flops float64) int {
@@ -150,11 +160,7 @@ func BenchmarkGEMM(b *testing.B) {
 		for _, v := range gemmBenchVariants() {
 			b.Run(sh.name+"/"+v, func(b *testing.B) {
 				defer applyGEMMVariant(b, v)()
-				benchWarm(run)
-				d.ResetProfile()
-				for b.Loop() {
-					run()
-				}
+				benchProfiled(b, d, run)
 				for _, k := range printGEMMProfile(d, v, sh.name) {
 					b.ReportMetric(k.TFLOPs(), k.Name+"-TFLOP/s")
 				}
@@ -220,11 +226,7 @@ func BenchmarkGEMM(b *testing.B) {
 		for _, v := range gemmBenchVariants() {
 			b.Run("BLR."+sh.name+"/"+v, func(b *testing.B) {
 				defer applyGEMMVariant(b, v)()
-				benchWarm(run)
-				d.ResetProfile()
-				for b.Loop() {
-					run()
-				}
+				benchProfiled(b, d, run)
 				for _, k := range printGEMMProfile(d, v, "BLR."+sh.name) {
 					if k.Flops > 0 {
 						b.ReportMetric(k.TFLOPs(), k.Name+"-TFLOP/s")

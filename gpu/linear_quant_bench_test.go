@@ -113,11 +113,7 @@ func BenchmarkLinearQuant(b *testing.B) {
 		for _, v := range tcBenchVariants() {
 			b.Run(sh.name+"/"+v, func(b *testing.B) {
 				defer applyGEMMVariant(b, v)()
-				benchWarm(run)
-				d.ResetProfile()
-				for b.Loop() {
-					run()
-				}
+				benchProfiled(b, d, run)
 				reportQuantOps(b, printGEMMProfile(d, v, sh.name), v, sh.name, 2*float64(rows)*float64(sh.n)*float64(sh.k))
 				if !benchChecked(v) {
 					return

@@ -351,11 +351,7 @@ func BenchmarkLogitsTopK(b *testing.B) {
 			}
 			defer gpu.SetLogitsTopKLanes(f.lanes)()
 			defer gpu.SetLogitsTopKRounds(f.rounds)()
-			benchWarm(run)
-			d.ResetProfile()
-			for b.Loop() {
-				run()
-			}
+			benchProfiled(b, d, run)
 			for _, k := range d.Profile() {
 				us := float64(k.Total.Nanoseconds()) / 1e3 / float64(max(k.Calls, 1))
 				fmt.Printf("TOPKROW form=%-6s rows=%d vocab=%d k=%d kernel=%-20s calls=%4d mean_us=%9.1f total_ms=%8.2f\n",
