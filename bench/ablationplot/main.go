@@ -65,7 +65,7 @@ func run(out, title string, args []string) error {
 	ys := make([][]float64, len(losses))
 	for s, l := range losses {
 		ys[s] = make([]float64, longest)
-		avg := movingAverage(l, win)
+		avg := ui.MovingAverage(l, win)
 		for i := range ys[s] {
 			ys[s][i] = math.NaN()
 			if i < len(avg) {
@@ -78,26 +78,6 @@ func run(out, title string, args []string) error {
 		return err
 	}
 	return ui.SavePlot(out, c, 900, 520)
-}
-
-// movingAverage is ui.MovingAverage over the finite values only: out[i] is the mean of the
-// finite ys[max(0, i−win+1) … i], NaN where there is none (block-wise steps, a run's end).
-func movingAverage(ys []float64, win int) []float64 {
-	win = max(win, 1)
-	out := make([]float64, len(ys))
-	for i := range ys {
-		sum, n := 0.0, 0
-		for _, y := range ys[max(0, i-win+1) : i+1] {
-			if !math.IsNaN(y) && !math.IsInf(y, 0) {
-				sum, n = sum+y, n+1
-			}
-		}
-		out[i] = math.NaN()
-		if n > 0 && !math.IsNaN(ys[i]) {
-			out[i] = sum / float64(n)
-		}
-	}
-	return out
 }
 
 // stepLosses returns the loss of every step record of dir's metrics.jsonl (or

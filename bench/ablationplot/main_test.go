@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/nvg-project/nvg/nvgkit/ui"
 )
 
 // TestStepLosses: step records by step number, block-wise and skipped steps as NaN, other
@@ -29,7 +31,7 @@ func TestStepLosses(t *testing.T) {
 	if len(l) != 4 || !math.IsNaN(l[0]) || l[1] != 3 || !math.IsNaN(l[2]) || l[3] != 2 {
 		t.Fatalf("losses %v, want [NaN 3 NaN 2]", l)
 	}
-	avg := movingAverage(l, 3)
+	avg := ui.MovingAverage(l, 3)
 	if !math.IsNaN(avg[0]) || avg[1] != 3 || !math.IsNaN(avg[2]) || avg[3] != 2.5 {
 		t.Errorf("moving average %v, want [NaN 3 NaN 2.5]", avg)
 	}

@@ -128,18 +128,26 @@ func MovingAverageWindow(n int) int {
 	return min(n, max(3, n/20))
 }
 
-// MovingAverage returns the trailing mean of ys over win values: out[i] is the mean of
-// ys[max(0, i−win+1) … i] (fewer values at the start). win < 1 is taken as 1.
+// MovingAverage returns the trailing mean of ys over win values: out[i] is the mean of the
+// finite values among ys[max(0, i−win+1) … i] (fewer at the start), NaN where ys[i] itself is
+// not finite (a gap in the series, e.g. a run's block-wise steps, stays a gap) or the window
+// holds no finite value. win < 1 is taken as 1.
 func MovingAverage(ys []float64, win int) []float64 {
 	win = max(win, 1)
 	out := make([]float64, len(ys))
 	var sum float64
+	n := 0
 	for i, y := range ys {
-		sum += y
-		if i >= win {
-			sum -= ys[i-win]
+		if finite(y) {
+			sum, n = sum+y, n+1
 		}
-		out[i] = sum / float64(min(i+1, win))
+		if i >= win && finite(ys[i-win]) {
+			sum, n = sum-ys[i-win], n-1
+		}
+		out[i] = math.NaN()
+		if n > 0 && finite(y) {
+			out[i] = sum / float64(n)
+		}
 	}
 	return out
 }

@@ -272,3 +272,16 @@ func TestLightDeps(t *testing.T) {
 		}
 	}
 }
+
+// TestMovingAverageGaps: non-finite values are left out of the mean and stay gaps; a window
+// of finite values only is the plain trailing mean.
+func TestMovingAverageGaps(t *testing.T) {
+	nan := math.NaN()
+	got := MovingAverage([]float64{nan, 3, nan, 2, 4, 6}, 3)
+	want := []float64{nan, 3, nan, 2.5, 3, 4} // windows {3}, {3,2}, {2,4}, {2,4,6}
+	for i := range want {
+		if math.IsNaN(want[i]) != math.IsNaN(got[i]) || (!math.IsNaN(want[i]) && got[i] != want[i]) {
+			t.Fatalf("MovingAverage = %v, want %v", got, want)
+		}
+	}
+}
