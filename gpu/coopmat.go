@@ -426,7 +426,7 @@ func b2u(b bool) uint32 {
 // coopKernel returns the GEMM pipeline of variant v (coopmat_gemm.comp) specialised for tile
 // t, B's layout and the accumulate mode (coopProgram: its errors).
 func (d *Device) coopKernel(op string, v coopVariant, t coopTile, transB, accum bool) (*Kernel, error) {
-	s, sg := d.tc.Shape, d.tc.SubgroupSize
+	sg := d.tc.SubgroupSize
 	access := []Access{Read, Read, Read}
 	if v.Scale {
 		access = append(access, Read)
@@ -435,10 +435,17 @@ func (d *Device) coopKernel(op string, v coopVariant, t coopTile, transB, accum 
 	if v.Raw {
 		access = append(access, ReadWrite)
 	}
-	// SpecIds specSG … specAccum, in order.
 	return d.coopProgram(op, coopProgramSpec{File: v.File, WG: sg * t.WM * t.WN, Access: access, Uniforms: 4,
-		Values: []uint32{uint32(sg), uint32(s.M), uint32(s.N), uint32(s.K), uint32(t.BM), uint32(t.BN), uint32(t.BK),
-			uint32(t.WM), uint32(t.WN), b2u(transB), b2u(accum)}})
+		Values: d.coopGEMMSpec(t, transB, accum)})
+}
+
+// coopGEMMSpec is the values of coopmat_gemm.comp's SpecIds specSG … specAccum, in order:
+// the device's subgroup size and shape, tile t, B's layout and the accumulate mode (its
+// variants' own SpecIds follow: coopQuantGEMM).
+func (d *Device) coopGEMMSpec(t coopTile, transB, accum bool) []uint32 {
+	s := d.tc.Shape
+	return []uint32{uint32(d.tc.SubgroupSize), uint32(s.M), uint32(s.N), uint32(s.K), uint32(t.BM), uint32(t.BN),
+		uint32(t.BK), uint32(t.WM), uint32(t.WN), b2u(transB), b2u(accum)}
 }
 
 // coopPack records CoopmatPack (wgsl/coopmat_pack.wgsl): A [m, k] (⊙ sa) to f16 rows with

@@ -253,11 +253,9 @@ func coopQuantGEMM(r *Recorder, op string, x *Buffer, w QuantWeight, y *Buffer, 
 	if !ok || (d.info.MaxWorkgroupStorage > 0 && t.shared(s)+8*t.BN > int(d.info.MaxWorkgroupStorage)) {
 		return false, nil
 	}
-	values := make([]uint32, specQBC+1)
-	copy(values, []uint32{uint32(sg), uint32(s.M), uint32(s.N), uint32(s.K), uint32(t.BM), uint32(t.BN), uint32(t.BK),
-		uint32(t.WM), uint32(t.WN), 1, 0}) // specSG … specAccum: B transposed, C overwritten
-	values[specQFP8], values[specQF16] = b2u(w.Format == QuantFP8), b2u(w.Scales.DType() == F16)
-	values[specQBR], values[specQBC] = uint32(w.Block[0]), uint32(w.Block[1])
+	// B transposed (W is [n, k]), C overwritten; then specQFP8 … specQBC.
+	values := append(d.coopGEMMSpec(t, true, false), b2u(w.Format == QuantFP8), b2u(w.Scales.DType() == F16),
+		uint32(w.Block[0]), uint32(w.Block[1]))
 	kn, err := d.coopProgram(op, coopProgramSpec{File: coopQuantFile, WG: sg * t.WM * t.WN,
 		Access: []Access{Read, Read, Read, Read, ReadWrite}, Uniforms: 4, Values: values})
 	if err != nil {
