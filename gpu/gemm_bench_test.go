@@ -60,14 +60,15 @@ func gemmBenchAllShapes() (rows int, dense []gemmBenchShape, blr []blrBenchShape
 		}
 }
 
-// gemmBenchVariants: NVG_GEMM_VARIANTS, a comma-separated list of variants for
-// applyGEMMVariant ("auto" when unset).
-func gemmBenchVariants() []string {
-	v := os.Getenv("NVG_GEMM_VARIANTS")
-	if v == "" {
-		return []string{"auto"}
+// benchVariants is the comma-separated list of variants for applyGEMMVariant in the
+// environment variable env — NVG_GEMM_VARIANTS (BenchmarkGEMM; "auto" when unset) or
+// NVG_TC_VARIANTS (BenchmarkLinearQuant: "wgsl" tensor cores off, "coopmat" on, skipped
+// without them, or "coopmat:BMxBNxBK/WMxWN" on with that block; both when unset) — else def.
+func benchVariants(env string, def ...string) []string {
+	if v := os.Getenv(env); v != "" {
+		return strings.Split(v, ",")
 	}
-	return strings.Split(v, ",")
+	return def
 }
 
 // printGEMMProfile prints one line per kernel of the device's profile, tagged with the
@@ -157,7 +158,7 @@ func BenchmarkGEMM(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		for _, v := range gemmBenchVariants() {
+		for _, v := range benchVariants("NVG_GEMM_VARIANTS", "auto") {
 			b.Run(sh.name+"/"+v, func(b *testing.B) {
 				defer applyGEMMVariant(b, v)()
 				benchProfiled(b, d, run)
@@ -223,7 +224,7 @@ func BenchmarkGEMM(b *testing.B) {
 			}
 			return o
 		}
-		for _, v := range gemmBenchVariants() {
+		for _, v := range benchVariants("NVG_GEMM_VARIANTS", "auto") {
 			b.Run("BLR."+sh.name+"/"+v, func(b *testing.B) {
 				defer applyGEMMVariant(b, v)()
 				benchProfiled(b, d, run)

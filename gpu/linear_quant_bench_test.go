@@ -15,17 +15,6 @@ import (
 	"github.com/nvg-project/nvg/gpu/gputest"
 )
 
-// tcBenchVariants: NVG_TC_VARIANTS, a comma-separated list of GEMM paths for
-// applyGEMMVariant — "wgsl" (tensor cores off), "coopmat" (on; skipped without them) or
-// "coopmat:BMxBNxBK/WMxWN" (on, with that block) — both "wgsl" and "coopmat" when unset.
-func tcBenchVariants() []string {
-	v := os.Getenv("NVG_TC_VARIANTS")
-	if v == "" {
-		return []string{"wgsl", "coopmat"}
-	}
-	return strings.Split(v, ",")
-}
-
 // quantBenchOps are the ops BenchmarkLinearQuant measures, by their profile names: the f16
 // plane and the two 8-bit forms of the same product.
 var quantBenchOps = []string{"Linear", "LinearQuant.fp8", "LinearQuant.q8"}
@@ -110,7 +99,7 @@ func BenchmarkLinearQuant(b *testing.B) {
 			}
 		}
 		var ref *quantBenchRef
-		for _, v := range tcBenchVariants() {
+		for _, v := range benchVariants("NVG_TC_VARIANTS", "wgsl", "coopmat") {
 			b.Run(sh.name+"/"+v, func(b *testing.B) {
 				defer applyGEMMVariant(b, v)()
 				benchProfiled(b, d, run)
