@@ -237,6 +237,13 @@ func compressMatrixRanks(name string, w []float64, m, n, r1, r2 int, ok2 bool, o
 	if err != nil {
 		return nil, matrixErrors{}, fmt.Errorf("compress %s: %w", name, err)
 	}
+	prod := opt.Products
+	if prod == nil {
+		prod = CPUProducts{}
+	}
+	if mt, err = mt.withWeight(w, m, n, prod); err != nil {
+		return nil, matrixErrors{}, fmt.Errorf("compress %s: %w", name, err)
+	}
 	s := mt.s
 	target := w // the matrix Dual-SVID factorises
 	if opt.Init == InitRefine && s != nil {

@@ -12,6 +12,24 @@ import (
 type metric struct {
 	s    []float64
 	gram []float64
+	// wsq, when not nil, is the tensor's ‖w‖² in this metric (withWeight), which errors
+	// then reuses: every error of one tensor is against its own w.
+	wsq *float64
+}
+
+// withWeight returns mt holding ‖w‖² in its metric (w row-major m×n), computed once through
+// prod: an n×n Gram makes it m·n² multiply-adds, which errors would otherwise repeat for
+// every candidate. errors must then be given the same w. Without weights mt is returned.
+func (mt metric) withWeight(w []float64, m, n int, prod Products) (metric, error) {
+	if mt.s == nil {
+		return mt, nil
+	}
+	ws, err := mt.sq(w, m, n, prod)
+	if err != nil {
+		return metric{}, err
+	}
+	mt.wsq = &ws
+	return mt, nil
 }
 
 // metricFor returns the metric of the weight name (n input features) from c (nil: none).
@@ -71,6 +89,9 @@ func (mt metric) errors(w, resid []float64, m, n int, prod Products) (rel, weigh
 	rs, err := mt.sq(resid, m, n, prod)
 	if err != nil {
 		return 0, 0, err
+	}
+	if mt.wsq != nil {
+		return ratio(rr, ww), ratio(rs, *mt.wsq), nil
 	}
 	ws, err := mt.sq(w, m, n, prod)
 	if err != nil {

@@ -89,6 +89,9 @@ type refiner struct {
 	// ga[p] = (diag(h)·U)ᵀ·(diag(h)·U) and gr[p] = R·C·Rᵀ (R·Rᵀ without c), R = V·diag(g), of
 	// path p (r×r), nil until computed; each is current whenever the other side runs.
 	ga, gr [][]float64
+	// rc[p] = R·C of path p (r×n) with a metric, nil until computed and after R changes: the
+	// largest product of a round (r·n² per path), computed once per round and path.
+	rc [][]float64
 	// trace, when non-nil, is called after every sub-step with its name: "U", "h", "ℓ"
 	// (left side), "V", "g", "ℓ" (right side), and the path index (tests).
 	trace func(step string, path int)
@@ -96,7 +99,7 @@ type refiner struct {
 
 // run does iters rounds; each round refines every path, left side then right side.
 func (f *refiner) run(iters int) error {
-	f.ga, f.gr = make([][]float64, len(f.paths)), make([][]float64, len(f.paths))
+	f.ga, f.gr, f.rc = make([][]float64, len(f.paths)), make([][]float64, len(f.paths)), make([][]float64, len(f.paths))
 	for it := 0; it < iters; it++ {
 		for p := range f.paths {
 			if err := f.leftSide(p); err != nil {
@@ -164,18 +167,17 @@ func gram(prod Products, a []float64, rows, cols int) ([]float64, error) {
 // the same product with the residual of the other paths, without forming the residual. The
 // left side passes (X, Y) = (L_q, R_q) and Z = C·Rᵀ, the right side (C·R_qᵀ, L_qᵀ) and
 // Z = diag(h)·U (C = I without a metric).
-func (f *refiner) subOthers(dst []float64, rows, k int, p int, z []float64, x, y func(q *pathF64) ([]float64, error)) error {
+func (f *refiner) subOthers(dst []float64, rows, k int, p int, z []float64, x, y func(q int) ([]float64, error)) error {
 	r := f.paths[p].r
 	for q := range f.paths {
 		if q == p {
 			continue
 		}
-		Q := &f.paths[q]
-		xq, err := x(Q)
+		xq, err := x(q)
 		if err != nil {
 			return err
 		}
-		yq, err := y(Q)
+		yq, err := y(q)
 		if err != nil {
 			return err
 		}
@@ -204,14 +206,32 @@ func (f *refiner) timesC(x []float64, rows int) ([]float64, error) {
 	return out, nil
 }
 
-// rightGram returns R·C·Rᵀ (R·Rᵀ without a metric, r×r) of the r×n R.
-func (f *refiner) rightGram(R []float64, r int) ([]float64, error) {
-	RC, err := f.timesC(R, r)
+// rightC returns R·C of path p (r×n, R = V·diag(g)), from f.rc when current; R itself
+// without a metric.
+func (f *refiner) rightC(p int) ([]float64, error) {
+	P := &f.paths[p]
+	if f.c == nil {
+		return P.right(), nil
+	}
+	if f.rc[p] == nil {
+		RC, err := f.timesC(P.right(), P.r)
+		if err != nil {
+			return nil, err
+		}
+		f.rc[p] = RC
+	}
+	return f.rc[p], nil
+}
+
+// rightGram returns R·C·Rᵀ (R·Rᵀ without a metric, r×r) of path p.
+func (f *refiner) rightGram(p int) ([]float64, error) {
+	P := &f.paths[p]
+	RC, err := f.rightC(p)
 	if err != nil {
 		return nil, err
 	}
-	g := make([]float64, r*r)
-	return g, f.prod.Mul(g, R, transpose(RC, r, f.n), r, f.n, r)
+	g := make([]float64, P.r*P.r)
+	return g, f.prod.Mul(g, P.right(), transpose(RC, P.r, f.n), P.r, f.n, P.r)
 }
 
 // leftSide refines U, h and ℓ of path p against T minus the other paths.
@@ -224,18 +244,18 @@ func (f *refiner) leftSide(p int) error {
 	if err := f.t.MulW(Pm, transpose(R, r, n), r); err != nil {
 		return err
 	}
-	RC, err := f.timesC(R, r)
+	RC, err := f.rightC(p)
 	if err != nil {
 		return err
 	}
 	err = f.subOthers(Pm, m, n, p, transpose(RC, r, n),
-		func(q *pathF64) ([]float64, error) { return q.left(false), nil },
-		func(q *pathF64) ([]float64, error) { return q.right(), nil })
+		func(q int) ([]float64, error) { return f.paths[q].left(false), nil },
+		func(q int) ([]float64, error) { return f.paths[q].right(), nil })
 	if err != nil {
 		return err
 	}
 	if f.gr[p] == nil {
-		if f.gr[p], err = f.rightGram(R, r); err != nil {
+		if f.gr[p], err = f.rightGram(p); err != nil {
 			return err
 		}
 	}
@@ -254,7 +274,7 @@ func (f *refiner) leftSide(p int) error {
 	if f.ga[p], err = gram(f.prod, transpose(A, m, r), r, m); err != nil {
 		return err
 	}
-	f.rankScales(P, f.ga[p], Gr, b, true)
+	f.rankScales(p, f.ga[p], Gr, b, true)
 	f.note("ℓ", p)
 	return nil
 }
@@ -270,14 +290,14 @@ func (f *refiner) rightSide(p int) error {
 		return err
 	}
 	err := f.subOthers(Q0, n, m, p, A,
-		func(q *pathF64) ([]float64, error) {
-			RqC, err := f.timesC(q.right(), q.r)
+		func(q int) ([]float64, error) {
+			RqC, err := f.rightC(q)
 			if err != nil {
 				return nil, err
 			}
-			return transpose(RqC, q.r, q.n), nil
+			return transpose(RqC, f.paths[q].r, n), nil
 		},
-		func(q *pathF64) ([]float64, error) { return transpose(q.left(false), q.m, q.r), nil })
+		func(q int) ([]float64, error) { return transpose(f.paths[q].left(false), m, f.paths[q].r), nil })
 	if err != nil {
 		return err
 	}
@@ -306,10 +326,11 @@ func (f *refiner) rightSide(p int) error {
 			b[c] += R[c*n+j] * Q0[j*r+c]
 		}
 	}
-	if f.gr[p], err = f.rightGram(R, r); err != nil {
+	f.rc[p] = nil // V and g changed
+	if f.gr[p], err = f.rightGram(p); err != nil {
 		return err
 	}
-	f.rankScales(P, Ga, f.gr[p], b, false)
+	f.rankScales(p, Ga, f.gr[p], b, false)
 	f.note("ℓ", p)
 	return nil
 }
@@ -520,7 +541,8 @@ func signDescent(u, p, z, G []float64, a float64) int {
 // the signs of U's column (onU; Ga's row and column c change sign) or V's row (Gr's). N is
 // positive semidefinite; a singular N gets a growing ridge before the solve, and a solve
 // that does not lower φ is dropped.
-func (f *refiner) rankScales(P *pathF64, Ga, Gr, b []float64, onU bool) {
+func (f *refiner) rankScales(p int, Ga, Gr, b []float64, onU bool) {
+	P := &f.paths[p]
 	r := P.r
 	N := mat.NewSymDense(r, nil)
 	var maxDiag float64
@@ -581,6 +603,9 @@ func (f *refiner) rankScales(P *pathF64, Ga, Gr, b []float64, onU bool) {
 			}
 		} else {
 			floats.Scale(-1, P.v[c*P.n:(c+1)*P.n])
+			if f.rc != nil && f.rc[p] != nil {
+				floats.Scale(-1, f.rc[p][c*P.n:(c+1)*P.n]) // row c of R·C follows row c of V
+			}
 		}
 		for d := 0; d < r; d++ {
 			if d != c {
