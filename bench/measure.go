@@ -594,7 +594,7 @@ func (o *Options) teacherPhase(run *train.Run, res *Result) error {
 	}
 	what := "teacher pass"
 	if run.Teacher.Streamed() {
-		what += fmt.Sprintf(" (streamed: ≤ 2 layers on the GPU, %.2f GB uploaded per pass)", float64(ph.UploadBytes)/1e9)
+		what += fmt.Sprintf(" (streamed: ≤ 2 layers or 2 head blocks on the GPU, %.2f GB uploaded per pass)", float64(ph.UploadBytes)/1e9)
 	}
 	o.finishPhase(dev, ph, res.Tokens, what)
 	return nil

@@ -29,9 +29,16 @@ type Plan struct {
 	// Trainables is a Student's trained values (every path's h, ℓ, g and every norm gain).
 	Trainables int64
 	// WeightBytes is the GPU bytes of the net's weights during the phase: all of them when
-	// resident; the head, final norm and the two largest layers when streamed (and the
-	// embedding when it is the tied head; an untied one stays on the host).
+	// resident; when streamed, the final norm and the larger of the two largest layers and
+	// the two largest head blocks (the embedding and the head stay on the host; the head goes
+	// up HeadBlockRows vocabulary rows at a time, nvgkit.StreamLayers).
 	WeightBytes uint64
+	// UploadBytes is what a streamed teacher uploads per pass (nvgkit.Net.UploadedBytes):
+	// every layer's weights and the f16 head; 0 when resident.
+	UploadBytes uint64
+	// HeadBlockRows is a streamed teacher's head block (nvgkit.HeadBlockRows for the plan's
+	// logits slice; the last block may be smaller); 0 when resident.
+	HeadBlockRows int
 	// StateBytes is a Student's gradients, Adam moments and arena tags (nvgkit.Net.StateBytes: 16
 	// bytes per trained value + 4).
 	StateBytes uint64
@@ -62,7 +69,9 @@ func (p Plan) BitsPerWeight() float64 {
 }
 
 // TotalBytes is WeightBytes + StateBytes + WorkBytes + TempBytes: an estimate of the phase's
-// peak GPU bytes (the allocator's own overhead and the pipelines are not counted).
+// peak GPU bytes (the allocator's own overhead and the pipelines are not counted; a streamed
+// teacher's next head block is allocated once the block before has released its temporaries,
+// so where the head blocks are its weights' peak the sum can exceed the peak by one block).
 func (p Plan) TotalBytes() uint64 {
 	return p.WeightBytes + p.StateBytes + p.WorkBytes + p.TempBytes
 }
@@ -170,15 +179,19 @@ func memory(c arch.Config, kind nvgkit.NetKind, format gpu.QuantFormat, nb, t, k
 	emb := f16Bytes(V * H)
 	shared := uint64(4 * H)
 	p.Params = V*H + H
-	if !streamed || l.LMHead == nil { // a streamed net keeps an untied embedding on the host
+	if !streamed { // a streamed net keeps the embedding and the head on the host
 		shared += emb
 		big(l.EmbedTokens.Name, emb, false)
+		if l.LMHead != nil {
+			shared += emb
+			big(l.LMHead.Name, emb, false)
+		}
 	}
 	if l.LMHead != nil {
-		shared += emb
 		p.Params += V * H
-		big(l.LMHead.Name, emb, false)
 	}
+	// The head's logits slice: the largest multiple of 128 vocabulary rows within 64 MiB.
+	slice := min(uint64(V), max(128, (64<<20)/(4*rows)/128*128))
 	p.Trainables = H
 	var layers []uint64
 	var maxTemp uint64
@@ -248,7 +261,21 @@ func memory(c arch.Config, kind nvgkit.NetKind, format gpu.QuantFormat, nb, t, k
 				b = l
 			}
 		}
-		p.WeightBytes += a + b
+		// The head in blocks of whole slices within half the two layers (and 1 GiB, the
+		// staging slot's cap), two on the GPU at once.
+		blk := nvgkit.HeadBlockRows(int(V), int(H), int(slice), min((a+b)/2, 1<<30))
+		p.HeadBlockRows = blk
+		blocks := f16Bytes(int64(blk)*H) + f16Bytes(min(int64(blk), V-int64(blk))*H)
+		head := l.EmbedTokens.Name
+		if l.LMHead != nil {
+			head = l.LMHead.Name
+		}
+		big(fmt.Sprintf("%s block [%d×%d] f16", head, blk, H), f16Bytes(int64(blk)*H), false)
+		p.WeightBytes += max(a+b, blocks)
+		p.UploadBytes = emb
+		for _, l := range layers {
+			p.UploadBytes += l
+		}
 	} else {
 		for _, l := range layers {
 			p.WeightBytes += l
@@ -295,8 +322,6 @@ func memory(c arch.Config, kind nvgkit.NetKind, format gpu.QuantFormat, nb, t, k
 		big(fmt.Sprintf("%s [%d×%d] f32", w.name, rows, w.w), 4*rows*uint64(w.w), true)
 	}
 	p.WorkBytes += 8 * rows * uint64(k)
-	// The head's logits slice: the largest multiple of 128 vocabulary rows within 64 MiB.
-	slice := min(uint64(V), max(128, (64<<20)/(4*rows)/128*128))
 	headTemp := 4*rows*slice + 8*rows
 	if kind == nvgkit.Student {
 		headTemp += 4 * rows * uint64(H) // KLLossBackward's dh slice

@@ -1,11 +1,14 @@
 package bench_test
 
 import (
+	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/arch"
 	"github.com/nvg-project/nvg/bench"
+	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/gpu/gputest"
 	"github.com/nvg-project/nvg/nvgkit"
 )
@@ -146,3 +149,117 @@ func TestSyntheticMemoryMatchesNet(t *testing.T) {
 			sn.StateBytes(), sp.StateBytes, sn.TrainableCount(), sp.Trainables)
 	}
 }
+
+// TestStreamedTeacherPlan checks the plan of a streamed teacher against the tiny synthetic
+// teacher (q8) on the device, over 4 windows of 576 tokens, whose head goes up in two blocks
+// (a 7168-row slice, then a ragged 1024 rows): the uploads per pass are the plan's, and the
+// measured peak is the plan's total, or less by at most one head block (TotalBytes).
+func TestStreamedTeacherPlan(t *testing.T) {
+	d := gputest.Open(t)
+	d.SetScratchLimit(0) // exact peaks
+	defer d.SetScratchLimit(gpu.DefaultScratchLimit)
+	c, _ := bench.Config("tiny")
+	const nb, T, k = 4, 576, 8
+	p, err := bench.TeacherMemory(c, gpu.QuantQ8, nb, T, k, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.HeadBlockRows != 7168 {
+		t.Errorf("head block of %d rows, want 7168 (the logits slice of %d rows)", p.HeadBlockRows, nb*T)
+	}
+	ids := make([][]int, nb)
+	for i := range ids {
+		for j := 0; j < T; j++ {
+			ids[i] = append(ids[i], (i*7919+j*104729)%c.VocabSize)
+		}
+	}
+	base := d.MemStats().CurrentBytes
+	d.ResetPeak()
+	tn, err := bench.NewTeacher(d, c, gpu.QuantQ8, 1, nvgkit.StreamLayers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tn.Release()
+	w, err := nvgkit.NewWork(d, tn, nb, T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release()
+	if _, err := nvgkit.TeacherTopK(tn, w, ids, k); err != nil {
+		t.Fatal(err)
+	}
+	peak := d.MemStats().PeakBytes - base
+	block := uint64(2 * p.HeadBlockRows * c.HiddenSize)
+	if tn.UploadedBytes() != p.UploadBytes {
+		t.Errorf("uploaded %d bytes in a pass, plan %d", tn.UploadedBytes(), p.UploadBytes)
+	}
+	if peak > p.TotalBytes() || peak+block < p.TotalBytes() {
+		t.Errorf("peak %d bytes, plan %d (head block %d)", peak, p.TotalBytes(), block)
+	}
+	t.Logf("peak %d B, plan %d B (weights %d, work %d, temporaries %d; head block %d rows)", peak, p.TotalBytes(), p.WeightBytes, p.WorkBytes, p.TempBytes, p.HeadBlockRows)
+}
+
+// TestStreamedTeacher27BPlan is issue 35's memory target as a plan (no device): the 27B
+// streamed teacher pass (8 × 512 tokens, top-32) with 8-bit projections needs at most 55 % of
+// the GPU memory of the f16 teacher as issue 35 measured it on the H100
+// (docs/bench/h100-2026-12-06-27B.json: its f16 row's plan and peak, the head resident then),
+// the unplanned bytes measured beside the q8 plan then (its peak less its plan, 0.15 GB:
+// recorder temporaries) added to the q8 plan now. Checked against the same file: a streamed
+// pass uploads the measured layer bytes plus the f16 head, and the q8 and fp8 uploads are at
+// most 55 % of the f16 teacher's (both stream the head now). Against the f16 teacher of this
+// layout (whose head is streamed too) the 8-bit peak is about 76 %, logged, not checked:
+// the work (1.55 GB) is the same for every weight format.
+func TestStreamedTeacher27BPlan(t *testing.T) {
+	raw, err := os.ReadFile("../docs/bench/h100-2026-12-06-27B.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	measured := map[string]struct{ plan, peak, upload uint64 }{}
+	for _, r := range rep.Results {
+		if r.Geom == "27B" && r.TeacherMode == "streamed" && r.Teacher != nil {
+			measured[r.TeacherDType] = struct{ plan, peak, upload uint64 }{r.Teacher.PlanBytes, r.Teacher.PeakBytes, r.Teacher.UploadBytes}
+		}
+	}
+	c, _ := bench.Config("27B")
+	head := uint64(2 * c.VocabSize * c.HiddenSize)
+	plans := map[string]bench.Plan{}
+	for _, dt := range []string{"f16", "q8", "fp8"} {
+		format, err := bench.ParseTeacherDType(dt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plans[dt], err = bench.TeacherMemory(c, format, 8, 512, 32, true); err != nil {
+			t.Fatal(err)
+		}
+		m, ok := measured[dt]
+		if !ok || m.plan == 0 || m.peak == 0 || m.upload == 0 {
+			t.Fatalf("%s: no measured 27B streamed row in the report: %+v", dt, m)
+		}
+		if got := plans[dt].UploadBytes; got != m.upload+head {
+			t.Errorf("%s: plan uploads %d bytes per pass, want the measured layers' %d + the head's %d", dt, got, m.upload, head)
+		}
+	}
+	f16 := measured["f16"]
+	for _, dt := range []string{"q8", "fp8"} {
+		p, m := plans[dt], measured[dt]
+		est := p.TotalBytes() + (m.peak - m.plan)
+		if limit := f16.peak * 55 / 100; est > limit || p.TotalBytes() > f16.plan*55/100 {
+			t.Errorf("%s: plan %d B (+ %d B unplanned = %d B) against the f16 teacher's measured %d B (55 %%: %d B) and planned %d B",
+				dt, p.TotalBytes(), m.peak-m.plan, est, f16.peak, limit, f16.plan)
+		}
+		if r := float64(p.UploadBytes) / float64(plans["f16"].UploadBytes); r > 0.55 {
+			t.Errorf("%s: uploads %.1f %% of the f16 teacher's per pass", dt, 100*r)
+		}
+		t.Logf("%s: plan %.3f GiB (%.1f %% of the f16 teacher's measured %.3f GiB, estimated %.3f GiB: %.1f %%); %.1f %% of this layout's f16 plan %.3f GiB; uploads %.2f GB per pass, %.1f %% of the f16 teacher's %.2f GB (%.1f %% of its layers alone, %.2f GB)",
+			dt, gib(p.TotalBytes()), 100*float64(p.TotalBytes())/float64(f16.peak), gib(f16.peak), gib(est), 100*float64(est)/float64(f16.peak),
+			100*float64(p.TotalBytes())/float64(plans["f16"].TotalBytes()), gib(plans["f16"].TotalBytes()),
+			float64(p.UploadBytes)/1e9, 100*float64(p.UploadBytes)/float64(plans["f16"].UploadBytes), float64(plans["f16"].UploadBytes)/1e9,
+			100*float64(p.UploadBytes)/float64(f16.upload), float64(f16.upload)/1e9)
+	}
+}
+
+func gib(b uint64) float64 { return float64(b) / (1 << 30) }

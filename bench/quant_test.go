@@ -18,7 +18,7 @@ import (
 // resident and streamed (whose layers of one type share their weights, as NewNet's): finite
 // log-sum-exps and a top-k mass like the f16 teacher's (random logits of σ ≈ 2), weights of
 // the plan's bytes (TeacherMemory) — about half of the f16 teacher's projections — and a
-// streamed pass that uploads every layer once.
+// streamed pass that uploads every layer and the head once.
 func TestSyntheticQuantTeacher(t *testing.T) {
 	d := gputest.Open(t)
 	cfg, err := bench.Config("tiny")
@@ -65,8 +65,9 @@ func TestSyntheticQuantTeacher(t *testing.T) {
 			for l := range cfg.NumHiddenLayers {
 				layers += tn.LayerBytes(l)
 			}
-			if streamed && tn.UploadedBytes() != layers {
-				t.Errorf("%s streamed: uploaded %d bytes in a pass, layers hold %d", dt, tn.UploadedBytes(), layers)
+			head := uint64(2*cfg.VocabSize*cfg.HiddenSize+3) &^ 3 // the f16 head (tied: the embedding)
+			if streamed && tn.UploadedBytes() != layers+head {
+				t.Errorf("%s streamed: uploaded %d bytes in a pass, layers hold %d and the head %d", dt, tn.UploadedBytes(), layers, head)
 			}
 			if !streamed && tn.WeightBytes() != plan.WeightBytes {
 				t.Errorf("%s: weights %d bytes, plan %d", dt, tn.WeightBytes(), plan.WeightBytes)

@@ -112,7 +112,8 @@ const (
 //     With nvgkit.StreamLayers, one set of host planes per layer type is made once on the
 //     host (prng.FillUniformF16, the same generator) and shared by every layer of that type,
 //     then uploaded per layer during each pass like LoadNet's streamed path (so the host→GPU
-//     transfer is measured; the host holds about two layers' planes, not the model's).
+//     transfer is measured; the host holds about two layers' planes, the embedding and the
+//     head, not the model's).
 //   - Student: every decoder projection with both dimensions above 64 in BLR form, Paths
 //     paths at rank Rank(m, n, 1, 2) (no rank padding), random sign bits, h and g uniform in
 //     [0.75, 1.25), ℓ uniform in [0.75, 1.25)/√(P·r·n) (each path contributes variance ≈ 1/P:

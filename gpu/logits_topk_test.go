@@ -376,3 +376,98 @@ func BenchmarkLogitsTopK(b *testing.B) {
 		})
 	}
 }
+
+// TestLogitsTopKPart: the head fed in parts of whole slices (a streamed head: each part in a
+// buffer of its own and a submit of its own, the running state carried in a caller's buffer)
+// gives the same bits as one LogitsTopK over the whole head, in every merge form; the parts
+// include a ragged last one (vocabularies that are no multiple of the part, nor of 128), and
+// one part (the whole head). Misaligned or out-of-range parts are refused before anything is
+// recorded.
+func TestLogitsTopKPart(t *testing.T) {
+	eachTopKForm(t, func(t *testing.T, d *gpu.Device) {
+		rng := rand.New(rand.NewPCG(21, 22))
+		for _, c := range []struct{ rows, hidden, vocab, k, slice, part int }{
+			{3, 45, 1000, 64, 128, 256},  // parts 256, 256, 256, 232 (slices 128…, last 104)
+			{2, 16, 1300, 8, 256, 768},   // parts 768, 532
+			{4, 8, 640, 5, 128, 128},     // one slice per part, the last exactly full
+			{2, 12, 333, 1, 0, 333},      // auto slice (the whole vocabulary), one part
+			{2, 8, 2000, 16, 1536, 1536}, // a slice larger than the merge pool; parts 1536, 464
+		} {
+			t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
+				rows, hidden, vocab, k := c.rows, c.hidden, c.vocab, c.k
+				hf, _ := randF32(rng, rows*hidden, 1)
+				eb, _ := randF16(rng, vocab*hidden, 1)
+				want := runLogitsTopK(t, d, hf, eb, rows, hidden, vocab, k, c.slice)
+				dims := gpu.LogitsDims{Rows: rows, Hidden: hidden, Vocab: vocab, K: k, SliceRows: c.slice}
+				h := must(d.UploadFloat32("h", hf, rows, hidden)).T(t)
+				lse := must(d.NewBuffer("lse", gpu.F32, rows)).T(t)
+				ids := must(d.NewBuffer("ids", gpu.U32, rows, k)).T(t)
+				logp := must(d.NewBuffer("logp", gpu.F32, rows, k)).T(t)
+				state := must(d.NewBuffer("state", gpu.F32, rows, 2)).T(t)
+				defer func() {
+					for _, b := range []*gpu.Buffer{h, lse, ids, logp, state} {
+						b.Release()
+					}
+				}()
+				parts := 0
+				for v0 := 0; v0 < vocab; v0 += c.part {
+					n := min(c.part, vocab-v0)
+					e := must(d.UploadF16("E part", eb[v0*hidden:(v0+n)*hidden], n, hidden)).T(t)
+					err := d.Run(func(r *gpu.Recorder) error {
+						return gpu.LogitsTopKPart(r, h, e, dims, gpu.LogitsPart{V0: v0, Rows: n, State: state}, lse, ids, logp)
+					})
+					e.Release()
+					if err != nil {
+						t.Fatal(err)
+					}
+					parts++
+				}
+				got := topkResult{must(d.ReadFloat32(lse)).T(t), must(d.ReadUint32(ids)).T(t), must(d.ReadFloat32(logp)).T(t)}
+				for i := range want.ids {
+					if got.ids[i] != want.ids[i] || math.Float32bits(got.logp[i]) != math.Float32bits(want.logp[i]) {
+						t.Fatalf("row %d rank %d: %d parts give (%d, %g), LogitsTopK (%d, %g)", i/k, i%k, parts, got.ids[i], got.logp[i], want.ids[i], want.logp[i])
+					}
+				}
+				for i := range want.lse {
+					if math.Float32bits(got.lse[i]) != math.Float32bits(want.lse[i]) {
+						t.Fatalf("row %d: lse %g in %d parts, %g whole", i, got.lse[i], parts, want.lse[i])
+					}
+				}
+			})
+		}
+	})
+	d := gputest.Open(t)
+	h := must(d.NewBuffer("h", gpu.F32, 2, 8)).T(t)
+	e := must(d.NewBuffer("E", gpu.F16, 256, 8)).T(t)
+	lse := must(d.NewBuffer("lse", gpu.F32, 2)).T(t)
+	ids := must(d.NewBuffer("ids", gpu.U32, 2, 5)).T(t)
+	logp := must(d.NewBuffer("logp", gpu.F32, 2, 5)).T(t)
+	state := must(d.NewBuffer("state", gpu.F32, 2, 2)).T(t)
+	e200 := must(d.NewBuffer("E", gpu.F16, 200, 8)).T(t)
+	defer func() {
+		for _, b := range []*gpu.Buffer{h, e, e200, lse, ids, logp, state} {
+			b.Release()
+		}
+	}()
+	dims := gpu.LogitsDims{Rows: 2, Hidden: 8, Vocab: 1000, K: 5, SliceRows: 128}
+	// The slice the parts must align to: the one given, else the largest within the limits,
+	// capped at the vocabulary.
+	for _, c := range []struct{ slice, vocab, want int }{{128, 1000, 128}, {0, 1000, 1000}, {1536, 1000, 1000}, {100, 1000, -1}} {
+		got, err := d.LogitsSliceRows(gpu.LogitsDims{Rows: 2, Hidden: 8, Vocab: c.vocab, SliceRows: c.slice}, gpu.F16)
+		if c.want < 0 && err == nil || c.want >= 0 && (err != nil || got != c.want) {
+			t.Errorf("LogitsSliceRows(slice %d, vocab %d) = %d, %v; want %d", c.slice, c.vocab, got, err, c.want)
+		}
+	}
+	part := func(v0, n int, st *gpu.Buffer) gpu.LogitsPart { return gpu.LogitsPart{V0: v0, Rows: n, State: st} }
+	r := d.Begin()
+	defer r.Discard()
+	checkErrors(t, r, map[string]error{
+		"nil state":         gpu.LogitsTopKPart(r, h, e, dims, part(0, 256, nil), lse, ids, logp),
+		"state wrong size":  gpu.LogitsTopKPart(r, h, e, dims, part(0, 256, lse), lse, ids, logp),
+		"state aliases":     gpu.LogitsTopKPart(r, h, e, dims, part(0, 256, logp), lse, ids, logp),
+		"start misaligned":  gpu.LogitsTopKPart(r, h, e, dims, part(64, 256, state), lse, ids, logp),
+		"end misaligned":    gpu.LogitsTopKPart(r, h, e200, dims, part(0, 200, state), lse, ids, logp),
+		"beyond vocabulary": gpu.LogitsTopKPart(r, h, e, dims, part(896, 256, state), lse, ids, logp),
+		"E not the part's":  gpu.LogitsTopKPart(r, h, e, dims, part(0, 128, state), lse, ids, logp),
+	})
+}

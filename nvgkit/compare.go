@@ -101,17 +101,36 @@ func TeacherDistribution(ctx context.Context, net *Net, work *Work, windows [][]
 		if err != nil {
 			return nil, err
 		}
-		err = net.dev.Run(func(r *gpu.Recorder) error {
-			if err := net.recordTopK(r, work, k, idsB, logpB); err != nil {
-				return err
-			}
-			for j, ids := range targets {
-				if err := gpu.TargetLogits(r, work.xn, net.head, ids, outs[j]); err != nil {
-					return err
+		// The target columns' logits: after the head in its (last) submit, or, for a streamed
+		// net, one submit per column (each uploads its [rows, H] head rows: one at a time).
+		releases := []func(){}
+		column := func(r *gpu.Recorder, j int) error {
+			release, err := net.targetLogits(r, work.xn, targets[j], outs[j])
+			releases = append(releases, release) // after r's submit
+			return err
+		}
+		if !net.streamed {
+			err = net.runHead(work, k, idsB, logpB, func(r *gpu.Recorder) error {
+				for j := range targets {
+					if err := column(r, j); err != nil {
+						return err
+					}
 				}
+				return nil
+			})
+		} else {
+			err = net.runHead(work, k, idsB, logpB, nil)
+			for j := 0; err == nil && j < len(targets); j++ {
+				err = net.dev.Run(func(r *gpu.Recorder) error { return column(r, j) })
+				for _, f := range releases {
+					f()
+				}
+				releases = releases[:0]
 			}
-			return nil
-		})
+		}
+		for _, f := range releases {
+			f()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("nvgkit.%s: head: %w", op, err)
 		}

@@ -8,3 +8,12 @@ func SetMaxStagerSlot(bytes uint64) (restore func()) {
 	maxStagerSlot = bytes
 	return func() { maxStagerSlot = old }
 }
+
+// SetHeadBlocks sets the head's logits slice (rows, a multiple of 128; resident and streamed
+// nets alike) and a streamed net's head block (rows, a multiple of the slice); 0 leaves a
+// size automatic. restore puts the automatic sizes back.
+func SetHeadBlocks(slice, block int) (restore func()) {
+	s, b := headSliceRows, headBlockForce
+	headSliceRows, headBlockForce = slice, block
+	return func() { headSliceRows, headBlockForce = s, b }
+}

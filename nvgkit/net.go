@@ -63,11 +63,13 @@ func LoadProgress(fn func(done, total int)) LoadOption {
 // StreamLayers makes LoadNet keep the decoder layers' weights in host memory (as the f16/f32
 // planes the GPU uses, or an 8-bit projection's codes and scales) and upload them one layer
 // at a time during each pass: layer l+1 is uploaded while layer l computes, and layer l is
-// released after it, so at most two layers' weights are on the GPU at once (the head and
-// final norm stay resident; so does the embedding when it is the tied head, else it stays on
-// the host too and a pass uploads the rows it gathers). The results are bit-identical to the
+// released after it, so at most two layers' weights are on the GPU at once. The embedding
+// and the head stay on the host too: a pass uploads the embedding rows it gathers, and the
+// head a block of vocabulary rows at a time (HeadBlockRows: at most half of the two largest
+// layers' bytes each, block b+1 going up while block b computes), so the GPU holds the final
+// norm, two layers or two head blocks, and the work. The results are bit-identical to the
 // resident mode; it lets a teacher larger than GPU memory run, at the price of re-uploading
-// every layer on every pass.
+// every layer and the head on every pass.
 func StreamLayers() LoadOption { return func(c *loadConfig) { c.streamed = true } }
 
 // Net is a Qwen3.5 text model on the GPU (DESIGN.md §3), loaded by LoadNet.
@@ -86,14 +88,15 @@ type Net struct {
 	dev      *gpu.Device
 	streamed bool
 	embed    *gpu.Buffer // F16 [vocab, H]; nil when embedHost holds it
-	head     *gpu.Buffer // F16 [vocab, H]; == embed when tied
-	// embedHost is the f16 embedding [vocab·H] of a streamed net with an untied head, kept
-	// on the host: a pass gathers its rows there and uploads them (embedInto), so the GPU
-	// holds one [rows, H] input instead of the vocabulary's rows (2.4 GiB at the 27B geometry).
-	embedHost []uint16
-	finalNorm *gpu.Buffer // F32 [H]
-	layers    []*layer
-	released  bool
+	head     *gpu.Buffer // F16 [vocab, H]; == embed when tied; nil when headHost holds it
+	// embedHost is the f16 embedding [vocab·H] of a streamed net, kept on the host: a pass
+	// gathers its rows there and uploads them (embedInto), so the GPU holds one [rows, H]
+	// input instead of the vocabulary's rows (2.4 GiB at the 27B geometry). headHost is its
+	// f16 head [vocab·H] (embedHost when tied), uploaded a block of rows at a time (runHead).
+	embedHost, headHost []uint16
+	finalNorm           *gpu.Buffer // F32 [H]
+	layers              []*layer
+	released            bool
 	// onGPU counts the layers uploaded now; maxOnGPU the most at once since LoadNet.
 	onGPU, maxOnGPU int
 	stager          *gpu.Stager   // a streamed net's uploads (uploadStreamed)
@@ -289,24 +292,12 @@ func (n *Net) upload(l *layer) error {
 }
 
 // uploadStreamed allocates layer l's buffers and fills them through the net's two-slot
-// stager (created on first use, each slot the size of the largest layer, at most
-// maxStagerSlot unless one parameter is larger), so the host's copy of layer l overlaps the
-// GPU's work on the layer before it (gpu.Stager says why Queue.WriteBuffer could not). A
-// layer larger than a slot goes in several uploads.
+// stager (ensureStager), so the host's copy of layer l overlaps the GPU's work on the layer
+// before it (gpu.Stager says why Queue.WriteBuffer could not). A layer larger than a slot
+// goes in several uploads.
 func (n *Net) uploadStreamed(l *layer) error {
-	if n.stager == nil {
-		var most, param uint64 // the largest layer and parameter (a streamed net has no BLR)
-		for _, L := range n.layers {
-			most = max(most, L.bytes())
-			for _, p := range L.params {
-				param = max(param, p.bytes())
-			}
-		}
-		s, err := n.dev.NewStager(max(min(most, maxStagerSlot), param), 2)
-		if err != nil {
-			return err
-		}
-		n.stager = s
+	if err := n.ensureStager(0); err != nil {
+		return err
 	}
 	var items []gpu.StagerUpload
 	var batch uint64
@@ -330,6 +321,30 @@ func (n *Net) uploadStreamed(l *layer) error {
 		n.uploaded += p.bytes()
 	}
 	return n.stager.Upload(items)
+}
+
+// ensureStager makes the net's two-slot stager (on first use) or a larger one when a slot
+// holds less than need bytes (a head block of one logits slice larger than the slots; the
+// old stager is released): each slot the size of the largest layer, at most maxStagerSlot
+// unless one parameter is larger, and at least need.
+func (n *Net) ensureStager(need uint64) error {
+	if n.stager != nil && n.stager.SlotBytes() >= need {
+		return nil
+	}
+	var most, param uint64 // the largest layer and parameter (a streamed net has no BLR)
+	for _, L := range n.layers {
+		most = max(most, L.bytes())
+		for _, p := range L.params {
+			param = max(param, p.bytes())
+		}
+	}
+	s, err := n.dev.NewStager(max(min(most, maxStagerSlot), param, need), 2)
+	if err != nil {
+		return err
+	}
+	n.stager.Release() // nil-safe; its submitted copies complete first
+	n.stager = s
+	return nil
 }
 
 // maxStagerSlot bounds a streamed net's staging slots (host memory, two of them): 1 GiB
@@ -522,8 +537,9 @@ func (b *builder) conv(t arch.Tensor) *param {
 //
 // Memory: resident, the GPU holds every weight (2 bytes per projection weight — 1 and its
 // share of the scales for a Teacher's 8-bit projections —, 4 per norm, conv, A_log and
-// dt_bias value) and the host none; streamed, the GPU holds the embedding,
-// head and final norm plus at most two layers, and the host keeps every layer's planes.
+// dt_bias value) and the host none; streamed, the GPU holds the final norm plus at most two
+// layers or two head blocks (StreamLayers), and the host keeps the embedding, the head and
+// every layer's planes.
 // Errors: a nil device or model, an unknown kind, an invalid config, a missing tensor or one
 // of the wrong shape or dtype (BLR for a Teacher), a weight not finite in f16, or a GPU
 // allocation failure — each naming the tensor; a tensor more than half of whose nonzero
@@ -615,25 +631,25 @@ func (n *Net) build(src Source, progress func(done, total int)) error {
 	return nil
 }
 
-// buildShared puts the final norm and the head (when untied) on the GPU, and the embedding:
-// on the GPU, but for a streamed net with an untied head in a host plane (hostEmbed).
+// buildShared puts the final norm on the GPU, and the embedding and the (untied) head: on the
+// GPU, but for a streamed net in host planes (embedHost, headHost).
 func (n *Net) buildShared(src Source) error {
 	l := n.Config.Layout()
 	if err := src.BeginLayer(-1); err != nil {
 		return err
 	}
-	b := &builder{n: n, src: src} // the shared tensors are on the GPU…
+	b := &builder{n: n, src: src} // the final norm is on the GPU…
 	eb := b
-	if n.streamed && l.LMHead != nil {
-		eb = &builder{n: n, src: src, host: true} // …but a streamed net's untied embedding
+	if n.streamed {
+		eb = &builder{n: n, src: src, host: true} // …and so are the embedding and head unless streamed
 	}
 	emb := eb.param(l.EmbedTokens, l.EmbedTokens.Shape, true)
-	b.err = cmp.Or(b.err, eb.err)
 	fn := b.param(l.Norm, l.Norm.Shape, false)
 	head := emb
 	if l.LMHead != nil {
-		head = b.param(*l.LMHead, l.LMHead.Shape, true)
+		head = eb.param(*l.LMHead, l.LMHead.Shape, true)
 	}
+	b.err = cmp.Or(b.err, eb.err)
 	err := src.EndLayer(-1, b.err)
 	if b.err == nil && err == nil {
 		for _, p := range b.ps {
@@ -642,10 +658,12 @@ func (n *Net) buildShared(src Source) error {
 			}
 		}
 	}
-	n.embed, n.finalNorm, n.head = emb.buf, fn.buf, head.buf // released with the net, even on error
 	if eb.host {
-		n.embedHost = emb.f16
+		n.embedHost, n.headHost = emb.f16, head.f16
+	} else {
+		n.embed, n.head = emb.buf, head.buf // released with the net, even on error
 	}
+	n.finalNorm = fn.buf
 	return cmp.Or(b.err, err)
 }
 
@@ -739,13 +757,16 @@ func (n *Net) Device() *gpu.Device { return n.dev }
 // tied), final norm and every layer. LayerBytes(l) is layer l's share.
 func (n *Net) WeightBytes() uint64 {
 	t := n.finalNorm.Bytes()
-	if n.embed != nil {
-		t += n.embed.Bytes()
-	} else {
+	if n.streamed { // the host planes, as the GPU would hold them
 		t += uint64(2*len(n.embedHost)+3) &^ 3
-	}
-	if n.head != n.embed {
-		t += n.head.Bytes()
+		if n.Config.Layout().LMHead != nil {
+			t += uint64(2*len(n.headHost)+3) &^ 3
+		}
+	} else {
+		t += n.embed.Bytes()
+		if n.head != n.embed {
+			t += n.head.Bytes()
+		}
 	}
 	for _, l := range n.layers {
 		t += l.bytes()
@@ -754,8 +775,9 @@ func (n *Net) WeightBytes() uint64 {
 }
 
 // UploadedBytes is the bytes a streamed net has uploaded through its staging buffers since
-// LoadNet: every layer's weights once per pass (0 for a resident net, whose weights went up
-// once at load).
+// LoadNet: every layer's weights and the head once per pass that runs the head (TeacherTopK,
+// Forward, NLL…; 0 for a resident net, whose weights went up once at load). The embedding
+// rows a pass gathers and the target rows of NLL go up through the queue, uncounted.
 func (n *Net) UploadedBytes() uint64 { return n.uploaded }
 
 // MaxLayersOnGPU is the largest number of decoder layers whose weights were on the GPU at
@@ -788,7 +810,7 @@ func (n *Net) Release() {
 			p.dropHost()
 		}
 	}
-	n.embedHost = nil
+	n.embedHost, n.headHost = nil, nil
 	n.stager.Release()
 	n.st.release()
 }

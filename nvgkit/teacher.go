@@ -118,8 +118,7 @@ func (n *Net) headTopK(w *Work, nb, k int) (*TopK, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = n.dev.Run(func(r *gpu.Recorder) error { return n.recordTopK(r, w, k, idsB, logpB) })
-	if err != nil {
+	if err := n.runHead(w, k, idsB, logpB, nil); err != nil {
 		return nil, fmt.Errorf("head: %w", err)
 	}
 	real := nb * w.T
@@ -140,17 +139,6 @@ func (n *Net) headTopK(w *Work, nb, k int) (*TopK, error) {
 		}
 	}
 	return top, nil
-}
-
-// recordTopK records the final norm of w.x into w.xn and the top-k head on it: the
-// log-sum-exp into w.headLSE, the k ids and log-probabilities into idsB and logpB
-// (Work.topBuffers).
-func (n *Net) recordTopK(r *gpu.Recorder, w *Work, k int, idsB, logpB *gpu.Buffer) error {
-	if err := n.recordFinalNorm(r, w); err != nil {
-		return err
-	}
-	c := n.Config
-	return gpu.LogitsTopK(r, w.xn, n.head, gpu.LogitsDims{Rows: w.NB * w.T, Hidden: c.HiddenSize, Vocab: c.VocabSize, K: k}, w.headLSE, idsB, logpB)
 }
 
 // readHead reads back the top-k head's outputs: the work's log-sum-exp, and the ids and
@@ -256,12 +244,12 @@ func Forward(net *Net, work *Work, ids [][]int, opt ForwardOptions) (_ *Trace, e
 // slice at a time (gpu.LinearRows into a [rows, slice] buffer, read back into its columns),
 // so neither the head nor the logits need to fit one storage binding: the same values as one
 // Linear over the whole head. Slices are multiples of 128 rows, each within the binding limit
-// and 64 MiB of logits.
+// and 64 MiB of logits; a streamed net uploads each slice's rows of its head (headRows).
 func (n *Net) logits(h []float32, rows int) ([]float32, error) {
 	c := n.Config
 	H, V := c.HiddenSize, c.VocabSize
 	maxBind := n.dev.Info().MaxStorageBindingSize
-	slice := min(maxBind/(uint64(H)*uint64(n.head.DType().Size())), min(maxBind, 64<<20)/(uint64(rows)*4)) / 128 * 128
+	slice := min(maxBind/(uint64(H)*2), min(maxBind, 64<<20)/(uint64(rows)*4)) / 128 * 128 // the head is f16
 	if slice == 0 {
 		return nil, fmt.Errorf("%d rows × hidden %d leave no room for a 128-row vocabulary slice in one storage binding (%d bytes)", rows, H, maxBind)
 	}
@@ -277,7 +265,15 @@ func (n *Net) logits(h []float32, rows int) ([]float32, error) {
 		if err != nil {
 			return nil, err
 		}
-		err = n.dev.Run(func(r *gpu.Recorder) error { return gpu.LinearRows(r, hb, n.head, sb, rows, H, V, v0, cols) })
+		e, o0, eRows, owned, err := n.headRows(v0, cols)
+		if err != nil {
+			sb.Release()
+			return nil, err
+		}
+		err = n.dev.Run(func(r *gpu.Recorder) error { return gpu.LinearRows(r, hb, e, sb, rows, H, eRows, o0, cols) })
+		if owned {
+			e.Release()
+		}
 		var part []float32
 		if err == nil {
 			part, err = n.dev.ReadFloat32(sb)
@@ -345,12 +341,12 @@ func NLLContext(ctx context.Context, net *Net, work *Work, windows [][]int, prog
 		if err != nil {
 			return 0, 0, err
 		}
-		err = net.dev.Run(func(r *gpu.Recorder) error {
-			if err := net.recordTopK(r, work, 1, idsB, logpB); err != nil {
-				return err
-			}
-			return gpu.TargetLogits(r, work.xn, net.head, targets, work.tgt)
+		release := func() {}
+		err = net.runHead(work, 1, idsB, logpB, func(r *gpu.Recorder) (err error) {
+			release, err = net.targetLogits(r, work.xn, targets, work.tgt)
+			return err
 		})
+		release()
 		if err != nil {
 			return 0, 0, fmt.Errorf("nvgkit.%s: head: %w", op, err)
 		}

@@ -109,7 +109,7 @@ func distillFlags(c *command, s *train.RunFile, o *distillCLI) *flag.FlagSet {
 	fs.StringVar(&tc.OutDir, "out", tc.OutDir, "same as -o")
 	fs.StringVar(&o.resume, "resume", "", "continue the interrupted run in this output directory (other flags are taken from it; with --steps N more than planned, a finished or unfinished run is extended: the learning-rate schedule keeps its shape and the steps after the planned ones run at its floor, 10 % of --lr, cycling through the same training windows again)")
 	fs.StringVar(&tc.TopKFile, "topk-file", tc.TopKFile, "keep the teacher's top-k in this file (default: teacher-topk.bin in the output directory; reused when it matches, as by --resume)")
-	fs.BoolVar(&o.opts.streamTeacher, "stream-teacher", false, "keep the teacher's layers in host memory and upload them one at a time (a teacher larger than GPU memory; same results, slower)")
+	fs.BoolVar(&o.opts.streamTeacher, "stream-teacher", false, "keep the teacher's layers, embedding and head in host memory and upload them a layer (or a block of head rows) at a time (a teacher larger than GPU memory; same results, slower)")
 	signFlagSet(fs, tc, &o.signs)
 	initFlagSet(fs, s, &o.calib)
 	fs.StringVar(&tc.HiddenLoss, "hidden-loss", tc.HiddenLoss, "add a hidden-state loss beside the KL: mse (‖h_S − h_T‖²/‖h_T‖² per token) or cosine (1 − cos), matching the student's layer outputs to the teacher's (DESIGN.md \"Hidden-state loss\"; default: none)")

@@ -46,7 +46,7 @@ func (f *evalFlags) bind(c *command) *flag.FlagSet {
 	fs.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&f.onHost, "host", false, "compute on the host in float64 (slow reference path) instead of the GPU")
 	fs.IntVar(&f.batch, "batch", 0, "windows per GPU pass (0: as many as fit 4096 tokens)")
-	fs.BoolVar(&f.stream, "stream", false, "GPU: stream the layers' weights (at most two layers on the GPU at once)")
+	fs.BoolVar(&f.stream, "stream", false, "GPU: stream the layers' and the head's weights (at most two layers or two head blocks on the GPU at once)")
 	fs.StringVar(&f.other, "compare", "", "compare teacher OTHER with MODEL on the windows: top-k KL, top-1 agreement, both perplexities (e.g. an 8-bit teacher against its bf16 checkpoint)")
 	fs.IntVar(&f.k, "k", 32, "with --compare: the reference's top-k")
 	fs.StringVar(&f.windowsOut, "windows-out", "", "also write the evaluated windows' token ids to this JSON file ({\"t\": T, \"windows\": [[T+1 ids], …]}, written atomically), so that another framework can score the same tokens (bench/hf_perplexity.py)")

@@ -58,7 +58,7 @@ func (f *traceFlags) bind(c *command) *flag.FlagSet {
 	fs.StringVar(&f.out, "o", "", "output .safetensors file (required)")
 	fs.IntVar(&f.k, "k", 32, "top-k ids and log-probs kept per token")
 	fs.BoolVar(&f.onHost, "host", false, "compute on the host in float64 (reference path) instead of the GPU")
-	fs.BoolVar(&f.stream, "stream", false, "GPU: stream the layers' weights (at most two layers on the GPU at once)")
+	fs.BoolVar(&f.stream, "stream", false, "GPU: stream the layers' and the head's weights (at most two layers or two head blocks on the GPU at once)")
 	fs.StringVar(&f.student, "student", "", "student model (.cmf, BLR or dense): also write its loss and gradients against the teacher's top-k")
 	return fs
 }

@@ -86,8 +86,8 @@ type Options struct {
 	// number of windows, and for a student lowered until it divides them (a student pass
 	// takes exactly Batch windows).
 	Batch int
-	// Stream streams a dense teacher's layers (at most two on the GPU at once:
-	// nvgkit.StreamLayers). A BLR student is not streamed.
+	// Stream streams a dense teacher's layers and head (at most two layers or two head
+	// blocks on the GPU at once: nvgkit.StreamLayers). A BLR student is not streamed.
 	Stream bool
 }
 
