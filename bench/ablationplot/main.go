@@ -1,6 +1,7 @@
 // Command ablationplot draws the training curves of several nvg distill runs in one chart:
-// the training loss (KL, plus the hidden-state term where on; block-wise steps left out,
-// their loss is a reconstruction error) against the step, as a moving average
+// the training loss's KL term (a run with the hidden-state loss on records its KL apart, so
+// runs with and without it compare; block-wise steps left out, their loss is a
+// reconstruction error) against the step, as a moving average
 // (ui.MovingAverageWindow of the longest run), one line per run directory.
 //
 //	go run ./bench/ablationplot -o docs/img/ablation.png NAME=RUNDIR ...
@@ -29,7 +30,7 @@ import (
 
 func main() {
 	out := flag.String("o", "ablation.png", "output image (.png or .svg)")
-	title := flag.String("title", "training loss (moving average)", "chart title")
+	title := flag.String("title", "training KL (moving average)", "chart title")
 	flag.Parse()
 	if err := run(*out, *title, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "ablationplot:", err)
@@ -73,14 +74,15 @@ func run(out, title string, args []string) error {
 			}
 		}
 	}
-	c, err := ui.PlotLines(title, "step", "loss (nats/token)", x, names, ys)
+	c, err := ui.PlotLines(title, "step", "KL (nats/token)", x, names, ys)
 	if err != nil {
 		return err
 	}
 	return ui.SavePlot(out, c, 900, 520)
 }
 
-// stepLosses returns the loss of every step record of dir's metrics.jsonl (or
+// stepLosses returns the KL of every step record (its "kl", or its "loss" where the record
+// has no separate KL: a run without the hidden-state loss) of dir's metrics.jsonl (or
 // metrics.jsonl.gz), indexed by step − 1 (NaN for a block-wise step, a skipped step or a
 // step with no record). Errors: neither file can be read, a line is not JSON, no step record.
 func stepLosses(dir string) ([]float64, error) {
@@ -110,6 +112,7 @@ func stepLosses(dir string) ([]float64, error) {
 			Kind, Phase string
 			Step        int
 			Loss        float64
+			KL          *float64
 			Skipped     bool
 		}
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
@@ -123,6 +126,9 @@ func stepLosses(dir string) ([]float64, error) {
 		}
 		if !r.Skipped && r.Phase != "block" {
 			l[r.Step-1] = r.Loss
+			if r.KL != nil {
+				l[r.Step-1] = *r.KL
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -11,15 +11,15 @@ import (
 	"github.com/nvg-project/nvg/nvgkit/ui"
 )
 
-// TestStepLosses: step records by step number, block-wise and skipped steps as NaN, other
-// records ignored; the moving average skips the NaN and restarts after them.
+// TestStepLosses: step records by step number, their KL where recorded apart from the
+// hidden-state term, block-wise and skipped steps as NaN, other records ignored; the moving average skips the NaN and restarts after them.
 func TestStepLosses(t *testing.T) {
 	dir := t.TempDir()
 	lines := `{"kind":"eval","step":0,"loss":9}
 {"kind":"step","step":1,"phase":"block","loss":0.5}
 {"kind":"step","step":2,"phase":"kl","loss":3}
 {"kind":"step","step":3,"phase":"kl","loss":1,"skipped":true}
-{"kind":"step","step":4,"phase":"finish","loss":2}
+{"kind":"step","step":4,"phase":"finish","loss":2.75,"kl":2,"hidden_loss":0.75}
 `
 	if err := os.WriteFile(filepath.Join(dir, "metrics.jsonl"), []byte(lines), 0o644); err != nil {
 		t.Fatal(err)
