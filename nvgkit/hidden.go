@@ -82,7 +82,8 @@ func (h HiddenLoss) gpuKind() (gpu.HiddenLossKind, error) {
 
 // ParseHiddenLayers reads a layer selection for HiddenLoss.Layers from spec, for a net of
 // numLayers decoder layers: "all"; "every:K" (K ≥ 1: layers K−1, 2K−1, …, the outputs of
-// every K-th layer, ending at the last when K divides numLayers); or a comma-separated list
+// every K-th layer, ending at the last when K divides numLayers; the last layer alone when
+// numLayers < K, so that a default such as "every:4" fits any net); or a comma-separated list
 // of layer indices ("3,7"), each in [0, numLayers), returned sorted. Errors name the spec
 // and what is wrong (an empty selection, a bad number, a layer out of range or repeated).
 func ParseHiddenLayers(spec string, numLayers int) ([]int, error) {
@@ -103,6 +104,9 @@ func ParseHiddenLayers(spec string, numLayers int) ([]int, error) {
 		}
 		for l := k - 1; l < numLayers; l += k {
 			out = append(out, l)
+		}
+		if len(out) == 0 && numLayers > 0 {
+			out = []int{numLayers - 1}
 		}
 	default:
 		for _, f := range strings.Split(s, ",") {

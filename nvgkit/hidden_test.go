@@ -316,7 +316,7 @@ func TestParseHiddenLayers(t *testing.T) {
 		{"every:3", []int{2, 5}, ""},
 		{"every:1", []int{0, 1, 2, 3, 4, 5, 6, 7}, ""},
 		{" 7, 2 ,5", []int{2, 5, 7}, ""},
-		{"every:9", nil, "no layer of the 8 selected"},
+		{"every:9", []int{7}, ""}, // fewer layers than K: the last
 		{"every:0", nil, "K must be an integer ≥ 1"},
 		{"3,3", nil, "layer 3 is named twice"},
 		{"8", nil, "layer 8 is outside [0, 8)"},

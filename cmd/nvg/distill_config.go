@@ -11,16 +11,17 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nvg-project/nvg/compress"
 	"github.com/nvg-project/nvg/internal/jsondup"
 	"github.com/nvg-project/nvg/nvgkit/train"
 )
 
 // defaultDistillSettings are nvg distill's defaults: the embedded tiny teacher and the Go
-// standard library, 1 bit per weight, paths auto, Dual-SVID, seed 1, and
+// standard library, 1 bit per weight, paths auto, the refined initialisation, seed 1, and
 // train.DefaultTrainConfig (the one table of training defaults, DESIGN.md §6 "Defaults").
 func defaultDistillSettings() train.RunFile {
 	c := train.DefaultTrainConfig()
-	return train.RunFile{Setup: train.Setup{BitsPerWeight: 1, Paths: "auto", Init: "dual-svid", Train: c}, Seed: c.Seed}
+	return train.RunFile{Setup: train.Setup{BitsPerWeight: 1, Paths: "auto", Init: compress.InitRefine.String(), Train: c}, Seed: c.Seed}
 }
 
 // distillCLI are nvg distill's flags that are not settings of the run.
@@ -112,7 +113,7 @@ func distillFlags(c *command, s *train.RunFile, o *distillCLI) *flag.FlagSet {
 	fs.BoolVar(&o.opts.streamTeacher, "stream-teacher", false, "keep the teacher's layers, embedding and head in host memory and upload them a layer (or a block of head rows) at a time (a teacher larger than GPU memory; same results, slower)")
 	signFlagSet(fs, tc, &o.signs)
 	initFlagSet(fs, s, &o.calib)
-	fs.StringVar(&tc.HiddenLoss, "hidden-loss", tc.HiddenLoss, "add a hidden-state loss beside the KL: mse (‖h_S − h_T‖²/‖h_T‖² per token) or cosine (1 − cos), matching the student's layer outputs to the teacher's (DESIGN.md \"Hidden-state loss\"; default: none)")
+	fs.StringVar(&tc.HiddenLoss, "hidden-loss", tc.HiddenLoss, "the hidden-state loss beside the KL: mse (‖h_S − h_T‖²/‖h_T‖² per token), cosine (1 − cos) or none (the KL alone), matching the student's layer outputs to the teacher's (DESIGN.md \"Hidden-state loss\"; the teacher's states are kept beside the top-k: 2 bytes × hidden_size × tokens per matched layer)")
 	fs.Float64Var(&tc.HiddenWeight, "hidden-weight", tc.HiddenWeight, "with --hidden-loss: its weight λ (loss = KL + λ·mean over the layers)")
 	fs.StringVar(&tc.HiddenLayers, "hidden-layers", tc.HiddenLayers, "with --hidden-loss: the decoder layers whose outputs are matched: all, every:K or a list such as 3,7")
 	fs.StringVar(&o.opts.memLog, "mem-log", "", "append a CSV sample of GPU bytes, Go heap, goroutines and tokens/s to this file every --mem-log-every steps (plot it with nvg plot-mem)")
@@ -146,6 +147,9 @@ func parseDistillFlags(c *command, args []string) (s train.RunFile, o distillCLI
 		return s, o, nil, usagef("unexpected argument %q (the teacher is --teacher MODEL)", fs.Arg(0))
 	}
 	s.Train.Seed = s.Seed
+	if s.Train.HiddenLoss == "none" { // the flag's word for the KL alone (TrainConfig's "")
+		s.Train.HiddenLoss = ""
+	}
 	o.signs.apply(&s.Train)
 	if err := o.calib.check(s.Init); err != nil {
 		return s, o, nil, err

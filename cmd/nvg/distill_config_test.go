@@ -19,10 +19,17 @@ func TestDistillDefaultsAreTheLibrarys(t *testing.T) {
 		t.Fatal(err, set)
 	}
 	want := train.TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2, ActivationBudget: 1 << 30,
-		Settings:     optim.Settings{LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, Beta1: 0.9, Beta2: 0.99, Eps: 1e-12, MetricFloor: 0.05},
-		HiddenWeight: 1, HiddenLayers: "all"}
-	if s.Train != want || s.Train != train.DefaultTrainConfig() || s.BitsPerWeight != 1 || s.Paths != "auto" || s.Seed != 1 || s.Teacher != "" || s.TrainFiles != nil {
+		Settings:   optim.Settings{LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, Beta1: 0.9, Beta2: 0.99, Eps: 1e-12, MetricFloor: 0.05},
+		HiddenLoss: "mse", HiddenWeight: 1, HiddenLayers: "every:4"}
+	if s.Train != want || s.Train != train.DefaultTrainConfig() || s.BitsPerWeight != 1 || s.Paths != "auto" || s.Init != "refine" || s.Seed != 1 || s.Teacher != "" || s.TrainFiles != nil {
 		t.Errorf("defaults %+v, want config %+v", s, want)
+	}
+	// --hidden-loss none is the KL alone (TrainConfig's ""), also over a --config file's term.
+	conf := writeConfig(t, `{"config": {"hidden_loss": "cosine"}}`)
+	for _, args := range [][]string{{"--hidden-loss", "none"}, {"--config", conf, "--hidden-loss", "none"}} {
+		if s, _, _, err := parseDistillFlags(commands["distill"], args); err != nil || s.Train.HiddenLoss != "" {
+			t.Errorf("%v: HiddenLoss %q, %v; want \"\"", args, s.Train.HiddenLoss, err)
+		}
 	}
 }
 

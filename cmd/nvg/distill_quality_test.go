@@ -20,7 +20,7 @@ import (
 // change them.
 func TestDistillInitFlags(t *testing.T) {
 	s, _, _, err := parseDistillFlags(commands["distill"], nil)
-	if err != nil || s.Init != "dual-svid" || s.Calibration != (train.CalibrationConfig{}) || s.Train.FinishSteps != 0 {
+	if err != nil || s.Init != "refine" || s.Calibration != (train.CalibrationConfig{}) || s.Train.FinishSteps != 0 {
 		t.Fatalf("defaults: init %q, calibration %+v, finish %d, %v", s.Init, s.Calibration, s.Train.FinishSteps, err)
 	}
 	s, _, _, err = parseDistillFlags(commands["distill"], []string{"--init", "refine", "--calib-windows", "4", "--train-signs", "--finish-steps", "5"})

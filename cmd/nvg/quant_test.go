@@ -141,7 +141,7 @@ func TestDistillQuantTeacher(t *testing.T) {
 	files := []string{"--train-files", filepath.Join(src, "strings", "strings.go"), "--eval-files", filepath.Join(src, "sort", "sort.go")}
 	out := filepath.Join(t.TempDir(), "run")
 	args := append([]string{"distill", "--teacher", q8, "--bpw", "0.5", "--paths", "1", "--steps", "2", "--nb", "2", "--t", "16", "--k", "8",
-		"--eval-windows", "2", "--stream-teacher", "-o", out}, files...)
+		"--eval-windows", "2", "--stream-teacher", "-o", out}, append(files, plainRun...)...)
 	if code := run(args); code != 0 {
 		t.Fatalf("nvg %v: exit %d", args, code)
 	}

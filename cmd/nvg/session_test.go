@@ -135,7 +135,7 @@ func TestSessionBench(t *testing.T) {
 	}
 	ms := `median \d+\.\d ms of \d+ runs \((\d+\.\d(, )?)+ ms\)`
 	for _, re := range []string{
-		`(?m)^nvg session bench: the embedded tiny teacher, DefaultSetup resized \(NB 1, T 16, K 32, 2 training windows, KeepActivations false, ActivationBudget 1024 MiB\), on .+$`,
+		`(?m)^nvg session bench: the embedded tiny teacher, DefaultSetup resized with Init dual-svid and the KL alone \(NB 1, T 16, K 32, 2 training windows, KeepActivations false, ActivationBudget 1024 MiB\), on .+$`,
 		`(?m)^cold cell, in-process \(new Lab: open device, load, compress, teacher pass; Step\(1\), Grad\): ` + ms + `$`,
 		`(?m)^warm cell \(Attach to the resident session; Step\(1\), Grad\): ` + ms + `$`,
 		`(?m)^cell compile \(go build of the cell program, imports only nvgkit/session\): \d+ ms first, \d+ ms after an edit$`,

@@ -334,7 +334,8 @@ type Setup struct {
 	// Paths is the BLR path mode: "auto", "1" or "2" (nvg distill --paths).
 	Paths string
 	// Init is the compression's initial factorisation (nvg distill --init;
-	// train.Setup.Init): "dual-svid" (also ""; Dual-SVID of each weight) or "refine" (a
+	// train.Setup.Init): "dual-svid" (also ""; Dual-SVID of each weight) or "refine"
+	// (DefaultSetup's; a
 	// calibration pass of the teacher over training windows, then Dual-SVID refined in the
 	// input-weighted metric: DESIGN.md §5 "Data-aware initialisation").
 	Init string
@@ -411,7 +412,7 @@ type Train struct {
 	// loss"): "mse" (‖h_S − h_T‖²/‖h_T‖² per token) or "cosine" (1 − cos), weighted by
 	// HiddenWeight, over the outputs of the decoder layers HiddenLayers selects ("all",
 	// "every:K" or a list such as "3,7"); StepStats.KL and .Hidden then hold the loss's
-	// parts. Off in DefaultSetup; HiddenWeight 1, HiddenLayers "all".
+	// parts. DefaultSetup: "mse", HiddenWeight 1, HiddenLayers "every:4"; "": the KL alone.
 	HiddenLoss   string
 	HiddenWeight float64
 	HiddenLayers string
@@ -517,14 +518,18 @@ func (c SignConfig) Validate() error {
 }
 
 // DefaultSetup returns the defaults of nvg distill: the embedded tiny teacher compressed to
-// 1 bit per weight (paths auto, Dual-SVID, seed 1), the embedded corpus, 24 steps of 4 windows × 64
-// tokens, top-32, lr 0.05 with 3 warm-up steps and cosine decay to 10 %, gradients clipped
-// to norm 1, 8 held-out windows, activations kept when they fit 1 GiB, the metric alone
-// trained (TrainSigns false, Signs zero: DefaultSigns when turned on).
+// 1 bit per weight (paths auto, Init "refine" with DefaultCalibration, seed 1), the
+// embedded corpus, 24 steps of 4 windows × 64 tokens, top-32, lr 0.05 with 3 warm-up steps
+// and cosine decay to 10 %, gradients clipped to norm 1, 8 held-out windows, activations
+// kept when they fit 1 GiB, the hidden-state loss beside the KL (HiddenLoss "mse", weight 1,
+// HiddenLayers "every:4"), the metric alone trained (TrainSigns false, Signs zero:
+// DefaultSigns when turned on). Refine and the hidden-state loss are the best combination
+// measured at this budget (DESIGN.md §6 "Defaults"); set Init "dual-svid" and HiddenLoss
+// "" for the plain Dual-SVID start and the KL alone.
 func DefaultSetup() Setup {
-	return Setup{BitsPerWeight: 1, Paths: "auto", Init: "dual-svid",
+	return Setup{BitsPerWeight: 1, Paths: "auto", Init: "refine",
 		Train: Train{Steps: 24, NB: 4, T: 64, K: 32, LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, EvalWindows: 8, Seed: 1, ActivationBudget: 1 << 30,
-			HiddenWeight: 1, HiddenLayers: "all"}}
+			HiddenLoss: "mse", HiddenWeight: 1, HiddenLayers: "every:4"}}
 }
 
 // Validate reports the first field of s that is out of range, naming it (the same ranges as

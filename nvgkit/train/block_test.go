@@ -407,6 +407,7 @@ func TestLabBlockPhaseMatchesTrainer(t *testing.T) {
 	cfg.Steps, cfg.NB, cfg.T, cfg.K, cfg.LR, cfg.Warmup, cfg.MinLRFrac, cfg.ClipNorm, cfg.EvalWindows, cfg.Seed, cfg.BlockSteps =
 		st.Steps, st.NB, st.T, st.K, st.LR, st.Warmup, st.MinLRFrac, st.ClipNorm, st.EvalWindows, st.Seed, st.BlockSteps
 	cfg.EvalEvery, cfg.KeepFinal = 0, true
+	cfg.HiddenLoss, cfg.HiddenWeight, cfg.HiddenLayers = st.HiddenLoss, st.HiddenWeight, st.HiddenLayers
 	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -9,9 +9,11 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/nvg-project/nvg/internal/atomicfile"
+	"github.com/nvg-project/nvg/internal/diskspace"
 	"github.com/nvg-project/nvg/nvgkit"
 )
 
@@ -182,10 +184,17 @@ func (c *HiddenCache) Close() error {
 // WriteHiddenCache writes the cache file path atomically (internal/atomicfile) from fill,
 // which must call put with the states of every window in order (first = 0, then each call's
 // first the previous one's end), and opens it for reading. On any error — fill's, a window
-// out of order or missing, I/O — path is left as it was. Errors name path.
+// out of order or missing, I/O — path is left as it was. A file system with less free
+// space than HiddenCacheSize is refused before fill runs (where the platform reports it).
+// Errors name path.
 func WriteHiddenCache(path string, n, t, h int, layers []int, key [32]byte, fill func(put func(first int, hs *nvgkit.HiddenStates) error) error) (*HiddenCache, error) {
 	if err := checkHiddenShape("WriteHiddenCache", n, t, h, layers); err != nil {
 		return nil, err
+	}
+	need := HiddenCacheSize(n, t, h, len(layers))
+	if free, ok, err := diskspace.Available(filepath.Dir(path)); err == nil && ok && free < need {
+		return nil, fmt.Errorf("train: the teacher's hidden states of layers %v (%d windows × %d tokens, hidden %d) need %s in %s, which has %s free: free space, write the run elsewhere, match fewer layers (TrainConfig.HiddenLayers, nvg distill --hidden-layers) or train on the KL alone (HiddenLoss \"\", --hidden-loss none)",
+			layers, n, t, h, humanBytes(uint64(need)), path, humanBytes(uint64(free)))
 	}
 	c := &HiddenCache{N: n, T: t, H: h, Layers: slices.Clone(layers), Key: key}
 	err := atomicfile.Write(path, func(w io.Writer) error {

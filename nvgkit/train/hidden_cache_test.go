@@ -134,3 +134,25 @@ func TestHiddenCache(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteHiddenCacheNoSpace: a cache larger than the free space of its file system is
+// refused before the teacher pass (fill) runs, naming the size and the way out, and leaves
+// no file.
+func TestWriteHiddenCacheNoSpace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "topk.bin.hidden")
+	called := false
+	// 2³⁰ windows × 512 tokens × hidden 1024 × 2 bytes: 1 PiB, more than any test machine's disk.
+	_, err := train.WriteHiddenCache(path, 1<<30, 512, 1024, []int{3}, [32]byte{}, func(func(int, *nvgkit.HiddenStates) error) error {
+		called = true
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "free") || !strings.Contains(err.Error(), "--hidden-loss none") {
+		t.Fatalf("WriteHiddenCache of 1 PiB: %v; want the free-space refusal", err)
+	}
+	if called {
+		t.Error("fill ran before the refusal")
+	}
+	if _, serr := os.Stat(path); !os.IsNotExist(serr) {
+		t.Errorf("the refused cache left %s (stat: %v)", path, serr)
+	}
+}

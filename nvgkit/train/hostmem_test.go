@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -50,6 +51,26 @@ func TestCheckMemory(t *testing.T) {
 	}
 	physicalMemory = func() uint64 { return 0 }
 	if err := c.CheckMemory(); err != nil {
+		t.Errorf("unknown memory: %v", err)
+	}
+}
+
+// A hidden-state cache in host memory is counted with the windows: one that fits 1 GiB
+// passes, one that does not is refused naming the way out; unknown memory checks nothing.
+func TestCheckHiddenMemory(t *testing.T) {
+	defer func(f func() uint64) { physicalMemory = f }(physicalMemory)
+	physicalMemory = func() uint64 { return 1 << 30 }
+	c := DefaultTrainConfig() // 96 windows of 64 tokens
+	if err := c.checkHiddenMemory(96, 256, []int{3, 7}); err != nil {
+		t.Errorf("the default run's 6 MiB of hidden states: %v", err)
+	}
+	// 96 windows × 64 tokens × hidden 65,536 × 2 layers × 2 bytes = 1.5 GiB.
+	err := c.checkHiddenMemory(96, 65536, []int{3, 7})
+	if err == nil || !strings.Contains(err.Error(), "TopKFile") || !strings.Contains(err.Error(), "HiddenLoss") {
+		t.Errorf("1.5 GiB of hidden states in 1 GiB: %v, want a refusal naming TopKFile and HiddenLoss", err)
+	}
+	physicalMemory = func() uint64 { return 0 }
+	if err := c.checkHiddenMemory(96, 65536, []int{3, 7}); err != nil {
 		t.Errorf("unknown memory: %v", err)
 	}
 }

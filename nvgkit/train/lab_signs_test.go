@@ -169,6 +169,7 @@ func runSignReferenceOf(t *testing.T, name string, s session.Setup) signReferenc
 	cfg.Steps, cfg.NB, cfg.T, cfg.K, cfg.LR, cfg.Warmup, cfg.MinLRFrac, cfg.ClipNorm, cfg.EvalWindows, cfg.Seed =
 		st.Steps, st.NB, st.T, st.K, st.LR, st.Warmup, st.MinLRFrac, st.ClipNorm, st.EvalWindows, st.Seed
 	cfg.EvalEvery, cfg.KeepFinal = 0, true
+	cfg.HiddenLoss, cfg.HiddenWeight, cfg.HiddenLayers = st.HiddenLoss, st.HiddenWeight, st.HiddenLayers
 	cfg.TrainSigns, cfg.Signs = true, nvgkit.SignConfig{Alpha: 8, Beta: 0.9, Tau: 16, MaxFlipFrac: 0.01, Seed: 5}
 	cfg.FinishSteps = st.FinishSteps
 	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)

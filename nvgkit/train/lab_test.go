@@ -62,6 +62,7 @@ func labSetup(t *testing.T) session.Setup {
 		src := filepath.Join(runtime.GOROOT(), "src")
 		s := session.DefaultSetup()
 		s.Student = p
+		s.Init = "dual-svid" // trainFixture's compression, when a test compresses (Student "")
 		s.TrainFiles = []string{filepath.Join(src, "strings/strings.go"), filepath.Join(src, "sort/sort.go")}
 		s.EvalFiles = []string{filepath.Join(src, "bytes/buffer.go")}
 		s.Train = session.Train{Steps: 4, NB: 2, T: 16, K: 8, LR: 0.01, Warmup: 1, MinLRFrac: 0.1, ClipNorm: 1, EvalWindows: 2, Seed: 7}
@@ -181,6 +182,7 @@ func TestLabStepMatchesTrainer(t *testing.T) {
 	cfg.Steps, cfg.NB, cfg.T, cfg.K, cfg.LR, cfg.Warmup, cfg.MinLRFrac, cfg.ClipNorm, cfg.EvalWindows, cfg.Seed =
 		st.Steps, st.NB, st.T, st.K, st.LR, st.Warmup, st.MinLRFrac, st.ClipNorm, st.EvalWindows, st.Seed
 	cfg.EvalEvery, cfg.KeepFinal = 0, true
+	cfg.HiddenLoss, cfg.HiddenWeight, cfg.HiddenLayers = st.HiddenLoss, st.HiddenWeight, st.HiddenLayers
 	tr, err := train.NewTrainer(teacher, student, trainIDs, heldOut, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -700,14 +702,15 @@ func TestLabCheckpointResume(t *testing.T) {
 	}
 }
 
-// DefaultSetup's schedule is DefaultTrainConfig's (one table of defaults), sign training
-// included (off, the zero knobs standing for DefaultSigns), and session's DefaultSigns is
+// DefaultSetup's schedule is DefaultTrainConfig's (one table of defaults), the quality levers
+// (hidden-state loss, phases) and sign training included (off, the zero knobs standing for DefaultSigns), and session's DefaultSigns is
 // nvgkit's.
 func TestLabDefaultSetupIsDistills(t *testing.T) {
 	s, c := session.DefaultSetup().Train, train.DefaultTrainConfig()
 	if s.Steps != c.Steps || s.NB != c.NB || s.T != c.T || s.Windows != c.Windows || s.K != c.K || s.LR != c.LR || s.Warmup != c.Warmup ||
 		s.MinLRFrac != c.MinLRFrac || s.ClipNorm != c.ClipNorm || s.EvalWindows != c.EvalWindows || s.Seed != c.Seed || s.ScheduleSteps != c.ScheduleSteps ||
-		s.KeepActivations != c.KeepActivations || s.ActivationBudget != c.ActivationBudget || s.TrainSigns != c.TrainSigns || nvgkit.SignConfig(s.Signs) != c.Signs {
+		s.KeepActivations != c.KeepActivations || s.ActivationBudget != c.ActivationBudget || s.TrainSigns != c.TrainSigns || nvgkit.SignConfig(s.Signs) != c.Signs ||
+		s.FinishSteps != c.FinishSteps || s.BlockSteps != c.BlockSteps || s.HiddenLoss != c.HiddenLoss || s.HiddenWeight != c.HiddenWeight || s.HiddenLayers != c.HiddenLayers {
 		t.Errorf("DefaultSetup().Train = %+v, DefaultTrainConfig() = %+v", s, c)
 	}
 	if d, n := session.DefaultSigns(), nvgkit.DefaultSigns(); nvgkit.SignConfig(d) != n {

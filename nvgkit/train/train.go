@@ -112,12 +112,15 @@ type TrainConfig struct {
 	// or "cosine", weighted by HiddenWeight, over the outputs of the decoder layers
 	// HiddenLayers selects. The teacher's hidden states at those layers are taken in the
 	// teacher pass and kept beside the top-k (HiddenCache: in host memory, or in
-	// TopKFile + ".hidden" when TopKFile is set). "" (the default): the KL alone.
-	HiddenLoss string `json:"hidden_loss,omitempty"`
+	// TopKFile + ".hidden" when TopKFile is set). "": the KL alone. DefaultTrainConfig:
+	// "mse" (the best measured at the default budget, DESIGN.md §6 "Defaults"). Always
+	// written to run files and checkpoints ("" too), so that a file of a run without the
+	// term reads back without it.
+	HiddenLoss string `json:"hidden_loss"`
 	// HiddenWeight is λ of the hidden-state term (finite, ≥ 0; DefaultTrainConfig: 1).
 	HiddenWeight float64 `json:"hidden_weight"`
 	// HiddenLayers selects the term's layers (nvgkit.ParseHiddenLayers): "all", "every:K"
-	// or a list such as "3,7" (DefaultTrainConfig: "all").
+	// or a list such as "3,7" (DefaultTrainConfig: "every:4", the outputs of layers 3, 7, …).
 	HiddenLayers string `json:"hidden_layers"`
 	// BlockSteps is the length of the block-wise reconstruction phase per decoder layer
 	// (Phases, PhaseBlock; DESIGN.md §6 "Block-wise reconstruction"): before the KL phase,
@@ -142,14 +145,18 @@ type TrainConfig struct {
 // flags (the one table of defaults): 24 steps of 4 windows × 64 tokens, new windows every
 // step, top-32 KL, lr 0.05 with 3 warm-up steps and cosine decay to 10 %, gradient norm
 // clipped to 1, held-out evaluation of 8 windows every 8 steps, seed 1, checkpoints with
-// every evaluation (the 2 latest kept), activations kept when they fit 1 GiB, no OutDir. They are sized so that the whole nvg distill run on the
-// embedded tiny teacher (8 layers, hidden 256, vocab 8192) finishes within 15 minutes on 2
-// CPU cores through lavapipe; a large run wants more steps and tokens and a lower LR (the
-// README's H200 run: 400 steps × 16 × 512 tokens, lr 0.005, 50 warm-up steps).
+// every evaluation (the 2 latest kept), activations kept when they fit 1 GiB, the
+// hidden-state loss beside the KL (normalised MSE, weight 1, the outputs of every 4th layer:
+// on the tiny teacher at this budget 58.6 against 63.7 held-out perplexity without it, both
+// from --init refine; DESIGN.md §6 "Defaults"), no OutDir. They are sized so that the whole
+// nvg distill run on the embedded tiny teacher (8 layers, hidden 256, vocab 8192) finishes
+// within 15 minutes on 2 CPU cores through lavapipe; a large run wants more steps and
+// tokens, a lower LR and sign learning (the README's GPU recipe: 2,200 steps × 16 × 512
+// tokens, lr 0.005, 50 warm-up steps, --train-signs --finish-steps 300).
 func DefaultTrainConfig() TrainConfig {
 	return TrainConfig{Steps: 24, NB: 4, T: 64, K: 32, Settings: optim.Default(),
 		EvalEvery: 8, EvalWindows: 8, Seed: 1, Keep: 2, ActivationBudget: DefaultActivationBudget,
-		HiddenWeight: 1, HiddenLayers: "all"}
+		HiddenLoss: nvgkit.HiddenMSE, HiddenWeight: 1, HiddenLayers: "every:4"}
 }
 
 // presetOptimizer sets c's optimizer settings to optim.Default() before a run file or
@@ -316,6 +323,18 @@ func (c TrainConfig) windowBytes() uint64 {
 
 // tokenWindowBytes is the host memory of a window of t+1 token ids ([]int).
 func tokenWindowBytes(t int) uint64 { return 8*uint64(t+1) + 24 }
+
+// checkHiddenMemory refuses a hidden-state cache held in host memory (no TopKFile) whose n
+// windows at hidden size h and the given layers, with HostBytes, exceed the machine's
+// physical memory; nil when it fits or the memory is unknown.
+func (c TrainConfig) checkHiddenMemory(n, h int, layers []int) error {
+	total, need := physicalMemory(), uint64(HiddenCacheSize(n, c.T, h, len(layers)))+c.HostBytes()
+	if total == 0 || need <= total {
+		return nil
+	}
+	return fmt.Errorf("train: the teacher's hidden states of layers %v (%d windows × %d tokens, hidden %d) with the top-k need %s of host memory, the machine has %s: set TopKFile to keep them on disk, match fewer layers (HiddenLayers) or train on the KL alone (HiddenLoss \"\")",
+		layers, n, c.T, h, humanBytes(need), humanBytes(total))
+}
 
 // physicalMemory returns the machine's physical memory in bytes, 0 when unknown (tests
 // replace it).

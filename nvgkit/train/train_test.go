@@ -59,7 +59,7 @@ func TestTrainConfigDefaults(t *testing.T) {
 	c := train.DefaultTrainConfig()
 	want := train.TrainConfig{Steps: 24, NB: 4, T: 64, Windows: 0, K: 32, EvalEvery: 8, EvalWindows: 8, Seed: 1, CheckpointEvery: 0, Keep: 2,
 		ActivationBudget: 1 << 30, Settings: optim.Settings{LR: 0.05, Warmup: 3, MinLRFrac: 0.1, ClipNorm: 1, Beta1: 0.9, Beta2: 0.99, Eps: 1e-12, MetricFloor: 0.05},
-		HiddenWeight: 1, HiddenLayers: "all"}
+		HiddenLoss: "mse", HiddenWeight: 1, HiddenLayers: "every:4"}
 	if c != want {
 		t.Errorf("defaults: %+v, want %+v", c, want)
 	}

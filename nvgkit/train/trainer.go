@@ -417,6 +417,9 @@ func (tr *Trainer) Prepare(ctx context.Context) error {
 			tr.logf("teacher hidden states of layers %v saved to %s (%d bytes)", tr.hidden.Layers, path, HiddenCacheSize(n, c.T, H, len(tr.hidden.Layers)))
 		}
 	default:
+		if err := c.checkHiddenMemory(n, H, tr.hidden.Layers); err != nil {
+			return err
+		}
 		if tr.hcache, err = NewHiddenCache(n, c.T, H, tr.hidden.Layers, key); err == nil {
 			err = pass(tr.hcache.Put)
 		}
