@@ -247,7 +247,7 @@ var trainConfigFlags = map[string]string{"Steps": "steps", "NB": "nb", "T": "t",
 // flagTerms rewrites the TrainConfig field names in a TrainConfigError's range as flags.
 var flagTerms = strings.NewReplacer("Steps·NB", "--steps × --nb", "NB =", "--nb =", "T =", "--t =", "K =", "--k =",
 	"T·K", "--t × --k", "(Windows)", "(--windows N)", "TrainSigns", "--train-signs",
-	"FinishSteps =", "--finish-steps =", "BlockSteps steps", "--block-steps steps", "Steps =", "--steps =", "out of Steps", "out of --steps")
+	"FinishSteps =", "--finish-steps =", "BlockSteps steps", "--block-steps steps", "Steps =", "--steps =", "out of Steps", "out of --steps", `or "" (off)`, "or none (off)")
 
 // trainConfigUsage is the usage error of a TrainConfig.Validate error, naming the flag of
 // the field: "--steps must be ≥ 1, got 0".

@@ -36,6 +36,7 @@ func TestDistillInitFlags(t *testing.T) {
 	run0 := filepath.Join(t.TempDir(), "none")
 	checkUsageErrors(t, []usageCase{
 		{[]string{"distill", "--init", "svd"}, `--init must be dual-svid or refine, got "svd"`},
+		{[]string{"distill", "--hidden-loss", "bogus"}, `--hidden-loss must be "mse", "cosine" or none (off), got bogus`},
 		{[]string{"distill", "--calib-windows", "0"}, "--calib-windows must be ≥ 1"},
 		{[]string{"distill", "--calib-t", "-1"}, "--calib-t must be ≥ 1"},
 		{[]string{"distill", "--calib-gram-max", "-1"}, "--calib-gram-max must be ≥ 0"},
