@@ -335,9 +335,9 @@ type Setup struct {
 	Paths string
 	// Init is the compression's initial factorisation (nvg distill --init;
 	// train.Setup.Init): "dual-svid" (also ""; Dual-SVID of each weight) or "refine"
-	// (DefaultSetup's; a
-	// calibration pass of the teacher over training windows, then Dual-SVID refined in the
-	// input-weighted metric: DESIGN.md §5 "Data-aware initialisation").
+	// (DefaultSetup's: a calibration pass of the teacher over training windows, then
+	// Dual-SVID refined in the input-weighted metric: DESIGN.md §5 "Data-aware
+	// initialisation").
 	Init string
 	// Calibration sizes the calibration pass of Init "refine" (train.CalibrationConfig); its
 	// zero value means DefaultCalibration().

@@ -703,8 +703,8 @@ func TestLabCheckpointResume(t *testing.T) {
 }
 
 // DefaultSetup's schedule is DefaultTrainConfig's (one table of defaults), the quality levers
-// (hidden-state loss, phases) and sign training included (off, the zero knobs standing for DefaultSigns), and session's DefaultSigns is
-// nvgkit's.
+// (hidden-state loss, phases) and sign training included (off, the zero knobs standing for
+// DefaultSigns), and session's DefaultSigns is nvgkit's.
 func TestLabDefaultSetupIsDistills(t *testing.T) {
 	s, c := session.DefaultSetup().Train, train.DefaultTrainConfig()
 	if s.Steps != c.Steps || s.NB != c.NB || s.T != c.T || s.Windows != c.Windows || s.K != c.K || s.LR != c.LR || s.Warmup != c.Warmup ||
