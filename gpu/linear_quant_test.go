@@ -258,14 +258,15 @@ func testLinearQuant(t *testing.T, impl linearQuantImpl) {
 //     so |x̃ − x| ≤ ρ|x| + ηx_i with ρ = 2⁻¹⁰ (one f16 rounding, taken as a full ulp for a
 //     conversion that might not round to nearest, as coopRel) and ηx_i = 2^(−14−e_i)
 //     (a value below f16's least normal, possibly flushed to zero);
-//   - w̃: value·scale rounded to f32 (u = 2⁻²⁴), times 2^E_j, rounded to f16, so
-//     |w̃ − W| ≤ (ρ + u + ρu)|W| + ηw_j with ηw_j = 2^(−14−E_j), E_j the kernel's exponent
-//     of row j of W (coopmat_gemm.comp's qexp, recomputed here from the largest scale of
-//     the row's scale row);
+//   - w̃: the scale times 2^E_j rounded to f16 (exact for f16 scales, one rounding ρ for
+//     f32 ones), then value·scale rounded to f16 (ρ), so |w̃ − W| ≤ ρ_w|W| + ηw_j with
+//     ρ_w = ρ (f16 scales) or 2ρ + ρ² (f32 scales) and ηw_j = 2^(−14−E_j), E_j the kernel's
+//     exponent of row j of W (coopmat_gemm.comp's qexp, recomputed here from the largest
+//     scale of the row's scale row);
 //   - products exact in f32, the f32 sum of K terms in any order ≤ 2(K+1)u·Σ|x̃||w̃| (doubled
 //     for an accumulator that truncates, as coopRel); the 2^−e_i and 2^−E_j undo is exact.
 //
-// With X̃ = (1+ρ)|x| + ηx and W̃ = (1+ρ+u+ρu)|W| + ηw (each an upper bound of both |x̃| and
+// With X̃ = (1+ρ)|x| + ηx and W̃ = (1+ρ_w)|W| + ηw (each an upper bound of both |x̃| and
 // |x| + |x̃ − x|), |ŷ − y| ≤ (1 + 2(K+1)u)·Σ_k X̃_ik·W̃_jk − Σ_k |x_ik|·|W_jk|.
 func quantCoopBound(c quantCase, in quantInputs) []float64 {
 	const rho, u = 0x1p-10, 0x1p-24
@@ -291,6 +292,10 @@ func quantCoopBound(c quantCase, in quantInputs) []float64 {
 	if c.format == gpu.QuantQ8 {
 		vbits = 7 // |int8| ≤ 128
 	}
+	rw := rho // ρ_w
+	if !c.scaleF16 {
+		rw = 2*rho + rho*rho
+	}
 	wt := make([]float64, len(in.wd))
 	for j := range c.out {
 		smax := 0.0
@@ -304,7 +309,7 @@ func quantCoopBound(c quantCase, in quantInputs) []float64 {
 		}
 		eta := math.Ldexp(1, -14-E)
 		for k := range c.in {
-			wt[j*c.in+k] = (1+rho+u+rho*u)*math.Abs(in.wd[j*c.in+k]) + eta
+			wt[j*c.in+k] = (1+rw)*math.Abs(in.wd[j*c.in+k]) + eta
 		}
 	}
 	big, _ := refGEMM(xt, c.rows, c.in, wt, c.out, true)

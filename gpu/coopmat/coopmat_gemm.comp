@@ -23,9 +23,9 @@
 // (QFP8) or the int8 code's. Go guarantees K % 8 = 0 and QBC % 8 = 0, so the 8 codes of a
 // 16-byte B vector are one uvec2 and share one scale. Each workgroup first gives each of its
 // BN rows of W a power of two 2^E (Qm; qexp: from the exponent of the row's largest scale,
-// so that every weight of the row times 2^E is below 2¹⁵), stages f16(value · scale · 2^E)
-// — rounded to f32 once as the WGSL kernel does, then to f16 — and the epilogue multiplies
-// column n of C by 2^−E (Qd; exact). So no weight overflows f16 whatever the scales, and a
+// so that every weight of the row times 2^E is below 2¹⁵), stages f16(value · f16(scale · 2^E))
+// in f16 arithmetic (dequant8: the scale's rounding is exact for q8's f16 scales) and the
+// epilogue multiplies column n of C by 2^−E (Qd; exact). So no weight overflows f16 whatever the scales, and a
 // weight is an f16 subnormal only if it is below 2⁻²⁷ of the largest its row can hold
 // (gpu/linear_quant.go coopQuantGEMM; the error bound: gpu/linear_quant_test.go
 // quantCoopBound). The next slice's codes and scale words are loaded before the current
@@ -44,7 +44,8 @@
 // workgroup memory (rows padded by 8 halves against bank conflicts), and each subgroup
 // multiplies its CM×CN accumulators with coopMatMulAdd. Epilogue: each accumulator goes
 // through a per-subgroup LM×LN f32 tile in workgroup memory, and the subgroup's lanes
-// write it out with the row scale, column scale, raw and accumulate semantics.
+// write it out with the row scale, column scale, raw and accumulate semantics — 16 bytes a
+// lane where C's rows are whole 16-byte vectors (n % 4 = 0), else 4.
 //
 // Bindings (set 0, in order; the WGSL placeholder declares the same):
 //   0 a16 (read, f16 pairs)  1 rs (read, f32 [Mp])  2 b (read: f16 pairs, or sign bits, or
@@ -110,13 +111,16 @@ layout(set = 0, binding = 2, std430) readonly buffer B16 { uvec4 b16[]; };
 #endif
 #ifdef SCALE
 layout(set = 0, binding = 3, std430) readonly buffer SC { float sc[]; };
+layout(set = 0, binding = 3, std430) readonly buffer SC4 { vec4 sc4[]; };
 #define CB 4
 #elif !defined(QUANT)
 #define CB 3
 #endif
 layout(set = 0, binding = CB, std430) buffer C { float c[]; };
+layout(set = 0, binding = CB, std430) buffer C4 { vec4 c4[]; }; // c, 16 bytes at a time
 #ifdef RAW
 layout(set = 0, binding = CB + 1, std430) buffer Raw { float raw[]; };
+layout(set = 0, binding = CB + 1, std430) buffer Raw4 { vec4 raw4[]; };
 #define PB CB + 2
 #else
 #define PB CB + 1
@@ -125,7 +129,7 @@ layout(set = 0, binding = PB, std140) uniform Params { uint m, n, k, kp; } p;
 
 shared uvec4 As[BM * AS / 8];
 shared uvec4 Bs[(BN * BK + 8 * (BN + BK)) / 8]; // either layout
-shared float Cs[WM * WN * LM * LN];
+shared vec4 Cs[WM * WN * LM * LN / 4]; // LN % 8 = 0: each tile row is whole vec4s
 #ifdef QUANT
 shared float Qm[BN]; // 2^E of W's row n0 + r: its weights are staged as f16(w · 2^E)
 shared float Qd[BN]; // 2^−E: the epilogue's undo
@@ -179,26 +183,38 @@ int qexp(float smax) {
     return min(15 - x - (QFP8 ? 9 : 7), 126);
 }
 
-// fp8pair returns the e4m3 values of bytes 0 and 1 of x times 2⁻⁸: the sign to bit 15 and
-// exponent and mantissa (bits 6–0) to bits 13–7 of an f16 give the value × 2⁻⁸ exactly,
-// subnormals included (wgsl/linear_quant.wgsl's dq4). NaN codes are refused before upload.
-vec2 fp8pair(uint x) {
-    return unpackHalf2x16(((x & 0x7Fu) << 7) | ((x & 0x80u) << 8) | ((x & 0x7F00u) << 15) | ((x & 0x8000u) << 16));
+// fp8pair returns the e4m3 values of bytes 0 and 1 of x times 2⁻⁸ as two f16: the sign to
+// bit 15 and exponent and mantissa (bits 6–0) to bits 13–7 of an f16 give the value × 2⁻⁸
+// exactly, subnormals included (wgsl/linear_quant.wgsl's dq4). NaN codes are refused before
+// upload.
+f16vec2 fp8pair(uint x) {
+    return unpackFloat2x16(((x & 0x7Fu) << 7) | ((x & 0x80u) << 8) | ((x & 0x7F00u) << 15) | ((x & 0x8000u) << 16));
 }
 
-// q8pair returns the int8 values of bytes 0 and 1 of x.
-vec2 q8pair(uint x) { return vec2(float(int(x << 24) >> 24), float(int(x << 16) >> 24)); }
+// q8pair returns the int8 values of bytes 0 and 1 of x as two f16, exactly and without a
+// conversion instruction: byte b ^ 0x80 (b + 128, 0 … 255) in the low mantissa bits of
+// 0x6400 (1024.0) is 1152 + b, and 1152 is subtracted in f16 (every integer below 2048 is an
+// f16).
+f16vec2 q8pair(uint x) {
+    return unpackFloat2x16(((x & 0xFFu) | ((x & 0xFF00u) << 8)) ^ 0x64806480u) - f16vec2(1152.0hf);
+}
 
-// dequant8 returns the 8 codes of w (byte j of the pair ↦ element j) times s as 8 f16 halves:
-// each product rounded to f32 once (exact for int8 times an f16 scale), then to f16.
+// dequant8 returns the 8 codes of w (byte j of the pair ↦ element j) times s as 8 f16 halves,
+// all in f16 arithmetic: s (already times the row's 2^E) is rounded to f16 once — exact for
+// q8's f16 scales, one more rounding (≤ 2⁻¹¹ relative) for FP8's f32 scales — and each
+// value · s is rounded to f16 once. An earlier form multiplied in f32 and converted each
+// weight to and from f16: the conversions (a quarter of the FMA rate on NVIDIA GPUs) made
+// the staging, not the products, the 8-bit GEMM's bound (DESIGN.md §9 "GEMMs on 8-bit
+// weights").
 uvec4 dequant8(uvec2 w, float s) {
     if (QFP8) {
-        s *= 256.0; // fp8pair's 2⁻⁸, exactly
-        return uvec4(packHalf2x16(fp8pair(w.x) * s), packHalf2x16(fp8pair(w.x >> 16) * s),
-                     packHalf2x16(fp8pair(w.y) * s), packHalf2x16(fp8pair(w.y >> 16) * s));
+        f16vec2 s2 = f16vec2(float16_t(s * 256.0)); // fp8pair's 2⁻⁸, exactly
+        return uvec4(packFloat2x16(fp8pair(w.x) * s2), packFloat2x16(fp8pair(w.x >> 16) * s2),
+                     packFloat2x16(fp8pair(w.y) * s2), packFloat2x16(fp8pair(w.y >> 16) * s2));
     }
-    return uvec4(packHalf2x16(q8pair(w.x) * s), packHalf2x16(q8pair(w.x >> 16) * s),
-                 packHalf2x16(q8pair(w.y) * s), packHalf2x16(q8pair(w.y >> 16) * s));
+    f16vec2 s2 = f16vec2(float16_t(s));
+    return uvec4(packFloat2x16(q8pair(w.x) * s2), packFloat2x16(q8pair(w.x >> 16) * s2),
+                 packFloat2x16(q8pair(w.y) * s2), packFloat2x16(q8pair(w.y >> 16) * s2));
 }
 #endif
 
@@ -374,32 +390,61 @@ void main() {
 #endif
     }
 
-    // Epilogue: one accumulator at a time through this subgroup's f32 tile.
-    const uint base = sg * LM * LN;
+    // Epilogue: one accumulator at a time through this subgroup's f32 tile. Where C's rows
+    // are whole 16-byte vectors (n % 4 = 0: every Qwen3.5 and BLR shape), each lane writes 4
+    // adjacent columns with one 16-byte store (and reads sc likewise); else one column.
+    const uint base = sg * LM * LN / 4;
+    const bool wide = p.n % 4 == 0;
     UNROLL for (uint i = 0; i < CM; i++) {
         UNROLL for (uint j = 0; j < CN; j++) {
-            coopMatStore(acc[i * CN + j], Cs, base, LN, gl_CooperativeMatrixLayoutRowMajor);
+            coopMatStore(acc[i * CN + j], Cs, base, LN / 4, gl_CooperativeMatrixLayoutRowMajor);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
-            UNROLL for (uint e = lane; e < LM * LN; e += SG) {
-                uint gi = m0 + sgm * SM + i * LM + e / LN;
-                uint gj = n0 + sgn * SN + j * LN + e % LN;
-                if (gi < p.m && gj < p.n) {
-                    float v = Cs[base + e] * rs[gi];
+            const uint r0 = m0 + sgm * SM + i * LM, c0 = n0 + sgn * SN + j * LN;
+            if (wide) {
+                UNROLL for (uint e = lane; e < LM * LN / 4; e += SG) {
+                    uint gi = r0 + e / (LN / 4);
+                    uint gj = c0 + (e % (LN / 4)) * 4; // gj % 4 = 0 = n % 4: gj < n ⇒ gj + 3 < n
+                    if (gi < p.m && gj < p.n) {
+                        vec4 v = Cs[base + e] * rs[gi];
 #ifdef QUANT
-                    v *= Qd[gj - n0];
+                        v *= vec4(Qd[gj - n0], Qd[gj - n0 + 1], Qd[gj - n0 + 2], Qd[gj - n0 + 3]);
 #endif
-                    uint o = gi * p.n + gj;
+                        uint o = (gi * p.n + gj) / 4;
 #ifdef RAW
-                    raw[o] = v;
+                        raw4[o] = v;
 #endif
 #ifdef SCALE
-                    v *= sc[gj];
+                        v *= sc4[gj / 4];
 #endif
-                    if (ACCUM) {
-                        c[o] += v;
-                    } else {
-                        c[o] = v;
+                        if (ACCUM) {
+                            c4[o] += v;
+                        } else {
+                            c4[o] = v;
+                        }
+                    }
+                }
+            } else {
+                UNROLL for (uint e = lane; e < LM * LN; e += SG) {
+                    uint gi = r0 + e / LN;
+                    uint gj = c0 + e % LN;
+                    if (gi < p.m && gj < p.n) {
+                        float v = Cs[base + e / 4][e % 4] * rs[gi];
+#ifdef QUANT
+                        v *= Qd[gj - n0];
+#endif
+                        uint o = gi * p.n + gj;
+#ifdef RAW
+                        raw[o] = v;
+#endif
+#ifdef SCALE
+                        v *= sc[gj];
+#endif
+                        if (ACCUM) {
+                            c[o] += v;
+                        } else {
+                            c[o] = v;
+                        }
                     }
                 }
             }
