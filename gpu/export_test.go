@@ -172,3 +172,14 @@ func SetCoopGPUTiles(on bool) (restore func()) {
 	coopGPUTiles = on
 	return func() { coopGPUTiles = old }
 }
+
+// SetGDRCUnroll forces the chunked delta rule's intra-chunk substitution unrolled (on) or as
+// a loop (off) on every adapter (gdrcUnroll); it returns the restore function.
+func SetGDRCUnroll(on bool) func() {
+	old := gdrcUnroll
+	gdrcUnroll = -1
+	if on {
+		gdrcUnroll = 1
+	}
+	return func() { gdrcUnroll = old }
+}

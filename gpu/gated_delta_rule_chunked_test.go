@@ -9,6 +9,7 @@ import (
 
 	"github.com/nvg-project/nvg/gpu"
 	"github.com/nvg-project/nvg/gpu/gputest"
+	"github.com/nvg-project/nvg/host"
 )
 
 // chunkedInputs is deltaInputs with g multiplied by gscale (still ≤ 0, rounded to f32).
@@ -174,4 +175,43 @@ func firstFit[F any](fits []bool, forms []F) F {
 		}
 	}
 	return forms[len(forms)-1]
+}
+
+// TestGatedDeltaRuleChunkedUnrolled: the intra-chunk kernel's two forms of the forward
+// substitution (gpu.SetGDRCUnroll: unrolled over the chunk's rows, what GPUs run; the loop,
+// what CPU adapters run) both meet the host reference, and each other within the same
+// tolerance (they add in the same order, but the driver may fuse multiplies and adds
+// differently in each: 1 ulp apart on lavapipe). Two windows of 100 tokens (the second
+// chunk of 36: rows past L skipped), dk = 16, dv = 20, hv = 2 per key head. One case only:
+// lavapipe's LLVM takes ~1 min to compile the unrolled kernel.
+func TestGatedDeltaRuleChunkedUnrolled(t *testing.T) {
+	d := gputest.Open(t)
+	dm := gpu.DeltaRuleDims{NB: 2, T: 100, HK: 1, HV: 2, DK: 16, DV: 20}
+	rows := dm.NB * dm.T
+	f, in := chunkedInputs(t, rand.New(rand.NewPCG(51, 52)), rows, dm.HK, dm.HV, dm.DK, dm.DV, 1)
+	bs := newBufs(t, d)
+	q, k, v := bs.up("q", f[0], rows, dm.HK, dm.DK), bs.up("k", f[1], rows, dm.HK, dm.DK), bs.up("v", f[2], rows, dm.HV, dm.DV)
+	g, beta := bs.up("g", f[3], rows, dm.HV), bs.up("beta", f[4], rows, dm.HV)
+	wo, ws, err := host.GatedDeltaRule(in[0], in[1], in[2], in[3], in[4], dm.NB, dm.T, dm.HK, dm.HV, dm.DK, dm.DV, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tol := deltaRuleChunkedTol(dm)
+	var o, st [2][]float32
+	for i, unrolled := range []bool{false, true} {
+		restore := gpu.SetGDRCUnroll(unrolled)
+		ob, sb := bs.nw("o", rows, dm.HV, dm.DV), bs.nw("state", dm.NB, dm.HV, dm.DK, dm.DV)
+		err := d.Run(func(r *gpu.Recorder) error { return gpu.GatedDeltaRuleChunked(r, q, k, v, g, beta, ob, sb, dm) })
+		restore()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o[i], st[i] = must(d.ReadFloat32(ob)).T(t), must(d.ReadFloat32(sb)).T(t)
+		form := map[bool]string{false: "loop", true: "unrolled"}[unrolled]
+		t.Logf("%s: o max |err|/max|want| %.3g, state %.3g (tolerance %.3g)", form,
+			checkClose(t, form+" o vs host", o[i], wo, tol*maxAbs(wo), 0)/maxAbs(wo),
+			checkClose(t, form+" state vs host", st[i], ws, tol*maxAbs(ws), 0)/maxAbs(ws), tol)
+	}
+	checkClose(t, "o unrolled vs loop", o[1], f64(o[0]), tol*maxAbs(wo), 0)
+	checkClose(t, "state unrolled vs loop", st[1], f64(st[0]), tol*maxAbs(ws), 0)
 }

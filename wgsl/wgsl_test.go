@@ -46,6 +46,7 @@ func TestRenderLibrary(t *testing.T) {
 	type gdrc struct {
 		DK, DV, CS         int
 		Intra, Tiled       bool
+		Unroll             bool
 		BK, IT, ND         int
 		WantState, SaveH   bool
 		HBinding, UBinding int
@@ -63,7 +64,11 @@ func TestRenderLibrary(t *testing.T) {
 		{"gated_delta_rule_chunked.wgsl", gdrc{DK: 128, DV: 128, Intra: true}, []string{
 			"    nck: u32, // ⌈t / 64⌉\n};\n@group(0) @binding(9) var<uniform> p: Params;\n\nconst C: u32 = 64u;",
 			"const DK: u32 = 128u;", "@compute @workgroup_size(256)", "    let bj = wg / p.nck;\n    let j = bj % p.hv;\n",
-			"    let sr0 = bj * p.t + t0; // scratch row of the chunk's first token\n    if (lid < C) {"}},
+			"    let sr0 = bj * p.t + t0; // scratch row of the chunk's first token\n    if (lid < C) {",
+			"        var x: array<f32, 64>;"}},
+		{"gated_delta_rule_chunked.wgsl", gdrc{DK: 128, DV: 128, Intra: true, Unroll: true}, []string{
+			"        var x0 = 0.0;\n        if (0u < L) {", "            a0 = fma(aw[4094], x62, a0);\n            x63 = rhs - (a0 + a1);",
+			"            a1 = fma(aw[4093], x61, a1);", "            storeWU(col, sr0 + 63u, x63);"}},
 		{"gated_delta_rule_chunked.wgsl", gdrc{DK: 128, DV: 128, CS: 32, WantState: true, SaveH: true, HBinding: 8, UBinding: 10},
 			[]string{"@group(0) @binding(10) var<uniform> p: Params;", "    let slice = wg % NS;\n    let bj = wg / NS;\n",
 				"                h[((bj * p.nck + ci) * DK + d) * DV + c] = sw[d * C4 + (e % CS) / 4u][e % 4u];",
