@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -305,7 +306,7 @@ func TestLogitsTopKRankBitIdentical(t *testing.T) {
 // the teacher's head: rows = 8 windows × 512 tokens, hidden 1024, vocab 248320, k 32 in the
 // automatic slices (4096 vocabulary rows where the scratch cap binds: 61 merges per call);
 // else 64 rows, hidden 64, vocab 4000, k 32 in slices of 512, which runs in seconds on
-// lavapipe. E is random f16 (distinct logits, as a trained head gives). The rank and
+// lavapipe. NVG_BENCH_SLICE sets the vocabulary slice (a multiple of 128). E is random f16 (distinct logits, as a trained head gives). The rank and
 // rounds forms' ids and log-probabilities are compared bit for bit at the end. Needs
 // timestamp queries. Run with -benchtime 20x.
 func BenchmarkLogitsTopK(b *testing.B) {
@@ -317,6 +318,13 @@ func BenchmarkLogitsTopK(b *testing.B) {
 	dims := gpu.LogitsDims{Rows: 64, Hidden: 64, Vocab: 4000, K: 32, SliceRows: 512}
 	if os.Getenv("NVG_BENCH_LARGE") != "" {
 		dims = gpu.LogitsDims{Rows: 4096, Hidden: 1024, Vocab: 248320, K: 32}
+	}
+	if v := os.Getenv("NVG_BENCH_SLICE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatalf("NVG_BENCH_SLICE=%q: %v", v, err)
+		}
+		dims.SliceRows = n
 	}
 	rng := rand.New(rand.NewPCG(19, 20))
 	eb := make([]uint16, dims.Vocab*dims.Hidden)
