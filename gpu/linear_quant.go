@@ -231,9 +231,10 @@ func quantCoopFits(w QuantWeight) bool { return w.In%8 == 0 && w.Block[1]%8 == 0
 
 // coopQuantGEMM is the cooperative-matrix form of LinearQuant (coopmat_gemm.comp -DQUANT):
 // x [m, w.In] is packed to f16 with a power-of-two scale per row (CoopmatPack, as for
-// Linear), and the kernel stages the 8-bit weights into workgroup memory as f16 — each
-// value(code) · scale rounded to f32 once (as the WGSL forms), times a power of two 2^E per
-// row of W that the epilogue divides out exactly, then rounded to f16. E comes from the
+// Linear), and the kernel stages the 8-bit weights into workgroup memory as f16, decoded in
+// f16 arithmetic — each value(code) times f16(scale · 2^E) rounded to f16 once (the scale's
+// rounding is exact for f16 scales, one more ≤ 2⁻¹¹ for f32 ones), 2^E a power of two per
+// row of W that the epilogue divides out exactly. E comes from the
 // exponent of the row's largest scale (coopmat_gemm.comp's qexp): every weight of the row
 // times 2^E is below 2¹⁵ and the largest the row can hold (448 or 127 times that scale) at
 // least 2¹³, so no dequantized weight can overflow f16 (max 65504) whatever the scales, and
