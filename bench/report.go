@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -21,20 +22,53 @@ type peerResult struct {
 	Torch          string  `json:"torch"`
 }
 
-// peerRun is the peer's output: its results by geometry, its FAILED lines, and why it was
+// peerRun is the peer's output: its results by geometry (each the median of that
+// geometry's runs, peerMedian), every run's result (runs), its FAILED lines, and why it was
 // not run (the file's text when it has neither).
 type peerRun struct {
 	results map[string]peerResult
+	runs    map[string][]peerResult
 	failed  map[string]string
 	order   []string
 	note    string
+}
+
+// peerMedian is the result reported for a geometry the peer ran several times (RESULT lines
+// of the same geom, in one file or several): each figure the median of the runs that have it
+// (> 0; the mean of the middle two for an even count), Tokens and Torch the last run's. The
+// peer's throughput moves between runs on one machine (the 0.8B teacher pass 33,314 to
+// 45,000 tok/s on one H100 type, 2026-12-06), so one run is a poor reference.
+func peerMedian(runs []peerResult) peerResult {
+	med := func(get func(peerResult) float64) float64 {
+		var v []float64
+		for _, r := range runs {
+			if x := get(r); x > 0 {
+				v = append(v, x)
+			}
+		}
+		if len(v) == 0 {
+			return 0
+		}
+		sort.Float64s(v)
+		n := len(v)
+		if n%2 == 1 {
+			return v[n/2]
+		}
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	m := runs[len(runs)-1]
+	m.TeacherTokS = med(func(r peerResult) float64 { return r.TeacherTokS })
+	m.StudentTokS = med(func(r peerResult) float64 { return r.StudentTokS })
+	m.TeacherPeakGiB = med(func(r peerResult) float64 { return r.TeacherPeakGiB })
+	m.StudentPeakGiB = med(func(r peerResult) float64 { return r.StudentPeakGiB })
+	return m
 }
 
 // parsePeer reads the peer's stdout: `RESULT {json}` and `FAILED name reason…` lines; any
 // other line is ignored. A file with neither is a peer that did not run: its first line is
 // kept as the reason. Errors: an unreadable file or a RESULT line that is not valid JSON.
 func parsePeer(r io.Reader) (*peerRun, error) {
-	p := &peerRun{results: map[string]peerResult{}, failed: map[string]string{}}
+	p := &peerRun{results: map[string]peerResult{}, runs: map[string][]peerResult{}, failed: map[string]string{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	first := ""
@@ -52,10 +86,11 @@ func parsePeer(r io.Reader) (*peerRun, error) {
 			if res.Geom == "" {
 				return nil, fmt.Errorf("peer RESULT line without geom: %q", line)
 			}
-			if _, ok := p.results[res.Geom]; !ok {
+			if _, ok := p.runs[res.Geom]; !ok {
 				p.order = append(p.order, res.Geom)
 			}
-			p.results[res.Geom] = res
+			p.runs[res.Geom] = append(p.runs[res.Geom], res)
+			p.results[res.Geom] = peerMedian(p.runs[res.Geom])
 		case strings.HasPrefix(line, "FAILED "):
 			f := strings.Fields(line)
 			if len(f) >= 2 {
@@ -140,7 +175,7 @@ func readJSONs(paths string) (*Report, error) {
 // readPeers reads comma-separated peer outputs and merges them (a peer that ran in one file
 // and not in another counts as run).
 func readPeers(paths string) (*peerRun, error) {
-	all := &peerRun{results: map[string]peerResult{}, failed: map[string]string{}}
+	all := &peerRun{results: map[string]peerResult{}, runs: map[string][]peerResult{}, failed: map[string]string{}}
 	var notes []string
 	for _, p := range strings.Split(paths, ",") {
 		f, err := os.Open(p)
@@ -159,7 +194,8 @@ func readPeers(paths string) (*peerRun, error) {
 			if _, ok := all.results[g]; !ok {
 				all.order = append(all.order, g)
 			}
-			all.results[g] = pr.results[g]
+			all.runs[g] = append(all.runs[g], pr.runs[g]...)
+			all.results[g] = peerMedian(all.runs[g])
 			delete(all.failed, g)
 		}
 		for g, why := range pr.failed {
@@ -172,6 +208,29 @@ func readPeers(paths string) (*peerRun, error) {
 		all.note = strings.Join(notes, "; ")
 	}
 	return all, nil
+}
+
+// peerRunsNote says, for the geometries the peer ran more than once, that the tables give
+// the median and what each run measured ("" when every geometry ran once).
+func peerRunsNote(peer *peerRun) string {
+	var parts []string
+	for _, g := range peer.order {
+		runs := peer.runs[g]
+		if len(runs) < 2 {
+			continue
+		}
+		var tt, st []string
+		for _, r := range runs {
+			tt = append(tt, num(r.TeacherTokS, "%.0f"))
+			st = append(st, num(r.StudentTokS, "%.0f"))
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d runs, teacher pass %s tok/s, student step %s", g, len(runs),
+			strings.Join(tt, " / "), strings.Join(st, " / ")))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; the tables give the median of the peer's runs (" + strings.Join(parts, "; ") + ")"
 }
 
 // RenderReport writes docs/BENCHMARKS.md (format md) or the ratio table (text) from nvg
@@ -813,7 +872,7 @@ func renderMarkdown(w io.Writer, rep, before *Report, peer *peerRun, cpu *Report
 	case peer.note != "":
 		fmt.Fprintf(w, "- Peer: **not run** (%s); nvg's figures only.\n", strings.TrimPrefix(notRun(peer.note), "peer not run: "))
 	default:
-		fmt.Fprintf(w, "- Peer: torch_baseline.py, torch %s, PyTorch eager, bf16 autocast\n", torch)
+		fmt.Fprintf(w, "- Peer: torch_baseline.py, torch %s, PyTorch eager, bf16 autocast%s\n", torch, peerRunsNote(peer))
 	}
 	if rep.TensorCores != "" {
 		fmt.Fprintf(w, "- Tensor cores: %s\n", rep.TensorCores)

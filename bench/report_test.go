@@ -135,6 +135,26 @@ func TestBenchReport(t *testing.T) {
 	if !strings.Contains(md.String(), "GPU figures: pending") || !strings.Contains(md.String(), "| `BLRForward.y` | 184 | 350.00 | 50.0 % | 6700.00 | 480.00 |") {
 		t.Errorf("pending report:\n%s", md.String())
 	}
+	// Several runs of the peer (RESULT lines of one geometry, in one file or across files):
+	// each figure is their median (neither the first run's nor the last's) — 30900, 35900,
+	// 40900 → 35900 and 6080, 7080, 0 (a run without the student) → (6080 + 7080)/2 = 6580;
+	// the header lists the runs. Ratios by hand: 20000/35900 = 0.557, 5000/6580 = 0.760.
+	peer2 := filepath.Join(dir, "peer2.txt")
+	os.WriteFile(peer2, []byte(strings.Replace(strings.Replace(peerFixture, "30900", "35900", 1), "6080", "7080", 1)+
+		strings.Replace(strings.Replace(peerFixture, "30900", "40900", 1), `"student_tok_s": 6080`, `"student_tok_s": 0`, 1)), 0o644)
+	md.Reset()
+	if err := bench.RenderReport(&md, js, "", peer+","+peer2, "", "", "md"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| 0.8B | resident | 20000 | 35900 | 0.56 | 5000 | 6580 | 0.76 |",
+		"the tables give the median of the peer's runs (0.8B: 3 runs, teacher pass 30900 / 35900 / 40900 tok/s, student step 6080 / 7080 / —)"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("median-of-runs markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	if strings.Contains(peerFixtureOnce(t, js, peer), "median of the peer's runs") {
+		t.Error("a peer that ran once: the header mentions a median")
+	}
 	bad := filepath.Join(dir, "bad.txt")
 	os.WriteFile(bad, []byte("RESULT {not json\n"), 0o644)
 	if err := bench.RenderReport(&md, js, "", bad, "", "", "md"); err == nil {
@@ -382,4 +402,14 @@ func TestBenchReportTensorCores(t *testing.T) {
 	if !strings.Contains(md.String(), "| 9900 | 5000 | 6080 | 1.63 | 0.82 | 1.98 |") {
 		t.Errorf("merged A/B:\n%s", md.String())
 	}
+}
+
+// peerFixtureOnce renders the report of js against the one-run peer output and returns it.
+func peerFixtureOnce(t *testing.T, js, peer string) string {
+	t.Helper()
+	var md bytes.Buffer
+	if err := bench.RenderReport(&md, js, "", peer, "", "", "md"); err != nil {
+		t.Fatal(err)
+	}
+	return md.String()
 }

@@ -9,6 +9,9 @@
 #              machine has no Go toolchain, so build it beforehand: go build -o nvg ./cmd/nvg)
 #   PEER       torch_baseline.py (default ../shared/bench/torch_baseline.py, else shared/bench/…)
 #   PYTHON     the peer's interpreter (default python3)
+#   PEER_RUNS  how many times the peer runs (default 3): its throughput moves between runs on
+#              one machine (the 0.8B teacher pass 33,314 to 45,000 tok/s on one H100 type), so
+#              the report gives each figure's median over the runs and lists them
 #   OUT        where the raw outputs go (default bench/out/<UTC date>). Runs of different
 #              geometries into the same OUT are merged into one report (e.g. on a machine with
 #              a 10-minute limit per command: OUT=bench/out/h200 bench/run.sh 0.8B,4B, then
@@ -48,6 +51,8 @@ if [ -z "${PEER:-}" ]; then
 	[ -f "$PEER" ] || [ ! -f shared/bench/torch_baseline.py ] || PEER=shared/bench/torch_baseline.py
 fi
 PYTHON="${PYTHON:-python3}"
+PEER_RUNS="${PEER_RUNS:-3}"
+case $PEER_RUNS in [1-9] | [1-9][0-9]) ;; *) echo "run.sh: PEER_RUNS=$PEER_RUNS: want a whole number from 1 to 99" >&2; exit 2 ;; esac
 OUT="${OUT:-bench/out/$(date -u +%Y%m%dT%H%M%SZ)}"
 CPU_JSON="${CPU_JSON:-docs/bench/lavapipe-tiny.json}"
 DOC="${DOC:-docs/BENCHMARKS.md}"
@@ -84,8 +89,11 @@ elif [ ! -f "$PEER" ]; then
 elif ! "$PYTHON" -c 'import torch, transformers' >/dev/null 2>&1; then
 	echo "peer not run: $PYTHON cannot import torch and transformers" >"$peer_out"
 else
-	# shellcheck disable=SC2086
-	"$PYTHON" "$PEER" ${geoms//,/ } 2>"$OUT/peer-$tag.err" | tee "$peer_out"
+	: >"$peer_out"
+	for ((i = 1; i <= PEER_RUNS; i++)); do
+		# shellcheck disable=SC2086
+		"$PYTHON" "$PEER" ${geoms//,/ } 2>>"$OUT/peer-$tag.err" | tee -a "$peer_out"
+	done
 	if ! grep -q '^RESULT \|^FAILED ' "$peer_out"; then
 		echo "peer not run: torch_baseline.py printed no RESULT line (see $OUT/peer-$tag.err: $(tail -n 1 "$OUT/peer-$tag.err"))" >"$peer_out"
 	fi
