@@ -64,6 +64,13 @@ func peerMedian(runs []peerResult) peerResult {
 	return m
 }
 
+// summarise sets p.results from p.runs: each geometry's peerMedian.
+func (p *peerRun) summarise() {
+	for g, runs := range p.runs {
+		p.results[g] = peerMedian(runs)
+	}
+}
+
 // parsePeer reads the peer's stdout: `RESULT {json}` and `FAILED name reason…` lines; any
 // other line is ignored. A file with neither is a peer that did not run: its first line is
 // kept as the reason. Errors: an unreadable file or a RESULT line that is not valid JSON.
@@ -90,7 +97,6 @@ func parsePeer(r io.Reader) (*peerRun, error) {
 				p.order = append(p.order, res.Geom)
 			}
 			p.runs[res.Geom] = append(p.runs[res.Geom], res)
-			p.results[res.Geom] = peerMedian(p.runs[res.Geom])
 		case strings.HasPrefix(line, "FAILED "):
 			f := strings.Fields(line)
 			if len(f) >= 2 {
@@ -101,6 +107,7 @@ func parsePeer(r io.Reader) (*peerRun, error) {
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
+	p.summarise()
 	if len(p.results) == 0 && len(p.failed) == 0 {
 		p.note = first
 		if p.note == "" {
@@ -191,22 +198,22 @@ func readPeers(paths string) (*peerRun, error) {
 			notes = append(notes, pr.note)
 		}
 		for _, g := range pr.order {
-			if _, ok := all.results[g]; !ok {
+			if _, ok := all.runs[g]; !ok {
 				all.order = append(all.order, g)
 			}
 			all.runs[g] = append(all.runs[g], pr.runs[g]...)
-			all.results[g] = peerMedian(all.runs[g])
 			delete(all.failed, g)
 		}
 		for g, why := range pr.failed {
-			if _, ok := all.results[g]; !ok {
+			if _, ok := all.runs[g]; !ok {
 				all.failed[g] = why
 			}
 		}
 	}
-	if len(all.results) == 0 && len(all.failed) == 0 {
+	if len(all.runs) == 0 && len(all.failed) == 0 {
 		all.note = strings.Join(notes, "; ")
 	}
+	all.summarise()
 	return all, nil
 }
 

@@ -50,7 +50,7 @@ var gdrcUnroll = 0
 
 // gdrcUnrolled reports whether the intra-chunk kernel on d takes its unrolled forward
 // substitution: on GPUs, where the loop form's array of 64 values went to local memory and
-// made the kernel 3.4 TFLOP/s on an H100; not on CPU adapters, where LLVM takes ~30 s to
+// made the kernel 3.4 TFLOP/s on an H100; not on CPU adapters, where LLVM takes ~1 min to
 // compile each unrolled specialisation (the loop form ~0.2 s). Both add in the same order
 // (TestGatedDeltaRuleChunkedUnrolled).
 func gdrcUnrolled(d *Device) bool {
