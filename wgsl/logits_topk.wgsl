@@ -17,9 +17,10 @@
 // simple twin), K rounds each select, by a workgroup reduction, the best element strictly worse
 // than the previous pick among the pool (or the whole slice when the pool overflowed) and
 // the old list, so no element needs marking. Both select the same elements in the same order
-// and copy their logits unchanged: the same bits. The rank form also bounds the pool from
-// below by the K-th largest of the threads' maxima over their columns (K distinct slice
-// elements reach it, so the slice's top-K do), which keeps even the first slice's pool small.
+// and copy their logits unchanged: the same bits. On the first slice the rank form also
+// bounds the pool from below by the K-th largest of the threads' maxima over their columns
+// (K distinct slice elements reach it, so the slice's top-K do), which keeps even that pool
+// small. The slice is read twice: its maximum, then Σ exp and the prefilter in one loop.
 // Template parameters: WG (power of two ≥ K), K (1..64), Pool (pool capacity), Per
 // (rank candidates per thread, WG·Per ≥ K; 0: the rounds form); Lanes selects the lane-blocked form below.
 
@@ -149,14 +150,13 @@ var<workgroup> lane_tau: f32;
         lane_tau = neg_inf(); // when no thread's maximum ranks K-th (NaN logits)
     }
 {{- end}}
-    // 1. The slice maximum; 2. Σ exp(x − mnew) over the slice into red_v[0].
-{{- template "red_slice_lse" (dict "Lanes" false "WG" .WG "S" 0 "Buf" "red_v")}}
+    // 1. The slice maximum and the new running maximum.
+{{- template "red_slice_max" (dict "Lanes" false "WG" .WG "S" 0 "Buf" "red_v")}}
 {{- if .Per}}
-    lane_max[lid] = mx; // this thread's maximum over its columns (red_slice_lse)
+    lane_max[lid] = mx; // this thread's maximum over its columns (red_slice_max)
 {{- end}}
-    workgroupBarrier();
 
-    // 3. The old list into workgroup memory (every slot written).
+    // 2. The old list into workgroup memory (every slot written).
     if (lid < {{.K}}u) {
         if (p.first == 0u) {
             cand_v[lid] = vals[row * {{.K}}u + lid];
@@ -166,12 +166,17 @@ var<workgroup> lane_tau: f32;
             cand_i[lid] = NONE;
         }
     }
+    if (lid == 0u) {
+        atomicStore(&pool_n, 0u); // workgroup memory is not zero-initialised
+    }
+    workgroupBarrier();
 {{- if .Per}}
-    // 3b. lane_tau: the K-th largest thread maximum. K threads hold distinct slice elements
-    // at or above it, so the slice's K-th largest logit is too, and every slice element that
-    // can enter the list (it must be in the slice's top K) is ≥ lane_tau. Threads without
-    // columns have −∞.
-    {
+    // 2b. On the first slice (no old list to filter by), lane_tau: the K-th largest thread
+    // maximum. K threads hold distinct slice elements at or above it, so the slice's K-th
+    // largest logit is too, and every slice element that can enter the list (it must be in
+    // the slice's top K) is ≥ lane_tau. Threads without columns have −∞. Later slices skip
+    // it (WG² comparisons): the old K-th logit filters them.
+    if (p.first != 0u) {
         var rk = 0u;
         for (var j = 0u; j < {{.WG}}u; j++) {
             let m = lane_max[j];
@@ -183,11 +188,13 @@ var<workgroup> lane_tau: f32;
             lane_tau = mx;
         }
     }
-{{- end}}
     workgroupBarrier();
+{{- end}}
 
-    // 4. Prefilter. Old ids are all below v0 (slices run in order), so an element equal to
-    // the old k-th logit ranks after it: only logits strictly above it can enter.
+    // 3. One more read of the slice: Σ exp(x − mnew) (red_slice_lse's loop, the same order
+    // and bits) and the prefilter into the pool. Old ids are all below v0 (slices run in
+    // order), so an element equal to the old k-th logit ranks after it: only logits strictly
+    // above it can enter.
     var tau = neg_inf();
     if (p.first == 0u) {
         tau = cand_v[{{.K}}u - 1u];
@@ -195,12 +202,10 @@ var<workgroup> lane_tau: f32;
 {{- if .Per}}
     let tau_lanes = lane_tau;
 {{- end}}
-    if (lid == 0u) {
-        atomicStore(&pool_n, 0u); // workgroup memory is not zero-initialised
-    }
-    workgroupBarrier();
+    var s = 0.0;
     for (var c = lid; c < p.cols; c += {{.WG}}u) {
         let v = logits[base + c];
+        s += exp(v - mnew);
         if (v > tau{{if .Per}} && v >= tau_lanes{{end}}) {
             let slot = atomicAdd(&pool_n, 1u);
             if (slot < {{.Pool}}u) {
@@ -209,12 +214,14 @@ var<workgroup> lane_tau: f32;
             }
         }
     }
+{{- template "red_slice_snew" (dict "Lanes" false "WG" .WG "S" 0 "Buf" "red_v")}}
 {{- if not .Per}}
-    workgroupBarrier();
+    workgroupBarrier(); // everyone has read red_v[0] (snew) before the rounds reuse red_v
     // Every thread reads the same count; no barrier depends on it.
     let npool = atomicLoad(&pool_n);
 {{- else}}
-    // A uniform value (barrier, load): the choice between the forms has barriers under it.
+    // A uniform value (barrier, load): the choice between the forms has barriers under it;
+    // the barrier also keeps the rounds' red_v writes after every read of snew.
     let npool = workgroupUniformLoad(&pool_n);
 {{- end}}
     let pooled = npool <= {{.Pool}}u;
@@ -224,7 +231,7 @@ var<workgroup> lane_tau: f32;
     }
 {{- if .Per}}
 
-    // 5. The rank form: candidates c < K are the old list's, the others the pool's.
+    // 4. The rank form: candidates c < K are the old list's, the others the pool's.
     // A candidate's rank is the number of candidates that are better (NONE never is).
     if (npool <= {{sub (mul .WG .Per) .K}}u) {
         let n = {{.K}}u + npool;
@@ -279,7 +286,7 @@ var<workgroup> lane_tau: f32;
     } else {
 {{- end}}
 
-    // 5. (The rank form's overflow, or the rounds form.) K selection rounds.
+    // 4. (The rank form's overflow, or the rounds form.) K selection rounds.
     var lastv = 0.0;
     var lasti = NONE; // NONE: nothing picked yet, everything is eligible
     var myv = 0.0;    // thread r keeps round r's pick
@@ -341,7 +348,7 @@ var<workgroup> lane_tau: f32;
     }
 {{- end}}
 
-    // 6. The new state; on the last slice, lse (the list holds log-probabilities).
+    // 5. The new state; on the last slice, lse (the list holds log-probabilities).
     if (lid == 0u) {
         state[2u * row] = mnew;
         state[2u * row + 1u] = snew;

@@ -117,8 +117,24 @@ state[2·row], state[2·row + 1] unless p.first ≠ 0 (then (−∞, 0)); mnew =
 and snew = Σ_c exp(logits[base + c] − mnew) + sold·e^{mold − mnew}, in every invocation.
 The workgroup form reduces through Buf (a workgroup array<f32, WG>), the lanes form (Lanes,
 one subgroup of S lanes) by subgroupMax and subgroupAdd. The kernel declares logits, state,
-p.cols, p.first, row, base and neg_inf(). Keys: Lanes, WG, S, Buf. */ -}}
+p.cols, p.first, row, base and neg_inf(). It is red_slice_max, the strided sum s of the
+exponentials and red_slice_snew; a kernel that reads the slice again after the maximum
+(LogitsTopK's prefilter) writes that loop itself, in the same order, for the same bits.
+Keys: Lanes, WG, S, Buf. */ -}}
 {{define "red_slice_lse"}}
+{{- $l := "lid"}}{{$step := .WG}}{{if .Lanes}}{{$l = "sl"}}{{$step = .S}}{{end}}
+{{- template "red_slice_max" .}}
+    var s = 0.0;
+    for (var c = {{$l}}; c < p.cols; c += {{$step}}u) {
+        s += exp(logits[base + c] - mnew);
+    }
+{{- template "red_slice_snew" .}}
+{{- end}}
+
+{{- /* red_slice_max: red_slice_lse's first half: each invocation's maximum mx over its
+columns, the slice maximum mslice, (mold, sold) and mnew (the workgroup form leaves Buf free:
+a barrier follows its read). Keys: Lanes, WG, S, Buf. */ -}}
+{{define "red_slice_max"}}
 {{- $l := "lid"}}{{$step := .WG}}{{if .Lanes}}{{$l = "sl"}}{{$step = .S}}{{end}}
     var mx = neg_inf();
     for (var c = {{$l}}; c < p.cols; c += {{$step}}u) {
@@ -138,10 +154,12 @@ p.cols, p.first, row, base and neg_inf(). Keys: Lanes, WG, S, Buf. */ -}}
         sold = state[2u * row + 1u];
     }
     let mnew = max(mold, mslice);
-    var s = 0.0;
-    for (var c = {{$l}}; c < p.cols; c += {{$step}}u) {
-        s += exp(logits[base + c] - mnew);
-    }
+{{- end}}
+
+{{- /* red_slice_snew: red_slice_lse's second half: snew from each invocation's strided sum
+s of exp(x − mnew) (the workgroup form leaves the sum in Buf[0]: a barrier must come
+before Buf is written again). Keys: Lanes, WG, S, Buf. */ -}}
+{{define "red_slice_snew"}}
 {{- if .Lanes}}
     var snew = subgroupAdd(s);
 {{- else}}
