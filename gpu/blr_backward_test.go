@@ -113,7 +113,7 @@ func TestBLRBackward(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(41, 42))
 	const u = 1.0 / (1 << 24)
-	auto := []gemmTestVariant{{}, coopmatVariant}
+	auto := []gemmTestVariant{{}, coopmatVariant, coopmatSplitVariant}
 	lanes := []gemmTestVariant{lanesVariant}
 	// m = n = r = 128 takes the fast path of every GEMM (TransB and not) under every tile.
 	fast := []gemmTestVariant{{bm: 64, bn: 64, bk: 16, general: false}, {bm: 128, bn: 128, bk: 32, general: false}, {bm: 128, bn: 64, bk: 32, general: false},
@@ -143,10 +143,13 @@ func TestBLRBackward(t *testing.T) {
 					// them with the f32 terms doubled (coopRel).
 					skipNoCoopmat(t, d)
 					extra = 1.0 / (1 << 8)
-					coop0 := gpu.CoopDispatches()
+					coop0, split0 := gpu.CoopDispatches(), gpu.CoopSplits()
 					defer func() {
 						if got, want := gpu.CoopDispatches()-coop0, 4*c.paths; got != want {
 							t.Errorf("%d cooperative-matrix GEMMs recorded, want %d", got, want)
+						}
+						if v.splitK > 0 && gpu.CoopSplits() == split0 {
+							t.Errorf("no split-K GEMM recorded under %s", v)
 						}
 					}()
 				}

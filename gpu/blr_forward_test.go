@@ -141,7 +141,7 @@ type blrForwardImpl struct {
 // gemmTestVariants and on its naive twin BLRForwardNaive.
 func TestBLRForward(t *testing.T) {
 	impls := []blrForwardImpl{{"naive", gpu.BLRForwardNaive, nil}, {"lanes", gpu.BLRForward, &lanesVariant},
-		{"coopmat", gpu.BLRForward, &coopmatVariant}}
+		{"coopmat", gpu.BLRForward, &coopmatVariant}, {coopmatSplitVariant.String(), gpu.BLRForward, &coopmatSplitVariant}}
 	for i := range gemmTestVariants {
 		v := &gemmTestVariants[i]
 		impls = append(impls, blrForwardImpl{v.String(), gpu.BLRForward, v})
@@ -170,7 +170,7 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 	if impl.variant != nil {
 		defer impl.variant.force()()
 	}
-	lanes0, coop0 := gpu.GEMMLanesDispatches(), gpu.CoopDispatches()
+	lanes0, coop0, split0 := gpu.GEMMLanesDispatches(), gpu.CoopDispatches(), gpu.CoopSplits()
 	for _, c := range blrForwardCases {
 		if impl.variant != nil && !impl.variant.lanes && !impl.variant.coop && impl.variant.general == c.fast {
 			continue
@@ -257,6 +257,9 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 		got := gpu.GEMMLanesDispatches() - lanes0
 		if impl.variant.coop {
 			got = gpu.CoopDispatches() - coop0
+		}
+		if impl.variant.splitK > 0 && gpu.CoopSplits() == split0 {
+			t.Errorf("no split-K GEMM recorded under %s", impl.name)
 		}
 		if got != want {
 			t.Errorf("%d %s GEMMs recorded, want %d (t1 and y per path and case)", got, impl.name, want)

@@ -91,6 +91,10 @@ var coopForce atomic.Int32
 // coopDispatches counts the cooperative-matrix GEMMs recorded (tests check a forced path ran).
 var coopDispatches atomic.Int64
 
+// coopSplitKs counts the split-K cooperative-matrix GEMMs recorded (tests check that a forced
+// split ran).
+var coopSplitKs atomic.Int64
+
 // SetTensorCores forces the cooperative-matrix kernels on (where the device has them
 // available, TensorCores().Available, also on CPU adapters and under a forced WGSL GEMM
 // variant) or off (the WGSL kernels everywhere), for every device of the process, and
@@ -499,6 +503,68 @@ func (d *Device) coopPlan(m, k, n int) (t coopTile, mp, kp int, grid [3]int, ok 
 	return
 }
 
+// coopSplitForce is NVG_COOPMAT_SPLITK, parsed at Open (0: automatic): the split-K factor
+// of every cooperative-matrix GEMM that may split (benchmarks, tests).
+var coopSplitForce int
+
+// coopSplitGroups: a GEMM whose tile makes fewer workgroups than this splits K
+// (coopSplitK) until it makes at least as many (two 256-thread workgroups per SM of an H100
+// or H200).
+const coopSplitGroups = 264
+
+// coopSplitK returns S, how many runs of whole BK slices a GEMM of groups workgroups (tile t)
+// over kp columns of K is split into (coopmat_gemm.comp's split-K: S workgroups along z,
+// each writing a slab that coopSplitSum adds up): 1 on CPU adapters and where the grid is
+// large enough (coopSplitGroups), else the least S that makes it so, at most 8 and leaving
+// each run at least 4 slices; NVG_COOPMAT_SPLITK forces S. S is then cut to the slices and
+// so that every run is non-empty (⌈ns/⌈ns/S⌉⌉ runs of ⌈ns/S⌉ slices).
+func (d *Device) coopSplitK(t coopTile, groups, kp int) int {
+	ns := kp / t.BK
+	s := 1
+	switch {
+	case coopSplitForce > 0:
+		s = coopSplitForce
+	case d.info.CPU || groups >= coopSplitGroups:
+	default:
+		s = min((coopSplitGroups+groups-1)/groups, 8, ns/4)
+	}
+	s = max(1, min(s, ns))
+	per := (ns + s - 1) / s
+	return (ns + per - 1) / per
+}
+
+// coopSplitOut returns the binding a GEMM of S runs (coopSplitK) writes: c itself for S = 1,
+// else a borrowed F32 [S, m, n] (given back by done), with the S that fits: 1 where the slabs
+// would pass the index range or a binding.
+func coopSplitOut(r *Recorder, op string, c Binding, s, m, n int) (out Binding, s2 int, done func(), err error) {
+	if s <= 1 || uint64(s)*uint64(m)*uint64(n) > maxU32Elems || uint64(s)*uint64(m)*uint64(n)*4 > r.d.Info().MaxStorageBindingSize {
+		return c, 1, func() {}, nil
+	}
+	part, done, err := r.Borrow(op+" split-K slabs", F32, s, m, n)
+	if err != nil {
+		return Binding{}, 0, nil, err
+	}
+	return Whole(part), s, done, nil
+}
+
+// coopSplitSum records CoopmatSplitK (wgsl/coopmat_splitk.wgsl): c (+)= the sum of part's
+// s slabs of mn values each, in slab order.
+func coopSplitSum(r *Recorder, op string, part, c Binding, mn, s int, accum bool) error {
+	const wg = 256
+	if err := r.dispatch1D(KernelSpec{Name: op + ".splitk", File: "coopmat_splitk.wgsl",
+		Params: struct {
+			WG    int
+			Accum bool
+		}{wg, accum},
+		Bindings: []Access{Read, ReadWrite}, Uniforms: 2,
+	}, (mn+wg-1)/wg, []uint32{uint32(mn), uint32(s)}, part, c); err != nil {
+		return err
+	}
+	r.Cost(0, 4*float64(mn)*float64(s+1+int(b2u(accum))))
+	coopSplitKs.Add(1)
+	return nil
+}
+
 // coopGEMM is the cooperative-matrix form of gemm for an f16 B (bf16): C[m, n] = A·B with B
 // [n, k] (transB) or [k, n]. It returns false, recording nothing, where it does not apply:
 // tensor cores off, an f32 B (MatMul keeps f32 products), B's rows not whole 16-byte
@@ -523,7 +589,18 @@ func coopGEMM(r *Recorder, op string, a, b, c Binding, bf16 bool, m, k, n int, t
 		return true, err
 	}
 	defer done()
-	if err := r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp)}, Whole(a16), Whole(rs), b, c); err != nil {
+	out, s, done2, err := coopSplitOut(r, op, c, d.coopSplitK(t, grid[0]*grid[1], kp), m, n)
+	if err != nil {
+		r.ops = r.ops[:mark]
+		return true, err
+	}
+	defer done2()
+	grid[2] = s
+	err = r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp)}, Whole(a16), Whole(rs), b, out)
+	if err == nil && s > 1 {
+		err = coopSplitSum(r, op, out, c, m*n, s, false)
+	}
+	if err != nil {
 		r.ops = r.ops[:mark]
 		return true, err
 	}
@@ -555,11 +632,20 @@ func coopBLRGEMM(r *Recorder, op string, a, bits, sa, sc, c, raw *Buffer, m, k, 
 	if !ok {
 		return false, nil
 	}
-	kn, err := d.coopKernel(op, v, t, transB, accum)
+	s := 1
+	if raw == nil { // raw would need its own slabs
+		s = d.coopSplitK(t, grid[0]*grid[1], kp)
+	}
+	mark := len(r.ops)
+	out, s, done2, err := coopSplitOut(r, op, Whole(c), s, m, n)
+	if err != nil {
+		return true, err
+	}
+	defer done2()
+	kn, err := d.coopKernel(op, v, t, transB, accum && s == 1) // split: the sum accumulates
 	if err != nil {
 		return false, nil
 	}
-	mark := len(r.ops)
 	a16, rs, done, err := coopPack(r, op, Whole(a), sa, m, k, mp, kp)
 	if err != nil {
 		return true, err
@@ -569,11 +655,16 @@ func coopBLRGEMM(r *Recorder, op string, a, bits, sa, sc, c, raw *Buffer, m, k, 
 	if sc != nil {
 		binds = append(binds, Whole(sc))
 	}
-	binds = append(binds, Whole(c))
+	binds = append(binds, out)
 	if raw != nil {
 		binds = append(binds, Whole(raw))
 	}
-	if err := r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp)}, binds...); err != nil {
+	grid[2] = s
+	err = r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp)}, binds...)
+	if err == nil && s > 1 {
+		err = coopSplitSum(r, op, out, Whole(c), m*n, s, accum)
+	}
+	if err != nil {
 		r.ops = r.ops[:mark]
 		return true, err
 	}
@@ -797,6 +888,14 @@ func (d *Device) initTensorCores(lay *vkLayer, layErr error, st layerState, stEr
 			return
 		}
 		coopTileForce = t
+	}
+	if v := strings.TrimSpace(os.Getenv("NVG_COOPMAT_SPLITK")); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 64 {
+			tc.Reason = fmt.Sprintf("NVG_COOPMAT_SPLITK=%q: want an integer from 1 to 64", v)
+			return
+		}
+		coopSplitForce = n
 	}
 	tc.Available = true
 	msg, err := d.coopSelfTest()

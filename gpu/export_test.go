@@ -161,6 +161,18 @@ func SetCoopmatTile(d *Device, s string) (restore func(), err error) {
 	return func() { coopTileForce = old }, nil
 }
 
+// SetCoopmatSplitK forces the split-K factor S of the cooperative-matrix GEMMs (as
+// NVG_COOPMAT_SPLITK; 0 restores the automatic choice) and returns a function restoring the
+// old one.
+func SetCoopmatSplitK(s int) (restore func()) {
+	old := coopSplitForce
+	coopSplitForce = s
+	return func() { coopSplitForce = old }
+}
+
+// CoopSplits counts the split-K cooperative-matrix GEMMs recorded.
+func CoopSplits() int { return int(coopSplitKs.Load()) }
+
 // CoopDispatches counts the cooperative-matrix GEMMs recorded (tests check a forced path ran).
 func CoopDispatches() int { return int(coopDispatches.Load()) }
 

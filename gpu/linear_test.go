@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -56,6 +57,7 @@ type gemmTestVariant struct {
 	general    bool
 	lanes      bool // the lane-blocked kernel (gemm_lanes.go) instead of a tile
 	coop       bool // the cooperative-matrix kernels (coopmat.go, tensor cores)
+	splitK     int  // with coop: the split-K factor forced (0: automatic)
 }
 
 func (v gemmTestVariant) String() string {
@@ -64,6 +66,9 @@ func (v gemmTestVariant) String() string {
 	}
 	if v.lanes {
 		return "lanes"
+	}
+	if v.coop && v.splitK > 0 {
+		return fmt.Sprintf("coopmat-splitk%d", v.splitK)
 	}
 	if v.coop {
 		return "coopmat"
@@ -81,7 +86,8 @@ func (v gemmTestVariant) force() func() {
 		return gpu.SetGEMMLanes(true)
 	}
 	if v.coop {
-		return gpu.SetTensorCores(true)
+		r1, r2 := gpu.SetTensorCores(true), gpu.SetCoopmatSplitK(v.splitK)
+		return func() { r2(); r1() }
 	}
 	return gpu.SetGEMMVariant(v.bm, v.bn, v.bk, v.general)
 }
@@ -128,8 +134,13 @@ type linearImpl struct {
 // for an accumulator that truncates (DESIGN.md §7, "Tensor cores through a Vulkan layer").
 func coopRel(k int) float64 { return 1.0/(1<<10) + 2*float64(k+1)/(1<<24) }
 
-// coopmatVariant is the cooperative-matrix path as a forced variant.
-var coopmatVariant = gemmTestVariant{coop: true}
+// coopmatVariant is the cooperative-matrix path as a forced variant; coopmatSplitVariant
+// the same with every GEMM's K split in 3 runs (fewer where K has fewer slices), its slabs
+// summed by CoopmatSplitK.
+var (
+	coopmatVariant      = gemmTestVariant{coop: true}
+	coopmatSplitVariant = gemmTestVariant{coop: true, splitK: 3}
+)
 
 // skipNoCoopmat skips t, loudly, where the device has no tensor cores (TensorCores().Reason
 // says why: bookworm's lavapipe lacks VK_KHR_cooperative_matrix); .ci/coopmat runs these
@@ -186,7 +197,8 @@ func linearImpls() []linearImpl {
 		impls = append(impls, linearImpl{v.String(), v.force, gpu.Linear, gpu.LinearT, sizes, nil})
 	}
 	impls = append(impls, linearImpl{"lanes", lanesVariant.force, gpu.Linear, gpu.LinearT, linearLanesSizes, nil})
-	impls = append(impls, linearImpl{"coopmat", coopmatVariant.force, gpu.Linear, gpu.LinearT, linearCoopSizes, coopRel})
+	impls = append(impls, linearImpl{"coopmat", coopmatVariant.force, gpu.Linear, gpu.LinearT, linearCoopSizes, coopRel},
+		linearImpl{coopmatSplitVariant.String(), coopmatSplitVariant.force, gpu.Linear, gpu.LinearT, linearCoopSizes, coopRel})
 	return append(impls, linearImpl{"naive", nil,
 		func(r *gpu.Recorder, x, w, y *gpu.Buffer, rows, in, out int) error {
 			return gpu.LinearNaive(r, x, w, y, rows, in, out, true)
@@ -210,24 +222,28 @@ func TestLinearFamily(t *testing.T) {
 func testLinearFamily(t *testing.T, impl linearImpl) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(9, 10))
-	switch impl.name {
-	case "lanes":
+	coop := strings.HasPrefix(impl.name, "coopmat")
+	switch {
+	case impl.name == "lanes":
 		skipNoLanes(t, d)
-	case "coopmat":
+	case coop:
 		skipNoCoopmat(t, d)
 	}
 	if impl.force != nil {
 		defer impl.force()()
 	}
-	lanes0, coop0 := gpu.GEMMLanesDispatches(), gpu.CoopDispatches()
-	if impl.name == "lanes" || impl.name == "coopmat" {
+	lanes0, coop0, split0 := gpu.GEMMLanesDispatches(), gpu.CoopDispatches(), gpu.CoopSplits()
+	if impl.name == "lanes" || coop {
 		defer func() {
 			got := gpu.GEMMLanesDispatches() - lanes0
-			if impl.name == "coopmat" {
+			if coop {
 				got = gpu.CoopDispatches() - coop0
 			}
 			if want := 2 * len(impl.sizes); got != want {
 				t.Errorf("%d %s GEMMs recorded, want %d (one per product and size)", got, impl.name, want)
+			}
+			if splits := gpu.CoopSplits() - split0; strings.Contains(impl.name, "splitk") && splits == 0 {
+				t.Errorf("no split-K GEMM recorded under %s", impl.name)
 			}
 		}()
 	}

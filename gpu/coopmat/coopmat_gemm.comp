@@ -16,6 +16,11 @@
 // the sums before ⊙ sc, as blr_forward.wgsl's Raw), QUANT (B an 8-bit quantized weight,
 // below).
 //
+// Split-K: dispatched with S = gl_NumWorkGroups.z > 1 workgroups along z (gpu/coopmat.go
+// coopSplitK), workgroup z covers the z-th run of ⌈(Kp/BK)/S⌉ BK slices and writes slab z of
+// C [S, M, N] (RAW's raw likewise); Go sums the slabs (wgsl/coopmat_splitk.wgsl). S = 1 is
+// the plain GEMM.
+//
 // QUANT (coopmat_quant.spv, gpu.LinearQuant on tensor cores; TRANS_B only): B is W [N, K]
 // held as one byte code per weight, row-major, four per u32 word (little-endian), and its
 // scales qs [ceil(N/QBR), ceil(K/QBC)] row-major, f32 (FP8's weight_scale_inv) or f16 packed
@@ -340,24 +345,33 @@ void main() {
     barrier();
 #endif
 
+    // Split-K (gpu.coopSplitK): with S = gl_NumWorkGroups.z > 1 workgroups, workgroup z
+    // multiplies the z-th of S runs of whole BK slices of K, [kbeg, kend), and writes its
+    // partial product to slab z of C (C [S, M, N]; Go sums the slabs). S = 1: all of K.
+    const uint ns = p.kp / BK, per = (ns + gl_NumWorkGroups.z - 1) / gl_NumWorkGroups.z;
+    const uint kbeg = min(gl_WorkGroupID.z * per, ns) * BK, kend = min((gl_WorkGroupID.z + 1) * per, ns) * BK;
+    const uint slab = gl_WorkGroupID.z * p.m * p.n;
+
     uvec4 ra[AP], rb[BP];
 #ifdef QUANT
     uvec2 rq[BP]; // the next slice's raw codes and scale words (qload)
     uint rqs[BP];
 #endif
-    UNROLL for (uint j = 0; j < AP; j++) {
-        ra[j] = loadA(tid + j * NT, 0, m0, kv);
-    }
-    UNROLL for (uint j = 0; j < BP; j++) {
+    if (kbeg < kend) {
+        UNROLL for (uint j = 0; j < AP; j++) {
+            ra[j] = loadA(tid + j * NT, kbeg, m0, kv);
+        }
+        UNROLL for (uint j = 0; j < BP; j++) {
 #ifdef QUANT
-        qload(tid + j * NT, 0, n0, rq[j], rqs[j]);
-        rb[j] = qstage(tid + j * NT, 0, n0, rq[j], rqs[j]);
+            qload(tid + j * NT, kbeg, n0, rq[j], rqs[j]);
+            rb[j] = qstage(tid + j * NT, kbeg, n0, rq[j], rqs[j]);
 #else
-        rb[j] = loadB(tid + j * NT, 0, n0);
+            rb[j] = loadB(tid + j * NT, kbeg, n0);
 #endif
+        }
     }
 
-    for (uint k0 = 0; k0 < p.kp; k0 += BK) {
+    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
         barrier(); // the previous slice's products are done with the tiles
         UNROLL for (uint j = 0; j < AP; j++) {
             As[aSlot(tid + j * NT)] = ra[j];
@@ -366,7 +380,7 @@ void main() {
             Bs[bSlot(tid + j * NT)] = rb[j];
         }
         barrier();
-        if (k0 + BK < p.kp) { // the next slice's loads, in flight during the products
+        if (k0 + BK < kend) { // the next slice's loads, in flight during the products
             UNROLL for (uint j = 0; j < AP; j++) {
                 ra[j] = loadA(tid + j * NT, k0 + BK, m0, kv);
             }
@@ -382,7 +396,7 @@ void main() {
 #ifdef QUANT
         // The next slice's B is decoded after the products: its loads had them to arrive,
         // and one subgroup's decoding overlaps the others' products.
-        if (k0 + BK < p.kp) {
+        if (k0 + BK < kend) {
             UNROLL for (uint j = 0; j < BP; j++) {
                 rb[j] = qstage(tid + j * NT, k0 + BK, n0, rq[j], rqs[j]);
             }
@@ -410,7 +424,7 @@ void main() {
 #ifdef QUANT
                         v *= vec4(Qd[gj - n0], Qd[gj - n0 + 1], Qd[gj - n0 + 2], Qd[gj - n0 + 3]);
 #endif
-                        uint o = (gi * p.n + gj) / 4;
+                        uint o = (slab + gi * p.n + gj) / 4; // slab % 4 = 0 as n % 4 = 0
 #ifdef RAW
                         raw4[o] = v;
 #endif
@@ -433,7 +447,7 @@ void main() {
 #ifdef QUANT
                         v *= Qd[gj - n0];
 #endif
-                        uint o = gi * p.n + gj;
+                        uint o = slab + gi * p.n + gj;
 #ifdef RAW
                         raw[o] = v;
 #endif
