@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
@@ -148,7 +149,8 @@ func TestBLRBackward(t *testing.T) {
 						if got, want := gpu.CoopDispatches()-coop0, 4*c.paths; got != want {
 							t.Errorf("%d cooperative-matrix GEMMs recorded, want %d", got, want)
 						}
-						if v.splitK > 0 && gpu.CoopSplits() == split0 {
+						// (A forced block may be deeper than every K here: one slice, no split.)
+						if v.splitK > 0 && gpu.CoopSplits() == split0 && os.Getenv("NVG_COOPMAT_TILE") == "" {
 							t.Errorf("no split-K GEMM recorded under %s", v)
 						}
 					}()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/nvg-project/nvg/cmf"
@@ -258,7 +259,8 @@ func testBLRForward(t *testing.T, impl blrForwardImpl) {
 		if impl.variant.coop {
 			got = gpu.CoopDispatches() - coop0
 		}
-		if impl.variant.splitK > 0 && gpu.CoopSplits() == split0 {
+		// (A forced block may be deeper than every K here: one slice, no split.)
+		if impl.variant.splitK > 0 && gpu.CoopSplits() == split0 && os.Getenv("NVG_COOPMAT_TILE") == "" {
 			t.Errorf("no split-K GEMM recorded under %s", impl.name)
 		}
 		if got != want {

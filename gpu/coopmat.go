@@ -185,10 +185,10 @@ func (t coopTile) check(s CoopType, sg int, info Info) error {
 }
 
 // shared is the workgroup memory of coopmat_gemm.comp with block t and shape s, in bytes:
-// the A and B tiles (rows padded by 8 halves) and the epilogue's f32 tile per subgroup (the
-// QUANT variant adds 8·BN: coopQuantGEMM).
+// the A and B tiles (rows padded by 8 halves), the epilogue's f32 tile per subgroup reusing
+// the A tile's memory (the QUANT variant adds 8·BN: coopQuantGEMM).
 func (t coopTile) shared(s CoopType) int {
-	return t.BM*(t.BK+8)*2 + (t.BN*t.BK+8*(t.BN+t.BK))*2 + t.WM*t.WN*s.M*s.N*4
+	return max(t.BM*(t.BK+8)*2, t.WM*t.WN*s.M*s.N*4) + (t.BN*t.BK+8*(t.BN+t.BK))*2
 }
 
 // coopTileForce is NVG_COOPMAT_TILE, parsed at Open (zero: automatic).
@@ -204,7 +204,7 @@ type coopTileRule struct {
 // coopTileRules are the blocks coopTileFor chooses among on d, in order of preference; the
 // last is the fallback. NVG_COOPMAT_TILE: that block alone. CPU adapters (the tests of the
 // Mesa 26 step): 4×4 shapes by 2 shapes deep, 2×2 subgroups. GPUs: 128×128×64 with 2×4
-// subgroups (each 64×32: 4×2 accumulators of 16×16; 256 threads, 45 KiB of workgroup memory)
+// subgroups (each 64×32: 4×2 accumulators of 16×16; 256 threads, 37 KiB of workgroup memory)
 // when that makes ≥ gemmSmallGroups workgroups, else 64×128×64 (2×4) or 128×64×64 (4×2)
 // with as many, else 64×64×64 (2×2). BK 64 (four 16-deep products per staged slice, two
 // barriers) measured 1.2–1.4× faster than BK 32 on an H100 (DESIGN.md §7).

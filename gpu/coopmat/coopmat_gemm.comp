@@ -50,7 +50,9 @@
 // multiplies its CM×CN accumulators with coopMatMulAdd. Epilogue: each accumulator goes
 // through a per-subgroup LM×LN f32 tile in workgroup memory, and the subgroup's lanes
 // write it out with the row scale, column scale, raw and accumulate semantics — 16 bytes a
-// lane where C's rows are whole 16-byte vectors (n % 4 = 0), else 4.
+// lane where C's rows are whole 16-byte vectors (n % 4 = 0), else 4. The tiles reuse the A
+// tile's workgroup memory (after a barrier), so a block needs BM·(BK+8)·2 + (BN·BK +
+// 8·(BN+BK))·2 bytes (at least WM·WN·LM·LN·4 for the first term): 37 KiB at 128×128×64.
 //
 // Bindings (set 0, in order; the WGSL placeholder declares the same):
 //   0 a16 (read, f16 pairs)  1 rs (read, f32 [Mp])  2 b (read: f16 pairs, or sign bits, or
@@ -132,9 +134,12 @@ layout(set = 0, binding = CB + 1, std430) buffer Raw4 { vec4 raw4[]; };
 #endif
 layout(set = 0, binding = PB, std140) uniform Params { uint m, n, k, kp; } p;
 
-shared uvec4 As[BM * AS / 8];
+// The epilogue's per-subgroup f32 tiles (WM·WN·LM·LN floats; LN % 8 = 0: each tile row is
+// whole 16-byte vectors) reuse As once every subgroup is past the main loop (a barrier), so
+// As holds whichever is larger.
+const uint AW = BM * AS / 8, CW = WM * WN * LM * LN / 4; // 16-byte words of As and the tiles
+shared uvec4 As[AW > CW ? AW : CW];
 shared uvec4 Bs[(BN * BK + 8 * (BN + BK)) / 8]; // either layout
-shared vec4 Cs[WM * WN * LM * LN / 4]; // LN % 8 = 0: each tile row is whole vec4s
 #ifdef QUANT
 shared float Qm[BN]; // 2^E of W's row n0 + r: its weights are staged as f16(w · 2^E)
 shared float Qd[BN]; // 2^−E: the epilogue's undo
@@ -404,6 +409,7 @@ void main() {
 #endif
     }
 
+    barrier(); // every subgroup's products are done with As, which now holds the f32 tiles
     // Epilogue: one accumulator at a time through this subgroup's f32 tile. Where C's rows
     // are whole 16-byte vectors (n % 4 = 0: every Qwen3.5 and BLR shape), each lane writes 4
     // adjacent columns with one 16-byte store (and reads sc likewise); else one column.
@@ -411,7 +417,7 @@ void main() {
     const bool wide = p.n % 4 == 0;
     UNROLL for (uint i = 0; i < CM; i++) {
         UNROLL for (uint j = 0; j < CN; j++) {
-            coopMatStore(acc[i * CN + j], Cs, base, LN / 4, gl_CooperativeMatrixLayoutRowMajor);
+            coopMatStore(acc[i * CN + j], As, base, LN / 4, gl_CooperativeMatrixLayoutRowMajor);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
             const uint r0 = m0 + sgm * SM + i * LM, c0 = n0 + sgn * SN + j * LN;
@@ -420,7 +426,7 @@ void main() {
                     uint gi = r0 + e / (LN / 4);
                     uint gj = c0 + (e % (LN / 4)) * 4; // gj % 4 = 0 = n % 4: gj < n ⇒ gj + 3 < n
                     if (gi < p.m && gj < p.n) {
-                        vec4 v = Cs[base + e] * rs[gi];
+                        vec4 v = uintBitsToFloat(As[base + e]) * rs[gi];
 #ifdef QUANT
                         v *= vec4(Qd[gj - n0], Qd[gj - n0 + 1], Qd[gj - n0 + 2], Qd[gj - n0 + 3]);
 #endif
@@ -443,7 +449,7 @@ void main() {
                     uint gi = r0 + e / LN;
                     uint gj = c0 + e % LN;
                     if (gi < p.m && gj < p.n) {
-                        float v = Cs[base + e / 4][e % 4] * rs[gi];
+                        float v = uintBitsToFloat(As[base + e / 4][e % 4]) * rs[gi];
 #ifdef QUANT
                         v *= Qd[gj - n0];
 #endif
