@@ -201,13 +201,20 @@ type coopTileRule struct {
 	min int
 }
 
+// coopBigTileGroups: the least grid for the 128×128×64 block. The BLR GEMMs whose N is the
+// rank (t1, dt2: 3 × 32 = 96 blocks at the 0.8B's rank 384 and 4096 rows) ran 1.3–1.5×
+// faster on 96 of them than on 192 of 64×128 (H100, 2026-12-07: dt2 251 → 167 µs, t1 172 →
+// 118 µs at K 3584); fewer than half an H100's SMs is not measured.
+const coopBigTileGroups = 64
+
 // coopTileRules are the blocks coopTileFor chooses among on d, in order of preference; the
 // last is the fallback. NVG_COOPMAT_TILE: that block alone. CPU adapters (the tests of the
 // Mesa 26 step): 4×4 shapes by 2 shapes deep, 2×2 subgroups. GPUs: 128×128×64 with 2×4
 // subgroups (each 64×32: 4×2 accumulators of 16×16; 256 threads, 37 KiB of workgroup memory)
-// when that makes ≥ gemmSmallGroups workgroups, else 64×128×64 (2×4) or 128×64×64 (4×2)
-// with as many, else 64×64×64 (2×2). BK 64 (four 16-deep products per staged slice, two
-// barriers) measured 1.2–1.4× faster than BK 32 on an H100 (DESIGN.md §7).
+// when that makes ≥ coopBigTileGroups workgroups, else 64×64×64 (2×2). (64×128 and 128×64
+// blocks, chosen before at ≥ 132 workgroups, lost to 128×128 wherever both applied.) BK 64
+// (four 16-deep products per staged slice, two barriers) measured 1.2–1.4× faster than BK
+// 32 on an H100 (DESIGN.md §7).
 func (d *Device) coopTileRules() []coopTileRule {
 	if coopTileForce != (coopTile{}) {
 		return []coopTileRule{{coopTileForce, 0}}
@@ -215,8 +222,7 @@ func (d *Device) coopTileRules() []coopTileRule {
 	if s := d.tc.Shape; d.info.CPU {
 		return []coopTileRule{{coopTile{4 * s.M, 4 * s.N, 2 * s.K, 2, 2}, 0}}
 	}
-	return []coopTileRule{{coopTile{128, 128, 64, 2, 4}, gemmSmallGroups}, {coopTile{64, 128, 64, 2, 4}, gemmSmallGroups},
-		{coopTile{128, 64, 64, 4, 2}, gemmSmallGroups}, {coopTile{64, 64, 64, 2, 2}, 0}}
+	return []coopTileRule{{coopTile{128, 128, 64, 2, 4}, coopBigTileGroups}, {coopTile{64, 64, 64, 2, 2}, 0}}
 }
 
 // coopTileFor picks the block of an m×n output: the first of coopTileRules that makes
@@ -494,39 +500,49 @@ func roundUp(x, q int) int { return (x + q - 1) / q * q }
 // takes it). The packed A (borrowed for the call) adds mp·kp·2 bytes, half of A's f32 bytes
 // plus the padding.
 func (d *Device) coopPlan(m, k, n int) (t coopTile, mp, kp int, grid [3]int, ok bool) {
-	t = d.coopTileFor(m, n)
-	mp, kp = roundUp(m, t.BM), roundUp(k, t.BK)
-	grid = [3]int{(n + t.BN - 1) / t.BN, mp / t.BM, 1}
+	return d.coopPlanTile(d.coopTileFor(m, n), m, k, n)
+}
+
+// coopPlanTile is coopPlan with the block t.
+func (d *Device) coopPlanTile(t coopTile, m, k, n int) (coopTile, int, int, [3]int, bool) {
+	mp, kp := roundUp(m, t.BM), roundUp(k, t.BK)
+	grid := [3]int{(n + t.BN - 1) / t.BN, mp / t.BM, 1}
 	lim := d.Info().MaxStorageBindingSize
-	ok = grid[0] <= 65535 && grid[1] <= 65535 && uint64(mp)*uint64(kp)*2 <= lim && mp*kp/2 <= maxU32Elems &&
+	ok := grid[0] <= 65535 && grid[1] <= 65535 && uint64(mp)*uint64(kp)*2 <= lim && mp*kp/2 <= maxU32Elems &&
 		t.check(d.tc.Shape, d.tc.SubgroupSize, d.info) == nil
-	return
+	return t, mp, kp, grid, ok
 }
 
 // coopSplitForce is NVG_COOPMAT_SPLITK, parsed at Open (0: automatic): the split-K factor
 // of every cooperative-matrix GEMM that may split (benchmarks, tests).
 var coopSplitForce int
 
-// coopSplitGroups: a GEMM whose tile makes fewer workgroups than this splits K
-// (coopSplitK) until it makes at least as many (two 256-thread workgroups per SM of an H100
-// or H200).
-const coopSplitGroups = 264
+// The automatic split-K (coopSplitK): a grid of fewer than coopSplitGroups workgroups over
+// at least coopSplitSlices BK slices of K splits in coopSplitRuns. Measured on an H100
+// (2026-12-07, BenchmarkGEMM with NVG_COOPMAT_SPLITK): the 4B's dt2 (224 blocks of
+// 128×128, K 9216: 144 slices) 812 µs unsplit, 746 in 2 runs, 665 in 4 (the slab sum
+// included: 25–43 µs); at K 3584 (56 slices) and 96 blocks the sum ate the gain (t1 118 →
+// 127 µs in 4 runs, dt2 167 → 158) and at K ≤ 2560 split GEMMs were slower.
+const (
+	coopSplitGroups = 264
+	coopSplitSlices = 96
+	coopSplitRuns   = 4
+)
 
 // coopSplitK returns S, how many runs of whole BK slices a GEMM of groups workgroups (tile t)
 // over kp columns of K is split into (coopmat_gemm.comp's split-K: S workgroups along z,
-// each writing a slab that coopSplitSum adds up): 1 on CPU adapters and where the grid is
-// large enough (coopSplitGroups), else the least S that makes it so, at most 8 and leaving
-// each run at least 4 slices; NVG_COOPMAT_SPLITK forces S. S is then cut to the slices and
-// so that every run is non-empty (⌈ns/⌈ns/S⌉⌉ runs of ⌈ns/S⌉ slices).
+// each writing a slab that coopSplitSum adds up): 1 on CPU adapters, else coopSplitRuns for
+// a grid below coopSplitGroups over ≥ coopSplitSlices slices, else 1; NVG_COOPMAT_SPLITK
+// forces S. S is then cut to the slices and so that every run is non-empty (⌈ns/⌈ns/S⌉⌉
+// runs of ⌈ns/S⌉ slices).
 func (d *Device) coopSplitK(t coopTile, groups, kp int) int {
 	ns := kp / t.BK
 	s := 1
 	switch {
 	case coopSplitForce > 0:
 		s = coopSplitForce
-	case d.info.CPU || groups >= coopSplitGroups:
-	default:
-		s = min((coopSplitGroups+groups-1)/groups, 8, ns/4)
+	case !d.info.CPU && groups < coopSplitGroups && ns >= coopSplitSlices:
+		s = coopSplitRuns
 	}
 	s = max(1, min(s, ns))
 	per := (ns + s - 1) / s
@@ -597,14 +613,16 @@ func coopGEMM(r *Recorder, op string, a, b, c Binding, bf16 bool, m, k, n int, t
 	defer done2()
 	grid[2] = s
 	err = r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp)}, Whole(a16), Whole(rs), b, out)
-	if err == nil && s > 1 {
-		err = coopSplitSum(r, op, out, c, m*n, s, false)
+	if err == nil {
+		r.Cost(gemmCost(m, k, n, bf16))
+		if s > 1 {
+			err = coopSplitSum(r, op, out, c, m*n, s, false)
+		}
 	}
 	if err != nil {
 		r.ops = r.ops[:mark]
 		return true, err
 	}
-	r.Cost(gemmCost(m, k, n, bf16))
 	coopDispatches.Add(1)
 	return true, nil
 }
@@ -661,14 +679,16 @@ func coopBLRGEMM(r *Recorder, op string, a, bits, sa, sc, c, raw *Buffer, m, k, 
 	}
 	grid[2] = s
 	err = r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp)}, binds...)
-	if err == nil && s > 1 {
-		err = coopSplitSum(r, op, out, Whole(c), m*n, s, accum)
+	if err == nil {
+		r.Cost(blrGEMMCost(m, k, n, accum && s == 1, raw != nil))
+		if s > 1 {
+			err = coopSplitSum(r, op, out, Whole(c), m*n, s, accum)
+		}
 	}
 	if err != nil {
 		r.ops = r.ops[:mark]
 		return true, err
 	}
-	r.Cost(blrGEMMCost(m, k, n, accum, raw != nil))
 	coopDispatches.Add(1)
 	return true, nil
 }

@@ -229,6 +229,14 @@ const (
 // both schemes' blocks (128×128, 1×128) fit. The rows (w.Out, w.Block[0]) may be anything.
 func quantCoopFits(w QuantWeight) bool { return w.In%8 == 0 && w.Block[1]%8 == 0 }
 
+// coopQuantBlock is the 8-bit GEMM's block on GPUs where it makes at least coopSplitGroups
+// workgroups (else the dense GEMM's, coopTileFor): 256 rows of x a block, so each weight
+// decoded to f16 serves twice the rows of the dense 128×128×64; it fits 48 KiB since the
+// epilogue's tiles reuse the A tile (44 KiB with the row powers of two). H100, 2026-12-07, at
+// 9B's gate shape (4096 × 12288 × 4096): q8 2,024 → 1,747 µs, fp8 1,988 → 1,778 (the f16 GEMM:
+// 1,641 on its 128×128×64, 1,679 on this block).
+var coopQuantBlock = coopTile{256, 128, 48, 4, 2}
+
 // coopQuantGEMM is the cooperative-matrix form of LinearQuant (coopmat_gemm.comp -DQUANT):
 // x [m, w.In] is packed to f16 with a power-of-two scale per row (CoopmatPack, as for
 // Linear), and the kernel stages the 8-bit weights into workgroup memory as f16, decoded in
@@ -249,9 +257,17 @@ func coopQuantGEMM(r *Recorder, op string, x *Buffer, w QuantWeight, y *Buffer, 
 	if !d.coopUse() || !quantCoopFits(w) {
 		return false, nil
 	}
-	t, mp, kp, grid, ok := d.coopPlan(m, k, n)
 	s, sg := d.tc.Shape, d.tc.SubgroupSize
-	if !ok || (d.info.MaxWorkgroupStorage > 0 && t.shared(s)+8*t.BN > int(d.info.MaxWorkgroupStorage)) {
+	fits := func(t coopTile) bool {
+		return d.info.MaxWorkgroupStorage == 0 || t.shared(s)+8*t.BN <= int(d.info.MaxWorkgroupStorage)
+	}
+	t, mp, kp, grid, ok := d.coopPlan(m, k, n)
+	if coopTileForce == (coopTile{}) && !d.info.CPU {
+		if q, mq, kq, gq, okq := d.coopPlanTile(coopQuantBlock, m, k, n); okq && gq[0]*gq[1] >= coopSplitGroups && fits(q) {
+			t, mp, kp, grid, ok = q, mq, kq, gq, true
+		}
+	}
+	if !ok || !fits(t) {
 		return false, nil
 	}
 	// B transposed (W is [n, k]), C overwritten; then specQFP8 … specQBC.

@@ -264,7 +264,8 @@ func TestParseCoopTile(t *testing.T) {
 
 // TestCoopTileFor: on a GPU with NVIDIA's 16×16×16 shape at subgroup 32 and 48 KiB of
 // workgroup memory, every block coopTileFor may choose passes the kernel's checks, and the
-// choice follows the workgroup counts (a 0.8B MLP GEMM, a BLR rank-384 GEMM, a small one);
+// choice follows the workgroup counts (a 0.8B MLP GEMM, a BLR rank-384 GEMM (96 blocks), small
+// ones: 8 × 7 and 1 blocks of 128×128);
 // a CPU adapter (lavapipe's 8×8×8 at subgroup 8) and NVG_COOPMAT_TILE get one block each.
 func TestCoopTileFor(t *testing.T) {
 	s16 := CoopType{M: 16, N: 16, K: 16}
@@ -278,8 +279,8 @@ func TestCoopTileFor(t *testing.T) {
 		m, n int
 		want coopTile
 	}{{4096, 3584, coopTile{128, 128, 64, 2, 4}}, {4096, 1024, coopTile{128, 128, 64, 2, 4}},
-		{4096, 384, coopTile{64, 128, 64, 2, 4}}, {384, 4096, coopTile{64, 128, 64, 2, 4}},
-		{64, 8448, coopTile{128, 64, 64, 4, 2}}, {100, 100, coopTile{64, 64, 64, 2, 2}}} {
+		{4096, 384, coopTile{128, 128, 64, 2, 4}}, {384, 4096, coopTile{128, 128, 64, 2, 4}},
+		{64, 8448, coopTile{128, 128, 64, 2, 4}}, {1024, 896, coopTile{64, 64, 64, 2, 2}}, {100, 100, coopTile{64, 64, 64, 2, 2}}} {
 		if got := gpu.coopTileFor(c.m, c.n); got != c.want {
 			t.Errorf("GPU %d×%d: %v, want %v", c.m, c.n, got, c.want)
 		}
