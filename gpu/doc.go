@@ -148,6 +148,7 @@
 //	wgsl/coopmat.wgsl              the placeholder the layer swaps for a cooperative-matrix kernel
 //	wgsl/coopmat_pack.wgsl         CoopmatPack: A to f16 with a power-of-two scale per row
 //	wgsl/coopmat_pack_heads.wgsl   CoopmatPackHeads: heads' rows to f16, a scale per 64 rows
+//	wgsl/coopmat_splitk.wgsl       CoopmatSplitK: the slabs of a split-K GEMM added into C
 //	wgsl/gated_delta_rule_chunk_lib.wgsl  library: the chunked delta rule's sub-steps (gdrc_)
 //	wgsl/causal_conv1d_lib.wgsl    library: the causal conv's Params and pre-activation (cc_)
 package gpu
