@@ -229,13 +229,34 @@ const (
 // both schemes' blocks (128×128, 1×128) fit. The rows (w.Out, w.Block[0]) may be anything.
 func quantCoopFits(w QuantWeight) bool { return w.In%8 == 0 && w.Block[1]%8 == 0 }
 
-// coopQuantBlock is the 8-bit GEMM's block on GPUs where it makes at least coopSplitGroups
-// workgroups (else the dense GEMM's, coopTileFor): 256 rows of x a block, so each weight
-// decoded to f16 serves twice the rows of the dense 128×128×64; it fits 48 KiB since the
-// epilogue's tiles reuse the A tile (44 KiB with the row powers of two). H100, 2026-12-07, at
-// 9B's gate shape (4096 × 12288 × 4096): q8 2,024 → 1,747 µs, fp8 1,988 → 1,778 (the f16 GEMM:
-// 1,641 on its 128×128×64, 1,679 on this block).
+// coopQuantBlock is the 8-bit GEMM's block on GPUs where it makes at least
+// coopQuantBlockGroups workgroups (else the dense GEMM's, coopTileFor): 256 rows of x a block,
+// so each weight decoded to f16 serves twice the rows of the dense 128×128×64; it fits 48 KiB
+// since the epilogue's tiles reuse the A tile (44 KiB with the row powers of two). Measured on
+// H100s: at 9B's gate shape (4096 × 12288 × 4096: 1,536 blocks) q8 2,024 → 1,747 µs, FP8
+// 1,988 → 1,778 (2026-12-07; the f16 GEMM 1,641); with BK 32 at 4B's gate (1,152 blocks) q8
+// 953 → 899 µs but at 0.8B's gate (448 blocks) 220 → 238 µs (2026-12-06), hence the bound.
 var coopQuantBlock = coopTile{256, 128, 48, 4, 2}
+
+// coopQuantBlockGroups is the least grid for coopQuantBlock.
+const coopQuantBlockGroups = 1024
+
+// coopQuantPlan is coopPlan for the 8-bit GEMM of an m×n output over k: coopQuantBlock where
+// it makes ≥ coopQuantBlockGroups workgroups on a GPU and no block is forced, else
+// coopTileFor's; ok false also where the block and the row powers of two (8·BN bytes) pass
+// the device's workgroup memory.
+func (d *Device) coopQuantPlan(m, k, n int) (t coopTile, mp, kp int, grid [3]int, ok bool) {
+	fits := func(t coopTile) bool {
+		return d.info.MaxWorkgroupStorage == 0 || t.shared(d.tc.Shape)+8*t.BN <= int(d.info.MaxWorkgroupStorage)
+	}
+	if coopTileForce == (coopTile{}) && !d.info.CPU {
+		if t, mp, kp, grid, ok = d.coopPlanTile(coopQuantBlock, m, k, n); ok && grid[0]*grid[1] >= coopQuantBlockGroups && fits(t) {
+			return t, mp, kp, grid, true
+		}
+	}
+	t, mp, kp, grid, ok = d.coopPlan(m, k, n)
+	return t, mp, kp, grid, ok && fits(t)
+}
 
 // coopQuantGEMM is the cooperative-matrix form of LinearQuant (coopmat_gemm.comp -DQUANT):
 // x [m, w.In] is packed to f16 with a power-of-two scale per row (CoopmatPack, as for
@@ -257,17 +278,9 @@ func coopQuantGEMM(r *Recorder, op string, x *Buffer, w QuantWeight, y *Buffer, 
 	if !d.coopUse() || !quantCoopFits(w) {
 		return false, nil
 	}
-	s, sg := d.tc.Shape, d.tc.SubgroupSize
-	fits := func(t coopTile) bool {
-		return d.info.MaxWorkgroupStorage == 0 || t.shared(s)+8*t.BN <= int(d.info.MaxWorkgroupStorage)
-	}
-	t, mp, kp, grid, ok := d.coopPlan(m, k, n)
-	if coopTileForce == (coopTile{}) && !d.info.CPU {
-		if q, mq, kq, gq, okq := d.coopPlanTile(coopQuantBlock, m, k, n); okq && gq[0]*gq[1] >= coopSplitGroups && fits(q) {
-			t, mp, kp, grid, ok = q, mq, kq, gq, true
-		}
-	}
-	if !ok || !fits(t) {
+	sg := d.tc.SubgroupSize
+	t, mp, kp, grid, ok := d.coopQuantPlan(m, k, n)
+	if !ok {
 		return false, nil
 	}
 	// B transposed (W is [n, k]), C overwritten; then specQFP8 … specQBC.

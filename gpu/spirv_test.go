@@ -298,6 +298,41 @@ func TestCoopTileFor(t *testing.T) {
 	}
 }
 
+// TestCoopQuantPlan: the 8-bit GEMM takes coopQuantBlock where it makes ≥ 1024 workgroups on a
+// GPU (9B's and 4B's gate shapes), the dense GEMM's block below that (0.8B's gate), and
+// neither where they pass the workgroup memory with the row powers of two; a CPU adapter and
+// a forced block keep the dense rule.
+func TestCoopQuantPlan(t *testing.T) {
+	s16 := CoopType{M: 16, N: 16, K: 16}
+	gpu := &Device{tc: TensorCores{Shape: s16, SubgroupSize: 32}, info: Info{MaxInvocations: 1024, MaxWorkgroupStorage: 48 << 10,
+		MaxStorageBindingSize: 1 << 30}}
+	big := coopTile{128, 128, 64, 2, 4}
+	for _, c := range []struct {
+		m, k, n int
+		want    coopTile
+	}{{4096, 4096, 12288, coopQuantBlock}, {4096, 2560, 9216, coopQuantBlock}, {4096, 1024, 3584, big}, {4096, 3584, 1024, big}} {
+		got, mp, kp, grid, ok := gpu.coopQuantPlan(c.m, c.k, c.n)
+		if !ok || got != c.want || mp%got.BM != 0 || kp%got.BK != 0 || kp < c.k || grid[0]*got.BN < c.n || grid[1]*got.BM != mp {
+			t.Errorf("GPU %d×%d×%d: %v (mp %d, kp %d, grid %v, ok %v), want %v", c.m, c.k, c.n, got, mp, kp, grid, ok, c.want)
+		}
+	}
+	small := &Device{tc: gpu.tc, info: gpu.info}
+	small.info.MaxWorkgroupStorage = 40 << 10 // the 8-bit block needs 44,800 bytes, 128×128×64 38,912
+	if got, _, _, _, ok := small.coopQuantPlan(4096, 4096, 12288); !ok || got != big {
+		t.Errorf("40 KiB: %v (ok %v), want %v", got, ok, big)
+	}
+	small.info.MaxWorkgroupStorage = 37 << 10 // 128×128×64 alone fits, not with 8·BN more
+	if _, _, _, _, ok := small.coopQuantPlan(4096, 4096, 12288); ok {
+		t.Error("37 KiB: a plan, want none (no block fits with its row powers of two)")
+	}
+	old := coopTileForce
+	defer func() { coopTileForce = old }()
+	coopTileForce = coopTile{128, 64, 32, 4, 2}
+	if got, _, _, _, _ := gpu.coopQuantPlan(4096, 4096, 12288); got != coopTileForce {
+		t.Errorf("NVG_COOPMAT_TILE: %v, want %v", got, coopTileForce)
+	}
+}
+
 // TestVulkanLayerBuildConcurrent builds the layer into an empty cache from several goroutines
 // at once (each compiles into its own temporary directory and renames it into place, as
 // several processes would): all get the same complete directory, whose manifest names the
