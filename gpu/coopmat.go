@@ -495,6 +495,15 @@ func coopPackInto(r *Recorder, op string, a Binding, sa, a16, rs *Buffer, m, k, 
 
 func roundUp(x, q int) int { return (x + q - 1) / q * q }
 
+// lcm is the least common multiple of the positive a and b.
+func lcm(a, b int) int {
+	x, y := a, b
+	for y != 0 {
+		x, y = y, x%y
+	}
+	return a / x * b
+}
+
 // coopPlan is the tile, padded sizes and grid of one cooperative-matrix GEMM, or ok false
 // where it does not fit the limits or the tile does not suit the device (the WGSL kernel
 // takes it). The packed A (borrowed for the call) adds mp·kp·2 bytes, half of A's f32 bytes
@@ -799,8 +808,8 @@ func coopSignGrad(r *Recorder, op string, a, b, sa, sb, out, live *Buffer, rows,
 		return false, nil
 	}
 	// The transposing pack works in 32×32 tiles: mp and kp are multiples of 32 and of BM,
-	// BK (powers of two, so of the larger).
-	mp, kp := roundUp(na, max(t.BM, 32)), roundUp(rows, max(t.BK, 32))
+	// BK (a forced block may be 48 deep).
+	mp, kp := roundUp(na, lcm(t.BM, 32)), roundUp(rows, lcm(t.BK, 32))
 	grid[1] = mp / t.BM
 	if mp/32 > 65535 || kp/32 > 65535 || grid[1] > 65535 || uint64(mp)*uint64(kp)*2 > d.Info().MaxStorageBindingSize {
 		return false, nil

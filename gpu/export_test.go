@@ -170,6 +170,19 @@ func SetCoopmatSplitK(s int) (restore func()) {
 	return func() { coopSplitForce = old }
 }
 
+// SetCoopQuantBlockGroups sets the least grid for the 8-bit GEMM's own block (0: wherever it
+// fits) and returns a function restoring the old one.
+func SetCoopQuantBlockGroups(n int) (restore func()) {
+	old := coopQuantBlockGroups
+	coopQuantBlockGroups = n
+	return func() { coopQuantBlockGroups = old }
+}
+
+// CoopQuantBlockShared is the workgroup memory of the 8-bit GEMM's own block on d, in bytes.
+func CoopQuantBlockShared(d *Device) int {
+	return coopQuantBlock.shared(d.TensorCores().Shape) + 8*coopQuantBlock.BN
+}
+
 // CoopSplits counts the split-K cooperative-matrix GEMMs recorded.
 func CoopSplits() int { return int(coopSplitKs.Load()) }
 

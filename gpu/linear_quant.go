@@ -238,24 +238,44 @@ func quantCoopFits(w QuantWeight) bool { return w.In%8 == 0 && w.Block[1]%8 == 0
 // 953 → 899 µs but at 0.8B's gate (448 blocks) 220 → 238 µs (2026-12-06), hence the bound.
 var coopQuantBlock = coopTile{256, 128, 48, 4, 2}
 
-// coopQuantBlockGroups is the least grid for coopQuantBlock.
-const coopQuantBlockGroups = 1024
+// coopQuantBlockGroups is the least grid for coopQuantBlock (a variable for tests:
+// SetCoopQuantBlockGroups).
+var coopQuantBlockGroups = 1024
 
 // coopQuantPlan is coopPlan for the 8-bit GEMM of an m×n output over k: coopQuantBlock where
-// it makes ≥ coopQuantBlockGroups workgroups on a GPU and no block is forced, else
-// coopTileFor's; ok false also where the block and the row powers of two (8·BN bytes) pass
-// the device's workgroup memory.
+// it makes ≥ coopQuantBlockGroups workgroups on a GPU and no block is forced, else the first
+// of coopTileRules that makes its workgroups and fits the device's workgroup memory with the
+// row powers of two (8·BN bytes more), else the last that fits; ok false where none does.
 func (d *Device) coopQuantPlan(m, k, n int) (t coopTile, mp, kp int, grid [3]int, ok bool) {
 	fits := func(t coopTile) bool {
 		return d.info.MaxWorkgroupStorage == 0 || t.shared(d.tc.Shape)+8*t.BN <= int(d.info.MaxWorkgroupStorage)
 	}
-	if coopTileForce == (coopTile{}) && !d.info.CPU {
+	if coopTileForce == (coopTile{}) && d.coopTileTest == (coopTile{}) && !d.info.CPU {
 		if t, mp, kp, grid, ok = d.coopPlanTile(coopQuantBlock, m, k, n); ok && grid[0]*grid[1] >= coopQuantBlockGroups && fits(t) {
 			return t, mp, kp, grid, true
 		}
 	}
-	t, mp, kp, grid, ok = d.coopPlan(m, k, n)
-	return t, mp, kp, grid, ok && fits(t)
+	if d.coopTileTest != (coopTile{}) {
+		t, mp, kp, grid, ok = d.coopPlan(m, k, n)
+		return t, mp, kp, grid, ok && fits(t)
+	}
+	var last struct {
+		t      coopTile
+		mp, kp int
+		grid   [3]int
+		ok     bool
+	}
+	for _, r := range d.coopTileRules() {
+		t, mp, kp, grid, ok = d.coopPlanTile(r.t, m, k, n)
+		if !ok || !fits(t) {
+			continue
+		}
+		if grid[0]*grid[1] >= r.min {
+			return t, mp, kp, grid, true
+		}
+		last.t, last.mp, last.kp, last.grid, last.ok = t, mp, kp, grid, true
+	}
+	return last.t, last.mp, last.kp, last.grid, last.ok
 }
 
 // coopQuantGEMM is the cooperative-matrix form of LinearQuant (coopmat_gemm.comp -DQUANT):

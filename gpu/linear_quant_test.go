@@ -198,8 +198,17 @@ func linearQuantImpls() []linearQuantImpl {
 		}
 	}
 	return append(impls, linearQuantImpl{"lanes", lanesVariant.force, gpu.LinearQuant, lanes, false},
-		linearQuantImpl{"coopmat", coopmatVariant.force, gpu.LinearQuant, quantCoopCases, true})
+		linearQuantImpl{"coopmat", coopmatVariant.force, gpu.LinearQuant, quantCoopCases, true},
+		linearQuantImpl{quantBlockLine, func() func() {
+			r1, r2 := coopmatVariant.force(), gpu.SetCoopQuantBlockGroups(0)
+			return func() { r2(); r1() }
+		}, gpu.LinearQuant, quantCoopCases, true})
 }
+
+// quantBlockLine is the cooperative-matrix line that runs every case on the 8-bit GEMM's own
+// 256×128×48 block (chosen on GPUs from 1,024 workgroups, so never at the suite's sizes
+// otherwise). It needs ~44 KiB of workgroup memory: Mesa lavapipe (32 KiB) skips it, GPUs run it.
+const quantBlockLine = "coopmat-block256"
 
 // TestLinearQuant runs the parity suite on every implementation of linearQuantImpls.
 func TestLinearQuant(t *testing.T) {
@@ -225,6 +234,10 @@ func testLinearQuant(t *testing.T, impl linearQuantImpl) {
 	}
 	if impl.coop {
 		skipNoCoopmat(t, d)
+		if need := gpu.CoopQuantBlockShared(d); impl.name == quantBlockLine && (d.Info().CPU || int(d.Info().MaxWorkgroupStorage) < need) {
+			t.Skipf("%s: the 8-bit block needs %d bytes of workgroup memory and a GPU; %s offers %d (CPU adapter: %v)",
+				impl.name, need, d.Info().Name, d.Info().MaxWorkgroupStorage, d.Info().CPU)
+		}
 		coop0 := gpu.CoopDispatches()
 		defer func() {
 			if got := gpu.CoopDispatches() - coop0; got != len(impl.cases) {

@@ -299,9 +299,9 @@ func TestCoopTileFor(t *testing.T) {
 }
 
 // TestCoopQuantPlan: the 8-bit GEMM takes coopQuantBlock where it makes ≥ 1024 workgroups on a
-// GPU (9B's and 4B's gate shapes), the dense GEMM's block below that (0.8B's gate), and
-// neither where they pass the workgroup memory with the row powers of two; a CPU adapter and
-// a forced block keep the dense rule.
+// GPU (9B's and 4B's gate shapes), the dense GEMM's block below that (0.8B's gate), the next
+// block that fits the workgroup memory with the row powers of two, or none; a forced block
+// keeps the dense rule.
 func TestCoopQuantPlan(t *testing.T) {
 	s16 := CoopType{M: 16, N: 16, K: 16}
 	gpu := &Device{tc: TensorCores{Shape: s16, SubgroupSize: 32}, info: Info{MaxInvocations: 1024, MaxWorkgroupStorage: 48 << 10,
@@ -322,8 +322,12 @@ func TestCoopQuantPlan(t *testing.T) {
 		t.Errorf("40 KiB: %v (ok %v), want %v", got, ok, big)
 	}
 	small.info.MaxWorkgroupStorage = 37 << 10 // 128×128×64 alone fits, not with 8·BN more
-	if _, _, _, _, ok := small.coopQuantPlan(4096, 4096, 12288); ok {
-		t.Error("37 KiB: a plan, want none (no block fits with its row powers of two)")
+	if got, _, _, _, ok := small.coopQuantPlan(4096, 4096, 12288); !ok || got != (coopTile{64, 64, 64, 2, 2}) {
+		t.Errorf("37 KiB: %v (ok %v), want the fallback 64x64x64/2x2", got, ok)
+	}
+	small.info.MaxWorkgroupStorage = 16 << 10
+	if got, _, _, _, ok := small.coopQuantPlan(4096, 4096, 12288); ok {
+		t.Errorf("16 KiB: %v, want no plan (no block fits with its row powers of two)", got)
 	}
 	old := coopTileForce
 	defer func() { coopTileForce = old }()
