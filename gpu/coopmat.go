@@ -546,6 +546,9 @@ const (
 // runs of ⌈ns/S⌉ slices).
 func (d *Device) coopSplitK(t coopTile, groups, kp int) int {
 	ns := kp / t.BK
+	if ns <= 1 {
+		return 1
+	}
 	s := 1
 	switch {
 	case coopSplitForce > 0:

@@ -337,6 +337,36 @@ func TestCoopQuantPlan(t *testing.T) {
 	}
 }
 
+// TestCoopSplitK: the automatic split (4 runs for < 264 blocks over ≥ 96 slices of 64, never
+// on a CPU adapter), NVG_COOPMAT_SPLITK's forced S cut so that every run of ⌈ns/S⌉ slices is
+// non-empty, and one run for a K of one slice (or none).
+func TestCoopSplitK(t *testing.T) {
+	b := coopTile{128, 128, 64, 2, 4}
+	gpu := &Device{tc: TensorCores{Shape: CoopType{M: 16, N: 16, K: 16}, SubgroupSize: 32}}
+	cpu := &Device{tc: gpu.tc, info: Info{CPU: true}}
+	for _, c := range []struct {
+		d             *Device
+		force, groups int
+		kp, want      int
+	}{
+		{gpu, 0, 224, 9216, 4}, {gpu, 0, 264, 9216, 1}, {gpu, 0, 96, 3584, 1}, {gpu, 0, 96, 6144, 4},
+		{cpu, 0, 4, 9216, 1}, {gpu, 0, 1, 64, 1}, {gpu, 0, 1, 0, 1},
+		{gpu, 3, 1000, 128, 2}, {gpu, 4, 1000, 6 * 64, 3}, {gpu, 64, 1, 5 * 64, 5}, {cpu, 3, 1, 9 * 64, 3},
+	} {
+		old := coopSplitForce
+		coopSplitForce = c.force
+		got := c.d.coopSplitK(b, c.groups, c.kp)
+		coopSplitForce = old
+		if got != c.want {
+			t.Errorf("groups %d, kp %d, forced %d (CPU %v): S = %d, want %d", c.groups, c.kp, c.force, c.d.info.CPU, got, c.want)
+		}
+		// The shader's runs: per = ⌈ns/S⌉ slices each, all S of them non-empty.
+		if ns := c.kp / b.BK; got > 1 && (got-1)*((ns+got-1)/got) >= ns {
+			t.Errorf("groups %d, kp %d: S = %d leaves run %d empty", c.groups, c.kp, got, got-1)
+		}
+	}
+}
+
 // TestVulkanLayerBuildConcurrent builds the layer into an empty cache from several goroutines
 // at once (each compiles into its own temporary directory and renames it into place, as
 // several processes would): all get the same complete directory, whose manifest names the
