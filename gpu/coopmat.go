@@ -226,20 +226,27 @@ func (d *Device) coopTileRules() []coopTileRule {
 }
 
 // coopTileFor picks the block of an m×n output: the first of coopTileRules that makes
-// enough workgroups and suits the device (coopTile.check), else the last (the self-test's
-// block while it runs).
-func (d *Device) coopTileFor(m, n int) coopTile {
+// enough workgroups and suits the device (coopTile.check) with colBytes more bytes of
+// workgroup memory per block column (the QUANT variant's row powers of two: 8; else 0), else
+// the last (the self-test's block while it runs).
+func (d *Device) coopTileFor(m, n, colBytes int) coopTile {
 	if d.coopTileTest != (coopTile{}) {
 		return d.coopTileTest
 	}
 	rules := d.coopTileRules()
 	for _, r := range rules {
 		groups := ((m + r.t.BM - 1) / r.t.BM) * ((n + r.t.BN - 1) / r.t.BN)
-		if groups >= r.min && r.t.check(d.tc.Shape, d.tc.SubgroupSize, d.info) == nil {
+		if groups >= r.min && r.t.check(d.tc.Shape, d.tc.SubgroupSize, d.info) == nil && r.t.fits(d, colBytes) {
 			return r.t
 		}
 	}
 	return rules[len(rules)-1].t
+}
+
+// fits reports whether block t with colBytes more bytes per block column fits d's workgroup
+// memory (a device that reports none always fits).
+func (t coopTile) fits(d *Device, colBytes int) bool {
+	return d.info.MaxWorkgroupStorage == 0 || t.shared(d.tc.Shape)+colBytes*t.BN <= int(d.info.MaxWorkgroupStorage)
 }
 
 // coopVariant is one committed SPIR-V of coopmat_gemm.comp (generate.sh's variants): its
@@ -509,7 +516,7 @@ func lcm(a, b int) int {
 // takes it). The packed A (borrowed for the call) adds mp·kp·2 bytes, half of A's f32 bytes
 // plus the padding.
 func (d *Device) coopPlan(m, k, n int) (t coopTile, mp, kp int, grid [3]int, ok bool) {
-	return d.coopPlanTile(d.coopTileFor(m, n), m, k, n)
+	return d.coopPlanTile(d.coopTileFor(m, n, 0), m, k, n)
 }
 
 // coopPlanTile is coopPlan with the block t.

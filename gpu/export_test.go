@@ -180,7 +180,7 @@ func SetCoopQuantBlockGroups(n int) (restore func()) {
 
 // CoopQuantBlockShared is the workgroup memory of the 8-bit GEMM's own block on d, in bytes.
 func CoopQuantBlockShared(d *Device) int {
-	return coopQuantBlock.shared(d.TensorCores().Shape) + 8*coopQuantBlock.BN
+	return coopQuantBlock.shared(d.TensorCores().Shape) + 8*coopQuantBlock.BN // as coopTile.fits
 }
 
 // CoopSplits counts the split-K cooperative-matrix GEMMs recorded.

@@ -243,39 +243,17 @@ var coopQuantBlock = coopTile{256, 128, 48, 4, 2}
 var coopQuantBlockGroups = 1024
 
 // coopQuantPlan is coopPlan for the 8-bit GEMM of an m×n output over k: coopQuantBlock where
-// it makes ≥ coopQuantBlockGroups workgroups on a GPU and no block is forced, else the first
-// of coopTileRules that makes its workgroups and fits the device's workgroup memory with the
-// row powers of two (8·BN bytes more), else the last that fits; ok false where none does.
+// it makes ≥ coopQuantBlockGroups workgroups on a GPU and no block is forced, else
+// coopTileFor's choice among the blocks that fit the workgroup memory with the row powers of
+// two (8·BN bytes more); ok false where that block does not fit either.
 func (d *Device) coopQuantPlan(m, k, n int) (t coopTile, mp, kp int, grid [3]int, ok bool) {
-	fits := func(t coopTile) bool {
-		return d.info.MaxWorkgroupStorage == 0 || t.shared(d.tc.Shape)+8*t.BN <= int(d.info.MaxWorkgroupStorage)
-	}
 	if coopTileForce == (coopTile{}) && d.coopTileTest == (coopTile{}) && !d.info.CPU {
-		if t, mp, kp, grid, ok = d.coopPlanTile(coopQuantBlock, m, k, n); ok && grid[0]*grid[1] >= coopQuantBlockGroups && fits(t) {
+		if t, mp, kp, grid, ok = d.coopPlanTile(coopQuantBlock, m, k, n); ok && grid[0]*grid[1] >= coopQuantBlockGroups && t.fits(d, 8) {
 			return t, mp, kp, grid, true
 		}
 	}
-	if d.coopTileTest != (coopTile{}) {
-		t, mp, kp, grid, ok = d.coopPlan(m, k, n)
-		return t, mp, kp, grid, ok && fits(t)
-	}
-	var last struct {
-		t      coopTile
-		mp, kp int
-		grid   [3]int
-		ok     bool
-	}
-	for _, r := range d.coopTileRules() {
-		t, mp, kp, grid, ok = d.coopPlanTile(r.t, m, k, n)
-		if !ok || !fits(t) {
-			continue
-		}
-		if grid[0]*grid[1] >= r.min {
-			return t, mp, kp, grid, true
-		}
-		last.t, last.mp, last.kp, last.grid, last.ok = t, mp, kp, grid, true
-	}
-	return last.t, last.mp, last.kp, last.grid, last.ok
+	t, mp, kp, grid, ok = d.coopPlanTile(d.coopTileFor(m, n, 8), m, k, n)
+	return t, mp, kp, grid, ok && t.fits(d, 8)
 }
 
 // coopQuantGEMM is the cooperative-matrix form of LinearQuant (coopmat_gemm.comp -DQUANT):

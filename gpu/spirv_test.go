@@ -281,19 +281,19 @@ func TestCoopTileFor(t *testing.T) {
 	}{{4096, 3584, coopTile{128, 128, 64, 2, 4}}, {4096, 1024, coopTile{128, 128, 64, 2, 4}},
 		{4096, 384, coopTile{128, 128, 64, 2, 4}}, {384, 4096, coopTile{128, 128, 64, 2, 4}},
 		{64, 8448, coopTile{128, 128, 64, 2, 4}}, {1024, 896, coopTile{64, 64, 64, 2, 2}}, {100, 100, coopTile{64, 64, 64, 2, 2}}} {
-		if got := gpu.coopTileFor(c.m, c.n); got != c.want {
+		if got := gpu.coopTileFor(c.m, c.n, 0); got != c.want {
 			t.Errorf("GPU %d×%d: %v, want %v", c.m, c.n, got, c.want)
 		}
 	}
 	s8 := CoopType{M: 8, N: 8, K: 8}
 	cpu := &Device{tc: TensorCores{Shape: s8, SubgroupSize: 8}, info: Info{CPU: true, MaxInvocations: 1024, MaxWorkgroupStorage: 32 << 10}}
-	if got, want := cpu.coopTileFor(4096, 4096), (coopTile{32, 32, 16, 2, 2}); got != want {
+	if got, want := cpu.coopTileFor(4096, 4096, 0), (coopTile{32, 32, 16, 2, 2}); got != want {
 		t.Errorf("CPU: %v, want %v", got, want)
 	}
 	old := coopTileForce
 	defer func() { coopTileForce = old }()
 	coopTileForce = coopTile{128, 64, 32, 4, 2}
-	if rules := gpu.coopTileRules(); len(rules) != 1 || gpu.coopTileFor(4096, 4096) != coopTileForce {
+	if rules := gpu.coopTileRules(); len(rules) != 1 || gpu.coopTileFor(4096, 4096, 0) != coopTileForce {
 		t.Errorf("NVG_COOPMAT_TILE: rules %v", rules)
 	}
 }
