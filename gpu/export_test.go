@@ -3,9 +3,7 @@ package gpu
 // SetEmbeddingSliceRows forces Embedding to gather in slices of n table rows (a multiple of
 // 128; 0 restores the automatic choice) and returns a function restoring the old value.
 func SetEmbeddingSliceRows(n int) (restore func()) {
-	old := embeddingSliceRows
-	embeddingSliceRows = n
-	return func() { embeddingSliceRows = old }
+	return swap(&embeddingSliceRows, n)
 }
 
 // SetGEMMVariant forces the tiled GEMM's variant (linear.wgsl and blr_forward.wgsl): the
@@ -13,78 +11,60 @@ func SetEmbeddingSliceRows(n int) (restore func()) {
 // general = the bounds-checked path even where the fast one applies. It returns a function
 // restoring the old choice.
 func SetGEMMVariant(bm, bn, bk int, general bool) (restore func()) {
-	old := gemmForce
-	gemmForce = gemmVariant{BM: bm, BN: bn, BK: bk, General: general}
-	return func() { gemmForce = old }
+	return swap(&gemmForce, gemmVariant{BM: bm, BN: bn, BK: bk, General: general})
 }
 
 // SetFillRandomSliceWords forces FillRandomBits/FillRandomUniform to fill in slices of n
 // words (a multiple of the storage alignment in words; 0 restores the automatic choice) and
 // returns a function restoring the old value.
 func SetFillRandomSliceWords(n int) (restore func()) {
-	old := fillRandomSliceWords
-	fillRandomSliceWords = n
-	return func() { fillRandomSliceWords = old }
+	return swap(&fillRandomSliceWords, n)
 }
 
 // SetGDRCSlice caps the value columns per workgroup of GatedDeltaRuleChunked's tiled
 // inter-chunk kernel (8, 16 or 32; 0 restores the automatic choice) and returns a function
 // restoring the old value.
 func SetGDRCSlice(cs int) (restore func()) {
-	old := gdrcCS
-	gdrcCS = cs
-	return func() { gdrcCS = old }
+	return swap(&gdrcCS, cs)
 }
 
 // SetSignGradNaive forces BLRSignGrad's simple kernel (on) or its blocked one (off) and
 // returns a function restoring the old choice.
 func SetSignGradNaive(on bool) (restore func()) {
-	old := signGradNaive
-	signGradNaive = on
-	return func() { signGradNaive = old }
+	return swap(&signGradNaive, on)
 }
 
 // SetSignGradSplit forces the number of row ranges of BLRSignGrad's blocked kernel (at most
 // one per 16 rows; 0: the automatic choice) and returns a function restoring the old one.
 func SetSignGradSplit(splits int) (restore func()) {
-	old := signGradSplit
-	signGradSplit = splits
-	return func() { signGradSplit = old }
+	return swap(&signGradSplit, splits)
 }
 
 // SetGEMMLanes forces the lane-blocked GEMM kernels (gemm_lanes.go) wherever they apply,
 // also on GPUs, and returns a function restoring the automatic choice (CPU adapters only).
 func SetGEMMLanes(on bool) (restore func()) {
-	old := gemmLanesForce
-	gemmLanesForce = on
-	return func() { gemmLanesForce = old }
+	return swap(&gemmLanesForce, on)
 }
 
 // SetRowLanes chooses the form of the one-workgroup-per-row kernels on CPU adapters (their
 // lanes form when on, the default; the workgroup form when off) and returns a function
 // restoring the old choice.
 func SetRowLanes(on bool) (restore func()) {
-	old := rowLanesOff
-	rowLanesOff = !on
-	return func() { rowLanesOff = old }
+	return swap(&rowLanesOff, !on)
 }
 
 // SetPathPairs chooses how BLRForward and BLRBackward run a two-path layer on CPU adapters:
 // both paths' t1 and dt2 GEMMs and column reductions in one pass each (on, the default) or
 // one pass per path (off); it returns a function restoring the old choice.
 func SetPathPairs(on bool) (restore func()) {
-	old := pathPairsOff
-	pathPairsOff = !on
-	return func() { pathPairsOff = old }
+	return swap(&pathPairsOff, !on)
 }
 
 // SetCausalConvRuns chooses the form of the causal convolution kernels on CPU adapters: the
 // run form (on, the default) or the per-element one (off); it returns a function restoring
 // the old choice.
 func SetCausalConvRuns(on bool) (restore func()) {
-	old := causalConvRunsOff
-	causalConvRunsOff = !on
-	return func() { causalConvRunsOff = old }
+	return swap(&causalConvRunsOff, !on)
 }
 
 // GEMMLanesDispatches is the number of lane-blocked GEMMs recorded so far in this process.
@@ -94,26 +74,20 @@ func GEMMLanesDispatches() int { return gemmLanesDispatches }
 // has a probed subgroup size), −1 the workgroup one, 0 automatic; it returns a function
 // restoring the old choice.
 func SetLogitsTopKLanes(v int) (restore func()) {
-	old := topkLanesForce
-	topkLanesForce = v
-	return func() { topkLanesForce = old }
+	return swap(&topkLanesForce, v)
 }
 
 // SetLogitsTopKRounds makes LogitsTopK's workgroup merge always take its K rounds (on) or
 // the rank merge where the candidates fit (off, the default) and returns a function restoring
 // the old choice.
 func SetLogitsTopKRounds(on bool) (restore func()) {
-	old := topkRounds
-	topkRounds = on
-	return func() { topkRounds = old }
+	return swap(&topkRounds, on)
 }
 
 // SetFreedAheadLimit sets the bytes of released buffers after which a submit waits for the
 // GPU (freedAheadLimit) and returns a function restoring the old limit.
 func SetFreedAheadLimit(bytes uint64) (restore func()) {
-	old := freedAheadLimit
-	freedAheadLimit = bytes
-	return func() { freedAheadLimit = old }
+	return swap(&freedAheadLimit, bytes)
 }
 
 // FreedAhead returns the bytes released since the device last waited for the GPU.
@@ -127,9 +101,7 @@ func (d *Device) FreedAhead() uint64 {
 // CPU adapters: the window form (on, the default) or stage "dot" (off); it returns a
 // function restoring the old choice.
 func SetColDotWindows(on bool) (restore func()) {
-	old := colDotWindowsOff
-	colDotWindowsOff = !on
-	return func() { colDotWindowsOff = old }
+	return swap(&colDotWindowsOff, !on)
 }
 
 // GradColDot is gradColDot, for tests.
@@ -165,17 +137,13 @@ func SetCoopmatTile(d *Device, s string) (restore func(), err error) {
 // NVG_COOPMAT_SPLITK; 0 restores the automatic choice) and returns a function restoring the
 // old one.
 func SetCoopmatSplitK(s int) (restore func()) {
-	old := coopSplitForce
-	coopSplitForce = s
-	return func() { coopSplitForce = old }
+	return swap(&coopSplitForce, s)
 }
 
 // SetCoopQuantBlockGroups sets the least grid for the 8-bit GEMM's own block (0: wherever it
 // fits) and returns a function restoring the old one.
 func SetCoopQuantBlockGroups(n int) (restore func()) {
-	old := coopQuantBlockGroups
-	coopQuantBlockGroups = n
-	return func() { coopQuantBlockGroups = old }
+	return swap(&coopQuantBlockGroups, n)
 }
 
 // CoopQuantBlockShared is the workgroup memory of the 8-bit GEMM's own block on d, in bytes.
@@ -193,9 +161,7 @@ func CoopDispatches() int { return int(coopDispatches.Load()) }
 // attention and delta-rule kernels (on) or their own (off), and returns a function restoring
 // the old choice.
 func SetCoopGPUTiles(on bool) (restore func()) {
-	old := coopGPUTiles
-	coopGPUTiles = on
-	return func() { coopGPUTiles = old }
+	return swap(&coopGPUTiles, on)
 }
 
 // SetGDRCUnroll forces the chunked delta rule's intra-chunk substitution unrolled (on) or as
@@ -207,4 +173,11 @@ func SetGDRCUnroll(on bool) func() {
 		gdrcUnroll = 1
 	}
 	return func() { gdrcUnroll = old }
+}
+
+// swap sets *p to v and returns a function restoring the old value (the test hooks above).
+func swap[T any](p *T, v T) (restore func()) {
+	old := *p
+	*p = v
+	return func() { *p = old }
 }
