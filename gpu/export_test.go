@@ -97,11 +97,12 @@ func (d *Device) FreedAhead() uint64 {
 	return d.freedAhead
 }
 
-// SetColDotWindows chooses the form of the column reductions (gradColDot, gradColDot2) on
-// CPU adapters: the window form (on, the default) or stage "dot" (off); it returns a
-// function restoring the old choice.
-func SetColDotWindows(on bool) (restore func()) {
-	return swap(&colDotWindowsOff, !on)
+// SetColDotForm makes the column reductions (gradColDot, gradColDot2) take one form where it
+// applies: "windows" (CPU adapters' uniform views), "dot4" (n a multiple of 4, one path) or
+// "dot" (always applies); "" restores the automatic choice. It returns a function restoring
+// the old choice.
+func SetColDotForm(form string) (restore func()) {
+	return swap(&colDotForced, form)
 }
 
 // GradColDot is gradColDot, for tests.

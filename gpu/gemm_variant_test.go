@@ -12,9 +12,15 @@ import (
 // applyGEMMVariant forces the GEMM variant named v ("auto", "general", or "BMxBNxBK"
 // optionally followed by "-general"; "wgsl": tensor cores off; "coopmat", or
 // "coopmat:BMxBNxBK/WMxWN" with a cooperative-matrix tile, tensor cores on) and returns the
-// function restoring the automatic choice. A coopmat variant on a device without tensor
-// cores skips t.
+// function restoring the automatic choice. A suffix "+coldot=FORM" also forces the column
+// reductions' form (SetColDotForm: "dot4", "dot", "windows"). A coopmat variant on a device
+// without tensor cores skips t.
 func applyGEMMVariant(t testing.TB, v string) func() {
+	if base, form, ok := strings.Cut(v, "+coldot="); ok {
+		r1 := gpu.SetColDotForm(form)
+		r2 := applyGEMMVariant(t, base)
+		return func() { r2(); r1() }
+	}
 	switch {
 	case v == "wgsl":
 		return gpu.SetTensorCores(false)

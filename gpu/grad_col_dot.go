@@ -60,14 +60,44 @@ type colDotArgs struct {
 	sideAccum, sharedA         bool
 }
 
-// colDot records the window form where colDotWindows plans one (CPU adapters), else the
-// "dot" stage and, for rows beyond one chunk, the "reduce" stage of each output.
+// colDotForced, set by tests (SetColDotForm), makes colDot take one form where it applies:
+// "windows", "dot4" or "dot" ("dot" always applies); "" lets colDot choose.
+var colDotForced string
+
+// colDot records the window form where colDotWindows plans one (CPU adapters), else stage
+// "dot4" where n is a multiple of 4 and one path is reduced, else stage "dot"; "dot4" and
+// "dot" add, for rows beyond one chunk, the chunks' sums in a second stage per output.
 func colDot(r *Recorder, op string, x colDotArgs, rows, n int) error {
-	if w, ok := r.d.colDotWindows(rows, n, x); ok {
-		return colDotWin(r, op, x, w, rows, n)
+	f := colDotForced
+	if f == "" || f == "windows" {
+		if w, ok := r.d.colDotWindows(rows, n, x); ok {
+			return colDotWin(r, op, x, w, rows, n)
+		}
 	}
-	colBlocks := (n + 63) / 64
-	chunks := (rows + gradColDotChunk - 1) / gradColDotChunk
+	if (f == "" || f == "dot4") && n%4 == 0 && x.c2 == nil {
+		return colDotStages(r, op, x, rows, n, "dot4", 128, colDot4Chunk(rows, n), "reduce4", 64)
+	}
+	return colDotStages(r, op, x, rows, n, "dot", 64, gradColDotChunk, "reduce", 64)
+}
+
+// colDot4Chunk is stage "dot4"'s chunk for rows × n operands: the most rows, from 256 down
+// to 32, that still give the grid 1,024 workgroups (8 of 256 threads on each of an H100's
+// 132 SMs), so that enough loads are in flight to reach the memory's bandwidth.
+func colDot4Chunk(rows, n int) int {
+	blocks := (n + 127) / 128
+	c := 256
+	for c > 32 && blocks*((rows+c-1)/c) < 1024 {
+		c /= 2
+	}
+	return c
+}
+
+// colDotStages records a column-reduction stage (stage "dot": colWidth 64 columns a
+// workgroup; "dot4": 128) over chunks of chunk rows and, where there is more than one chunk,
+// the stage second (redWidth columns a workgroup) per output.
+func colDotStages(r *Recorder, op string, x colDotArgs, rows, n int, stage string, colWidth, chunk int, second string, redWidth int) error {
+	colBlocks := (n + colWidth - 1) / colWidth
+	chunks := (rows + chunk - 1) / chunk
 	if colBlocks > 65535 || chunks > 65535 {
 		return fmt.Errorf("gpu: %s: %d rows × %d columns exceed the 65535×65535 grid", op, rows, n)
 	}
@@ -86,7 +116,7 @@ func colDot(r *Recorder, op string, x colDotArgs, rows, n int) error {
 	}
 	bl := bindList{binds: []Binding{Whole(x.a), Whole(x.b)}, access: []Access{Read, Read}}
 	idx := bl.add
-	pr := gradColDotParams{Stage: "dot", Chunk: gradColDotChunk, Partial: partial, SideAccum: x.sideAccum && x.so != nil, SharedA: x.sharedA}
+	pr := gradColDotParams{Stage: stage, Chunk: chunk, Partial: partial, SideAccum: x.sideAccum && x.so != nil, SharedA: x.sharedA}
 	pr.RS = idx(x.rs, Read)
 	pr.Mask = -1
 	if !partial {
@@ -116,7 +146,7 @@ func colDot(r *Recorder, op string, x colDotArgs, rows, n int) error {
 			continue
 		}
 		bl = bindList{binds: []Binding{Whole(red.part)}, access: []Access{Read}}
-		rp := gradColDotParams{Stage: "reduce", Chunk: gradColDotChunk, RS: -1, S: -1, SO: -1, C2: -1, S2: -1, Out2: -1}
+		rp := gradColDotParams{Stage: second, Chunk: chunk, RS: -1, S: -1, SO: -1, C2: -1, S2: -1, Out2: -1}
 		rp.Mask = bl.add(x.mask, Read)
 		rp.Out = bl.add(red.out, ReadWrite)
 		rp.Uni = len(bl.binds)
@@ -125,7 +155,7 @@ func colDot(r *Recorder, op string, x colDotArgs, rows, n int) error {
 			r.ops = r.ops[:mark]
 			return err
 		}
-		g, err := Grid1D(colBlocks)
+		g, err := Grid1D((n + redWidth - 1) / redWidth)
 		if err != nil {
 			r.ops = r.ops[:mark]
 			return fmt.Errorf("gpu: %s: %w", op, err)
@@ -155,10 +185,6 @@ func (l *bindList) add(buf *Buffer, acc Access) int {
 	return len(l.binds) - 1
 }
 
-// colDotWindowsOff, set by tests (SetColDotWindows), makes colDot take its "dot" stage on CPU
-// adapters too.
-var colDotWindowsOff bool
-
 // colDotWindowPlan is the plan of colDot's window form: W rows per window, views of V bytes, NW
 // windows per dispatch.
 type colDotWindowPlan struct{ W, V, NW int }
@@ -186,7 +212,7 @@ func (w colDotWindowPlan) view(i, rows, n int, ualign uint64) (off, base uint64)
 // adds its windows' column sums, in order, to out: no scratch, no second stage. The sums are
 // deterministic but grouped otherwise than stage "dot" (other bits than GPUs').
 func (d *Device) colDotWindows(rows, n int, x colDotArgs) (colDotWindowPlan, bool) {
-	if !d.UniformViews() || colDotWindowsOff || n%4 != 0 || rows < 1 {
+	if !d.UniformViews() || n%4 != 0 || rows < 1 {
 		return colDotWindowPlan{}, false
 	}
 	ualign := int(d.limits.MinUniformBufferOffsetAlignment)

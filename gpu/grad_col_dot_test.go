@@ -23,14 +23,16 @@ type colDotCase struct {
 	sharedA   bool
 }
 
-// TestGradColDot checks both forms of the column reductions (on CPU adapters the window form
-// over uniform views and stage "dot"; on GPUs "dot" twice) against the float64 host sums, on
-// shapes that take one window, several windows per dispatch, a partial last dispatch, a last
-// view not on a 32-byte boundary of the rows, and an n that is not a multiple of 4 (stage
-// "dot" only). Each output starts nonzero: the kernels add to it.
+// TestGradColDot checks each form of the column reductions (the window form over uniform
+// views, CPU adapters only; stages "dot4" and "dot"; a form that does not apply falls back to
+// the next) against the float64 host sums, on shapes that take one window, several windows
+// per dispatch, a partial last dispatch, a last view not on a 32-byte boundary of the rows,
+// an n that is not a multiple of 4 (stage "dot" only), one chunk and many (2,000 rows: 63
+// chunks of 32, more than reduce4's 16 lanes), and a partial last column block. Each output
+// starts nonzero: the kernels add to it.
 func TestGradColDot(t *testing.T) {
 	d := gputest.Open(t)
-	shapes := [][2]int{{1, 4}, {5, 12}, {37, 128}, {512, 128}, {256, 768}, {301, 1004}, {7, 10}}
+	shapes := [][2]int{{1, 4}, {5, 12}, {37, 128}, {512, 128}, {256, 768}, {301, 1004}, {7, 10}, {2000, 8}, {700, 260}}
 	var cases []colDotCase
 	for _, s := range shapes {
 		rows, n := s[0], s[1]
@@ -44,11 +46,11 @@ func TestGradColDot(t *testing.T) {
 			colDotCase{rows: rows, n: n, pair: true, side: true},
 		)
 	}
-	for _, windows := range []bool{true, false} {
-		restore := gpu.SetColDotWindows(windows)
+	for _, form := range []string{"windows", "dot4", "dot"} {
+		restore := gpu.SetColDotForm(form)
 		for _, c := range cases {
-			name := fmt.Sprintf("windows=%v/%d×%d/rs=%v,mask=%v,side=%v,accum=%v,pair=%v,sharedA=%v",
-				windows, c.rows, c.n, c.rowScale, c.mask, c.side, c.sideAccum, c.pair, c.sharedA)
+			name := fmt.Sprintf("%s/%d×%d/rs=%v,mask=%v,side=%v,accum=%v,pair=%v,sharedA=%v",
+				form, c.rows, c.n, c.rowScale, c.mask, c.side, c.sideAccum, c.pair, c.sharedA)
 			t.Run(name, func(t *testing.T) { checkGradColDot(t, d, c) })
 		}
 		restore()

@@ -38,7 +38,7 @@ func TestTranspose(t *testing.T) {
 
 // TestColumnSumSquaresGram checks ColumnSumSquares and Gram against float64 sums over the
 // first rows rows of x, on buffers that hold more (padding) rows, on shapes that take the
-// column reduction's window and "dot" forms (n not a multiple of 4: "dot" only) and the
+// column reduction's window, "dot4" and "dot" forms (n not a multiple of 4: "dot" only) and the
 // GEMM's lane, tiled and general forms. ColumnSumSquares adds to a nonzero out; Gram must be
 // symmetric bit for bit.
 func TestColumnSumSquaresGram(t *testing.T) {
@@ -49,8 +49,9 @@ func TestColumnSumSquaresGram(t *testing.T) {
 		restore func() func()
 	}{
 		{"default", func() func() { return func() {} }},
+		{"colDot dot4 stage", func() func() { return gpu.SetColDotForm("dot4") }},
 		{"colDot dot stage, GEMM tile 64×64 general", func() func() {
-			a, b := gpu.SetColDotWindows(false), gpu.SetGEMMVariant(64, 64, 16, true)
+			a, b := gpu.SetColDotForm("dot"), gpu.SetGEMMVariant(64, 64, 16, true)
 			return func() { b(); a() }
 		}},
 	}

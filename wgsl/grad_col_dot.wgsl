@@ -14,6 +14,17 @@
 // directly. Deterministic either way. Grid: (ceil(N/64), chunks) for "dot", ceil(N/64)
 // for "reduce".
 //
+// Stage "dot4" (GPUs' default where N is a multiple of 4 and C2 is absent; "dot" stays its
+// simple twin): the same sums over vec4 columns, with more loads in flight. A workgroup of
+// 32×8 threads owns 128 consecutive columns (32 vec4s, wid.x) of one chunk of CHUNK rows
+// (wid.y): thread (x, y) sums rows y, y+8, … of the chunk (a loop of CHUNK/8 steps, which the
+// compilers unroll) and the 8 partial sums meet in workgroup memory, added in order. With
+// Partial the chunk's sums go to partial[wid.y, j] and stage "reduce4" adds the chunks: a
+// workgroup of 16×16 threads owns 64 columns, thread (x, y) adds chunks y, y+16, … in order
+// and the 16 lane sums are added in order. Deterministic; the order differs from stage
+// "dot"'s, so the bits may too. Grid: (ceil(N/128), chunks) for "dot4", ceil(N/64) for
+// "reduce4" (as gpu.Grid1D lays it out). The chunk is chosen per shape (gpu.colDot4Chunk) so that the grid fills a GPU.
+//
 // Two paths at once (C2 ≥ 0, CPU adapters' BLRBackward): out2[j] += Σ_rows a·c2 (SharedA:
 // the paths share a, dh = Σ dy ⊙ c_p) or c2·b (the paths share b, dg = Σ dxg_p ⊙ x), each
 // element of the shared operand loaded once, and the side output is both paths' at once,
@@ -253,6 +264,107 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 {{- if .Two}}
     out2[j] = out2[j] + tot2;
 {{- end}}
+}
+{{- else if eq .Stage "dot4"}}
+
+@group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> b: array<vec4<f32>>;
+{{- if ge .RS 0}}
+@group(0) @binding({{.RS}}) var<storage, read> rs: array<f32>;
+{{- end}}
+{{- if ge .Mask 0}}
+@group(0) @binding({{.Mask}}) var<storage, read> mask: array<vec4<u32>>;
+{{- end}}
+{{- if ge .S 0}}
+@group(0) @binding({{.S}}) var<storage, read> s: array<vec4<f32>>;
+{{- end}}
+@group(0) @binding({{.Out}}) var<storage, read_write> out: array<vec4<f32>>;
+{{- if ge .SO 0}}
+@group(0) @binding({{.SO}}) var<storage, read_write> so: array<vec4<f32>>;
+{{- end}}
+@group(0) @binding({{.Uni}}) var<uniform> p: Params;
+
+var<workgroup> red: array<vec4<f32>, 256>;
+
+@compute @workgroup_size(32, 8)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let n4 = p.n / 4u;
+    let j = wid.x * 32u + lid.x;
+    let r0 = wid.y * {{.Chunk}}u;
+    var acc = vec4<f32>(0.0);
+    if (j < n4) {
+{{- template "side_scales" (dict "P" . "I" "        ")}}
+        for (var i = 0u; i < {{div .Chunk 8}}u; i++) {
+            let row = r0 + lid.y + 8u * i;
+            if (row < p.rows) {
+                let e = row * n4 + j;
+                let av = a[e];
+{{- if ge .RS 0}}
+                acc = fma(av * b[e], vec4<f32>(rs[row]), acc);
+{{- else}}
+                acc = fma(av, b[e], acc);
+{{- end}}
+{{- if ge .SO 0}}
+{{- if .SideAccum}}
+                so[e] = so[e] + av * sj;
+{{- else}}
+                so[e] = av * sj;
+{{- end}}
+{{- end}}
+            }
+        }
+    }
+    red[lid.y * 32u + lid.x] = acc;
+    workgroupBarrier();
+    if (lid.y == 0u && j < n4) {
+        var t = red[lid.x];
+        for (var y = 1u; y < 8u; y++) {
+            t += red[y * 32u + lid.x];
+        }
+{{- if .Partial}}
+        out[wid.y * n4 + j] = t;
+{{- else if ge .Mask 0}}
+        out[j] = select(vec4<f32>(0.0), out[j] + t, mask[j] != vec4<u32>(0u));
+{{- else}}
+        out[j] = out[j] + t;
+{{- end}}
+    }
+}
+{{- else if eq .Stage "reduce4"}}
+
+@group(0) @binding(0) var<storage, read> partial: array<vec4<f32>>;
+{{- if ge .Mask 0}}
+@group(0) @binding({{.Mask}}) var<storage, read> mask: array<vec4<u32>>;
+{{- end}}
+@group(0) @binding({{.Out}}) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding({{.Uni}}) var<uniform> p: Params;
+
+var<workgroup> red: array<vec4<f32>, 256>;
+
+@compute @workgroup_size(16, 16)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_id) lid: vec3<u32>) {
+    let n4 = p.n / 4u;
+    let j = (wid.x + wid.y * nwg.x) * 16u + lid.x;
+    var t = vec4<f32>(0.0);
+    if (j < n4) {
+        for (var c = lid.y; c < p.chunks; c += 16u) {
+            t += partial[c * n4 + j];
+        }
+    }
+    red[lid.y * 16u + lid.x] = t;
+    workgroupBarrier();
+    if (lid.y == 0u && j < n4) {
+        var tot = red[lid.x];
+        for (var y = 1u; y < 16u; y++) {
+            tot += red[y * 16u + lid.x];
+        }
+{{- if ge .Mask 0}}
+        out[j] = select(vec4<f32>(0.0), out[j] + tot, mask[j] != vec4<u32>(0u));
+{{- else}}
+        out[j] = out[j] + tot;
+{{- end}}
+    }
 }
 {{- else}}
 
