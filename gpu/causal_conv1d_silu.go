@@ -54,11 +54,15 @@ func CausalConv1dSiLU(r *Recorder, x, w, y *Buffer, nb, t, channels, K int) erro
 		return err
 	}
 	rb, inv := r.d.causalConvRuns(nb, t, channels)
-	return r.dispatch1D(KernelSpec{
+	if err := r.dispatch1D(KernelSpec{
 		Name: op, File: "causal_conv1d_silu.wgsl",
 		Params:   struct{ WG, K, RB int }{causalConvWG, K, rb},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
-	}, (inv+causalConvWG-1)/causalConvWG, []uint32{uint32(n), uint32(channels), uint32(t)}, Whole(x), Whole(w), Whole(y))
+	}, (inv+causalConvWG-1)/causalConvWG, []uint32{uint32(n), uint32(channels), uint32(t)}, Whole(x), Whole(w), Whole(y)); err != nil {
+		return err
+	}
+	r.Cost(2*float64(n*K), 8*float64(n)+4*float64(channels*K)) // x read, y written, w
+	return nil
 }
 
 // causalConvRunTokens is the run length RB of the run form of the causal convolution
@@ -69,7 +73,11 @@ const causalConvRunTokens = 16
 // per-element form of GPUs; causalConvRunTokens on CPU adapters, where every load is a loop
 // over the lanes) and their invocation count.
 func (d *Device) causalConvRuns(nb, t, channels int) (rb, invocations int) {
-	if !d.info.CPU || causalConvRunsOff {
+	runs := d.info.CPU
+	if causalConvForced != 0 {
+		runs = causalConvForced > 0
+	}
+	if !runs {
 		return 0, nb * t * channels
 	}
 	return causalConvRunTokens, nb * ((t + causalConvRunTokens - 1) / causalConvRunTokens) * channels

@@ -60,9 +60,12 @@ func CausalConv1dSiLUBackward(r *Recorder, x, w, dy, dx *Buffer, nb, t, channels
 	if err := r.Dispatch(k1, g, uni, Whole(x), Whole(w), Whole(dy), Whole(ds)); err != nil {
 		return err
 	}
+	wb := 4 * float64(channels*K)
+	r.Cost(2*float64(n*K), 12*float64(n)+wb) // x, dy read, ds written, w
 	if err := r.Dispatch(k2, g, uni, Whole(ds), Whole(w), Whole(dx)); err != nil {
 		r.ops = r.ops[:mark]
 		return err
 	}
+	r.Cost(2*float64(n*K), 8*float64(n)+wb) // ds read, dx written, w
 	return nil
 }

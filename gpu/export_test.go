@@ -60,11 +60,15 @@ func SetPathPairs(on bool) (restore func()) {
 	return swap(&pathPairsOff, !on)
 }
 
-// SetCausalConvRuns chooses the form of the causal convolution kernels on CPU adapters: the
-// run form (on, the default) or the per-element one (off); it returns a function restoring
-// the old choice.
+// SetCausalConvRuns forces the form of the causal convolution kernels on every device: the
+// run form (on; CPU adapters' default) or the per-element one (off; GPUs' default); it
+// returns a function restoring the old choice.
 func SetCausalConvRuns(on bool) (restore func()) {
-	return swap(&causalConvRunsOff, !on)
+	f := -1
+	if on {
+		f = 1
+	}
+	return swap(&causalConvForced, f)
 }
 
 // GEMMLanesDispatches is the number of lane-blocked GEMMs recorded so far in this process.

@@ -33,9 +33,13 @@ func GatedRMSNorm(r *Recorder, x, z, w, y *Buffer, rows, hv, dv int, eps float64
 	if err := needF32(op, arg{"x", x, n}, arg{"z", z, n}, arg{"w", w, dv}, arg{"y", y, n}); err != nil {
 		return err
 	}
-	return r.dispatch1D(KernelSpec{
+	if err := r.dispatch1D(KernelSpec{
 		Name: op, File: "gated_rms_norm.wgsl", Params: r.d.rowForm(gatedRMSNormWG),
 		Bindings: []Access{Read, Read, Read, ReadWrite}, Uniforms: 3,
 	}, rows*hv, []uint32{uint32(rows * hv), uint32(dv), math.Float32bits(float32(eps))},
-		Whole(x), Whole(z), Whole(w), Whole(y))
+		Whole(x), Whole(z), Whole(w), Whole(y)); err != nil {
+		return err
+	}
+	r.Cost(0, 12*float64(n)+4*float64(dv)) // x, z read, y written, w
+	return nil
 }

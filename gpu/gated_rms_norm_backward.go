@@ -61,6 +61,7 @@ func GatedRMSNormBackward(r *Recorder, x, z, w, dy, dx, dz, dw *Buffer, rows, hv
 		Whole(x), Whole(z), Whole(w), Whole(dy), Whole(dx), Whole(dz), Whole(dn), Whole(inv)); err != nil {
 		return err
 	}
+	r.Cost(0, 24*float64(n)+4*float64(groups+dv)) // x, z, dy read; dx, dz, dn written; inv, w
 	if err := gradColDot(r, op+".dw", dn, x, inv, nil, nil, dw, nil, groups, dv, false); err != nil {
 		r.ops = r.ops[:mark]
 		return err

@@ -59,9 +59,9 @@ var rowLanesOff bool
 // CPU adapters too.
 var pathPairsOff bool
 
-// causalConvRunsOff, set by tests (SetCausalConvRuns), makes the causal convolution kernels
-// take their per-element form on CPU adapters too.
-var causalConvRunsOff bool
+// causalConvForced, set by tests (SetCausalConvRuns), makes the causal convolution kernels
+// take their run form (1) or their per-element form (−1) on every device; 0: automatic.
+var causalConvForced int
 
 // gemmLanesDispatches counts the lane-blocked GEMMs recorded (tests check a forced variant ran).
 var gemmLanesDispatches int

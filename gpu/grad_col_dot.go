@@ -138,6 +138,20 @@ func colDotStages(r *Recorder, op string, x colDotArgs, rows, n int, stage strin
 	if err := r.Dispatch(k, [3]int{colBlocks, chunks, 1}, uni, bl.binds...); err != nil {
 		return err
 	}
+	elems := float64(rows) * float64(n)
+	bytes := 8 * elems // a, b
+	if x.so != nil {
+		bytes += 4 * elems
+		if pr.SideAccum {
+			bytes += 4 * elems
+		}
+	}
+	if partial {
+		bytes += 4 * float64(chunks*n)
+	} else {
+		bytes += 8 * float64(n)
+	}
+	r.Cost(2*elems, bytes)
 	if !partial {
 		return nil
 	}
@@ -164,6 +178,7 @@ func colDotStages(r *Recorder, op string, x colDotArgs, rows, n int, stage strin
 			r.ops = r.ops[:mark]
 			return err
 		}
+		r.Cost(float64(chunks*n), 4*float64(chunks*n)+8*float64(n))
 	}
 	return nil
 }

@@ -167,15 +167,12 @@ func qkDims(rows, heads, n int) gpu.QKNormRoPEDims {
 	return gpu.QKNormRoPEDims{Rows: rows, Heads: heads, HeadDim: n, Eps: 1e-6, Rot: max(2, n/2&^1), Theta: 1e4, T: rows}
 }
 
-// TestCausalConvRunsBitIdentical: the run form of CausalConv1dSiLU and its backward (CPU
-// adapters: RB tokens of one channel per invocation, taps by a sliding register window)
-// gives the per-element form's bits, on windows shorter than, equal to and longer than a run
-// (t = 5, 16, 37), with 2 and 4 taps.
+// TestCausalConvRunsBitIdentical: the run form of CausalConv1dSiLU and its backward (RB
+// tokens of one channel per invocation, taps by a sliding register window) gives the
+// per-element form's bits, on windows shorter than, equal to and longer than a run (t = 5,
+// 16, 37), with 2 and 4 taps.
 func TestCausalConvRunsBitIdentical(t *testing.T) {
 	d := gputest.Open(t)
-	if !d.Info().CPU {
-		t.Skipf("the run form is for CPU adapters; %s is not one", d.Info().Name)
-	}
 	for _, c := range []struct{ nb, t, ch, k int }{{2, 5, 7, 4}, {3, 16, 33, 4}, {2, 37, 20, 4}, {1, 37, 9, 2}} {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
 			var got [2][][]float32
