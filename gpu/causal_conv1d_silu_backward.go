@@ -19,30 +19,54 @@ import "fmt"
 // Errors: non-positive sizes, K > 64, dtype or length mismatches, aliasing, or any Dispatch
 // error (nothing is left recorded on error).
 func CausalConv1dSiLUBackward(r *Recorder, x, w, dy, dx *Buffer, nb, t, channels, K int) error {
+	return CausalConv1dSiLUBackwardSplit(r, x, w, []ColumnBlock{{Buf: dy, Cols: channels}}, dx, nb, t, K)
+}
+
+// CausalConv1dSiLUBackwardSplit is CausalConv1dSiLUBackward reading dy as its consecutive
+// column blocks (1 to 3; channels = Σ Cols), each F32 [nb·t, Cols] in its own buffer: the
+// gradients of the GatedDeltaNet's q, k and v channels, without assembling them first. The
+// same bits as CausalConv1dSiLUBackward. Errors: those of CausalConv1dSiLUBackward and of the
+// blocks (checkColumnBlocks).
+func CausalConv1dSiLUBackwardSplit(r *Recorder, x, w *Buffer, dy []ColumnBlock, dx *Buffer, nb, t, K int) error {
 	const op = "CausalConv1dSiLUBackward"
+	channels := columnBlocksCols(dy)
 	n, err := causalConvSize(op, nb, t, channels, K)
 	if err != nil {
 		return err
 	}
-	if err := needF32(op, arg{"x", x, n}, arg{"w", w, channels * K}, arg{"dy", dy, n}, arg{"dx", dx, n}); err != nil {
+	for _, a := range []arg{{"x", x, n}, {"w", w, channels * K}, {"dx", dx, n}} {
+		if err := need(op, a.name, a.b, a.n, F32); err != nil {
+			return err
+		}
+	}
+	all := map[string]*Buffer{"x": x, "w": w, "dx": dx}
+	c0, c1, dyBinds, err := checkColumnBlocks(op, "dy", dy, nb*t, all)
+	if err != nil {
+		return err
+	}
+	if err := distinct(op, all); err != nil {
 		return err
 	}
 	type params struct {
 		WG, K      int
 		Transposed bool
-		RB         int
+		RB, Blocks int
 	}
 	rb, inv := r.d.causalConvRuns(nb, t, channels)
+	access := []Access{Read, Read}
+	for range dy {
+		access = append(access, Read)
+	}
 	k1, err := r.d.Kernel(KernelSpec{
-		Name: op, File: "causal_conv1d_silu_backward.wgsl", Params: params{causalConvWG, K, false, rb},
-		Bindings: []Access{Read, Read, Read, ReadWrite}, Uniforms: 3,
+		Name: op, File: "causal_conv1d_silu_backward.wgsl", Params: params{causalConvWG, K, false, rb, len(dy)},
+		Bindings: append(access, ReadWrite), Uniforms: 5,
 	})
 	if err != nil {
 		return err
 	}
 	k2, err := r.d.Kernel(KernelSpec{
-		Name: op + ".dx", File: "causal_conv1d_silu_backward.wgsl", Params: params{causalConvWG, K, true, rb},
-		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
+		Name: op + ".dx", File: "causal_conv1d_silu_backward.wgsl", Params: params{causalConvWG, K, true, rb, 1},
+		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 5,
 	})
 	if err != nil {
 		return err
@@ -55,9 +79,10 @@ func CausalConv1dSiLUBackward(r *Recorder, x, w, dy, dx *Buffer, nb, t, channels
 	if err != nil {
 		return err
 	}
-	uni := []uint32{uint32(n), uint32(channels), uint32(t)}
+	uni := []uint32{uint32(n), uint32(channels), uint32(t), uint32(c0), uint32(c1)}
 	mark := len(r.ops)
-	if err := r.Dispatch(k1, g, uni, Whole(x), Whole(w), Whole(dy), Whole(ds)); err != nil {
+	binds := append(append([]Binding{Whole(x), Whole(w)}, dyBinds...), Whole(ds))
+	if err := r.Dispatch(k1, g, uni, binds...); err != nil {
 		return err
 	}
 	wb := 4 * float64(channels*K)

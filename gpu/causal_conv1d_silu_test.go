@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -79,4 +80,95 @@ func TestCausalConv1dSiLU(t *testing.T) {
 		t.Errorf("%d dispatches recorded by failing calls", r.Len())
 	}
 	r.Discard()
+}
+
+// TestCausalConvSplitBitIdentical: CausalConv1dSiLUSplit writes, and
+// CausalConv1dSiLUBackwardSplit reads, the conv's channels as 1, 2 or 3 column blocks in
+// their own buffers with the bits of the whole-matrix launchers, in both kernel forms (the
+// per-element form and the run form), on blocks that split a 32-lane group and a block of
+// one column; bad blocks are refused before anything is recorded.
+func TestCausalConvSplitBitIdentical(t *testing.T) {
+	d := gputest.Open(t)
+	const nb, tt, K = 2, 37, 4
+	for _, cols := range [][]int{{45}, {20, 25}, {16, 28, 1}, {1, 40, 4}} {
+		for _, runs := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/runs=%v", cols, runs), func(t *testing.T) {
+				defer gpu.SetCausalConvRuns(runs)()
+				c := 0
+				for _, n := range cols {
+					c += n
+				}
+				rng := rand.New(rand.NewPCG(uint64(c), uint64(len(cols))))
+				rows := nb * tt
+				x, w, dy := upload(t, d, rng, 2, rows, c), upload(t, d, rng, 0.5, c*K), upload(t, d, rng, 1, rows, c)
+				y, dx, dxs := upload(t, d, rng, 1, rows, c), upload(t, d, rng, 1, rows, c), upload(t, d, rng, 1, rows, c)
+				// The blocks of dy, cut on the host from the whole dy, and those of y.
+				dyHost := must(d.ReadFloat32(dy)).T(t)
+				var ys, dys []gpu.ColumnBlock
+				off := 0
+				for _, n := range cols {
+					part := make([]float32, rows*n)
+					for r := range rows {
+						copy(part[r*n:(r+1)*n], dyHost[r*c+off:r*c+off+n])
+					}
+					b := must(d.UploadFloat32("dy block", part, rows, n)).T(t)
+					t.Cleanup(b.Release)
+					dys = append(dys, gpu.ColumnBlock{Buf: b, Cols: n})
+					ys = append(ys, gpu.ColumnBlock{Buf: upload(t, d, rng, 1, rows, n), Cols: n})
+					off += n
+				}
+				err := d.Run(func(r *gpu.Recorder) error {
+					if err := gpu.CausalConv1dSiLU(r, x, w, y, nb, tt, c, K); err != nil {
+						return err
+					}
+					if err := gpu.CausalConv1dSiLUSplit(r, x, w, ys, nb, tt, K); err != nil {
+						return err
+					}
+					if err := gpu.CausalConv1dSiLUBackward(r, x, w, dy, dx, nb, tt, c, K); err != nil {
+						return err
+					}
+					return gpu.CausalConv1dSiLUBackwardSplit(r, x, w, dys, dxs, nb, tt, K)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				whole := must(d.ReadFloat32(y)).T(t)
+				off = 0
+				for i, b := range ys {
+					got := must(d.ReadFloat32(b.Buf)).T(t)
+					want := make([]float32, rows*b.Cols)
+					for r := range rows {
+						copy(want[r*b.Cols:(r+1)*b.Cols], whole[r*c+off:r*c+off+b.Cols])
+					}
+					sameBits(t, fmt.Sprintf("y block %d", i), got, want)
+					off += b.Cols
+				}
+				sameBits(t, "dx", must(d.ReadFloat32(dxs)).T(t), must(d.ReadFloat32(dx)).T(t))
+			})
+		}
+	}
+
+	// Bad blocks.
+	rng := rand.New(rand.NewPCG(1, 2))
+	x, w := upload(t, d, rng, 1, 4, 6), upload(t, d, rng, 1, 6*K)
+	a, b, dx := upload(t, d, rng, 1, 4, 2), upload(t, d, rng, 1, 4, 4), upload(t, d, rng, 1, 4, 6)
+	r := d.Begin()
+	for name, blocks := range map[string][]gpu.ColumnBlock{
+		"no blocks":          nil,
+		"four blocks":        {{a, 2}, {a, 1}, {b, 2}, {b, 1}},
+		"a block of 0":       {{a, 2}, {b, 0}, {b, 4}},
+		"a short buffer":     {{a, 2}, {a, 4}},
+		"one buffer twice":   {{a, 2}, {a, 2}, {a, 2}},
+		"a block aliasing x": {{a, 2}, {x, 4}},
+	} {
+		if err := gpu.CausalConv1dSiLUSplit(r, x, w, blocks, 1, 4, K); err == nil {
+			t.Errorf("forward: %s accepted", name)
+		}
+		if err := gpu.CausalConv1dSiLUBackwardSplit(r, x, w, blocks, dx, 1, 4, K); err == nil {
+			t.Errorf("backward: %s accepted", name)
+		}
+	}
+	if r.Len() != 0 {
+		t.Errorf("%d dispatches recorded by failing calls", r.Len())
+	}
 }

@@ -57,3 +57,50 @@ func ColumnCopy(r *Recorder, src, dst *Buffer, rows, srcCols, srcOff, dstCols, d
 	return r.Dispatch(k, g, []uint32{uint32(total), uint32(n), uint32(srcCols), uint32(srcOff), uint32(dstCols), uint32(dstOff)},
 		Whole(src), Whole(dst))
 }
+
+// ColumnBlock is one of the consecutive column blocks of a row-major F32 matrix [rows, C]
+// held in separate buffers: Buf is F32 [rows, Cols] and holds the matrix's columns
+// [c, c+Cols), c the sum of the earlier blocks' Cols (the GatedDeltaNet's q, k and v channels
+// of its conv, each in its own buffer: CausalConv1dSiLUSplit, CausalConv1dSiLUBackwardSplit).
+type ColumnBlock struct {
+	Buf  *Buffer
+	Cols int
+}
+
+// columnBlocksCols is the number of columns of the matrix the blocks hold (Σ Cols).
+func columnBlocksCols(blocks []ColumnBlock) int {
+	c := 0
+	for _, b := range blocks {
+		c += b.Cols
+	}
+	return c
+}
+
+// checkColumnBlocks checks 1 to 3 blocks of positive Cols, each buffer F32 [rows, Cols],
+// adds them to all (named name, or name[i] where there are several) for the caller's
+// aliasing check, and returns the first two blocks' column counts (c1 0 with one block) and
+// the blocks' bindings in order.
+func checkColumnBlocks(op, name string, blocks []ColumnBlock, rows int, all map[string]*Buffer) (c0, c1 int, binds []Binding, err error) {
+	if len(blocks) < 1 || len(blocks) > 3 {
+		return 0, 0, nil, fmt.Errorf("gpu: %s: %s in %d column blocks, want 1 to 3", op, name, len(blocks))
+	}
+	for i, b := range blocks {
+		label := name
+		if len(blocks) > 1 {
+			label = fmt.Sprintf("%s[%d]", name, i)
+		}
+		if b.Cols < 1 {
+			return 0, 0, nil, fmt.Errorf("gpu: %s: %s has %d columns, want ≥ 1", op, label, b.Cols)
+		}
+		if err := need(op, label, b.Buf, rows*b.Cols, F32); err != nil {
+			return 0, 0, nil, err
+		}
+		all[label] = b.Buf
+		binds = append(binds, Whole(b.Buf))
+	}
+	c0 = blocks[0].Cols
+	if len(blocks) > 1 {
+		c1 = blocks[1].Cols
+	}
+	return c0, c1, binds, nil
+}

@@ -46,12 +46,19 @@ func SetGEMMLanes(on bool) (restore func()) {
 	return swap(&gemmLanesForce, on)
 }
 
-// SetRowLanes chooses the form of the one-workgroup-per-row kernels on CPU adapters (their
-// lanes form when on, the default; the workgroup form when off) and returns a function
-// restoring the old choice.
+// SetRowLanes forces the form of the one-workgroup-per-row kernels on every row length: their
+// lanes form when on (where the device has a row subgroup size, RowSubgroupSize), the
+// workgroup form when off; it returns a function restoring the automatic choice.
 func SetRowLanes(on bool) (restore func()) {
-	return swap(&rowLanesOff, !on)
+	f := -1
+	if on {
+		f = 1
+	}
+	return swap(&rowLanesForced, f)
 }
+
+// RowSubgroupSize is the subgroup size of d's row kernels' lanes form (0: none).
+func RowSubgroupSize(d *Device) int { return d.rowSubgroup }
 
 // SetPathPairs chooses how BLRForward and BLRBackward run a two-path layer on CPU adapters:
 // both paths' t1 and dt2 GEMMs and column reductions in one pass each (on, the default) or
@@ -60,9 +67,9 @@ func SetPathPairs(on bool) (restore func()) {
 	return swap(&pathPairsOff, !on)
 }
 
-// SetCausalConvRuns forces the form of the causal convolution kernels on every device: the
-// run form (on; CPU adapters' default) or the per-element one (off; GPUs' default); it
-// returns a function restoring the old choice.
+// SetCausalConvRuns forces the form of the causal convolution kernels: the run form (on, the
+// default) or the per-element one (off, the simple twin); it returns a function restoring
+// the old choice.
 func SetCausalConvRuns(on bool) (restore func()) {
 	f := -1
 	if on {

@@ -34,7 +34,7 @@ func GatedRMSNorm(r *Recorder, x, z, w, y *Buffer, rows, hv, dv int, eps float64
 		return err
 	}
 	if err := r.dispatch1D(KernelSpec{
-		Name: op, File: "gated_rms_norm.wgsl", Params: r.d.rowForm(gatedRMSNormWG),
+		Name: op, File: "gated_rms_norm.wgsl", Params: r.d.rowForm(gatedRMSNormWG, dv),
 		Bindings: []Access{Read, Read, Read, ReadWrite}, Uniforms: 3,
 	}, rows*hv, []uint32{uint32(rows * hv), uint32(dv), math.Float32bits(float32(eps))},
 		Whole(x), Whole(z), Whole(w), Whole(y)); err != nil {

@@ -37,7 +37,7 @@ func GatedRMSNormBackward(r *Recorder, x, z, w, dy, dx, dz, dw *Buffer, rows, hv
 		return err
 	}
 	k, err := r.d.Kernel(KernelSpec{
-		Name: op, File: "gated_rms_norm_backward.wgsl", Params: r.d.rowForm(gatedRMSNormWG),
+		Name: op, File: "gated_rms_norm_backward.wgsl", Params: r.d.rowForm(gatedRMSNormWG, dv),
 		Bindings: []Access{Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 3,
 	})
 	if err != nil {

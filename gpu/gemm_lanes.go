@@ -50,9 +50,10 @@ func (d *Device) probeSubgroup() (int, error) {
 // (else the automatic choice: on CPU adapters only).
 var gemmLanesForce bool
 
-// rowLanesOff, set by tests (SetRowLanes), makes the one-workgroup-per-row kernels take
-// their workgroup form on CPU adapters too, so the two forms can be compared.
-var rowLanesOff bool
+// rowLanesForced, set by tests (SetRowLanes), makes the one-workgroup-per-row kernels take
+// their lanes form (1; where the device has a row subgroup size) or their workgroup form
+// (−1) on every row length, so the two forms can be compared; 0: automatic (rowForm).
+var rowLanesForced int
 
 // pathPairsOff, set by tests (SetPathPairs), makes BLRForward and BLRBackward run each path's
 // t1 and dt2 GEMMs (blrGEMMPair) and column reductions (gradColDot2's twin) on their own on
@@ -60,7 +61,7 @@ var rowLanesOff bool
 var pathPairsOff bool
 
 // causalConvForced, set by tests (SetCausalConvRuns), makes the causal convolution kernels
-// take their run form (1) or their per-element form (−1) on every device; 0: automatic.
+// take their run form (1) or their per-element form (−1); 0: automatic (the run form).
 var causalConvForced int
 
 // gemmLanesDispatches counts the lane-blocked GEMMs recorded (tests check a forced variant ran).
@@ -159,19 +160,27 @@ func (r *Recorder) dispatchLanes(kn *Kernel, p lanesParams, m, n int, uniforms [
 }
 
 // rowForm is the form of a one-workgroup-per-row kernel (reduce.wgsl's red_row_open), part
-// of its template parameters: the workgroup form of WG threads (Lanes false, Q 1), or on CPU
-// adapters the lanes form (one subgroup of S lanes per row, each doing Q = WG/S threads'
-// work; the same bits).
+// of its template parameters: the workgroup form of WG threads (Lanes false, Q 1), or the
+// lanes form (one subgroup of S lanes per row, each doing Q = WG/S threads' work; the same
+// bits).
 type rowForm struct {
 	WG, S, Q int
 	Lanes    bool
 }
 
-// rowForm returns the form a one-workgroup-per-row kernel of wg threads takes here: lanes on
-// CPU adapters with a probed subgroup size dividing wg (unless a test turned it off).
-func (d *Device) rowForm(wg int) rowForm {
-	s := d.info.SubgroupSize
-	if s == 0 || !d.info.CPU || wg%s != 0 || rowLanesOff {
+// rowForm returns the form a one-workgroup-per-row kernel of wg threads takes on rows of n
+// values: the lanes form where the device has a probed subgroup size dividing wg — on CPU
+// adapters for every n, on GPUs for rows of at most 2·wg values (a head's dk, dv or
+// head_dim: on an H100 the workgroup form spent most of L2Norm's time on 65,536 rows of 128
+// in its barriers) — unless a test forced a form (SetRowLanes). Both forms give the same
+// bits.
+func (d *Device) rowForm(wg, n int) rowForm {
+	s := d.rowSubgroup
+	lanes := s > 0 && wg%s == 0 && (d.info.CPU || n <= 2*wg)
+	if rowLanesForced != 0 {
+		lanes = rowLanesForced > 0 && s > 0 && wg%s == 0
+	}
+	if !lanes {
 		return rowForm{WG: wg, S: max(s, 1), Q: 1}
 	}
 	return rowForm{WG: wg, S: s, Q: wg / s, Lanes: true}

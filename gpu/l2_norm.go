@@ -47,7 +47,7 @@ func L2Norm(r *Recorder, x, y *Buffer, rows, n int, scale float64) error {
 		return fmt.Errorf("gpu: %s: x and y are the same buffer %q", op, x.label)
 	}
 	if err := r.dispatch1D(KernelSpec{
-		Name: op, File: "l2_norm.wgsl", Params: r.d.rowForm(l2NormWG),
+		Name: op, File: "l2_norm.wgsl", Params: r.d.rowForm(l2NormWG, n),
 		Bindings: []Access{Read, ReadWrite}, Uniforms: 3,
 	}, rows, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(y)); err != nil {
 		return err

@@ -31,7 +31,7 @@ func L2NormBackward(r *Recorder, x, dy, dx *Buffer, rows, n int, scale float64) 
 		return err
 	}
 	if err := r.dispatch1D(KernelSpec{
-		Name: op, File: "l2_norm_backward.wgsl", Params: r.d.rowForm(l2NormWG),
+		Name: op, File: "l2_norm_backward.wgsl", Params: r.d.rowForm(l2NormWG, n),
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
 	}, rows, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(dy), Whole(dx)); err != nil {
 		return err

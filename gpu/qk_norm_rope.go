@@ -117,7 +117,7 @@ func QKNormRoPE(r *Recorder, x, w, y *Buffer, dims QKNormRoPEDims) error {
 		return err
 	}
 	k, err := r.d.Kernel(KernelSpec{
-		Name: op, File: "qk_norm_rope.wgsl", Params: r.d.rowForm(qkNormRoPEWG),
+		Name: op, File: "qk_norm_rope.wgsl", Params: r.d.rowForm(qkNormRoPEWG, dims.HeadDim),
 		Bindings: []Access{Read, Read, Read, ReadWrite}, Uniforms: 6,
 	})
 	if err != nil {

@@ -41,7 +41,7 @@ func QKNormRoPEBackward(r *Recorder, x, w, dy, dx, dw *Buffer, dims QKNormRoPEDi
 		return err
 	}
 	k, err := r.d.Kernel(KernelSpec{
-		Name: op, File: "qk_norm_rope_backward.wgsl", Params: r.d.rowForm(qkNormRoPEWG),
+		Name: op, File: "qk_norm_rope_backward.wgsl", Params: r.d.rowForm(qkNormRoPEWG, dims.HeadDim),
 		Bindings: []Access{Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 6,
 	})
 	if err != nil {

@@ -40,7 +40,7 @@ func RMSNorm(r *Recorder, x, w, y *Buffer, rows, n int, eps float64, zeroCentred
 		Params: struct {
 			rowForm
 			ZeroCentred bool
-		}{r.d.rowForm(rmsNormWG), zeroCentred},
+		}{r.d.rowForm(rmsNormWG, n), zeroCentred},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
 	}, rows, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(eps))}, Whole(x), Whole(w), Whole(y)); err != nil {
 		return err

@@ -43,7 +43,7 @@ func RMSNormBackward(r *Recorder, x, w, dy, dx, dw *Buffer, rows, n int, eps flo
 		Params: struct {
 			rowForm
 			ZeroCentred bool
-		}{r.d.rowForm(rmsNormWG), zeroCentred},
+		}{r.d.rowForm(rmsNormWG, n), zeroCentred},
 		Bindings: []Access{Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 3,
 	})
 	if err != nil {

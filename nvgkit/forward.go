@@ -20,8 +20,8 @@ type acts struct {
 	k, v, kr               *gpu.Buffer // [rows, nkv·hd]
 	alse                   *gpu.Buffer // [rows, nh]
 	// GatedDeltaNet
-	mixed, conv         *gpu.Buffer // [rows, C]: in_proj_qkv's and the conv's outputs
-	qc, kc, qn, kn      *gpu.Buffer // [rows, Hk·dk]: conv q, k blocks; after the L2 norm
+	mixed               *gpu.Buffer // [rows, C]: in_proj_qkv's output
+	qc, kc, qn, kn      *gpu.Buffer // [rows, Hk·dk]: the conv's q, k blocks; after the L2 norm
 	vc, z, core, normed *gpu.Buffer // [rows, Hv·dv]
 	a, b, g, beta       *gpu.Buffer // [rows, Hv]
 	// kept, while recordLayer runs with keep, holds every BLR projection's t1 = (x⊙g)·Vᵀ and
@@ -190,16 +190,16 @@ func (n *Net) recordAttention(r *gpu.Recorder, a *attnWeights, s *acts, nb, t in
 }
 
 // recordDeltaNet records the GatedDeltaNet mixer on s.xn1 into s.mix: in_proj_qkv and the
-// depthwise conv over all C channels, then the q, k, v blocks split by ColumnCopy.
+// depthwise conv over all C channels, which writes its q, k and v blocks to their own
+// buffers.
 func (n *Net) recordDeltaNet(r *gpu.Recorder, d *deltaWeights, s *acts, nb, t int) error {
 	c, rows, g := n.Config, nb*t, deltaDims(n.Config)
-	hk, hv, dk, dv, K, QK, VV, C := g.hk, g.hv, g.dk, g.dv, g.K, g.QK, g.VV, g.C
+	hk, hv, dk, dv, K, QK, VV := g.hk, g.hv, g.dk, g.dv, g.K, g.QK, g.VV
 	return runSteps([]func() error{
 		func() error { return s.apply(r, d.qkv, s.xn1, s.mixed, rows) },
-		func() error { return gpu.CausalConv1dSiLU(r, s.mixed, d.conv.buf, s.conv, nb, t, C, K) },
-		func() error { return gpu.ColumnCopy(r, s.conv, s.qc, rows, C, 0, QK, 0, QK) },
-		func() error { return gpu.ColumnCopy(r, s.conv, s.kc, rows, C, QK, QK, 0, QK) },
-		func() error { return gpu.ColumnCopy(r, s.conv, s.vc, rows, C, 2*QK, VV, 0, VV) },
+		func() error {
+			return gpu.CausalConv1dSiLUSplit(r, s.mixed, d.conv.buf, []gpu.ColumnBlock{{Buf: s.qc, Cols: QK}, {Buf: s.kc, Cols: QK}, {Buf: s.vc, Cols: VV}}, nb, t, K)
+		},
 		func() error { return gpu.L2Norm(r, s.qc, s.qn, rows*hk, dk, 1/math.Sqrt(float64(dk))) },
 		func() error { return gpu.L2Norm(r, s.kc, s.kn, rows*hk, dk, 1) },
 		func() error { return s.apply(r, d.z, s.xn1, s.z, rows) },

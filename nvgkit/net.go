@@ -76,7 +76,7 @@ func StreamLayers() LoadOption { return func(c *loadConfig) { c.streamed = true 
 //
 // Both kinds store every tensor whole, as the checkpoint holds it (arch.DecoderLayer): q_proj
 // with its query and gate rows interleaved per head, in_proj_qkv and conv1d over all q, k, v
-// channels; the layer recipe splits their outputs on the GPU (SplitQueryGate, ColumnCopy;
+// channels; the layer recipe splits their outputs on the GPU (SplitQueryGate, the conv's column blocks;
 // DESIGN.md §3 — a BLR weight cannot be split by rows, its ℓ and g are shared). A Net is
 // driven by one goroutine at a time; Release frees its GPU memory.
 type Net struct {

@@ -26,7 +26,7 @@ type stWork struct {
 	dGated, dO, dAgate, dQR *gpu.Buffer // [rows, nh·hd]
 	dQ                      *gpu.Buffer
 	dKR, dK, dV             *gpu.Buffer // [rows, nkv·hd]
-	dMixed, dConv           *gpu.Buffer // [rows, C]
+	dMixed                  *gpu.Buffer // [rows, C]
 	dQn, dKn, dQc, dKc      *gpu.Buffer // [rows, Hk·dk]
 	dVc, dNormed, dCore, dZ *gpu.Buffer // [rows, Hv·dv]
 	dG, dBeta, dA, dB       *gpu.Buffer // [rows, Hv]
@@ -93,7 +93,7 @@ func studentSpecs(c arch.Config, s *stWork) []wspec {
 	if hasKind(c, false) {
 		g := deltaDims(c)
 		sp = append(sp, workSpecs(
-			wspec{&s.dMixed, "dMixed", g.C}, wspec{&s.dConv, "dConv", g.C},
+			wspec{&s.dMixed, "dMixed", g.C},
 			wspec{&s.dQn, "dQn", g.QK}, wspec{&s.dKn, "dKn", g.QK}, wspec{&s.dQc, "dQc", g.QK}, wspec{&s.dKc, "dKc", g.QK},
 			wspec{&s.dVc, "dVc", g.VV}, wspec{&s.dNormed, "dNormed", g.VV}, wspec{&s.dCore, "dCore", g.VV}, wspec{&s.dZ, "dZ", g.VV},
 			wspec{&s.dG, "dG", g.hv}, wspec{&s.dBeta, "dBeta", g.hv}, wspec{&s.dA, "dA", g.hv}, wspec{&s.dB, "dB", g.hv})...)
@@ -108,7 +108,7 @@ func studentSpecs(c arch.Config, s *stWork) []wspec {
 //	4·rows·[ (L+1)·H                        checkpoints
 //	       + 11·H + 6·I + 1                 layer and head activations, residual-path gradients, KL
 //	       + A·(14·Q + 6·KV + nh)           when the model has attention layers (Q = nh·hd, KV = nkv·hd)
-//	       + D·(4·C + 8·QK + 8·VV + 8·Hv) ]  when it has GatedDeltaNet layers (QK = Hk·dk, VV = Hv·dv,
+//	       + D·(2·C + 8·QK + 8·VV + 8·Hv) ]  when it has GatedDeltaNet layers (QK = Hk·dk, VV = Hv·dv,
 //	                                         C = 2·QK + VV)
 //	+ 8 (the loss and a reduction scalar)
 //
@@ -188,7 +188,7 @@ func (n *Net) recordAttentionBackward(r *gpu.Recorder, a *attnWeights, s *stWork
 // recordDeltaNetBackward: d loss/d s.xn1 into s.dXn from s.dResid.
 func (n *Net) recordDeltaNetBackward(r *gpu.Recorder, d *deltaWeights, s *stWork, nb, t int) error {
 	c, rows, g := n.Config, nb*t, deltaDims(n.Config)
-	hk, hv, dk, dv, K, QK, VV, C := g.hk, g.hv, g.dk, g.dv, g.K, g.QK, g.VV, g.C
+	hk, hv, dk, dv, K, QK, VV := g.hk, g.hv, g.dk, g.dv, g.K, g.QK, g.VV
 	return runSteps([]func() error{
 		func() error { return s.back(r, d.out, s.normed, s.dResid, s.dNormed, rows) },
 		func() error {
@@ -202,11 +202,8 @@ func (n *Net) recordDeltaNetBackward(r *gpu.Recorder, d *deltaWeights, s *stWork
 		},
 		func() error { return gpu.L2NormBackward(r, s.qc, s.dQn, s.dQc, rows*hk, dk, 1/math.Sqrt(float64(dk))) },
 		func() error { return gpu.L2NormBackward(r, s.kc, s.dKn, s.dKc, rows*hk, dk, 1) },
-		func() error { return gpu.ColumnCopy(r, s.dQc, s.dConv, rows, QK, 0, C, 0, QK) },
-		func() error { return gpu.ColumnCopy(r, s.dKc, s.dConv, rows, QK, 0, C, QK, QK) },
-		func() error { return gpu.ColumnCopy(r, s.dVc, s.dConv, rows, VV, 0, C, 2*QK, VV) },
 		func() error {
-			return gpu.CausalConv1dSiLUBackward(r, s.mixed, d.conv.buf, s.dConv, s.dMixed, nb, t, C, K)
+			return gpu.CausalConv1dSiLUBackwardSplit(r, s.mixed, d.conv.buf, []gpu.ColumnBlock{{Buf: s.dQc, Cols: QK}, {Buf: s.dKc, Cols: QK}, {Buf: s.dVc, Cols: VV}}, s.dMixed, nb, t, K)
 		},
 		func() error { return s.back(r, d.qkv, s.xn1, s.dMixed, s.dXn, rows) },
 		func() error { return s.back(r, d.z, s.xn1, s.dZ, s.dT, rows) },

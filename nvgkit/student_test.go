@@ -93,7 +93,7 @@ func TestStudentStepFixtures(t *testing.T) {
 		Q, KV := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
 		QK, VV := c.LinearNumKeyHeads*c.LinearKeyHeadDim, c.LinearNumValueHeads*c.LinearValueHeadDim
 		widths := (c.NumHiddenLayers+1)*c.HiddenSize + 11*c.HiddenSize + 6*c.IntermediateSize + 1 +
-			14*Q + 6*KV + c.NumAttentionHeads + 4*(2*QK+VV) + 8*QK + 8*VV + 8*c.LinearNumValueHeads
+			14*Q + 6*KV + c.NumAttentionHeads + 2*(2*QK+VV) + 8*QK + 8*VV + 8*c.LinearNumValueHeads
 		if want := uint64(4*len(ids)*len(ids[0])*widths + 8); w.Bytes() != want {
 			t.Errorf("work holds %d bytes, the documented formula gives %d", w.Bytes(), want)
 		}

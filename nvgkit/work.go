@@ -16,7 +16,7 @@ import (
 // token rows), sized once by NewWork and reused by every TeacherTopK, Forward and NLL call.
 // Each buffer is F32 and row-major [rows, width]: the residual stream x [rows, H] and the
 // norm output xn [rows, H], one layer's activations as the layer recipe writes them (acts:
-// mix [rows, H]; gate, up, act [rows, I]; when the model has GatedDeltaNet layers mixed, conv
+// mix [rows, H]; gate, up, act [rows, I]; when the model has GatedDeltaNet layers mixed
 // [rows, C], qc, kc, qn, kn [rows, Hk·dk], vc, z, core, normed [rows, Hv·dv], a, b, g, beta
 // [rows, Hv]; when it has attention layers qg [rows, 2·nh·hd], q, agate, qr, o, gated
 // [rows, nh·hd], k, v, kr [rows, nkv·hd], alse [rows, nh]), and the head's lse, tgt [rows]
@@ -102,7 +102,7 @@ func actGroups(c arch.Config, a *acts, attn, delta bool) [][]wspec {
 	if delta {
 		g := deltaDims(c)
 		groups = append(groups, workSpecs(
-			wspec{&a.mixed, "mixed (in_proj_qkv)", g.C}, wspec{&a.conv, "conv (conv1d)", g.C},
+			wspec{&a.mixed, "mixed (in_proj_qkv)", g.C},
 			wspec{&a.qc, "qc (conv q)", g.QK}, wspec{&a.kc, "kc (conv k)", g.QK}, wspec{&a.qn, "qn (normalised q)", g.QK}, wspec{&a.kn, "kn (normalised k)", g.QK},
 			wspec{&a.vc, "vc (conv v)", g.VV}, wspec{&a.z, "z (in_proj_z)", g.VV}, wspec{&a.core, "core (delta rule output)", g.VV}, wspec{&a.normed, "normed (gated norm output)", g.VV},
 			wspec{&a.a, "a (in_proj_a)", g.hv}, wspec{&a.b, "b (in_proj_b)", g.hv}, wspec{&a.g, "g (log decay)", g.hv}, wspec{&a.beta, "beta", g.hv}))
@@ -167,7 +167,7 @@ func teacherSpecs(c arch.Config, w *Work) (own []wspec, groups [][]wspec) {
 //
 // where slot i is as wide as the widest i-th buffer (widest first) of the MLP's (3 of I),
 // the attention's (when the model has attention layers: 2·Q, 5 of Q, 3 of KV, nh; Q = nh·hd,
-// KV = nkv·hd) and the GatedDeltaNet's (when it has such layers: 2 of C, 4 of VV, 4 of QK,
+// KV = nkv·hd) and the GatedDeltaNet's (when it has such layers: 1 of C, 4 of VV, 4 of QK,
 // 4 of Hv; QK = Hk·dk, VV = Hv·dv, C = 2·QK + VV): the three never live at once
 // (shareSlots). The recorder's temporaries (GatedDeltaRuleChunked's scratch and the head's
 // logits slice) come on top, freed at each submit.
@@ -280,7 +280,7 @@ func KeepBLROutputs() WorkOption { return func(o *workOptions) { o.keepC = true 
 // KeptActivationBytes is the GPU bytes KeepActivations adds to a Student's work of nb
 // windows of t tokens (rows = nb·t): for every layer, its activations (the widths of one
 // layer's acts in StudentWorkBytes' formula: 4·H + 3·I, plus 7·Q + 3·KV + nh for an
-// attention layer or 2·C + 4·QK + 4·VV + 4·Hv for a GatedDeltaNet layer) and, for every BLR
+// attention layer or C + 4·QK + 4·VV + 4·Hv for a GatedDeltaNet layer) and, for every BLR
 // projection of the layer, one t1 [rows, rank] per path, all F32: 4·rows·Σ widths. 0 for a
 // Teacher net.
 func KeptActivationBytes(net *Net, nb, t int) uint64 {

@@ -2,18 +2,73 @@
 causal_conv1d_lib.wgsl: the pieces CausalConv1dSiLU and its backward share (defines only,
 parsed with every shader; names prefixed cc_): x and the per-element tensors are f32
 [nb·t, C] row-major (token-major), w is f32 [C, 1, K] flattened to [C·K], one invocation per
-element i (ew_main) — or, in the run form of CPU adapters (cc_run_*, below), per channel and
-run of RB tokens.
+element i (ew_main) — or, in the run form that every device takes (cc_run_*, below), per
+channel and run of RB tokens.
 */ -}}
 
-{{- /* cc_params: the uniform Params { n = nb·t·C, c = C, t } at binding B, read as p. */ -}}
+{{- /* cc_params: the uniform Params { n = nb·t·C, c = C, t, c0, c1 } at binding B, read as p:
+c0 and c1 are the column counts of the first two column blocks (cc_blocks). */ -}}
 {{define "cc_params"}}
 struct Params {
-    n: u32, // nb·t·C
-    c: u32, // channels
-    t: u32, // window length
+    n: u32,  // nb·t·C
+    c: u32,  // channels
+    t: u32,  // window length
+    c0: u32, // columns of block 0 (cc_blocks; C with one block)
+    c1: u32, // columns of block 1 (C − c0 with two blocks)
 };
 @group(0) @binding({{.B}}) var<uniform> p: Params;
+{{- end}}
+
+{{- /* cc_blocks: a [nb·t, C] tensor Name held as Blocks (1 to 3) column blocks in separate
+row-major buffers Name0 … (bindings B, B+1, …): block 0 holds channels [0, c0), block 1
+[c0, c0 + c1), block 2 the rest (gpu.ColumnBlock; the q, k and v channels of a GatedDeltaNet
+go straight to, or come straight from, their own buffers). Declares them and either
+store_Name(row, ch, v) (Store) or load_Name(row, ch). Keys: Name, B, Blocks, Store. */ -}}
+{{define "cc_blocks"}}
+{{- range $b := seq .Blocks}}
+@group(0) @binding({{add $.B $b}}) var<storage, {{if $.Store}}read_write{{else}}read{{end}}> {{$.Name}}{{$b}}: array<f32>;
+{{- end}}
+{{- $c2 := "(p.c - p.c0 - p.c1)"}}{{if eq .Blocks 2}}{{$c2 = "(p.c - p.c0)"}}{{end}}
+{{- if .Store}}
+
+fn store_{{.Name}}(row: u32, ch: u32, v: f32) {
+{{- if eq .Blocks 1}}
+    {{.Name}}0[row * p.c + ch] = v;
+{{- else}}
+    if (ch < p.c0) {
+        {{.Name}}0[row * p.c0 + ch] = v;
+{{- if eq .Blocks 3}}
+    } else if (ch < p.c0 + p.c1) {
+        {{.Name}}1[row * p.c1 + ch - p.c0] = v;
+    } else {
+        {{.Name}}2[row * {{$c2}} + ch - p.c0 - p.c1] = v;
+{{- else}}
+    } else {
+        {{.Name}}1[row * {{$c2}} + ch - p.c0] = v;
+{{- end}}
+    }
+{{- end}}
+}
+{{- else}}
+
+fn load_{{.Name}}(row: u32, ch: u32) -> f32 {
+{{- if gt .Blocks 1}}
+    if (ch < p.c0) {
+        return {{.Name}}0[row * p.c0 + ch];
+    }
+{{- end}}
+{{- if eq .Blocks 1}}
+    return {{.Name}}0[row * p.c + ch];
+{{- else if eq .Blocks 2}}
+    return {{.Name}}1[row * {{$c2}} + ch - p.c0];
+{{- else}}
+    if (ch < p.c0 + p.c1) {
+        return {{.Name}}1[row * p.c1 + ch - p.c0];
+    }
+    return {{.Name}}2[row * {{$c2}} + ch - p.c0 - p.c1];
+{{- end}}
+}
+{{- end}}
 {{- end}}
 
 {{- /* cc_pos: element i's token row, channel ch and window position tau = row mod t. */ -}}
@@ -37,10 +92,11 @@ Keys: K (the taps). */ -}}
     }
 {{- end}}
 
-{{- /* The run form (CPU adapters, RB > 0): one invocation per channel and run of RB tokens of
-one window, taps by a sliding register window, so each element of x (or ds) is loaded once
-and w once per run, where the per-element form loads K of each per element (on lavapipe
-every load is a loop over the lanes). Every sum takes the per-element form's taps in its
+{{- /* The run form (RB > 0, every device's; the per-element form is its simple twin): one
+invocation per channel and run of RB tokens of one window, taps by a sliding register
+window, so each element of x (or ds) is loaded once and w once per run, where the
+per-element form loads K of each per element (on lavapipe every load is a loop over the
+lanes; on an H100 the run form takes half the time). Every sum takes the per-element form's taps in its
 order and skips the same ones, so the bits are the same (TestCausalConvRunsBitIdentical). */ -}}
 
 {{- /* cc_run_open: ew_index, the invocation's channel ch, window row base, tokens tau0 …

@@ -53,20 +53,21 @@
 // Pass 1, the SiLU backward at the recomputed pre-activation (the forward's arithmetic):
 //   s = Σ_{i<K} w[c·K + i] · x[(b, τ−K+1+i), c]  (zero before the window),
 //   ds = dy · silu′(s),  silu′(s) = σ(s)·(1 + s·(1 − σ(s))).
-// Template parameters: WG, K, Transposed (false), RB (run form when > 0).
+// dy is f32 [nb·t, C] in Blocks column blocks (cc_blocks: dy0, dy1, dy2).
+// Template parameters: WG, K, Transposed (false), RB (run form when > 0), Blocks.
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
-@group(0) @binding(2) var<storage, read> dy: array<f32>;
-@group(0) @binding(3) var<storage, read_write> ds: array<f32>;
+{{- template "cc_blocks" (dict "Name" "dy" "B" 2 "Blocks" .Blocks "Store" false)}}
+@group(0) @binding({{add 2 .Blocks}}) var<storage, read_write> ds: array<f32>;
 
-{{template "cc_params" (dict "B" 4)}}
+{{template "cc_params" (dict "B" (add 3 .Blocks))}}
 
 {{- if gt .RB 0}}
 {{template "cc_run_preact" .}}
 {{- template "ew_sigmoid" (dict "X" "s" "S" "sg")}}
         let sc = select(1.0 / (1.0 + e), e / (1.0 + e), s >= 0.0);
-        ds[ei] = dy[ei] * (sg * (1.0 + s * sc));
+        ds[ei] = load_dy(base + tau, ch) * (sg * (1.0 + s * sc));
 {{- template "cc_run_shift" .}}
 }
 {{- else}}
@@ -75,7 +76,7 @@
     // σ and 1 − σ without overflow: exp of a non-positive argument only.
 {{- template "ew_sigmoid" (dict "X" "s" "S" "sg")}}
     let sc = select(1.0 / (1.0 + e), e / (1.0 + e), s >= 0.0);
-    ds[i] = dy[i] * (sg * (1.0 + s * sc));
+    ds[i] = load_dy(row, ch) * (sg * (1.0 + s * sc));
 }
 {{- end}}
 {{- end}}
