@@ -393,24 +393,36 @@ func (d *Device) coopProgram(op string, s coopProgramSpec) (*Kernel, error) {
 	return k, nil
 }
 
-// coopPackParams are wgsl/coopmat_pack.wgsl's template parameters.
+// coopPackParams are wgsl/coopmat_pack.wgsl's template parameters: WG threads a workgroup,
+// Scale, and for the vector form R 16-byte vectors an invocation and T threads a row (WG/T
+// rows a workgroup); R 0: the general form, one row a workgroup.
 type coopPackParams struct {
 	WG    int
 	Scale bool
-	R     int
+	R, T  int
 }
+
+// coopPackGeneral, set by tests (SetCoopPackGeneral), makes CoopmatPack take its general form
+// everywhere.
+var coopPackGeneral bool
 
 // coopPackFor returns CoopmatPack's parameters for rows of k columns padded to kp: where
 // k % 4 = 0 (every Qwen3.5 and BLR shape) and a row fits in 16 16-byte vectors per
-// invocation of a 128- or 256-wide workgroup (kp ≤ 16384), each invocation holds R of them
-// (the row read once, all loads in flight together); else the general form (4-byte loads,
-// the row read twice; 64 invocations).
+// invocation of 256 (kp ≤ 16384), the vector form with the fewest threads a row, from 32, that
+// hold it in at most 8 vectors each (more rows a workgroup for short rows: on an H100 the
+// one-row workgroups packed BLR's [4096, 384] and [4096, 1024] operands at a fifth and a
+// third of the memory's bandwidth); else the general form (4-byte loads, the row read twice;
+// 64 invocations).
 func coopPackFor(k, kp int, scale bool) coopPackParams {
-	if k%4 == 0 {
-		for _, wg := range []int{128, 256} {
-			if r := (kp/4 + wg - 1) / wg; r <= 16 {
-				return coopPackParams{WG: wg, Scale: scale, R: r}
-			}
+	const wg = 256
+	if k%4 == 0 && !coopPackGeneral {
+		v := kp / 4
+		t := 32
+		for t < wg && (v+t-1)/t > 8 {
+			t *= 2
+		}
+		if r := (v + t - 1) / t; r <= 16 {
+			return coopPackParams{WG: wg, Scale: scale, R: r, T: t}
 		}
 	}
 	return coopPackParams{WG: 64, Scale: scale}
@@ -496,8 +508,14 @@ func coopPackInto(r *Recorder, op string, a Binding, sa, a16, rs *Buffer, m, k, 
 	}
 	binds = append(binds, Whole(a16), Whole(rs))
 	access = append(access, ReadWrite, ReadWrite)
-	return r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl", Params: coopPackFor(k, kp, sa != nil),
-		Bindings: access, Uniforms: 4}, mp, []uint32{uint32(m), uint32(k), uint32(kp), uint32(mp)}, binds...)
+	pp := coopPackFor(k, kp, sa != nil)
+	groups := mp
+	if pp.R > 0 {
+		rw := pp.WG / pp.T
+		groups = (mp + rw - 1) / rw
+	}
+	return r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl", Params: pp,
+		Bindings: access, Uniforms: 4}, groups, []uint32{uint32(m), uint32(k), uint32(kp), uint32(mp)}, binds...)
 }
 
 func roundUp(x, q int) int { return (x + q - 1) / q * q }

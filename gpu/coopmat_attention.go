@@ -30,44 +30,81 @@ type coopPacked struct {
 // with a power-of-two scale per block of 64 rows, into borrowed buffers. Errors: a packed
 // buffer past the device's binding size, or those of Borrow and Dispatch.
 func coopPackHeads(r *Recorder, op string, nb, t int, s coopPackSpec) (coopPacked, error) {
-	x, heads, hd, hp, headMajor := s.b, s.heads, s.n, s.np, s.headMajor
 	if s.wins != 0 {
 		nb, t = s.wins, s.rows
 	}
-	stride := s.stride
-	if stride == 0 {
-		stride = hd
-	}
 	nblk := (t + coopPackRows - 1) / coopPackRows
-	words := uint64(nb*heads*nblk*coopPackRows) * uint64(hp/2)
+	words := uint64(nb*s.heads*nblk*coopPackRows) * uint64(s.np/2)
 	if 4*words > r.d.Info().MaxStorageBindingSize || words > maxU32Elems {
 		return coopPacked{}, fmt.Errorf("gpu: %s: the f16 copy of %s (%d bytes) exceeds the device's binding size %d",
-			op, x.label, 4*words, r.d.Info().MaxStorageBindingSize)
+			op, s.b.label, 4*words, r.d.Info().MaxStorageBindingSize)
 	}
-	x16, d1, err := r.Borrow(op+" "+x.label+"16", U32, int(words))
+	x16, d1, err := r.Borrow(op+" "+s.b.label+"16", U32, int(words))
 	if err != nil {
 		return coopPacked{}, err
 	}
-	sc, d2, err := r.Borrow(op+" "+x.label+" scales", F32, nb*heads*nblk)
+	sc, d2, err := r.Borrow(op+" "+s.b.label+" scales", F32, nb*s.heads*nblk)
 	if err != nil {
 		d1()
 		return coopPacked{}, err
 	}
 	pk := coopPacked{x16, sc, func() { d1(); d2() }}
-	err = r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack_heads.wgsl",
-		Params: struct {
-			WG        int
-			HeadMajor bool
-		}{256, headMajor},
-		Bindings: []Access{Read, ReadWrite, ReadWrite}, Uniforms: 8}, nb*heads*nblk,
-		[]uint32{uint32(t), uint32(heads), uint32(hd), uint32(hp), uint32(nblk), uint32(nb * heads * nblk), uint32(stride), uint32(s.col0)},
-		Whole(x), Whole(x16), Whole(sc))
-	if err != nil {
+	if err := coopPackHeadsInto(r, op, nb, t, s, x16, sc); err != nil {
 		pk.done()
 		return coopPacked{}, err
 	}
-	r.Cost(0, float64(nb*t*heads*hd)*8+float64(words)*4)
 	return pk, nil
+}
+
+// coopPackHeadsInto records coopPackHeads' kernel for nb windows of t rows (s.wins and s.rows
+// already applied) into x16 (U32 [nb·heads·tp·np/2]) and scale (F32 [nb·heads·tp/64]).
+func coopPackHeadsInto(r *Recorder, op string, nb, t int, s coopPackSpec, x16, scale *Buffer) error {
+	heads, hd, hp := s.heads, s.n, s.np
+	stride := s.stride
+	if stride == 0 {
+		stride = hd
+	}
+	nblk := (t + coopPackRows - 1) / coopPackRows
+	words := nb * heads * nblk * coopPackRows * hp / 2
+	if err := r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack_heads.wgsl",
+		Params:   coopPackHeadsFor(hd, hp, stride, s.col0, s.headMajor),
+		Bindings: []Access{Read, ReadWrite, ReadWrite}, Uniforms: 8}, nb*heads*nblk,
+		[]uint32{uint32(t), uint32(heads), uint32(hd), uint32(hp), uint32(nblk), uint32(nb * heads * nblk), uint32(stride), uint32(s.col0)},
+		Whole(s.b), Whole(x16), Whole(scale)); err != nil {
+		return err
+	}
+	r.Cost(0, float64(nb*t*heads*hd)*8+float64(words)*4)
+	return nil
+}
+
+// coopPackHeadsParams are coopmat_pack_heads.wgsl's template parameters: WG threads a
+// block, HeadMajor, and for the vector form HP4 = hp/4 and NV = 64·HP4/WG vectors an
+// invocation (HP4 0: the general form).
+type coopPackHeadsParams struct {
+	WG        int
+	HeadMajor bool
+	HP4, NV   int
+}
+
+// coopPackHeadsGeneral, set by tests (SetCoopPackHeadsGeneral), makes coopPackHeads take its
+// general form everywhere.
+var coopPackHeadsGeneral bool
+
+// coopPackHeadsFor chooses CoopmatPackHeads' form for rows of hd values packed to hp, stride
+// apart from column col0: the vector form where hd, stride and col0 are multiples of 4 and
+// hp of 16 (the block's 64·hp/4 vectors divide among 256 invocations) with at most 16
+// vectors an invocation, else the general form. On an H100 the general form ran the delta
+// rule's packs at a third of the memory's bandwidth (one read for the maximum and one for
+// the conversion, integer divisions per element).
+func coopPackHeadsFor(hd, hp, stride, col0 int, headMajor bool) coopPackHeadsParams {
+	const wg = 256
+	p := coopPackHeadsParams{WG: wg, HeadMajor: headMajor}
+	if coopPackHeadsGeneral || hd%4 != 0 || hp%16 != 0 || stride%4 != 0 || col0%4 != 0 || hp > 256 {
+		return p
+	}
+	p.HP4 = hp / 4
+	p.NV = coopPackRows * p.HP4 / wg
+	return p
 }
 
 // coopAttnStage is one kernel of coopmat_attention.comp.

@@ -8,9 +8,19 @@ func CoopmatPack(r *Recorder, a, sa, a16, rs *Buffer, m, k, mp, kp int) error {
 	return coopPackInto(r, "CoopmatPack", Whole(a), sa, a16, rs, m, k, mp, kp)
 }
 
-// CoopmatPackForm returns the workgroup width and the 16-byte vectors per invocation (0: the
-// general form) that CoopmatPack uses for rows of k columns padded to kp.
-func CoopmatPackForm(k, kp int) (wg, r int) {
+// CoopmatPackForm returns the threads per row and the 16-byte vectors per invocation (0: the
+// general form, whose workgroup of 64 threads is one row) that CoopmatPack uses for rows of k
+// columns padded to kp.
+func CoopmatPackForm(k, kp int) (threads, r int) {
 	p := coopPackFor(k, kp, false)
-	return p.WG, p.R
+	if p.R == 0 {
+		return p.WG, 0
+	}
+	return p.T, p.R
+}
+
+// SetCoopPackGeneral makes CoopmatPack take its general form (on) or the automatic choice
+// (off); it returns a function restoring the old choice.
+func SetCoopPackGeneral(on bool) (restore func()) {
+	return swap(&coopPackGeneral, on)
 }

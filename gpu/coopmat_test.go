@@ -112,8 +112,9 @@ func TestTensorCoresForcedOff(t *testing.T) {
 
 // TestCoopmatPack: CoopmatPack (the f16 A operand of the cooperative-matrix GEMMs) against a
 // host reference in each of its forms — the general one (k % 4 ≠ 0, or rows past 16384
-// columns) and 16-byte vectors held in registers, R = 1 … 16 per invocation of a 128- or
-// 256-wide workgroup — with and without the column scales sa: each row's inverse scale
+// columns; forced on every shape too) and 16-byte vectors held in registers, R = 1 … 16 per
+// invocation, 32 to 256 threads a row (8 to 1 rows a workgroup, some past mp) — with and
+// without the column scales sa: each row's inverse scale
 // rs = 2^−e exactly, e = clamp(15 − exp(max_c |v_c|), −126, 126) (0 for a zero row), each
 // element within one f16 step of v·2^e (the WGSL conversion's rounding is the
 // implementation's), the padding columns and rows zero, a padding row's rs 1. Plain WGSL: it
@@ -125,84 +126,88 @@ func TestCoopmatPack(t *testing.T) {
 		m, k, kp, wg, r int
 		scale           bool
 	}{
-		{5, 40, 64, 128, 1, false}, {3, 131, 160, 64, 0, true}, {4, 1024, 1024, 128, 2, true},
-		{3, 3584, 3584, 128, 7, false}, {2, 6144, 6208, 128, 13, true}, {2, 8192, 8192, 128, 16, false},
-		{2, 8196, 8256, 256, 9, true}, {2, 16384, 16384, 256, 16, false}, {2, 16388, 16448, 64, 0, false},
+		{5, 40, 64, 32, 1, false}, {3, 131, 160, 64, 0, true}, {4, 1024, 1024, 32, 8, true},
+		{9, 384, 384, 32, 3, true}, {3, 3584, 3584, 128, 7, false}, {2, 6144, 6208, 256, 7, true},
+		{2, 8192, 8192, 256, 8, false}, {2, 8196, 8256, 256, 9, true}, {2, 16384, 16384, 256, 16, false},
+		{2, 16388, 16448, 64, 0, false},
 	} {
-		t.Run(fmt.Sprintf("%dx%d_kp%d_scale%v", c.m, c.k, c.kp, c.scale), func(t *testing.T) {
-			if wg, r := gpu.CoopmatPackForm(c.k, c.kp); wg != c.wg || r != c.r {
-				t.Errorf("form: workgroup %d, %d vectors per invocation; want %d, %d", wg, r, c.wg, c.r)
-			}
-			mp := c.m + 2
-			af := make([]float32, c.m*c.k)
-			for i := range af {
-				if row := i / c.k; row != 1 { // row 1 stays zero
-					af[i] = float32((rng.Float64()*2 - 1) * math.Pow(10, float64(row%12)-8+float64(c.k%5)))
+		for _, general := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%dx%d_kp%d_scale%v_general%v", c.m, c.k, c.kp, c.scale, general), func(t *testing.T) {
+				defer gpu.SetCoopPackGeneral(general)()
+				if wg, r := gpu.CoopmatPackForm(c.k, c.kp); !general && (wg != c.wg || r != c.r) {
+					t.Errorf("form: %d threads a row, %d vectors per invocation; want %d, %d", wg, r, c.wg, c.r)
 				}
-			}
-			sa := make([]float32, c.k)
-			for i := range sa {
-				sa[i] = 1
+				mp := c.m + 2
+				af := make([]float32, c.m*c.k)
+				for i := range af {
+					if row := i / c.k; row != 1 { // row 1 stays zero
+						af[i] = float32((rng.Float64()*2 - 1) * math.Pow(10, float64(row%12)-8+float64(c.k%5)))
+					}
+				}
+				sa := make([]float32, c.k)
+				for i := range sa {
+					sa[i] = 1
+					if c.scale {
+						sa[i] = float32(0.5 + rng.Float64())
+					}
+				}
+				a := must(d.UploadFloat32("A", af, c.m, c.k)).T(t)
+				defer a.Release()
+				var sab *gpu.Buffer
 				if c.scale {
-					sa[i] = float32(0.5 + rng.Float64())
+					sab = must(d.UploadFloat32("sa", sa, c.k)).T(t)
+					defer sab.Release()
 				}
-			}
-			a := must(d.UploadFloat32("A", af, c.m, c.k)).T(t)
-			defer a.Release()
-			var sab *gpu.Buffer
-			if c.scale {
-				sab = must(d.UploadFloat32("sa", sa, c.k)).T(t)
-				defer sab.Release()
-			}
-			a16 := must(d.NewBuffer("a16", gpu.U32, mp, c.kp/2)).T(t)
-			rs := must(d.NewBuffer("rs", gpu.F32, mp)).T(t)
-			defer a16.Release()
-			defer rs.Release()
-			if err := d.Run(func(r *gpu.Recorder) error { return gpu.CoopmatPack(r, a, sab, a16, rs, c.m, c.k, mp, c.kp) }); err != nil {
-				t.Fatal(err)
-			}
-			words := must(d.ReadUint32(a16)).T(t)
-			scales := must(d.ReadFloat32(rs)).T(t)
-			bad := 0
-			for i := range mp {
-				v := make([]float32, c.k)
-				amax := 0.0
-				for col := range v {
-					if i < c.m {
-						v[col] = af[i*c.k+col] * sa[col]
-					}
-					amax = math.Max(amax, math.Abs(float64(v[col])))
+				a16 := must(d.NewBuffer("a16", gpu.U32, mp, c.kp/2)).T(t)
+				rs := must(d.NewBuffer("rs", gpu.F32, mp)).T(t)
+				defer a16.Release()
+				defer rs.Release()
+				if err := d.Run(func(r *gpu.Recorder) error { return gpu.CoopmatPack(r, a, sab, a16, rs, c.m, c.k, mp, c.kp) }); err != nil {
+					t.Fatal(err)
 				}
-				e := 0
-				if amax > 0 {
-					_, ex := math.Frexp(amax)
-					e = min(max(15-ex, -126), 126)
-				}
-				if want := float32(math.Ldexp(1, -e)); scales[i] != want {
-					t.Errorf("rs[%d] = %g, want %g", i, scales[i], want)
-				}
-				for col := range c.kp {
-					h := uint16(words[(i*c.kp+col)/2] >> (16 * (col % 2)))
-					got := float64(float16.Frombits(h).Float32())
-					if col >= c.k || i >= c.m {
-						if h != 0 {
-							t.Errorf("padding a16[%d, %d] = %#04x, want 0", i, col, h)
+				words := must(d.ReadUint32(a16)).T(t)
+				scales := must(d.ReadFloat32(rs)).T(t)
+				bad := 0
+				for i := range mp {
+					v := make([]float32, c.k)
+					amax := 0.0
+					for col := range v {
+						if i < c.m {
+							v[col] = af[i*c.k+col] * sa[col]
 						}
-						continue
+						amax = math.Max(amax, math.Abs(float64(v[col])))
 					}
-					x := float64(float32(math.Ldexp(float64(v[col]), e)))
-					step := math.Pow(2, -24) // f16's subnormal step, and its step below 2⁻¹⁴
-					if ax := math.Abs(x); ax >= math.Pow(2, -14) {
-						_, ex := math.Frexp(ax)
-						step = math.Ldexp(1, ex-11)
+					e := 0
+					if amax > 0 {
+						_, ex := math.Frexp(amax)
+						e = min(max(15-ex, -126), 126)
 					}
-					if !(math.Abs(got-x) <= step) && bad < 5 {
-						bad++
-						t.Errorf("a16[%d, %d] = %g, want f16(%g) within %g", i, col, got, x, step)
+					if want := float32(math.Ldexp(1, -e)); scales[i] != want {
+						t.Errorf("rs[%d] = %g, want %g", i, scales[i], want)
+					}
+					for col := range c.kp {
+						h := uint16(words[(i*c.kp+col)/2] >> (16 * (col % 2)))
+						got := float64(float16.Frombits(h).Float32())
+						if col >= c.k || i >= c.m {
+							if h != 0 {
+								t.Errorf("padding a16[%d, %d] = %#04x, want 0", i, col, h)
+							}
+							continue
+						}
+						x := float64(float32(math.Ldexp(float64(v[col]), e)))
+						step := math.Pow(2, -24) // f16's subnormal step, and its step below 2⁻¹⁴
+						if ax := math.Abs(x); ax >= math.Pow(2, -14) {
+							_, ex := math.Frexp(ax)
+							step = math.Ldexp(1, ex-11)
+						}
+						if !(math.Abs(got-x) <= step) && bad < 5 {
+							bad++
+							t.Errorf("a16[%d, %d] = %g, want f16(%g) within %g", i, col, got, x, step)
+						}
 					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 

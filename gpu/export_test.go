@@ -193,3 +193,36 @@ func swap[T any](p *T, v T) (restore func()) {
 	*p = v
 	return func() { *p = old }
 }
+
+// SetCoopPackHeadsGeneral makes the cooperative-matrix head packs (CoopmatPackHeads) take
+// their general form (on) or the automatic choice (off); it returns a function restoring
+// the old choice.
+func SetCoopPackHeadsGeneral(on bool) (restore func()) {
+	return swap(&coopPackHeadsGeneral, on)
+}
+
+// CoopPackHeads runs coopPackHeads' kernel on x [nb·t, heads, stride] (token-major; with
+// headMajor [nb·heads·t, stride]) for tests: the n values from column col0 of each row packed
+// to np; it returns the packed words and scales.
+func CoopPackHeads(d *Device, x *Buffer, nb, t, heads, n, np, stride, col0 int, headMajor bool) (x16 []uint32, scale []float32, err error) {
+	nblk := (t + coopPackRows - 1) / coopPackRows
+	xb, err := d.NewBuffer("x16", U32, nb*heads*nblk*coopPackRows*np/2)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer xb.Release()
+	sb, err := d.NewBuffer("scale", F32, nb*heads*nblk)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sb.Release()
+	s := coopPackSpec{b: x, heads: heads, n: n, np: np, headMajor: headMajor, stride: stride, col0: col0}
+	if err := d.Run(func(r *Recorder) error { return coopPackHeadsInto(r, "CoopPackHeads", nb, t, s, xb, sb) }); err != nil {
+		return nil, nil, err
+	}
+	if x16, err = d.ReadUint32(xb); err != nil {
+		return nil, nil, err
+	}
+	scale, err = d.ReadFloat32(sb)
+	return x16, scale, err
+}

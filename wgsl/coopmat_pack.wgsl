@@ -9,12 +9,16 @@
 // subnormal step, 2⁻²⁴·2^−e_i ≤ amax_i·2⁻³⁸). Gradients scaled by 1/(nb·t) (~1e-8) would flush
 // to zero in f16 without the scale.
 // a: f32 [m, k]; sa: f32 [k]; a16: u32 [mp, kp/2] (element 2w in the low half of word w);
-// rs: f32 [mp]. One workgroup of WG threads per row (a 2-D grid past 65535 rows).
-// Template parameters: WG (a power of two), Scale, and R: 0 for the general form (4-byte
-// loads, a loop that reads the row twice); else k % 4 = 0 and kp/4 ≤ R·WG, and a, sa and
-// a16 are read and written 16 and 8 bytes at a time, each invocation loading its R vectors of
-// the row into registers at once (all loads in flight together, one read of the row) and
-// converting them from there. gpu/coopmat.go coopPackFor chooses.
+// rs: f32 [mp]. Template parameters: WG (a power of two), Scale, and R: 0 for the general
+// form (one workgroup of WG threads per row, 4-byte loads, a loop that reads the row twice;
+// the simple twin); else the vector form: k % 4 = 0 and kp/4 ≤ R·T, a, sa and a16 read and
+// written 16 and 8 bytes at a time, T threads per row (a power of two) and RW = WG/T rows per
+// workgroup, each invocation loading its R vectors of the row into registers at once (all
+// loads in flight together, one read of the row) and converting them from there; the row's
+// maximum is a tree over its T slots of workgroup memory. Rows of a short row (kp = 384: 96
+// vectors) no longer leave most of a workgroup idle behind seven barriers. Both forms give
+// the same scale (the maximum is exact) and the same conversions. gpu/coopmat.go coopPackFor
+// chooses (a 2-D grid past 65535 workgroups).
 
 {{- if .R}}
 @group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
@@ -56,34 +60,56 @@ fn val(i: u32, c: u32) -> f32 {
     return a[i * p.k + c]{{if .Scale}} * sa[c]{{end}};
 }
 {{end}}
-{{template "red_main" (dict "WG" .WG "R" "i" "Count" "p.mp")}}
-    var mx = 0.0;
 {{- if .R}}
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    // Row i of this workgroup's RW rows; a row past mp takes part in the barriers only.
+    let lane = lid % {{.T}}u;
+    let i = (wid.x + wid.y * nwg.x) * {{div .WG .T}}u + lid / {{.T}}u;
+    var mx = 0.0;
 {{- range $r := seq .R}}
-    let v{{$r}} = val(i, lid + {{$r}}u * {{$.WG}}u);
+    let v{{$r}} = val(i, lane + {{$r}}u * {{$.T}}u);
 {{- end}}
 {{- range $r := seq .R}}
     let a{{$r}} = abs(v{{$r}});
     mx = max(mx, max(max(a{{$r}}.x, a{{$r}}.y), max(a{{$r}}.z, a{{$r}}.w)));
 {{- end}}
+    partial[lid] = mx;
+    workgroupBarrier();
+    for (var h = {{.T}}u / 2u; h > 0u; h >>= 1u) {
+        if (lane < h) {
+            partial[lid] = max(partial[lid], partial[lid + h]);
+        }
+        workgroupBarrier();
+    }
+    let amax = partial[lid - lane];
+{{- template "red_pow2" (dict "Max" "amax" "E" "e")}}
+    let s = ldexp(1.0, e);
+    if (i >= p.mp) {
+        return;
+    }
+    if (lane == 0u) {
+        rs[i] = ldexp(1.0, -e);
+    }
+    let vecs = p.kp / 4u;
+{{- range $r := seq .R}}
+    if (lane + {{$r}}u * {{$.T}}u < vecs) {
+        let w{{$r}} = v{{$r}} * s;
+        a16[i * vecs + lane + {{$r}}u * {{$.T}}u] = vec2<u32>(pack2x16float(w{{$r}}.xy), pack2x16float(w{{$r}}.zw));
+    }
+{{- end}}
+}
 {{- else}}
+{{template "red_main" (dict "WG" .WG "R" "i" "Count" "p.mp")}}
+    var mx = 0.0;
     for (var c = lid; c < p.k; c += {{.WG}}u) {
         mx = max(mx, abs(val(i, c)));
     }
-{{- end}}
 {{- template "red_pow2_scale" (dict "WG" .WG "Buf" "partial" "Val" "mx" "Inv" "rs[i]")}}
-{{- if .R}}
-    let vecs = p.kp / 4u;
-{{- range $r := seq .R}}
-    if (lid + {{$r}}u * {{$.WG}}u < vecs) {
-        let w{{$r}} = v{{$r}} * s;
-        a16[i * vecs + lid + {{$r}}u * {{$.WG}}u] = vec2<u32>(pack2x16float(w{{$r}}.xy), pack2x16float(w{{$r}}.zw));
-    }
-{{- end}}
-{{- else}}
     let words = p.kp / 2u;
     for (var w = lid; w < words; w += {{.WG}}u) {
         a16[i * words + w] = pack2x16float(vec2<f32>(val(i, 2u * w) * s, val(i, 2u * w + 1u) * s));
     }
-{{- end}}
 }
+{{- end}}

@@ -15,10 +15,21 @@
 // f16 subnormal step, ≤ amax·2⁻³⁹). x16: u32 words of f16 pairs, [nb, heads, tp, hp/2]
 // (element 2w in the low half of word w; tp = 64·nblk ≥ t, hp even); scale: f32
 // [nb, heads, nblk]. One workgroup of WG threads per block (a 2-D grid past 65535).
-// Template parameters: WG (a power of two), HeadMajor.
+// Template parameters: WG (a power of two), HeadMajor, and HP4: 0 for the general form (4-byte
+// loads, integer division per element, the block read twice — the simple twin), else
+// hp/4 (hd, hp, stride and col0 multiples of 4): each invocation loads its NV = 64·HP4/WG
+// 16-byte vectors of the block into registers at once (all in flight together, one read,
+// divisions by the constant HP4), takes their maximum and converts them from there, writing
+// 8 bytes per vector. The two forms give the same bits (the maximum is exact, the conversion
+// per element the same; TestCoopmatPackHeadsForms).
 
+{{- if .HP4}}
+@group(0) @binding(0) var<storage, read> x4: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> x16v: array<vec2<u32>>;
+{{- else}}
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> x16: array<u32>;
+{{- end}}
 @group(0) @binding(2) var<storage, read_write> scale: array<f32>;
 
 struct Params {
@@ -36,6 +47,45 @@ struct Params {
 const R: u32 = 64u;
 
 var<workgroup> partial: array<f32, {{.WG}}>;
+
+{{- if .HP4}}
+
+// val4 is x at block row r and columns 4·c4 … 4·c4 + 3 of head bh, 0 outside x (hd is a
+// multiple of 4, so a vector is all inside or all outside).
+fn val4(bh: u32, blk: u32, r: u32, c4: u32) -> vec4<f32> {
+    let tau = blk * R + r;
+    if (tau >= p.t || 4u * c4 >= p.hd) {
+        return vec4<f32>(0.0);
+    }
+{{- if .HeadMajor}}
+    let e = (bh * p.t + tau) * p.stride + p.col0 + 4u * c4;
+{{- else}}
+    let b = bh / p.heads;
+    let h = bh % p.heads;
+    let e = ((b * p.t + tau) * p.heads + h) * p.stride + p.col0 + 4u * c4;
+{{- end}}
+    return x4[e / 4u];
+}
+
+{{template "red_main" (dict "WG" .WG "R" "i" "Count" "p.count")}}
+    let blk = i % p.nblk;
+    let bh = i / p.nblk;
+{{- range $j := seq .NV}}
+    let v{{$j}} = val4(bh, blk, (lid + {{mul $j $.WG}}u) / {{$.HP4}}u, (lid + {{mul $j $.WG}}u) % {{$.HP4}}u);
+{{- end}}
+    var mx = 0.0;
+{{- range $j := seq .NV}}
+    let a{{$j}} = abs(v{{$j}});
+    mx = max(mx, max(max(a{{$j}}.x, a{{$j}}.y), max(a{{$j}}.z, a{{$j}}.w)));
+{{- end}}
+{{- template "red_pow2_scale" (dict "WG" .WG "Buf" "partial" "Val" "mx" "Inv" "scale[i]")}}
+    let base = (bh * p.nblk + blk) * R * {{.HP4}}u;
+{{- range $j := seq .NV}}
+    let w{{$j}} = v{{$j}} * s;
+    x16v[base + lid + {{mul $j $.WG}}u] = vec2<u32>(pack2x16float(w{{$j}}.xy), pack2x16float(w{{$j}}.zw));
+{{- end}}
+}
+{{- else}}
 
 // val is x at block row r (τ = 64·blk + r) and column c of head bh = b·heads + h, 0 outside x.
 fn val(bh: u32, blk: u32, r: u32, c: u32) -> f32 {
@@ -68,3 +118,4 @@ fn val(bh: u32, blk: u32, r: u32, c: u32) -> f32 {
         x16[base + w] = pack2x16float(vec2<f32>(val(bh, blk, r, c) * s, val(bh, blk, r, c + 1u) * s));
     }
 }
+{{- end}}
