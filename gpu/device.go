@@ -31,9 +31,6 @@ type Device struct {
 	info     Info
 	limits   wgpu.Limits
 	closed   bool
-	// rowSubgroup is the subgroup size of the row kernels' lanes form (rowForm), probed on
-	// every adapter with subgroups (Info.SubgroupSize on CPU adapters); 0: none.
-	rowSubgroup int
 
 	mem          MemStats
 	budget       uint64 // SetMemoryBudget; 0: none
@@ -324,16 +321,13 @@ func Open() (*Device, error) {
 		}
 		d.budget = b
 	}
-	if info.Subgroups {
+	if info.CPU && info.Subgroups {
 		s, err := d.probeSubgroup()
 		if err != nil {
 			d.Close()
 			return nil, fmt.Errorf("gpu: subgroup probe on %s: %w", ai.Device, err)
 		}
-		d.rowSubgroup = s
-		if info.CPU {
-			d.info.SubgroupSize = s
-		}
+		d.info.SubgroupSize = s
 	}
 	d.initTensorCores(lay, layErr, layState, layStateErr)
 	if !d.tc.On && !info.CPU && tensorCoresEnv() != "off" {

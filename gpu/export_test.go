@@ -46,19 +46,19 @@ func SetGEMMLanes(on bool) (restore func()) {
 	return swap(&gemmLanesForce, on)
 }
 
-// SetRowLanes forces the form of the one-workgroup-per-row kernels on every row length: their
-// lanes form when on (where the device has a row subgroup size, RowSubgroupSize), the
-// workgroup form when off; it returns a function restoring the automatic choice.
+// SetRowLanes chooses the form of the row kernels on CPU adapters (their lanes form when on,
+// the default; the workgroup form when off) and returns a function restoring the old choice.
 func SetRowLanes(on bool) (restore func()) {
-	f := -1
-	if on {
-		f = 1
-	}
-	return swap(&rowLanesForced, f)
+	return swap(&rowLanesOff, !on)
 }
 
-// RowSubgroupSize is the subgroup size of d's row kernels' lanes form (0: none).
-func RowSubgroupSize(d *Device) int { return d.rowSubgroup }
+// SetRowGroupRows makes the row kernels' workgroup form take rw rows a workgroup on every row
+// length (the automatic choice takes 4 on short rows, 1 on others); it returns a function
+// restoring the automatic choice.
+func SetRowGroupRows(rw int) (restore func()) {
+	r1, r2 := swap(&rowGroupRows, rw), swap(&rowGroupRowsAll, true)
+	return func() { r2(); r1() }
+}
 
 // SetPathPairs chooses how BLRForward and BLRBackward run a two-path layer on CPU adapters:
 // both paths' t1 and dt2 GEMMs and column reductions in one pass each (on, the default) or

@@ -33,10 +33,11 @@ func GatedRMSNorm(r *Recorder, x, z, w, y *Buffer, rows, hv, dv int, eps float64
 	if err := needF32(op, arg{"x", x, n}, arg{"z", z, n}, arg{"w", w, dv}, arg{"y", y, n}); err != nil {
 		return err
 	}
+	form := r.d.rowForm(gatedRMSNormWG, dv)
 	if err := r.dispatch1D(KernelSpec{
-		Name: op, File: "gated_rms_norm.wgsl", Params: r.d.rowForm(gatedRMSNormWG, dv),
+		Name: op, File: "gated_rms_norm.wgsl", Params: form,
 		Bindings: []Access{Read, Read, Read, ReadWrite}, Uniforms: 3,
-	}, rows*hv, []uint32{uint32(rows * hv), uint32(dv), math.Float32bits(float32(eps))},
+	}, form.groups(rows*hv), []uint32{uint32(rows * hv), uint32(dv), math.Float32bits(float32(eps))},
 		Whole(x), Whole(z), Whole(w), Whole(y)); err != nil {
 		return err
 	}

@@ -36,15 +36,16 @@ func GatedRMSNormBackward(r *Recorder, x, z, w, dy, dx, dz, dw *Buffer, rows, hv
 	if err := needF32(op, arg{"x", x, n}, arg{"z", z, n}, arg{"w", w, dv}, arg{"dy", dy, n}, arg{"dx", dx, n}, arg{"dz", dz, n}, arg{"dw", dw, dv}); err != nil {
 		return err
 	}
+	form := r.d.rowForm(gatedRMSNormWG, dv)
 	k, err := r.d.Kernel(KernelSpec{
-		Name: op, File: "gated_rms_norm_backward.wgsl", Params: r.d.rowForm(gatedRMSNormWG, dv),
+		Name: op, File: "gated_rms_norm_backward.wgsl", Params: form,
 		Bindings: []Access{Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 3,
 	})
 	if err != nil {
 		return err
 	}
 	groups := rows * hv
-	g, err := Grid1D(groups)
+	g, err := Grid1D(form.groups(groups))
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}

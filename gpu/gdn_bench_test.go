@@ -16,9 +16,8 @@ import (
 // (8 windows × 512 tokens, 16 key and 16 value heads of 128, 6,144 conv channels, 4 taps)
 // with NVG_BENCH_LARGE=1, else on a small shape, printing per-kernel GPU time and GB/s
 // (GDNROW lines) for each variant of NVG_GDN_VARIANTS: "auto", "conv-runs" (the causal
-// convolution's run form), "conv-element" (its per-element form), "rows-lanes" and
-// "rows-workgroup" (the norms' lanes and workgroup forms). Needs timestamp queries. Run with
-// -benchtime 3x.
+// convolution's run form), "conv-element" (its per-element form) and "rows-N" (the norms'
+// workgroup form with N rows a workgroup). Needs timestamp queries. Run with -benchtime 3x.
 func BenchmarkGatedDeltaNetRows(b *testing.B) {
 	d := gputest.Open(b)
 	if err := d.SetProfiling(true); err != nil {
@@ -76,10 +75,12 @@ func BenchmarkGatedDeltaNetRows(b *testing.B) {
 			case "auto":
 			case "conv-runs", "conv-element":
 				defer gpu.SetCausalConvRuns(v == "conv-runs")()
-			case "rows-lanes", "rows-workgroup":
-				defer gpu.SetRowLanes(v == "rows-lanes")()
 			default:
-				b.Fatalf("variant %q: want auto, conv-runs, conv-element, rows-lanes or rows-workgroup", v)
+				var rw int
+				if _, err := fmt.Sscanf(v, "rows-%d", &rw); err != nil || rw < 1 {
+					b.Fatalf("variant %q: want auto, conv-runs, conv-element or rows-N (N ≥ 1)", v)
+				}
+				defer both(gpu.SetRowLanes(false), gpu.SetRowGroupRows(rw))()
 			}
 			benchProfiled(b, d, run)
 			for _, kt := range d.Profile() {

@@ -50,10 +50,17 @@ func (d *Device) probeSubgroup() (int, error) {
 // (else the automatic choice: on CPU adapters only).
 var gemmLanesForce bool
 
-// rowLanesForced, set by tests (SetRowLanes), makes the one-workgroup-per-row kernels take
-// their lanes form (1; where the device has a row subgroup size) or their workgroup form
-// (−1) on every row length, so the two forms can be compared; 0: automatic (rowForm).
-var rowLanesForced int
+// rowLanesOff, set by tests (SetRowLanes), makes the row kernels take their workgroup form on
+// CPU adapters too, so the forms can be compared.
+var rowLanesOff bool
+
+// rowGroupRows is how many short rows (rowForm) a workgroup of the row kernels' workgroup
+// form takes; a test may set it (SetRowGroupRows) and rowGroupRowsAll, to take it for every
+// row length.
+var (
+	rowGroupRows    = 4
+	rowGroupRowsAll bool
+)
 
 // pathPairsOff, set by tests (SetPathPairs), makes BLRForward and BLRBackward run each path's
 // t1 and dt2 GEMMs (blrGEMMPair) and column reductions (gradColDot2's twin) on their own on
@@ -159,29 +166,38 @@ func (r *Recorder) dispatchLanes(kn *Kernel, p lanesParams, m, n int, uniforms [
 	return nil
 }
 
-// rowForm is the form of a one-workgroup-per-row kernel (reduce.wgsl's red_row_open), part
-// of its template parameters: the workgroup form of WG threads (Lanes false, Q 1), or the
-// lanes form (one subgroup of S lanes per row, each doing Q = WG/S threads' work; the same
-// bits).
+// rowForm is the form of a row kernel (reduce.wgsl's red_row_open), part of its template
+// parameters: the workgroup form, WG threads a row and RW rows a workgroup (Lanes false, Q
+// 1), or on CPU adapters the lanes form (one subgroup of S lanes per row, each doing Q = WG/S
+// threads' work; RW 1). Every form gives the same bits.
 type rowForm struct {
-	WG, S, Q int
-	Lanes    bool
+	WG, S, Q, RW int
+	Lanes        bool
 }
 
-// rowForm returns the form a one-workgroup-per-row kernel of wg threads takes on rows of n
-// values: the lanes form where the device has a probed subgroup size dividing wg — on CPU
-// adapters for every n, on GPUs for rows of at most 2·wg values (a head's dk, dv or
-// head_dim: on an H100 the workgroup form spent most of L2Norm's time on 65,536 rows of 128
-// in its barriers) — unless a test forced a form (SetRowLanes). Both forms give the same
-// bits.
+// groups is the number of workgroups for rows rows.
+func (f rowForm) groups(rows int) int { return (rows + f.RW - 1) / f.RW }
+
+// rowForm returns the form a row kernel of wg threads a row takes on rows of n values: the
+// lanes form on CPU adapters with a probed subgroup size dividing wg (unless a test turned it
+// off); else the workgroup form, with rowGroupRows rows a workgroup where n ≤ 2·wg (a head's
+// dk or dv): on an H100 L2Norm's 65,536 workgroups of one 128-value row each ran at 0.7 TB/s
+// (92 µs a call) whichever form, the workgroups themselves the cost. A workgroup's slots past
+// the last row repeat it (reduce.wgsl's red_row_open), so only kernels whose writes are
+// overwrites take this; the others take rowFormOne.
 func (d *Device) rowForm(wg, n int) rowForm {
-	s := d.rowSubgroup
-	lanes := s > 0 && wg%s == 0 && (d.info.CPU || n <= 2*wg)
-	if rowLanesForced != 0 {
-		lanes = rowLanesForced > 0 && s > 0 && wg%s == 0
+	f := d.rowFormOne(wg)
+	if !f.Lanes && (n <= 2*wg || rowGroupRowsAll) {
+		f.RW = rowGroupRows
 	}
-	if !lanes {
-		return rowForm{WG: wg, S: max(s, 1), Q: 1}
+	return f
+}
+
+// rowFormOne is rowForm with one row a workgroup: for kernels that add to their outputs.
+func (d *Device) rowFormOne(wg int) rowForm {
+	s := d.info.SubgroupSize
+	if s == 0 || !d.info.CPU || wg%s != 0 || rowLanesOff {
+		return rowForm{WG: wg, S: max(s, 1), Q: 1, RW: 1}
 	}
-	return rowForm{WG: wg, S: s, Q: wg / s, Lanes: true}
+	return rowForm{WG: wg, S: s, Q: wg / s, Lanes: true, RW: 1}
 }

@@ -100,7 +100,7 @@ func HiddenLoss(r *Recorder, hs, ht, dh, loss *Buffer, d HiddenLossDims, kind Hi
 		Params: struct {
 			rowForm
 			Cosine, F16, Grad bool
-		}{r.d.rowForm(hiddenLossWG, d.Hidden), kind == HiddenCosine, ht.dtype == F16, dh != nil},
+		}{r.d.rowFormOne(hiddenLossWG), kind == HiddenCosine, ht.dtype == F16, dh != nil},
 		Bindings: access, Uniforms: 5,
 	}, rows, []uint32{uint32(rows), uint32(n), uint32(d.Offset), math.Float32bits(HiddenLossEps), math.Float32bits(float32(scale))}, binds...); err != nil {
 		return err

@@ -46,10 +46,11 @@ func L2Norm(r *Recorder, x, y *Buffer, rows, n int, scale float64) error {
 	if x == y {
 		return fmt.Errorf("gpu: %s: x and y are the same buffer %q", op, x.label)
 	}
+	form := r.d.rowForm(l2NormWG, n)
 	if err := r.dispatch1D(KernelSpec{
-		Name: op, File: "l2_norm.wgsl", Params: r.d.rowForm(l2NormWG, n),
+		Name: op, File: "l2_norm.wgsl", Params: form,
 		Bindings: []Access{Read, ReadWrite}, Uniforms: 3,
-	}, rows, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(y)); err != nil {
+	}, form.groups(rows), []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(y)); err != nil {
 		return err
 	}
 	r.Cost(0, 8*float64(rows)*float64(n)) // x read, y written

@@ -30,10 +30,11 @@ func L2NormBackward(r *Recorder, x, dy, dx *Buffer, rows, n int, scale float64) 
 	if err := distinct(op, map[string]*Buffer{"x": x, "dy": dy, "dx": dx}); err != nil {
 		return err
 	}
+	form := r.d.rowForm(l2NormWG, n)
 	if err := r.dispatch1D(KernelSpec{
-		Name: op, File: "l2_norm_backward.wgsl", Params: r.d.rowForm(l2NormWG, n),
+		Name: op, File: "l2_norm_backward.wgsl", Params: form,
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
-	}, rows, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(dy), Whole(dx)); err != nil {
+	}, form.groups(rows), []uint32{uint32(rows), uint32(n), math.Float32bits(float32(scale))}, Whole(x), Whole(dy), Whole(dx)); err != nil {
 		return err
 	}
 	r.Cost(0, 12*float64(rows)*float64(n)) // x, dy read, dx written

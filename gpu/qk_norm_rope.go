@@ -116,14 +116,15 @@ func QKNormRoPE(r *Recorder, x, w, y *Buffer, dims QKNormRoPEDims) error {
 	if err := distinct(op, map[string]*Buffer{"x": x, "w": w, "y": y}); err != nil {
 		return err
 	}
+	form := r.d.rowForm(qkNormRoPEWG, dims.HeadDim)
 	k, err := r.d.Kernel(KernelSpec{
-		Name: op, File: "qk_norm_rope.wgsl", Params: r.d.rowForm(qkNormRoPEWG, dims.HeadDim),
+		Name: op, File: "qk_norm_rope.wgsl", Params: form,
 		Bindings: []Access{Read, Read, Read, ReadWrite}, Uniforms: 6,
 	})
 	if err != nil {
 		return err
 	}
-	g, err := Grid1D(rows * heads)
+	g, err := Grid1D(form.groups(rows * heads))
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}

@@ -40,14 +40,15 @@ func QKNormRoPEBackward(r *Recorder, x, w, dy, dx, dw *Buffer, dims QKNormRoPEDi
 	if err := distinct(op, map[string]*Buffer{"x": x, "w": w, "dy": dy, "dx": dx, "dw": dw}); err != nil {
 		return err
 	}
+	form := r.d.rowForm(qkNormRoPEWG, dims.HeadDim)
 	k, err := r.d.Kernel(KernelSpec{
-		Name: op, File: "qk_norm_rope_backward.wgsl", Params: r.d.rowForm(qkNormRoPEWG, dims.HeadDim),
+		Name: op, File: "qk_norm_rope_backward.wgsl", Params: form,
 		Bindings: []Access{Read, Read, Read, Read, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 6,
 	})
 	if err != nil {
 		return err
 	}
-	g, err := Grid1D(rows * heads)
+	g, err := Grid1D(form.groups(rows * heads))
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}

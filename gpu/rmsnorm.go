@@ -35,14 +35,15 @@ func RMSNorm(r *Recorder, x, w, y *Buffer, rows, n int, eps float64, zeroCentred
 	if err := distinct(op, map[string]*Buffer{"x": x, "w": w, "y": y}); err != nil {
 		return err
 	}
+	form := r.d.rowForm(rmsNormWG, n)
 	if err := r.dispatch1D(KernelSpec{
 		Name: op, File: "rmsnorm.wgsl",
 		Params: struct {
 			rowForm
 			ZeroCentred bool
-		}{r.d.rowForm(rmsNormWG, n), zeroCentred},
+		}{form, zeroCentred},
 		Bindings: []Access{Read, Read, ReadWrite}, Uniforms: 3,
-	}, rows, []uint32{uint32(rows), uint32(n), math.Float32bits(float32(eps))}, Whole(x), Whole(w), Whole(y)); err != nil {
+	}, form.groups(rows), []uint32{uint32(rows), uint32(n), math.Float32bits(float32(eps))}, Whole(x), Whole(w), Whole(y)); err != nil {
 		return err
 	}
 	r.Cost(0, 8*float64(rows)*float64(n)+4*float64(n)) // x read, y written, w

@@ -38,18 +38,19 @@ func RMSNormBackward(r *Recorder, x, w, dy, dx, dw *Buffer, rows, n int, eps flo
 	if err := distinct(op, map[string]*Buffer{"x": x, "w": w, "dy": dy, "dx": dx, "dw": dw}); err != nil {
 		return err
 	}
+	form := r.d.rowForm(rmsNormWG, n)
 	k, err := r.d.Kernel(KernelSpec{
 		Name: op, File: "rmsnorm_backward.wgsl",
 		Params: struct {
 			rowForm
 			ZeroCentred bool
-		}{r.d.rowForm(rmsNormWG, n), zeroCentred},
+		}{form, zeroCentred},
 		Bindings: []Access{Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 3,
 	})
 	if err != nil {
 		return err
 	}
-	g, err := Grid1D(rows)
+	g, err := Grid1D(form.groups(rows))
 	if err != nil {
 		return fmt.Errorf("gpu: %s: %w", op, err)
 	}

@@ -16,36 +16,54 @@ type rowLanesCase struct {
 	run  func(t *testing.T, d *gpu.Device, rng *rand.Rand, rows, n int) [][]float32
 }
 
-// TestRowLanesBitIdentical: the lanes form of the one-workgroup-per-row kernels (one
-// subgroup per row, red_lanes_sum; CPU adapters' form, and GPUs' for short rows) gives their
-// workgroup form's results bit for bit, on rows of n values below, at and above the
-// 128-thread workgroup and not a multiple of the subgroup size. The inputs are drawn once per
-// case and size, so both forms see the same values.
+// TestRowLanesBitIdentical: every form of the row kernels gives the same bits — the workgroup
+// form with one row a workgroup, with 4 and with 3 rows a workgroup (short rows' form on
+// GPUs: the slots past the last row repeat it), and on CPU adapters the lanes form (one
+// subgroup per row, red_lanes_sum) — on rows of n values below, at and above the 128-thread
+// workgroup, not a multiple of the subgroup size, and row counts that leave a workgroup's
+// last slots empty. The inputs are drawn once per case and size, so every form sees the same
+// values.
 func TestRowLanesBitIdentical(t *testing.T) {
 	d := gputest.Open(t)
-	if gpu.RowSubgroupSize(d) == 0 {
-		t.Skipf("the lanes form needs a probed subgroup size; %s has none", d.Info().Name)
+	forms := []struct {
+		name string
+		set  func() func()
+	}{
+		{"workgroup, 1 row", func() func() { return both(gpu.SetRowLanes(false), gpu.SetRowGroupRows(1)) }},
+		{"workgroup, 4 rows", func() func() { return both(gpu.SetRowLanes(false), gpu.SetRowGroupRows(4)) }},
+		{"workgroup, 3 rows", func() func() { return both(gpu.SetRowLanes(false), gpu.SetRowGroupRows(3)) }},
+	}
+	if d.Info().SubgroupSize > 0 {
+		forms = append(forms, struct {
+			name string
+			set  func() func()
+		}{"lanes", func() func() { return gpu.SetRowLanes(true) }})
 	}
 	for _, c := range rowLanesCases {
 		for _, sz := range [][2]int{{5, 3}, {7, 128}, {9, 333}, {3, 1000}} {
 			rows, n := sz[0], sz[1]
 			t.Run(fmt.Sprintf("%s/rows=%d n=%d", c.name, rows, n), func(t *testing.T) {
-				var got [2][][]float32
-				for i, lanes := range []bool{false, true} {
-					restore := gpu.SetRowLanes(lanes)
+				got := make([][][]float32, len(forms))
+				for i, f := range forms {
+					restore := f.set()
 					got[i] = c.run(t, d, rand.New(rand.NewPCG(uint64(rows), uint64(n))), rows, n)
 					restore()
 				}
-				if len(got[0]) == 0 || len(got[0]) != len(got[1]) {
-					t.Fatalf("%d and %d outputs", len(got[0]), len(got[1]))
-				}
-				for i := range got[0] {
-					sameBits(t, fmt.Sprintf("output %d", i), got[0][i], got[1][i])
+				for i := range forms[1:] {
+					if len(got[0]) == 0 || len(got[0]) != len(got[i+1]) {
+						t.Fatalf("%d and %d outputs", len(got[0]), len(got[i+1]))
+					}
+					for j := range got[0] {
+						sameBits(t, fmt.Sprintf("%s: output %d", forms[i+1].name, j), got[i+1][j], got[0][j])
+					}
 				}
 			})
 		}
 	}
 }
+
+// both returns a function calling b, then a (restores in reverse order).
+func both(a, b func()) func() { return func() { b(); a() } }
 
 // upload returns an F32 buffer of random values (scale s) released at the test's end.
 func upload(t *testing.T, d *gpu.Device, rng *rand.Rand, s float64, shape ...int) *gpu.Buffer {

@@ -34,7 +34,7 @@ fn sig(v: f32) -> vec2<f32> {
     return select(vec2<f32>(b, a), vec2<f32>(a, b), v >= 0.0);
 }
 
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.groups" "Tree" "vec2<f32>")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "RW" .RW "R" "r" "Count" "p.groups" "Tree" "vec2<f32>")}}
     let base = r * p.n;
 {{- range $q := seq .Q}}
     var s{{$q}} = vec2<f32>(0.0);

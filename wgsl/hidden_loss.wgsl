@@ -41,7 +41,7 @@ fn tv(i: u32) -> f32 {
 {{- end}}
 }
 
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows" "Tree" "vec4<f32>")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "RW" .RW "R" "r" "Count" "p.rows" "Tree" "vec4<f32>")}}
     let base = r * p.n;
 {{- range $q := seq .Q}}
     var s{{$q}} = vec4<f32>(0.0);

@@ -14,7 +14,7 @@ struct Params {
 };
 @group(0) @binding(2) var<uniform> p: Params;
 
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows" "Tree" "f32")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "RW" .RW "R" "r" "Count" "p.rows" "Tree" "f32")}}
     let base = r * p.n;
 {{- template "red_sum_squares" (dict "P" . "X" "x" "Base" "base" "N" "p.n" "Out" "ss")}}
     let f = p.scale * inverseSqrt(ss + 1e-6);

@@ -19,7 +19,7 @@ struct Params {
 };
 @group(0) @binding(3) var<uniform> p: Params;
 
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows" "Tree" "vec2<f32>")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "RW" .RW "R" "r" "Count" "p.rows" "Tree" "vec2<f32>")}}
     let base = r * p.n;
 {{- template "red_sums2" (dict "P" . "X" "x" "Base" "base" "N" "p.n" "Y" "v * dy[base + c]" "Out" "tot")}}
     let f = inverseSqrt(tot.x + 1e-6);

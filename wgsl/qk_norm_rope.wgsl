@@ -18,7 +18,7 @@
 {{template "rope_params"}}
 @group(0) @binding(4) var<uniform> p: Params;
 
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "gi" "Count" "p.groups" "Tree" "f32")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "RW" .RW "R" "gi" "Count" "p.groups" "Tree" "f32")}}
     let base = gi * p.hd;
 {{- template "red_sum_squares" (dict "P" . "X" "x" "Base" "base" "N" "p.hd" "Out" "ss")}}
     let inv = inverseSqrt(ss / f32(p.hd) + p.eps);

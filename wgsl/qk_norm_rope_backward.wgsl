@@ -35,7 +35,7 @@ fn backRot(base: u32, c: u32, pos: u32) -> f32 {
     return select(g * cs - gp * sn, g * cs + gp * sn, first);
 }
 
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "gi" "Count" "p.groups" "Tree" "vec2<f32>")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "RW" .RW "R" "gi" "Count" "p.groups" "Tree" "vec2<f32>")}}
     let base = gi * p.hd;
     let pos = (gi / p.heads) % p.t;
 {{- range $q := seq .Q}}

@@ -183,18 +183,31 @@ loops. */ -}}
 
 {{- /* red_row_open: the entry point in either form (the lanes form's: one subgroup, lane sl)
 and the row index R with its early exit; before it, in the workgroup form, the tree of
-red_row_sum, var<workgroup> partial: array<Tree, WG>.
+red_row_sum, var<workgroup> partial: array<Tree, WG·RW>. With RW > 1 (workgroup form, short
+rows: gpu.rowForm) a workgroup of WG·RW threads takes RW rows, WG threads each: lid is the
+thread's index within its row (lidw the workgroup's), rbase its row's first slot of partial,
+and a slot past Count repeats row Count − 1 instead of returning (every thread meets the
+barriers), so its writes repeat that row's: only kernels whose writes are overwrites take it.
 Declares lane0 (lid, or sl: the first element of the invocation in an elementwise loop over
 the row, whose stride is the constant RSTEP: WG, or S) and lane_first (true in one
-invocation).
-Keys: Lanes, WG, S, R, Count, Tree (f32, or vec2<f32> for two sums). */ -}}
+invocation of the row).
+Keys: Lanes, WG, S, RW, R, Count, Tree (f32, or vec2<f32> for two sums). */ -}}
 {{define "red_row_open"}}
 {{- if not .Lanes}}
-var<workgroup> partial: array<{{.Tree}}, {{.WG}}>; // the workgroup form's tree
+var<workgroup> partial: array<{{.Tree}}, {{mul .WG .RW}}>; // the workgroup form's trees
 {{- end}}
+{{- if and (not .Lanes) (gt .RW 1)}}
+@compute @workgroup_size({{mul .WG .RW}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lidw: u32) {
+    let lid = lidw % {{.WG}}u;
+    let rbase = lidw - lid;
+    let {{.R}} = min((wid.x + wid.y * nwg.x) * {{.RW}}u + lidw / {{.WG}}u, {{.Count}} - 1u);
+{{- else}}
 {{- $wg := .WG}}{{if .Lanes}}{{$wg = .S}}{{end}}
 {{- template "ew_entry_form" (dict "WG" $wg "Lanes" .Lanes)}}
 {{- template "red_row" (dict "R" .R "Count" .Count)}}
+{{- end}}
 {{- if .Lanes}}
     let lane0 = sl;
     const RSTEP = {{.S}}u;
@@ -215,6 +228,17 @@ Buf (the workgroup array of the workgroup form), U, Out. */ -}}
 {{define "red_row_sum"}}
 {{- if .P.Lanes}}
 {{- template "red_lanes_sum" (dict "WG" .P.WG "S" .P.S "U" .U "Out" .Out)}}
+{{- else if gt .P.RW 1}}
+    // red_sum's tree over the row's WG slots rbase … rbase + WG − 1: the same pairs.
+    {{.Buf}}[lidw] = {{.U}}0;
+    workgroupBarrier();
+    for (var h = {{.P.WG}}u / 2u; h > 0u; h >>= 1u) {
+        if (lid < h) {
+            {{.Buf}}[lidw] += {{.Buf}}[lidw + h];
+        }
+        workgroupBarrier();
+    }
+    let {{.Out}} = {{.Buf}}[rbase];
 {{- else}}
 {{- template "red_sum" (dict "WG" .P.WG "Buf" .Buf "Val" (printf "%s0" .U))}}
     let {{.Out}} = {{.Buf}}[0];

@@ -29,7 +29,7 @@ fn gain(c: u32) -> f32 {
 {{- end}}
 }
 
-{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "R" "r" "Count" "p.rows" "Tree" "vec2<f32>")}}
+{{template "red_row_open" (dict "Lanes" .Lanes "WG" .WG "S" .S "RW" .RW "R" "r" "Count" "p.rows" "Tree" "vec2<f32>")}}
     let base = r * p.n;
 {{- template "red_sums2" (dict "P" . "X" "x" "Base" "base" "N" "p.n" "Y" "gain(c) * dy[base + c] * v" "Out" "tot")}}
     let inv = inverseSqrt(tot.x / f32(p.n) + p.eps);
