@@ -128,6 +128,13 @@ func renderBench(f benchFlags, set map[string]bool) error {
 			return usagef("--%s measures; it cannot be combined with --report", n)
 		}
 	}
+	// The roofline's ceilings are the measuring run's, kept in its JSON: a report cannot
+	// change them (they were silently ignored here before).
+	for _, n := range []string{"peak-tflops", "peak-gbps", "peak-tensor-tflops"} {
+		if set[n] {
+			return usagef("--%s is the measuring run's ceiling, kept in its JSON; give it when measuring, not with --report", n)
+		}
+	}
 	if f.fm != "md" && f.fm != "text" {
 		return usagef("--format must be md or text, got %q", f.fm)
 	}

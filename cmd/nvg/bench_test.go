@@ -112,6 +112,7 @@ func TestBenchFlags(t *testing.T) {
 		{"bench", "--tensor-cores", "sometimes"},
 		{"bench", "--tensor-cores", "on,on"},
 		{"bench", "--report", filepath.Join(dir, "x.json"), "--tensor-cores", "off"},
+		{"bench", "--report", filepath.Join(dir, "x.json"), "--peak-gbps", "3350"}, // the run's JSON holds the ceilings
 		{"bench", "--peak-tensor-tflops", "-1"},
 		{"bench", "--cpuprofile", dir},                                       // a directory
 		{"bench", "--cpuprofile", filepath.Join(dir, "missing", "cpu.prof")}, // no such directory
