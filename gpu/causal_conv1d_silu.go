@@ -91,7 +91,7 @@ const causalConvRunTokens = 16
 // halved the GPU time (0.8B's conv, 4,096 tokens × 6,144 channels: forward 203 → 101 µs,
 // backward 239 → 130 and 196 → 95; BenchmarkGatedDeltaNetRows, 2026-12-07).
 func (d *Device) causalConvRuns(nb, t, channels int) (rb, invocations int) {
-	if causalConvForced < 0 {
+	if causalConvRunsOff {
 		return 0, nb * t * channels
 	}
 	return causalConvRunTokens, nb * ((t + causalConvRunTokens - 1) / causalConvRunTokens) * channels

@@ -402,6 +402,16 @@ type coopPackParams struct {
 	R, T  int
 }
 
+// groups is the number of workgroups for mp rows: WG/T rows a workgroup in the vector form,
+// one in the general form.
+func (p coopPackParams) groups(mp int) int {
+	if p.R == 0 {
+		return mp
+	}
+	rw := p.WG / p.T
+	return (mp + rw - 1) / rw
+}
+
 // coopPackGeneral, set by tests (SetCoopPackGeneral), makes CoopmatPack take its general form
 // everywhere.
 var coopPackGeneral bool
@@ -509,13 +519,8 @@ func coopPackInto(r *Recorder, op string, a Binding, sa, a16, rs *Buffer, m, k, 
 	binds = append(binds, Whole(a16), Whole(rs))
 	access = append(access, ReadWrite, ReadWrite)
 	pp := coopPackFor(k, kp, sa != nil)
-	groups := mp
-	if pp.R > 0 {
-		rw := pp.WG / pp.T
-		groups = (mp + rw - 1) / rw
-	}
 	return r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl", Params: pp,
-		Bindings: access, Uniforms: 4}, groups, []uint32{uint32(m), uint32(k), uint32(kp), uint32(mp)}, binds...)
+		Bindings: access, Uniforms: 4}, pp.groups(mp), []uint32{uint32(m), uint32(k), uint32(kp), uint32(mp)}, binds...)
 }
 
 func roundUp(x, q int) int { return (x + q - 1) / q * q }

@@ -71,11 +71,7 @@ func SetPathPairs(on bool) (restore func()) {
 // default) or the per-element one (off, the simple twin); it returns a function restoring
 // the old choice.
 func SetCausalConvRuns(on bool) (restore func()) {
-	f := -1
-	if on {
-		f = 1
-	}
-	return swap(&causalConvForced, f)
+	return swap(&causalConvRunsOff, !on)
 }
 
 // GEMMLanesDispatches is the number of lane-blocked GEMMs recorded so far in this process.

@@ -67,9 +67,9 @@ var (
 // CPU adapters too.
 var pathPairsOff bool
 
-// causalConvForced, set by tests (SetCausalConvRuns), makes the causal convolution kernels
-// take their run form (1) or their per-element form (−1); 0: automatic (the run form).
-var causalConvForced int
+// causalConvRunsOff, set by tests (SetCausalConvRuns), makes the causal convolution kernels
+// take their per-element form, the run form's simple twin.
+var causalConvRunsOff bool
 
 // gemmLanesDispatches counts the lane-blocked GEMMs recorded (tests check a forced variant ran).
 var gemmLanesDispatches int

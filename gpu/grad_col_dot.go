@@ -75,9 +75,9 @@ func colDot(r *Recorder, op string, x colDotArgs, rows, n int) error {
 		}
 	}
 	if (f == "" || f == "dot4") && n%4 == 0 && x.c2 == nil {
-		return colDotStages(r, op, x, rows, n, "dot4", 128, colDot4Chunk(rows, n), "reduce4", 64)
+		return colDotStages(r, op, x, rows, n, "dot4", 128, colDot4Chunk(rows, n), "reduce4")
 	}
-	return colDotStages(r, op, x, rows, n, "dot", 64, gradColDotChunk, "reduce", 64)
+	return colDotStages(r, op, x, rows, n, "dot", 64, gradColDotChunk, "reduce")
 }
 
 // colDot4Chunk is stage "dot4"'s chunk for rows × n operands: the most rows, from 256 down
@@ -94,8 +94,8 @@ func colDot4Chunk(rows, n int) int {
 
 // colDotStages records a column-reduction stage (stage "dot": colWidth 64 columns a
 // workgroup; "dot4": 128) over chunks of chunk rows and, where there is more than one chunk,
-// the stage second (redWidth columns a workgroup) per output.
-func colDotStages(r *Recorder, op string, x colDotArgs, rows, n int, stage string, colWidth, chunk int, second string, redWidth int) error {
+// the stage second ("reduce" or "reduce4": 64 columns a workgroup) per output.
+func colDotStages(r *Recorder, op string, x colDotArgs, rows, n int, stage string, colWidth, chunk int, second string) error {
 	colBlocks := (n + colWidth - 1) / colWidth
 	chunks := (rows + chunk - 1) / chunk
 	if colBlocks > 65535 || chunks > 65535 {
@@ -140,6 +140,9 @@ func colDotStages(r *Recorder, op string, x colDotArgs, rows, n int, stage strin
 	}
 	elems := float64(rows) * float64(n)
 	bytes := 8 * elems // a, b
+	if x.c2 != nil {
+		bytes += 4 * elems
+	}
 	if x.so != nil {
 		bytes += 4 * elems
 		if pr.SideAccum {
@@ -169,7 +172,7 @@ func colDotStages(r *Recorder, op string, x colDotArgs, rows, n int, stage strin
 			r.ops = r.ops[:mark]
 			return err
 		}
-		g, err := Grid1D((n + redWidth - 1) / redWidth)
+		g, err := Grid1D((n + 63) / 64)
 		if err != nil {
 			r.ops = r.ops[:mark]
 			return fmt.Errorf("gpu: %s: %w", op, err)
