@@ -159,7 +159,7 @@ func TestCausalConvSplitBitIdentical(t *testing.T) {
 		"a block of 0":       {{a, 2}, {b, 0}, {b, 4}},
 		"a short buffer":     {{a, 2}, {a, 4}},
 		"one buffer twice":   {{a, 2}, {a, 2}, {a, 2}},
-		"a block aliasing x": {{a, 2}, {x, 4}},
+		"a block aliasing x": {{x, 6}},
 	} {
 		if err := gpu.CausalConv1dSiLUSplit(r, x, w, blocks, 1, 4, K); err == nil {
 			t.Errorf("forward: %s accepted", name)
@@ -167,6 +167,9 @@ func TestCausalConvSplitBitIdentical(t *testing.T) {
 		if err := gpu.CausalConv1dSiLUBackwardSplit(r, x, w, blocks, dx, 1, 4, K); err == nil {
 			t.Errorf("backward: %s accepted", name)
 		}
+	}
+	if err := gpu.CausalConv1dSiLUBackwardSplit(r, x, w, []gpu.ColumnBlock{{dx, 6}}, dx, 1, 4, K); err == nil {
+		t.Error("backward: a block aliasing dx accepted")
 	}
 	if r.Len() != 0 {
 		t.Errorf("%d dispatches recorded by failing calls", r.Len())

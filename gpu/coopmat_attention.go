@@ -66,14 +66,19 @@ func coopPackHeadsInto(r *Recorder, op string, nb, t int, s coopPackSpec, x16, s
 	}
 	nblk := (t + coopPackRows - 1) / coopPackRows
 	words := nb * heads * nblk * coopPackRows * hp / 2
+	pp := coopPackHeadsFor(hd, hp, stride, s.col0, s.headMajor)
+	reads := 8.0 // the general form reads each element twice, the vector form once
+	if pp.HP4 > 0 {
+		reads = 4
+	}
 	if err := r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack_heads.wgsl",
-		Params:   coopPackHeadsFor(hd, hp, stride, s.col0, s.headMajor),
+		Params:   pp,
 		Bindings: []Access{Read, ReadWrite, ReadWrite}, Uniforms: 8}, nb*heads*nblk,
 		[]uint32{uint32(t), uint32(heads), uint32(hd), uint32(hp), uint32(nblk), uint32(nb * heads * nblk), uint32(stride), uint32(s.col0)},
 		Whole(s.b), Whole(x16), Whole(scale)); err != nil {
 		return err
 	}
-	r.Cost(0, float64(nb*t*heads*hd)*8+float64(words)*4)
+	r.Cost(0, float64(nb*t*heads*hd)*reads+float64(words)*4)
 	return nil
 }
 

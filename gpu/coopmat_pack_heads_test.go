@@ -23,16 +23,20 @@ func TestCoopmatPackHeadsForms(t *testing.T) {
 	type shape struct {
 		nb, t, heads, n, np, stride, col0 int
 		headMajor                         bool
+		nv                                int // the vector form's vectors an invocation (0: general)
 	}
 	for _, s := range []shape{
-		{2, 100, 3, 128, 128, 128, 0, false},
-		{1, 64, 2, 120, 128, 120, 0, false},
-		{2, 70, 2, 64, 64, 192, 64, false},
-		{3, 37, 2, 32, 48, 32, 0, true},
-		{1, 130, 1, 256, 256, 256, 0, false},
-		{1, 10, 2, 6, 8, 6, 0, false},
+		{2, 100, 3, 128, 128, 128, 0, false, 8},
+		{1, 64, 2, 120, 128, 120, 0, false, 8},
+		{2, 70, 2, 64, 64, 192, 64, false, 4},
+		{3, 37, 2, 32, 48, 32, 0, true, 3},
+		{1, 130, 1, 256, 256, 256, 0, false, 16},
+		{1, 10, 2, 6, 8, 6, 0, false, 0},
 	} {
 		t.Run(fmt.Sprintf("%+v", s), func(t *testing.T) {
+			if hp4, nv := gpu.CoopPackHeadsForm(s.n, s.np, s.stride, s.col0); nv != s.nv || (nv > 0) != (hp4 == s.np/4) {
+				t.Errorf("form: %d vectors a row, %d an invocation; want %d, %d", hp4, nv, s.np/4, s.nv)
+			}
 			rows := s.nb * s.t * s.heads
 			rng := rand.New(rand.NewPCG(uint64(s.t), uint64(s.n)))
 			xf := make([]float32, rows*s.stride)

@@ -1,5 +1,7 @@
 package gpu
 
+import "fmt"
+
 // SetEmbeddingSliceRows forces Embedding to gather in slices of n table rows (a multiple of
 // 128; 0 restores the automatic choice) and returns a function restoring the old value.
 func SetEmbeddingSliceRows(n int) (restore func()) {
@@ -109,7 +111,24 @@ func (d *Device) FreedAhead() uint64 {
 // "dot" (always applies); "" restores the automatic choice. It returns a function restoring
 // the old choice.
 func SetColDotForm(form string) (restore func()) {
+	switch form {
+	case "", "windows", "dot4", "dot":
+	default:
+		panic(fmt.Sprintf("SetColDotForm: unknown form %q", form))
+	}
 	return swap(&colDotForced, form)
+}
+
+// ColDot4Dispatches is the number of stage "dot4" column reductions recorded so far in this
+// process.
+func ColDot4Dispatches() int { return colDot4Dispatches }
+
+// CoopPackHeadsForm returns the vector form's 16-byte vectors a row (HP4) and an invocation
+// (NV) that CoopmatPackHeads takes for rows of hd values packed to hp, stride apart from
+// column col0 (0, 0: the general form).
+func CoopPackHeadsForm(hd, hp, stride, col0 int) (hp4, nv int) {
+	p := coopPackHeadsFor(hd, hp, stride, col0, false)
+	return p.HP4, p.NV
 }
 
 // GradColDot is gradColDot, for tests.

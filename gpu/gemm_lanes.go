@@ -189,6 +189,9 @@ func (d *Device) rowForm(wg, n int) rowForm {
 	f := d.rowFormOne(wg)
 	if !f.Lanes && (n <= 2*wg || rowGroupRowsAll) {
 		f.RW = rowGroupRows
+		if lim := int(d.info.MaxInvocations); lim > 0 {
+			f.RW = max(1, min(f.RW, lim/wg)) // the workgroup's WG·RW threads within the device's limit
+		}
 	}
 	return f
 }

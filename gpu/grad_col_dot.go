@@ -64,9 +64,15 @@ type colDotArgs struct {
 // "windows", "dot4" or "dot" ("dot" always applies); "" lets colDot choose.
 var colDotForced string
 
-// colDot records the window form where colDotWindows plans one (CPU adapters), else stage
-// "dot4" where n is a multiple of 4 and one path is reduced, else stage "dot"; "dot4" and
-// "dot" add, for rows beyond one chunk, the chunks' sums in a second stage per output.
+// colDot4Dispatches counts the stage "dot4" dispatches recorded (tests check that a forced
+// form ran).
+var colDot4Dispatches int
+
+// colDot records the window form where colDotWindows plans one (CPU adapters), else, on GPUs,
+// stage "dot4" where n is a multiple of 4 and one path is reduced, else stage "dot"; "dot4"
+// and "dot" add, for rows beyond one chunk, the chunks' sums in a second stage per output.
+// CPU adapters keep "dot" where the window form does not apply, so that gradColDot2 (always
+// "dot" there) gives two gradColDot calls' bits.
 func colDot(r *Recorder, op string, x colDotArgs, rows, n int) error {
 	f := colDotForced
 	if f == "" || f == "windows" {
@@ -74,7 +80,8 @@ func colDot(r *Recorder, op string, x colDotArgs, rows, n int) error {
 			return colDotWin(r, op, x, w, rows, n)
 		}
 	}
-	if (f == "" || f == "dot4") && n%4 == 0 && x.c2 == nil {
+	if (f == "dot4" || f == "" && !r.d.info.CPU) && n%4 == 0 && x.c2 == nil {
+		colDot4Dispatches++
 		return colDotStages(r, op, x, rows, n, "dot4", 128, colDot4Chunk(rows, n), "reduce4")
 	}
 	return colDotStages(r, op, x, rows, n, "dot", 64, gradColDotChunk, "reduce")
@@ -139,9 +146,11 @@ func colDotStages(r *Recorder, op string, x colDotArgs, rows, n int, stage strin
 		return err
 	}
 	elems := float64(rows) * float64(n)
+	outs, flops := 1.0, 2*elems
 	bytes := 8 * elems // a, b
 	if x.c2 != nil {
 		bytes += 4 * elems
+		outs, flops = 2, 4*elems
 	}
 	if x.so != nil {
 		bytes += 4 * elems
@@ -150,11 +159,11 @@ func colDotStages(r *Recorder, op string, x colDotArgs, rows, n int, stage strin
 		}
 	}
 	if partial {
-		bytes += 4 * float64(chunks*n)
+		bytes += outs * 4 * float64(chunks*n)
 	} else {
-		bytes += 8 * float64(n)
+		bytes += outs * 8 * float64(n)
 	}
-	r.Cost(2*elems, bytes)
+	r.Cost(flops, bytes)
 	if !partial {
 		return nil
 	}

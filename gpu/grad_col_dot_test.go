@@ -51,7 +51,14 @@ func TestGradColDot(t *testing.T) {
 		for _, c := range cases {
 			name := fmt.Sprintf("%s/%d×%d/rs=%v,mask=%v,side=%v,accum=%v,pair=%v,sharedA=%v",
 				form, c.rows, c.n, c.rowScale, c.mask, c.side, c.sideAccum, c.pair, c.sharedA)
-			t.Run(name, func(t *testing.T) { checkGradColDot(t, d, c) })
+			t.Run(name, func(t *testing.T) {
+				before := gpu.ColDot4Dispatches()
+				checkGradColDot(t, d, c)
+				ran := gpu.ColDot4Dispatches() > before
+				if want := form == "dot4" && c.n%4 == 0 && !c.pair; ran != want {
+					t.Errorf("stage dot4 ran: %v, want %v", ran, want)
+				}
+			})
 		}
 		restore()
 	}

@@ -4,7 +4,8 @@
 // x, z, y: f32 [rows, hv, dv] row-major, i.e. groups = rows·hv groups of n = dv values;
 // w: f32 [dv]. One workgroup of WG threads per group, tree reduction, f32 throughout, or its
 // lanes form (reduce.wgsl: one subgroup per group, the same bits).
-// Template parameters: WG (power of two), Lanes, S, Q.
+// Template parameters: WG (power of two), Lanes, S, Q, RW.
+// RW: the workgroup form's rows a workgroup (reduce.wgsl's red_row_open; 1 for long rows).
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> z: array<f32>;

@@ -8,7 +8,8 @@
 // inv: f32 [groups]. One workgroup of WG threads per group (linear index wid.x + wid.y·nwg.x);
 // both sums reduced by a fixed tree in workgroup memory (every slot written before the
 // barrier), or its lanes form (reduce.wgsl: one subgroup per group, the same bits). Template
-// parameters: WG (power of two), Lanes, S, Q.
+// parameters: WG (power of two), Lanes, S, Q, RW.
+// RW: the workgroup form's rows a workgroup (reduce.wgsl's red_row_open; 1 for long rows).
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> z: array<f32>;

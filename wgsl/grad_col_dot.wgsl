@@ -30,7 +30,7 @@
 // element of the shared operand loaded once, and the side output is both paths' at once,
 // so = a·s + c2·s2 (dx = Σ_p dxg_p ⊙ g_p); every column's sums take the same order as two
 // single calls (the second with SideAccum), so the bits are theirs
-// (TestBLRBackwardColDotPairsBitIdentical).
+// (TestBLRPathPairsBitIdentical).
 // Template parameters: Stage, Chunk, Partial, SideAccum, SharedA (bools) and the binding
 // index of each buffer (−1 when absent): RS, Mask, S, Out, SO, C2, S2, Out2, Uni (the
 // uniform); stage "windows" (CPU adapters, below) also NW, NV4, W, Last and Two.

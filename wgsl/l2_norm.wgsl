@@ -2,7 +2,8 @@
 // (HF `l2norm` of the GatedDeltaNet; rows = tokens·heads, n = dk).
 // x, y: f32 [rows, n] row-major. One workgroup of WG threads per row, tree reduction, or its
 // lanes form (reduce.wgsl: one subgroup per row, the same bits).
-// Template parameters: WG (power of two), Lanes, S, Q.
+// Template parameters: WG (power of two), Lanes, S, Q, RW.
+// RW: the workgroup form's rows a workgroup (reduce.wgsl's red_row_open; 1 for long rows).
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;

@@ -6,7 +6,8 @@
 // x, dy, dx: f32 [rows, n] row-major. One workgroup of WG threads per row (linear index
 // wid.x + wid.y·nwg.x); Σx² and x·dy reduced by a fixed tree in workgroup memory (every slot
 // written before the barrier), or its lanes form (reduce.wgsl: one subgroup per row, the
-// same bits). Template parameters: WG (power of two), Lanes, S, Q.
+// same bits). Template parameters: WG (power of two), Lanes, S, Q, RW.
+// RW: the workgroup form's rows a workgroup (reduce.wgsl's red_row_open; 1 for long rows).
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> dy: array<f32>;

@@ -9,7 +9,8 @@
 // the sines of p·f_i, computed on the host in float64 (exact arguments for any p, where an
 // f32 p·f_i and a GPU cos of a large argument would lose ~1e-4).
 // One workgroup of WG threads per (row, head), or its lanes form (reduce.wgsl: one subgroup
-// per group, the same bits). Template parameters: WG (power of two), Lanes, S, Q.
+// per group, the same bits). Template parameters: WG (power of two), Lanes, S, Q, RW.
+// RW: the workgroup form's rows a workgroup (reduce.wgsl's red_row_open; 1 for long rows).
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;

@@ -2,7 +2,8 @@
 // f32 throughout. gain = 1 + w (ZeroCentred, Qwen3.5's RMSNorm) or w (plain).
 // x, y: f32 [rows, n] row-major; w: f32 [n]. One workgroup of WG threads per row, or its
 // lanes form (reduce.wgsl: one subgroup per row, the same bits).
-// Template parameters: WG (power of two), ZeroCentred (bool), Lanes, S, Q.
+// Template parameters: WG (power of two), ZeroCentred (bool), Lanes, S, Q, RW.
+// RW: the workgroup form's rows a workgroup (reduce.wgsl's red_row_open; 1 for long rows).
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;

@@ -6,7 +6,8 @@
 // threads per row (linear index wid.x + wid.y·nwg.x), both sums reduced in workgroup memory
 // (every slot written before the barrier), or its lanes form (reduce.wgsl: one subgroup per
 // row, the same bits). Template parameters: WG (power of two), ZeroCentred (bool), Lanes,
-// S, Q.
+// S, Q, RW.
+// RW: the workgroup form's rows a workgroup (reduce.wgsl's red_row_open; 1 for long rows).
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
