@@ -66,6 +66,30 @@ c2; "" in stage "dot"). */ -}}
 {{- end}}
 {{- end}}
 
+{{- /* vec4_sides: the bindings stages "windows" and "dot4" read 16 bytes at a time besides their
+operands, each where bound: rs (f32), s, s2, mask, out, out2 (Two), so. Keys: the parameters. */ -}}
+{{- define "vec4_sides"}}
+{{- if ge .RS 0}}
+@group(0) @binding({{.RS}}) var<storage, read> rs: array<f32>;
+{{- end}}
+{{- if ge .S 0}}
+@group(0) @binding({{.S}}) var<storage, read> s: array<vec4<f32>>;
+{{- end}}
+{{- if ge .S2 0}}
+@group(0) @binding({{.S2}}) var<storage, read> s2: array<vec4<f32>>;
+{{- end}}
+{{- if ge .Mask 0}}
+@group(0) @binding({{.Mask}}) var<storage, read> mask: array<vec4<u32>>;
+{{- end}}
+@group(0) @binding({{.Out}}) var<storage, read_write> out: array<vec4<f32>>;
+{{- if .Two}}
+@group(0) @binding({{.Out2}}) var<storage, read_write> out2: array<vec4<f32>>;
+{{- end}}
+{{- if ge .SO 0}}
+@group(0) @binding({{.SO}}) var<storage, read_write> so: array<vec4<f32>>;
+{{- end}}
+{{- end}}
+
 {{- if eq .Stage "dot"}}
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -180,25 +204,7 @@ struct WParams {
 @group(0) @binding({{add (mul $w $k) 2}}) var<uniform> c2{{$w}}: array<vec4<f32>, {{$.NV4}}>;
 {{- end}}
 {{- end}}
-{{- if ge .RS 0}}
-@group(0) @binding({{.RS}}) var<storage, read> rs: array<f32>;
-{{- end}}
-{{- if ge .S 0}}
-@group(0) @binding({{.S}}) var<storage, read> s: array<vec4<f32>>;
-{{- end}}
-{{- if ge .S2 0}}
-@group(0) @binding({{.S2}}) var<storage, read> s2: array<vec4<f32>>;
-{{- end}}
-{{- if ge .Mask 0}}
-@group(0) @binding({{.Mask}}) var<storage, read> mask: array<vec4<u32>>;
-{{- end}}
-@group(0) @binding({{.Out}}) var<storage, read_write> out: array<vec4<f32>>;
-{{- if .Two}}
-@group(0) @binding({{.Out2}}) var<storage, read_write> out2: array<vec4<f32>>;
-{{- end}}
-{{- if ge .SO 0}}
-@group(0) @binding({{.SO}}) var<storage, read_write> so: array<vec4<f32>>;
-{{- end}}
+{{- template "vec4_sides" .}}
 @group(0) @binding({{.Uni}}) var<uniform> p: WParams;
 
 @compute @workgroup_size(8)
@@ -269,19 +275,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 @group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> b: array<vec4<f32>>;
-{{- if ge .RS 0}}
-@group(0) @binding({{.RS}}) var<storage, read> rs: array<f32>;
-{{- end}}
-{{- if ge .Mask 0}}
-@group(0) @binding({{.Mask}}) var<storage, read> mask: array<vec4<u32>>;
-{{- end}}
-{{- if ge .S 0}}
-@group(0) @binding({{.S}}) var<storage, read> s: array<vec4<f32>>;
-{{- end}}
-@group(0) @binding({{.Out}}) var<storage, read_write> out: array<vec4<f32>>;
-{{- if ge .SO 0}}
-@group(0) @binding({{.SO}}) var<storage, read_write> so: array<vec4<f32>>;
-{{- end}}
+{{- template "vec4_sides" .}}
 @group(0) @binding({{.Uni}}) var<uniform> p: Params;
 
 var<workgroup> red: array<vec4<f32>, 256>;
