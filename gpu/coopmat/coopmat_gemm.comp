@@ -9,7 +9,9 @@
 // it is zero-padded to Mp (a multiple of BM) rows and Kp (a multiple of BK) columns. B is
 // either f16 (dense; SIGNS undefined) or a ±1 sign matrix as packed bits (SIGNS: element e of
 // the row-major matrix is bit e & 31 of word e >> 5, 1 ↦ +1; DESIGN.md §4), expanded to exact
-// f16 ±1 while staging. Rows of B past N or K read as 0.
+// f16 ±1 while staging (loaded before the current slice's products, decoded after them).
+// Rows of a dense B past N or K read as 0; a sign B's read as −1, which changes no result
+// (sload).
 //
 // Variants (glslang -D, one .spv each; gpu/coopmat/generate.sh): SIGNS, SCALE (sc bound:
 // C's column scales; with a dense B, the sign-gradient GEMM's column scales), RAW (raw bound:
@@ -148,13 +150,17 @@ shared float Qd[BN]; // 2^−E: the epilogue's undo
 coopmat<float, gl_ScopeSubgroup, LM, LN, gl_MatrixUseAccumulator> acc[CM * CN];
 
 #ifdef SIGNS
-// signs8 expands 8 sign bits (bit j ↦ element j; 1 ↦ +1.0, 0 ↦ −1.0) into 8 f16 halves.
+// signs8 expands 8 sign bits (bit j ↦ element j; 1 ↦ +1.0, 0 ↦ −1.0) into 8 f16 halves:
+// word j holds elements 2j (low half) and 2j+1 (high half), whose sign bits 15 and 31 flip
+// −1.0 (0xBC00) into +1.0. The odd bits are first moved up by 15 (bit 2j+1 to 2j+16), so
+// one shift by 15 − 2j puts both of word j's bits in place and a mask drops the rest: three
+// operations a word. (The first form took each bit on its own, about twice the operations,
+// and the sign GEMMs' staging is integer work the products wait for.)
 uvec4 signs8(uint b) {
+    uint u = (b & 0x55u) | ((b & 0xAAu) << 15); // bit 2j at 2j, bit 2j+1 at 2j+16
     uvec4 v;
     UNROLL for (uint j = 0; j < 4; j++) {
-        uint lo = 0xBC00u ^ (((b >> (2 * j)) & 1u) << 15);
-        uint hi = 0xBC00u ^ (((b >> (2 * j + 1)) & 1u) << 15);
-        v[j] = lo | (hi << 16);
+        v[j] = ((u << (15 - 2 * j)) & 0x80008000u) ^ 0xBC00BC00u;
     }
     return v;
 }
@@ -261,6 +267,21 @@ uvec4 qstage(uint v, uint k0, uint n0, uvec2 w, uint sw) {
     }
     return dequant8(w, s * Qm[r]);
 }
+#elif defined(SIGNS)
+// sload returns the 8 sign bits of the B slice's vector v at k0: 8 elements along K of row n
+// (TRANS_B: tile [BN][BK]) or along N of row k (tile [BK][BN]). Only the load: signs8
+// decodes them once they have arrived, after the current slice's products (main). Outside B
+// it returns 0, which decodes to −1s rather than the dense kernel's zeros, and changes no
+// result: a column k ≥ K meets A's zero padding (±1 · 0 = ±0, and an f32 sum plus −0 is
+// itself), and a row n ≥ N of B feeds only columns of C that are never written.
+uint sload(uint v, uint k0, uint n0) {
+    if (TRANS_B) {
+        uint row = n0 + v / (BK / 8), col = k0 + (v % (BK / 8)) * 8;
+        return row < p.n && col < p.k ? byte8(row * p.k + col) : 0u;
+    }
+    uint row = k0 + v / (BN / 8), col = n0 + (v % (BN / 8)) * 8;
+    return row < p.k && col < p.n ? byte8(row * p.n + col) : 0u;
+}
 #else
 // loadB returns the 16-byte vector v of the B slice at k0: 8 halves along K of row n
 // (TRANS_B: tile [BN][BK]) or along N of row k (tile [BK][BN]), zero outside B.
@@ -272,22 +293,14 @@ uvec4 loadB(uint v, uint k0, uint n0) {
         if (row >= p.n || col >= p.k) {
             return uvec4(0);
         }
-#ifdef SIGNS
-        return signs8(byte8(row * p.k + col));
-#else
         return b16[(row * p.k + col) / 8];
-#endif
     }
     row = k0 + v / (BN / 8);
     col = n0 + (v % (BN / 8)) * 8;
     if (row >= p.k || col >= p.n) {
         return uvec4(0);
     }
-#ifdef SIGNS
-    return signs8(byte8(row * p.n + col));
-#else
     return b16[(row * p.n + col) / 8];
-#endif
 }
 #endif
 
@@ -361,6 +374,8 @@ void main() {
 #ifdef QUANT
     uvec2 rq[BP]; // the next slice's raw codes and scale words (qload)
     uint rqs[BP];
+#elif defined(SIGNS)
+    uint rsb[BP]; // the next slice's sign bytes (sload)
 #endif
     if (kbeg < kend) {
         UNROLL for (uint j = 0; j < AP; j++) {
@@ -370,6 +385,8 @@ void main() {
 #ifdef QUANT
             qload(tid + j * NT, kbeg, n0, rq[j], rqs[j]);
             rb[j] = qstage(tid + j * NT, kbeg, n0, rq[j], rqs[j]);
+#elif defined(SIGNS)
+            rb[j] = signs8(sload(tid + j * NT, kbeg, n0));
 #else
             rb[j] = loadB(tid + j * NT, kbeg, n0);
 #endif
@@ -392,18 +409,24 @@ void main() {
             UNROLL for (uint j = 0; j < BP; j++) {
 #ifdef QUANT
                 qload(tid + j * NT, k0 + BK, n0, rq[j], rqs[j]);
+#elif defined(SIGNS)
+                rsb[j] = sload(tid + j * NT, k0 + BK, n0);
 #else
                 rb[j] = loadB(tid + j * NT, k0 + BK, n0);
 #endif
             }
         }
         mmaSlice(sgm, sgn);
-#ifdef QUANT
+#if defined(QUANT) || defined(SIGNS)
         // The next slice's B is decoded after the products: its loads had them to arrive,
         // and one subgroup's decoding overlaps the others' products.
         if (k0 + BK < kend) {
             UNROLL for (uint j = 0; j < BP; j++) {
+#ifdef QUANT
                 rb[j] = qstage(tid + j * NT, k0 + BK, n0, rq[j], rqs[j]);
+#else
+                rb[j] = signs8(rsb[j]);
+#endif
             }
         }
 #endif
