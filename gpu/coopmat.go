@@ -951,6 +951,14 @@ func (d *Device) initTensorCores(lay *vkLayer, layErr error, st layerState, stEr
 		}
 		coopTileForce = t
 	}
+	if v := strings.TrimSpace(os.Getenv("NVG_COOPMAT_DELTA_COLS")); v != "" {
+		n, err := parseCoopDeltaCols(v, shape)
+		if err != nil {
+			tc.Reason = err.Error()
+			return
+		}
+		coopDeltaColsForce = n
+	}
 	if v := strings.TrimSpace(os.Getenv("NVG_COOPMAT_SPLITK")); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 64 {

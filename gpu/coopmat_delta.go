@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -42,10 +43,27 @@ func (c coopDeltaTile) check(sg, l int, info Info) error {
 	return nil
 }
 
+// coopDeltaColsForce is NVG_COOPMAT_DELTA_COLS, parsed at Open (0: automatic): the value
+// columns per workgroup of the delta rule's sequential kernels (INTER, DHU), a knob for
+// benchmarks (a tile that does not fit the device then fails the call, and the Auto
+// functions take the WGSL forms).
+var coopDeltaColsForce int
+
+// parseCoopDeltaCols parses NVG_COOPMAT_DELTA_COLS for the shape s: a positive multiple of
+// s.M and of 8 (coopDeltaTile.check's rule on CS).
+func parseCoopDeltaCols(v string, s CoopType) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 8 || n%8 != 0 || n%s.M != 0 || n > 256 {
+		return 0, fmt.Errorf("NVG_COOPMAT_DELTA_COLS=%q: want a multiple of 8 and of the cooperative-matrix rows %d, at most 256", v, s.M)
+	}
+	return n, nil
+}
+
 // coopDeltaTileFor picks the tile for key heads of dk on d: DKP = dk rounded up to 4·L; on
 // GPUs 32 value columns per workgroup (the 0.8B shape's dv = 128: 4 slices, 1,024
 // workgroups at nb 8, hv 32) with 4 subgroups, the columns halved until the workgroup memory
-// fits; on CPU adapters 2·L columns and 4 subgroups. Errors: a shape that is not square or
+// fits; on CPU adapters 2·L columns and 4 subgroups; NVG_COOPMAT_DELTA_COLS: that many
+// columns (an error where the tile does not fit). Errors: a shape that is not square or
 // not a multiple of 8, or no tile that fits.
 func (d *Device) coopDeltaTileFor(dk int) (coopDeltaTile, error) {
 	s, sg := d.tc.Shape, d.tc.SubgroupSize
@@ -56,6 +74,10 @@ func (d *Device) coopDeltaTileFor(dk int) (coopDeltaTile, error) {
 	c := coopDeltaTile{DKP: roundUp(dk, 4*l), CS: 32, NSG: 4}
 	if d.info.CPU && !coopGPUTiles {
 		c.CS = 2 * l
+	}
+	if coopDeltaColsForce > 0 {
+		c.CS = coopDeltaColsForce
+		return c, c.check(sg, l, d.info)
 	}
 	for {
 		err := c.check(sg, l, d.info)

@@ -420,3 +420,42 @@ func TestListEnv(t *testing.T) {
 		t.Errorf("got %q, want /b:/a:L", got)
 	}
 }
+
+// TestCoopDeltaTileFor: the delta rule's sequential kernels take 32 value columns a
+// workgroup on a GPU with NVIDIA's 16×16×16 shape and 48 KiB of workgroup memory at dk 128
+// (39 KiB), 16 where the memory allows no more (32 KiB), lavapipe's 2·L on CPU adapters;
+// NVG_COOPMAT_DELTA_COLS forces a width and is refused when malformed or not a multiple of
+// the shape, and a forced width that does not fit the device is an error, not a smaller tile.
+func TestCoopDeltaTileFor(t *testing.T) {
+	s16 := CoopType{M: 16, N: 16, K: 16}
+	dev := func(shared uint32, cpu bool, s CoopType, sg int) *Device {
+		return &Device{tc: TensorCores{Shape: s, SubgroupSize: sg}, info: Info{MaxInvocations: 1024, MaxWorkgroupStorage: shared, CPU: cpu}}
+	}
+	for _, c := range []struct {
+		d    *Device
+		want coopDeltaTile
+	}{{dev(48<<10, false, s16, 32), coopDeltaTile{128, 32, 4}}, {dev(32<<10, false, s16, 32), coopDeltaTile{128, 16, 4}},
+		{dev(32<<10, true, CoopType{M: 8, N: 8, K: 8}, 8), coopDeltaTile{128, 16, 4}}} {
+		if got, err := c.d.coopDeltaTileFor(128); err != nil || got != c.want {
+			t.Errorf("shared %d, CPU %v: %+v, %v; want %+v", c.d.info.MaxWorkgroupStorage, c.d.info.CPU, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"x", "0", "12", "24", "512"} {
+		if _, err := parseCoopDeltaCols(bad, s16); err == nil {
+			t.Errorf("NVG_COOPMAT_DELTA_COLS=%q accepted", bad)
+		}
+	}
+	n, err := parseCoopDeltaCols("16", s16)
+	if err != nil || n != 16 {
+		t.Fatalf("NVG_COOPMAT_DELTA_COLS=16: %d, %v", n, err)
+	}
+	coopDeltaColsForce = n
+	defer func() { coopDeltaColsForce = 0 }()
+	if got, err := dev(48<<10, false, s16, 32).coopDeltaTileFor(128); err != nil || got != (coopDeltaTile{128, 16, 4}) {
+		t.Errorf("forced 16: %+v, %v", got, err)
+	}
+	coopDeltaColsForce = 64
+	if got, err := dev(48<<10, false, s16, 32).coopDeltaTileFor(128); err == nil {
+		t.Errorf("forced 64 (70 KiB at dk 128): %+v accepted on 48 KiB", got)
+	}
+}
