@@ -387,13 +387,20 @@ func (c *coopDeltaBwd) record(name string, do, h, dh, vnew, dvp, q, k, beta, wyb
 // unavailable on the device, or a tile or copy the device cannot hold; nothing is left
 // recorded on error.
 func GatedDeltaRuleChunkedBackwardCoopmat(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
-	if err := dims.check(r, "GatedDeltaRuleChunkedBackwardCoopmat"); err != nil {
+	return chunkedBackwardCoopmat(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, nil)
+}
+
+// chunkedBackwardCoopmat is GatedDeltaRuleChunkedBackwardCoopmat reading saved (when not
+// nil) instead of recording the forward.
+func chunkedBackwardCoopmat(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims, saved *DeltaRuleSaved) error {
+	const op = "GatedDeltaRuleChunkedBackwardCoopmat"
+	if err := dims.check(r, op); err != nil {
 		return err
 	}
 	if err := r.d.coopDeltaBwdPlan(dims); err != nil {
-		return fmt.Errorf("gpu: GatedDeltaRuleChunkedBackwardCoopmat: %w", err)
+		return fmt.Errorf("gpu: %s: %w", op, err)
 	}
-	return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackwardCoopmat", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, true)
+	return gatedDeltaRuleChunkedBackward(r, op, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, true, saved)
 }
 
 // GatedDeltaRuleChunkedCoopmat records GatedDeltaRuleChunked (same arguments, layouts and

@@ -241,3 +241,46 @@ func CoopPackHeads(d *Device, x *Buffer, nb, t, heads, n, np, stride, col0 int, 
 	scale, err = d.ReadFloat32(sb)
 	return x16, scale, err
 }
+
+// BackwardViaSaved returns a launcher with GatedDeltaRuleChunkedBackward's arguments that
+// records the chunked forward saving what its backward needs (SaveChunkedForTest), then the
+// chunked backward of the same form reading it (BackwardFromSavedForTest); a failing call
+// leaves nothing recorded.
+func BackwardViaSaved(coop bool) func(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
+	return func(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
+		if err := dims.check(r, "BackwardViaSaved"); err != nil {
+			return err
+		}
+		fail := r.rollback()
+		o, err := r.Temp("o", F32, dims.NB*dims.T, dims.HV, dims.DV)
+		if err != nil {
+			return err
+		}
+		s, err := saveChunked(r, q, k, v, g, beta, o, dims, coop)
+		if err == nil {
+			err = BackwardFromSavedForTest(r, s, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, coop)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		return nil
+	}
+}
+
+// SaveChunkedForTest records the chunked forward that saves (GatedDeltaRuleAutoSave's), of
+// the cooperative-matrix form with coop, whatever the automatic choice on r's device.
+func SaveChunkedForTest(r *Recorder, q, k, v, g, beta, o *Buffer, dims DeltaRuleDims, coop bool) (*DeltaRuleSaved, error) {
+	return saveChunked(r, q, k, v, g, beta, o, dims, coop)
+}
+
+// BackwardFromSavedForTest records the chunked backward reading s (of the
+// cooperative-matrix form with coop), whatever the automatic choice on r's device.
+func BackwardFromSavedForTest(r *Recorder, s *DeltaRuleSaved, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims, coop bool) error {
+	if err := s.check("BackwardFromSavedForTest", r, q, k, v, g, beta, dims); err != nil {
+		return err
+	}
+	if coop {
+		return chunkedBackwardCoopmat(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, s)
+	}
+	return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackward", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, false, s)
+}

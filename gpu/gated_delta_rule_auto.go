@@ -139,3 +139,142 @@ func gatedDeltaRuleBackwardAutoWGSL(r *Recorder, q, k, v, g, beta, do, dq, dkey,
 	}
 	return GatedDeltaRuleBackward(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
 }
+
+// DeltaRuleSaved is what a chunked forward of the gated delta rule recorded by
+// GatedDeltaRuleAutoSave computed that the chunked backward needs again: the intra-chunk
+// outputs W [nb·hv·t, dk], U [nb·hv·t, dv], Aqk [nb·hv·t, 64] and the cumulative log-decays
+// γ [nb·hv·t], the state before every chunk h [nb·hv, ⌈t/64⌉, dk, dv] and V' [nb·hv·t, dv],
+// all f32 temporaries of the recorder that recorded it, handed back at its Submit or
+// Discard. GatedDeltaRuleBackwardAutoSaved given it records only the backward's own stages
+// instead of the forward again (a recomputing training step runs the layer's forward just
+// before its backward, in the same recording: nvgkit).
+type DeltaRuleSaved struct {
+	r       *Recorder
+	dims    DeltaRuleDims
+	q, k, v *Buffer
+	g, beta *Buffer
+	sc      *gdrcScratch
+	h, vnew *Buffer
+}
+
+// deltaRuleBackwardChunked reports whether GatedDeltaRuleBackwardAuto takes a chunked form
+// (cooperative-matrix or WGSL) on d for dims, the forms that can use a DeltaRuleSaved, and
+// whether the chunked forward that saves one fits too.
+func deltaRuleBackwardChunked(d *Device, dims DeltaRuleDims) (chunked, coop bool) {
+	if d == nil || dims.DK%4 != 0 || dims.DK > 256 {
+		return false, false
+	}
+	if GatedDeltaRuleBackwardCoopmatFits(d, dims) {
+		return true, true
+	}
+	return !GatedDeltaRuleBackwardLanesFits(d, dims) && GatedDeltaRuleChunkedBackwardFits(d, dims), false
+}
+
+// GatedDeltaRuleAutoSave records the forward of the gated delta rule like GatedDeltaRuleAuto
+// (same arguments, outputs and errors; no final state) and, where GatedDeltaRuleBackwardAuto
+// takes a chunked form on r's device, records the chunked forward of that form (the
+// cooperative-matrix one where tensor cores are on, else GatedDeltaRuleChunked, also where
+// GatedDeltaRuleAuto would run the token-by-token kernel) so that it also writes the states
+// before every chunk and V', and returns what the backward needs (DeltaRuleSaved: 2·nb·hv·t·
+// (dk + dv + 33) + 4·nb·hv·⌈t/64⌉·dk·dv bytes of r's temporaries beyond the forward's own).
+// Elsewhere (CPU adapters' lane forms) it records GatedDeltaRuleAuto and returns nil, for
+// which GatedDeltaRuleBackwardAutoSaved records GatedDeltaRuleBackwardAuto.
+func GatedDeltaRuleAutoSave(r *Recorder, q, k, v, g, beta, o *Buffer, dims DeltaRuleDims) (*DeltaRuleSaved, error) {
+	chunked, coop := false, false
+	if r != nil {
+		chunked, coop = deltaRuleBackwardChunked(r.Device(), dims)
+	}
+	if !chunked {
+		return nil, GatedDeltaRuleAuto(r, q, k, v, g, beta, o, nil, dims)
+	}
+	var s *DeltaRuleSaved
+	wgsl := func() (err error) {
+		if ch, _ := deltaRuleBackwardChunked(r.Device(), dims); !ch { // tensor cores went off: the lanes forms
+			return GatedDeltaRuleAuto(r, q, k, v, g, beta, o, nil, dims)
+		}
+		s, err = saveChunked(r, q, k, v, g, beta, o, dims, false)
+		return err
+	}
+	var err error
+	if coop {
+		err = coopOrWGSL(func() (err error) {
+			s, err = saveChunked(r, q, k, v, g, beta, o, dims, true)
+			return err
+		}, wgsl)
+	} else {
+		err = wgsl()
+	}
+	return s, err
+}
+
+// saveChunked records the chunked forward (of the cooperative-matrix form with coop) writing
+// o, the states before every chunk and V', and returns them with its scratch.
+func saveChunked(r *Recorder, q, k, v, g, beta, o *Buffer, dims DeltaRuleDims, coop bool) (*DeltaRuleSaved, error) {
+	op := "GatedDeltaRuleChunked"
+	if coop {
+		op = "GatedDeltaRuleChunkedCoopmat"
+	}
+	if err := dims.check(r, op); err != nil {
+		return nil, err
+	}
+	nck := (dims.T + GatedDeltaRuleChunkLen - 1) / GatedDeltaRuleChunkLen
+	s := &DeltaRuleSaved{r: r, dims: dims, q: q, k: k, v: v, g: g, beta: beta}
+	var err error
+	if s.h, err = r.Temp(op+" h (saved)", F32, dims.NB*dims.HV*nck, dims.DK, dims.DV); err != nil {
+		return nil, err
+	}
+	if s.vnew, err = r.Temp(op+" V' (saved)", F32, dims.NB*dims.T*dims.HV, dims.DV); err != nil {
+		return nil, err
+	}
+	if s.sc, err = gatedDeltaRuleChunked(r, op, q, k, v, g, beta, o, nil, s.h, s.vnew, dims, coop); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// check errors unless s can serve the backward on r of q, k, v, g, beta and dims.
+func (s *DeltaRuleSaved) check(op string, r *Recorder, q, k, v, g, beta *Buffer, dims DeltaRuleDims) error {
+	if err := r.usable(); err != nil {
+		return err
+	}
+	switch {
+	case s.r != r:
+		return fmt.Errorf("gpu: %s: the saved forward belongs to another recorder (its temporaries live only to that recorder's Submit)", op)
+	case r.done:
+		return fmt.Errorf("gpu: %s: the recorder was already submitted or discarded, and the saved forward's temporaries with it", op)
+	case s.dims != dims:
+		return fmt.Errorf("gpu: %s: dims %+v differ from the saved forward's %+v", op, dims, s.dims)
+	case s.q != q || s.k != k || s.v != v || s.g != g || s.beta != beta:
+		return fmt.Errorf("gpu: %s: q, k, v, g and beta must be the buffers the saved forward read", op)
+	}
+	return nil
+}
+
+// GatedDeltaRuleBackwardAutoSaved records the backward of the gated delta rule on the
+// inputs and dims of s (GatedDeltaRuleAutoSave earlier in this recording) as
+// GatedDeltaRuleBackwardAuto does (same outputs: do in; dq, dkey, dval, dg, dbeta
+// overwritten), its chunked forms reading s instead of recording the forward again; with
+// s = nil it is GatedDeltaRuleBackwardAuto on q, k, v, g, beta and dims. The gradients are
+// those GatedDeltaRuleBackwardAuto gives, bit for bit where its forward would have taken
+// the same form (gpu tests). Errors: s from another recording or from one already submitted
+// or discarded, inputs other than s's, or those of GatedDeltaRuleBackwardAuto.
+func GatedDeltaRuleBackwardAutoSaved(r *Recorder, s *DeltaRuleSaved, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
+	if s == nil {
+		return GatedDeltaRuleBackwardAuto(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
+	}
+	if err := s.check("GatedDeltaRuleBackwardAutoSaved", r, q, k, v, g, beta, dims); err != nil {
+		return err
+	}
+	wgsl := func() error {
+		if ch, _ := deltaRuleBackwardChunked(r.Device(), dims); !ch {
+			return gatedDeltaRuleBackwardAutoWGSL(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
+		}
+		return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackward", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, false, s)
+	}
+	if _, coop := deltaRuleBackwardChunked(r.Device(), dims); coop {
+		return coopOrWGSL(func() error {
+			return chunkedBackwardCoopmat(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, s)
+		}, wgsl)
+	}
+	return wgsl()
+}

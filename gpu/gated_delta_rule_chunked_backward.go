@@ -61,13 +61,15 @@ func GatedDeltaRuleChunkedBackwardScratch(dims DeltaRuleDims) int {
 // length mismatches, aliasing among the buffers, scratch or workgroup memory beyond the
 // device's limits, or any Dispatch error (nothing is left recorded on error).
 func GatedDeltaRuleChunkedBackward(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
-	return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackward", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, false)
+	return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackward", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, false, nil)
 }
 
 // gatedDeltaRuleChunkedBackward is GatedDeltaRuleChunkedBackward; with coop the forward's
 // inter-chunk pass saving the states and the stages Dhu, State, QK and F run on cooperative
-// matrices (GatedDeltaRuleChunkedBackwardCoopmat).
-func gatedDeltaRuleChunkedBackward(r *Recorder, op string, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims, coop bool) error {
+// matrices (GatedDeltaRuleChunkedBackwardCoopmat). With saved (a forward of this recording
+// on q, k, v, g, beta and dims, checked by the caller) the forward is not recorded again:
+// its scratch, states and V' are saved's.
+func gatedDeltaRuleChunkedBackward(r *Recorder, op string, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims, coop bool, saved *DeltaRuleSaved) error {
 	if err := dims.check(r, op); err != nil {
 		return err
 	}
@@ -155,9 +157,14 @@ func gatedDeltaRuleChunkedBackward(r *Recorder, op string, q, k, v, g, beta, do,
 		b, err = r.Temp(op+" "+name, F32, shape...)
 		return b
 	}
-	o := tmp("o", rows, hv, dv)
-	h := tmp("h", nb*hv*nck, dk, dv)
-	vnew := tmp("V'", rows*hv, dv)
+	var o, h, vnew *Buffer
+	if saved == nil {
+		o = tmp("o", rows, hv, dv)
+		h = tmp("h", nb*hv*nck, dk, dv)
+		vnew = tmp("V'", rows*hv, dv)
+	} else {
+		h, vnew = saved.h, saved.vnew
+	}
 	dh := tmp("dh", nb*hv*nck, dk, dv)
 	dvp := tmp("dV'", rows*hv, dv)
 	dwt := tmp("dW", rows*hv, dk)
@@ -172,8 +179,10 @@ func gatedDeltaRuleChunkedBackward(r *Recorder, op string, q, k, v, g, beta, do,
 		return err
 	}
 	fail := r.rollback()
-	sc, err := gatedDeltaRuleChunked(r, op, q, k, v, g, beta, o, nil, h, vnew, dims, coop)
-	if err != nil {
+	var sc *gdrcScratch
+	if saved != nil {
+		sc = saved.sc
+	} else if sc, err = gatedDeltaRuleChunked(r, op, q, k, v, g, beta, o, nil, h, vnew, dims, coop); err != nil {
 		return fail(err)
 	}
 	uni := []uint32{uint32(nb), uint32(t), uint32(hk), uint32(hv), uint32(nck)}

@@ -33,6 +33,11 @@ type acts struct {
 	// ownKept marks kept as the kept activations' own buffers: apply writes them and never
 	// adds recorder temporaries.
 	ownKept bool
+	// deltaSaved, while recordLayer runs with keep on a GatedDeltaNet layer, holds what the
+	// delta rule's chunked forward leaves for its backward (gpu.GatedDeltaRuleAutoSave, in
+	// recorder temporaries freed at the layer's submit), so that the backward does not run
+	// that forward a third time; nil elsewhere.
+	deltaSaved *gpu.DeltaRuleSaved
 	// observe, when not nil, is called by recordLayer with every distinct input of the
 	// layer's projections right after the recipe writes it, in the layer's recording (the
 	// calibration pass, Calibrate): the checkpoint names of the weights that read it, the
@@ -49,6 +54,10 @@ func (s *acts) see(r *gpu.Recorder, names func() []string, x *gpu.Buffer, cols i
 	}
 	return s.observe(r, names, x, cols)
 }
+
+// recomputing reports whether recordLayer runs with keep (the backward's recompute, in the
+// recording of the layer's backward): kept is a fresh map of recorder temporaries.
+func (s *acts) recomputing() bool { return s.kept != nil && !s.ownKept }
 
 // apply records y = x·Wᵀ for l, keeping t1 and c while s.kept is set (recordLayer with keep).
 func (s *acts) apply(r *gpu.Recorder, l linear, x, y *gpu.Buffer, rows int) error {
@@ -91,15 +100,20 @@ func (s *acts) back(r *gpu.Recorder, l linear, x, dy, dx *gpu.Buffer, rows int) 
 //
 // leaving the activations in s. x is read only, unless it is s.resid (a Teacher's in-place
 // pass: out = x = s.resid too). keep is the backward's recompute: every BLR projection's t1
-// and c are kept in s.kept (a fresh map; the caller clears it after the submit) and the recipe stops
-// at the SwiGLU, the last activation the backward reads (out is not written; it may be nil).
+// and c are kept in s.kept (a fresh map; the caller clears it after the submit), a
+// GatedDeltaNet layer's delta rule saves its chunked forward in s.deltaSaved, and the recipe
+// stops at the SwiGLU, the last activation the backward reads (out is not written; it may be
+// nil).
 func (n *Net) recordLayer(r *gpu.Recorder, L *layer, s *acts, x, out *gpu.Buffer, nb, t int, keep bool) error {
 	c := n.Config
 	rows, H := nb*t, c.HiddenSize
 	eps := c.RMSNormEps
 	if keep {
 		s.kept = map[*gpu.BLRLayer]gpu.BLRKept{}
+	} else if !s.ownKept {
+		s.kept = nil // a recompute's map left by a failed step holds another recording's buffers
 	}
+	s.deltaSaved = nil
 	steps := []func() error{
 		func() error { return gpu.RMSNorm(r, x, L.inNorm.buf, s.xn1, rows, H, eps, true) },
 		func() error { return s.see(r, L.mixerInputNames, s.xn1, H) },
@@ -207,7 +221,13 @@ func (n *Net) recordDeltaNet(r *gpu.Recorder, d *deltaWeights, s *acts, nb, t in
 		func() error { return s.apply(r, d.a, s.xn1, s.a, rows) },
 		func() error { return gpu.GatedDeltaGates(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.g, s.beta, rows, hv) },
 		func() error {
-			return gpu.GatedDeltaRuleAuto(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nil, gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv})
+			dims := gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv}
+			if s.recomputing() {
+				var err error
+				s.deltaSaved, err = gpu.GatedDeltaRuleAutoSave(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, dims)
+				return err
+			}
+			return gpu.GatedDeltaRuleAuto(r, s.qn, s.kn, s.vc, s.g, s.beta, s.core, nil, dims)
 		},
 		func() error {
 			return gpu.GatedRMSNorm(r, s.core, s.z, d.norm.buf, s.normed, rows, hv, dv, c.RMSNormEps)

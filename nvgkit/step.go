@@ -115,10 +115,11 @@ func studentSpecs(c arch.Config, s *stWork) []wspec {
 // with A, D ∈ {0, 1}. Per step, the recorder also takes temporaries, freed at each submit:
 // for a BLR projection [m, n] at rank r with P paths, the recompute's kept t1 and c,
 // 4·rows·(r + m)·P bytes, summed over one layer's projections, and BLRBackward's borrowed
-// intermediates, one set per byte size for the whole layer (SyntheticPlan.TempBytes); GatedDeltaRuleChunked's scratch
-// (gpu.GatedDeltaRuleChunkedScratch) and GatedDeltaRuleChunkedBackward's scratch
-// (gpu.GatedDeltaRuleChunkedBackwardScratch; GatedDeltaRuleBackwardScratch where the
-// chunked kernels do not fit); and the head's logits slice. The net's own bytes are
+// intermediates, one set per byte size for the whole layer (SyntheticPlan.TempBytes); the
+// delta rule's, at most gpu.GatedDeltaRuleChunkedBackwardScratch (the recompute's forward
+// saves its part of it for the backward, gpu.GatedDeltaRuleAutoSave;
+// GatedDeltaRuleBackwardScratch where the chunked kernels do not fit); and the head's
+// logits slice. The net's own bytes are
 // Net.WeightBytes + Net.StateBytes.
 func StudentWorkBytes(c arch.Config, nb, t int) uint64 {
 	var s stWork
@@ -195,7 +196,7 @@ func (n *Net) recordDeltaNetBackward(r *gpu.Recorder, d *deltaWeights, s *stWork
 			return gpu.GatedRMSNormBackward(r, s.core, s.z, d.norm.buf, s.dNormed, s.dCore, s.dZ, n.gainGrad(d.norm.buf), rows, hv, dv, c.RMSNormEps)
 		},
 		func() error {
-			return gpu.GatedDeltaRuleBackwardAuto(r, s.qn, s.kn, s.vc, s.g, s.beta, s.dCore, s.dQn, s.dKn, s.dVc, s.dG, s.dBeta, gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv})
+			return gpu.GatedDeltaRuleBackwardAutoSaved(r, s.deltaSaved, s.qn, s.kn, s.vc, s.g, s.beta, s.dCore, s.dQn, s.dKn, s.dVc, s.dG, s.dBeta, gpu.DeltaRuleDims{NB: nb, T: t, HK: hk, HV: hv, DK: dk, DV: dv})
 		},
 		func() error {
 			return gpu.GatedDeltaGatesBackward(r, s.a, s.b, d.aLog.buf, d.dtBias.buf, s.dG, s.dBeta, s.dA, s.dB, rows, hv)
