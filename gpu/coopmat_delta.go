@@ -60,18 +60,21 @@ func parseCoopDeltaCols(v string, s CoopType) (int, error) {
 }
 
 // coopDeltaTileFor picks the tile for key heads of dk on d: DKP = dk rounded up to 4·L; on
-// GPUs 32 value columns per workgroup (the 0.8B shape's dv = 128: 4 slices, 1,024
-// workgroups at nb 8, hv 32) with 4 subgroups, the columns halved until the workgroup memory
-// fits; on CPU adapters 2·L columns and 4 subgroups; NVG_COOPMAT_DELTA_COLS: that many
-// columns (an error where the tile does not fit). Errors: a shape that is not square or
-// not a multiple of 8, or no tile that fits.
+// GPUs max(16, L) value columns per workgroup (dv = 128: 8 slices, 1,024 workgroups at the
+// 0.8B's nb 8, hv 16) with 4 subgroups, the columns halved until the workgroup memory fits;
+// on CPU adapters 2·L columns and 4 subgroups; NVG_COOPMAT_DELTA_COLS: that many columns
+// (an error where the tile does not fit). The sequential kernels are latency-bound, so more
+// workgroups beat wider ones: 16 columns against 32 on an H100 (2026-12-07,
+// BenchmarkGatedDeltaRuleChunked(Backward), nb 8, t 512): DHU 629 → 406 µs at the 0.8B's
+// heads and 1,246 → 775 at the 4B's, INTER 603 → 568 and 2,319 → 1,796. Errors: a shape
+// that is not square or not a multiple of 8, or no tile that fits.
 func (d *Device) coopDeltaTileFor(dk int) (coopDeltaTile, error) {
 	s, sg := d.tc.Shape, d.tc.SubgroupSize
 	l := s.M
 	if s.N != l || s.K != l || l%8 != 0 {
 		return coopDeltaTile{}, fmt.Errorf("the cooperative-matrix shape %s is not square", s)
 	}
-	c := coopDeltaTile{DKP: roundUp(dk, 4*l), CS: 32, NSG: 4}
+	c := coopDeltaTile{DKP: roundUp(dk, 4*l), CS: max(16, l), NSG: 4}
 	if d.info.CPU && !coopGPUTiles {
 		c.CS = 2 * l
 	}

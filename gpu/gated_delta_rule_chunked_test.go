@@ -72,8 +72,7 @@ func BenchmarkGatedDeltaRuleChunked(b *testing.B) {
 // cooperative matrices (where tensor cores are available) under the forward parity suite,
 // against the host and the token-by-token GPU kernel, with deltaRuleCoopTol; the suite's
 // v ×2⁴⁰ and ×2⁻⁴⁰ cases put the state and V' beyond f16's range and below its normals. The
-// "gputiles" subtest runs the suite under the GPUs' tiles (gpuTiles: 32 value columns where
-// the workgroup memory allows).
+// "gputiles" subtest runs the suite under the GPUs' tiles (gpuTiles: 16 value columns).
 func TestGatedDeltaRuleChunkedCoopmat(t *testing.T) {
 	skipNoCoopmat(t, gputest.Open(t))
 	coop0 := gpu.CoopDispatches()

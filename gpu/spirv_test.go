@@ -421,9 +421,9 @@ func TestListEnv(t *testing.T) {
 	}
 }
 
-// TestCoopDeltaTileFor: the delta rule's sequential kernels take 32 value columns a
-// workgroup on a GPU with NVIDIA's 16×16×16 shape and 48 KiB of workgroup memory at dk 128
-// (39 KiB), 16 where the memory allows no more (32 KiB), lavapipe's 2·L on CPU adapters;
+// TestCoopDeltaTileFor: the delta rule's sequential kernels take 16 value columns a
+// workgroup on a GPU with NVIDIA's 16×16×16 shape at dk 128 (48 or 32 KiB of workgroup
+// memory), lavapipe's 2·L on CPU adapters;
 // NVG_COOPMAT_DELTA_COLS forces a width and is refused when malformed or not a multiple of
 // the shape, and a forced width that does not fit the device is an error, not a smaller tile.
 func TestCoopDeltaTileFor(t *testing.T) {
@@ -434,7 +434,7 @@ func TestCoopDeltaTileFor(t *testing.T) {
 	for _, c := range []struct {
 		d    *Device
 		want coopDeltaTile
-	}{{dev(48<<10, false, s16, 32), coopDeltaTile{128, 32, 4}}, {dev(32<<10, false, s16, 32), coopDeltaTile{128, 16, 4}},
+	}{{dev(48<<10, false, s16, 32), coopDeltaTile{128, 16, 4}}, {dev(32<<10, false, s16, 32), coopDeltaTile{128, 16, 4}},
 		{dev(32<<10, true, CoopType{M: 8, N: 8, K: 8}, 8), coopDeltaTile{128, 16, 4}}} {
 		if got, err := c.d.coopDeltaTileFor(128); err != nil || got != c.want {
 			t.Errorf("shared %d, CPU %v: %+v, %v; want %+v", c.d.info.MaxWorkgroupStorage, c.d.info.CPU, got, err, c.want)
@@ -445,14 +445,14 @@ func TestCoopDeltaTileFor(t *testing.T) {
 			t.Errorf("NVG_COOPMAT_DELTA_COLS=%q accepted", bad)
 		}
 	}
-	n, err := parseCoopDeltaCols("16", s16)
-	if err != nil || n != 16 {
-		t.Fatalf("NVG_COOPMAT_DELTA_COLS=16: %d, %v", n, err)
+	n, err := parseCoopDeltaCols("32", s16)
+	if err != nil || n != 32 {
+		t.Fatalf("NVG_COOPMAT_DELTA_COLS=32: %d, %v", n, err)
 	}
 	coopDeltaColsForce = n
 	defer func() { coopDeltaColsForce = 0 }()
-	if got, err := dev(48<<10, false, s16, 32).coopDeltaTileFor(128); err != nil || got != (coopDeltaTile{128, 16, 4}) {
-		t.Errorf("forced 16: %+v, %v", got, err)
+	if got, err := dev(48<<10, false, s16, 32).coopDeltaTileFor(128); err != nil || got != (coopDeltaTile{128, 32, 4}) {
+		t.Errorf("forced 32: %+v, %v", got, err)
 	}
 	coopDeltaColsForce = 64
 	if got, err := dev(48<<10, false, s16, 32).coopDeltaTileFor(128); err == nil {
