@@ -151,6 +151,12 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 		}
 	}
 	var c, dxg [2]*Buffer // path p's
+	// The column reductions' second stages (GPUs' stage "reduce4") run as one dispatch at
+	// the end, not one per gradient: each was a ~13 µs dispatch of almost no work (H200).
+	var pend *colReduces
+	if !colReduceBatchOff {
+		pend = &colReduces{}
+	}
 	for p, q := range l.Paths {
 		g := grads[p]
 		tb := t1s
@@ -171,7 +177,7 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 			return fail(err)
 		}
 		if !paired {
-			if err := gradColDot(r, op+".dh", dy, c[p], nil, nil, nil, g.H, nil, rows, m, false); err != nil {
+			if err := gradColDotDeferred(r, op+".dh", pend, dy, c[p], nil, nil, nil, g.H, nil, rows, m, false); err != nil {
 				return fail(err)
 			}
 		}
@@ -180,7 +186,7 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 				return fail(err)
 			}
 		}
-		if err := gradColDot(r, op+".dl", dt2, tb, nil, l.Live, nil, g.L, nil, rows, rk, false); err != nil {
+		if err := gradColDotDeferred(r, op+".dl", pend, dt2, tb, nil, l.Live, nil, g.L, nil, rows, rk, false); err != nil {
 			return fail(err)
 		}
 		if err := blrGEMM(r, op+".dxg", false, dt2, q.V, q.L, nil, dxg[p], nil, rows, rk, n, false, false); err != nil {
@@ -193,7 +199,12 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 		if dx != nil {
 			s = q.G
 		}
-		if err := gradColDot(r, op+".dg", dxg[p], x, nil, nil, s, g.G, dx, rows, n, p > 0); err != nil {
+		if err := gradColDotDeferred(r, op+".dg", pend, dxg[p], x, nil, nil, s, g.G, dx, rows, n, p > 0); err != nil {
+			return fail(err)
+		}
+	}
+	if pend != nil {
+		if err := pend.flush(r, op+".reduce"); err != nil {
 			return fail(err)
 		}
 	}

@@ -284,3 +284,14 @@ func BackwardFromSavedForTest(r *Recorder, s *DeltaRuleSaved, q, k, v, g, beta, 
 	}
 	return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackward", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, false, s)
 }
+
+// SetColReduceBatch makes BLRBackward run its column reductions' second stages as one
+// dispatch at its end (on, the default) or one dispatch per reduction (off, the simple twin);
+// it returns a function restoring the old choice.
+func SetColReduceBatch(on bool) (restore func()) {
+	return swap(&colReduceBatchOff, !on)
+}
+
+// MaxStorageBuffersPerStage is d's storage bindings per shader stage (what colReduces.flush
+// packs its segments under).
+func MaxStorageBuffersPerStage(d *Device) int { return int(d.limits.MaxStorageBuffersPerShaderStage) }

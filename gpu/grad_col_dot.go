@@ -24,6 +24,84 @@ type gradColDotParams struct {
 	// runs of TestGradColDot).
 	NW, NV4, W, Last int
 	Two              bool
+	// Stage "reduce4": the reductions it adds up, each its binding indices.
+	Segs []colSegBinds
+}
+
+// colSegBinds are the binding indices of one segment of stage "reduce4": its partial sums,
+// its mask (−1: none) and its output.
+type colSegBinds struct{ Part, Mask, Out int }
+
+// colReduce is a pending second stage of a column reduction (stage "reduce4"): the chunks'
+// sums part [chunks, n] (a recorder temporary), to be added in chunk order into out (f32
+// [n]), masked by mask (U32 [n]) when not nil.
+type colReduce struct {
+	part, mask, out *Buffer
+	n, chunks       int
+}
+
+// colReduceBatchOff, set by tests (SetColReduceBatch), makes BLRBackward record each
+// column reduction's second stage right after its first (no colReduces).
+var colReduceBatchOff bool
+
+// colReduces collects the second stages of column reductions so that several run as one
+// dispatch (flush): a launcher of several reductions (BLRBackward: dh, dℓ and dg per path)
+// passes it to gradColDotDeferred and flushes it once its last reduction is recorded. The
+// outputs are not final until the flush, so nothing recorded in between may read them.
+// Each column's sums keep their order: the same bits as one dispatch per reduction.
+type colReduces struct{ segs []colReduce }
+
+// flush records the pending second stages, as few dispatches as the device's storage
+// bindings per stage allow (each segment binds two or three buffers), named op, and
+// empties the list. Errors: those of Kernel and Dispatch (nothing left recorded).
+func (p *colReduces) flush(r *Recorder, op string) error {
+	mark := len(r.ops)
+	limit := int(r.d.limits.MaxStorageBuffersPerShaderStage)
+	for first := 0; first < len(p.segs); {
+		var bl bindList
+		var segs []colSegBinds
+		var uni []uint32
+		blocks := 0
+		last := first
+		for ; last < len(p.segs); last++ {
+			g := p.segs[last]
+			need := 2
+			if g.mask != nil {
+				need = 3
+			}
+			if len(segs) > 0 && len(bl.binds)+need > limit {
+				break
+			}
+			var sb colSegBinds
+			sb.Part = bl.add(g.part, Read)
+			sb.Mask = bl.add(g.mask, Read)
+			sb.Out = bl.add(g.out, ReadWrite)
+			segs = append(segs, sb)
+			uni = append(uni, uint32(g.n/4), uint32(g.chunks), uint32(blocks), 0)
+			blocks += (g.n + 63) / 64
+		}
+		k, err := r.d.Kernel(KernelSpec{Name: op, File: "grad_col_dot.wgsl",
+			Params: gradColDotParams{Stage: "reduce4", Segs: segs, Uni: len(bl.binds), RS: -1, Mask: -1, S: -1, Out: -1, SO: -1, C2: -1, S2: -1, Out2: -1}, Bindings: bl.access, Uniforms: len(uni)})
+		if err != nil {
+			r.ops = r.ops[:mark]
+			return err
+		}
+		g, err := Grid1D(blocks)
+		if err != nil {
+			r.ops = r.ops[:mark]
+			return fmt.Errorf("gpu: %s: %w", op, err)
+		}
+		if err := r.Dispatch(k, g, uni, bl.binds...); err != nil {
+			r.ops = r.ops[:mark]
+			return err
+		}
+		for _, s := range p.segs[first:last] {
+			r.Cost(float64(s.chunks*s.n), 4*float64(s.chunks*s.n)+8*float64(s.n))
+		}
+		first = last
+	}
+	p.segs = p.segs[:0]
+	return nil
 }
 
 // gradColDot records out[j] += Σ_rows a[row, j]·b[row, j]·rs[row] (rs nil: 1) for j < n,
@@ -36,6 +114,16 @@ func gradColDot(r *Recorder, op string, a, b, rs, mask, s, out, so *Buffer, rows
 		return fmt.Errorf("gpu: %s: side output needs both s and so", op)
 	}
 	return colDot(r, op, colDotArgs{a: a, b: b, rs: rs, mask: mask, s: s, out: out, so: so, sideAccum: sideAccum}, rows, n)
+}
+
+// gradColDotDeferred is gradColDot leaving its second stage, where it takes stage "reduce4",
+// in pend (colReduces) instead of recording it: out holds its sums only after pend.flush.
+// With pend nil it is gradColDot.
+func gradColDotDeferred(r *Recorder, op string, pend *colReduces, a, b, rs, mask, s, out, so *Buffer, rows, n int, sideAccum bool) error {
+	if (s == nil) != (so == nil) {
+		return fmt.Errorf("gpu: %s: side output needs both s and so", op)
+	}
+	return colDot(r, op, colDotArgs{a: a, b: b, rs: rs, mask: mask, s: s, out: out, so: so, sideAccum: sideAccum, pend: pend}, rows, n)
 }
 
 // gradColDot2 records gradColDot for the two paths of a BLR layer in one pass, loading each
@@ -58,6 +146,7 @@ type colDotArgs struct {
 	a, b, rs, mask, s, out, so *Buffer
 	c2, s2, out2               *Buffer
 	sideAccum, sharedA         bool
+	pend                       *colReduces // stage "reduce4" deferred to it (gradColDotDeferred)
 }
 
 // colDotForced, set by tests (SetColDotForm), makes colDot take one form where it applies:
@@ -165,6 +254,19 @@ func colDotStages(r *Recorder, op string, x colDotArgs, rows, n int, stage strin
 	}
 	r.Cost(flops, bytes)
 	if !partial {
+		return nil
+	}
+	if second == "reduce4" { // x.out2 is nil: stage "dot4" reduces one path
+		seg := colReduce{part: out, mask: x.mask, out: x.out, n: n, chunks: chunks}
+		if x.pend != nil {
+			x.pend.segs = append(x.pend.segs, seg)
+			return nil
+		}
+		one := colReduces{segs: []colReduce{seg}}
+		if err := one.flush(r, op+".reduce"); err != nil {
+			r.ops = r.ops[:mark]
+			return err
+		}
 		return nil
 	}
 	for _, red := range []struct{ part, out *Buffer }{{out, x.out}, {out2, x.out2}} {

@@ -21,7 +21,8 @@
 // compilers unroll) and the 8 partial sums meet in workgroup memory, added in order. With
 // Partial the chunk's sums go to partial[wid.y, j] and stage "reduce4" adds the chunks: a
 // workgroup of 16×16 threads owns 64 columns, thread (x, y) adds chunks y, y+16, … in order
-// and the 16 lane sums are added in order. Deterministic; the order differs from stage
+// and the 16 lane sums are added in order; one "reduce4" dispatch may serve several
+// reductions (Segs, below). Deterministic; the order differs from stage
 // "dot"'s, so the bits may too. Grid: (ceil(N/128), chunks) for "dot4", ceil(N/64) for
 // "reduce4" (as gpu.Grid1D lays it out). The chunk is chosen per shape (gpu.colDot4Chunk) so that the grid fills a GPU.
 //
@@ -33,7 +34,8 @@
 // (TestBLRPathPairsBitIdentical).
 // Template parameters: Stage, Chunk, Partial, SideAccum, SharedA (bools) and the binding
 // index of each buffer (−1 when absent): RS, Mask, S, Out, SO, C2, S2, Out2, Uni (the
-// uniform); stage "windows" (CPU adapters, below) also NW, NV4, W, Last and Two.
+// uniform); stage "windows" (CPU adapters, below) also NW, NV4, W, Last and Two; stage
+// "reduce4" only Segs (each segment's Part, Mask and Out binding indices) and Uni.
 
 struct Params {
     rows: u32,
@@ -326,39 +328,66 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 }
 {{- else if eq .Stage "reduce4"}}
 
-@group(0) @binding(0) var<storage, read> partial: array<vec4<f32>>;
-{{- if ge .Mask 0}}
-@group(0) @binding({{.Mask}}) var<storage, read> mask: array<vec4<u32>>;
+// Stage "reduce4" adds the chunks of one or more column reductions (Segs: each its partial
+// sums, optional mask and output), so that the second stages of several reductions run as
+// one dispatch (gpu.colReduces): workgroup wg belongs to the last segment whose first block
+// is ≤ wg, and reduces 64 of its columns exactly as a single-segment dispatch would.
+struct Seg {
+    n4: u32,
+    chunks: u32,
+    first: u32,
+    pad: u32,
+};
+
+struct Segs {
+    s: array<Seg, {{len .Segs}}>,
+};
+{{range $i, $g := .Segs}}
+@group(0) @binding({{$g.Part}}) var<storage, read> part{{$i}}: array<vec4<f32>>;
+{{- if ge $g.Mask 0}}
+@group(0) @binding({{$g.Mask}}) var<storage, read> mask{{$i}}: array<vec4<u32>>;
 {{- end}}
-@group(0) @binding({{.Out}}) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding({{.Uni}}) var<uniform> p: Params;
+@group(0) @binding({{$g.Out}}) var<storage, read_write> out{{$i}}: array<vec4<f32>>;
+{{- end}}
+@group(0) @binding({{.Uni}}) var<uniform> u: Segs;
 
 var<workgroup> red: array<vec4<f32>, 256>;
 
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_id) lid: vec3<u32>) {
-    let n4 = p.n / 4u;
-    let j = (wid.x + wid.y * nwg.x) * 16u + lid.x;
-    var t = vec4<f32>(0.0);
-    if (j < n4) {
-        for (var c = lid.y; c < p.chunks; c += 16u) {
-            t += partial[c * n4 + j];
-        }
+    let wg = wid.x + wid.y * nwg.x;
+    var seg = 0u;
+{{- range $i, $g := .Segs}}{{if $i}}
+    if (wg >= u.s[{{$i}}].first) {
+        seg = {{$i}}u;
     }
-    red[lid.y * 16u + lid.x] = t;
-    workgroupBarrier();
-    if (lid.y == 0u && j < n4) {
-        var tot = red[lid.x];
-        for (var y = 1u; y < 16u; y++) {
-            tot += red[y * 16u + lid.x];
+{{- end}}{{end}}
+{{- range $i, $g := .Segs}}
+    if (seg == {{$i}}u) {
+        let n4 = u.s[{{$i}}].n4;
+        let j = (wg - u.s[{{$i}}].first) * 16u + lid.x;
+        var t = vec4<f32>(0.0);
+        if (j < n4) {
+            for (var c = lid.y; c < u.s[{{$i}}].chunks; c += 16u) {
+                t += part{{$i}}[c * n4 + j];
+            }
         }
-{{- if ge .Mask 0}}
-        out[j] = select(vec4<f32>(0.0), out[j] + tot, mask[j] != vec4<u32>(0u));
+        red[lid.y * 16u + lid.x] = t;
+        workgroupBarrier();
+        if (lid.y == 0u && j < n4) {
+            var tot = red[lid.x];
+            for (var y = 1u; y < 16u; y++) {
+                tot += red[y * 16u + lid.x];
+            }
+{{- if ge $g.Mask 0}}
+            out{{$i}}[j] = select(vec4<f32>(0.0), out{{$i}}[j] + tot, mask{{$i}}[j] != vec4<u32>(0u));
 {{- else}}
-        out[j] = out[j] + tot;
+            out{{$i}}[j] = out{{$i}}[j] + tot;
 {{- end}}
+        }
     }
+{{- end}}
 }
 {{- else}}
 
