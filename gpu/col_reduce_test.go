@@ -15,8 +15,9 @@ import (
 // batched into one dispatch at its end: it matches host.BLRLinearBackward within
 // TestBLRBackward's bound (masked dℓ exactly 0), gives the same bits as one second-stage
 // dispatch per reduction (SetColReduceBatch off), and records 3·paths − 1 fewer dispatches
-// where the device's storage bindings take every segment in one dispatch. The cases have
-// several row chunks (a second stage), one and two paths, and rank padding.
+// where the device's storage bindings take every segment in one dispatch; with the bindings
+// capped at 5 the segments split over several dispatches, the same bits again. The cases
+// have several row chunks (a second stage), one and two paths, and rank padding.
 func TestBLRBackwardReduceBatch(t *testing.T) {
 	d := gputest.Open(t)
 	defer gpu.SetColDotForm("dot4")()
@@ -57,11 +58,24 @@ func TestBLRBackwardReduceBatch(t *testing.T) {
 			}
 			each, nEach := run(false)
 			batched, nBatched := run(true)
-			for i := range each {
-				for e := range each[i] {
-					if math.Float32bits(each[i][e]) != math.Float32bits(batched[i][e]) {
-						t.Fatalf("output %d element %d: batched %g, one dispatch per reduction %g", i, e, batched[i][e], each[i][e])
+			sameBits := func(what string, got [][]float32) {
+				t.Helper()
+				for i := range each {
+					for e := range each[i] {
+						if math.Float32bits(each[i][e]) != math.Float32bits(got[i][e]) {
+							t.Fatalf("%s: output %d element %d: %g, one dispatch per reduction %g", what, i, e, got[i][e], each[i][e])
+						}
 					}
+				}
+			}
+			sameBits("batched", batched)
+			if c.paths == 2 { // 5 storage bindings a dispatch: the 6 segments (8 bindings a path) split
+				restore := gpu.SetColReduceLimit(5)
+				split, nSplit := run(true)
+				restore()
+				sameBits("batched under 5 bindings", split)
+				if nSplit <= nBatched || nSplit >= nEach {
+					t.Errorf("%d dispatches batched under 5 bindings, want more than %d (unlimited) and fewer than %d", nSplit, nBatched, nEach)
 				}
 			}
 			t.Logf("%d dispatches batched, %d one second stage per reduction; %d storage bindings a stage", nBatched, nEach, gpu.MaxStorageBuffersPerStage(d))

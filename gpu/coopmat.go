@@ -953,6 +953,9 @@ func (d *Device) initTensorCores(lay *vkLayer, layErr error, st layerState, stEr
 	}
 	if v := strings.TrimSpace(os.Getenv("NVG_COOPMAT_DELTA_COLS")); v != "" {
 		n, err := parseCoopDeltaCols(v, shape)
+		if err == nil { // the tile's structure (the workgroup memory depends on dk: checked per call)
+			err = coopDeltaTile{DKP: 4 * shape.M, CS: n, NSG: 4}.check(tc.SubgroupSize, shape.M, Info{})
+		}
 		if err != nil {
 			tc.Reason = err.Error()
 			return

@@ -49,21 +49,27 @@ func (c coopDeltaTile) check(sg, l int, info Info) error {
 // functions take the WGSL forms).
 var coopDeltaColsForce int
 
-// parseCoopDeltaCols parses NVG_COOPMAT_DELTA_COLS for the shape s: a positive multiple of
-// s.M and of 8 (coopDeltaTile.check's rule on CS).
+// coopDeltaWide, set by tests (SetCoopDeltaWide), makes coopDeltaTileFor start from 4·L
+// value columns (halved until the workgroup memory fits), the widest tile the kernels take,
+// so that the parity suites cover every fragment-column count.
+var coopDeltaWide bool
+
+// parseCoopDeltaCols parses NVG_COOPMAT_DELTA_COLS for the shape s: at least 8, and 1, 2
+// or 4 times s.M (the 4 subgroups of a workgroup must be a multiple of its fragment
+// columns: coopDeltaTile.check, which Open also runs on the structure).
 func parseCoopDeltaCols(v string, s CoopType) (int, error) {
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 8 || n%8 != 0 || n%s.M != 0 || n > 256 {
-		return 0, fmt.Errorf("NVG_COOPMAT_DELTA_COLS=%q: want a multiple of 8 and of the cooperative-matrix rows %d, at most 256", v, s.M)
+	if err != nil || n < 8 || (n != s.M && n != 2*s.M && n != 4*s.M) {
+		return 0, fmt.Errorf("NVG_COOPMAT_DELTA_COLS=%q: want %d, %d or %d (1, 2 or 4 cooperative-matrix tiles of %d columns), at least 8", v, s.M, 2*s.M, 4*s.M, s.M)
 	}
 	return n, nil
 }
 
 // coopDeltaTileFor picks the tile for key heads of dk on d: DKP = dk rounded up to 4·L; on
-// GPUs max(16, L) value columns per workgroup (dv = 128: 8 slices, 1,024 workgroups at the
-// 0.8B's nb 8, hv 16) with 4 subgroups, the columns halved until the workgroup memory fits;
-// on CPU adapters 2·L columns and 4 subgroups; NVG_COOPMAT_DELTA_COLS: that many columns
-// (an error where the tile does not fit). The sequential kernels are latency-bound, so more
+// GPUs (and under SetCoopGPUTiles) L value columns per workgroup (NVIDIA's L = 16: dv = 128 in 8 slices, 1,024 workgroups at the 0.8B's nb 8, hv 16) with 4
+// subgroups; on CPU adapters 2·L columns and 4 subgroups, halved to L where the workgroup
+// memory does not fit; NVG_COOPMAT_DELTA_COLS: that many columns (an error where the tile
+// does not fit). The sequential kernels are latency-bound, so more
 // workgroups beat wider ones: 16 columns against 32 on an H100 (2026-12-07,
 // BenchmarkGatedDeltaRuleChunked(Backward), nb 8, t 512): DHU 629 → 406 µs at the 0.8B's
 // heads and 1,246 → 775 at the 4B's, INTER 603 → 568 and 2,319 → 1,796. Errors: a shape
@@ -74,9 +80,12 @@ func (d *Device) coopDeltaTileFor(dk int) (coopDeltaTile, error) {
 	if s.N != l || s.K != l || l%8 != 0 {
 		return coopDeltaTile{}, fmt.Errorf("the cooperative-matrix shape %s is not square", s)
 	}
-	c := coopDeltaTile{DKP: roundUp(dk, 4*l), CS: max(16, l), NSG: 4}
+	c := coopDeltaTile{DKP: roundUp(dk, 4*l), CS: l, NSG: 4}
 	if d.info.CPU && !coopGPUTiles {
 		c.CS = 2 * l
+	}
+	if coopDeltaWide {
+		c.CS = 4 * l
 	}
 	if coopDeltaColsForce > 0 {
 		c.CS = coopDeltaColsForce

@@ -267,8 +267,10 @@ func BackwardViaSaved(coop bool) func(r *Recorder, q, k, v, g, beta, do, dq, dke
 	}
 }
 
-// SaveChunkedForTest records the chunked forward that saves (GatedDeltaRuleAutoSave's), of
-// the cooperative-matrix form with coop, whatever the automatic choice on r's device.
+// SaveChunkedForTest records the chunked forward that saves, of the cooperative-matrix form
+// (GatedDeltaRuleAutoSave's) with coop, else of the WGSL one (which production never saves:
+// it serves the tests of the backward's WGSL fallback reading a saved forward), whatever the
+// automatic choice on r's device.
 func SaveChunkedForTest(r *Recorder, q, k, v, g, beta, o *Buffer, dims DeltaRuleDims, coop bool) (*DeltaRuleSaved, error) {
 	return saveChunked(r, q, k, v, g, beta, o, dims, coop)
 }
@@ -295,3 +297,17 @@ func SetColReduceBatch(on bool) (restore func()) {
 // MaxStorageBuffersPerStage is d's storage bindings per shader stage (what colReduces.flush
 // packs its segments under).
 func MaxStorageBuffersPerStage(d *Device) int { return int(d.limits.MaxStorageBuffersPerShaderStage) }
+
+// SetColReduceLimit caps the storage bindings of one batched second-stage dispatch of the
+// column reductions (colReduces.flush; 0: the device's limit) and returns a function
+// restoring the old cap.
+func SetColReduceLimit(n int) (restore func()) {
+	return swap(&colReduceLimit, n)
+}
+
+// SetCoopDeltaWide makes the delta rule's cooperative-matrix kernels start from 4·L value
+// columns a workgroup, halved until the workgroup memory fits (on, coopDeltaWide), instead of
+// the device's choice, and returns a function restoring the old choice.
+func SetCoopDeltaWide(on bool) (restore func()) {
+	return swap(&coopDeltaWide, on)
+}

@@ -140,7 +140,7 @@ func gatedDeltaRuleBackwardAutoWGSL(r *Recorder, q, k, v, g, beta, do, dq, dkey,
 	return GatedDeltaRuleBackward(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
 }
 
-// DeltaRuleSaved is what a chunked forward of the gated delta rule recorded by
+// DeltaRuleSaved is what the cooperative-matrix chunked forward recorded by
 // GatedDeltaRuleAutoSave computed that the chunked backward needs again: the intra-chunk
 // outputs W [nb·hv·t, dk], U [nb·hv·t, dv], Aqk [nb·hv·t, 64] and the cumulative log-decays
 // γ [nb·hv·t], the state before every chunk h [nb·hv, ⌈t/64⌉, dk, dv] and V' [nb·hv·t, dv],
@@ -157,53 +157,29 @@ type DeltaRuleSaved struct {
 	h, vnew *Buffer
 }
 
-// deltaRuleBackwardChunked reports whether GatedDeltaRuleBackwardAuto takes a chunked form
-// (cooperative-matrix or WGSL) on d for dims, the forms that can use a DeltaRuleSaved, and
-// whether the chunked forward that saves one fits too.
-func deltaRuleBackwardChunked(d *Device, dims DeltaRuleDims) (chunked, coop bool) {
-	if d == nil || dims.DK%4 != 0 || dims.DK > 256 {
-		return false, false
-	}
-	if GatedDeltaRuleBackwardCoopmatFits(d, dims) {
-		return true, true
-	}
-	return !GatedDeltaRuleBackwardLanesFits(d, dims) && GatedDeltaRuleChunkedBackwardFits(d, dims), false
-}
-
 // GatedDeltaRuleAutoSave records the forward of the gated delta rule like GatedDeltaRuleAuto
 // (same arguments, outputs and errors; no final state) and, where GatedDeltaRuleBackwardAuto
-// takes a chunked form on r's device, records the chunked forward of that form (the
-// cooperative-matrix one where tensor cores are on, else GatedDeltaRuleChunked, also where
-// GatedDeltaRuleAuto would run the token-by-token kernel) so that it also writes the states
-// before every chunk and V', and returns what the backward needs (DeltaRuleSaved: 2·nb·hv·t·
-// (dk + dv + 33) + 4·nb·hv·⌈t/64⌉·dk·dv bytes of r's temporaries beyond the forward's own).
-// Elsewhere (CPU adapters' lane forms) it records GatedDeltaRuleAuto and returns nil, for
-// which GatedDeltaRuleBackwardAutoSaved records GatedDeltaRuleBackwardAuto.
+// takes the cooperative-matrix form (GatedDeltaRuleBackwardCoopmatFits), records the
+// cooperative-matrix forward that GatedDeltaRuleAuto takes there with the states before every
+// chunk and V' saved too — o is the same bits either way (the same products in the same
+// order; TestGatedDeltaRuleSaved), so a recomputing step's gradients stay those of a step
+// that keeps its activations — and returns what the backward needs (DeltaRuleSaved: the
+// forward's own scratch, GatedDeltaRuleChunkedScratch, plus h and V',
+// 4·nb·hv·(⌈t/64⌉·dk·dv + t·dv) bytes, kept to r's Submit). Elsewhere it records
+// GatedDeltaRuleAuto and returns nil, for which GatedDeltaRuleBackwardAutoSaved records
+// GatedDeltaRuleBackwardAuto: the WGSL forms do not save, because the chunked one that can
+// runs the untiled inter-chunk kernel, whose o differs in bits from the tiled and
+// token-by-token forms GatedDeltaRuleAuto takes.
 func GatedDeltaRuleAutoSave(r *Recorder, q, k, v, g, beta, o *Buffer, dims DeltaRuleDims) (*DeltaRuleSaved, error) {
-	chunked, coop := false, false
-	if r != nil {
-		chunked, coop = deltaRuleBackwardChunked(r.Device(), dims)
-	}
-	if !chunked {
-		return nil, GatedDeltaRuleAuto(r, q, k, v, g, beta, o, nil, dims)
+	auto := func() error { return GatedDeltaRuleAuto(r, q, k, v, g, beta, o, nil, dims) }
+	if r == nil || !GatedDeltaRuleBackwardCoopmatFits(r.Device(), dims) {
+		return nil, auto()
 	}
 	var s *DeltaRuleSaved
-	wgsl := func() (err error) {
-		if ch, _ := deltaRuleBackwardChunked(r.Device(), dims); !ch { // tensor cores went off: the lanes forms
-			return GatedDeltaRuleAuto(r, q, k, v, g, beta, o, nil, dims)
-		}
-		s, err = saveChunked(r, q, k, v, g, beta, o, dims, false)
+	err := coopOrWGSL(func() (err error) {
+		s, err = saveChunked(r, q, k, v, g, beta, o, dims, true)
 		return err
-	}
-	var err error
-	if coop {
-		err = coopOrWGSL(func() (err error) {
-			s, err = saveChunked(r, q, k, v, g, beta, o, dims, true)
-			return err
-		}, wgsl)
-	} else {
-		err = wgsl()
-	}
+	}, auto)
 	return s, err
 }
 
@@ -216,6 +192,11 @@ func saveChunked(r *Recorder, q, k, v, g, beta, o *Buffer, dims DeltaRuleDims, c
 	}
 	if err := dims.check(r, op); err != nil {
 		return nil, err
+	}
+	if coop { // before any temporary: a device without tensor cores falls back with nothing taken
+		if err := r.d.coopDeltaPlan(dims); err != nil {
+			return nil, fmt.Errorf("gpu: %s: %w", op, err)
+		}
 	}
 	nck := (dims.T + GatedDeltaRuleChunkLen - 1) / GatedDeltaRuleChunkLen
 	s := &DeltaRuleSaved{r: r, dims: dims, q: q, k: k, v: v, g: g, beta: beta}
@@ -253,11 +234,12 @@ func (s *DeltaRuleSaved) check(op string, r *Recorder, q, k, v, g, beta *Buffer,
 // GatedDeltaRuleBackwardAutoSaved records the backward of the gated delta rule on the
 // inputs and dims of s (GatedDeltaRuleAutoSave earlier in this recording) as
 // GatedDeltaRuleBackwardAuto does (same outputs: do in; dq, dkey, dval, dg, dbeta
-// overwritten), its chunked forms reading s instead of recording the forward again; with
-// s = nil it is GatedDeltaRuleBackwardAuto on q, k, v, g, beta and dims. The gradients are
-// those GatedDeltaRuleBackwardAuto gives, bit for bit where its forward would have taken
-// the same form (gpu tests). Errors: s from another recording or from one already submitted
-// or discarded, inputs other than s's, or those of GatedDeltaRuleBackwardAuto.
+// overwritten), its chunked forms reading s instead of recording the forward again (the
+// WGSL chunked one too, where tensor cores went off after s was saved); with s = nil it is
+// GatedDeltaRuleBackwardAuto on q, k, v, g, beta and dims. The gradients are
+// GatedDeltaRuleBackwardAuto's bits (gpu tests). Errors: s from another recording or from
+// one already submitted or discarded, inputs other than s's, or those of
+// GatedDeltaRuleBackwardAuto.
 func GatedDeltaRuleBackwardAutoSaved(r *Recorder, s *DeltaRuleSaved, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
 	if s == nil {
 		return GatedDeltaRuleBackwardAuto(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
@@ -266,12 +248,13 @@ func GatedDeltaRuleBackwardAutoSaved(r *Recorder, s *DeltaRuleSaved, q, k, v, g,
 		return err
 	}
 	wgsl := func() error {
-		if ch, _ := deltaRuleBackwardChunked(r.Device(), dims); !ch {
+		d := r.Device()
+		if GatedDeltaRuleBackwardLanesFits(d, dims) || !GatedDeltaRuleChunkedBackwardFits(d, dims) {
 			return gatedDeltaRuleBackwardAutoWGSL(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
 		}
 		return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackward", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, false, s)
 	}
-	if _, coop := deltaRuleBackwardChunked(r.Device(), dims); coop {
+	if GatedDeltaRuleBackwardCoopmatFits(r.Device(), dims) {
 		return coopOrWGSL(func() error {
 			return chunkedBackwardCoopmat(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, s)
 		}, wgsl)

@@ -59,11 +59,18 @@ func BenchmarkGatedDeltaRuleChunkedBackward(b *testing.B) {
 // TestGatedDeltaRuleChunkedBackwardCoopmat: the chunked backward with its products on
 // cooperative matrices (where tensor cores are available) under the backward parity suite,
 // on the cases with dk and dv multiples of 4, compared with the token-by-token GPU backward
-// too, with deltaRuleBackwardCoopTol (a second call gives the same bits: no atomics).
+// too, with deltaRuleBackwardCoopTol (a second call gives the same bits: no atomics), also
+// under the GPUs' tiles and the widest ones (as TestGatedDeltaRuleChunkedCoopmat).
 func TestGatedDeltaRuleChunkedBackwardCoopmat(t *testing.T) {
 	skipNoCoopmat(t, gputest.Open(t))
 	coop0 := gpu.CoopDispatches()
 	testDeltaRuleBackward(t, deltaRuleBackwardImpl{gpu.GatedDeltaRuleChunkedBackwardCoopmat, deltaRuleBackwardCoopTol, true, true, true})
+	t.Run("gputiles", func(t *testing.T) {
+		testDeltaRuleBackward(t, deltaRuleBackwardImpl{gpuTiles(gpu.GatedDeltaRuleChunkedBackwardCoopmat), deltaRuleBackwardCoopTol, true, true, true})
+	})
+	t.Run("wide", func(t *testing.T) {
+		testDeltaRuleBackward(t, deltaRuleBackwardImpl{wideDeltaTiles(gpu.GatedDeltaRuleChunkedBackwardCoopmat), deltaRuleBackwardCoopTol, true, true, true})
+	})
 	if gpu.CoopDispatches() == coop0 {
 		t.Error("no cooperative-matrix kernel recorded")
 	}

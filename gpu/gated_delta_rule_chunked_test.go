@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"testing"
 
 	"github.com/nvg-project/nvg/gpu"
@@ -72,7 +73,9 @@ func BenchmarkGatedDeltaRuleChunked(b *testing.B) {
 // cooperative matrices (where tensor cores are available) under the forward parity suite,
 // against the host and the token-by-token GPU kernel, with deltaRuleCoopTol; the suite's
 // v ×2⁴⁰ and ×2⁻⁴⁰ cases put the state and V' beyond f16's range and below its normals. The
-// "gputiles" subtest runs the suite under the GPUs' tiles (gpuTiles: 16 value columns).
+// "gputiles" subtest runs the suite under the GPUs' tiles (gpuTiles: L value columns, one
+// fragment column a workgroup, as on an H100), "wide" under 4·L where the workgroup memory
+// allows (wideDeltaTiles).
 func TestGatedDeltaRuleChunkedCoopmat(t *testing.T) {
 	skipNoCoopmat(t, gputest.Open(t))
 	coop0 := gpu.CoopDispatches()
@@ -80,9 +83,22 @@ func TestGatedDeltaRuleChunkedCoopmat(t *testing.T) {
 	t.Run("gputiles", func(t *testing.T) {
 		testDeltaRule(t, deltaRuleImpl{gpuTiles(gpu.GatedDeltaRuleChunkedCoopmat), []int{0}, deltaRuleCoopTol, true})
 	})
+	t.Run("wide", func(t *testing.T) {
+		testDeltaRule(t, deltaRuleImpl{wideDeltaTiles(gpu.GatedDeltaRuleChunkedCoopmat), []int{0}, deltaRuleCoopTol, true})
+	})
 	if gpu.CoopDispatches() == coop0 {
 		t.Error("no cooperative-matrix kernel recorded")
 	}
+}
+
+// wideDeltaTiles is f run with the delta rule's widest cooperative-matrix tiles
+// (gpu.SetCoopDeltaWide: 4·L value columns, halved until the workgroup memory fits).
+func wideDeltaTiles[F any](f F) F {
+	v := reflect.ValueOf(f)
+	return reflect.MakeFunc(v.Type(), func(args []reflect.Value) []reflect.Value {
+		defer gpu.SetCoopDeltaWide(true)()
+		return v.Call(args)
+	}).Interface().(F)
 }
 
 // deltaRuleCoopTol is the cooperative-matrix form's tolerance relative to the largest

@@ -31,9 +31,11 @@ func TestGatedDeltaRuleChunkedBackwardSaved(t *testing.T) {
 // launchers they replace. For each form (WGSL; cooperative-matrix where available) the saving
 // forward's o is within the form's tolerance of host.GatedDeltaRule, and the gradients are
 // bit for bit those of the backward that records its own forward (the same kernels on the
-// same inputs). GatedDeltaRuleAutoSave saves exactly where GatedDeltaRuleBackwardAuto takes a
-// chunked form, and with GatedDeltaRuleBackwardAutoSaved gives GatedDeltaRuleBackwardAuto's
-// gradient bits. A saved forward is refused by another recorder, after its recorder's
+// same inputs); the cooperative-matrix saving forward's o is GatedDeltaRuleChunkedCoopmat's
+// bits. GatedDeltaRuleAutoSave saves exactly where GatedDeltaRuleBackwardAuto takes the
+// cooperative-matrix form, and with GatedDeltaRuleBackwardAutoSaved gives GatedDeltaRuleAuto's
+// o and GatedDeltaRuleBackwardAuto's gradients bit for bit (so a recomputing step matches one
+// that keeps its activations) in fewer dispatches where it saved, the same ones elsewhere. A saved forward is refused by another recorder, after its recorder's
 // submit, and for other inputs or dims, without recording anything.
 func TestGatedDeltaRuleSaved(t *testing.T) {
 	d := gputest.Open(t)
@@ -50,17 +52,30 @@ func TestGatedDeltaRuleSaved(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// grads runs rec, which writes o and the five gradients, and reads them back.
-		grads := func(t *testing.T, rec func(r *gpu.Recorder, o *gpu.Buffer, out [5]*gpu.Buffer) error) (o []float32, out [5][]float32) {
+		// grads runs rec, which writes o and the five gradients, reads them back and counts
+		// the dispatches rec recorded.
+		grads := func(t *testing.T, rec func(r *gpu.Recorder, o *gpu.Buffer, out [5]*gpu.Buffer) error) (o []float32, out [5][]float32, dispatches int) {
 			ob := bs.nw("o", rows, dm.HV, dm.DV)
 			bufs := [5]*gpu.Buffer{bs.nw("dq", rows, dm.HK, dm.DK), bs.nw("dk", rows, dm.HK, dm.DK), bs.nw("dv", rows, dm.HV, dm.DV), bs.nw("dg", rows, dm.HV), bs.nw("dbeta", rows, dm.HV)}
-			if err := d.Run(func(r *gpu.Recorder) error { return rec(r, ob, bufs) }); err != nil {
+			if err := d.Run(func(r *gpu.Recorder) error {
+				err := rec(r, ob, bufs)
+				dispatches = r.Len()
+				return err
+			}); err != nil {
 				t.Fatal(err)
 			}
 			for i, b := range bufs {
 				out[i] = must(d.ReadFloat32(b)).T(t)
 			}
-			return must(d.ReadFloat32(ob)).T(t), out
+			return must(d.ReadFloat32(ob)).T(t), out, dispatches
+		}
+		sameO := func(t *testing.T, what string, got, want []float32) {
+			t.Helper()
+			for e := range got {
+				if math.Float32bits(got[e]) != math.Float32bits(want[e]) {
+					t.Fatalf("%s: o element %d: %g, want %g", what, e, got[e], want[e])
+				}
+			}
 		}
 		sameBits := func(t *testing.T, what string, got, want [5][]float32) {
 			t.Helper()
@@ -80,7 +95,7 @@ func TestGatedDeltaRuleSaved(t *testing.T) {
 					skipNoCoopmat(t, d)
 					tol, ref = deltaRuleCoopTol(dm), gpu.GatedDeltaRuleChunkedBackwardCoopmat
 				}
-				o, got := grads(t, func(r *gpu.Recorder, o *gpu.Buffer, out [5]*gpu.Buffer) error {
+				o, got, _ := grads(t, func(r *gpu.Recorder, o *gpu.Buffer, out [5]*gpu.Buffer) error {
 					s, err := gpu.SaveChunkedForTest(r, q, k, v, g, beta, o, dm, coop)
 					if err != nil {
 						return err
@@ -88,36 +103,57 @@ func TestGatedDeltaRuleSaved(t *testing.T) {
 					return gpu.BackwardFromSavedForTest(r, s, q, k, v, g, beta, do, out[0], out[1], out[2], out[3], out[4], dm, coop)
 				})
 				checkClose(t, "saving forward's o vs host", o, wo, tol*maxAbs(wo), 0)
-				_, want := grads(t, func(r *gpu.Recorder, _ *gpu.Buffer, out [5]*gpu.Buffer) error {
+				_, want, _ := grads(t, func(r *gpu.Recorder, _ *gpu.Buffer, out [5]*gpu.Buffer) error {
 					return ref(r, q, k, v, g, beta, do, out[0], out[1], out[2], out[3], out[4], dm)
 				})
 				sameBits(t, "backward from the saved forward vs the one recording its own", got, want)
+				if coop { // the form GatedDeltaRuleAutoSave saves: o must be the plain forward's bits
+					oPlain, _, _ := grads(t, func(r *gpu.Recorder, o *gpu.Buffer, _ [5]*gpu.Buffer) error {
+						return gpu.GatedDeltaRuleChunkedCoopmat(r, q, k, v, g, beta, o, nil, dm)
+					})
+					sameO(t, "the saving cooperative-matrix forward vs GatedDeltaRuleChunkedCoopmat", o, oPlain)
+				}
 			})
 		}
-		t.Run(name+" auto", func(t *testing.T) {
-			wantSave := gpu.GatedDeltaRuleBackwardCoopmatFits(d, dm) || (!gpu.GatedDeltaRuleBackwardLanesFits(d, dm) && gpu.GatedDeltaRuleChunkedBackwardFits(d, dm))
-			var saved bool
-			o, got := grads(t, func(r *gpu.Recorder, o *gpu.Buffer, out [5]*gpu.Buffer) error {
-				s, err := gpu.GatedDeltaRuleAutoSave(r, q, k, v, g, beta, o, dm)
-				if err != nil {
-					return err
+		for _, tc := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s auto tensorcores=%v", name, tc), func(t *testing.T) {
+				if tc {
+					skipNoCoopmat(t, d)
 				}
-				saved = s != nil
-				return gpu.GatedDeltaRuleBackwardAutoSaved(r, s, q, k, v, g, beta, do, out[0], out[1], out[2], out[3], out[4], dm)
+				defer gpu.SetTensorCores(tc)()
+				wantSave := gpu.GatedDeltaRuleBackwardCoopmatFits(d, dm)
+				if wantSave != tc {
+					t.Fatalf("GatedDeltaRuleBackwardCoopmatFits = %v with tensor cores forced %v", wantSave, tc)
+				}
+				var saved bool
+				o, got, n := grads(t, func(r *gpu.Recorder, o *gpu.Buffer, out [5]*gpu.Buffer) error {
+					s, err := gpu.GatedDeltaRuleAutoSave(r, q, k, v, g, beta, o, dm)
+					if err != nil {
+						return err
+					}
+					saved = s != nil
+					return gpu.GatedDeltaRuleBackwardAutoSaved(r, s, q, k, v, g, beta, do, out[0], out[1], out[2], out[3], out[4], dm)
+				})
+				if saved != wantSave {
+					t.Errorf("GatedDeltaRuleAutoSave saved = %v, want %v (where the backward takes the cooperative-matrix form)", saved, wantSave)
+				}
+				oAuto, want, nAuto := grads(t, func(r *gpu.Recorder, o *gpu.Buffer, out [5]*gpu.Buffer) error {
+					if err := gpu.GatedDeltaRuleAuto(r, q, k, v, g, beta, o, nil, dm); err != nil {
+						return err
+					}
+					return gpu.GatedDeltaRuleBackwardAuto(r, q, k, v, g, beta, do, out[0], out[1], out[2], out[3], out[4], dm)
+				})
+				sameO(t, "GatedDeltaRuleAutoSave vs GatedDeltaRuleAuto", o, oAuto)
+				sameBits(t, "GatedDeltaRuleBackwardAutoSaved vs GatedDeltaRuleBackwardAuto", got, want)
+				switch {
+				case saved && n >= nAuto:
+					t.Errorf("%d dispatches with the saved forward, not fewer than %d recording it again", n, nAuto)
+				case !saved && n != nAuto:
+					t.Errorf("%d dispatches without a saved forward, want GatedDeltaRuleAuto's and GatedDeltaRuleBackwardAuto's %d", n, nAuto)
+				}
+				t.Logf("saved %v: %d dispatches, %d recording the forward again", saved, n, nAuto)
 			})
-			if saved != wantSave {
-				t.Errorf("GatedDeltaRuleAutoSave saved = %v, want %v (the backward's form is chunked: %v)", saved, wantSave, wantSave)
-			}
-			tol := deltaRuleChunkedTol(dm)
-			if gpu.GatedDeltaRuleCoopmatFits(d, dm) {
-				tol = deltaRuleCoopTol(dm)
-			}
-			checkClose(t, "GatedDeltaRuleAutoSave's o vs host", o, wo, tol*maxAbs(wo), 0)
-			_, want := grads(t, func(r *gpu.Recorder, _ *gpu.Buffer, out [5]*gpu.Buffer) error {
-				return gpu.GatedDeltaRuleBackwardAuto(r, q, k, v, g, beta, do, out[0], out[1], out[2], out[3], out[4], dm)
-			})
-			sameBits(t, "GatedDeltaRuleBackwardAutoSaved vs GatedDeltaRuleBackwardAuto", got, want)
-		})
+		}
 		t.Run(name+" errors", func(t *testing.T) {
 			o := bs.nw("o", rows, dm.HV, dm.DV)
 			dq, dkey, dval := bs.nw("dq", rows, dm.HK, dm.DK), bs.nw("dk", rows, dm.HK, dm.DK), bs.nw("dv", rows, dm.HV, dm.DV)

@@ -24,9 +24,18 @@ type gradColDotParams struct {
 	// runs of TestGradColDot).
 	NW, NV4, W, Last int
 	Two              bool
-	// Stage "reduce4": the reductions it adds up, each its binding indices.
-	Segs []colSegBinds
+	// Stage "reduce4": the reductions it adds up, each its binding indices (SegList: the
+	// first NSegs; an array, so that the parameters stay comparable, a cheap cache key).
+	Segs  [maxColSegs]colSegBinds
+	NSegs int
 }
+
+// maxColSegs is the most reductions one "reduce4" dispatch adds up (BLRBackward's two paths
+// need 6).
+const maxColSegs = 8
+
+// SegList is the segments of stage "reduce4" (the template ranges over it).
+func (p gradColDotParams) SegList() []colSegBinds { return p.Segs[:p.NSegs] }
 
 // colSegBinds are the binding indices of one segment of stage "reduce4": its partial sums,
 // its mask (−1: none) and its output.
@@ -44,6 +53,11 @@ type colReduce struct {
 // column reduction's second stage right after its first (no colReduces).
 var colReduceBatchOff bool
 
+// colReduceLimit, set by tests (SetColReduceLimit), caps the storage bindings a
+// colReduces.flush dispatch takes (0: the device's limit), so that tests on devices with many
+// reach the split into several dispatches.
+var colReduceLimit int
+
 // colReduces collects the second stages of column reductions so that several run as one
 // dispatch (flush): a launcher of several reductions (BLRBackward: dh, dℓ and dg per path)
 // passes it to gradColDotDeferred and flushes it once its last reduction is recorded. The
@@ -57,31 +71,34 @@ type colReduces struct{ segs []colReduce }
 func (p *colReduces) flush(r *Recorder, op string) error {
 	mark := len(r.ops)
 	limit := int(r.d.limits.MaxStorageBuffersPerShaderStage)
+	if colReduceLimit > 0 {
+		limit = colReduceLimit
+	}
 	for first := 0; first < len(p.segs); {
 		var bl bindList
-		var segs []colSegBinds
+		pr := gradColDotParams{Stage: "reduce4", RS: -1, Mask: -1, S: -1, Out: -1, SO: -1, C2: -1, S2: -1, Out2: -1}
 		var uni []uint32
 		blocks := 0
 		last := first
-		for ; last < len(p.segs); last++ {
+		for ; last < len(p.segs) && pr.NSegs < maxColSegs; last++ {
 			g := p.segs[last]
 			need := 2
 			if g.mask != nil {
 				need = 3
 			}
-			if len(segs) > 0 && len(bl.binds)+need > limit {
+			if pr.NSegs > 0 && len(bl.binds)+need > limit {
 				break
 			}
-			var sb colSegBinds
+			sb := &pr.Segs[pr.NSegs]
 			sb.Part = bl.add(g.part, Read)
 			sb.Mask = bl.add(g.mask, Read)
 			sb.Out = bl.add(g.out, ReadWrite)
-			segs = append(segs, sb)
+			pr.NSegs++
 			uni = append(uni, uint32(g.n/4), uint32(g.chunks), uint32(blocks), 0)
 			blocks += (g.n + 63) / 64
 		}
-		k, err := r.d.Kernel(KernelSpec{Name: op, File: "grad_col_dot.wgsl",
-			Params: gradColDotParams{Stage: "reduce4", Segs: segs, Uni: len(bl.binds), RS: -1, Mask: -1, S: -1, Out: -1, SO: -1, C2: -1, S2: -1, Out2: -1}, Bindings: bl.access, Uniforms: len(uni)})
+		pr.Uni = len(bl.binds)
+		k, err := r.d.Kernel(KernelSpec{Name: op, File: "grad_col_dot.wgsl", Params: pr, Bindings: bl.access, Uniforms: len(uni)})
 		if err != nil {
 			r.ops = r.ops[:mark]
 			return err
@@ -95,9 +112,12 @@ func (p *colReduces) flush(r *Recorder, op string) error {
 			r.ops = r.ops[:mark]
 			return err
 		}
+		var flops, bytes float64 // Cost sets the dispatch's totals: one call for all segments
 		for _, s := range p.segs[first:last] {
-			r.Cost(float64(s.chunks*s.n), 4*float64(s.chunks*s.n)+8*float64(s.n))
+			flops += float64(s.chunks * s.n)
+			bytes += 4*float64(s.chunks*s.n) + 8*float64(s.n)
 		}
+		r.Cost(flops, bytes)
 		first = last
 	}
 	p.segs = p.segs[:0]
@@ -108,12 +128,10 @@ func (p *colReduces) flush(r *Recorder, op string) error {
 // out[j] = 0 where mask[j] == 0 (mask nil: no mask), and, when so is not nil,
 // so[row, j] = a[row, j]·s[j] (+= when sideAccum). a, b, so F32 [rows, n]; rs F32 [rows];
 // s, out F32 [n]; mask U32 [n]. Buffers are checked by the caller. Rows beyond one chunk
-// are reduced per chunk into a scratch buffer and added in a second dispatch.
+// are reduced per chunk into a scratch buffer and added in a second dispatch (stage
+// "reduce4" on GPUs, which gradColDotDeferred can leave to a colReduces batch).
 func gradColDot(r *Recorder, op string, a, b, rs, mask, s, out, so *Buffer, rows, n int, sideAccum bool) error {
-	if (s == nil) != (so == nil) {
-		return fmt.Errorf("gpu: %s: side output needs both s and so", op)
-	}
-	return colDot(r, op, colDotArgs{a: a, b: b, rs: rs, mask: mask, s: s, out: out, so: so, sideAccum: sideAccum}, rows, n)
+	return gradColDotDeferred(r, op, nil, a, b, rs, mask, s, out, so, rows, n, sideAccum)
 }
 
 // gradColDotDeferred is gradColDot leaving its second stage, where it takes stage "reduce4",
@@ -159,7 +177,8 @@ var colDot4Dispatches int
 
 // colDot records the window form where colDotWindows plans one (CPU adapters), else, on GPUs,
 // stage "dot4" where n is a multiple of 4 and one path is reduced, else stage "dot"; "dot4"
-// and "dot" add, for rows beyond one chunk, the chunks' sums in a second stage per output.
+// and "dot" add, for rows beyond one chunk, the chunks' sums in a second stage per output
+// ("reduce4"'s recorded at once, or left in x.pend).
 // CPU adapters keep "dot" where the window form does not apply, so that gradColDot2 (always
 // "dot" there) gives two gradColDot calls' bits.
 func colDot(r *Recorder, op string, x colDotArgs, rows, n int) error {
@@ -190,7 +209,8 @@ func colDot4Chunk(rows, n int) int {
 
 // colDotStages records a column-reduction stage (stage "dot": colWidth 64 columns a
 // workgroup; "dot4": 128) over chunks of chunk rows and, where there is more than one chunk,
-// the stage second ("reduce" or "reduce4": 64 columns a workgroup) per output.
+// the stage second ("reduce" or "reduce4": 64 columns a workgroup) per output; a "reduce4"
+// goes to x.pend when it is set (flushed by the caller).
 func colDotStages(r *Recorder, op string, x colDotArgs, rows, n int, stage string, colWidth, chunk int, second string) error {
 	colBlocks := (n + colWidth - 1) / colWidth
 	chunks := (rows + chunk - 1) / chunk

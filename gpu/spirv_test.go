@@ -421,11 +421,11 @@ func TestListEnv(t *testing.T) {
 	}
 }
 
-// TestCoopDeltaTileFor: the delta rule's sequential kernels take 16 value columns a
-// workgroup on a GPU with NVIDIA's 16×16×16 shape at dk 128 (48 or 32 KiB of workgroup
-// memory), lavapipe's 2·L on CPU adapters;
-// NVG_COOPMAT_DELTA_COLS forces a width and is refused when malformed or not a multiple of
-// the shape, and a forced width that does not fit the device is an error, not a smaller tile.
+// TestCoopDeltaTileFor: the delta rule's sequential kernels take L value columns a
+// workgroup on GPUs (16 with NVIDIA's 16×16×16 shape at dk 128, 48 or 32 KiB of workgroup
+// memory; 8 with an 8×8×8 one), lavapipe's 2·L on CPU adapters;
+// NVG_COOPMAT_DELTA_COLS forces a width and is refused when malformed or not 1, 2 or 4
+// times the shape's L, and a forced width that does not fit the device is an error, not a smaller tile.
 func TestCoopDeltaTileFor(t *testing.T) {
 	s16 := CoopType{M: 16, N: 16, K: 16}
 	dev := func(shared uint32, cpu bool, s CoopType, sg int) *Device {
@@ -435,12 +435,13 @@ func TestCoopDeltaTileFor(t *testing.T) {
 		d    *Device
 		want coopDeltaTile
 	}{{dev(48<<10, false, s16, 32), coopDeltaTile{128, 16, 4}}, {dev(32<<10, false, s16, 32), coopDeltaTile{128, 16, 4}},
+		{dev(48<<10, false, CoopType{M: 8, N: 8, K: 8}, 8), coopDeltaTile{128, 8, 4}},
 		{dev(32<<10, true, CoopType{M: 8, N: 8, K: 8}, 8), coopDeltaTile{128, 16, 4}}} {
 		if got, err := c.d.coopDeltaTileFor(128); err != nil || got != c.want {
 			t.Errorf("shared %d, CPU %v: %+v, %v; want %+v", c.d.info.MaxWorkgroupStorage, c.d.info.CPU, got, err, c.want)
 		}
 	}
-	for _, bad := range []string{"x", "0", "12", "24", "512"} {
+	for _, bad := range []string{"x", "0", "8", "12", "24", "48", "128", "512"} {
 		if _, err := parseCoopDeltaCols(bad, s16); err == nil {
 			t.Errorf("NVG_COOPMAT_DELTA_COLS=%q accepted", bad)
 		}

@@ -33,10 +33,11 @@ type acts struct {
 	// ownKept marks kept as the kept activations' own buffers: apply writes them and never
 	// adds recorder temporaries.
 	ownKept bool
-	// deltaSaved, while recordLayer runs with keep on a GatedDeltaNet layer, holds what the
-	// delta rule's chunked forward leaves for its backward (gpu.GatedDeltaRuleAutoSave, in
-	// recorder temporaries freed at the layer's submit), so that the backward does not run
-	// that forward a third time; nil elsewhere.
+	// deltaSaved is set by the recompute's recordLayer (keep) on a GatedDeltaNet layer where
+	// the delta rule's chunked forward saved what its backward needs
+	// (gpu.GatedDeltaRuleAutoSave, in recorder temporaries freed at the layer's submit), and
+	// read by the layer's backward in the same recording, which then does not run that
+	// forward a third time; nil elsewhere.
 	deltaSaved *gpu.DeltaRuleSaved
 	// observe, when not nil, is called by recordLayer with every distinct input of the
 	// layer's projections right after the recipe writes it, in the layer's recording (the

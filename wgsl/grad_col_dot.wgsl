@@ -35,7 +35,8 @@
 // Template parameters: Stage, Chunk, Partial, SideAccum, SharedA (bools) and the binding
 // index of each buffer (−1 when absent): RS, Mask, S, Out, SO, C2, S2, Out2, Uni (the
 // uniform); stage "windows" (CPU adapters, below) also NW, NV4, W, Last and Two; stage
-// "reduce4" only Segs (each segment's Part, Mask and Out binding indices) and Uni.
+// "reduce4" only Segs and NSegs (each segment's Part, Mask and Out binding indices: SegList)
+// and Uni.
 
 struct Params {
     rows: u32,
@@ -340,9 +341,9 @@ struct Seg {
 };
 
 struct Segs {
-    s: array<Seg, {{len .Segs}}>,
+    s: array<Seg, {{len .SegList}}>,
 };
-{{range $i, $g := .Segs}}
+{{range $i, $g := .SegList}}
 @group(0) @binding({{$g.Part}}) var<storage, read> part{{$i}}: array<vec4<f32>>;
 {{- if ge $g.Mask 0}}
 @group(0) @binding({{$g.Mask}}) var<storage, read> mask{{$i}}: array<vec4<u32>>;
@@ -358,12 +359,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_id) lid: vec3<u32>) {
     let wg = wid.x + wid.y * nwg.x;
     var seg = 0u;
-{{- range $i, $g := .Segs}}{{if $i}}
+{{- range $i, $g := .SegList}}{{if $i}}
     if (wg >= u.s[{{$i}}].first) {
         seg = {{$i}}u;
     }
 {{- end}}{{end}}
-{{- range $i, $g := .Segs}}
+{{- range $i, $g := .SegList}}
     if (seg == {{$i}}u) {
         let n4 = u.s[{{$i}}].n4;
         let j = (wg - u.s[{{$i}}].first) * 16u + lid.x;
