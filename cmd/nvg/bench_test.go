@@ -83,7 +83,14 @@ func TestBenchTiny(t *testing.T) {
 		attn, gdr, attnBack, gdrBack := "Attention", "GatedDeltaRuleChunked", "AttentionBackward.dkv", "GatedDeltaRuleChunkedBackward"
 		switch {
 		case d.TensorCores().On: // the cooperative-matrix forms, on any adapter
-			attn, gdr, attnBack, gdrBack = "AttentionCoopmat", "GatedDeltaRuleChunkedCoopmat", "AttentionBackwardCoopmat.dkv", "GatedDeltaRuleChunkedBackwardCoopmat"
+			// The backward reads the forward its layer's recompute saved
+			// (gpu.GatedDeltaRuleAutoSave): its own inter-chunk forward must not run.
+			attn, gdr, attnBack, gdrBack = "AttentionCoopmat", "GatedDeltaRuleChunkedCoopmat", "AttentionBackwardCoopmat.dkv", "GatedDeltaRuleChunkedBackwardCoopmat.dhu"
+			for _, k := range r.Student.Profile {
+				if k.Name == "GatedDeltaRuleChunkedBackwardCoopmat" || k.Name == "GatedDeltaRuleChunkedBackwardCoopmat.intra" {
+					t.Errorf("the delta rule's backward ran its own forward (%s, %d calls): the recompute's saved one went unused", k.Name, k.Calls)
+				}
+			}
 		case d.Info().SubgroupSize > 0:
 			attn, gdr, attnBack, gdrBack = "AttentionLanes", "GatedDeltaRuleLanes", "AttentionBackwardLanes.dkv", "GatedDeltaRuleBackwardLanes"
 		}
