@@ -108,12 +108,18 @@ func gatedDeltaRuleAutoWGSL(r *Recorder, q, k, v, g, beta, o, state *Buffer, dim
 // the arguments and outputs are theirs, and the WGSL forms compute the same gradients within
 // f32 rounding (gpu tests). Errors: those of the launcher taken.
 func GatedDeltaRuleBackwardAuto(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
+	return backwardAuto(r, nil, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
+}
+
+// backwardAuto is GatedDeltaRuleBackwardAuto's choice of form, its chunked forms reading
+// saved (when not nil, checked by the caller) instead of recording the forward.
+func backwardAuto(r *Recorder, saved *DeltaRuleSaved, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
 	wgsl := func() error {
-		return gatedDeltaRuleBackwardAutoWGSL(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
+		return gatedDeltaRuleBackwardAutoWGSL(r, saved, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
 	}
 	if r != nil && GatedDeltaRuleBackwardCoopmatFits(r.Device(), dims) {
 		return coopOrWGSL(func() error {
-			return GatedDeltaRuleChunkedBackwardCoopmat(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
+			return chunkedBackwardCoopmat(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, saved)
 		}, wgsl)
 	}
 	return wgsl()
@@ -129,13 +135,14 @@ func GatedDeltaRuleBackwardCoopmatFits(d *Device, dims DeltaRuleDims) bool {
 	return GatedDeltaRuleChunkedBackwardFits(d, dims) && GatedDeltaRuleCoopmatFits(d, dims) && d.coopDeltaBwdPlan(dims) == nil
 }
 
-// gatedDeltaRuleBackwardAutoWGSL is GatedDeltaRuleBackwardAuto's choice among the WGSL forms.
-func gatedDeltaRuleBackwardAutoWGSL(r *Recorder, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
+// gatedDeltaRuleBackwardAutoWGSL is GatedDeltaRuleBackwardAuto's choice among the WGSL
+// forms, the chunked one reading saved when not nil.
+func gatedDeltaRuleBackwardAutoWGSL(r *Recorder, saved *DeltaRuleSaved, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta *Buffer, dims DeltaRuleDims) error {
 	if r != nil && GatedDeltaRuleBackwardLanesFits(r.Device(), dims) {
 		return GatedDeltaRuleBackwardLanes(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
 	}
 	if r != nil && GatedDeltaRuleChunkedBackwardFits(r.Device(), dims) {
-		return GatedDeltaRuleChunkedBackward(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
+		return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackward", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, false, saved)
 	}
 	return GatedDeltaRuleBackward(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
 }
@@ -247,17 +254,5 @@ func GatedDeltaRuleBackwardAutoSaved(r *Recorder, s *DeltaRuleSaved, q, k, v, g,
 	if err := s.check("GatedDeltaRuleBackwardAutoSaved", r, q, k, v, g, beta, dims); err != nil {
 		return err
 	}
-	wgsl := func() error {
-		d := r.Device()
-		if GatedDeltaRuleBackwardLanesFits(d, dims) || !GatedDeltaRuleChunkedBackwardFits(d, dims) {
-			return gatedDeltaRuleBackwardAutoWGSL(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
-		}
-		return gatedDeltaRuleChunkedBackward(r, "GatedDeltaRuleChunkedBackward", q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, false, s)
-	}
-	if GatedDeltaRuleBackwardCoopmatFits(r.Device(), dims) {
-		return coopOrWGSL(func() error {
-			return chunkedBackwardCoopmat(r, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims, s)
-		}, wgsl)
-	}
-	return wgsl()
+	return backwardAuto(r, s, q, k, v, g, beta, do, dq, dkey, dval, dg, dbeta, dims)
 }
