@@ -394,12 +394,13 @@ func (d *Device) coopProgram(op string, s coopProgramSpec) (*Kernel, error) {
 }
 
 // coopPackParams are wgsl/coopmat_pack.wgsl's template parameters: WG threads a workgroup,
-// Scale, and for the vector form R 16-byte vectors an invocation and T threads a row (WG/T
-// rows a workgroup); R 0: the general form, one row a workgroup.
+// Scale, Pairs (each group of 4 columns stored in the order 0, 2, 1, 3: the 8-bit GEMM's A),
+// and for the vector form R 16-byte vectors an invocation and T threads a row (WG/T rows a
+// workgroup); R 0: the general form, one row a workgroup.
 type coopPackParams struct {
-	WG    int
-	Scale bool
-	R, T  int
+	WG           int
+	Scale, Pairs bool
+	R, T         int
 }
 
 // groups is the number of workgroups for mp rows: WG/T rows a workgroup in the vector form,
@@ -423,7 +424,7 @@ var coopPackGeneral bool
 // one-row workgroups packed BLR's [4096, 384] and [4096, 1024] operands at a fifth and a
 // third of the memory's bandwidth); else the general form (4-byte loads, the row read twice;
 // 64 invocations).
-func coopPackFor(k, kp int, scale bool) coopPackParams {
+func coopPackFor(k, kp int, scale, pairs bool) coopPackParams {
 	const wg = 256
 	if k%4 == 0 && !coopPackGeneral {
 		v := kp / 4
@@ -432,10 +433,10 @@ func coopPackFor(k, kp int, scale bool) coopPackParams {
 			t *= 2
 		}
 		if r := (v + t - 1) / t; r <= 16 {
-			return coopPackParams{WG: wg, Scale: scale, R: r, T: t}
+			return coopPackParams{WG: wg, Scale: scale, Pairs: pairs, R: r, T: t}
 		}
 	}
-	return coopPackParams{WG: 64, Scale: scale}
+	return coopPackParams{WG: 64, Scale: scale, Pairs: pairs}
 }
 
 // errCoopOff marks the errors of a cooperative-matrix launcher that mean "not on this
@@ -489,8 +490,9 @@ func (d *Device) coopGEMMSpec(t coopTile, transB, accum bool) []uint32 {
 
 // coopPack records CoopmatPack (wgsl/coopmat_pack.wgsl): A [m, k] (⊙ sa) to f16 rows with
 // a power-of-two scale each, zero-padded to [mp, kp], into borrowed buffers that done gives
-// back.
-func coopPack(r *Recorder, op string, a Binding, sa *Buffer, m, k, mp, kp int) (a16, rs *Buffer, done func(), err error) {
+// back; pairs stores each group of 4 columns in the order 0, 2, 1, 3 (the 8-bit GEMM's A,
+// kp % 4 = 0).
+func coopPack(r *Recorder, op string, a Binding, sa *Buffer, m, k, mp, kp int, pairs bool) (a16, rs *Buffer, done func(), err error) {
 	a16, d1, err := r.Borrow(op+" a16", U32, mp, kp/2)
 	if err != nil {
 		return nil, nil, nil, err
@@ -501,15 +503,16 @@ func coopPack(r *Recorder, op string, a Binding, sa *Buffer, m, k, mp, kp int) (
 		return nil, nil, nil, err
 	}
 	done = func() { d1(); d2() }
-	if err := coopPackInto(r, op, a, sa, a16, rs, m, k, mp, kp); err != nil {
+	if err := coopPackInto(r, op, a, sa, a16, rs, m, k, mp, kp, pairs); err != nil {
 		done()
 		return nil, nil, nil, err
 	}
 	return a16, rs, done, nil
 }
 
-// coopPackInto records CoopmatPack into a16 (U32 [mp, kp/2]) and rs (F32 [mp]).
-func coopPackInto(r *Recorder, op string, a Binding, sa, a16, rs *Buffer, m, k, mp, kp int) error {
+// coopPackInto records CoopmatPack into a16 (U32 [mp, kp/2]) and rs (F32 [mp]), each group
+// of 4 columns in the order 0, 2, 1, 3 where pairs.
+func coopPackInto(r *Recorder, op string, a Binding, sa, a16, rs *Buffer, m, k, mp, kp int, pairs bool) error {
 	binds := []Binding{a}
 	access := []Access{Read}
 	if sa != nil {
@@ -518,7 +521,7 @@ func coopPackInto(r *Recorder, op string, a Binding, sa, a16, rs *Buffer, m, k, 
 	}
 	binds = append(binds, Whole(a16), Whole(rs))
 	access = append(access, ReadWrite, ReadWrite)
-	pp := coopPackFor(k, kp, sa != nil)
+	pp := coopPackFor(k, kp, sa != nil, pairs)
 	return r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl", Params: pp,
 		Bindings: access, Uniforms: 4}, pp.groups(mp), []uint32{uint32(m), uint32(k), uint32(kp), uint32(mp)}, binds...)
 }
@@ -642,7 +645,7 @@ func coopGEMM(r *Recorder, op string, a, b, c Binding, bf16 bool, m, k, n int, t
 		return false, nil // coopKernel switched tensor cores off with the reason
 	}
 	mark := len(r.ops)
-	a16, rs, done, err := coopPack(r, op, a, nil, m, k, mp, kp)
+	a16, rs, done, err := coopPack(r, op, a, nil, m, k, mp, kp, false)
 	if err != nil {
 		return true, err
 	}
@@ -706,7 +709,7 @@ func coopBLRGEMM(r *Recorder, op string, a, bits, sa, sc, c, raw *Buffer, m, k, 
 	if err != nil {
 		return false, nil
 	}
-	a16, rs, done, err := coopPack(r, op, Whole(a), sa, m, k, mp, kp)
+	a16, rs, done, err := coopPack(r, op, Whole(a), sa, m, k, mp, kp, false)
 	if err != nil {
 		return true, err
 	}

@@ -114,7 +114,8 @@ func TestTensorCoresForcedOff(t *testing.T) {
 // host reference in each of its forms — the general one (k % 4 ≠ 0, or rows past 16384
 // columns; forced on every shape too) and 16-byte vectors held in registers, R = 1 … 16 per
 // invocation, 32 to 256 threads a row (8 to 1 rows a workgroup, some past mp) — with and
-// without the column scales sa: each row's inverse scale
+// without the column scales sa, in column order and in the 8-bit GEMM's pairs order (each
+// group of 4 columns stored as 0, 2, 1, 3): each row's inverse scale
 // rs = 2^−e exactly, e = clamp(15 − exp(max_c |v_c|), −126, 126) (0 for a zero row), each
 // element within one f16 step of v·2^e (the WGSL conversion's rounding is the
 // implementation's), the padding columns and rows zero, a padding row's rs 1. Plain WGSL: it
@@ -131,8 +132,9 @@ func TestCoopmatPack(t *testing.T) {
 		{2, 8192, 8192, 256, 8, false}, {2, 8196, 8256, 256, 9, true}, {2, 16384, 16384, 256, 16, false},
 		{2, 16388, 16448, 64, 0, false},
 	} {
-		for _, general := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%dx%d_kp%d_scale%v_general%v", c.m, c.k, c.kp, c.scale, general), func(t *testing.T) {
+		for _, form := range []struct{ general, pairs bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+			general, pairs := form.general, form.pairs
+			t.Run(fmt.Sprintf("%dx%d_kp%d_scale%v_general%v_pairs%v", c.m, c.k, c.kp, c.scale, general, pairs), func(t *testing.T) {
 				defer gpu.SetCoopPackGeneral(general)()
 				if wg, r := gpu.CoopmatPackForm(c.k, c.kp); !general && (wg != c.wg || r != c.r) {
 					t.Errorf("form: %d threads a row, %d vectors per invocation; want %d, %d", wg, r, c.wg, c.r)
@@ -162,7 +164,7 @@ func TestCoopmatPack(t *testing.T) {
 				rs := must(d.NewBuffer("rs", gpu.F32, mp)).T(t)
 				defer a16.Release()
 				defer rs.Release()
-				if err := d.Run(func(r *gpu.Recorder) error { return gpu.CoopmatPack(r, a, sab, a16, rs, c.m, c.k, mp, c.kp) }); err != nil {
+				if err := d.Run(func(r *gpu.Recorder) error { return gpu.CoopmatPack(r, a, sab, a16, rs, c.m, c.k, mp, c.kp, pairs) }); err != nil {
 					t.Fatal(err)
 				}
 				words := must(d.ReadUint32(a16)).T(t)
@@ -185,12 +187,16 @@ func TestCoopmatPack(t *testing.T) {
 					if want := float32(math.Ldexp(1, -e)); scales[i] != want {
 						t.Errorf("rs[%d] = %g, want %g", i, scales[i], want)
 					}
-					for col := range c.kp {
-						h := uint16(words[(i*c.kp+col)/2] >> (16 * (col % 2)))
+					for pos := range c.kp {
+						h := uint16(words[(i*c.kp+pos)/2] >> (16 * (pos % 2)))
+						col := pos // the column stored at pos
+						if pairs {
+							col = pos&^3 | [4]int{0, 2, 1, 3}[pos&3]
+						}
 						got := float64(float16.Frombits(h).Float32())
 						if col >= c.k || i >= c.m {
 							if h != 0 {
-								t.Errorf("padding a16[%d, %d] = %#04x, want 0", i, col, h)
+								t.Errorf("padding a16[%d, %d] = %#04x, want 0", i, pos, h)
 							}
 							continue
 						}
@@ -202,7 +208,7 @@ func TestCoopmatPack(t *testing.T) {
 						}
 						if !(math.Abs(got-x) <= step) && bad < 5 {
 							bad++
-							t.Errorf("a16[%d, %d] = %g, want f16(%g) within %g", i, col, got, x, step)
+							t.Errorf("a16[%d, %d] (column %d) = %g, want f16(%g) within %g", i, pos, col, got, x, step)
 						}
 					}
 				}

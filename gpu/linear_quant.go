@@ -290,7 +290,7 @@ func coopQuantGEMM(r *Recorder, op string, x *Buffer, w QuantWeight, y *Buffer, 
 		return false, nil // coopProgram switched tensor cores off with the reason
 	}
 	mark := len(r.ops)
-	a16, rs, done, err := coopPack(r, op, Whole(x), nil, m, k, mp, kp)
+	a16, rs, done, err := coopPack(r, op, Whole(x), nil, m, k, mp, kp, true) // the staged codes' order
 	if err != nil {
 		return true, err
 	}

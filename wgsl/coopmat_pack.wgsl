@@ -18,7 +18,10 @@
 // maximum is a tree over its T slots of workgroup memory. Rows of a short row (kp = 384: 96
 // vectors) no longer leave most of a workgroup idle behind seven barriers. Both forms give
 // the same scale (the maximum is exact) and the same conversions. gpu/coopmat.go coopPackFor
-// chooses (a 2-D grid past 65535 workgroups).
+// chooses (a 2-D grid past 65535 workgroups). Pairs (the 8-bit GEMM's A: coopmat_gemm.comp
+// QUANT) stores each group of 4 columns in the order 0, 2, 1, 3 — word 2j of a row holds
+// columns 4j and 4j+2, word 2j+1 columns 4j+1 and 4j+3 (kp % 4 = 0) — the order in which that
+// kernel stages its decoded weights; the values are the same.
 
 {{- if .R}}
 @group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
@@ -96,7 +99,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- range $r := seq .R}}
     if (lane + {{$r}}u * {{$.T}}u < vecs) {
         let w{{$r}} = v{{$r}} * s;
-        a16[i * vecs + lane + {{$r}}u * {{$.T}}u] = vec2<u32>(pack2x16float(w{{$r}}.xy), pack2x16float(w{{$r}}.zw));
+        a16[i * vecs + lane + {{$r}}u * {{$.T}}u] = vec2<u32>(pack2x16float(w{{$r}}.{{if $.Pairs}}xz{{else}}xy{{end}}), pack2x16float(w{{$r}}.{{if $.Pairs}}yw{{else}}zw{{end}}));
     }
 {{- end}}
 }
@@ -109,7 +112,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- template "red_pow2_scale" (dict "WG" .WG "Buf" "partial" "Val" "mx" "Inv" "rs[i]")}}
     let words = p.kp / 2u;
     for (var w = lid; w < words; w += {{.WG}}u) {
+{{- if .Pairs}}
+        let c = (w >> 1u) * 4u + (w & 1u); // columns c and c + 2
+        a16[i * words + w] = pack2x16float(vec2<f32>(val(i, c) * s, val(i, c + 2u) * s));
+{{- else}}
         a16[i * words + w] = pack2x16float(vec2<f32>(val(i, 2u * w) * s, val(i, 2u * w + 1u) * s));
+{{- end}}
     }
 }
 {{- end}}

@@ -37,7 +37,9 @@
 // (gpu/linear_quant.go coopQuantGEMM; the error bound: gpu/linear_quant_test.go
 // quantCoopBound). The next slice's codes and scale words are loaded before the current
 // slice's products (qload) and decoded after them (qstage), so the decoding neither waits
-// for its loads nor sits between the barriers.
+// for its loads nor sits between the barriers. QUANT's A16 comes packed with each group of 4
+// columns in the order 0, 2, 1, 3 (CoopmatPack's Pairs), and the codes are staged in that
+// order too (dequant8: fewer operations a code).
 // Specialisation (SpecId, patched by Go in the SPIR-V): the subgroup size, the cooperative
 // matrix shape LM×LN×LK, the block BM×BN×BK, WM×WN subgroups per workgroup (each owns a
 // (BM/WM)×(BN/WN) block of CM×CN accumulators), TRANS_B and ACCUM; QUANT adds QFP8, QF16,
@@ -199,38 +201,50 @@ int qexp(float smax) {
     return min(15 - x - (QFP8 ? 9 : 7), 126);
 }
 
-// fp8pair returns the e4m3 values of bytes 0 and 1 of x times 2⁻⁸ as two f16: the sign to
-// bit 15 and exponent and mantissa (bits 6–0) to bits 13–7 of an f16 give the value × 2⁻⁸
-// exactly, subnormals included (wgsl/linear_quant.wgsl's dq4). NaN codes are refused before
-// upload.
-f16vec2 fp8pair(uint x) {
-    return unpackFloat2x16(((x & 0x7Fu) << 7) | ((x & 0x80u) << 8) | ((x & 0x7F00u) << 15) | ((x & 0x8000u) << 16));
+// QUANT's A and B tiles hold each group of 4 elements along K in the order 0, 2, 1, 3 (the
+// 8-bit GEMM's A is packed so: wgsl/coopmat_pack.wgsl's Pairs, gpu.coopPack): the sum over K
+// is the same, and a code word's bytes 0 and 2 (elements 0, 2) then fill one f16 pair and
+// bytes 1 and 3 the next, each pair a mask and a shift from the word, with no byte moved
+// across the pair's halves (the in-order form took about twice the operations, and the
+// staging is integer work beside the products).
+
+// fp8pairs returns the e4m3 values of the 4 codes of x times 2⁻⁸ as two f16 pairs in the
+// tiles' order, (code 0, code 2) and (code 1, code 3): each code's sign to bit 15 and its
+// exponent and mantissa (bits 6–0) to bits 13–7 of an f16 give the value × 2⁻⁸ exactly,
+// subnormals included (wgsl/linear_quant.wgsl's dq4). NaN codes are refused before upload.
+uvec2 fp8pairs(uint x) {
+    return uvec2(((x << 8) & 0x80008000u) | ((x << 7) & 0x3F803F80u),
+                 (x & 0x80008000u) | ((x >> 1) & 0x3F803F80u));
 }
 
-// q8pair returns the int8 values of bytes 0 and 1 of x as two f16, exactly and without a
-// conversion instruction: byte b ^ 0x80 (b + 128, 0 … 255) in the low mantissa bits of
-// 0x6400 (1024.0) is 1152 + b, and 1152 is subtracted in f16 (every integer below 2048 is an
-// f16).
-f16vec2 q8pair(uint x) {
-    return unpackFloat2x16(((x & 0xFFu) | ((x & 0xFF00u) << 8)) ^ 0x64806480u) - f16vec2(1152.0hf);
+// q8pairs returns the int8 values of the 4 codes of x as two f16 pairs in the tiles' order,
+// (code 0, code 2) and (code 1, code 3), exactly and without a conversion instruction: code
+// b ^ 0x80 (b + 128, 0 … 255) in the low mantissa bits of 0x6400 (1024.0) is 1152 + b, and
+// 1152 is subtracted in f16 (every integer below 2048 is an f16).
+void q8pairs(uint x, out f16vec2 lo, out f16vec2 hi) {
+    lo = unpackFloat2x16((x & 0x00FF00FFu) ^ 0x64806480u) - f16vec2(1152.0hf);
+    hi = unpackFloat2x16(((x >> 8) & 0x00FF00FFu) ^ 0x64806480u) - f16vec2(1152.0hf);
 }
 
-// dequant8 returns the 8 codes of w (byte j of the pair ↦ element j) times s as 8 f16 halves,
-// all in f16 arithmetic: s (already times the row's 2^E) is rounded to f16 once — exact for
-// q8's f16 scales, one more rounding (≤ 2⁻¹¹ relative) for FP8's f32 scales — and each
-// value · s is rounded to f16 once. An earlier form multiplied in f32 and converted each
-// weight to and from f16: the conversions (a quarter of the FMA rate on NVIDIA GPUs) made
-// the staging, not the products, the 8-bit GEMM's bound (DESIGN.md §9 "GEMMs on 8-bit
-// weights").
+// dequant8 returns the 8 codes of w (byte j of the pair ↦ element j) times s as 8 f16 halves
+// in the tiles' order (0, 2, 1, 3 in each group of 4), all in f16 arithmetic: s (already
+// times the row's 2^E) is rounded to f16 once — exact for q8's f16 scales, one more rounding
+// (≤ 2⁻¹¹ relative) for FP8's f32 scales — and each value · s is rounded to f16 once. An
+// earlier form multiplied in f32 and converted each weight to and from f16: the conversions
+// (a quarter of the FMA rate on NVIDIA GPUs) made the staging, not the products, the 8-bit
+// GEMM's bound (DESIGN.md §9 "GEMMs on 8-bit weights").
 uvec4 dequant8(uvec2 w, float s) {
     if (QFP8) {
-        f16vec2 s2 = f16vec2(float16_t(s * 256.0)); // fp8pair's 2⁻⁸, exactly
-        return uvec4(packFloat2x16(fp8pair(w.x) * s2), packFloat2x16(fp8pair(w.x >> 16) * s2),
-                     packFloat2x16(fp8pair(w.y) * s2), packFloat2x16(fp8pair(w.y >> 16) * s2));
+        f16vec2 s2 = f16vec2(float16_t(s * 256.0)); // fp8pairs' 2⁻⁸, exactly
+        uvec2 a = fp8pairs(w.x), b = fp8pairs(w.y);
+        return uvec4(packFloat2x16(unpackFloat2x16(a.x) * s2), packFloat2x16(unpackFloat2x16(a.y) * s2),
+                     packFloat2x16(unpackFloat2x16(b.x) * s2), packFloat2x16(unpackFloat2x16(b.y) * s2));
     }
     f16vec2 s2 = f16vec2(float16_t(s));
-    return uvec4(packFloat2x16(q8pair(w.x) * s2), packFloat2x16(q8pair(w.x >> 16) * s2),
-                 packFloat2x16(q8pair(w.y) * s2), packFloat2x16(q8pair(w.y >> 16) * s2));
+    f16vec2 a0, a1, b0, b1;
+    q8pairs(w.x, a0, a1);
+    q8pairs(w.y, b0, b1);
+    return uvec4(packFloat2x16(a0 * s2), packFloat2x16(a1 * s2), packFloat2x16(b0 * s2), packFloat2x16(b1 * s2));
 }
 #endif
 
@@ -241,9 +255,9 @@ uvec4 loadA(uint v, uint k0, uint m0, uint kv) {
 
 #ifdef QUANT
 // qload loads the raw B vector v of the slice at k0 into w (8 codes of row n0 + v/(BK/8) of W
-// along K: K % 8 = 0, so inside the row and on an 8-byte boundary) and sw (the word holding
-// their scale: QBC % 8 = 0, so one); both 0 outside W. Only loads: qstage decodes them once
-// they have arrived.
+// along K: K % 8 = 0, so inside the row and on an 8-byte boundary) and sw (their scale's
+// bits: QBC % 8 = 0, so one scale; an f16 scale shifted to the word's low half); both 0
+// outside W. Only loads: qstage decodes them once they have arrived.
 void qload(uint v, uint k0, uint n0, out uvec2 w, out uint sw) {
     uint row = n0 + v / (BK / 8);
     uint col = k0 + (v % (BK / 8)) * 8;
@@ -252,20 +266,15 @@ void qload(uint v, uint k0, uint n0, out uvec2 w, out uint sw) {
     if (row < p.n && col < p.k) {
         uint e = (row / QBR) * qcols() + col / QBC;
         w = codes[(row * p.k + col) / 8];
-        sw = qs[QF16 ? e >> 1 : e];
+        sw = QF16 ? qs[e >> 1] >> (16u * (e & 1u)) : qs[e];
     }
 }
 
-// qstage returns qload's vector v of the slice at k0 dequantized: 8 f16 halves of
-// value(code) · scale · 2^E (dequant8; 0 outside W).
-uvec4 qstage(uint v, uint k0, uint n0, uvec2 w, uint sw) {
-    uint r = v / (BK / 8);
-    float s = uintBitsToFloat(sw);
-    if (QF16) {
-        uint e = ((n0 + r) / QBR) * qcols() + (k0 + (v % (BK / 8)) * 8) / QBC;
-        s = unpackHalf2x16(sw >> (16u * (e & 1u))).x;
-    }
-    return dequant8(w, s * Qm[r]);
+// qstage returns qload's vector v (w, sw) dequantized: 8 f16 halves of
+// value(code) · scale · 2^E in the tiles' order (dequant8; 0 outside W).
+uvec4 qstage(uint v, uvec2 w, uint sw) {
+    float s = QF16 ? unpackHalf2x16(sw).x : uintBitsToFloat(sw);
+    return dequant8(w, s * Qm[v / (BK / 8)]);
 }
 #elif defined(SIGNS)
 // sload returns the 8 sign bits of the B slice's vector v at k0: 8 elements along K of row n
@@ -384,7 +393,7 @@ void main() {
         UNROLL for (uint j = 0; j < BP; j++) {
 #ifdef QUANT
             qload(tid + j * NT, kbeg, n0, rq[j], rqs[j]);
-            rb[j] = qstage(tid + j * NT, kbeg, n0, rq[j], rqs[j]);
+            rb[j] = qstage(tid + j * NT, rq[j], rqs[j]);
 #elif defined(SIGNS)
             rb[j] = signs8(sload(tid + j * NT, kbeg, n0));
 #else
@@ -423,7 +432,7 @@ void main() {
         if (k0 + BK < kend) {
             UNROLL for (uint j = 0; j < BP; j++) {
 #ifdef QUANT
-                rb[j] = qstage(tid + j * NT, k0 + BK, n0, rq[j], rqs[j]);
+                rb[j] = qstage(tid + j * NT, rq[j], rqs[j]);
 #else
                 rb[j] = signs8(rsb[j]);
 #endif
