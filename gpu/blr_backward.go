@@ -157,12 +157,30 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 	if !colReduceBatchOff {
 		pend = &colReduces{}
 	}
+	// On tensor cores both paths' A operands of t1 (x ⊙ g_p, when recomputed) and of dt2
+	// (dy ⊙ h_p) are packed in one pass each.
+	var t1A, dt2A [2]*coopA
+	if len(l.Paths) == 2 {
+		var done func()
+		if kept.T1 == nil {
+			if t1A, done, err = coopPackPaths(r, op+".t1", x, [2]*Buffer{l.Paths[0].G, l.Paths[1].G}, rows, n, rk); err != nil {
+				return fail(err)
+			}
+			defer done()
+		}
+		if !pairedDT2 {
+			if dt2A, done, err = coopPackPaths(r, op+".dt2", dy, [2]*Buffer{l.Paths[0].H, l.Paths[1].H}, rows, m, rk); err != nil {
+				return fail(err)
+			}
+			defer done()
+		}
+	}
 	for p, q := range l.Paths {
 		g := grads[p]
 		tb := t1s
 		if kept.T1 != nil {
 			tb = kept.T1[p]
-		} else if err := blrGEMM(r, op+".t1", false, x, q.V, q.G, nil, tb, nil, rows, n, rk, true, false); err != nil {
+		} else if err := blrGEMMPre(r, op+".t1", false, t1A[p], x, q.V, q.G, nil, tb, nil, rows, n, rk, true, false); err != nil {
 			return fail(err)
 		}
 		dt2 := dt2s[p]
@@ -182,7 +200,7 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 			}
 		}
 		if !pairedDT2 {
-			if err := blrGEMM(r, op+".dt2", false, dy, q.U, q.H, nil, dt2, nil, rows, m, rk, false, false); err != nil {
+			if err := blrGEMMPre(r, op+".dt2", false, dt2A[p], dy, q.U, q.H, nil, dt2, nil, rows, m, rk, false, false); err != nil {
 				return fail(err)
 			}
 		}

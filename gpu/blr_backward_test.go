@@ -347,14 +347,33 @@ func TestBLRBackwardKeptBitIdentical(t *testing.T) {
 	}
 }
 
-// TestBLRPathPairsBitIdentical: on CPU adapters a two-path layer's t1 and dt2 GEMMs each run
-// as one pass over both paths (blrGEMMPair: ranks 24 and 16 take it), and its dh and dg (and
-// dx) come from one column-reduction pass (gradColDot2); the forward's y and kept t1 and c, and
-// the backward's gradients are the bits of one pass per path, onto non-zero gradients, with
-// and without dx, with t1 and c kept or recomputed, and over two row chunks (300 rows).
+// TestBLRPathPairsBitIdentical: on CPU adapters ("lanes") a two-path layer's t1 and dt2 GEMMs
+// each run as one pass over both paths (blrGEMMPair: ranks 24 and 16 take it), and its dh and
+// dg (and dx) come from one column-reduction pass (gradColDot2); on tensor cores ("coopmat")
+// both paths' A operands of t1 and dt2 are packed in one pass each (coopPackPaths). Either
+// way the forward's y and kept t1 and c, and the backward's gradients are the bits of one
+// pass per path, onto non-zero gradients, with and without dx, with t1 and c kept or
+// recomputed, and over two row chunks (300 rows).
 func TestBLRPathPairsBitIdentical(t *testing.T) {
-	d := gputest.Open(t)
-	skipNoLanes(t, d)
+	for _, v := range []string{"lanes", "coopmat"} {
+		t.Run(v, func(t *testing.T) {
+			d := gputest.Open(t)
+			if v == "lanes" {
+				skipNoLanes(t, d)
+				defer gpu.SetTensorCores(false)()
+			} else {
+				defer applyGEMMVariant(t, v)()
+			}
+			twins := gpu.CoopTwinPacks()
+			testBLRPathPairs(t, d)
+			if n := gpu.CoopTwinPacks() - twins; (v == "coopmat") != (n > 0) {
+				t.Errorf("%s: %d twin packs recorded", v, n)
+			}
+		})
+	}
+}
+
+func testBLRPathPairs(t *testing.T, d *gpu.Device) {
 	rng := rand.New(rand.NewPCG(45, 46))
 	for _, c := range []struct{ rows, m, n, r, live int }{{37, 68, 56, 24, 20}, {300, 64, 72, 16, 16}} {
 		for _, keep := range []bool{false, true} {

@@ -252,6 +252,12 @@ type blrGemmNaiveParams struct {
 // transB, else [k, n]); sc may be nil. raw, when not nil (sc too), receives the sums before
 // ⊙ sc, F32 [m, n]. Buffers are checked by the caller.
 func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c, raw *Buffer, m, k, n int, transB, accum bool) error {
+	return blrGEMMPre(r, op, naive, nil, a, bits, sa, sc, c, raw, m, k, n, transB, accum)
+}
+
+// blrGEMMPre is blrGEMM with A ⊙ sa perhaps packed already for tensor cores (pre, from
+// coopPackPaths; nil: none).
+func blrGEMMPre(r *Recorder, op string, naive bool, pre *coopA, a, bits, sa, sc, c, raw *Buffer, m, k, n int, transB, accum bool) error {
 	if raw != nil && sc == nil {
 		return fmt.Errorf("gpu: %s: a raw output needs the column scales", op)
 	}
@@ -270,7 +276,7 @@ func blrGEMM(r *Recorder, op string, naive bool, a, bits, sa, sc, c, raw *Buffer
 	uni := []uint32{uint32(m), uint32(n), uint32(k)}
 	// The seam of the implementation choice, as in gemm: tensor cores first.
 	if !naive {
-		if ok, err := coopBLRGEMM(r, op, a, bits, sa, sc, c, raw, m, k, n, transB, accum); ok || err != nil {
+		if ok, err := coopBLRGEMM(r, op, pre, a, bits, sa, sc, c, raw, m, k, n, transB, accum); ok || err != nil {
 			return err
 		}
 	}
@@ -511,6 +517,17 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 			return err
 		}
 	}
+	// On tensor cores both paths' t1 operands, x ⊙ g_p, are packed in one pass.
+	var t1A [2]*coopA
+	if len(l.Paths) == 2 && !naive && !pairedT1 {
+		var done func()
+		var err error
+		if t1A, done, err = coopPackPaths(r, op+".t1", x, [2]*Buffer{l.Paths[0].G, l.Paths[1].G}, rows, l.N, l.Rank); err != nil {
+			r.ops = r.ops[:mark]
+			return err
+		}
+		defer done()
+	}
 	for p, q := range l.Paths {
 		tb := tbs[p]
 		var cb *Buffer
@@ -518,7 +535,7 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 			cb = kept.C[p]
 		}
 		if !pairedT1 {
-			if err := blrGEMM(r, op+".t1", naive, x, q.V, q.G, nil, tb, nil, rows, l.N, l.Rank, true, false); err != nil {
+			if err := blrGEMMPre(r, op+".t1", naive, t1A[p], x, q.V, q.G, nil, tb, nil, rows, l.N, l.Rank, true, false); err != nil {
 				r.ops = r.ops[:mark]
 				return err
 			}

@@ -91,6 +91,9 @@ var coopForce atomic.Int32
 // coopDispatches counts the cooperative-matrix GEMMs recorded (tests check a forced path ran).
 var coopDispatches atomic.Int64
 
+// coopTwinPacks counts the twin packs recorded (coopPackPaths: tests check that they ran).
+var coopTwinPacks atomic.Int64
+
 // coopSplitKs counts the split-K cooperative-matrix GEMMs recorded (tests check that a forced
 // split ran).
 var coopSplitKs atomic.Int64
@@ -395,12 +398,13 @@ func (d *Device) coopProgram(op string, s coopProgramSpec) (*Kernel, error) {
 
 // coopPackParams are wgsl/coopmat_pack.wgsl's template parameters: WG threads a workgroup,
 // Scale, Pairs (each group of 4 columns stored in the order 0, 2, 1, 3: the 8-bit GEMM's A),
-// and for the vector form R 16-byte vectors an invocation and T threads a row (WG/T rows a
-// workgroup); R 0: the general form, one row a workgroup.
+// Twin (two column scales, two packs: coopPackPaths), and for the vector form R 16-byte
+// vectors an invocation and T threads a row (WG/T rows a workgroup); R 0: the general form,
+// one row a workgroup.
 type coopPackParams struct {
-	WG           int
-	Scale, Pairs bool
-	R, T         int
+	WG                 int
+	Scale, Pairs, Twin bool
+	R, T               int
 }
 
 // groups is the number of workgroups for mp rows: WG/T rows a workgroup in the vector form,
@@ -508,6 +512,67 @@ func coopPack(r *Recorder, op string, a Binding, sa *Buffer, m, k, mp, kp int, p
 		return nil, nil, nil, err
 	}
 	return a16, rs, done, nil
+}
+
+// coopA is an A operand packed ahead of its cooperative-matrix GEMM (CoopmatPack's a16, U32
+// [mp, kp/2], and rs, F32 [mp]), with the padded sizes it was packed to.
+type coopA struct {
+	a16, rs *Buffer
+	mp, kp  int
+}
+
+// coopPackPaths records CoopmatPack's twin form for the two paths of a BLR layer whose GEMMs
+// share A — t1 (A = x [m, k], sa = g_p) or dt2 (A = dy, sa = h_p), each an m×n output over k
+// — packing A ⊙ sa[0] and A ⊙ sa[1] in one pass that reads A once, padded to those GEMMs'
+// plan (coopPlan), into borrowed buffers that done gives back: the bits of two coopPack
+// calls, one dispatch instead of two. The packs are nil (nothing recorded, done a no-op)
+// where the twin does not apply — tensor cores off, pathPairsOff, sizes past the limits, or
+// rows that do not take the vector form (k % 4 ≠ 0, kp > 16384) — and each GEMM then packs
+// its own (coopBLRGEMM).
+func coopPackPaths(r *Recorder, op string, a *Buffer, sa [2]*Buffer, m, k, n int) (packs [2]*coopA, done func(), err error) {
+	d := r.d
+	done = func() {}
+	if pathPairsOff || !d.coopUse() || sa[0] == nil || sa[1] == nil {
+		return packs, done, nil
+	}
+	_, mp, kp, _, ok := d.coopPlan(m, k, n)
+	pp := coopPackFor(k, kp, true, false)
+	if !ok || pp.R == 0 {
+		return packs, done, nil
+	}
+	pp.Twin = true
+	var gives []func()
+	done = func() {
+		for _, g := range gives {
+			g()
+		}
+	}
+	fail := func(err error) ([2]*coopA, func(), error) {
+		done()
+		return [2]*coopA{}, func() {}, err
+	}
+	binds := []Binding{Whole(a), Whole(sa[0]), Whole(sa[1])}
+	for p := range packs {
+		a16, g1, err := r.Borrow(fmt.Sprintf("%s a16 %d", op, p), U32, mp, kp/2)
+		if err != nil {
+			return fail(err)
+		}
+		gives = append(gives, g1)
+		rs, g2, err := r.Borrow(fmt.Sprintf("%s rs %d", op, p), F32, mp)
+		if err != nil {
+			return fail(err)
+		}
+		gives = append(gives, g2)
+		packs[p] = &coopA{a16: a16, rs: rs, mp: mp, kp: kp}
+		binds = append(binds, Whole(a16), Whole(rs))
+	}
+	if err := r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl", Params: pp,
+		Bindings: []Access{Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 4},
+		pp.groups(mp), []uint32{uint32(m), uint32(k), uint32(kp), uint32(mp)}, binds...); err != nil {
+		return fail(err)
+	}
+	coopTwinPacks.Add(1)
+	return packs, done, nil
 }
 
 // coopPackInto records CoopmatPack into a16 (U32 [mp, kp/2]) and rs (F32 [mp]), each group
@@ -673,11 +738,13 @@ func coopGEMM(r *Recorder, op string, a, b, c Binding, bf16 bool, m, k, n int, t
 }
 
 // coopBLRGEMM is the cooperative-matrix form of blrGEMM: C[m, n] (+)= (A ⊙ sa)·B (⊙ sc) with
-// B packed sign bits ([n, k] when transB, else [k, n]), raw receiving the sums before ⊙ sc.
+// B packed sign bits ([n, k] when transB, else [k, n]), raw receiving the sums before ⊙ sc;
+// pre, when not nil and packed to this GEMM's plan, is A ⊙ sa already packed
+// (coopPackPaths).
 // It returns false, recording nothing, where tensor cores are off, B's rows do not hold
 // whole bytes (k % 8 ≠ 0 for transB, n % 8 ≠ 0 otherwise: never for a BLR layer, whose n
 // and rank are multiples of 8), or the sizes are past the limits.
-func coopBLRGEMM(r *Recorder, op string, a, bits, sa, sc, c, raw *Buffer, m, k, n int, transB, accum bool) (bool, error) {
+func coopBLRGEMM(r *Recorder, op string, pre *coopA, a, bits, sa, sc, c, raw *Buffer, m, k, n int, transB, accum bool) (bool, error) {
 	d := r.d
 	if !d.coopUse() || (transB && k%8 != 0) || (!transB && n%8 != 0) {
 		return false, nil
@@ -709,11 +776,16 @@ func coopBLRGEMM(r *Recorder, op string, a, bits, sa, sc, c, raw *Buffer, m, k, 
 	if err != nil {
 		return false, nil
 	}
-	a16, rs, done, err := coopPack(r, op, Whole(a), sa, m, k, mp, kp, false)
-	if err != nil {
-		return true, err
+	var a16, rs *Buffer
+	if pre != nil && pre.mp == mp && pre.kp == kp {
+		a16, rs = pre.a16, pre.rs
+	} else {
+		var done func()
+		if a16, rs, done, err = coopPack(r, op, Whole(a), sa, m, k, mp, kp, false); err != nil {
+			return true, err
+		}
+		defer done()
 	}
-	defer done()
 	binds := []Binding{Whole(a16), Whole(rs), Whole(bits)}
 	if sc != nil {
 		binds = append(binds, Whole(sc))
@@ -1085,7 +1157,7 @@ func (d *Device) coopSelfTestTile(t coopTile) ([2]float64, error) {
 		if err := gemm(r, "SelfTest.LinearNaive", true, Whole(a), Whole(w), Whole(outs[1]), true, m, k, n, true); err != nil {
 			return err
 		}
-		ok, err = coopBLRGEMM(r, "SelfTest.BLR", a, bits, sab, scb, outs[2], nil, m, k, n, true, false)
+		ok, err = coopBLRGEMM(r, "SelfTest.BLR", nil, a, bits, sab, scb, outs[2], nil, m, k, n, true, false)
 		if err != nil || !ok {
 			return errors.Join(err, errors.New("the BLR kernel declined"))
 		}

@@ -184,6 +184,10 @@ func CoopSplits() int { return int(coopSplitKs.Load()) }
 // CoopDispatches counts the cooperative-matrix GEMMs recorded (tests check a forced path ran).
 func CoopDispatches() int { return int(coopDispatches.Load()) }
 
+// CoopTwinPacks returns how many twin packs (both paths' A operands in one pass) have been
+// recorded.
+func CoopTwinPacks() int { return int(coopTwinPacks.Load()) }
+
 // SetCoopGPUTiles makes CPU adapters take the GPUs' tiles for the cooperative-matrix
 // attention and delta-rule kernels (on) or their own (off), and returns a function restoring
 // the old choice.

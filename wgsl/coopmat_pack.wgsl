@@ -21,8 +21,90 @@
 // chooses (a 2-D grid past 65535 workgroups). Pairs (the 8-bit GEMM's A: coopmat_gemm.comp
 // QUANT) stores each group of 4 columns in the order 0, 2, 1, 3 — word 2j of a row holds
 // columns 4j and 4j+2, word 2j+1 columns 4j+1 and 4j+3 (kp % 4 = 0) — the order in which that
-// kernel stages its decoded weights; the values are the same.
+// kernel stages its decoded weights; the values are the same. Twin (the vector form, Scale):
+// the two paths of a BLR layer that share A (t1: x ⊙ g_p; dt2: dy ⊙ h_p) packed in one pass
+// that reads A once: A ⊙ sa into a16, rs and A ⊙ sb into b16, rsb, each exactly as a pack of
+// its own (the same products, maximum and conversions: the same bits; gpu/coopmat.go
+// coopPackPaths).
 
+{{- if .Twin}}
+@group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> sa: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> sb: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> a16: array<vec2<u32>>;
+@group(0) @binding(4) var<storage, read_write> rs: array<f32>;
+@group(0) @binding(5) var<storage, read_write> b16: array<vec2<u32>>;
+@group(0) @binding(6) var<storage, read_write> rsb: array<f32>;
+
+struct Params {
+    m: u32,
+    k: u32,
+    kp: u32,
+    mp: u32,
+};
+@group(0) @binding(7) var<uniform> p: Params;
+
+var<workgroup> partial: array<vec2<f32>, {{.WG}}>;
+
+// vals returns elements 4q … 4q+3 of row i of A ⊙ sa and of A ⊙ sb (zero past the matrix:
+// val's guard).
+fn vals(i: u32, q: u32) -> array<vec4<f32>, 2> {
+    if (i >= p.m || 4u * q >= p.k) {
+        return array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
+    }
+    let x = a[i * (p.k / 4u) + q];
+    return array<vec4<f32>, 2>(x * sa[q], x * sb[q]);
+}
+
+@compute @workgroup_size({{.WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let lane = lid % {{.T}}u;
+    let i = (wid.x + wid.y * nwg.x) * {{div .WG .T}}u + lid / {{.T}}u;
+    var mx = vec2<f32>(0.0);
+{{- range $r := seq .R}}
+    let vu{{$r}} = vals(i, lane + {{$r}}u * {{$.T}}u);
+    let v{{$r}} = vu{{$r}}[0];
+    let u{{$r}} = vu{{$r}}[1];
+{{- end}}
+{{- range $r := seq .R}}
+    let av{{$r}} = abs(v{{$r}});
+    let au{{$r}} = abs(u{{$r}});
+    mx = max(mx, vec2<f32>(max(max(av{{$r}}.x, av{{$r}}.y), max(av{{$r}}.z, av{{$r}}.w)),
+                           max(max(au{{$r}}.x, au{{$r}}.y), max(au{{$r}}.z, au{{$r}}.w))));
+{{- end}}
+    partial[lid] = mx;
+    workgroupBarrier();
+    for (var h = {{.T}}u / 2u; h > 0u; h >>= 1u) {
+        if (lane < h) {
+            partial[lid] = max(partial[lid], partial[lid + h]);
+        }
+        workgroupBarrier();
+    }
+    let amax = partial[lid - lane].x;
+    let bmax = partial[lid - lane].y;
+{{- template "red_pow2" (dict "Max" "amax" "E" "e")}}
+{{- template "red_pow2" (dict "Max" "bmax" "E" "eb")}}
+    let s = ldexp(1.0, e);
+    let sbv = ldexp(1.0, eb);
+    if (i >= p.mp) {
+        return;
+    }
+    if (lane == 0u) {
+        rs[i] = ldexp(1.0, -e);
+        rsb[i] = ldexp(1.0, -eb);
+    }
+    let vecs = p.kp / 4u;
+{{- range $r := seq .R}}
+    if (lane + {{$r}}u * {{$.T}}u < vecs) {
+        let w{{$r}} = v{{$r}} * s;
+        let z{{$r}} = u{{$r}} * sbv;
+        a16[i * vecs + lane + {{$r}}u * {{$.T}}u] = vec2<u32>(pack2x16float(w{{$r}}.xy), pack2x16float(w{{$r}}.zw));
+        b16[i * vecs + lane + {{$r}}u * {{$.T}}u] = vec2<u32>(pack2x16float(z{{$r}}.xy), pack2x16float(z{{$r}}.zw));
+    }
+{{- end}}
+}
+{{- else}}
 {{- if .R}}
 @group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
 {{- if .Scale}}
@@ -120,4 +202,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- end}}
     }
 }
+{{- end}}
 {{- end}}
