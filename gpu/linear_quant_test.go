@@ -77,6 +77,8 @@ var (
 		{9, 64, 24, gpu.QuantFP8, [2]int{2, 16}, false, 14},
 		{7, 128, 136, gpu.QuantQ8, q8Block, true, 8},
 		{12, 200, 40, gpu.QuantFP8, [2]int{4, 40}, false, -30},
+		{9, 264, 40, gpu.QuantFP8, [2]int{2, 8}, false, 14}, // 33 scales a row: the scan's 4-load steps
+		{5, 200, 24, gpu.QuantQ8, [2]int{1, 8}, true, 0},
 	}
 )
 
@@ -202,8 +204,16 @@ func linearQuantImpls() []linearQuantImpl {
 		linearQuantImpl{quantBlockLine, func() func() {
 			r1, r2 := coopmatVariant.force(), gpu.SetCoopQuantBlockGroups(0)
 			return func() { r2(); r1() }
-		}, gpu.LinearQuant, quantCoopCases, true})
+		}, gpu.LinearQuant, quantCoopCases, true},
+		linearQuantImpl{quantScanLine, nil, gpu.LinearQuant, quantCoopCases, true})
 }
+
+// quantScanLine is the cooperative-matrix line on a block of 4L×2L×2L with 2×2 subgroups (L
+// the device's cooperative-matrix side: 32×16×16 on Mesa lavapipe, 64×32×32 on NVIDIA), whose
+// workgroup has at least twice as many threads as the block has rows of W, so that two
+// threads scan each row's scales (coopmat_gemm.comp QUANT's QP = 2), as on the GPUs' own
+// 8-bit block (quantBlockLine), which lavapipe cannot run.
+const quantScanLine = "coopmat-scan2"
 
 // quantBlockLine is the cooperative-matrix line that runs every case on the 8-bit GEMM's own
 // 256×128×48 block (chosen on GPUs from 1,024 workgroups, so never at the suite's sizes
@@ -247,6 +257,10 @@ func testLinearQuant(t *testing.T, impl linearQuantImpl) {
 	}
 	if impl.force != nil {
 		defer impl.force()()
+	}
+	if impl.name == quantScanLine {
+		l := d.TensorCores().Shape.M
+		defer applyGEMMVariant(t, fmt.Sprintf("coopmat:%dx%dx%d/2x2", 4*l, 2*l, 2*l))()
 	}
 	rng := rand.New(rand.NewPCG(35, 8))
 	for _, c := range impl.cases {

@@ -353,18 +353,43 @@ void main() {
         acc[i] = coopmat<float, gl_ScopeSubgroup, LM, LN, gl_MatrixUseAccumulator>(0.0);
     }
 #ifdef QUANT
-    // Each row of W in the block gets its power of two (qexp) before any B is staged.
+    // Each row of W in the block gets its power of two (qexp) before any B is staged. The
+    // scan of a row's ⌈K/QBC⌉ scales is split between QP threads (2 where the workgroup has
+    // 2·BN threads or more, else 1), each with four loads in flight, whose maxima meet in
+    // Qm (part 0) and Qd (part 1); then row r's own thread turns them into 2^E and 2^−E.
+    // (One thread a row and one load at a time made the scan a chain of ⌈K/QBC⌉ memory
+    // latencies before a workgroup's first product: 76 at K 9728.)
+    const uint QP = NT >= 2 * BN ? 2 : 1;
+    UNROLL for (uint j = 0; j < (QP * BN + NT - 1) / NT; j++) {
+        uint slot = tid + j * NT; // row slot % BN, part slot / BN
+        if (slot < QP * BN) {
+            uint r = slot % BN;
+            float m0 = 0.0, m1 = 0.0, m2 = 0.0, m3 = 0.0;
+            if (n0 + r < p.n) {
+                uint nc = qcols(), base = ((n0 + r) / QBR) * nc, c = slot / BN;
+                for (; c + 3 * QP < nc; c += 4 * QP) {
+                    m0 = max(m0, abs(qscale(base + c)));
+                    m1 = max(m1, abs(qscale(base + c + QP)));
+                    m2 = max(m2, abs(qscale(base + c + 2 * QP)));
+                    m3 = max(m3, abs(qscale(base + c + 3 * QP)));
+                }
+                for (; c < nc; c += QP) {
+                    m0 = max(m0, abs(qscale(base + c)));
+                }
+            }
+            float smax = max(max(m0, m1), max(m2, m3));
+            if (slot < BN) {
+                Qm[r] = smax;
+            } else {
+                Qd[r] = smax;
+            }
+        }
+    }
+    barrier();
     UNROLL for (uint j = 0; j < (BN + NT - 1) / NT; j++) {
         uint r = tid + j * NT;
         if (r < BN) {
-            float smax = 0.0;
-            if (n0 + r < p.n) {
-                uint nc = qcols(), base = ((n0 + r) / QBR) * nc;
-                for (uint c = 0; c < nc; c++) {
-                    smax = max(smax, abs(qscale(base + c)));
-                }
-            }
-            int e = qexp(smax);
+            int e = qexp(QP == 2 ? max(Qm[r], Qd[r]) : Qm[r]);
             Qm[r] = pow2(e);
             Qd[r] = pow2(-e);
         }
