@@ -52,7 +52,7 @@ func gemmBenchAllShapes() (rows int, dense []gemmBenchShape, blr []blrBenchShape
 			{"sq4096", 4096, 4096},
 			{"0.8B.gate", 3584, 1024}, {"0.8B.head", 4096, 1024}, {"0.8B.proj2048", 2048, 1024},
 			{"0.8B.proj6144", 6144, 1024},
-			{"4B.gate", 9216, 2560}, {"4B.proj6144", 6144, 2560},
+			{"4B.gate", 9216, 2560}, {"4B.down", 2560, 9216}, {"4B.proj6144", 6144, 2560},
 			{"9B.gate", 12288, 4096}, {"9B.proj6144", 6144, 4096},
 		}, []blrBenchShape{
 			{"0.8B.gate", 3584, 1024, 384}, {"0.8B.down", 1024, 3584, 384},
