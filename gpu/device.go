@@ -38,14 +38,19 @@ type Device struct {
 	scratch      map[uint64][]*Buffer // Recorder temporaries kept for reuse, by byte size
 	scratchB     uint64               // their bytes
 	scratchLimit uint64               // SetScratchLimit
-	freedAhead   uint64               // bytes released since the last wait for the GPU (freedAheadLimit)
-	freedMark    freedMark            // freedAhead after the last recorder's submit (boundFreedAheadLocked)
-	lastSub      wgpu.SubmissionIndex // the latest queue submission (submitCmdLocked)
-	kernels      map[kernelKey]*Kernel
-	staging      map[uint64][]*wgpu.Buffer // readback buffers kept for reuse, by size
-	stagingB     uint64                    // their bytes
-	stagers      map[*Stager]struct{}      // NewStager's, released by Close
-	profiler     profiler
+	// gpuSubgroup is a GPU's subgroup size, probed at Open like a CPU adapter's (0 where
+	// the probe disagrees or subgroups are missing). Only LogitsTopK's lane-blocked merge
+	// uses it, and only when forced (SetLogitsTopKLanes: benchmarks); Info.SubgroupSize
+	// stays 0 on GPUs, so no other kernel takes its lane-blocked form there.
+	gpuSubgroup int
+	freedAhead  uint64               // bytes released since the last wait for the GPU (freedAheadLimit)
+	freedMark   freedMark            // freedAhead after the last recorder's submit (boundFreedAheadLocked)
+	lastSub     wgpu.SubmissionIndex // the latest queue submission (submitCmdLocked)
+	kernels     map[kernelKey]*Kernel
+	staging     map[uint64][]*wgpu.Buffer // readback buffers kept for reuse, by size
+	stagingB    uint64                    // their bytes
+	stagers     map[*Stager]struct{}      // NewStager's, released by Close
+	profiler    profiler
 
 	tc          TensorCores     // cooperative matrices (coopmat.go): status
 	layer       *vkLayer        // the Vulkan layer, nil when not loaded
@@ -321,13 +326,17 @@ func Open() (*Device, error) {
 		}
 		d.budget = b
 	}
-	if info.CPU && info.Subgroups {
+	if info.Subgroups {
 		s, err := d.probeSubgroup()
 		if err != nil {
 			d.Close()
 			return nil, fmt.Errorf("gpu: subgroup probe on %s: %w", ai.Device, err)
 		}
-		d.info.SubgroupSize = s
+		if info.CPU {
+			d.info.SubgroupSize = s
+		} else {
+			d.gpuSubgroup = s
+		}
 	}
 	d.initTensorCores(lay, layErr, layState, layStateErr)
 	if !d.tc.On && !info.CPU && tensorCoresEnv() != "off" {

@@ -315,3 +315,7 @@ func SetColReduceLimit(n int) (restore func()) {
 func SetCoopDeltaWide(on bool) (restore func()) {
 	return swap(&coopDeltaWide, on)
 }
+
+// LogitsTopKLanesSize is the subgroup size LogitsTopK's lane-blocked merge runs on when
+// forced (SetLogitsTopKLanes(1)): a CPU adapter's or a GPU's probed one; 0: none.
+func LogitsTopKLanesSize(d *Device) int { return d.topkLanesSize() }

@@ -29,10 +29,19 @@ type logitsTopKParams struct {
 	Lanes               bool
 }
 
-// topkLanesForce forces LogitsTopK's merge form in tests: 1 the lane-blocked one (where the
-// device has a probed subgroup size), −1 the workgroup one, 0 the automatic choice (lanes on
-// CPU adapters).
+// topkLanesForce forces LogitsTopK's merge form in tests and benchmarks: 1 the lane-blocked
+// one (where the device has a probed subgroup size: topkLanesSize, GPUs included), −1 the
+// workgroup one, 0 the automatic choice (lanes on CPU adapters).
 var topkLanesForce int
+
+// topkLanesSize is the subgroup size the lane-blocked merge would run on: a CPU adapter's
+// probed one, or a GPU's (gpuSubgroup: only when forced); 0 where there is none.
+func (d *Device) topkLanesSize() int {
+	if d.info.CPU {
+		return d.info.SubgroupSize
+	}
+	return d.gpuSubgroup
+}
 
 // topkRounds makes the workgroup form of LogitsTopK's merge always take the K rounds (tests
 // and benchmarks: the rank merge's twin).
@@ -162,7 +171,7 @@ func logitsTopK(r *Recorder, op string, h, e *Buffer, dims LogitsDims, part Logi
 	if topkRounds {
 		mp.Per = 0
 	}
-	if s := d.info.SubgroupSize; s > 0 && topkLanesForce >= 0 && (d.info.CPU || topkLanesForce > 0) {
+	if s := d.topkLanesSize(); s > 0 && topkLanesForce >= 0 && (d.info.CPU || topkLanesForce > 0) {
 		mp = logitsTopKParams{K: k, Lanes: true, S: s}
 	}
 	merge, err := d.Kernel(KernelSpec{

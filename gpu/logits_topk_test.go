@@ -66,13 +66,13 @@ var topkForms = []struct {
 }{{"rank", -1, false}, {"rounds", -1, true}, {"lanes", 1, false}}
 
 // eachTopKForm runs body once per LogitsTopK merge form, the lane-blocked one only where the
-// device has a probed subgroup size.
+// device has a probed subgroup size (CPU adapters, and GPUs where it is forced).
 func eachTopKForm(t *testing.T, body func(t *testing.T, d *gpu.Device)) {
 	d := gputest.Open(t)
 	for _, f := range topkForms {
 		t.Run(f.name, func(t *testing.T) {
-			if f.lanes > 0 {
-				skipNoLanes(t, d)
+			if f.lanes > 0 && gpu.LogitsTopKLanesSize(d) == 0 {
+				t.Skipf("the lane-blocked merge needs a probed subgroup size; %s has none", d.Info().Name)
 			}
 			defer gpu.SetLogitsTopKLanes(f.lanes)()
 			defer gpu.SetLogitsTopKRounds(f.rounds)()
@@ -354,8 +354,8 @@ func BenchmarkLogitsTopK(b *testing.B) {
 	var first *topkResult // the rank form's outputs
 	for _, f := range topkForms {
 		b.Run(fmt.Sprintf("rows=%d/%s", dims.Rows, f.name), func(b *testing.B) {
-			if f.lanes > 0 && d.Info().SubgroupSize == 0 {
-				b.Skipf("the lane-blocked merge needs a probed subgroup size (CPU adapters); %s has none", d.Info().Name)
+			if f.lanes > 0 && gpu.LogitsTopKLanesSize(d) == 0 {
+				b.Skipf("the lane-blocked merge needs a probed subgroup size; %s has none", d.Info().Name)
 			}
 			defer gpu.SetLogitsTopKLanes(f.lanes)()
 			defer gpu.SetLogitsTopKRounds(f.rounds)()
