@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# device.sh: one device call's worth of GPU work for nvg — the tensor-core parity suites, kernel
+# A/B benchmarks against an earlier build, `nvg bench` and the PyTorch peer — split into what
+# runs here (Go and a C compiler are here) and what runs on the GPU machine (neither is there).
+#
+#   bash bench/device.sh prep [OLD]   here: builds devbin/q — gpu.test and nvg of the checkout
+#                                     (nvg stamped with HEAD), the Vulkan layer in its cache, the
+#                                     Vulkan loader's .debs in .gl, the peer torch_baseline.py;
+#                                     OLD (a commit) adds gpu-old.test for the A/B lines
+#   bash bench/device.sh slim         here: moves the large tracked files a GPU run does not need
+#                                     (notebook pages, fixtures, the Qwen tokenizer) to
+#                                     /tmp/nvg-slim, so that the tree and devbin/q fit the 64 MiB
+#                                     a call carries; `unslim` puts them back (git checkout)
+#   bash bench/device.sh run STEP…    on the GPU machine, $OUT set, with .gl and devbin/q carried:
+#                                     parity   the kernels' tensor-core parity suites
+#                                              (NVG_EXPECT_TENSOR_CORES=1: a skip fails)
+#                                     kernels  BenchmarkLinearQuant (4B gate and down, 27B down)
+#                                              and BenchmarkLogitsTopK (the merge forms), on
+#                                              gpu-old.test too when it is there
+#                                     bench    nvg bench --model 0.8B,4B, f16, q8 and fp8 teachers
+#                                     peer     torch_baseline.py 0.8B 4B, twice (4B needs the
+#                                              H200's memory)
+# Each step prints a summary into $OUT/log and keeps its raw output in $OUT; a step is cut at
+# its share of BUDGET seconds (default 560: a call's 600 less the unpacking).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+D=devbin/q
+mode=${1:-}
+shift || true
+
+case $mode in
+prep)
+  export PATH=$PATH:/usr/local/go/bin
+  mkdir -p "$D" .gl || exit 1
+  ld="-s -w -X github.com/nvg-project/nvg/internal/version.commit=$(git rev-parse HEAD) -X github.com/nvg-project/nvg/internal/version.modified=$([[ -z $(git status --porcelain) ]] && echo false || echo true)"
+  go test -c -ldflags "-s -w" -o "$D/gpu.test" ./gpu || exit 1
+  go build -ldflags "$ld" -o "$D/nvg" ./cmd/nvg || exit 1
+  if [[ -n ${1:-} ]]; then
+    w=$(mktemp -d)
+    git worktree add -q --detach "$w" "$1" && (cd "$w" && go test -c -ldflags "-s -w" -o "$OLDPWD/$D/gpu-old.test" ./gpu)
+    git worktree remove --force "$w"
+  fi
+  # The layer is built on first use with cc, which the GPU machine lacks: build it into the
+  # cache that travels (a test that skips without a GPU still builds it).
+  (cd gpu && XDG_CACHE_HOME=$PWD/../$D/cache ../$D/gpu.test -test.run '^TestTensorCoresStatus$' >/dev/null 2>&1)
+  rm -rf "$D"/cache/mesa_shader_cache*
+  ls "$D"/cache/nvg/vklayer-*/libnvg_vklayer.so >/dev/null || { echo "device.sh: the Vulkan layer was not built into $D/cache" >&2; exit 1; }
+  for p in ../shared/bench/torch_baseline.py shared/bench/torch_baseline.py; do
+    [[ -f $p ]] && cp -f "$p" "$D/" && break
+  done
+  if ! compgen -G ".gl/libvulkan1_*.deb" >/dev/null; then
+    mkdir -p /tmp/amd64/partial
+    o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+    # shellcheck disable=SC2086
+    apt-get $o update >/dev/null && (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null) ||
+      { echo "device.sh: cannot download the Vulkan loader's .debs into .gl" >&2; exit 1; }
+  fi
+  rm -f "$D"/*.xz
+  xz -6 -T0 -f "$D"/*.test "$D/nvg"
+  du -sh "$D" .gl
+  exit 0
+  ;;
+slim | unslim)
+  big=(docs/notebooks/*.html testdata/tokenizers/qwen3/tokenizer.json.gz testdata/fixtures/tiny-fp8/model.safetensors testdata/fixtures/fixtures-tiny-go.safetensors)
+  if [[ $mode == slim ]]; then
+    mkdir -p /tmp/nvg-slim && mv -f "${big[@]}" /tmp/nvg-slim/ 2>/dev/null
+  else
+    git checkout -- docs/notebooks testdata/tokenizers/qwen3/tokenizer.json.gz testdata/fixtures/tiny-fp8/model.safetensors testdata/fixtures/fixtures-tiny-go.safetensors
+  fi
+  exit $?
+  ;;
+run) ;;
+*)
+  sed -n '2,/^set /{/^#/p}' "$0"
+  exit 2
+  ;;
+esac
+
+L=${OUT:?device.sh run: OUT must name the output folder}/log
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+for x in "$D"/*.xz; do [[ -e $x ]] && xz -d -k -f "$x"; done
+chmod +x "$D"/*.test "$D"/nvg 2>/dev/null
+export XDG_CACHE_HOME=$PWD/$D/cache NVG_REQUIRE_GPU=1
+T0=$SECONDS
+left() { echo $((${BUDGET:-560} - (SECONDS - T0))); }
+gt() { # gt BIN SECONDS ARGS…: a gpu test binary in gpu/ (its testdata), at most SECONDS
+  local bin=$1 t=$2
+  shift 2
+  [[ -x $D/$bin ]] || { echo "no $D/$bin"; return 127; }
+  ((t > 0)) || { echo "no time left for $bin $*"; return 124; }
+  (cd gpu && timeout "$t" "../$D/$bin" "$@" 2>&1)
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$L"
+
+for step in "$@"; do
+  echo "== $step (t=$((SECONDS - T0)) s)" | tee -a "$L"
+  case $step in
+  parity)
+    par=$OUT/parity.txt
+    for pat in '^TestTensorCoresStatus$' \
+      '^(TestBLRBackwardReduceBatch|TestGradColDot|TestGatedDeltaRuleSaved|TestGatedDeltaRuleChunkedBackwardSaved|TestGatedDeltaRuleChunkedCoopmat|TestGatedDeltaRuleChunkedBackwardCoopmat|TestGatedDeltaRuleAutoCoopmat)$' \
+      '^(TestBLRBackward|TestBLRForward|TestLinearQuant|TestLinearFamily|TestCoopmatPack|TestBLRPathPairsBitIdentical|TestLogitsTopK|TestKLLossBackward)$'; do
+      NVG_EXPECT_TENSOR_CORES=1 gt gpu.test "$(($(left) < 90 ? $(left) : 90))" -test.run "$pat" -test.v -test.count=1 >>"$par"
+      echo "parity rc=$? '$pat'" | tee -a "$L"
+    done
+    echo "parity: pass=$(grep -cE -- '^--- PASS' "$par") fail=$(grep -cE -- '--- FAIL' "$par") skip=$(grep -cE -- '--- SKIP' "$par")" | tee -a "$L"
+    grep -E -- '--- (FAIL|SKIP)|panic' "$par" | head -20 | tee -a "$L"
+    ;;
+  kernels)
+    for b in gpu-old.test gpu.test; do
+      [[ -x $D/$b ]] || continue
+      NVG_BENCH_LARGE=1 NVG_BENCH_SHAPES=4B.gate,4B.down,27B.down NVG_TC_VARIANTS=coopmat \
+        gt "$b" 60 -test.run '^$' -test.bench '^BenchmarkLinearQuant$' -test.benchtime 3x >"$OUT/lq-${b%.test}.txt"
+      echo "lq $b rc=$?" | tee -a "$L"
+      grep -E 'QUANTROW|GEMMCHECK.*worst' "$OUT/lq-${b%.test}.txt" | tee -a "$L"
+      NVG_BENCH_LARGE=1 gt "$b" 60 -test.run '^$' -test.bench '^BenchmarkLogitsTopK$' -test.benchtime 3x >"$OUT/topk-${b%.test}.txt"
+      echo "topk $b rc=$?" | tee -a "$L"
+      grep -E 'TOPKROW.*merge' "$OUT/topk-${b%.test}.txt" | tee -a "$L"
+    done
+    ;;
+  bench)
+    t=$(($(left) - 10))
+    timeout "$t" "$D/nvg" bench --model 0.8B,4B --tensor-cores on --teacher-dtype f16,q8,fp8 --steps 3 --reps 3 \
+      --deadline "$((t - 30))s" --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
+    echo "bench rc=$?" | tee -a "$L"
+    grep -E 'tok/s' "$OUT/bench.txt" | head -30 | tee -a "$L"
+    ;;
+  peer)
+    for i in 1 2; do
+      PYTHONUNBUFFERED=1 timeout "$(($(left) - 5))" python3 "$D/torch_baseline.py" 0.8B 4B 2>>"$OUT/peer.err" | tee -a "$OUT/peer.txt"
+    done
+    grep -c '^RESULT' "$OUT/peer.txt" | sed 's/^/peer results: /' | tee -a "$L"
+    ;;
+  *) echo "device.sh: unknown step $step" | tee -a "$L" ;;
+  esac
+done
+echo "done (t=$((SECONDS - T0)) s)" | tee -a "$L"
