@@ -380,6 +380,14 @@ func testBLRPathPairs(t *testing.T, d *gpu.Device) {
 			for _, withDX := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%+v/kept=%v/dx=%v", c, keep, withDX), func(t *testing.T) {
 					w := randBLR(rng, c.m, c.n, c.r, 2, c.live)
+					// Path 1's scales 2⁻⁵ of path 0's (exactly: powers of two), so that the
+					// paths' packed operands differ in their power-of-two scales and a twin
+					// pack that mixed them up would show.
+					for _, v := range [][]float32{w.Paths[1].G, w.Paths[1].H} {
+						for i := range v {
+							v[i] /= 32
+						}
+					}
 					l := uploadBLR(t, d, w, c.live)
 					defer l.Release()
 					xf, _ := randF32(rng, c.rows*c.n, 1)

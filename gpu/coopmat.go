@@ -536,11 +536,9 @@ func coopPackPaths(r *Recorder, op string, a *Buffer, sa [2]*Buffer, m, k, n int
 		return packs, done, nil
 	}
 	_, mp, kp, _, ok := d.coopPlan(m, k, n)
-	pp := coopPackFor(k, kp, true, false)
-	if !ok || pp.R == 0 {
+	if !ok || coopPackFor(k, kp, true, false).R == 0 {
 		return packs, done, nil
 	}
-	pp.Twin = true
 	var gives []func()
 	done = func() {
 		for _, g := range gives {
@@ -551,7 +549,7 @@ func coopPackPaths(r *Recorder, op string, a *Buffer, sa [2]*Buffer, m, k, n int
 		done()
 		return [2]*coopA{}, func() {}, err
 	}
-	binds := []Binding{Whole(a), Whole(sa[0]), Whole(sa[1])}
+	var a16s, rss [2]*Buffer
 	for p := range packs {
 		a16, g1, err := r.Borrow(fmt.Sprintf("%s a16 %d", op, p), U32, mp, kp/2)
 		if err != nil {
@@ -564,15 +562,31 @@ func coopPackPaths(r *Recorder, op string, a *Buffer, sa [2]*Buffer, m, k, n int
 		}
 		gives = append(gives, g2)
 		packs[p] = &coopA{a16: a16, rs: rs, mp: mp, kp: kp}
-		binds = append(binds, Whole(a16), Whole(rs))
+		a16s[p], rss[p] = a16, rs
 	}
-	if err := r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl", Params: pp,
-		Bindings: []Access{Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 4},
-		pp.groups(mp), []uint32{uint32(m), uint32(k), uint32(kp), uint32(mp)}, binds...); err != nil {
+	if err := coopPackTwinInto(r, op, a, sa, a16s, rss, m, k, mp, kp); err != nil {
 		return fail(err)
 	}
-	coopTwinPacks.Add(1)
 	return packs, done, nil
+}
+
+// coopPackTwinInto records CoopmatPack's twin form: A [m, k] ⊙ sa[p] into a16[p] (U32
+// [mp, kp/2]) and rs[p] (F32 [mp]) for p = 0, 1, in one pass (the vector form: k % 4 = 0,
+// kp ≤ 16384; the caller checks).
+func coopPackTwinInto(r *Recorder, op string, a *Buffer, sa, a16, rs [2]*Buffer, m, k, mp, kp int) error {
+	pp := coopPackFor(k, kp, true, false)
+	if pp.R == 0 {
+		return fmt.Errorf("gpu: %s: the twin pack needs the vector form (k %% 4 = 0, kp ≤ 16384; k %d, kp %d)", op, k, kp)
+	}
+	pp.Twin = true
+	if err := r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl", Params: pp,
+		Bindings: []Access{Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 4},
+		pp.groups(mp), []uint32{uint32(m), uint32(k), uint32(kp), uint32(mp)},
+		Whole(a), Whole(sa[0]), Whole(sa[1]), Whole(a16[0]), Whole(rs[0]), Whole(a16[1]), Whole(rs[1])); err != nil {
+		return err
+	}
+	coopTwinPacks.Add(1)
+	return nil
 }
 
 // coopPackInto records CoopmatPack into a16 (U32 [mp, kp/2]) and rs (F32 [mp]), each group

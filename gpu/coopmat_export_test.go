@@ -9,6 +9,13 @@ func CoopmatPack(r *Recorder, a, sa, a16, rs *Buffer, m, k, mp, kp int, pairs bo
 	return coopPackInto(r, "CoopmatPack", Whole(a), sa, a16, rs, m, k, mp, kp, pairs)
 }
 
+// CoopmatPackTwin records CoopmatPack's twin form (both BLR paths' operands in one pass):
+// a ⊙ sa into a16, rs and a ⊙ sb into b16, rsb, as two CoopmatPack calls would (k % 4 = 0,
+// kp ≤ 16384). For tests.
+func CoopmatPackTwin(r *Recorder, a, sa, sb, a16, rs, b16, rsb *Buffer, m, k, mp, kp int) error {
+	return coopPackTwinInto(r, "CoopmatPackTwin", a, [2]*Buffer{sa, sb}, [2]*Buffer{a16, b16}, [2]*Buffer{rs, rsb}, m, k, mp, kp)
+}
+
 // CoopmatPackForm returns the threads per row and the 16-byte vectors per invocation (0: the
 // general form, whose workgroup of 64 threads is one row) that CoopmatPack uses for rows of k
 // columns padded to kp.

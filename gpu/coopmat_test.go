@@ -217,6 +217,70 @@ func TestCoopmatPack(t *testing.T) {
 	}
 }
 
+// TestCoopmatPackTwin: the twin form of CoopmatPack (both BLR paths' operands, A ⊙ sa and
+// A ⊙ sb, in one pass) gives the bits of two single packs, in every vector form (R 1 … 9,
+// 32 to 256 threads a row, rows past m), with sa and sb of different magnitudes (so the
+// rows' powers of two differ between the packs), a zero row, and columns past k. Plain WGSL:
+// it runs on every adapter.
+func TestCoopmatPackTwin(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(36, 2))
+	for _, c := range []struct{ m, k, kp int }{{5, 40, 64}, {9, 384, 384}, {3, 3584, 3584}, {2, 6144, 6208}, {4, 8196, 8256}} {
+		t.Run(fmt.Sprintf("%dx%d_kp%d", c.m, c.k, c.kp), func(t *testing.T) {
+			mp := c.m + 3
+			af := make([]float32, c.m*c.k)
+			for i := range af {
+				if row := i / c.k; row != 1 { // row 1 stays zero
+					af[i] = float32((rng.Float64()*2 - 1) * math.Pow(10, float64(row%7)-3))
+				}
+			}
+			sa, sb := make([]float32, c.k), make([]float32, c.k)
+			for i := range sa {
+				sa[i] = float32(0.5 + rng.Float64())
+				sb[i] = float32((0.5 + rng.Float64()) * math.Ldexp(1, -7+int(rng.IntN(3))))
+			}
+			tb := newBufs(t, d)
+			a := tb.up("A", af, c.m, c.k)
+			sab, sbb := tb.up("sa", sa, c.k), tb.up("sb", sb, c.k)
+			var outs [4][2]*gpu.Buffer // single sa, single sb, twin sa, twin sb: a16 and rs
+			for i := range outs {
+				outs[i] = [2]*gpu.Buffer{tb.nwU32("a16", mp, c.kp/2), tb.nw("rs", mp)}
+			}
+			twins := gpu.CoopTwinPacks()
+			err := d.Run(func(r *gpu.Recorder) error {
+				if err := gpu.CoopmatPack(r, a, sab, outs[0][0], outs[0][1], c.m, c.k, mp, c.kp, false); err != nil {
+					return err
+				}
+				if err := gpu.CoopmatPack(r, a, sbb, outs[1][0], outs[1][1], c.m, c.k, mp, c.kp, false); err != nil {
+					return err
+				}
+				return gpu.CoopmatPackTwin(r, a, sab, sbb, outs[2][0], outs[2][1], outs[3][0], outs[3][1], c.m, c.k, mp, c.kp)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := gpu.CoopTwinPacks() - twins; n != 1 {
+				t.Errorf("%d twin packs recorded, want 1", n)
+			}
+			for p := range 2 {
+				single, twin := outs[p], outs[2+p]
+				ws, wt := must(d.ReadUint32(single[0])).T(t), must(d.ReadUint32(twin[0])).T(t)
+				for i := range ws {
+					if ws[i] != wt[i] {
+						t.Fatalf("path %d: a16 word %d = %#08x, the single pack's %#08x", p, i, wt[i], ws[i])
+					}
+				}
+				sameBits(t, fmt.Sprintf("path %d rs", p), must(d.ReadFloat32(single[1])).T(t), must(d.ReadFloat32(twin[1])).T(t))
+			}
+			// The paths' scales differ by 2⁻⁷ … 2⁻⁵ (sb against sa): their rows' powers of two must too.
+			r0, r1 := must(d.ReadFloat32(outs[2][1])).T(t), must(d.ReadFloat32(outs[3][1])).T(t)
+			if r0[0] == r1[0] {
+				t.Errorf("row 0's inverse scales are equal in both packs (%g): the test does not tell the packs apart", r0[0])
+			}
+		})
+	}
+}
+
 // eachTCVariant runs body as a sub-benchmark per kernel form of NVG_TC_VARIANTS (a
 // comma-separated list of "wgsl" and "coopmat"; both when unset): the attention and delta-rule
 // benchmarks compare their WGSL kernels with the cooperative-matrix ones in one run. The

@@ -328,14 +328,17 @@ func Open() (*Device, error) {
 	}
 	if info.Subgroups {
 		s, err := d.probeSubgroup()
-		if err != nil {
+		switch {
+		case err != nil && info.CPU:
 			d.Close()
 			return nil, fmt.Errorf("gpu: subgroup probe on %s: %w", ai.Device, err)
-		}
-		if info.CPU {
+		case info.CPU:
 			d.info.SubgroupSize = s
-		} else {
+		case err == nil:
 			d.gpuSubgroup = s
+		default:
+			// Only a forced benchmark form needs it on a GPU: no reason to refuse the device.
+			fmt.Fprintf(os.Stderr, "nvg/gpu: subgroup probe on %s failed (the lane-blocked top-k merge cannot be forced): %v\n", ai.Device, err)
 		}
 	}
 	d.initTensorCores(lay, layErr, layState, layStateErr)

@@ -209,6 +209,13 @@ func (b testBufs) nw(name string, shape ...int) *gpu.Buffer {
 	return buf
 }
 
+// nwU32 allocates a u32 buffer of the given shape.
+func (b testBufs) nwU32(name string, shape ...int) *gpu.Buffer {
+	buf := must(b.d.NewBuffer(name, gpu.U32, shape...)).T(b.t)
+	b.t.Cleanup(buf.Release)
+	return buf
+}
+
 // eachInfDecayForm runs test on the chunked, lane-blocked and cooperative-matrix forms of a
 // delta-rule op (forms, in that order) as subtests, skipping a form the device lacks, with
 // infDecayTol, or for the cooperative-matrix form the larger of it and coopTol.
