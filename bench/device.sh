@@ -14,8 +14,9 @@
 #   bash bench/device.sh run STEP…    on the GPU machine, $OUT set, with .gl and devbin/q carried:
 #                                     parity   the kernels' tensor-core parity suites
 #                                              (NVG_EXPECT_TENSOR_CORES=1: a skip fails)
-#                                     kernels  BenchmarkLinearQuant (4B gate and down, 27B down)
-#                                              and BenchmarkLogitsTopK (the merge forms), on
+#                                     kernels  BenchmarkLinearQuant (4B gate and down, 27B down;
+#                                              a build before 518dab2 lacks 4B down) and
+#                                              BenchmarkLogitsTopK (the merge forms), on
 #                                              gpu-old.test too when it is there
 #                                     bench    nvg bench --model 0.8B,4B, f16, q8 and fp8 teachers
 #                                     peer     torch_baseline.py 0.8B 4B, twice (4B needs the
@@ -38,7 +39,9 @@ prep)
   if [[ -n ${1:-} ]]; then
     w=$(mktemp -d)
     git worktree add -q --detach "$w" "$1" && (cd "$w" && go test -c -ldflags "-s -w" -o "$OLDPWD/$D/gpu-old.test" ./gpu)
+    rc=$?
     git worktree remove --force "$w"
+    ((rc == 0)) || { echo "device.sh: cannot build gpu-old.test at $1" >&2; exit 1; }
   fi
   # The layer is built on first use with cc, which the GPU machine lacks: build it into the
   # cache that travels (a test that skips without a GPU still builds it).
@@ -63,7 +66,11 @@ prep)
 slim | unslim)
   big=(docs/notebooks/*.html testdata/tokenizers/qwen3/tokenizer.json.gz testdata/fixtures/tiny-fp8/model.safetensors testdata/fixtures/fixtures-tiny-go.safetensors)
   if [[ $mode == slim ]]; then
-    mkdir -p /tmp/nvg-slim && mv -f "${big[@]}" /tmp/nvg-slim/ 2>/dev/null
+    mkdir -p /tmp/nvg-slim
+    for f in "${big[@]}"; do
+      [[ -e $f ]] && mv -f "$f" /tmp/nvg-slim/
+    done
+    exit 0
   else
     git checkout -- docs/notebooks testdata/tokenizers/qwen3/tokenizer.json.gz testdata/fixtures/tiny-fp8/model.safetensors testdata/fixtures/fixtures-tiny-go.safetensors
   fi
@@ -77,6 +84,7 @@ run) ;;
 esac
 
 L=${OUT:?device.sh run: OUT must name the output folder}/log
+compgen -G ".gl/*.deb" >/dev/null || { echo "device.sh run: no Vulkan loader .debs in .gl (carry .gl; bench/device.sh prep downloads them)" | tee -a "$L"; exit 1; }
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 for x in "$D"/*.xz; do [[ -e $x ]] && xz -d -k -f "$x"; done
@@ -84,6 +92,7 @@ chmod +x "$D"/*.test "$D"/nvg 2>/dev/null
 export XDG_CACHE_HOME=$PWD/$D/cache NVG_REQUIRE_GPU=1
 T0=$SECONDS
 left() { echo $((${BUDGET:-560} - (SECONDS - T0))); }
+upto() { local l; l=$(left); echo $((l < $1 ? l : $1)); } # upto N: N seconds, or what is left
 gt() { # gt BIN SECONDS ARGS…: a gpu test binary in gpu/ (its testdata), at most SECONDS
   local bin=$1 t=$2
   shift 2
@@ -101,7 +110,7 @@ for step in "$@"; do
     for pat in '^TestTensorCoresStatus$' \
       '^(TestBLRBackwardReduceBatch|TestGradColDot|TestGatedDeltaRuleSaved|TestGatedDeltaRuleChunkedBackwardSaved|TestGatedDeltaRuleChunkedCoopmat|TestGatedDeltaRuleChunkedBackwardCoopmat|TestGatedDeltaRuleAutoCoopmat)$' \
       '^(TestBLRBackward|TestBLRForward|TestLinearQuant|TestLinearFamily|TestCoopmatPack|TestBLRPathPairsBitIdentical|TestLogitsTopK|TestKLLossBackward)$'; do
-      NVG_EXPECT_TENSOR_CORES=1 gt gpu.test "$(($(left) < 90 ? $(left) : 90))" -test.run "$pat" -test.v -test.count=1 >>"$par"
+      NVG_EXPECT_TENSOR_CORES=1 gt gpu.test "$(upto 90)" -test.run "$pat" -test.v -test.count=1 >>"$par"
       echo "parity rc=$? '$pat'" | tee -a "$L"
     done
     echo "parity: pass=$(grep -cE -- '^--- PASS' "$par") fail=$(grep -cE -- '--- FAIL' "$par") skip=$(grep -cE -- '--- SKIP' "$par")" | tee -a "$L"
@@ -111,16 +120,17 @@ for step in "$@"; do
     for b in gpu-old.test gpu.test; do
       [[ -x $D/$b ]] || continue
       NVG_BENCH_LARGE=1 NVG_BENCH_SHAPES=4B.gate,4B.down,27B.down NVG_TC_VARIANTS=coopmat \
-        gt "$b" 60 -test.run '^$' -test.bench '^BenchmarkLinearQuant$' -test.benchtime 3x >"$OUT/lq-${b%.test}.txt"
+        gt "$b" "$(upto 60)" -test.run '^$' -test.bench '^BenchmarkLinearQuant$' -test.benchtime 3x >"$OUT/lq-${b%.test}.txt"
       echo "lq $b rc=$?" | tee -a "$L"
       grep -E 'QUANTROW|GEMMCHECK.*worst' "$OUT/lq-${b%.test}.txt" | tee -a "$L"
-      NVG_BENCH_LARGE=1 gt "$b" 60 -test.run '^$' -test.bench '^BenchmarkLogitsTopK$' -test.benchtime 3x >"$OUT/topk-${b%.test}.txt"
+      NVG_BENCH_LARGE=1 gt "$b" "$(upto 60)" -test.run '^$' -test.bench '^BenchmarkLogitsTopK$' -test.benchtime 3x >"$OUT/topk-${b%.test}.txt"
       echo "topk $b rc=$?" | tee -a "$L"
       grep -E 'TOPKROW.*merge' "$OUT/topk-${b%.test}.txt" | tee -a "$L"
     done
     ;;
   bench)
     t=$(($(left) - 10))
+    ((t >= 60)) || { echo "bench: $t s left, too few" | tee -a "$L"; continue; }
     timeout "$t" "$D/nvg" bench --model 0.8B,4B --tensor-cores on --teacher-dtype f16,q8,fp8 --steps 3 --reps 3 \
       --deadline "$((t - 30))s" --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
     echo "bench rc=$?" | tee -a "$L"
@@ -128,6 +138,7 @@ for step in "$@"; do
     ;;
   peer)
     for i in 1 2; do
+      (($(left) >= 60)) || { echo "peer run $i: $(left) s left, too few" | tee -a "$L"; break; }
       PYTHONUNBUFFERED=1 timeout "$(($(left) - 5))" python3 "$D/torch_baseline.py" 0.8B 4B 2>>"$OUT/peer.err" | tee -a "$OUT/peer.txt"
     done
     grep -c '^RESULT' "$OUT/peer.txt" | sed 's/^/peer results: /' | tee -a "$L"
