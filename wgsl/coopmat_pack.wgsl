@@ -21,20 +21,36 @@
 // chooses (a 2-D grid past 65535 workgroups). Pairs (the 8-bit GEMM's A: coopmat_gemm.comp
 // QUANT) stores each group of 4 columns in the order 0, 2, 1, 3 — word 2j of a row holds
 // columns 4j and 4j+2, word 2j+1 columns 4j+1 and 4j+3 (kp % 4 = 0) — the order in which that
-// kernel stages its decoded weights; the values are the same. Twin (the vector form, Scale):
+// kernel stages its decoded weights; the values are the same. Twin (the vector form, Scale;
+// bindings a, sa, sb, a16, rs, b16, rsb):
 // the two paths of a BLR layer that share A (t1: x ⊙ g_p; dt2: dy ⊙ h_p) packed in one pass
 // that reads A once: A ⊙ sa into a16, rs and A ⊙ sb into b16, rsb, each exactly as a pack of
 // its own (the same products, maximum and conversions: the same bits; gpu/coopmat.go
 // coopPackPaths).
 
-{{- if .Twin}}
+{{- $b := 1}}{{if .Scale}}{{$b = 2}}{{end}}{{if .Twin}}{{$b = 3}}{{end}}
+{{- /* $b: a16's binding; rs follows it, then (Twin) b16 and rsb, then the uniforms */ -}}
+{{- if .R}}
 @group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
+{{- if .Scale}}
 @group(0) @binding(1) var<storage, read> sa: array<vec4<f32>>;
+{{- end}}
+{{- if .Twin}}
 @group(0) @binding(2) var<storage, read> sb: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> a16: array<vec2<u32>>;
-@group(0) @binding(4) var<storage, read_write> rs: array<f32>;
-@group(0) @binding(5) var<storage, read_write> b16: array<vec2<u32>>;
-@group(0) @binding(6) var<storage, read_write> rsb: array<f32>;
+{{- end}}
+@group(0) @binding({{$b}}) var<storage, read_write> a16: array<vec2<u32>>;
+{{- else}}
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+{{- if .Scale}}
+@group(0) @binding(1) var<storage, read> sa: array<f32>;
+{{- end}}
+@group(0) @binding({{$b}}) var<storage, read_write> a16: array<u32>;
+{{- end}}
+@group(0) @binding({{add $b 1}}) var<storage, read_write> rs: array<f32>;
+{{- if .Twin}}
+@group(0) @binding({{add $b 2}}) var<storage, read_write> b16: array<vec2<u32>>;
+@group(0) @binding({{add $b 3}}) var<storage, read_write> rsb: array<f32>;
+{{- end}}
 
 struct Params {
     m: u32,
@@ -42,12 +58,12 @@ struct Params {
     kp: u32,
     mp: u32,
 };
-@group(0) @binding(7) var<uniform> p: Params;
+@group(0) @binding({{if .Twin}}{{add $b 4}}{{else}}{{add $b 2}}{{end}}) var<uniform> p: Params;
 
-var<workgroup> partial: array<vec2<f32>, {{.WG}}>;
-
-// vals returns elements 4q … 4q+3 of row i of A ⊙ sa and of A ⊙ sb (zero past the matrix:
-// val's guard).
+var<workgroup> partial: array<{{if .Twin}}vec2<f32>{{else}}f32{{end}}, {{.WG}}>;
+{{if .R}}
+{{- if .Twin}}
+// vals returns elements 4q … 4q+3 of row i of A ⊙ sa and of A ⊙ sb (zero past the matrix).
 fn vals(i: u32, q: u32) -> array<vec4<f32>, 2> {
     if (i >= p.m || 4u * q >= p.k) {
         return array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0));
@@ -55,81 +71,7 @@ fn vals(i: u32, q: u32) -> array<vec4<f32>, 2> {
     let x = a[i * (p.k / 4u) + q];
     return array<vec4<f32>, 2>(x * sa[q], x * sb[q]);
 }
-
-@compute @workgroup_size({{.WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-    let lane = lid % {{.T}}u;
-    let i = (wid.x + wid.y * nwg.x) * {{div .WG .T}}u + lid / {{.T}}u;
-    var mx = vec2<f32>(0.0);
-{{- range $r := seq .R}}
-    let vu{{$r}} = vals(i, lane + {{$r}}u * {{$.T}}u);
-    let v{{$r}} = vu{{$r}}[0];
-    let u{{$r}} = vu{{$r}}[1];
-{{- end}}
-{{- range $r := seq .R}}
-    let av{{$r}} = abs(v{{$r}});
-    let au{{$r}} = abs(u{{$r}});
-    mx = max(mx, vec2<f32>(max(max(av{{$r}}.x, av{{$r}}.y), max(av{{$r}}.z, av{{$r}}.w)),
-                           max(max(au{{$r}}.x, au{{$r}}.y), max(au{{$r}}.z, au{{$r}}.w))));
-{{- end}}
-    partial[lid] = mx;
-    workgroupBarrier();
-    for (var h = {{.T}}u / 2u; h > 0u; h >>= 1u) {
-        if (lane < h) {
-            partial[lid] = max(partial[lid], partial[lid + h]);
-        }
-        workgroupBarrier();
-    }
-    let amax = partial[lid - lane].x;
-    let bmax = partial[lid - lane].y;
-{{- template "red_pow2" (dict "Max" "amax" "E" "e")}}
-{{- template "red_pow2" (dict "Max" "bmax" "E" "eb")}}
-    let s = ldexp(1.0, e);
-    let sbv = ldexp(1.0, eb);
-    if (i >= p.mp) {
-        return;
-    }
-    if (lane == 0u) {
-        rs[i] = ldexp(1.0, -e);
-        rsb[i] = ldexp(1.0, -eb);
-    }
-    let vecs = p.kp / 4u;
-{{- range $r := seq .R}}
-    if (lane + {{$r}}u * {{$.T}}u < vecs) {
-        let w{{$r}} = v{{$r}} * s;
-        let z{{$r}} = u{{$r}} * sbv;
-        a16[i * vecs + lane + {{$r}}u * {{$.T}}u] = vec2<u32>(pack2x16float(w{{$r}}.xy), pack2x16float(w{{$r}}.zw));
-        b16[i * vecs + lane + {{$r}}u * {{$.T}}u] = vec2<u32>(pack2x16float(z{{$r}}.xy), pack2x16float(z{{$r}}.zw));
-    }
-{{- end}}
-}
 {{- else}}
-{{- if .R}}
-@group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
-{{- if .Scale}}
-@group(0) @binding(1) var<storage, read> sa: array<vec4<f32>>;
-{{- end}}
-@group(0) @binding({{if .Scale}}2{{else}}1{{end}}) var<storage, read_write> a16: array<vec2<u32>>;
-{{- else}}
-@group(0) @binding(0) var<storage, read> a: array<f32>;
-{{- if .Scale}}
-@group(0) @binding(1) var<storage, read> sa: array<f32>;
-{{- end}}
-@group(0) @binding({{if .Scale}}2{{else}}1{{end}}) var<storage, read_write> a16: array<u32>;
-{{- end}}
-@group(0) @binding({{if .Scale}}3{{else}}2{{end}}) var<storage, read_write> rs: array<f32>;
-
-struct Params {
-    m: u32,
-    k: u32,
-    kp: u32,
-    mp: u32,
-};
-@group(0) @binding({{if .Scale}}4{{else}}3{{end}}) var<uniform> p: Params;
-
-var<workgroup> partial: array<f32, {{.WG}}>;
-{{if .R}}
 // val returns elements 4q … 4q+3 of row i (zero past the matrix).
 fn val(i: u32, q: u32) -> vec4<f32> {
     if (i >= p.m || 4u * q >= p.k) {
@@ -137,6 +79,7 @@ fn val(i: u32, q: u32) -> vec4<f32> {
     }
     return a[i * (p.k / 4u) + q]{{if .Scale}} * sa[q]{{end}};
 }
+{{- end}}
 {{else}}
 fn val(i: u32, c: u32) -> f32 {
     if (i >= p.m || c >= p.k) {
@@ -152,6 +95,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // Row i of this workgroup's RW rows; a row past mp takes part in the barriers only.
     let lane = lid % {{.T}}u;
     let i = (wid.x + wid.y * nwg.x) * {{div .WG .T}}u + lid / {{.T}}u;
+{{- if .Twin}}
+    var mx = vec2<f32>(0.0); // the row's largest |value| of A ⊙ sa, of A ⊙ sb
+{{- range $r := seq .R}}
+    let vu{{$r}} = vals(i, lane + {{$r}}u * {{$.T}}u);
+    let v{{$r}} = vu{{$r}}[0];
+    let u{{$r}} = vu{{$r}}[1];
+{{- end}}
+{{- range $r := seq .R}}
+    let a{{$r}} = abs(v{{$r}});
+    let b{{$r}} = abs(u{{$r}});
+    mx = max(mx, vec2<f32>(max(max(a{{$r}}.x, a{{$r}}.y), max(a{{$r}}.z, a{{$r}}.w)),
+                           max(max(b{{$r}}.x, b{{$r}}.y), max(b{{$r}}.z, b{{$r}}.w))));
+{{- end}}
+{{- else}}
     var mx = 0.0;
 {{- range $r := seq .R}}
     let v{{$r}} = val(i, lane + {{$r}}u * {{$.T}}u);
@@ -159,6 +116,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- range $r := seq .R}}
     let a{{$r}} = abs(v{{$r}});
     mx = max(mx, max(max(a{{$r}}.x, a{{$r}}.y), max(a{{$r}}.z, a{{$r}}.w)));
+{{- end}}
 {{- end}}
     partial[lid] = mx;
     workgroupBarrier();
@@ -168,20 +126,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
         workgroupBarrier();
     }
-    let amax = partial[lid - lane];
+    let amax = partial[lid - lane]{{if .Twin}}.x{{end}};
 {{- template "red_pow2" (dict "Max" "amax" "E" "e")}}
     let s = ldexp(1.0, e);
+{{- if .Twin}}
+    let bmax = partial[lid - lane].y;
+{{- template "red_pow2" (dict "Max" "bmax" "E" "eb")}}
+    let sbv = ldexp(1.0, eb);
+{{- end}}
     if (i >= p.mp) {
         return;
     }
     if (lane == 0u) {
         rs[i] = ldexp(1.0, -e);
+{{- if .Twin}}
+        rsb[i] = ldexp(1.0, -eb);
+{{- end}}
     }
     let vecs = p.kp / 4u;
 {{- range $r := seq .R}}
     if (lane + {{$r}}u * {{$.T}}u < vecs) {
         let w{{$r}} = v{{$r}} * s;
         a16[i * vecs + lane + {{$r}}u * {{$.T}}u] = vec2<u32>(pack2x16float(w{{$r}}.{{if $.Pairs}}xz{{else}}xy{{end}}), pack2x16float(w{{$r}}.{{if $.Pairs}}yw{{else}}zw{{end}}));
+{{- if $.Twin}}
+        let z{{$r}} = u{{$r}} * sbv;
+        b16[i * vecs + lane + {{$r}}u * {{$.T}}u] = vec2<u32>(pack2x16float(z{{$r}}.{{if $.Pairs}}xz{{else}}xy{{end}}), pack2x16float(z{{$r}}.{{if $.Pairs}}yw{{else}}zw{{end}}));
+{{- end}}
     }
 {{- end}}
 }
@@ -202,5 +172,4 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 {{- end}}
     }
 }
-{{- end}}
 {{- end}}
