@@ -18,7 +18,9 @@
 #                                              a build before 518dab2 lacks 4B down) and
 #                                              BenchmarkLogitsTopK (the merge forms), on
 #                                              gpu-old.test too when it is there
-#                                     bench    nvg bench --model 0.8B,4B, f16, q8 and fp8 teachers
+#                                     bench    nvg bench per geometry of BENCH_BUDGETS
+#                                              (0.8B:2500,4B:11800: the activation budget
+#                                              in MiB), f16, q8 and fp8 teachers
 #                                     peer     torch_baseline.py 0.8B 4B, twice (4B needs the
 #                                              H200's memory)
 # Each step prints a summary into $OUT/log and keeps its raw output in $OUT; a step is cut at
@@ -129,12 +131,22 @@ for step in "$@"; do
     done
     ;;
   bench)
-    t=$(($(left) - 10))
-    ((t >= 60)) || { echo "bench: $t s left, too few" | tee -a "$L"; continue; }
-    timeout "$t" "$D/nvg" bench --model 0.8B,4B --tensor-cores on --teacher-dtype f16,q8,fp8 --steps 3 --reps 3 \
-      --deadline "$((t - 30))s" --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
-    echo "bench rc=$?" | tee -a "$L"
-    grep -E 'tok/s' "$OUT/bench.txt" | head -30 | tee -a "$L"
+    # One nvg bench per geometry, each with its activation budget (BENCH_BUDGETS, MiB:
+    # default the most that keeps the student's peak within ¼ of the peer's on the H200 —
+    # 0.8B: 7.2 GiB recomputing + 3 layers of ~0.66; 4B: 10.5 + 10 layers of ~1.18; 0
+    # recomputes every layer).
+    geoms=${BENCH_BUDGETS:-0.8B:2500,4B:11800}
+    n=$(tr ',' '\n' <<<"$geoms" | grep -c .)
+    for gb in ${geoms//,/ }; do
+      g=${gb%%:*} mib=${gb#*:}
+      t=$(($(left) / n - 5))
+      n=$((n - 1))
+      ((t >= 60)) || { echo "bench $g: $t s left, too few" | tee -a "$L"; continue; }
+      timeout "$t" "$D/nvg" bench --model "$g" --activation-budget-mib "$mib" --tensor-cores on --teacher-dtype f16,q8,fp8 \
+        --steps 3 --reps 3 --deadline "$((t - 20))s" --json "$OUT/bench-$g-$mib.json" >"$OUT/bench-$g-$mib.txt" 2>&1
+      echo "bench $g budget $mib MiB rc=$?" | tee -a "$L"
+      grep -E 'tok/s|activations' "$OUT/bench-$g-$mib.txt" | head -12 | tee -a "$L"
+    done
     ;;
   peer)
     for i in 1 2; do

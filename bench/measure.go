@@ -75,6 +75,13 @@ type Result struct {
 	// KeepActivations: the student step kept every layer's activations (nvg bench
 	// --keep-activations) instead of recomputing them in the backward.
 	KeepActivations bool `json:"keep_activations,omitempty"`
+	// ActivationBudget is the GPU bytes the student step could spend on kept activations
+	// (nvg bench --activation-budget-mib; train.TrainConfig.ActivationBudget): 0 recomputes
+	// every layer in the backward unless KeepActivations.
+	ActivationBudget int64 `json:"activation_budget,omitempty"`
+	// Activations says what the student step kept (train.Trainer.Activations), e.g.
+	// "activations: kept for 10 of 36 layers (26–35: …)"; "" in a JSON from before it.
+	Activations string `json:"activations,omitempty"`
 	// TrainSigns: the student step also trained the signs (nvg bench --train-signs: sign
 	// scores in the backward, nvgkit.SignStep after Adam, nvgkit.DefaultSigns).
 	TrainSigns bool `json:"train_signs,omitempty"`
@@ -147,7 +154,11 @@ type Options struct {
 	Seed        uint64  // of the synthetic weights and token ids
 	Clip        float64 // the student step's gradient-norm clip
 	Keep        bool    // the student step keeps activations (TrainConfig.KeepActivations)
-	Signs       bool    // the student step trains the signs (TrainConfig.TrainSigns)
+	// ActivationBudget is the student step's TrainConfig.ActivationBudget in bytes: without
+	// Keep it keeps all activations or the layers that fit (0: recomputes every layer, the
+	// least memory).
+	ActivationBudget int64
+	Signs            bool // the student step trains the signs (TrainConfig.TrainSigns)
 	// HiddenLoss, HiddenWeight and HiddenLayers give the student step the hidden-state loss
 	// (TrainConfig's fields of the same names; HiddenLoss "": none).
 	HiddenLoss   string
@@ -385,7 +396,7 @@ func (o *Options) measure(dev *gpu.Device, name string, res *Result) error {
 	if o.HiddenLoss != "" {
 		res.HiddenLoss = fmt.Sprintf("%s λ=%g layers=%s", o.HiddenLoss, o.HiddenWeight, o.HiddenLayers)
 	}
-	res.KeepActivations, res.TrainSigns = o.Keep, o.Signs
+	res.KeepActivations, res.TrainSigns, res.ActivationBudget = o.Keep, o.Signs, o.ActivationBudget
 	tp, sp, err := o.plans(dev, cfg, format, streamed, res)
 	if err != nil {
 		return err
@@ -422,6 +433,8 @@ func (o *Options) measure(dev *gpu.Device, name string, res *Result) error {
 		return nil
 	}
 	res.Student = &Phase{PlanBytes: sp.TotalBytes(), BuildS: src.built[1], WeightBytes: run.Student.WeightBytes()}
+	res.Activations = run.Trainer.Activations()
+	fmt.Fprintf(o.Stdout, "   student step: %s\n", res.Activations)
 	return o.studentPhase(run, res)
 }
 
@@ -461,14 +474,14 @@ func (o *Options) ranks() int {
 
 // trainConfig is the run of a measurement: NB windows of T tokens per rank, one batch
 // cycled, a constant learning rate of 1e-4 (small steps: the loss stays finite), the clip,
-// activations kept only with Keep, and the hidden-state loss when asked. Its steps never end (no last-step readback).
+// activations kept with Keep or within ActivationBudget, and the hidden-state loss when asked. Its steps never end (no last-step readback).
 func (o *Options) trainConfig() train.TrainConfig {
 	c := train.DefaultTrainConfig()
 	nb := o.ranks() * o.NB
 	c.Steps, c.NB, c.T, c.K, c.Windows, c.EvalWindows, c.Seed = 1<<30, nb, o.T, o.K, nb, 1, o.Seed
 	c.Settings = optim.Default()
 	c.LR, c.Warmup, c.MinLRFrac, c.ClipNorm = 1e-4, 0, 1, o.Clip
-	c.KeepActivations, c.ActivationBudget, c.TrainSigns = o.Keep, 0, o.Signs
+	c.KeepActivations, c.ActivationBudget, c.TrainSigns = o.Keep, o.ActivationBudget, o.Signs
 	c.HiddenLoss, c.HiddenWeight, c.HiddenLayers = o.HiddenLoss, o.HiddenWeight, o.HiddenLayers
 	c.EvalEvery, c.CheckpointEvery, c.Keep = 0, 0, 0
 	return c

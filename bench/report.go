@@ -499,7 +499,8 @@ func orF32(path string) string {
 }
 
 // incomparable says how results now and was of one geometry measured different work (nb × t,
-// top-k, teacher mode, kept activations, sign training, hidden-state loss, ranks), "" when
+// top-k, teacher mode, kept activations or their budget, sign training, hidden-state loss,
+// ranks), "" when
 // they did not. The tensor-core path is how the work is done, not what it is: runs on either
 // path compare (the row names both paths when they differ, beforeCells).
 func incomparable(now, was Result) string {
@@ -515,6 +516,9 @@ func incomparable(now, was Result) string {
 	}
 	if now.KeepActivations != was.KeepActivations {
 		d = append(d, fmt.Sprintf("kept activations %v now, %v before", now.KeepActivations, was.KeepActivations))
+	}
+	if now.ActivationBudget != was.ActivationBudget {
+		d = append(d, fmt.Sprintf("activation budget %d MiB now, %d before", now.ActivationBudget>>20, was.ActivationBudget>>20))
 	}
 	if now.TrainSigns != was.TrainSigns {
 		d = append(d, fmt.Sprintf("sign training %v now, %v before", now.TrainSigns, was.TrainSigns))
@@ -883,6 +887,11 @@ func renderMarkdown(w io.Writer, rep, before *Report, peer *peerRun, cpu *Report
 	}
 	if rep.TensorCores != "" {
 		fmt.Fprintf(w, "- Tensor cores: %s\n", rep.TensorCores)
+	}
+	for _, r := range rep.Results {
+		if r.ActivationBudget > 0 || r.KeepActivations {
+			fmt.Fprintf(w, "- Student step %s: %s (--activation-budget-mib %d, --keep-activations %v)\n", label(r, true, "/"), r.Activations, r.ActivationBudget>>20, r.KeepActivations)
+		}
 	}
 	fmt.Fprintf(w, "- Roofline ceilings: %.0f TFLOP/s (f32, non-tensor), %.0f GB/s", rep.PeakTFLOPs, rep.PeakGBps)
 	if rep.PeakTensorTFLOPs > 0 {

@@ -65,8 +65,8 @@ func BlockStep(net *Net, work *Work, ids [][]int, layer int, hs *HiddenStates) (
 		func() error { return gpu.Zero(r, s.d0) },
 		func() error { return net.recordHiddenLoss(r, work, ha, layer, s.d0) },
 		func() error {
-			if s.kept != nil {
-				s.acts = s.kept[layer]
+			if k := s.keptActs(layer); k != nil {
+				s.acts = *k
 				return nil
 			}
 			return net.recordLayer(r, L, &s.acts, s.ckpt[layer], nil, nb, t, true)

@@ -1,7 +1,9 @@
 package nvgkit_test
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,12 +12,13 @@ import (
 )
 
 // TestKeepActivations checks that a Student work with KeepActivations, and with
-// KeepBLROutputs as well, gives a step that is bit-identical to the recomputing step on the
+// KeepBLROutputs as well, and with KeepActivationLayers (each layer alone) gives a step that
+// is bit-identical to the recomputing step on the
 // BLR student (a GatedDeltaNet and an attention layer): the same loss, per-token KL, d loss/d
 // embeddings and every gradient, bit for bit, over two steps (the second also checks the kept
 // buffers are rewritten, not stale); that the work grows by exactly KeptActivationBytes (plus
-// KeptBLROutputBytes); that a teacher's work refuses the option; and that KeepBLROutputs
-// alone is refused.
+// KeptBLROutputBytes), or the kept layer's KeptActivationLayerBytes; that a teacher's work
+// refuses the option; and that KeepBLROutputs alone and bad layer lists are refused.
 func TestKeepActivations(t *testing.T) {
 	d, c := blrStudent(t)
 	t.Run("t1", func(t *testing.T) {
@@ -25,6 +28,52 @@ func TestKeepActivations(t *testing.T) {
 		extra := nvgkit.KeptActivationBytes(c.net, blrNB, blrT) + nvgkit.KeptBLROutputBytes(c.net, blrNB, blrT)
 		testKeepActivations(t, c, extra, nvgkit.KeepActivations(), nvgkit.KeepBLROutputs())
 	})
+	per := nvgkit.KeptActivationLayerBytes(c.net, blrNB, blrT)
+	if len(per) < 2 {
+		t.Fatalf("KeptActivationLayerBytes = %v: the test student needs ≥ 2 layers", per)
+	}
+	var sum uint64
+	for _, b := range per {
+		sum += b
+	}
+	if sum != nvgkit.KeptActivationBytes(c.net, blrNB, blrT) {
+		t.Errorf("KeptActivationLayerBytes sums to %d, KeptActivationBytes = %d", sum, nvgkit.KeptActivationBytes(c.net, blrNB, blrT))
+	}
+	// One layer kept and the other recomputed, either way round (the student's layers are a
+	// GatedDeltaNet and an attention layer): the recompute of one layer must not disturb
+	// the other's kept activations.
+	for l := range per {
+		t.Run(fmt.Sprintf("layer %d only", l), func(t *testing.T) {
+			testKeepActivations(t, c, per[l], nvgkit.KeepActivationLayers(l))
+		})
+	}
+	t.Run("last layer with c", func(t *testing.T) {
+		l := len(per) - 1
+		kw, err := nvgkit.NewWork(d, c.net, blrNB, blrT, nvgkit.KeepActivationLayers(l), nvgkit.KeepBLROutputs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer kw.Release()
+		if got := kw.KeptLayers(); !slices.Equal(got, []int{l}) {
+			t.Errorf("KeptLayers = %v, want [%d]", got, l)
+		}
+	})
+	for _, tc := range []struct {
+		layers []int
+		want   string
+	}{
+		{nil, "lists no layer"},
+		{[]int{len(per)}, fmt.Sprintf("layer %d is not one of the net's %d layers", len(per), len(per))},
+		{[]int{-1}, "layer -1 is not one of"},
+		{[]int{0, 0}, "lists layer 0 twice"},
+	} {
+		if _, err := nvgkit.NewWork(d, c.net, blrNB, blrT, nvgkit.KeepActivationLayers(tc.layers...)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("KeepActivationLayers(%v): err = %v, want one containing %q", tc.layers, err, tc.want)
+		}
+	}
+	if got := c.work.KeptLayers(); got != nil {
+		t.Errorf("a recomputing work's KeptLayers = %v, want nil", got)
+	}
 	if nvgkit.KeptBLROutputBytes(c.net, blrNB, blrT) == 0 {
 		t.Error("KeptBLROutputBytes = 0 for a BLR student")
 	}

@@ -31,9 +31,10 @@ type stWork struct {
 	dVc, dNormed, dCore, dZ *gpu.Buffer // [rows, Hv·dv]
 	dG, dBeta, dA, dB       *gpu.Buffer // [rows, Hv]
 
-	// kept is every layer's activations from the forward when the work keeps them
-	// (KeepActivations; nil otherwise): the backward reads kept[l] instead of recomputing.
-	kept []acts
+	// kept is each layer's activations from the forward where the work keeps them
+	// (KeepActivations, KeepActivationLayers; nil, or nil entries, otherwise): the backward
+	// reads kept[l] instead of recomputing layer l (keptActs).
+	kept []*acts
 
 	ids, pT *gpu.Buffer // U32 / F32 [rows, k], allocated per k
 	topK    int
@@ -342,8 +343,8 @@ func (n *Net) studentForwardTo(w *Work, flat []int, upto int) error {
 			}
 		}
 		a := &s.acts
-		if s.kept != nil {
-			a = &s.kept[i]
+		if k := s.keptActs(i); k != nil {
+			a = k
 		}
 		if err := n.recordLayer(r, L, a, s.ckpt[i], s.ckpt[i+1], w.NB, w.T, false); err != nil {
 			r.Discard()
@@ -554,8 +555,8 @@ func StepHidden(net *Net, work *Work, ids [][]int, top *TopK, h HiddenLoss, hs *
 				return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d hidden-state loss: %w", op, l, err)
 			}
 		}
-		if s.kept != nil {
-			s.acts = s.kept[l]
+		if k := s.keptActs(l); k != nil {
+			s.acts = *k
 		} else if err := net.recordLayer(r, L, &s.acts, s.ckpt[l], nil, work.NB, work.T, true); err != nil {
 			r.Discard()
 			return StepStats{}, fmt.Errorf("nvgkit.%s: layer %d recompute: %w", op, l, err)

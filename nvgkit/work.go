@@ -222,6 +222,10 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int, opts ...WorkOption) (*Work, e
 	if o.keepC && !o.keep {
 		return nil, errors.New("nvgkit.NewWork: KeepBLROutputs needs KeepActivations (the c of a recomputed layer is kept by the recompute already)")
 	}
+	which, err := o.keptLayers(len(net.layers))
+	if err != nil {
+		return nil, err
+	}
 	c := net.Config
 	w := &Work{NB: nb, T: t, dev: dev, cfg: c}
 	var specs []wspec
@@ -229,11 +233,13 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int, opts ...WorkOption) (*Work, e
 		w.st = &stWork{}
 		specs = studentSpecs(c, w.st)
 		if o.keep {
-			kept, err := keptSpecs(net, w.st, o.keepC)
+			kept, err := keptSpecs(net, w.st, o.keepC, which)
 			if err != nil {
 				return nil, err
 			}
-			specs = append(specs, kept...)
+			for _, k := range kept {
+				specs = append(specs, k...)
+			}
 		}
 	} else {
 		var groups [][]wspec
@@ -256,7 +262,35 @@ func NewWork(dev *gpu.Device, net *Net, nb, t int, opts ...WorkOption) (*Work, e
 // WorkOption is an option of NewWork.
 type WorkOption func(*workOptions)
 
-type workOptions struct{ keep, keepC bool }
+type workOptions struct {
+	keep, keepC bool
+	// layers are KeepActivationLayers' (layersSet), else every layer is kept with keep.
+	layers    []int
+	layersSet bool
+}
+
+// keptLayers returns which of n layers keep their activations: nil for all (or none
+// without keep), else one flag per layer (KeepActivationLayers). Errors: an empty list, a
+// layer out of range or listed twice.
+func (o *workOptions) keptLayers(n int) ([]bool, error) {
+	if !o.layersSet {
+		return nil, nil
+	}
+	if len(o.layers) == 0 {
+		return nil, errors.New("nvgkit.NewWork: KeepActivationLayers lists no layer (leave the option out to recompute every layer)")
+	}
+	which := make([]bool, n)
+	for _, l := range o.layers {
+		switch {
+		case l < 0 || l >= n:
+			return nil, fmt.Errorf("nvgkit.NewWork: KeepActivationLayers: layer %d is not one of the net's %d layers (0 … %d)", l, n, n-1)
+		case which[l]:
+			return nil, fmt.Errorf("nvgkit.NewWork: KeepActivationLayers lists layer %d twice", l)
+		}
+		which[l] = true
+	}
+	return which, nil
+}
 
 // KeepActivations makes a Student's work keep every layer's activations from Step's forward
 // for the backward, instead of keeping only each layer's input and recomputing the layer's
@@ -266,6 +300,18 @@ type workOptions struct{ keep, keepC bool }
 // step's: the recompute runs the same kernels on the same inputs. NewWork refuses it for a
 // Teacher net, and for a Student whose layers are not all loaded on the GPU.
 func KeepActivations() WorkOption { return func(o *workOptions) { o.keep = true } }
+
+// KeepActivationLayers is KeepActivations for the listed layers only (0-based decoder
+// layer indices, any order): their activations are kept, every other layer is recomputed
+// in the backward as without the option — the middle ground between the least memory and
+// the fastest step, KeptActivationLayerBytes(net, nb, t)[l] bytes for each layer l kept.
+// Bit-identical to both. With KeepBLROutputs, the kept layers' BLR outputs c are kept too.
+// NewWork refuses an empty list, a layer out of range or listed twice, and what it refuses
+// for KeepActivations.
+func KeepActivationLayers(layers ...int) WorkOption {
+	l := slices.Clone(layers)
+	return func(o *workOptions) { o.keep, o.layers, o.layersSet = true, l, true }
+}
 
 // KeepBLROutputs, with KeepActivations, also keeps every BLR projection's per-path output
 // before ⊙h, c_p = (t1_p⊙ℓ_p)·U_pᵀ [nb·t, out_features] f32 (gpu.BLRKept.C; the forward's y
@@ -282,8 +328,19 @@ func KeepBLROutputs() WorkOption { return func(o *workOptions) { o.keepC = true 
 // layer's acts in StudentWorkBytes' formula: 4·H + 3·I, plus 7·Q + 3·KV + nh for an
 // attention layer or C + 4·QK + 4·VV + 4·Hv for a GatedDeltaNet layer) and, for every BLR
 // projection of the layer, one t1 [rows, rank] per path, all F32: 4·rows·Σ widths. 0 for a
-// Teacher net.
+// Teacher net, or a Student whose layers are not all on the GPU.
 func KeptActivationBytes(net *Net, nb, t int) uint64 {
+	var n uint64
+	for _, b := range KeptActivationLayerBytes(net, nb, t) {
+		n += b
+	}
+	return n
+}
+
+// KeptActivationLayerBytes is KeptActivationBytes layer by layer: element l is what keeping
+// layer l's activations adds (KeepActivationLayers), in bytes. nil for a Teacher net, or a
+// Student whose layers are not all on the GPU.
+func KeptActivationLayerBytes(net *Net, nb, t int) []uint64 {
 	return keptBytes(net, nb, t, false)
 }
 
@@ -291,40 +348,54 @@ func KeptActivationBytes(net *Net, nb, t int) uint64 {
 // of nb windows of t tokens: for every BLR projection, one c [nb·t, out_features] f32 per
 // path. 0 for a Teacher net.
 func KeptBLROutputBytes(net *Net, nb, t int) uint64 {
-	return keptBytes(net, nb, t, true) - keptBytes(net, nb, t, false)
-}
-
-// keptBytes sums keptSpecs' buffers for nb·t rows (with the c buffers when keepC).
-func keptBytes(net *Net, nb, t int, keepC bool) uint64 {
-	if net == nil || net.Kind != Student {
-		return 0
-	}
-	var s stWork
-	sp, err := keptSpecs(net, &s, keepC)
-	if err != nil {
-		return 0
-	}
 	var n uint64
-	for _, x := range sp {
-		n += 4 * uint64(nb*t) * uint64(x.width)
+	with, without := keptBytes(net, nb, t, true), keptBytes(net, nb, t, false)
+	for l := range with {
+		n += with[l] - without[l]
 	}
 	return n
 }
 
-// keptSpecs lists the buffers of a Student work's kept activations (KeepActivations), one
-// acts per layer of its own mixer kind, and points each layer's kept map at its buffers:
-// every BLR projection's t1 per path, and its c per path when keepC (KeepBLROutputs).
-func keptSpecs(net *Net, s *stWork, keepC bool) ([]wspec, error) {
+// keptBytes sums keptSpecs' buffers of each layer for nb·t rows (with the c buffers when
+// keepC).
+func keptBytes(net *Net, nb, t int, keepC bool) []uint64 {
+	if net == nil || net.Kind != Student {
+		return nil
+	}
+	var s stWork
+	sp, err := keptSpecs(net, &s, keepC, nil)
+	if err != nil {
+		return nil
+	}
+	n := make([]uint64, len(sp))
+	for l, layer := range sp {
+		for _, x := range layer {
+			n[l] += 4 * uint64(nb*t) * uint64(x.width)
+		}
+	}
+	return n
+}
+
+// keptSpecs lists the buffers of a Student work's kept activations (KeepActivations), layer
+// by layer: for each layer kept (which[l], or every layer when which is nil) one acts of its
+// own mixer kind, and it points that layer's kept map at its buffers: every BLR projection's
+// t1 per path, and its c per path when keepC (KeepBLROutputs). s.kept[l] stays nil for a
+// layer recomputed in the backward.
+func keptSpecs(net *Net, s *stWork, keepC bool, which []bool) ([][]wspec, error) {
 	c := net.Config
-	s.kept = make([]acts, len(net.layers))
-	var sp []wspec
+	s.kept = make([]*acts, len(net.layers))
+	sp := make([][]wspec, len(net.layers))
 	for l, L := range net.layers {
-		a := &s.kept[l]
+		if which != nil && !which[l] {
+			continue
+		}
+		a := &acts{}
+		s.kept[l] = a
 		full := c.IsFullAttention(l)
 		prefix := fmt.Sprintf("work.kept[%d].", l)
 		for _, x := range layerActSpecs(c, a, true, full, !full) {
 			x.label = prefix + strings.TrimPrefix(x.label, "work.")
-			sp = append(sp, x)
+			sp[l] = append(sp[l], x)
 		}
 		a.kept, a.ownKept = map[*gpu.BLRLayer]gpu.BLRKept{}, true
 		for _, b := range L.blrs {
@@ -340,15 +411,39 @@ func keptSpecs(net *Net, s *stWork, keepC bool) ([]wspec, error) {
 				k.C = make([]*gpu.Buffer, len(b.Paths))
 			}
 			for p := range k.T1 {
-				sp = append(sp, wspec{&k.T1[p], fmt.Sprintf("%st1[%d] (a BLR projection's (x⊙g)·Vᵀ, path %d)", prefix, len(a.kept), p), b.Rank})
+				sp[l] = append(sp[l], wspec{&k.T1[p], fmt.Sprintf("%st1[%d] (a BLR projection's (x⊙g)·Vᵀ, path %d)", prefix, len(a.kept), p), b.Rank})
 				if keepC {
-					sp = append(sp, wspec{&k.C[p], fmt.Sprintf("%sc[%d] (a BLR projection's (t1⊙ℓ)·Uᵀ, path %d)", prefix, len(a.kept), p), b.M})
+					sp[l] = append(sp[l], wspec{&k.C[p], fmt.Sprintf("%sc[%d] (a BLR projection's (t1⊙ℓ)·Uᵀ, path %d)", prefix, len(a.kept), p), b.M})
 				}
 			}
 			a.kept[b] = k
 		}
 	}
 	return sp, nil
+}
+
+// KeptLayers returns the decoder layers whose activations the work keeps for the backward
+// (KeepActivations: every layer; KeepActivationLayers: those), in increasing order; nil for
+// a work that recomputes every layer, or a Teacher's work.
+func (w *Work) KeptLayers() []int {
+	if w == nil || w.st == nil {
+		return nil
+	}
+	var ls []int
+	for l, a := range w.st.kept {
+		if a != nil {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+// keptActs returns layer l's kept activations, or nil where the backward recomputes it.
+func (s *stWork) keptActs(l int) *acts {
+	if s.kept == nil {
+		return nil
+	}
+	return s.kept[l]
 }
 
 // alloc checks every buffer of specs against the device, then allocates them (into w.st.bufs

@@ -63,6 +63,7 @@ func newBenchFlags(c *command, f *benchFlags) *flag.FlagSet {
 	fs.Float64Var(&o.Clip, "clip", 1, "gradient-norm clipping threshold of the student step")
 	fs.BoolVar(&o.Signs, "train-signs", false, "the student step also trains the BLR signs (int8 scores in the backward, flips after Adam; nvg distill --train-signs with its default knobs)")
 	fs.BoolVar(&o.Keep, "keep-activations", false, "the student step keeps every layer's activations instead of recomputing them in the backward (faster, more memory; nvg distill --keep-activations)")
+	fs.Var(mibFlag{&o.ActivationBudget}, "activation-budget-mib", "GPU `MiB` the student step may spend on kept activations without --keep-activations: all of them when they fit, else the layers that fit, the others recomputed (nvg distill --activation-budget-mib; 0: recompute every layer, the least memory)")
 	fs.StringVar(&o.HiddenLoss, "hidden-loss", "", "the student step also has the hidden-state loss: mse or cosine (nvg distill --hidden-loss; the teacher's states are taken in the run's teacher pass)")
 	fs.Float64Var(&o.HiddenWeight, "hidden-weight", 1, "with --hidden-loss: its weight λ")
 	fs.StringVar(&o.HiddenLayers, "hidden-layers", "all", "with --hidden-loss: the matched layers: all, every:K or a list such as 3,7")

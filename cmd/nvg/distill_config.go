@@ -105,7 +105,7 @@ func distillFlags(c *command, s *train.RunFile, o *distillCLI) *flag.FlagSet {
 	fs.IntVar(&tc.Keep, "keep", tc.Keep, "checkpoints kept in the output directory, the latest steps' (a corrupt latest one falls back to the one before; 0: all)")
 	fs.BoolVar(&tc.KeepFinal, "keep-final", tc.KeepFinal, "export the final weights instead of the best held-out snapshot")
 	fs.BoolVar(&tc.KeepActivations, "keep-activations", tc.KeepActivations, "keep every layer's activations for the backward instead of recomputing them (faster steps, more GPU memory, identical results)")
-	fs.Var(mibFlag{&tc.ActivationBudget}, "activation-budget-mib", "GPU `MiB` the step may spend on kept activations without --keep-activations: they are kept when they fit (0: only with --keep-activations)")
+	fs.Var(mibFlag{&tc.ActivationBudget}, "activation-budget-mib", "GPU `MiB` the step may spend on kept activations without --keep-activations: all of them when they fit, else the layers that fit, the others recomputed (0: only with --keep-activations)")
 	fs.StringVar(&tc.OutDir, "o", tc.OutDir, "output directory (default out/distill-<UTC time>)")
 	fs.StringVar(&tc.OutDir, "out", tc.OutDir, "same as -o")
 	fs.StringVar(&o.resume, "resume", "", "continue the interrupted run in this output directory (other flags are taken from it; with --steps N more than planned, a finished or unfinished run is extended: the learning-rate schedule keeps its shape and the steps after the planned ones run at its floor, 10 % of --lr, cycling through the same training windows again)")

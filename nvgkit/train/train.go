@@ -86,12 +86,15 @@ type TrainConfig struct {
 	// tokens (NB, or NB / (ranks · micro-batches) with WithComm and WithMicroBatches) fit in
 	// it, the step keeps all of them (nvgkit.KeepActivations and KeepBLROutputs: no recompute
 	// and no c GEMM in the backward); else, when KeptActivationBytes alone fits, it keeps
-	// those; else it recomputes (unless KeepActivations). Like HF models, which keep every
-	// activation unless gradient checkpointing is asked for, a small model gets the fastest
-	// step, and a large one the least memory. Bit-identical either way. DefaultTrainConfig:
-	// 1 GiB, which the embedded tiny model's default step fits (95.5 MiB with c) and a 0.8B
-	// step as nvg bench runs it on the H200 does not (≈ 16 GiB without c). 0: only
-	// KeepActivations keeps.
+	// those; else it keeps the layers whose activations fit together
+	// (nvgkit.KeepActivationLayers with nvgkit.KeptActivationLayerBytes, from the last layer
+	// down) and recomputes the others; with none fitting it recomputes every layer (unless
+	// KeepActivations). Like HF models, which keep every activation unless gradient
+	// checkpointing is asked for, a small model gets the fastest step, and a large one as
+	// fast a step as the budget buys. Bit-identical either way. DefaultTrainConfig:
+	// 1 GiB, which the embedded tiny model's default step fits (95.5 MiB with c), and one
+	// layer of a 0.8B step of 8 × 512 tokens (≈ 0.66 GiB a layer; ≈ 16 GiB for all 24). 0:
+	// only KeepActivations keeps.
 	ActivationBudget int64 `json:"activation_budget"`
 	// TrainSigns, when true, also trains the BLR factors' signs (nvgkit.EnableSigns with
 	// Signs; DESIGN.md "Sign learning"): scores accumulate in every backward and

@@ -984,6 +984,7 @@ func (tr *Trainer) finishStep(s int, lr, loss, gradNorm float64, ok bool) (skipp
 // ActivationBudget; TrainConfig.ActivationBudget says the rule) for nb windows per pass, and
 // a line saying what is kept, for the log.
 func activationOptions(cfg TrainConfig, student *nvgkit.Net, nb int) ([]nvgkit.WorkOption, string) {
+	per := nvgkit.KeptActivationLayerBytes(student, nb, cfg.T)
 	acts := nvgkit.KeptActivationBytes(student, nb, cfg.T)
 	c := nvgkit.KeptBLROutputBytes(student, nb, cfg.T)
 	budget := uint64(max(cfg.ActivationBudget, 0))
@@ -1005,7 +1006,49 @@ func activationOptions(cfg TrainConfig, student *nvgkit.Net, nb int) ([]nvgkit.W
 		return []nvgkit.WorkOption{nvgkit.KeepActivations()},
 			fmt.Sprintf("activations: kept for the backward (%s, %s; with c %s)", mib(acts), why, mib(acts+c))
 	}
+	if layers, used := keptWithin(per, budget); len(layers) > 0 {
+		return []nvgkit.WorkOption{nvgkit.KeepActivationLayers(layers...)},
+			fmt.Sprintf("activations: kept for %d of %d layers (%s: %s within the budget of %s; all %s), the others recomputed in the backward",
+				len(layers), len(per), layerRanges(layers), mib(used), mib(budget), mib(acts))
+	}
 	return nil, fmt.Sprintf("activations: recomputed per layer in the backward (keeping them would take %s, above the budget of %s)", mib(acts), mib(budget))
+}
+
+// keptWithin picks the layers whose activations fit budget bytes together, per[l] bytes each:
+// from the last layer down, each that still fits (so a smaller layer after a larger one may
+// fit). It returns them in increasing order and their bytes. Every layer's recompute costs
+// about the same, so the count is what the choice maximises only roughly; the order makes
+// it deterministic.
+func keptWithin(per []uint64, budget uint64) (layers []int, used uint64) {
+	for l := len(per) - 1; l >= 0; l-- {
+		if used+per[l] <= budget {
+			used += per[l]
+			layers = append(layers, l)
+		}
+	}
+	slices.Reverse(layers)
+	return layers, used
+}
+
+// layerRanges formats increasing layer indices as runs: "0–3, 7, 9–11".
+func layerRanges(ls []int) string {
+	var b strings.Builder
+	for i := 0; i < len(ls); {
+		j := i
+		for j+1 < len(ls) && ls[j+1] == ls[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		if j > i {
+			fmt.Fprintf(&b, "%d–%d", ls[i], ls[j])
+		} else {
+			fmt.Fprintf(&b, "%d", ls[i])
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 // mib formats bytes in MiB.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -492,6 +493,11 @@ func TestTrainerActivationBudget(t *testing.T) {
 	if acts == 0 || c == 0 {
 		t.Fatalf("KeptActivationBytes %d, KeptBLROutputBytes %d: want both > 0", acts, c)
 	}
+	per := nvgkit.KeptActivationLayerBytes(student, base.NB, base.T)
+	if len(per) < 2 || slices.Min(per) == 0 {
+		t.Fatalf("KeptActivationLayerBytes = %v: want ≥ 2 layers of > 0 bytes", per)
+	}
+	last := len(per) - 1
 	var want *train.Report
 	for _, tc := range []struct {
 		name   string
@@ -499,10 +505,12 @@ func TestTrainerActivationBudget(t *testing.T) {
 		keep   bool
 		says   string
 	}{
-		{"recompute", 0, false, "recomputed"},
+		{"recompute", 0, false, "recomputed per layer"},
 		{"budget fits all", int64(acts + c), false, "with every BLR path's c"},
 		{"budget fits t1", int64(acts + c - 1), false, "within the budget"},
-		{"budget too small", int64(acts - 1), false, "recomputed"},
+		{"budget fits the last layer", int64(per[last]), false, fmt.Sprintf("kept for 1 of %d layers (%d: ", len(per), last)},
+		{"budget fits all but the first layer", int64(acts - per[0]), false, fmt.Sprintf("kept for %d of %d layers (%s: ", len(per)-1, len(per), map[bool]string{true: "1", false: fmt.Sprintf("1–%d", last)}[last == 1])},
+		{"budget too small", int64(slices.Min(per) - 1), false, "recomputed per layer"},
 		{"KeepActivations", 0, true, "KeepActivations"},
 		{"KeepActivations, budget fits all", 1 << 30, true, "with every BLR path's c"},
 	} {
