@@ -104,7 +104,6 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 	// c and dxg are live at once.
 	paired := len(l.Paths) == 2 && r.d.info.CPU && !pathPairsOff
 	var cs [2]*Buffer
-	var t1s *Buffer
 	var err error
 	if kept.C == nil {
 		for p := range len(l.Paths) {
@@ -115,50 +114,9 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 			}
 		}
 	}
-	// dt2 per path: the caller's (BLRGrad.DT2) or borrowed, one buffer for the paths
-	// without, two where both paths' dt2 run as one pass (blrGEMMPair, CPU adapters).
-	var dt2s [2]*Buffer
-	var shared *Buffer
-	for p, g := range grads {
-		if g.DT2 != nil {
-			dt2s[p] = g.DT2
-			continue
-		}
-		if shared == nil || paired {
-			if shared, err = take(fmt.Sprintf("dt2 %d", p), rk); err != nil {
-				return err
-			}
-		}
-		dt2s[p] = shared
-	}
-	pairedDT2 := false
-	if paired {
-		if pairedDT2, err = blrGEMMPair(r, op+".dt2", dy, [2]*Buffer{l.Paths[0].U, l.Paths[1].U}, [2]*Buffer{l.Paths[0].H, l.Paths[1].H}, dt2s, rows, m, rk, false); err != nil {
-			return fail(err)
-		}
-	}
-	var dxgs [2]*Buffer
-	for p := range len(l.Paths) {
-		if p == 0 || paired {
-			if dxgs[p], err = take(fmt.Sprintf("dxg%d", p), n); err != nil {
-				return err
-			}
-		}
-	}
-	if kept.T1 == nil {
-		if t1s, err = take("t1", rk); err != nil {
-			return err
-		}
-	}
-	var c, dxg [2]*Buffer // path p's
-	// The column reductions' second stages (GPUs' stage "reduce4") run as one dispatch at
-	// the end, not one per gradient: each was a ~13 µs dispatch of almost no work (H200).
-	var pend *colReduces
-	if !colReduceBatchOff {
-		pend = &colReduces{}
-	}
 	// On tensor cores both paths' A operands of t1 (x ⊙ g_p, when recomputed) and of dt2
-	// (dy ⊙ h_p) are packed in one pass each.
+	// (dy ⊙ h_p) are packed in one pass each, into one a16 and one rs buffer per operand, and
+	// both paths' GEMMs on them then run as one dispatch each (coopBLRGEMMPair).
 	var t1A, dt2A [2]*coopA
 	if len(l.Paths) == 2 {
 		var done func()
@@ -168,20 +126,85 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 			}
 			defer done()
 		}
-		if !pairedDT2 {
-			if dt2A, done, err = coopPackPaths(r, op+".dt2", dy, [2]*Buffer{l.Paths[0].H, l.Paths[1].H}, rows, m, rk); err != nil {
+		if dt2A, done, err = coopPackPaths(r, op+".dt2", dy, [2]*Buffer{l.Paths[0].H, l.Paths[1].H}, rows, m, rk); err != nil {
+			return fail(err)
+		}
+		defer done()
+	}
+	// dt2 per path: the caller's (BLRGrad.DT2) or borrowed, one buffer for the paths
+	// without, two where both paths' dt2 run as one pass (blrGEMMPair, CPU adapters;
+	// coopBLRGEMMPair, tensor cores, where the twin pack ran).
+	var dt2s [2]*Buffer
+	var shared *Buffer
+	for p, g := range grads {
+		if g.DT2 != nil {
+			dt2s[p] = g.DT2
+			continue
+		}
+		if shared == nil || paired || dt2A[0] != nil {
+			if shared, err = take(fmt.Sprintf("dt2 %d", p), rk); err != nil {
 				return fail(err)
 			}
-			defer done()
 		}
+		dt2s[p] = shared
+	}
+	pairedDT2 := false
+	us := [2]*Buffer{l.Paths[0].U, nil}
+	if len(l.Paths) == 2 {
+		us[1] = l.Paths[1].U
+	}
+	if paired {
+		if pairedDT2, err = blrGEMMPair(r, op+".dt2", dy, us, [2]*Buffer{l.Paths[0].H, l.Paths[1].H}, dt2s, rows, m, rk, false); err != nil {
+			return fail(err)
+		}
+	}
+	if !pairedDT2 && dt2A[0] != nil {
+		if pairedDT2, err = coopBLRGEMMPair(r, op+".dt2", dt2A, us, dt2s, rows, m, rk, false); err != nil {
+			return fail(err)
+		}
+	}
+	var dxgs [2]*Buffer
+	for p := range len(l.Paths) {
+		if p == 0 || paired {
+			if dxgs[p], err = take(fmt.Sprintf("dxg%d", p), n); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	// The recomputed t1 (kept.T1 nil): one buffer both paths share, or one per path where
+	// both paths' t1 run as one dispatch (coopBLRGEMMPair, tensor cores).
+	var t1s [2]*Buffer
+	pairedT1 := false
+	if kept.T1 == nil {
+		if t1s[0], err = take("t1 0", rk); err != nil {
+			return fail(err)
+		}
+		t1s[1] = t1s[0]
+		if t1A[0] != nil {
+			if t1s[1], err = take("t1 1", rk); err != nil {
+				return fail(err)
+			}
+			if pairedT1, err = coopBLRGEMMPair(r, op+".t1", t1A, [2]*Buffer{l.Paths[0].V, l.Paths[1].V}, t1s, rows, n, rk, true); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	var c, dxg [2]*Buffer // path p's
+	// The column reductions' second stages (GPUs' stage "reduce4") run as one dispatch at
+	// the end, not one per gradient: each was a ~13 µs dispatch of almost no work (H200).
+	var pend *colReduces
+	if !colReduceBatchOff {
+		pend = &colReduces{}
 	}
 	for p, q := range l.Paths {
 		g := grads[p]
-		tb := t1s
+		tb := t1s[p]
 		if kept.T1 != nil {
 			tb = kept.T1[p]
-		} else if err := blrGEMMPre(r, op+".t1", false, t1A[p], x, q.V, q.G, nil, tb, nil, rows, n, rk, true, false); err != nil {
-			return fail(err)
+		} else if !pairedT1 {
+			if err := blrGEMMPre(r, op+".t1", false, t1A[p], x, q.V, q.G, nil, tb, nil, rows, n, rk, true, false); err != nil {
+				return fail(err)
+			}
 		}
 		dt2 := dt2s[p]
 		own := 0 // the scratch slot: path p's own when paired, else the one both share

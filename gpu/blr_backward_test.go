@@ -350,10 +350,15 @@ func TestBLRBackwardKeptBitIdentical(t *testing.T) {
 // TestBLRPathPairsBitIdentical: on CPU adapters ("lanes") a two-path layer's t1 and dt2 GEMMs
 // each run as one pass over both paths (blrGEMMPair: ranks 24 and 16 take it), and its dh and
 // dg (and dx) come from one column-reduction pass (gradColDot2); on tensor cores ("coopmat")
-// both paths' A operands of t1 and dt2 are packed in one pass each (coopPackPaths). Either
-// way the forward's y and kept t1 and c, and the backward's gradients are the bits of one
-// pass per path, onto non-zero gradients, with and without dx, with t1 and c kept or
-// recomputed, and over two row chunks (300 rows).
+// both paths' A operands of t1 and dt2 are packed in one pass each into one buffer
+// (coopPackPaths), and both paths' t1 GEMMs (the forward's, the backward's recomputed one) and
+// dt2 GEMMs run as one dispatch each (coopBLRGEMMPair: every forward records one, every
+// backward one more without kept t1). Either way the forward's y and t1 and c (kept, or t1
+// borrowed), and the backward's gradients are the bits of one pass per path, onto non-zero
+// gradients, with and without dx, with t1 and c kept or recomputed, over two row chunks (300
+// rows), at rows not a multiple of the block, ranks 16, 24 and 40 (not multiples of the
+// lavapipe block's 32 columns) and n, m not multiples of its 16-deep slices, with path 1's
+// scales 2⁻⁵ of path 0's (a swapped path would show).
 func TestBLRPathPairsBitIdentical(t *testing.T) {
 	for _, v := range []string{"lanes", "coopmat"} {
 		t.Run(v, func(t *testing.T) {
@@ -364,25 +369,31 @@ func TestBLRPathPairsBitIdentical(t *testing.T) {
 			} else {
 				defer applyGEMMVariant(t, v)()
 			}
-			twins := gpu.CoopTwinPacks()
-			testBLRPathPairs(t, d)
+			twins, pairs := gpu.CoopTwinPacks(), gpu.CoopPairGEMMs()
+			testBLRPathPairs(t, d, v == "coopmat")
 			if n := gpu.CoopTwinPacks() - twins; (v == "coopmat") != (n > 0) {
 				t.Errorf("%s: %d twin packs recorded", v, n)
+			}
+			if n := gpu.CoopPairGEMMs() - pairs; (v == "coopmat") != (n > 0) {
+				t.Errorf("%s: %d pair dispatches recorded", v, n)
 			}
 		})
 	}
 }
 
-func testBLRPathPairs(t *testing.T, d *gpu.Device) {
+// testBLRPathPairs runs TestBLRPathPairsBitIdentical's cases on d; coop: the pair dispatches
+// must run where path pairs are on (one per forward, one or two per backward) and never
+// where they are off.
+func testBLRPathPairs(t *testing.T, d *gpu.Device, coop bool) {
 	rng := rand.New(rand.NewPCG(45, 46))
-	for _, c := range []struct{ rows, m, n, r, live int }{{37, 68, 56, 24, 20}, {300, 64, 72, 16, 16}} {
+	for _, c := range []struct{ rows, m, n, r, live int }{{37, 68, 56, 24, 20}, {300, 64, 72, 16, 16}, {45, 60, 40, 40, 36}} {
 		for _, keep := range []bool{false, true} {
 			for _, withDX := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%+v/kept=%v/dx=%v", c, keep, withDX), func(t *testing.T) {
 					w := randBLR(rng, c.m, c.n, c.r, 2, c.live)
 					// Path 1's scales 2⁻⁵ of path 0's (exactly: powers of two), so that the
 					// paths' packed operands differ in their power-of-two scales and a twin
-					// pack that mixed them up would show.
+					// pack or pair dispatch that mixed them up would show.
 					for _, v := range [][]float32{w.Paths[1].G, w.Paths[1].H} {
 						for i := range v {
 							v[i] /= 32
@@ -398,26 +409,43 @@ func testBLRPathPairs(t *testing.T, d *gpu.Device) {
 					}
 					tb := newBufs(t, d)
 					x, dy := tb.up("x", xf, c.rows, c.n), tb.up("dy", dyf, c.rows, c.m)
+					// pairsRan checks the pair dispatches that run recorded: want where path
+					// pairs are on under tensor cores, else none.
+					pairsRan := func(what string, pairs bool, n, want int) {
+						if !coop || !pairs {
+							want = 0
+						}
+						if n != want {
+							t.Errorf("%s (path pairs %v): %d pair dispatches recorded, want %d", what, pairs, n, want)
+						}
+					}
 					var got [2][][]float32
 					var kept gpu.BLRKept
-					if keep {
-						// The forward both ways; the backward below uses the paired one's t1 and c.
-						for i, pairs := range []bool{false, true} {
-							kept = gpu.BLRKept{}
+					// The forward both ways, its t1 and c kept (the backward below uses the
+					// paired one's) or not (t1 borrowed: two buffers for the pair dispatch).
+					for i, pairs := range []bool{false, true} {
+						kept = gpu.BLRKept{}
+						if keep {
 							for range 2 {
 								kept.T1 = append(kept.T1, tb.nw("t1", c.rows, c.r))
 								kept.C = append(kept.C, tb.nw("c", c.rows, c.m))
 							}
-							y := tb.nw("y", c.rows, c.m)
-							restore := gpu.SetPathPairs(pairs)
-							err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, kept, c.rows) })
-							restore()
-							if err != nil {
-								t.Fatal(err)
-							}
-							for _, b := range []*gpu.Buffer{y, kept.T1[0], kept.T1[1], kept.C[0], kept.C[1]} {
-								got[i] = append(got[i], must(d.ReadFloat32(b)).T(t))
-							}
+						}
+						y := tb.nw("y", c.rows, c.m)
+						restore := gpu.SetPathPairs(pairs)
+						p0 := gpu.CoopPairGEMMs()
+						err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, kept, c.rows) })
+						restore()
+						if err != nil {
+							t.Fatal(err)
+						}
+						pairsRan("BLRForward", pairs, gpu.CoopPairGEMMs()-p0, 1)
+						outs := []*gpu.Buffer{y}
+						if keep {
+							outs = append(outs, kept.T1[0], kept.T1[1], kept.C[0], kept.C[1])
+						}
+						for _, b := range outs {
+							got[i] = append(got[i], must(d.ReadFloat32(b)).T(t))
 						}
 					}
 					for i, pairs := range []bool{false, true} {
@@ -430,11 +458,17 @@ func testBLRPathPairs(t *testing.T, d *gpu.Device) {
 							grads[p] = gpu.BLRGrad{H: tb.up("dh", g0[3*p], c.m), L: tb.up("dl", g0[3*p+1], c.r), G: tb.up("dg", g0[3*p+2], c.n)}
 						}
 						restore := gpu.SetPathPairs(pairs)
+						p0 := gpu.CoopPairGEMMs()
 						err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRBackward(r, l, x, kept, dy, dx, grads, c.rows) })
 						restore()
 						if err != nil {
 							t.Fatal(err)
 						}
+						want := 1 // dt2
+						if !keep {
+							want++ // the recomputed t1
+						}
+						pairsRan("BLRBackward", pairs, gpu.CoopPairGEMMs()-p0, want)
 						if withDX {
 							got[i] = append(got[i], must(d.ReadFloat32(dx)).T(t))
 						}

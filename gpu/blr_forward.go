@@ -488,11 +488,25 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 		return err
 	}
 	mark := len(r.ops)
+	two := len(l.Paths) == 2 && !naive
+	// On tensor cores both paths' t1 operands, x ⊙ g_p, are packed in one pass (into one
+	// a16 and one rs buffer), and both paths' t1 GEMMs then run as one dispatch
+	// (coopBLRGEMMPair).
+	var t1A [2]*coopA
+	if two {
+		var done func()
+		var err error
+		if t1A, done, err = coopPackPaths(r, op+".t1", x, [2]*Buffer{l.Paths[0].G, l.Paths[1].G}, rows, l.N, l.Rank); err != nil {
+			r.ops = r.ops[:mark]
+			return err
+		}
+		defer done()
+	}
 	// t1 per path: kept, or borrowed (it dies with this call, so the calls of one submit
 	// share it): one buffer for all paths, two where both paths' t1 run as one pass
-	// (CPU adapters, blrGEMMPair).
+	// (CPU adapters, blrGEMMPair; tensor cores, coopBLRGEMMPair, where the twin pack ran).
 	var tbs [2]*Buffer
-	twoT1 := len(l.Paths) == 2 && !naive && r.d.info.CPU && !pathPairsOff
+	twoT1 := two && !pathPairsOff && (r.d.info.CPU || t1A[0] != nil)
 	for p := range l.Paths {
 		switch {
 		case kept.T1 != nil:
@@ -500,6 +514,7 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 		case p == 0 || twoT1:
 			b, done, err := r.Borrow(fmt.Sprintf("%s t1 %d", op, p), F32, rows, l.Rank)
 			if err != nil {
+				r.ops = r.ops[:mark]
 				return err
 			}
 			defer done()
@@ -510,23 +525,17 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 	}
 	pairedT1 := false
 	if twoT1 {
+		vs := [2]*Buffer{l.Paths[0].V, l.Paths[1].V}
 		var err error
-		pairedT1, err = blrGEMMPair(r, op+".t1", x, [2]*Buffer{l.Paths[0].V, l.Paths[1].V}, [2]*Buffer{l.Paths[0].G, l.Paths[1].G}, tbs, rows, l.N, l.Rank, true)
+		if t1A[0] != nil {
+			pairedT1, err = coopBLRGEMMPair(r, op+".t1", t1A, vs, tbs, rows, l.N, l.Rank, true)
+		} else {
+			pairedT1, err = blrGEMMPair(r, op+".t1", x, vs, [2]*Buffer{l.Paths[0].G, l.Paths[1].G}, tbs, rows, l.N, l.Rank, true)
+		}
 		if err != nil {
 			r.ops = r.ops[:mark]
 			return err
 		}
-	}
-	// On tensor cores both paths' t1 operands, x ⊙ g_p, are packed in one pass.
-	var t1A [2]*coopA
-	if len(l.Paths) == 2 && !naive && !pairedT1 {
-		var done func()
-		var err error
-		if t1A, done, err = coopPackPaths(r, op+".t1", x, [2]*Buffer{l.Paths[0].G, l.Paths[1].G}, rows, l.N, l.Rank); err != nil {
-			r.ops = r.ops[:mark]
-			return err
-		}
-		defer done()
 	}
 	for p, q := range l.Paths {
 		tb := tbs[p]

@@ -94,6 +94,10 @@ var coopDispatches atomic.Int64
 // coopTwinPacks counts the twin packs recorded (coopPackPaths: tests check that they ran).
 var coopTwinPacks atomic.Int64
 
+// coopPairGEMMs counts the pair dispatches recorded (coopBLRGEMMPair: both paths' t1 or dt2
+// GEMMs in one dispatch; tests check that they ran).
+var coopPairGEMMs atomic.Int64
+
 // coopSplitKs counts the split-K cooperative-matrix GEMMs recorded (tests check that a forced
 // split ran).
 var coopSplitKs atomic.Int64
@@ -253,18 +257,21 @@ func (t coopTile) fits(d *Device, colBytes int) bool {
 }
 
 // coopVariant is one committed SPIR-V of coopmat_gemm.comp (generate.sh's variants): its
-// bindings after b are sc (Scale) and raw (Raw); Signs: b is sign bits, else f16.
+// bindings after b are sc (Scale) and raw (Raw); Signs: b is sign bits, else f16. Pair (with
+// Signs alone): both paths of a BLR layer in one dispatch, workgroup z the path, bindings
+// a16, rs, bits0, bits1, c0, c1 and six uniform words (coopBLRGEMMPair).
 type coopVariant struct {
-	File              string
-	Signs, Scale, Raw bool
+	File                    string
+	Signs, Scale, Raw, Pair bool
 }
 
 var (
-	coopDense       = coopVariant{"coopmat_gemm.spv", false, false, false}
-	coopDenseScale  = coopVariant{"coopmat_gemm_scale.spv", false, true, false}
-	coopBLR         = coopVariant{"coopmat_blr.spv", true, false, false}
-	coopBLRScale    = coopVariant{"coopmat_blr_scale.spv", true, true, false}
-	coopBLRScaleRaw = coopVariant{"coopmat_blr_scale_raw.spv", true, true, true}
+	coopDense       = coopVariant{File: "coopmat_gemm.spv"}
+	coopDenseScale  = coopVariant{File: "coopmat_gemm_scale.spv", Scale: true}
+	coopBLR         = coopVariant{File: "coopmat_blr.spv", Signs: true}
+	coopBLRScale    = coopVariant{File: "coopmat_blr_scale.spv", Signs: true, Scale: true}
+	coopBLRScaleRaw = coopVariant{File: "coopmat_blr_scale_raw.spv", Signs: true, Scale: true, Raw: true}
+	coopBLRPair     = coopVariant{File: "coopmat_blr_pair.spv", Signs: true, Pair: true}
 )
 
 // coopmat_gemm.comp's SpecIds.
@@ -451,7 +458,7 @@ var errCoopOff = errors.New("tensor cores unavailable")
 // coopFiles are the committed SPIR-V files the launchers use (TestCoopmatSPIRVFresh checks
 // spv.sum has each).
 func coopFiles() []string {
-	f := []string{coopDense.File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File, coopQuantFile}
+	f := []string{coopDense.File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File, coopBLRPair.File, coopQuantFile}
 	return append(append(f, coopAttnFiles[:]...), "coopmat_delta.spv", "coopmat_delta_dhu.spv",
 		"coopmat_delta_state.spv", "coopmat_delta_qk.spv", "coopmat_delta_f.spv")
 }
@@ -471,6 +478,11 @@ func b2u(b bool) uint32 {
 // t, B's layout and the accumulate mode (coopProgram: its errors).
 func (d *Device) coopKernel(op string, v coopVariant, t coopTile, transB, accum bool) (*Kernel, error) {
 	sg := d.tc.SubgroupSize
+	if v.Pair {
+		return d.coopProgram(op, coopProgramSpec{File: v.File, WG: sg * t.WM * t.WN,
+			Access: []Access{Read, Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 6,
+			Values: d.coopGEMMSpec(t, transB, accum)})
+	}
 	access := []Access{Read, Read, Read}
 	if v.Scale {
 		access = append(access, Read)
@@ -514,21 +526,38 @@ func coopPack(r *Recorder, op string, a Binding, sa *Buffer, m, k, mp, kp int, p
 	return a16, rs, done, nil
 }
 
-// coopA is an A operand packed ahead of its cooperative-matrix GEMM (CoopmatPack's a16, U32
-// [mp, kp/2], and rs, F32 [mp]), with the padded sizes it was packed to.
+// coopA is an A operand packed ahead of its cooperative-matrix GEMM: CoopmatPack's a16 (f16
+// pairs, U32 [mp, kp/2]) and rs (F32 [mp]), each a binding — the whole of a buffer, or (a
+// twin pack, coopPackPaths) one path's range of a buffer that holds both paths' packs —
+// with the padded sizes it was packed to.
 type coopA struct {
-	a16, rs *Buffer
+	a16, rs Binding
 	mp, kp  int
+}
+
+// coopPairLayout is where the two paths' packs of an A [mp, kp] lie in the buffers that
+// coopPackPaths borrows: path 0's a16 and rs at byte 0, path 1's at aOff and rsOff (a16's
+// aBytes = mp·kp·2 and rs's rsBytes = mp·4 rounded up to the storage alignment align, so
+// that each path's part can be bound on its own: 32 on lavapipe, 256 on most GPUs; rs of a
+// few rows is padded up to it), and the buffers' sizes aTotal and rsTotal in bytes (multiples
+// of 4).
+func coopPairLayout(align uint64, mp, kp int) (aOff, rsOff, aTotal, rsTotal uint64) {
+	aBytes, rsBytes := uint64(mp)*uint64(kp)*2, uint64(mp)*4
+	aOff, rsOff = (aBytes+align-1)/align*align, (rsBytes+align-1)/align*align
+	return aOff, rsOff, aOff + aBytes, rsOff + rsBytes
 }
 
 // coopPackPaths records CoopmatPack's twin form for the two paths of a BLR layer whose GEMMs
 // share A — t1 (A = x [m, k], sa = g_p) or dt2 (A = dy, sa = h_p), each an m×n output over k
 // — packing A ⊙ sa[0] and A ⊙ sa[1] in one pass that reads A once, padded to those GEMMs'
-// plan (coopPlan), into borrowed buffers that done gives back: the bits of two coopPack
-// calls, one dispatch instead of two. The packs are nil (nothing recorded, done a no-op)
-// where the twin does not apply — tensor cores off, pathPairsOff, sizes past the limits, or
-// rows that do not take the vector form (k % 4 ≠ 0, kp > 16384) — and each GEMM then packs
-// its own (coopBLRGEMM).
+// plan (coopPlan): the bits of two coopPack calls, one dispatch instead of two. Both paths'
+// packs go into ONE borrowed a16 buffer and ONE rs buffer (coopPairLayout: path 1's part at
+// an offset on the storage alignment), so that coopBLRGEMMPair can run both GEMMs as one
+// dispatch; packs[p] binds path p's part (what coopBLRGEMM takes alone), and done gives the
+// buffers back. The packs are nil (nothing recorded, done a no-op) where the twin does not
+// apply — tensor cores off, pathPairsOff, sizes past the limits (a part past a binding, both
+// past maxBufferSize), or rows that do not take the vector form (k % 4 ≠ 0, kp > 16384) — and
+// each GEMM then packs its own (coopBLRGEMM).
 func coopPackPaths(r *Recorder, op string, a *Buffer, sa [2]*Buffer, m, k, n int) (packs [2]*coopA, done func(), err error) {
 	d := r.d
 	done = func() {}
@@ -539,41 +568,35 @@ func coopPackPaths(r *Recorder, op string, a *Buffer, sa [2]*Buffer, m, k, n int
 	if !ok || coopPackFor(k, kp, true, false).R == 0 {
 		return packs, done, nil
 	}
-	var gives []func()
-	done = func() {
-		for _, g := range gives {
-			g()
-		}
+	aOff, rsOff, aTotal, rsTotal := coopPairLayout(d.StorageAlign(), mp, kp)
+	if aTotal > d.info.MaxBufferSize || aTotal/4 > maxU32Elems {
+		return packs, done, nil
 	}
-	fail := func(err error) ([2]*coopA, func(), error) {
-		done()
+	a16, g1, err := r.Borrow(op+" a16 (both paths)", U32, int(aTotal/4))
+	if err != nil {
+		return packs, done, err
+	}
+	rs, g2, err := r.Borrow(op+" rs (both paths)", F32, int(rsTotal/4))
+	if err != nil {
+		g1()
+		return packs, done, err
+	}
+	aBytes, rsBytes := uint64(mp)*uint64(kp)*2, uint64(mp)*4
+	packs[0] = &coopA{a16: Binding{Buf: a16, Size: aBytes}, rs: Binding{Buf: rs, Size: rsBytes}, mp: mp, kp: kp}
+	packs[1] = &coopA{a16: Binding{Buf: a16, Offset: aOff, Size: aBytes}, rs: Binding{Buf: rs, Offset: rsOff, Size: rsBytes}, mp: mp, kp: kp}
+	if err := coopPackTwinInto(r, op, a, sa, [2]Binding{packs[0].a16, packs[1].a16}, [2]Binding{packs[0].rs, packs[1].rs}, m, k, mp, kp); err != nil {
+		g1()
+		g2()
 		return [2]*coopA{}, func() {}, err
 	}
-	var a16s, rss [2]*Buffer
-	for p := range packs {
-		a16, g1, err := r.Borrow(fmt.Sprintf("%s a16 %d", op, p), U32, mp, kp/2)
-		if err != nil {
-			return fail(err)
-		}
-		gives = append(gives, g1)
-		rs, g2, err := r.Borrow(fmt.Sprintf("%s rs %d", op, p), F32, mp)
-		if err != nil {
-			return fail(err)
-		}
-		gives = append(gives, g2)
-		packs[p] = &coopA{a16: a16, rs: rs, mp: mp, kp: kp}
-		a16s[p], rss[p] = a16, rs
-	}
-	if err := coopPackTwinInto(r, op, a, sa, a16s, rss, m, k, mp, kp); err != nil {
-		return fail(err)
-	}
-	return packs, done, nil
+	return packs, func() { g1(); g2() }, nil
 }
 
 // coopPackTwinInto records CoopmatPack's twin form: A [m, k] ⊙ sa[p] into a16[p] (U32
 // [mp, kp/2]) and rs[p] (F32 [mp]) for p = 0, 1, in one pass (the vector form: k % 4 = 0,
-// kp ≤ 16384; the caller checks).
-func coopPackTwinInto(r *Recorder, op string, a *Buffer, sa, a16, rs [2]*Buffer, m, k, mp, kp int) error {
+// kp ≤ 16384; the caller checks). The four outputs are bindings: ranges of one a16 and one
+// rs buffer in coopPackPaths (Dispatch checks their offsets and sizes).
+func coopPackTwinInto(r *Recorder, op string, a *Buffer, sa [2]*Buffer, a16, rs [2]Binding, m, k, mp, kp int) error {
 	pp := coopPackFor(k, kp, true, false)
 	if pp.R == 0 {
 		return fmt.Errorf("gpu: %s: the twin pack needs the vector form (k %% 4 = 0, kp ≤ 16384; k %d, kp %d)", op, k, kp)
@@ -582,7 +605,7 @@ func coopPackTwinInto(r *Recorder, op string, a *Buffer, sa, a16, rs [2]*Buffer,
 	if err := r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl", Params: pp,
 		Bindings: []Access{Read, Read, Read, ReadWrite, ReadWrite, ReadWrite, ReadWrite}, Uniforms: 4},
 		pp.groups(mp), []uint32{uint32(m), uint32(k), uint32(kp), uint32(mp)},
-		Whole(a), Whole(sa[0]), Whole(sa[1]), Whole(a16[0]), Whole(rs[0]), Whole(a16[1]), Whole(rs[1])); err != nil {
+		Whole(a), Whole(sa[0]), Whole(sa[1]), a16[0], rs[0], a16[1], rs[1]); err != nil {
 		return err
 	}
 	coopTwinPacks.Add(1)
@@ -754,7 +777,7 @@ func coopGEMM(r *Recorder, op string, a, b, c Binding, bf16 bool, m, k, n int, t
 // coopBLRGEMM is the cooperative-matrix form of blrGEMM: C[m, n] (+)= (A ⊙ sa)·B (⊙ sc) with
 // B packed sign bits ([n, k] when transB, else [k, n]), raw receiving the sums before ⊙ sc;
 // pre, when not nil and packed to this GEMM's plan, is A ⊙ sa already packed
-// (coopPackPaths).
+// (coopPackPaths: one path's range of the buffers holding both paths' packs).
 // It returns false, recording nothing, where tensor cores are off, B's rows do not hold
 // whole bytes (k % 8 ≠ 0 for transB, n % 8 ≠ 0 otherwise: never for a BLR layer, whose n
 // and rank are multiples of 8), or the sizes are past the limits.
@@ -790,17 +813,18 @@ func coopBLRGEMM(r *Recorder, op string, pre *coopA, a, bits, sa, sc, c, raw *Bu
 	if err != nil {
 		return false, nil
 	}
-	var a16, rs *Buffer
+	var a16, rs Binding
 	if pre != nil && pre.mp == mp && pre.kp == kp {
 		a16, rs = pre.a16, pre.rs
 	} else {
-		var done func()
-		if a16, rs, done, err = coopPack(r, op, Whole(a), sa, m, k, mp, kp, false); err != nil {
+		a16b, rsb, done, err := coopPack(r, op, Whole(a), sa, m, k, mp, kp, false)
+		if err != nil {
 			return true, err
 		}
 		defer done()
+		a16, rs = Whole(a16b), Whole(rsb)
 	}
-	binds := []Binding{Whole(a16), Whole(rs), Whole(bits)}
+	binds := []Binding{a16, rs, Whole(bits)}
 	if sc != nil {
 		binds = append(binds, Whole(sc))
 	}
@@ -821,6 +845,64 @@ func coopBLRGEMM(r *Recorder, op string, pre *coopA, a, bits, sa, sc, c, raw *Bu
 		return true, err
 	}
 	coopDispatches.Add(1)
+	return true, nil
+}
+
+// coopBLRGEMMPair is the cooperative-matrix form of the two paths' GEMMs of a BLR layer that
+// share A — t1 (A = x, B = V_p [n, k], transB) or dt2 (A = dy, B = U_p [k, n]) — as ONE
+// dispatch: c[p][m, n] = (A ⊙ sa_p)·B_p for p = 0, 1, with bits[p] path p's sign bits and
+// A ⊙ sa_p the twin pack pre[p] (coopPackPaths: both paths' packs in one a16 and one rs
+// buffer, coopPairLayout), on the grid [nx, ny, 2] whose workgroup z is the path
+// (coopmat_gemm.comp's PAIR, coopmat_blr_pair.spv). Each path's workgroups run the single
+// GEMM's code on the same block and pack, so c[p] gets the bits of coopBLRGEMM with pre[p];
+// the gain is twice the workgroups in flight: at the 0.8B's t1 and dt2 (4,096 rows, N = rank
+// 384) a single GEMM is 3×32 = 96 workgroups of 128×128, one per SM on a 132-SM H100 (not
+// yet measured on a GPU). Costs: two blrGEMMCost.
+// It returns false, recording nothing, where it does not apply: tensor cores off,
+// pathPairsOff, B's rows not whole bytes (as coopBLRGEMM), a nil pack, bits or c, c[0] =
+// c[1], packs not of one a16 and one rs buffer laid out by coopPairLayout for this GEMM's
+// plan, the two paths' buffers past a binding (maxStorageBufferBindingSize), or where the
+// single GEMM would split K (coopSplitK > 1: at 4B's dt2, K 9216, the split is measured
+// faster). Buffers are checked by the caller (c[p] F32 [m, n], distinct from the operands).
+// Errors: those of Dispatch (nothing recorded).
+func coopBLRGEMMPair(r *Recorder, op string, pre [2]*coopA, bits, c [2]*Buffer, m, k, n int, transB bool) (bool, error) {
+	d := r.d
+	if pathPairsOff || !d.coopUse() || (transB && k%8 != 0) || (!transB && n%8 != 0) ||
+		pre[0] == nil || pre[1] == nil || bits[0] == nil || bits[1] == nil || c[0] == nil || c[1] == nil || c[0] == c[1] {
+		return false, nil
+	}
+	t, mp, kp, grid, ok := d.coopPlan(m, k, n)
+	if !ok || d.coopSplitK(t, grid[0]*grid[1], kp) > 1 {
+		return false, nil
+	}
+	aOff, rsOff, aTotal, rsTotal := coopPairLayout(d.StorageAlign(), mp, kp)
+	aBytes, rsBytes := uint64(mp)*uint64(kp)*2, uint64(mp)*4
+	a16, rs := pre[0].a16.Buf, pre[0].rs.Buf
+	for p, want := range [2]coopA{
+		{a16: Binding{Buf: a16, Size: aBytes}, rs: Binding{Buf: rs, Size: rsBytes}, mp: mp, kp: kp},
+		{a16: Binding{Buf: a16, Offset: aOff, Size: aBytes}, rs: Binding{Buf: rs, Offset: rsOff, Size: rsBytes}, mp: mp, kp: kp},
+	} {
+		if *pre[p] != want {
+			return false, nil
+		}
+	}
+	lim := d.Info().MaxStorageBindingSize
+	if a16 == nil || rs == nil || aOff%16 != 0 || rsOff%4 != 0 || aTotal > lim || rsTotal > lim || aOff/16 > math.MaxUint32 {
+		return false, nil
+	}
+	kn, err := d.coopKernel(op, coopBLRPair, t, transB, false)
+	if err != nil {
+		return false, nil // coopKernel switched tensor cores off with the reason
+	}
+	grid[2] = 2
+	if err := r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp), uint32(aOff / 16), uint32(rsOff / 4)},
+		Binding{Buf: a16, Size: aTotal}, Binding{Buf: rs, Size: rsTotal}, Whole(bits[0]), Whole(bits[1]), Whole(c[0]), Whole(c[1])); err != nil {
+		return true, err
+	}
+	f, b := blrGEMMCost(m, k, n, false, false)
+	r.Cost(2*f, 2*b)
+	coopDispatches.Add(2)
+	coopPairGEMMs.Add(1)
 	return true, nil
 }
 

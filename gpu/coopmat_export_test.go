@@ -9,11 +9,24 @@ func CoopmatPack(r *Recorder, a, sa, a16, rs *Buffer, m, k, mp, kp int, pairs bo
 	return coopPackInto(r, "CoopmatPack", Whole(a), sa, a16, rs, m, k, mp, kp, pairs)
 }
 
-// CoopmatPackTwin records CoopmatPack's twin form (both BLR paths' operands in one pass):
-// a ⊙ sa into a16, rs and a ⊙ sb into b16, rsb, as two CoopmatPack calls would (k % 4 = 0,
-// kp ≤ 16384). For tests.
-func CoopmatPackTwin(r *Recorder, a, sa, sb, a16, rs, b16, rsb *Buffer, m, k, mp, kp int) error {
-	return coopPackTwinInto(r, "CoopmatPackTwin", a, [2]*Buffer{sa, sb}, [2]*Buffer{a16, b16}, [2]*Buffer{rs, rsb}, m, k, mp, kp)
+// CoopmatPackTwin records CoopmatPack's twin form (both BLR paths' operands in one pass) in
+// the layout coopPackPaths gives it (CoopPairLayout): a ⊙ sa into a16 and rs from byte 0,
+// a ⊙ sb into a16 from byte aOff and rs from byte rsOff, each part what a CoopmatPack call
+// writes (U32 [mp, kp/2], F32 [mp]; k % 4 = 0, kp ≤ 16384). a16 and rs must hold at least
+// CoopPairLayout's aTotal and rsTotal bytes. For tests.
+func CoopmatPackTwin(r *Recorder, a, sa, sb, a16, rs *Buffer, m, k, mp, kp int) error {
+	aOff, rsOff, _, _ := coopPairLayout(r.d.StorageAlign(), mp, kp)
+	aBytes, rsBytes := uint64(mp)*uint64(kp)*2, uint64(mp)*4
+	return coopPackTwinInto(r, "CoopmatPackTwin", a, [2]*Buffer{sa, sb},
+		[2]Binding{{Buf: a16, Size: aBytes}, {Buf: a16, Offset: aOff, Size: aBytes}},
+		[2]Binding{{Buf: rs, Size: rsBytes}, {Buf: rs, Offset: rsOff, Size: rsBytes}}, m, k, mp, kp)
+}
+
+// CoopPairLayout returns where coopPackPaths puts the two paths' packs of an A padded to
+// [mp, kp] on d: path 1's a16 at byte aOff and its rs at byte rsOff (path 0's at 0), and the
+// bytes of the a16 and rs buffers holding both, aTotal and rsTotal.
+func CoopPairLayout(d *Device, mp, kp int) (aOff, rsOff, aTotal, rsTotal uint64) {
+	return coopPairLayout(d.StorageAlign(), mp, kp)
 }
 
 // CoopmatPackForm returns the threads per row and the 16-byte vectors per invocation (0: the

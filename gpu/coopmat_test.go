@@ -220,8 +220,10 @@ func TestCoopmatPack(t *testing.T) {
 // TestCoopmatPackTwin: the twin form of CoopmatPack (both BLR paths' operands, A ⊙ sa and
 // A ⊙ sb, in one pass) gives the bits of two single packs, in every vector form (R 1 … 9,
 // 32 to 256 threads a row, rows past m), with sa and sb of different magnitudes (so the
-// rows' powers of two differ between the packs), a zero row, and columns past k. Plain WGSL:
-// it runs on every adapter.
+// rows' powers of two differ between the packs), a zero row, and columns past k. It writes
+// both packs into one a16 and one rs buffer as coopPackPaths lays them out (CoopPairLayout:
+// path 1's part at an offset on the storage alignment, rs of a few rows padded up to it);
+// the bytes between the parts are left as they were. Plain WGSL: it runs on every adapter.
 func TestCoopmatPackTwin(t *testing.T) {
 	d := gputest.Open(t)
 	rng := rand.New(rand.NewPCG(36, 2))
@@ -242,10 +244,30 @@ func TestCoopmatPackTwin(t *testing.T) {
 			tb := newBufs(t, d)
 			a := tb.up("A", af, c.m, c.k)
 			sab, sbb := tb.up("sa", sa, c.k), tb.up("sb", sb, c.k)
-			var outs [4][2]*gpu.Buffer // single sa, single sb, twin sa, twin sb: a16 and rs
+			var outs [2][2]*gpu.Buffer // single sa, single sb: a16 and rs
 			for i := range outs {
 				outs[i] = [2]*gpu.Buffer{tb.nwU32("a16", mp, c.kp/2), tb.nw("rs", mp)}
 			}
+			aOff, rsOff, aTotal, rsTotal := gpu.CoopPairLayout(d, mp, c.kp)
+			align := d.StorageAlign()
+			if aOff%align != 0 || rsOff%align != 0 || aOff < uint64(mp*c.kp*2) || rsOff < uint64(4*mp) ||
+				aTotal != aOff+uint64(mp*c.kp*2) || rsTotal != rsOff+uint64(4*mp) {
+				t.Fatalf("CoopPairLayout(%d, %d) = %d, %d, %d, %d: parts not aligned to %d or overlapping", mp, c.kp, aOff, rsOff, aTotal, rsTotal, align)
+			}
+			// Both paths' packs in one buffer each, filled with a marker the pack must not
+			// overwrite between the parts.
+			const marker = 0x7fc0dead
+			fillA, fillR := make([]uint32, aTotal/4), make([]uint32, rsTotal/4)
+			for i := range fillA {
+				fillA[i] = marker
+			}
+			for i := range fillR {
+				fillR[i] = marker
+			}
+			a16 := must(d.UploadUint32("a16 both", fillA, len(fillA))).T(t)
+			t.Cleanup(a16.Release)
+			rsBoth := must(d.UploadUint32("rs both", fillR, len(fillR))).T(t)
+			t.Cleanup(rsBoth.Release)
 			twins := gpu.CoopTwinPacks()
 			err := d.Run(func(r *gpu.Recorder) error {
 				if err := gpu.CoopmatPack(r, a, sab, outs[0][0], outs[0][1], c.m, c.k, mp, c.kp, false); err != nil {
@@ -254,7 +276,7 @@ func TestCoopmatPackTwin(t *testing.T) {
 				if err := gpu.CoopmatPack(r, a, sbb, outs[1][0], outs[1][1], c.m, c.k, mp, c.kp, false); err != nil {
 					return err
 				}
-				return gpu.CoopmatPackTwin(r, a, sab, sbb, outs[2][0], outs[2][1], outs[3][0], outs[3][1], c.m, c.k, mp, c.kp)
+				return gpu.CoopmatPackTwin(r, a, sab, sbb, a16, rsBoth, c.m, c.k, mp, c.kp)
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -262,23 +284,44 @@ func TestCoopmatPackTwin(t *testing.T) {
 			if n := gpu.CoopTwinPacks() - twins; n != 1 {
 				t.Errorf("%d twin packs recorded, want 1", n)
 			}
+			wa, wr := must(d.ReadUint32(a16)).T(t), must(d.ReadUint32(rsBoth)).T(t)
+			aw, rw := mp*c.kp/2, mp  // words of one path's part
+			parts := [2][2][]uint32{ // path p's a16 and rs words in the shared buffers
+				{wa[:aw], wr[:rw]},
+				{wa[aOff/4 : aOff/4+uint64(aw)], wr[rsOff/4 : rsOff/4+uint64(rw)]},
+			}
 			for p := range 2 {
-				single, twin := outs[p], outs[2+p]
-				ws, wt := must(d.ReadUint32(single[0])).T(t), must(d.ReadUint32(twin[0])).T(t)
+				ws, wt := must(d.ReadUint32(outs[p][0])).T(t), parts[p][0]
 				for i := range ws {
 					if ws[i] != wt[i] {
 						t.Fatalf("path %d: a16 word %d = %#08x, the single pack's %#08x", p, i, wt[i], ws[i])
 					}
 				}
-				sameBits(t, fmt.Sprintf("path %d rs", p), must(d.ReadFloat32(single[1])).T(t), must(d.ReadFloat32(twin[1])).T(t))
+				sameBits(t, fmt.Sprintf("path %d rs", p), must(d.ReadFloat32(outs[p][1])).T(t), f32s(parts[p][1]))
+			}
+			for _, gap := range [][]uint32{wa[aw : aOff/4], wr[rw : rsOff/4]} {
+				for i, w := range gap {
+					if w != marker {
+						t.Fatalf("word %d between the paths' parts = %#08x: the pack wrote outside its part", i, w)
+					}
+				}
 			}
 			// The paths' scales differ by 2⁻⁷ … 2⁻⁵ (sb against sa): their rows' powers of two must too.
-			r0, r1 := must(d.ReadFloat32(outs[2][1])).T(t), must(d.ReadFloat32(outs[3][1])).T(t)
+			r0, r1 := f32s(parts[0][1]), f32s(parts[1][1])
 			if r0[0] == r1[0] {
 				t.Errorf("row 0's inverse scales are equal in both packs (%g): the test does not tell the packs apart", r0[0])
 			}
 		})
 	}
+}
+
+// f32s returns the words as f32 values (their bits).
+func f32s(w []uint32) []float32 {
+	f := make([]float32, len(w))
+	for i, v := range w {
+		f[i] = math.Float32frombits(v)
+	}
+	return f
 }
 
 // eachTCVariant runs body as a sub-benchmark per kernel form of NVG_TC_VARIANTS (a

@@ -188,6 +188,10 @@ func CoopDispatches() int { return int(coopDispatches.Load()) }
 // recorded.
 func CoopTwinPacks() int { return int(coopTwinPacks.Load()) }
 
+// CoopPairGEMMs returns how many pair dispatches (both BLR paths' t1 or dt2 GEMMs in one
+// cooperative-matrix dispatch, coopBLRGEMMPair) have been recorded.
+func CoopPairGEMMs() int { return int(coopPairGEMMs.Load()) }
+
 // SetCoopGPUTiles makes CPU adapters take the GPUs' tiles for the cooperative-matrix
 // attention and delta-rule kernels (on) or their own (off), and returns a function restoring
 // the old choice.

@@ -16,12 +16,23 @@
 // Variants (glslang -D, one .spv each; gpu/coopmat/generate.sh): SIGNS, SCALE (sc bound:
 // C's column scales; with a dense B, the sign-gradient GEMM's column scales), RAW (raw bound:
 // the sums before ⊙ sc, as blr_forward.wgsl's Raw), QUANT (B an 8-bit quantized weight,
-// below).
+// below), PAIR (with SIGNS alone: both paths of a BLR layer in one dispatch, below).
 //
 // Split-K: dispatched with S = gl_NumWorkGroups.z > 1 workgroups along z (gpu/coopmat.go
 // coopSplitK), workgroup z covers the z-th run of ⌈(Kp/BK)/S⌉ BK slices and writes slab z of
 // C [S, M, N] (RAW's raw likewise); Go sums the slabs (wgsl/coopmat_splitk.wgsl). S = 1 is
 // the plain GEMM.
+//
+// PAIR (coopmat_blr_pair.spv, gpu.coopBLRGEMMPair; with SIGNS, without SCALE, RAW, QUANT):
+// the two paths' GEMMs of a BLR layer that share an A — t1_p = (x⊙g_p)·V_pᵀ, dt2_p =
+// (dy⊙h_p)·U_p — as one dispatch whose workgroup z is the path p (0 or 1; no split-K).
+// a16 and rs hold both paths' packs (gpu.coopPackPaths): path p's rows start at vector
+// p·astr of a16 and at element p·rstr of rs (astr, rstr in Params: the aligned offset of
+// path 1's part); B and C are path p's own bindings (bits0/bits1, cpath0/cpath1), chosen
+// by a branch on the workgroup-uniform p in the helpers that touch them (byte8, the
+// epilogue's PUTC4 and PUTC), never by a select that would load both. Everything else — staging, mmaSlice, the
+// epilogue's arithmetic — is the single GEMM's code, so each path's C has the bits of a
+// coopmat_blr.spv dispatch on that path's pack (gpu TestBLRPathPairsBitIdentical).
 //
 // QUANT (coopmat_quant.spv, gpu.LinearQuant on tensor cores; TRANS_B only): B is W [N, K]
 // held as one byte code per weight, row-major, four per u32 word (little-endian), and its
@@ -62,12 +73,18 @@
 //   0 a16 (read, f16 pairs)  1 rs (read, f32 [Mp])  2 b (read: f16 pairs, or sign bits, or
 //   QUANT's codes)  [3 sc (read, f32 [N]) when SCALE; 3 qs (read) when QUANT]
 //   c (read_write, f32 [M, N])  [raw (read_write) when RAW]  last: uniform Params {m, n, k, kp}.
+// PAIR: 0 a16 (both paths)  1 rs (both paths)  2 bits0  3 bits1  4 cpath0  5 cpath1
+//   6 uniform Params {m, n, k, kp, astr, rstr}.
 #version 450
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_control_flow_attributes : require
+
+#if defined(PAIR) && (!defined(SIGNS) || defined(SCALE) || defined(RAW) || defined(QUANT))
+#error PAIR is a variant of the sign GEMM without column scales or raw sums (-DSIGNS -DPAIR)
+#endif
 
 // Every loop whose trip count is a specialisation constant carries [[unroll]]: the driver
 // unrolls it once the constants are known, so the accumulators and fragments stay in
@@ -115,6 +132,9 @@ layout(set = 0, binding = 1, std430) readonly buffer RS { float rs[]; };
 layout(set = 0, binding = 2, std430) readonly buffer Codes { uvec2 codes[]; };
 layout(set = 0, binding = 3, std430) readonly buffer QS { uint qs[]; };
 #define CB 4
+#elif defined(PAIR)
+layout(set = 0, binding = 2, std430) readonly buffer Bits0 { uint bits0[]; }; // path 0's signs
+layout(set = 0, binding = 3, std430) readonly buffer Bits1 { uint bits1[]; }; // path 1's
 #elif defined(SIGNS)
 layout(set = 0, binding = 2, std430) readonly buffer Bits { uint bits[]; };
 #else
@@ -124,9 +144,20 @@ layout(set = 0, binding = 2, std430) readonly buffer B16 { uvec4 b16[]; };
 layout(set = 0, binding = 3, std430) readonly buffer SC { float sc[]; };
 layout(set = 0, binding = 3, std430) readonly buffer SC4 { vec4 sc4[]; };
 #define CB 4
+#elif defined(PAIR)
+#define CB 4
 #elif !defined(QUANT)
 #define CB 3
 #endif
+#ifdef PAIR
+layout(set = 0, binding = CB, std430) buffer C0 { float cpath0[]; };     // path 0's C
+layout(set = 0, binding = CB, std430) buffer C0v { vec4 cpath0v[]; };    // … 16 bytes at a time
+layout(set = 0, binding = CB + 1, std430) buffer C1 { float cpath1[]; }; // path 1's C
+layout(set = 0, binding = CB + 1, std430) buffer C1v { vec4 cpath1v[]; };
+#define PB CB + 2
+// astr, rstr: where path 1's pack starts in a16 (16-byte vectors) and rs (elements).
+layout(set = 0, binding = PB, std140) uniform Params { uint m, n, k, kp, astr, rstr; } p;
+#else
 layout(set = 0, binding = CB, std430) buffer C { float c[]; };
 layout(set = 0, binding = CB, std430) buffer C4 { vec4 c4[]; }; // c, 16 bytes at a time
 #ifdef RAW
@@ -137,6 +168,21 @@ layout(set = 0, binding = CB + 1, std430) buffer Raw4 { vec4 raw4[]; };
 #define PB CB + 1
 #endif
 layout(set = 0, binding = PB, std140) uniform Params { uint m, n, k, kp; } p;
+#endif
+
+// RS(i) is row i's inverse scale (PAIR: of this workgroup's path, z); PUT(arr, o, v) stores
+// v at arr[o], or adds it (ACCUM); PUTC4 and PUTC store into C 16 or 4 bytes at a time (PAIR:
+// into this path's C, by a branch on the workgroup-uniform path).
+#define PUT(arr, o, v) if (ACCUM) { arr[o] += v; } else { arr[o] = v; }
+#ifdef PAIR
+#define RS(i) rs[gl_WorkGroupID.z * p.rstr + i]
+#define PUTC4(o, v) if (gl_WorkGroupID.z == 0u) { PUT(cpath0v, o, v) } else { PUT(cpath1v, o, v) }
+#define PUTC(o, v) if (gl_WorkGroupID.z == 0u) { PUT(cpath0, o, v) } else { PUT(cpath1, o, v) }
+#else
+#define RS(i) rs[i]
+#define PUTC4(o, v) PUT(c4, o, v)
+#define PUTC(o, v) PUT(c, o, v)
+#endif
 
 // The epilogue's per-subgroup f32 tiles (WM·WN·LM·LN floats; LN % 8 = 0: each tile row is
 // whole 16-byte vectors) reuse As once every subgroup is past the main loop (a barrier), so
@@ -167,8 +213,21 @@ uvec4 signs8(uint b) {
     return v;
 }
 
-// byte8 returns the 8 sign bits of elements e … e+7 (e a multiple of 8).
+// byte8 returns the 8 sign bits of elements e … e+7 (e a multiple of 8); PAIR: of this
+// workgroup's path (z), whose bits alone are loaded.
+#ifdef PAIR
+uint byte8(uint e) {
+    uint w;
+    if (gl_WorkGroupID.z == 0u) {
+        w = bits0[e >> 5];
+    } else {
+        w = bits1[e >> 5];
+    }
+    return (w >> (e & 31u)) & 0xFFu;
+}
+#else
 uint byte8(uint e) { return (bits[e >> 5] >> (e & 31u)) & 0xFFu; }
+#endif
 #endif
 
 #ifdef QUANT
@@ -248,9 +307,14 @@ uvec4 dequant8(uvec2 w, float s) {
 }
 #endif
 
-// loadA returns the 16-byte vector v of the A slice at k0 (kv vectors per packed row).
+// loadA returns the 16-byte vector v of the A slice at k0 (kv vectors per packed row; PAIR:
+// of this workgroup's path's pack, which starts at vector z·astr).
 uvec4 loadA(uint v, uint k0, uint m0, uint kv) {
+#ifdef PAIR
+    return a16[gl_WorkGroupID.z * p.astr + (m0 + v / (BK / 8)) * kv + k0 / 8 + v % (BK / 8)];
+#else
     return a16[(m0 + v / (BK / 8)) * kv + k0 / 8 + v % (BK / 8)];
+#endif
 }
 
 #ifdef QUANT
@@ -403,12 +467,17 @@ void main() {
     barrier();
 #endif
 
+#ifdef PAIR
+    // z is the path, not a split: every workgroup multiplies all of K into its path's C.
+    const uint kbeg = 0u, kend = p.kp, slab = 0u;
+#else
     // Split-K (gpu.coopSplitK): with S = gl_NumWorkGroups.z > 1 workgroups, workgroup z
     // multiplies the z-th of S runs of whole BK slices of K, [kbeg, kend), and writes its
     // partial product to slab z of C (C [S, M, N]; Go sums the slabs). S = 1: all of K.
     const uint ns = p.kp / BK, per = (ns + gl_NumWorkGroups.z - 1) / gl_NumWorkGroups.z;
     const uint kbeg = min(gl_WorkGroupID.z * per, ns) * BK, kend = min((gl_WorkGroupID.z + 1) * per, ns) * BK;
     const uint slab = gl_WorkGroupID.z * p.m * p.n;
+#endif
 
     uvec4 ra[AP], rb[BP];
 #ifdef QUANT
@@ -489,7 +558,7 @@ void main() {
                     uint gi = r0 + e / (LN / 4);
                     uint gj = c0 + (e % (LN / 4)) * 4; // gj % 4 = 0 = n % 4: gj < n ⇒ gj + 3 < n
                     if (gi < p.m && gj < p.n) {
-                        vec4 v = uintBitsToFloat(As[base + e]) * rs[gi];
+                        vec4 v = uintBitsToFloat(As[base + e]) * RS(gi);
 #ifdef QUANT
                         v *= vec4(Qd[gj - n0], Qd[gj - n0 + 1], Qd[gj - n0 + 2], Qd[gj - n0 + 3]);
 #endif
@@ -500,11 +569,7 @@ void main() {
 #ifdef SCALE
                         v *= sc4[gj / 4];
 #endif
-                        if (ACCUM) {
-                            c4[o] += v;
-                        } else {
-                            c4[o] = v;
-                        }
+                        PUTC4(o, v)
                     }
                 }
             } else {
@@ -512,7 +577,7 @@ void main() {
                     uint gi = r0 + e / LN;
                     uint gj = c0 + e % LN;
                     if (gi < p.m && gj < p.n) {
-                        float v = uintBitsToFloat(As[base + e / 4][e % 4]) * rs[gi];
+                        float v = uintBitsToFloat(As[base + e / 4][e % 4]) * RS(gi);
 #ifdef QUANT
                         v *= Qd[gj - n0];
 #endif
@@ -523,11 +588,7 @@ void main() {
 #ifdef SCALE
                         v *= sc[gj];
 #endif
-                        if (ACCUM) {
-                            c[o] += v;
-                        } else {
-                            c[o] = v;
-                        }
+                        PUTC(o, v)
                     }
                 }
             }
