@@ -319,31 +319,28 @@ uvec4 loadA(uint v, uint k0, uint m0, uint kv) {
 
 #ifdef QUANT
 // qload loads the raw B vector v of the slice at k0 into w (8 codes of row n0 + v/(BK/8) of W
-// along K: K % 8 = 0, so inside the row and on an 8-byte boundary) and sw (the word holding
-// their scale: QBC % 8 = 0, so one), and sets sh to the scale's bit offset in sw (16 for the
-// high half of a word of f16 scales, else 0); w and sw are 0 outside W. Only loads: nothing
-// here uses a loaded value, which would make the warp wait for it before the products
-// (9175eb0 shifted sw here: on an H100 q8's GEMM then ran 1.21–1.61× the f16 one while
-// FP8's, whose word needs no shift, ran 1.09–1.10×; the likely cause, not yet A/B-measured);
-// qstage decodes them once they have arrived.
-void qload(uint v, uint k0, uint n0, out uvec2 w, out uint sw, out uint sh) {
+// along K: K % 8 = 0, so inside the row and on an 8-byte boundary) and sw (their scale's
+// bits: QBC % 8 = 0, so one scale; an f16 scale shifted to the word's low half); both 0
+// outside W. Only loads: qstage decodes them once they have arrived. (fcefa6f moved the
+// shift to qstage, the offset in one more register per vector: on an H100 q8 then ran 1,165
+// µs at 4B's gate shape against f16's 829 and FP8's 908, 1.41× the f16 GEMM where it had
+// run 1.21× with the shift here; undone.)
+void qload(uint v, uint k0, uint n0, out uvec2 w, out uint sw) {
     uint row = n0 + v / (BK / 8);
     uint col = k0 + (v % (BK / 8)) * 8;
     w = uvec2(0);
     sw = 0;
-    sh = 0;
     if (row < p.n && col < p.k) {
         uint e = (row / QBR) * qcols() + col / QBC;
         w = codes[(row * p.k + col) / 8];
-        sw = qs[QF16 ? e >> 1 : e];
-        sh = QF16 ? 16u * (e & 1u) : 0u;
+        sw = QF16 ? qs[e >> 1] >> (16u * (e & 1u)) : qs[e];
     }
 }
 
-// qstage returns qload's vector v (w, sw, sh) dequantized: 8 f16 halves of
+// qstage returns qload's vector v (w, sw) dequantized: 8 f16 halves of
 // value(code) · scale · 2^E in the tiles' order (dequant8; 0 outside W).
-uvec4 qstage(uint v, uvec2 w, uint sw, uint sh) {
-    float s = QF16 ? unpackHalf2x16(sw >> sh).x : uintBitsToFloat(sw);
+uvec4 qstage(uint v, uvec2 w, uint sw) {
+    float s = QF16 ? unpackHalf2x16(sw).x : uintBitsToFloat(sw);
     return dequant8(w, s * Qm[v / (BK / 8)]);
 }
 #elif defined(SIGNS)
@@ -482,7 +479,7 @@ void main() {
     uvec4 ra[AP], rb[BP];
 #ifdef QUANT
     uvec2 rq[BP]; // the next slice's raw codes and scale words (qload)
-    uint rqs[BP], rqh[BP]; // … their scale words and the scales' bit offsets
+    uint rqs[BP];
 #elif defined(SIGNS)
     uint rsb[BP]; // the next slice's sign bytes (sload)
 #endif
@@ -492,8 +489,8 @@ void main() {
         }
         UNROLL for (uint j = 0; j < BP; j++) {
 #ifdef QUANT
-            qload(tid + j * NT, kbeg, n0, rq[j], rqs[j], rqh[j]);
-            rb[j] = qstage(tid + j * NT, rq[j], rqs[j], rqh[j]);
+            qload(tid + j * NT, kbeg, n0, rq[j], rqs[j]);
+            rb[j] = qstage(tid + j * NT, rq[j], rqs[j]);
 #elif defined(SIGNS)
             rb[j] = signs8(sload(tid + j * NT, kbeg, n0));
 #else
@@ -517,7 +514,7 @@ void main() {
             }
             UNROLL for (uint j = 0; j < BP; j++) {
 #ifdef QUANT
-                qload(tid + j * NT, k0 + BK, n0, rq[j], rqs[j], rqh[j]);
+                qload(tid + j * NT, k0 + BK, n0, rq[j], rqs[j]);
 #elif defined(SIGNS)
                 rsb[j] = sload(tid + j * NT, k0 + BK, n0);
 #else
@@ -532,7 +529,7 @@ void main() {
         if (k0 + BK < kend) {
             UNROLL for (uint j = 0; j < BP; j++) {
 #ifdef QUANT
-                rb[j] = qstage(tid + j * NT, rq[j], rqs[j], rqh[j]);
+                rb[j] = qstage(tid + j * NT, rq[j], rqs[j]);
 #else
                 rb[j] = signs8(rsb[j]);
 #endif
