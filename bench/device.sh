@@ -17,7 +17,9 @@
 #                                     kernels  BenchmarkLinearQuant (4B gate and down, 27B down;
 #                                              a build before 518dab2 lacks 4B down) and
 #                                              BenchmarkLogitsTopK (the merge forms), on
-#                                              gpu-old.test too when it is there
+#                                              gpu-old.test too when it is there;
+#                                              Q8_F32=1 adds q8 with f32 scales, TOPK=0
+#                                              drops the top-k benchmark
 #                                     bench    nvg bench per geometry of BENCH_BUDGETS
 #                                              (0.8B:2500,4B:11800: the activation budget
 #                                              in MiB), f16, q8 and fp8 teachers
@@ -119,12 +121,16 @@ for step in "$@"; do
     grep -E -- '--- (FAIL|SKIP)|panic' "$par" | head -20 | tee -a "$L"
     ;;
   kernels)
-    for b in gpu-old.test gpu.test; do
-      [[ -x $D/$b ]] || continue
-      NVG_BENCH_LARGE=1 NVG_BENCH_SHAPES=4B.gate,4B.down,27B.down NVG_TC_VARIANTS=coopmat \
-        gt "$b" "$(upto 60)" -test.run '^$' -test.bench '^BenchmarkLinearQuant$' -test.benchtime 3x >"$OUT/lq-${b%.test}.txt"
+    for b in gpu-old.test gpu.test gpu.test:f32; do
+      [[ -x $D/${b%:*} ]] || continue
+      [[ $b == *:f32 && ${Q8_F32:-0} != 1 ]] && continue # q8 with f32 scales: Q8_F32=1
+      o=${b%.test*}${b#*.test} sc=
+      [[ $b == *:* ]] && sc=${b#*:}
+      NVG_BENCH_Q8_SCALES=$sc NVG_BENCH_LARGE=1 NVG_BENCH_SHAPES=4B.gate,4B.down,27B.down NVG_TC_VARIANTS=coopmat \
+        gt "${b%:*}" "$(upto 60)" -test.run '^$' -test.bench '^BenchmarkLinearQuant$' -test.benchtime 3x >"$OUT/lq-${o//:/-}.txt"
       echo "lq $b rc=$?" | tee -a "$L"
-      grep -E 'QUANTROW|GEMMCHECK.*worst' "$OUT/lq-${b%.test}.txt" | tee -a "$L"
+      grep -E 'QUANTROW|GEMMCHECK.*worst' "$OUT/lq-${o//:/-}.txt" | tee -a "$L"
+      [[ ${TOPK:-1} == 1 && $b != *:f32 ]] || continue # the top-k merge forms: TOPK=1 (default)
       NVG_BENCH_LARGE=1 gt "$b" "$(upto 60)" -test.run '^$' -test.bench '^BenchmarkLogitsTopK$' -test.benchtime 3x >"$OUT/topk-${b%.test}.txt"
       echo "topk $b rc=$?" | tee -a "$L"
       grep -E 'TOPKROW.*merge' "$OUT/topk-${b%.test}.txt" | tee -a "$L"

@@ -23,7 +23,8 @@ var quantBenchOps = []string{"Linear", "LinearQuant.fp8", "LinearQuant.q8"}
 // codes (LinearQuant: FP8 with f32 scales per 128×128 block, q8 with f16 scales per row and
 // 128 inputs) on gemmBenchShapes' dense shapes — rows 4096 and the models' shapes with
 // NVG_BENCH_LARGE=1, plus the 27B MLP and projection shapes (27B.gate, 27B.down,
-// 27B.proj6144); NVG_BENCH_SHAPES keeps the named ones (e.g. 0.8B.gate,4B.gate) — for each
+// 27B.proj6144); NVG_BENCH_SHAPES keeps the named ones (e.g. 0.8B.gate,4B.gate);
+// NVG_BENCH_Q8_SCALES=f32 gives q8 its scales as f32 (the kernels take either) — for each
 // GEMM path of NVG_TC_VARIANTS (wgsl, coopmat). Per shape and path it prints each kernel's
 // GPU time and TFLOP/s (GEMMROW lines; on tensor cores an op's f16 pack of x is its own
 // kernel, "<op>.pack") and one QUANTROW line per op with its GPU time per call (the op's
@@ -78,6 +79,15 @@ func BenchmarkLinearQuant(b *testing.B) {
 			Scales: keep(must(d.UploadFloat32("fp8 scales", fp8s, sr, sc)).T(b))}
 		q8 := gpu.QuantWeight{Codes: qc, Format: gpu.QuantQ8, Out: sh.n, In: sh.k, Block: [2]int{1, 128},
 			Scales: keep(must(d.UploadF16("q8 scales", q8s, sh.n, sc)).T(b))}
+		if os.Getenv("NVG_BENCH_Q8_SCALES") == "f32" {
+			// The same scales as f32 (exact): an experiment on what q8's f16 scales cost the
+			// tensor-core kernel's staging against FP8's f32 ones.
+			f := make([]float32, len(q8s))
+			for i, h := range q8s {
+				f[i] = float16.Frombits(h).Float32()
+			}
+			q8.Scales = keep(must(d.UploadFloat32("q8 scales (f32)", f, sh.n, sc)).T(b))
+		}
 		reps := benchReps(2 * float64(rows) * float64(sh.n) * float64(sh.k))
 		run := func() {
 			err := d.Run(func(r *gpu.Recorder) error {
