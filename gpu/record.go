@@ -259,8 +259,13 @@ func (d *Device) checkBinding(k *Kernel, i int, b *Binding) error {
 // DefaultScratchLimit bytes in all (SetScratchLimit); kept buffers count in MemStats and can
 // raise a step's peak (0.8B: 6.67 → 7.09 GiB), but an allocation that would run out of
 // memory (the driver's, or the NVG_GPU_MEMORY budget) frees them first (Device.FreeScratch),
-// so they never make a run fail that would fit without them.
-const scratchMaxBuffer = 64 << 20
+// so they never make a run fail that would fit without them. The cap was 64 MiB until
+// 2026-12-07: the 4B's recompute borrows c = [4096, 9728] f32 (160 MB) per path for gate
+// and up, so every layer allocated and freed those — the likely cause of its step's 1.11 s
+// of wall time for 0.995 s of GPU time on an H100, where the 0.8B, whose temporaries all
+// fit 64 MiB, shows no such gap (not yet measured with the new cap); 512 MiB keeps them,
+// within the same total.
+const scratchMaxBuffer = 512 << 20
 
 // freedAheadLimit bounds the memory of buffers released while the work using them may still
 // run: wgpu gives such a buffer's memory back only once that work completes, and the host
@@ -279,7 +284,7 @@ var freedAheadLimit uint64 = 8 << 30
 const DefaultScratchLimit = 1 << 30
 
 // SetScratchLimit caps the bytes of scratch buffers kept for reuse by Recorder.Temp (buffers
-// of at most 64 MiB each; default DefaultScratchLimit) and frees what is kept now. 0 turns
+// of at most 512 MiB each; default DefaultScratchLimit) and frees what is kept now. 0 turns
 // reuse off, for exact per-phase memory measurements.
 func (d *Device) SetScratchLimit(bytes uint64) {
 	if d == nil {
@@ -414,7 +419,7 @@ func (r *Recorder) temp(op, label string, dtype DType, shape []int) (b *Buffer, 
 }
 
 // FreeScratch releases the scratch buffers kept for reuse by Recorder.Temp (they count in
-// MemStats while kept: up to SetScratchLimit's bytes, buffers of at most 64 MiB). An allocation that runs out
+// MemStats while kept: up to SetScratchLimit's bytes, buffers of at most 512 MiB). An allocation that runs out
 // of GPU memory calls it before failing, so kept scratch never causes ErrOutOfMemory.
 func (d *Device) FreeScratch() {
 	if d == nil {
