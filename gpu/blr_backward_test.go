@@ -353,12 +353,15 @@ func TestBLRBackwardKeptBitIdentical(t *testing.T) {
 // both paths' A operands of t1 and dt2 are packed in one pass each into one buffer
 // (coopPackPaths), and both paths' t1 GEMMs (the forward's, the backward's recomputed one) and
 // dt2 GEMMs run as one dispatch each (coopBLRGEMMPair: every forward records one, every
-// backward one more without kept t1). Either way the forward's y and t1 and c (kept, or t1
-// borrowed), and the backward's gradients are the bits of one pass per path, onto non-zero
+// backward one more without kept t1), and the forward's two y GEMMs run as one DUAL dispatch
+// (coopBLRGEMMDual: one per forward, with the raw c kept or not). Either way the forward's y
+// and t1 and c (kept, or t1 borrowed), and the backward's gradients are the bits of one pass
+// per path, onto non-zero
 // gradients, with and without dx, with t1 and c kept or recomputed, over two row chunks (300
 // rows), at rows not a multiple of the block, ranks 16, 24 and 40 (not multiples of the
-// lavapipe block's 32 columns) and n, m not multiples of its 16-deep slices, with path 1's
-// scales 2⁻⁵ of path 0's (a swapped path would show).
+// lavapipe block's 32 columns) and n, m not multiples of its 16-deep slices, m = 30 (not a
+// multiple of 4: the epilogue's 4-byte form, and no dt2 pair), with path 1's
+// scales (g and h) 2⁻⁵ of path 0's (a swapped path, or path 1 taking path 0's h, would show).
 func TestBLRPathPairsBitIdentical(t *testing.T) {
 	for _, v := range []string{"lanes", "coopmat"} {
 		t.Run(v, func(t *testing.T) {
@@ -369,7 +372,7 @@ func TestBLRPathPairsBitIdentical(t *testing.T) {
 			} else {
 				defer applyGEMMVariant(t, v)()
 			}
-			twins, pairs := gpu.CoopTwinPacks(), gpu.CoopPairGEMMs()
+			twins, pairs, duals := gpu.CoopTwinPacks(), gpu.CoopPairGEMMs(), gpu.CoopDualGEMMs()
 			testBLRPathPairs(t, d, v == "coopmat")
 			if n := gpu.CoopTwinPacks() - twins; (v == "coopmat") != (n > 0) {
 				t.Errorf("%s: %d twin packs recorded", v, n)
@@ -377,16 +380,22 @@ func TestBLRPathPairsBitIdentical(t *testing.T) {
 			if n := gpu.CoopPairGEMMs() - pairs; (v == "coopmat") != (n > 0) {
 				t.Errorf("%s: %d pair dispatches recorded", v, n)
 			}
+			if n := gpu.CoopDualGEMMs() - duals; (v == "coopmat") != (n > 0) {
+				t.Errorf("%s: %d dual dispatches recorded", v, n)
+			}
 		})
 	}
 }
 
 // testBLRPathPairs runs TestBLRPathPairsBitIdentical's cases on d; coop: the pair dispatches
 // must run where path pairs are on (one per forward, one or two per backward) and never
-// where they are off.
+// where they are off, and so must the DUAL dispatches (one per forward, none in a backward).
 func testBLRPathPairs(t *testing.T, d *gpu.Device, coop bool) {
 	rng := rand.New(rand.NewPCG(45, 46))
-	for _, c := range []struct{ rows, m, n, r, live int }{{37, 68, 56, 24, 20}, {300, 64, 72, 16, 16}, {45, 60, 40, 40, 36}} {
+	// The last case's m % 4 ≠ 0 takes the 4-byte form of the GEMMs' epilogue where C has m
+	// columns (the DUAL y dispatch reads back y as it wrote it, 4 bytes a lane); its dt2
+	// (K = m) is not paired (the twin pack needs K % 4 = 0).
+	for _, c := range []struct{ rows, m, n, r, live int }{{37, 68, 56, 24, 20}, {300, 64, 72, 16, 16}, {45, 60, 40, 40, 36}, {29, 30, 48, 24, 20}} {
 		for _, keep := range []bool{false, true} {
 			for _, withDX := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%+v/kept=%v/dx=%v", c, keep, withDX), func(t *testing.T) {
@@ -419,6 +428,15 @@ func testBLRPathPairs(t *testing.T, d *gpu.Device, coop bool) {
 							t.Errorf("%s (path pairs %v): %d pair dispatches recorded, want %d", what, pairs, n, want)
 						}
 					}
+					// dualsRan likewise checks the DUAL dispatches (both paths' y GEMMs).
+					dualsRan := func(what string, pairs bool, n, want int) {
+						if !coop || !pairs {
+							want = 0
+						}
+						if n != want {
+							t.Errorf("%s (path pairs %v, kept %v): %d dual dispatches recorded, want %d", what, pairs, keep, n, want)
+						}
+					}
 					var got [2][][]float32
 					var kept gpu.BLRKept
 					// The forward both ways, its t1 and c kept (the backward below uses the
@@ -433,13 +451,14 @@ func testBLRPathPairs(t *testing.T, d *gpu.Device, coop bool) {
 						}
 						y := tb.nw("y", c.rows, c.m)
 						restore := gpu.SetPathPairs(pairs)
-						p0 := gpu.CoopPairGEMMs()
+						p0, d0 := gpu.CoopPairGEMMs(), gpu.CoopDualGEMMs()
 						err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRForward(r, l, x, y, kept, c.rows) })
 						restore()
 						if err != nil {
 							t.Fatal(err)
 						}
 						pairsRan("BLRForward", pairs, gpu.CoopPairGEMMs()-p0, 1)
+						dualsRan("BLRForward", pairs, gpu.CoopDualGEMMs()-d0, 1)
 						outs := []*gpu.Buffer{y}
 						if keep {
 							outs = append(outs, kept.T1[0], kept.T1[1], kept.C[0], kept.C[1])
@@ -458,13 +477,17 @@ func testBLRPathPairs(t *testing.T, d *gpu.Device, coop bool) {
 							grads[p] = gpu.BLRGrad{H: tb.up("dh", g0[3*p], c.m), L: tb.up("dl", g0[3*p+1], c.r), G: tb.up("dg", g0[3*p+2], c.n)}
 						}
 						restore := gpu.SetPathPairs(pairs)
-						p0 := gpu.CoopPairGEMMs()
+						p0, d0 := gpu.CoopPairGEMMs(), gpu.CoopDualGEMMs()
 						err := d.Run(func(r *gpu.Recorder) error { return gpu.BLRBackward(r, l, x, kept, dy, dx, grads, c.rows) })
 						restore()
 						if err != nil {
 							t.Fatal(err)
 						}
-						want := 1 // dt2
+						dualsRan("BLRBackward", pairs, gpu.CoopDualGEMMs()-d0, 0)
+						want := 0
+						if c.m%4 == 0 {
+							want++ // dt2
+						}
 						if !keep {
 							want++ // the recomputed t1
 						}

@@ -451,7 +451,8 @@ func checkPerPath(op, name string, l *BLRLayer, bufs []*Buffer, n int) error {
 // CPU adapters blr_forward_lanes.wgsl): t1_p = (x ⊙ g_p)·V_pᵀ [rows, r], then
 // y (+)= c_p ⊙ h_p with c_p = (t1_p ⊙ ℓ_p)·U_pᵀ. kept.T1 and kept.C, when not nil, receive
 // t1_p and c_p for BLRBackward (BLRKept); a nil kept.T1 keeps t1 in a borrowed buffer
-// (Recorder.Borrow).
+// (Recorder.Borrow). On tensor cores a two-path layer's y GEMMs run as one dispatch
+// (coopBLRGEMMDual: the bits of the two, y written once), where it applies.
 // Host reference: cmf.BLRWeight.Apply. Errors: an invalid layer (checkBLRLayer: sizes,
 // dtypes, buffer lengths), rows < 1, x, y or kept buffers of the wrong dtype or length, or
 // buffers that alias.
@@ -502,16 +503,23 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 		}
 		defer done()
 	}
+	// On tensor cores both paths' y GEMMs run as one dispatch (coopBLRGEMMDual) where it
+	// applies: it reads both paths' t1 after both t1 GEMMs.
+	dualY := false
+	if two {
+		_, dualY = r.d.coopBLRDualPlan(rows, l.Rank, l.M, kept.C != nil)
+	}
 	// t1 per path: kept, or borrowed (it dies with this call, so the calls of one submit
 	// share it): one buffer for all paths, two where both paths' t1 run as one pass
-	// (CPU adapters, blrGEMMPair; tensor cores, coopBLRGEMMPair, where the twin pack ran).
+	// (CPU adapters, blrGEMMPair; tensor cores, coopBLRGEMMPair, where the twin pack ran) or
+	// both are live at once (the dual y dispatch).
 	var tbs [2]*Buffer
 	twoT1 := two && !pathPairsOff && (r.d.info.CPU || t1A[0] != nil)
 	for p := range l.Paths {
 		switch {
 		case kept.T1 != nil:
 			tbs[p] = kept.T1[p]
-		case p == 0 || twoT1:
+		case p == 0 || twoT1 || dualY:
 			b, done, err := r.Borrow(fmt.Sprintf("%s t1 %d", op, p), F32, rows, l.Rank)
 			if err != nil {
 				r.ops = r.ops[:mark]
@@ -549,9 +557,33 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 				return err
 			}
 		}
+		if dualY {
+			continue // after both paths' t1, below
+		}
 		if err := blrGEMM(r, op+".y", naive, tb, q.U, q.L, q.H, y, cb, rows, l.Rank, l.M, true, p > 0); err != nil {
 			r.ops = r.ops[:mark]
 			return err
+		}
+	}
+	if dualY {
+		ps := l.Paths
+		var raw [2]*Buffer
+		if kept.C != nil {
+			raw = [2]*Buffer{kept.C[0], kept.C[1]}
+		}
+		ok, err := coopBLRGEMMDual(r, op+".y", tbs, [2]*Buffer{ps[0].U, ps[1].U}, [2]*Buffer{ps[0].L, ps[1].L},
+			[2]*Buffer{ps[0].H, ps[1].H}, raw, y, rows, l.Rank, l.M)
+		if err != nil {
+			r.ops = r.ops[:mark]
+			return err
+		}
+		if !ok { // declined: the two single GEMMs
+			for p, q := range ps {
+				if err := blrGEMM(r, op+".y", naive, tbs[p], q.U, q.L, q.H, y, raw[p], rows, l.Rank, l.M, true, p > 0); err != nil {
+					r.ops = r.ops[:mark]
+					return err
+				}
+			}
 		}
 	}
 	return nil

@@ -98,6 +98,10 @@ var coopTwinPacks atomic.Int64
 // GEMMs in one dispatch; tests check that they ran).
 var coopPairGEMMs atomic.Int64
 
+// coopDualGEMMs counts the DUAL dispatches recorded (coopBLRGEMMDual: both paths' y GEMMs of
+// a BLR layer's forward in one dispatch; tests check that they ran).
+var coopDualGEMMs atomic.Int64
+
 // coopSplitKs counts the split-K cooperative-matrix GEMMs recorded (tests check that a forced
 // split ran).
 var coopSplitKs atomic.Int64
@@ -259,10 +263,13 @@ func (t coopTile) fits(d *Device, colBytes int) bool {
 // coopVariant is one committed SPIR-V of coopmat_gemm.comp (generate.sh's variants): its
 // bindings after b are sc (Scale) and raw (Raw); Signs: b is sign bits, else f16. Pair (with
 // Signs alone): both paths of a BLR layer in one dispatch, workgroup z the path, bindings
-// a16, rs, bits0, bits1, c0, c1 and six uniform words (coopBLRGEMMPair).
+// a16, rs, bits0, bits1, c0, c1 and six uniform words (coopBLRGEMMPair). Dual (with Signs and
+// Scale, perhaps Raw): both paths' y GEMMs of a BLR layer's forward, path 0's then path 1's
+// in each workgroup, bindings a16, rs, bits0, bits1, sc0, sc1, c (y), [raw0, raw1] and six
+// uniform words (coopBLRGEMMDual).
 type coopVariant struct {
-	File                    string
-	Signs, Scale, Raw, Pair bool
+	File                          string
+	Signs, Scale, Raw, Pair, Dual bool
 }
 
 var (
@@ -272,6 +279,8 @@ var (
 	coopBLRScale    = coopVariant{File: "coopmat_blr_scale.spv", Signs: true, Scale: true}
 	coopBLRScaleRaw = coopVariant{File: "coopmat_blr_scale_raw.spv", Signs: true, Scale: true, Raw: true}
 	coopBLRPair     = coopVariant{File: "coopmat_blr_pair.spv", Signs: true, Pair: true}
+	coopBLRDual     = coopVariant{File: "coopmat_blr_dual.spv", Signs: true, Scale: true, Dual: true}
+	coopBLRDualRaw  = coopVariant{File: "coopmat_blr_dual_raw.spv", Signs: true, Scale: true, Raw: true, Dual: true}
 )
 
 // coopmat_gemm.comp's SpecIds.
@@ -458,7 +467,7 @@ var errCoopOff = errors.New("tensor cores unavailable")
 // coopFiles are the committed SPIR-V files the launchers use (TestCoopmatSPIRVFresh checks
 // spv.sum has each).
 func coopFiles() []string {
-	f := []string{coopDense.File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File, coopBLRPair.File, coopQuantFile}
+	f := []string{coopDense.File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File, coopBLRPair.File, coopBLRDual.File, coopBLRDualRaw.File, coopQuantFile}
 	return append(append(f, coopAttnFiles[:]...), "coopmat_delta.spv", "coopmat_delta_dhu.spv",
 		"coopmat_delta_state.spv", "coopmat_delta_qk.spv", "coopmat_delta_f.spv")
 }
@@ -481,6 +490,14 @@ func (d *Device) coopKernel(op string, v coopVariant, t coopTile, transB, accum 
 	if v.Pair {
 		return d.coopProgram(op, coopProgramSpec{File: v.File, WG: sg * t.WM * t.WN,
 			Access: []Access{Read, Read, Read, Read, ReadWrite, ReadWrite}, Uniforms: 6,
+			Values: d.coopGEMMSpec(t, transB, accum)})
+	}
+	if v.Dual {
+		access := []Access{Read, Read, Read, Read, Read, Read, ReadWrite}
+		if v.Raw {
+			access = append(access, ReadWrite, ReadWrite)
+		}
+		return d.coopProgram(op, coopProgramSpec{File: v.File, WG: sg * t.WM * t.WN, Access: access, Uniforms: 6,
 			Values: d.coopGEMMSpec(t, transB, accum)})
 	}
 	access := []Access{Read, Read, Read}
@@ -519,7 +536,7 @@ func coopPack(r *Recorder, op string, a Binding, sa *Buffer, m, k, mp, kp int, p
 		return nil, nil, nil, err
 	}
 	done = func() { d1(); d2() }
-	if err := coopPackInto(r, op, a, sa, a16, rs, m, k, mp, kp, pairs); err != nil {
+	if err := coopPackInto(r, op, a, sa, Whole(a16), Whole(rs), m, k, mp, kp, pairs); err != nil {
 		done()
 		return nil, nil, nil, err
 	}
@@ -613,15 +630,17 @@ func coopPackTwinInto(r *Recorder, op string, a *Buffer, sa [2]*Buffer, a16, rs 
 }
 
 // coopPackInto records CoopmatPack into a16 (U32 [mp, kp/2]) and rs (F32 [mp]), each group
-// of 4 columns in the order 0, 2, 1, 3 where pairs.
-func coopPackInto(r *Recorder, op string, a Binding, sa, a16, rs *Buffer, m, k, mp, kp int, pairs bool) error {
+// of 4 columns in the order 0, 2, 1, 3 where pairs. a16 and rs are bindings: whole buffers
+// (coopPack), or one path's range of buffers that hold both paths' packs (coopBLRGEMMDual;
+// Dispatch checks their offsets and sizes).
+func coopPackInto(r *Recorder, op string, a Binding, sa *Buffer, a16, rs Binding, m, k, mp, kp int, pairs bool) error {
 	binds := []Binding{a}
 	access := []Access{Read}
 	if sa != nil {
 		binds = append(binds, Whole(sa))
 		access = append(access, Read)
 	}
-	binds = append(binds, Whole(a16), Whole(rs))
+	binds = append(binds, a16, rs)
 	access = append(access, ReadWrite, ReadWrite)
 	pp := coopPackFor(k, kp, sa != nil, pairs)
 	return r.dispatch1D(KernelSpec{Name: op + ".pack", File: "coopmat_pack.wgsl", Params: pp,
@@ -903,6 +922,119 @@ func coopBLRGEMMPair(r *Recorder, op string, pre [2]*coopA, bits, c [2]*Buffer, 
 	r.Cost(2*f, 2*b)
 	coopDispatches.Add(2)
 	coopPairGEMMs.Add(1)
+	return true, nil
+}
+
+// coopBLRDualPlan is the plan of coopBLRGEMMDual for the y GEMMs of a two-path BLR layer
+// (C [m, n] over K = k, B = U_p [n, k] sign bits, transB), raw telling whether the raw sums
+// are kept (coopDualPlan: the tile, padded sizes, grid, and the layout of the two paths' packs
+// in one a16 and one rs buffer (coopPairLayout: path 1's part at aOff and rsOff, the buffers
+// aTotal and rsTotal bytes)). ok is false where the dual dispatch does not apply: tensor cores
+// off, pathPairsOff, k % 8 ≠ 0 (U's rows not whole bytes: never for a BLR layer), sizes past
+// the limits (coopPlan; the two paths' packs past a binding or a buffer), or where the single
+// y GEMM would split K (coopSplitK > 1 without raw, as coopBLRGEMM; with raw it never splits).
+// blrForward asks it before it chooses the t1 buffers (two where the dual dispatch will need
+// both paths' t1 at once).
+func (d *Device) coopBLRDualPlan(m, k, n int, raw bool) (pl coopDualPlan, ok bool) {
+	if pathPairsOff || !d.coopUse() || k%8 != 0 {
+		return pl, false
+	}
+	pl.t, pl.mp, pl.kp, pl.grid, ok = d.coopPlan(m, k, n)
+	if !ok || (!raw && d.coopSplitK(pl.t, pl.grid[0]*pl.grid[1], pl.kp) > 1) {
+		return pl, false
+	}
+	pl.aOff, pl.rsOff, pl.aTotal, pl.rsTotal = coopPairLayout(d.StorageAlign(), pl.mp, pl.kp)
+	lim := d.Info().MaxStorageBindingSize
+	ok = pl.aOff%16 == 0 && pl.rsOff%4 == 0 && pl.aTotal <= lim && pl.rsTotal <= lim && pl.aTotal <= d.info.MaxBufferSize &&
+		pl.aTotal/4 <= maxU32Elems && pl.aOff/16 <= math.MaxUint32 && pl.rsOff/4 <= math.MaxUint32
+	return pl, ok
+}
+
+// coopDualPlan is coopBLRDualPlan's plan: the tile t, padded sizes mp and kp, the grid, and
+// path 1's offsets (aOff, rsOff) and the sizes (aTotal, rsTotal) of the shared a16 and rs
+// buffers, in bytes.
+type coopDualPlan struct {
+	t                            coopTile
+	mp, kp                       int
+	grid                         [3]int
+	aOff, rsOff, aTotal, rsTotal uint64
+}
+
+// coopBLRGEMMDual is the cooperative-matrix form of the two y GEMMs of a two-path BLR layer's
+// forward as ONE dispatch: y[m, n] = Σ_p h_p ⊙ ((t1_p ⊙ ℓ_p)·U_pᵀ), with a[p] = t1_p F32
+// [m, k], sa[p] = ℓ_p F32 [k], bits[p] = U_p's sign bits [n, k] (transB), sc[p] = h_p F32
+// [n], c = y F32 [m, n] (overwritten), and raw[p], when both are given, receiving c_p =
+// (t1_p ⊙ ℓ_p)·U_pᵀ F32 [m, n] (BLRKept's C). The two operands are packed by two single packs
+// (coopPackInto) into the two parts of one borrowed a16 and one rs buffer (coopPairLayout);
+// coopmat_gemm.comp's DUAL (coopmat_blr_dual.spv, coopmat_blr_dual_raw.spv with raw) then
+// runs on the single GEMM's grid [nx, ny, 1] and each workgroup computes its block for path 0
+// and writes it (y = h_0 ⊙ c_0, raw[0] = c_0), then for path 1 and adds it (y += h_1 ⊙ c_1,
+// raw[1] = c_1): the bits of coopBLRGEMM for path 0 and then, accumulating, path 1, with y
+// written once instead of twice and never read back from memory (the y GEMMs have short K —
+// the rank — so the f32 epilogue weighs; not yet measured on a GPU). Costs: two blrGEMMCost,
+// the first not accumulating, the second accumulating.
+// It returns false, recording nothing, where it does not apply (coopBLRDualPlan: tensor cores
+// off, pathPairsOff, sizes past the binding limits, a single y GEMM that would split K), a
+// nil operand, a[0] = a[1] (one t1 buffer cannot hold both paths' t1), or raw given for one
+// path only; BLRForward then runs the two single GEMMs. Buffers are checked by the caller
+// (distinct outputs and operands). Errors: those of Borrow and Dispatch (nothing recorded).
+func coopBLRGEMMDual(r *Recorder, op string, a, bits, sa, sc, raw [2]*Buffer, c *Buffer, m, k, n int) (bool, error) {
+	d := r.d
+	for p := range 2 {
+		if a[p] == nil || bits[p] == nil || sa[p] == nil || sc[p] == nil {
+			return false, nil
+		}
+	}
+	if c == nil || a[0] == a[1] || (raw[0] == nil) != (raw[1] == nil) {
+		return false, nil
+	}
+	withRaw := raw[0] != nil
+	pl, ok := d.coopBLRDualPlan(m, k, n, withRaw)
+	t, mp, kp, grid, aOff, rsOff, aTotal, rsTotal := pl.t, pl.mp, pl.kp, pl.grid, pl.aOff, pl.rsOff, pl.aTotal, pl.rsTotal
+	if !ok {
+		return false, nil
+	}
+	v := coopBLRDual
+	if withRaw {
+		v = coopBLRDualRaw
+	}
+	kn, err := d.coopKernel(op, v, t, true, false)
+	if err != nil {
+		return false, nil // coopKernel switched tensor cores off with the reason
+	}
+	mark := len(r.ops)
+	a16, g1, err := r.Borrow(op+" a16 (both paths)", U32, int(aTotal/4))
+	if err != nil {
+		return true, err
+	}
+	defer g1()
+	rs, g2, err := r.Borrow(op+" rs (both paths)", F32, int(rsTotal/4))
+	if err != nil {
+		return true, err
+	}
+	defer g2()
+	aBytes, rsBytes := uint64(mp)*uint64(kp)*2, uint64(mp)*4
+	for p, off := range [2][2]uint64{{0, 0}, {aOff, rsOff}} {
+		if err := coopPackInto(r, op, Whole(a[p]), sa[p], Binding{Buf: a16, Offset: off[0], Size: aBytes},
+			Binding{Buf: rs, Offset: off[1], Size: rsBytes}, m, k, mp, kp, false); err != nil {
+			r.ops = r.ops[:mark]
+			return true, err
+		}
+	}
+	binds := []Binding{{Buf: a16, Size: aTotal}, {Buf: rs, Size: rsTotal}, Whole(bits[0]), Whole(bits[1]),
+		Whole(sc[0]), Whole(sc[1]), Whole(c)}
+	if withRaw {
+		binds = append(binds, Whole(raw[0]), Whole(raw[1]))
+	}
+	if err := r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp), uint32(aOff / 16), uint32(rsOff / 4)}, binds...); err != nil {
+		r.ops = r.ops[:mark]
+		return true, err
+	}
+	f0, b0 := blrGEMMCost(m, k, n, false, withRaw)
+	f1, b1 := blrGEMMCost(m, k, n, true, withRaw)
+	r.Cost(f0+f1, b0+b1)
+	coopDispatches.Add(2)
+	coopDualGEMMs.Add(1)
 	return true, nil
 }
 

@@ -6,7 +6,7 @@ package gpu
 // and rs (F32 [mp]: each row's inverse scale); pairs stores each group of 4 columns in the
 // order 0, 2, 1, 3 (the 8-bit GEMM's A). For tests.
 func CoopmatPack(r *Recorder, a, sa, a16, rs *Buffer, m, k, mp, kp int, pairs bool) error {
-	return coopPackInto(r, "CoopmatPack", Whole(a), sa, a16, rs, m, k, mp, kp, pairs)
+	return coopPackInto(r, "CoopmatPack", Whole(a), sa, Whole(a16), Whole(rs), m, k, mp, kp, pairs)
 }
 
 // CoopmatPackTwin records CoopmatPack's twin form (both BLR paths' operands in one pass) in

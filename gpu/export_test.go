@@ -192,6 +192,10 @@ func CoopTwinPacks() int { return int(coopTwinPacks.Load()) }
 // cooperative-matrix dispatch, coopBLRGEMMPair) have been recorded.
 func CoopPairGEMMs() int { return int(coopPairGEMMs.Load()) }
 
+// CoopDualGEMMs returns how many DUAL dispatches (both BLR paths' y GEMMs of a forward in one
+// cooperative-matrix dispatch, coopBLRGEMMDual) have been recorded.
+func CoopDualGEMMs() int { return int(coopDualGEMMs.Load()) }
+
 // SetCoopGPUTiles makes CPU adapters take the GPUs' tiles for the cooperative-matrix
 // attention and delta-rule kernels (on) or their own (off), and returns a function restoring
 // the old choice.

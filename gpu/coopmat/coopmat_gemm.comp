@@ -16,7 +16,9 @@
 // Variants (glslang -D, one .spv each; gpu/coopmat/generate.sh): SIGNS, SCALE (sc bound:
 // C's column scales; with a dense B, the sign-gradient GEMM's column scales), RAW (raw bound:
 // the sums before ⊙ sc, as blr_forward.wgsl's Raw), QUANT (B an 8-bit quantized weight,
-// below), PAIR (with SIGNS alone: both paths of a BLR layer in one dispatch, below).
+// below), PAIR (with SIGNS alone: both paths of a BLR layer in one dispatch, below), DUAL
+// (with SIGNS and SCALE, perhaps RAW: both paths' y GEMMs of a BLR layer, one after the other
+// in each workgroup, below).
 //
 // Split-K: dispatched with S = gl_NumWorkGroups.z > 1 workgroups along z (gpu/coopmat.go
 // coopSplitK), workgroup z covers the z-th run of ⌈(Kp/BK)/S⌉ BK slices and writes slab z of
@@ -33,6 +35,25 @@
 // epilogue's PUTC4 and PUTC), never by a select that would load both. Everything else — staging, mmaSlice, the
 // epilogue's arithmetic — is the single GEMM's code, so each path's C has the bits of a
 // coopmat_blr.spv dispatch on that path's pack (gpu TestBLRPathPairsBitIdentical).
+//
+// DUAL (coopmat_blr_dual.spv, coopmat_blr_dual_raw.spv with RAW, gpu.coopBLRGEMMDual; with
+// SIGNS and SCALE, without QUANT or PAIR; no split-K): the two y GEMMs of a BLR layer's
+// forward, y = h_0 ⊙ c_0 + h_1 ⊙ c_1 with c_p = (t1_p ⊙ ℓ_p)·U_pᵀ (U_p [N, K] sign bits,
+// TRANS_B), as one dispatch on the single GEMM's grid [nx, ny, 1]: each workgroup runs the
+// main loop over path 0's A and B, writes its block as the SCALE(+RAW) GEMM does (raw0 =
+// acc·rs, c = raw0·sc0), zeroes the accumulators, runs the main loop over path 1's, and adds
+// its block as the ACCUM GEMM does (raw1 = acc·rs, c += raw1·sc1). The path is the variable
+// `path` (0, then 1; uniform), which selects, like PAIR's z, path p's part of a16 and rs
+// (vector p·astr, element p·rstr), its bits (bits0/bits1), column scales (sc0/sc1) and raw
+// sums (raw0/raw1) by a branch in the helpers that touch them (the PATH macro). Path 1's
+// epilogue reads back only the C elements its own lane wrote in path 0's: both epilogues
+// walk the same accumulators with the same lane mapping and the same form (16 or 4 bytes a
+// lane: n % 4, uniform), so program order within the invocation suffices, and path 1's first
+// slice is staged into As (where path 0's f32 tiles were) only after the main loop's
+// barrier. So y and the raw sums get the bits of the two single GEMMs (path 0's
+// non-accumulating, path 1's ACCUM) on the same packs (gpu TestBLRPathPairsBitIdentical); the
+// gain is C written once instead of twice and never read back from memory (not yet measured
+// on a GPU).
 //
 // QUANT (coopmat_quant.spv, gpu.LinearQuant on tensor cores; TRANS_B only): B is W [N, K]
 // held as one byte code per weight, row-major, four per u32 word (little-endian), and its
@@ -75,6 +96,8 @@
 //   c (read_write, f32 [M, N])  [raw (read_write) when RAW]  last: uniform Params {m, n, k, kp}.
 // PAIR: 0 a16 (both paths)  1 rs (both paths)  2 bits0  3 bits1  4 cpath0  5 cpath1
 //   6 uniform Params {m, n, k, kp, astr, rstr}.
+// DUAL: 0 a16 (both paths)  1 rs (both paths)  2 bits0  3 bits1  4 sc0  5 sc1  6 c
+//   [7 raw0  8 raw1 when RAW]  last: uniform Params {m, n, k, kp, astr, rstr}.
 #version 450
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -84,6 +107,9 @@
 
 #if defined(PAIR) && (!defined(SIGNS) || defined(SCALE) || defined(RAW) || defined(QUANT))
 #error PAIR is a variant of the sign GEMM without column scales or raw sums (-DSIGNS -DPAIR)
+#endif
+#if defined(DUAL) && (!defined(SIGNS) || !defined(SCALE) || defined(QUANT) || defined(PAIR))
+#error DUAL is a variant of the sign GEMM with column scales (-DSIGNS -DSCALE -DDUAL, perhaps -DRAW)
 #endif
 
 // Every loop whose trip count is a specialisation constant carries [[unroll]]: the driver
@@ -132,7 +158,7 @@ layout(set = 0, binding = 1, std430) readonly buffer RS { float rs[]; };
 layout(set = 0, binding = 2, std430) readonly buffer Codes { uvec2 codes[]; };
 layout(set = 0, binding = 3, std430) readonly buffer QS { uint qs[]; };
 #define CB 4
-#elif defined(PAIR)
+#elif defined(PAIR) || defined(DUAL)
 layout(set = 0, binding = 2, std430) readonly buffer Bits0 { uint bits0[]; }; // path 0's signs
 layout(set = 0, binding = 3, std430) readonly buffer Bits1 { uint bits1[]; }; // path 1's
 #elif defined(SIGNS)
@@ -140,7 +166,13 @@ layout(set = 0, binding = 2, std430) readonly buffer Bits { uint bits[]; };
 #else
 layout(set = 0, binding = 2, std430) readonly buffer B16 { uvec4 b16[]; };
 #endif
-#ifdef SCALE
+#if defined(DUAL)
+layout(set = 0, binding = 4, std430) readonly buffer SC0 { float sc0[]; };     // path 0's column scales
+layout(set = 0, binding = 4, std430) readonly buffer SC0v { vec4 sc0v[]; };    // … 16 bytes at a time
+layout(set = 0, binding = 5, std430) readonly buffer SC1 { float sc1[]; };     // path 1's
+layout(set = 0, binding = 5, std430) readonly buffer SC1v { vec4 sc1v[]; };
+#define CB 6
+#elif defined(SCALE)
 layout(set = 0, binding = 3, std430) readonly buffer SC { float sc[]; };
 layout(set = 0, binding = 3, std430) readonly buffer SC4 { vec4 sc4[]; };
 #define CB 4
@@ -160,28 +192,83 @@ layout(set = 0, binding = PB, std140) uniform Params { uint m, n, k, kp, astr, r
 #else
 layout(set = 0, binding = CB, std430) buffer C { float c[]; };
 layout(set = 0, binding = CB, std430) buffer C4 { vec4 c4[]; }; // c, 16 bytes at a time
-#ifdef RAW
+#if defined(RAW) && defined(DUAL)
+layout(set = 0, binding = CB + 1, std430) buffer Raw0 { float raw0[]; };  // path 0's raw sums
+layout(set = 0, binding = CB + 1, std430) buffer Raw0v { vec4 raw0v[]; };
+layout(set = 0, binding = CB + 2, std430) buffer Raw1 { float raw1[]; };  // path 1's
+layout(set = 0, binding = CB + 2, std430) buffer Raw1v { vec4 raw1v[]; };
+#define PB CB + 3
+#elif defined(RAW)
 layout(set = 0, binding = CB + 1, std430) buffer Raw { float raw[]; };
 layout(set = 0, binding = CB + 1, std430) buffer Raw4 { vec4 raw4[]; };
 #define PB CB + 2
 #else
 #define PB CB + 1
 #endif
+#ifdef DUAL
+// astr, rstr: where path 1's pack starts in a16 (16-byte vectors) and rs (elements).
+layout(set = 0, binding = PB, std140) uniform Params { uint m, n, k, kp, astr, rstr; } p;
+#else
 layout(set = 0, binding = PB, std140) uniform Params { uint m, n, k, kp; } p;
 #endif
+#endif
 
-// RS(i) is row i's inverse scale (PAIR: of this workgroup's path, z); PUT(arr, o, v) stores
-// v at arr[o], or adds it (ACCUM); PUTC4 and PUTC store into C 16 or 4 bytes at a time (PAIR:
-// into this path's C, by a branch on the workgroup-uniform path).
+// PATH is the BLR path this code is on, uniform in the workgroup: PAIR's workgroup z, DUAL's
+// variable path (main runs path 0, then path 1).
+#if defined(PAIR)
+#define PATH gl_WorkGroupID.z
+#elif defined(DUAL)
+uint path; // 0 or 1: set by main's loop over the paths, read by the helpers below
+#define PATH path
+#endif
+
+// RS(i) is row i's inverse scale (PAIR, DUAL: of the path, PATH); PUT(arr, o, v) stores v at
+// arr[o], or adds it (ACCUM); PUTC4 and PUTC store into C 16 or 4 bytes at a time (PAIR: into
+// this path's C, by a branch on the workgroup-uniform path; DUAL: path 0 stores, path 1
+// adds). DUAL's SC4 and SC1 (SCALE's column scales, 16 or 4 bytes) and RAW4 and RAW1 (RAW's
+// stores) are path PATH's, by a branch; the other variants' are sc's and raw's.
 #define PUT(arr, o, v) if (ACCUM) { arr[o] += v; } else { arr[o] = v; }
+#if defined(PAIR) || defined(DUAL)
+#define RS(i) rs[PATH * p.rstr + i]
+#endif
 #ifdef PAIR
-#define RS(i) rs[gl_WorkGroupID.z * p.rstr + i]
-#define PUTC4(o, v) if (gl_WorkGroupID.z == 0u) { PUT(cpath0v, o, v) } else { PUT(cpath1v, o, v) }
-#define PUTC(o, v) if (gl_WorkGroupID.z == 0u) { PUT(cpath0, o, v) } else { PUT(cpath1, o, v) }
+#define PUTC4(o, v) if (PATH == 0u) { PUT(cpath0v, o, v) } else { PUT(cpath1v, o, v) }
+#define PUTC(o, v) if (PATH == 0u) { PUT(cpath0, o, v) } else { PUT(cpath1, o, v) }
+#elif defined(DUAL)
+#define PUTC4(o, v) if (PATH == 0u) { c4[o] = v; } else { c4[o] += v; }
+#define PUTC(o, v) if (PATH == 0u) { c[o] = v; } else { c[o] += v; }
+#define RAW4(o, v) if (PATH == 0u) { raw0v[o] = v; } else { raw1v[o] = v; }
+#define RAW1(o, v) if (PATH == 0u) { raw0[o] = v; } else { raw1[o] = v; }
+// sc4p and sc1p return the path's column scales 4 … 4i+3 and i (DUAL's SC4 and SC1): only
+// that path's binding is loaded.
+vec4 sc4p(uint i) {
+    vec4 s;
+    if (PATH == 0u) {
+        s = sc0v[i];
+    } else {
+        s = sc1v[i];
+    }
+    return s;
+}
+float sc1p(uint i) {
+    float s;
+    if (PATH == 0u) {
+        s = sc0[i];
+    } else {
+        s = sc1[i];
+    }
+    return s;
+}
+#define SC4(i) sc4p(i)
+#define SC1(i) sc1p(i)
 #else
 #define RS(i) rs[i]
 #define PUTC4(o, v) PUT(c4, o, v)
 #define PUTC(o, v) PUT(c, o, v)
+#define RAW4(o, v) raw4[o] = v;
+#define RAW1(o, v) raw[o] = v;
+#define SC4(i) sc4[i]
+#define SC1(i) sc[i]
 #endif
 
 // The epilogue's per-subgroup f32 tiles (WM·WN·LM·LN floats; LN % 8 = 0: each tile row is
@@ -213,12 +300,12 @@ uvec4 signs8(uint b) {
     return v;
 }
 
-// byte8 returns the 8 sign bits of elements e … e+7 (e a multiple of 8); PAIR: of this
-// workgroup's path (z), whose bits alone are loaded.
-#ifdef PAIR
+// byte8 returns the 8 sign bits of elements e … e+7 (e a multiple of 8); PAIR, DUAL: of the
+// path (PATH), whose bits alone are loaded.
+#if defined(PAIR) || defined(DUAL)
 uint byte8(uint e) {
     uint w;
-    if (gl_WorkGroupID.z == 0u) {
+    if (PATH == 0u) {
         w = bits0[e >> 5];
     } else {
         w = bits1[e >> 5];
@@ -307,11 +394,11 @@ uvec4 dequant8(uvec2 w, float s) {
 }
 #endif
 
-// loadA returns the 16-byte vector v of the A slice at k0 (kv vectors per packed row; PAIR:
-// of this workgroup's path's pack, which starts at vector z·astr).
+// loadA returns the 16-byte vector v of the A slice at k0 (kv vectors per packed row; PAIR,
+// DUAL: of the path's pack, which starts at vector PATH·astr).
 uvec4 loadA(uint v, uint k0, uint m0, uint kv) {
-#ifdef PAIR
-    return a16[gl_WorkGroupID.z * p.astr + (m0 + v / (BK / 8)) * kv + k0 / 8 + v % (BK / 8)];
+#if defined(PAIR) || defined(DUAL)
+    return a16[PATH * p.astr + (m0 + v / (BK / 8)) * kv + k0 / 8 + v % (BK / 8)];
 #else
     return a16[(m0 + v / (BK / 8)) * kv + k0 / 8 + v % (BK / 8)];
 #endif
@@ -416,6 +503,12 @@ void main() {
     const uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN;
     const uint kv = p.kp / 8; // vectors per packed A row
 
+#ifdef DUAL
+    // Path 0's GEMM, then path 1's, onto the same block of C (the header's DUAL). Unrolled:
+    // each copy's path is a constant, so the branches on it fold away.
+    UNROLL for (uint dp = 0; dp < 2; dp++) {
+    path = dp;
+#endif
     UNROLL for (uint i = 0; i < CM * CN; i++) {
         acc[i] = coopmat<float, gl_ScopeSubgroup, LM, LN, gl_MatrixUseAccumulator>(0.0);
     }
@@ -464,8 +557,9 @@ void main() {
     barrier();
 #endif
 
-#ifdef PAIR
-    // z is the path, not a split: every workgroup multiplies all of K into its path's C.
+#if defined(PAIR) || defined(DUAL)
+    // PAIR's z is the path, not a split, and DUAL does not split: every workgroup multiplies
+    // all of K into its path's C.
     const uint kbeg = 0u, kend = p.kp, slab = 0u;
 #else
     // Split-K (gpu.coopSplitK): with S = gl_NumWorkGroups.z > 1 workgroups, workgroup z
@@ -561,10 +655,10 @@ void main() {
 #endif
                         uint o = (slab + gi * p.n + gj) / 4; // slab % 4 = 0 as n % 4 = 0
 #ifdef RAW
-                        raw4[o] = v;
+                        RAW4(o, v)
 #endif
 #ifdef SCALE
-                        v *= sc4[gj / 4];
+                        v *= SC4(gj / 4);
 #endif
                         PUTC4(o, v)
                     }
@@ -580,10 +674,10 @@ void main() {
 #endif
                         uint o = slab + gi * p.n + gj;
 #ifdef RAW
-                        raw[o] = v;
+                        RAW1(o, v)
 #endif
 #ifdef SCALE
-                        v *= sc[gj];
+                        v *= SC1(gj);
 #endif
                         PUTC(o, v)
                     }
@@ -593,4 +687,7 @@ void main() {
             subgroupBarrier();
         }
     }
+#ifdef DUAL
+    } // path 1's first slice is stored into As after the main loop's first barrier
+#endif
 }

@@ -39,6 +39,8 @@ variants=(
   "coopmat_blr_scale.spv:coopmat_gemm.comp:-DSIGNS -DSCALE"
   "coopmat_blr_scale_raw.spv:coopmat_gemm.comp:-DSIGNS -DSCALE -DRAW"
   "coopmat_blr_pair.spv:coopmat_gemm.comp:-DSIGNS -DPAIR"
+  "coopmat_blr_dual.spv:coopmat_gemm.comp:-DSIGNS -DSCALE -DDUAL"
+  "coopmat_blr_dual_raw.spv:coopmat_gemm.comp:-DSIGNS -DSCALE -DRAW -DDUAL"
   "coopmat_quant.spv:coopmat_gemm.comp:-DQUANT"
   "coopmat_attention_fwd.spv:coopmat_attention.comp:-DFWD"
   "coopmat_attention_dq.spv:coopmat_attention.comp:-DDQ"
