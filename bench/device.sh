@@ -13,7 +13,8 @@
 #                                     a call carries; `unslim` puts them back (git checkout)
 #   bash bench/device.sh run STEP…    on the GPU machine, $OUT set, with .gl and devbin/q carried:
 #                                     parity   the kernels' tensor-core parity suites
-#                                              (NVG_EXPECT_TENSOR_CORES=1: a skip fails)
+#                                              (NVG_EXPECT_TENSOR_CORES=1: a skip fails;
+#                                              PARITY_FAST=1: without the delta rule's)
 #                                     kernels  BenchmarkLinearQuant (4B gate and down, 27B down;
 #                                              a build before 518dab2 lacks 4B down) and
 #                                              BenchmarkLogitsTopK (the merge forms), on
@@ -23,8 +24,8 @@
 #                                     bench    nvg bench per geometry of BENCH_BUDGETS
 #                                              (0.8B:2500,4B:11800: the activation budget
 #                                              in MiB), f16, q8 and fp8 teachers
-#                                     peer     torch_baseline.py 0.8B 4B, twice (4B needs the
-#                                              H200's memory)
+#                                     peer     torch_baseline.py 0.8B 4B, PEER_RUNS times
+#                                              (default 2; 4B needs the H200's memory)
 # Each step prints a summary into $OUT/log and keeps its raw output in $OUT; a step is cut at
 # its share of BUDGET seconds (default 560: a call's 600 less the unpacking).
 set -uo pipefail
@@ -111,9 +112,11 @@ for step in "$@"; do
   case $step in
   parity)
     par=$OUT/parity.txt
-    for pat in '^TestTensorCoresStatus$' \
-      '^(TestBLRBackwardReduceBatch|TestGradColDot|TestGatedDeltaRuleSaved|TestGatedDeltaRuleChunkedBackwardSaved|TestGatedDeltaRuleChunkedCoopmat|TestGatedDeltaRuleChunkedBackwardCoopmat|TestGatedDeltaRuleAutoCoopmat)$' \
-      '^(TestBLRBackward|TestBLRForward|TestLinearQuant|TestLinearFamily|TestCoopmatPack|TestBLRPathPairsBitIdentical|TestLogitsTopK|TestKLLossBackward)$'; do
+    pats=('^TestTensorCoresStatus$'
+      '^(TestBLRBackwardReduceBatch|TestGradColDot|TestGatedDeltaRuleSaved|TestGatedDeltaRuleChunkedBackwardSaved|TestGatedDeltaRuleChunkedCoopmat|TestGatedDeltaRuleChunkedBackwardCoopmat|TestGatedDeltaRuleAutoCoopmat)$'
+      '^(TestBLRBackward|TestBLRForward|TestLinearQuant|TestLinearFamily|TestCoopmatPack|TestBLRPathPairsBitIdentical|TestLogitsTopK|TestKLLossBackward)$')
+    [[ ${PARITY_FAST:-0} == 1 ]] && pats=("${pats[0]}" "${pats[2]}") # without the delta rule's (~70 s)
+    for pat in "${pats[@]}"; do
       NVG_EXPECT_TENSOR_CORES=1 gt gpu.test "$(upto 90)" -test.run "$pat" -test.v -test.count=1 >>"$par"
       echo "parity rc=$? '$pat'" | tee -a "$L"
     done
@@ -155,7 +158,7 @@ for step in "$@"; do
     done
     ;;
   peer)
-    for i in 1 2; do
+    for i in $(seq "${PEER_RUNS:-2}"); do
       (($(left) >= 60)) || { echo "peer run $i: $(left) s left, too few" | tee -a "$L"; break; }
       PYTHONUNBUFFERED=1 timeout "$(($(left) - 5))" python3 "$D/torch_baseline.py" 0.8B 4B 2>>"$OUT/peer.err" | tee -a "$OUT/peer.txt"
     done
