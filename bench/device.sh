@@ -14,16 +14,19 @@
 #   bash bench/device.sh run STEP…    on the GPU machine, $OUT set, with .gl and devbin/q carried:
 #                                     parity   the kernels' tensor-core parity suites
 #                                              (NVG_EXPECT_TENSOR_CORES=1: a skip fails;
-#                                              PARITY_FAST=1: without the delta rule's)
+#                                              PARITY_FAST=1: without the delta rule's,
+#                                              2: the BLR GEMMs' alone)
 #                                     kernels  BenchmarkLinearQuant (4B gate and down, 27B down;
 #                                              a build before 518dab2 lacks 4B down) and
 #                                              BenchmarkLogitsTopK (the merge forms), on
 #                                              gpu-old.test too when it is there;
 #                                              Q8_F32=1 adds q8 with f32 scales, TOPK=0
-#                                              drops the top-k benchmark
+#                                              drops the top-k benchmark, LQ_SHAPES
+#                                              the shapes
 #                                     bench    nvg bench per geometry of BENCH_BUDGETS
 #                                              (0.8B:2500,4B:11800: the activation budget
 #                                              in MiB), f16, q8 and fp8 teachers
+#                                              (BENCH_DTYPES)
 #                                     peer     torch_baseline.py 0.8B 4B, PEER_RUNS times
 #                                              (default 2; 4B needs the H200's memory)
 # Each step prints a summary into $OUT/log and keeps its raw output in $OUT; a step is cut at
@@ -116,6 +119,7 @@ for step in "$@"; do
       '^(TestBLRBackwardReduceBatch|TestGradColDot|TestGatedDeltaRuleSaved|TestGatedDeltaRuleChunkedBackwardSaved|TestGatedDeltaRuleChunkedCoopmat|TestGatedDeltaRuleChunkedBackwardCoopmat|TestGatedDeltaRuleAutoCoopmat)$'
       '^(TestBLRBackward|TestBLRForward|TestLinearQuant|TestLinearFamily|TestCoopmatPack|TestBLRPathPairsBitIdentical|TestLogitsTopK|TestKLLossBackward)$')
     [[ ${PARITY_FAST:-0} == 1 ]] && pats=("${pats[0]}" "${pats[2]}") # without the delta rule's (~70 s)
+    [[ ${PARITY_FAST:-0} == 2 ]] && pats=('^(TestBLRBackward|TestBLRForward|TestBLRPathPairsBitIdentical|TestCoopmatPack)$') # the BLR GEMMs' alone
     for pat in "${pats[@]}"; do
       NVG_EXPECT_TENSOR_CORES=1 gt gpu.test "$(upto 90)" -test.run "$pat" -test.v -test.count=1 >>"$par"
       echo "parity rc=$? '$pat'" | tee -a "$L"
@@ -129,7 +133,7 @@ for step in "$@"; do
       [[ $b == *:f32 && ${Q8_F32:-0} != 1 ]] && continue # q8 with f32 scales: Q8_F32=1
       o=${b%.test*}${b#*.test} sc=
       [[ $b == *:* ]] && sc=${b#*:}
-      NVG_BENCH_Q8_SCALES=$sc NVG_BENCH_LARGE=1 NVG_BENCH_SHAPES=4B.gate,4B.down,27B.down NVG_TC_VARIANTS=coopmat \
+      NVG_BENCH_Q8_SCALES=$sc NVG_BENCH_LARGE=1 NVG_BENCH_SHAPES=${LQ_SHAPES:-4B.gate,4B.down,27B.down} NVG_TC_VARIANTS=coopmat \
         gt "${b%:*}" "$(upto 60)" -test.run '^$' -test.bench '^BenchmarkLinearQuant$' -test.benchtime 3x >"$OUT/lq-${o//:/-}.txt"
       echo "lq $b rc=$?" | tee -a "$L"
       grep -E 'QUANTROW|GEMMCHECK.*worst' "$OUT/lq-${o//:/-}.txt" | tee -a "$L"
@@ -151,7 +155,7 @@ for step in "$@"; do
       t=$(($(left) / n - 5))
       n=$((n - 1))
       ((t >= 60)) || { echo "bench $g: $t s left, too few" | tee -a "$L"; continue; }
-      timeout "$t" "$D/nvg" bench --model "$g" --activation-budget-mib "$mib" --tensor-cores on --teacher-dtype f16,q8,fp8 \
+      timeout "$t" "$D/nvg" bench --model "$g" --activation-budget-mib "$mib" --tensor-cores on --teacher-dtype "${BENCH_DTYPES:-f16,q8,fp8}" \
         --steps 3 --reps 3 --deadline "$((t - 20))s" --json "$OUT/bench-$g-$mib.json" >"$OUT/bench-$g-$mib.txt" 2>&1
       echo "bench $g budget $mib MiB rc=$?" | tee -a "$L"
       grep -E 'tok/s|activations' "$OUT/bench-$g-$mib.txt" | head -12 | tee -a "$L"
