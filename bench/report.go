@@ -517,7 +517,13 @@ func incomparable(now, was Result) string {
 	if now.KeepActivations != was.KeepActivations {
 		d = append(d, fmt.Sprintf("kept activations %v now, %v before", now.KeepActivations, was.KeepActivations))
 	}
-	if now.ActivationBudget != was.ActivationBudget {
+	// What the step kept (Trainer.Activations) where both runs say it, else the budgets.
+	switch {
+	case now.Activations != "" && was.Activations != "":
+		if now.Activations != was.Activations {
+			d = append(d, fmt.Sprintf("%q now, %q before", now.Activations, was.Activations))
+		}
+	case now.ActivationBudget != was.ActivationBudget:
 		d = append(d, fmt.Sprintf("activation budget %d MiB now, %d before", now.ActivationBudget>>20, was.ActivationBudget>>20))
 	}
 	if now.TrainSigns != was.TrainSigns {

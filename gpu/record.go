@@ -262,9 +262,11 @@ func (d *Device) checkBinding(k *Kernel, i int, b *Binding) error {
 // so they never make a run fail that would fit without them. The cap was 64 MiB until
 // 2026-12-07: the 4B's recompute borrows c = [4096, 9728] f32 (160 MB) per path for gate
 // and up, so every layer allocated and freed those — the likely cause of its step's 1.11 s
-// of wall time for 0.995 s of GPU time on an H100, where the 0.8B, whose temporaries all
-// fit 64 MiB, shows no such gap (not yet measured with the new cap); 512 MiB keeps them,
-// within the same total.
+// of wall time for 0.995 s of GPU time on an H100, where the 0.8B, whose temporaries above
+// 64 MiB are fewer and smaller (the delta rule's states, the KL's logits slices, the conv's
+// gradients), shows no such gap (not yet measured with the new cap); 512 MiB keeps them,
+// within the same total — which can now be reached by large buffers, raising a step's
+// reported peak by up to DefaultScratchLimit.
 const scratchMaxBuffer = 512 << 20
 
 // freedAheadLimit bounds the memory of buffers released while the work using them may still

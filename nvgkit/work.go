@@ -306,6 +306,8 @@ func KeepActivations() WorkOption { return func(o *workOptions) { o.keep = true 
 // in the backward as without the option — the middle ground between the least memory and
 // the fastest step, KeptActivationLayerBytes(net, nb, t)[l] bytes for each layer l kept.
 // Bit-identical to both. With KeepBLROutputs, the kept layers' BLR outputs c are kept too.
+// The list decides even beside KeepActivations, and of several KeepActivationLayers options
+// the last counts.
 // NewWork refuses an empty list, a layer out of range or listed twice, and what it refuses
 // for KeepActivations.
 func KeepActivationLayers(layers ...int) WorkOption {
@@ -424,9 +426,9 @@ func keptSpecs(net *Net, s *stWork, keepC bool, which []bool) ([][]wspec, error)
 
 // KeptLayers returns the decoder layers whose activations the work keeps for the backward
 // (KeepActivations: every layer; KeepActivationLayers: those), in increasing order; nil for
-// a work that recomputes every layer, or a Teacher's work.
+// a work that recomputes every layer, a Teacher's work, or a released one.
 func (w *Work) KeptLayers() []int {
-	if w == nil || w.st == nil {
+	if w == nil || w.st == nil || w.released {
 		return nil
 	}
 	var ls []int
@@ -522,7 +524,7 @@ func memRemedy(err error) error {
 	if err == nil || !errors.Is(err, gpu.ErrOutOfMemory) || strings.Contains(err.Error(), "— remedy: ") {
 		return err
 	}
-	return fmt.Errorf("%w — remedy: fewer or shorter windows per pass (smaller nb or t: the work buffers grow with nb·t; nvg distill --nb/--t, nvg eval --batch/--t), a smaller top-k (distill --k), a teacher streamed layer by layer (nvgkit.StreamLayers; distill --stream-teacher, eval --stream), or a GPU with more free memory", err)
+	return fmt.Errorf("%w — remedy: fewer or shorter windows per pass (smaller nb or t: the work buffers grow with nb·t; nvg distill --nb/--t, nvg eval --batch/--t), a smaller top-k (distill --k), fewer kept activations (distill --activation-budget-mib 0: every layer recomputed in the backward), a teacher streamed layer by layer (nvgkit.StreamLayers; distill --stream-teacher, eval --stream), or a GPU with more free memory", err)
 }
 
 // Bytes is the GPU bytes the work's buffers hold now (for a Student's work, see

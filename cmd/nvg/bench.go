@@ -16,7 +16,7 @@ func init() {
 	register(&command{
 		name:    "bench",
 		summary: "benchmark the teacher pass and the student step on synthetic Qwen3.5 geometries (or render a report)",
-		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--teacher-dtype f16,fp8,q8] [--tensor-cores auto|on|off|on,off] [--keep-activations] [--train-signs] [--hidden-loss mse|cosine [--hidden-weight 1] [--hidden-layers all|every:K|3,7]] [--json FILE]\n" +
+		usage: "[--model 0.8B,4B,9B,27B|tiny] [--nb 8] [--t 512] [--k 32] [--steps 5] [--reps 3] [--teacher auto|resident|streamed] [--teacher-dtype f16,fp8,q8] [--tensor-cores auto|on|off|on,off] [--keep-activations] [--activation-budget-mib MiB] [--train-signs] [--hidden-loss mse|cosine [--hidden-weight 1] [--hidden-layers all|every:K|3,7]] [--json FILE]\n" +
 			"       nvg bench --report NVG.json [--before OLD.json] [--peer PEER.txt] [--cpu CPU.json] [--format md|text]",
 		run: runBench,
 	})

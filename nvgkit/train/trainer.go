@@ -1011,6 +1011,9 @@ func activationOptions(cfg TrainConfig, student *nvgkit.Net, nb int) ([]nvgkit.W
 			fmt.Sprintf("activations: kept for %d of %d layers (%s: %s within the budget of %s; all %s), the others recomputed in the backward",
 				len(layers), len(per), layerRanges(layers), mib(used), mib(budget), mib(acts))
 	}
+	if budget == 0 {
+		return nil, fmt.Sprintf("activations: recomputed per layer in the backward (ActivationBudget 0: none kept unasked; all would take %s)", mib(acts))
+	}
 	return nil, fmt.Sprintf("activations: recomputed per layer in the backward (keeping them would take %s, above the budget of %s)", mib(acts), mib(budget))
 }
 
