@@ -133,15 +133,17 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 	}
 	// dt2 per path: the caller's (BLRGrad.DT2) or borrowed, one buffer for the paths
 	// without, two where both paths' dt2 run as one pass (blrGEMMPair, CPU adapters;
-	// coopBLRGEMMPair, tensor cores, where the twin pack ran).
+	// coopBLRGEMMPair, tensor cores, where the twin pack ran and the GEMM does not split K).
 	var dt2s [2]*Buffer
 	var shared *Buffer
+	_, pairDT2 := r.d.coopPairGEMMPlan(rows, m, rk, false)
+	pairDT2 = pairDT2 && dt2A[0] != nil
 	for p, g := range grads {
 		if g.DT2 != nil {
 			dt2s[p] = g.DT2
 			continue
 		}
-		if shared == nil || paired || dt2A[0] != nil {
+		if shared == nil || paired || pairDT2 {
 			if shared, err = take(fmt.Sprintf("dt2 %d", p), rk); err != nil {
 				return fail(err)
 			}
@@ -158,7 +160,7 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 			return fail(err)
 		}
 	}
-	if !pairedDT2 && dt2A[0] != nil {
+	if !pairedDT2 && pairDT2 {
 		if pairedDT2, err = coopBLRGEMMPair(r, op+".dt2", dt2A, us, dt2s, rows, m, rk, false); err != nil {
 			return fail(err)
 		}
@@ -180,7 +182,7 @@ func BLRBackward(r *Recorder, l *BLRLayer, x *Buffer, kept BLRKept, dy, dx *Buff
 			return fail(err)
 		}
 		t1s[1] = t1s[0]
-		if t1A[0] != nil {
+		if _, ok := r.d.coopPairGEMMPlan(rows, n, rk, false); ok && t1A[0] != nil {
 			if t1s[1], err = take("t1 1", rk); err != nil {
 				return fail(err)
 			}

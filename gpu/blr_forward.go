@@ -514,7 +514,8 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 	// (CPU adapters, blrGEMMPair; tensor cores, coopBLRGEMMPair, where the twin pack ran) or
 	// both are live at once (the dual y dispatch).
 	var tbs [2]*Buffer
-	twoT1 := two && !pathPairsOff && (r.d.info.CPU || t1A[0] != nil)
+	_, pairT1 := r.d.coopPairGEMMPlan(rows, l.N, l.Rank, false)
+	twoT1 := two && !pathPairsOff && (r.d.info.CPU || t1A[0] != nil && pairT1)
 	for p := range l.Paths {
 		switch {
 		case kept.T1 != nil:

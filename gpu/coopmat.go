@@ -572,8 +572,8 @@ func coopPairLayout(align uint64, mp, kp int) (aOff, rsOff, aTotal, rsTotal uint
 // an offset on the storage alignment), so that coopBLRGEMMPair can run both GEMMs as one
 // dispatch; packs[p] binds path p's part (what coopBLRGEMM takes alone), and done gives the
 // buffers back. The packs are nil (nothing recorded, done a no-op) where the twin does not
-// apply — tensor cores off, pathPairsOff, sizes past the limits (a part past a binding, both
-// past maxBufferSize), or rows that do not take the vector form (k % 4 ≠ 0, kp > 16384) — and
+// apply — tensor cores off, pathPairsOff, sizes past the limits (coopPairPlanFor: the shared
+// buffers past a binding or a buffer), or rows that do not take the vector form (k % 4 ≠ 0, kp > 16384) — and
 // each GEMM then packs its own (coopBLRGEMM).
 func coopPackPaths(r *Recorder, op string, a *Buffer, sa [2]*Buffer, m, k, n int) (packs [2]*coopA, done func(), err error) {
 	d := r.d
@@ -581,32 +581,20 @@ func coopPackPaths(r *Recorder, op string, a *Buffer, sa [2]*Buffer, m, k, n int
 	if pathPairsOff || !d.coopUse() || sa[0] == nil || sa[1] == nil {
 		return packs, done, nil
 	}
-	_, mp, kp, _, ok := d.coopPlan(m, k, n)
-	if !ok || coopPackFor(k, kp, true, false).R == 0 {
+	pl, ok := d.coopPairPlanFor(m, k, n)
+	if !ok || coopPackFor(k, pl.kp, true, false).R == 0 {
 		return packs, done, nil
 	}
-	aOff, rsOff, aTotal, rsTotal := coopPairLayout(d.StorageAlign(), mp, kp)
-	if aTotal > d.info.MaxBufferSize || aTotal/4 > maxU32Elems {
-		return packs, done, nil
-	}
-	a16, g1, err := r.Borrow(op+" a16 (both paths)", U32, int(aTotal/4))
+	a16, rs, give, err := pl.borrow(r, op)
 	if err != nil {
 		return packs, done, err
 	}
-	rs, g2, err := r.Borrow(op+" rs (both paths)", F32, int(rsTotal/4))
-	if err != nil {
-		g1()
-		return packs, done, err
-	}
-	aBytes, rsBytes := uint64(mp)*uint64(kp)*2, uint64(mp)*4
-	packs[0] = &coopA{a16: Binding{Buf: a16, Size: aBytes}, rs: Binding{Buf: rs, Size: rsBytes}, mp: mp, kp: kp}
-	packs[1] = &coopA{a16: Binding{Buf: a16, Offset: aOff, Size: aBytes}, rs: Binding{Buf: rs, Offset: rsOff, Size: rsBytes}, mp: mp, kp: kp}
-	if err := coopPackTwinInto(r, op, a, sa, [2]Binding{packs[0].a16, packs[1].a16}, [2]Binding{packs[0].rs, packs[1].rs}, m, k, mp, kp); err != nil {
-		g1()
-		g2()
+	packs = pl.parts(a16, rs)
+	if err := coopPackTwinInto(r, op, a, sa, [2]Binding{packs[0].a16, packs[1].a16}, [2]Binding{packs[0].rs, packs[1].rs}, m, k, pl.mp, pl.kp); err != nil {
+		give()
 		return [2]*coopA{}, func() {}, err
 	}
-	return packs, func() { g1(); g2() }, nil
+	return packs, give, nil
 }
 
 // coopPackTwinInto records CoopmatPack's twin form: A [m, k] ⊙ sa[p] into a16[p] (U32
@@ -890,32 +878,22 @@ func coopBLRGEMMPair(r *Recorder, op string, pre [2]*coopA, bits, c [2]*Buffer, 
 		pre[0] == nil || pre[1] == nil || bits[0] == nil || bits[1] == nil || c[0] == nil || c[1] == nil || c[0] == c[1] {
 		return false, nil
 	}
-	t, mp, kp, grid, ok := d.coopPlan(m, k, n)
-	if !ok || d.coopSplitK(t, grid[0]*grid[1], kp) > 1 {
+	pl, ok := d.coopPairGEMMPlan(m, k, n, false)
+	if !ok {
 		return false, nil
 	}
-	aOff, rsOff, aTotal, rsTotal := coopPairLayout(d.StorageAlign(), mp, kp)
-	aBytes, rsBytes := uint64(mp)*uint64(kp)*2, uint64(mp)*4
 	a16, rs := pre[0].a16.Buf, pre[0].rs.Buf
-	for p, want := range [2]coopA{
-		{a16: Binding{Buf: a16, Size: aBytes}, rs: Binding{Buf: rs, Size: rsBytes}, mp: mp, kp: kp},
-		{a16: Binding{Buf: a16, Offset: aOff, Size: aBytes}, rs: Binding{Buf: rs, Offset: rsOff, Size: rsBytes}, mp: mp, kp: kp},
-	} {
-		if *pre[p] != want {
-			return false, nil
-		}
+	if want := pl.parts(a16, rs); a16 == nil || rs == nil || *pre[0] != *want[0] || *pre[1] != *want[1] {
+		return false, nil // not coopPackPaths' packs for this plan
 	}
-	lim := d.Info().MaxStorageBindingSize
-	if a16 == nil || rs == nil || aOff%16 != 0 || rsOff%4 != 0 || aTotal > lim || rsTotal > lim || aOff/16 > math.MaxUint32 {
-		return false, nil
-	}
+	t, grid := pl.t, pl.grid
 	kn, err := d.coopKernel(op, coopBLRPair, t, transB, false)
 	if err != nil {
 		return false, nil // coopKernel switched tensor cores off with the reason
 	}
 	grid[2] = 2
-	if err := r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp), uint32(aOff / 16), uint32(rsOff / 4)},
-		Binding{Buf: a16, Size: aTotal}, Binding{Buf: rs, Size: rsTotal}, Whole(bits[0]), Whole(bits[1]), Whole(c[0]), Whole(c[1])); err != nil {
+	if err := r.Dispatch(kn, grid, pl.uniforms(m, n, k), Binding{Buf: a16, Size: pl.aTotal}, Binding{Buf: rs, Size: pl.rsTotal},
+		Whole(bits[0]), Whole(bits[1]), Whole(c[0]), Whole(c[1])); err != nil {
 		return true, err
 	}
 	f, b := blrGEMMCost(m, k, n, false, false)
@@ -927,20 +905,50 @@ func coopBLRGEMMPair(r *Recorder, op string, pre [2]*coopA, bits, c [2]*Buffer, 
 
 // coopBLRDualPlan is the plan of coopBLRGEMMDual for the y GEMMs of a two-path BLR layer
 // (C [m, n] over K = k, B = U_p [n, k] sign bits, transB), raw telling whether the raw sums
-// are kept (coopDualPlan: the tile, padded sizes, grid, and the layout of the two paths' packs
-// in one a16 and one rs buffer (coopPairLayout: path 1's part at aOff and rsOff, the buffers
-// aTotal and rsTotal bytes)). ok is false where the dual dispatch does not apply: tensor cores
-// off, pathPairsOff, k % 8 ≠ 0 (U's rows not whole bytes: never for a BLR layer), sizes past
-// the limits (coopPlan; the two paths' packs past a binding or a buffer), or where the single
-// y GEMM would split K (coopSplitK > 1 without raw, as coopBLRGEMM; with raw it never splits).
-// blrForward asks it before it chooses the t1 buffers (two where the dual dispatch will need
-// both paths' t1 at once).
-func (d *Device) coopBLRDualPlan(m, k, n int, raw bool) (pl coopDualPlan, ok bool) {
-	if pathPairsOff || !d.coopUse() || k%8 != 0 {
+// are kept: coopPairPlanFor's, with ok false also where k % 8 ≠ 0 (U's rows not whole bytes:
+// never for a BLR layer) or where the single y GEMM would split K (coopSplitK > 1 without
+// raw, as coopBLRGEMM; with raw it never splits). blrForward asks it before it chooses the
+// t1 buffers (two where the dual dispatch will need both paths' t1 at once).
+func (d *Device) coopBLRDualPlan(m, k, n int, raw bool) (pl coopPairPlan, ok bool) {
+	if k%8 != 0 {
 		return pl, false
 	}
-	pl.t, pl.mp, pl.kp, pl.grid, ok = d.coopPlan(m, k, n)
+	return d.coopPairGEMMPlan(m, k, n, raw)
+}
+
+// coopPairGEMMPlan is coopPairPlanFor's plan for a GEMM that will run both paths in one
+// dispatch (coopBLRGEMMPair, coopBLRGEMMDual), ok false also where the single GEMM would
+// split K (coopSplitK > 1; a GEMM with raw sums never splits): at 4B's dt2, K 9216, the split
+// measured faster. BLRForward and BLRBackward ask it before they borrow a second t1 or dt2
+// buffer for the pair.
+func (d *Device) coopPairGEMMPlan(m, k, n int, raw bool) (coopPairPlan, bool) {
+	pl, ok := d.coopPairPlanFor(m, k, n)
 	if !ok || (!raw && d.coopSplitK(pl.t, pl.grid[0]*pl.grid[1], pl.kp) > 1) {
+		return pl, false
+	}
+	return pl, true
+}
+
+// coopPairPlan is one cooperative-matrix GEMM's plan (coopPlan: the tile t, padded sizes mp
+// and kp, the grid) for the two paths of a BLR layer at once, with where their packs of A
+// lie in the one a16 and one rs buffer they share (coopPairLayout: path 1's part at aOff and
+// rsOff, the buffers aTotal and rsTotal bytes).
+type coopPairPlan struct {
+	t                            coopTile
+	mp, kp                       int
+	grid                         [3]int
+	aOff, rsOff, aTotal, rsTotal uint64
+}
+
+// coopPairPlanFor returns the pair plan of an m×n GEMM over k, ok false where the two
+// paths' packs cannot share buffers: tensor cores off, pathPairsOff, sizes past coopPlan's
+// limits, or the shared buffers past a binding (maxStorageBufferBindingSize), a buffer or
+// the index range.
+func (d *Device) coopPairPlanFor(m, k, n int) (pl coopPairPlan, ok bool) {
+	if pathPairsOff || !d.coopUse() {
+		return pl, false
+	}
+	if pl.t, pl.mp, pl.kp, pl.grid, ok = d.coopPlan(m, k, n); !ok {
 		return pl, false
 	}
 	pl.aOff, pl.rsOff, pl.aTotal, pl.rsTotal = coopPairLayout(d.StorageAlign(), pl.mp, pl.kp)
@@ -950,14 +958,34 @@ func (d *Device) coopBLRDualPlan(m, k, n int, raw bool) (pl coopDualPlan, ok boo
 	return pl, ok
 }
 
-// coopDualPlan is coopBLRDualPlan's plan: the tile t, padded sizes mp and kp, the grid, and
-// path 1's offsets (aOff, rsOff) and the sizes (aTotal, rsTotal) of the shared a16 and rs
-// buffers, in bytes.
-type coopDualPlan struct {
-	t                            coopTile
-	mp, kp                       int
-	grid                         [3]int
-	aOff, rsOff, aTotal, rsTotal uint64
+// borrow borrows the shared a16 (U32) and rs (F32) buffers of pl; give gives both back.
+func (pl coopPairPlan) borrow(r *Recorder, op string) (a16, rs *Buffer, give func(), err error) {
+	a16, g1, err := r.Borrow(op+" a16 (both paths)", U32, int(pl.aTotal/4))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rs, g2, err := r.Borrow(op+" rs (both paths)", F32, int(pl.rsTotal/4))
+	if err != nil {
+		g1()
+		return nil, nil, nil, err
+	}
+	return a16, rs, func() { g1(); g2() }, nil
+}
+
+// parts returns the two paths' packs in pl's shared buffers a16 and rs: path p's a16 (mp·kp·2
+// bytes) and rs (mp·4 bytes) ranges.
+func (pl coopPairPlan) parts(a16, rs *Buffer) [2]*coopA {
+	aBytes, rsBytes := uint64(pl.mp)*uint64(pl.kp)*2, uint64(pl.mp)*4
+	return [2]*coopA{
+		{a16: Binding{Buf: a16, Size: aBytes}, rs: Binding{Buf: rs, Size: rsBytes}, mp: pl.mp, kp: pl.kp},
+		{a16: Binding{Buf: a16, Offset: pl.aOff, Size: aBytes}, rs: Binding{Buf: rs, Offset: pl.rsOff, Size: rsBytes}, mp: pl.mp, kp: pl.kp},
+	}
+}
+
+// uniforms are the PAIR and DUAL kernels' parameters {m, n, k, kp, astr, rstr}: path 1's
+// offsets in 16-byte vectors of a16 and elements of rs.
+func (pl coopPairPlan) uniforms(m, n, k int) []uint32 {
+	return []uint32{uint32(m), uint32(n), uint32(k), uint32(pl.kp), uint32(pl.aOff / 16), uint32(pl.rsOff / 4)}
 }
 
 // coopBLRGEMMDual is the cooperative-matrix form of the two y GEMMs of a two-path BLR layer's
@@ -990,7 +1018,6 @@ func coopBLRGEMMDual(r *Recorder, op string, a, bits, sa, sc, raw [2]*Buffer, c 
 	}
 	withRaw := raw[0] != nil
 	pl, ok := d.coopBLRDualPlan(m, k, n, withRaw)
-	t, mp, kp, grid, aOff, rsOff, aTotal, rsTotal := pl.t, pl.mp, pl.kp, pl.grid, pl.aOff, pl.rsOff, pl.aTotal, pl.rsTotal
 	if !ok {
 		return false, nil
 	}
@@ -998,35 +1025,28 @@ func coopBLRGEMMDual(r *Recorder, op string, a, bits, sa, sc, raw [2]*Buffer, c 
 	if withRaw {
 		v = coopBLRDualRaw
 	}
-	kn, err := d.coopKernel(op, v, t, true, false)
+	kn, err := d.coopKernel(op, v, pl.t, true, false)
 	if err != nil {
 		return false, nil // coopKernel switched tensor cores off with the reason
 	}
 	mark := len(r.ops)
-	a16, g1, err := r.Borrow(op+" a16 (both paths)", U32, int(aTotal/4))
+	a16, rs, give, err := pl.borrow(r, op)
 	if err != nil {
 		return true, err
 	}
-	defer g1()
-	rs, g2, err := r.Borrow(op+" rs (both paths)", F32, int(rsTotal/4))
-	if err != nil {
-		return true, err
-	}
-	defer g2()
-	aBytes, rsBytes := uint64(mp)*uint64(kp)*2, uint64(mp)*4
-	for p, off := range [2][2]uint64{{0, 0}, {aOff, rsOff}} {
-		if err := coopPackInto(r, op, Whole(a[p]), sa[p], Binding{Buf: a16, Offset: off[0], Size: aBytes},
-			Binding{Buf: rs, Offset: off[1], Size: rsBytes}, m, k, mp, kp, false); err != nil {
+	defer give()
+	for p, pk := range pl.parts(a16, rs) {
+		if err := coopPackInto(r, op, Whole(a[p]), sa[p], pk.a16, pk.rs, m, k, pl.mp, pl.kp, false); err != nil {
 			r.ops = r.ops[:mark]
 			return true, err
 		}
 	}
-	binds := []Binding{{Buf: a16, Size: aTotal}, {Buf: rs, Size: rsTotal}, Whole(bits[0]), Whole(bits[1]),
+	binds := []Binding{{Buf: a16, Size: pl.aTotal}, {Buf: rs, Size: pl.rsTotal}, Whole(bits[0]), Whole(bits[1]),
 		Whole(sc[0]), Whole(sc[1]), Whole(c)}
 	if withRaw {
 		binds = append(binds, Whole(raw[0]), Whole(raw[1]))
 	}
-	if err := r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp), uint32(aOff / 16), uint32(rsOff / 4)}, binds...); err != nil {
+	if err := r.Dispatch(kn, pl.grid, pl.uniforms(m, n, k), binds...); err != nil {
 		r.ops = r.ops[:mark]
 		return true, err
 	}
