@@ -985,7 +985,10 @@ func (tr *Trainer) finishStep(s int, lr, loss, gradNorm float64, ok bool) (skipp
 // a line saying what is kept, for the log.
 func activationOptions(cfg TrainConfig, student *nvgkit.Net, nb int) ([]nvgkit.WorkOption, string) {
 	per := nvgkit.KeptActivationLayerBytes(student, nb, cfg.T)
-	acts := nvgkit.KeptActivationBytes(student, nb, cfg.T)
+	var acts uint64 // KeptActivationBytes
+	for _, b := range per {
+		acts += b
+	}
 	c := nvgkit.KeptBLROutputBytes(student, nb, cfg.T)
 	budget := uint64(max(cfg.ActivationBudget, 0))
 	if acts == 0 { // a layer not on the GPU: NewWork refuses KeepActivations, naming it
