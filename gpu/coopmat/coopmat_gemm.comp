@@ -635,7 +635,10 @@ void main() {
     barrier(); // every subgroup's products are done with As, which now holds the f32 tiles
     // Epilogue: one accumulator at a time through this subgroup's f32 tile. Where C's rows
     // are whole 16-byte vectors (n % 4 = 0: every Qwen3.5 and BLR shape), each lane writes 4
-    // adjacent columns with one 16-byte store (and reads sc likewise); else one column.
+    // adjacent columns with one 16-byte store (and reads sc likewise); else one column. v is
+    // precise: each product rounds on its own, so that an ACCUM add (c += v) is never fused
+    // with the last product into one FMA — which NVIDIA's compiler did in some variants and
+    // not others (the DUAL y 1 ulp off the two dispatches, 4-byte form, H100).
     const uint base = sg * LM * LN / 4;
     const bool wide = p.n % 4 == 0;
     UNROLL for (uint i = 0; i < CM; i++) {
@@ -649,7 +652,7 @@ void main() {
                     uint gi = r0 + e / (LN / 4);
                     uint gj = c0 + (e % (LN / 4)) * 4; // gj % 4 = 0 = n % 4: gj < n ⇒ gj + 3 < n
                     if (gi < p.m && gj < p.n) {
-                        vec4 v = uintBitsToFloat(As[base + e]) * RS(gi);
+                        precise vec4 v = uintBitsToFloat(As[base + e]) * RS(gi);
 #ifdef QUANT
                         v *= vec4(Qd[gj - n0], Qd[gj - n0 + 1], Qd[gj - n0 + 2], Qd[gj - n0 + 3]);
 #endif
@@ -668,7 +671,7 @@ void main() {
                     uint gi = r0 + e / LN;
                     uint gj = c0 + e % LN;
                     if (gi < p.m && gj < p.n) {
-                        float v = uintBitsToFloat(As[base + e / 4][e % 4]) * RS(gi);
+                        precise float v = uintBitsToFloat(As[base + e / 4][e % 4]) * RS(gi);
 #ifdef QUANT
                         v *= Qd[gj - n0];
 #endif
