@@ -117,7 +117,7 @@ for step in "$@"; do
     par=$OUT/parity.txt
     pats=('^TestTensorCoresStatus$'
       '^(TestBLRBackwardReduceBatch|TestGradColDot|TestGatedDeltaRuleSaved|TestGatedDeltaRuleChunkedBackwardSaved|TestGatedDeltaRuleChunkedCoopmat|TestGatedDeltaRuleChunkedBackwardCoopmat|TestGatedDeltaRuleAutoCoopmat)$'
-      '^(TestBLRBackward|TestBLRForward|TestLinearQuant|TestLinearFamily|TestCoopmatPack|TestBLRPathPairsBitIdentical|TestLogitsTopK|TestKLLossBackward)$')
+      '^(TestBLRBackward|TestBLRForward|TestLinearQuant|TestLinearQuantScaleDTypes|TestLinearFamily|TestCoopmatPack|TestBLRPathPairsBitIdentical|TestLogitsTopK|TestKLLossBackward)$')
     [[ ${PARITY_FAST:-0} == 1 ]] && pats=("${pats[0]}" "${pats[2]}") # without the delta rule's (~70 s)
     [[ ${PARITY_FAST:-0} == 2 ]] && pats=('^(TestBLRBackward|TestBLRForward|TestBLRPathPairsBitIdentical|TestCoopmatPack)$') # the BLR GEMMs' alone
     for pat in "${pats[@]}"; do

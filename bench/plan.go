@@ -240,7 +240,7 @@ func memory(c arch.Config, kind nvgkit.NetKind, format gpu.QuantFormat, nb, t, k
 			}
 			w, bound := f16Bytes(m*n), f16Bytes(m*n)
 			if kind == nvgkit.Teacher && format != 0 { // codes (bound whole) and scales
-				w, bound = quantBytes(format, m, n), 4*uint64((m*n+3)/4)
+				w, bound = quantBytes(format, m, n, streamed), 4*uint64((m*n+3)/4)
 			}
 			big(fmt.Sprintf("layer %d %s", i, name), bound, true)
 			lb += w

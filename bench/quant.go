@@ -46,11 +46,12 @@ func quantBlock(f gpu.QuantFormat) [2]int {
 }
 
 // quantBytes is the GPU bytes of an 8-bit [m, n] weight of format f: a byte per weight
-// (in u32 words) and its scales (FP8 f32, q8 f16 in u32 words).
-func quantBytes(f gpu.QuantFormat, m, n int64) uint64 {
+// (in u32 words) and its scales — FP8's f32; q8's f16 (in u32 words) in a streamed net,
+// f32 in a resident one (nvgkit's builder widens them).
+func quantBytes(f gpu.QuantFormat, m, n int64, streamed bool) uint64 {
 	b := quantBlock(f)
 	scales := ((m + int64(b[0]) - 1) / int64(b[0])) * ((n + int64(b[1]) - 1) / int64(b[1]))
-	if f == gpu.QuantFP8 {
+	if f == gpu.QuantFP8 || !streamed {
 		return 4*uint64((m*n+3)/4) + 4*uint64(scales)
 	}
 	return 4*uint64((m*n+3)/4) + f16Bytes(scales)

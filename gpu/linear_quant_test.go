@@ -408,6 +408,55 @@ func TestLinearQuantBitIdentical(t *testing.T) {
 	}
 }
 
+// TestLinearQuantScaleDTypes: q8's f16 scales uploaded as f32 (exactly; what a resident
+// nvgkit net does) give the bits of the f16 upload, on the path LinearQuant takes here and on
+// tensor cores where the device has them: every form rounds value·scale the same way from
+// either dtype.
+func TestLinearQuantScaleDTypes(t *testing.T) {
+	d := gputest.Open(t)
+	rng := rand.New(rand.NewPCG(37, 10))
+	for _, line := range []struct {
+		name  string
+		force func() func()
+		cases []quantCase
+	}{{"auto", nil, []quantCase{quantGeneralCases[1], quantFastCases[3]}}, {"coopmat", coopmatVariant.force, []quantCase{quantCoopCases[1], quantCoopCases[6], quantCoopCases[9]}}} {
+		t.Run(line.name, func(t *testing.T) {
+			if line.force != nil {
+				skipNoCoopmat(t, d)
+				coop0 := gpu.CoopDispatches()
+				defer func() {
+					if got := gpu.CoopDispatches() - coop0; got != 2*len(line.cases) {
+						t.Errorf("%d cooperative-matrix GEMMs recorded, want %d (two per case)", got, 2*len(line.cases))
+					}
+				}()
+				defer line.force()()
+			}
+			for _, c := range line.cases {
+				if c.format != gpu.QuantQ8 || !c.scaleF16 {
+					t.Fatalf("case %v: want q8 with f16 scales", c)
+				}
+				in := newQuantInputs(t, d, rng, c)
+				a := in.run(t, d, gpu.LinearQuant, c.rows)
+				f := make([]float32, len(in.scales))
+				for i, v := range in.scales {
+					f[i] = float32(v) // the f16 scale, exactly
+				}
+				f16 := in.w.Scales
+				in.w.Scales = must(d.UploadFloat32("scales (f32)", f, f16.Shape()...)).T(t)
+				b := in.run(t, d, gpu.LinearQuant, c.rows)
+				in.w.Scales.Release()
+				in.w.Scales = f16
+				in.release()
+				for i := range a {
+					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+						t.Fatalf("%v: y[%d] %g with f32 scales, %g with f16", c, i, b[i], a[i])
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestLinearQuantErrors: bad arguments are refused in Go, naming the op and the argument.
 func TestLinearQuantErrors(t *testing.T) {
 	d := gputest.Open(t)

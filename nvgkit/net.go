@@ -502,6 +502,18 @@ func (b *builder) teacherLinear(t arch.Tensor) linear {
 	}
 	l.q.codes = b.newParam(t.Name, []int{(out*in + 3) / 4}, gpu.U32)
 	b.set(l.q.codes, qp.Codes, nil)
+	if qp.Scales.F16 != nil && !b.host {
+		// A resident net's q8 scales go up as f32 (exact): the tensor-core GEMM stages f32
+		// scales faster (H100, q8 4B gate 922 µs with f32 scales, 1,019 with f16; 27B down
+		// 3,584 and 5,454; fp8's f32 915 and 3,428: docs/bench/targets.md), for 2 more bytes
+		// per 128 weights. A streamed net keeps them as stored, f16: those bytes go up at
+		// every pass.
+		f := make([]float32, len(qp.Scales.F16))
+		for i, h := range qp.Scales.F16 {
+			f[i] = float16.Frombits(h).Float32()
+		}
+		qp.Scales = Plane{F32: f}
+	}
 	sdt := gpu.F32
 	if qp.Scales.F16 != nil || qp.Scales.Buf != nil && qp.Scales.Buf.DType() == gpu.F16 {
 		sdt = gpu.F16
