@@ -439,7 +439,10 @@ func (o *Options) measure(dev *gpu.Device, name string, res *Result) error {
 }
 
 // plans computes both phases' plans, fills res's sizes and makes the dry checks: each phase
-// alone, and the teacher pass with the student resident beside it (as a run holds them).
+// alone, and the teacher pass with the student resident beside it (as a run holds them). The
+// student step's check adds ActivationBudget (without Keep: what kept layers may take at
+// most); with Keep the activations kept depend on the student's ranks, known once it is
+// built, and are not checked here (the step's out-of-memory error names the remedy).
 func (o *Options) plans(dev *gpu.Device, cfg arch.Config, format gpu.QuantFormat, streamed bool, res *Result) (tp, sp Plan, err error) {
 	if tp, err = TeacherMemory(cfg, format, o.NB, o.T, o.K, streamed); err != nil {
 		return tp, sp, err
@@ -453,10 +456,14 @@ func (o *Options) plans(dev *gpu.Device, cfg arch.Config, format gpu.QuantFormat
 	mem := uint64(o.MemoryGiB * (1 << 30))
 	both := tp
 	both.WeightBytes += sp.WeightBytes + sp.StateBytes + sp.WorkBytes
+	step := sp
+	if !o.Keep && o.ActivationBudget > 0 {
+		step.WorkBytes += uint64(o.ActivationBudget)
+	}
 	for _, x := range []struct {
 		what string
 		p    Plan
-	}{{"teacher pass", tp}, {"student step", sp}, {"teacher pass with the student resident", both}} {
+	}{{"teacher pass", tp}, {"student step", step}, {"teacher pass with the student resident", both}} {
 		if err := x.p.Check(info.MaxBufferSize, info.MaxStorageBindingSize, mem); err != nil {
 			return tp, sp, fmt.Errorf("dry check of the %s: %w", x.what, err)
 		}

@@ -263,3 +263,35 @@ func TestStreamedTeacher27BPlan(t *testing.T) {
 }
 
 func gib(b uint64) float64 { return float64(b) / (1 << 30) }
+
+// TestDryCheckActivationBudget: the student step's dry check counts the activation budget
+// (what kept layers may take), so a memory that holds the plan without it but not with it
+// stops the geometry before anything is built, naming the student step.
+func TestDryCheckActivationBudget(t *testing.T) {
+	d := gputest.Open(t)
+	c, _ := bench.Config("tiny")
+	const nb, T, k = 1, 8, 4
+	sp, err := bench.Memory(c, nvgkit.Student, nb, T, k, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := bench.TeacherMemory(c, 0, nb, T, k, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := tp
+	both.WeightBytes += sp.WeightBytes + sp.StateBytes + sp.WorkBytes
+	mem := max(tp.TotalBytes(), sp.TotalBytes(), both.TotalBytes()) + 1<<20
+	info := d.Info()
+	for _, p := range []bench.Plan{tp, sp, both} {
+		if err := p.Check(info.MaxBufferSize, info.MaxStorageBindingSize, mem); err != nil {
+			t.Fatalf("the plans must fit %d bytes without the budget: %v", mem, err)
+		}
+	}
+	o := bench.Options{NB: nb, T: T, K: k, Steps: 1, Reps: 1, Teacher: "resident", PeakTF: 1, PeakGB: 1, Clip: 1,
+		MemoryGiB: float64(mem) / (1 << 30), ActivationBudget: int64(mem - sp.TotalBytes() + 1)}
+	res := bench.Measure(d, "tiny", "auto", o)
+	if !strings.Contains(res.Error, "dry check of the student step") {
+		t.Errorf("budget %d B beside a %d B student plan in %d B: error %q, want the student step's dry check", o.ActivationBudget, sp.TotalBytes(), mem, res.Error)
+	}
+}
