@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sync"
 )
 
 // BLRLayerPath holds one path of a BLR layer on the GPU (DESIGN.md §4): the trainable
@@ -494,6 +495,7 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 	// a16 and one rs buffer), and both paths' t1 GEMMs then run as one dispatch
 	// (coopBLRGEMMPair).
 	var t1A [2]*coopA
+	packsDone := func() {} // gives the twin pack's buffers back, once
 	if two {
 		var done func()
 		var err error
@@ -501,7 +503,8 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 			r.ops = r.ops[:mark]
 			return err
 		}
-		defer done()
+		packsDone = sync.OnceFunc(done)
+		defer packsDone()
 	}
 	// On tensor cores both paths' y GEMMs run as one dispatch (coopBLRGEMMDual) where it
 	// applies: it reads both paths' t1 after both t1 GEMMs.
@@ -567,6 +570,8 @@ func blrForward(r *Recorder, op string, naive bool, l *BLRLayer, x, y *Buffer, k
 		}
 	}
 	if dualY {
+		// Only the t1 GEMMs read the twin pack: the dual's own packs may take its buffers.
+		packsDone()
 		ps := l.Paths
 		var raw [2]*Buffer
 		if kept.C != nil {
