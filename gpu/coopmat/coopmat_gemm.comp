@@ -52,8 +52,9 @@
 // slice is staged into As (where path 0's f32 tiles were) only after the main loop's
 // barrier. So y and the raw sums get the bits of the two single GEMMs (path 0's
 // non-accumulating, path 1's ACCUM) on the same packs (gpu TestBLRPathPairsBitIdentical); the
-// gain is C written once instead of twice and never read back from memory (not yet measured
-// on a GPU).
+// gain is C written once instead of twice and never read back from memory (bit-identical on
+// an H100 too, since the epilogue is precise; no step-level speedup measurable there beside
+// the pair dispatch and the activation budget: docs/bench/targets.md, twelfth session).
 //
 // QUANT (coopmat_quant.spv, gpu.LinearQuant on tensor cores; TRANS_B only): B is W [N, K]
 // held as one byte code per weight, row-major, four per u32 word (little-endian), and its
