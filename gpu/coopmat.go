@@ -999,8 +999,8 @@ func (pl coopPairPlan) uniforms(m, n, k int) []uint32 {
 // and writes it (y = h_0 ⊙ c_0, raw[0] = c_0), then for path 1 and adds it (y += h_1 ⊙ c_1,
 // raw[1] = c_1): the bits of coopBLRGEMM for path 0 and then, accumulating, path 1, with y
 // written once instead of twice and never read back from memory (the y GEMMs have short K —
-// the rank — so the f32 epilogue weighs; on an H100 the step did not measurably change). Costs: two blrGEMMCost,
-// the first not accumulating, the second accumulating.
+// the rank — so the f32 epilogue weighs; on an H100 the step did not measurably change).
+// Costs: two blrGEMMCost, the first not accumulating, the second accumulating.
 // It returns false, recording nothing, where it does not apply (coopBLRDualPlan: tensor cores
 // off, pathPairsOff, sizes past the binding limits, a single y GEMM that would split K), a
 // nil operand, a[0] = a[1] (one t1 buffer cannot hold both paths' t1), or raw given for one

@@ -264,9 +264,10 @@ func (d *Device) checkBinding(k *Kernel, i int, b *Binding) error {
 // and up, so every layer allocated and freed those — the likely cause of its step's 1.11 s
 // of wall time for 0.995 s of GPU time on an H100, where the 0.8B, whose temporaries above
 // 64 MiB are fewer and smaller (the delta rule's states, the KL's logits slices, the conv's
-// gradients), shows no such gap (not yet measured with the new cap); 512 MiB keeps them,
-// within the same total — which can now be reached by large buffers, raising a step's
-// reported peak by up to DefaultScratchLimit.
+// gradients), shows no such gap. 512 MiB keeps them, within the same total — which can now
+// be reached by large buffers, raising a step's reported peak by up to DefaultScratchLimit;
+// with it the 4B step's gap was ~0.03 s (1,063 ms of GPU time, 1.097 s wall; H100,
+// 2026-12-07, docs/bench/targets.md).
 const scratchMaxBuffer = 512 << 20
 
 // freedAheadLimit bounds the memory of buffers released while the work using them may still
