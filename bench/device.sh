@@ -26,7 +26,14 @@
 #                                     bench    nvg bench per geometry of BENCH_BUDGETS
 #                                              (0.8B:1900,4B:11800: the activation budget
 #                                              in MiB), f16, q8 and fp8 teachers
-#                                              (BENCH_DTYPES)
+#                                              (BENCH_DTYPES); BENCH_TAG suffixes the
+#                                              output files (a second run in one call)
+#                                     cm2      the coopmat2 GEMM: its parity lines
+#                                              (NVG_EXPECT_COOPMAT2=1: a skip fails) and
+#                                              BenchmarkGEMM's dense shapes (CM2_SHAPES)
+#                                              under CM2_VARIANTS (KHR, coopmat2 blocks),
+#                                              then coopmat2 with robust buffer access
+#                                              kept (NVG_COOPMAT2_ROBUST=on)
 #                                     peer     torch_baseline.py 0.8B 4B, PEER_RUNS times
 #                                              (default 2; 4B needs the H200's memory)
 # Each step prints a summary into $OUT/log and keeps its raw output in $OUT; a step is cut at
@@ -127,6 +134,19 @@ for step in "$@"; do
     echo "parity: pass=$(grep -cE -- '^--- PASS' "$par") fail=$(grep -cE -- '--- FAIL' "$par") skip=$(grep -cE -- '--- SKIP' "$par")" | tee -a "$L"
     grep -E -- '--- (FAIL|SKIP)|panic' "$par" | head -20 | tee -a "$L"
     ;;
+  cm2)
+    NVG_EXPECT_TENSOR_CORES=1 NVG_EXPECT_COOPMAT2=1 gt gpu.test "$(upto 90)" -test.run '^(TestTensorCoresStatus|TestLinearFamily)$' -test.v -test.count=1 >"$OUT/cm2-parity.txt"
+    echo "cm2 parity rc=$?" | tee -a "$L"
+    grep -E 'coopmat2|--- (FAIL|SKIP)|panic' "$OUT/cm2-parity.txt" | grep -v '=== RUN' | head -20 | tee -a "$L"
+    for rb in off on; do
+      vs=${CM2_VARIANTS:-coopmat,coopmat2,coopmat2:128x128x64/256,coopmat2:128x256x64/256,coopmat2:256x128x64/256}
+      [[ $rb == on ]] && vs=coopmat2
+      NVG_COOPMAT2_ROBUST=$rb NVG_BENCH_LARGE=1 NVG_BENCH_SHAPES=${CM2_SHAPES:-sq4096,0.8B.gate,0.8B.head,4B.gate,4B.down} NVG_GEMM_VARIANTS=$vs \
+        gt gpu.test "$(upto 150)" -test.run '^$' -test.bench '^BenchmarkGEMM$' -test.benchtime 3x >"$OUT/cm2-gemm-robust-$rb.txt"
+      echo "cm2 gemm robust=$rb rc=$?" | tee -a "$L"
+      grep -E 'GEMMROW|GEMMCHECK|FAIL|panic' "$OUT/cm2-gemm-robust-$rb.txt" | tee -a "$L"
+    done
+    ;;
   kernels)
     for b in gpu-old.test gpu.test gpu.test:f32; do
       [[ -x $D/${b%:*} ]] || continue
@@ -157,9 +177,9 @@ for step in "$@"; do
       n=$((n - 1))
       ((t >= 60)) || { echo "bench $g: $t s left, too few" | tee -a "$L"; continue; }
       timeout "$t" "$D/nvg" bench --model "$g" --activation-budget-mib "$mib" --tensor-cores on --teacher-dtype "${BENCH_DTYPES:-f16,q8,fp8}" \
-        --steps 3 --reps 3 --deadline "$((t - 20))s" --json "$OUT/bench-$g-$mib.json" >"$OUT/bench-$g-$mib.txt" 2>&1
-      echo "bench $g budget $mib MiB rc=$?" | tee -a "$L"
-      grep -E 'tok/s|activations' "$OUT/bench-$g-$mib.txt" | head -12 | tee -a "$L"
+        --steps 3 --reps 3 --deadline "$((t - 20))s" --json "$OUT/bench-$g-$mib${BENCH_TAG:-}.json" >"$OUT/bench-$g-$mib${BENCH_TAG:-}.txt" 2>&1
+      echo "bench${BENCH_TAG:-} $g budget $mib MiB rc=$?" | tee -a "$L"
+      grep -E 'tok/s|activations' "$OUT/bench-$g-$mib${BENCH_TAG:-}.txt" | head -12 | tee -a "$L"
     done
     ;;
   peer)

@@ -66,10 +66,29 @@ type TensorCores struct {
 	// Features says where the layer turned vulkanMemoryModel and cooperativeMatrix on at
 	// vkCreateDevice (in wgpu's feature structs or in ones it prepended), for diagnosis.
 	Features string
+	// Coopmat2: the device can run the dense f16 GEMMs (Linear, LinearT, LinearRows, the
+	// vocabulary GEMMs) on the VK_NV_cooperative_matrix2 kernel (coopmat2.go) instead of the
+	// KHR one — the layer enabled the extension, a block suits the device and its self-test
+	// at Open agreed with the WGSL twin (Coopmat2SelfTest) — and Coopmat2On: they do
+	// (NVG_COOPMAT2=on; off by default: slower than the KHR kernel on an H100, DESIGN.md §7).
+	// Coopmat2Reason says why not available. NVG_COOPMAT2=off skips it altogether.
+	Coopmat2, Coopmat2On bool
+	Coopmat2Reason       string
+	Coopmat2SelfTest     string
+	// FlexShapes and Coopmat2Limits are the device's coopmat2 types and limits (nil and zero
+	// without the extension).
+	FlexShapes     []CoopFlexType
+	Coopmat2Limits Coopmat2Limits
+	// PipelineRobustness: the layer enabled VK_EXT_pipeline_robustness, so the coopmat2
+	// pipelines run with robust buffer access off (their loads clamp by themselves).
+	PipelineRobustness bool
 }
 
 // String is "on (16×16×16 f16→f32, subgroup 32)" or "off: reason".
 func (t TensorCores) String() string {
+	if t.On && t.Coopmat2 && t.Coopmat2On {
+		return fmt.Sprintf("on (%s, subgroup %d; dense GEMMs on coopmat2)", t.Shape, t.SubgroupSize)
+	}
 	if t.On {
 		return fmt.Sprintf("on (%s, subgroup %d)", t.Shape, t.SubgroupSize)
 	}
@@ -82,6 +101,7 @@ func (d *Device) TensorCores() TensorCores {
 	defer d.mu.Unlock()
 	t := d.tc
 	t.Shapes = append([]CoopType(nil), d.tc.Shapes...)
+	t.FlexShapes = append([]CoopFlexType(nil), d.tc.FlexShapes...)
 	return t
 }
 
@@ -111,13 +131,17 @@ var coopSplitKs atomic.Int64
 // variant) or off (the WGSL kernels everywhere), for every device of the process, and
 // returns a function restoring the previous choice. For tests and benchmarks (the two
 // paths' parity suites, GradCheck on each path).
-func SetTensorCores(on bool) (restore func()) {
+func SetTensorCores(on bool) (restore func()) { return setForce(&coopForce, on) }
+
+// setForce stores a forced choice (1 on, −1 off) in f and returns the function restoring the
+// previous one.
+func setForce(f *atomic.Int32, on bool) (restore func()) {
 	v := int32(-1)
 	if on {
 		v = 1
 	}
-	old := coopForce.Swap(v)
-	return func() { coopForce.Store(old) }
+	old := f.Swap(v)
+	return func() { f.Store(old) }
 }
 
 // coopUse reports whether the GEMMs take the cooperative-matrix kernels now.
@@ -330,6 +354,13 @@ type coopProgramSpec struct {
 	// (Uniforms u32 words) follow at binding len(Access).
 	Access   []Access
 	Uniforms int
+	// NoRobust: the pipeline is created with robust buffer access off where the device
+	// allows it (the kernel bounds every access itself: the coopmat2 kernels' clamped tensor
+	// loads and dropped stores).
+	NoRobust bool
+	// Coopmat2: a coopmat2 kernel, whose failure turns coopmat2 off (coop2Off) rather than
+	// every tensor-core kernel (coopOff).
+	Coopmat2 bool
 }
 
 // coopProgram returns the pipeline of s: a WGSL placeholder (wgsl/coopmat.wgsl) whose module
@@ -365,7 +396,11 @@ func (d *Device) coopProgram(op string, s coopProgramSpec) (*Kernel, error) {
 	}
 	fail := func(err error) (*Kernel, error) {
 		err = fmt.Errorf("%s: cooperative-matrix kernel %s: %w", op, entry, err)
-		d.coopOff(err.Error())
+		if s.Coopmat2 {
+			d.coop2Off(err.Error())
+		} else {
+			d.coopOff(err.Error())
+		}
 		return nil, err
 	}
 	if lay == nil {
@@ -391,7 +426,7 @@ func (d *Device) coopProgram(op string, s coopProgramSpec) (*Kernel, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := lay.registerSPIRV(entry, words); err != nil {
+	if err := lay.registerSPIRV(entry, words, s.NoRobust); err != nil {
 		return fail(err)
 	}
 	before := lay.swapCount(entry)
@@ -467,7 +502,7 @@ var errCoopOff = errors.New("tensor cores unavailable")
 // coopFiles are the committed SPIR-V files the launchers use (TestCoopmatSPIRVFresh checks
 // spv.sum has each).
 func coopFiles() []string {
-	f := []string{coopDense.File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File, coopBLRPair.File, coopBLRDual.File, coopBLRDualRaw.File, coopQuantFile}
+	f := []string{coopDense.File, coop2File, coopDenseScale.File, coopBLR.File, coopBLRScale.File, coopBLRScaleRaw.File, coopBLRPair.File, coopBLRDual.File, coopBLRDualRaw.File, coopQuantFile}
 	return append(append(f, coopAttnFiles[:]...), "coopmat_delta.spv", "coopmat_delta_dhu.spv",
 		"coopmat_delta_state.spv", "coopmat_delta_qk.spv", "coopmat_delta_f.spv")
 }
@@ -745,6 +780,11 @@ func coopGEMM(r *Recorder, op string, a, b, c Binding, bf16 bool, m, k, n int, t
 	if !bf16 || !d.coopUse() || (transB && k%8 != 0) || (!transB && n%8 != 0) || b.Offset%16 != 0 {
 		return false, nil
 	}
+	if d.coop2Use() {
+		if ok, err := coop2GEMM(r, op, a, b, c, m, k, n, transB); ok || err != nil {
+			return ok, err
+		}
+	}
 	t, mp, kp, grid, ok := d.coopPlan(m, k, n)
 	if !ok {
 		return false, nil
@@ -753,32 +793,41 @@ func coopGEMM(r *Recorder, op string, a, b, c Binding, bf16 bool, m, k, n int, t
 	if err != nil {
 		return false, nil // coopKernel switched tensor cores off with the reason
 	}
+	return true, coopDenseDispatch(r, op, kn, a, b, c, m, k, n, t.BK, mp, kp, grid)
+}
+
+// coopDenseDispatch records a dense cooperative-matrix GEMM's work with kernel kn (the KHR
+// or the coopmat2 one, same bindings): A packed to [mp, kp] (CoopmatPack), the dispatch on
+// grid (z set to coopSplitK's runs of bk-deep slices) and, when split, the slab sum into c;
+// on an error nothing stays recorded.
+func coopDenseDispatch(r *Recorder, op string, kn *Kernel, a, b, c Binding, m, k, n, bk, mp, kp int, grid [3]int) error {
+	d := r.d
 	mark := len(r.ops)
 	a16, rs, done, err := coopPack(r, op, a, nil, m, k, mp, kp, false)
 	if err != nil {
-		return true, err
+		return err
 	}
 	defer done()
-	out, s, done2, err := coopSplitOut(r, op, c, d.coopSplitK(t, grid[0]*grid[1], kp), m, n)
+	out, s, done2, err := coopSplitOut(r, op, c, d.coopSplitK(coopTile{BK: bk}, grid[0]*grid[1], kp), m, n)
 	if err != nil {
 		r.ops = r.ops[:mark]
-		return true, err
+		return err
 	}
 	defer done2()
 	grid[2] = s
 	err = r.Dispatch(kn, grid, []uint32{uint32(m), uint32(n), uint32(k), uint32(kp)}, Whole(a16), Whole(rs), b, out)
 	if err == nil {
-		r.Cost(gemmCost(m, k, n, bf16))
+		r.Cost(gemmCost(m, k, n, true))
 		if s > 1 {
 			err = coopSplitSum(r, op, out, c, m*n, s, false)
 		}
 	}
 	if err != nil {
 		r.ops = r.ops[:mark]
-		return true, err
+		return err
 	}
 	coopDispatches.Add(1)
-	return true, nil
+	return nil
 }
 
 // coopBLRGEMM is the cooperative-matrix form of blrGEMM: C[m, n] (+)= (A ⊙ sa)·B (⊙ sc) with
@@ -1293,11 +1342,24 @@ func (d *Device) initTensorCores(lay *vkLayer, layErr error, st layerState, stEr
 		}
 		coopSplitForce = n
 	}
+	if err := d.initCoopmat2(ld); err != nil {
+		tc.Reason = err.Error()
+		return
+	}
 	tc.Available = true
 	msg, err := d.coopSelfTest()
 	if err != nil {
 		d.coopOff("self-test: " + err.Error())
 		return
+	}
+	if d.TensorCores().Coopmat2 {
+		msg2, err := d.coop2SelfTest()
+		if err != nil {
+			d.coop2Off("self-test: " + err.Error())
+		}
+		d.mu.Lock()
+		d.tc.Coopmat2SelfTest = msg2
+		d.mu.Unlock()
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -1317,6 +1379,8 @@ func (d *Device) initTensorCores(lay *vkLayer, layErr error, st layerState, stEr
 func (d *Device) coopSelfTest() (string, error) {
 	restore := SetTensorCores(true)
 	defer restore()
+	r2 := SetCoopmat2(false) // the KHR kernels (coop2SelfTest: the coopmat2 one)
+	defer r2()
 	defer func() { d.coopTileTest = coopTile{} }()
 	var worst [2]float64
 	var tiles []string

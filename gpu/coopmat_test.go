@@ -35,6 +35,17 @@ func TestTensorCoresStatus(t *testing.T) {
 	if os.Getenv("NVG_EXPECT_TENSOR_CORES") == "1" && !tc.Available { // .ci/coopmat (Mesa 26)
 		t.Errorf("NVG_EXPECT_TENSOR_CORES=1 but %s has none: %s", info.Name, tc.Reason)
 	}
+	t.Logf("coopmat2: %v %s; self-test: %s; pipeline robustness extension: %v; limits %+v; flexible shapes %v", tc.Coopmat2,
+		tc.Coopmat2Reason, tc.Coopmat2SelfTest, tc.PipelineRobustness, tc.Coopmat2Limits, tc.FlexShapes)
+	if tc.Coopmat2 && (!tc.Available || tc.Coopmat2SelfTest == "" || tc.Coopmat2Reason != "") {
+		t.Errorf("coopmat2 on without tensor cores or a self-test, or with a reason: %+v", tc)
+	}
+	if !tc.Coopmat2 && tc.Coopmat2Reason == "" && tc.Available {
+		t.Errorf("coopmat2 off without a reason: %+v", tc)
+	}
+	if os.Getenv("NVG_EXPECT_COOPMAT2") == "1" && !tc.Coopmat2 { // bench/device.sh parity on NVIDIA
+		t.Errorf("NVG_EXPECT_COOPMAT2=1 but %s has no coopmat2 GEMM: %s", info.Name, tc.Coopmat2Reason)
+	}
 	if tc.Available && (tc.SelfTest == "" || tc.Shape.M == 0 || tc.SubgroupSize == 0) {
 		t.Errorf("available without a self-test, shape or subgroup size: %+v", tc)
 	}

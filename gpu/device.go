@@ -56,7 +56,8 @@ type Device struct {
 	layer       *vkLayer        // the Vulkan layer, nil when not loaded
 	coopChecked map[string]bool // "op/entry" of cooperative-matrix pipelines whose swap was checked
 
-	coopTileTest coopTile // the block the tensor-core self-test forces while it runs (coopmat.go)
+	coopTileTest  coopTile  // the block the tensor-core self-test forces while it runs (coopmat.go)
+	coop2TileTest coop2Tile // … and the coopmat2 self-test (coopmat2.go)
 }
 
 // SetMaxStorageBindingSize lowers the storage-binding limit nvg plans and checks with

@@ -327,3 +327,24 @@ func SetCoopDeltaWide(on bool) (restore func()) {
 // LogitsTopKLanesSize is the subgroup size LogitsTopK's lane-blocked merge runs on when
 // forced (SetLogitsTopKLanes(1)): a CPU adapter's or a GPU's probed one; 0: none.
 func LogitsTopKLanesSize(d *Device) int { return d.topkLanesSize() }
+
+// Coop2Dispatches counts the coopmat2 GEMMs recorded (tests check that the forced path ran).
+func Coop2Dispatches() int64 { return coop2Dispatches.Load() }
+
+// SetCoopmat2Tile forces the coopmat2 GEMM's block ("BMxBNxBK/NT", checked against d; ""
+// restores the automatic choice) and returns the function restoring the previous one.
+func SetCoopmat2Tile(d *Device, s string) (restore func(), err error) {
+	old := coop2TileForce
+	t := coop2Tile{}
+	if s != "" {
+		if t, err = parseCoop2Tile(s); err != nil {
+			return nil, err
+		}
+		tc := d.TensorCores()
+		if err := t.check(tc.FlexShapes, tc.Coopmat2Limits, d.Info()); err != nil {
+			return nil, err
+		}
+	}
+	coop2TileForce = t
+	return func() { coop2TileForce = old }, nil
+}

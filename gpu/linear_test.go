@@ -58,6 +58,7 @@ type gemmTestVariant struct {
 	general    bool
 	lanes      bool // the lane-blocked kernel (gemm_lanes.go) instead of a tile
 	coop       bool // the cooperative-matrix kernels (coopmat.go, tensor cores)
+	coop2      bool // with coop: the coopmat2 dense GEMM (coopmat2.go); without: the KHR one
 	splitK     int  // with coop: the split-K factor forced (0: automatic)
 }
 
@@ -68,11 +69,15 @@ func (v gemmTestVariant) String() string {
 	if v.lanes {
 		return "lanes"
 	}
-	if v.coop && v.splitK > 0 {
-		return fmt.Sprintf("coopmat-splitk%d", v.splitK)
-	}
 	if v.coop {
-		return "coopmat"
+		name := "coopmat"
+		if v.coop2 {
+			name = "coopmat2"
+		}
+		if v.splitK > 0 {
+			name += fmt.Sprintf("-splitk%d", v.splitK)
+		}
+		return name
 	}
 	path := "fast"
 	if v.general {
@@ -87,8 +92,8 @@ func (v gemmTestVariant) force() func() {
 		return gpu.SetGEMMLanes(true)
 	}
 	if v.coop {
-		r1, r2 := gpu.SetTensorCores(true), gpu.SetCoopmatSplitK(v.splitK)
-		return func() { r2(); r1() }
+		r1, r2, r3 := gpu.SetTensorCores(true), gpu.SetCoopmatSplitK(v.splitK), gpu.SetCoopmat2(v.coop2)
+		return func() { r3(); r2(); r1() }
 	}
 	return gpu.SetGEMMVariant(v.bm, v.bn, v.bk, v.general)
 }
@@ -141,7 +146,23 @@ func coopRel(k int) float64 { return 1.0/(1<<10) + 2*float64(k+1)/(1<<24) }
 var (
 	coopmatVariant      = gemmTestVariant{coop: true}
 	coopmatSplitVariant = gemmTestVariant{coop: true, splitK: 3}
+	// coopmat2Variant and coopmat2SplitVariant: the same with the dense GEMMs on the
+	// coopmat2 kernel (NVIDIA; skipped elsewhere, failed with NVG_EXPECT_COOPMAT2=1).
+	coopmat2Variant      = gemmTestVariant{coop: true, coop2: true}
+	coopmat2SplitVariant = gemmTestVariant{coop: true, coop2: true, splitK: 3}
 )
+
+// skipNoCoopmat2 skips t where the device has no coopmat2 GEMM (TensorCores().Coopmat2Reason
+// says why), and fails it instead under NVG_EXPECT_COOPMAT2=1 (bench/device.sh on NVIDIA).
+func skipNoCoopmat2(t *testing.T, d *gpu.Device) {
+	t.Helper()
+	if tc := d.TensorCores(); !tc.Coopmat2 {
+		if os.Getenv("NVG_EXPECT_COOPMAT2") == "1" {
+			t.Fatalf("NVG_EXPECT_COOPMAT2=1 but %s has no coopmat2 GEMM: %s", d.Info().Name, tc.Coopmat2Reason)
+		}
+		t.Skipf("no coopmat2 GEMM on %s: %s", d.Info().Name, tc.Coopmat2Reason)
+	}
+}
 
 // skipNoCoopmat skips t, loudly, where the device has no tensor cores (TensorCores().Reason
 // says why: bookworm's lavapipe lacks VK_KHR_cooperative_matrix); .ci/coopmat runs these
@@ -166,8 +187,10 @@ func skipForm(t *testing.T, d *gpu.Device, lanes, coop bool) {
 }
 
 // linearCoopSizes: in a multiple of 8 (the cooperative-matrix path's 16-byte B rows), rows
-// and out awkward: partial row and column blocks, one row, K not a multiple of BK.
-var linearCoopSizes = [][3]int{{67, 40, 131}, {1, 8, 5}, {130, 136, 65}, {5, 296, 3}, {33, 64, 200}}
+// and out awkward: partial row and column blocks, one row, K not a multiple of BK; the last
+// has whole column blocks of B with K a multiple of 64 for Linear (the coopmat2 kernel's
+// FAST loop) beside a partial one, and K = 320 for LinearT (its clamped loop).
+var linearCoopSizes = [][3]int{{67, 40, 131}, {1, 8, 5}, {130, 136, 65}, {5, 296, 3}, {33, 64, 200}, {70, 192, 320}}
 
 // linearGeneralSizes are awkward sizes (rows, in, out): not multiples of the 64×64×16 tile,
 // odd K for f16 rows starting at odd half-words, a single row, and a K shorter than one tile
@@ -198,8 +221,9 @@ func linearImpls() []linearImpl {
 		impls = append(impls, linearImpl{v.String(), v.force, gpu.Linear, gpu.LinearT, sizes, nil})
 	}
 	impls = append(impls, linearImpl{"lanes", lanesVariant.force, gpu.Linear, gpu.LinearT, linearLanesSizes, nil})
-	impls = append(impls, linearImpl{"coopmat", coopmatVariant.force, gpu.Linear, gpu.LinearT, linearCoopSizes, coopRel},
-		linearImpl{coopmatSplitVariant.String(), coopmatSplitVariant.force, gpu.Linear, gpu.LinearT, linearCoopSizes, coopRel})
+	for _, v := range []gemmTestVariant{coopmatVariant, coopmatSplitVariant, coopmat2Variant, coopmat2SplitVariant} {
+		impls = append(impls, linearImpl{v.String(), v.force, gpu.Linear, gpu.LinearT, linearCoopSizes, coopRel})
+	}
 	return append(impls, linearImpl{"naive", nil,
 		func(r *gpu.Recorder, x, w, y *gpu.Buffer, rows, in, out int) error {
 			return gpu.LinearNaive(r, x, w, y, rows, in, out, true)
@@ -230,10 +254,21 @@ func testLinearFamily(t *testing.T, impl linearImpl) {
 	case coop:
 		skipNoCoopmat(t, d)
 	}
+	coop2 := strings.HasPrefix(impl.name, "coopmat2")
+	if coop2 {
+		skipNoCoopmat2(t, d)
+	}
 	if impl.force != nil {
 		defer impl.force()()
 	}
-	lanes0, coop0, split0 := gpu.GEMMLanesDispatches(), gpu.CoopDispatches(), gpu.CoopSplits()
+	lanes0, coop0, split0, c2 := gpu.GEMMLanesDispatches(), gpu.CoopDispatches(), gpu.CoopSplits(), gpu.Coop2Dispatches()
+	if coop {
+		defer func() {
+			if got, want := gpu.Coop2Dispatches()-c2, int64(2*len(impl.sizes)); coop2 && got != want || !coop2 && got != 0 {
+				t.Errorf("%d coopmat2 GEMMs recorded under %s (want %d)", got, impl.name, map[bool]int64{true: want}[coop2])
+			}
+		}()
+	}
 	if impl.name == "lanes" || coop {
 		defer func() {
 			got := gpu.GEMMLanesDispatches() - lanes0

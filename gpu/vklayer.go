@@ -222,11 +222,13 @@ func layerManifest() []byte {
 
 // layerState is the layer's JSON state (nvg_layer_state in gpu/vklayer/nvg_layer.c).
 type layerState struct {
-	Armed      bool              `json:"armed"`
-	Instances  int               `json:"instances"`
-	Devices    int               `json:"devices"`
-	Swaps      int               `json:"swaps"`
-	Misses     int               `json:"misses"`
+	Armed     bool `json:"armed"`
+	Instances int  `json:"instances"`
+	Devices   int  `json:"devices"`
+	Swaps     int  `json:"swaps"`
+	Misses    int  `json:"misses"`
+	// NoRobust counts the pipelines created with robust buffer access off (coopmat2 kernels).
+	NoRobust   int               `json:"norobust_pipelines"`
 	LastDevice *layerDeviceState `json:"last_device"`
 }
 
@@ -238,6 +240,15 @@ type layerDeviceState struct {
 	SubgroupSize int        `json:"subgroup_size"`
 	Extension    bool       `json:"extension"`
 	Shapes       []CoopType `json:"shapes"`
+	// VK_NV_cooperative_matrix2: whether the layer enabled it (and why not), the device's
+	// seven features in the extension's order, its limits and flexible-dimension shapes;
+	// PipelineRobustness: VK_EXT_pipeline_robustness was enabled.
+	Coopmat2           bool            `json:"coopmat2"`
+	Coopmat2Reason     string          `json:"coopmat2_reason"`
+	Coopmat2Features   []int           `json:"coopmat2_features"`
+	Coopmat2Limits     *Coopmat2Limits `json:"coopmat2_limits"`
+	FlexShapes         []CoopFlexType  `json:"flex_shapes"`
+	PipelineRobustness bool            `json:"pipeline_robustness"`
 	// Where the layer set vulkanMemoryModel and cooperativeMatrix (wgpu's structs or its own).
 	MemoryModelIn    string `json:"memory_model_in"`
 	CoopmatFeatureIn string `json:"coopmat_feature_in"`

@@ -10,11 +10,11 @@ package gpu
 
 // Calls through the function pointers dlsym returns for gpu/vklayer/nvg_layer.c's C API.
 typedef void (*nvg_arm_fn)(int);
-typedef int (*nvg_register_fn)(const char *, const uint32_t *, size_t);
+typedef int (*nvg_register_fn)(const char *, const uint32_t *, size_t, unsigned);
 typedef unsigned (*nvg_swaps_fn)(const char *);
 typedef size_t (*nvg_state_fn)(char *, size_t);
 static void nvg_call_arm(void *f, int on) { ((nvg_arm_fn)f)(on); }
-static int nvg_call_register(void *f, const char *name, const uint32_t *w, size_t n) { return ((nvg_register_fn)f)(name, w, n); }
+static int nvg_call_register(void *f, const char *name, const uint32_t *w, size_t n, unsigned flags) { return ((nvg_register_fn)f)(name, w, n, flags); }
 static unsigned nvg_call_swaps(void *f, const char *name) { return ((nvg_swaps_fn)f)(name); }
 static size_t nvg_call_state(void *f, char *buf, size_t cap) { return ((nvg_state_fn)f)(buf, cap); }
 */
@@ -55,11 +55,17 @@ func openLayer(path string) (*vkLayer, error) {
 	return lib, nil
 }
 
-// registerSPIRV makes the layer create shader modules whose entry point is name from words.
-func (l *vkLayer) registerSPIRV(name string, words []uint32) error {
+// registerSPIRV makes the layer create shader modules whose entry point is name from words;
+// noRobust: their pipelines are created with robust buffer access off, where the device took
+// VK_EXT_pipeline_robustness (kernels that bound every access themselves).
+func (l *vkLayer) registerSPIRV(name string, words []uint32, noRobust bool) error {
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
-	if C.nvg_call_register(l.register, cs, (*C.uint32_t)(unsafe.Pointer(&words[0])), C.size_t(len(words))) != 0 {
+	flags := C.unsigned(0)
+	if noRobust {
+		flags = 1 // NVG_NO_ROBUSTNESS
+	}
+	if C.nvg_call_register(l.register, cs, (*C.uint32_t)(unsafe.Pointer(&words[0])), C.size_t(len(words)), flags) != 0 {
 		return fmt.Errorf("the Vulkan layer refused the replacement %q", name)
 	}
 	return nil

@@ -10,8 +10,8 @@ type vkLayer struct{ path string }
 
 var errNoLayer = errors.New("nvg's Vulkan layer is built for Linux only")
 
-func openLayer(string) (*vkLayer, error)                { return nil, errNoLayer }
-func (l *vkLayer) setArmed(bool)                        {}
-func (l *vkLayer) registerSPIRV(string, []uint32) error { return errNoLayer }
-func (l *vkLayer) swapCount(string) int                 { return 0 }
-func (l *vkLayer) state() (layerState, error)           { return layerState{}, errNoLayer }
+func openLayer(string) (*vkLayer, error)                      { return nil, errNoLayer }
+func (l *vkLayer) setArmed(bool)                              {}
+func (l *vkLayer) registerSPIRV(string, []uint32, bool) error { return errNoLayer }
+func (l *vkLayer) swapCount(string) int                       { return 0 }
+func (l *vkLayer) state() (layerState, error)                 { return layerState{}, errNoLayer }

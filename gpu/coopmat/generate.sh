@@ -31,9 +31,10 @@ case $ver in
 esac
 
 # name:source:flags — one SPIR-V per source and set of bindings (gpu/coopmat.go coopVariant,
-# gpu/linear_quant.go coopQuantFile, gpu/coopmat_attention.go, gpu/coopmat_delta.go).
+# gpu/coopmat2.go coop2File, gpu/linear_quant.go coopQuantFile, gpu/coopmat_attention.go, gpu/coopmat_delta.go).
 variants=(
   "coopmat_gemm.spv:coopmat_gemm.comp:"
+  "coopmat2_gemm.spv:coopmat2_gemm.comp:"
   "coopmat_gemm_scale.spv:coopmat_gemm.comp:-DSCALE"
   "coopmat_blr.spv:coopmat_gemm.comp:-DSIGNS"
   "coopmat_blr_scale.spv:coopmat_gemm.comp:-DSIGNS -DSCALE"
