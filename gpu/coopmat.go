@@ -1389,7 +1389,7 @@ func (d *Device) coopSelfTest() (string, error) {
 			continue
 		}
 		d.coopTileTest = r.t
-		w, err := d.coopSelfTestTile(r.t)
+		w, err := d.coopSelfTestTile(r.t, false)
 		if err != nil {
 			return "", err
 		}
@@ -1404,13 +1404,17 @@ func (d *Device) coopSelfTest() (string, error) {
 }
 
 // coopSelfTestTile runs one dense and one BLR cooperative-matrix GEMM with block t on
-// awkward sizes (two row blocks and a partial one, k not a multiple of the block) against
+// awkward sizes (two row blocks and a partial one, k not a multiple of the block; kAligned:
+// k a multiple of it, so that the first column block takes the coopmat2 kernel's FAST loop) against
 // the WGSL twins (linear_naive.wgsl, blr_forward_naive.wgsl) on the device, with the
 // tolerance of the numerics (DESIGN.md §7): |coop − twin| ≤ (2⁻¹⁰ + 2(k+1)·2⁻²⁴)·Σ|a||b| per
 // element. It returns the worst |err|/bound of each.
-func (d *Device) coopSelfTestTile(t coopTile) ([2]float64, error) {
+func (d *Device) coopSelfTestTile(t coopTile, kAligned bool) ([2]float64, error) {
 	var worst [2]float64
 	m, n, k := t.BM+t.BM/2+3, t.BN+t.BN/4+8, 2*t.BK+8
+	if kAligned {
+		k = 2 * t.BK
+	}
 	rng := rand.New(rand.NewPCG(32, 7))
 	af := make([]float32, m*k)
 	for i := range af {

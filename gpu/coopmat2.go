@@ -254,8 +254,9 @@ func (d *Device) initCoopmat2(ld *layerDeviceState) error {
 }
 
 // coop2SelfTest runs the self-test's dense GEMM on every coopmat2 block that suits d against
-// the WGSL twin (coopSelfTestTile; its BLR half runs on the KHR kernels) and returns its
-// summary, or the error that turns coopmat2 off.
+// the WGSL twin (coopSelfTestTile, with K unaligned and aligned to the block: the kernel's
+// clamped and FAST loops; its BLR half runs on the KHR kernels) and returns its summary, or
+// the error that turns coopmat2 off.
 func (d *Device) coop2SelfTest() (string, error) {
 	restore := SetTensorCores(true)
 	defer restore()
@@ -269,15 +270,17 @@ func (d *Device) coop2SelfTest() (string, error) {
 			continue
 		}
 		d.coop2TileTest = r.t
-		before := coop2Dispatches.Load()
-		w, err := d.coopSelfTestTile(coopTile{BM: r.t.BM, BN: r.t.BN, BK: r.t.BK})
-		if err != nil {
-			return "", fmt.Errorf("block %s: %w", r.t, err)
+		for _, aligned := range []bool{false, true} { // the clamped loop alone; the FAST one too
+			before := coop2Dispatches.Load()
+			w, err := d.coopSelfTestTile(coopTile{BM: r.t.BM, BN: r.t.BN, BK: r.t.BK}, aligned)
+			if err != nil {
+				return "", fmt.Errorf("block %s: %w", r.t, err)
+			}
+			if coop2Dispatches.Load() == before {
+				return "", fmt.Errorf("block %s: the self-test's GEMM did not take the coopmat2 kernel", r.t)
+			}
+			worst = max(worst, w[0])
 		}
-		if coop2Dispatches.Load() == before {
-			return "", fmt.Errorf("block %s: the self-test's GEMM did not take the coopmat2 kernel", r.t)
-		}
-		worst = max(worst, w[0])
 		tiles = append(tiles, r.t.String())
 	}
 	norobust := "unknown"
