@@ -16,7 +16,7 @@ import (
 // (TestLinearFamily's coopmat2 lines) — where chosen (NVG_COOPMAT2=on, SetCoopmat2), and is
 // switched off alone, keeping the KHR kernels, where its self-test at Open fails or its
 // pipeline cannot be made. Not chosen by default: on an H100 (driver 580) it ran the dense
-// GEMMs at 11–50 TFLOP/s where the KHR kernel runs 220–270 (DESIGN.md §7).
+// GEMMs at 35–56 TFLOP/s where the KHR kernel runs 190–270 (DESIGN.md §7).
 
 // CoopFlexType is one flexible-dimension cooperative-matrix type a device reports
 // (VkCooperativeMatrixFlexibleDimensionsPropertiesNV): CoopType's fields, with M, N and K the
