@@ -98,7 +98,8 @@ func runInfo(args []string) error {
 
 // printGPU opens the GPU nvg would use (NVG_ADAPTER, NVG_TENSOR_CORES) and prints its
 // adapter and limits and its tensor cores: "on (16×16×16 f16→f32, subgroup 32)" or "off:
-// reason", the self-test at Open and the cooperative-matrix types the device lists.
+// reason", the self-test at Open, the cooperative-matrix types the device lists and the
+// coopmat2 GEMM's status (VK_NV_cooperative_matrix2: available, chosen, or why not).
 func printGPU(asJSON bool) error {
 	dev, err := gpu.Open()
 	if err != nil {
@@ -111,7 +112,10 @@ func printGPU(asJSON bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(map[string]any{"adapter": in, "tensor_cores": map[string]any{
 			"status": tc.String(), "on": tc.On, "available": tc.Available, "reason": tc.Reason, "shape": tc.Shape,
-			"subgroup_size": tc.SubgroupSize, "shapes": tc.Shapes, "self_test": tc.SelfTest, "features": tc.Features}})
+			"subgroup_size": tc.SubgroupSize, "shapes": tc.Shapes, "self_test": tc.SelfTest, "features": tc.Features,
+			"coopmat2": map[string]any{"available": tc.Coopmat2, "on": tc.Coopmat2 && tc.Coopmat2On, "reason": tc.Coopmat2Reason,
+				"self_test": tc.Coopmat2SelfTest, "limits": tc.Coopmat2Limits, "flex_shapes": tc.FlexShapes,
+				"pipeline_robustness": tc.PipelineRobustness}}})
 	}
 	fmt.Printf("adapter        %s (%s, %s)\n", in.Name, in.Type, in.Backend)
 	fmt.Printf("driver         %s\n", strings.Join(strings.Fields(in.Vendor+" "+in.Description), " "))
@@ -131,6 +135,16 @@ func printGPU(asJSON bool) error {
 			shapes[i] = fmt.Sprintf("%s (%s)", s, s.Scope)
 		}
 		fmt.Printf("  device lists %s\n", strings.Join(shapes, ", "))
+	}
+	switch {
+	case tc.Coopmat2:
+		use := "available, not chosen (NVG_COOPMAT2=on chooses it)"
+		if tc.Coopmat2On {
+			use = "on: the dense GEMMs use it"
+		}
+		fmt.Printf("  coopmat2     %s; self-test: %s\n", use, tc.Coopmat2SelfTest)
+	case tc.Available && tc.Coopmat2Reason != "":
+		fmt.Printf("  coopmat2     off: %s\n", tc.Coopmat2Reason)
 	}
 	return nil
 }
