@@ -202,6 +202,10 @@ func coop2GEMM(r *Recorder, op string, a, b, c Binding, m, k, n int, transB bool
 // coop2File is the coopmat2 GEMM's SPIR-V (generate.sh).
 const coop2File = "coopmat2_gemm.spv"
 
+// coop2Default: whether the dense GEMMs take the coopmat2 kernel where it is available
+// without NVG_COOPMAT2=on — not while it is slower than the KHR kernel (DESIGN.md §7).
+const coop2Default = false
+
 // coop2Env is NVG_COOPMAT2: "on" (the dense GEMMs take the coopmat2 kernel where available),
 // "off" (it is not even set up), else "" (available, not chosen).
 func coop2Env() string { return strings.TrimSpace(os.Getenv("NVG_COOPMAT2")) }
@@ -243,7 +247,7 @@ func (d *Device) initCoopmat2(ld *layerDeviceState) error {
 		if !tc.Coopmat2 {
 			tc.Coopmat2Reason = errors.Join(errs...).Error()
 		}
-		tc.Coopmat2On = tc.Coopmat2 && coop2Env() == "on"
+		tc.Coopmat2On = tc.Coopmat2 && (coop2Default || coop2Env() == "on")
 	}
 	if coop2TileForce != (coop2Tile{}) && ld.Coopmat2 {
 		if err := coop2TileForce.check(tc.FlexShapes, tc.Coopmat2Limits, d.info); err != nil {
