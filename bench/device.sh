@@ -28,7 +28,8 @@
 #                                              in MiB), f16, q8 and fp8 teachers
 #                                              (BENCH_DTYPES); BENCH_TAG suffixes the
 #                                              output files (a second run in one call)
-#                                     cm2      the coopmat2 GEMM: its parity lines
+#                                     cm2      the coopmat2 GEMM: its self-test at Open
+#                                              (NVG_COOPMAT2=on) and parity lines
 #                                              (NVG_EXPECT_COOPMAT2=1: a skip fails) and
 #                                              BenchmarkGEMM's dense shapes (CM2_SHAPES)
 #                                              under CM2_VARIANTS (KHR, coopmat2 blocks),
@@ -135,7 +136,7 @@ for step in "$@"; do
     grep -E -- '--- (FAIL|SKIP)|panic' "$par" | head -20 | tee -a "$L"
     ;;
   cm2)
-    NVG_EXPECT_TENSOR_CORES=1 NVG_EXPECT_COOPMAT2=1 gt gpu.test "$(upto 90)" -test.run '^(TestTensorCoresStatus|TestLinearFamily)$' -test.v -test.count=1 >"$OUT/cm2-parity.txt"
+    NVG_COOPMAT2=on NVG_EXPECT_TENSOR_CORES=1 NVG_EXPECT_COOPMAT2=1 gt gpu.test "$(upto 90)" -test.run '^(TestTensorCoresStatus|TestLinearFamily)$' -test.v -test.count=1 >"$OUT/cm2-parity.txt"
     echo "cm2 parity rc=$?" | tee -a "$L"
     grep -E 'coopmat2|--- (FAIL|SKIP)|panic' "$OUT/cm2-parity.txt" | grep -v '=== RUN' | head -20 | tee -a "$L"
     for rb in off on; do

@@ -68,10 +68,11 @@ type TensorCores struct {
 	Features string
 	// Coopmat2: the device can run the dense f16 GEMMs (Linear, LinearT, LinearRows, the
 	// vocabulary GEMMs) on the VK_NV_cooperative_matrix2 kernel (coopmat2.go) instead of the
-	// KHR one — the layer enabled the extension, a block suits the device and its self-test
-	// at Open agreed with the WGSL twin (Coopmat2SelfTest) — and Coopmat2On: they do
-	// (NVG_COOPMAT2=on; off by default: slower than the KHR kernel on an H100, DESIGN.md §7).
-	// Coopmat2Reason says why not available. NVG_COOPMAT2=off skips it altogether.
+	// KHR one — the layer enabled the extension and a block suits the device — and
+	// Coopmat2On: they do (NVG_COOPMAT2=on; off by default: slower than the KHR kernel on an
+	// H100, DESIGN.md §7), after its self-test at Open agreed with the WGSL twin
+	// (Coopmat2SelfTest; a failure turns it off). Coopmat2Reason says why not available.
+	// NVG_COOPMAT2=off skips it altogether.
 	Coopmat2, Coopmat2On bool
 	Coopmat2Reason       string
 	Coopmat2SelfTest     string
@@ -1352,7 +1353,7 @@ func (d *Device) initTensorCores(lay *vkLayer, layErr error, st layerState, stEr
 		d.coopOff("self-test: " + err.Error())
 		return
 	}
-	if d.TensorCores().Coopmat2 {
+	if tc := d.TensorCores(); tc.Coopmat2 && tc.Coopmat2On { // only where chosen: it costs pipelines at every Open
 		msg2, err := d.coop2SelfTest()
 		if err != nil {
 			d.coop2Off("self-test: " + err.Error())

@@ -37,8 +37,8 @@ func TestTensorCoresStatus(t *testing.T) {
 	}
 	t.Logf("coopmat2: %v %s; self-test: %s; pipeline robustness extension: %v; limits %+v; flexible shapes %v", tc.Coopmat2,
 		tc.Coopmat2Reason, tc.Coopmat2SelfTest, tc.PipelineRobustness, tc.Coopmat2Limits, tc.FlexShapes)
-	if tc.Coopmat2 && (!tc.Available || tc.Coopmat2SelfTest == "" || tc.Coopmat2Reason != "") {
-		t.Errorf("coopmat2 on without tensor cores or a self-test, or with a reason: %+v", tc)
+	if tc.Coopmat2 && (!tc.Available || tc.Coopmat2Reason != "") || tc.Coopmat2On && (!tc.Coopmat2 || tc.Coopmat2SelfTest == "") {
+		t.Errorf("coopmat2 available without tensor cores or with a reason, or chosen without a self-test: %+v", tc)
 	}
 	if !tc.Coopmat2 && tc.Coopmat2Reason == "" && tc.Available {
 		t.Errorf("coopmat2 off without a reason: %+v", tc)
