@@ -367,7 +367,7 @@ static struct device_rec *devices;
 static struct replacement *replacements;
 static int armed;               /* nvg_layer_arm */
 static unsigned n_instances, n_devices, n_swaps, n_misses, n_norobust_pipelines;
-static char last_state[8192];   /* JSON of the last vkCreateDevice's decision */
+static char last_state[32768];  /* JSON of the last vkCreateDevice's decision (the types of a device that lists many) */
 
 /* ---- Helpers ---- */
 
