@@ -3,7 +3,7 @@
 // addressing (GL_NV_cooperative_matrix2; Vulkan's VK_NV_cooperative_matrix2, which the
 // Vulkan layer enables where the device lists it: gpu/vklayer/nvg_layer.c). The same
 // operation and bindings as coopmat_gemm.spv, the KHR (subgroup-scope) kernel it stands in
-// for and is parity-tested against (gpu TestCoopmat2GEMM):
+// for and is parity-tested beside (gpu TestLinearFamily's coopmat2 lines):
 //
 //   C[M, N] = diag(rs) · (A16[Mp, Kp] · B)      B = B16 [N, K] (TRANS_B) or [K, N]
 //
@@ -12,7 +12,7 @@
 // BK) columns, so its loads never leave it. B's loads clamp: elements past N or K read 0
 // (gl_CooperativeMatrixClampModeConstantNV), and stores past M or N are dropped, so no
 // bounds are checked by hand (and the Vulkan layer creates the pipeline with robust buffer
-// access off: gpu.coopmat2Program).
+// access off: gpu.coop2GEMM's NoRobust).
 //
 // Each workgroup computes one BM×BN block of C in one workgroup-scope accumulator: per BK
 // slice it loads A's BM×BK and B's BK×BN (transposed by a tensor view where TRANS_B) and
@@ -25,9 +25,9 @@
 // (wgsl/coopmat_splitk.wgsl), as for coopmat_gemm.spv.
 //
 // Specialisation (SpecId, patched by Go in the SPIR-V: gpu.coop2GEMM): the block BM×BN×BK,
-// TRANS_B and FAST (below); the workgroup size NT is written into OpExecutionMode LocalSize. Go checks the
-// block against the device's flexible-dimension shapes (granularities and the workgroup size
-// each allows: VkCooperativeMatrixFlexibleDimensionsPropertiesNV).
+// TRANS_B and FAST (below); the workgroup size NT is written into OpExecutionMode LocalSize.
+// Go checks the block against the device's flexible-dimension shapes (granularities and the
+// workgroup size each allows: VkCooperativeMatrixFlexibleDimensionsPropertiesNV).
 //
 // Bindings (set 0, in order; the WGSL placeholder declares the same): 0 a16 (read, f16
 // [Mp, Kp])  1 rs (read, f32 [Mp])  2 b (read, f16)  3 c (read_write, f32 [S, M, N])
