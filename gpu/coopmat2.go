@@ -213,7 +213,9 @@ func coop2Env() string { return strings.TrimSpace(os.Getenv("NVG_COOPMAT2")) }
 // initCoopmat2 decides d.tc.Coopmat2 from the layer's device state ld once the KHR kernels
 // are available (before their self-test, which runs with coopmat2 forced off): available
 // where the layer enabled the extension, a block suits the device and NVG_COOPMAT2 is not
-// "off"; chosen (Coopmat2On) with NVG_COOPMAT2=on.
+// "off"; chosen (Coopmat2On) with NVG_COOPMAT2=on. A forced NVG_COOPMAT2_TILE that does not
+// parse is an error (tensor cores off, as for NVG_COOPMAT_TILE); one that does not suit the
+// device leaves coopmat2 unavailable, the check's error its reason.
 func (d *Device) initCoopmat2(ld *layerDeviceState) error {
 	tc := &d.tc
 	tc.FlexShapes = ld.FlexShapes
@@ -248,11 +250,6 @@ func (d *Device) initCoopmat2(ld *layerDeviceState) error {
 			tc.Coopmat2Reason = errors.Join(errs...).Error()
 		}
 		tc.Coopmat2On = tc.Coopmat2 && (coop2Default || coop2Env() == "on")
-	}
-	if coop2TileForce != (coop2Tile{}) && ld.Coopmat2 {
-		if err := coop2TileForce.check(tc.FlexShapes, tc.Coopmat2Limits, d.info); err != nil {
-			return err
-		}
 	}
 	return nil
 }
